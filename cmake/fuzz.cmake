@@ -1,0 +1,28 @@
+# Builds each tests/fuzz/fuzz_*.cpp with clang -fsanitize=fuzzer,address,undefined in a sub-build,
+# since the main build uses g++. ctest runs each for a short, fixed number of runs.
+set(OOMB_FUZZ_RUNS 20000 CACHE STRING "libFuzzer runs per target under ctest")
+file(GLOB OOMB_FUZZERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_*.cpp)
+set(FUZZ_DIR ${CMAKE_BINARY_DIR}/fuzz)
+set(FUZZ_FLAGS -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+    -I${CMAKE_SOURCE_DIR}/src)
+foreach(src ${OOMB_FUZZERS})
+  get_filename_component(name ${src} NAME_WE)
+  # each fuzzer lists the engine sources it needs on a line "// fuzz-sources: a.cpp b.cpp"
+  file(STRINGS ${src} srcline REGEX "^// fuzz-sources:")
+  string(REPLACE "// fuzz-sources:" "" srcline "${srcline}")
+  separate_arguments(deps UNIX_COMMAND "${srcline}")
+  set(dep_paths "")
+  foreach(d ${deps})
+    list(APPEND dep_paths ${CMAKE_SOURCE_DIR}/src/${d})
+  endforeach()
+  add_custom_command(OUTPUT ${FUZZ_DIR}/${name}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${FUZZ_DIR}
+    COMMAND ${OOMB_CLANGXX} ${FUZZ_FLAGS} ${src} ${dep_paths} -lfmt -o ${FUZZ_DIR}/${name}
+    DEPENDS ${src} ${dep_paths} VERBATIM)
+  add_custom_target(${name} ALL DEPENDS ${FUZZ_DIR}/${name})
+  set(corpus ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/${name})
+  # new inputs go to the build tree's corpus; the committed seed corpus is only read
+  add_test(NAME ${name}
+    COMMAND sh -c "mkdir -p ${FUZZ_DIR}/${name}.corpus && exec ${FUZZ_DIR}/${name} -runs=${OOMB_FUZZ_RUNS} -seed=1 -max_len=4096 ${FUZZ_DIR}/${name}.corpus ${corpus}")
+  set_tests_properties(${name} PROPERTIES LABELS "cpu;fuzz")
+endforeach()

@@ -1,0 +1,163 @@
+// Causal GQA attention over a list of KV blocks (DESIGN.md section 3), CPU reference.
+// Forward folds blocks in with an online softmax and keeps LSE; never forms a T x N matrix.
+// Backward: pass 1 computes dq per (query, head); pass 2 accumulates dk/dv per (kv head, block),
+// so no two threads write the same element and results are deterministic.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace oomb::cpu {
+
+namespace {
+
+struct Dims {
+  int64_t T, H, G, D, group;
+};
+
+Dims check_attention(const char* op, const Tensor& q, std::span<const KVBlock> blocks, bool backward) {
+  check_f32(op, "q", q, 3);
+  Dims d{q.dim(0), q.dim(1), 0, q.dim(2), 0};
+  OOMB_CHECK(!blocks.empty() || d.T == 0, "{}: no KV blocks", op);
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const KVBlock& kb = blocks[b];
+    check_f32(op, "block k", kb.k, 3);
+    check_same_shape(op, "block v", kb.v, "block k", kb.k);
+    if (b == 0) d.G = kb.k.dim(1);
+    OOMB_CHECK(kb.k.dim(1) == d.G && kb.k.dim(2) == d.D, "{}: block {} k {} does not fit q {} (G={}, D={})", op, b,
+               kb.k.shape_str(), q.shape_str(), d.G, d.D);
+    if (backward) {
+      check_same_shape(op, "block dk", kb.dk, "block k", kb.k);
+      check_same_shape(op, "block dv", kb.dv, "block k", kb.k);
+    }
+  }
+  if (d.G > 0) {
+    OOMB_CHECK(d.H % d.G == 0, "{}: query heads {} not a multiple of kv heads {}", op, d.H, d.G);
+    d.group = d.H / d.G;
+  }
+  return d;
+}
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Keys j of block kb visible to query at sequence index qi: j < visible(); plus the doc check.
+inline int64_t visible(const KVBlock& kb, int64_t qi) {
+  return std::min(kb.k.dim(0), std::max<int64_t>(0, qi - kb.idx0 + 1));
+}
+inline bool same_doc(const AttnArgs& a, int64_t t, const KVBlock& kb, int64_t j) {
+  return a.q_doc == nullptr || kb.doc == nullptr || a.q_doc[t] == kb.doc[j];
+}
+
+}  // namespace
+
+// q, o: (T, H, D); each block k, v: (L, G, D); lse: (T, H)
+void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o, Tensor& lse) {
+  const Dims d = check_attention("attention_fwd", q, blocks, false);
+  check_same_shape("attention_fwd", "o", o, "q", q);
+  check_f32("attention_fwd", "lse", lse, 2);
+  OOMB_CHECK(lse.dim(0) == d.T && lse.dim(1) == d.H, "attention_fwd: lse {} must be ({}, {})", lse.shape_str(), d.T,
+             d.H);
+  const float ninf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel for collapse(2) schedule(dynamic, 16)
+  for (int64_t t = 0; t < d.T; ++t)
+    for (int64_t h = 0; h < d.H; ++h) {
+      const int64_t g = h / d.group, qi = a.q_idx0 + t;
+      const float* qv = q.f() + (t * d.H + h) * d.D;
+      float* acc = o.f() + (t * d.H + h) * d.D;
+      std::fill_n(acc, d.D, 0.0f);
+      float m = ninf, l = 0;
+      for (const KVBlock& kb : blocks) {
+        const int64_t n = visible(kb, qi);
+        for (int64_t j = 0; j < n; ++j) {
+          if (!same_doc(a, t, kb, j)) continue;
+          const float* kv = kb.k.f() + (j * d.G + g) * d.D;
+          const float* vv = kb.v.f() + (j * d.G + g) * d.D;
+          const float s = dot(qv, kv, d.D) * a.scale;
+          if (s > m) {  // rescale what was folded in so far
+            const float c = std::exp(m - s);
+            l *= c;
+            for (int64_t i = 0; i < d.D; ++i) acc[i] *= c;
+            m = s;
+          }
+          const float p = std::exp(s - m);
+          l += p;
+          for (int64_t i = 0; i < d.D; ++i) acc[i] += p * vv[i];
+        }
+      }
+      if (l > 0)
+        for (int64_t i = 0; i < d.D; ++i) acc[i] /= l;
+      lse.f()[t * d.H + h] = l > 0 ? m + std::log(l) : ninf;
+    }
+}
+
+// P = exp(S - lse); dV += P^T dO; dP = dO V^T; dS = P (dP - Dsum); dQ = dS K scale; dK += dS^T Q scale
+void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                   std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) {
+  const Dims d = check_attention("attention_bwd", q, blocks, true);
+  check_same_shape("attention_bwd", "o", o, "q", q);
+  check_same_shape("attention_bwd", "dout", dout, "q", q);
+  check_same_shape("attention_bwd", "dq", dq, "q", q);
+  check_f32("attention_bwd", "lse", lse, 2);
+  const float* L = lse.f();
+  // Dsum (T, H) = rowsum(dO * O), stored in dq's first column block would alias; compute on the fly.
+  auto dsum = [&](int64_t t, int64_t h) {
+    return dot(dout.f() + (t * d.H + h) * d.D, o.f() + (t * d.H + h) * d.D, d.D);
+  };
+
+  // pass 1: dq, one (query, head) per iteration
+#pragma omp parallel for collapse(2) schedule(dynamic, 16)
+  for (int64_t t = 0; t < d.T; ++t)
+    for (int64_t h = 0; h < d.H; ++h) {
+      const int64_t g = h / d.group, qi = a.q_idx0 + t;
+      const float *qv = q.f() + (t * d.H + h) * d.D, *dov = dout.f() + (t * d.H + h) * d.D;
+      float* dqv = dq.f() + (t * d.H + h) * d.D;
+      std::fill_n(dqv, d.D, 0.0f);
+      const float lse_th = L[t * d.H + h];
+      if (std::isinf(lse_th)) continue;
+      const float ds_sum = dsum(t, h);
+      for (const KVBlock& kb : blocks) {
+        const int64_t n = visible(kb, qi);
+        for (int64_t j = 0; j < n; ++j) {
+          if (!same_doc(a, t, kb, j)) continue;
+          const float* kv = kb.k.f() + (j * d.G + g) * d.D;
+          const float p = std::exp(dot(qv, kv, d.D) * a.scale - lse_th);
+          const float ds = p * (dot(dov, kb.v.f() + (j * d.G + g) * d.D, d.D) - ds_sum) * a.scale;
+          for (int64_t i = 0; i < d.D; ++i) dqv[i] += ds * kv[i];
+        }
+      }
+    }
+
+  // pass 2: dk, dv, one (block, kv head) per iteration; queries and heads visited in a fixed order
+  const int64_t nb = int64_t(blocks.size());
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t g = 0; g < d.G; ++g) {
+      const KVBlock& kb = blocks[b];
+      for (int64_t j = 0; j < kb.k.dim(0); ++j) {
+        const float *kv = kb.k.f() + (j * d.G + g) * d.D, *vv = kb.v.f() + (j * d.G + g) * d.D;
+        float *dkv = kb.dk.f() + (j * d.G + g) * d.D, *dvv = kb.dv.f() + (j * d.G + g) * d.D;
+        const int64_t t0 = std::max<int64_t>(0, kb.idx0 + j - a.q_idx0);
+        for (int64_t t = t0; t < d.T; ++t) {
+          if (!same_doc(a, t, kb, j)) continue;
+          for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
+            const float lse_th = L[t * d.H + h];
+            if (std::isinf(lse_th)) continue;
+            const float *qv = q.f() + (t * d.H + h) * d.D, *dov = dout.f() + (t * d.H + h) * d.D;
+            const float p = std::exp(dot(qv, kv, d.D) * a.scale - lse_th);
+            const float ds = p * (dot(dov, vv, d.D) - dsum(t, h)) * a.scale;
+            for (int64_t i = 0; i < d.D; ++i) {
+              dvv[i] += p * dov[i];
+              dkv[i] += ds * qv[i];
+            }
+          }
+        }
+      }
+    }
+}
+
+}  // namespace oomb::cpu

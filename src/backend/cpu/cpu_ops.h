@@ -1,0 +1,31 @@
+// The CPU reference ops (fp32, OpenBLAS GEMM, OpenMP loops). CpuBackend forwards to these.
+#pragma once
+#include <span>
+
+#include "backend/backend.h"
+
+namespace oomb::cpu {
+
+void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
+void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool dx_accumulate, Tensor* dw,
+                Tensor* db);
+void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out);
+void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable);
+void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd);
+void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
+                 bool dx_accumulate, Tensor& dw);
+void rope(Tensor& x, const Tensor& pos, const RopeTable& rope, bool inverse);
+void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out);
+void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup);
+void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o, Tensor& lse);
+void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                   std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq);
+// logits: a (tile x V) workspace the caller owns
+double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
+                    int64_t* correct, Tensor& logits);
+
+// Validation helpers shared by the ops: errors start with the op's name.
+void check_f32(const char* op, const char* what, const Tensor& t, int ndim);
+void check_same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name, const Tensor& b);
+
+}  // namespace oomb::cpu

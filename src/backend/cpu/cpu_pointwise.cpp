@@ -1,0 +1,120 @@
+// RMSNorm, RoPE and SwiGLU on the CPU, with their backward passes.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace oomb::cpu {
+
+// x, y: (T, d); w: (d); rstd: (T)
+void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
+  check_f32("rmsnorm_fwd", "x", x, 2);
+  check_f32("rmsnorm_fwd", "w", w, 1);
+  check_same_shape("rmsnorm_fwd", "y", y, "x", x);
+  check_f32("rmsnorm_fwd", "rstd", rstd, 1);
+  const int64_t T = x.dim(0), d = x.dim(1);
+  OOMB_CHECK(w.dim(0) == d && rstd.dim(0) == T, "rmsnorm_fwd: w {} / rstd {} do not fit x {}", w.shape_str(),
+             rstd.shape_str(), x.shape_str());
+#pragma omp parallel for
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xr = x.f() + t * d;
+    float* yr = y.f() + t * d;
+    double ss = 0;
+    for (int64_t i = 0; i < d; ++i) ss += double(xr[i]) * xr[i];
+    float r = float(1.0 / std::sqrt(ss / double(d) + eps));
+    rstd.f()[t] = r;
+    for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * r * w.f()[i];
+  }
+}
+
+// y = x r w, r = (mean x^2 + eps)^-1/2:  dx = r (g - x r^2 mean(g x)),  g = dy w;  dw += sum_t dy x r
+void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
+                 bool dx_accumulate, Tensor& dw) {
+  check_f32("rmsnorm_bwd", "x", x, 2);
+  check_same_shape("rmsnorm_bwd", "dy", dy, "x", x);
+  check_same_shape("rmsnorm_bwd", "dx", dx, "x", x);
+  check_same_shape("rmsnorm_bwd", "dw", dw, "w", w);
+  const int64_t T = x.dim(0), d = x.dim(1);
+  const float* wp = w.f();
+#pragma omp parallel for
+  for (int64_t t = 0; t < T; ++t) {
+    const float *xr = x.f() + t * d, *dyr = dy.f() + t * d;
+    float* dxr = dx.f() + t * d;
+    const float r = rstd.f()[t];
+    double dot = 0;
+    for (int64_t i = 0; i < d; ++i) dot += double(dyr[i]) * wp[i] * xr[i];
+    const float c = float(dot / double(d)) * r * r;
+    for (int64_t i = 0; i < d; ++i) {
+      float g = r * (dyr[i] * wp[i] - xr[i] * c);
+      dxr[i] = dx_accumulate ? dxr[i] + g : g;
+    }
+  }
+  // dw: columns split across threads, tokens summed in order (deterministic)
+#pragma omp parallel for
+  for (int64_t i = 0; i < d; ++i) {
+    double s = 0;
+    for (int64_t t = 0; t < T; ++t) s += double(dy.f()[t * d + i]) * x.f()[t * d + i] * rstd.f()[t];
+    dw.f()[i] += float(s);
+  }
+}
+
+// x: (T, H, D) in place.  Rotate-half: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); inverse uses -s.
+// The angle is pos * inv_freq rounded to fp32 (as transformers computes it); cos/sin in double.
+void rope(Tensor& x, const Tensor& pos, const RopeTable& rope, bool inverse) {
+  const char* op = inverse ? "rope_bwd" : "rope_fwd";
+  check_f32(op, "x", x, 3);
+  OOMB_CHECK(pos.dtype == DType::I32 && pos.ndim == 1 && pos.dim(0) == x.dim(0), "{}: pos must be ({}) i32, got {}",
+             op, x.dim(0), pos.shape_str());
+  OOMB_CHECK(rope.inv_freq != nullptr, "{}: no inv_freq table", op);
+  const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2), half = D / 2;
+  OOMB_CHECK(D % 2 == 0, "{}: head dim {} must be even", op, D);
+  const double sgn = inverse ? -1.0 : 1.0;
+#pragma omp parallel for
+  for (int64_t t = 0; t < T; ++t) {
+    const float p = float(pos.as<int32_t>()[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = p * rope.inv_freq[i];
+      const float c = float(std::cos(double(angle)) * rope.attention_scaling);
+      const float s = float(sgn * std::sin(double(angle)) * rope.attention_scaling);
+      for (int64_t h = 0; h < H; ++h) {
+        float* xr = x.f() + (t * H + h) * D;
+        const float x1 = xr[i], x2 = xr[i + half];
+        xr[i] = x1 * c - x2 * s;
+        xr[i + half] = x2 * c + x1 * s;
+      }
+    }
+  }
+}
+
+static inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// gate, up, out: (T, I)
+void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) {
+  check_f32("swiglu_fwd", "gate", gate, -1);
+  check_same_shape("swiglu_fwd", "up", up, "gate", gate);
+  check_same_shape("swiglu_fwd", "out", out, "gate", gate);
+  const int64_t n = gate.numel();
+  const float *g = gate.f(), *u = up.f();
+  float* o = out.f();
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) o[i] = g[i] * sigmoid(g[i]) * u[i];
+}
+
+// d/dg [g sig(g)] = sig(g) (1 + g (1 - sig(g)))
+void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) {
+  check_f32("swiglu_bwd", "gate", gate, -1);
+  check_same_shape("swiglu_bwd", "up", up, "gate", gate);
+  check_same_shape("swiglu_bwd", "dout", dout, "gate", gate);
+  check_same_shape("swiglu_bwd", "dgate", dgate, "gate", gate);
+  check_same_shape("swiglu_bwd", "dup", dup, "gate", gate);
+  const int64_t n = gate.numel();
+  const float *g = gate.f(), *u = up.f(), *d = dout.f();
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = sigmoid(g[i]);
+    dup.f()[i] = d[i] * g[i] * s;
+    dgate.f()[i] = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+  }
+}
+
+}  // namespace oomb::cpu

@@ -1,0 +1,41 @@
+// CUDA device runtime: device discovery and the accountant's device allocator.
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_device.h"
+#include "core/error.h"
+#include "core/memory.h"
+
+namespace oomb::cuda {
+
+bool device_available(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why) *why = e != cudaSuccess ? std::string("no usable GPU: ") + cudaGetErrorString(e) : "no GPU visible";
+    cudaGetLastError();  // clear the sticky error state
+    return false;
+  }
+  return true;
+}
+
+static void* device_alloc(size_t bytes) {
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  OOMB_CHECK(e == cudaSuccess, "cudaMalloc of {} failed: {}", format_bytes(int64_t(bytes)), cudaGetErrorString(e));
+  return p;
+}
+static void device_free(void* p) { cudaFree(p); }
+
+void install_device_allocator() { set_device_allocator(DeviceAllocator{&device_alloc, &device_free}); }
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+  OOMB_CHECK(e == cudaSuccess, "copy to device: {}", cudaGetErrorString(e));
+}
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+  OOMB_CHECK(e == cudaSuccess, "copy to host: {}", cudaGetErrorString(e));
+}
+
+}  // namespace oomb::cuda
+

@@ -1,0 +1,40 @@
+// Storage dtypes and their conversions. Compute is fp32 on the CPU backend.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace oomb {
+
+enum class DType : uint8_t { F32, BF16, F16, F64, I32, U32, I64 };
+
+size_t dtype_size(DType t);
+std::string_view dtype_name(DType t);             // "f32", "bf16", ...
+std::string_view dtype_safetensors_name(DType t);  // "F32", "BF16", ...
+bool dtype_from_safetensors(std::string_view s, DType* out);
+DType dtype_parse(std::string_view s);  // "f32"|"bf16"|"f16"|"float32"|...; throws naming s
+bool dtype_is_float(DType t);
+
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t f32_to_bf16(float f) {  // round to nearest even; NaN stays NaN
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
+// Converts n elements of src (dtype st) to fp32.
+void convert_to_f32(const void* src, DType st, float* dst, size_t n);
+// Converts n fp32 elements to dtype dt.
+void convert_from_f32(const float* src, void* dst, DType dt, size_t n);
+
+}  // namespace oomb

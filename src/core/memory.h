@@ -1,0 +1,76 @@
+// The memory accountant: every byte the engine allocates is tagged and counted, per tier.
+// Buffers own memory; tensors are views into buffers.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace oomb {
+
+enum class Tier : uint8_t { Host, Device };
+enum class Tag : uint8_t { Weights, Grads, Optimizer, Activations, KV, KVGrad, Workspace, Data, IO };
+constexpr int kNumTiers = 2;
+constexpr int kNumTags = 9;
+
+std::string_view tier_name(Tier t);  // "host" | "device"
+std::string_view tag_name(Tag t);    // "weights", "grads", ..., "kv_grad", ...
+
+struct MemCounter {
+  int64_t current = 0, peak = 0;
+};
+
+class Accountant {
+ public:
+  static Accountant& global();
+  void on_alloc(Tier tier, Tag tag, size_t bytes);
+  void on_free(Tier tier, Tag tag, size_t bytes);
+  MemCounter get(Tier tier, Tag tag) const;
+  MemCounter total(Tier tier) const;  // all tags; peak is the peak of the sum
+  void reset_peaks();                 // peak := current, for every counter
+  std::string report(Tier tier) const;  // one line: "weights 1.2 MiB (peak 1.2 MiB), ..."
+
+ private:
+  mutable std::mutex mu_;
+  std::array<std::array<MemCounter, kNumTags>, kNumTiers> c_{};
+  std::array<MemCounter, kNumTiers> total_{};
+};
+
+// Device allocation hooks, set by a device backend at start-up.
+struct DeviceAllocator {
+  void* (*alloc)(size_t bytes) = nullptr;
+  void (*free)(void* p) = nullptr;
+};
+void set_device_allocator(DeviceAllocator a);
+
+// An owned, tagged allocation. Host memory is 64-byte aligned and zero-filled.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Tier tier, Tag tag, size_t bytes);
+  ~Buffer();
+  Buffer(Buffer&& o) noexcept;
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return p_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return bytes_; }
+  Tier tier() const { return tier_; }
+  Tag tag() const { return tag_; }
+  void reset();
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+  Tier tier_ = Tier::Host;
+  Tag tag_ = Tag::Workspace;
+};
+
+std::string format_bytes(int64_t b);  // "1.50 MiB"
+
+}  // namespace oomb

@@ -1,0 +1,54 @@
+// Model configuration from a Hugging Face config.json (Llama, Qwen2, Mistral).
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace oomb {
+
+enum class Arch { Llama, Qwen2, Mistral };
+
+struct RopeConfig {
+  std::string type = "default";  // default | linear | llama3 | yarn
+  double theta = 10000.0;
+  double factor = 1.0;                      // linear, llama3, yarn
+  double low_freq_factor = 1.0;             // llama3
+  double high_freq_factor = 4.0;            // llama3
+  int64_t original_max_position_embeddings = 0;  // llama3, yarn (0 = absent)
+  std::optional<double> attention_factor;   // yarn
+  double beta_fast = 32.0, beta_slow = 1.0;  // yarn
+  std::optional<double> mscale, mscale_all_dim;  // yarn
+  bool truncate = true;                     // yarn
+};
+
+struct ModelConfig {
+  Arch arch = Arch::Llama;
+  std::string model_type = "llama";      // as in config.json
+  std::string architecture = "LlamaForCausalLM";
+  int64_t hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // Qwen2: always; Llama: attention_bias
+  bool o_bias = false;    // Llama: attention_bias
+  bool mlp_bias = false;  // Llama: mlp_bias
+  std::string torch_dtype = "float32";  // dtype the checkpoint declares
+  int64_t bos_token_id = -1, eos_token_id = -1;
+  RopeConfig rope;
+  nlohmann::json raw;  // the file's own JSON, kept so saving writes back every field
+};
+
+// Parses config.json content; `source` (a path) names the file in every error.
+ModelConfig parse_config(const nlohmann::json& j, const std::string& source);
+// Reads DIR/config.json (or the file itself when given a file).
+ModelConfig load_config(const std::filesystem::path& dir_or_file);
+// A config.json for `c` (fields as transformers writes them), merged over c.raw.
+nlohmann::json config_to_json(const ModelConfig& c);
+
+// inv_freq (head_dim/2 values, fp32 as transformers keeps it) and the attention scaling of c.rope.
+std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling);
+
+}  // namespace oomb

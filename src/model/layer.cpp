@@ -1,0 +1,115 @@
+#include "model/layer.h"
+
+#include <cmath>
+
+namespace oomb {
+
+namespace {
+const Tensor* opt(const Tensor& t) { return t.empty() ? nullptr : &t; }
+Tensor* opt(Tensor& t) { return t.empty() ? nullptr : &t; }
+Tensor flat2(const Tensor& t) { return t.reshaped({t.dim(0), t.numel() / t.dim(0)}); }
+
+// The layer's own K/V split into blocks of ctx.block tokens (full-sequence attention).
+std::vector<KVBlock> self_blocks(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads) {
+  std::vector<KVBlock> blocks;
+  const int64_t T = plan.k.dim(0);
+  for (int64_t t0 = 0; t0 < T; t0 += ctx.block) {
+    const int64_t n = std::min(ctx.block, T - t0);
+    KVBlock b;
+    b.k = plan.k.rows(t0, n);
+    b.v = plan.v.rows(t0, n);
+    if (with_grads) {
+      b.dk = plan.dk.rows(t0, n);
+      b.dv = plan.dv.rows(t0, n);
+    }
+    b.idx0 = ctx.attn.q_idx0 + t0;
+    b.doc = ctx.attn.q_doc ? ctx.attn.q_doc + t0 : nullptr;
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+}  // namespace
+
+LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier) {
+  const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
+  act_arena_ = Arena(tier, Tag::Activations, size_t(activation_bytes(c, T)));
+  auto f = [&](std::initializer_list<int64_t> s) { return act_arena_.take(DType::F32, s); };
+  LayerBuffers& b = all_;
+  b.acts = {f({T, d}), f({T}), f({T, H, D}), f({T, H, D}), f({T, H}), f({T, d}), f({T, d}), f({T}),
+            f({T, I}), f({T, I}), f({T, I})};
+  b.g = {f({T, H, D}), f({T, H, D}), f({T, d}), f({T, d}), f({T, I}), f({T, I}), f({T, I})};
+  const size_t kv = Arena::need(DType::F32, {T, G, D});
+  kv_arena_ = Arena(tier, Tag::KV, 2 * kv);
+  b.k = kv_arena_.take(DType::F32, {T, G, D});
+  b.v = kv_arena_.take(DType::F32, {T, G, D});
+  kvg_arena_ = Arena(tier, Tag::KVGrad, 2 * kv);
+  b.dk = kvg_arena_.take(DType::F32, {T, G, D});
+  b.dv = kvg_arena_.take(DType::F32, {T, G, D});
+}
+
+LayerBuffers LayerBuffers::first(int64_t T) const {
+  LayerBuffers r = *this;
+  for (Tensor* t : {&r.acts.a, &r.acts.rstd1, &r.acts.q, &r.acts.o, &r.acts.lse, &r.acts.hmid, &r.acts.b,
+                    &r.acts.rstd2, &r.acts.gate, &r.acts.up, &r.acts.act, &r.g.dq, &r.g.dattn, &r.g.da, &r.g.db,
+                    &r.g.dgate, &r.g.dup, &r.g.dact, &r.k, &r.v, &r.dk, &r.dv})
+    *t = t->rows(0, T);
+  return r;
+}
+
+int64_t LayerPlan::activation_bytes(const ModelConfig& c, int64_t T) {
+  const int64_t d = c.hidden, H = c.heads, D = c.head_dim, I = c.intermediate;
+  auto n = [](std::initializer_list<int64_t> s) { return int64_t(Arena::need(DType::F32, s)); };
+  return 5 * n({T, d}) + 2 * n({T}) + 4 * n({T, H, D}) + n({T, H}) + 6 * n({T, I});
+}
+
+void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan) {
+  Backend& be = ctx.be;
+  LayerActs& A = plan.acts;
+  const float eps = float(ctx.cfg.rms_norm_eps);
+  be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
+  Tensor q2 = flat2(A.q), k2 = flat2(plan.k), v2 = flat2(plan.v);
+  be.linear_fwd(A.a, p.wq, opt(p.bq), q2);
+  be.linear_fwd(A.a, p.wk, opt(p.bk), k2);
+  be.linear_fwd(A.a, p.wv, opt(p.bv), v2);
+  be.rope_fwd(A.q, ctx.pos, ctx.rope);
+  be.rope_fwd(plan.k, ctx.pos, ctx.rope);
+  auto blocks = self_blocks(ctx, plan, false);
+  be.attention_fwd(A.q, blocks, ctx.attn, A.o, A.lse);
+  be.linear_fwd(flat2(A.o), p.wo, opt(p.bo), A.hmid);
+  be.add(A.hmid, h_in);
+  be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
+  be.linear_fwd(A.b, p.wgate, opt(p.bgate), A.gate);
+  be.linear_fwd(A.b, p.wup, opt(p.bup), A.up);
+  be.swiglu_fwd(A.gate, A.up, A.act);
+  be.linear_fwd(A.act, p.wdown, opt(p.bdown), h_out);
+  be.add(h_out, A.hmid);
+}
+
+void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, const Tensor& h_in, Tensor& dh,
+                    LayerBuffers& plan) {
+  Backend& be = ctx.be;
+  LayerActs& A = plan.acts;
+  LayerGradScratch& S = plan.g;
+  // MLP: h_out = hmid + down(swiglu(gate(b), up(b))), b = norm2(hmid)
+  be.linear_bwd(A.act, p.wdown, dh, &S.dact, false, &g.wdown, opt(g.bdown));
+  be.swiglu_bwd(A.gate, A.up, S.dact, S.dgate, S.dup);
+  be.linear_bwd(A.b, p.wgate, S.dgate, &S.db, false, &g.wgate, opt(g.bgate));
+  be.linear_bwd(A.b, p.wup, S.dup, &S.db, true, &g.wup, opt(g.bup));
+  be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, g.mlp_norm);  // dh := dL/dhmid
+  // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in)
+  Tensor dattn2 = flat2(S.dattn);
+  be.linear_bwd(flat2(A.o), p.wo, dh, &dattn2, false, &g.wo, opt(g.bo));
+  be.zero(plan.dk);
+  be.zero(plan.dv);
+  auto blocks = self_blocks(ctx, plan, true);
+  be.attention_bwd(A.q, A.o, A.lse, S.dattn, blocks, ctx.attn, S.dq);
+  be.rope_bwd(S.dq, ctx.pos, ctx.rope);
+  be.rope_bwd(plan.dk, ctx.pos, ctx.rope);
+  // q, k were rotated in place; the projections' backward needs only their input a
+  be.linear_bwd(A.a, p.wq, flat2(S.dq), &S.da, false, &g.wq, opt(g.bq));
+  be.linear_bwd(A.a, p.wk, flat2(plan.dk), &S.da, true, &g.wk, opt(g.bk));
+  be.linear_bwd(A.a, p.wv, flat2(plan.dv), &S.da, true, &g.wv, opt(g.bv));
+  be.rmsnorm_bwd(h_in, p.attn_norm, A.rstd1, S.da, dh, true, g.attn_norm);  // dh := dL/dh_in
+}
+
+}  // namespace oomb

@@ -1,0 +1,96 @@
+#include "model/params.h"
+
+namespace oomb {
+
+int64_t ParamSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<ParamSpec> param_layout(const ModelConfig& c) {
+  std::vector<ParamSpec> s;
+  int64_t off = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    ParamSpec p{std::move(name), std::move(shape), off};
+    off += p.numel();
+    s.push_back(std::move(p));
+  };
+  const int64_t d = c.hidden, qd = c.heads * c.head_dim, kd = c.kv_heads * c.head_dim, I = c.intermediate;
+  add("model.embed_tokens.weight", {c.vocab, d});
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {d});
+    add(p + "self_attn.q_proj.weight", {qd, d});
+    if (c.qkv_bias) add(p + "self_attn.q_proj.bias", {qd});
+    add(p + "self_attn.k_proj.weight", {kd, d});
+    if (c.qkv_bias) add(p + "self_attn.k_proj.bias", {kd});
+    add(p + "self_attn.v_proj.weight", {kd, d});
+    if (c.qkv_bias) add(p + "self_attn.v_proj.bias", {kd});
+    add(p + "self_attn.o_proj.weight", {d, qd});
+    if (c.o_bias) add(p + "self_attn.o_proj.bias", {d});
+    add(p + "post_attention_layernorm.weight", {d});
+    add(p + "mlp.gate_proj.weight", {I, d});
+    if (c.mlp_bias) add(p + "mlp.gate_proj.bias", {I});
+    add(p + "mlp.up_proj.weight", {I, d});
+    if (c.mlp_bias) add(p + "mlp.up_proj.bias", {I});
+    add(p + "mlp.down_proj.weight", {d, I});
+    if (c.mlp_bias) add(p + "mlp.down_proj.bias", {d});
+  }
+  add("model.norm.weight", {d});
+  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab, d});
+  return s;
+}
+
+int64_t param_count(const ModelConfig& c) {
+  auto s = param_layout(c);
+  return s.back().offset + s.back().numel();
+}
+
+Params::Params(const ModelConfig& c, Tier tier, Tag tag) : specs_(param_layout(c)) {
+  const int64_t n = specs_.back().offset + specs_.back().numel();
+  buf_ = Buffer(tier, tag, size_t(n) * 4);
+  flat_ = Tensor(buf_.data(), DType::F32, {n}, tier);
+  embed = get("model.embed_tokens.weight");
+  final_norm = get("model.norm.weight");
+  lm_head = c.tie_word_embeddings ? embed : get("lm_head.weight");
+  layers.resize(size_t(c.layers));
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerParams& L = layers[size_t(l)];
+    L.attn_norm = get(p + "input_layernorm.weight");
+    L.wq = get(p + "self_attn.q_proj.weight");
+    L.wk = get(p + "self_attn.k_proj.weight");
+    L.wv = get(p + "self_attn.v_proj.weight");
+    L.wo = get(p + "self_attn.o_proj.weight");
+    L.mlp_norm = get(p + "post_attention_layernorm.weight");
+    L.wgate = get(p + "mlp.gate_proj.weight");
+    L.wup = get(p + "mlp.up_proj.weight");
+    L.wdown = get(p + "mlp.down_proj.weight");
+    if (c.qkv_bias) {
+      L.bq = get(p + "self_attn.q_proj.bias");
+      L.bk = get(p + "self_attn.k_proj.bias");
+      L.bv = get(p + "self_attn.v_proj.bias");
+    }
+    if (c.o_bias) L.bo = get(p + "self_attn.o_proj.bias");
+    if (c.mlp_bias) {
+      L.bgate = get(p + "mlp.gate_proj.bias");
+      L.bup = get(p + "mlp.up_proj.bias");
+      L.bdown = get(p + "mlp.down_proj.bias");
+    }
+  }
+}
+
+Tensor Params::view(const ParamSpec& s) const {
+  Tensor t(static_cast<float*>(flat_.data) + s.offset, DType::F32, {}, flat_.tier);
+  for (int64_t d : s.shape) t.shape[t.ndim++] = d;
+  return t;
+}
+
+Tensor Params::get(const std::string& name) const {
+  for (const auto& s : specs_)
+    if (s.name == name) return view(s);
+  fail("model has no parameter '{}'", name);
+}
+
+}  // namespace oomb

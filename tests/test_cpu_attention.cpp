@@ -1,0 +1,203 @@
+// Block attention and the fused loss against float64 references written here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "backend/backend.h"
+#include "test_util.h"
+
+using namespace oomb;
+using oomb::testing::randn;
+using oomb::testing::rel_error;
+using Vec = std::vector<double>;
+
+namespace {
+
+std::vector<float> to_f(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
+Vec randd(size_t n, uint64_t seed, double s = 1.0) {
+  auto f = randn(n, seed, float(s));
+  return Vec(f.begin(), f.end());
+}
+Vec numgrad(const std::function<double(const Vec&)>& f, Vec x, double eps = 1e-6) {
+  Vec g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    x[i] = x0 + eps;
+    const double fp = f(x);
+    x[i] = x0 - eps;
+    const double fm = f(x);
+    x[i] = x0;
+    g[i] = (fp - fm) / (2 * eps);
+  }
+  return g;
+}
+
+struct AttnCase {
+  int64_t T, N, H, G, D, q_idx0;
+  std::vector<int64_t> block_sizes;  // split of the N keys, in sequence order
+  std::vector<int> order;            // order the blocks are handed to the op
+  bool docs;
+};
+
+// q: (T, H, D) at indices q_idx0.., k, v: (N, G, D) at indices 0..N-1
+Vec ref_attention(const AttnCase& c, const Vec& q, const Vec& k, const Vec& v, const std::vector<int32_t>& qdoc,
+                  const std::vector<int32_t>& kdoc, Vec* lse) {
+  Vec o(q.size(), 0.0);
+  const double scale = 1.0 / std::sqrt(double(c.D));
+  for (int64_t t = 0; t < c.T; ++t)
+    for (int64_t h = 0; h < c.H; ++h) {
+      const int64_t g = h / (c.H / c.G);
+      std::vector<double> s;
+      std::vector<int64_t> js;
+      for (int64_t j = 0; j < c.N && j <= c.q_idx0 + t; ++j) {
+        if (c.docs && qdoc[size_t(t)] != kdoc[size_t(j)]) continue;
+        double d = 0;
+        for (int64_t i = 0; i < c.D; ++i) d += q[size_t((t * c.H + h) * c.D + i)] * k[size_t((j * c.G + g) * c.D + i)];
+        s.push_back(d * scale);
+        js.push_back(j);
+      }
+      double m = -std::numeric_limits<double>::infinity(), z = 0;
+      for (double x : s) m = std::max(m, x);
+      for (double x : s) z += std::exp(x - m);
+      for (size_t a = 0; a < s.size(); ++a)
+        for (int64_t i = 0; i < c.D; ++i)
+          o[size_t((t * c.H + h) * c.D + i)] += std::exp(s[a] - m) / z * v[size_t((js[a] * c.G + g) * c.D + i)];
+      if (lse) (*lse)[size_t(t * c.H + h)] = s.empty() ? -INFINITY : m + std::log(z);
+    }
+  return o;
+}
+
+void run_case(const AttnCase& c) {
+  SCOPED_TRACE(::testing::Message() << "T=" << c.T << " N=" << c.N << " H=" << c.H << " G=" << c.G
+                                    << " q_idx0=" << c.q_idx0 << " docs=" << c.docs);
+  auto be = make_cpu_backend();
+  Vec q = randd(size_t(c.T * c.H * c.D), 21), k = randd(size_t(c.N * c.G * c.D), 22),
+      v = randd(size_t(c.N * c.G * c.D), 23), R = randd(size_t(c.T * c.H * c.D), 24);
+  std::vector<int32_t> kdoc(size_t(c.N)), qdoc(size_t(c.T));
+  for (int64_t j = 0; j < c.N; ++j) kdoc[size_t(j)] = int32_t(j / 4);  // documents of 4 tokens
+  for (int64_t t = 0; t < c.T; ++t) qdoc[size_t(t)] = kdoc[size_t(std::min(c.q_idx0 + t, c.N - 1))];
+  auto qf = to_f(q), kf = to_f(k), vf = to_f(v), Rf = to_f(R);
+  std::vector<float> o(q.size()), lse(size_t(c.T * c.H)), dq(q.size()), dk(k.size(), 0.f), dv(v.size(), 0.f);
+  std::vector<KVBlock> seq_blocks;
+  int64_t start = 0;
+  for (int64_t n : c.block_sizes) {
+    KVBlock b;
+    b.k = Tensor::f32(kf.data() + start * c.G * c.D, {n, c.G, c.D});
+    b.v = Tensor::f32(vf.data() + start * c.G * c.D, {n, c.G, c.D});
+    b.dk = Tensor::f32(dk.data() + start * c.G * c.D, {n, c.G, c.D});
+    b.dv = Tensor::f32(dv.data() + start * c.G * c.D, {n, c.G, c.D});
+    b.idx0 = start;
+    b.doc = c.docs ? kdoc.data() + start : nullptr;
+    seq_blocks.push_back(b);
+    start += n;
+  }
+  ASSERT_EQ(start, c.N);
+  std::vector<KVBlock> blocks;
+  for (int i : c.order) blocks.push_back(seq_blocks[size_t(i)]);
+  AttnArgs a{float(1.0 / std::sqrt(double(c.D))), c.q_idx0, c.docs ? qdoc.data() : nullptr};
+  Tensor Q = Tensor::f32(qf.data(), {c.T, c.H, c.D}), O = Tensor::f32(o.data(), {c.T, c.H, c.D});
+  Tensor L = Tensor::f32(lse.data(), {c.T, c.H}), DO = Tensor::f32(Rf.data(), {c.T, c.H, c.D});
+  Tensor DQ = Tensor::f32(dq.data(), {c.T, c.H, c.D});
+  be->attention_fwd(Q, blocks, a, O, L);
+  Vec lse_ref(size_t(c.T * c.H));
+  EXPECT_LE(rel_error(o, to_f(ref_attention(c, q, k, v, qdoc, kdoc, &lse_ref))), 1e-6) << "o";
+  EXPECT_LE(rel_error(lse, to_f(lse_ref)), 1e-6) << "lse";
+  be->attention_bwd(Q, O, L, DO, blocks, a, DQ);
+  auto loss = [&](const Vec& qq, const Vec& kk, const Vec& vv) {
+    Vec oo = ref_attention(c, qq, kk, vv, qdoc, kdoc, nullptr);
+    double s = 0;
+    for (size_t i = 0; i < oo.size(); ++i) s += oo[i] * R[i];
+    return s;
+  };
+  EXPECT_LE(rel_error(dq, to_f(numgrad([&](const Vec& x) { return loss(x, k, v); }, q))), 1e-5) << "dq";
+  EXPECT_LE(rel_error(dk, to_f(numgrad([&](const Vec& x) { return loss(q, x, v); }, k))), 1e-5) << "dk";
+  EXPECT_LE(rel_error(dv, to_f(numgrad([&](const Vec& x) { return loss(q, k, x); }, v))), 1e-5) << "dv";
+}
+
+TEST(CpuAttention, MatchesReferenceOverBlocksInAnyOrder) {
+  // queries 5..15 against keys 0..15: blocks of 3, 5, 8 handed over shuffled; kv-head ratios 1, 2, 4
+  for (int64_t G : {4, 2, 1}) run_case({11, 16, 4, G, 8, 5, {3, 5, 8}, {2, 0, 1}, false});
+}
+
+TEST(CpuAttention, DocumentMaskAndSingleBlock) {
+  run_case({16, 16, 2, 1, 8, 0, {16}, {0}, true});
+  run_case({9, 13, 4, 2, 6, 4, {7, 6}, {1, 0}, true});
+}
+
+TEST(CpuAttention, KeysAfterEveryQueryContributeNothing) {
+  // keys 0..15 with queries at 0..3: blocks beyond index 3 are fully masked
+  run_case({4, 16, 2, 2, 4, 0, {4, 12}, {1, 0}, false});
+}
+
+// ---- fused lm_head + cross-entropy ----
+TEST(CpuLoss, FusedHeadMatchesReferenceAndIgnoresTargets) {
+  auto be = make_cpu_backend();
+  const int64_t T = 300, d = 6, V = 11;  // T > the backend's tile of 256 tokens: two tiles
+  Vec h = randd(size_t(T * d), 31), w = randd(size_t(V * d), 32);
+  std::vector<int32_t> tg(T);
+  for (int64_t t = 0; t < T; ++t) tg[size_t(t)] = t % 7 == 3 ? -1 : int32_t((t * 5) % V);
+  auto ref = [&](const Vec& hh, const Vec& ww, int64_t* hits) {
+    double loss = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      if (tg[size_t(t)] < 0) continue;
+      Vec lg(static_cast<size_t>(V), 0.0);
+      int64_t arg = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        for (int64_t i = 0; i < d; ++i) lg[size_t(v)] += hh[size_t(t * d + i)] * ww[size_t(v * d + i)];
+        if (lg[size_t(v)] > lg[size_t(arg)]) arg = v;
+      }
+      double z = 0;
+      for (double x : lg) z += std::exp(x - lg[size_t(arg)]);
+      loss += lg[size_t(arg)] + std::log(z) - lg[size_t(tg[size_t(t)])];
+      if (hits) *hits += arg == tg[size_t(t)];
+    }
+    return loss;
+  };
+  auto hf = to_f(h), wf = to_f(w);
+  std::vector<float> dh(h.size()), dw(w.size(), 0.f);
+  Tensor H = Tensor::f32(hf.data(), {T, d}), W = Tensor::f32(wf.data(), {V, d}), TG = Tensor::i32(tg.data(), {T});
+  Tensor DH = Tensor::f32(dh.data(), {T, d}), DW = Tensor::f32(dw.data(), {V, d});
+  const float scale = 0.5f;
+  int64_t hits = 0, ref_hits = 0;
+  const double loss = be->lm_head_xent(H, W, TG, scale, &DH, &DW, &hits);
+  EXPECT_NEAR(loss, ref(h, w, &ref_hits), 1e-5 * std::abs(loss));
+  EXPECT_EQ(hits, ref_hits);
+  Vec gh = numgrad([&](const Vec& x) { return scale * ref(x, w, nullptr); }, h);
+  Vec gw = numgrad([&](const Vec& x) { return scale * ref(h, x, nullptr); }, w);
+  EXPECT_LE(rel_error(dh, to_f(gh)), 1e-5);
+  EXPECT_LE(rel_error(dw, to_f(gw)), 1e-5);
+  tg[0] = int32_t(V);
+  EXPECT_THROW(be->lm_head_xent(H, W, TG, 1.0f, nullptr, nullptr, nullptr), Error);
+}
+
+// ---- optimizers ----
+TEST(CpuOptim, AdamWMatchesTheDecoupledUpdate) {
+  auto be = make_cpu_backend();
+  const int64_t n = 10;
+  auto p0 = randn(n, 41), g = randn(n, 42);
+  std::vector<float> p = p0, m(n, 0.f), v(n, 0.f);
+  Tensor P = Tensor::f32(p.data(), {n}), G = Tensor::f32(g.data(), {n}), M = Tensor::f32(m.data(), {n}),
+         VV = Tensor::f32(v.data(), {n});
+  const Backend::AdamW a{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
+  be->adamw_step(P, G, M, VV, a);
+  be->adamw_step(P, G, M, VV, {a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, 2});
+  for (int64_t i = 0; i < n; ++i) {  // two steps written out in float64
+    double pi = p0[size_t(i)], mi = 0, vi = 0;
+    const double gi = g[size_t(i)];
+    for (int s = 1; s <= 2; ++s) {
+      mi = 0.9 * mi + 0.1 * gi;
+      vi = 0.95 * vi + 0.05 * gi * gi;
+      pi *= 1 - 1e-2 * 0.1;
+      pi -= 1e-2 * (mi / (1 - std::pow(0.9, s))) / (std::sqrt(vi / (1 - std::pow(0.95, s))) + 1e-8);
+    }
+    EXPECT_NEAR(p[size_t(i)], pi, 1e-6);
+  }
+  std::vector<float> q = p0;
+  Tensor Qp = Tensor::f32(q.data(), {n});
+  be->sgd_step(Qp, G, 0.5f);
+  for (int64_t i = 0; i < n; ++i) EXPECT_FLOAT_EQ(q[size_t(i)], p0[size_t(i)] - 0.5f * g[size_t(i)]);
+}
+
+}  // namespace
