@@ -2,7 +2,7 @@
 # Installs the Debian packages oomb needs, only those missing. Safe to run repeatedly.
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config
-      libopenblas-dev libomp-dev nlohmann-json3-dev libfmt-dev libcli11-dev
+      libopenblas-openmp-dev libomp-dev nlohmann-json3-dev libfmt-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       clang libclang-rt-14-dev
       python3 python3-torch python3-numpy)

@@ -1,1 +1,24 @@
-int main() { return 0; }
+// oomb: train LLMs on million-token contexts with little GPU memory.
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"oomb: chunk-recurrent long-context LLM training", "oomb"};
+  app.require_subcommand(1);
+  const std::vector<oomb::cli::Command> cmds = {oomb::cli::add_init(app), oomb::cli::add_train(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (const auto& c : cmds)
+      if (c.sub->parsed()) return c.run();
+  } catch (const oomb::Error& e) {
+    std::cerr << "oomb: error: " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}

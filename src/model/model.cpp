@@ -10,13 +10,13 @@ Model::Model(const ModelConfig& cfg, Backend& be, int64_t max_tokens)
       be_(be),
       max_tokens_(max_tokens),
       params_(cfg, be.tier(), Tag::Weights),
-      inv_freq_(rope_inv_freq(cfg, &attention_scaling_)),
       data_(be.tier(), Tag::Data, 3 * Arena::need(DType::I32, {max_tokens})),
       saved_(be.tier(), Tag::Activations,
              size_t(cfg.layers + 3) * Arena::need(DType::F32, {max_tokens, cfg.hidden}) +
                  Arena::need(DType::F32, {max_tokens})),
       plan_(cfg, max_tokens, be.tier()) {
   OOMB_CHECK(max_tokens > 0, "model: sequence length must be positive, got {}", max_tokens);
+  inv_freq_ = rope_inv_freq(cfg, &attention_scaling_);
   ids_ = data_.take(DType::I32, {max_tokens});
   targets_ = data_.take(DType::I32, {max_tokens});
   pos_ = data_.take(DType::I32, {max_tokens});

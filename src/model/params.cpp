@@ -47,7 +47,7 @@ int64_t param_count(const ModelConfig& c) {
   return s.back().offset + s.back().numel();
 }
 
-Params::Params(const ModelConfig& c, Tier tier, Tag tag) : specs_(param_layout(c)) {
+Params::Params(const ModelConfig& c, Tier tier, Tag tag) : cfg_(c), specs_(param_layout(c)) {
   const int64_t n = specs_.back().offset + specs_.back().numel();
   buf_ = Buffer(tier, tag, size_t(n) * 4);
   flat_ = Tensor(buf_.data(), DType::F32, {n}, tier);

@@ -27,6 +27,7 @@ struct LayerParams {
 class Params {
  public:
   Params(const ModelConfig& c, Tier tier, Tag tag);
+  const ModelConfig& config() const { return cfg_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
   Tensor& flat() { return flat_; }
   Tensor view(const ParamSpec& s) const;
@@ -36,6 +37,7 @@ class Params {
   std::vector<LayerParams> layers;
 
  private:
+  ModelConfig cfg_;
   std::vector<ParamSpec> specs_;
   Buffer buf_;
   Tensor flat_;

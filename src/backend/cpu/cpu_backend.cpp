@@ -64,7 +64,7 @@ class CpuBackend final : public Backend {
     cpu::check_f32("add", "y", y, -1);
     OOMB_CHECK(x.numel() == y.numel(), "add: x {} and y {} differ in size", x.shape_str(), y.shape_str());
     const int64_t n = y.numel();
-#pragma omp parallel for
+#pragma omp parallel for if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) y.f()[i] += x.f()[i];
   }
   void zero(Tensor& y) override { std::fill_n(static_cast<char*>(y.data), y.bytes(), 0); }
@@ -75,7 +75,7 @@ class CpuBackend final : public Backend {
   }
   void scale(Tensor& y, float s) override {
     const int64_t n = y.numel();
-#pragma omp parallel for
+#pragma omp parallel for if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) y.f()[i] *= s;
   }
   double sum_squares(const Tensor& x) override {
@@ -83,7 +83,7 @@ class CpuBackend final : public Backend {
     // fixed chunking so the sum does not depend on the thread count
     const int64_t n = x.numel(), chunk = 1 << 16, nc = (n + chunk - 1) / chunk;
     std::vector<double> part(size_t(nc), 0.0);
-#pragma omp parallel for
+#pragma omp parallel for if (nc > 1)
     for (int64_t c = 0; c < nc; ++c) {
       double s = 0;
       for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) s += double(x.f()[i]) * x.f()[i];
@@ -103,7 +103,7 @@ class CpuBackend final : public Backend {
     const double bc1 = 1.0 - std::pow(double(a.beta1), double(a.step));
     const double bc2 = 1.0 - std::pow(double(a.beta2), double(a.step));
     const float step_size = float(a.lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
-#pragma omp parallel for
+#pragma omp parallel for if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
       const float gi = g.f()[i];
       float& mi = m.f()[i];
@@ -119,7 +119,7 @@ class CpuBackend final : public Backend {
     cpu::check_f32("sgd_step", "param", p, -1);
     OOMB_CHECK(g.numel() == p.numel(), "sgd_step: param and grad differ in size");
     const int64_t n = p.numel();
-#pragma omp parallel for
+#pragma omp parallel for if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) p.f()[i] -= lr * g.f()[i];
   }
 

@@ -35,7 +35,7 @@ void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
     OOMB_CHECK(b->dim(0) == out, "linear_fwd: bias {} does not match out {}", b->shape_str(), out);
     float* yp = y.f();
     const float* bp = b->f();
-#pragma omp parallel for
+#pragma omp parallel for if (T * out >= kParallelMin)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t o = 0; o < out; ++o) yp[t * out + o] = bp[o];
     beta = 1.0f;
@@ -69,7 +69,7 @@ void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, 
     OOMB_CHECK(db->dim(0) == out, "linear_bwd: db {} does not match out {}", db->shape_str(), out);
     float* dbp = db->f();
     const float* dyp = dy.f();
-#pragma omp parallel for
+#pragma omp parallel for if (T * out >= kParallelMin)
     for (int64_t o = 0; o < out; ++o) {
       double s = 0;
       for (int64_t t = 0; t < T; ++t) s += dyp[t * out + o];
@@ -95,7 +95,7 @@ void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) {
   const int64_t T = ids.dim(0), d = table.dim(1);
   OOMB_CHECK(out.dim(0) == T && out.dim(1) == d, "embedding_fwd: out {} must be ({}, {})", out.shape_str(), T, d);
   const int32_t* id = ids.as<int32_t>();
-#pragma omp parallel for
+#pragma omp parallel for if (T * d >= kParallelMin)
   for (int64_t t = 0; t < T; ++t)
     std::copy_n(table.f() + int64_t(id[t]) * d, d, out.f() + t * d);
 }
@@ -109,7 +109,7 @@ void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable) {
   OOMB_CHECK(dout.dim(0) == T && dout.dim(1) == d, "embedding_bwd: dout {} must be ({}, {})", dout.shape_str(), T,
              d);
   const int32_t* id = ids.as<int32_t>();
-#pragma omp parallel for
+#pragma omp parallel for if (T * d >= kParallelMin)
   for (int64_t c = 0; c < d; ++c)
     for (int64_t t = 0; t < T; ++t) dtable.f()[int64_t(id[t]) * d + c] += dout.f()[t * d + c];
 }

@@ -32,7 +32,7 @@ double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, flo
     float* lg = logits.f();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(V), int(d), 1.0f, h.f() + t0 * d, int(d), w.f(),
                 int(d), 0.0f, lg, int(V));
-#pragma omp parallel for reduction(+ : loss, hits)
+#pragma omp parallel for reduction(+ : loss, hits) if (n * V >= kParallelMin)
     for (int64_t r = 0; r < n; ++r) {
       float* row = lg + r * V;
       const int32_t y = tg[t0 + r];

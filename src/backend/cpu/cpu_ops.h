@@ -24,6 +24,10 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
 double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
                     int64_t* correct, Tensor& logits);
 
+// Loops with less work than this (in elements touched) run on one thread: a parallel region costs
+// more than it saves there, and far more when other processes share the cores.
+constexpr int64_t kParallelMin = 1 << 15;
+
 // Validation helpers shared by the ops: errors start with the op's name.
 void check_f32(const char* op, const char* what, const Tensor& t, int ndim);
 void check_same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name, const Tensor& b);

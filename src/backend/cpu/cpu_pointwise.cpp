@@ -15,7 +15,7 @@ void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor&
   const int64_t T = x.dim(0), d = x.dim(1);
   OOMB_CHECK(w.dim(0) == d && rstd.dim(0) == T, "rmsnorm_fwd: w {} / rstd {} do not fit x {}", w.shape_str(),
              rstd.shape_str(), x.shape_str());
-#pragma omp parallel for
+#pragma omp parallel for if (T * d >= kParallelMin)
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x.f() + t * d;
     float* yr = y.f() + t * d;
@@ -36,7 +36,7 @@ void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Ten
   check_same_shape("rmsnorm_bwd", "dw", dw, "w", w);
   const int64_t T = x.dim(0), d = x.dim(1);
   const float* wp = w.f();
-#pragma omp parallel for
+#pragma omp parallel for if (T * d >= kParallelMin)
   for (int64_t t = 0; t < T; ++t) {
     const float *xr = x.f() + t * d, *dyr = dy.f() + t * d;
     float* dxr = dx.f() + t * d;
@@ -50,7 +50,7 @@ void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Ten
     }
   }
   // dw: columns split across threads, tokens summed in order (deterministic)
-#pragma omp parallel for
+#pragma omp parallel for if (T * d >= kParallelMin)
   for (int64_t i = 0; i < d; ++i) {
     double s = 0;
     for (int64_t t = 0; t < T; ++t) s += double(dy.f()[t * d + i]) * x.f()[t * d + i] * rstd.f()[t];
@@ -69,7 +69,7 @@ void rope(Tensor& x, const Tensor& pos, const RopeTable& rope, bool inverse) {
   const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2), half = D / 2;
   OOMB_CHECK(D % 2 == 0, "{}: head dim {} must be even", op, D);
   const double sgn = inverse ? -1.0 : 1.0;
-#pragma omp parallel for
+#pragma omp parallel for if (T * H * D >= kParallelMin)
   for (int64_t t = 0; t < T; ++t) {
     const float p = float(pos.as<int32_t>()[t]);
     for (int64_t i = 0; i < half; ++i) {
@@ -96,7 +96,7 @@ void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) {
   const int64_t n = gate.numel();
   const float *g = gate.f(), *u = up.f();
   float* o = out.f();
-#pragma omp parallel for
+#pragma omp parallel for if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) o[i] = g[i] * sigmoid(g[i]) * u[i];
 }
 
@@ -109,7 +109,7 @@ void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor
   check_same_shape("swiglu_bwd", "dup", dup, "gate", gate);
   const int64_t n = gate.numel();
   const float *g = gate.f(), *u = up.f(), *d = dout.f();
-#pragma omp parallel for
+#pragma omp parallel for if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float s = sigmoid(g[i]);
     dup.f()[i] = d[i] * g[i] * s;

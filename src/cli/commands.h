@@ -1,0 +1,15 @@
+// The oomb command's subcommands, each registered on a CLI11 app.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace oomb::cli {
+
+struct Command {
+  CLI::App* sub;
+  std::function<int()> run;  // runs the subcommand once parsed
+};
+Command add_init(CLI::App& app);
+Command add_train(CLI::App& app);
+
+}  // namespace oomb::cli

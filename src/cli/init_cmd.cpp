@@ -1,0 +1,83 @@
+// oomb init: writes a random-init Hugging Face model directory from a preset or explicit dimensions.
+#include <filesystem>
+#include <fmt/format.h>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "model/init.h"
+#include "model/params.h"
+
+namespace oomb::cli {
+
+namespace {
+struct InitArgs {
+  std::string out, preset = "tiny", arch, dtype = "f32";
+  uint64_t seed = 0;
+  int64_t hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
+  double rope_theta = 0;
+  std::string tie;  // "", "true", "false"
+  bool force = false;
+};
+}  // namespace
+
+Command add_init(CLI::App& app) {
+  auto a = std::make_shared<InitArgs>();
+  CLI::App* c = app.add_subcommand("init", "Write a random-init model directory (config.json + model.safetensors)");
+  c->add_option("--out", a->out, "Directory to write")->required();
+  std::string presets;
+  for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
+  c->add_option("--preset", a->preset, "Model shape: " + presets)->capture_default_str();
+  c->add_option("--arch", a->arch, "Override the architecture: llama, qwen2, mistral");
+  c->add_option("--hidden", a->hidden, "hidden_size");
+  c->add_option("--intermediate", a->intermediate, "intermediate_size");
+  c->add_option("--layers", a->layers, "num_hidden_layers");
+  c->add_option("--heads", a->heads, "num_attention_heads");
+  c->add_option("--kv-heads", a->kv_heads, "num_key_value_heads");
+  c->add_option("--head-dim", a->head_dim, "head_dim (default hidden / heads)");
+  c->add_option("--vocab", a->vocab, "vocab_size");
+  c->add_option("--rope-theta", a->rope_theta, "rope_theta");
+  c->add_option("--tie-embeddings", a->tie, "tie_word_embeddings: true or false")->check(CLI::IsMember({"true", "false"}));
+  c->add_option("--seed", a->seed, "Random seed")->capture_default_str();
+  c->add_option("--dtype", a->dtype, "Stored dtype: f32, bf16, f16")->capture_default_str();
+  c->add_flag("--force", a->force, "Overwrite an existing model in --out");
+  return {c, [a] {
+    ModelConfig cfg = preset_config(a->preset);
+    if (!a->arch.empty()) {
+      OOMB_CHECK(a->arch == "llama" || a->arch == "qwen2" || a->arch == "mistral",
+                 "--arch: '{}' is not one of llama, qwen2, mistral", a->arch);
+      cfg.arch = a->arch == "qwen2" ? Arch::Qwen2 : a->arch == "mistral" ? Arch::Mistral : Arch::Llama;
+      cfg.model_type = a->arch;
+      cfg.architecture = a->arch == "qwen2" ? "Qwen2ForCausalLM" : a->arch == "mistral" ? "MistralForCausalLM"
+                                                                                          : "LlamaForCausalLM";
+      cfg.qkv_bias = cfg.arch == Arch::Qwen2;
+      cfg.o_bias = cfg.mlp_bias = false;
+    }
+    auto set = [](int64_t v, int64_t& field) {
+      if (v != 0) field = v;
+    };
+    set(a->hidden, cfg.hidden);
+    set(a->intermediate, cfg.intermediate);
+    set(a->layers, cfg.layers);
+    set(a->heads, cfg.heads);
+    set(a->kv_heads, cfg.kv_heads);
+    set(a->vocab, cfg.vocab);
+    cfg.head_dim = a->head_dim != 0 ? a->head_dim : cfg.hidden / cfg.heads;
+    if (a->rope_theta != 0) cfg.rope.theta = a->rope_theta;
+    if (!a->tie.empty()) cfg.tie_word_embeddings = a->tie == "true";
+    cfg.raw = nlohmann::json::object();
+    // validate through the same parser a loaded config.json goes through
+    cfg = parse_config(config_to_json(cfg), "--preset " + a->preset + " with the given dimensions");
+    const std::filesystem::path out(a->out);
+    OOMB_CHECK(a->force || !std::filesystem::exists(out / "config.json"),
+               "--out {}: already holds a model (config.json); pass --force to overwrite it", a->out);
+    const DType dt = dtype_parse(a->dtype);
+    write_random_model(out, cfg, a->seed, dt);
+    std::cout << fmt::format("wrote {} ({} {}, {} parameters, {})", a->out, cfg.architecture, a->preset,
+                             param_count(cfg), dtype_name(dt))
+              << std::endl;
+    return 0;
+  }};
+}
+
+}  // namespace oomb::cli

@@ -1,0 +1,90 @@
+#include "model/checkpoint.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "model/safetensors.h"
+
+namespace oomb {
+
+namespace fs = std::filesystem;
+
+DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
+  SafetensorsModel st = SafetensorsModel::open(dir);
+  std::map<DType, int64_t> dtypes;
+  std::set<std::string> used;
+  for (const ParamSpec& s : p.specs()) {
+    const TensorInfo* t = st.find(s.name);
+    OOMB_CHECK(t != nullptr, "{}: tensor '{}' is missing from the checkpoint (config: {} layers, {})", dir.string(),
+               s.name, c.layers, c.tie_word_embeddings ? "tied embeddings" : "untied embeddings");
+    st.read_f32(s.name, p.view(s).f(), s.shape);
+    dtypes[t->dtype] += s.numel();
+    used.insert(s.name);
+  }
+  for (const std::string& name : st.names()) {
+    if (used.count(name)) continue;
+    if (name.ends_with("rotary_emb.inv_freq")) continue;                    // old checkpoints keep this buffer
+    if (name == "lm_head.weight" && c.tie_word_embeddings) continue;         // tied: a saved copy of embed
+    fail("{}: tensor '{}' has no place in this model (check the config's biases, layers and tie_word_embeddings)",
+         dir.string(), name);
+  }
+  DType best = DType::F32;
+  int64_t most = -1;
+  for (auto [dt, n] : dtypes)
+    if (n > most) best = dt, most = n;
+  return best;
+}
+
+void write_file_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    OOMB_CHECK(f.good(), "{}: cannot write", tmp.string());
+    f << text;
+    f.flush();
+    OOMB_CHECK(f.good(), "{}: write failed (disk full?)", tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp);
+    fail("{}: cannot rename into place: {}", path.string(), ec.message());
+  }
+}
+
+void save_model(const fs::path& dir, const ModelConfig& c, const Params& p, DType dtype, const fs::path& copy_from) {
+  const size_t es = dtype_size(dtype);
+  int64_t total = 0;
+  for (const ParamSpec& s : p.specs()) total += s.numel();
+  Buffer out(Tier::Host, Tag::IO, size_t(total) * es);
+  std::vector<SaveTensor> tensors;
+  for (const ParamSpec& s : p.specs()) {
+    char* dst = out.as<char>() + size_t(s.offset) * es;
+    convert_from_f32(p.view(s).f(), dst, dtype, size_t(s.numel()));
+    tensors.push_back({s.name, dtype, s.shape, dst});
+  }
+  save_model_tensors(dir, c, tensors, dtype, copy_from);
+}
+
+void save_model_tensors(const fs::path& dir, const ModelConfig& c, std::span<const SaveTensor> tensors, DType dtype,
+                        const fs::path& copy_from) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  OOMB_CHECK(!ec, "{}: cannot create the directory: {}", dir.string(), ec.message());
+  save_safetensors_dir(dir, tensors);
+  ModelConfig saved = c;
+  saved.torch_dtype = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
+  write_file_atomic(dir / "config.json", config_to_json(saved).dump(2) + "\n");
+  if (copy_from.empty() || fs::equivalent(copy_from, dir, ec)) return;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                           "merges.txt", "generation_config.json"}) {
+    if (!fs::exists(copy_from / name)) continue;
+    fs::copy_file(copy_from / name, dir / name, fs::copy_options::overwrite_existing, ec);
+    OOMB_CHECK(!ec, "{}: cannot copy {}: {}", dir.string(), name, ec.message());
+  }
+}
+
+}  // namespace oomb

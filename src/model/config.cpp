@@ -1,0 +1,400 @@
+// config.json <-> ModelConfig, with transformers' defaults and semantics for Llama, Qwen2 and Mistral.
+#include "model/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace oomb {
+namespace {
+
+using json = nlohmann::json;
+
+// Caps that keep absurd (e.g. fuzzed) configs from driving huge allocations later.
+constexpr int64_t kMaxHidden = int64_t(1) << 20, kMaxInter = int64_t(1) << 22, kMaxLayers = 4096,
+                  kMaxHeads = 4096, kMaxHeadDim = 8192, kMaxVocab = int64_t(1) << 24,
+                  kMaxPositions = int64_t(1) << 32;
+
+struct ArchInfo {
+  Arch arch;
+  const char* architecture;
+  const char* model_type;
+  int64_t max_pos;  // transformers' default max_position_embeddings
+  int64_t bos, eos;  // transformers' default bos/eos_token_id (-1: None)
+};
+constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 1, 2},
+                               {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", 32768, -1, -1},
+                               {Arch::Mistral, "MistralForCausalLM", "mistral", 4096 * 32, 1, 2}};
+
+std::string shown(const json& v, bool quote = true) {  // a short rendering of a value for messages
+  if (v.is_structured()) return v.type_name();
+  std::string s = !quote && v.is_string() ? v.get<std::string>()
+                                          : v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 48 ? s.substr(0, 45) + "..." : s;
+}
+
+// Reads typed fields of one JSON object; every error names the file and the field.
+struct Reader {
+  const json& o;
+  const std::string& src;
+  std::string prefix;  // "" for top level, "rope_scaling." inside the rope dict
+
+  const json* get(const char* k) const {  // absent and null both mean "not given"
+    auto it = o.find(k);
+    return it == o.end() || it->is_null() ? nullptr : &*it;
+  }
+  [[noreturn]] void bad(const char* k, const char* want, const json& v) const {
+    fail("config {}: field '{}{}' must be {}, got {}{}", src, prefix, k, want, v.type_name(),
+         v.is_structured() ? "" : " " + shown(v));
+  }
+  double num(const char* k, double def, bool* given = nullptr) const {
+    const json* v = get(k);
+    if (given) *given = v != nullptr;
+    if (!v) return def;
+    if (!v->is_number()) bad(k, "a number", *v);
+    double d = v->get<double>();
+    OOMB_CHECK(std::isfinite(d), "config {}: field '{}{}' must be finite, got {}", src, prefix, k, shown(*v));
+    return d;
+  }
+  double pos_num(const char* k, double def) const {
+    double d = num(k, def);
+    OOMB_CHECK(d > 0, "config {}: field '{}{}' must be positive, got {}", src, prefix, k, d);
+    return d;
+  }
+  double req_num(const char* k, const char* rope_type) const {
+    OOMB_CHECK(o.contains(k), "config {}: '{}' with rope_type '{}' is missing required field '{}'", src,
+               prefix.substr(0, prefix.size() - 1), rope_type, k);
+    return pos_num(k, 0);
+  }
+  int64_t integer(const json& v, const char* k) const {
+    if (v.is_number_unsigned()) {
+      OOMB_CHECK(v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()),
+                 "config {}: field '{}{}' is too large: {}", src, prefix, k, shown(v));
+      return int64_t(v.get<uint64_t>());
+    }
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number_float()) {  // 8192.0 is accepted as 8192
+      double d = v.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return int64_t(d);
+    }
+    bad(k, "an integer", v);
+  }
+  // A positive integer no larger than `max`; `def` < 0 means the field is required.
+  int64_t size(const char* k, int64_t max, int64_t def = -1) const {
+    const json* v = get(k);
+    if (!v) {
+      OOMB_CHECK(def >= 0, "config {}: missing required field '{}{}'", src, prefix, k);
+      return def;
+    }
+    int64_t n = integer(*v, k);
+    OOMB_CHECK(n > 0, "config {}: field '{}{}' must be positive, got {}", src, prefix, k, n);
+    OOMB_CHECK(n <= max, "config {}: field '{}{}' = {} exceeds the supported maximum {}", src, prefix, k, n,
+               max);
+    return n;
+  }
+  bool boolean(const char* k, bool def) const {
+    const json* v = get(k);
+    if (!v) return def;
+    if (!v->is_boolean()) bad(k, "true or false", *v);
+    return v->get<bool>();
+  }
+  std::string str(const char* k, const std::string& def) const {
+    const json* v = get(k);
+    if (!v) return def;
+    if (!v->is_string()) bad(k, "a string", *v);
+    return v->get<std::string>();
+  }
+  int64_t token_id(const char* k, int64_t def, bool list_ok) const {
+    const json* v = get(k);
+    if (!v) return o.contains(k) ? -1 : def;  // an explicit null is "no token"
+    if (list_ok && v->is_array()) {
+      for (const auto& e : *v) integer(e, k);  // every element must be an integer
+      if (v->empty()) return -1;
+      const json& first = v->front();
+      int64_t id = integer(first, k);
+      OOMB_CHECK(id >= 0, "config {}: field '{}[0]' must be >= 0, got {}", src, k, id);
+      return id;
+    }
+    int64_t id = integer(*v, k);
+    OOMB_CHECK(id >= 0, "config {}: field '{}' must be >= 0, got {}", src, k, id);
+    return id;
+  }
+};
+
+const ArchInfo& detect_arch(const Reader& r) {
+  const ArchInfo* by_arch = nullptr;
+  const ArchInfo* by_type = nullptr;
+  if (const json* a = r.get("architectures")) {
+    if (!a->is_array() || a->empty() || !a->front().is_string())
+      r.bad("architectures", "a non-empty list of strings", *a);
+    std::string name = a->front().get<std::string>();
+    for (const auto& k : kArchs)
+      if (name == k.architecture) by_arch = &k;
+    OOMB_CHECK(by_arch, "config {}: unsupported architecture '{}' in field 'architectures[0]' (supported: "
+               "LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM)", r.src, shown(a->front(), false));
+  }
+  if (r.get("model_type")) {
+    std::string t = r.str("model_type", "");
+    for (const auto& k : kArchs)
+      if (t == k.model_type) by_type = &k;
+    OOMB_CHECK(by_type, "config {}: unsupported model_type '{}' in field 'model_type' (supported: llama, "
+               "qwen2, mistral)", r.src, shown(*r.get("model_type"), false));
+  }
+  OOMB_CHECK(by_arch || by_type, "config {}: missing field 'architectures' (or 'model_type'); supported: "
+             "LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM", r.src);
+  OOMB_CHECK(!by_arch || !by_type || by_arch == by_type,
+             "config {}: architectures[0] '{}' does not match model_type '{}'", r.src, by_arch->architecture,
+             by_type->model_type);
+  return by_arch ? *by_arch : *by_type;
+}
+
+void check_partial_rotary(const Reader& r) {
+  double f = r.num("partial_rotary_factor", 1.0);
+  OOMB_CHECK(f == 1.0, "config {}: field '{}partial_rotary_factor' = {} is not supported (only 1.0: RoPE "
+             "over the whole head)", r.src, r.prefix, f);
+}
+
+// RoPE: the classic top-level rope_theta + rope_scaling, or transformers 5's rope_parameters. As in
+// transformers 5, a non-null rope_scaling takes precedence over rope_parameters, and the dict's own
+// rope_theta over the top-level one.
+RopeConfig parse_rope(const Reader& top, int64_t max_pos) {
+  RopeConfig rc;
+  const json* dict = top.get("rope_scaling");
+  std::string name = "rope_scaling";
+  if (!dict && top.get("rope_parameters")) dict = top.get("rope_parameters"), name = "rope_parameters";
+  if (dict && !dict->is_object()) top.bad(name.c_str(), "an object or null", *dict);
+  static const json kEmpty = json::object();
+  Reader r{dict ? *dict : kEmpty, top.src, name + "."};
+  for (const auto& [k, v] : r.o.items())
+    OOMB_CHECK(!v.is_object(), "config {}: per-layer-type '{}' ('{}' is an object) is not supported", top.src,
+               name, k);
+  rc.theta = top.num("rope_theta", 10000.0);
+  if (r.get("rope_theta")) rc.theta = r.num("rope_theta", rc.theta);
+  OOMB_CHECK(rc.theta > 0, "config {}: rope_theta must be positive, got {}", top.src, rc.theta);
+  check_partial_rotary(r);
+
+  const char* type_key = r.get("rope_type") ? "rope_type" : "type";  // "type" is the legacy spelling
+  if (!r.get(type_key)) {
+    for (const auto& [k, v] : r.o.items())
+      OOMB_CHECK(v.is_null() || k == "rope_theta" || k == "partial_rotary_factor",
+                 "config {}: '{}' has no 'rope_type' but sets '{}'", top.src, name, k);
+  }
+  rc.type = r.str(type_key, "default");
+  OOMB_CHECK(rc.type == "default" || rc.type == "linear" || rc.type == "llama3" || rc.type == "yarn",
+             "unsupported rope_type '{}' in {} (supported: default, linear, llama3, yarn)", rc.type, top.src);
+  const char* t = rc.type.c_str();
+  // original_max_position_embeddings: transformers 5 lets a top-level field of that name win.
+  auto orig = [&](int64_t def) {
+    if (top.get("original_max_position_embeddings"))
+      return top.size("original_max_position_embeddings", kMaxPositions);
+    return r.size("original_max_position_embeddings", kMaxPositions, def);
+  };
+  if (rc.type == "linear") {
+    rc.factor = r.req_num("factor", t);
+  } else if (rc.type == "llama3") {
+    rc.factor = r.req_num("factor", t);
+    rc.low_freq_factor = r.req_num("low_freq_factor", t);
+    rc.high_freq_factor = r.req_num("high_freq_factor", t);
+    OOMB_CHECK(rc.high_freq_factor > rc.low_freq_factor,
+               "config {}: {}high_freq_factor ({}) must be greater than low_freq_factor ({})", top.src, r.prefix,
+               rc.high_freq_factor, rc.low_freq_factor);
+    rc.original_max_position_embeddings = orig(max_pos);  // transformers 5 defaults it to max_position_embeddings
+  } else if (rc.type == "yarn") {
+    OOMB_CHECK(r.o.contains("factor"), "config {}: '{}' with rope_type 'yarn' is missing required field 'factor'",
+               top.src, name);
+    rc.original_max_position_embeddings = orig(0);  // 0: absent, max_position_embeddings is used
+    int64_t o = rc.original_max_position_embeddings ? rc.original_max_position_embeddings : max_pos;
+    // factor: null -> max_position_embeddings / original_max_position_embeddings (transformers 5)
+    rc.factor = r.get("factor") ? r.pos_num("factor", 1.0) : double(max_pos) / double(o);
+    if (r.get("attention_factor")) rc.attention_factor = r.num("attention_factor", 1.0);
+    if (r.get("mscale")) rc.mscale = r.num("mscale", 1.0);
+    if (r.get("mscale_all_dim")) rc.mscale_all_dim = r.num("mscale_all_dim", 0.0);
+    // `get("beta_fast") or 32`: null and 0 both take the default
+    rc.beta_fast = r.num("beta_fast", 32.0), rc.beta_slow = r.num("beta_slow", 1.0);
+    if (rc.beta_fast == 0) rc.beta_fast = 32.0;
+    if (rc.beta_slow == 0) rc.beta_slow = 1.0;
+    OOMB_CHECK(rc.beta_fast > 0 && rc.beta_slow > 0, "config {}: {}beta_fast/beta_slow must be positive, got "
+               "{} / {}", top.src, r.prefix, rc.beta_fast, rc.beta_slow);
+    OOMB_CHECK(rc.theta != 1.0, "config {}: rope_theta 1 is invalid for yarn (log(theta) = 0)", top.src);
+    // `get("truncate", True)` then `if truncate:`: an explicit null means no truncation
+    rc.truncate = r.o.contains("truncate") ? r.boolean("truncate", false) : true;
+  }
+  return rc;
+}
+
+}  // namespace
+
+ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
+  OOMB_CHECK(j.is_object(), "config {}: the top level must be a JSON object, got {}", source, j.type_name());
+  Reader r{j, source, ""};
+  ModelConfig c;
+  const ArchInfo& ai = detect_arch(r);
+  c.arch = ai.arch, c.architecture = ai.architecture, c.model_type = ai.model_type;
+
+  c.hidden = r.size("hidden_size", kMaxHidden);
+  c.intermediate = r.size("intermediate_size", kMaxInter);
+  c.layers = r.size("num_hidden_layers", kMaxLayers);
+  c.heads = r.size("num_attention_heads", kMaxHeads);
+  c.kv_heads = r.size("num_key_value_heads", kMaxHeads, c.heads);  // null/absent -> num_attention_heads
+  c.vocab = r.size("vocab_size", kMaxVocab);
+  OOMB_CHECK(c.heads % c.kv_heads == 0,
+             "config {}: num_attention_heads ({}) must be divisible by num_key_value_heads ({})", source, c.heads,
+             c.kv_heads);
+  if (r.get("head_dim")) {
+    c.head_dim = r.size("head_dim", kMaxHeadDim);
+  } else {
+    OOMB_CHECK(c.hidden % c.heads == 0,
+               "config {}: hidden_size ({}) must be divisible by num_attention_heads ({}) when head_dim is not "
+               "given", source, c.hidden, c.heads);
+    c.head_dim = c.hidden / c.heads;
+    OOMB_CHECK(c.head_dim <= kMaxHeadDim, "config {}: head_dim = {} exceeds the supported maximum {}", source,
+               c.head_dim, kMaxHeadDim);
+  }
+  OOMB_CHECK(c.head_dim % 2 == 0, "config {}: head_dim must be even for RoPE, got {}", source, c.head_dim);
+  c.max_position_embeddings = r.size("max_position_embeddings", kMaxPositions, ai.max_pos);
+  c.rms_norm_eps = r.pos_num("rms_norm_eps", 1e-6);
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
+  // transformers 5 writes "dtype", 4.x "torch_dtype"; "dtype" wins when both are set
+  c.torch_dtype = r.str("dtype", r.str("torch_dtype", "float32"));
+  c.bos_token_id = r.token_id("bos_token_id", ai.bos, false);
+  c.eos_token_id = r.token_id("eos_token_id", ai.eos, true);  // an int or a list: the first; raw keeps all
+
+  std::string act = r.str("hidden_act", "silu");
+  OOMB_CHECK(act == "silu", "config {}: hidden_act '{}' is not supported (only silu)", source, act);
+  if (c.arch == Arch::Llama) {
+    c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
+    c.mlp_bias = r.boolean("mlp_bias", false);
+  } else if (c.arch == Arch::Qwen2) {
+    c.qkv_bias = true;  // Qwen2 always has q/k/v biases and none on o_proj or the MLP
+    OOMB_CHECK(!r.boolean("use_sliding_window", false),
+               "config {}: sliding-window attention is not supported yet (field 'use_sliding_window' is true)",
+               source);
+  } else {
+    // MistralConfig defaults sliding_window to 4096, so only an explicit null means full attention
+    OOMB_CHECK(j.contains("sliding_window") && j["sliding_window"].is_null(),
+               "config {}: sliding-window attention is not supported yet ({}; only null is supported)", source,
+               j.contains("sliding_window") ? "field 'sliding_window' = " + shown(j["sliding_window"])
+                                            : std::string("field 'sliding_window' is absent: MistralConfig "
+                                                          "defaults it to 4096"));
+  }
+  if (const json* lt = r.get("layer_types")) {
+    if (!lt->is_array()) r.bad("layer_types", "a list", *lt);
+    for (const auto& e : *lt)
+      OOMB_CHECK(e == "full_attention", "config {}: layer_types entry {} is not supported (sliding-window "
+                 "attention is not supported yet; only full_attention)", source, shown(e));
+  }
+  check_partial_rotary(r);
+  c.rope = parse_rope(r, c.max_position_embeddings);
+  c.raw = j;
+  return c;
+}
+
+ModelConfig load_config(const std::filesystem::path& dir_or_file) {
+  std::filesystem::path p = dir_or_file;
+  std::error_code ec;
+  if (std::filesystem::is_directory(p, ec)) p /= "config.json";
+  std::ifstream f(p, std::ios::binary);
+  OOMB_CHECK(f.good(), "load_config: cannot open {}", p.string());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    size_t byte = std::min<size_t>(e.byte ? e.byte - 1 : 0, text.size()), line = 1, col = 1;
+    for (size_t i = 0; i < byte; ++i) text[i] == '\n' ? (++line, col = 1) : ++col;
+    fail("load_config: {}: invalid JSON at line {}, column {} (byte {}): {}", p.string(), line, col, e.byte,
+         e.what());
+  } catch (const json::exception& e) {  // e.g. a number out of range
+    fail("load_config: {}: invalid JSON: {}", p.string(), e.what());
+  }
+  return parse_config(j, p.string());
+}
+
+nlohmann::json config_to_json(const ModelConfig& c) {
+  json j = c.raw.is_object() ? c.raw : json::object();
+  j["architectures"] = json::array({c.architecture});
+  j["model_type"] = c.model_type;
+  j["hidden_size"] = c.hidden;
+  j["intermediate_size"] = c.intermediate;
+  j["num_hidden_layers"] = c.layers;
+  j["num_attention_heads"] = c.heads;
+  j["num_key_value_heads"] = c.kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  if (!j.contains("hidden_act")) j["hidden_act"] = "silu";
+  j["torch_dtype"] = c.torch_dtype;
+  if (j.contains("dtype")) j["dtype"] = c.torch_dtype;
+  auto id = [](int64_t v) { return v >= 0 ? json(v) : json(nullptr); };
+  j["bos_token_id"] = id(c.bos_token_id);
+  const json* eos = c.raw.is_object() && c.raw.contains("eos_token_id") ? &c.raw["eos_token_id"] : nullptr;
+  bool keep_list = eos && eos->is_array() && !eos->empty() && eos->front() == c.eos_token_id;
+  if (!keep_list) j["eos_token_id"] = id(c.eos_token_id);
+  if (c.arch == Arch::Llama) {
+    OOMB_CHECK(c.qkv_bias == c.o_bias, "config_to_json: Llama's attention_bias covers q/k/v and o together "
+               "(qkv_bias {}, o_bias {})", c.qkv_bias, c.o_bias);
+    j["attention_bias"] = c.qkv_bias;
+    j["mlp_bias"] = c.mlp_bias;
+  } else {
+    bool qkv = c.arch == Arch::Qwen2;
+    OOMB_CHECK(c.qkv_bias == qkv && !c.o_bias && !c.mlp_bias,
+               "config_to_json: {} requires qkv_bias={}, o_bias=false, mlp_bias=false", c.architecture, qkv);
+    if (c.arch == Arch::Mistral) j["sliding_window"] = nullptr;
+  }
+  // RoPE in the classic form (rope_theta + rope_scaling), read by transformers 4.x and 5. Keys of the raw
+  // dicts that are not RoPE parameters survive; stale parameters of another rope_type do not.
+  const RopeConfig& r = c.rope;
+  auto unknown_keys = [](const json& d) {
+    static const char* kKnown[] = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor",
+                                   "high_freq_factor", "original_max_position_embeddings", "attention_factor",
+                                   "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"};
+    json out = json::object();
+    if (d.is_object())
+      for (const auto& [k, v] : d.items())
+        if (!v.is_object() && std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) out[k] = v;
+    return out;
+  };
+  json rs = nullptr;
+  if (r.type != "default") {
+    rs = unknown_keys(j.value("rope_scaling", json()));
+    rs["rope_type"] = r.type;
+    rs["factor"] = r.factor;
+    if (r.type == "llama3") {
+      rs["low_freq_factor"] = r.low_freq_factor;
+      rs["high_freq_factor"] = r.high_freq_factor;
+    }
+    if (r.original_max_position_embeddings > 0) {
+      rs["original_max_position_embeddings"] = r.original_max_position_embeddings;
+      if (j.contains("original_max_position_embeddings"))  // transformers 5 lets the top-level one win
+        j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+    }
+    if (r.type == "yarn") {
+      rs["beta_fast"] = r.beta_fast;
+      rs["beta_slow"] = r.beta_slow;
+      rs["truncate"] = r.truncate;
+      if (r.attention_factor) rs["attention_factor"] = *r.attention_factor;
+      if (r.mscale) rs["mscale"] = *r.mscale;
+      if (r.mscale_all_dim) rs["mscale_all_dim"] = *r.mscale_all_dim;
+    }
+  }
+  j["rope_theta"] = r.theta;
+  j["rope_scaling"] = rs;
+  if (j.contains("rope_parameters")) {  // keep transformers 5's form too, in step with the classic one
+    json rp = unknown_keys(j["rope_parameters"]);
+    if (rs.is_object()) rp.update(rs);
+    rp["rope_type"] = r.type;
+    rp["rope_theta"] = r.theta;
+    j["rope_parameters"] = rp;
+  }
+  return j;
+}
+
+}  // namespace oomb

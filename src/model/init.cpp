@@ -1,0 +1,107 @@
+#include "model/init.h"
+
+#include "model/checkpoint.h"
+#include "model/safetensors.h"
+
+#include <algorithm>
+#include <functional>
+#include <random>
+
+namespace oomb {
+
+namespace {
+
+ModelConfig make(Arch arch, int64_t d, int64_t I, int64_t L, int64_t H, int64_t G, int64_t V, bool tie,
+                 double theta, double eps, int64_t max_pos) {
+  ModelConfig c;
+  c.arch = arch;
+  c.model_type = arch == Arch::Qwen2 ? "qwen2" : arch == Arch::Mistral ? "mistral" : "llama";
+  c.architecture = arch == Arch::Qwen2 ? "Qwen2ForCausalLM" : arch == Arch::Mistral ? "MistralForCausalLM"
+                                                                                     : "LlamaForCausalLM";
+  c.hidden = d, c.intermediate = I, c.layers = L, c.heads = H, c.kv_heads = G, c.head_dim = d / H, c.vocab = V;
+  c.tie_word_embeddings = tie;
+  c.rope.theta = theta;
+  c.rms_norm_eps = eps;
+  c.max_position_embeddings = max_pos;
+  c.qkv_bias = arch == Arch::Qwen2;
+  return c;
+}
+
+struct Preset {
+  const char* name;
+  std::function<ModelConfig()> make;
+};
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> p = {
+      {"tiny", [] { return make(Arch::Llama, 64, 128, 2, 4, 2, 128, false, 10000, 1e-5, 4096); }},
+      {"tiny-qwen2", [] { return make(Arch::Qwen2, 64, 128, 2, 4, 2, 128, true, 10000, 1e-6, 4096); }},
+      {"qwen2.5-0.5b", [] { return make(Arch::Qwen2, 896, 4864, 24, 14, 2, 151936, true, 1e6, 1e-6, 32768); }},
+      {"qwen2.5-1.5b", [] { return make(Arch::Qwen2, 1536, 8960, 28, 12, 2, 151936, true, 1e6, 1e-6, 32768); }},
+      {"qwen2.5-7b", [] { return make(Arch::Qwen2, 3584, 18944, 28, 28, 4, 152064, false, 1e6, 1e-6, 32768); }},
+      {"llama-3-8b", [] { return make(Arch::Llama, 4096, 14336, 32, 32, 8, 128256, false, 500000, 1e-5, 8192); }},
+      {"llama-3.1-8b",
+       [] {
+         ModelConfig c = make(Arch::Llama, 4096, 14336, 32, 32, 8, 128256, false, 500000, 1e-5, 131072);
+         c.rope.type = "llama3";
+         c.rope.factor = 8;
+         c.rope.low_freq_factor = 1;
+         c.rope.high_freq_factor = 4;
+         c.rope.original_max_position_embeddings = 8192;
+         return c;
+       }},
+  };
+  return p;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> n;
+  for (const auto& p : presets()) n.push_back(p.name);
+  return n;
+}
+
+ModelConfig preset_config(const std::string& name) {
+  std::string all;
+  for (const auto& p : presets()) {
+    if (name == p.name) return p.make();
+    all += (all.empty() ? "" : ", ") + std::string(p.name);
+  }
+  fail("--preset: unknown preset '{}' (known: {})", name, all);
+}
+
+static void fill_param(const ParamSpec& s, uint64_t seed, float std, float* x) {
+  const int64_t n = s.numel();
+  const bool is_norm = s.name.ends_with("norm.weight"), is_bias = s.name.ends_with(".bias");
+  if (is_norm || is_bias) {
+    std::fill_n(x, n, is_norm ? 1.0f : 0.0f);
+    return;
+  }
+  std::mt19937_64 rng(seed ^ std::hash<std::string>{}(s.name));
+  std::normal_distribution<float> nd(0.0f, std);
+  for (int64_t i = 0; i < n; ++i) x[i] = nd(rng);
+}
+
+void init_params(Params& p, uint64_t seed, float std) {
+  for (const ParamSpec& s : p.specs()) fill_param(s, seed, std, p.view(s).f());
+}
+
+void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, uint64_t seed, DType dtype,
+                        float std) {
+  const auto specs = param_layout(c);
+  int64_t total = 0, largest = 0;
+  for (const auto& s : specs) total += s.numel(), largest = std::max(largest, s.numel());
+  Buffer out(Tier::Host, Tag::Weights, size_t(total) * dtype_size(dtype));
+  Buffer scratch(Tier::Host, Tag::Workspace, size_t(largest) * 4);
+  std::vector<SaveTensor> tensors;
+  for (const auto& s : specs) {
+    fill_param(s, seed, std, scratch.as<float>());
+    char* dst = out.as<char>() + size_t(s.offset) * dtype_size(dtype);
+    convert_from_f32(scratch.as<float>(), dst, dtype, size_t(s.numel()));
+    tensors.push_back({s.name, dtype, s.shape, dst});
+  }
+  save_model_tensors(dir, c, tensors, dtype);
+}
+
+}  // namespace oomb

@@ -1,0 +1,20 @@
+// Random-init models: named presets (tiny, real model shapes) and explicit dimensions.
+#pragma once
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/params.h"
+
+namespace oomb {
+
+std::vector<std::string> preset_names();
+ModelConfig preset_config(const std::string& name);  // throws listing the presets
+// HF-style init: matrices ~ N(0, std), norms = 1, biases = 0. Deterministic per (seed, tensor name).
+void init_params(Params& p, uint64_t seed, float std = 0.02f);
+// Writes a random-init model directory without holding fp32 weights: one tensor at a time in `dtype`.
+void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, uint64_t seed, DType dtype,
+                        float std = 0.02f);
+
+}  // namespace oomb

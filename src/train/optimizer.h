@@ -1,0 +1,42 @@
+// Optimizers over the flat parameter buffer: AdamW (fp32 master weights and moments, decoupled
+// weight decay on matrices only) and plain SGD; global-norm clipping; warmup + cosine schedule.
+#pragma once
+#include <string>
+
+#include "backend/backend.h"
+#include "model/params.h"
+
+namespace oomb {
+
+struct OptimConfig {
+  std::string kind = "adamw";  // adamw | sgd
+  float lr = 1e-3f;
+  float weight_decay = 0.0f;   // AdamW only; applied to 2-D weights (not norms, biases)
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float grad_clip = 1.0f;      // max global L2 norm; 0 disables
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 1;
+  float min_lr_ratio = 0.1f;   // cosine decays to lr * min_lr_ratio at the last step
+};
+
+// Learning rate at step k (from 0): linear warmup over warmup_steps (step 0 gets lr / warmup),
+// then cosine from lr to lr * min_lr_ratio over the remaining steps.
+float lr_at(const OptimConfig& c, int64_t step);
+
+class Optimizer {
+ public:
+  Optimizer(const OptimConfig& c, Params& params, Params& grads, Backend& be);
+  // Clips the gradients (if configured) and updates the parameters. Returns the pre-clip norm.
+  double step(int64_t k, float* lr_used);
+  static double grad_norm(Params& grads, Backend& be);
+
+ private:
+  OptimConfig c_;
+  Params& p_;
+  Params& g_;
+  Backend& be_;
+  std::unique_ptr<Params> m_, v_;  // AdamW moments (tag optimizer)
+  int64_t t_ = 0;
+};
+
+}  // namespace oomb

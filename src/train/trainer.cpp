@@ -1,0 +1,89 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <fmt/format.h>
+#include <fstream>
+#include <vector>
+
+namespace oomb {
+
+nlohmann::json memory_json() {
+  nlohmann::json j = nlohmann::json::object();
+  for (Tier tier : {Tier::Host, Tier::Device}) {
+    nlohmann::json t = nlohmann::json::object();
+    for (int i = 0; i < kNumTags; ++i) {
+      MemCounter c = Accountant::global().get(tier, Tag(i));
+      if (c.peak > 0) t[std::string(tag_name(Tag(i)))] = {{"current", c.current}, {"peak", c.peak}};
+    }
+    MemCounter tot = Accountant::global().total(tier);
+    t["total"] = {{"current", tot.current}, {"peak", tot.peak}};
+    j[std::string(tier_name(tier))] = t;
+  }
+  return j;
+}
+
+StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ostream& log,
+                const std::function<void(const StepStats&)>& on_step) {
+  OOMB_CHECK(o.seq_len > 0, "--seq-len: must be positive, got {}", o.seq_len);
+  OOMB_CHECK(o.steps > 0, "--steps: must be positive, got {}", o.steps);
+  OOMB_CHECK(o.grad_accum > 0, "--grad-accum: must be positive, got {}", o.grad_accum);
+  model.enable_grads();
+  OptimConfig oc = o.optim;
+  oc.total_steps = o.steps;
+  Optimizer opt(oc, model.params(), model.grads(), model.backend());
+  std::ofstream metrics;
+  if (!o.metrics_path.empty()) {
+    metrics.open(o.metrics_path, std::ios::trunc);
+    OOMB_CHECK(metrics.good(), "--metrics {}: cannot open for writing", o.metrics_path);
+  }
+  const int64_t N = o.seq_len;
+  std::vector<int32_t> ids(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
+  using clock = std::chrono::steady_clock;
+  const auto t_start = clock::now();
+  StepStats st;
+  for (int64_t k = 0; k < o.steps; ++k) {
+    const auto t0 = clock::now();
+    Backend& be = model.backend();
+    be.zero(model.grads().flat());
+    double loss_sum = 0;
+    int64_t counted = 0, correct = 0;
+    for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+      data.window(k * o.grad_accum + micro, N, ids.data(), targets.data());
+      int64_t n_targets = 0;
+      for (int32_t t : targets) n_targets += t >= 0;
+      OOMB_CHECK(n_targets > 0, "step {}: the window has no targets to train on", k);
+      // the loss is the mean over this window's targets, averaged over accumulated windows
+      LossStats ls = model.forward_backward(ids.data(), targets.data(), N, 1.0f / float(n_targets * o.grad_accum));
+      loss_sum += ls.loss_sum / double(n_targets);
+      counted += ls.targets;
+      correct += ls.correct;
+    }
+    st.step = k;
+    st.loss = loss_sum / double(o.grad_accum);
+    st.accuracy = double(correct) / double(counted);
+    st.grad_norm = opt.step(k, &st.lr);
+    const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+    st.tokens = N * o.grad_accum;
+    st.tokens_per_s = double(st.tokens) / dt;
+    st.elapsed_s = std::chrono::duration<double>(clock::now() - t_start).count();
+    if (metrics.is_open()) {
+      nlohmann::json j = {{"step", k},         {"loss", st.loss},     {"accuracy", st.accuracy},
+                          {"lr", st.lr},       {"grad_norm", st.grad_norm}, {"tokens", st.tokens},
+                          {"tokens_per_s", st.tokens_per_s}, {"elapsed_s", st.elapsed_s},
+                          {"memory", memory_json()}};
+      metrics << j.dump() << "\n";
+      metrics.flush();
+    }
+    if (k % o.log_every == 0 || k + 1 == o.steps) {
+      const MemCounter host = Accountant::global().total(Tier::Host);
+      log << fmt::format("step {:>5}/{} | loss {:.4f} | acc {:5.1f}% | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | mem {}",
+                         k + 1, o.steps, st.loss, 100 * st.accuracy, st.lr, st.grad_norm, st.tokens_per_s,
+                         format_bytes(host.peak))
+          << std::endl;
+    }
+    if (on_step) on_step(st);
+  }
+  return st;
+}
+
+}  // namespace oomb

@@ -1,0 +1,54 @@
+#include "model_fixture.h"
+
+#include <fstream>
+#include <random>
+
+#include "model/checkpoint.h"
+#include "model/init.h"
+#include "model/params.h"
+#include "model/safetensors.h"
+
+namespace oomb::testing {
+
+nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads) {
+  const std::string cls = arch == "qwen2" ? "Qwen2ForCausalLM" : arch == "mistral" ? "MistralForCausalLM"
+                                                                                    : "LlamaForCausalLM";
+  nlohmann::json j = {{"architectures", {cls}},     {"model_type", arch},        {"hidden_size", 32},
+          {"intermediate_size", 48},    {"num_hidden_layers", 2},    {"num_attention_heads", 4},
+          {"num_key_value_heads", kv_heads}, {"head_dim", 8},        {"rms_norm_eps", 1e-6},
+          {"vocab_size", 61},           {"max_position_embeddings", 64}, {"rope_theta", 10000.0},
+          {"tie_word_embeddings", false}, {"torch_dtype", "float32"}};
+  if (arch == "mistral") j["sliding_window"] = nullptr;  // transformers' default is 4096
+  return j;
+}
+
+ModelConfig write_tiny_model(const std::filesystem::path& dir, const nlohmann::json& cfg_json, uint64_t seed,
+                             DType dtype) {
+  std::filesystem::create_directories(dir);
+  const ModelConfig cfg = parse_config(cfg_json, "test config");
+  Params p(cfg, Tier::Host, Tag::Weights);
+  init_params(p, seed, 0.15f);
+  std::mt19937_64 rng(seed + 7);
+  std::normal_distribution<float> nd(0.0f, 0.1f);
+  for (const ParamSpec& s : p.specs()) {
+    const bool norm = s.name.ends_with("norm.weight"), bias = s.name.ends_with(".bias");
+    if (!norm && !bias) continue;
+    float* x = p.view(s).f();
+    for (int64_t i = 0; i < s.numel(); ++i) x[i] = (norm ? 1.0f : 0.0f) + nd(rng);
+  }
+  save_model(dir, cfg, p, dtype);
+  write_file_atomic(dir / "config.json", cfg_json.dump(2));  // exactly the JSON under test
+  return cfg;
+}
+
+std::vector<int32_t> write_tokens(const std::filesystem::path& path, int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::vector<uint32_t> raw(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) raw[i] = uint32_t(ids[i] = int32_t(rng() % uint64_t(vocab)));
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(raw.data()), std::streamsize(raw.size() * 4));
+  return ids;
+}
+
+}  // namespace oomb::testing

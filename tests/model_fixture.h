@@ -1,0 +1,21 @@
+// Tiny random HF model directories for model-level tests.
+#pragma once
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/config.h"
+
+namespace oomb::testing {
+
+// A small config.json: hidden 32, 2 layers, 4 heads of dim 8, intermediate 48, vocab 61.
+nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads);
+// Writes dir/config.json (exactly `cfg_json`) and dir/model.safetensors with random weights:
+// matrices N(0, 0.15), norms 1 + N(0, 0.1), biases N(0, 0.1), stored in `dtype`.
+ModelConfig write_tiny_model(const std::filesystem::path& dir, const nlohmann::json& cfg_json, uint64_t seed,
+                             DType dtype = DType::F32);
+// N + 1 random token ids < vocab, written as raw uint32 to path; returns them.
+std::vector<int32_t> write_tokens(const std::filesystem::path& path, int64_t n_plus_1, int64_t vocab, uint64_t seed);
+
+}  // namespace oomb::testing

@@ -1,0 +1,690 @@
+#!/usr/bin/python3
+"""Independent float64 reference ("oracle") for causal-LM loss and parameter gradients.
+
+Run with Debian's interpreter (torch 1.13 CPU + numpy), not the pyenv `python3`:
+
+    /usr/bin/python3 tests/oracle/torch_oracle.py --model DIR --tokens FILE.bin \
+        --out OUT.safetensors [--doc-ids FILE.bin]
+
+DIR        Hugging Face config.json + model.safetensors (or sharded model-*.safetensors
+           listed in model.safetensors.index.json); tensors in F32, BF16, F16 (or F64).
+--tokens   raw little-endian uint32 token ids, N+1 of them; inputs tokens[0:N],
+           targets tokens[1:N+1].  loss = mean cross-entropy over the N targets.
+--doc-ids  optional raw little-endian uint32/int32, N of them (one per input token).
+           A document is a maximal run of equal consecutive ids.  Attention is
+           causal and restricted to the same document, and RoPE positions restart
+           at 0 at every document start (what HF's DataCollatorWithFlattening +
+           position_ids-based varlen attention does).  The loss still covers all N
+           targets (no label is masked at document boundaries).
+--out      safetensors file with F64 tensors: "loss" (shape [1]) and, for every
+           parameter P (HF name), "grad." + P with P's shape.  With tied word
+           embeddings there is no lm_head.weight; the embedding grad contains the
+           lm_head contribution.
+
+Prints one JSON line: {"loss": L, "n_params": <number of scalar parameters>, "n_tokens": N}.
+Any input problem -> message on stderr naming the file / field, exit code 2.
+
+Model semantics: transformers' LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM,
+written from scratch in plain torch ops, everything in float64 (weights are converted
+exactly: F32/F16 widen exactly, BF16 is uint16 << 16 viewed as float32).
+
+RoPE precision convention (mirrors HF, which forces float32 inside the rotary embedding):
+  * inv_freq is computed as a float32 tensor with the same torch float32 operations as
+    transformers' modeling_rope_utils.py (default / linear / llama3 / yarn);
+  * angle = float32(position) * inv_freq, a single float32 multiply (HF's outer product
+    inv_freq[:, None] @ position[None, :] has K = 1, so it is exactly this product);
+  * cos / sin of that float32 angle are then evaluated in float64, and multiplied by
+    attention_scaling (a Python float, i.e. float64) in float64.
+Everything after that (q/k rotation, attention, softmax, loss) is float64.
+"""
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+class OracleError(Exception):
+    pass
+
+
+def fail(msg):
+    raise OracleError(msg)
+
+
+# ----------------------------------------------------------------------------------------
+# safetensors reading / writing (no safetensors package: json + numpy)
+# ----------------------------------------------------------------------------------------
+
+_ST_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+
+
+def _read_st_header(path):
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) != 8:
+                fail(f"{path}: not a safetensors file (shorter than 8 bytes)")
+            (hlen,) = struct.unpack("<Q", raw)
+            if hlen > size - 8:
+                fail(f"{path}: safetensors header length {hlen} exceeds file size {size}")
+            header = json.loads(f.read(hlen).decode("utf-8"))
+    except OSError as e:
+        fail(f"{path}: cannot read: {e.strerror or e}")
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        fail(f"{path}: bad safetensors JSON header: {e}")
+    if not isinstance(header, dict):
+        fail(f"{path}: safetensors header is not a JSON object")
+    header.pop("__metadata__", None)
+    data_start = 8 + hlen
+    for name, info in header.items():
+        try:
+            dt = info["dtype"]
+            shape = [int(s) for s in info["shape"]]
+            b, e = (int(x) for x in info["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            fail(f"{path}: tensor '{name}': malformed header entry {info!r}")
+        if b < 0 or e < b or data_start + e > size:
+            fail(f"{path}: tensor '{name}': data_offsets [{b}, {e}] outside the file")
+        if dt in _ST_DTYPES and (e - b) != _ST_DTYPES[dt] * int(np.prod(shape, dtype=np.int64)):
+            fail(f"{path}: tensor '{name}': {e - b} bytes do not match dtype {dt} shape {shape}")
+    return header, data_start
+
+
+def _load_st_tensor(path, header, data_start, name):
+    info = header[name]
+    dt = info["dtype"]
+    shape = tuple(int(s) for s in info["shape"])
+    b, e = (int(x) for x in info["data_offsets"])
+    count = int(np.prod(shape, dtype=np.int64))
+    npdt = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}.get(dt)
+    if npdt is None:
+        fail(f"{path}: tensor '{name}': unsupported dtype {dt} (need F32, BF16, F16 or F64)")
+    try:
+        with open(path, "rb") as f:
+            f.seek(data_start + b)
+            arr = np.fromfile(f, dtype=npdt, count=count)
+    except OSError as ex:
+        fail(f"{path}: cannot read tensor '{name}': {ex}")
+    if arr.size != count:
+        fail(f"{path}: tensor '{name}': truncated data")
+    if dt == "BF16":
+        # bf16 is the upper half of a float32: exact conversion.
+        arr = (arr.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return arr.astype(np.float64).reshape(shape)
+
+
+def write_safetensors(path, tensors):
+    """tensors: list of (name, np.ndarray float64). Writes F64, contiguous data_offsets."""
+    header = {}
+    off = 0
+    blobs = []
+    for name, arr in tensors:
+        a = np.ascontiguousarray(arr, dtype="<f8")
+        nbytes = a.size * 8
+        header[name] = {"dtype": "F64", "shape": list(a.shape), "data_offsets": [off, off + nbytes]}
+        off += nbytes
+        blobs.append(a)
+    hjson = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hjson += b" " * ((-len(hjson)) % 8)
+    try:
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(hjson)))
+            f.write(hjson)
+            for a in blobs:
+                f.write(a.tobytes())
+    except OSError as e:
+        fail(f"{path}: cannot write output: {e.strerror or e}")
+
+
+class WeightStore:
+    """Name -> (file, header) map for single-file or sharded HF checkpoints."""
+
+    def __init__(self, model_dir):
+        single = os.path.join(model_dir, "model.safetensors")
+        index = os.path.join(model_dir, "model.safetensors.index.json")
+        self.files = {}  # path -> (header, data_start)
+        self.where = {}  # tensor name -> path
+        if os.path.isfile(single):
+            self._add(single)
+        elif os.path.isfile(index):
+            try:
+                with open(index) as f:
+                    wmap = json.load(f)["weight_map"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                fail(f"{index}: cannot read weight_map: {e}")
+            for name, shard in wmap.items():
+                p = os.path.join(model_dir, shard)
+                if p not in self.files:
+                    if not os.path.isfile(p):
+                        fail(f"{p}: shard listed in {index} is missing")
+                    self._add(p)
+                if name not in self.files[p][0]:
+                    fail(f"{p}: tensor '{name}' listed in {index} is not in the shard")
+                self.where[name] = p
+        else:
+            fail(f"{model_dir}: neither model.safetensors nor model.safetensors.index.json found")
+
+    def _add(self, path):
+        header, start = _read_st_header(path)
+        self.files[path] = (header, start)
+        for name in header:
+            self.where.setdefault(name, path)
+
+    def names(self):
+        return set(self.where)
+
+    def shape(self, name):
+        p = self.where[name]
+        return tuple(int(s) for s in self.files[p][0][name]["shape"])
+
+    def load(self, name):
+        p = self.where[name]
+        header, start = self.files[p]
+        return _load_st_tensor(p, header, start, name)
+
+
+# ----------------------------------------------------------------------------------------
+# config
+# ----------------------------------------------------------------------------------------
+
+
+class Cfg:
+    pass
+
+
+def _num(cfg_path, d, key, kind=int, default=None, required=True, positive=True):
+    v = d.get(key, None)
+    if v is None:
+        if required and default is None:
+            fail(f"{cfg_path}: field '{key}' is missing")
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        fail(f"{cfg_path}: field '{key}' must be a number, got {v!r}")
+    if kind is int:
+        if float(v) != int(v):
+            fail(f"{cfg_path}: field '{key}' must be an integer, got {v!r}")
+        v = int(v)
+    else:
+        v = float(v)
+    if positive and v <= 0:
+        fail(f"{cfg_path}: field '{key}' must be > 0, got {v!r}")
+    return v
+
+
+def _bool(cfg_path, d, key, default):
+    v = d.get(key, None)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        fail(f"{cfg_path}: field '{key}' must be true/false, got {v!r}")
+    return v
+
+
+_FAMILIES = {"llama": "llama", "qwen2": "qwen2", "mistral": "mistral"}
+_ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}
+
+
+def load_config(model_dir):
+    path = os.path.join(model_dir, "config.json")
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except FileNotFoundError:
+        fail(f"{path}: file not found")
+    except (OSError, ValueError) as e:
+        fail(f"{path}: cannot parse: {e}")
+    if not isinstance(d, dict):
+        fail(f"{path}: not a JSON object")
+    c = Cfg()
+    c.path = path
+    mt = d.get("model_type")
+    fam = _FAMILIES.get(mt) if isinstance(mt, str) else None
+    if fam is None and mt is None:
+        archs = d.get("architectures") or []
+        for a in archs if isinstance(archs, list) else []:
+            if a in _ARCH:
+                fam = _ARCH[a]
+                break
+    if fam is None:
+        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, mistral")
+    c.family = fam
+
+    c.hidden = _num(path, d, "hidden_size")
+    c.inter = _num(path, d, "intermediate_size")
+    c.n_layers = _num(path, d, "num_hidden_layers")
+    c.n_heads = _num(path, d, "num_attention_heads")
+    c.n_kv = _num(path, d, "num_key_value_heads", default=c.n_heads)
+    c.vocab = _num(path, d, "vocab_size")
+    c.eps = _num(path, d, "rms_norm_eps", kind=float, default=1e-6)
+    hd = d.get("head_dim", None)
+    if hd is None:
+        if c.hidden % c.n_heads:
+            fail(f"{path}: 'head_dim' absent and hidden_size {c.hidden} not divisible by "
+                 f"num_attention_heads {c.n_heads}")
+        c.head_dim = c.hidden // c.n_heads
+    else:
+        c.head_dim = _num(path, d, "head_dim")
+    if c.head_dim % 2:
+        fail(f"{path}: field 'head_dim' must be even for RoPE, got {c.head_dim}")
+    if c.n_heads % c.n_kv:
+        fail(f"{path}: field 'num_attention_heads' ({c.n_heads}) is not a multiple of "
+             f"'num_key_value_heads' ({c.n_kv})")
+    c.tied = _bool(path, d, "tie_word_embeddings", False)
+    c.max_pos = _num(path, d, "max_position_embeddings", required=False)
+    hidden_act = d.get("hidden_act", "silu")
+    if hidden_act not in ("silu", "swish"):
+        fail(f"{path}: field 'hidden_act' = {hidden_act!r} unsupported (only silu)")
+
+    if fam == "llama":
+        c.attn_bias = _bool(path, d, "attention_bias", False)
+        c.o_bias = c.attn_bias
+        c.mlp_bias = _bool(path, d, "mlp_bias", False)
+    elif fam == "qwen2":
+        c.attn_bias, c.o_bias, c.mlp_bias = True, False, False
+    else:
+        c.attn_bias, c.o_bias, c.mlp_bias = False, False, False
+
+    # Sliding-window attention (Mistral; Qwen2 when use_sliding_window).  Irrelevant
+    # whenever N <= window, but applied for fidelity: key j visible to query i iff
+    # i - j < window (HF's `kv_idx > q_idx - sliding_window`).
+    c.windows = [None] * c.n_layers
+    sw = d.get("sliding_window", None)
+    layer_types = d.get("layer_types", None)
+    if fam == "mistral" and sw is not None:
+        sw = _num(path, d, "sliding_window")
+        c.windows = [sw] * c.n_layers
+    elif fam == "qwen2" and _bool(path, d, "use_sliding_window", False) and sw is not None:
+        sw = _num(path, d, "sliding_window")
+        if isinstance(layer_types, list) and len(layer_types) == c.n_layers:
+            c.windows = [sw if t == "sliding_attention" else None for t in layer_types]
+        else:
+            mwl = _num(path, d, "max_window_layers", default=c.n_layers, positive=False)
+            c.windows = [sw if i >= mwl else None for i in range(c.n_layers)]
+
+    c.rope = parse_rope(path, d, c)
+    return c
+
+
+def parse_rope(path, d, c):
+    """Resolve the RoPE dict like transformers' RotaryEmbeddingConfigMixin
+    (convert_rope_params_to_dict + standardize_rope_params):
+      * params = rope_scaling (legacy) if truthy, else rope_parameters (transformers 5), else {};
+      * rope_theta: value in the dict, else top-level rope_theta, else 10000;
+      * rope_type: 'rope_type', else legacy 'type', else 'default';
+      * for llama3 / yarn: a top-level 'original_max_position_embeddings' wins, else the
+        dict's value, else max_position_embeddings.
+    """
+    rs = d.get("rope_scaling", None)
+    rp = d.get("rope_parameters", None)
+    src = "rope_scaling" if rs else "rope_parameters"
+    p = rs or rp or {}
+    if not isinstance(p, dict):
+        fail(f"{path}: field '{src}' must be an object, got {p!r}")
+    p = dict(p)
+    theta = p.get("rope_theta", None)
+    if theta is None:
+        theta = d.get("rope_theta", None)
+        if theta is None:
+            theta = 10000.0
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 1:
+        fail(f"{path}: field 'rope_theta' must be a number > 1, got {theta!r}")
+    p["rope_theta"] = theta
+    rtype = p.get("rope_type", p.get("type", "default"))
+    if rtype is None:
+        rtype = "default"
+    p["rope_type"] = rtype
+    if rtype not in ("default", "linear", "llama3", "yarn"):
+        fail(f"{path}: field '{src}.rope_type' = {rtype!r} unsupported "
+             f"(supported: default, linear, llama3, yarn)")
+    prf = p.get("partial_rotary_factor", d.get("partial_rotary_factor", None))
+    if prf is not None and prf != 1.0:
+        fail(f"{path}: field 'partial_rotary_factor' = {prf!r} unsupported (only 1.0)")
+    if rtype in ("llama3", "yarn"):
+        top = d.get("original_max_position_embeddings", None)
+        if top is not None:
+            p["original_max_position_embeddings"] = top
+        elif p.get("original_max_position_embeddings", None) is None:
+            if c.max_pos is None:
+                fail(f"{path}: field 'original_max_position_embeddings' (or "
+                     f"'max_position_embeddings') is required for rope_type {rtype}")
+            p["original_max_position_embeddings"] = c.max_pos
+        v = p["original_max_position_embeddings"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            fail(f"{path}: field '{src}.original_max_position_embeddings' must be > 0, got {v!r}")
+
+    def need(key):
+        v = p.get(key, None)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            fail(f"{path}: field '{src}.{key}' is required for rope_type {rtype} "
+                 f"(number), got {v!r}")
+        return v
+
+    if rtype == "linear":
+        need("factor")
+    elif rtype == "llama3":
+        need("factor")
+        need("low_freq_factor")
+        need("high_freq_factor")
+        if p["high_freq_factor"] == p["low_freq_factor"]:
+            fail(f"{path}: fields '{src}.high_freq_factor' and 'low_freq_factor' must differ")
+    elif rtype == "yarn":
+        if p.get("factor", None) is None:
+            # transformers: factor = max_position_embeddings / original_max_position_embeddings
+            if c.max_pos is None:
+                fail(f"{path}: field '{src}.factor' missing and no max_position_embeddings")
+            p["factor"] = c.max_pos / p["original_max_position_embeddings"]
+        need("factor")
+        for k in ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"):
+            v = p.get(k, None)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                fail(f"{path}: field '{src}.{k}' must be a number, got {v!r}")
+    return p
+
+
+# ----------------------------------------------------------------------------------------
+# RoPE: inv_freq (float32, as transformers computes it) and attention_scaling
+# ----------------------------------------------------------------------------------------
+
+
+def _default_inv_freq(base, dim):
+    # 1 / base^(2i/dim), in float32 (int64 arange -> float32, divide, pow with float base).
+    expo = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim
+    return 1.0 / (base ** expo)
+
+
+def rope_inv_freq(c):
+    """Returns (inv_freq: float32 tensor [head_dim/2], attention_scaling: python float)."""
+    p = c.rope
+    base = p["rope_theta"]
+    dim = c.head_dim
+    rtype = p["rope_type"]
+    if rtype == "default":
+        return _default_inv_freq(base, dim), 1.0
+    if rtype == "linear":
+        inv = _default_inv_freq(base, dim)
+        inv = inv / p["factor"]
+        return inv, 1.0
+    if rtype == "llama3":
+        inv = _default_inv_freq(base, dim)
+        factor = p["factor"]
+        lo_f = p["low_freq_factor"]
+        hi_f = p["high_freq_factor"]
+        old_ctx = p["original_max_position_embeddings"]
+        lo_wave = old_ctx / lo_f  # python floats
+        hi_wave = old_ctx / hi_f
+        wave = 2 * math.pi / inv  # float32 tensor
+        # long wavelengths (low frequency): scaled down by factor; short: unchanged
+        scaled = torch.where(wave > lo_wave, inv / factor, inv)
+        smooth = (old_ctx / wave - lo_f) / (hi_f - lo_f)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = torch.logical_and(torch.logical_not(wave < hi_wave),
+                                   torch.logical_not(wave > lo_wave))
+        return torch.where(medium, blended, scaled), 1.0
+    if rtype == "yarn":
+        factor = p["factor"]
+        orig = p["original_max_position_embeddings"]
+        att = p.get("attention_factor", None)
+        ms = p.get("mscale", None)
+        ms_all = p.get("mscale_all_dim", None)
+
+        def mscale_of(scale, m=1):
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        if att is None:
+            if ms and ms_all:
+                att = float(mscale_of(factor, ms) / mscale_of(factor, ms_all))
+            else:
+                att = mscale_of(factor)
+        beta_fast = p.get("beta_fast", None) or 32
+        beta_slow = p.get("beta_slow", None) or 1
+        truncate = p.get("truncate", True)
+
+        def corr_dim(n_rot):
+            # dimension index whose wavelength completes n_rot rotations over orig positions
+            return (dim * math.log(orig / (n_rot * 2 * math.pi))) / (2 * math.log(base))
+
+        lo = corr_dim(beta_fast)
+        hi = corr_dim(beta_slow)
+        if truncate:
+            lo = math.floor(lo)
+            hi = math.ceil(hi)
+        lo = max(lo, 0)
+        hi = min(hi, dim - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - lo) / (hi - lo), 0, 1)
+        extra_w = 1 - ramp  # weight of the un-scaled (extrapolation) frequency
+        pos_freqs = base ** (torch.arange(0, dim, 2).to(torch.float32) / dim)
+        inv_extra = 1.0 / pos_freqs
+        inv_inter = 1.0 / (factor * pos_freqs)
+        inv = inv_inter * (1 - extra_w) + inv_extra * extra_w
+        return inv, float(att)
+    fail(f"{c.path}: rope_type {rtype!r} unsupported")
+
+
+def rope_cos_sin(c, positions):
+    """positions: int64 numpy [N] -> cos, sin float64 tensors [N, head_dim]."""
+    inv, scaling = rope_inv_freq(c)
+    assert inv.dtype == torch.float32
+    pos32 = torch.from_numpy(positions.astype(np.float32))
+    ang32 = pos32[:, None] * inv[None, :]  # float32 multiply (HF precision)
+    ang = ang32.to(torch.float64)
+    ang = torch.cat([ang, ang], dim=-1)
+    return torch.cos(ang) * scaling, torch.sin(ang) * scaling
+
+
+# ----------------------------------------------------------------------------------------
+# model
+# ----------------------------------------------------------------------------------------
+
+
+def param_specs(c):
+    """Ordered list of (HF name, shape)."""
+    H, I, V, hd = c.hidden, c.inter, c.vocab, c.head_dim
+    qd, kvd = c.n_heads * hd, c.n_kv * hd
+    specs = [("model.embed_tokens.weight", (V, H))]
+    for i in range(c.n_layers):
+        pre = f"model.layers.{i}."
+        specs.append((pre + "input_layernorm.weight", (H,)))
+        for nm, od in (("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd)):
+            specs.append((pre + f"self_attn.{nm}.weight", (od, H)))
+            if c.attn_bias:
+                specs.append((pre + f"self_attn.{nm}.bias", (od,)))
+        specs.append((pre + "self_attn.o_proj.weight", (H, qd)))
+        if c.o_bias:
+            specs.append((pre + "self_attn.o_proj.bias", (H,)))
+        specs.append((pre + "post_attention_layernorm.weight", (H,)))
+        for nm, shp, bshp in (("gate_proj", (I, H), (I,)), ("up_proj", (I, H), (I,)),
+                              ("down_proj", (H, I), (H,))):
+            specs.append((pre + f"mlp.{nm}.weight", shp))
+            if c.mlp_bias:
+                specs.append((pre + f"mlp.{nm}.bias", bshp))
+    specs.append(("model.norm.weight", (H,)))
+    if not c.tied:
+        specs.append(("lm_head.weight", (V, H)))
+    return specs
+
+
+def load_params(c, store, model_dir):
+    specs = param_specs(c)
+    have = store.names()
+    params = {}
+    for name, shape in specs:
+        if name not in have:
+            fail(f"{model_dir}: parameter '{name}' missing from the safetensors checkpoint")
+        if store.shape(name) != tuple(shape):
+            fail(f"{store.where[name]}: tensor '{name}' has shape {list(store.shape(name))}, "
+                 f"config {c.path} implies {list(shape)}")
+        params[name] = torch.from_numpy(store.load(name)).requires_grad_(True)
+    extra = sorted(have - set(params))
+    ignorable = {"lm_head.weight"} if c.tied else set()
+    extra = [n for n in extra if n not in ignorable and not n.endswith("rotary_emb.inv_freq")]
+    if extra:
+        print(f"torch_oracle: warning: ignoring {len(extra)} unused tensor(s) in {model_dir}: "
+              f"{', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}", file=sys.stderr)
+    return specs, params
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def linear(x, w, b=None):
+    y = x @ w.t()
+    return y if b is None else y + b
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+def forward_loss(c, P, inputs, targets, positions, segments):
+    """inputs/targets/positions/segments: int64 numpy [N]. Returns scalar float64 loss."""
+    N = inputs.shape[0]
+    hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv
+    rep = nh // nkv
+    cos, sin = rope_cos_sin(c, positions)  # [N, hd]
+    ii = torch.arange(N)[:, None]
+    jj = torch.arange(N)[None, :]
+    seg = torch.from_numpy(segments)
+    base_mask = (jj <= ii) & (seg[None, :] == seg[:, None])
+    masks = {}
+    scale = 1.0 / math.sqrt(hd)
+
+    x = P["model.embed_tokens.weight"][torch.from_numpy(inputs)]  # [N, H]
+    for li in range(c.n_layers):
+        pre = f"model.layers.{li}."
+        g = lambda n: P.get(pre + n)  # noqa: E731
+        win = c.windows[li]
+        if win not in masks:
+            masks[win] = base_mask if win is None else base_mask & ((ii - jj) < win)
+        allowed = masks[win]
+
+        h = rms_norm(x, g("input_layernorm.weight"), c.eps)
+        q = linear(h, g("self_attn.q_proj.weight"), g("self_attn.q_proj.bias"))
+        k = linear(h, g("self_attn.k_proj.weight"), g("self_attn.k_proj.bias"))
+        v = linear(h, g("self_attn.v_proj.weight"), g("self_attn.v_proj.bias"))
+        q = q.view(N, nh, hd).transpose(0, 1)   # [nh, N, hd]
+        k = k.view(N, nkv, hd).transpose(0, 1)  # [nkv, N, hd]
+        v = v.view(N, nkv, hd).transpose(0, 1)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        # repeat_kv: query head j uses kv head j // rep
+        k = k.repeat_interleave(rep, dim=0)
+        v = v.repeat_interleave(rep, dim=0)
+        s = (q @ k.transpose(1, 2)) * scale     # [nh, N, N]
+        s = s.masked_fill(~allowed, float("-inf"))
+        a = torch.softmax(s, dim=-1)
+        o = (a @ v).transpose(0, 1).reshape(N, nh * hd)
+        x = x + linear(o, g("self_attn.o_proj.weight"), g("self_attn.o_proj.bias"))
+
+        h = rms_norm(x, g("post_attention_layernorm.weight"), c.eps)
+        gate = linear(h, g("mlp.gate_proj.weight"), g("mlp.gate_proj.bias"))
+        up = linear(h, g("mlp.up_proj.weight"), g("mlp.up_proj.bias"))
+        x = x + linear(F.silu(gate) * up, g("mlp.down_proj.weight"), g("mlp.down_proj.bias"))
+
+    x = rms_norm(x, P["model.norm.weight"], c.eps)
+    w_out = P["model.embed_tokens.weight"] if c.tied else P["lm_head.weight"]
+    logits = x @ w_out.t()
+    return F.cross_entropy(logits, torch.from_numpy(targets), reduction="mean")
+
+
+# ----------------------------------------------------------------------------------------
+# inputs
+# ----------------------------------------------------------------------------------------
+
+
+def read_u32_file(path, what):
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        fail(f"{path}: {what} file not found")
+    if size % 4:
+        fail(f"{path}: {what} file size {size} is not a multiple of 4 (raw uint32 expected)")
+    try:
+        return np.fromfile(path, dtype="<u4").astype(np.int64)
+    except OSError as e:
+        fail(f"{path}: cannot read {what} file: {e}")
+
+
+def doc_layout(doc_ids):
+    """Documents = maximal runs of equal consecutive ids. Returns (segments, positions)."""
+    N = doc_ids.shape[0]
+    start = np.ones(N, dtype=bool)
+    start[1:] = doc_ids[1:] != doc_ids[:-1]
+    segments = np.cumsum(start) - 1
+    idx = np.arange(N)
+    seg_start = np.maximum.accumulate(np.where(start, idx, 0))
+    return segments.astype(np.int64), (idx - seg_start).astype(np.int64)
+
+
+def run(args):
+    if not os.path.isdir(args.model):
+        fail(f"{args.model}: model directory not found")
+    c = load_config(args.model)
+    toks = read_u32_file(args.tokens, "tokens")
+    if toks.shape[0] < 2:
+        fail(f"{args.tokens}: need at least 2 token ids (N+1 with N >= 1), got {toks.shape[0]}")
+    bad = np.nonzero(toks >= c.vocab)[0]
+    if bad.size:
+        fail(f"{args.tokens}: token id {int(toks[bad[0]])} at index {int(bad[0])} >= vocab_size "
+             f"{c.vocab} (config {c.path})")
+    inputs, targets = toks[:-1], toks[1:]
+    N = inputs.shape[0]
+    if args.doc_ids:
+        d = read_u32_file(args.doc_ids, "doc-ids")
+        if d.shape[0] != N:
+            fail(f"{args.doc_ids}: has {d.shape[0]} doc ids, expected N = {N} "
+                 f"(one per input token of {args.tokens})")
+        segments, positions = doc_layout(d)
+    else:
+        segments = np.zeros(N, dtype=np.int64)
+        positions = np.arange(N, dtype=np.int64)
+
+    store = WeightStore(args.model)
+    specs, P = load_params(c, store, args.model)
+
+    torch.set_grad_enabled(True)
+    loss = forward_loss(c, P, inputs, targets, positions, segments)
+    if not torch.isfinite(loss):
+        fail(f"{args.model}: loss is not finite ({loss.item()})")
+    order = [n for n, _ in specs]
+    grads = torch.autograd.grad(loss, [P[n] for n in order], allow_unused=True)
+    out = [("loss", np.array([loss.item()], dtype=np.float64))]
+    n_params = 0
+    for name, gr in zip(order, grads):
+        if gr is None:
+            gr = torch.zeros_like(P[name])
+        out.append(("grad." + name, gr.detach().numpy()))
+        n_params += P[name].numel()
+    write_safetensors(args.out, out)
+    print(json.dumps({"loss": loss.item(), "n_params": n_params, "n_tokens": int(N)}))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="float64 PyTorch oracle: causal-LM loss + grads")
+    ap.add_argument("--model", required=True, help="dir with config.json + safetensors")
+    ap.add_argument("--tokens", required=True, help="raw LE uint32 token ids, N+1 of them")
+    ap.add_argument("--out", required=True, help="output .safetensors (F64)")
+    ap.add_argument("--doc-ids", dest="doc_ids", default=None,
+                    help="raw LE uint32/int32 document ids, N of them")
+    args = ap.parse_args(argv)
+    try:
+        run(args)
+    except OracleError as e:
+        print(f"torch_oracle: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

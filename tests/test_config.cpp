@@ -1,0 +1,467 @@
+// config.json parsing, validation, round trip, and rope_inv_freq against double-precision re-derivations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "test_util.h"
+
+using namespace oomb;
+using json = nlohmann::json;
+
+namespace {
+
+const char* kQwen25 = R"({"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896,
+  "initializer_range": 0.02, "intermediate_size": 4864, "max_position_embeddings": 32768,
+  "max_window_layers": 24, "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24,
+  "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
+  "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.43.1",
+  "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
+
+const char* kLlama3 = R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+  "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
+  "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama", "num_attention_heads": 32,
+  "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.0.dev0", "use_cache": true, "vocab_size": 128256})";
+
+const char* kMistral = R"({"architectures": ["MistralForCausalLM"], "attention_dropout": 0.0,
+  "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
+  "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768,
+  "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": null, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "transformers_version": "4.42.0.dev0", "use_cache": true, "vocab_size": 32768})";
+
+const char* kV5 = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "dtype": "bfloat16",
+  "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+  "num_key_value_heads": 8, "head_dim": 64, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05,
+  "vocab_size": 128256, "tie_word_embeddings": true, "bos_token_id": 128000, "eos_token_id": 128001,
+  "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+  "transformers_version": "5.0.0"})";
+
+json small() {  // a minimal valid Llama config
+  return json{{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 64}, {"intermediate_size", 128},
+              {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+              {"vocab_size", 100}, {"max_position_embeddings", 128}};
+}
+
+void expect_error(const json& j, const std::string& want) {
+  try {
+    parse_config(j, "/models/x/config.json");
+    ADD_FAILURE() << "no error, expected: " << want;
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find(want), std::string::npos) << m;
+    EXPECT_NE(m.find("/models/x/config.json"), std::string::npos) << m;
+  }
+}
+
+json with(json j, const std::string& k, const json& v) {
+  j[k] = v;
+  return j;
+}
+
+#define SAME(f) EXPECT_EQ(a.f, b.f) << #f
+void expect_same(const ModelConfig& a, const ModelConfig& b) {
+  SAME(arch); SAME(architecture); SAME(model_type); SAME(hidden); SAME(intermediate); SAME(layers);
+  SAME(heads); SAME(kv_heads); SAME(head_dim); SAME(vocab); SAME(max_position_embeddings); SAME(rms_norm_eps);
+  SAME(tie_word_embeddings); SAME(qkv_bias); SAME(o_bias); SAME(mlp_bias); SAME(torch_dtype);
+  SAME(bos_token_id); SAME(eos_token_id); SAME(rope.type); SAME(rope.theta); SAME(rope.factor);
+  SAME(rope.low_freq_factor); SAME(rope.high_freq_factor); SAME(rope.original_max_position_embeddings);
+  SAME(rope.attention_factor); SAME(rope.beta_fast); SAME(rope.beta_slow); SAME(rope.mscale);
+  SAME(rope.mscale_all_dim); SAME(rope.truncate);
+}
+#undef SAME
+
+}  // namespace
+
+TEST(Config, Qwen25) {
+  ModelConfig c = parse_config(json::parse(kQwen25), "qwen.json");
+  EXPECT_EQ(c.arch, Arch::Qwen2);
+  EXPECT_EQ(c.model_type, "qwen2");
+  EXPECT_EQ(c.hidden, 896);
+  EXPECT_EQ(c.intermediate, 4864);
+  EXPECT_EQ(c.layers, 24);
+  EXPECT_EQ(c.heads, 14);
+  EXPECT_EQ(c.kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.vocab, 151936);
+  EXPECT_EQ(c.max_position_embeddings, 32768);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_FALSE(c.mlp_bias);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  EXPECT_EQ(c.bos_token_id, 151643);
+  EXPECT_EQ(c.eos_token_id, 151643);
+  EXPECT_EQ(c.rope.type, "default");
+  EXPECT_EQ(c.rope.theta, 1e6);
+}
+
+TEST(Config, Llama3) {
+  ModelConfig c = parse_config(json::parse(kLlama3), "llama.json");
+  EXPECT_EQ(c.arch, Arch::Llama);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.kv_heads, 8);
+  EXPECT_FALSE(c.qkv_bias || c.o_bias || c.mlp_bias);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.eos_token_id, 128001);
+  EXPECT_EQ(c.raw["eos_token_id"].size(), 3u);
+  EXPECT_EQ(c.rope.type, "llama3");
+  EXPECT_EQ(c.rope.theta, 500000.0);
+  EXPECT_EQ(c.rope.factor, 8.0);
+  EXPECT_EQ(c.rope.low_freq_factor, 1.0);
+  EXPECT_EQ(c.rope.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 8192);
+  ModelConfig b = parse_config(with(json::parse(kLlama3), "attention_bias", true), "llama.json");
+  EXPECT_TRUE(b.qkv_bias && b.o_bias);
+  b = parse_config(with(json::parse(kLlama3), "mlp_bias", true), "llama.json");
+  EXPECT_TRUE(b.mlp_bias);
+}
+
+TEST(Config, Mistral) {
+  ModelConfig c = parse_config(json::parse(kMistral), "mistral.json");
+  EXPECT_EQ(c.arch, Arch::Mistral);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.vocab, 32768);
+  EXPECT_EQ(c.rope.theta, 1e6);
+  EXPECT_FALSE(c.qkv_bias || c.o_bias || c.mlp_bias);
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_EQ(c.eos_token_id, 2);
+}
+
+TEST(Config, Transformers5RopeParameters) {
+  ModelConfig c = parse_config(json::parse(kV5), "v5.json");
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.rope.type, "llama3");
+  EXPECT_EQ(c.rope.theta, 500000.0);
+  EXPECT_EQ(c.rope.factor, 32.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 8192);
+  // the dict's own rope_theta wins over a stale top-level one; rope_scaling (non-null) wins over rope_parameters
+  json j = with(json::parse(kV5), "rope_theta", 10000.0);
+  EXPECT_EQ(parse_config(j, "v5.json").rope.theta, 500000.0);
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  EXPECT_EQ(parse_config(j, "v5.json").rope.type, "linear");
+  EXPECT_EQ(parse_config(j, "v5.json").rope.theta, 10000.0);
+}
+
+TEST(Config, Defaults) {
+  ModelConfig c = parse_config(small(), "s.json");
+  EXPECT_EQ(c.model_type, "llama");
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.torch_dtype, "float32");
+  EXPECT_EQ(c.rope.theta, 10000.0);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.bos_token_id, 1);  // LlamaConfig's defaults
+  EXPECT_EQ(c.eos_token_id, 2);
+  json j = small();
+  j.erase("num_key_value_heads");
+  j["head_dim"] = nullptr;
+  j["bos_token_id"] = nullptr;
+  c = parse_config(j, "s.json");
+  EXPECT_EQ(c.kv_heads, 4);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.bos_token_id, -1);
+  j = small();
+  j.erase("architectures");
+  j["model_type"] = "mistral";
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(parse_config(j, "s.json").architecture, "MistralForCausalLM");
+  // head_dim given explicitly need not divide hidden_size
+  EXPECT_EQ(parse_config(with(with(small(), "hidden_size", 60), "head_dim", 32), "s.json").head_dim, 32);
+  EXPECT_EQ(parse_config(with(small(), "eos_token_id", json::array()), "s.json").eos_token_id, -1);
+}
+
+TEST(ConfigErrors, Architecture) {
+  expect_error(with(small(), "architectures", {"GPT2LMHeadModel"}),
+               "unsupported architecture 'GPT2LMHeadModel' in field 'architectures[0]' (supported: "
+               "LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM)");
+  json j = small();
+  j.erase("architectures");
+  expect_error(with(j, "model_type", "gpt2"), "unsupported model_type 'gpt2'");
+  expect_error(j, "missing field 'architectures'");
+  expect_error(with(small(), "model_type", "qwen2"), "does not match model_type 'qwen2'");
+  expect_error(with(small(), "architectures", json::array()), "must be a non-empty list of strings");
+}
+
+TEST(ConfigErrors, FieldsAndTypes) {
+  json j = small();
+  j.erase("hidden_size");
+  expect_error(j, "missing required field 'hidden_size'");
+  expect_error(with(small(), "hidden_size", "64"), "field 'hidden_size' must be an integer, got string \"64\"");
+  expect_error(with(small(), "num_hidden_layers", 2.5), "field 'num_hidden_layers' must be an integer");
+  expect_error(with(small(), "tie_word_embeddings", "yes"), "field 'tie_word_embeddings' must be true or false");
+  expect_error(with(small(), "rms_norm_eps", "1e-5"), "field 'rms_norm_eps' must be a number");
+  expect_error(with(small(), "torch_dtype", 16), "field 'torch_dtype' must be a string");
+  expect_error(with(small(), "eos_token_id", {1, "x"}), "field 'eos_token_id' must be an integer");
+  expect_error(with(small(), "rope_scaling", 3), "field 'rope_scaling' must be an object or null");
+  expect_error(with(small(), "hidden_act", "gelu"), "hidden_act 'gelu' is not supported");
+  expect_error(json::array(), "the top level must be a JSON object");
+}
+
+TEST(ConfigErrors, Sizes) {
+  expect_error(with(small(), "num_hidden_layers", 0), "field 'num_hidden_layers' must be positive, got 0");
+  expect_error(with(small(), "intermediate_size", -5), "field 'intermediate_size' must be positive, got -5");
+  expect_error(with(small(), "vocab_size", 0), "field 'vocab_size' must be positive");
+  expect_error(with(small(), "rms_norm_eps", 0.0), "field 'rms_norm_eps' must be positive");
+  expect_error(with(small(), "num_key_value_heads", 3),
+               "num_attention_heads (4) must be divisible by num_key_value_heads (3)");
+  expect_error(with(small(), "hidden_size", 66),
+               "hidden_size (66) must be divisible by num_attention_heads (4) when head_dim is not given");
+  expect_error(with(small(), "head_dim", 15), "head_dim must be even for RoPE, got 15");
+  expect_error(with(small(), "hidden_size", 36), "head_dim must be even for RoPE, got 9");
+  expect_error(with(small(), "head_dim", 1000000000000), "field 'head_dim' = 1000000000000 exceeds the supported");
+  expect_error(with(small(), "hidden_size", 1e12), "field 'hidden_size' = 1000000000000 exceeds the supported");
+  expect_error(with(small(), "vocab_size", json::parse("18446744073709551615")), "field 'vocab_size' is too large");
+  expect_error(with(small(), "rope_theta", INFINITY), "field 'rope_theta' must be finite");
+}
+
+TEST(ConfigErrors, SlidingWindowAndPartialRotary) {
+  json m = json::parse(kMistral);
+  expect_error(with(m, "sliding_window", 4096), "sliding-window attention is not supported yet");
+  m.erase("sliding_window");
+  expect_error(m, "sliding-window attention is not supported yet");
+  expect_error(with(json::parse(kQwen25), "use_sliding_window", true),
+               "sliding-window attention is not supported yet");
+  expect_error(with(small(), "layer_types", {"full_attention", "sliding_attention"}),
+               "sliding-window attention is not supported yet");
+  EXPECT_NO_THROW(parse_config(with(small(), "layer_types", {"full_attention", "full_attention"}), "s"));
+  expect_error(with(small(), "partial_rotary_factor", 0.5), "field 'partial_rotary_factor' = 0.5 is not supported");
+  EXPECT_NO_THROW(parse_config(with(small(), "partial_rotary_factor", 1.0), "s"));
+  expect_error(with(small(), "rope_parameters", {{"rope_type", "default"}, {"partial_rotary_factor", 0.25}}),
+               "field 'rope_parameters.partial_rotary_factor' = 0.25 is not supported");
+}
+
+TEST(ConfigErrors, Rope) {
+  for (const char* t : {"dynamic", "longrope", "su"})
+    expect_error(with(small(), "rope_scaling", {{"type", t}, {"factor", 2.0}}),
+                 std::string("unsupported rope_type '") + t +
+                     "' in /models/x/config.json (supported: default, linear, llama3, yarn)");
+  expect_error(with(small(), "rope_parameters", {{"rope_type", "dynamic"}, {"factor", 2.0}}),
+               "unsupported rope_type 'dynamic'");
+  json l3 = {{"rope_type", "llama3"}, {"factor", 8.0}, {"high_freq_factor", 4.0}};
+  expect_error(with(small(), "rope_scaling", l3),
+               "'rope_scaling' with rope_type 'llama3' is missing required field 'low_freq_factor'");
+  l3["low_freq_factor"] = 4.0;
+  expect_error(with(small(), "rope_scaling", l3), "high_freq_factor (4) must be greater than low_freq_factor (4)");
+  expect_error(with(small(), "rope_scaling", {{"rope_type", "linear"}}),
+               "'rope_scaling' with rope_type 'linear' is missing required field 'factor'");
+  expect_error(with(small(), "rope_scaling", {{"rope_type", "yarn"}}), "missing required field 'factor'");
+  expect_error(with(small(), "rope_scaling", {{"rope_type", "linear"}, {"factor", -2.0}}),
+               "field 'rope_scaling.factor' must be positive");
+  expect_error(with(small(), "rope_scaling", {{"factor", 2.0}}), "'rope_scaling' has no 'rope_type' but sets 'factor'");
+  expect_error(with(small(), "rope_parameters", {{"full_attention", {{"rope_type", "default"}}}}),
+               "per-layer-type 'rope_parameters'");
+  expect_error(with(small(), "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"truncate", 1}}),
+               "field 'rope_scaling.truncate' must be true or false");
+}
+
+TEST(Config, Yarn) {
+  json j = with(small(), "rope_scaling", {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32}});
+  ModelConfig c = parse_config(j, "y.json");
+  EXPECT_EQ(c.rope.type, "yarn");
+  EXPECT_EQ(c.rope.factor, 4.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 32);
+  EXPECT_TRUE(c.rope.truncate);
+  EXPECT_EQ(c.rope.beta_fast, 32.0);
+  EXPECT_EQ(c.rope.beta_slow, 1.0);
+  // factor null -> max_position_embeddings / original_max_position_embeddings; truncate null -> false
+  j["rope_scaling"]["factor"] = nullptr;
+  j["rope_scaling"]["truncate"] = nullptr;
+  c = parse_config(j, "y.json");
+  EXPECT_EQ(c.rope.factor, 128.0 / 32.0);
+  EXPECT_FALSE(c.rope.truncate);
+  // absent original_max_position_embeddings stays absent (0); a top-level one wins (transformers 5)
+  j["rope_scaling"].erase("original_max_position_embeddings");
+  j["rope_scaling"]["factor"] = 2.0;
+  EXPECT_EQ(parse_config(j, "y.json").rope.original_max_position_embeddings, 0);
+  j["original_max_position_embeddings"] = 64;
+  EXPECT_EQ(parse_config(j, "y.json").rope.original_max_position_embeddings, 64);
+}
+
+TEST(Config, RoundTrip) {
+  json yarn = with(json::parse(kQwen25), "rope_scaling",
+                   {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768},
+                    {"mscale", 0.707}, {"mscale_all_dim", 1.0}, {"truncate", false}});
+  for (const json& j : {json::parse(kQwen25), json::parse(kLlama3), json::parse(kMistral), json::parse(kV5),
+                        yarn, small()}) {
+    ModelConfig a = parse_config(j, "a.json");
+    json out = config_to_json(a);
+    ModelConfig b = parse_config(json::parse(out.dump(2)), "b.json");
+    expect_same(a, b);
+    for (const auto& [k, v] : j.items()) {  // unknown fields survive
+      if (k == "transformers_version" || k == "initializer_range" || k == "use_cache") {
+        EXPECT_EQ(out[k], v) << k;
+      }
+    }
+    EXPECT_EQ(out["architectures"][0], a.architecture);
+    EXPECT_EQ(out["torch_dtype"], a.torch_dtype);
+    EXPECT_EQ(out.contains("rope_parameters"), j.contains("rope_parameters"));
+    EXPECT_EQ(config_to_json(b), out);  // a fixed point
+  }
+  json l = config_to_json(parse_config(json::parse(kLlama3), "l.json"));
+  EXPECT_EQ(l["eos_token_id"], json({128001, 128008, 128009}));
+  EXPECT_EQ(l["rope_scaling"]["rope_type"], "llama3");
+  json v5 = config_to_json(parse_config(json::parse(kV5), "v5.json"));
+  EXPECT_EQ(v5["rope_parameters"]["factor"], 32.0);
+  EXPECT_EQ(v5["rope_parameters"]["rope_theta"], 500000.0);
+  EXPECT_EQ(v5["dtype"], "bfloat16");
+  // a changed config is written back in step, both rope forms included
+  ModelConfig c = parse_config(json::parse(kV5), "v5.json");
+  c.rope = RopeConfig{};
+  c.rope.theta = 1234.0;
+  json d = config_to_json(c);
+  EXPECT_TRUE(d["rope_scaling"].is_null());
+  EXPECT_EQ(d["rope_parameters"], json({{"rope_type", "default"}, {"rope_theta", 1234.0}}));
+  EXPECT_EQ(parse_config(d, "d.json").rope.type, "default");
+  c = parse_config(json::parse(kQwen25), "q.json");
+  c.qkv_bias = false;
+  EXPECT_THROW(config_to_json(c), Error);
+}
+
+TEST(Config, LoadConfig) {
+  auto dir = oomb::testing::temp_dir();
+  oomb::testing::write_bytes(dir / "config.json", kMistral);
+  EXPECT_EQ(load_config(dir).arch, Arch::Mistral);
+  EXPECT_EQ(load_config(dir / "config.json").hidden, 4096);
+  oomb::testing::write_bytes(dir / "bad.json", "{\n  \"hidden_size\": 4,\n  oops\n}\n");
+  try {
+    load_config(dir / "bad.json");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("bad.json"), std::string::npos) << m;
+    EXPECT_NE(m.find("line 3, column 3"), std::string::npos) << m;
+  }
+  try {
+    load_config(dir / "missing");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open"), std::string::npos) << e.what();
+  }
+  oomb::testing::write_bytes(dir / "big.json", "{\"hidden_size\": 1e400}");
+  EXPECT_THROW(load_config(dir / "big.json"), Error);
+  oomb::testing::write_bytes(dir / "mistral_sw.json", with(json::parse(kMistral), "sliding_window", 4096).dump());
+  EXPECT_THROW(load_config(dir / "mistral_sw.json"), Error);
+}
+
+// ---- rope_inv_freq against straightforward double-precision re-derivations ----
+
+ModelConfig rope_model(int64_t head_dim, double theta, json scaling, int64_t max_pos = 128) {
+  json j = small();
+  j["num_attention_heads"] = 2, j["num_key_value_heads"] = 1, j["head_dim"] = head_dim;
+  j["rope_theta"] = theta, j["max_position_embeddings"] = max_pos, j["rope_scaling"] = scaling;
+  return parse_config(j, "rope.json");
+}
+
+std::vector<double> ref_default(int dim, double theta) {
+  std::vector<double> v(dim / 2);
+  for (int i = 0; i < dim / 2; ++i) v[i] = 1.0 / std::pow(theta, 2.0 * i / dim);
+  return v;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-6 * std::fabs(want[i])) << "i=" << i;
+}
+
+TEST(RopeInvFreq, DefaultAndLinear) {
+  for (double theta : {10000.0, 500000.0}) {
+    float att = 0;
+    expect_close(rope_inv_freq(rope_model(16, theta, nullptr), &att), ref_default(16, theta));
+    EXPECT_EQ(att, 1.0f);
+    auto ref = ref_default(16, theta);
+    for (auto& v : ref) v /= 2.5;
+    expect_close(rope_inv_freq(rope_model(16, theta, {{"rope_type", "linear"}, {"factor", 2.5}}), &att), ref);
+    EXPECT_EQ(att, 1.0f);
+  }
+  EXPECT_EQ(rope_inv_freq(parse_config(json::parse(kQwen25), "q"), nullptr).size(), 32u);
+}
+
+TEST(RopeInvFreq, Llama3) {
+  const double f = 8, lo = 1, hi = 4, L = 8192, pi = std::acos(-1.0);
+  for (double theta : {10000.0, 500000.0}) {
+    std::vector<double> ref = ref_default(16, theta);
+    int regions[3] = {0, 0, 0};
+    for (auto& v : ref) {
+      double wl = 2 * pi / v;
+      if (wl < L / hi) {
+        regions[0]++;
+      } else if (wl > L / lo) {
+        v /= f, regions[1]++;
+      } else {
+        double s = (L / wl - lo) / (hi - lo);
+        v = (1 - s) * v / f + s * v, regions[2]++;
+      }
+    }
+    if (theta == 500000.0) {
+      EXPECT_TRUE(regions[0] && regions[1] && regions[2]);
+    }
+    float att = 0;
+    json rs = {{"rope_type", "llama3"}, {"factor", f}, {"low_freq_factor", lo}, {"high_freq_factor", hi},
+               {"original_max_position_embeddings", 8192}};
+    expect_close(rope_inv_freq(rope_model(16, theta, rs, 131072), &att), ref);
+    EXPECT_EQ(att, 1.0f);
+  }
+}
+
+// YaRN per the paper / transformers, in double.
+std::vector<double> ref_yarn(int dim, double theta, double factor, double L, bool truncate) {
+  const double pi = std::acos(-1.0);
+  auto cdim = [&](double rot) { return dim * std::log(L / (rot * 2 * pi)) / (2 * std::log(theta)); };
+  double lo = cdim(32), hi = cdim(1);
+  if (truncate) lo = std::floor(lo), hi = std::ceil(hi);
+  lo = std::max(lo, 0.0), hi = std::min(hi, dim - 1.0);
+  if (lo == hi) hi += 0.001;
+  std::vector<double> v(dim / 2);
+  for (int i = 0; i < dim / 2; ++i) {
+    double p = std::pow(theta, 2.0 * i / dim);
+    double ramp = std::min(std::max((i - lo) / (hi - lo), 0.0), 1.0);
+    double e = 1 - ramp;
+    v[i] = 1 / (factor * p) * (1 - e) + 1 / p * e;
+  }
+  return v;
+}
+
+TEST(RopeInvFreq, Yarn) {
+  for (int64_t L : {32, 2048}) {
+    for (bool truncate : {true, false}) {
+      json rs = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", L},
+                 {"truncate", truncate}};
+      float att = 0;
+      expect_close(rope_inv_freq(rope_model(16, 10000.0, rs), &att), ref_yarn(16, 10000.0, 4, double(L), truncate));
+      EXPECT_NEAR(att, 0.1 * std::log(4.0) + 1, 1e-7);
+      rs["mscale"] = 0.707, rs["mscale_all_dim"] = 0.707;
+      expect_close(rope_inv_freq(rope_model(16, 10000.0, rs), &att), ref_yarn(16, 10000.0, 4, double(L), truncate));
+      EXPECT_NEAR(att, 1.0, 1e-7);
+      rs["mscale"] = 1.0, rs["mscale_all_dim"] = 0.5;
+      rope_inv_freq(rope_model(16, 10000.0, rs), &att);
+      EXPECT_NEAR(att, (0.1 * std::log(4.0) + 1) / (0.05 * std::log(4.0) + 1), 1e-7);
+      rs["mscale_all_dim"] = 0.0;  // falsy: plain get_mscale(factor)
+      rope_inv_freq(rope_model(16, 10000.0, rs), &att);
+      EXPECT_NEAR(att, 0.1 * std::log(4.0) + 1, 1e-7);
+      rs["attention_factor"] = 0.5;
+      rope_inv_freq(rope_model(16, 10000.0, rs), &att);
+      EXPECT_EQ(att, 0.5f);
+    }
+  }
+  // original_max_position_embeddings absent: max_position_embeddings; factor null: max_pos / orig
+  float att = 0;
+  expect_close(rope_inv_freq(rope_model(16, 500000.0, {{"rope_type", "yarn"}, {"factor", 2.0}}, 4096), &att),
+               ref_yarn(16, 500000.0, 2, 4096, true));
+  expect_close(rope_inv_freq(rope_model(16, 10000.0,
+                                        {{"rope_type", "yarn"}, {"factor", nullptr},
+                                         {"original_max_position_embeddings", 1024}}, 4096), &att),
+               ref_yarn(16, 10000.0, 4, 1024, true));
+  EXPECT_NEAR(att, 0.1 * std::log(4.0) + 1, 1e-7);
+}

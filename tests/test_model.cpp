@@ -1,0 +1,172 @@
+// Model-level behaviour: determinism, memory tags, SGD semantics, checkpoint round trips, bad checkpoints.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "backend/backend.h"
+#include "data/token_source.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model_fixture.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+using ::testing::HasSubstr;
+
+namespace {
+
+struct Loaded {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  ModelConfig cfg;
+  std::unique_ptr<Model> model;
+  Loaded(const std::filesystem::path& dir, int64_t N) : cfg(load_config(dir)) {
+    model = std::make_unique<Model>(cfg, *be, N);
+    load_weights(dir, cfg, model->params());
+    model->enable_grads();
+  }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Model, SameInputsGiveTheSameBits) {
+  const auto dir = temp_dir();
+  write_tiny_model(dir, tiny_config_json("qwen2", 2), 3);
+  const auto toks = write_tokens(dir / "t.bin", 41, 61, 4);
+  std::vector<std::vector<float>> runs;
+  for (int r = 0; r < 2; ++r) {
+    Loaded m(dir, 40);
+    m.model->forward_backward(toks.data(), toks.data() + 1, 40, 1.0f / 40);
+    const Tensor& g = m.model->grads().flat();
+    runs.emplace_back(g.f(), g.f() + g.numel());
+  }
+  EXPECT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4));
+}
+
+TEST(Model, EveryAllocationIsTaggedWithTheExpectedSize) {
+  const auto dir = temp_dir();
+  const ModelConfig c = write_tiny_model(dir, tiny_config_json("llama", 2), 3);
+  const int64_t N = 50;
+  Accountant& acc = Accountant::global();
+  const auto before = [&](Tag t) { return acc.get(Tier::Host, t).current; };
+  const int64_t w0 = before(Tag::Weights), g0 = before(Tag::Grads), o0 = before(Tag::Optimizer),
+                kv0 = before(Tag::KV), kvg0 = before(Tag::KVGrad);
+  {
+    Loaded m(dir, N);
+    const int64_t P = param_count(c);
+    EXPECT_EQ(before(Tag::Weights) - w0, P * 4);
+    EXPECT_EQ(before(Tag::Grads) - g0, P * 4);
+    // K and V of one layer (the layer being computed), fp32, padded to 64 bytes each
+    const int64_t kv = (N * c.kv_heads * c.head_dim * 4 + 63) / 64 * 64;
+    EXPECT_EQ(before(Tag::KV) - kv0, 2 * kv);
+    EXPECT_EQ(before(Tag::KVGrad) - kvg0, 2 * kv);
+    EXPECT_GT(before(Tag::Activations), 0);
+    Optimizer opt({}, m.model->params(), m.model->grads(), *m.be);
+    EXPECT_EQ(before(Tag::Optimizer) - o0, 2 * P * 4);  // AdamW: two fp32 moments
+  }
+  EXPECT_EQ(before(Tag::Weights), w0) << "weights freed with the model";
+  EXPECT_EQ(before(Tag::Optimizer), o0);
+}
+
+TEST(Model, SgdStepMovesEveryParameterByMinusLrTimesGradient) {
+  const auto dir = temp_dir();
+  write_tiny_model(dir, tiny_config_json("llama", 2), 5);
+  write_tokens(dir / "t.bin", 64, 61, 6);
+  Loaded ref(dir, 32);
+  TokenFile data(dir / "t.bin", 61);
+  std::vector<int32_t> ids(32), tg(32);
+  data.window(0, 32, ids.data(), tg.data());
+  ref.model->forward_backward(ids.data(), tg.data(), 32, 1.0f / 32);
+  Loaded m(dir, 32);
+  std::vector<float> p0(m.model->params().flat().f(), m.model->params().flat().f() + param_count(m.cfg));
+  TrainOptions o{32, 1, 1, 1, {}, ""};
+  o.optim.kind = "sgd";
+  o.optim.lr = 0.5f;
+  o.optim.grad_clip = 0;
+  std::ostringstream log;
+  train(*m.model, data, o, log);
+  const float* p1 = m.model->params().flat().f();
+  const float* g = ref.model->grads().flat().f();
+  for (size_t i = 0; i < p0.size(); ++i) ASSERT_EQ(p1[i], p0[i] - 0.5f * g[i]) << "parameter element " << i;
+}
+
+TEST(Model, TrainingLowersTheLossOnRepeatedData) {
+  const auto dir = temp_dir();
+  write_tiny_model(dir, tiny_config_json("qwen2", 2), 8);
+  write_tokens(dir / "t.bin", 33, 61, 9);  // one window, seen every step
+  Loaded m(dir, 32);
+  TokenFile data(dir / "t.bin", 61);
+  TrainOptions o{32, 30, 1, 100, {}, ""};
+  o.optim.lr = 1e-2f;
+  std::vector<double> losses;
+  std::ostringstream log;
+  train(*m.model, data, o, log, [&](const StepStats& s) { losses.push_back(s.loss); });
+  EXPECT_LT(losses.back(), 0.5 * losses.front());
+}
+
+TEST(Checkpoint, SaveInLoadedDtypeAndReload) {
+  const auto dir = temp_dir();
+  const ModelConfig c = write_tiny_model(dir / "in", tiny_config_json("llama", 1), 2, DType::BF16);
+  Loaded m(dir / "in", 8);
+  EXPECT_EQ(load_weights(dir / "in", c, m.model->params()), DType::BF16);
+  save_model(dir / "out", c, m.model->params(), DType::BF16, dir / "in");
+  const SafetensorsModel st = SafetensorsModel::open(dir / "out");
+  EXPECT_EQ(st.get("model.embed_tokens.weight").dtype, DType::BF16);
+  Loaded again(dir / "out", 8);
+  const Tensor& a = m.model->params().flat();
+  EXPECT_EQ(0, std::memcmp(a.data, again.model->params().flat().data, a.bytes()));
+  EXPECT_EQ(load_config(dir / "out").hidden, c.hidden);
+}
+
+TEST(Checkpoint, BadCheckpointsNameTheTensor) {
+  const auto dir = temp_dir();
+  const ModelConfig c = write_tiny_model(dir, tiny_config_json("llama", 2), 2);
+  auto be = make_cpu_backend();
+  // a config with biases the checkpoint lacks
+  ModelConfig biased = c;
+  biased.qkv_bias = true;
+  Params pb(biased, Tier::Host, Tag::Weights);
+  EXPECT_THAT(error_of([&] { load_weights(dir, biased, pb); }),
+              HasSubstr("tensor 'model.layers.0.self_attn.q_proj.bias' is missing"));
+  // a config with fewer layers than the checkpoint holds
+  ModelConfig shallow = c;
+  shallow.layers = 1;
+  Params ps(shallow, Tier::Host, Tag::Weights);
+  EXPECT_THAT(error_of([&] { load_weights(dir, shallow, ps); }), HasSubstr("'model.layers.1."));
+  // a shape mismatch
+  ModelConfig wide = c;
+  wide.intermediate = 40;
+  Params pw(wide, Tier::Host, Tag::Weights);
+  EXPECT_THAT(error_of([&] { load_weights(dir, wide, pw); }), HasSubstr("gate_proj.weight"));
+}
+
+TEST(TokenFile, WindowsWrapAndIdsAreChecked) {
+  const auto dir = temp_dir();
+  const auto toks = write_tokens(dir / "t.bin", 10, 61, 1);
+  TokenFile f(dir / "t.bin", 61);
+  std::vector<int32_t> ids(4), tg(4);
+  f.window(2, 4, ids.data(), tg.data());  // tokens [8, 12] wrap to 8, 9, 0, 1, 2
+  EXPECT_EQ(ids, (std::vector<int32_t>{toks[8], toks[9], toks[0], toks[1]}));
+  EXPECT_EQ(tg, (std::vector<int32_t>{toks[9], toks[0], toks[1], toks[2]}));
+  TokenFile small(dir / "t.bin", 5);
+  EXPECT_THAT(error_of([&] { small.window(0, 9, ids.data(), tg.data()); }),
+              HasSubstr("beyond the model's vocabulary (5)"));
+  write_bytes(dir / "odd.bin", "abcdef");
+  EXPECT_THAT(error_of([&] { TokenFile x(dir / "odd.bin", 61); }), HasSubstr("not a multiple of 4"));
+  write_bytes(dir / "empty.bin", "");
+  EXPECT_THAT(error_of([&] { TokenFile x(dir / "empty.bin", 61); }), HasSubstr("at least 2"));
+  EXPECT_THAT(error_of([&] { open_token_source(dir / "x.txt", 61); }), HasSubstr("unsupported file type"));
+}
+
+}  // namespace

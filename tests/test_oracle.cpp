@@ -1,0 +1,133 @@
+// The external oracle: loss and every parameter gradient of the same model, tokens and weights,
+// computed by PyTorch in float64 (tests/oracle/torch_oracle.py), against the engine's fp32 results.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <fmt/format.h>
+
+#include "backend/backend.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model_fixture.h"
+#include "test_util.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+using nlohmann::json;
+
+namespace {
+
+bool torch_available(std::string* why) {
+  const std::string cmd = std::string(OOMB_TORCH_PYTHON) + " -c 'import torch' >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) == 0) return true;
+  *why = std::string("PyTorch is not importable by ") + OOMB_TORCH_PYTHON +
+         " (install python3-torch: scripts/install-deps.sh)";
+  return false;
+}
+
+struct Case {
+  std::string name;
+  json cfg;
+  int64_t N;
+};
+
+void check_against_oracle(const Case& c) {
+  SCOPED_TRACE(c.name);
+  const auto dir = temp_dir("_" + c.name);
+  const ModelConfig cfg = write_tiny_model(dir / "model", c.cfg, 11);
+  const auto toks = write_tokens(dir / "tokens.bin", c.N + 1, cfg.vocab, 12);
+  const std::string cmd = fmt::format("{} {}/tests/oracle/torch_oracle.py --model {} --tokens {} --out {} > {} 2>&1",
+                                      OOMB_TORCH_PYTHON, OOMB_SOURCE_DIR, (dir / "model").string(),
+                                      (dir / "tokens.bin").string(), (dir / "oracle.safetensors").string(),
+                                      (dir / "oracle.log").string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "oracle failed: " << read_text(dir / "oracle.log");
+
+  auto be = make_cpu_backend();
+  const ModelConfig loaded = load_config(dir / "model");
+  Model model(loaded, *be, c.N);
+  load_weights(dir / "model", loaded, model.params());
+  model.enable_grads();
+  std::vector<int32_t> ids(toks.begin(), toks.end() - 1), targets(toks.begin() + 1, toks.end());
+  const LossStats ls = model.forward_backward(ids.data(), targets.data(), c.N, 1.0f / float(c.N));
+
+  const SafetensorsModel ref = SafetensorsModel::open(dir / "oracle.safetensors");
+  std::vector<float> ref_loss(1);
+  ref.read_f32("loss", ref_loss.data());
+  EXPECT_NEAR(ls.loss_sum / double(c.N), ref_loss[0], 1e-5 * std::abs(ref_loss[0])) << "loss";
+  int checked = 0;
+  double worst = 0;
+  for (const ParamSpec& s : model.grads().specs()) {
+    std::vector<float> want(static_cast<size_t>(s.numel()));
+    ref.read_f32("grad." + s.name, want.data(), s.shape);
+    const double err = rel_error(model.grads().view(s).f(), want.data(), want.size());
+    EXPECT_LE(err, 1e-5) << s.name;
+    worst = std::max(worst, err);
+    ++checked;
+  }
+  std::cout << fmt::format("[ oracle   ] {:<24} N={:<3} loss {:.8f} vs {:.8f}, worst gradient rel. error {:.2e} over {} tensors\n",
+                           c.name, c.N, ls.loss_sum / double(c.N), ref_loss[0], worst, checked);
+  EXPECT_EQ(checked, int(ref.names().size()) - 1) << "the oracle and the engine disagree on the parameter set";
+}
+
+class Oracle : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!torch_available(&why)) GTEST_SKIP() << why;
+  }
+};
+
+json with(json j, const json& patch) {
+  j.merge_patch(patch);
+  return j;
+}
+
+TEST_F(Oracle, LlamaKvHeadRatios) {
+  for (int64_t g : {4, 2, 1})
+    check_against_oracle({fmt::format("llama_kv{}", g), tiny_config_json("llama", g), 23});
+}
+
+TEST_F(Oracle, LlamaTiedAndBiases) {
+  const json base = tiny_config_json("llama", 2);
+  check_against_oracle({"llama_tied", with(base, {{"tie_word_embeddings", true}}), 19});
+  check_against_oracle({"llama_bias", with(base, {{"attention_bias", true}, {"mlp_bias", true}}), 19});
+}
+
+TEST_F(Oracle, Qwen2TiedUntiedAndRatios) {
+  check_against_oracle({"qwen2_tied_kv1", with(tiny_config_json("qwen2", 1), {{"tie_word_embeddings", true}}), 29});
+  check_against_oracle({"qwen2_untied_kv4", tiny_config_json("qwen2", 4), 17});
+}
+
+TEST_F(Oracle, Mistral) { check_against_oracle({"mistral", tiny_config_json("mistral", 2), 17}); }
+
+TEST_F(Oracle, RopeTypes) {
+  const json base = tiny_config_json("llama", 2);
+  check_against_oracle({"rope_linear", with(base, {{"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.5}}}}), 31});
+  check_against_oracle({"rope_llama3",
+                        with(base, {{"rope_theta", 500.0},
+                                    {"rope_scaling",
+                                     {{"rope_type", "llama3"}, {"factor", 4.0}, {"low_freq_factor", 1.0},
+                                      {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 16}}}}),
+                        31});
+  check_against_oracle(
+      {"rope_yarn", with(base, {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0},
+                                                   {"original_max_position_embeddings", 16}}}}), 31});
+  check_against_oracle({"rope_yarn_mscale",
+                        with(base, {{"rope_scaling", {{"type", "yarn"}, {"factor", 3.0}, {"mscale", 0.8},
+                                                      {"mscale_all_dim", 0.5}, {"beta_fast", 16}, {"beta_slow", 2}}}}),
+                        31});
+  // transformers 5 style: everything inside rope_parameters
+  json v5 = tiny_config_json("qwen2", 2);
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1000.0}, {"factor", 2.0},
+                           {"original_max_position_embeddings", 32}, {"truncate", false}};
+  check_against_oracle({"rope_parameters_yarn", v5, 31});
+  json v5d = tiny_config_json("llama", 1);
+  v5d.erase("rope_theta");
+  v5d["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 100.0}};
+  check_against_oracle({"rope_parameters_default", v5d, 23});
+}
+
+}  // namespace
