@@ -215,6 +215,8 @@ struct BadCase {
   std::string bytes;
   std::string error;
 };
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
+
 
 std::string one(const std::string& entry, size_t data) { return st_file(R"({"w":)" + entry + "}", data); }
 const std::string kDeep = std::string(40, '[') + std::string(40, ']');

@@ -1,0 +1,40 @@
+# Thin wrapper: every target installs missing Debian packages, configures and builds first.
+BUILD ?= build
+JOBS  ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure build test test-fast demo fuzz bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 \
+	  || (cat $(BUILD).configure.log; exit 1)
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# every test: unit, oracle (PyTorch float64), CLI, brief fuzzing; CUDA tests skip without a GPU
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# everything but the tests labelled slow
+test-fast: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow
+
+# the embedded default: a tiny model learning a long-range recall task (about two minutes on 2 cores)
+demo: build
+	@./$(BUILD)/oomb train
+
+# longer fuzzing of every parser: make fuzz FUZZ_SECONDS=600
+FUZZ_SECONDS ?= 120
+fuzz: build
+	@for f in $(BUILD)/fuzz/fuzz_*; do case $$f in *.corpus) continue;; esac; \
+	  n=$$(basename $$f); mkdir -p $(BUILD)/fuzz/$$n.corpus; echo "== $$n ($(FUZZ_SECONDS) s)"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/$$n.corpus tests/fuzz/corpus/$$n || exit 1; done
+
+clean:
+	rm -rf $(BUILD) $(BUILD).configure.log
