@@ -46,11 +46,11 @@ void check_against_oracle(const Case& c) {
 
   auto be = make_cpu_backend();
   const ModelConfig loaded = load_config(dir / "model");
-  Model model(loaded, *be, c.N);
+  Model model(loaded, *be, ChunkPlan{c.N, 128});
   load_weights(dir / "model", loaded, model.params());
   model.enable_grads();
   std::vector<int32_t> ids(toks.begin(), toks.end() - 1), targets(toks.begin() + 1, toks.end());
-  const LossStats ls = model.forward_backward(ids.data(), targets.data(), c.N, 1.0f / float(c.N));
+  const LossStats ls = model.forward_backward(ids.data(), targets.data(), c.N, 1.0f);
 
   const SafetensorsModel ref = SafetensorsModel::open(dir / "oracle.safetensors");
   std::vector<float> ref_loss(1);

@@ -17,7 +17,7 @@ namespace {
 
 struct TrainArgs {
   std::string model, data, device = "cpu", out, metrics;
-  int64_t seq_len = 0, steps = 0, grad_accum = 1, log_every = 0;
+  int64_t seq_len = 0, steps = 0, grad_accum = 1, log_every = 0, chunk = 0, page = 128;
   OptimConfig optim;
   float grad_clip = -1;  // unset: 1.0 for adamw, 0 (off) for sgd
   float lr = -1;         // unset: per mode
@@ -31,6 +31,12 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
   auto be = make_cuda_backend(&why);
   OOMB_CHECK(be != nullptr, "--device cuda: {}", why);
   return be;
+}
+
+// --chunk-size defaults to min(N, 1024): chunk-recurrent whenever the sequence is longer.
+ChunkPlan chunk_plan(const TrainArgs& a) {
+  OOMB_CHECK(a.chunk >= 0, "--chunk-size: must be positive, got {}", a.chunk);
+  return {std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page};
 }
 
 // The demo's model: a 2-layer Llama-style model sized for a CPU, over the recall task's vocabulary.
@@ -55,7 +61,7 @@ int run_demo(TrainArgs& a, Backend& be) {
                    "(chance: 1 in {}). Loss and accuracy count the repeated half only.\n",
                    param_count(cfg), cfg.layers, a.seq_len, a.seq_len / 2, (a.seq_len + 1) / 2, task.vocab())
             << std::endl;
-  Model model(cfg, be, a.seq_len);
+  Model model(cfg, be, chunk_plan(a));
   init_params(model.params(), a.seed);
   TrainOptions o{a.seq_len, a.steps, a.grad_accum, a.log_every ? a.log_every : 100, a.optim, a.metrics};
   o.optim.lr = a.lr;
@@ -95,6 +101,8 @@ Command add_train(CLI::App& app) {
   c->add_option("--grad-clip", a->grad_clip, "Max global gradient norm; 0 disables (default 1.0 for adamw, 0 for sgd)");
   c->add_option("--warmup-steps", a->optim.warmup_steps, "Linear warmup steps, then cosine decay")->capture_default_str();
   c->add_option("--grad-accum", a->grad_accum, "Sequences per optimizer step")->capture_default_str();
+  c->add_option("--chunk-size", a->chunk, "Tokens per chunk C of chunk-recurrent training (default min(N, 1024); N = full sequence)");
+  c->add_option("--page-size", a->page, "Tokens per KV page")->capture_default_str();
   c->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   c->add_option("--out", a->out, "Save the trained model here (HF format, the loaded dtype) after the last step");
   c->add_option("--metrics", a->metrics, "Write one JSON line of metrics per step to this file");
@@ -111,7 +119,8 @@ Command add_train(CLI::App& app) {
                            a->log_every ? a->log_every : 1, a->optim, a->metrics};
             o.optim.lr = a->lr < 0 ? 1e-4f : a->lr;
             o.optim.grad_clip = a->grad_clip >= 0 ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
-            Model model(cfg, *be, o.seq_len);
+            a->seq_len = o.seq_len;
+            Model model(cfg, *be, chunk_plan(*a));
             const DType dtype = load_weights(a->model, cfg, model.params());
             std::cout << fmt::format("oomb train: {} ({}, {} parameters, {}) on {}, {} tokens per step, {} steps",
                                      a->model, cfg.architecture, param_count(cfg), dtype_name(dtype),

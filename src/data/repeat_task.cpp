@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <fmt/format.h>
-#include <random>
-#include <vector>
 
 #include "core/error.h"
 
@@ -18,16 +16,20 @@ std::string RepeatTask::describe() const {
 }
 
 // Window of N tokens: x_0 .. x_{h-1} random, then x_t = x_{t-h} for t >= h (h = ceil(N/2)).
-// Targets: x_{t+1} for t >= h, ignored (-1) before.
-void RepeatTask::window(int64_t w, int64_t N, int32_t* ids, int32_t* targets) {
+// Targets: x_{t+1} for t >= h, ignored (-1) before. Each token is a hash of (seed, window, position),
+// so any range can be produced without holding the window.
+void RepeatTask::read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) {
   OOMB_CHECK(N >= 2, "repeat task: sequence length must be at least 2, got {}", N);
-  std::mt19937_64 rng(seed_ * 0x9e3779b97f4a7c15ull + uint64_t(w));
   const int64_t h = (N + 1) / 2;
-  std::vector<int32_t> seq(static_cast<size_t>(N + 1));
-  for (int64_t t = 0; t <= N; ++t) seq[size_t(t)] = t < h ? int32_t(rng() % uint64_t(vocab_)) : seq[size_t(t - h)];
-  for (int64_t t = 0; t < N; ++t) {
-    ids[t] = seq[size_t(t)];
-    targets[t] = t >= h ? seq[size_t(t + 1)] : -1;
+  auto token = [&](int64_t t) {
+    uint64_t x = seed_ * 0x9e3779b97f4a7c15ull ^ (uint64_t(w) << 32) ^ uint64_t(t < h ? t : t - h);
+    x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull, x ^= x >> 33;
+    return int32_t(x % uint64_t(vocab_));
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = t0 + i;
+    ids[i] = token(t);
+    targets[i] = t >= h ? token(t + 1) : -1;
   }
 }
 

@@ -12,7 +12,7 @@ class RepeatTask final : public TokenSource {
  public:
   RepeatTask(uint64_t seed, int64_t vocab);
   int64_t vocab() const { return vocab_; }
-  void window(int64_t w, int64_t N, int32_t* ids, int32_t* targets) override;
+  void read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) override;
   std::string describe() const override;
 
  private:

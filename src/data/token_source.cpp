@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -29,30 +30,26 @@ TokenFile::~TokenFile() {
 
 std::string TokenFile::describe() const { return fmt::format("{} ({} tokens)", path_.string(), n_tokens_); }
 
-void TokenFile::window(int64_t w, int64_t N, int32_t* ids, int32_t* targets) {
-  if (scratch_len_ < N + 1) {
-    scratch_.reset(new uint32_t[size_t(N + 1)]);
-    scratch_len_ = N + 1;
-  }
-  // read N + 1 ids from start, in pieces where the window wraps
-  const int64_t start = (w * N) % n_tokens_;
-  int64_t got = 0;
-  while (got < N + 1) {
-    const int64_t at = (start + got) % n_tokens_, n = std::min(N + 1 - got, n_tokens_ - at);
-    const ssize_t r = ::pread(fd_, scratch_.get() + got, size_t(n) * 4, off_t(at) * 4);
-    OOMB_CHECK(r == ssize_t(n) * 4, "--data {}: short read at token {}", path_.string(), at);
-    for (int64_t i = 0; i < n; ++i) {
-      uint32_t id = scratch_[size_t(got + i)];
+// Reads ids [start, start + n] of the file (n + 1 of them, wrapping) into ids[0..n) and targets[0..n).
+void TokenFile::read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) {
+  const int64_t start = ((w % n_tokens_) * (N % n_tokens_) + t0) % n_tokens_;
+  constexpr int64_t kPiece = 4096;
+  uint32_t buf[kPiece];
+  int64_t got = 0;  // ids read so far, of n + 1
+  while (got < n + 1) {
+    const int64_t at = (start + got) % n_tokens_, len = std::min({n + 1 - got, n_tokens_ - at, kPiece});
+    const ssize_t r = ::pread(fd_, buf, size_t(len) * 4, off_t(at) * 4);
+    OOMB_CHECK(r == ssize_t(len) * 4, "--data {}: short read at token {}", path_.string(), at);
+    for (int64_t i = 0; i < len; ++i) {
+      uint32_t id = buf[i];
       if (std::endian::native == std::endian::big) id = __builtin_bswap32(id);
       OOMB_CHECK(int64_t(id) < vocab_, "--data {}: token id {} at position {} is beyond the model's vocabulary ({})",
                  path_.string(), id, at + i, vocab_);
-      scratch_[size_t(got + i)] = id;
+      const int64_t k = got + i;  // id k is input k (k < n) and target k - 1 (k > 0)
+      if (k < n) ids[k] = int32_t(id);
+      if (k > 0) targets[k - 1] = int32_t(id);
     }
-    got += n;
-  }
-  for (int64_t i = 0; i < N; ++i) {
-    ids[i] = int32_t(scratch_[size_t(i)]);
-    targets[i] = int32_t(scratch_[size_t(i + 1)]);
+    got += len;
   }
 }
 

@@ -10,8 +10,9 @@ namespace oomb {
 class TokenSource {
  public:
   virtual ~TokenSource() = default;
-  // Window w (from 0) of N tokens.
-  virtual void window(int64_t w, int64_t N, int32_t* ids, int32_t* targets) = 0;
+  // Tokens [t0, t0 + n) of window w (from 0) of N tokens: ids and their next-token targets.
+  virtual void read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) = 0;
+  void window(int64_t w, int64_t N, int32_t* ids, int32_t* targets) { read(w, N, 0, N, ids, targets); }
   virtual std::string describe() const = 0;
 };
 
@@ -21,7 +22,7 @@ class TokenFile final : public TokenSource {
  public:
   TokenFile(const std::filesystem::path& path, int64_t vocab);
   ~TokenFile() override;
-  void window(int64_t w, int64_t N, int32_t* ids, int32_t* targets) override;
+  void read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) override;
   std::string describe() const override;
   int64_t size() const { return n_tokens_; }
 
@@ -29,8 +30,6 @@ class TokenFile final : public TokenSource {
   std::filesystem::path path_;
   int fd_ = -1;
   int64_t n_tokens_ = 0, vocab_ = 0;
-  std::unique_ptr<uint32_t[]> scratch_;
-  int64_t scratch_len_ = 0;
 };
 
 // Opens --data FILE by its extension (.bin: raw uint32).

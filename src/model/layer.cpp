@@ -9,9 +9,11 @@ const Tensor* opt(const Tensor& t) { return t.empty() ? nullptr : &t; }
 Tensor* opt(Tensor& t) { return t.empty() ? nullptr : &t; }
 Tensor flat2(const Tensor& t) { return t.reshaped({t.dim(0), t.numel() / t.dim(0)}); }
 
-// The layer's own K/V split into blocks of ctx.block tokens (full-sequence attention).
-std::vector<KVBlock> self_blocks(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads) {
-  std::vector<KVBlock> blocks;
+// The prefix blocks, then the chunk's own K/V split into blocks of ctx.block tokens. The list is
+// reused from call to call, so steady-state steps do not allocate.
+std::span<const KVBlock> all_blocks(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads) {
+  static thread_local std::vector<KVBlock> blocks;
+  blocks.assign(ctx.prefix.begin(), ctx.prefix.end());
   const int64_t T = plan.k.dim(0);
   for (int64_t t0 = 0; t0 < T; t0 += ctx.block) {
     const int64_t n = std::min(ctx.block, T - t0);
@@ -26,25 +28,22 @@ std::vector<KVBlock> self_blocks(const LayerCtx& ctx, LayerBuffers& plan, bool w
     b.doc = ctx.attn.q_doc ? ctx.attn.q_doc + t0 : nullptr;
     blocks.push_back(b);
   }
-  return blocks;
+  return {blocks.data(), blocks.size()};
 }
 }  // namespace
 
 LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier) {
   const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
-  act_arena_ = Arena(tier, Tag::Activations, size_t(activation_bytes(c, T)));
-  auto f = [&](std::initializer_list<int64_t> s) { return act_arena_.take(DType::F32, s); };
+  arena_ = Arena(tier, Tag::Activations, size_t(bytes(c, T)));
+  auto f = [&](std::initializer_list<int64_t> s) { return arena_.take(DType::F32, s); };
   LayerBuffers& b = all_;
   b.acts = {f({T, d}), f({T}), f({T, H, D}), f({T, H, D}), f({T, H}), f({T, d}), f({T, d}), f({T}),
             f({T, I}), f({T, I}), f({T, I})};
   b.g = {f({T, H, D}), f({T, H, D}), f({T, d}), f({T, d}), f({T, I}), f({T, I}), f({T, I})};
-  const size_t kv = Arena::need(DType::F32, {T, G, D});
-  kv_arena_ = Arena(tier, Tag::KV, 2 * kv);
-  b.k = kv_arena_.take(DType::F32, {T, G, D});
-  b.v = kv_arena_.take(DType::F32, {T, G, D});
-  kvg_arena_ = Arena(tier, Tag::KVGrad, 2 * kv);
-  b.dk = kvg_arena_.take(DType::F32, {T, G, D});
-  b.dv = kvg_arena_.take(DType::F32, {T, G, D});
+  b.k = f({T, G, D});
+  b.v = f({T, G, D});
+  b.dk = f({T, G, D});
+  b.dv = f({T, G, D});
 }
 
 LayerBuffers LayerBuffers::first(int64_t T) const {
@@ -56,24 +55,26 @@ LayerBuffers LayerBuffers::first(int64_t T) const {
   return r;
 }
 
-int64_t LayerPlan::activation_bytes(const ModelConfig& c, int64_t T) {
-  const int64_t d = c.hidden, H = c.heads, D = c.head_dim, I = c.intermediate;
+int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T) {
+  const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
   auto n = [](std::initializer_list<int64_t> s) { return int64_t(Arena::need(DType::F32, s)); };
-  return 5 * n({T, d}) + 2 * n({T}) + 4 * n({T, H, D}) + n({T, H}) + 6 * n({T, I});
+  return 5 * n({T, d}) + 2 * n({T}) + 4 * n({T, H, D}) + n({T, H}) + 6 * n({T, I}) + 4 * n({T, G, D});
 }
 
-void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan) {
+void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan,
+                   bool kv_only) {
   Backend& be = ctx.be;
   LayerActs& A = plan.acts;
   const float eps = float(ctx.cfg.rms_norm_eps);
   be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
   Tensor q2 = flat2(A.q), k2 = flat2(plan.k), v2 = flat2(plan.v);
-  be.linear_fwd(A.a, p.wq, opt(p.bq), q2);
   be.linear_fwd(A.a, p.wk, opt(p.bk), k2);
   be.linear_fwd(A.a, p.wv, opt(p.bv), v2);
-  be.rope_fwd(A.q, ctx.pos, ctx.rope);
   be.rope_fwd(plan.k, ctx.pos, ctx.rope);
-  auto blocks = self_blocks(ctx, plan, false);
+  if (kv_only) return;
+  be.linear_fwd(A.a, p.wq, opt(p.bq), q2);
+  be.rope_fwd(A.q, ctx.pos, ctx.rope);
+  auto blocks = all_blocks(ctx, plan, false);
   be.attention_fwd(A.q, blocks, ctx.attn, A.o, A.lse);
   be.linear_fwd(flat2(A.o), p.wo, opt(p.bo), A.hmid);
   be.add(A.hmid, h_in);
@@ -101,8 +102,9 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   be.linear_bwd(flat2(A.o), p.wo, dh, &dattn2, false, &g.wo, opt(g.bo));
   be.zero(plan.dk);
   be.zero(plan.dv);
-  auto blocks = self_blocks(ctx, plan, true);
+  auto blocks = all_blocks(ctx, plan, true);
   be.attention_bwd(A.q, A.o, A.lse, S.dattn, blocks, ctx.attn, S.dq);
+  if (ctx.add_kv_grad) ctx.add_kv_grad(plan.dk, plan.dv);
   be.rope_bwd(S.dq, ctx.pos, ctx.rope);
   be.rope_bwd(plan.dk, ctx.pos, ctx.rope);
   // q, k were rotated in place; the projections' backward needs only their input a

@@ -1,6 +1,8 @@
 // One decoder layer (pre-norm attention + SwiGLU MLP): forward, and backward from its saved input.
 // Buffers for T tokens are planned once (LayerPlan); nothing is allocated per call.
 #pragma once
+#include <functional>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -26,20 +28,21 @@ struct LayerGradScratch {
 struct LayerBuffers {
   LayerActs acts;
   LayerGradScratch g;
-  Tensor k, v;    // (T, G, D), K after RoPE
-  Tensor dk, dv;  // (T, G, D)
+  Tensor k, v;    // (T, G, D) this chunk's K (after RoPE) and V
+  Tensor dk, dv;  // (T, G, D) their gradients
   LayerBuffers first(int64_t T) const;  // views of the first T tokens
 };
 
-// The static plan for up to T tokens: activations (tag activations), K/V (kv), dK/dV (kv_grad).
+// The static plan for chunks of up to T tokens, all tagged activations: it does not grow with the
+// sequence (earlier tokens' K/V live in pages, tagged kv and kv_grad).
 class LayerPlan {
  public:
   LayerPlan(const ModelConfig& c, int64_t T, Tier tier);
-  static int64_t activation_bytes(const ModelConfig& c, int64_t T);
+  static int64_t bytes(const ModelConfig& c, int64_t T);
   LayerBuffers view(int64_t T) const { return all_.first(T); }
 
  private:
-  Arena act_arena_, kv_arena_, kvg_arena_;
+  Arena arena_;
   LayerBuffers all_;
 };
 
@@ -48,12 +51,18 @@ struct LayerCtx {
   Backend& be;
   RopeTable rope;
   Tensor pos;  // (T) i32 RoPE positions
-  AttnArgs attn;
-  int64_t block = 64;  // tokens per KV block handed to attention
+  AttnArgs attn;  // attn.q_idx0: sequence index of the chunk's first token
+  // K/V blocks of earlier tokens (from pages); in backward their dk/dv are accumulated into.
+  std::span<const KVBlock> prefix;
+  // Called in backward after attention, before RoPE's backward: adds what later chunks contributed
+  // to this chunk's dK/dV (T, G, D). Empty for full-sequence training.
+  std::function<void(Tensor& dk, Tensor& dv)> add_kv_grad;
+  int64_t block = 64;  // tokens per block of the chunk's own K/V handed to attention
 };
 
-// h_out (T, d) = layer(h_in); fills plan.acts, plan.k, plan.v.
-void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan);
+// h_out (T, d) = layer(h_in); fills plan.acts, plan.k, plan.v. kv_only: stop once K/V exist.
+void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan,
+                   bool kv_only = false);
 // dh: (T, d), in = dL/dh_out, out = dL/dh_in. Needs plan.acts of the same h_in. Grads accumulate into g.
 void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, const Tensor& h_in, Tensor& dh,
                     LayerBuffers& plan);

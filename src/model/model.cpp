@@ -5,76 +5,178 @@
 
 namespace oomb {
 
-Model::Model(const ModelConfig& cfg, Backend& be, int64_t max_tokens)
+int64_t chunk_count(int64_t N, int64_t C) { return (N + C - 1) / C; }
+
+ChunkSpan chunk_span(int64_t N, int64_t C, int64_t t) {
+  const int64_t end = N - (chunk_count(N, C) - 1 - t) * C;
+  return {std::max<int64_t>(0, end - C), end};
+}
+
+static KVShape kv_shape(const ModelConfig& c, const ChunkPlan& p) {
+  return {c.layers, c.kv_heads, c.head_dim, p.page_size};
+}
+
+Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
     : cfg_(cfg),
       be_(be),
-      max_tokens_(max_tokens),
+      plan_(plan),
       params_(cfg, be.tier(), Tag::Weights),
-      data_(be.tier(), Tag::Data, 3 * Arena::need(DType::I32, {max_tokens})),
+      kv_(kv_shape(cfg, plan), be.tier(), Tag::KV),
+      dkv_(kv_shape(cfg, plan), be.tier(), Tag::KVGrad),
+      data_(be.tier(), Tag::Data, 3 * Arena::need(DType::I32, {plan.chunk})),
       saved_(be.tier(), Tag::Activations,
-             size_t(cfg.layers + 3) * Arena::need(DType::F32, {max_tokens, cfg.hidden}) +
-                 Arena::need(DType::F32, {max_tokens})),
-      plan_(cfg, max_tokens, be.tier()) {
-  OOMB_CHECK(max_tokens > 0, "model: sequence length must be positive, got {}", max_tokens);
+             size_t(cfg.layers + 3) * Arena::need(DType::F32, {plan.chunk, cfg.hidden}) +
+                 Arena::need(DType::F32, {plan.chunk})),
+      layer_plan_(cfg, plan.chunk, be.tier()) {
+  OOMB_CHECK(plan.chunk > 0, "--chunk-size: must be positive, got {}", plan.chunk);
+  OOMB_CHECK(plan.page_size > 0, "--page-size: must be positive, got {}", plan.page_size);
   inv_freq_ = rope_inv_freq(cfg, &attention_scaling_);
-  ids_ = data_.take(DType::I32, {max_tokens});
-  targets_ = data_.take(DType::I32, {max_tokens});
-  pos_ = data_.take(DType::I32, {max_tokens});
-  for (int64_t l = 0; l <= cfg.layers; ++l) h_.push_back(saved_.take(DType::F32, {max_tokens, cfg.hidden}));
-  dh_ = saved_.take(DType::F32, {max_tokens, cfg.hidden});
-  hnorm_ = saved_.take(DType::F32, {max_tokens, cfg.hidden});
-  rstd_final_ = saved_.take(DType::F32, {max_tokens});
+  const int64_t C = plan.chunk;
+  ids_ = data_.take(DType::I32, {C});
+  targets_ = data_.take(DType::I32, {C});
+  pos_ = data_.take(DType::I32, {C});
+  for (int64_t l = 0; l <= cfg.layers; ++l) h_.push_back(saved_.take(DType::F32, {C, cfg.hidden}));
+  dh_ = saved_.take(DType::F32, {C, cfg.hidden});
+  hnorm_ = saved_.take(DType::F32, {C, cfg.hidden});
+  rstd_final_ = saved_.take(DType::F32, {C});
 }
 
 void Model::enable_grads() {
   if (!grads_) grads_ = std::make_unique<Params>(cfg_, be_.tier(), Tag::Grads);
 }
 
-LossStats Model::forward_backward(const int32_t* ids, const int32_t* targets, int64_t T, float loss_scale) {
+LossStats Model::forward_backward(const ChunkReader& read, int64_t N, float weight) {
   OOMB_CHECK(grads_ != nullptr, "model: forward_backward needs enable_grads() first");
-  return run(ids, targets, T, loss_scale, true);
+  return run(read, N, weight, true);
 }
 
-LossStats Model::evaluate(const int32_t* ids, const int32_t* targets, int64_t T) {
-  return run(ids, targets, T, 1.0f, false);
+LossStats Model::evaluate(const ChunkReader& read, int64_t N) { return run(read, N, 1.0f, false); }
+
+static ChunkReader array_reader(const int32_t* ids, const int32_t* targets) {
+  return [=](int64_t t0, int64_t n, int32_t* i, int32_t* t) {
+    std::memcpy(i, ids + t0, size_t(n) * 4);
+    std::memcpy(t, targets + t0, size_t(n) * 4);
+  };
 }
 
-LossStats Model::run(const int32_t* ids, const int32_t* targets, int64_t T, float loss_scale, bool backward) {
-  OOMB_CHECK(T > 0 && T <= max_tokens_, "model: {} tokens given, planned for 1..{}", T, max_tokens_);
-  std::memcpy(ids_.data, ids, size_t(T) * 4);
-  std::memcpy(targets_.data, targets, size_t(T) * 4);
-  for (int64_t t = 0; t < T; ++t) pos_.as<int32_t>()[t] = int32_t(t);
-  const Tensor ids_t = ids_.rows(0, T), tg = targets_.rows(0, T);
-  LayerBuffers buf = plan_.view(T);
-  const LayerCtx ctx{cfg_, be_, RopeTable{inv_freq_.data(), attention_scaling_}, pos_.rows(0, T),
-                     AttnArgs{float(1.0 / std::sqrt(double(cfg_.head_dim))), 0, nullptr}};
-  std::vector<Tensor> h(h_.size());
-  for (size_t l = 0; l < h.size(); ++l) h[l] = h_[l].rows(0, T);
-  Tensor dh = dh_.rows(0, T), hn = hnorm_.rows(0, T), rstd = rstd_final_.rows(0, T);
+LossStats Model::forward_backward(const int32_t* ids, const int32_t* targets, int64_t N, float weight) {
+  return forward_backward(array_reader(ids, targets), N, weight);
+}
 
-  be_.embedding_fwd(ids_t, params_.embed, h[0]);
-  for (int64_t l = 0; l < cfg_.layers; ++l)
-    layer_forward(ctx, params_.layers[size_t(l)], h[size_t(l)], h[size_t(l) + 1], buf);
-  be_.rmsnorm_fwd(h.back(), params_.final_norm, float(cfg_.rms_norm_eps), hn, rstd);
+LossStats Model::evaluate(const int32_t* ids, const int32_t* targets, int64_t N) {
+  return evaluate(array_reader(ids, targets), N);
+}
 
+int64_t Model::load_chunk(const ChunkReader& read, ChunkSpan c) {
+  const int64_t n = c.end - c.begin;
+  read(c.begin, n, ids_.as<int32_t>(), targets_.as<int32_t>());
+  int64_t counted = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    pos_.as<int32_t>()[i] = int32_t(c.begin + i);
+    counted += targets_.as<int32_t>()[i] >= 0;
+  }
+  return counted;
+}
+
+// The layer's view of the chunk: K/V blocks of every page before the chunk (partial pages cut at
+// its first token) and, when with_grads, the gradient pages they accumulate into.
+LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool with_grads) {
+  const int64_t P = plan_.page_size, n = c.end - c.begin;
+  prefix_.clear();
+  for (int64_t p = 0; p * P < c.begin; ++p) {
+    const int64_t rows = std::min(P, c.begin - p * P);
+    KVBlock b;
+    b.k = kv_.k(l, p, 0, rows);
+    b.v = kv_.v(l, p, 0, rows);
+    if (with_grads) {
+      dkv_.ensure(l, p);  // a gradient page exists once something accumulates into it
+      b.dk = dkv_.k(l, p, 0, rows);
+      b.dv = dkv_.v(l, p, 0, rows);
+    }
+    b.idx0 = p * P;
+    prefix_.push_back(b);
+  }
+  LayerCtx ctx{cfg_, be_, RopeTable{inv_freq_.data(), attention_scaling_}, pos_.rows(0, n),
+               AttnArgs{float(1.0 / std::sqrt(double(cfg_.head_dim))), c.begin, nullptr},
+               std::span<const KVBlock>(prefix_), {}};
+  if (with_grads) ctx.add_kv_grad = [this, l, c](Tensor& dk, Tensor& dv) { dkv_.add_into(l, c.begin, dk, dv); };
+  return ctx;
+}
+
+// Embedding and every layer of chunk c, keeping each layer's input in h_. write_kv: store each
+// layer's K/V in its pages (the forward sweep); kv_only_last: the last layer stops after its K/V.
+void Model::forward_layers(ChunkSpan c, bool write_kv, bool kv_only_last) {
+  const int64_t n = c.end - c.begin, L = cfg_.layers;
+  LayerBuffers buf = layer_plan_.view(n);
+  Tensor h0 = h_[0].rows(0, n);
+  be_.embedding_fwd(ids_.rows(0, n), params_.embed, h0);
+  for (int64_t l = 0; l < L; ++l) {
+    const LayerCtx ctx = layer_ctx(l, c, false);
+    Tensor h_out = h_[size_t(l) + 1].rows(0, n);
+    layer_forward(ctx, params_.layers[size_t(l)], h_[size_t(l)].rows(0, n), h_out, buf, kv_only_last && l + 1 == L);
+    if (!write_kv) continue;
+    for (int64_t p = c.begin / plan_.page_size; p * plan_.page_size < c.end; ++p) kv_.ensure(l, p);
+    kv_.write(l, c.begin, buf.k, buf.v);
+  }
+}
+
+LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool backward) {
+  OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
+  const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size;
+  const float eps = float(cfg_.rms_norm_eps);
+  kv_.clear();
+  dkv_.clear();
   LossStats st;
-  for (int64_t t = 0; t < T; ++t) st.targets += targets[t] >= 0;
+
+  // Forward sweep: fill the K/V pages chunk by chunk (with the loss too when only evaluating).
+  for (int64_t t = 0; t < T; ++t) {
+    const ChunkSpan c = chunk_span(N, C, t);
+    const int64_t n = c.end - c.begin;
+    st.targets += load_chunk(read, c);
+    forward_layers(c, true, backward);
+    if (!backward) {
+      Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n);
+      be_.rmsnorm_fwd(h_.back().rows(0, n), params_.final_norm, eps, hn, rstd);
+      int64_t correct = 0;
+      st.loss_sum += be_.lm_head_xent(hn, params_.lm_head, targets_.rows(0, n), 1.0f, nullptr, nullptr, &correct);
+      st.correct += correct;
+    }
+  }
   if (!backward) {
-    st.loss_sum = be_.lm_head_xent(hn, params_.lm_head, tg, 1.0f, nullptr, nullptr, &st.correct);
+    kv_.clear();
     return st;
   }
+  OOMB_CHECK(st.targets > 0, "model: the sequence has no targets to train on");
+  const float scale = weight / float(st.targets);
   Params& g = *grads_;
-  // dh starts as dL/d(final norm output), then flows back through the norm and each layer
-  Tensor dhn = buf.g.da;  // (T, d) scratch, free until the last layer's backward
-  st.loss_sum = be_.lm_head_xent(hn, params_.lm_head, tg, loss_scale, &dhn, &g.lm_head, &st.correct);
-  be_.zero(dh);
-  be_.rmsnorm_bwd(h.back(), params_.final_norm, rstd, dhn, dh, false, g.final_norm);
-  for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
-    const size_t li = size_t(l);
-    layer_forward(ctx, params_.layers[li], h[li], h[li + 1], buf);  // recompute this layer's internals
-    layer_backward(ctx, params_.layers[li], g.layers[li], h[li], dh, buf);
+
+  // Backward sweep, chunks in reverse.
+  for (int64_t t = T - 1; t >= 0; --t) {
+    const ChunkSpan c = chunk_span(N, C, t);
+    const int64_t n = c.end - c.begin;
+    load_chunk(read, c);
+    forward_layers(c, false, false);  // recompute, keeping each layer's input
+    LayerBuffers buf = layer_plan_.view(n);
+    Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n), dh = dh_.rows(0, n);
+    be_.rmsnorm_fwd(h_.back().rows(0, n), params_.final_norm, eps, hn, rstd);
+    Tensor dhn = buf.g.da;  // (n, d) scratch, free until the layers' backward
+    int64_t correct = 0;
+    st.loss_sum += be_.lm_head_xent(hn, params_.lm_head, targets_.rows(0, n), scale, &dhn, &g.lm_head, &correct);
+    st.correct += correct;
+    be_.rmsnorm_bwd(h_.back().rows(0, n), params_.final_norm, rstd, dhn, dh, false, g.final_norm);
+    const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
+    for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
+      const size_t li = size_t(l);
+      const LayerCtx ctx = layer_ctx(l, c, true);
+      Tensor h_in = h_[li].rows(0, n), h_out = h_[li + 1].rows(0, n);
+      if (l + 1 < cfg_.layers) layer_forward(ctx, params_.layers[li], h_in, h_out, buf);  // recompute internals
+      layer_backward(ctx, params_.layers[li], g.layers[li], h_in, dh, buf);
+      // no remaining (earlier) chunk reads these tokens' K/V or their gradients
+      kv_.release_from(l, first_free);
+      dkv_.release_from(l, first_free);
+    }
+    be_.embedding_bwd(ids_.rows(0, n), dh, g.embed);
   }
-  be_.embedding_bwd(ids_t, dh, g.embed);
   return st;
 }
 

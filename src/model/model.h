@@ -1,10 +1,15 @@
-// A decoder-only model (Llama / Qwen2 / Mistral) on one backend: full-sequence forward and backward
-// with per-layer recomputation from saved layer inputs.
+// A decoder-only model (Llama / Qwen2 / Mistral) trained chunk-recurrently (DESIGN.md section 2):
+// a forward sweep over chunks fills paged K/V; a backward sweep in reverse chunk order recomputes
+// each chunk from its embedding, runs each layer's backward from its saved input, accumulates
+// attention gradients in place into gradient pages of every page read, and frees pages as soon as
+// no remaining chunk needs them. One chunk of C = N tokens is plain full-sequence training.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "backend/backend.h"
+#include "kv/paged_kv.h"
 #include "model/config.h"
 #include "model/layer.h"
 #include "model/params.h"
@@ -17,36 +22,63 @@ struct LossStats {
   int64_t correct = 0;  // argmax hits
 };
 
+// Supplies tokens [t0, t0 + n) of the current sequence: input ids and next-token targets (< 0: ignored).
+using ChunkReader = std::function<void(int64_t t0, int64_t n, int32_t* ids, int32_t* targets)>;
+
+struct ChunkPlan {
+  int64_t chunk = 0;        // C, tokens per chunk
+  int64_t page_size = 128;  // P, tokens per KV page
+};
+
+// Chunk t of T covers [begin, end); chunks are aligned to the end of the sequence, so the last one
+// is full and the first may be short.
+struct ChunkSpan {
+  int64_t begin, end;
+};
+ChunkSpan chunk_span(int64_t N, int64_t C, int64_t t);
+int64_t chunk_count(int64_t N, int64_t C);
+
 class Model {
  public:
-  // Plans buffers for sequences of up to max_tokens tokens.
-  Model(const ModelConfig& cfg, Backend& be, int64_t max_tokens);
+  Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan);
   const ModelConfig& config() const { return cfg_; }
+  const ChunkPlan& plan() const { return plan_; }
   Params& params() { return params_; }
   Params& grads() { return *grads_; }
   Backend& backend() { return be_; }
   void enable_grads();  // allocates the gradient buffer (tag grads), zeroed
 
-  // Loss over T tokens; ids, targets: T each (targets < 0 ignored). When grads are enabled,
-  // accumulates loss_scale * dLoss_sum/dparam into grads().
-  LossStats forward_backward(const int32_t* ids, const int32_t* targets, int64_t T, float loss_scale);
-  LossStats evaluate(const int32_t* ids, const int32_t* targets, int64_t T);
+  // One sequence of N tokens. Loss = mean cross-entropy over its targets; grads accumulate
+  // weight * dLoss/dparam (weight = 1 / accumulated sequences).
+  LossStats forward_backward(const ChunkReader& read, int64_t N, float weight);
+  LossStats evaluate(const ChunkReader& read, int64_t N);
+  // The same over whole arrays (tests, small inputs).
+  LossStats forward_backward(const int32_t* ids, const int32_t* targets, int64_t N, float weight);
+  LossStats evaluate(const int32_t* ids, const int32_t* targets, int64_t N);
+
+  const PagedKV& kv() const { return kv_; }
+  const PagedKV& kv_grad() const { return dkv_; }
 
  private:
-  LossStats run(const int32_t* ids, const int32_t* targets, int64_t T, float loss_scale, bool backward);
+  LossStats run(const ChunkReader& read, int64_t N, float weight, bool backward);
+  int64_t load_chunk(const ChunkReader& read, ChunkSpan c);  // returns targets counted
+  LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool with_grads);
+  void forward_layers(ChunkSpan c, bool write_kv, bool kv_only_last);
 
   ModelConfig cfg_;
   Backend& be_;
-  int64_t max_tokens_;
+  ChunkPlan plan_;
   Params params_;
   std::unique_ptr<Params> grads_;
   std::vector<float> inv_freq_;
   float attention_scaling_ = 1.0f;
-  Arena data_;         // ids, targets, positions (tag data)
-  Arena saved_;        // layer inputs h_0..h_L and the gradient stream dh (tag activations)
-  LayerPlan plan_;
+  PagedKV kv_, dkv_;   // tags kv, kv_grad
+  Arena data_;         // ids, targets, positions of one chunk (tag data)
+  Arena saved_;        // one chunk's layer inputs h_0..h_L, dh, final norm (tag activations)
+  LayerPlan layer_plan_;
   Tensor ids_, targets_, pos_, dh_, hnorm_, rstd_final_;
-  std::vector<Tensor> h_;  // layers + 1 of (T, d)
+  std::vector<Tensor> h_;             // layers + 1 of (C, d)
+  std::vector<KVBlock> prefix_;       // reused block list
 };
 
 }  // namespace oomb

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <fmt/format.h>
 #include <fstream>
-#include <vector>
 
 namespace oomb {
 
@@ -37,7 +36,6 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     OOMB_CHECK(metrics.good(), "--metrics {}: cannot open for writing", o.metrics_path);
   }
   const int64_t N = o.seq_len;
-  std::vector<int32_t> ids(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
   StepStats st;
@@ -48,13 +46,12 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     double loss_sum = 0;
     int64_t counted = 0, correct = 0;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-      data.window(k * o.grad_accum + micro, N, ids.data(), targets.data());
-      int64_t n_targets = 0;
-      for (int32_t t : targets) n_targets += t >= 0;
-      OOMB_CHECK(n_targets > 0, "step {}: the window has no targets to train on", k);
+      const int64_t w = k * o.grad_accum + micro;
       // the loss is the mean over this window's targets, averaged over accumulated windows
-      LossStats ls = model.forward_backward(ids.data(), targets.data(), N, 1.0f / float(n_targets * o.grad_accum));
-      loss_sum += ls.loss_sum / double(n_targets);
+      const LossStats ls = model.forward_backward(
+          [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); }, N,
+          1.0f / float(o.grad_accum));
+      loss_sum += ls.loss_sum / double(ls.targets);
       counted += ls.targets;
       correct += ls.correct;
     }

@@ -1,0 +1,85 @@
+#include "kv/paged_kv.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace oomb {
+
+PagedKV::PagedKV(const KVShape& s, Tier tier, Tag tag)
+    : s_(s), pool_(tier, tag, size_t(s.page_elems()) * 4), table_(size_t(s.layers)) {
+  OOMB_CHECK(s.page_size > 0, "--page-size: must be positive, got {}", s.page_size);
+}
+
+bool PagedKV::has(int64_t l, int64_t p) const {
+  const auto& t = table_[size_t(l)];
+  return p < int64_t(t.size()) && t[size_t(p)] >= 0;
+}
+
+void PagedKV::ensure(int64_t l, int64_t p) {
+  auto& t = table_[size_t(l)];
+  if (p >= int64_t(t.size())) t.resize(size_t(p + 1), -1);
+  if (t[size_t(p)] >= 0) return;
+  const int32_t id = pool_.acquire();
+  std::memset(pool_.data(id), 0, pool_.page_bytes());
+  t[size_t(p)] = id;
+}
+
+void PagedKV::release(int64_t l, int64_t p) {
+  auto& t = table_[size_t(l)];
+  if (p >= int64_t(t.size()) || t[size_t(p)] < 0) return;
+  pool_.release(t[size_t(p)]);
+  t[size_t(p)] = -1;
+}
+
+void PagedKV::release_from(int64_t l, int64_t first) {
+  for (int64_t p = first; p < int64_t(table_[size_t(l)].size()); ++p) release(l, p);
+}
+
+void PagedKV::clear() {
+  for (int64_t l = 0; l < s_.layers; ++l) release_from(l, 0);
+}
+
+float* PagedKV::page_ptr(int64_t l, int64_t p) const {
+  OOMB_CHECK(has(l, p), "paged kv: page {} of layer {} does not exist", p, l);
+  return static_cast<float*>(pool_.data(table_[size_t(l)][size_t(p)]));
+}
+
+Tensor PagedKV::k(int64_t l, int64_t p, int64_t r0, int64_t n) const {
+  const int64_t row = s_.kv_heads * s_.head_dim;
+  return Tensor::f32(page_ptr(l, p) + r0 * row, {n, s_.kv_heads, s_.head_dim});
+}
+
+Tensor PagedKV::v(int64_t l, int64_t p, int64_t r0, int64_t n) const {
+  const int64_t row = s_.kv_heads * s_.head_dim;
+  return Tensor::f32(page_ptr(l, p) + (s_.page_size + r0) * row, {n, s_.kv_heads, s_.head_dim});
+}
+
+// Walks tokens [t0, t0 + n) page by page: fn(page, row in page, row in src, rows)
+template <typename Fn>
+static void for_rows(int64_t P, int64_t t0, int64_t n, Fn fn) {
+  for (int64_t i = 0; i < n;) {
+    const int64_t t = t0 + i, p = t / P, r = t % P, len = std::min(P - r, n - i);
+    fn(p, r, i, len);
+    i += len;
+  }
+}
+
+void PagedKV::write(int64_t l, int64_t t0, const Tensor& ks, const Tensor& vs) {
+  const int64_t row = s_.kv_heads * s_.head_dim;
+  for_rows(s_.page_size, t0, ks.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
+    std::memcpy(k(l, p, r, len).data, ks.f() + i * row, size_t(len * row) * 4);
+    std::memcpy(v(l, p, r, len).data, vs.f() + i * row, size_t(len * row) * 4);
+  });
+}
+
+void PagedKV::add_into(int64_t l, int64_t t0, Tensor& kd, Tensor& vd) const {
+  const int64_t row = s_.kv_heads * s_.head_dim;
+  for_rows(s_.page_size, t0, kd.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
+    if (!has(l, p)) return;  // nothing was accumulated into this page
+    const float *ks = k(l, p, r, len).f(), *vs = v(l, p, r, len).f();
+    float *kp = kd.f() + i * row, *vp = vd.f() + i * row;
+    for (int64_t j = 0; j < len * row; ++j) kp[j] += ks[j], vp[j] += vs[j];
+  });
+}
+
+}  // namespace oomb

@@ -1,0 +1,49 @@
+// K/V (or dK/dV) of every layer in fixed-size pages: page p of a layer holds tokens
+// [p*P, p*P + P), K then V, each (P, G, D) fp32. A page table per layer maps page index -> pool page.
+// K is stored after RoPE, at absolute positions.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kv/page_pool.h"
+
+namespace oomb {
+
+struct KVShape {
+  int64_t layers = 0, kv_heads = 0, head_dim = 0, page_size = 128;
+  int64_t page_elems() const { return 2 * page_size * kv_heads * head_dim; }  // K and V
+  int64_t pages_for(int64_t tokens) const { return (tokens + page_size - 1) / page_size; }
+};
+
+class PagedKV {
+ public:
+  PagedKV(const KVShape& s, Tier tier, Tag tag);
+  const KVShape& shape() const { return s_; }
+
+  bool has(int64_t layer, int64_t page) const;
+  // Acquires page (layer, page) if absent, zero-filled; returns its pool id.
+  void ensure(int64_t layer, int64_t page);
+  void release(int64_t layer, int64_t page);  // no-op when absent
+  void release_from(int64_t layer, int64_t first_page);  // every page >= first_page
+  void clear();                                           // every page of every layer
+
+  // Views of rows [r0, r0 + n) of page (layer, page): (n, G, D). The page must exist.
+  Tensor k(int64_t layer, int64_t page, int64_t r0, int64_t n) const;
+  Tensor v(int64_t layer, int64_t page, int64_t r0, int64_t n) const;
+  // Copies rows: tokens [t0, t0 + n) of `src` (n, G, D) into K or V pages (pages must exist),
+  // or adds the pages' rows into dst (n, G, D).
+  void write(int64_t layer, int64_t t0, const Tensor& k_src, const Tensor& v_src);
+  void add_into(int64_t layer, int64_t t0, Tensor& k_dst, Tensor& v_dst) const;
+
+  int64_t pages_in_use() const { return pool_.in_use(); }
+  int64_t pages_reserved() const { return pool_.reserved(); }
+
+ private:
+  float* page_ptr(int64_t layer, int64_t page) const;
+  KVShape s_;
+  PagePool pool_;
+  std::vector<std::vector<int32_t>> table_;  // [layer][page] -> pool id or -1
+};
+
+}  // namespace oomb
