@@ -76,6 +76,8 @@ class Backend {
   // If dh: dh = scale * dloss/dh;  if dw: dw += scale * dloss/dw.  correct: argmax hits (may be null).
   virtual double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,
                               Tensor* dw, int64_t* correct) = 0;
+  // Bytes of workspace (tag workspace) the backend holds for a vocabulary of V: the loss tile.
+  virtual size_t workspace_bytes(int64_t vocab) const = 0;
 
   // Elementwise and reductions over fp32 tensors.
   virtual void add(Tensor& y, const Tensor& x) = 0;  // y += x

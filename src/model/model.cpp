@@ -23,10 +23,8 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
       params_(cfg, be.tier(), Tag::Weights),
       kv_(kv_shape(cfg, plan), be.tier(), Tag::KV),
       dkv_(kv_shape(cfg, plan), be.tier(), Tag::KVGrad),
-      data_(be.tier(), Tag::Data, 3 * Arena::need(DType::I32, {plan.chunk})),
-      saved_(be.tier(), Tag::Activations,
-             size_t(cfg.layers + 3) * Arena::need(DType::F32, {plan.chunk, cfg.hidden}) +
-                 Arena::need(DType::F32, {plan.chunk})),
+      data_(be.tier(), Tag::Data, data_bytes(plan)),
+      saved_(be.tier(), Tag::Activations, saved_bytes(cfg, plan)),
       layer_plan_(cfg, plan.chunk, be.tier()) {
   OOMB_CHECK(plan.chunk > 0, "--chunk-size: must be positive, got {}", plan.chunk);
   OOMB_CHECK(plan.page_size > 0, "--page-size: must be positive, got {}", plan.page_size);
@@ -39,6 +37,31 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
   dh_ = saved_.take(DType::F32, {C, cfg.hidden});
   hnorm_ = saved_.take(DType::F32, {C, cfg.hidden});
   rstd_final_ = saved_.take(DType::F32, {C});
+}
+
+size_t Model::data_bytes(const ChunkPlan& p) { return 3 * Arena::need(DType::I32, {p.chunk}); }
+
+size_t Model::saved_bytes(const ModelConfig& c, const ChunkPlan& p) {
+  return size_t(c.layers + 3) * Arena::need(DType::F32, {p.chunk, c.hidden}) + Arena::need(DType::F32, {p.chunk});
+}
+
+MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
+                       size_t workspace_bytes) {
+  const int64_t P = param_count(cfg), C = std::min(plan.chunk, N);
+  const KVShape kv = kv_shape(cfg, plan);
+  const int64_t page_bytes = kv.page_elems() * 4;
+  MemoryPlan m;
+  m.weights = P * 4;
+  m.grads = P * 4;
+  m.optimizer = optimizer == "adamw" ? 2 * P * 4 : 0;
+  const ChunkPlan used{C, plan.page_size};
+  m.activations = LayerPlan::bytes(cfg, C) + int64_t(Model::saved_bytes(cfg, used));
+  m.kv = cfg.layers * kv.pages_for(N) * page_bytes;
+  // the last chunk is full, so N - C tokens precede it: their pages of every layer hold gradients
+  m.kv_grad = cfg.layers * kv.pages_for(N - C) * page_bytes;
+  m.workspace = int64_t(workspace_bytes);
+  m.data = int64_t(Model::data_bytes(used));
+  return m;
 }
 
 void Model::enable_grads() {

@@ -6,6 +6,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -38,6 +39,15 @@ struct ChunkSpan {
 ChunkSpan chunk_span(int64_t N, int64_t C, int64_t t);
 int64_t chunk_count(int64_t N, int64_t C);
 
+// Bytes per tag that a Model with this plan allocates for sequences of N tokens, at their peak:
+// the same functions size the allocations. Tags not listed (io) are transient during load and save.
+struct MemoryPlan {
+  int64_t weights = 0, grads = 0, optimizer = 0, activations = 0, kv = 0, kv_grad = 0, workspace = 0, data = 0;
+  int64_t total() const { return weights + grads + optimizer + activations + kv + kv_grad + workspace + data; }
+};
+MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
+                       size_t workspace_bytes);
+
 class Model {
  public:
   Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan);
@@ -60,6 +70,9 @@ class Model {
   const PagedKV& kv_grad() const { return dkv_; }
 
  private:
+  static size_t data_bytes(const ChunkPlan& p);
+  static size_t saved_bytes(const ModelConfig& c, const ChunkPlan& p);
+  friend MemoryPlan plan_memory(const ModelConfig&, const ChunkPlan&, int64_t, const std::string&, size_t);
   LossStats run(const ChunkReader& read, int64_t N, float weight, bool backward);
   int64_t load_chunk(const ChunkReader& read, ChunkSpan c);  // returns targets counted
   LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool with_grads);

@@ -1,12 +1,16 @@
 // Causal GQA attention over a list of KV blocks (DESIGN.md section 3), CPU reference.
 // Forward folds blocks in with an online softmax and keeps LSE; never forms a T x N matrix.
+// Each (query, head) scores a whole block at once so the exponentials vectorize.
 // Backward: pass 1 computes dq per (query, head); pass 2 accumulates dk/dv per (kv head, block),
 // so no two threads write the same element and results are deterministic.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include <vector>
+
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/fast_exp.h"
 
 namespace oomb::cpu {
 
@@ -53,6 +57,43 @@ inline bool same_doc(const AttnArgs& a, int64_t t, const KVBlock& kb, int64_t j)
   return a.q_doc == nullptr || kb.doc == nullptr || a.q_doc[t] == kb.doc[j];
 }
 
+// Scores of query qv against the n visible keys of block kb for kv head g, times scale; keys of
+// other documents get -inf. Returns the row maximum.
+float block_scores(const AttnArgs& a, const Dims& d, const KVBlock& kb, int64_t g, int64_t t, const float* qv,
+                   int64_t n, float* s) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = same_doc(a, t, kb, j) ? dot(qv, kb.k.f() + (j * d.G + g) * d.D, d.D) * a.scale
+                                 : -std::numeric_limits<float>::infinity();
+    mx = std::max(mx, s[j]);
+  }
+  return mx;
+}
+
+// p_j = exp(s_j - shift), in place; returns the sum.
+float exp_shifted(float* s, int64_t n, float shift) {
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = exp_fast(s[j] - shift);
+    sum += s[j];
+  }
+  return sum;
+}
+
+// A per-thread scores buffer of at least n floats, grown once to the largest block.
+float* scores_buffer(int64_t n) {
+  static thread_local std::vector<float> buf;
+  if (int64_t(buf.size()) < n) buf.resize(size_t(n));
+  return buf.data();
+}
+
+int64_t max_block(std::span<const KVBlock> blocks) {
+  int64_t m = 0;
+  for (const KVBlock& b : blocks) m = std::max(m, b.k.dim(0));
+  return m;
+}
+
 }  // namespace
 
 // q, o: (T, H, D); each block k, v: (L, G, D); lse: (T, H)
@@ -63,30 +104,32 @@ void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnA
   OOMB_CHECK(lse.dim(0) == d.T && lse.dim(1) == d.H, "attention_fwd: lse {} must be ({}, {})", lse.shape_str(), d.T,
              d.H);
   const float ninf = -std::numeric_limits<float>::infinity();
+  const int64_t bmax = max_block(blocks);
 #pragma omp parallel for collapse(2) schedule(dynamic, 16)
   for (int64_t t = 0; t < d.T; ++t)
     for (int64_t h = 0; h < d.H; ++h) {
       const int64_t g = h / d.group, qi = a.q_idx0 + t;
       const float* qv = q.f() + (t * d.H + h) * d.D;
       float* acc = o.f() + (t * d.H + h) * d.D;
+      float* s = scores_buffer(bmax);
       std::fill_n(acc, d.D, 0.0f);
       float m = ninf, l = 0;
-      for (const KVBlock& kb : blocks) {
+      for (const KVBlock& kb : blocks) {  // fold each block in with an online softmax
         const int64_t n = visible(kb, qi);
+        if (n == 0) continue;
+        const float bm = block_scores(a, d, kb, g, t, qv, n, s);
+        if (bm == ninf) continue;  // every visible key is in another document
+        if (bm > m) {
+          const float c = std::exp(m - bm);
+          l *= c;
+          for (int64_t i = 0; i < d.D; ++i) acc[i] *= c;
+          m = bm;
+        }
+        l += exp_shifted(s, n, m);
         for (int64_t j = 0; j < n; ++j) {
-          if (!same_doc(a, t, kb, j)) continue;
-          const float* kv = kb.k.f() + (j * d.G + g) * d.D;
+          if (s[j] == 0.0f) continue;
           const float* vv = kb.v.f() + (j * d.G + g) * d.D;
-          const float s = dot(qv, kv, d.D) * a.scale;
-          if (s > m) {  // rescale what was folded in so far
-            const float c = std::exp(m - s);
-            l *= c;
-            for (int64_t i = 0; i < d.D; ++i) acc[i] *= c;
-            m = s;
-          }
-          const float p = std::exp(s - m);
-          l += p;
-          for (int64_t i = 0; i < d.D; ++i) acc[i] += p * vv[i];
+          for (int64_t i = 0; i < d.D; ++i) acc[i] += s[j] * vv[i];
         }
       }
       if (l > 0)
@@ -104,8 +147,8 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
   check_same_shape("attention_bwd", "dq", dq, "q", q);
   check_f32("attention_bwd", "lse", lse, 2);
   const float* L = lse.f();
-  // Dsum (T, H) = rowsum(dO * O), stored in dq's first column block would alias; compute on the fly.
-  auto dsum = [&](int64_t t, int64_t h) {
+  const int64_t bmax = max_block(blocks);
+  auto dsum = [&](int64_t t, int64_t h) {  // rowsum(dO * O)
     return dot(dout.f() + (t * d.H + h) * d.D, o.f() + (t * d.H + h) * d.D, d.D);
   };
 
@@ -116,40 +159,47 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
       const int64_t g = h / d.group, qi = a.q_idx0 + t;
       const float *qv = q.f() + (t * d.H + h) * d.D, *dov = dout.f() + (t * d.H + h) * d.D;
       float* dqv = dq.f() + (t * d.H + h) * d.D;
+      float* s = scores_buffer(bmax);
       std::fill_n(dqv, d.D, 0.0f);
       const float lse_th = L[t * d.H + h];
       if (std::isinf(lse_th)) continue;
       const float ds_sum = dsum(t, h);
       for (const KVBlock& kb : blocks) {
         const int64_t n = visible(kb, qi);
+        if (n == 0) continue;
+        block_scores(a, d, kb, g, t, qv, n, s);
+        exp_shifted(s, n, lse_th);
         for (int64_t j = 0; j < n; ++j) {
-          if (!same_doc(a, t, kb, j)) continue;
+          if (s[j] == 0.0f) continue;
           const float* kv = kb.k.f() + (j * d.G + g) * d.D;
-          const float p = std::exp(dot(qv, kv, d.D) * a.scale - lse_th);
-          const float ds = p * (dot(dov, kb.v.f() + (j * d.G + g) * d.D, d.D) - ds_sum) * a.scale;
+          const float ds = s[j] * (dot(dov, kb.v.f() + (j * d.G + g) * d.D, d.D) - ds_sum) * a.scale;
           for (int64_t i = 0; i < d.D; ++i) dqv[i] += ds * kv[i];
         }
       }
     }
 
-  // pass 2: dk, dv, one (block, kv head) per iteration; queries and heads visited in a fixed order
+  // pass 2: dk, dv, one (block, kv head) per iteration; each key sums over queries, then heads,
+  // in ascending order
   const int64_t nb = int64_t(blocks.size());
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
   for (int64_t b = 0; b < nb; ++b)
     for (int64_t g = 0; g < d.G; ++g) {
       const KVBlock& kb = blocks[b];
-      for (int64_t j = 0; j < kb.k.dim(0); ++j) {
-        const float *kv = kb.k.f() + (j * d.G + g) * d.D, *vv = kb.v.f() + (j * d.G + g) * d.D;
-        float *dkv = kb.dk.f() + (j * d.G + g) * d.D, *dvv = kb.dv.f() + (j * d.G + g) * d.D;
-        const int64_t t0 = std::max<int64_t>(0, kb.idx0 + j - a.q_idx0);
-        for (int64_t t = t0; t < d.T; ++t) {
-          if (!same_doc(a, t, kb, j)) continue;
-          for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
-            const float lse_th = L[t * d.H + h];
-            if (std::isinf(lse_th)) continue;
-            const float *qv = q.f() + (t * d.H + h) * d.D, *dov = dout.f() + (t * d.H + h) * d.D;
-            const float p = std::exp(dot(qv, kv, d.D) * a.scale - lse_th);
-            const float ds = p * (dot(dov, vv, d.D) - dsum(t, h)) * a.scale;
+      float* s = scores_buffer(bmax);
+      for (int64_t t = std::max<int64_t>(0, kb.idx0 - a.q_idx0); t < d.T; ++t) {
+        const int64_t n = visible(kb, a.q_idx0 + t);
+        for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
+          const float lse_th = L[t * d.H + h];
+          if (n == 0 || std::isinf(lse_th)) continue;
+          const float *qv = q.f() + (t * d.H + h) * d.D, *dov = dout.f() + (t * d.H + h) * d.D;
+          block_scores(a, d, kb, g, t, qv, n, s);
+          exp_shifted(s, n, lse_th);
+          const float ds_sum = dsum(t, h);
+          for (int64_t j = 0; j < n; ++j) {
+            if (s[j] == 0.0f) continue;
+            const float p = s[j], *vv = kb.v.f() + (j * d.G + g) * d.D;
+            float *dkv = kb.dk.f() + (j * d.G + g) * d.D, *dvv = kb.dv.f() + (j * d.G + g) * d.D;
+            const float ds = p * (dot(dov, vv, d.D) - ds_sum) * a.scale;
             for (int64_t i = 0; i < d.D; ++i) {
               dvv[i] += p * dov[i];
               dkv[i] += ds * qv[i];

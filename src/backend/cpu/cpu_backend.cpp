@@ -54,11 +54,13 @@ class CpuBackend final : public Backend {
     // The logits tile is planned once per vocabulary size and reused (workspace tag).
     const int64_t V = w.dim(0);
     if (logits_.dim(1) != V) {
-      logits_buf_ = Buffer(Tier::Host, Tag::Workspace, size_t(kLossTile * V) * 4);
+      logits_buf_ = Buffer(Tier::Host, Tag::Workspace, workspace_bytes(V));
       logits_ = Tensor::f32(logits_buf_.as<float>(), {kLossTile, V});
     }
     return cpu::lm_head_xent(h, w, targets, scale, dh, dw, correct, logits_);
   }
+
+  size_t workspace_bytes(int64_t vocab) const override { return size_t(kLossTile * vocab) * 4; }
 
   void add(Tensor& y, const Tensor& x) override {
     cpu::check_f32("add", "y", y, -1);

@@ -1,0 +1,83 @@
+// The shape of memory, through the accountant: for a fixed chunk size, every tag but kv and kv_grad
+// peaks at the same bytes for N = 1K .. 64K; kv equals the page formula; kv_grad stays within the
+// formula for the N - C tokens before the last chunk; `oomb plan`'s prediction equals every peak.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <sstream>
+
+#include "backend/backend.h"
+#include "data/repeat_task.h"
+#include "model/init.h"
+#include "model/model.h"
+#include "model_fixture.h"
+#include "train/trainer.h"
+
+using namespace oomb;
+
+namespace {
+
+ModelConfig small_config() {
+  nlohmann::json j = oomb::testing::tiny_config_json("llama", 1);
+  j["hidden_size"] = 8;
+  j["num_attention_heads"] = 1;
+  j["head_dim"] = 4;
+  j["intermediate_size"] = 24;
+  return parse_config(j, "memory-shape test config");
+}
+
+struct Peaks {
+  std::map<std::string, int64_t> by_tag;
+};
+
+Peaks one_step(const ModelConfig& cfg, int64_t N, const ChunkPlan& plan, MemoryPlan* predicted) {
+  Accountant& acc = Accountant::global();
+  for (int i = 0; i < kNumTags; ++i) EXPECT_EQ(acc.get(Tier::Host, Tag(i)).current, 0) << "leftover " << tag_name(Tag(i));
+  acc.reset_peaks();
+  Peaks p;
+  {
+    auto be = make_cpu_backend();
+    Model m(cfg, *be, plan);
+    init_params(m.params(), 1);
+    RepeatTask task(2, cfg.vocab);
+    TrainOptions o{N, 1, 1, 1, {}, ""};
+    std::ostringstream log;
+    train(m, task, o, log);
+    *predicted = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(cfg.vocab));
+  }
+  for (int i = 0; i < kNumTags; ++i) p.by_tag[std::string(tag_name(Tag(i)))] = acc.get(Tier::Host, Tag(i)).peak;
+  return p;
+}
+
+TEST(MemoryShape, OnlyKvGrowsWithTheSequence) {
+  const ModelConfig cfg = small_config();
+  const ChunkPlan plan{512, 128};
+  const int64_t G = cfg.kv_heads, D = cfg.head_dim, L = cfg.layers, P = plan.page_size, C = plan.chunk;
+  std::map<std::string, int64_t> first;
+  for (int64_t N : {1024, 4096, 16384, 65536}) {
+    SCOPED_TRACE(fmt::format("N={}", N));
+    MemoryPlan pred;
+    const Peaks pk = one_step(cfg, N, plan, &pred);
+    const auto at = [&](const char* tag) { return pk.by_tag.at(tag); };
+    // kv: layers x 2 x kv_heads x head_dim x bytes x pages x page_size
+    const int64_t pages = (N + P - 1) / P, pages_before_last = (N - C + P - 1) / P;
+    EXPECT_EQ(at("kv"), L * 2 * G * D * 4 * pages * P);
+    EXPECT_LE(at("kv_grad"), L * 2 * G * D * 4 * pages_before_last * P);
+    // the plan, tag by tag, exactly
+    EXPECT_EQ(at("weights"), pred.weights);
+    EXPECT_EQ(at("grads"), pred.grads);
+    EXPECT_EQ(at("optimizer"), pred.optimizer);
+    EXPECT_EQ(at("activations"), pred.activations);
+    EXPECT_EQ(at("kv"), pred.kv);
+    EXPECT_EQ(at("kv_grad"), pred.kv_grad);
+    EXPECT_EQ(at("workspace"), pred.workspace);
+    EXPECT_EQ(at("data"), pred.data);
+    std::cout << fmt::format("[ memory   ] N={:>6}: kv {:>10} B, kv_grad {:>10} B, activations {} B, total {} B\n", N,
+                             at("kv"), at("kv_grad"), at("activations"), pred.total());
+    if (first.empty()) first = pk.by_tag;
+    for (const auto& [tag, bytes] : pk.by_tag)
+      if (tag != "kv" && tag != "kv_grad") EXPECT_EQ(bytes, first.at(tag)) << tag << " grew with N";
+  }
+}
+
+}  // namespace
