@@ -31,6 +31,8 @@ struct Case {
   std::string name;
   json cfg;
   int64_t N;
+  int64_t chunk = 0;  // 0: the whole sequence
+  int64_t page = 128;
 };
 
 void check_against_oracle(const Case& c) {
@@ -46,7 +48,7 @@ void check_against_oracle(const Case& c) {
 
   auto be = make_cpu_backend();
   const ModelConfig loaded = load_config(dir / "model");
-  Model model(loaded, *be, ChunkPlan{c.N, 128});
+  Model model(loaded, *be, ChunkPlan{c.chunk > 0 ? c.chunk : c.N, c.page});
   load_weights(dir / "model", loaded, model.params());
   model.enable_grads();
   std::vector<int32_t> ids(toks.begin(), toks.end() - 1), targets(toks.begin() + 1, toks.end());
@@ -98,6 +100,16 @@ TEST_F(Oracle, LlamaTiedAndBiases) {
 TEST_F(Oracle, Qwen2TiedUntiedAndRatios) {
   check_against_oracle({"qwen2_tied_kv1", with(tiny_config_json("qwen2", 1), {{"tie_word_embeddings", true}}), 29});
   check_against_oracle({"qwen2_untied_kv4", tiny_config_json("qwen2", 4), 17});
+}
+
+TEST_F(Oracle, ChunkRecurrentRunsAgree) {
+  // chunks shorter than a page, odd chunks across page boundaries, GQA, both architectures
+  check_against_oracle({"chunked_llama_C5_P16", tiny_config_json("llama", 2), 37, 5, 16});
+  check_against_oracle({"chunked_qwen2_C13_P16", tiny_config_json("qwen2", 1), 41, 13, 16});
+  check_against_oracle({"chunked_llama_C16_P16",
+                        with(tiny_config_json("llama", 4), {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0},
+                                                                              {"original_max_position_embeddings", 16}}}}),
+                        48, 16, 16});
 }
 
 TEST_F(Oracle, Mistral) { check_against_oracle({"mistral", tiny_config_json("mistral", 2), 17}); }

@@ -47,19 +47,42 @@ ModelConfig demo_config(int64_t vocab) {
   return parse_config(config_to_json(c), "the demo's built-in model");
 }
 
+// The longest sequence full-sequence training (C = N) can hold in `bytes`, by the exact planner.
+int64_t full_sequence_reach(const ModelConfig& cfg, const ChunkPlan& plan, int64_t bytes, size_t ws) {
+  int64_t lo = 1, hi = 1;
+  auto fits = [&](int64_t n) { return plan_memory(cfg, {n, plan.page_size}, n, "adamw", ws).total() <= bytes; };
+  while (fits(hi * 2)) hi *= 2;
+  for (hi *= 2; hi - lo > 1;) {
+    const int64_t mid = (lo + hi) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 int run_demo(TrainArgs& a, Backend& be) {
   RepeatTask task(a.seed + 1, 128);
   const ModelConfig cfg = demo_config(task.vocab());
-  if (a.seq_len == 0) a.seq_len = 512;
-  if (a.steps == 0) a.steps = 1200;
+  if (a.seq_len == 0) a.seq_len = 1024;
+  if (a.chunk == 0) a.chunk = 128;
+  if (a.page == 128) a.page = 64;
+  if (a.steps == 0) a.steps = 600;
   if (a.lr < 0) a.lr = 1e-3f;
   if (a.optim.warmup_steps == 0) a.optim.warmup_steps = 30;
+  const ChunkPlan plan = chunk_plan(a);
+  const size_t ws = be.workspace_bytes(cfg.vocab);
+  const MemoryPlan mem = plan_memory(cfg, plan, a.seq_len, "adamw", ws);
+  const MemoryPlan full = plan_memory(cfg, {a.seq_len, plan.page_size}, a.seq_len, "adamw", ws);
   std::cout << fmt::format(
                    "oomb demo (no --model/--data given; see `oomb train --help`)\n"
                    "A {}-parameter, {}-layer model learns a long-range task: the second half of every {}-token\n"
                    "context repeats its first half, so each of its {} tokens must be found {} tokens back\n"
-                   "(chance: 1 in {}). Loss and accuracy count the repeated half only.\n",
-                   param_count(cfg), cfg.layers, a.seq_len, a.seq_len / 2, (a.seq_len + 1) / 2, task.vocab())
+                   "(chance: 1 in {}). Loss and accuracy count the repeated half only.\n\n"
+                   "Chunk-recurrent training: {} chunks of {} tokens, K/V in {}-token pages, planned peak {}.\n"
+                   "Full-sequence training needs {} at this length; in {} it holds at most {} tokens.\n",
+                   param_count(cfg), cfg.layers, a.seq_len, a.seq_len / 2, (a.seq_len + 1) / 2, task.vocab(),
+                   chunk_count(a.seq_len, plan.chunk), plan.chunk, plan.page_size, format_bytes(mem.total()),
+                   format_bytes(full.total()), format_bytes(mem.total()),
+                   full_sequence_reach(cfg, plan, mem.total(), ws))
             << std::endl;
   Model model(cfg, be, chunk_plan(a));
   init_params(model.params(), a.seed);
@@ -71,7 +94,7 @@ int run_demo(TrainArgs& a, Backend& be) {
   std::vector<int32_t> ids(static_cast<size_t>(a.seq_len)), tg(static_cast<size_t>(a.seq_len));
   int64_t hits = 0, n = 0;
   double loss = 0;
-  for (int64_t w = 0; w < 16; ++w) {
+  for (int64_t w = 0; w < 4; ++w) {
     held_out.window(w, a.seq_len, ids.data(), tg.data());
     const LossStats ls = model.evaluate(ids.data(), tg.data(), a.seq_len);
     hits += ls.correct, n += ls.targets, loss += ls.loss_sum;

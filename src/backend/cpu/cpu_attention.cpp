@@ -43,10 +43,18 @@ Dims check_attention(const char* op, const Tensor& q, std::span<const KVBlock> b
   return d;
 }
 
+// Four partial sums in a fixed order: deterministic, and the compiler can keep them in one vector.
 inline float dot(const float* a, const float* b, int64_t n) {
-  float s = 0;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += a[i] * b[i];
+  return (s0 + s1) + (s2 + s3);
 }
 
 // Keys j of block kb visible to query at sequence index qi: j < visible(); plus the doc check.
@@ -79,6 +87,16 @@ float exp_shifted(float* s, int64_t n, float shift) {
     sum += s[j];
   }
   return sum;
+}
+
+// acc (D) += sum_j p_j * rows_j (D), rows_j at rows + j * stride
+inline void axpy_rows(const float* __restrict p, const float* __restrict rows, int64_t stride, int64_t n, int64_t D,
+                      float* __restrict acc) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float pj = p[j];
+    const float* __restrict r = rows + j * stride;
+    for (int64_t i = 0; i < D; ++i) acc[i] += pj * r[i];
+  }
 }
 
 // A per-thread scores buffer of at least n floats, grown once to the largest block.
@@ -126,11 +144,7 @@ void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnA
           m = bm;
         }
         l += exp_shifted(s, n, m);
-        for (int64_t j = 0; j < n; ++j) {
-          if (s[j] == 0.0f) continue;
-          const float* vv = kb.v.f() + (j * d.G + g) * d.D;
-          for (int64_t i = 0; i < d.D; ++i) acc[i] += s[j] * vv[i];
-        }
+        axpy_rows(s, kb.v.f() + g * d.D, d.G * d.D, n, d.D, acc);
       }
       if (l > 0)
         for (int64_t i = 0; i < d.D; ++i) acc[i] /= l;
