@@ -28,6 +28,10 @@ ChunkRun run(const std::filesystem::path& dir, const std::vector<int32_t>& toks,
   load_weights(dir, cfg, m.params());
   m.enable_grads();
   const LossStats ls = m.forward_backward(toks.data(), toks.data() + 1, N, 1.0f);
+  // K/V pages for every token of every layer; gradient pages only for the N - C tokens before the last chunk
+  const int64_t P = plan.page_size, C = std::min(plan.chunk, N);
+  EXPECT_EQ(m.kv().pages_reserved(), cfg.layers * ((N + P - 1) / P));
+  EXPECT_EQ(m.kv_grad().pages_reserved(), cfg.layers * ((N - C + P - 1) / P));
   EXPECT_EQ(m.kv().pages_in_use(), 0) << "K/V pages left after the backward sweep";
   EXPECT_EQ(m.kv_grad().pages_in_use(), 0) << "gradient pages left after the backward sweep";
   const Tensor& g = m.grads().flat();

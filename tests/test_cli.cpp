@@ -61,6 +61,22 @@ TEST(Cli, InitThenTrainWithTheStableFlags) {
   EXPECT_EQ(load_config(out).arch, Arch::Qwen2);
 }
 
+TEST(Cli, PlanPredictsTheMeasuredPeaks) {
+  const auto dir = temp_dir();
+  const auto m = (dir / "m").string();
+  ASSERT_EQ(oomb_cmd(dir, "init --out " + m).code, 0);
+  write_tokens(dir / "t.bin", 600, 128, 1);
+  CmdResult r = oomb_cmd(dir, fmt::format("plan --model {} --seq-len 512 --chunk-size 96 --page-size 32 --json", m));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto plan = nlohmann::json::parse(r.out);
+  r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 512 --chunk-size 96 --page-size 32 "
+                                "--steps 1 --metrics {}/m.jsonl", m, dir.string(), dir.string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto host = nlohmann::json::parse(read_text(dir / "m.jsonl"))["memory"]["host"];
+  for (const char* tag : {"weights", "grads", "optimizer", "activations", "kv", "kv_grad", "workspace", "data"})
+    EXPECT_EQ(host[tag]["peak"].get<int64_t>(), plan[tag].get<int64_t>()) << tag;
+}
+
 TEST(Cli, ErrorsNameTheFlagOrFile) {
   const auto dir = temp_dir();
   const auto m = (dir / "m").string();
@@ -82,6 +98,18 @@ TEST(Cli, ErrorsNameTheFlagOrFile) {
   r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 8 --steps 1", m, dir.string()));
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr("beyond the model's vocabulary (128)"));
+  for (const char* bad : {"--lr -1", "--lr nan", "--grad-clip -1", "--seq-len 0", "--steps 0", "--chunk-size 0",
+                          "--page-size 0", "--grad-accum 0"}) {
+    r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin {}", m, dir.string(), bad));
+    EXPECT_NE(r.code, 0) << bad;
+    EXPECT_THAT(r.out, HasSubstr(std::string(bad).substr(0, std::string(bad).find(' ')))) << bad;
+  }
+  write_bytes(dir / "file", "x");
+  r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --out {}/file", m, dir.string(), dir.string()));
+  EXPECT_THAT(r.out, HasSubstr("exists and is not a directory"));  // before any training step
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("step ")));
+  r = oomb_cmd(dir, "init --hidden 100 --heads 8 --out " + (dir / "y").string());
+  EXPECT_THAT(r.out, HasSubstr("not a multiple of --heads"));
   r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --device cuda", m, dir.string()));
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr("--device cuda:"));

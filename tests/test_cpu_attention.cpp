@@ -11,28 +11,13 @@
 using namespace oomb;
 using oomb::testing::randn;
 using oomb::testing::rel_error;
-using Vec = std::vector<double>;
+using oomb::testing::Vec;
+using oomb::testing::numgrad;
+using oomb::testing::randd;
+using oomb::testing::to_f;
 
 namespace {
 
-std::vector<float> to_f(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
-Vec randd(size_t n, uint64_t seed, double s = 1.0) {
-  auto f = randn(n, seed, float(s));
-  return Vec(f.begin(), f.end());
-}
-Vec numgrad(const std::function<double(const Vec&)>& f, Vec x, double eps = 1e-6) {
-  Vec g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double x0 = x[i];
-    x[i] = x0 + eps;
-    const double fp = f(x);
-    x[i] = x0 - eps;
-    const double fm = f(x);
-    x[i] = x0;
-    g[i] = (fp - fm) / (2 * eps);
-  }
-  return g;
-}
 
 struct AttnCase {
   int64_t T, N, H, G, D, q_idx0;

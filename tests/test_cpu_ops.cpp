@@ -11,33 +11,19 @@
 using namespace oomb;
 using oomb::testing::randn;
 using oomb::testing::rel_error;
-using Vec = std::vector<double>;
+using oomb::testing::Vec;
+using oomb::testing::numgrad;
+using oomb::testing::randd;
+using oomb::testing::to_f;
 
 namespace {
 
-std::vector<float> to_f(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
-Vec to_d(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
-Vec randd(size_t n, uint64_t seed, double s = 1.0) { return to_d(randn(n, seed, float(s))); }
 double dotv(const Vec& a, const Vec& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
   return s;
 }
 
-// d/dx of f(x) by central differences, in float64.
-Vec numgrad(const std::function<double(const Vec&)>& f, Vec x, double eps = 1e-6) {
-  Vec g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double x0 = x[i];
-    x[i] = x0 + eps;
-    const double fp = f(x);
-    x[i] = x0 - eps;
-    const double fm = f(x);
-    x[i] = x0;
-    g[i] = (fp - fm) / (2 * eps);
-  }
-  return g;
-}
 
 void expect_close(const std::vector<float>& got, const Vec& want, double tol, const char* what) {
   EXPECT_LE(rel_error(got, to_f(want)), tol) << what;

@@ -12,6 +12,7 @@
 #include "model/safetensors.h"
 #include "model_fixture.h"
 #include "test_util.h"
+#include "train/optimizer.h"
 #include "train/trainer.h"
 
 using namespace oomb;
@@ -96,6 +97,45 @@ TEST(Model, SgdStepMovesEveryParameterByMinusLrTimesGradient) {
   for (size_t i = 0; i < p0.size(); ++i) ASSERT_EQ(p1[i], p0[i] - 0.5f * g[i]) << "parameter element " << i;
 }
 
+TEST(Model, GradAccumulationAveragesConsecutiveWindows) {
+  const auto dir = temp_dir();
+  write_tiny_model(dir, tiny_config_json("llama", 2), 5);
+  write_tokens(dir / "t.bin", 100, 61, 6);
+  TokenFile data(dir / "t.bin", 61);
+  std::vector<std::vector<float>> g;
+  for (int64_t w : {0, 1}) {  // the gradient of windows 0 and 1 on their own
+    Loaded one(dir, 16);
+    one.model->forward_backward([&](int64_t t0, int64_t n, int32_t* i, int32_t* t) { data.read(w, 16, t0, n, i, t); },
+                                16, 1.0f);
+    g.emplace_back(one.model->grads().flat().f(), one.model->grads().flat().f() + param_count(one.cfg));
+  }
+  Loaded m(dir, 16);
+  std::vector<float> p0(m.model->params().flat().f(), m.model->params().flat().f() + param_count(m.cfg));
+  TrainOptions o{16, 1, 2, 1, {}, ""};  // one step over windows 0 and 1
+  o.optim.kind = "sgd";
+  o.optim.lr = 0.5f;
+  o.optim.grad_clip = 0;
+  std::ostringstream log;
+  train(*m.model, data, o, log);
+  const float* p1 = m.model->params().flat().f();
+  for (size_t i = 0; i < p0.size(); ++i)
+    ASSERT_NEAR(p1[i], p0[i] - 0.5f * 0.5f * (g[0][i] + g[1][i]), 1e-6f * (1 + std::abs(p0[i]))) << i;
+}
+
+TEST(Model, EvaluateMatchesTheTrainingLossAndTouchesNoGradient) {
+  const auto dir = temp_dir();
+  write_tiny_model(dir, tiny_config_json("qwen2", 1), 5);
+  const auto toks = write_tokens(dir / "t.bin", 70, 61, 7);
+  Loaded m(dir, 16);  // chunks of 16 over 69 tokens
+  const LossStats ev = m.model->evaluate(toks.data(), toks.data() + 1, 69);
+  EXPECT_EQ(m.model->kv().pages_in_use(), 0);
+  EXPECT_EQ(Optimizer::grad_norm(m.model->grads(), *m.be), 0.0);
+  const LossStats tr = m.model->forward_backward(toks.data(), toks.data() + 1, 69, 1.0f);
+  EXPECT_EQ(ev.targets, 69);
+  EXPECT_NEAR(ev.loss_sum, tr.loss_sum, 1e-9 * std::abs(tr.loss_sum));
+  EXPECT_EQ(ev.correct, tr.correct);
+}
+
 TEST(Model, TrainingLowersTheLossOnRepeatedData) {
   const auto dir = temp_dir();
   write_tiny_model(dir, tiny_config_json("qwen2", 2), 8);
@@ -122,6 +162,29 @@ TEST(Checkpoint, SaveInLoadedDtypeAndReload) {
   const Tensor& a = m.model->params().flat();
   EXPECT_EQ(0, std::memcmp(a.data, again.model->params().flat().data, a.bytes()));
   EXPECT_EQ(load_config(dir / "out").hidden, c.hidden);
+}
+
+TEST(Checkpoint, TiedConfigRejectsADifferentLmHead) {
+  const auto dir = temp_dir();
+  write_tiny_model(dir, tiny_config_json("llama", 2), 2);  // untied: lm_head differs from the embedding
+  nlohmann::json j = tiny_config_json("llama", 2);
+  j["tie_word_embeddings"] = true;
+  write_file_atomic(dir / "config.json", j.dump());
+  const ModelConfig tied = load_config(dir);
+  Params p(tied, Tier::Host, Tag::Weights);
+  EXPECT_THAT(error_of([&] { load_weights(dir, tied, p); }), HasSubstr("'lm_head.weight' differs"));
+}
+
+TEST(Checkpoint, SavingLeavesOtherFilesAlone) {
+  const auto dir = temp_dir();
+  const ModelConfig c = write_tiny_model(dir, tiny_config_json("llama", 2), 2);
+  write_bytes(dir / "model_backup.safetensors", "mine");
+  write_bytes(dir / "model-lora.safetensors", "mine too");
+  Params p(c, Tier::Host, Tag::Weights);
+  load_weights(dir, c, p);
+  save_model(dir, c, p, DType::F32);
+  EXPECT_EQ(read_text(dir / "model_backup.safetensors"), "mine");
+  EXPECT_EQ(read_text(dir / "model-lora.safetensors"), "mine too");
 }
 
 TEST(Checkpoint, BadCheckpointsNameTheTensor) {
@@ -154,11 +217,19 @@ TEST(TokenFile, WindowsWrapAndIdsAreChecked) {
   f.window(2, 4, ids.data(), tg.data());  // tokens [8, 12] wrap to 8, 9, 0, 1, 2
   EXPECT_EQ(ids, (std::vector<int32_t>{toks[8], toks[9], toks[0], toks[1]}));
   EXPECT_EQ(tg, (std::vector<int32_t>{toks[9], toks[0], toks[1], toks[2]}));
+  for (int64_t t0 : {0, 1, 2}) {  // any range of a window, as the chunked schedule reads it
+    std::vector<int32_t> ri(2), rt(2);
+    f.read(2, 4, t0, 2, ri.data(), rt.data());
+    EXPECT_EQ(ri[0], ids[size_t(t0)]);
+    EXPECT_EQ(rt[1], tg[size_t(t0) + 1]);
+  }
   TokenFile small(dir / "t.bin", 5);
   EXPECT_THAT(error_of([&] { small.window(0, 9, ids.data(), tg.data()); }),
               HasSubstr("beyond the model's vocabulary (5)"));
   write_bytes(dir / "odd.bin", "abcdef");
   EXPECT_THAT(error_of([&] { TokenFile x(dir / "odd.bin", 61); }), HasSubstr("not a multiple of 4"));
+  std::filesystem::create_directories(dir / "d.bin");
+  EXPECT_THAT(error_of([&] { TokenFile x(dir / "d.bin", 61); }), HasSubstr("not a regular file"));
   write_bytes(dir / "empty.bin", "");
   EXPECT_THAT(error_of([&] { TokenFile x(dir / "empty.bin", 61); }), HasSubstr("at least 2"));
   EXPECT_THAT(error_of([&] { open_token_source(dir / "x.txt", 61); }), HasSubstr("unsupported file type"));

@@ -106,6 +106,8 @@ TEST_F(Oracle, ChunkRecurrentRunsAgree) {
   // chunks shorter than a page, odd chunks across page boundaries, GQA, both architectures
   check_against_oracle({"chunked_llama_C5_P16", tiny_config_json("llama", 2), 37, 5, 16});
   check_against_oracle({"chunked_qwen2_C13_P16", tiny_config_json("qwen2", 1), 41, 13, 16});
+  // past one loss tile (256 tokens) and many attention blocks
+  check_against_oracle({"chunked_qwen2_N300_C64", tiny_config_json("qwen2", 2), 300, 64, 16});
   check_against_oracle({"chunked_llama_C16_P16",
                         with(tiny_config_json("llama", 4), {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0},
                                                                               {"original_max_position_embeddings", 16}}}}),

@@ -31,6 +31,27 @@ std::vector<float> randn(size_t n, uint64_t seed, float stddev) {
   return v;
 }
 
+std::vector<float> to_f(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
+
+Vec randd(size_t n, uint64_t seed, double stddev) {
+  const auto f = randn(n, seed, float(stddev));
+  return Vec(f.begin(), f.end());
+}
+
+Vec numgrad(const std::function<double(const Vec&)>& f, Vec x, double eps) {
+  Vec g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    x[i] = x0 + eps;
+    const double fp = f(x);
+    x[i] = x0 - eps;
+    const double fm = f(x);
+    x[i] = x0;
+    g[i] = (fp - fm) / (2 * eps);
+  }
+  return g;
+}
+
 std::filesystem::path temp_dir(const std::string& hint) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "test";

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +13,13 @@ namespace oomb::testing {
 double rel_error(const float* a, const float* b, size_t n);
 double rel_error(const std::vector<float>& a, const std::vector<float>& b);
 std::vector<float> randn(size_t n, uint64_t seed, float stddev = 1.0f);
+
+// float64 helpers for checks against references written in tests
+using Vec = std::vector<double>;
+std::vector<float> to_f(const Vec& v);
+Vec randd(size_t n, uint64_t seed, double stddev = 1.0);
+// d f / d x by central differences in float64
+Vec numgrad(const std::function<double(const Vec&)>& f, Vec x, double eps = 1e-6);
 // A fresh, empty directory under the build tree's tmp/, named after the running test.
 std::filesystem::path temp_dir(const std::string& hint = "");
 std::string read_text(const std::filesystem::path& p);

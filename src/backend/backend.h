@@ -10,7 +10,7 @@
 
 namespace oomb {
 
-// One block of keys/values for attention (DESIGN.md section 3): `len` consecutive tokens whose
+// One block of keys/values for attention (design notes: shared/DESIGN.md, section 3): `len` consecutive tokens whose
 // sequence indices start at idx0. Blocks may come in any order; any subset is allowed.
 struct KVBlock {
   Tensor k, v;    // (len, G, D)
@@ -82,7 +82,6 @@ class Backend {
   // Elementwise and reductions over fp32 tensors.
   virtual void add(Tensor& y, const Tensor& x) = 0;  // y += x
   virtual void zero(Tensor& y) = 0;
-  virtual void copy(Tensor& dst, const Tensor& src) = 0;
   virtual void scale(Tensor& y, float s) = 0;
   virtual double sum_squares(const Tensor& x) = 0;
 

@@ -5,6 +5,10 @@
 
 namespace oomb::cli {
 
+// Flag validators with readable messages (finite numbers only, so "nan" and "inf" are rejected).
+CLI::Validator positive();
+CLI::Validator non_negative();
+
 struct Command {
   CLI::App* sub;
   std::function<int()> run;  // runs the subcommand once parsed

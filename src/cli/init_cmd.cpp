@@ -29,40 +29,38 @@ Command add_init(CLI::App& app) {
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   c->add_option("--preset", a->preset, "Model shape: " + presets)->capture_default_str();
   c->add_option("--arch", a->arch, "Override the architecture: llama, qwen2, mistral");
-  c->add_option("--hidden", a->hidden, "hidden_size");
-  c->add_option("--intermediate", a->intermediate, "intermediate_size");
-  c->add_option("--layers", a->layers, "num_hidden_layers");
-  c->add_option("--heads", a->heads, "num_attention_heads");
-  c->add_option("--kv-heads", a->kv_heads, "num_key_value_heads");
-  c->add_option("--head-dim", a->head_dim, "head_dim (default hidden / heads)");
-  c->add_option("--vocab", a->vocab, "vocab_size");
-  c->add_option("--rope-theta", a->rope_theta, "rope_theta");
+  c->add_option("--hidden", a->hidden, "hidden_size")->check(positive());
+  c->add_option("--intermediate", a->intermediate, "intermediate_size")->check(positive());
+  c->add_option("--layers", a->layers, "num_hidden_layers")->check(positive());
+  c->add_option("--heads", a->heads, "num_attention_heads")->check(positive());
+  c->add_option("--kv-heads", a->kv_heads, "num_key_value_heads")->check(positive());
+  c->add_option("--head-dim", a->head_dim, "head_dim (default hidden / heads)")->check(positive());
+  c->add_option("--vocab", a->vocab, "vocab_size")->check(positive());
+  c->add_option("--rope-theta", a->rope_theta, "rope_theta")->check(positive());
   c->add_option("--tie-embeddings", a->tie, "tie_word_embeddings: true or false")->check(CLI::IsMember({"true", "false"}));
   c->add_option("--seed", a->seed, "Random seed")->capture_default_str();
   c->add_option("--dtype", a->dtype, "Stored dtype: f32, bf16, f16")->capture_default_str();
   c->add_flag("--force", a->force, "Overwrite an existing model in --out");
-  return {c, [a] {
+  return {c, [a, c] {
     ModelConfig cfg = preset_config(a->preset);
-    if (!a->arch.empty()) {
-      OOMB_CHECK(a->arch == "llama" || a->arch == "qwen2" || a->arch == "mistral",
-                 "--arch: '{}' is not one of llama, qwen2, mistral", a->arch);
-      cfg.arch = a->arch == "qwen2" ? Arch::Qwen2 : a->arch == "mistral" ? Arch::Mistral : Arch::Llama;
-      cfg.model_type = a->arch;
-      cfg.architecture = a->arch == "qwen2" ? "Qwen2ForCausalLM" : a->arch == "mistral" ? "MistralForCausalLM"
-                                                                                          : "LlamaForCausalLM";
-      cfg.qkv_bias = cfg.arch == Arch::Qwen2;
-      cfg.o_bias = cfg.mlp_bias = false;
-    }
-    auto set = [](int64_t v, int64_t& field) {
-      if (v != 0) field = v;
+    if (!a->arch.empty()) set_arch(cfg, arch_from_model_type(a->arch));
+    auto set = [c](const char* flag, int64_t v, int64_t& field) {
+      if (c->count(flag) > 0) field = v;
     };
-    set(a->hidden, cfg.hidden);
-    set(a->intermediate, cfg.intermediate);
-    set(a->layers, cfg.layers);
-    set(a->heads, cfg.heads);
-    set(a->kv_heads, cfg.kv_heads);
-    set(a->vocab, cfg.vocab);
-    cfg.head_dim = a->head_dim != 0 ? a->head_dim : cfg.hidden / cfg.heads;
+    set("--hidden", a->hidden, cfg.hidden);
+    set("--intermediate", a->intermediate, cfg.intermediate);
+    set("--layers", a->layers, cfg.layers);
+    set("--heads", a->heads, cfg.heads);
+    set("--kv-heads", a->kv_heads, cfg.kv_heads);
+    set("--vocab", a->vocab, cfg.vocab);
+    if (c->count("--head-dim") > 0) {
+      cfg.head_dim = a->head_dim;
+    } else {
+      OOMB_CHECK(cfg.heads > 0 && cfg.hidden % cfg.heads == 0,
+                 "--hidden {} is not a multiple of --heads {}; give --head-dim to choose the head size",
+                 cfg.hidden, cfg.heads);
+      cfg.head_dim = cfg.hidden / cfg.heads;
+    }
     if (a->rope_theta != 0) cfg.rope.theta = a->rope_theta;
     if (!a->tie.empty()) cfg.tie_word_embeddings = a->tie == "true";
     cfg.raw = nlohmann::json::object();

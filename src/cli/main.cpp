@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   } catch (const oomb::Error& e) {
     std::cerr << "oomb: error: " << e.what() << std::endl;
     return 1;
+  } catch (const std::exception& e) {  // e.g. std::bad_alloc, std::filesystem::filesystem_error
+    std::cerr << "oomb: error: " << e.what() << std::endl;
+    return 1;
   }
   return 0;
 }

@@ -23,17 +23,14 @@ Command add_plan(CLI::App& app) {
   CLI::App* c = app.add_subcommand("plan", "Predict peak memory per tag for a training run, without running it");
   c->add_option("--model", a->model, "Hugging Face model directory (or use --preset)");
   c->add_option("--preset", a->preset, "A model shape from `oomb init --help`");
-  c->add_option("--seq-len", a->seq_len, "Tokens per sequence N")->required();
-  c->add_option("--chunk-size", a->chunk, "Tokens per chunk C (default min(N, 1024), as oomb train)");
-  c->add_option("--page-size", a->page, "Tokens per KV page")->capture_default_str();
+  c->add_option("--seq-len", a->seq_len, "Tokens per sequence N")->required()->check(positive());
+  c->add_option("--chunk-size", a->chunk, "Tokens per chunk C (default min(N, 1024), as oomb train)")->check(positive());
+  c->add_option("--page-size", a->page, "Tokens per KV page")->check(positive())->capture_default_str();
   c->add_option("--optimizer", a->optimizer, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
   c->add_option("--device", a->device, "cpu (cuda: with the CUDA backend)")->capture_default_str();
   c->add_flag("--json", a->json, "Print one JSON object instead of a table");
   return {c, [a] {
             OOMB_CHECK(a->model.empty() != a->preset.empty(), "give exactly one of --model and --preset");
-            OOMB_CHECK(a->seq_len > 0, "--seq-len: must be positive, got {}", a->seq_len);
-            OOMB_CHECK(a->page > 0, "--page-size: must be positive, got {}", a->page);
-            OOMB_CHECK(a->chunk >= 0, "--chunk-size: must be positive, got {}", a->chunk);
             OOMB_CHECK(a->device == "cpu", "--device {}: only cpu plans exist until the CUDA backend lands", a->device);
             const ModelConfig cfg = a->model.empty() ? preset_config(a->preset) : load_config(a->model);
             const ChunkPlan plan{std::min(a->chunk > 0 ? a->chunk : 1024, a->seq_len), a->page};

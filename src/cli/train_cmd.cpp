@@ -1,6 +1,7 @@
 // oomb train: trains a Hugging Face model directory on a token file, or, with no --model and no
 // --data, the embedded demo: a built-in tiny model learning a generated long-range repeat task.
 #include <filesystem>
+#include <fstream>
 #include <fmt/format.h>
 #include <iostream>
 #include <memory>
@@ -19,9 +20,11 @@ struct TrainArgs {
   std::string model, data, device = "cpu", out, metrics;
   int64_t seq_len = 0, steps = 0, grad_accum = 1, log_every = 0, chunk = 0, page = 128;
   OptimConfig optim;
-  float grad_clip = -1;  // unset: 1.0 for adamw, 0 (off) for sgd
-  float lr = -1;         // unset: per mode
+  float grad_clip = 0;  // default when not given: 1.0 for adamw, 0 (off) for sgd
+  float lr = 0;         // default when not given: per mode
   uint64_t seed = 0;
+  CLI::App* cmd = nullptr;
+  bool given(const char* flag) const { return cmd->count(flag) > 0; }
 };
 
 std::unique_ptr<Backend> make_backend(const std::string& device) {
@@ -34,9 +37,20 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
 }
 
 // --chunk-size defaults to min(N, 1024): chunk-recurrent whenever the sequence is longer.
-ChunkPlan chunk_plan(const TrainArgs& a) {
-  OOMB_CHECK(a.chunk >= 0, "--chunk-size: must be positive, got {}", a.chunk);
-  return {std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page};
+// (CLI11 has already checked that every size flag given is positive.)
+ChunkPlan chunk_plan(const TrainArgs& a) { return {std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page}; }
+
+// Fails before any training when --out cannot receive a model directory.
+void probe_out_dir(const std::string& out) {
+  if (out.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  OOMB_CHECK(!fs::exists(out, ec) || fs::is_directory(out, ec), "--out {}: exists and is not a directory", out);
+  fs::create_directories(out, ec);
+  OOMB_CHECK(!ec, "--out {}: cannot create the directory: {}", out, ec.message());
+  const fs::path probe = fs::path(out) / ".oomb-write-probe";
+  { std::ofstream f(probe); OOMB_CHECK(f.good(), "--out {}: the directory is not writable", out); }
+  fs::remove(probe, ec);
 }
 
 // The demo's model: a 2-layer Llama-style model sized for a CPU, over the recall task's vocabulary.
@@ -62,12 +76,12 @@ int64_t full_sequence_reach(const ModelConfig& cfg, const ChunkPlan& plan, int64
 int run_demo(TrainArgs& a, Backend& be) {
   RepeatTask task(a.seed + 1, 128);
   const ModelConfig cfg = demo_config(task.vocab());
-  if (a.seq_len == 0) a.seq_len = 1024;
-  if (a.chunk == 0) a.chunk = 128;
-  if (a.page == 128) a.page = 64;
-  if (a.steps == 0) a.steps = 600;
-  if (a.lr < 0) a.lr = 1e-3f;
-  if (a.optim.warmup_steps == 0) a.optim.warmup_steps = 30;
+  if (!a.given("--seq-len")) a.seq_len = 1024;
+  if (!a.given("--chunk-size")) a.chunk = 128;
+  if (!a.given("--page-size")) a.page = 64;
+  if (!a.given("--steps")) a.steps = 600;
+  if (!a.given("--lr")) a.lr = 1e-3f;
+  if (!a.given("--warmup-steps")) a.optim.warmup_steps = 30;
   const ChunkPlan plan = chunk_plan(a);
   const size_t ws = be.workspace_bytes(cfg.vocab);
   const MemoryPlan mem = plan_memory(cfg, plan, a.seq_len, "adamw", ws);
@@ -88,7 +102,7 @@ int run_demo(TrainArgs& a, Backend& be) {
   init_params(model.params(), a.seed);
   TrainOptions o{a.seq_len, a.steps, a.grad_accum, a.log_every ? a.log_every : 100, a.optim, a.metrics};
   o.optim.lr = a.lr;
-  o.optim.grad_clip = a.grad_clip < 0 ? 1.0f : a.grad_clip;
+  o.optim.grad_clip = a.given("--grad-clip") ? a.grad_clip : 1.0f;
   const StepStats last = train(model, task, o, std::cout);
   RepeatTask held_out(a.seed + 1000, task.vocab());  // fresh random tokens never trained on
   std::vector<int32_t> ids(static_cast<size_t>(a.seq_len)), tg(static_cast<size_t>(a.seq_len));
@@ -116,22 +130,28 @@ Command add_train(CLI::App& app) {
   CLI::App* c = app.add_subcommand("train", "Train a model (with no --model and --data: the built-in demo)");
   c->add_option("--model", a->model, "Hugging Face model directory (config.json + safetensors)");
   c->add_option("--data", a->data, "Token file: .bin of raw little-endian uint32 ids");
-  c->add_option("--seq-len", a->seq_len, "Tokens per training sequence N (default 2048; demo 512)");
-  c->add_option("--steps", a->steps, "Optimizer steps (default 100; demo 1200)");
+  c->add_option("--seq-len", a->seq_len, "Tokens per training sequence N (default 2048; demo 1024)")->check(positive());
+  c->add_option("--steps", a->steps, "Optimizer steps (default 100; demo 600)")->check(positive());
   c->add_option("--optimizer", a->optim.kind, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
-  c->add_option("--lr", a->lr, "Peak learning rate (default 1e-4; demo 1e-3)");
-  c->add_option("--weight-decay", a->optim.weight_decay, "AdamW decoupled weight decay on weight matrices")->capture_default_str();
-  c->add_option("--grad-clip", a->grad_clip, "Max global gradient norm; 0 disables (default 1.0 for adamw, 0 for sgd)");
-  c->add_option("--warmup-steps", a->optim.warmup_steps, "Linear warmup steps, then cosine decay")->capture_default_str();
-  c->add_option("--grad-accum", a->grad_accum, "Sequences per optimizer step")->capture_default_str();
-  c->add_option("--chunk-size", a->chunk, "Tokens per chunk C of chunk-recurrent training (default min(N, 1024); N = full sequence)");
-  c->add_option("--page-size", a->page, "Tokens per KV page")->capture_default_str();
+  c->add_option("--lr", a->lr, "Peak learning rate (default 1e-4; demo 1e-3)")->check(positive());
+  c->add_option("--weight-decay", a->optim.weight_decay, "AdamW decoupled weight decay on weight matrices")
+      ->check(non_negative())->capture_default_str();
+  c->add_option("--grad-clip", a->grad_clip, "Max global gradient norm; 0 disables (default 1.0 for adamw, 0 for sgd)")
+      ->check(non_negative());
+  c->add_option("--warmup-steps", a->optim.warmup_steps, "Linear warmup steps, then cosine decay (demo 30)")
+      ->check(non_negative())->capture_default_str();
+  c->add_option("--grad-accum", a->grad_accum, "Sequences per optimizer step")->check(positive())->capture_default_str();
+  c->add_option("--chunk-size", a->chunk, "Tokens per chunk C of chunk-recurrent training (default min(N, 1024); N = full sequence; demo 128)")
+      ->check(positive());
+  c->add_option("--page-size", a->page, "Tokens per KV page (demo 64)")->check(positive())->capture_default_str();
   c->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   c->add_option("--out", a->out, "Save the trained model here (HF format, the loaded dtype) after the last step");
   c->add_option("--metrics", a->metrics, "Write one JSON line of metrics per step to this file");
-  c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)");
+  c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)")->check(positive());
   c->add_option("--seed", a->seed, "Seed of the demo's model and task")->capture_default_str();
+  a->cmd = c;
   return {c, [a] {
+            probe_out_dir(a->out);
             auto be = make_backend(a->device);
             if (a->model.empty() && a->data.empty()) return run_demo(*a, *be);
             OOMB_CHECK(!a->model.empty(), "--model is required with --data");
@@ -140,8 +160,8 @@ Command add_train(CLI::App& app) {
             auto data = open_token_source(a->data, cfg.vocab);
             TrainOptions o{a->seq_len ? a->seq_len : 2048, a->steps ? a->steps : 100, a->grad_accum,
                            a->log_every ? a->log_every : 1, a->optim, a->metrics};
-            o.optim.lr = a->lr < 0 ? 1e-4f : a->lr;
-            o.optim.grad_clip = a->grad_clip >= 0 ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
+            o.optim.lr = a->given("--lr") ? a->lr : 1e-4f;
+            o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
             a->seq_len = o.seq_len;
             Model model(cfg, *be, chunk_plan(*a));
             const DType dtype = load_weights(a->model, cfg, model.params());

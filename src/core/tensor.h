@@ -76,13 +76,16 @@ class Arena {
     used_ += need;
     return t;
   }
+  // Bytes a tensor of these dims takes in an arena (64-byte aligned); throws on negative dims or overflow.
   static size_t need(DType dt, std::initializer_list<int64_t> dims) {
     size_t n = dtype_size(dt);
-    for (int64_t d : dims) n *= size_t(d);
+    for (int64_t d : dims) {
+      OOMB_CHECK(d >= 0, "arena: negative dimension {}", d);
+      OOMB_CHECK(!__builtin_mul_overflow(n, size_t(d), &n) && n <= (size_t(1) << 62),
+                 "arena: a tensor of these dimensions does not fit in memory");
+    }
     return (n + 63) / 64 * 64;
   }
-  size_t used() const { return used_; }
-  size_t capacity() const { return buf_.bytes(); }
 
  private:
   Buffer buf_;

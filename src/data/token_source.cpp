@@ -1,6 +1,7 @@
 #include "data/token_source.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,8 +17,13 @@ namespace oomb {
 TokenFile::TokenFile(const std::filesystem::path& path, int64_t vocab) : path_(path), vocab_(vocab) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   OOMB_CHECK(fd_ >= 0, "--data {}: cannot open: {}", path.string(), std::strerror(errno));
-  const off_t bytes = ::lseek(fd_, 0, SEEK_END);
-  OOMB_CHECK(bytes >= 0, "--data {}: cannot read its size", path.string());
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);  // the destructor does not run for a throwing constructor
+    fail("--data {}: not a regular file", path.string());
+  }
+  const off_t bytes = st.st_size;
+  if (bytes % 4 != 0 || bytes / 4 < 2) ::close(fd_);
   OOMB_CHECK(bytes % 4 == 0, "--data {}: size {} bytes is not a multiple of 4 (expected raw uint32 token ids)",
              path.string(), int64_t(bytes));
   n_tokens_ = bytes / 4;

@@ -2,10 +2,11 @@
 
 #include <unistd.h>
 
-#include <fstream>
+#include <cstring>
 #include <map>
 #include <set>
 
+#include "core/atomic_file.h"
 #include "model/safetensors.h"
 
 namespace oomb {
@@ -27,7 +28,16 @@ DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
   for (const std::string& name : st.names()) {
     if (used.count(name)) continue;
     if (name.ends_with("rotary_emb.inv_freq")) continue;                    // old checkpoints keep this buffer
-    if (name == "lm_head.weight" && c.tie_word_embeddings) continue;         // tied: a saved copy of embed
+    if (name == "lm_head.weight" && c.tie_word_embeddings) {  // tied: accept only a saved copy of embed
+      const Tensor embed = p.get("model.embed_tokens.weight");
+      Buffer head(Tier::Host, Tag::IO, embed.bytes());
+      st.read_f32(name, head.as<float>(), {c.vocab, c.hidden});
+      OOMB_CHECK(std::memcmp(head.data(), embed.data, embed.bytes()) == 0,
+                 "{}: tensor 'lm_head.weight' differs from 'model.embed_tokens.weight', but config.json says "
+                 "tie_word_embeddings: true (saving would drop it); set it to false to train both",
+                 dir.string());
+      continue;
+    }
     fail("{}: tensor '{}' has no place in this model (check the config's biases, layers and tie_word_embeddings)",
          dir.string(), name);
   }
@@ -36,23 +46,6 @@ DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
   for (auto [dt, n] : dtypes)
     if (n > most) best = dt, most = n;
   return best;
-}
-
-void write_file_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    OOMB_CHECK(f.good(), "{}: cannot write", tmp.string());
-    f << text;
-    f.flush();
-    OOMB_CHECK(f.good(), "{}: write failed (disk full?)", tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp);
-    fail("{}: cannot rename into place: {}", path.string(), ec.message());
-  }
 }
 
 void save_model(const fs::path& dir, const ModelConfig& c, const Params& p, DType dtype, const fs::path& copy_from) {
@@ -81,7 +74,7 @@ void save_model_tensors(const fs::path& dir, const ModelConfig& c, std::span<con
   if (copy_from.empty() || fs::equivalent(copy_from, dir, ec)) return;
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                            "merges.txt", "generation_config.json"}) {
-    if (!fs::exists(copy_from / name)) continue;
+    if (!fs::exists(copy_from / name, ec)) continue;
     fs::copy_file(copy_from / name, dir / name, fs::copy_options::overwrite_existing, ec);
     OOMB_CHECK(!ec, "{}: cannot copy {}: {}", dir.string(), name, ec.message());
   }

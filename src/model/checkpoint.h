@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <span>
 
+#include "core/atomic_file.h"
 #include "model/config.h"
 #include "model/params.h"
 
@@ -21,8 +22,5 @@ struct SaveTensor;
 // The same for tensors already in `dtype`.
 void save_model_tensors(const std::filesystem::path& dir, const ModelConfig& c, std::span<const SaveTensor> tensors,
                         DType dtype, const std::filesystem::path& copy_from = {});
-
-// Writes `text` to path through a temporary file and a rename.
-void write_file_atomic(const std::filesystem::path& path, const std::string& text);
 
 }  // namespace oomb

@@ -228,6 +228,23 @@ RopeConfig parse_rope(const Reader& top, int64_t max_pos) {
 
 }  // namespace
 
+void set_arch(ModelConfig& c, Arch arch) {
+  for (const auto& k : kArchs)
+    if (k.arch == arch) {
+      c.arch = arch;
+      c.model_type = k.model_type;
+      c.architecture = k.architecture;
+    }
+  c.qkv_bias = arch == Arch::Qwen2;
+  c.o_bias = c.mlp_bias = false;
+}
+
+Arch arch_from_model_type(const std::string& model_type) {
+  for (const auto& k : kArchs)
+    if (model_type == k.model_type) return k.arch;
+  fail("unknown architecture '{}' (known: llama, qwen2, mistral)", model_type);
+}
+
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   OOMB_CHECK(j.is_object(), "config {}: the top level must be a JSON object, got {}", source, j.type_name());
   Reader r{j, source, ""};

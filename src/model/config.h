@@ -41,6 +41,11 @@ struct ModelConfig {
   nlohmann::json raw;  // the file's own JSON, kept so saving writes back every field
 };
 
+// Sets arch, model_type, architecture and the architecture's fixed biases (Qwen2: q/k/v; others
+// none, Llama's attention_bias/mlp_bias cleared).
+void set_arch(ModelConfig& c, Arch arch);
+Arch arch_from_model_type(const std::string& model_type);  // llama | qwen2 | mistral; throws otherwise
+
 // Parses config.json content; `source` (a path) names the file in every error.
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source);
 // Reads DIR/config.json (or the file itself when given a file).

@@ -14,16 +14,12 @@ namespace {
 ModelConfig make(Arch arch, int64_t d, int64_t I, int64_t L, int64_t H, int64_t G, int64_t V, bool tie,
                  double theta, double eps, int64_t max_pos) {
   ModelConfig c;
-  c.arch = arch;
-  c.model_type = arch == Arch::Qwen2 ? "qwen2" : arch == Arch::Mistral ? "mistral" : "llama";
-  c.architecture = arch == Arch::Qwen2 ? "Qwen2ForCausalLM" : arch == Arch::Mistral ? "MistralForCausalLM"
-                                                                                     : "LlamaForCausalLM";
+  set_arch(c, arch);
   c.hidden = d, c.intermediate = I, c.layers = L, c.heads = H, c.kv_heads = G, c.head_dim = d / H, c.vocab = V;
   c.tie_word_embeddings = tie;
   c.rope.theta = theta;
   c.rms_norm_eps = eps;
   c.max_position_embeddings = max_pos;
-  c.qkv_bias = arch == Arch::Qwen2;
   return c;
 }
 

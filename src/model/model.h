@@ -1,4 +1,4 @@
-// A decoder-only model (Llama / Qwen2 / Mistral) trained chunk-recurrently (DESIGN.md section 2):
+// A decoder-only model (Llama / Qwen2 / Mistral) trained chunk-recurrently (design notes: shared/DESIGN.md, section 2):
 // a forward sweep over chunks fills paged K/V; a backward sweep in reverse chunk order recomputes
 // each chunk from its embedding, runs each layer's backward from its saved input, accumulates
 // attention gradients in place into gradient pages of every page read, and frees pages as soon as

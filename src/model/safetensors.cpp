@@ -10,9 +10,11 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/memory.h"
 
@@ -407,54 +409,8 @@ std::string make_header(std::span<const SaveTensor> ts, const std::vector<uint64
 }
 
 // "<target>.tmp.<pid>", written then committed by fsync + rename; removed unless committed.
-class TempFile {
- public:
-  explicit TempFile(fs::path target)
-      : target_(std::move(target)), tmp_(fmt::format("{}.tmp.{}", target_.string(), ::getpid())) {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    OOMB_CHECK(fd_ >= 0, "{}: cannot create: {}", tmp_, std::strerror(errno));
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  const fs::path& target() const { return target_; }
-  void write(const void* p, uint64_t n) {
-    auto* c = static_cast<const char*>(p);
-    while (n > 0) {
-      ssize_t w = ::write(fd_, c, std::min<uint64_t>(n, 1u << 30));
-      if (w < 0 && errno == EINTR) continue;
-      OOMB_CHECK(w > 0, "{}: write failed: {}", tmp_, std::strerror(errno));
-      c += w;
-      n -= uint64_t(w);
-    }
-  }
-  void commit() {
-    OOMB_CHECK(::fsync(fd_) == 0, "{}: fsync failed: {}", tmp_, std::strerror(errno));
-    int fd = fd_;
-    fd_ = -1;
-    OOMB_CHECK(::close(fd) == 0, "{}: close failed: {}", tmp_, std::strerror(errno));
-    OOMB_CHECK(::rename(tmp_.c_str(), target_.c_str()) == 0, "{}: cannot rename {} over it: {}", target_.string(),
-               tmp_, std::strerror(errno));
-    committed_ = true;
-    fs::path dir = target_.parent_path().empty() ? fs::path(".") : target_.parent_path();
-    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {  // make the rename durable
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
 
- private:
-  fs::path target_;
-  std::string tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
-void write_tensors(TempFile& f, std::span<const SaveTensor> ts, const std::vector<uint64_t>& sizes,
+void write_tensors(AtomicFile& f, std::span<const SaveTensor> ts, const std::vector<uint64_t>& sizes,
                    const std::map<std::string, std::string>& metadata, const std::string& where) {
   const std::string header = make_header(ts, sizes, metadata, where);
   f.write(header.data(), header.size());
@@ -462,14 +418,21 @@ void write_tensors(TempFile& f, std::span<const SaveTensor> ts, const std::vecto
 }
 
 // Removes model*.safetensors* files not in `keep`; a stale index goes first so it never names missing shards.
+// The names a save writes: model.safetensors, its index, model-NNNNN-of-NNNNN.safetensors shards, and
+// their temporaries (NAME.tmp.PID, left by a crashed save). Anything else in the directory (a user's
+// backup, an adapter) is never touched.
+bool is_model_file(const std::string& n) {
+  static const std::regex ours(
+      R"((model\.safetensors|model\.safetensors\.index\.json|model-[0-9]{5}-of-[0-9]{5}\.safetensors)(\.tmp\.[0-9]+)?)");
+  return std::regex_match(n, ours);
+}
+
 void remove_stale(const fs::path& dir, const std::set<std::string>& keep, const std::string& where) {
   std::vector<fs::path> stale;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (e.is_regular_file(ec) && n.starts_with("model") && n.find(".safetensors") != std::string::npos &&
-        !keep.contains(n))
-      stale.push_back(e.path());
+    if (e.is_regular_file(ec) && is_model_file(n) && !keep.contains(n)) stale.push_back(e.path());
   }
   OOMB_CHECK(!ec, "{}: cannot list the directory: {}", where, ec.message());
   std::stable_partition(stale.begin(), stale.end(), [](const fs::path& p) { return p.filename() == kIndexName; });
@@ -483,7 +446,7 @@ void save_safetensors(const fs::path& path, std::span<const SaveTensor> tensors,
                       const std::map<std::string, std::string>& metadata) {
   const std::string where = "save_safetensors: " + path.string();
   const std::vector<uint64_t> sizes = check_inputs(tensors, where);
-  TempFile f(path);
+  AtomicFile f(path);
   write_tensors(f, tensors, sizes, metadata, where);
   f.commit();
 }
@@ -512,13 +475,13 @@ void save_safetensors_dir(const fs::path& dir, std::span<const SaveTensor> tenso
   }
   starts.push_back(tensors.size());
   const size_t n = starts.size() - 1;
-  std::vector<std::unique_ptr<TempFile>> shards;
+  std::vector<std::unique_ptr<AtomicFile>> shards;
   std::set<std::string> keep{kIndexName};
   json weight_map = json::object();
   for (size_t s = 0; s < n; ++s) {
     const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, n);
     const size_t b = starts[s], e = starts[s + 1];
-    shards.push_back(std::make_unique<TempFile>(dir / name));
+    shards.push_back(std::make_unique<AtomicFile>(dir / name));
     write_tensors(*shards.back(), tensors.subspan(b, e - b), {sizes.begin() + b, sizes.begin() + e}, {}, where);
     for (size_t i = b; i < e; ++i) weight_map[tensors[i].name] = name;
     keep.insert(name);
@@ -529,7 +492,7 @@ void save_safetensors_dir(const fs::path& dir, std::span<const SaveTensor> tenso
   for (auto& f : shards) f->commit();
   const std::string index =
       json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n";
-  TempFile idx(dir / kIndexName);
+  AtomicFile idx(dir / kIndexName);
   idx.write(index.data(), index.size());
   idx.commit();
   remove_stale(dir, keep, where);

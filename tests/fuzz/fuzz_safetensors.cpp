@@ -1,4 +1,4 @@
-// fuzz-sources: core/dtype.cpp core/memory.cpp model/safetensors.cpp
+// fuzz-sources: core/dtype.cpp core/memory.cpp core/atomic_file.cpp model/safetensors.cpp
 // Fuzzes the safetensors header validator on whole-file bytes: it may throw oomb::Error only, and whatever it
 // accepts must tile the data section exactly with correctly sized tensors.
 #include <cstdint>

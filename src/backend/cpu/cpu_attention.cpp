@@ -1,4 +1,4 @@
-// Causal GQA attention over a list of KV blocks (DESIGN.md section 3), CPU reference.
+// Causal GQA attention over a list of KV blocks (design notes: shared/DESIGN.md, section 3), CPU reference.
 // Forward folds blocks in with an online softmax and keeps LSE; never forms a T x N matrix.
 // Each (query, head) scores a whole block at once so the exponentials vectorize.
 // Backward: pass 1 computes dq per (query, head); pass 2 accumulates dk/dv per (kv head, block),

@@ -56,11 +56,13 @@ class CpuBackend final : public Backend {
     if (logits_.dim(1) != V) {
       logits_buf_ = Buffer(Tier::Host, Tag::Workspace, workspace_bytes(V));
       logits_ = Tensor::f32(logits_buf_.as<float>(), {kLossTile, V});
+      row_loss_ = Tensor(logits_buf_.as<char>() + size_t(kLossTile * V) * 4, DType::F64, {kLossTile});
     }
-    return cpu::lm_head_xent(h, w, targets, scale, dh, dw, correct, logits_);
+    return cpu::lm_head_xent(h, w, targets, scale, dh, dw, correct, logits_, row_loss_);
   }
 
-  size_t workspace_bytes(int64_t vocab) const override { return size_t(kLossTile * vocab) * 4; }
+  // the logits tile (tile x V fp32) and its per-row losses (tile fp64)
+  size_t workspace_bytes(int64_t vocab) const override { return size_t(kLossTile * vocab) * 4 + kLossTile * 8; }
 
   void add(Tensor& y, const Tensor& x) override {
     cpu::check_f32("add", "y", y, -1);
@@ -70,11 +72,6 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < n; ++i) y.f()[i] += x.f()[i];
   }
   void zero(Tensor& y) override { std::fill_n(static_cast<char*>(y.data), y.bytes(), 0); }
-  void copy(Tensor& dst, const Tensor& src) override {
-    OOMB_CHECK(dst.bytes() == src.bytes(), "copy: dst {} and src {} differ in size", dst.shape_str(),
-               src.shape_str());
-    std::copy_n(static_cast<const char*>(src.data), src.bytes(), static_cast<char*>(dst.data));
-  }
   void scale(Tensor& y, float s) override {
     const int64_t n = y.numel();
 #pragma omp parallel for if (n >= cpu::kParallelMin)
@@ -128,7 +125,7 @@ class CpuBackend final : public Backend {
  private:
   static constexpr int64_t kLossTile = 256;
   Buffer logits_buf_;
-  Tensor logits_;
+  Tensor logits_, row_loss_;
 };
 
 }  // namespace

@@ -8,15 +8,16 @@
 
 namespace oomb::cpu {
 
-// h: (T, d), w: (V, d), targets: (T) i32, logits workspace: (tile, V)
+// h: (T, d), w: (V, d), targets: (T) i32, logits workspace: (tile, V), row_losses: (tile) f64
 double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
-                    int64_t* correct, Tensor& logits) {
+                    int64_t* correct, Tensor& logits, Tensor& row_losses) {
   check_f32("lm_head_xent", "h", h, 2);
   check_f32("lm_head_xent", "w", w, 2);
   check_f32("lm_head_xent", "logits workspace", logits, 2);
   const int64_t T = h.dim(0), d = h.dim(1), V = w.dim(0), tile = logits.dim(0);
   OOMB_CHECK(w.dim(1) == d, "lm_head_xent: w {} does not fit h {}", w.shape_str(), h.shape_str());
   OOMB_CHECK(logits.dim(1) == V && tile > 0, "lm_head_xent: workspace {} must be (tile, {})", logits.shape_str(), V);
+  OOMB_CHECK(row_losses.dtype == DType::F64 && row_losses.numel() >= tile, "lm_head_xent: row-loss workspace too small");
   OOMB_CHECK(targets.dtype == DType::I32 && targets.ndim == 1 && targets.dim(0) == T,
              "lm_head_xent: targets must be ({}) i32, got {}", T, targets.shape_str());
   if (dh) check_same_shape("lm_head_xent", "dh", *dh, "h", h);
@@ -27,15 +28,17 @@ double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, flo
                V);
   double loss = 0;
   int64_t hits = 0;
+  double* row_loss = row_losses.as<double>();  // summed in row order below: thread-count independent
   for (int64_t t0 = 0; t0 < T; t0 += tile) {
     const int64_t n = std::min(tile, T - t0);
     float* lg = logits.f();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(V), int(d), 1.0f, h.f() + t0 * d, int(d), w.f(),
                 int(d), 0.0f, lg, int(V));
-#pragma omp parallel for reduction(+ : loss, hits) if (n * V >= kParallelMin)
+#pragma omp parallel for reduction(+ : hits) if (n * V >= kParallelMin)
     for (int64_t r = 0; r < n; ++r) {
       float* row = lg + r * V;
       const int32_t y = tg[t0 + r];
+      row_loss[r] = 0;
       if (y < 0) {  // ignored target: no loss, no gradient
         std::fill_n(row, V, 0.0f);
         continue;
@@ -47,11 +50,12 @@ double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, flo
       double sum = 0;
       for (int64_t v = 0; v < V; ++v) sum += std::exp(double(row[v] - m));
       const double lse = double(m) + std::log(sum);
-      loss += lse - double(row[y]);
+      row_loss[r] = lse - double(row[y]);
       hits += arg == y;
       for (int64_t v = 0; v < V; ++v) row[v] = float(std::exp(double(row[v]) - lse)) * scale;
       row[y] -= scale;
     }
+    for (int64_t r = 0; r < n; ++r) loss += row_loss[r];
     if (dh)  // dh (n, d) = dlogits (n, V) . w (V, d)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(d), int(V), 1.0f, lg, int(V), w.f(), int(d),
                   0.0f, dh->f() + t0 * d, int(d));

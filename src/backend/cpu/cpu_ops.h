@@ -20,9 +20,9 @@ void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor
 void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o, Tensor& lse);
 void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
                    std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq);
-// logits: a (tile x V) workspace the caller owns
+// logits: a (tile x V) f32 and row_losses a (tile) f64 workspace the caller owns
 double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
-                    int64_t* correct, Tensor& logits);
+                    int64_t* correct, Tensor& logits, Tensor& row_losses);
 
 // Loops with less work than this (in elements touched) run on one thread: a parallel region costs
 // more than it saves there, and far more when other processes share the cores.
