@@ -5,7 +5,7 @@ PKGS=(build-essential cmake ninja-build pkg-config
       libopenblas-openmp-dev libomp-dev nlohmann-json3-dev libfmt-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       clang libclang-rt-14-dev
-      python3 python3-torch python3-numpy)
+      python3 python3-torch python3-numpy python3-matplotlib)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

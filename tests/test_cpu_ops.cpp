@@ -9,12 +9,7 @@
 #include "test_util.h"
 
 using namespace oomb;
-using oomb::testing::randn;
-using oomb::testing::rel_error;
-using oomb::testing::Vec;
-using oomb::testing::numgrad;
-using oomb::testing::randd;
-using oomb::testing::to_f;
+using namespace oomb::testing;
 
 namespace {
 

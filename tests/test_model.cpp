@@ -32,6 +32,18 @@ struct Loaded {
   }
 };
 
+// One plain SGD step (lr 0.5, no clipping) over `accum` windows of N; returns the parameters before it.
+std::vector<float> sgd_step(Loaded& m, TokenSource& data, int64_t N, int64_t accum) {
+  std::vector<float> p0(m.model->params().flat().f(), m.model->params().flat().f() + param_count(m.cfg));
+  TrainOptions o{N, 1, accum, 1, {}, ""};
+  o.optim.kind = "sgd";
+  o.optim.lr = 0.5f;
+  o.optim.grad_clip = 0;
+  std::ostringstream log;
+  train(*m.model, data, o, log);
+  return p0;
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -85,13 +97,7 @@ TEST(Model, SgdStepMovesEveryParameterByMinusLrTimesGradient) {
   data.window(0, 32, ids.data(), tg.data());
   ref.model->forward_backward(ids.data(), tg.data(), 32, 1.0f);
   Loaded m(dir, 32);
-  std::vector<float> p0(m.model->params().flat().f(), m.model->params().flat().f() + param_count(m.cfg));
-  TrainOptions o{32, 1, 1, 1, {}, ""};
-  o.optim.kind = "sgd";
-  o.optim.lr = 0.5f;
-  o.optim.grad_clip = 0;
-  std::ostringstream log;
-  train(*m.model, data, o, log);
+  const std::vector<float> p0 = sgd_step(m, data, 32, 1);
   const float* p1 = m.model->params().flat().f();
   const float* g = ref.model->grads().flat().f();
   for (size_t i = 0; i < p0.size(); ++i) ASSERT_EQ(p1[i], p0[i] - 0.5f * g[i]) << "parameter element " << i;
@@ -110,13 +116,7 @@ TEST(Model, GradAccumulationAveragesConsecutiveWindows) {
     g.emplace_back(one.model->grads().flat().f(), one.model->grads().flat().f() + param_count(one.cfg));
   }
   Loaded m(dir, 16);
-  std::vector<float> p0(m.model->params().flat().f(), m.model->params().flat().f() + param_count(m.cfg));
-  TrainOptions o{16, 1, 2, 1, {}, ""};  // one step over windows 0 and 1
-  o.optim.kind = "sgd";
-  o.optim.lr = 0.5f;
-  o.optim.grad_clip = 0;
-  std::ostringstream log;
-  train(*m.model, data, o, log);
+  const std::vector<float> p0 = sgd_step(m, data, 16, 2);  // one step over windows 0 and 1
   const float* p1 = m.model->params().flat().f();
   for (size_t i = 0; i < p0.size(); ++i)
     ASSERT_NEAR(p1[i], p0[i] - 0.5f * 0.5f * (g[0][i] + g[1][i]), 1e-6f * (1 + std::abs(p0[i]))) << i;

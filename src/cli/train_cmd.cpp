@@ -79,7 +79,7 @@ int run_demo(TrainArgs& a, Backend& be) {
   if (!a.given("--seq-len")) a.seq_len = 1024;
   if (!a.given("--chunk-size")) a.chunk = 128;
   if (!a.given("--page-size")) a.page = 64;
-  if (!a.given("--steps")) a.steps = 600;
+  if (!a.given("--steps")) a.steps = 800;
   if (!a.given("--lr")) a.lr = 1e-3f;
   if (!a.given("--warmup-steps")) a.optim.warmup_steps = 30;
   const ChunkPlan plan = chunk_plan(a);
@@ -131,7 +131,7 @@ Command add_train(CLI::App& app) {
   c->add_option("--model", a->model, "Hugging Face model directory (config.json + safetensors)");
   c->add_option("--data", a->data, "Token file: .bin of raw little-endian uint32 ids");
   c->add_option("--seq-len", a->seq_len, "Tokens per training sequence N (default 2048; demo 1024)")->check(positive());
-  c->add_option("--steps", a->steps, "Optimizer steps (default 100; demo 600)")->check(positive());
+  c->add_option("--steps", a->steps, "Optimizer steps (default 100; demo 800)")->check(positive());
   c->add_option("--optimizer", a->optim.kind, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
   c->add_option("--lr", a->lr, "Peak learning rate (default 1e-4; demo 1e-3)")->check(positive());
   c->add_option("--weight-decay", a->optim.weight_decay, "AdamW decoupled weight decay on weight matrices")
