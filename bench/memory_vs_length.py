@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--chunk", type=int, default=1024)
     ap.add_argument("--page", type=int, default=128)
     ap.add_argument("--budget-s", type=int, default=3600, help="per oomb run")
-    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="PyTorch threads (oomb uses OpenMP, all cores)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "memory_vs_length.jsonl"))
     args = ap.parse_args()
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

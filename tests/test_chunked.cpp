@@ -30,6 +30,7 @@ ChunkRun run(const std::filesystem::path& dir, const std::vector<int32_t>& toks,
   const LossStats ls = m.forward_backward(toks.data(), toks.data() + 1, N, 1.0f);
   // K/V pages for every token of every layer; gradient pages only for the N - C tokens before the last chunk
   const int64_t P = plan.page_size, C = std::min(plan.chunk, N);
+  EXPECT_EQ(m.kv_grad().shape().dtype, plan.kv_grad_dtype);
   EXPECT_EQ(m.kv().pages_reserved(), cfg.layers * ((N + P - 1) / P));
   EXPECT_EQ(m.kv_grad().pages_reserved(), cfg.layers * ((N - C + P - 1) / P));
   EXPECT_EQ(m.kv().pages_in_use(), 0) << "K/V pages left after the backward sweep";
@@ -69,6 +70,28 @@ TEST(Chunked, EqualsFullSequenceOverTheGrid) {
     }
   std::cout << fmt::format("[ chunked  ] {} configurations, worst gradient rel. error vs full sequence {:.2e}\n",
                            cases, worst);
+}
+
+TEST(Chunked, Bf16GradientPagesStayCloseAndTakeHalfTheBytes) {
+  const auto dir = temp_dir();
+  write_tiny_model(dir, tiny_config_json("qwen2", 2), 31);
+  const auto toks = write_tokens(dir / "t.bin", 132, 61, 32);
+  const int64_t N = 131;
+  const ChunkRun full = run(dir, toks, N, {N, 16});
+  double worst = 0;
+  for (int64_t C : {13, 32}) {
+    const ChunkRun r = run(dir, toks, N, {C, 16, DType::BF16});
+    EXPECT_NEAR(r.loss, full.loss, 1e-6 * std::abs(full.loss));  // the forward does not read gradient pages
+    worst = std::max(worst, rel_error(r.grads, full.grads));
+  }
+  EXPECT_LE(worst, 1e-2);  // bf16 keeps 8 bits of mantissa; each page is rounded once per chunk
+  EXPECT_GT(worst, 1e-7);  // and it does round: the pages are really bf16
+  std::cout << fmt::format("[ chunked  ] bf16 gradient pages: worst whole-gradient rel. error {:.2e}\n", worst);
+  const ModelConfig cfg = load_config(dir);
+  auto ws = make_cpu_backend()->workspace_bytes(cfg.vocab);
+  const MemoryPlan f32 = plan_memory(cfg, {13, 16}, N, "adamw", ws), bf16 = plan_memory(cfg, {13, 16, DType::BF16}, N, "adamw", ws);
+  EXPECT_EQ(2 * bf16.kv_grad, f32.kv_grad);
+  EXPECT_EQ(bf16.kv, f32.kv);
 }
 
 TEST(Chunked, SpansAreAlignedToTheEnd) {

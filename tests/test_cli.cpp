@@ -66,15 +66,19 @@ TEST(Cli, PlanPredictsTheMeasuredPeaks) {
   const auto m = (dir / "m").string();
   ASSERT_EQ(oomb_cmd(dir, "init --out " + m).code, 0);
   write_tokens(dir / "t.bin", 600, 128, 1);
-  CmdResult r = oomb_cmd(dir, fmt::format("plan --model {} --seq-len 512 --chunk-size 96 --page-size 32 --json", m));
-  ASSERT_EQ(r.code, 0) << r.out;
-  const auto plan = nlohmann::json::parse(r.out);
-  r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 512 --chunk-size 96 --page-size 32 "
-                                "--steps 1 --metrics {}/m.jsonl", m, dir.string(), dir.string()));
-  ASSERT_EQ(r.code, 0) << r.out;
-  const auto host = nlohmann::json::parse(read_text(dir / "m.jsonl"))["memory"]["host"];
-  for (const char* tag : {"weights", "grads", "optimizer", "activations", "kv", "kv_grad", "workspace", "data"})
-    EXPECT_EQ(host[tag]["peak"].get<int64_t>(), plan[tag].get<int64_t>()) << tag;
+  for (const char* dt : {"f32", "bf16"}) {
+    SCOPED_TRACE(dt);
+    CmdResult r = oomb_cmd(
+        dir, fmt::format("plan --model {} --seq-len 512 --chunk-size 96 --page-size 32 --kv-grad-dtype {} --json", m, dt));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto plan = nlohmann::json::parse(r.out);
+    r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 512 --chunk-size 96 --page-size 32 "
+                                  "--kv-grad-dtype {} --steps 1 --metrics {}/m.jsonl", m, dir.string(), dt, dir.string()));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto host = nlohmann::json::parse(read_text(dir / "m.jsonl"))["memory"]["host"];
+    for (const char* tag : {"weights", "grads", "optimizer", "activations", "kv", "kv_grad", "workspace", "data"})
+      EXPECT_EQ(host[tag]["peak"].get<int64_t>(), plan[tag].get<int64_t>()) << tag;
+  }
 }
 
 TEST(Cli, ErrorsNameTheFlagOrFile) {

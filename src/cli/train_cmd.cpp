@@ -17,7 +17,7 @@ namespace oomb::cli {
 namespace {
 
 struct TrainArgs {
-  std::string model, data, device = "cpu", out, metrics;
+  std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32";
   int64_t seq_len = 0, steps = 0, grad_accum = 1, log_every = 0, chunk = 0, page = 128;
   OptimConfig optim;
   float grad_clip = 0;  // default when not given: 1.0 for adamw, 0 (off) for sgd
@@ -38,7 +38,9 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
 
 // --chunk-size defaults to min(N, 1024): chunk-recurrent whenever the sequence is longer.
 // (CLI11 has already checked that every size flag given is positive.)
-ChunkPlan chunk_plan(const TrainArgs& a) { return {std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page}; }
+ChunkPlan chunk_plan(const TrainArgs& a) {
+  return {std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page, dtype_parse(a.kv_grad_dtype)};
+}
 
 // Fails before any training when --out cannot receive a model directory.
 void probe_out_dir(const std::string& out) {
@@ -64,7 +66,9 @@ ModelConfig demo_config(int64_t vocab) {
 // The longest sequence full-sequence training (C = N) can hold in `bytes`, by the exact planner.
 int64_t full_sequence_reach(const ModelConfig& cfg, const ChunkPlan& plan, int64_t bytes, size_t ws) {
   int64_t lo = 1, hi = 1;
-  auto fits = [&](int64_t n) { return plan_memory(cfg, {n, plan.page_size}, n, "adamw", ws).total() <= bytes; };
+  auto fits = [&](int64_t n) {
+    return plan_memory(cfg, {n, plan.page_size, plan.kv_grad_dtype}, n, "adamw", ws).total() <= bytes;
+  };
   while (fits(hi * 2)) hi *= 2;
   for (hi *= 2; hi - lo > 1;) {
     const int64_t mid = (lo + hi) / 2;
@@ -85,7 +89,7 @@ int run_demo(TrainArgs& a, Backend& be) {
   const ChunkPlan plan = chunk_plan(a);
   const size_t ws = be.workspace_bytes(cfg.vocab);
   const MemoryPlan mem = plan_memory(cfg, plan, a.seq_len, "adamw", ws);
-  const MemoryPlan full = plan_memory(cfg, {a.seq_len, plan.page_size}, a.seq_len, "adamw", ws);
+  const MemoryPlan full = plan_memory(cfg, {a.seq_len, plan.page_size, plan.kv_grad_dtype}, a.seq_len, "adamw", ws);
   std::cout << fmt::format(
                    "oomb demo (no --model/--data given; see `oomb train --help`)\n"
                    "A {}-parameter, {}-layer model learns a long-range task: the second half of every {}-token\n"
@@ -144,6 +148,8 @@ Command add_train(CLI::App& app) {
   c->add_option("--chunk-size", a->chunk, "Tokens per chunk C of chunk-recurrent training (default min(N, 1024); N = full sequence; demo 128)")
       ->check(positive());
   c->add_option("--page-size", a->page, "Tokens per KV page (demo 64)")->check(positive())->capture_default_str();
+  c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32, or bf16 for half the bytes")
+      ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   c->add_option("--out", a->out, "Save the trained model here (HF format, the loaded dtype) after the last step");
   c->add_option("--metrics", a->metrics, "Write one JSON line of metrics per step to this file");

@@ -6,8 +6,10 @@
 namespace oomb {
 
 PagedKV::PagedKV(const KVShape& s, Tier tier, Tag tag)
-    : s_(s), pool_(tier, tag, size_t(s.page_elems()) * 4), table_(size_t(s.layers)) {
+    : s_(s), pool_(tier, tag, size_t(s.page_bytes())), table_(size_t(s.layers)) {
   OOMB_CHECK(s.page_size > 0, "--page-size: must be positive, got {}", s.page_size);
+  OOMB_CHECK(s.dtype == DType::F32 || s.dtype == DType::BF16, "paged kv: dtype {} is not f32 or bf16",
+             dtype_name(s.dtype));
 }
 
 bool PagedKV::has(int64_t l, int64_t p) const {
@@ -39,20 +41,19 @@ void PagedKV::clear() {
   for (int64_t l = 0; l < s_.layers; ++l) release_from(l, 0);
 }
 
-float* PagedKV::page_ptr(int64_t l, int64_t p) const {
+char* PagedKV::page_ptr(int64_t l, int64_t p) const {
   OOMB_CHECK(has(l, p), "paged kv: page {} of layer {} does not exist", p, l);
-  return static_cast<float*>(pool_.data(table_[size_t(l)][size_t(p)]));
+  return static_cast<char*>(pool_.data(table_[size_t(l)][size_t(p)]));
 }
 
-Tensor PagedKV::k(int64_t l, int64_t p, int64_t r0, int64_t n) const {
-  const int64_t row = s_.kv_heads * s_.head_dim;
-  return Tensor::f32(page_ptr(l, p) + r0 * row, {n, s_.kv_heads, s_.head_dim});
+// rows [r, r + n) of the page's K (r counted from 0) or V (r counted from page_size)
+Tensor PagedKV::rows(int64_t l, int64_t p, int64_t r, int64_t n) const {
+  const size_t row_bytes = size_t(s_.kv_heads * s_.head_dim) * dtype_size(s_.dtype);
+  return Tensor(page_ptr(l, p) + size_t(r) * row_bytes, s_.dtype, {n, s_.kv_heads, s_.head_dim});
 }
 
-Tensor PagedKV::v(int64_t l, int64_t p, int64_t r0, int64_t n) const {
-  const int64_t row = s_.kv_heads * s_.head_dim;
-  return Tensor::f32(page_ptr(l, p) + (s_.page_size + r0) * row, {n, s_.kv_heads, s_.head_dim});
-}
+Tensor PagedKV::k(int64_t l, int64_t p, int64_t r0, int64_t n) const { return rows(l, p, r0, n); }
+Tensor PagedKV::v(int64_t l, int64_t p, int64_t r0, int64_t n) const { return rows(l, p, s_.page_size + r0, n); }
 
 // Walks tokens [t0, t0 + n) page by page: fn(page, row in page, row in src, rows)
 template <typename Fn>
@@ -65,6 +66,7 @@ static void for_rows(int64_t P, int64_t t0, int64_t n, Fn fn) {
 }
 
 void PagedKV::write(int64_t l, int64_t t0, const Tensor& ks, const Tensor& vs) {
+  OOMB_CHECK(s_.dtype == DType::F32, "paged kv: write needs an f32 store");
   const int64_t row = s_.kv_heads * s_.head_dim;
   for_rows(s_.page_size, t0, ks.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
     std::memcpy(k(l, p, r, len).data, ks.f() + i * row, size_t(len * row) * 4);
@@ -76,9 +78,14 @@ void PagedKV::add_into(int64_t l, int64_t t0, Tensor& kd, Tensor& vd) const {
   const int64_t row = s_.kv_heads * s_.head_dim;
   for_rows(s_.page_size, t0, kd.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
     if (!has(l, p)) return;  // nothing was accumulated into this page
-    const float *ks = k(l, p, r, len).f(), *vs = v(l, p, r, len).f();
     float *kp = kd.f() + i * row, *vp = vd.f() + i * row;
-    for (int64_t j = 0; j < len * row; ++j) kp[j] += ks[j], vp[j] += vs[j];
+    const Tensor ks = k(l, p, r, len), vs = v(l, p, r, len);
+    if (s_.dtype == DType::F32) {
+      for (int64_t j = 0; j < len * row; ++j) kp[j] += ks.f()[j], vp[j] += vs.f()[j];
+    } else {
+      const uint16_t *kb = ks.as<uint16_t>(), *vb = vs.as<uint16_t>();
+      for (int64_t j = 0; j < len * row; ++j) kp[j] += bf16_to_f32(kb[j]), vp[j] += bf16_to_f32(vb[j]);
+    }
   });
 }
 

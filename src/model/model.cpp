@@ -12,8 +12,8 @@ ChunkSpan chunk_span(int64_t N, int64_t C, int64_t t) {
   return {std::max<int64_t>(0, end - C), end};
 }
 
-static KVShape kv_shape(const ModelConfig& c, const ChunkPlan& p) {
-  return {c.layers, c.kv_heads, c.head_dim, p.page_size};
+static KVShape kv_shape(const ModelConfig& c, const ChunkPlan& p, DType dtype = DType::F32) {
+  return {c.layers, c.kv_heads, c.head_dim, p.page_size, dtype};
 }
 
 Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
@@ -22,7 +22,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
       plan_(plan),
       params_(cfg, be.tier(), Tag::Weights),
       kv_(kv_shape(cfg, plan), be.tier(), Tag::KV),
-      dkv_(kv_shape(cfg, plan), be.tier(), Tag::KVGrad),
+      dkv_(kv_shape(cfg, plan, plan.kv_grad_dtype), be.tier(), Tag::KVGrad),
       data_(be.tier(), Tag::Data, data_bytes(plan)),
       saved_(be.tier(), Tag::Activations, saved_bytes(cfg, plan)),
       layer_plan_(cfg, plan.chunk, be.tier()) {
@@ -48,17 +48,16 @@ size_t Model::saved_bytes(const ModelConfig& c, const ChunkPlan& p) {
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
                        size_t workspace_bytes) {
   const int64_t P = param_count(cfg), C = std::min(plan.chunk, N);
-  const KVShape kv = kv_shape(cfg, plan);
-  const int64_t page_bytes = kv.page_elems() * 4;
+  const KVShape kv = kv_shape(cfg, plan), kvg = kv_shape(cfg, plan, plan.kv_grad_dtype);
   MemoryPlan m;
   m.weights = P * 4;
   m.grads = P * 4;
   m.optimizer = optimizer == "adamw" ? 2 * P * 4 : 0;
-  const ChunkPlan used{C, plan.page_size};
+  const ChunkPlan used{C, plan.page_size, plan.kv_grad_dtype};
   m.activations = LayerPlan::bytes(cfg, C) + int64_t(Model::saved_bytes(cfg, used));
-  m.kv = cfg.layers * kv.pages_for(N) * page_bytes;
+  m.kv = cfg.layers * kv.pages_for(N) * kv.page_bytes();
   // the last chunk is full, so N - C tokens precede it: their pages of every layer hold gradients
-  m.kv_grad = cfg.layers * kv.pages_for(N - C) * page_bytes;
+  m.kv_grad = cfg.layers * kvg.pages_for(N - C) * kvg.page_bytes();
   m.workspace = int64_t(workspace_bytes);
   m.data = int64_t(Model::data_bytes(used));
   return m;

@@ -27,8 +27,9 @@ struct LossStats {
 using ChunkReader = std::function<void(int64_t t0, int64_t n, int32_t* ids, int32_t* targets)>;
 
 struct ChunkPlan {
-  int64_t chunk = 0;        // C, tokens per chunk
-  int64_t page_size = 128;  // P, tokens per KV page
+  int64_t chunk = 0;                  // C, tokens per chunk
+  int64_t page_size = 128;            // P, tokens per KV page
+  DType kv_grad_dtype = DType::F32;   // gradient pages: f32, or bf16 (half the bytes)
 };
 
 // Chunk t of T covers [begin, end); chunks are aligned to the end of the sequence, so the last one

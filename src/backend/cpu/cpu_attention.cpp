@@ -34,6 +34,9 @@ Dims check_attention(const char* op, const Tensor& q, std::span<const KVBlock> b
     if (backward) {
       check_same_shape(op, "block dk", kb.dk, "block k", kb.k);
       check_same_shape(op, "block dv", kb.dv, "block k", kb.k);
+      OOMB_CHECK((kb.dk.dtype == DType::F32 || kb.dk.dtype == DType::BF16) && kb.dv.dtype == kb.dk.dtype,
+                 "{}: block {} gradients must be f32 or bf16, got {} and {}", op, b, dtype_name(kb.dk.dtype),
+                 dtype_name(kb.dv.dtype));
     }
   }
   if (d.G > 0) {
@@ -193,13 +196,18 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
     }
 
   // pass 2: dk, dv, one (block, kv head) per iteration; each key sums over queries, then heads,
-  // in ascending order
+  // in ascending order into an fp32 scratch, which is then added into the block's gradient rows
+  // (f32, or bf16 rounded once per call)
   const int64_t nb = int64_t(blocks.size());
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
   for (int64_t b = 0; b < nb; ++b)
     for (int64_t g = 0; g < d.G; ++g) {
       const KVBlock& kb = blocks[b];
+      const int64_t len = kb.k.dim(0);
       float* s = scores_buffer(bmax);
+      static thread_local std::vector<float> acc;
+      acc.assign(size_t(2 * len * d.D), 0.0f);
+      float *dks = acc.data(), *dvs = acc.data() + len * d.D;  // (len, D) each
       for (int64_t t = std::max<int64_t>(0, kb.idx0 - a.q_idx0); t < d.T; ++t) {
         const int64_t n = visible(kb, a.q_idx0 + t);
         for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
@@ -212,15 +220,26 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
           for (int64_t j = 0; j < n; ++j) {
             if (s[j] == 0.0f) continue;
             const float p = s[j], *vv = kb.v.f() + (j * d.G + g) * d.D;
-            float *dkv = kb.dk.f() + (j * d.G + g) * d.D, *dvv = kb.dv.f() + (j * d.G + g) * d.D;
             const float ds = p * (dot(dov, vv, d.D) - ds_sum) * a.scale;
             for (int64_t i = 0; i < d.D; ++i) {
-              dvv[i] += p * dov[i];
-              dkv[i] += ds * qv[i];
+              dvs[j * d.D + i] += p * dov[i];
+              dks[j * d.D + i] += ds * qv[i];
             }
           }
         }
       }
+      for (int64_t j = 0; j < len; ++j)
+        for (int64_t i = 0; i < d.D; ++i) {
+          const int64_t at = (j * d.G + g) * d.D + i;
+          if (kb.dk.dtype == DType::F32) {
+            kb.dk.f()[at] += dks[j * d.D + i];
+            kb.dv.f()[at] += dvs[j * d.D + i];
+          } else {
+            uint16_t *k16 = kb.dk.as<uint16_t>() + at, *v16 = kb.dv.as<uint16_t>() + at;
+            *k16 = f32_to_bf16(bf16_to_f32(*k16) + dks[j * d.D + i]);
+            *v16 = f32_to_bf16(bf16_to_f32(*v16) + dvs[j * d.D + i]);
+          }
+        }
     }
 }
 
