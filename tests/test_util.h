@@ -25,4 +25,10 @@ std::filesystem::path temp_dir(const std::string& hint = "");
 std::string read_text(const std::filesystem::path& p);
 void write_bytes(const std::filesystem::path& p, const std::string& bytes);
 
+// The real tokenizer.json of an npm reference package ("qwen3" or "llama3"), installed into
+// tools/node_modules by scripts/install-deps.sh; empty when it is not there.
+std::filesystem::path npm_tokenizer_json(const std::string& name);
+// GTEST_SKIP's reason when npm_tokenizer_json is empty.
+std::string npm_missing_reason(const std::string& name);
+
 }  // namespace oomb::testing

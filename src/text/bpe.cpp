@@ -1,0 +1,194 @@
+#include "text/bpe.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "text/byte_level.h"
+#include "text/utf8.h"
+
+namespace oomb {
+
+namespace {
+using nlohmann::json;
+
+bool opt_bool(const json& j, const char* k, std::string_view where) {
+  if (!j.contains(k) || j[k].is_null()) return false;
+  OOMB_CHECK(j[k].is_boolean(), "{}: model.{} must be true or false", where, k);
+  return j[k].get<bool>();
+}
+
+void check_empty_or_null(const json& j, const char* k, std::string_view where) {
+  if (!j.contains(k) || j[k].is_null()) return;
+  OOMB_CHECK(j[k].is_string() && j[k].get<std::string>().empty(),
+             "{}: model.{} = {} is not supported (byte-level BPE uses none)", where, k, j[k].dump());
+}
+}  // namespace
+
+BytePairModel BytePairModel::from_json(const json& j, std::string_view where) {
+  OOMB_CHECK(j.is_object(), "{}: \"model\" must be an object", where);
+  const std::string type = j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
+  OOMB_CHECK(type == "BPE", "{}: unsupported model type \"{}\" (supported: BPE, the byte-level BPE of "
+             "Qwen2/Qwen2.5/Qwen3 and Llama 3)", where, type.empty() ? j.value("type", json()).dump() : type);
+  OOMB_CHECK(!opt_bool(j, "byte_fallback", where), "{}: model.byte_fallback = true is not supported "
+             "(a SentencePiece-style BPE, not byte-level)", where);
+  if (j.contains("dropout") && !j["dropout"].is_null())
+    OOMB_CHECK(j["dropout"].is_number() && j["dropout"].get<double>() == 0.0,
+               "{}: model.dropout = {} is not supported (training-time BPE dropout)", where, j["dropout"].dump());
+  check_empty_or_null(j, "continuing_subword_prefix", where);
+  check_empty_or_null(j, "end_of_word_suffix", where);
+  BytePairModel m;
+  m.ignore_merges_ = opt_bool(j, "ignore_merges", where);
+
+  OOMB_CHECK(j.contains("vocab") && j["vocab"].is_object(), "{}: model.vocab must be an object of token: id", where);
+  const json& vocab = j["vocab"];
+  int64_t limit = 0;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    OOMB_CHECK(it.value().is_number_integer() && it.value().get<int64_t>() >= 0 &&
+                   it.value().get<int64_t>() < INT32_MAX,
+               "{}: model.vocab[{}] = {} is not a token id (an integer from 0)", where, json(it.key()).dump(),
+               it.value().dump());
+    limit = std::max(limit, it.value().get<int64_t>() + 1);
+  }
+  OOMB_CHECK(limit <= int64_t(vocab.size()) * 4 + 1024,
+             "{}: model.vocab ids reach {} for {} entries; the ids are too sparse", where, limit - 1, vocab.size());
+  m.bytes_.resize(size_t(limit));
+  m.present_.assign(size_t(limit), false);
+  std::string raw;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const int32_t id = int32_t(it.value().get<int64_t>());
+    OOMB_CHECK(!m.present_[size_t(id)], "{}: model.vocab gives id {} to two tokens (the second is {})", where, id,
+               json(it.key()).dump());
+    m.present_[size_t(id)] = true;
+    if (byte_level_decode(it.key(), raw)) {
+      m.by_bytes_.emplace(raw, id);
+      m.bytes_[size_t(id)] = raw;
+    } else {
+      m.other_.emplace(it.key(), id);
+      m.bytes_[size_t(id)] = it.key();  // decoded as written, as Hugging Face's ByteLevel decoder does
+    }
+  }
+  for (int b = 0; b < 256; ++b) {
+    const auto it = m.by_bytes_.find(std::string(1, char(b)));
+    OOMB_CHECK(it != m.by_bytes_.end(), "{}: model.vocab lacks the byte-level token of byte {:#04x}; this is not a "
+               "byte-level BPE vocabulary", where, b);
+    m.byte_id_[size_t(b)] = it->second;
+  }
+
+  OOMB_CHECK(j.contains("merges") && j["merges"].is_array(), "{}: model.merges must be an array", where);
+  const json& merges = j["merges"];
+  m.pairs_.reserve(merges.size());
+  std::string a, b;
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const json& e = merges[r];
+    if (e.is_string()) {  // "a b" (tokenizers < 0.20)
+      const std::string& s = e.get_ref<const std::string&>();
+      const size_t sp = s.find(' ');
+      OOMB_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < s.size(),
+                 "{}: model.merges[{}] = {} is not two tokens separated by a space", where, r, e.dump());
+      a = s.substr(0, sp), b = s.substr(sp + 1);
+    } else {  // ["a", "b"] (tokenizers >= 0.20)
+      OOMB_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(),
+                 "{}: model.merges[{}] = {} is neither \"a b\" nor [\"a\", \"b\"]", where, r, e.dump());
+      a = e[0].get<std::string>(), b = e[1].get<std::string>();
+    }
+    const int32_t ia = m.find(a), ib = m.find(b), im = m.find(a + b);
+    OOMB_CHECK(ia >= 0 && ib >= 0 && im >= 0, "{}: model.merges[{}] = {}: token {} is not in model.vocab", where, r,
+               e.dump(), json(ia < 0 ? a : ib < 0 ? b : a + b).dump());
+    m.pairs_[key(ia, ib)] = {int32_t(r), im};  // a repeated pair keeps its last rank, as both references do
+  }
+  return m;
+}
+
+int32_t BytePairModel::find(std::string_view token) const {
+  std::string raw;
+  if (byte_level_decode(token, raw)) {
+    const auto it = by_bytes_.find(raw);
+    return it == by_bytes_.end() ? -1 : it->second;
+  }
+  const auto it = other_.find(token);
+  return it == other_.end() ? -1 : it->second;
+}
+
+// Pieces of a few dozen bytes (nearly all): rescan the pairs after each merge.
+void BytePairModel::merge_small(std::vector<int32_t>& ids) const {
+  while (ids.size() > 1) {
+    int32_t best_rank = INT32_MAX, best_id = -1;
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < ids.size(); ++i) {
+      const Merge* m = merge_of(ids[i], ids[i + 1]);
+      if (m && m->rank < best_rank) best_rank = m->rank, best_id = m->merged, at = i;
+    }
+    if (best_id < 0) return;
+    ids[at] = best_id;
+    ids.erase(ids.begin() + std::ptrdiff_t(at) + 1);
+  }
+}
+
+// Long pieces (a run of letters can be megabytes): a heap of candidate merges ordered by
+// (rank, position), with stale candidates skipped, O(n log n).
+void BytePairModel::merge_large(std::vector<int32_t>& ids, BpeCache& c) const {
+  const int32_t n = int32_t(ids.size());
+  auto& s = c.syms;
+  s.resize(size_t(n));
+  for (int32_t i = 0; i < n; ++i) s[size_t(i)] = {ids[size_t(i)], i - 1, i + 1 < n ? i + 1 : -1};
+  auto& h = c.heap;
+  h.clear();
+  auto later = [](const BpeCache::Cand& x, const BpeCache::Cand& y) {
+    return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos;
+  };
+  auto push = [&](int32_t pos) {
+    const int32_t nx = s[size_t(pos)].next;
+    if (nx < 0) return;
+    if (const Merge* m = merge_of(s[size_t(pos)].id, s[size_t(nx)].id)) {
+      h.push_back({m->rank, pos, s[size_t(pos)].id, s[size_t(nx)].id});
+      std::push_heap(h.begin(), h.end(), later);
+    }
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  while (!h.empty()) {
+    std::pop_heap(h.begin(), h.end(), later);
+    const BpeCache::Cand top = h.back();
+    h.pop_back();
+    BpeCache::Sym& l = s[size_t(top.pos)];
+    if (l.id < 0 || l.id != top.left || l.next < 0 || s[size_t(l.next)].id != top.right) continue;  // stale
+    BpeCache::Sym& r = s[size_t(l.next)];
+    l.id = merge_of(top.left, top.right)->merged;
+    r.id = -1;  // removed
+    l.next = r.next;
+    if (r.next >= 0) s[size_t(r.next)].prev = top.pos;
+    if (l.prev >= 0) push(l.prev);
+    push(top.pos);
+  }
+  ids.clear();
+  for (int32_t i = 0; i >= 0; i = s[size_t(i)].next) ids.push_back(s[size_t(i)].id);
+}
+
+void BytePairModel::encode(std::string_view bytes, std::vector<int32_t>& out, BpeCache& c) const {
+  if (bytes.empty()) return;
+  if (ignore_merges_) {  // a piece that is itself a token is taken whole
+    const auto it = by_bytes_.find(bytes);
+    if (it != by_bytes_.end()) return out.push_back(it->second);
+  }
+  constexpr size_t kCacheMaxLen = 256, kCacheMaxEntries = 1 << 20;
+  if (bytes.size() < kCacheMaxLen) {
+    const auto it = c.map.find(bytes);
+    if (it != c.map.end()) {
+      const auto [at, len] = it->second;
+      out.insert(out.end(), c.ids.begin() + at, c.ids.begin() + at + len);
+      return;
+    }
+  }
+  auto& w = c.work;
+  w.resize(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) w[i] = byte_id_[static_cast<unsigned char>(bytes[i])];
+  if (w.size() <= 48) merge_small(w);
+  else merge_large(w, c);
+  out.insert(out.end(), w.begin(), w.end());
+  if (bytes.size() < kCacheMaxLen) {
+    if (c.map.size() >= kCacheMaxEntries || c.ids.size() >= 16 * kCacheMaxEntries) c.map.clear(), c.ids.clear();
+    c.map.emplace(std::string(bytes), std::pair<uint32_t, uint32_t>(uint32_t(c.ids.size()), uint32_t(w.size())));
+    c.ids.insert(c.ids.end(), w.begin(), w.end());
+  }
+}
+
+}  // namespace oomb

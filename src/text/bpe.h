@@ -1,0 +1,73 @@
+// The BPE model of a byte-level tokenizer.json: vocabulary, ranked merges and ignore_merges.
+// Pieces arrive as raw bytes; each byte starts as the token of its byte-level character, then
+// the lowest-ranked adjacent pair is merged (the leftmost among equals) until none applies, as
+// in Hugging Face's tokenizers and transformers.js.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace oomb {
+
+// Hash lookups by string_view without building a std::string.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+// Per-thread state of encoding: a cache of pieces already seen, and scratch space.
+struct BpeCache {
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>> map;  // -> (at, len)
+  std::vector<int32_t> ids;  // cached results, back to back
+  std::vector<int32_t> work;
+  struct Sym {
+    int32_t id, prev, next;
+  };
+  std::vector<Sym> syms;
+  struct Cand {
+    int32_t rank, pos, left, right;
+  };
+  std::vector<Cand> heap;
+};
+
+class BytePairModel {
+ public:
+  // `j`: the "model" object of tokenizer.json; `where` names the file in errors.
+  static BytePairModel from_json(const nlohmann::json& j, std::string_view where);
+  // Appends the ids of one piece of raw bytes.
+  void encode(std::string_view bytes, std::vector<int32_t>& out, BpeCache& cache) const;
+  // The raw bytes a vocabulary id stands for (a token outside the byte-level alphabet: its UTF-8).
+  bool has(int32_t id) const { return id >= 0 && size_t(id) < bytes_.size() && present_[size_t(id)]; }
+  const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
+  int64_t id_limit() const { return int64_t(bytes_.size()); }  // 1 + the largest id
+  // The id of a vocabulary entry given as tokenizer.json writes it (byte-level string), or -1.
+  int32_t find(std::string_view token) const;
+  int64_t merges() const { return int64_t(pairs_.size()); }
+
+ private:
+  struct Merge {
+    int32_t rank, merged;
+  };
+  static uint64_t key(int32_t a, int32_t b) { return uint64_t(uint32_t(a)) << 32 | uint32_t(b); }
+  const Merge* merge_of(int32_t a, int32_t b) const {
+    auto it = pairs_.find(key(a, b));
+    return it == pairs_.end() ? nullptr : &it->second;
+  }
+  void merge_small(std::vector<int32_t>& ids) const;
+  void merge_large(std::vector<int32_t>& ids, BpeCache& c) const;
+
+  std::array<int32_t, 256> byte_id_{};
+  std::unordered_map<uint64_t, Merge> pairs_;
+  StringIdMap by_bytes_;     // raw bytes -> id (byte-level entries)
+  StringIdMap other_;        // entries outside the byte-level alphabet, as written
+  std::vector<std::string> bytes_;
+  std::vector<bool> present_;
+  bool ignore_merges_ = false;
+};
+
+}  // namespace oomb

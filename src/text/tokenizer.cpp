@@ -1,0 +1,186 @@
+#include "text/tokenizer.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "text/utf8.h"
+
+namespace oomb {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+static std::string type_of(const json& j) {
+  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
+}
+
+// PCRE2-escaped literal for a Split with {"String": ...}.
+static std::string escape_literal(std::string_view s) {
+  std::string r;
+  for (char c : s) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) r += '\\';
+    r += c;
+  }
+  return r;
+}
+
+void Tokenizer::add_steps(const json& j, std::string_view where) {
+  if (j.is_null()) return;
+  const std::string type = type_of(j);
+  if (type == "Sequence") {
+    OOMB_CHECK(j.contains("pretokenizers") && j["pretokenizers"].is_array(),
+               "{}: pre_tokenizer Sequence needs a \"pretokenizers\" array", where);
+    for (const auto& sub : j["pretokenizers"]) add_steps(sub, where);
+  } else if (type == "Split") {
+    OOMB_CHECK(j.contains("pattern") && j["pattern"].is_object(), "{}: pre_tokenizer Split needs a \"pattern\" object",
+               where);
+    const json& p = j["pattern"];
+    std::string rx;
+    if (p.contains("Regex") && p["Regex"].is_string()) rx = p["Regex"].get<std::string>();
+    else if (p.contains("String") && p["String"].is_string()) rx = escape_literal(p["String"].get<std::string>());
+    else fail("{}: pre_tokenizer Split pattern must be {{\"Regex\": ...}} or {{\"String\": ...}}", where);
+    OOMB_CHECK(!j.value("invert", false), "{}: pre_tokenizer Split with \"invert\": true is not supported", where);
+    const std::string behavior = j.value("behavior", std::string("Isolated"));
+    OOMB_CHECK(behavior == "Isolated" || behavior == "Removed",
+               "{}: pre_tokenizer Split behavior \"{}\" is not supported (supported: Isolated, Removed)", where,
+               behavior);
+    Step s{Step::Split, std::make_shared<RegexSplit>(rx, std::string(where) + ": pre_tokenizer Split"),
+           behavior == "Removed", false};
+    steps_.push_back(std::move(s));
+  } else if (type == "ByteLevel") {
+    Step s{Step::ByteLevel, nullptr, false, j.value("add_prefix_space", false)};
+    if (j.value("use_regex", true))
+      s.regex = std::make_shared<RegexSplit>(kGpt2Pattern, std::string(where) + ": ByteLevel pre_tokenizer");
+    steps_.push_back(std::move(s));
+  } else {
+    fail("{}: unsupported pre_tokenizer type \"{}\" (supported: Split, ByteLevel, Sequence of them)", where,
+         type.empty() ? j.dump() : type);
+  }
+}
+
+Tokenizer Tokenizer::parse(std::string_view text, std::string_view where) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail("{}: not valid JSON: {}", where, e.what());
+  }
+  OOMB_CHECK(j.is_object(), "{}: a tokenizer.json must hold a JSON object", where);
+  Tokenizer t;
+  t.source_ = std::string(where);
+  OOMB_CHECK(j.contains("model"), "{}: no \"model\" (is this a tokenizer.json?)", where);
+  t.bpe_ = BytePairModel::from_json(j["model"], where);
+  t.normalizer_ = Normalizer::from_json(j.value("normalizer", json()), where);
+  t.add_steps(j.value("pre_tokenizer", json()), where);
+  bool byte_level = false;
+  for (const Step& s : t.steps_) byte_level |= s.kind == Step::ByteLevel;
+  OOMB_CHECK(byte_level, "{}: the pre_tokenizer has no ByteLevel step; only byte-level BPE tokenizers are supported",
+             where);
+  const json dec = j.value("decoder", json());
+  OOMB_CHECK(dec.is_null() || type_of(dec) == "ByteLevel",
+             "{}: unsupported decoder type \"{}\" (supported: ByteLevel)", where, type_of(dec));
+  t.added_ = AddedTokens::from_json(j.value("added_tokens", json()), where);
+  t.id_limit_ = t.bpe_.id_limit();
+  bool newline_in_added = false;
+  for (const AddedToken& a : t.added_.all()) {
+    t.id_limit_ = std::max<int64_t>(t.id_limit_, int64_t(a.id) + 1);
+    newline_in_added |= a.content.find('\n') != std::string::npos || a.lstrip || a.rstrip || a.single_word;
+  }
+  // Cutting before "\n[A-Za-z]" is exact for the patterns analysed in tokenizer.h: no match of
+  // them holds a newline followed by a letter. Other patterns, or added tokens that could
+  // span or strip across the cut, keep the text whole.
+  static const std::string known[] = {
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+      kGpt2Pattern};
+  bool patterns_known = true;
+  for (const Step& s : t.steps_) {
+    if (s.prefix_space || s.removed) patterns_known = false;
+    if (s.regex && std::find(std::begin(known), std::end(known), s.regex->source()) == std::end(known))
+      patterns_known = false;
+  }
+  t.newline_cut_safe_ = patterns_known && !newline_in_added;
+  return t;
+}
+
+Tokenizer Tokenizer::load(const fs::path& path) {
+  std::error_code ec;
+  fs::path file = path;
+  if (fs::is_directory(path, ec)) {
+    file = path / "tokenizer.json";
+    OOMB_CHECK(fs::exists(file, ec), "--tokenizer {}: the directory has no tokenizer.json", path.string());
+  }
+  std::ifstream f(file, std::ios::binary);
+  OOMB_CHECK(f.good(), "--tokenizer {}: cannot open", file.string());
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return parse(ss.str(), file.string());
+}
+
+int32_t Tokenizer::token_id(std::string_view token) const {
+  if (const AddedToken* a = added_.by_content(token)) return a->id;
+  return bpe_.find(token);
+}
+
+// Normalize, pre-tokenize (each step splits every piece), then BPE each piece.
+void Tokenizer::encode_section(std::string_view text, std::vector<int32_t>& out, EncodeState& st) const {
+  const std::string_view s = normalizer_.apply(text, st.normalized);
+  if (s.empty()) return;
+  st.prefixed.clear();  // a deque: views of its strings stay valid as it grows
+  st.views.assign(1, s);
+  for (const Step& step : steps_) {
+    st.next_views.clear();
+    for (std::string_view ps : st.views) {
+      if (step.prefix_space && (ps.empty() || ps[0] != ' ')) ps = st.prefixed.emplace_back(" " + std::string(ps));
+      if (!step.regex) {
+        st.next_views.push_back(ps);
+        continue;
+      }
+      st.pieces.clear();
+      step.regex->split(ps, st.pieces);
+      for (const Piece& q : st.pieces)
+        if (!(step.removed && q.match)) st.next_views.push_back(ps.substr(q.begin, q.end - q.begin));
+    }
+    st.views.swap(st.next_views);
+  }
+  for (std::string_view p : st.views) bpe_.encode(p, out, st.bpe);
+}
+
+void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, EncodeState& st,
+                       const EncodeOptions& o) const {
+  st.matches.clear();
+  added_.find(text, !o.split_special, st.matches);
+  size_t at = 0;
+  for (const AddedMatch& m : st.matches) {
+    if (m.begin > at) encode_section(text.substr(at, m.begin - at), out, st);
+    out.push_back(m.token->id);
+    at = m.end;
+  }
+  if (at < text.size()) encode_section(text.substr(at), out, st);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& o) const {
+  EncodeState st;
+  std::vector<int32_t> out;
+  encode(text, out, st, o);
+  return out;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  std::string bytes;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    if (const AddedToken* a = added_.by_id(id)) {
+      if (!(skip_special && a->special)) bytes += a->content;
+      continue;
+    }
+    OOMB_CHECK(bpe_.has(id), "decode: token id {} (at {}) is not in the tokenizer {} ({} ids)", id, i, source_,
+               id_limit_);
+    bytes += bpe_.bytes(id);
+  }
+  return utf8_first_invalid(bytes) == bytes.size() ? bytes : utf8_replace_invalid(bytes);
+}
+
+}  // namespace oomb

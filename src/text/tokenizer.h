@@ -1,0 +1,77 @@
+// A Hugging Face tokenizer.json of the byte-level BPE families (Qwen2/Qwen2.5/Qwen3, Llama 3,
+// GPT-2 style): added tokens found first, then NFC where configured, the Split regexes exactly
+// as the file states them, byte-level mapping and BPE merges. Encoding adds no BOS/EOS.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "text/added_tokens.h"
+#include "text/bpe.h"
+#include "text/normalizer.h"
+#include "text/regex_split.h"
+
+namespace oomb {
+
+// One thread's reusable encoding state (piece cache and scratch); not shared between threads.
+struct EncodeState {
+  BpeCache bpe;
+  std::vector<AddedMatch> matches;
+  std::vector<Piece> pieces;
+  std::vector<std::string_view> views, next_views;
+  std::string normalized;
+  std::deque<std::string> prefixed;  // pieces that got a prefix space
+};
+
+struct EncodeOptions {
+  bool split_special = false;  // true: special tokens in the text are encoded as plain text
+};
+
+class Tokenizer {
+ public:
+  // PATH: a tokenizer.json, or a directory holding one.
+  static Tokenizer load(const std::filesystem::path& path);
+  // The text of a tokenizer.json; `where` names it in errors.
+  static Tokenizer parse(std::string_view json_text, std::string_view where);
+
+  // Appends the ids of valid UTF-8 text (check or repair it first: text/utf8.h).
+  void encode(std::string_view text, std::vector<int32_t>& out, EncodeState& st, const EncodeOptions& o = {}) const;
+  std::vector<int32_t> encode(std::string_view text, const EncodeOptions& o = {}) const;
+  // Bytes of the ids joined, as UTF-8 (invalid sequences become U+FFFD, as in Hugging Face).
+  // An id the tokenizer does not have is an error naming it.
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+
+  int64_t id_limit() const { return id_limit_; }  // 1 + the largest id (vocabulary or added)
+  // The id of a token given as written in tokenizer.json (added-token content or vocabulary entry), or -1.
+  int32_t token_id(std::string_view token) const;
+  const AddedTokens& added() const { return added_; }
+  const std::string& source() const { return source_; }
+  // Text may be cut just before an ASCII letter that follows '\n' and its parts encoded apart:
+  // the result is the same (every supported pattern ends a match there; NFC does not reach across).
+  bool cut_after_newline_is_safe() const { return newline_cut_safe_; }
+
+ private:
+  struct Step {  // one pre-tokenizer
+    enum Kind { Split, ByteLevel } kind;
+    std::shared_ptr<RegexSplit> regex;  // Split, or ByteLevel with use_regex
+    bool removed = false;               // Split behaviour "Removed" (else "Isolated")
+    bool prefix_space = false;          // ByteLevel add_prefix_space
+  };
+  void add_steps(const nlohmann::json& j, std::string_view where);
+  void encode_section(std::string_view text, std::vector<int32_t>& out, EncodeState& st) const;
+
+  std::string source_;
+  Normalizer normalizer_;
+  std::vector<Step> steps_;
+  BytePairModel bpe_;
+  AddedTokens added_;
+  int64_t id_limit_ = 0;
+  bool newline_cut_safe_ = false;
+};
+
+}  // namespace oomb

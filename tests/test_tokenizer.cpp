@@ -1,0 +1,280 @@
+// The tokenizer on small tokenizer.json files written here: merges in both stored formats, merge
+// order, long pieces, ignore_merges, added tokens, NFC, decoding and every rejected input.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "core/error.h"
+#include "text/byte_level.h"
+#include "text/normalizer.h"
+#include "text/tokenizer.h"
+#include "text/utf8.h"
+
+using namespace oomb;
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+namespace {
+
+const char* kQwenPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// The byte-level string of raw bytes, as tokenizer.json stores vocabulary entries.
+std::string bl(std::string_view raw) {
+  std::string s;
+  for (unsigned char b : raw) utf8_append(s, byte_to_char(b));
+  return s;
+}
+
+// A byte-level BPE: the 256 byte tokens (id = byte), then one token per merge result.
+json tokenizer_json(const std::vector<std::pair<std::string, std::string>>& merges, bool pair_format = true,
+                    bool ignore_merges = false) {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[bl(std::string(1, char(b)))] = b;
+  json m = json::array();
+  for (const auto& [a, b] : merges) {
+    if (!vocab.contains(bl(a + b))) vocab[bl(a + b)] = int(vocab.size());
+    m.push_back(pair_format ? json::array({bl(a), bl(b)}) : json(bl(a) + " " + bl(b)));
+  }
+  return {{"version", "1.0"},
+          {"added_tokens", json::array()},
+          {"normalizer", nullptr},
+          {"pre_tokenizer",
+           {{"type", "Sequence"},
+            {"pretokenizers",
+             json::array({{{"type", "Split"}, {"pattern", {{"Regex", kQwenPattern}}}, {"behavior", "Isolated"},
+                           {"invert", false}},
+                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
+          {"post_processor", nullptr},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"model",
+           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"byte_fallback", false},
+            {"ignore_merges", ignore_merges}, {"vocab", vocab}, {"merges", m}}}};
+}
+
+Tokenizer make(const json& j) { return Tokenizer::parse(j.dump(), "test/tokenizer.json"); }
+
+std::string error_of(const json& j) {
+  try {
+    make(j);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// The plain statement of BPE, over strings: merge the lowest-ranked adjacent pair (leftmost
+// among equals) until none applies.
+std::vector<std::string> reference_bpe(const std::string& raw, const std::vector<std::pair<std::string, std::string>>& merges) {
+  std::vector<std::string> w;
+  for (char c : raw) w.push_back(std::string(1, c));
+  for (;;) {
+    size_t best = merges.size(), at = 0;
+    for (size_t i = 0; i + 1 < w.size(); ++i)
+      for (size_t r = 0; r < best; ++r)
+        if (merges[r].first == w[i] && merges[r].second == w[i + 1]) {
+          best = r, at = i;
+          break;
+        }
+    if (best == merges.size()) return w;
+    w[at] += w[at + 1];
+    w.erase(w.begin() + std::ptrdiff_t(at) + 1);
+  }
+}
+
+}  // namespace
+
+TEST(Tokenizer, MergesInBothStoredFormatsGiveTheSameIds) {
+  const std::vector<std::pair<std::string, std::string>> merges = {{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"},
+                                                                   {" ", "w"}, {"o", "r"}};
+  const Tokenizer pairs = make(tokenizer_json(merges, true)), strings = make(tokenizer_json(merges, false));
+  const auto ids = pairs.encode("hello world");
+  EXPECT_EQ(ids, strings.encode("hello world"));
+  // hello -> "hello" (id of the 4th merge result); " world" -> " w" "or" "l" "d"
+  EXPECT_EQ(ids, (std::vector<int32_t>{pairs.token_id(bl("hello")), pairs.token_id(bl(" w")),
+                                       pairs.token_id(bl("or")), 'l', 'd'}));
+}
+
+TEST(Tokenizer, LowestRankFirstAndLeftmostAmongEquals) {
+  const Tokenizer t = make(tokenizer_json({{"a", "a"}, {"b", "a"}}));
+  EXPECT_EQ(t.encode("aaa"), (std::vector<int32_t>{t.token_id("aa"), 'a'}));
+  // "baa": rank 0 (a a) beats rank 1 (b a) though "ba" is further left
+  EXPECT_EQ(t.encode("baa"), (std::vector<int32_t>{'b', t.token_id("aa")}));
+}
+
+TEST(Tokenizer, LongPiecesMatchThePlainAlgorithm) {
+  // A small alphabet with many merges, pieces from 1 to 3000 letters (the heap path above 48 bytes).
+  std::mt19937 g(7);
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::vector<std::string> toks = {"a", "b", "c"};
+  for (int i = 0; i < 60; ++i) {
+    const std::string a = toks[g() % toks.size()], b = toks[g() % toks.size()];
+    if (std::find(merges.begin(), merges.end(), std::pair{a, b}) != merges.end() || (a + b).size() > 12) continue;
+    merges.push_back({a, b});
+    toks.push_back(a + b);
+  }
+  const Tokenizer t = make(tokenizer_json(merges));
+  for (int len : {1, 2, 7, 47, 48, 49, 50, 130, 700, 3000}) {
+    std::string s;
+    for (int i = 0; i < len; ++i) s += "abc"[g() % 3];
+    std::vector<int32_t> want;
+    for (const auto& tok : reference_bpe(s, merges)) want.push_back(t.token_id(tok));
+    EXPECT_EQ(t.encode(s), want) << len;
+  }
+}
+
+TEST(Tokenizer, IgnoreMergesTakesAWholeVocabularyEntry) {
+  // "abc" is in the vocabulary, but the merges reach only "ab" + "c"
+  json j = tokenizer_json({{"a", "b"}, {"b", "c"}});
+  j["model"]["vocab"]["abc"] = 300;
+  EXPECT_EQ(make(j).encode("abc"), (std::vector<int32_t>{make(j).token_id("ab"), 'c'}));
+  j["model"]["ignore_merges"] = true;
+  EXPECT_EQ(make(j).encode("abc"), (std::vector<int32_t>{300}));
+  EXPECT_EQ(make(j).encode("abcd"), (std::vector<int32_t>{make(j).token_id("ab"), 'c', 'd'}));
+}
+
+TEST(Tokenizer, AddedTokensAreFoundFirstLongestAndLeftmost) {
+  json j = tokenizer_json({});
+  j["added_tokens"] = json::array({{{"id", 500}, {"content", "<|x|>"}, {"special", true}},
+                                   {{"id", 501}, {"content", "<|x|><|y|>"}, {"special", true}},
+                                   {{"id", 502}, {"content", "<think>"}, {"special", false}},
+                                   {{"id", 503}, {"content", "[L]"}, {"lstrip", true}, {"special", true}},
+                                   {{"id", 504}, {"content", "[R]"}, {"rstrip", true}, {"special", true}},
+                                   {{"id", 505}, {"content", "ab"}, {"single_word", true}}});
+  const Tokenizer t = make(j);
+  EXPECT_EQ(t.id_limit(), 506);
+  EXPECT_EQ(t.encode("a<|x|><|y|>b<|x|>"), (std::vector<int32_t>{'a', 501, 'b', 500}));
+  EXPECT_EQ(t.encode("<|x|"), (std::vector<int32_t>{'<', '|', 'x', '|'}));
+  // special tokens as plain text on request; non-special added tokens are still found
+  EncodeOptions plain;
+  plain.split_special = true;
+  EXPECT_EQ(t.encode("<|x|><think>", plain), (std::vector<int32_t>{'<', '|', 'x', '|', '>', 502}));
+  // lstrip eats the whitespace before, rstrip the whitespace after (Unicode White_Space)
+  const int32_t sp = t.token_id(bl(" "));
+  EXPECT_EQ(t.encode("a \t[L] b"), (std::vector<int32_t>{'a', 503, sp, 'b'}));
+  EXPECT_EQ(t.encode("a [R] \xE3\x80\x80" "b"), (std::vector<int32_t>{'a', sp, 504, 'b'}));
+  // single_word: only between non-word characters
+  EXPECT_EQ(t.encode("ab cab ab_ ab"), (std::vector<int32_t>{505, sp, 'c', 'a', 'b', sp, 'a', 'b', '_', sp, 505}));
+  EXPECT_EQ(t.decode(std::vector<int32_t>{'a', 501, 503, 'b'}), "a<|x|><|y|>[L]b");
+  EXPECT_EQ(t.decode(std::vector<int32_t>{'a', 501, 502, 'b'}, /*skip_special=*/true), "a<think>b");
+}
+
+TEST(Tokenizer, NfcNormalizerComposes) {
+  json j = tokenizer_json({{"\xC3", "\xA9"}});
+  const Tokenizer raw = make(j);
+  j["normalizer"] = {{"type", "NFC"}};
+  const Tokenizer n = make(j);
+  const std::string composed = "caf\xC3\xA9", decomposed = "cafe\xCC\x81";
+  EXPECT_EQ(n.encode(decomposed), n.encode(composed));
+  EXPECT_NE(raw.encode(decomposed), raw.encode(composed));
+  EXPECT_EQ(n.decode(n.encode(decomposed)), composed);
+  EXPECT_EQ(raw.decode(raw.encode(decomposed)), decomposed);
+}
+
+TEST(Tokenizer, TextBelowU0300IsItsOwnNfc) {
+  // the normalizer skips the library call for such text; this checks that shortcut is exact
+  std::string all;
+  for (uint32_t c = 1; c < 0x300; ++c) utf8_append(all, c);
+  EXPECT_EQ(nfc(all), all);
+  std::string out;
+  Normalizer n = Normalizer::from_json(json{{"type", "NFC"}}, "t");
+  EXPECT_EQ(n.apply(all, out).data(), all.data());  // returned as is
+  EXPECT_EQ(n.apply("e\xCC\x81", out), "\xC3\xA9");
+}
+
+TEST(Tokenizer, SplitPiecesOfTheQwenPattern) {
+  RegexSplit r(kQwenPattern, "t");
+  auto pieces = [&](std::string_view s) {
+    std::vector<Piece> p;
+    r.split(s, p);
+    std::vector<std::string> out;
+    for (const Piece& q : p) out.emplace_back(s.substr(q.begin, q.end - q.begin));
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pieces("I'M here  \n\n  now"), (V{"I", "'M", " here", "  \n\n", " ", " now"}));
+  EXPECT_EQ(pieces("x=1234;"), (V{"x", "=", "1", "2", "3", "4", ";"}));
+  EXPECT_EQ(pieces("a\xC2\xA0\xC2\xA0" "b"), (V{"a", "\xC2\xA0", "\xC2\xA0" "b"}));  // NBSP is \s
+  EXPECT_EQ(pieces(""), V{});
+}
+
+TEST(Tokenizer, DecodeJoinsBytesAndRepairsBrokenUtf8) {
+  const Tokenizer t = make(tokenizer_json({}));
+  EXPECT_EQ(t.decode(std::vector<int32_t>{0xE2, 0x82, 0xAC}), "\xE2\x82\xAC");
+  EXPECT_EQ(t.decode(std::vector<int32_t>{'a', 0xE2, 0x82}), "a\xEF\xBF\xBD");
+  try {
+    t.decode(std::vector<int32_t>{'a', 9999});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("token id 9999 (at 1) is not in the tokenizer test/tokenizer.json"));
+  }
+}
+
+TEST(Tokenizer, EveryByteSequenceRoundTripsWithoutANormalizer) {
+  const Tokenizer t = make(tokenizer_json({{"a", "b"}, {" ", "a"}, {"\xE4", "\xB8"}}));
+  std::mt19937 g(3);
+  for (int k = 0; k < 300; ++k) {
+    std::string s;
+    for (int i = int(g() % 40); i > 0; --i) {
+      const uint32_t c = g() % 4 == 0 ? 0x20 + g() % 0x60 : g() % 0x110000;
+      if (c >= 0xD800 && c < 0xE000) continue;
+      utf8_append(s, c);
+    }
+    EXPECT_EQ(t.decode(t.encode(s)), s);
+  }
+}
+
+TEST(Tokenizer, RejectsWhatItDoesNotSupportNamingTheField) {
+  auto with = [](auto edit) {
+    json j = tokenizer_json({{"a", "b"}});
+    edit(j);
+    return error_of(j);
+  };
+  EXPECT_EQ(error_of(json::array()), "test/tokenizer.json: a tokenizer.json must hold a JSON object");
+  EXPECT_THAT(error_of(json{{"x", 1}}), HasSubstr("no \"model\""));
+  EXPECT_THAT(with([](json& j) { j["model"]["type"] = "WordPiece"; }),
+              HasSubstr("test/tokenizer.json: unsupported model type \"WordPiece\""));
+  EXPECT_THAT(with([](json& j) { j["model"]["type"] = "Unigram"; }), HasSubstr("unsupported model type \"Unigram\""));
+  EXPECT_THAT(with([](json& j) { j["normalizer"] = {{"type", "NFKC"}}; }),
+              HasSubstr("unsupported normalizer type \"NFKC\""));
+  EXPECT_THAT(with([](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }),
+              HasSubstr("unsupported pre_tokenizer type \"Metaspace\""));
+  EXPECT_THAT(with([](json& j) { j["pre_tokenizer"] = nullptr; }), HasSubstr("has no ByteLevel step"));
+  EXPECT_THAT(with([](json& j) { j["decoder"] = {{"type", "Metaspace"}}; }),
+              HasSubstr("unsupported decoder type \"Metaspace\""));
+  EXPECT_THAT(with([](json& j) { j["model"]["byte_fallback"] = true; }), HasSubstr("model.byte_fallback = true"));
+  EXPECT_THAT(with([](json& j) { j["model"]["continuing_subword_prefix"] = "##"; }),
+              HasSubstr("model.continuing_subword_prefix = \"##\" is not supported"));
+  EXPECT_THAT(with([](json& j) { j["model"]["vocab"].erase(bl("\n")); }),
+              HasSubstr("model.vocab lacks the byte-level token of byte 0x0a"));
+  EXPECT_THAT(with([](json& j) { j["model"]["merges"].push_back(json::array({"a", "zz"})); }),
+              HasSubstr("model.merges[1] = [\"a\",\"zz\"]: token \"zz\" is not in model.vocab"));
+  EXPECT_THAT(with([](json& j) { j["model"]["merges"].push_back("ab"); }),
+              HasSubstr("model.merges[1] = \"ab\" is not two tokens separated by a space"));
+  EXPECT_THAT(with([](json& j) { j["model"]["vocab"]["dup"] = 5; }), HasSubstr("model.vocab gives id 5 to two tokens"));
+  EXPECT_THAT(with([](json& j) { j["model"]["vocab"]["neg"] = -1; }), HasSubstr("model.vocab[\"neg\"] = -1 is not a token id"));
+  EXPECT_THAT(with([](json& j) { j["added_tokens"] = json::array({{{"id", 3}}}); }),
+              HasSubstr("added_tokens[0] lacks \"content\""));
+  EXPECT_THAT(with([](json& j) {
+                j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
+              }),
+              HasSubstr("cannot compile the split pattern (unclosed"));
+  EXPECT_THAT(with([](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "MergedWithNext"; }),
+              HasSubstr("Split behavior \"MergedWithNext\" is not supported"));
+  try {
+    Tokenizer::parse("{\"model\": ", "bad.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("bad.json: not valid JSON"));
+  }
+}
+
+TEST(Tokenizer, LoadNamesTheMissingFile) {
+  try {
+    Tokenizer::load("/nonexistent/dir/tokenizer.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--tokenizer /nonexistent/dir/tokenizer.json: cannot open"));
+  }
+}

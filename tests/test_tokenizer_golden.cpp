@@ -1,0 +1,132 @@
+// The real Qwen3 and Llama 3 tokenizer.json files against ids from an independent implementation
+// (transformers.js via @lenml/tokenizers, tools/tokenizer_golden.mjs): identical ids on every
+// golden case, decode(encode(s)) == s (NFC(s) where the file normalizes), and cutting text before
+// "\n[A-Za-z]" (parallel tokenization) changes nothing.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "test_util.h"
+#include "text/normalizer.h"
+#include "text/tokenizer.h"
+#include "text/utf8.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+using nlohmann::json;
+
+namespace {
+
+const Tokenizer* real(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
+  auto& t = cache[name];
+  if (!t) {
+    const auto p = npm_tokenizer_json(name);
+    if (p.empty()) return nullptr;
+    t = std::make_unique<Tokenizer>(Tokenizer::load(p));
+  }
+  return t.get();
+}
+
+std::vector<json> golden() {
+  std::ifstream f(std::filesystem::path(OOMB_SOURCE_DIR) / "tests/fixtures/tokenizer_golden.jsonl");
+  std::vector<json> cases;
+  std::string line;
+  while (std::getline(f, line)) cases.push_back(json::parse(line));
+  return cases;
+}
+
+std::string from_hex(const std::string& h) {
+  std::string s;
+  for (size_t i = 0; i + 1 < h.size(); i += 2) s += char(std::stoi(h.substr(i, 2), nullptr, 16));
+  return s;
+}
+
+std::string text_of(const json& c) { return c.contains("hex") ? from_hex(c["hex"]) : c["text"].get<std::string>(); }
+
+class Golden : public ::testing::TestWithParam<const char*> {};
+
+}  // namespace
+
+TEST_P(Golden, IdsEqualTheIndependentImplementation) {
+  const Tokenizer* t = real(GetParam());
+  if (!t) GTEST_SKIP() << npm_missing_reason(GetParam());
+  const auto cases = golden();
+  ASSERT_GT(cases.size(), 3000u);
+  std::map<std::string, std::pair<int, int>> per_cat;  // category -> (cases, mismatches)
+  EncodeState st;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const json& c = cases[i];
+    std::string text = text_of(c);
+    if (c.contains("hex")) {
+      EXPECT_NE(utf8_first_invalid(text), text.size()) << "case " << i << " should be invalid UTF-8";
+      text = utf8_replace_invalid(text);
+    }
+    std::vector<int32_t> ids;
+    t->encode(text, ids, st);
+    const auto want = c[GetParam()].get<std::vector<int32_t>>();
+    auto& [n, bad] = per_cat[c["cat"]];
+    ++n;
+    if (ids != want) {
+      ++bad;
+      ADD_FAILURE() << "case " << i << " (" << c["cat"] << "): " << c.dump().substr(0, 300);
+    }
+  }
+  std::string summary;
+  for (const auto& [cat, nb] : per_cat) summary += fmt::format(" {} {}/{}", cat, nb.first - nb.second, nb.first);
+  std::cout << GetParam() << " identical:" << summary << std::endl;
+}
+
+TEST_P(Golden, DecodeInvertsEncode) {
+  const Tokenizer* t = real(GetParam());
+  if (!t) GTEST_SKIP() << npm_missing_reason(GetParam());
+  const bool normalizes = std::string(GetParam()) == "qwen3";  // its tokenizer.json has an NFC normalizer
+  auto check = [&](const std::string& s) {
+    const std::string want = normalizes ? nfc(s) : s;
+    ASSERT_EQ(t->decode(t->encode(s)), want) << ::testing::PrintToString(s.substr(0, 200));
+  };
+  for (const json& c : golden()) check(utf8_replace_invalid(text_of(c)));
+  // random valid UTF-8 from all planes, assigned or not, with ASCII, whitespace and specials mixed in
+  std::mt19937 g(11);
+  const char* bits[] = {" ", "\n", "\r\n", "  ", "'s", "<|endoftext|>", "<|im_start|>", "<|begin_of_text|>", "e\xCC\x81"};
+  for (int k = 0; k < 2000; ++k) {
+    std::string s;
+    for (int i = int(g() % 60); i > 0; --i) {
+      switch (g() % 4) {
+        case 0: s += bits[g() % std::size(bits)]; break;
+        case 1: s += char(0x20 + g() % 0x5f); break;
+        default: {
+          const uint32_t c = g() % 3 ? g() % 0x3000 : g() % 0x110000;
+          if (c && (c < 0xD800 || c >= 0xE000)) utf8_append(s, c);
+        }
+      }
+    }
+    check(s);
+  }
+}
+
+TEST_P(Golden, CuttingBeforeALetterAfterANewlineChangesNothing) {
+  const Tokenizer* t = real(GetParam());
+  if (!t) GTEST_SKIP() << npm_missing_reason(GetParam());
+  ASSERT_TRUE(t->cut_after_newline_is_safe());
+  std::string text;
+  for (const json& c : golden()) text += utf8_replace_invalid(text_of(c)) + (c["cat"] == "code" ? "\n" : "\nX");
+  const auto whole = t->encode(text);
+  std::vector<int32_t> parts;
+  EncodeState st;
+  size_t at = 0, cuts = 0;
+  for (size_t i = 1; i < text.size(); ++i) {
+    if (text[i - 1] == '\n' && std::isalpha(static_cast<unsigned char>(text[i]))) {
+      t->encode(std::string_view(text).substr(at, i - at), parts, st);
+      at = i, ++cuts;
+    }
+  }
+  t->encode(std::string_view(text).substr(at), parts, st);
+  EXPECT_GT(cuts, 3000u);
+  EXPECT_EQ(parts, whole);
+}
+
+INSTANTIATE_TEST_SUITE_P(Real, Golden, ::testing::Values("qwen3", "llama3"));
