@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "backend/backend.h"
-#include "data/token_source.h"
+#include "data/packed_tokens.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -92,7 +92,7 @@ TEST(Model, SgdStepMovesEveryParameterByMinusLrTimesGradient) {
   write_tiny_model(dir, tiny_config_json("llama", 2), 5);
   write_tokens(dir / "t.bin", 64, 61, 6);
   Loaded ref(dir, 32);
-  TokenFile data(dir / "t.bin", 61);
+  PackedTokens data(std::make_unique<FileTokens>(dir / "t.bin", TokenFormat::U32), 61, {});
   std::vector<int32_t> ids(32), tg(32);
   data.window(0, 32, ids.data(), tg.data());
   ref.model->forward_backward(ids.data(), tg.data(), 32, 1.0f);
@@ -107,7 +107,7 @@ TEST(Model, GradAccumulationAveragesConsecutiveWindows) {
   const auto dir = temp_dir();
   write_tiny_model(dir, tiny_config_json("llama", 2), 5);
   write_tokens(dir / "t.bin", 100, 61, 6);
-  TokenFile data(dir / "t.bin", 61);
+  PackedTokens data(std::make_unique<FileTokens>(dir / "t.bin", TokenFormat::U32), 61, {});
   std::vector<std::vector<float>> g;
   for (int64_t w : {0, 1}) {  // the gradient of windows 0 and 1 on their own
     Loaded one(dir, 16);
@@ -141,7 +141,7 @@ TEST(Model, TrainingLowersTheLossOnRepeatedData) {
   write_tiny_model(dir, tiny_config_json("qwen2", 2), 8);
   write_tokens(dir / "t.bin", 33, 61, 9);  // one window, seen every step
   Loaded m(dir, 32);
-  TokenFile data(dir / "t.bin", 61);
+  PackedTokens data(std::make_unique<FileTokens>(dir / "t.bin", TokenFormat::U32), 61, {});
   TrainOptions o{32, 30, 1, 100, {}, ""};
   o.optim.lr = 1e-2f;
   std::vector<double> losses;
@@ -207,32 +207,6 @@ TEST(Checkpoint, BadCheckpointsNameTheTensor) {
   wide.intermediate = 40;
   Params pw(wide, Tier::Host, Tag::Weights);
   EXPECT_THAT(error_of([&] { load_weights(dir, wide, pw); }), HasSubstr("gate_proj.weight"));
-}
-
-TEST(TokenFile, WindowsWrapAndIdsAreChecked) {
-  const auto dir = temp_dir();
-  const auto toks = write_tokens(dir / "t.bin", 10, 61, 1);
-  TokenFile f(dir / "t.bin", 61);
-  std::vector<int32_t> ids(4), tg(4);
-  f.window(2, 4, ids.data(), tg.data());  // tokens [8, 12] wrap to 8, 9, 0, 1, 2
-  EXPECT_EQ(ids, (std::vector<int32_t>{toks[8], toks[9], toks[0], toks[1]}));
-  EXPECT_EQ(tg, (std::vector<int32_t>{toks[9], toks[0], toks[1], toks[2]}));
-  for (int64_t t0 : {0, 1, 2}) {  // any range of a window, as the chunked schedule reads it
-    std::vector<int32_t> ri(2), rt(2);
-    f.read(2, 4, t0, 2, ri.data(), rt.data());
-    EXPECT_EQ(ri[0], ids[size_t(t0)]);
-    EXPECT_EQ(rt[1], tg[size_t(t0) + 1]);
-  }
-  TokenFile small(dir / "t.bin", 5);
-  EXPECT_THAT(error_of([&] { small.window(0, 9, ids.data(), tg.data()); }),
-              HasSubstr("beyond the model's vocabulary (5)"));
-  write_bytes(dir / "odd.bin", "abcdef");
-  EXPECT_THAT(error_of([&] { TokenFile x(dir / "odd.bin", 61); }), HasSubstr("not a multiple of 4"));
-  std::filesystem::create_directories(dir / "d.bin");
-  EXPECT_THAT(error_of([&] { TokenFile x(dir / "d.bin", 61); }), HasSubstr("not a regular file"));
-  write_bytes(dir / "empty.bin", "");
-  EXPECT_THAT(error_of([&] { TokenFile x(dir / "empty.bin", 61); }), HasSubstr("at least 2"));
-  EXPECT_THAT(error_of([&] { open_token_source(dir / "x.txt", 61); }), HasSubstr("unsupported file type"));
 }
 
 }  // namespace

@@ -10,47 +10,18 @@
 #include "text/normalizer.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"
+#include "tokenizer_fixture.h"
 
 using namespace oomb;
+using namespace oomb::testing;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
 namespace {
 
-const char* kQwenPattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
-// The byte-level string of raw bytes, as tokenizer.json stores vocabulary entries.
-std::string bl(std::string_view raw) {
-  std::string s;
-  for (unsigned char b : raw) utf8_append(s, byte_to_char(b));
-  return s;
-}
-
-// A byte-level BPE: the 256 byte tokens (id = byte), then one token per merge result.
 json tokenizer_json(const std::vector<std::pair<std::string, std::string>>& merges, bool pair_format = true,
                     bool ignore_merges = false) {
-  json vocab = json::object();
-  for (int b = 0; b < 256; ++b) vocab[bl(std::string(1, char(b)))] = b;
-  json m = json::array();
-  for (const auto& [a, b] : merges) {
-    if (!vocab.contains(bl(a + b))) vocab[bl(a + b)] = int(vocab.size());
-    m.push_back(pair_format ? json::array({bl(a), bl(b)}) : json(bl(a) + " " + bl(b)));
-  }
-  return {{"version", "1.0"},
-          {"added_tokens", json::array()},
-          {"normalizer", nullptr},
-          {"pre_tokenizer",
-           {{"type", "Sequence"},
-            {"pretokenizers",
-             json::array({{{"type", "Split"}, {"pattern", {{"Regex", kQwenPattern}}}, {"behavior", "Isolated"},
-                           {"invert", false}},
-                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
-          {"post_processor", nullptr},
-          {"decoder", {{"type", "ByteLevel"}}},
-          {"model",
-           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"byte_fallback", false},
-            {"ignore_merges", ignore_merges}, {"vocab", vocab}, {"merges", m}}}};
+  return byte_tokenizer_json(merges, pair_format, ignore_merges);
 }
 
 Tokenizer make(const json& j) { return Tokenizer::parse(j.dump(), "test/tokenizer.json"); }

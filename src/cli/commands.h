@@ -16,5 +16,6 @@ struct Command {
 Command add_init(CLI::App& app);
 Command add_train(CLI::App& app);
 Command add_plan(CLI::App& app);
+Command add_tokenize(CLI::App& app);
 
 }  // namespace oomb::cli

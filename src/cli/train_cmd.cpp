@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "data/eos.h"
+#include "data/open_data.h"
 #include "data/repeat_task.h"
 #include "model/checkpoint.h"
 #include "model/init.h"
@@ -18,6 +20,9 @@ namespace {
 
 struct TrainArgs {
   std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32";
+  std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict";
+  int64_t eos_id = -1;
+  bool shuffle = false, doc_mask = false, split_special = false;
   int64_t seq_len = 0, steps = 0, grad_accum = 1, log_every = 0, chunk = 0, page = 128;
   OptimConfig optim;
   float grad_clip = 0;  // default when not given: 1.0 for adamw, 0 (off) for sgd
@@ -38,8 +43,36 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
 
 // --chunk-size defaults to min(N, 1024): chunk-recurrent whenever the sequence is longer.
 // (CLI11 has already checked that every size flag given is positive.)
-ChunkPlan chunk_plan(const TrainArgs& a) {
-  return {std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page, dtype_parse(a.kv_grad_dtype)};
+ChunkPlan chunk_plan(const TrainArgs& a, int32_t doc_sep = -1) {
+  return {std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page, dtype_parse(a.kv_grad_dtype), doc_sep};
+}
+
+// The tokenizer for text data: --tokenizer, else the model directory's tokenizer.json.
+std::string tokenizer_path(const TrainArgs& a) {
+  if (!a.tokenizer.empty()) return a.tokenizer;
+  const auto p = std::filesystem::path(a.model) / "tokenizer.json";
+  return std::filesystem::exists(p) ? p.string() : "";
+}
+
+// The document separator: --eos-id, else the model's eos_token_id. -1 when neither exists.
+int32_t eos_of(const TrainArgs& a, const ModelConfig& cfg) {
+  if (a.eos_id >= 0) {
+    OOMB_CHECK(a.eos_id < cfg.vocab, "--eos-id {}: beyond the model's vocabulary ({})", a.eos_id, cfg.vocab);
+    return int32_t(a.eos_id);
+  }
+  return cfg.eos_token_id >= 0 && cfg.eos_token_id < cfg.vocab ? int32_t(cfg.eos_token_id) : -1;
+}
+
+std::unique_ptr<TokenSource> open_data(const TrainArgs& a, const ModelConfig& cfg, int32_t eos) {
+  DataOptions d;
+  d.format = a.data_format;
+  d.corpus.text_field = a.text_field;
+  d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);
+  d.tokenizer = tokenizer_path(a);
+  d.split_special = a.split_special;
+  d.packing = {eos, a.shuffle, a.seed};
+  d.log = &std::cout;
+  return open_training_data(a.data, cfg.vocab, d);
 }
 
 // Fails before any training when --out cannot receive a model directory.
@@ -133,7 +166,19 @@ Command add_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   CLI::App* c = app.add_subcommand("train", "Train a model (with no --model and --data: the built-in demo)");
   c->add_option("--model", a->model, "Hugging Face model directory (config.json + safetensors)");
-  c->add_option("--data", a->data, "Token file: .bin of raw little-endian uint32 ids");
+  c->add_option("--data", a->data, "Token file (.bin: raw uint32 or llm.c shard), directory of shards, or text "
+                 "(.txt, .jsonl, or a directory of them; tokenized at start)");
+  c->add_option("--data-format", a->data_format, "auto, u32, u16 (nanoGPT), llmc, text or jsonl")
+      ->check(CLI::IsMember({"auto", "u32", "u16", "llmc", "text", "jsonl"}))->capture_default_str();
+  c->add_option("--tokenizer", a->tokenizer, "Text data: tokenizer.json or a directory with one (default: --model's)");
+  c->add_option("--text-field", a->text_field, "JSON-lines data: the field holding the text")->capture_default_str();
+  c->add_option("--utf8-errors", a->utf8_errors, "Text data: strict (invalid UTF-8 is an error) or replace (U+FFFD)")
+      ->check(CLI::IsMember({"strict", "replace"}))->capture_default_str();
+  c->add_flag("--split-special-tokens", a->split_special, "Text data: special tokens in the text stay plain text");
+  c->add_option("--eos-id", a->eos_id, "Token ending each document (default: the model's eos_token_id)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_flag("--shuffle", a->shuffle, "Take the documents in a new order every epoch (seeded by --seed)");
+  c->add_flag("--doc-mask", a->doc_mask, "Attention within documents only, positions restarting per document");
   c->add_option("--seq-len", a->seq_len, "Tokens per training sequence N (default 2048; demo 1024)")->check(positive());
   c->add_option("--steps", a->steps, "Optimizer steps (default 100; demo 800)")->check(positive());
   c->add_option("--optimizer", a->optim.kind, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
@@ -154,7 +199,7 @@ Command add_train(CLI::App& app) {
   c->add_option("--out", a->out, "Save the trained model here (HF format, the loaded dtype) after the last step");
   c->add_option("--metrics", a->metrics, "Write one JSON line of metrics per step to this file");
   c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)")->check(positive());
-  c->add_option("--seed", a->seed, "Seed of the demo's model and task")->capture_default_str();
+  c->add_option("--seed", a->seed, "Seed of --shuffle, and of the demo's model and task")->capture_default_str();
   a->cmd = c;
   return {c, [a] {
             probe_out_dir(a->out);
@@ -163,17 +208,21 @@ Command add_train(CLI::App& app) {
             OOMB_CHECK(!a->model.empty(), "--model is required with --data");
             OOMB_CHECK(!a->data.empty(), "--data is required with --model");
             const ModelConfig cfg = load_config(a->model);
-            auto data = open_token_source(a->data, cfg.vocab);
+            const int32_t eos = eos_of(*a, cfg);
+            OOMB_CHECK(!a->doc_mask || eos >= 0, "--doc-mask needs the EOS id that ends each document: the model's "
+                       "config.json has no eos_token_id; give --eos-id");
+            auto data = open_data(*a, cfg, eos);
             TrainOptions o{a->seq_len ? a->seq_len : 2048, a->steps ? a->steps : 100, a->grad_accum,
                            a->log_every ? a->log_every : 1, a->optim, a->metrics};
             o.optim.lr = a->given("--lr") ? a->lr : 1e-4f;
             o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
             a->seq_len = o.seq_len;
-            Model model(cfg, *be, chunk_plan(*a));
+            Model model(cfg, *be, chunk_plan(*a, a->doc_mask ? eos : -1));
             const DType dtype = load_weights(a->model, cfg, model.params());
             std::cout << fmt::format("oomb train: {} ({}, {} parameters, {}) on {}, {} tokens per step, {} steps",
                                      a->model, cfg.architecture, param_count(cfg), dtype_name(dtype),
                                      data->describe(), o.seq_len * o.grad_accum, o.steps)
+                      << (a->doc_mask ? fmt::format("; attention within documents ended by token {}", eos) : "")
                       << std::endl;
             train(model, *data, o, std::cout);
             if (!a->out.empty()) {

@@ -36,6 +36,16 @@ void AtomicFile::write(const void* p, uint64_t n) {
   }
 }
 
+void AtomicFile::write_at(uint64_t offset, const void* p, uint64_t n) {
+  auto* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd_, c, std::min<uint64_t>(n, 1u << 30), off_t(offset));
+    if (w < 0 && errno == EINTR) continue;
+    OOMB_CHECK(w > 0, "{}: write failed: {}", tmp_, std::strerror(errno));
+    c += w, offset += uint64_t(w), n -= uint64_t(w);
+  }
+}
+
 void AtomicFile::commit() {
   OOMB_CHECK(::fsync(fd_) == 0, "{}: fsync failed: {}", tmp_, std::strerror(errno));
   const int fd = fd_;

@@ -16,6 +16,8 @@ class AtomicFile {
   ~AtomicFile();
   const std::filesystem::path& target() const { return target_; }
   void write(const void* p, uint64_t n);
+  // Overwrites bytes already written (a header patched once the body's size is known).
+  void write_at(uint64_t offset, const void* p, uint64_t n);
   void commit();
 
  private:

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 namespace oomb {
 
@@ -25,7 +26,8 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
       dkv_(kv_shape(cfg, plan, plan.kv_grad_dtype), be.tier(), Tag::KVGrad),
       data_(be.tier(), Tag::Data, data_bytes(plan)),
       saved_(be.tier(), Tag::Activations, saved_bytes(cfg, plan)),
-      layer_plan_(cfg, plan.chunk, be.tier()) {
+      layer_plan_(cfg, plan.chunk, be.tier()),
+      docs_(std::max<int64_t>(plan.page_size, 1), be.tier()) {
   OOMB_CHECK(plan.chunk > 0, "--chunk-size: must be positive, got {}", plan.chunk);
   OOMB_CHECK(plan.page_size > 0, "--page-size: must be positive, got {}", plan.page_size);
   inv_freq_ = rope_inv_freq(cfg, &attention_scaling_);
@@ -33,13 +35,14 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
   ids_ = data_.take(DType::I32, {C});
   targets_ = data_.take(DType::I32, {C});
   pos_ = data_.take(DType::I32, {C});
+  if (plan.doc_sep >= 0) doc_ = data_.take(DType::I32, {C});
   for (int64_t l = 0; l <= cfg.layers; ++l) h_.push_back(saved_.take(DType::F32, {C, cfg.hidden}));
   dh_ = saved_.take(DType::F32, {C, cfg.hidden});
   hnorm_ = saved_.take(DType::F32, {C, cfg.hidden});
   rstd_final_ = saved_.take(DType::F32, {C});
 }
 
-size_t Model::data_bytes(const ChunkPlan& p) { return 3 * Arena::need(DType::I32, {p.chunk}); }
+size_t Model::data_bytes(const ChunkPlan& p) { return (p.doc_sep >= 0 ? 4 : 3) * Arena::need(DType::I32, {p.chunk}); }
 
 size_t Model::saved_bytes(const ModelConfig& c, const ChunkPlan& p) {
   return size_t(c.layers + 3) * Arena::need(DType::F32, {p.chunk, c.hidden}) + Arena::need(DType::F32, {p.chunk});
@@ -53,13 +56,14 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   m.weights = P * 4;
   m.grads = P * 4;
   m.optimizer = optimizer == "adamw" ? 2 * P * 4 : 0;
-  const ChunkPlan used{C, plan.page_size, plan.kv_grad_dtype};
+  const ChunkPlan used{C, plan.page_size, plan.kv_grad_dtype, plan.doc_sep};
   m.activations = LayerPlan::bytes(cfg, C) + int64_t(Model::saved_bytes(cfg, used));
   m.kv = cfg.layers * kv.pages_for(N) * kv.page_bytes();
   // the last chunk is full, so N - C tokens precede it: their pages of every layer hold gradients
   m.kv_grad = cfg.layers * kvg.pages_for(N - C) * kvg.page_bytes();
   m.workspace = int64_t(workspace_bytes);
   m.data = int64_t(Model::data_bytes(used));
+  if (plan.doc_sep >= 0) m.data += kv.pages_for(N) * plan.page_size * 4;  // document ids of every page
   return m;
 }
 
@@ -89,13 +93,28 @@ LossStats Model::evaluate(const int32_t* ids, const int32_t* targets, int64_t N)
   return evaluate(array_reader(ids, targets), N);
 }
 
-int64_t Model::load_chunk(const ChunkReader& read, ChunkSpan c) {
-  const int64_t n = c.end - c.begin;
-  read(c.begin, n, ids_.as<int32_t>(), targets_.as<int32_t>());
+int64_t Model::load_chunk(const ChunkReader& read, ChunkSpan c, bool first_pass) {
+  const int64_t n = c.end - c.begin, P = plan_.page_size;
+  int32_t *ids = ids_.as<int32_t>(), *tg = targets_.as<int32_t>(), *pos = pos_.as<int32_t>();
+  read(c.begin, n, ids, tg);
+  const int32_t sep = plan_.doc_sep;
   int64_t counted = 0;
   for (int64_t i = 0; i < n; ++i) {
-    pos_.as<int32_t>()[i] = int32_t(c.begin + i);
-    counted += targets_.as<int32_t>()[i] >= 0;
+    const int64_t t = c.begin + i;
+    if (sep >= 0) {
+      int32_t& doc = docs_.page(t / P)[t % P];
+      if (first_pass) {  // the document starts at the sequence's start or after a separator
+        if (t == 0 || last_id_ == sep) last_doc_ = int32_t(t);
+        doc = last_doc_;
+        last_id_ = ids[i];
+      }
+      doc_.as<int32_t>()[i] = doc;
+      pos[i] = int32_t(t - doc);
+      if (ids[i] == sep) tg[i] = -1;  // the next document is not predictable from this one
+    } else {
+      pos[i] = int32_t(t);
+    }
+    counted += tg[i] >= 0;
   }
   return counted;
 }
@@ -116,10 +135,12 @@ LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool with_grads) {
       b.dv = dkv_.v(l, p, 0, rows);
     }
     b.idx0 = p * P;
+    if (plan_.doc_sep >= 0) b.doc = std::as_const(docs_).page(p);
     prefix_.push_back(b);
   }
   LayerCtx ctx{cfg_, be_, RopeTable{inv_freq_.data(), attention_scaling_}, pos_.rows(0, n),
-               AttnArgs{float(1.0 / std::sqrt(double(cfg_.head_dim))), c.begin, nullptr},
+               AttnArgs{float(1.0 / std::sqrt(double(cfg_.head_dim))), c.begin,
+                        plan_.doc_sep >= 0 ? doc_.as<int32_t>() : nullptr},
                std::span<const KVBlock>(prefix_), {}};
   if (with_grads) ctx.add_kv_grad = [this, l, c](Tensor& dk, Tensor& dv) { dkv_.add_into(l, c.begin, dk, dv); };
   return ctx;
@@ -148,13 +169,14 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
   const float eps = float(cfg_.rms_norm_eps);
   kv_.clear();
   dkv_.clear();
+  docs_.clear();
   LossStats st;
 
   // Forward sweep: fill the K/V pages chunk by chunk (with the loss too when only evaluating).
   for (int64_t t = 0; t < T; ++t) {
     const ChunkSpan c = chunk_span(N, C, t);
     const int64_t n = c.end - c.begin;
-    st.targets += load_chunk(read, c);
+    st.targets += load_chunk(read, c, true);
     forward_layers(c, true, backward);
     if (!backward) {
       Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n);
@@ -166,6 +188,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
   }
   if (!backward) {
     kv_.clear();
+    docs_.clear();
     return st;
   }
   OOMB_CHECK(st.targets > 0, "model: the sequence has no targets to train on");
@@ -176,7 +199,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
   for (int64_t t = T - 1; t >= 0; --t) {
     const ChunkSpan c = chunk_span(N, C, t);
     const int64_t n = c.end - c.begin;
-    load_chunk(read, c);
+    load_chunk(read, c, false);
     forward_layers(c, false, false);  // recompute, keeping each layer's input
     LayerBuffers buf = layer_plan_.view(n);
     Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n), dh = dh_.rows(0, n);
@@ -198,6 +221,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
       dkv_.release_from(l, first_free);
     }
     be_.embedding_bwd(ids_.rows(0, n), dh, g.embed);
+    docs_.release_from(first_free);
   }
   return st;
 }

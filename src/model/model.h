@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "kv/paged_docs.h"
 #include "kv/paged_kv.h"
 #include "model/config.h"
 #include "model/layer.h"
@@ -30,6 +31,10 @@ struct ChunkPlan {
   int64_t chunk = 0;                  // C, tokens per chunk
   int64_t page_size = 128;            // P, tokens per KV page
   DType kv_grad_dtype = DType::F32;   // gradient pages: f32, or bf16 (half the bytes)
+  // --doc-mask: the token that ends each packed document (-1: off). A token after it starts a new
+  // document: attention stays within documents, positions restart at 0, and the separator's
+  // own target (the next document's first token) is not trained.
+  int32_t doc_sep = -1;
 };
 
 // Chunk t of T covers [begin, end); chunks are aligned to the end of the sequence, so the last one
@@ -75,7 +80,9 @@ class Model {
   static size_t saved_bytes(const ModelConfig& c, const ChunkPlan& p);
   friend MemoryPlan plan_memory(const ModelConfig&, const ChunkPlan&, int64_t, const std::string&, size_t);
   LossStats run(const ChunkReader& read, int64_t N, float weight, bool backward);
-  int64_t load_chunk(const ChunkReader& read, ChunkSpan c);  // returns targets counted
+  // Reads chunk c's ids and targets and sets positions (and documents with doc_sep). first_pass:
+  // the forward sweep, which derives document ids and stores them in pages for the backward one.
+  int64_t load_chunk(const ChunkReader& read, ChunkSpan c, bool first_pass);  // returns targets counted
   LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool with_grads);
   void forward_layers(ChunkSpan c, bool write_kv, bool kv_only_last);
 
@@ -90,7 +97,9 @@ class Model {
   Arena data_;         // ids, targets, positions of one chunk (tag data)
   Arena saved_;        // one chunk's layer inputs h_0..h_L, dh, final norm (tag activations)
   LayerPlan layer_plan_;
-  Tensor ids_, targets_, pos_, dh_, hnorm_, rstd_final_;
+  Tensor ids_, targets_, pos_, doc_, dh_, hnorm_, rstd_final_;
+  PagedDocs docs_;                    // document of every token so far (doc_sep >= 0)
+  int32_t last_id_ = -1, last_doc_ = 0;  // the forward sweep's previous token and its document
   std::vector<Tensor> h_;             // layers + 1 of (C, d)
   std::vector<KVBlock> prefix_;       // reused block list
 };

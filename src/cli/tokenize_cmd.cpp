@@ -1,0 +1,132 @@
+// oomb tokenize: text (a file, JSON lines, or a directory of them) -> a token file, once, so
+// training does not tokenize again. For one plain text file the output holds exactly the ids of
+// its whole content (no BOS/EOS); documents of JSON lines or directories each end with EOS.
+#include <omp.h>
+
+#include <fmt/format.h>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "data/eos.h"
+#include "data/token_store.h"
+#include "data/tokenize_corpus.h"
+
+namespace oomb::cli {
+
+namespace {
+
+struct TokenizeArgs {
+  std::string tokenizer, input, output, format = "u32", input_format = "auto", text_field = "text", eos,
+      utf8_errors = "strict";
+  int threads = 0;
+  bool split_special = false, quiet = false;
+};
+
+// Writes ids in the chosen format through an AtomicFile (nothing appears until it is complete).
+class TokenWriter {
+ public:
+  TokenWriter(const std::string& path, TokenFormat fmt, int64_t id_limit)
+      : file_(path), fmt_(fmt), wide_(fmt == TokenFormat::U32 || (fmt == TokenFormat::LlmC && id_limit > 65536)) {
+    if (fmt_ == TokenFormat::LlmC) {
+      std::vector<char> header(kLlmcHeaderBytes, 0);
+      file_.write(header.data(), header.size());
+    }
+  }
+  void put(std::span<const int32_t> ids) {
+    for (int32_t id : ids) {
+      if (!wide_)
+        OOMB_CHECK(id <= 0xFFFF, "--format {}: token id {} does not fit in 16 bits; use --format u32",
+                   token_format_name(fmt_), id);
+      const uint32_t u = uint32_t(id);
+      for (int b = 0; b < (wide_ ? 4 : 2); ++b) buf_.push_back(char(u >> (8 * b)));
+    }
+    count_ += int64_t(ids.size());
+    if (buf_.size() >= (1 << 20)) flush();
+  }
+  void commit() {
+    flush();
+    if (fmt_ == TokenFormat::LlmC) {
+      OOMB_CHECK(count_ < INT32_MAX, "--format llmc: {} tokens exceed the format's int32 count", count_);
+      const int32_t h[3] = {wide_ ? kLlmcMagicLlama3 : kLlmcMagicGpt2, wide_ ? kLlmcVersionU32 : kLlmcVersionU16,
+                            int32_t(count_)};
+      file_.write_at(0, h, sizeof h);  // little-endian hosts only (as is every supported machine)
+    }
+    file_.commit();
+  }
+  bool wide() const { return wide_; }
+
+ private:
+  void flush() {
+    file_.write(buf_.data(), buf_.size());
+    buf_.clear();
+  }
+  AtomicFile file_;
+  TokenFormat fmt_;
+  bool wide_;
+  std::vector<char> buf_;
+  int64_t count_ = 0;
+};
+
+int run(const TokenizeArgs& a) {
+  if (a.threads > 0) omp_set_num_threads(a.threads);
+  const Tokenizer tok = Tokenizer::load(a.tokenizer);
+  CorpusOptions co;
+  co.format = text_format_parse(a.input_format);
+  co.text_field = a.text_field;
+  co.utf8 = utf8_errors_parse(a.utf8_errors);
+  co.allow_cuts = tok.cut_after_newline_is_safe();
+  const TextCorpus corpus(a.input, co);
+  TokenizeOptions to;
+  to.split_special = a.split_special;
+  to.progress = a.quiet ? nullptr : &std::cerr;
+  std::string eos_from;
+  if (!corpus.single_document()) {
+    if (!a.eos.empty()) {
+      to.eos = parse_eos(a.eos, tok), eos_from = "--eos";
+    } else {
+      const EosChoice e = find_eos(a.tokenizer, tok);
+      OOMB_CHECK(e.id >= 0, "--input {} holds several documents, and nothing next to --tokenizer {} names an EOS to "
+                 "separate them (config.json eos_token_id or tokenizer_config.json eos_token): give --eos",
+                 a.input, a.tokenizer);
+      to.eos = e.id, eos_from = e.from;
+    }
+  }
+  const TokenFormat fmt = token_format_parse(a.format);
+  TokenWriter out(a.output, fmt, tok.id_limit());
+  const TokenizeStats st = tokenize_corpus(corpus, tok, to, [&](std::span<const int32_t> ids) { out.put(ids); });
+  out.commit();
+  std::cout << fmt::format("oomb tokenize: {} ({} document{}, {:.2f} MB) -> {}: {} tokens ({}{}) in {:.2f} s, "
+                           "{:.1f} MB/s, {} threads{}",
+                           a.input, st.documents, st.documents == 1 ? "" : "s", double(st.bytes) / 1e6, a.output,
+                           st.tokens, token_format_name(fmt), fmt == TokenFormat::LlmC ? (out.wide() ? " uint32" : " uint16") : "",
+                           st.seconds, double(st.bytes) / 1e6 / std::max(st.seconds, 1e-9), omp_get_max_threads(),
+                           to.eos >= 0 ? fmt::format("; each document ends with EOS {} (from {})", to.eos, eos_from) : "")
+            << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+Command add_tokenize(CLI::App& app) {
+  auto a = std::make_shared<TokenizeArgs>();
+  CLI::App* c = app.add_subcommand("tokenize", "Tokenize text once into a token file for `oomb train --data`");
+  c->add_option("--tokenizer", a->tokenizer, "tokenizer.json, or a model directory holding one")->required();
+  c->add_option("--input", a->input, "Text: a file, a JSON-lines file, or a directory of them")->required();
+  c->add_option("--output", a->output, "Token file to write (replaced atomically)")->required();
+  c->add_option("--format", a->format, "u32 (raw little-endian uint32), u16 (nanoGPT), llmc (llm.c shard)")
+      ->check(CLI::IsMember({"u32", "u16", "llmc"}))->capture_default_str();
+  c->add_option("--input-format", a->input_format, "auto (.jsonl/.ndjson are JSON lines), text or jsonl")
+      ->check(CLI::IsMember({"auto", "text", "jsonl"}))->capture_default_str();
+  c->add_option("--text-field", a->text_field, "JSON lines: the field holding the text")->capture_default_str();
+  c->add_option("--eos", a->eos, "Id or token ending each document (default: from config.json or tokenizer_config.json)");
+  c->add_flag("--split-special-tokens", a->split_special, "Encode special tokens found in the text as plain text");
+  c->add_option("--utf8-errors", a->utf8_errors, "strict (invalid UTF-8 is an error) or replace (with U+FFFD)")
+      ->check(CLI::IsMember({"strict", "replace"}))->capture_default_str();
+  c->add_option("--threads", a->threads, "Encoding threads (default: all cores)")->check(CLI::PositiveNumber);
+  c->add_flag("--quiet", a->quiet, "No progress bar");
+  return {c, [a] { return run(*a); }};
+}
+
+}  // namespace oomb::cli

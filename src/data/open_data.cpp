@@ -1,0 +1,93 @@
+#include "data/open_data.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "data/tokenize_corpus.h"
+
+namespace oomb {
+
+namespace fs = std::filesystem;
+
+static bool is_token_format(const std::string& f) { return f == "u32" || f == "u16" || f == "llmc"; }
+
+static std::vector<fs::path> visible_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; it != end; it.increment(ec)) {
+    OOMB_CHECK(!ec, "--data {}: cannot list: {}", dir.string(), ec.message());
+    if (it->path().filename().string().starts_with(".")) {
+      if (it->is_directory()) it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file()) files.push_back(it->path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+bool is_token_data(const fs::path& path, const std::string& format) {
+  if (is_token_format(format)) return true;
+  if (format == "text" || format == "jsonl") return false;
+  OOMB_CHECK(format == "auto", "--data-format: '{}' is not one of auto, u32, u16, llmc, text, jsonl", format);
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return path.extension() == ".bin";
+  const auto files = visible_files(path);
+  OOMB_CHECK(!files.empty(), "--data {}: the directory holds no files", path.string());
+  const auto bins = std::count_if(files.begin(), files.end(), [](const fs::path& p) { return p.extension() == ".bin"; });
+  OOMB_CHECK(bins == 0 || size_t(bins) == files.size(),
+             "--data {}: the directory mixes {} token files (.bin) with {} other files; keep them apart",
+             path.string(), bins, files.size() - size_t(bins));
+  return bins > 0;
+}
+
+static std::unique_ptr<TokenStore> open_token_file(const fs::path& p, const std::string& format) {
+  const TokenFormat dflt = format == "u16" ? TokenFormat::U16 : TokenFormat::U32;
+  const TokenFormat f = format == "llmc" ? TokenFormat::LlmC : sniff_token_format(p, dflt);
+  return std::make_unique<FileTokens>(p, f);
+}
+
+std::unique_ptr<PackedTokens> open_training_data(const fs::path& path, int64_t vocab, const DataOptions& o) {
+  std::error_code ec;
+  OOMB_CHECK(fs::exists(path, ec), "--data {}: cannot open: no such file or directory", path.string());
+  if (is_token_data(path, o.format)) {
+    std::unique_ptr<TokenStore> store;
+    if (fs::is_directory(path, ec)) {
+      std::vector<std::unique_ptr<TokenStore>> parts;
+      for (const auto& f : visible_files(path)) parts.push_back(open_token_file(f, o.format));
+      store = parts.size() == 1 ? std::move(parts[0]) : std::make_unique<ConcatTokens>(std::move(parts));
+    } else {
+      store = open_token_file(path, o.format);
+    }
+    return std::make_unique<PackedTokens>(std::move(store), vocab, o.packing);
+  }
+  OOMB_CHECK(!o.tokenizer.empty(), "--data {}: is text; give --tokenizer (a tokenizer.json or a directory holding "
+             "one; the --model directory is used when it has one)", path.string());
+  const Tokenizer tok = Tokenizer::load(o.tokenizer);
+  OOMB_CHECK(tok.id_limit() <= vocab, "--tokenizer {}: its ids reach {}, beyond the model's vocabulary ({})",
+             tok.source(), tok.id_limit() - 1, vocab);
+  CorpusOptions co = o.corpus;
+  co.format = o.format == "jsonl" ? TextFormat::Jsonl : o.format == "text" ? TextFormat::Text : TextFormat::Auto;
+  co.allow_cuts = tok.cut_after_newline_is_safe();
+  const TextCorpus corpus(path, co);
+  TokenizeOptions to;
+  to.eos = corpus.single_document() ? -1 : o.packing.eos;
+  OOMB_CHECK(corpus.single_document() || to.eos >= 0, "--data {}: holds several documents; their separator needs "
+             "the model's eos_token_id in config.json, or --eos-id", path.string());
+  to.split_special = o.split_special;
+  to.progress = o.log;
+  std::vector<uint32_t> ids;
+  const TokenizeStats st = tokenize_corpus(corpus, tok, to, [&](std::span<const int32_t> s) {
+    ids.insert(ids.end(), s.begin(), s.end());
+  });
+  if (o.log)
+    *o.log << fmt::format("tokenized {} ({} documents, {:.1f} MB) into {} tokens in {:.2f} s ({:.1f} MB/s); "
+                          "`oomb tokenize` saves this for the next run\n",
+                          path.string(), st.documents, double(st.bytes) / 1e6, st.tokens, st.seconds,
+                          double(st.bytes) / 1e6 / std::max(st.seconds, 1e-9));
+  return std::make_unique<PackedTokens>(std::make_unique<MemoryTokens>(ids, path.string() + " (tokenized)"), vocab,
+                                        o.packing);
+}
+
+}  // namespace oomb

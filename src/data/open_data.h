@@ -1,0 +1,31 @@
+// `oomb train --data PATH`: token files (raw u32 .bin, nanoGPT u16, llm.c shards, or a directory
+// of shards) are read in place; text (plain files, JSON lines, or directories of them) is
+// tokenized once at start into memory (tag data). `oomb tokenize` makes a token file instead,
+// for corpora worth tokenizing only once.
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "data/packed_tokens.h"
+#include "data/text_corpus.h"
+
+namespace oomb {
+
+struct DataOptions {
+  std::string format = "auto";  // auto | u32 | u16 | llmc | text | jsonl
+  CorpusOptions corpus;         // text inputs: field, UTF-8 handling
+  std::filesystem::path tokenizer;  // text inputs: tokenizer.json or a directory holding one
+  bool split_special = false;
+  PackingOptions packing;       // eos (document separator), shuffle, seed
+  std::ostream* log = nullptr;  // tokenization progress and summary
+};
+
+std::unique_ptr<PackedTokens> open_training_data(const std::filesystem::path& path, int64_t vocab,
+                                                 const DataOptions& o);
+
+// Whether PATH (file or directory) holds token files rather than text, by the rules above.
+bool is_token_data(const std::filesystem::path& path, const std::string& format);
+
+}  // namespace oomb

@@ -1,0 +1,103 @@
+#include "data/packed_tokens.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <numeric>
+#include <random>
+
+#include "core/error.h"
+
+namespace oomb {
+
+PackedTokens::PackedTokens(std::unique_ptr<TokenStore> store, int64_t vocab, const PackingOptions& o)
+    : store_(std::move(store)), vocab_(vocab), o_(o) {
+  const int64_t n = store_->size();
+  length_ = n;
+  OOMB_CHECK(n >= 2 || o.shuffle, "--data {}: holds {} token(s); training needs at least 2", store_->describe(), n);
+  if (!o.shuffle) return;
+  OOMB_CHECK(o.eos >= 0, "--shuffle needs the EOS id that separates documents (from the model's config.json "
+             "eos_token_id, or --eos-id)");
+  // documents: runs ended by EOS (one pass over the store)
+  doc_start_.push_back(0);
+  std::vector<uint32_t> buf(1 << 16);
+  for (int64_t at = 0; at < n; at += int64_t(buf.size())) {
+    const int64_t len = std::min<int64_t>(int64_t(buf.size()), n - at);
+    store_->get(at, len, buf.data());
+    for (int64_t i = 0; i < len; ++i)
+      if (buf[size_t(i)] == uint32_t(o.eos) && at + i + 1 < n) doc_start_.push_back(at + i + 1);
+  }
+  uint32_t last = 0;
+  store_->get(n - 1, 1, &last);
+  virtual_eos_ = last != uint32_t(o.eos);
+  length_ = n + virtual_eos_;
+  OOMB_CHECK(length_ >= 2, "--data {}: too few tokens to train on", store_->describe());
+}
+
+std::string PackedTokens::describe() const {
+  if (!o_.shuffle) return store_->describe();
+  return fmt::format("{}, {} documents shuffled per epoch (seed {})", store_->describe(), doc_start_.size(), o_.seed);
+}
+
+const PackedTokens::Epoch& PackedTokens::epoch(int64_t e) {
+  for (Epoch& c : cache_)
+    if (c.index == e) return c;
+  Epoch& c = cache_[size_t(e & 1)];
+  c.index = e;
+  const int64_t D = int64_t(doc_start_.size());
+  c.order.resize(size_t(D));
+  std::iota(c.order.begin(), c.order.end(), 0);
+  std::mt19937_64 g(o_.seed * 0x9e3779b97f4a7c15ull + uint64_t(e));
+  for (int64_t i = D - 1; i > 0; --i)  // Fisher-Yates, with our own index draw (portable)
+    std::swap(c.order[size_t(i)], c.order[size_t(g() % uint64_t(i + 1))]);
+  c.end.resize(size_t(D));
+  int64_t at = 0;
+  for (int64_t k = 0; k < D; ++k) {
+    const int64_t d = c.order[size_t(k)];
+    const int64_t stop = d + 1 < D ? doc_start_[size_t(d) + 1] : store_->size() + virtual_eos_;
+    at += stop - doc_start_[size_t(d)];
+    c.end[size_t(k)] = at;
+  }
+  return c;
+}
+
+void PackedTokens::check(const uint32_t* ids, int64_t n, int64_t store_pos) const {
+  for (int64_t i = 0; i < n; ++i)
+    OOMB_CHECK(int64_t(ids[i]) < vocab_, "--data {}: token id {} is beyond the model's vocabulary ({})",
+               store_->where(store_pos + i), ids[i], vocab_);
+}
+
+void PackedTokens::stream(int64_t p, int64_t n, uint32_t* out) {
+  while (n > 0) {
+    const int64_t e = p / length_, q = p % length_;
+    int64_t len = std::min(n, length_ - q);
+    if (!o_.shuffle) {
+      store_->get(q, len, out);
+      check(out, len, q);
+    } else {
+      const Epoch& ep = epoch(e);
+      const int64_t k = std::upper_bound(ep.end.begin(), ep.end.end(), q) - ep.end.begin();
+      const int64_t d = ep.order[size_t(k)], doc_begin = k ? ep.end[size_t(k) - 1] : 0;
+      const int64_t off = q - doc_begin, doc_len = ep.end[size_t(k)] - doc_begin;
+      len = std::min(len, doc_len - off);
+      const int64_t from_store = std::min(len, store_->size() - (doc_start_[size_t(d)] + off));
+      if (from_store > 0) {
+        store_->get(doc_start_[size_t(d)] + off, from_store, out);
+        check(out, from_store, doc_start_[size_t(d)] + off);
+      }
+      for (int64_t i = std::max<int64_t>(from_store, 0); i < len; ++i) out[i] = uint32_t(o_.eos);  // the virtual EOS
+    }
+    p += len, out += len, n -= len;
+  }
+}
+
+void PackedTokens::read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) {
+  buf_.resize(size_t(n + 1));
+  // w*N can exceed int64 only for absurd runs; positions wrap per epoch anyway
+  stream(w * N + t0, n + 1, buf_.data());
+  for (int64_t i = 0; i < n; ++i) {
+    ids[i] = int32_t(buf_[size_t(i)]);
+    targets[i] = int32_t(buf_[size_t(i) + 1]);
+  }
+}
+
+}  // namespace oomb

@@ -1,0 +1,127 @@
+#include "data/text_corpus.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace oomb {
+
+namespace fs = std::filesystem;
+
+TextFormat text_format_parse(const std::string& s) {
+  if (s == "auto") return TextFormat::Auto;
+  if (s == "text") return TextFormat::Text;
+  if (s == "jsonl") return TextFormat::Jsonl;
+  fail("--input-format: '{}' is not one of auto, text, jsonl", s);
+}
+
+static bool is_jsonl_name(const fs::path& p) { return p.extension() == ".jsonl" || p.extension() == ".ndjson"; }
+
+TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {
+  std::error_code ec;
+  OOMB_CHECK(fs::exists(input, ec), "{}: no such file or directory", input.string());
+  if (fs::is_directory(input, ec)) {
+    for (fs::recursive_directory_iterator it(input, ec), end; it != end; it.increment(ec)) {
+      OOMB_CHECK(!ec, "{}: cannot list: {}", input.string(), ec.message());
+      const std::string name = it->path().filename().string();
+      if (!name.empty() && name[0] == '.') {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_regular_file()) files_.push_back(it->path());
+    }
+    std::sort(files_.begin(), files_.end());
+    OOMB_CHECK(!files_.empty(), "{}: the directory holds no files", input.string());
+  } else {
+    OOMB_CHECK(fs::is_regular_file(input, ec), "{}: not a regular file or directory", input.string());
+    files_.push_back(input);
+  }
+  for (const auto& f : files_) {
+    const int64_t size = int64_t(fs::file_size(f, ec));
+    OOMB_CHECK(!ec, "{}: cannot read its size: {}", f.string(), ec.message());
+    OOMB_CHECK(size > 0, "{}: empty file (no text to tokenize)", f.string());
+    total_bytes_ += size;
+    jsonl_.push_back(o.format == TextFormat::Jsonl || (o.format == TextFormat::Auto && is_jsonl_name(f)));
+  }
+}
+
+size_t last_newline_cut(std::string_view s) {
+  for (size_t i = s.size(); i-- > 1;) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (s[i - 1] == '\n' && ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')) return i;
+  }
+  return 0;
+}
+
+// Reads in blocks; emits everything up to the last cut point of what is buffered, keeps the rest.
+// Without cuts, or with none found, the buffer grows until the file ends.
+void TextCorpus::read_text(const fs::path& p, const std::function<void(const TextBlock&)>& fn) const {
+  std::ifstream f(p, std::ios::binary);
+  OOMB_CHECK(f.good(), "{}: cannot open", p.string());
+  const std::string where = p.string();
+  std::string buf, fixed;
+  int64_t line0 = 1;
+  for (;;) {
+    const size_t had = buf.size();
+    buf.resize(had + size_t(o_.block_bytes));
+    f.read(buf.data() + had, o_.block_bytes);
+    buf.resize(had + size_t(f.gcount()));
+    const bool eof = f.eof();
+    OOMB_CHECK(eof || f.good(), "{}: read error", where);
+    const size_t cut = eof ? buf.size() : o_.allow_cuts ? last_newline_cut(buf) : 0;
+    if (cut == 0) continue;
+    std::string_view block(buf.data(), cut);
+    if (o_.utf8 == Utf8Errors::Strict) {
+      utf8_check(block, where, line0);
+    } else if (utf8_first_invalid(block) != block.size()) {
+      // a cut never splits a sequence (it is before an ASCII byte), so blocks repair independently
+      fixed = utf8_replace_invalid(block);
+      block = fixed;
+    }
+    line0 += std::count(buf.data(), buf.data() + cut, '\n');
+    fn({block, eof, &where});
+    if (eof) return;
+    buf.erase(0, cut);
+  }
+}
+
+void TextCorpus::read_jsonl(const fs::path& p, const std::function<void(const TextBlock&)>& fn) const {
+  std::ifstream f(p, std::ios::binary);
+  OOMB_CHECK(f.good(), "{}: cannot open", p.string());
+  std::string line, where;
+  int64_t n = 0, docs = 0;
+  while (std::getline(f, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines separate nothing
+    where = fmt::format("{}:{}", p.string(), n);
+    if (o_.utf8 == Utf8Errors::Strict) utf8_check(line, p.string(), n);
+    else line = utf8_replace_invalid(line);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      fail("{}: not valid JSON: {}", where, e.what());
+    }
+    OOMB_CHECK(j.is_object(), "{}: a JSON-lines record must be an object, got {}", where, j.type_name());
+    const auto it = j.find(o_.text_field);
+    OOMB_CHECK(it != j.end(), "{}: the record has no \"{}\" field (choose the field with --text-field)", where,
+               o_.text_field);
+    OOMB_CHECK(it->is_string(), "{}: field \"{}\" is {}, not a string", where, o_.text_field, it->type_name());
+    const std::string& text = it->get_ref<const std::string&>();
+    ++docs;
+    if (!text.empty()) fn({text, true, &where});
+  }
+  OOMB_CHECK(docs > 0, "{}: no JSON records (only blank lines)", p.string());
+}
+
+void TextCorpus::for_each(const std::function<void(const TextBlock&)>& fn) const {
+  for (size_t i = 0; i < files_.size(); ++i) {
+    if (jsonl_[i]) read_jsonl(files_[i], fn);
+    else read_text(files_[i], fn);
+  }
+}
+
+}  // namespace oomb

@@ -1,0 +1,57 @@
+// Documents of text: a plain text file (one document), a JSON-lines file (one document per line,
+// from a named string field), or a directory of such files (recursively, in path order; hidden
+// files skipped). Text reaches the caller in blocks: a whole document, or, for a large plain
+// text file, consecutive parts of it cut just before an ASCII letter that follows '\n' (only when
+// the caller says such cuts are harmless, as they are for the supported tokenizers).
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "text/utf8.h"
+
+namespace oomb {
+
+enum class TextFormat { Auto, Text, Jsonl };
+TextFormat text_format_parse(const std::string& s);  // "auto" | "text" | "jsonl"
+
+struct CorpusOptions {
+  TextFormat format = TextFormat::Auto;  // auto: .jsonl / .ndjson are JSON lines, anything else text
+  std::string text_field = "text";
+  Utf8Errors utf8 = Utf8Errors::Strict;
+  bool allow_cuts = false;           // large documents may arrive in parts (see above)
+  int64_t block_bytes = 64 << 20;    // read size for large text files
+};
+
+struct TextBlock {
+  std::string_view text;  // valid UTF-8
+  bool ends_document;     // the last block of its document
+  const std::string* where;  // file (and line) for messages
+};
+
+class TextCorpus {
+ public:
+  TextCorpus(const std::filesystem::path& input, const CorpusOptions& o);
+  int64_t total_bytes() const { return total_bytes_; }
+  // One plain text file: a single document (the `oomb tokenize` contract adds nothing to it).
+  bool single_document() const { return files_.size() == 1 && !jsonl_[0]; }
+  // Visits every block in order. Errors name the file (and line for JSON lines).
+  void for_each(const std::function<void(const TextBlock&)>& fn) const;
+  const std::vector<std::filesystem::path>& files() const { return files_; }
+
+ private:
+  void read_text(const std::filesystem::path& p, const std::function<void(const TextBlock&)>& fn) const;
+  void read_jsonl(const std::filesystem::path& p, const std::function<void(const TextBlock&)>& fn) const;
+  CorpusOptions o_;
+  std::vector<std::filesystem::path> files_;
+  std::vector<bool> jsonl_;
+  int64_t total_bytes_ = 0;
+};
+
+// Offset of the last cut point in s ("\n" then an ASCII letter: the letter's offset), or 0 if none.
+size_t last_newline_cut(std::string_view s);
+
+}  // namespace oomb
