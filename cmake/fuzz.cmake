@@ -11,18 +11,29 @@ foreach(src ${OOMB_FUZZERS})
   file(STRINGS ${src} srcline REGEX "^// fuzz-sources:")
   string(REPLACE "// fuzz-sources:" "" srcline "${srcline}")
   separate_arguments(deps UNIX_COMMAND "${srcline}")
+  # and, optionally, the libraries on a line "// fuzz-libs: -lx -ly"
+  file(STRINGS ${src} libline REGEX "^// fuzz-libs:")
+  string(REPLACE "// fuzz-libs:" "" libline "${libline}")
+  separate_arguments(libs UNIX_COMMAND "${libline}")
+  # and, optionally, fewer runs for a slow target: "// fuzz-runs: N"
+  file(STRINGS ${src} runsline REGEX "^// fuzz-runs:")
+  string(REPLACE "// fuzz-runs:" "" runs "${runsline}")
+  string(STRIP "${runs}" runs)
+  if(runs STREQUAL "")
+    set(runs ${OOMB_FUZZ_RUNS})
+  endif()
   set(dep_paths "")
   foreach(d ${deps})
     list(APPEND dep_paths ${CMAKE_SOURCE_DIR}/src/${d})
   endforeach()
   add_custom_command(OUTPUT ${FUZZ_DIR}/${name}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${FUZZ_DIR}
-    COMMAND ${OOMB_CLANGXX} ${FUZZ_FLAGS} ${src} ${dep_paths} -lfmt -o ${FUZZ_DIR}/${name}
+    COMMAND ${OOMB_CLANGXX} ${FUZZ_FLAGS} -DOOMB_SOURCE_DIR="${CMAKE_SOURCE_DIR}" ${src} ${dep_paths} -lfmt ${libs} -o ${FUZZ_DIR}/${name}
     DEPENDS ${src} ${dep_paths} VERBATIM)
   add_custom_target(${name} ALL DEPENDS ${FUZZ_DIR}/${name})
   set(corpus ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/${name})
   # new inputs go to the build tree's corpus; the committed seed corpus is only read
   add_test(NAME ${name}
-    COMMAND sh -c "mkdir -p ${FUZZ_DIR}/${name}.corpus && exec ${FUZZ_DIR}/${name} -runs=${OOMB_FUZZ_RUNS} -seed=1 -max_len=4096 ${FUZZ_DIR}/${name}.corpus ${corpus}")
+    COMMAND sh -c "mkdir -p ${FUZZ_DIR}/${name}.corpus && exec ${FUZZ_DIR}/${name} -runs=${runs} -seed=1 -timeout=30 -max_len=4096 ${FUZZ_DIR}/${name}.corpus ${corpus}")
   set_tests_properties(${name} PROPERTIES LABELS "cpu;fuzz")
 endforeach()

@@ -57,23 +57,22 @@ size_t last_newline_cut(std::string_view s) {
 
 // Reads in blocks; emits everything up to the last cut point of what is buffered, keeps the rest.
 // Without cuts, or with none found, the buffer grows until the file ends.
-void TextCorpus::read_text(const fs::path& p, const std::function<void(const TextBlock&)>& fn) const {
-  std::ifstream f(p, std::ios::binary);
-  OOMB_CHECK(f.good(), "{}: cannot open", p.string());
-  const std::string where = p.string();
+void read_text_stream(std::istream& f, const std::string& where, const CorpusOptions& o,
+                      const std::function<void(const TextBlock&)>& fn) {
   std::string buf, fixed;
   int64_t line0 = 1;
   for (;;) {
     const size_t had = buf.size();
-    buf.resize(had + size_t(o_.block_bytes));
-    f.read(buf.data() + had, o_.block_bytes);
+    buf.resize(had + size_t(o.block_bytes));
+    f.read(buf.data() + had, o.block_bytes);
     buf.resize(had + size_t(f.gcount()));
     const bool eof = f.eof();
     OOMB_CHECK(eof || f.good(), "{}: read error", where);
-    const size_t cut = eof ? buf.size() : o_.allow_cuts ? last_newline_cut(buf) : 0;
+    if (eof && buf.empty()) return;  // an empty stream (files are checked for this before)
+    const size_t cut = eof ? buf.size() : o.allow_cuts ? last_newline_cut(buf) : 0;
     if (cut == 0) continue;
     std::string_view block(buf.data(), cut);
-    if (o_.utf8 == Utf8Errors::Strict) {
+    if (o.utf8 == Utf8Errors::Strict) {
       utf8_check(block, where, line0);
     } else if (utf8_first_invalid(block) != block.size()) {
       // a cut never splits a sequence (it is before an ASCII byte), so blocks repair independently
@@ -87,17 +86,16 @@ void TextCorpus::read_text(const fs::path& p, const std::function<void(const Tex
   }
 }
 
-void TextCorpus::read_jsonl(const fs::path& p, const std::function<void(const TextBlock&)>& fn) const {
-  std::ifstream f(p, std::ios::binary);
-  OOMB_CHECK(f.good(), "{}: cannot open", p.string());
+void read_jsonl_stream(std::istream& f, const std::string& name, const CorpusOptions& o,
+                       const std::function<void(const TextBlock&)>& fn) {
   std::string line, where;
   int64_t n = 0, docs = 0;
   while (std::getline(f, line)) {
     ++n;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines separate nothing
-    where = fmt::format("{}:{}", p.string(), n);
-    if (o_.utf8 == Utf8Errors::Strict) utf8_check(line, p.string(), n);
+    where = fmt::format("{}:{}", name, n);
+    if (o.utf8 == Utf8Errors::Strict) utf8_check(line, name, n);
     else line = utf8_replace_invalid(line);
     nlohmann::json j;
     try {
@@ -106,21 +104,23 @@ void TextCorpus::read_jsonl(const fs::path& p, const std::function<void(const Te
       fail("{}: not valid JSON: {}", where, e.what());
     }
     OOMB_CHECK(j.is_object(), "{}: a JSON-lines record must be an object, got {}", where, j.type_name());
-    const auto it = j.find(o_.text_field);
+    const auto it = j.find(o.text_field);
     OOMB_CHECK(it != j.end(), "{}: the record has no \"{}\" field (choose the field with --text-field)", where,
-               o_.text_field);
-    OOMB_CHECK(it->is_string(), "{}: field \"{}\" is {}, not a string", where, o_.text_field, it->type_name());
+               o.text_field);
+    OOMB_CHECK(it->is_string(), "{}: field \"{}\" is {}, not a string", where, o.text_field, it->type_name());
     const std::string& text = it->get_ref<const std::string&>();
     ++docs;
     if (!text.empty()) fn({text, true, &where});
   }
-  OOMB_CHECK(docs > 0, "{}: no JSON records (only blank lines)", p.string());
+  OOMB_CHECK(docs > 0, "{}: no JSON records (only blank lines)", name);
 }
 
 void TextCorpus::for_each(const std::function<void(const TextBlock&)>& fn) const {
   for (size_t i = 0; i < files_.size(); ++i) {
-    if (jsonl_[i]) read_jsonl(files_[i], fn);
-    else read_text(files_[i], fn);
+    std::ifstream f(files_[i], std::ios::binary);
+    OOMB_CHECK(f.good(), "{}: cannot open", files_[i].string());
+    if (jsonl_[i]) read_jsonl_stream(f, files_[i].string(), o_, fn);
+    else read_text_stream(f, files_[i].string(), o_, fn);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <istream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,13 +44,17 @@ class TextCorpus {
   const std::vector<std::filesystem::path>& files() const { return files_; }
 
  private:
-  void read_text(const std::filesystem::path& p, const std::function<void(const TextBlock&)>& fn) const;
-  void read_jsonl(const std::filesystem::path& p, const std::function<void(const TextBlock&)>& fn) const;
   CorpusOptions o_;
   std::vector<std::filesystem::path> files_;
   std::vector<bool> jsonl_;
   int64_t total_bytes_ = 0;
 };
+
+// The readers behind TextCorpus, over any stream; `name` names it in errors.
+void read_text_stream(std::istream& in, const std::string& name, const CorpusOptions& o,
+                      const std::function<void(const TextBlock&)>& fn);
+void read_jsonl_stream(std::istream& in, const std::string& name, const CorpusOptions& o,
+                       const std::function<void(const TextBlock&)>& fn);
 
 // Offset of the last cut point in s ("\n" then an ASCII letter: the letter's offset), or 0 if none.
 size_t last_newline_cut(std::string_view s);

