@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test test-fast demo fuzz bench clean
+.PHONY: all deps configure build test test-fast demo demo-text fuzz bench clean
 
 all: build
 
@@ -28,6 +28,11 @@ test-fast: build
 # the embedded default: a tiny model learning a long-range recall task (about two minutes on 2 cores)
 demo: build
 	@./$(BUILD)/oomb train
+
+# real text: the King James Bible, tokenized with the real Qwen3 tokenizer, trains a small
+# Qwen2-shaped model (about three minutes on 2 cores)
+demo-text: build
+	@bash scripts/demo-text.sh $(BUILD)
 
 # longer fuzzing of every parser: make fuzz FUZZ_SECONDS=600
 FUZZ_SECONDS ?= 120

