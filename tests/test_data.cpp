@@ -20,15 +20,6 @@ using ::testing::HasSubstr;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 void write_ids(const std::filesystem::path& p, const std::vector<uint32_t>& ids, int width, int32_t magic = 0,
                int32_t version = 0, int64_t count = -1) {
   std::string b;

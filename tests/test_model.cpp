@@ -44,15 +44,6 @@ std::vector<float> sgd_step(Loaded& m, TokenSource& data, int64_t N, int64_t acc
   return p0;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(Model, SameInputsGiveTheSameBits) {
   const auto dir = temp_dir();
   write_tiny_model(dir, tiny_config_json("qwen2", 2), 3);

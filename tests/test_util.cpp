@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/error.h"
+
 namespace oomb::testing {
 
 double rel_error(const float* a, const float* b, size_t n) {
@@ -73,6 +75,15 @@ std::string read_text(const std::filesystem::path& p) {
 void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 std::filesystem::path npm_tokenizer_json(const std::string& name) {

@@ -25,6 +25,9 @@ std::filesystem::path temp_dir(const std::string& hint = "");
 std::string read_text(const std::filesystem::path& p);
 void write_bytes(const std::filesystem::path& p, const std::string& bytes);
 
+// The message of the oomb::Error that f throws, or "(no error)".
+std::string error_of(const std::function<void()>& f);
+
 // The real tokenizer.json of an npm reference package ("qwen3" or "llama3"), installed into
 // tools/node_modules by scripts/install-deps.sh; empty when it is not there.
 std::filesystem::path npm_tokenizer_json(const std::string& name);

@@ -12,17 +12,11 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "fuzz_check.h"
 #include "data/packed_tokens.h"
 #include "data/text_corpus.h"
 
 using namespace oomb;
-
-static void check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "property failed: %s\n", what);
-    std::abort();
-  }
-}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "fuzz_check.h"
 #include "../tokenizer_fixture.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"
@@ -31,13 +32,6 @@ static const Tokenizer& fixed() {
     return std::make_unique<Tokenizer>(Tokenizer::parse(j.dump(), "fuzz"));
   }();
   return *t;
-}
-
-static void check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "property failed: %s\n", what);
-    std::abort();
-  }
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
