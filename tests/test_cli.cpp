@@ -178,6 +178,20 @@ TEST(Cli, TokenizeFormatsDocumentsAndErrors) {
     const Tokenizer tok = Tokenizer::load(dir / "tok.json");
     EXPECT_EQ(got, (std::vector<uint32_t>{uint32_t(tok.token_id("on")), 'e', 10, uint32_t(tok.token_id("tw")), 'o', 10}));
   }
+  // a vocabulary past 16 bits makes llm.c's Llama 3 layout (magic 20240801, uint32 ids)
+  auto wide = byte_tokenizer_json({});
+  wide["added_tokens"] = nlohmann::json::array({{{"id", 70000}, {"content", "<|big|>"}, {"special", true}}});
+  write_bytes(dir / "wide.json", wide.dump());
+  write_bytes(dir / "w.txt", "a<|big|>");
+  r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/wide.json --input {0}/w.txt --output {0}/w.llmc --format llmc", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("2 tokens (llmc uint32)"));
+  FileTokens w(dir / "w.llmc", TokenFormat::LlmC);
+  EXPECT_EQ(w.width(), 4);
+  std::vector<uint32_t> wids(2);
+  w.get(0, 2, wids.data());
+  EXPECT_EQ(wids, (std::vector<uint32_t>{'a', 70000}));
+  EXPECT_EQ(read_text(dir / "w.llmc").substr(0, 4), std::string("\xA1\xD9\x34\x01", 4));  // 20240801 = 0x0134D9A1
   write_bytes(dir / "bad.txt", "fine\nnot \xC3\x28 fine\n");
   r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/tok.json --input {0}/bad.txt --output {0}/b.bin", d));
   EXPECT_THAT(r.out, HasSubstr(d + "/bad.txt: invalid UTF-8 at line 2, column 5"));

@@ -8,6 +8,8 @@
 #include <map>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "data/open_data.h"
 #include "data/tokenize_corpus.h"
@@ -235,10 +237,11 @@ TEST(TextCorpus, BadInputNamesFileAndLine) {
   EXPECT_EQ(got, "a\xEF\xBF\xBD" "b");
 }
 
-TEST(TextCorpus, LargeFilesArriveInBlocksCutBeforeLettersAfterNewlines) {
+TEST(TextCorpus, LargeFilesArriveInBlocksCutAtCutPoints) {
   const auto dir = temp_dir();
   std::string text;
-  for (int i = 0; i < 3000; ++i) text += "line " + std::to_string(i) + (i % 7 ? "\n" : "\n\n  ");
+  for (int i = 0; i < 3000; ++i)
+    text += (i % 3 ? "line " : "\xE4\xB8\xAD\xE6\x96\x87 ") + std::to_string(i) + (i % 7 ? "\n" : "\n\n  ");
   write_bytes(dir / "big.txt", text);
   CorpusOptions o;
   o.allow_cuts = true;
@@ -248,13 +251,27 @@ TEST(TextCorpus, LargeFilesArriveInBlocksCutBeforeLettersAfterNewlines) {
   TextCorpus(dir / "big.txt", o).for_each([&](const TextBlock& b) {
     if (!joined.empty()) {
       EXPECT_EQ(joined.back(), '\n');
-      EXPECT_TRUE(std::isalpha(static_cast<unsigned char>(b.text[0])));
+      EXPECT_TRUE(is_cut_point(joined + std::string(b.text.substr(0, 4)), joined.size()));
     }
     joined += b.text;
     ++blocks;
   });
   EXPECT_EQ(joined, text);
   EXPECT_GT(blocks, 20);
+}
+
+TEST(TextCorpus, ErrorsInLaterBlocksNameTheFileOffset) {
+  const auto dir = temp_dir();
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += "line " + std::to_string(i) + "\n";
+  const size_t bad = text.size() + 3;
+  text += "abc\xFF\n";
+  write_bytes(dir / "t.txt", text);
+  CorpusOptions o;
+  o.allow_cuts = true;
+  o.block_bytes = 64;
+  EXPECT_THAT(error_of([&] { TextCorpus(dir / "t.txt", o).for_each([](const TextBlock&) {}); }),
+              HasSubstr(fmt::format("invalid UTF-8 at line 101, column 4 (byte 0xff at offset {})", bad)));
 }
 
 TEST(Tokenize, ParallelUnitsEqualOneEncodeAndDocumentsEndWithEos) {
@@ -286,6 +303,40 @@ TEST(Tokenize, ParallelUnitsEqualOneEncodeAndDocumentsEndWithEos) {
   for (int32_t x : tok.encode("two words")) want.push_back(x);
   want.push_back(300);
   EXPECT_EQ(got, want);
+}
+
+TEST(TokenFiles, EmptyDataAndExplicitFormats) {
+  const auto dir = temp_dir();
+  write_bytes(dir / "empty.jsonl", "{\"text\": \"\"}\n{\"text\": \"\"}\n");
+  write_bytes(dir / "tok.json", byte_tokenizer_json({}).dump());
+  DataOptions o;
+  o.tokenizer = dir / "tok.json";
+  o.packing = {10, true, 1};
+  EXPECT_THAT(error_of([&] { open_training_data(dir / "empty.jsonl", 300, o); }),
+              HasSubstr("empty.jsonl: its text gives no tokens (every document is empty)"));
+  EXPECT_THAT(error_of([&] { PackedTokens(std::make_unique<MemoryTokens>(std::vector<uint32_t>{}, "m"), 9, {}); }),
+              HasSubstr("--data m (0 tokens): holds no tokens"));
+  // nanoGPT data whose first two ids spell llm.c's magic is still read as u16 when named so
+  std::vector<uint32_t> ids = {uint32_t(kLlmcMagicGpt2 & 0xFFFF), uint32_t(kLlmcMagicGpt2 >> 16), 5, 6};
+  write_ids(dir / "nano.bin", ids, 2);
+  std::vector<uint32_t> got(4);
+  packed(dir / "nano.bin", 1 << 17, "u16")->stream(0, 4, got.data());
+  EXPECT_EQ(got, ids);
+  EXPECT_THAT(error_of([&] { packed(dir / "nano.bin", 1 << 17); }), HasSubstr("too short for an llm.c shard"));
+}
+
+TEST(Packing, DocumentMasksEndTheLastDocumentWhereTheStreamWraps) {
+  const auto dir = temp_dir();
+  write_ids(dir / "t.bin", {1, 2, 9, 3, 4}, 4);  // the last document has no EOS
+  auto plain = packed(dir / "t.bin", 100);
+  auto sep = packed(dir / "t.bin", 100, "auto", {9, false, 0, true});
+  EXPECT_EQ(plain->stream_size(), 5);
+  EXPECT_EQ(sep->stream_size(), 6);
+  std::vector<uint32_t> a(8), b(8);
+  plain->stream(0, 8, a.data());
+  sep->stream(0, 8, b.data());
+  EXPECT_EQ(a, (std::vector<uint32_t>{1, 2, 9, 3, 4, 1, 2, 9}));
+  EXPECT_EQ(b, (std::vector<uint32_t>{1, 2, 9, 3, 4, 9, 1, 2}));
 }
 
 TEST(Tokenize, TextDataForTrainingNeedsATokenizerWithinTheVocabulary) {

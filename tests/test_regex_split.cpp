@@ -78,6 +78,18 @@ TEST(RegexSplit, SameSplitAsOniguruma) {
   }
 }
 
+TEST(RegexSplit, RunsLongerThanPcre2sDefaultMatchLimit) {
+  // ten million spaces exceed PCRE2's default match limit (each length of \s*[\r\n]+ is tried)
+  for (const char* pat : kPatterns) {
+    const RegexSplit r(pat, "test");
+    const std::string s = "a" + std::string(11 << 20, ' ') + "b";
+    const Spans got = ours(r, s);
+    ASSERT_FALSE(got.empty());
+    EXPECT_EQ(got.back().second, s.size());
+    EXPECT_LE(got.size(), 4u) << pat;
+  }
+}
+
 TEST(RegexSplit, WhiteSpaceIsRewrittenOutsideAndInsideClasses) {
   const std::string p = rewrite_for_pcre2(R"(\s+(?!\S)|[^\s\p{L}]|\\s|[\]\s])", "t");
   EXPECT_EQ(p.find("\\s"), p.find("\\\\s") + 1);  // only the escaped backslash's "s" is left

@@ -131,6 +131,59 @@ TEST(Tokenizer, AddedTokensAreFoundFirstLongestAndLeftmost) {
   EXPECT_EQ(t.decode(std::vector<int32_t>{'a', 501, 502, 'b'}, /*skip_special=*/true), "a<think>b");
 }
 
+TEST(Tokenizer, AddedTokensFollowHuggingFaceOnConsumedSpansWordsAndNormalization) {
+  json j = tokenizer_json({});
+  j["normalizer"] = {{"type", "NFC"}};
+  j["added_tokens"] = json::array({{{"id", 600}, {"content", "ab"}, {"single_word", true}},
+                                   {{"id", 601}, {"content", "b"}},
+                                   {{"id", 602}, {"content", "<s>x</s>"}, {"special", true}},
+                                   {{"id", 603}, {"content", "x"}},
+                                   {{"id", 604}, {"content", "<m>"}, {"single_word", true}},
+                                   {{"id", 605}, {"content", "\xC3\xA9"}, {"normalized", true}},
+                                   {{"id", 606}, {"content", "\xC4\x80z"}}});
+  const Tokenizer t = make(j);
+  // a dropped single_word match still consumes "ab": the "b" inside it is not matched
+  EXPECT_EQ(t.encode("xab"), (std::vector<int32_t>{603, 'a', 'b'}));
+  EXPECT_EQ(t.encode("b ab"), (std::vector<int32_t>{601, t.token_id(bl(" ")), 600}));
+  // special tokens kept as text are consumed whole: the non-special "x" inside is not matched
+  EncodeOptions plain;
+  plain.split_special = true;
+  EXPECT_EQ(t.encode("<s>x</s>", plain), (std::vector<int32_t>{'<', 's', '>', 'x', '<', '/', 's', '>'}));
+  EXPECT_EQ(t.encode("<s>x</s>"), (std::vector<int32_t>{602}));
+  // word characters are Unicode's \w: a combining mark is one, a superscript digit is not
+  EXPECT_EQ(t.encode("e\xCC\x81<m>").back(), '>');
+  EXPECT_EQ(t.encode("\xC2\xB2<m>").back(), 604);
+  // normalized tokens are found in the normalized text: the decomposed form matches after NFC
+  EXPECT_EQ(t.encode("e\xCC\x81"), (std::vector<int32_t>{605}));
+  // added tokens decode through the byte-level alphabet, as Hugging Face's decoder does
+  EXPECT_EQ(t.decode(std::vector<int32_t>{606}), std::string("\0z", 2));
+}
+
+TEST(Tokenizer, CutsAreExactForQwenAndLlamaPatternsOnlyNotGpt2s) {
+  const Tokenizer qwen = make(tokenizer_json({{" ", "\n"}}));
+  EXPECT_TRUE(qwen.cut_after_newline_is_safe());
+  json g = tokenizer_json({{" ", "\n"}});
+  g["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  const Tokenizer gpt2 = make(g);
+  EXPECT_FALSE(gpt2.cut_after_newline_is_safe());
+  // why: GPT-2's \s+(?!\S) looks past the newline, so the whole text and its parts differ
+  auto cut = [](const Tokenizer& t, std::string_view s, size_t at) {
+    auto a = t.encode(s.substr(0, at));
+    for (int32_t x : t.encode(s.substr(at))) a.push_back(x);
+    return a;
+  };
+  EXPECT_NE(gpt2.encode("a \nB"), cut(gpt2, "a \nB", 3));
+  EXPECT_EQ(qwen.encode("a \nB"), cut(qwen, "a \nB", 3));
+  // cut points: after '\n', before anything but White_Space (CJK, digits and marks too)
+  EXPECT_TRUE(is_cut_point("a\n\xE4\xB8\xAD", 2));
+  EXPECT_TRUE(is_cut_point("a\n7", 2));
+  EXPECT_TRUE(is_cut_point("a\n\xCC\x81", 2));
+  EXPECT_FALSE(is_cut_point("a\n \x62", 2));
+  EXPECT_FALSE(is_cut_point("a\n\xE3\x80\x80", 2));  // U+3000
+  EXPECT_FALSE(is_cut_point("a\n\n", 2));
+  EXPECT_FALSE(is_cut_point("ab", 1));
+}
+
 TEST(Tokenizer, NfcNormalizerComposes) {
   json j = tokenizer_json({{"\xC3", "\xA9"}});
   const Tokenizer raw = make(j);
@@ -233,6 +286,17 @@ TEST(Tokenizer, RejectsWhatItDoesNotSupportNamingTheField) {
               HasSubstr("cannot compile the split pattern (unclosed"));
   EXPECT_THAT(with([](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "MergedWithNext"; }),
               HasSubstr("Split behavior \"MergedWithNext\" is not supported"));
+  EXPECT_THAT(with([](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = 3; }),
+              HasSubstr("test/tokenizer.json: pre_tokenizer Split.behavior must be a string, got 3"));
+  EXPECT_THAT(with([](json& j) { j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = "yes"; }),
+              HasSubstr("ByteLevel pre_tokenizer.use_regex must be true or false, got \"yes\""));
+  EXPECT_THAT(with([](json& j) {
+                auto& seq = j["pre_tokenizer"]["pretokenizers"];
+                std::swap(seq[0], seq[1]);
+              }),
+              HasSubstr("a Split after the ByteLevel pre_tokenizer is not supported"));
+  EXPECT_THAT(with([](json& j) { j["added_tokens"] = json::array({{{"id", 3}, {"content", "x"}, {"lstrip", 1}}}); }),
+              HasSubstr("added_tokens[0].lstrip must be true or false"));
   try {
     Tokenizer::parse("{\"model\": ", "bad.json");
     FAIL();

@@ -96,6 +96,7 @@ int run(const TokenizeArgs& a) {
   const TokenFormat fmt = token_format_parse(a.format);
   TokenWriter out(a.output, fmt, tok.id_limit());
   const TokenizeStats st = tokenize_corpus(corpus, tok, to, [&](std::span<const int32_t> ids) { out.put(ids); });
+  OOMB_CHECK(st.tokens > 0, "--input {}: its text gives no tokens (every document is empty); nothing written", a.input);
   out.commit();
   std::cout << fmt::format("oomb tokenize: {} ({} document{}, {:.2f} MB) -> {}: {} tokens ({}{}) in {:.3f} s, "
                            "{:.1f} MB/s, {} threads{}",

@@ -70,7 +70,7 @@ std::unique_ptr<TokenSource> open_data(const TrainArgs& a, const ModelConfig& cf
   d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);
   d.tokenizer = tokenizer_path(a);
   d.split_special = a.split_special;
-  d.packing = {eos, a.shuffle, a.seed};
+  d.packing = {eos, a.shuffle, a.seed, a.doc_mask};
   d.log = &std::cout;
   return open_training_data(a.data, cfg.vocab, d);
 }

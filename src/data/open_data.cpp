@@ -43,8 +43,8 @@ bool is_token_data(const fs::path& path, const std::string& format) {
 }
 
 static std::unique_ptr<TokenStore> open_token_file(const fs::path& p, const std::string& format) {
-  const TokenFormat dflt = format == "u16" ? TokenFormat::U16 : TokenFormat::U32;
-  const TokenFormat f = format == "llmc" ? TokenFormat::LlmC : sniff_token_format(p, dflt);
+  // llm.c shards are found by their magic, unless a format is named
+  const TokenFormat f = format == "auto" ? sniff_token_format(p, TokenFormat::U32) : token_format_parse(format);
   return std::make_unique<FileTokens>(p, f);
 }
 
@@ -81,6 +81,7 @@ std::unique_ptr<PackedTokens> open_training_data(const fs::path& path, int64_t v
   const TokenizeStats st = tokenize_corpus(corpus, tok, to, [&](std::span<const int32_t> s) {
     ids.insert(ids.end(), s.begin(), s.end());
   });
+  OOMB_CHECK(!ids.empty(), "--data {}: its text gives no tokens (every document is empty)", path.string());
   if (o.log)
     *o.log << fmt::format("tokenized {} ({} documents, {:.1f} MB) into {} tokens in {:.2f} s ({:.1f} MB/s); "
                           "`oomb tokenize` saves this for the next run\n",

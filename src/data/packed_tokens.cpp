@@ -12,11 +12,19 @@ namespace oomb {
 PackedTokens::PackedTokens(std::unique_ptr<TokenStore> store, int64_t vocab, const PackingOptions& o)
     : store_(std::move(store)), vocab_(vocab), o_(o) {
   const int64_t n = store_->size();
+  OOMB_CHECK(n >= 1, "--data {}: holds no tokens", store_->describe());
   length_ = n;
-  OOMB_CHECK(n >= 2 || o.shuffle, "--data {}: holds {} token(s); training needs at least 2", store_->describe(), n);
+  if (!o.shuffle && !o.separate) {
+    OOMB_CHECK(n >= 2, "--data {}: holds {} token; training needs at least 2", store_->describe(), n);
+    return;
+  }
+  OOMB_CHECK(o.eos >= 0, "--{} needs the EOS id that separates documents (from the model's config.json "
+             "eos_token_id, or --eos-id)", o.shuffle ? "shuffle" : "doc-mask");
+  uint32_t last = 0;
+  store_->get(n - 1, 1, &last);
+  virtual_eos_ = last != uint32_t(o.eos);
+  length_ = n + virtual_eos_;
   if (!o.shuffle) return;
-  OOMB_CHECK(o.eos >= 0, "--shuffle needs the EOS id that separates documents (from the model's config.json "
-             "eos_token_id, or --eos-id)");
   // documents: runs ended by EOS (one pass over the store)
   doc_start_.push_back(0);
   std::vector<uint32_t> buf(1 << 16);
@@ -26,11 +34,8 @@ PackedTokens::PackedTokens(std::unique_ptr<TokenStore> store, int64_t vocab, con
     for (int64_t i = 0; i < len; ++i)
       if (buf[size_t(i)] == uint32_t(o.eos) && at + i + 1 < n) doc_start_.push_back(at + i + 1);
   }
-  uint32_t last = 0;
-  store_->get(n - 1, 1, &last);
-  virtual_eos_ = last != uint32_t(o.eos);
-  length_ = n + virtual_eos_;
-  OOMB_CHECK(length_ >= 2, "--data {}: too few tokens to train on", store_->describe());
+  OOMB_CHECK(doc_start_.size() < size_t(INT32_MAX), "--shuffle: {} documents are more than it can order",
+             doc_start_.size());
 }
 
 std::string PackedTokens::describe() const {
@@ -71,8 +76,10 @@ void PackedTokens::stream(int64_t p, int64_t n, uint32_t* out) {
     const int64_t e = p / length_, q = p % length_;
     int64_t len = std::min(n, length_ - q);
     if (!o_.shuffle) {
-      store_->get(q, len, out);
-      check(out, len, q);
+      const int64_t from_store = std::min(len, store_->size() - q);
+      store_->get(q, from_store, out);
+      check(out, from_store, q);
+      for (int64_t i = from_store; i < len; ++i) out[i] = uint32_t(o_.eos);  // the added EOS
     } else {
       const Epoch& ep = epoch(e);
       const int64_t k = std::upper_bound(ep.end.begin(), ep.end.end(), q) - ep.end.begin();

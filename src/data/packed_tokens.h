@@ -1,9 +1,10 @@
 // Training windows from a token store: the stream of its documents (runs of ids each ended by
 // EOS) packed back to back. Window w of N tokens covers stream positions [w*N, w*N + N] (N
-// inputs and their N next-token targets), wrapping at the end of the stream. Without shuffling
-// the stream is the store itself (the `--data FILE.bin` contract). With shuffling, every epoch
-// (pass over the stream) takes the documents in its own seeded order; a last document that does
-// not end with EOS gets one, so documents never run into each other.
+// inputs and their N next-token targets), wrapping at the end of the stream. By default the
+// stream is the store itself (the `--data FILE.bin` contract). With shuffling, every epoch
+// (pass over the stream) takes the documents in its own seeded order. With shuffling or
+// `separate`, a last document that does not end with EOS gets one, so that documents never run
+// into each other, not even where the stream wraps.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -18,6 +19,7 @@ struct PackingOptions {
   int32_t eos = -1;       // document separator; needed for shuffling
   bool shuffle = false;
   uint64_t seed = 0;
+  bool separate = false;  // end the last document with EOS too (for --doc-mask)
 };
 
 class PackedTokens final : public TokenSource {

@@ -47,20 +47,19 @@ TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {
   }
 }
 
-size_t last_newline_cut(std::string_view s) {
-  for (size_t i = s.size(); i-- > 1;) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (s[i - 1] == '\n' && ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')) return i;
-  }
+size_t last_cut_point(std::string_view s, size_t from, size_t until) {
+  for (size_t i = std::min(until, s.size()); i-- > std::max<size_t>(from, 1);)
+    if (s[i - 1] == '\n' && is_cut_point(s, i)) return i;
   return 0;
 }
 
 // Reads in blocks; emits everything up to the last cut point of what is buffered, keeps the rest.
-// Without cuts, or with none found, the buffer grows until the file ends.
+// The kept rest has no cut point, so only newly read bytes are searched. Without cuts, or with
+// none found, the buffer grows until the file ends.
 void read_text_stream(std::istream& f, const std::string& where, const CorpusOptions& o,
                       const std::function<void(const TextBlock&)>& fn) {
   std::string buf, fixed;
-  int64_t line0 = 1;
+  int64_t line0 = 1, offset0 = 0;
   for (;;) {
     const size_t had = buf.size();
     buf.resize(had + size_t(o.block_bytes));
@@ -69,17 +68,19 @@ void read_text_stream(std::istream& f, const std::string& where, const CorpusOpt
     const bool eof = f.eof();
     OOMB_CHECK(eof || f.good(), "{}: read error", where);
     if (eof && buf.empty()) return;  // an empty stream (files are checked for this before)
-    const size_t cut = eof ? buf.size() : o.allow_cuts ? last_newline_cut(buf) : 0;
+    // a cut point needs the whole character after it: the last 3 bytes wait for the next read
+    const size_t cut = eof ? buf.size() : o.allow_cuts && buf.size() > 3 ? last_cut_point(buf, had > 3 ? had - 3 : 1, buf.size() - 3) : 0;
     if (cut == 0) continue;
     std::string_view block(buf.data(), cut);
     if (o.utf8 == Utf8Errors::Strict) {
-      utf8_check(block, where, line0);
+      utf8_check(block, where, line0, offset0);
     } else if (utf8_first_invalid(block) != block.size()) {
-      // a cut never splits a sequence (it is before an ASCII byte), so blocks repair independently
+      // a cut never splits a sequence (it follows '\n'), so blocks repair independently
       fixed = utf8_replace_invalid(block);
       block = fixed;
     }
     line0 += std::count(buf.data(), buf.data() + cut, '\n');
+    offset0 += int64_t(cut);
     fn({block, eof, &where});
     if (eof) return;
     buf.erase(0, cut);

@@ -1,8 +1,9 @@
 // Documents of text: a plain text file (one document), a JSON-lines file (one document per line,
 // from a named string field), or a directory of such files (recursively, in path order; hidden
 // files skipped). Text reaches the caller in blocks: a whole document, or, for a large plain
-// text file, consecutive parts of it cut just before an ASCII letter that follows '\n' (only when
-// the caller says such cuts are harmless, as they are for the supported tokenizers).
+// text file, consecutive parts of it cut at is_cut_point (after '\n', before a character that is
+// not White_Space), only when the caller says such cuts are exact (as they are for Qwen2 and
+// Llama 3 tokenizers). A file without such points arrives whole.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -56,7 +57,7 @@ void read_text_stream(std::istream& in, const std::string& name, const CorpusOpt
 void read_jsonl_stream(std::istream& in, const std::string& name, const CorpusOptions& o,
                        const std::function<void(const TextBlock&)>& fn);
 
-// Offset of the last cut point in s ("\n" then an ASCII letter: the letter's offset), or 0 if none.
-size_t last_newline_cut(std::string_view s);
+// Offset of the last cut point of s in [from, until), or 0 if none.
+size_t last_cut_point(std::string_view s, size_t from, size_t until);
 
 }  // namespace oomb

@@ -108,7 +108,7 @@ std::string FileTokens::describe() const {
 
 MemoryTokens::MemoryTokens(const std::vector<uint32_t>& ids, std::string name)
     : buf_(Tier::Host, Tag::Data, std::max<size_t>(ids.size(), 1) * 4), n_(int64_t(ids.size())), name_(std::move(name)) {
-  std::memcpy(buf_.data(), ids.data(), ids.size() * 4);
+  if (!ids.empty()) std::memcpy(buf_.data(), ids.data(), ids.size() * 4);
 }
 
 void MemoryTokens::get(int64_t begin, int64_t n, uint32_t* out) const {

@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <exception>
 #include <cstdio>
 #include <fmt/format.h>
 #include <string>
 #include <vector>
+
+#include "core/error.h"
 
 namespace oomb {
 
@@ -58,8 +61,9 @@ TokenizeStats tokenize_corpus(const TextCorpus& corpus, const Tokenizer& tok, co
   eo.split_special = o.split_special;
   const bool cut = tok.cut_after_newline_is_safe();
 
-  // A batch: copies of blocks (the corpus reuses its buffers) and whether each ends a document.
-  std::vector<std::string> blocks;
+  // A batch: copies of blocks (the corpus reuses its buffers), whether each ends a document, and
+  // where each comes from (for errors).
+  std::vector<std::string> blocks, wheres;
   std::vector<bool> ends;
   int64_t batch = 0;
   std::vector<Unit> units;
@@ -71,27 +75,39 @@ TokenizeStats tokenize_corpus(const TextCorpus& corpus, const Tokenizer& tok, co
       size_t at = 0;
       while (at < s.size()) {
         size_t end = s.size();
-        if (cut && s.size() - at > size_t(o.unit_bytes)) {
-          // the first cut point at or after the unit size
-          for (size_t i = at + size_t(o.unit_bytes); i < s.size(); ++i) {
-            const unsigned char c = static_cast<unsigned char>(s[i]);
-            if (s[i - 1] == '\n' && (c | 0x20) >= 'a' && (c | 0x20) <= 'z') {
+        if (cut && s.size() - at > size_t(o.unit_bytes)) {  // the first cut point after the unit size
+          for (size_t i = at + size_t(o.unit_bytes); i < s.size(); ++i)
+            if (s[i - 1] == '\n' && is_cut_point(s, i)) {
               end = i;
               break;
             }
-          }
         }
         units.push_back({b, at, end});
         at = end;
       }
     }
     out.resize(std::max(out.size(), units.size()));
+    // an exception must not leave an OpenMP region: keep the first, rethrow it after
+    std::exception_ptr error;
+    size_t error_unit = 0;
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t u = 0; u < units.size(); ++u) {
       const Unit& x = units[u];
       out[u].clear();
-      tok.encode(std::string_view(blocks[x.block]).substr(x.begin, x.end - x.begin), out[u],
-                 states[size_t(omp_get_thread_num())], eo);
+      try {
+        tok.encode(std::string_view(blocks[x.block]).substr(x.begin, x.end - x.begin), out[u],
+                   states[size_t(omp_get_thread_num())], eo);
+      } catch (...) {
+#pragma omp critical
+        if (!error || u < error_unit) error = std::current_exception(), error_unit = u;
+      }
+    }
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        fail("{}: {}", wheres[units[error_unit].block], e.what());
+      }
     }
     size_t u = 0;
     for (size_t b = 0; b < blocks.size(); ++b) {
@@ -110,12 +126,13 @@ TokenizeStats tokenize_corpus(const TextCorpus& corpus, const Tokenizer& tok, co
       st.bytes += int64_t(blocks[b].size());
     }
     progress.update(std::min(st.bytes, corpus.total_bytes()), st.tokens);
-    blocks.clear(), ends.clear();
+    blocks.clear(), ends.clear(), wheres.clear();
     batch = 0;
   };
   corpus.for_each([&](const TextBlock& b) {
     blocks.emplace_back(b.text);
     ends.push_back(b.ends_document);
+    wheres.push_back(*b.where);
     batch += int64_t(b.text.size());
     if (batch >= o.batch_bytes) flush();
   });

@@ -1,6 +1,7 @@
-// Tokenizes a text corpus in parallel, in order: blocks are cut into units (at exact cut points
-// when the tokenizer allows) and encoded by all threads, then handed on in corpus order. With an
-// EOS id, every document is followed by it (a single plain text file gets nothing added).
+// Tokenizes a text corpus in parallel, in order: blocks are cut into units (at exact cut points,
+// is_cut_point, when the tokenizer allows) and encoded by all threads, then handed on in corpus
+// order. With an EOS id, every document is followed by it (a single plain text file gets nothing
+// added). An error names the file it came from.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -7,11 +7,9 @@
 
 namespace oomb {
 
-static bool is_white_space(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
+namespace {
 
+// White_Space at i (or ending at i), with its UTF-8 length.
 bool white_space_at(std::string_view s, size_t i, int* len) {
   if (i >= s.size()) return false;
   size_t j = i;
@@ -27,17 +25,24 @@ bool white_space_before(std::string_view s, size_t i, int* len) {
   return white_space_at(s, b, len) && b + size_t(*len) == i;
 }
 
-// Letters, digits (any script) and '_' make a word for single_word tokens.
+}  // namespace
+
+// A word character for single_word tokens: Unicode's \w as Hugging Face's regex crate has it
+// (letters, letter numbers, marks, decimal digits, connector punctuation, the join controls).
 static bool word_char(uint32_t c) {
-  if (c == '_') return true;
-  const utf8proc_category_t k = utf8proc_category(utf8proc_int32_t(c));
-  return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||
-         (k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO);
+  if (c == 0x200C || c == 0x200D) return true;
+  switch (utf8proc_category(utf8proc_int32_t(c))) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_PC:
+      return true;
+    default:
+      return false;
+  }
 }
 
 AddedTokens AddedTokens::from_json(const nlohmann::json& j, std::string_view where) {
   AddedTokens a;
-  a.terminal_.push_back(-1);  // the root
   if (j.is_null()) return a;
   OOMB_CHECK(j.is_array(), "{}: \"added_tokens\" must be an array", where);
   for (size_t i = 0; i < j.size(); ++i) {
@@ -66,18 +71,19 @@ AddedTokens AddedTokens::from_json(const nlohmann::json& j, std::string_view whe
     a.tokens_.push_back(std::move(t));
   }
   for (size_t k = 0; k < a.tokens_.size(); ++k) {
+    Trie& t = a.tries_[a.tokens_[k].normalized];
     int32_t node = 0;
     for (unsigned char ch : a.tokens_[k].content) {
       const uint64_t key = uint64_t(node) << 8 | ch;
-      auto it = a.edges_.find(key);
-      if (it == a.edges_.end()) {
-        it = a.edges_.emplace(key, int32_t(a.terminal_.size())).first;
-        a.terminal_.push_back(-1);
+      auto it = t.edges.find(key);
+      if (it == t.edges.end()) {
+        it = t.edges.emplace(key, int32_t(t.terminal.size())).first;
+        t.terminal.push_back(-1);
       }
       node = it->second;
     }
-    if (a.terminal_[size_t(node)] < 0) a.terminal_[size_t(node)] = int32_t(k);  // same content twice: the first
-    a.first_byte_[static_cast<unsigned char>(a.tokens_[k].content[0])] = true;
+    if (t.terminal[size_t(node)] < 0) t.terminal[size_t(node)] = int32_t(k);  // same content twice: the first
+    t.first_byte[static_cast<unsigned char>(a.tokens_[k].content[0])] = true;
   }
   return a;
 }
@@ -93,51 +99,50 @@ const AddedToken* AddedTokens::by_content(std::string_view content) const {
   return nullptr;
 }
 
-void AddedTokens::find(std::string_view s, bool with_special, std::vector<AddedMatch>& out) const {
-  if (tokens_.empty()) return;
-  const size_t first_out = out.size();
+void AddedTokens::find(std::string_view s, bool normalized, bool split_special, std::vector<AddedMatch>& out) const {
+  const Trie& t = tries_[normalized];
+  if (t.terminal.size() <= 1) return;
+  size_t floor = 0;  // the end of the last match kept: lstrip stops there
   for (size_t i = 0; i < s.size();) {
-    if (!first_byte_[static_cast<unsigned char>(s[i])]) {
+    if (!t.first_byte[static_cast<unsigned char>(s[i])]) {
       ++i;
       continue;
     }
     int32_t node = 0, best = -1;
-    size_t best_end = 0;
+    size_t end = 0;
     for (size_t k = i; k < s.size(); ++k) {
-      const auto it = edges_.find(uint64_t(node) << 8 | static_cast<unsigned char>(s[k]));
-      if (it == edges_.end()) break;
+      const auto it = t.edges.find(uint64_t(node) << 8 | static_cast<unsigned char>(s[k]));
+      if (it == t.edges.end()) break;
       node = it->second;
-      const int32_t t = terminal_[size_t(node)];
-      if (t >= 0 && (with_special || !tokens_[size_t(t)].special)) best = t, best_end = k + 1;
+      if (t.terminal[size_t(node)] >= 0) best = t.terminal[size_t(node)], end = k + 1;
     }
-    if (best >= 0) {
-      const AddedToken& tok = tokens_[size_t(best)];
-      if (tok.single_word) {
-        size_t q = best_end;
-        bool ok = true;
-        if (i > 0) {
-          size_t b = i - 1;
-          while (b > 0 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80) --b;
-          ok = !word_char(utf8_next(s, b));
-        }
-        if (ok && q < s.size()) ok = !word_char(utf8_next(s, q));
-        if (!ok) {
-          ++i;
-          continue;
-        }
-      }
-      size_t b = i, e = best_end;
-      int len = 0;
-      const size_t floor = out.size() > first_out ? out.back().end : 0;
-      if (tok.lstrip)
-        while (b > floor && white_space_before(s, b, &len)) b -= size_t(len);
-      if (tok.rstrip)
-        while (white_space_at(s, e, &len)) e += size_t(len);
-      out.push_back({b, e, &tok});
-      i = e;
+    if (best < 0) {
+      ++i;
       continue;
     }
-    ++i;
+    const AddedToken& tok = tokens_[size_t(best)];
+    bool keep = !(split_special && tok.special);
+    if (keep && tok.single_word) {
+      if (i > 0) {
+        size_t b = i - 1;
+        while (b > 0 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80) --b;
+        keep = !word_char(utf8_next(s, b));
+      }
+      size_t q = end;
+      if (keep && q < s.size()) keep = !word_char(utf8_next(s, q));
+    }
+    if (!keep) {  // the span is consumed all the same
+      i = end;
+      continue;
+    }
+    size_t b = i, e = end;
+    int len = 0;
+    if (tok.lstrip)
+      while (b > floor && white_space_before(s, b, &len)) b -= size_t(len);
+    if (tok.rstrip)
+      while (white_space_at(s, e, &len)) e += size_t(len);
+    out.push_back({b, e, &tok});
+    floor = i = e;
   }
 }
 

@@ -1,6 +1,8 @@
-// Added and special tokens of tokenizer.json ("added_tokens"): found in the raw text before
-// normalization and splitting, leftmost first and the longest at a position (as Hugging Face's
-// tokenizers and transformers.js do), honouring lstrip / rstrip / single_word.
+// Added and special tokens of tokenizer.json ("added_tokens"), found as Hugging Face's tokenizers
+// find them: tokens with normalized = false in the raw text, those with normalized = true in each
+// normalized section; leftmost first and the longest at a position; a match consumes its span even
+// when it is dropped (a single_word token inside a word, or a special token when special tokens
+// are to stay text); lstrip / rstrip take the White_Space beside a match with it.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -28,20 +30,20 @@ class AddedTokens {
   const std::vector<AddedToken>& all() const { return tokens_; }
   const AddedToken* by_id(int32_t id) const;
   const AddedToken* by_content(std::string_view content) const;
-  // Matches in s, in order. with_special = false: special tokens are left as text.
-  void find(std::string_view s, bool with_special, std::vector<AddedMatch>& out) const;
+  bool any_normalized() const { return tries_[1].terminal.size() > 1; }
+  // Matches in s, in order, of the tokens whose `normalized` flag equals `normalized`.
+  // split_special: special tokens are consumed but not matched (they stay text).
+  void find(std::string_view s, bool normalized, bool split_special, std::vector<AddedMatch>& out) const;
 
  private:
+  struct Trie {  // bytes; node -> (byte -> child); terminal[node] = index into tokens_ or -1
+    std::unordered_map<uint64_t, int32_t> edges;
+    std::vector<int32_t> terminal{-1};
+    bool first_byte[256] = {};
+  };
   std::vector<AddedToken> tokens_;
-  // byte trie: node -> (byte -> child); terminal[node] = index into tokens_ or -1
-  std::unordered_map<uint64_t, int32_t> edges_;
-  std::vector<int32_t> terminal_;
-  bool first_byte_[256] = {};
+  Trie tries_[2];  // normalized = false, true
   std::unordered_map<int32_t, size_t> by_id_;
 };
-
-// Unicode White_Space (the 25 code points of Oniguruma's \s); `len` receives its UTF-8 length.
-bool white_space_at(std::string_view s, size_t i, int* len);
-bool white_space_before(std::string_view s, size_t i, int* len);
 
 }  // namespace oomb

@@ -127,6 +127,8 @@ void BytePairModel::merge_small(std::vector<int32_t>& ids) const {
 // Long pieces (a run of letters can be megabytes): a heap of candidate merges ordered by
 // (rank, position), with stale candidates skipped, O(n log n).
 void BytePairModel::merge_large(std::vector<int32_t>& ids, BpeCache& c) const {
+  OOMB_CHECK(ids.size() < size_t(INT32_MAX), "BPE: a piece of {} bytes (one unbroken run of letters, digits "
+             "or spaces) is more than 2 GiB", ids.size());
   const int32_t n = int32_t(ids.size());
   auto& s = c.syms;
   s.resize(size_t(n));

@@ -3,6 +3,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <cstdint>
+
 
 #include "core/error.h"
 
@@ -86,21 +88,39 @@ RegexSplit::RegexSplit(RegexSplit&&) noexcept = default;
 RegexSplit& RegexSplit::operator=(RegexSplit&&) noexcept = default;
 
 namespace {
-// One match-data block per thread, grown to the largest pattern seen (tokenizers are shared).
-struct MatchData {
+// Per thread (a compiled pattern is shared, these are not): match data, and a match context
+// whose limits let these patterns run over any length. The defaults stop at ten million
+// backtracking steps, which a run of ten million spaces reaches (\s*[\r\n]+ tries every length
+// before \s+(?!\S) matches); the work stays linear in the run. The JIT stack grows to 256 MB.
+struct MatchState {
   pcre2_match_data* md = pcre2_match_data_create(16, nullptr);
-  ~MatchData() { pcre2_match_data_free(md); }
+  pcre2_match_context* mc = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* stack = pcre2_jit_stack_create(1 << 16, 256 << 20, nullptr);
+  MatchState() {
+    pcre2_set_match_limit(mc, UINT32_MAX);
+    pcre2_set_depth_limit(mc, UINT32_MAX);
+    pcre2_jit_stack_assign(mc, nullptr, stack);
+  }
+  ~MatchState() {
+    pcre2_jit_stack_free(stack);
+    pcre2_match_context_free(mc);
+    pcre2_match_data_free(md);
+  }
 };
 }  // namespace
 
 void RegexSplit::split(std::string_view s, std::vector<Piece>& out) const {
-  thread_local MatchData tl;
+  thread_local MatchState tl;
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
   size_t pos = 0, prev = 0;
   while (pos <= s.size()) {
-    const int rc = pcre2_match(impl_->code, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, tl.md, nullptr);
+    const int rc = pcre2_match(impl_->code, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, tl.md, tl.mc);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    OOMB_CHECK(rc >= 0, "split pattern {}: matching failed with PCRE2 error {}", source_, rc);
+    if (rc < 0) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(rc, msg, sizeof msg);
+      fail("split pattern {}: matching failed at byte {}: {}", source_, pos, reinterpret_cast<const char*>(msg));
+    }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(tl.md);
     const size_t b = ov[0], e = ov[1];
     if (b > prev) out.push_back({prev, b, false});

@@ -2,15 +2,29 @@
 
 #include <algorithm>
 #include <fstream>
+#include <type_traits>
 #include <sstream>
 
 #include "core/error.h"
+#include "text/byte_level.h"
 #include "text/utf8.h"
 
 namespace oomb {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
+
+// An optional field of a pre_tokenizer: absent or null gives `dflt`; another type is an error.
+template <typename T>
+static T opt(const json& j, const char* key, T dflt, std::string_view where, std::string_view what) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  if constexpr (std::is_same_v<T, bool>) {
+    OOMB_CHECK(j[key].is_boolean(), "{}: {}.{} must be true or false, got {}", where, what, key, j[key].dump());
+  } else {
+    OOMB_CHECK(j[key].is_string(), "{}: {}.{} must be a string, got {}", where, what, key, j[key].dump());
+  }
+  return j[key].get<T>();
+}
 
 static std::string type_of(const json& j) {
   return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
@@ -41,8 +55,11 @@ void Tokenizer::add_steps(const json& j, std::string_view where) {
     if (p.contains("Regex") && p["Regex"].is_string()) rx = p["Regex"].get<std::string>();
     else if (p.contains("String") && p["String"].is_string()) rx = escape_literal(p["String"].get<std::string>());
     else fail("{}: pre_tokenizer Split pattern must be {{\"Regex\": ...}} or {{\"String\": ...}}", where);
-    OOMB_CHECK(!j.value("invert", false), "{}: pre_tokenizer Split with \"invert\": true is not supported", where);
-    const std::string behavior = j.value("behavior", std::string("Isolated"));
+    OOMB_CHECK(!opt(j, "invert", false, where, "pre_tokenizer Split"),
+               "{}: pre_tokenizer Split with \"invert\": true is not supported", where);
+    const std::string behavior = opt(j, "behavior", std::string("Isolated"), where, "pre_tokenizer Split");
+    for (const Step& s : steps_)  // Hugging Face would run the regex on the byte-level characters
+      OOMB_CHECK(s.kind != Step::ByteLevel, "{}: a Split after the ByteLevel pre_tokenizer is not supported", where);
     OOMB_CHECK(behavior == "Isolated" || behavior == "Removed",
                "{}: pre_tokenizer Split behavior \"{}\" is not supported (supported: Isolated, Removed)", where,
                behavior);
@@ -50,8 +67,8 @@ void Tokenizer::add_steps(const json& j, std::string_view where) {
            behavior == "Removed", false};
     steps_.push_back(std::move(s));
   } else if (type == "ByteLevel") {
-    Step s{Step::ByteLevel, nullptr, false, j.value("add_prefix_space", false)};
-    if (j.value("use_regex", true))
+    Step s{Step::ByteLevel, nullptr, false, opt(j, "add_prefix_space", false, where, "ByteLevel pre_tokenizer")};
+    if (opt(j, "use_regex", true, where, "ByteLevel pre_tokenizer"))
       s.regex = std::make_shared<RegexSplit>(kGpt2Pattern, std::string(where) + ": ByteLevel pre_tokenizer");
     steps_.push_back(std::move(s));
   } else {
@@ -61,6 +78,14 @@ void Tokenizer::add_steps(const json& j, std::string_view where) {
 }
 
 Tokenizer Tokenizer::parse(std::string_view text, std::string_view where) {
+  try {
+    return parse_checked(text, where);
+  } catch (const json::exception& e) {  // a field of an unexpected type that no check above names
+    fail("{}: {}", where, e.what());
+  }
+}
+
+Tokenizer Tokenizer::parse_checked(std::string_view text, std::string_view where) {
   json j;
   try {
     j = json::parse(text);
@@ -88,13 +113,14 @@ Tokenizer Tokenizer::parse(std::string_view text, std::string_view where) {
     t.id_limit_ = std::max<int64_t>(t.id_limit_, int64_t(a.id) + 1);
     newline_in_added |= a.content.find('\n') != std::string::npos || a.lstrip || a.rstrip || a.single_word;
   }
-  // Cutting before "\n[A-Za-z]" is exact for the patterns analysed in tokenizer.h: no match of
-  // them holds a newline followed by a letter. Other patterns, or added tokens that could
-  // span or strip across the cut, keep the text whole.
+  // Cutting after '\n' before a non-White_Space character is exact for these two patterns (Qwen2,
+  // Llama 3): a match holding the newline ends there, since \s*[\r\n]+ comes before \s+(?!\S)
+  // and no other alternative continues past a newline; nothing looks behind; NFC does not reach
+  // across a newline. GPT-2's pattern is not among them: its \s+(?!\S) makes " \n" + "B" split
+  // as " ", "\n", "B". Added tokens that hold a newline or strip whitespace keep text whole too.
   static const std::string known[] = {
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
-      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
-      kGpt2Pattern};
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
   bool patterns_known = true;
   for (const Step& s : t.steps_) {
     if (s.prefix_space || s.removed) patterns_known = false;
@@ -124,10 +150,25 @@ int32_t Tokenizer::token_id(std::string_view token) const {
   return bpe_.find(token);
 }
 
-// Normalize, pre-tokenize (each step splits every piece), then BPE each piece.
-void Tokenizer::encode_section(std::string_view text, std::vector<int32_t>& out, EncodeState& st) const {
+// Normalize; added tokens with normalized = true; pre-tokenize (each step splits every piece);
+// BPE each piece.
+void Tokenizer::encode_section(std::string_view text, std::vector<int32_t>& out, EncodeState& st,
+                               const EncodeOptions& o) const {
   const std::string_view s = normalizer_.apply(text, st.normalized);
   if (s.empty()) return;
+  if (!added_.any_normalized()) return encode_pieces(s, out, st);
+  std::vector<AddedMatch> matches;  // rare: no tokenizer of the supported families has such tokens
+  added_.find(s, true, o.split_special, matches);
+  size_t at = 0;
+  for (const AddedMatch& m : matches) {
+    if (m.begin > at) encode_pieces(s.substr(at, m.begin - at), out, st);
+    out.push_back(m.token->id);
+    at = m.end;
+  }
+  if (at < s.size()) encode_pieces(s.substr(at), out, st);
+}
+
+void Tokenizer::encode_pieces(std::string_view s, std::vector<int32_t>& out, EncodeState& st) const {
   st.prefixed.clear();  // a deque: views of its strings stay valid as it grows
   st.views.assign(1, s);
   for (const Step& step : steps_) {
@@ -151,14 +192,14 @@ void Tokenizer::encode_section(std::string_view text, std::vector<int32_t>& out,
 void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, EncodeState& st,
                        const EncodeOptions& o) const {
   st.matches.clear();
-  added_.find(text, !o.split_special, st.matches);
+  added_.find(text, false, o.split_special, st.matches);
   size_t at = 0;
   for (const AddedMatch& m : st.matches) {
-    if (m.begin > at) encode_section(text.substr(at, m.begin - at), out, st);
+    if (m.begin > at) encode_section(text.substr(at, m.begin - at), out, st, o);
     out.push_back(m.token->id);
     at = m.end;
   }
-  if (at < text.size()) encode_section(text.substr(at), out, st);
+  if (at < text.size()) encode_section(text.substr(at), out, st, o);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& o) const {
@@ -169,11 +210,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
-  std::string bytes;
+  std::string bytes, raw;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
     if (const AddedToken* a = added_.by_id(id)) {
-      if (!(skip_special && a->special)) bytes += a->content;
+      // through the ByteLevel decoder, as Hugging Face decodes added tokens; content outside the
+      // byte-level alphabet stays as written
+      if (!(skip_special && a->special)) bytes += byte_level_decode(a->content, raw) ? raw : a->content;
       continue;
     }
     OOMB_CHECK(bpe_.has(id), "decode: token id {} (at {}) is not in the tokenizer {} ({} ids)", id, i, source_,

@@ -51,8 +51,8 @@ class Tokenizer {
   int32_t token_id(std::string_view token) const;
   const AddedTokens& added() const { return added_; }
   const std::string& source() const { return source_; }
-  // Text may be cut just before an ASCII letter that follows '\n' and its parts encoded apart:
-  // the result is the same (every supported pattern ends a match there; NFC does not reach across).
+  // Text may be cut at every is_cut_point (text/utf8.h: after '\n', before a character that is
+  // not White_Space) and its parts encoded apart with the same result (see tokenizer.cpp).
   bool cut_after_newline_is_safe() const { return newline_cut_safe_; }
 
  private:
@@ -62,8 +62,10 @@ class Tokenizer {
     bool removed = false;               // Split behaviour "Removed" (else "Isolated")
     bool prefix_space = false;          // ByteLevel add_prefix_space
   };
+  static Tokenizer parse_checked(std::string_view json_text, std::string_view where);
   void add_steps(const nlohmann::json& j, std::string_view where);
-  void encode_section(std::string_view text, std::vector<int32_t>& out, EncodeState& st) const;
+  void encode_section(std::string_view text, std::vector<int32_t>& out, EncodeState& st, const EncodeOptions& o) const;
+  void encode_pieces(std::string_view s, std::vector<int32_t>& out, EncodeState& st) const;
 
   std::string source_;
   Normalizer normalizer_;

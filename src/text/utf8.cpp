@@ -94,13 +94,13 @@ Utf8Errors utf8_errors_parse(std::string_view s) {
   fail("--utf8-errors: '{}' is not one of strict, replace", s);
 }
 
-void utf8_check(std::string_view s, std::string_view where, int64_t line0) {
+void utf8_check(std::string_view s, std::string_view where, int64_t line0, int64_t offset0) {
   const size_t bad = utf8_first_invalid(s);
   if (bad == s.size()) return;
   const TextPos pos = text_pos(s, bad);
   fail("{}: invalid UTF-8 at line {}, column {} (byte {:#04x} at offset {}); fix the file or pass "
        "--utf8-errors replace to substitute U+FFFD",
-       where, line0 + pos.line - 1, pos.column, static_cast<unsigned char>(s[bad]), bad);
+       where, line0 + pos.line - 1, pos.column, static_cast<unsigned char>(s[bad]), offset0 + int64_t(bad));
 }
 
 void utf8_append(std::string& out, uint32_t cp) {

@@ -32,7 +32,8 @@ Utf8Errors utf8_errors_parse(std::string_view s);  // "strict" | "replace"
 
 // Throws, naming `where` (a file, or a file and line) and the position, unless s is valid UTF-8.
 // line0: the line number of s's first line within its file (for JSON lines, the record's line).
-void utf8_check(std::string_view s, std::string_view where, int64_t line0 = 1);
+// offset0: the byte offset of s within its file.
+void utf8_check(std::string_view s, std::string_view where, int64_t line0 = 1, int64_t offset0 = 0);
 
 // Decodes the code point at s[i] of valid UTF-8; advances i.
 inline uint32_t utf8_next(std::string_view s, size_t& i) {
@@ -42,6 +43,23 @@ inline uint32_t utf8_next(std::string_view s, size_t& i) {
   if (c < 0xE0) return i += 2, ((c & 0x1Fu) << 6) | (p[i - 1] & 0x3Fu);
   if (c < 0xF0) return i += 3, ((c & 0x0Fu) << 12) | ((p[i - 2] & 0x3Fu) << 6) | (p[i - 1] & 0x3Fu);
   return i += 4, ((c & 0x07u) << 18) | ((p[i - 3] & 0x3Fu) << 12) | ((p[i - 2] & 0x3Fu) << 6) | (p[i - 1] & 0x3Fu);
+}
+
+// Unicode White_Space: the 25 code points of Oniguruma's \s (and of Rust's char::is_whitespace).
+inline bool is_white_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// Whether valid UTF-8 s may be cut before byte i for a tokenizer whose
+// cut_after_newline_is_safe(): s[i - 1] is '\n' and s[i] starts a character that is not White_Space.
+// Bytes that are not UTF-8 there count as a cut point (repaired, they become U+FFFD); a caller
+// reading in pieces must not ask about a character that continues past what it holds.
+inline bool is_cut_point(std::string_view s, size_t i) {
+  if (i == 0 || i >= s.size() || s[i - 1] != '\n') return false;
+  if (utf8_seq_len(s, i) == 0) return true;
+  size_t j = i;
+  return !is_white_space(utf8_next(s, j));
 }
 
 // Appends the UTF-8 encoding of code point cp (< 0x110000, not a surrogate).
