@@ -3,6 +3,7 @@
 // its whole content (no BOS/EOS); documents of JSON lines or directories each end with EOS.
 #include <omp.h>
 
+#include <cstring>
 #include <fmt/format.h>
 #include <iostream>
 
@@ -35,12 +36,17 @@ class TokenWriter {
     }
   }
   void put(std::span<const int32_t> ids) {
+    const size_t at = buf_.size(), w = wide_ ? 4 : 2;
+    buf_.resize(at + ids.size() * w);
+    char* p = buf_.data() + at;
     for (int32_t id : ids) {
       if (!wide_)
         OOMB_CHECK(id <= 0xFFFF, "--format {}: token id {} does not fit in 16 bits; use --format u32",
                    token_format_name(fmt_), id);
       const uint32_t u = uint32_t(id);
-      for (int b = 0; b < (wide_ ? 4 : 2); ++b) buf_.push_back(char(u >> (8 * b)));
+      const unsigned char le[4] = {uint8_t(u), uint8_t(u >> 8), uint8_t(u >> 16), uint8_t(u >> 24)};
+      std::memcpy(p, le, w);
+      p += w;
     }
     count_ += int64_t(ids.size());
     if (buf_.size() >= (1 << 20)) flush();

@@ -1,6 +1,7 @@
 #include "text/bpe.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "text/byte_level.h"
@@ -171,12 +172,13 @@ void BytePairModel::encode(std::string_view bytes, std::vector<int32_t>& out, Bp
     const auto it = by_bytes_.find(bytes);
     if (it != by_bytes_.end()) return out.push_back(it->second);
   }
-  constexpr size_t kCacheMaxLen = 256, kCacheMaxEntries = 1 << 20;
-  if (bytes.size() < kCacheMaxLen) {
-    const auto it = c.map.find(bytes);
-    if (it != c.map.end()) {
-      const auto [at, len] = it->second;
-      out.insert(out.end(), c.ids.begin() + at, c.ids.begin() + at + len);
+  constexpr size_t kCacheMaxLen = 256;
+  const bool cacheable = bytes.size() < kCacheMaxLen;
+  const uint64_t h = cacheable ? PieceCache::hash(bytes) : 0;
+  if (cacheable) {
+    uint32_t n = 0;
+    if (const int32_t* ids = c.pieces.find(bytes, h, &n)) {
+      out.insert(out.end(), ids, ids + n);
       return;
     }
   }
@@ -186,11 +188,51 @@ void BytePairModel::encode(std::string_view bytes, std::vector<int32_t>& out, Bp
   if (w.size() <= 48) merge_small(w);
   else merge_large(w, c);
   out.insert(out.end(), w.begin(), w.end());
-  if (bytes.size() < kCacheMaxLen) {
-    if (c.map.size() >= kCacheMaxEntries || c.ids.size() >= 16 * kCacheMaxEntries) c.map.clear(), c.ids.clear();
-    c.map.emplace(std::string(bytes), std::pair<uint32_t, uint32_t>(uint32_t(c.ids.size()), uint32_t(w.size())));
-    c.ids.insert(c.ids.end(), w.begin(), w.end());
+  if (cacheable) c.pieces.insert(bytes, h, w);
+}
+
+// 8 bytes at a time, multiply-xorshift mixing; never 0 (0 marks an empty slot).
+uint64_t PieceCache::hash(std::string_view k) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ k.size();
+  size_t i = 0;
+  for (; i + 8 <= k.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, k.data() + i, 8);
+    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
   }
+  uint64_t w = 0;
+  std::memcpy(&w, k.data() + i, k.size() - i);
+  h = (h ^ w) * 0x94D049BB133111EBull;
+  h ^= h >> 29;
+  return h | 1;
+}
+
+const int32_t* PieceCache::find(std::string_view key, uint64_t h, uint32_t* n) const {
+  if (slots_.empty()) return nullptr;
+  for (size_t i = h & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
+    const Slot& s = slots_[i];
+    if (s.hash == 0) return nullptr;
+    if (s.hash == h && s.key_len == key.size() && std::memcmp(keys_.data() + s.key_at, key.data(), key.size()) == 0) {
+      *n = s.ids_len;
+      return ids_.data() + s.ids_at;
+    }
+  }
+}
+
+void PieceCache::insert(std::string_view key, uint64_t h, const std::vector<int32_t>& ids) {
+  if (slots_.empty() || used_ >= kMaxUsed || keys_.size() + key.size() >= UINT32_MAX / 2 ||
+      ids_.size() + ids.size() >= UINT32_MAX / 2) {
+    slots_.assign(kSlots, Slot{});
+    keys_.clear(), ids_.clear();
+    used_ = 0;
+  }
+  size_t i = h & (kSlots - 1);
+  while (slots_[i].hash != 0) i = (i + 1) & (kSlots - 1);
+  slots_[i] = {h, uint32_t(keys_.size()), uint32_t(key.size()), uint32_t(ids_.size()), uint32_t(ids.size())};
+  keys_.append(key);
+  ids_.insert(ids_.end(), ids.begin(), ids.end());
+  ++used_;
 }
 
 }  // namespace oomb

@@ -20,10 +20,30 @@ struct StringHash {
 };
 using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
-// Per-thread state of encoding: a cache of pieces already seen, and scratch space.
+// Ids of pieces already encoded: open addressing with linear probing over a power-of-two table;
+// keys and results live back to back in two arrays. Cleared when full (a cache, not a record).
+class PieceCache {
+ public:
+  // The cached ids of `key` (nullptr if absent); n receives their count.
+  const int32_t* find(std::string_view key, uint64_t h, uint32_t* n) const;
+  void insert(std::string_view key, uint64_t h, const std::vector<int32_t>& ids);
+  static uint64_t hash(std::string_view key);
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;  // 0: empty (hash() never returns 0)
+    uint32_t key_at = 0, key_len = 0, ids_at = 0, ids_len = 0;
+  };
+  static constexpr size_t kSlots = size_t(1) << 19, kMaxUsed = kSlots / 2;
+  std::vector<Slot> slots_;
+  std::string keys_;
+  std::vector<int32_t> ids_;
+  size_t used_ = 0;
+};
+
+// Per-thread state of encoding: the piece cache, and scratch space.
 struct BpeCache {
-  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>> map;  // -> (at, len)
-  std::vector<int32_t> ids;  // cached results, back to back
+  PieceCache pieces;
   std::vector<int32_t> work;
   struct Sym {
     int32_t id, prev, next;
