@@ -298,7 +298,7 @@ TEST(Tokenizer, RejectsWhatItDoesNotSupportNamingTheField) {
   EXPECT_THAT(with([](json& j) { j["added_tokens"] = json::array({{{"id", 3}, {"content", "x"}, {"lstrip", 1}}}); }),
               HasSubstr("added_tokens[0].lstrip must be true or false"));
   try {
-    Tokenizer::parse("{\"model\": ", "bad.json");
+    Tokenizer::parse("{\"model\": 1e999}", "bad.json");
     FAIL();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("bad.json: not valid JSON"));

@@ -101,7 +101,7 @@ void read_jsonl_stream(std::istream& f, const std::string& name, const CorpusOpt
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
       fail("{}: not valid JSON: {}", where, e.what());
     }
     OOMB_CHECK(j.is_object(), "{}: a JSON-lines record must be an object, got {}", where, j.type_name());

@@ -89,7 +89,7 @@ Tokenizer Tokenizer::parse_checked(std::string_view text, std::string_view where
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
     fail("{}: not valid JSON: {}", where, e.what());
   }
   OOMB_CHECK(j.is_object(), "{}: a tokenizer.json must hold a JSON object", where);
