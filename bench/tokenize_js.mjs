@@ -30,4 +30,5 @@ for (let r = 0; r < repeat; ++r) {
 times.sort((a, b) => a - b);
 const best = times[Math.floor(times.length / 2)];
 fs.writeFileSync(out, Buffer.from(new Uint32Array(ids).buffer));
-console.log(JSON.stringify({ encode_s: best, load_s: load, tokens: ids.length, bytes: Buffer.byteLength(text) }));
+console.log(JSON.stringify({ encode_s: best, min_s: times[0], max_s: times[times.length - 1], load_s: load,
+                             tokens: ids.length, bytes: Buffer.byteLength(text) }));

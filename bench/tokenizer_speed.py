@@ -38,7 +38,7 @@ for name in ["qwen3", "llama3"]:
     js = json.loads(subprocess.run(["node", "bench/tokenize_js.mjs", tj, text, f"{out}/{name}.js.bin", "--repeat",
                                     str(a.js_repeat)], check=True, capture_output=True, text=True).stdout)
     js_mbs = size / 1e6 / js["encode_s"]
-    print(f"| {name} | transformers.js (node {node}) | 1 | {js['tokens']} | {js['encode_s']:.3f} | | {js_mbs:.2f} | 1 "
+    print(f"| {name} | transformers.js (node {node}) | 1 | {js['tokens']} | {js['encode_s']:.3f} | {js['min_s']:.3f}..{js['max_s']:.3f} | {js_mbs:.2f} | 1 "
           f"| {js['load_s']:.2f} | (reference) |")
     for threads in sorted({1, os.cpu_count()}):
         runs = []
