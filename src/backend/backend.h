@@ -79,8 +79,14 @@ class Backend {
   // Bytes of workspace (tag workspace) the backend holds for a vocabulary of V: the loss tile.
   virtual size_t workspace_bytes(int64_t vocab) const = 0;
 
+  // Memory. copy: bytes between this backend's memory and the host's, either way or within one,
+  // in order with the ops; the host may read or reuse its side once it returns. fill_zero: this
+  // backend's memory.
+  virtual void copy(void* dst, Tier dst_tier, const void* src, Tier src_tier, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+
   // Elementwise and reductions over fp32 tensors.
-  virtual void add(Tensor& y, const Tensor& x) = 0;  // y += x
+  virtual void add(Tensor& y, const Tensor& x) = 0;  // y += x; x f32 or bf16 (read as fp32)
   virtual void zero(Tensor& y) = 0;
   virtual void scale(Tensor& y, float s) = 0;
   virtual double sum_squares(const Tensor& x) = 0;

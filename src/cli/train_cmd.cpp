@@ -1,6 +1,7 @@
 // oomb train: trains a Hugging Face model directory on a token file, or, with no --model and no
 // --data, the embedded demo: a built-in tiny model learning a generated long-range repeat task.
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <fmt/format.h>
 #include <iostream>
@@ -88,6 +89,16 @@ void probe_out_dir(const std::string& out) {
   fs::remove(probe, ec);
 }
 
+// Runs fn on the model's parameters in host memory: the parameters themselves on the CPU; on a
+// device, a host copy (tag io) downloaded first, or uploaded after when fn writes them.
+void with_host_params(Model& model, const std::function<void(Params&)>& fn, bool writes) {
+  if (model.backend().tier() == Tier::Host) return fn(model.params());
+  Params host(model.config(), Tier::Host, Tag::IO);
+  if (!writes) model.download_params(host);
+  fn(host);
+  if (writes) model.upload_params(host);
+}
+
 // The demo's model: a 2-layer Llama-style model sized for a CPU, over the recall task's vocabulary.
 ModelConfig demo_config(int64_t vocab) {
   ModelConfig c = preset_config("tiny");
@@ -136,7 +147,7 @@ int run_demo(TrainArgs& a, Backend& be) {
                    full_sequence_reach(cfg, plan, mem.total(), ws))
             << std::endl;
   Model model(cfg, be, chunk_plan(a));
-  init_params(model.params(), a.seed);
+  with_host_params(model, [&](Params& p) { init_params(p, a.seed); }, true);
   TrainOptions o{a.seq_len, a.steps, a.grad_accum, a.log_every ? a.log_every : 100, a.optim, a.metrics};
   o.optim.lr = a.lr;
   o.optim.grad_clip = a.given("--grad-clip") ? a.grad_clip : 1.0f;
@@ -156,7 +167,7 @@ int run_demo(TrainArgs& a, Backend& be) {
                            last.loss)
             << std::endl;
   std::cout << "memory peaks (host): " << Accountant::global().report(Tier::Host) << std::endl;
-  if (!a.out.empty()) save_model(a.out, cfg, model.params(), DType::F32);
+  if (!a.out.empty()) with_host_params(model, [&](Params& p) { save_model(a.out, cfg, p, DType::F32); }, false);
   return 0;
 }
 
@@ -218,7 +229,8 @@ Command add_train(CLI::App& app) {
             o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
             a->seq_len = o.seq_len;
             Model model(cfg, *be, chunk_plan(*a, a->doc_mask ? eos : -1));
-            const DType dtype = load_weights(a->model, cfg, model.params());
+            DType dtype = DType::F32;
+            with_host_params(model, [&](Params& p) { dtype = load_weights(a->model, cfg, p); }, true);
             std::cout << fmt::format("oomb train: {} ({}, {} parameters, {}) on {}, {} tokens per step, {} steps",
                                      a->model, cfg.architecture, param_count(cfg), dtype_name(dtype),
                                      data->describe(), o.seq_len * o.grad_accum, o.steps)
@@ -226,7 +238,7 @@ Command add_train(CLI::App& app) {
                       << std::endl;
             train(model, *data, o, std::cout);
             if (!a->out.empty()) {
-              save_model(a->out, cfg, model.params(), dtype, a->model);
+              with_host_params(model, [&](Params& p) { save_model(a->out, cfg, p, dtype, a->model); }, false);
               std::cout << "saved " << a->out << " (" << dtype_name(dtype) << ")" << std::endl;
             }
             return 0;

@@ -5,8 +5,8 @@
 
 namespace oomb {
 
-PagedKV::PagedKV(const KVShape& s, Tier tier, Tag tag)
-    : s_(s), pool_(tier, tag, size_t(s.page_bytes())), table_(size_t(s.layers)) {
+PagedKV::PagedKV(const KVShape& s, Backend& be, Tag tag)
+    : s_(s), be_(be), pool_(be.tier(), tag, size_t(s.page_bytes())), table_(size_t(s.layers)) {
   OOMB_CHECK(s.page_size > 0, "--page-size: must be positive, got {}", s.page_size);
   OOMB_CHECK(s.dtype == DType::F32 || s.dtype == DType::BF16, "paged kv: dtype {} is not f32 or bf16",
              dtype_name(s.dtype));
@@ -22,7 +22,7 @@ void PagedKV::ensure(int64_t l, int64_t p) {
   if (p >= int64_t(t.size())) t.resize(size_t(p + 1), -1);
   if (t[size_t(p)] >= 0) return;
   const int32_t id = pool_.acquire();
-  std::memset(pool_.data(id), 0, pool_.page_bytes());
+  be_.fill_zero(pool_.data(id), pool_.page_bytes());
   t[size_t(p)] = id;
 }
 
@@ -49,7 +49,7 @@ char* PagedKV::page_ptr(int64_t l, int64_t p) const {
 // rows [r, r + n) of the page's K (r counted from 0) or V (r counted from page_size)
 Tensor PagedKV::rows(int64_t l, int64_t p, int64_t r, int64_t n) const {
   const size_t row_bytes = size_t(s_.kv_heads * s_.head_dim) * dtype_size(s_.dtype);
-  return Tensor(page_ptr(l, p) + size_t(r) * row_bytes, s_.dtype, {n, s_.kv_heads, s_.head_dim});
+  return Tensor(page_ptr(l, p) + size_t(r) * row_bytes, s_.dtype, {n, s_.kv_heads, s_.head_dim}, be_.tier());
 }
 
 Tensor PagedKV::k(int64_t l, int64_t p, int64_t r0, int64_t n) const { return rows(l, p, r0, n); }
@@ -68,24 +68,19 @@ static void for_rows(int64_t P, int64_t t0, int64_t n, Fn fn) {
 void PagedKV::write(int64_t l, int64_t t0, const Tensor& ks, const Tensor& vs) {
   OOMB_CHECK(s_.dtype == DType::F32, "paged kv: write needs an f32 store");
   const int64_t row = s_.kv_heads * s_.head_dim;
+  const Tier t = be_.tier();
   for_rows(s_.page_size, t0, ks.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
-    std::memcpy(k(l, p, r, len).data, ks.f() + i * row, size_t(len * row) * 4);
-    std::memcpy(v(l, p, r, len).data, vs.f() + i * row, size_t(len * row) * 4);
+    be_.copy(k(l, p, r, len).data, t, ks.f() + i * row, t, size_t(len * row) * 4);
+    be_.copy(v(l, p, r, len).data, t, vs.f() + i * row, t, size_t(len * row) * 4);
   });
 }
 
-void PagedKV::add_into(int64_t l, int64_t t0, Tensor& kd, Tensor& vd) const {
-  const int64_t row = s_.kv_heads * s_.head_dim;
+void PagedKV::add_into(int64_t l, int64_t t0, Tensor& kd, Tensor& vd) {
   for_rows(s_.page_size, t0, kd.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
     if (!has(l, p)) return;  // nothing was accumulated into this page
-    float *kp = kd.f() + i * row, *vp = vd.f() + i * row;
-    const Tensor ks = k(l, p, r, len), vs = v(l, p, r, len);
-    if (s_.dtype == DType::F32) {
-      for (int64_t j = 0; j < len * row; ++j) kp[j] += ks.f()[j], vp[j] += vs.f()[j];
-    } else {
-      const uint16_t *kb = ks.as<uint16_t>(), *vb = vs.as<uint16_t>();
-      for (int64_t j = 0; j < len * row; ++j) kp[j] += bf16_to_f32(kb[j]), vp[j] += bf16_to_f32(vb[j]);
-    }
+    Tensor kr = kd.rows(i, len), vr = vd.rows(i, len);
+    be_.add(kr, k(l, p, r, len));
+    be_.add(vr, v(l, p, r, len));
   });
 }
 

@@ -20,7 +20,8 @@ struct KVShape {
 
 class PagedKV {
  public:
-  PagedKV(const KVShape& s, Tier tier, Tag tag);
+  // Pages live in the backend's memory; zeroing, writes and adds go through its ops.
+  PagedKV(const KVShape& s, Backend& be, Tag tag);
   const KVShape& shape() const { return s_; }
 
   bool has(int64_t layer, int64_t page) const;
@@ -34,9 +35,9 @@ class PagedKV {
   Tensor k(int64_t layer, int64_t page, int64_t r0, int64_t n) const;
   Tensor v(int64_t layer, int64_t page, int64_t r0, int64_t n) const;
   // Copies rows: tokens [t0, t0 + n) of f32 `src` (n, G, D) into K or V pages (f32 stores; pages
-  // must exist), or adds the pages' rows into f32 dst (n, G, D).
+  // must exist), or adds the pages' rows (f32 or bf16) into f32 dst (n, G, D).
   void write(int64_t layer, int64_t t0, const Tensor& k_src, const Tensor& v_src);
-  void add_into(int64_t layer, int64_t t0, Tensor& k_dst, Tensor& v_dst) const;
+  void add_into(int64_t layer, int64_t t0, Tensor& k_dst, Tensor& v_dst);
 
   int64_t pages_in_use() const { return pool_.in_use(); }
   int64_t pages_reserved() const { return pool_.reserved(); }
@@ -45,6 +46,7 @@ class PagedKV {
   char* page_ptr(int64_t layer, int64_t page) const;
   Tensor rows(int64_t layer, int64_t page, int64_t first_row, int64_t n) const;
   KVShape s_;
+  Backend& be_;
   PagePool pool_;
   std::vector<std::vector<int32_t>> table_;  // [layer][page] -> pool id or -1
 };

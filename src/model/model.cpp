@@ -22,12 +22,12 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
       be_(be),
       plan_(plan),
       params_(cfg, be.tier(), Tag::Weights),
-      kv_(kv_shape(cfg, plan), be.tier(), Tag::KV),
-      dkv_(kv_shape(cfg, plan, plan.kv_grad_dtype), be.tier(), Tag::KVGrad),
+      kv_(kv_shape(cfg, plan), be, Tag::KV),
+      dkv_(kv_shape(cfg, plan, plan.kv_grad_dtype), be, Tag::KVGrad),
       data_(be.tier(), Tag::Data, data_bytes(plan)),
       saved_(be.tier(), Tag::Activations, saved_bytes(cfg, plan)),
       layer_plan_(cfg, plan.chunk, be.tier()),
-      docs_(std::max<int64_t>(plan.page_size, 1), be.tier()) {
+      docs_(std::max<int64_t>(plan.page_size, 1), be) {
   OOMB_CHECK(plan.chunk > 0, "--chunk-size: must be positive, got {}", plan.chunk);
   OOMB_CHECK(plan.page_size > 0, "--page-size: must be positive, got {}", plan.page_size);
   inv_freq_ = rope_inv_freq(cfg, &attention_scaling_);
@@ -36,6 +36,14 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
   targets_ = data_.take(DType::I32, {C});
   pos_ = data_.take(DType::I32, {C});
   if (plan.doc_sep >= 0) doc_ = data_.take(DType::I32, {C});
+  // the host computes a chunk's ids, targets, positions and documents; a device backend gets a copy
+  if (be.tier() == Tier::Host) {
+    host_ = {ids_.as<int32_t>(), targets_.as<int32_t>(), pos_.as<int32_t>(), doc_.as<int32_t>()};
+  } else {
+    stage_ = Arena(Tier::Host, Tag::Data, data_bytes(plan));
+    for (int32_t** p : {&host_.ids, &host_.targets, &host_.pos}) *p = stage_.take(DType::I32, {C}).as<int32_t>();
+    if (plan.doc_sep >= 0) host_.doc = stage_.take(DType::I32, {C}).as<int32_t>();
+  }
   for (int64_t l = 0; l <= cfg.layers; ++l) h_.push_back(saved_.take(DType::F32, {C, cfg.hidden}));
   dh_ = saved_.take(DType::F32, {C, cfg.hidden});
   hnorm_ = saved_.take(DType::F32, {C, cfg.hidden});
@@ -94,29 +102,44 @@ LossStats Model::evaluate(const int32_t* ids, const int32_t* targets, int64_t N)
 }
 
 int64_t Model::load_chunk(const ChunkReader& read, ChunkSpan c, bool first_pass) {
-  const int64_t n = c.end - c.begin, P = plan_.page_size;
-  int32_t *ids = ids_.as<int32_t>(), *tg = targets_.as<int32_t>(), *pos = pos_.as<int32_t>();
+  const int64_t n = c.end - c.begin;
+  int32_t *ids = host_.ids, *tg = host_.targets, *pos = host_.pos, *doc = host_.doc;
   read(c.begin, n, ids, tg);
   const int32_t sep = plan_.doc_sep;
+  if (sep >= 0 && !first_pass) docs_.read(c.begin, doc, n);  // derived in the forward sweep
   int64_t counted = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t t = c.begin + i;
     if (sep >= 0) {
-      int32_t& doc = docs_.page(t / P)[t % P];
       if (first_pass) {  // the document starts at the sequence's start or after a separator
         if (t == 0 || last_id_ == sep) last_doc_ = int32_t(t);
-        doc = last_doc_;
+        doc[i] = last_doc_;
         last_id_ = ids[i];
       }
-      doc_.as<int32_t>()[i] = doc;
-      pos[i] = int32_t(t - doc);
+      pos[i] = int32_t(t - doc[i]);
       if (ids[i] == sep) tg[i] = -1;  // the next document is not predictable from this one
     } else {
       pos[i] = int32_t(t);
     }
     counted += tg[i] >= 0;
   }
+  if (sep >= 0 && first_pass) docs_.write(c.begin, doc, n);
+  const Tier t = be_.tier();
+  be_.copy(ids_.data, t, ids, Tier::Host, size_t(n) * 4);
+  be_.copy(targets_.data, t, tg, Tier::Host, size_t(n) * 4);
+  be_.copy(pos_.data, t, pos, Tier::Host, size_t(n) * 4);
+  if (sep >= 0) be_.copy(doc_.data, t, doc, Tier::Host, size_t(n) * 4);
   return counted;
+}
+
+void Model::upload_params(const Params& host) {
+  OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
+  be_.copy(params_.flat().data, be_.tier(), host.flat().data, Tier::Host, params_.flat().bytes());
+}
+
+void Model::download_params(Params& host) const {
+  OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
+  be_.copy(host.flat().data, Tier::Host, params_.flat().data, be_.tier(), params_.flat().bytes());
 }
 
 // The layer's view of the chunk: K/V blocks of every page before the chunk (partial pages cut at

@@ -63,6 +63,9 @@ class Model {
   Params& grads() { return *grads_; }
   Backend& backend() { return be_; }
   void enable_grads();  // allocates the gradient buffer (tag grads), zeroed
+  // Parameters from / to host memory (load and save through them when the backend is a device).
+  void upload_params(const Params& host);
+  void download_params(Params& host) const;
 
   // One sequence of N tokens. Loss = mean cross-entropy over its targets; grads accumulate
   // weight * dLoss/dparam (weight = 1 / accumulated sequences).
@@ -98,6 +101,10 @@ class Model {
   Arena saved_;        // one chunk's layer inputs h_0..h_L, dh, final norm (tag activations)
   LayerPlan layer_plan_;
   Tensor ids_, targets_, pos_, doc_, dh_, hnorm_, rstd_final_;
+  struct HostChunk {  // the host's copy of a chunk's ids, targets, positions, documents
+    int32_t *ids = nullptr, *targets = nullptr, *pos = nullptr, *doc = nullptr;
+  } host_;
+  Arena stage_;  // holds host_ when the backend's memory is not the host's (tag data)
   PagedDocs docs_;                    // document of every token so far (doc_sep >= 0)
   int32_t last_id_ = -1, last_doc_ = 0;  // the forward sweep's previous token and its document
   std::vector<Tensor> h_;             // layers + 1 of (C, d)

@@ -30,6 +30,7 @@ class Params {
   const ModelConfig& config() const { return cfg_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
   Tensor& flat() { return flat_; }
+  const Tensor& flat() const { return flat_; }
   Tensor view(const ParamSpec& s) const;
   Tensor get(const std::string& name) const;  // throws naming the parameter
 

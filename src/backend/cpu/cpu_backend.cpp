@@ -1,6 +1,7 @@
 // The CPU backend: the readable reference every other backend is checked against.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -64,10 +65,26 @@ class CpuBackend final : public Backend {
   // the logits tile (tile x V fp32) and its per-row losses (tile fp64)
   size_t workspace_bytes(int64_t vocab) const override { return size_t(kLossTile * vocab) * 4 + kLossTile * 8; }
 
+  void copy(void* dst, Tier dst_tier, const void* src, Tier src_tier, size_t bytes) override {
+    OOMB_CHECK(dst_tier == Tier::Host && src_tier == Tier::Host, "copy: the CPU backend has only host memory");
+    if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void fill_zero(void* dst, size_t bytes) override {
+    if (bytes > 0) std::memset(dst, 0, bytes);
+  }
+
   void add(Tensor& y, const Tensor& x) override {
     cpu::check_f32("add", "y", y, -1);
     OOMB_CHECK(x.numel() == y.numel(), "add: x {} and y {} differ in size", x.shape_str(), y.shape_str());
+    OOMB_CHECK(x.dtype == DType::F32 || x.dtype == DType::BF16, "add: x must be f32 or bf16, got {}",
+               dtype_name(x.dtype));
     const int64_t n = y.numel();
+    if (x.dtype == DType::BF16) {
+      const uint16_t* xb = x.as<uint16_t>();
+#pragma omp parallel for if (n >= cpu::kParallelMin)
+      for (int64_t i = 0; i < n; ++i) y.f()[i] += bf16_to_f32(xb[i]);
+      return;
+    }
 #pragma omp parallel for if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) y.f()[i] += x.f()[i];
   }
