@@ -45,7 +45,8 @@ struct DeviceAllocator {
 };
 void set_device_allocator(DeviceAllocator a);
 
-// An owned, tagged allocation. Host memory is 64-byte aligned and zero-filled.
+// An owned, tagged allocation, zero-filled. Host memory is 64-byte aligned; device memory comes
+// from the allocator a device backend installs (which must zero it too).
 class Buffer {
  public:
   Buffer() = default;

@@ -1,13 +1,369 @@
-// The CUDA backend's entry point. The op set (cuBLASLt GEMMs, paged attention kernels) is the
-// CUDA-backend issue's work; until it lands, this says so instead of returning a partial backend.
+// The CUDA backend: every Backend op on one stream, fp32 storage and compute (the CPU reference's
+// arithmetic, so the two agree op by op), cuBLASLt GEMMs and oomb's own kernels (kernels.h).
+// Deterministic: no atomics anywhere; reductions in a fixed order.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
 #include "backend/backend.h"
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
 
 namespace oomb {
+
+namespace {
+
+void cuda_check(cudaError_t e, const char* op) {
+  OOMB_CHECK(e == cudaSuccess, "{}: CUDA error: {}", op, cudaGetErrorString(e));
+}
+
+// Validation: errors start with the op's name, as on the CPU.
+void check(const char* op, const char* what, const Tensor& t, int ndim, DType dt = DType::F32) {
+  OOMB_CHECK(!t.empty() || t.numel() == 0, "{}: {} is empty", op, what);
+  OOMB_CHECK(t.dtype == dt, "{}: {} must be {}, got {}", op, what, dtype_name(dt), dtype_name(t.dtype));
+  OOMB_CHECK(t.tier == Tier::Device, "{}: {} must be in device memory for the CUDA backend", op, what);
+  OOMB_CHECK(ndim < 0 || t.ndim == ndim, "{}: {} must have {} dims, got {}", op, what, ndim, t.shape_str());
+}
+void check_same(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
+  bool same = a.ndim == b.ndim;
+  for (int i = 0; same && i < a.ndim; ++i) same = a.shape[i] == b.shape[i];
+  OOMB_CHECK(same, "{}: {} {} and {} {} must have the same shape", op, an, a.shape_str(), bn, b.shape_str());
+}
+
+// A device buffer (tag workspace) grown to the largest size asked for: steady-state steps allocate nothing.
+struct Scratch {
+  Buffer buf;
+  void* get(size_t bytes) {
+    if (buf.bytes() < bytes) buf = Buffer(Tier::Device, Tag::Workspace, bytes);
+    return buf.data();
+  }
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend");
+    gemm_ws_ = Buffer(Tier::Device, Tag::Workspace, kGemmWorkspace);
+    gemm_ = std::make_unique<cuda::Gemm>(stream_, gemm_ws_.data(), kGemmWorkspace);
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    gemm_.reset();
+    cudaStreamDestroy(stream_);
+  }
+  std::string_view name() const override { return "cuda"; }
+  Tier tier() const override { return Tier::Device; }
+
+  void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
+    check("linear_fwd", "x", x, 2);
+    check("linear_fwd", "w", w, 2);
+    check("linear_fwd", "y", y, 2);
+    const int64_t T = x.dim(0), in = x.dim(1), out = w.dim(0);
+    OOMB_CHECK(w.dim(1) == in && y.dim(0) == T && y.dim(1) == out, "linear_fwd: shapes x {} w {} y {} do not fit",
+               x.shape_str(), w.shape_str(), y.shape_str());
+    if (b) {
+      check("linear_fwd", "b", *b, 1);
+      OOMB_CHECK(b->dim(0) == out, "linear_fwd: bias {} does not match out {}", b->shape_str(), out);
+    }
+    gemm_->run(false, true, T, out, in, x.f(), in, w.f(), in, y.f(), out, 1.0f, 0.0f, b ? b->f() : nullptr);
+    launched("linear_fwd");
+  }
+  void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool acc, Tensor* dw,
+                  Tensor* db) override {
+    check("linear_bwd", "x", x, 2);
+    check("linear_bwd", "w", w, 2);
+    check("linear_bwd", "dy", dy, 2);
+    const int64_t T = x.dim(0), in = x.dim(1), out = w.dim(0);
+    OOMB_CHECK(w.dim(1) == in && dy.dim(0) == T && dy.dim(1) == out, "linear_bwd: shapes x {} w {} dy {} do not fit",
+               x.shape_str(), w.shape_str(), dy.shape_str());
+    if (T == 0) return;
+    if (dx) {  // dx (T, in) = dy (T, out) . w (out, in)
+      check_same("linear_bwd", "dx", *dx, "x", x);
+      gemm_->run(false, false, T, in, out, dy.f(), out, w.f(), in, dx->f(), in, 1.0f, acc ? 1.0f : 0.0f);
+    }
+    if (dw) {  // dw (out, in) += dy^T . x
+      check_same("linear_bwd", "dw", *dw, "w", w);
+      gemm_->run(true, false, out, in, T, dy.f(), out, x.f(), in, dw->f(), in, 1.0f, 1.0f);
+    }
+    if (db) {
+      check("linear_bwd", "db", *db, 1);
+      OOMB_CHECK(db->dim(0) == out, "linear_bwd: db {} does not match out {}", db->shape_str(), out);
+      cuda::k::column_sums(dy.f(), db->f(), T, out, stream_);
+    }
+    launched("linear_bwd");
+  }
+
+  void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) override {
+    check("embedding_fwd", "ids", ids, 1, DType::I32);
+    check("embedding_fwd", "table", table, 2);
+    check("embedding_fwd", "out", out, 2);
+    OOMB_CHECK(out.dim(0) == ids.dim(0) && out.dim(1) == table.dim(1), "embedding_fwd: out {} must be ({}, {})",
+               out.shape_str(), ids.dim(0), table.dim(1));
+    check_ids("embedding_fwd", ids, table.dim(0));
+    cuda::k::embedding_fwd(ids.as<int32_t>(), table.f(), out.f(), ids.dim(0), table.dim(1), stream_);
+    launched("embedding_fwd");
+  }
+  void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable) override {
+    check("embedding_bwd", "ids", ids, 1, DType::I32);
+    check("embedding_bwd", "dout", dout, 2);
+    check("embedding_bwd", "dtable", dtable, 2);
+    OOMB_CHECK(dout.dim(0) == ids.dim(0) && dout.dim(1) == dtable.dim(1), "embedding_bwd: dout {} must be ({}, {})",
+               dout.shape_str(), ids.dim(0), dtable.dim(1));
+    check_ids("embedding_bwd", ids, dtable.dim(0));
+    cuda::k::embedding_bwd(ids.as<int32_t>(), dout.f(), dtable.f(), ids.dim(0), dtable.dim(1), stream_);
+    launched("embedding_bwd");
+  }
+
+  void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) override {
+    check("rmsnorm_fwd", "x", x, 2);
+    check("rmsnorm_fwd", "w", w, 1);
+    check_same("rmsnorm_fwd", "y", y, "x", x);
+    check("rmsnorm_fwd", "rstd", rstd, 1);
+    OOMB_CHECK(w.dim(0) == x.dim(1) && rstd.dim(0) == x.dim(0), "rmsnorm_fwd: w {} / rstd {} do not fit x {}",
+               w.shape_str(), rstd.shape_str(), x.shape_str());
+    cuda::k::rmsnorm_fwd(x.f(), w.f(), eps, y.f(), rstd.f(), x.dim(0), x.dim(1), stream_);
+    launched("rmsnorm_fwd");
+  }
+  void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, bool acc,
+                   Tensor& dw) override {
+    check("rmsnorm_bwd", "x", x, 2);
+    check_same("rmsnorm_bwd", "dy", dy, "x", x);
+    check_same("rmsnorm_bwd", "dx", dx, "x", x);
+    check_same("rmsnorm_bwd", "dw", dw, "w", w);
+    cuda::k::rmsnorm_bwd(x.f(), w.f(), rstd.f(), dy.f(), dx.f(), acc, dw.f(), x.dim(0), x.dim(1), stream_);
+    launched("rmsnorm_bwd");
+  }
+
+  void rope_fwd(Tensor& x, const Tensor& pos, const RopeTable& r) override { rope("rope_fwd", x, pos, r, false); }
+  void rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& r) override { rope("rope_bwd", dx, pos, r, true); }
+
+  void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    check("swiglu_fwd", "gate", gate, -1);
+    check_same("swiglu_fwd", "up", up, "gate", gate);
+    check_same("swiglu_fwd", "out", out, "gate", gate);
+    cuda::k::swiglu_fwd(gate.f(), up.f(), out.f(), gate.numel(), stream_);
+    launched("swiglu_fwd");
+  }
+  void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) override {
+    check("swiglu_bwd", "gate", gate, -1);
+    for (const auto& [n, t] : {std::pair<const char*, const Tensor*>{"up", &up}, {"dout", &dout}, {"dgate", &dgate},
+                               {"dup", &dup}})
+      check_same("swiglu_bwd", n, *t, "gate", gate);
+    cuda::k::swiglu_bwd(gate.f(), up.f(), dout.f(), dgate.f(), dup.f(), gate.numel(), stream_);
+    launched("swiglu_bwd");
+  }
+
+  void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
+                     Tensor& lse) override {
+    cuda::k::AttnParams p = attention_params("attention_fwd", q, blocks, a, false);
+    check_same("attention_fwd", "o", o, "q", q);
+    check("attention_fwd", "lse", lse, 2);
+    OOMB_CHECK(lse.dim(0) == p.T && lse.dim(1) == p.H, "attention_fwd: lse {} must be ({}, {})", lse.shape_str(), p.T,
+               p.H);
+    cuda::k::attention_fwd(p, q.f(), o.f(), lse.f(), stream_);
+    launched("attention_fwd");
+  }
+  void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                     std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) override {
+    cuda::k::AttnParams p = attention_params("attention_bwd", q, blocks, a, true);
+    check_same("attention_bwd", "o", o, "q", q);
+    check_same("attention_bwd", "dout", dout, "q", q);
+    check_same("attention_bwd", "dq", dq, "q", q);
+    check("attention_bwd", "lse", lse, 2);
+    float* dsum = static_cast<float*>(dsum_.get(size_t(std::max<int64_t>(p.T * p.H, 1)) * 4));
+    cuda::k::attention_bwd(p, q.f(), o.f(), lse.f(), dout.f(), dq.f(), dsum, stream_);
+    launched("attention_bwd");
+  }
+
+  double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
+                      int64_t* correct) override {
+    const char* op = "lm_head_xent";
+    check(op, "h", h, 2);
+    check(op, "w", w, 2);
+    check(op, "targets", targets, 1, DType::I32);
+    const int64_t T = h.dim(0), d = h.dim(1), V = w.dim(0);
+    OOMB_CHECK(w.dim(1) == d && targets.dim(0) == T, "{}: w {} / targets {} do not fit h {}", op, w.shape_str(),
+               targets.shape_str(), h.shape_str());
+    if (dh) check_same(op, "dh", *dh, "h", h);
+    if (dw) check_same(op, "dw", *dw, "w", w);
+    tg_host_.resize(size_t(T));
+    copy(tg_host_.data(), Tier::Host, targets.data, Tier::Device, size_t(T) * 4);
+    for (int64_t t = 0; t < T; ++t)
+      OOMB_CHECK(tg_host_[size_t(t)] < V, "{}: target id {} at position {} is outside the vocabulary (size {})", op,
+                 tg_host_[size_t(t)], t, V);
+    float* logits = static_cast<float*>(logits_.get(workspace_bytes(V)));
+    double* row_loss = reinterpret_cast<double*>(logits + kLossTile * V);
+    int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + kLossTile);
+    std::vector<double> loss_h(static_cast<size_t>(kLossTile));
+    std::vector<int32_t> hit_h(static_cast<size_t>(kLossTile));
+    double loss = 0;
+    int64_t hits = 0;
+    for (int64_t t0 = 0; t0 < T; t0 += kLossTile) {
+      const int64_t n = std::min(kLossTile, T - t0);
+      gemm_->run(false, true, n, V, d, h.f() + t0 * d, d, w.f(), d, logits, V, 1.0f, 0.0f);
+      cuda::k::xent_rows(logits, targets.as<int32_t>() + t0, scale, n, V, row_loss, row_hit, stream_);
+      if (dh) gemm_->run(false, false, n, d, V, logits, V, w.f(), d, dh->f() + t0 * d, d, 1.0f, 0.0f);
+      if (dw) gemm_->run(true, false, V, d, n, logits, V, h.f() + t0 * d, d, dw->f(), d, 1.0f, 1.0f);
+      launched(op);
+      copy(loss_h.data(), Tier::Host, row_loss, Tier::Device, size_t(n) * 8);
+      copy(hit_h.data(), Tier::Host, row_hit, Tier::Device, size_t(n) * 4);
+      for (int64_t r = 0; r < n; ++r) loss += loss_h[size_t(r)], hits += hit_h[size_t(r)];  // row order
+    }
+    if (correct) *correct = hits;
+    return loss;
+  }
+  // the logits tile (tile x V fp32), its row losses (fp64) and hits (i32)
+  size_t workspace_bytes(int64_t vocab) const override {
+    return size_t(kLossTile * vocab) * 4 + size_t(kLossTile) * 12 + kGemmWorkspace;
+  }
+
+  void copy(void* dst, Tier dt, const void* src, Tier st, size_t bytes) override {
+    if (bytes == 0 || dst == src) return;
+    const cudaMemcpyKind kind = dt == Tier::Host ? (st == Tier::Host ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
+                                                 : (st == Tier::Host ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, kind, stream_), "copy");
+    // the host may read what arrived, or reuse what it sent, once this returns
+    if (kind != cudaMemcpyDeviceToDevice) cuda_check(cudaStreamSynchronize(stream_), "copy");
+  }
+  void fill_zero(void* dst, size_t bytes) override {
+    if (bytes > 0) cuda_check(cudaMemsetAsync(dst, 0, bytes, stream_), "fill_zero");
+  }
+
+  void add(Tensor& y, const Tensor& x) override {
+    check("add", "y", y, -1);
+    OOMB_CHECK(x.numel() == y.numel(), "add: x {} and y {} differ in size", x.shape_str(), y.shape_str());
+    OOMB_CHECK(x.dtype == DType::F32 || x.dtype == DType::BF16, "add: x must be f32 or bf16, got {}",
+               dtype_name(x.dtype));
+    cuda::k::add(y.f(), x.data, x.dtype == DType::BF16, y.numel(), stream_);
+    launched("add");
+  }
+  void zero(Tensor& y) override { fill_zero(y.data, y.bytes()); }
+  void scale(Tensor& y, float s) override {
+    check("scale", "y", y, -1);
+    cuda::k::scale(y.f(), s, y.numel(), stream_);
+    launched("scale");
+  }
+  double sum_squares(const Tensor& x) override {
+    check("sum_squares", "x", x, -1);
+    const int64_t n = x.numel(), nc = (n + cuda::k::kSumChunk - 1) / cuda::k::kSumChunk;
+    if (n == 0) return 0.0;
+    double* part = static_cast<double*>(partials_.get(size_t(nc) * 8));
+    cuda::k::sum_squares_chunks(x.f(), n, part, stream_);
+    launched("sum_squares");
+    std::vector<double> h(static_cast<size_t>(nc));
+    copy(h.data(), Tier::Host, part, Tier::Device, size_t(nc) * 8);
+    double s = 0;
+    for (double v : h) s += v;  // chunk order, as on the CPU
+    return s;
+  }
+
+  void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamW& a) override {
+    check("adamw_step", "param", p, -1);
+    OOMB_CHECK(g.numel() == p.numel() && m.numel() == p.numel() && v.numel() == p.numel(),
+               "adamw_step: param, grad and moments differ in size");
+    const double bc1 = 1.0 - std::pow(double(a.beta1), double(a.step));
+    const double bc2 = 1.0 - std::pow(double(a.beta2), double(a.step));
+    cuda::k::adamw(p.f(), g.f(), m.f(), v.f(), p.numel(), a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
+                   float(a.lr / bc1), float(1.0 / std::sqrt(bc2)), stream_);
+    launched("adamw_step");
+  }
+  void sgd_step(Tensor& p, const Tensor& g, float lr) override {
+    check("sgd_step", "param", p, -1);
+    OOMB_CHECK(g.numel() == p.numel(), "sgd_step: param and grad differ in size");
+    cuda::k::sgd(p.f(), g.f(), lr, p.numel(), stream_);
+    launched("sgd_step");
+  }
+
+ private:
+  static constexpr int64_t kLossTile = 256;
+  static constexpr size_t kGemmWorkspace = size_t(32) << 20;
+
+  void launched(const char* op) { cuda_check(cudaGetLastError(), op); }
+
+  // ids must index the table (read back: the host checks what the kernels would trust)
+  void check_ids(const char* op, const Tensor& ids, int64_t vocab) {
+    ids_host_.resize(size_t(ids.dim(0)));
+    copy(ids_host_.data(), Tier::Host, ids.data, Tier::Device, size_t(ids.dim(0)) * 4);
+    for (int64_t t = 0; t < ids.dim(0); ++t)
+      OOMB_CHECK(ids_host_[size_t(t)] >= 0 && ids_host_[size_t(t)] < vocab,
+                 "{}: token id {} at position {} is outside the vocabulary (size {})", op, ids_host_[size_t(t)], t,
+                 vocab);
+  }
+
+  void rope(const char* op, Tensor& x, const Tensor& pos, const RopeTable& r, bool inverse) {
+    check(op, "x", x, 3);
+    check(op, "pos", pos, 1, DType::I32);
+    OOMB_CHECK(pos.dim(0) == x.dim(0), "{}: pos must be ({}) i32, got {}", op, x.dim(0), pos.shape_str());
+    OOMB_CHECK(r.inv_freq != nullptr, "{}: no inv_freq table", op);
+    const int64_t D = x.dim(2);
+    OOMB_CHECK(D % 2 == 0, "{}: head dim {} must be even", op, D);
+    // the table lives in host memory; a device copy is kept while its values stay the same
+    if (rope_host_.size() != size_t(D / 2) || std::memcmp(rope_host_.data(), r.inv_freq, size_t(D / 2) * 4) != 0) {
+      rope_host_.assign(r.inv_freq, r.inv_freq + D / 2);
+      void* dev = rope_dev_.get(size_t(D / 2) * 4);
+      copy(dev, Tier::Device, rope_host_.data(), Tier::Host, size_t(D / 2) * 4);
+    }
+    cuda::k::rope(x.f(), pos.as<int32_t>(), static_cast<const float*>(rope_dev_.buf.data()), r.attention_scaling,
+                  inverse, x.dim(0), x.dim(1), D, stream_);
+    launched(op);
+  }
+
+  // Validates the blocks like the CPU backend and uploads their table.
+  cuda::k::AttnParams attention_params(const char* op, const Tensor& q, std::span<const KVBlock> blocks,
+                                       const AttnArgs& a, bool backward) {
+    check(op, "q", q, 3);
+    cuda::k::AttnParams p{};
+    p.T = q.dim(0), p.H = q.dim(1), p.D = q.dim(2), p.scale = a.scale, p.q_idx0 = a.q_idx0, p.q_doc = a.q_doc;
+    OOMB_CHECK(!blocks.empty() || p.T == 0, "{}: no KV blocks", op);
+    OOMB_CHECK(p.D <= cuda::k::kMaxHeadDim, "{}: head dim {} is above the kernels' {}", op, p.D,
+               cuda::k::kMaxHeadDim);
+    table_.clear();
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const KVBlock& kb = blocks[b];
+      check(op, "block k", kb.k, 3);
+      check_same(op, "block v", kb.v, "block k", kb.k);
+      if (b == 0) p.G = kb.k.dim(1);
+      OOMB_CHECK(kb.k.dim(1) == p.G && kb.k.dim(2) == p.D, "{}: block {} k {} does not fit q {} (G={}, D={})", op, b,
+                 kb.k.shape_str(), q.shape_str(), p.G, p.D);
+      if (backward) {
+        check_same(op, "block dk", kb.dk, "block k", kb.k);
+        check_same(op, "block dv", kb.dv, "block k", kb.k);
+        OOMB_CHECK((kb.dk.dtype == DType::F32 || kb.dk.dtype == DType::BF16) && kb.dv.dtype == kb.dk.dtype,
+                   "{}: block {} gradients must be f32 or bf16, got {} and {}", op, b, dtype_name(kb.dk.dtype),
+                   dtype_name(kb.dv.dtype));
+        OOMB_CHECK(b == 0 || kb.dk.dtype == blocks[0].dk.dtype, "{}: blocks mix gradient dtypes", op);
+        p.grad_bf16 = kb.dk.dtype == DType::BF16;
+      }
+      table_.push_back({kb.k.f(), kb.v.f(), kb.dk.data, kb.dv.data, kb.doc, kb.idx0, kb.k.dim(0)});
+      p.max_len = std::max(p.max_len, kb.k.dim(0));
+    }
+    if (p.G > 0) OOMB_CHECK(p.H % p.G == 0, "{}: query heads {} not a multiple of kv heads {}", op, p.H, p.G);
+    p.n_blocks = int64_t(table_.size());
+    const size_t bytes = table_.size() * sizeof(cuda::k::AttnBlock);
+    void* dev = table_dev_.get(std::max<size_t>(bytes, 64));
+    copy(dev, Tier::Device, table_.data(), Tier::Host, bytes);
+    p.blocks = static_cast<const cuda::k::AttnBlock*>(dev);
+    return p;
+  }
+
+  cudaStream_t stream_ = nullptr;
+  Buffer gemm_ws_;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  Scratch logits_, partials_, dsum_, table_dev_, rope_dev_;
+  std::vector<cuda::k::AttnBlock> table_;
+  std::vector<float> rope_host_;
+  std::vector<int32_t> ids_host_, tg_host_;
+};
+
+}  // namespace
+
 std::unique_ptr<Backend> make_cuda_backend(std::string* why) {
   if (!cuda::device_available(why)) return nullptr;
   cuda::install_device_allocator();
-  if (why) *why = "the CUDA op set is not implemented yet (device memory and transfers are)";
-  return nullptr;
+  return std::make_unique<CudaBackend>();
 }
+
 }  // namespace oomb

@@ -18,10 +18,14 @@ bool device_available(std::string* why) {
   return true;
 }
 
+// Zero-filled, as host buffers are (gradients and optimizer moments rely on it).
 static void* device_alloc(size_t bytes) {
   void* p = nullptr;
   cudaError_t e = cudaMalloc(&p, bytes);
   OOMB_CHECK(e == cudaSuccess, "cudaMalloc of {} failed: {}", format_bytes(int64_t(bytes)), cudaGetErrorString(e));
+  e = cudaMemset(p, 0, bytes);
+  OOMB_CHECK(e == cudaSuccess, "zeroing {} of device memory failed: {}", format_bytes(int64_t(bytes)),
+             cudaGetErrorString(e));
   return p;
 }
 static void device_free(void* p) { cudaFree(p); }

@@ -1,0 +1,78 @@
+#include "backend/cuda/gemm.h"
+
+#include "core/error.h"
+
+namespace oomb::cuda {
+
+static void lt_check(cublasStatus_t s, const char* what) {
+  OOMB_CHECK(s == CUBLAS_STATUS_SUCCESS, "cuBLASLt: {} failed with status {}", what, int(s));
+}
+
+Gemm::Gemm(cudaStream_t stream, void* workspace, size_t workspace_bytes)
+    : stream_(stream), ws_(workspace), ws_bytes_(workspace_bytes) {
+  lt_check(cublasLtCreate(&lt_), "cublasLtCreate");
+}
+
+Gemm::~Gemm() {
+  for (auto& [k, p] : plans_) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.op);
+  }
+  if (lt_) cublasLtDestroy(lt_);
+}
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B and its
+// "B" our A, each read through its column-major view (a row-major (r, c) matrix is (c, r) there).
+Gemm::Plan& Gemm::plan(const Key& key) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  const auto [ta, tb, M, N, K, lda, ldb, ldc, bias] = key;
+  Plan p;
+  lt_check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a), "TRANSA");
+  lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b), "TRANSB");
+  if (bias) {
+    const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+    lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "EPILOGUE");
+  }
+  // column-major shapes: our B as (N, K) or, transposed, (K, N); our A as (K, M) or (M, K); C^T (N, M)
+  lt_check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, tb ? K : N, tb ? N : K, ldb), "layout B");
+  lt_check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, ta ? M : K, ta ? K : M, lda), "layout A");
+  lt_check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, N, M, ldc), "layout C");
+  cublasLtMatmulPreference_t pref = nullptr;
+  lt_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  const uint64_t ws = ws_bytes_;
+  lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+           "workspace preference");
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  lt_check(hs, "cublasLtMatmulAlgoGetHeuristic");
+  OOMB_CHECK(found > 0, "cuBLASLt: no algorithm for a {}x{}x{} fp32 GEMM", M, N, K);
+  p.algo = res.algo;
+  return plans_.emplace(key, p).first->second;
+}
+
+void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float* C, int64_t ldc, float alpha, float beta, const float* bias) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // cuBLASLt wants K > 0; op(A) op(B) is zero
+    OOMB_CHECK(beta == 1.0f || beta == 0.0f, "GEMM: K = 0 with beta {}", beta);
+    if (beta == 0.0f) {
+      for (int64_t r = 0; r < M; ++r)
+        OOMB_CHECK(cudaMemsetAsync(C + r * ldc, 0, size_t(N) * 4, stream_) == cudaSuccess, "GEMM: memset failed");
+    }
+    return;
+  }
+  Plan& p = plan({ta, tb, M, N, K, lda, ldb, ldc, bias != nullptr});
+  if (bias)
+    lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "BIAS_POINTER");
+  lt_check(cublasLtMatmul(lt_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, ws_, ws_bytes_, stream_),
+           "cublasLtMatmul");
+}
+
+}  // namespace oomb::cuda

@@ -1,0 +1,77 @@
+// Launchers of oomb's own CUDA kernels: plain pointers (row-major, fp32 unless named), one stream.
+// Shapes as the Backend ops state them: T tokens, d hidden, H/G query/kv heads, D head dim, V vocab.
+// Every kernel is deterministic: no atomics; each output element has one writer, reductions run
+// in a fixed order. This header is C++17 (nvcc) and plain C++ (the backend) alike.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace oomb::cuda::k {
+
+// out (T, d) = table[ids];  dtable[ids[t]] += dout[t], tokens in order per row
+void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t T, int64_t d, cudaStream_t s);
+void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t T, int64_t d, cudaStream_t s);
+
+// y (T, d) = x * rstd * w;  rstd (T)
+void rmsnorm_fwd(const float* x, const float* w, float eps, float* y, float* rstd, int64_t T, int64_t d,
+                 cudaStream_t s);
+// dx (T, d) = (or +=) rstd (dy w - x rstd^2 mean(dy w x));  dw (d) += sum_t dy x rstd
+void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, bool dx_accumulate,
+                 float* dw, int64_t T, int64_t d, cudaStream_t s);
+
+// x (T, H, D) rotated in place at pos (T); inv_freq (D/2) in device memory; inverse: the transpose
+void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bool inverse, int64_t T, int64_t H,
+          int64_t D, cudaStream_t s);
+
+// out = silu(g) * u;  backward: dg, du
+void swiglu_fwd(const float* g, const float* u, float* out, int64_t n, cudaStream_t s);
+void swiglu_bwd(const float* g, const float* u, const float* dout, float* dg, float* du, int64_t n, cudaStream_t s);
+
+// y += x (x f32, or bf16 when x_bf16);  y *= a
+void add(float* y, const void* x, bool x_bf16, int64_t n, cudaStream_t s);
+void scale(float* y, float a, int64_t n, cudaStream_t s);
+// partial[c] = sum of x[i]^2 over chunk c of 65536 elements, in fp64 (the caller sums them in order)
+void sum_squares_chunks(const float* x, int64_t n, double* partial, cudaStream_t s);
+constexpr int64_t kSumChunk = 1 << 16;
+// db (out) += sum_t dy (T, out)
+void column_sums(const float* dy, float* db, int64_t T, int64_t out, cudaStream_t s);
+
+// AdamW with the CPU backend's formula; step_size = lr / bc1, inv_sqrt_bc2 = 1 / sqrt(bc2)
+void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+           float wd, float step_size, float inv_sqrt_bc2, cudaStream_t s);
+void sgd(float* p, const float* g, float lr, int64_t n, cudaStream_t s);
+
+// One logits tile (n, V) of the fused lm_head + cross-entropy: per row with target y >= 0, the
+// loss lse - logit[y] (fp64), whether argmax == y, and in place the gradient
+// (softmax - onehot(y)) * scale; rows with y < 0 become zero with loss 0.
+void xent_rows(float* logits, const int32_t* targets, float scale, int64_t n, int64_t V, double* row_loss,
+               int32_t* row_hit, cudaStream_t s);
+
+// Attention over a device table of KV blocks.
+struct AttnBlock {
+  const float* k;    // (len, G, D)
+  const float* v;    // (len, G, D)
+  void* dk;          // (len, G, D) f32 or bf16 (grad_bf16), backward only
+  void* dv;
+  const int32_t* doc;  // (len) or null
+  int64_t idx0;        // sequence index of the block's first token
+  int64_t len;
+};
+struct AttnParams {
+  const AttnBlock* blocks;  // device memory
+  int64_t n_blocks, max_len;
+  int64_t T, H, G, D;
+  float scale;
+  int64_t q_idx0;
+  const int32_t* q_doc;  // (T) or null
+  bool grad_bf16;
+};
+// q, o: (T, H, D); lse: (T, H), natural log, -inf for a query that sees no key
+void attention_fwd(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s);
+// dsum (T, H) = rowsum(dout * o), a workspace the caller owns; then dq, and every block's dk, dv +=
+void attention_bwd(const AttnParams& p, const float* q, const float* o, const float* lse, const float* dout,
+                   float* dq, float* dsum, cudaStream_t s);
+constexpr int64_t kMaxHeadDim = 256;
+
+}  // namespace oomb::cuda::k

@@ -1,0 +1,225 @@
+// Embedding, RMSNorm, RoPE, SwiGLU, elementwise ops, reductions and optimizer updates.
+#include <cuda_bf16.h>
+
+#include "backend/cuda/kernels.h"
+
+namespace oomb::cuda::k {
+
+namespace {
+
+constexpr int kThreads = 256;
+inline unsigned blocks_for(int64_t n, int threads = kThreads) { return unsigned((n + threads - 1) / threads); }
+
+// Block-wide sum in fp64 with a fixed tree: the same order on every run.
+__device__ double block_sum(double v) {
+  __shared__ double part[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // part[] may still be read by a previous call
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  const int nw = (blockDim.x + 31) >> 5;
+  double r = lane < nw ? part[lane] : 0.0;
+  for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+  return r;  // every thread holds the total
+}
+
+// embed: out (T, d); grid T
+__global__ void embedding_fwd_k(const int32_t* ids, const float* table, float* out, int64_t d) {
+  const int64_t t = blockIdx.x;
+  const float* row = table + int64_t(ids[t]) * d;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[t * d + c] = row[c];
+}
+
+// One block per token; only the first token of each id works, adding every later token of that id
+// in token order (the CPU backend's order per element). O(T^2) id comparisons, T a chunk.
+__global__ void embedding_bwd_k(const int32_t* ids, const float* dout, float* dtable, int64_t T, int64_t d) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  __shared__ int first;
+  if (threadIdx.x == 0) first = 1;
+  __syncthreads();
+  for (int64_t u = threadIdx.x; u < t; u += blockDim.x)
+    if (ids[u] == id) first = 0;  // benign race: every writer writes 0
+  __syncthreads();
+  if (!first) return;
+  float* row = dtable + int64_t(id) * d;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    float acc = row[c];
+    for (int64_t u = t; u < T; ++u)
+      if (ids[u] == id) acc += dout[u * d + c];
+    row[c] = acc;
+  }
+}
+
+// grid T
+__global__ void rmsnorm_fwd_k(const float* x, const float* w, float eps, float* y, float* rstd, int64_t d) {
+  const int64_t t = blockIdx.x;
+  const float* xr = x + t * d;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += double(xr[i]) * xr[i];
+  ss = block_sum(ss);
+  const float r = float(1.0 / sqrt(ss / double(d) + eps));
+  if (threadIdx.x == 0) rstd[t] = r;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) y[t * d + i] = xr[i] * r * w[i];
+}
+
+// grid T
+__global__ void rmsnorm_bwd_dx_k(const float* x, const float* w, const float* rstd, const float* dy, float* dx,
+                                 bool acc, int64_t d) {
+  const int64_t t = blockIdx.x;
+  const float *xr = x + t * d, *dyr = dy + t * d;
+  const float r = rstd[t];
+  double dot = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dot += double(dyr[i]) * w[i] * xr[i];
+  dot = block_sum(dot);
+  const float c = float(dot / double(d)) * r * r;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float g = r * (dyr[i] * w[i] - xr[i] * c);
+    dx[t * d + i] = acc ? dx[t * d + i] + g : g;
+  }
+}
+
+// one thread per column, tokens in order
+__global__ void rmsnorm_bwd_dw_k(const float* x, const float* rstd, const float* dy, float* dw, int64_t T, int64_t d) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= d) return;
+  double s = 0;
+  for (int64_t t = 0; t < T; ++t) s += double(dy[t * d + i]) * x[t * d + i] * rstd[t];
+  dw[i] += float(s);
+}
+
+// thread per (t, i < D/2); heads in a loop
+__global__ void rope_k(float* x, const int32_t* pos, const float* inv_freq, float scaling, double sgn, int64_t T,
+                       int64_t H, int64_t D) {
+  const int64_t half = D / 2, e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= T * half) return;
+  const int64_t t = e / half, i = e % half;
+  const float angle = float(pos[t]) * inv_freq[i];
+  const float c = float(cos(double(angle)) * scaling), sn = float(sgn * sin(double(angle)) * scaling);
+  for (int64_t h = 0; h < H; ++h) {
+    float* xr = x + (t * H + h) * D;
+    const float x1 = xr[i], x2 = xr[i + half];
+    xr[i] = x1 * c - x2 * sn;
+    xr[i + half] = x2 * c + x1 * sn;
+  }
+}
+
+__device__ inline float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+__global__ void swiglu_fwd_k(const float* g, const float* u, float* out, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = g[i] * sigmoid(g[i]) * u[i];
+}
+
+__global__ void swiglu_bwd_k(const float* g, const float* u, const float* dout, float* dg, float* du, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float s = sigmoid(g[i]);
+  du[i] = dout[i] * g[i] * s;
+  dg[i] = dout[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+}
+
+__global__ void add_f32_k(float* y, const float* x, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
+
+__global__ void add_bf16_k(float* y, const __nv_bfloat16* x, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += __bfloat162float(x[i]);
+}
+
+__global__ void scale_k(float* y, float a, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] *= a;
+}
+
+// grid: chunks of kSumChunk
+__global__ void sum_squares_k(const float* x, int64_t n, double* partial) {
+  const int64_t c0 = int64_t(blockIdx.x) * kSumChunk, c1 = c0 + kSumChunk < n ? c0 + kSumChunk : n;
+  double s = 0;
+  for (int64_t i = c0 + threadIdx.x; i < c1; i += blockDim.x) s += double(x[i]) * x[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void column_sums_k(const float* dy, float* db, int64_t T, int64_t out) {
+  const int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (o >= out) return;
+  double s = 0;
+  for (int64_t t = 0; t < T; ++t) s += dy[t * out + o];
+  db[o] += float(s);
+}
+
+__global__ void adamw_k(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                        float eps, float wd, float step_size, float inv_sqrt_bc2) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float gi = g[i];
+  const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+  const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+  m[i] = mi, v[i] = vi;
+  float pi = p[i];
+  pi -= lr * wd * pi;
+  pi -= step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+  p[i] = pi;
+}
+
+__global__ void sgd_k(float* p, const float* g, float lr, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) p[i] -= lr * g[i];
+}
+
+}  // namespace
+
+void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t T, int64_t d, cudaStream_t s) {
+  if (T > 0) embedding_fwd_k<<<unsigned(T), kThreads, 0, s>>>(ids, table, out, d);
+}
+void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t T, int64_t d, cudaStream_t s) {
+  if (T > 0) embedding_bwd_k<<<unsigned(T), kThreads, 0, s>>>(ids, dout, dtable, T, d);
+}
+void rmsnorm_fwd(const float* x, const float* w, float eps, float* y, float* rstd, int64_t T, int64_t d,
+                 cudaStream_t s) {
+  if (T > 0) rmsnorm_fwd_k<<<unsigned(T), kThreads, 0, s>>>(x, w, eps, y, rstd, d);
+}
+void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, bool dx_accumulate,
+                 float* dw, int64_t T, int64_t d, cudaStream_t s) {
+  if (T == 0) return;
+  rmsnorm_bwd_dx_k<<<unsigned(T), kThreads, 0, s>>>(x, w, rstd, dy, dx, dx_accumulate, d);
+  rmsnorm_bwd_dw_k<<<blocks_for(d), kThreads, 0, s>>>(x, rstd, dy, dw, T, d);
+}
+void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bool inverse, int64_t T, int64_t H,
+          int64_t D, cudaStream_t s) {
+  if (T > 0) rope_k<<<blocks_for(T * (D / 2)), kThreads, 0, s>>>(x, pos, inv_freq, scaling, inverse ? -1.0 : 1.0, T, H, D);
+}
+void swiglu_fwd(const float* g, const float* u, float* out, int64_t n, cudaStream_t s) {
+  if (n > 0) swiglu_fwd_k<<<blocks_for(n), kThreads, 0, s>>>(g, u, out, n);
+}
+void swiglu_bwd(const float* g, const float* u, const float* dout, float* dg, float* du, int64_t n, cudaStream_t s) {
+  if (n > 0) swiglu_bwd_k<<<blocks_for(n), kThreads, 0, s>>>(g, u, dout, dg, du, n);
+}
+void add(float* y, const void* x, bool x_bf16, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  if (x_bf16) add_bf16_k<<<blocks_for(n), kThreads, 0, s>>>(y, static_cast<const __nv_bfloat16*>(x), n);
+  else add_f32_k<<<blocks_for(n), kThreads, 0, s>>>(y, static_cast<const float*>(x), n);
+}
+void scale(float* y, float a, int64_t n, cudaStream_t s) {
+  if (n > 0) scale_k<<<blocks_for(n), kThreads, 0, s>>>(y, a, n);
+}
+void sum_squares_chunks(const float* x, int64_t n, double* partial, cudaStream_t s) {
+  if (n > 0) sum_squares_k<<<unsigned((n + kSumChunk - 1) / kSumChunk), 1024, 0, s>>>(x, n, partial);
+}
+void column_sums(const float* dy, float* db, int64_t T, int64_t out, cudaStream_t s) {
+  if (out > 0) column_sums_k<<<blocks_for(out), kThreads, 0, s>>>(dy, db, T, out);
+}
+void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+           float wd, float step_size, float inv_sqrt_bc2, cudaStream_t s) {
+  if (n > 0)
+    adamw_k<<<blocks_for(n), kThreads, 0, s>>>(p, g, m, v, n, lr, beta1, beta2, eps, wd, step_size, inv_sqrt_bc2);
+}
+void sgd(float* p, const float* g, float lr, int64_t n, cudaStream_t s) {
+  if (n > 0) sgd_k<<<blocks_for(n), kThreads, 0, s>>>(p, g, lr, n);
+}
+
+}  // namespace oomb::cuda::k

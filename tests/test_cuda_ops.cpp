@@ -1,0 +1,305 @@
+// Every Backend op on CUDA against the CPU reference, over random inputs of several shapes (odd
+// sizes too). The metric is the relative error ||cuda - cpu|| / ||cpu|| of each output, with the
+// tolerance stated per op below (both run fp32, so the differences are reassociation). Every
+// device output sits between sentinel bytes that must survive the op. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <cstring>
+#include <random>
+
+#include "backend/backend.h"
+#include "test_util.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+
+namespace {
+
+constexpr size_t kGuard = 256;  // sentinel bytes on each side of a device tensor
+constexpr unsigned char kSentinel = 0xA5;
+
+struct Backends {
+  std::unique_ptr<Backend> cpu = make_cpu_backend(), cuda;
+  std::string why;
+  Backends() { cuda = make_cuda_backend(&why); }
+};
+Backends& backends() {
+  static Backends b;
+  return b;
+}
+
+// A tensor on both sides: host values (the CPU run works on them) and a guarded device copy.
+struct Pair {
+  std::vector<char> host;
+  Buffer dev;
+  Tensor h, d;
+  Pair(DType dt, std::initializer_list<int64_t> dims) {
+    h = Tensor(nullptr, dt, dims, Tier::Host);
+    host.assign(h.bytes() + 1, 0);
+    h.data = host.data();
+    dev = Buffer(Tier::Device, Tag::Workspace, h.bytes() + 2 * kGuard);
+    d = h;
+    d.data = static_cast<char*>(dev.data()) + kGuard;
+    d.tier = Tier::Device;
+    std::vector<unsigned char> fill(h.bytes() + 2 * kGuard, kSentinel);
+    backends().cuda->copy(dev.data(), Tier::Device, fill.data(), Tier::Host, fill.size());
+  }
+  void upload() { backends().cuda->copy(d.data, Tier::Device, h.data, Tier::Host, h.bytes()); }
+  std::vector<char> download() const {
+    std::vector<char> all(h.bytes() + 2 * kGuard);
+    backends().cuda->copy(all.data(), Tier::Host, dev.data(), Tier::Device, all.size());
+    for (size_t i = 0; i < kGuard; ++i) {
+      EXPECT_EQ(static_cast<unsigned char>(all[i]), kSentinel) << "write before the tensor, byte " << i;
+      EXPECT_EQ(static_cast<unsigned char>(all[kGuard + h.bytes() + i]), kSentinel) << "write after the tensor";
+    }
+    return std::vector<char>(all.begin() + kGuard, all.begin() + std::ptrdiff_t(kGuard + h.bytes()));
+  }
+  std::vector<float> device_f32() const {
+    const auto b = download();
+    std::vector<float> v(b.size() / 4);
+    std::memcpy(v.data(), b.data(), b.size());
+    return v;
+  }
+  std::vector<float> host_f32() const { return std::vector<float>(h.f(), h.f() + h.numel()); }
+  void randn(uint64_t seed, float stddev = 1.0f) {
+    const auto r = oomb::testing::randn(size_t(h.numel()), seed, stddev);
+    std::memcpy(h.data, r.data(), r.size() * 4);
+    upload();
+  }
+};
+
+double err(const Pair& p) { return rel_error(p.device_f32(), p.host_f32()); }
+
+#define REQUIRE_GPU() \
+  if (!backends().cuda) GTEST_SKIP() << backends().why
+
+void report(const char* op, double e, double tol) {
+  EXPECT_LE(e, tol) << op;
+  std::cout << fmt::format("[ parity   ] {:<14} rel. error {:.2e} (tolerance {:.0e})\n", op, e, tol);
+}
+
+}  // namespace
+
+TEST(CudaOps, LinearForwardAndBackward) {
+  REQUIRE_GPU();
+  Backend &C = *backends().cpu, &G = *backends().cuda;
+  for (auto [T, in, out] : std::vector<std::array<int64_t, 3>>{{1, 5, 3}, {7, 33, 65}, {67, 128, 96}}) {
+    SCOPED_TRACE(fmt::format("T={} in={} out={}", T, in, out));
+    Pair x(DType::F32, {T, in}), w(DType::F32, {out, in}), b(DType::F32, {out}), y(DType::F32, {T, out});
+    x.randn(1), w.randn(2), b.randn(3);
+    C.linear_fwd(x.h, w.h, &b.h, y.h);
+    G.linear_fwd(x.d, w.d, &b.d, y.d);
+    report("linear_fwd", err(y), 1e-6);
+    Pair dy(DType::F32, {T, out}), dx(DType::F32, {T, in}), dw(DType::F32, {out, in}), db(DType::F32, {out});
+    dy.randn(4), dx.randn(5), dw.randn(6), db.randn(7);  // accumulated into
+    C.linear_bwd(x.h, w.h, dy.h, &dx.h, true, &dw.h, &db.h);
+    G.linear_bwd(x.d, w.d, dy.d, &dx.d, true, &dw.d, &db.d);
+    report("linear_bwd dx", err(dx), 1e-6);
+    report("linear_bwd dw", err(dw), 1e-6);
+    report("linear_bwd db", err(db), 1e-6);
+  }
+}
+
+TEST(CudaOps, EmbeddingRmsnormRopeSwiglu) {
+  REQUIRE_GPU();
+  Backend &C = *backends().cpu, &G = *backends().cuda;
+  for (auto [T, d] : std::vector<std::array<int64_t, 2>>{{1, 8}, {13, 33}, {70, 256}}) {
+    SCOPED_TRACE(fmt::format("T={} d={}", T, d));
+    const int64_t V = 11;
+    Pair ids(DType::I32, {T}), table(DType::F32, {V, d}), out(DType::F32, {T, d});
+    for (int64_t t = 0; t < T; ++t) ids.h.as<int32_t>()[t] = int32_t((t * 7 + 3) % V);  // repeats
+    ids.upload(), table.randn(8);
+    C.embedding_fwd(ids.h, table.h, out.h);
+    G.embedding_fwd(ids.d, table.d, out.d);
+    report("embedding_fwd", err(out), 0.0);
+    Pair dout(DType::F32, {T, d});
+    dout.randn(9);
+    C.embedding_bwd(ids.h, dout.h, table.h);
+    G.embedding_bwd(ids.d, dout.d, table.d);
+    report("embedding_bwd", err(table), 0.0);  // the same additions in the same order
+
+    Pair w(DType::F32, {d}), y(DType::F32, {T, d}), rstd(DType::F32, {T}), dx(DType::F32, {T, d}), dw(DType::F32, {d});
+    w.randn(10), dx.randn(11), dw.randn(12);
+    C.rmsnorm_fwd(out.h, w.h, 1e-5f, y.h, rstd.h);
+    G.rmsnorm_fwd(out.d, w.d, 1e-5f, y.d, rstd.d);
+    report("rmsnorm_fwd", err(y), 1e-6);
+    C.rmsnorm_bwd(out.h, w.h, rstd.h, dout.h, dx.h, true, dw.h);
+    G.rmsnorm_bwd(out.d, w.d, rstd.d, dout.d, dx.d, true, dw.d);
+    report("rmsnorm_bwd dx", err(dx), 1e-6);
+    report("rmsnorm_bwd dw", err(dw), 1e-6);
+
+    Pair g(DType::F32, {T, d}), u(DType::F32, {T, d}), o(DType::F32, {T, d}), dg(DType::F32, {T, d}),
+        du(DType::F32, {T, d});
+    g.randn(13, 3.0f), u.randn(14);
+    C.swiglu_fwd(g.h, u.h, o.h);
+    G.swiglu_fwd(g.d, u.d, o.d);
+    report("swiglu_fwd", err(o), 1e-6);
+    C.swiglu_bwd(g.h, u.h, dout.h, dg.h, du.h);
+    G.swiglu_bwd(g.d, u.d, dout.d, dg.d, du.d);
+    report("swiglu_bwd dg", err(dg), 1e-6);
+    report("swiglu_bwd du", err(du), 1e-6);
+  }
+  for (auto [T, H, D] : std::vector<std::array<int64_t, 3>>{{1, 1, 2}, {9, 3, 16}, {40, 4, 128}}) {
+    Pair x(DType::F32, {T, H, D}), pos(DType::I32, {T});
+    for (int64_t t = 0; t < T; ++t) pos.h.as<int32_t>()[t] = int32_t(t * 977 + 5);  // large positions
+    pos.upload(), x.randn(15);
+    std::vector<float> inv(size_t(D / 2));
+    for (size_t i = 0; i < inv.size(); ++i) inv[i] = float(std::pow(10000.0, -2.0 * double(i) / double(D)));
+    const RopeTable r{inv.data(), 1.25f};
+    C.rope_fwd(x.h, pos.h, r);
+    G.rope_fwd(x.d, pos.d, r);
+    report("rope_fwd", err(x), 1e-6);
+    C.rope_bwd(x.h, pos.h, r);
+    G.rope_bwd(x.d, pos.d, r);
+    report("rope_bwd", err(x), 1e-6);
+  }
+}
+
+TEST(CudaOps, AttentionOverBlocks) {
+  REQUIRE_GPU();
+  Backend &C = *backends().cpu, &G = *backends().cuda;
+  struct Case {
+    int64_t T, H, G, D;
+    std::vector<int64_t> lens;  // earlier blocks' lengths, then the chunk's own T keys
+    bool docs;
+    DType grad;
+  };
+  const std::vector<Case> cases = {{5, 2, 1, 8, {}, false, DType::F32},
+                                   {33, 4, 2, 16, {16, 16, 7}, false, DType::F32},
+                                   {64, 6, 2, 64, {128, 3, 128}, true, DType::F32},
+                                   {70, 8, 8, 128, {128, 100}, false, DType::BF16},
+                                   {17, 4, 1, 256, {40}, true, DType::F32}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("T={} H={} G={} D={} blocks={} docs={}", c.T, c.H, c.G, c.D, c.lens.size(), c.docs));
+    std::vector<int64_t> lens = c.lens;
+    lens.push_back(c.T);
+    int64_t N = 0;
+    for (int64_t l : lens) N += l;
+    const int64_t q0 = N - c.T;
+    std::vector<std::unique_ptr<Pair>> k, v, dk, dv;
+    Pair docs(DType::I32, {N});
+    for (int64_t i = 0; i < N; ++i) docs.h.as<int32_t>()[i] = int32_t(i / 23);  // documents of 23 tokens
+    docs.upload();
+    std::vector<KVBlock> hb, db;
+    int64_t at = 0;
+    for (size_t b = 0; b < lens.size(); ++b) {
+      for (auto* vec : {&k, &v, &dk, &dv}) vec->push_back(std::make_unique<Pair>(DType::F32, std::initializer_list<int64_t>{lens[b], c.G, c.D}));
+      if (c.grad == DType::BF16) {
+        dk.back() = std::make_unique<Pair>(DType::BF16, std::initializer_list<int64_t>{lens[b], c.G, c.D});
+        dv.back() = std::make_unique<Pair>(DType::BF16, std::initializer_list<int64_t>{lens[b], c.G, c.D});
+      } else {
+        dk.back()->randn(100 + b), dv.back()->randn(200 + b);  // accumulated into
+      }
+      k.back()->randn(300 + b), v.back()->randn(400 + b);
+      const int32_t* hd = c.docs ? docs.h.as<int32_t>() + at : nullptr;
+      const int32_t* dd = c.docs ? docs.d.as<int32_t>() + at : nullptr;
+      hb.push_back({k.back()->h, v.back()->h, dk.back()->h, dv.back()->h, at, hd});
+      db.push_back({k.back()->d, v.back()->d, dk.back()->d, dv.back()->d, at, dd});
+      at += lens[b];
+    }
+    std::reverse(hb.begin(), hb.end());  // any order folds the same
+    std::reverse(db.begin(), db.end());
+    Pair q(DType::F32, {c.T, c.H, c.D}), o(DType::F32, {c.T, c.H, c.D}), lse(DType::F32, {c.T, c.H});
+    q.randn(7);
+    const float scale = float(1.0 / std::sqrt(double(c.D)));
+    const AttnArgs ha{scale, q0, c.docs ? docs.h.as<int32_t>() + q0 : nullptr};
+    const AttnArgs da{scale, q0, c.docs ? docs.d.as<int32_t>() + q0 : nullptr};
+    C.attention_fwd(q.h, hb, ha, o.h, lse.h);
+    G.attention_fwd(q.d, db, da, o.d, lse.d);
+    report("attention_fwd", err(o), 2e-6);
+    report("attention lse", err(lse), 2e-6);
+    Pair dout(DType::F32, {c.T, c.H, c.D}), dq(DType::F32, {c.T, c.H, c.D});
+    dout.randn(8);
+    C.attention_bwd(q.h, o.h, lse.h, dout.h, hb, ha, dq.h);
+    G.attention_bwd(q.d, o.d, lse.d, dout.d, db, da, dq.d);
+    report("attention dq", err(dq), 1e-5);
+    for (size_t b = 0; b < lens.size(); ++b) {
+      if (c.grad == DType::BF16) {  // one rounding each: compare as values
+        auto widen = [](const std::vector<char>& raw) {
+          std::vector<float> f(raw.size() / 2);
+          for (size_t i = 0; i < f.size(); ++i) {
+            uint16_t u;
+            std::memcpy(&u, raw.data() + 2 * i, 2);
+            f[i] = bf16_to_f32(u);
+          }
+          return f;
+        };
+        const auto hk = widen(std::vector<char>(dk[b]->host.begin(), dk[b]->host.end() - 1));
+        report("attention dk bf16", rel_error(widen(dk[b]->download()), hk), 8e-3);
+      } else {
+        report("attention dk", err(*dk[b]), 1e-5);
+        report("attention dv", err(*dv[b]), 1e-5);
+      }
+    }
+  }
+}
+
+TEST(CudaOps, LossReductionsAndOptimizers) {
+  REQUIRE_GPU();
+  Backend &C = *backends().cpu, &G = *backends().cuda;
+  for (auto [T, d, V] : std::vector<std::array<int64_t, 3>>{{1, 4, 11}, {300, 33, 1000}, {257, 64, 5003}}) {
+    SCOPED_TRACE(fmt::format("T={} d={} V={}", T, d, V));
+    Pair h(DType::F32, {T, d}), w(DType::F32, {V, d}), tg(DType::I32, {T}), dh(DType::F32, {T, d}),
+        dw(DType::F32, {V, d});
+    h.randn(1), w.randn(2, 0.3f), dw.randn(3);
+    for (int64_t t = 0; t < T; ++t) tg.h.as<int32_t>()[t] = t % 5 == 3 ? -1 : int32_t((t * 31) % V);
+    tg.upload();
+    int64_t hc = 0, gc = 0;
+    const double lc = C.lm_head_xent(h.h, w.h, tg.h, 0.01f, &dh.h, &dw.h, &hc);
+    const double lg = G.lm_head_xent(h.d, w.d, tg.d, 0.01f, &dh.d, &dw.d, &gc);
+    report("lm_head_xent", std::abs(lg - lc) / std::abs(lc), 1e-6);
+    EXPECT_EQ(gc, hc);
+    report("xent dh", err(dh), 1e-5);
+    report("xent dw", err(dw), 1e-5);
+  }
+  for (int64_t n : {1, 1000, 200003}) {
+    Pair y(DType::F32, {n}), x(DType::F32, {n}), xb(DType::BF16, {n}), m(DType::F32, {n}), v(DType::F32, {n});
+    y.randn(4), x.randn(5), m.randn(6, 0.1f);
+    for (int64_t i = 0; i < n; ++i) {
+      xb.h.as<uint16_t>()[i] = f32_to_bf16(float(i % 17) - 8.5f);
+      v.h.f()[i] = float(i % 7) * 0.01f;
+    }
+    xb.upload(), v.upload();
+    C.add(y.h, x.h), G.add(y.d, x.d);
+    C.add(y.h, xb.h), G.add(y.d, xb.d);
+    C.scale(y.h, 0.75f), G.scale(y.d, 0.75f);
+    report("add/scale", err(y), 0.0);
+    report("sum_squares", std::abs(G.sum_squares(y.d) - C.sum_squares(y.h)) / C.sum_squares(y.h), 1e-12);
+    const Backend::AdamW a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
+    C.adamw_step(y.h, x.h, m.h, v.h, a), G.adamw_step(y.d, x.d, m.d, v.d, a);
+    report("adamw_step", err(y), 1e-6);
+    report("adamw moments", err(m) + err(v), 1e-6);
+    C.sgd_step(y.h, x.h, 0.5f), G.sgd_step(y.d, x.d, 0.5f);
+    report("sgd_step", err(y), 1e-6);
+    G.zero(y.d);
+    for (float f : y.device_f32()) ASSERT_EQ(f, 0.0f);
+  }
+}
+
+TEST(CudaOps, BadInputIsNamed) {
+  REQUIRE_GPU();
+  Backend& G = *backends().cuda;
+  Pair x(DType::F32, {2, 3}), w(DType::F32, {4, 5}), y(DType::F32, {2, 4});
+  try {
+    G.linear_fwd(x.d, w.d, nullptr, y.d);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("linear_fwd: shapes"), std::string::npos) << e.what();
+  }
+  try {
+    G.linear_fwd(x.h, w.h, nullptr, y.h);  // host memory given to the device backend
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be in device memory"), std::string::npos) << e.what();
+  }
+  Pair ids(DType::I32, {2}), table(DType::F32, {3, 4}), out(DType::F32, {2, 4});
+  ids.h.as<int32_t>()[1] = 9;
+  ids.upload();
+  try {
+    G.embedding_fwd(ids.d, table.d, out.d);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 9 at position 1 is outside the vocabulary"), std::string::npos);
+  }
+}
