@@ -25,23 +25,34 @@ Gemm::~Gemm() {
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B and its
 // "B" our A, each read through its column-major view (a row-major (r, c) matrix is (c, r) there).
+LtLayout lt_layout(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+  LtLayout l{};
+  l.swap = true;
+  l.trans_a = tb, l.trans_b = ta;
+  l.m = N, l.n = M, l.k = K;
+  l.a_rows = tb ? K : N, l.a_cols = tb ? N : K, l.a_ld = ldb;  // our B: (K, N) row-major, or (N, K) when tb
+  l.b_rows = ta ? M : K, l.b_cols = ta ? K : M, l.b_ld = lda;  // our A: (M, K) row-major, or (K, M) when ta
+  l.c_rows = N, l.c_cols = M, l.c_ld = ldc;                    // C (M, N) row-major
+  return l;
+}
+
 Gemm::Plan& Gemm::plan(const Key& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   const auto [ta, tb, M, N, K, lda, ldb, ldc, bias] = key;
   Plan p;
   lt_check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-  const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const LtLayout l = lt_layout(ta, tb, M, N, K, lda, ldb, ldc);
+  const cublasOperation_t op_a = l.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = l.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a), "TRANSA");
   lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b), "TRANSB");
   if (bias) {
     const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
     lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "EPILOGUE");
   }
-  // column-major shapes: our B as (N, K) or, transposed, (K, N); our A as (K, M) or (M, K); C^T (N, M)
-  lt_check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, tb ? K : N, tb ? N : K, ldb), "layout B");
-  lt_check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, ta ? M : K, ta ? K : M, lda), "layout A");
-  lt_check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, N, M, ldc), "layout C");
+  lt_check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, uint64_t(l.a_rows), uint64_t(l.a_cols), l.a_ld), "layout A");
+  lt_check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, uint64_t(l.b_rows), uint64_t(l.b_cols), l.b_ld), "layout B");
+  lt_check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(l.c_rows), uint64_t(l.c_cols), l.c_ld), "layout C");
   cublasLtMatmulPreference_t pref = nullptr;
   lt_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   const uint64_t ws = ws_bytes_;

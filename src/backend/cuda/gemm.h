@@ -12,6 +12,16 @@
 
 namespace oomb::cuda {
 
+// How a row-major GEMM maps onto cuBLASLt's column-major one (pure arithmetic, tested on the CPU):
+// cuBLASLt computes D (m, n) = op_a(A) (m, k) op_b(B) (k, n), every matrix column-major (rows, cols, ld).
+struct LtLayout {
+  bool swap;                // cuBLASLt's A is our B (and its B our A)
+  bool trans_a, trans_b;    // cuBLASLt's op_a, op_b
+  int64_t m, n, k;
+  int64_t a_rows, a_cols, a_ld, b_rows, b_cols, b_ld, c_rows, c_cols, c_ld;
+};
+LtLayout lt_layout(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc);
+
 class Gemm {
  public:
   Gemm(cudaStream_t stream, void* workspace, size_t workspace_bytes);
