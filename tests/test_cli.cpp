@@ -45,7 +45,7 @@ TEST(Cli, InitThenTrainWithTheStableFlags) {
   write_tokens(dir / "t.bin", 200, 128, 1);
   const auto out = (dir / "trained").string(), metrics = (dir / "m.jsonl").string();
   r = oomb_cmd(dir, fmt::format("train --model {} --data {} --seq-len 16 --steps 3 --optimizer adamw --lr 1e-3 "
-                                "--weight-decay 0.1 --grad-clip 1 --warmup-steps 1 --device cpu --out {} --metrics {}",
+                                "--weight-decay 0.1 --grad-clip 1 --warmup-steps 1 --device cpu --out {} --metrics {} --peak-tflops 2",
                                 m, (dir / "t.bin").string(), out, metrics));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("step     3/3"));
@@ -55,7 +55,8 @@ TEST(Cli, InitThenTrainWithTheStableFlags) {
   while (std::getline(lines, line)) {
     const auto j = nlohmann::json::parse(line);
     EXPECT_EQ(j["step"], n);
-    for (const char* k : {"loss", "lr", "grad_norm", "tokens_per_s", "memory"}) EXPECT_TRUE(j.contains(k)) << k;
+    for (const char* k : {"loss", "lr", "grad_norm", "tokens_per_s", "tflops", "mfu", "memory"}) EXPECT_TRUE(j.contains(k)) << k;
+    EXPECT_NEAR(j["mfu"].get<double>(), j["tflops"].get<double>() / 2.0, 1e-12);  // --peak-tflops 2
     EXPECT_GT(j["memory"]["host"]["weights"]["peak"].get<int64_t>(), 0);
     EXPECT_GT(j["memory"]["host"]["kv"]["peak"].get<int64_t>(), 0);
     ++n;

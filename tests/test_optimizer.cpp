@@ -5,6 +5,8 @@
 
 #include "backend/backend.h"
 #include "model/init.h"
+#include "model_fixture.h"
+#include "train/flops.h"
 #include "train/optimizer.h"
 
 using namespace oomb;
@@ -65,3 +67,13 @@ TEST(Optimizer, RejectsBadSettingsNamingTheFlag) {
     EXPECT_NE(std::string(e.what()).find("--grad-clip"), std::string::npos);
   }
 }
+
+TEST(Flops, TheStatedFormulaByHand) {
+  // hidden 32, 2 layers, 4 heads and 2 kv heads of dim 8, intermediate 48, vocab 61
+  const ModelConfig c = parse_config(oomb::testing::tiny_config_json("llama", 2), "tiny");
+  // per layer: q 32x32, k and v 32x16 each, o 32x32, gate/up/down 32x48 each; lm_head 61x32
+  EXPECT_EQ(linear_weights(c), 2 * (1024 + 2 * 512 + 1024 + 3 * 1536) + 61 * 32);
+  // N = 10: 3 x (2 N weights + 4 L H D N (N + 1) / 2)
+  EXPECT_DOUBLE_EQ(train_flops(c, 10), 3.0 * (2.0 * 10 * 17312 + 4.0 * 2 * 4 * 8 * 55));
+}
+

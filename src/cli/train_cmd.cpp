@@ -8,6 +8,9 @@
 #include <memory>
 
 #include "cli/commands.h"
+#ifdef OOMB_HAVE_CUDA
+#include "backend/cuda/cuda_device.h"
+#endif
 #include "data/eos.h"
 #include "data/open_data.h"
 #include "data/repeat_task.h"
@@ -23,6 +26,7 @@ struct TrainArgs {
   std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32";
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict";
   int64_t eos_id = -1;
+  double peak_tflops = 0;
   bool shuffle = false, doc_mask = false, split_special = false;
   int64_t seq_len = 0, steps = 0, grad_accum = 1, log_every = 0, chunk = 0, page = 128;
   OptimConfig optim;
@@ -32,6 +36,15 @@ struct TrainArgs {
   CLI::App* cmd = nullptr;
   bool given(const char* flag) const { return cmd->count(flag) > 0; }
 };
+
+// MFU's denominator: --peak-tflops, else the GPU's known bf16 peak, else unknown (0).
+double peak_flops(const TrainArgs& a) {
+  if (a.peak_tflops > 0) return a.peak_tflops * 1e12;
+#ifdef OOMB_HAVE_CUDA
+  if (a.device == "cuda") return cuda::peak_bf16_flops(cuda::device_name());
+#endif
+  return 0.0;
+}
 
 std::unique_ptr<Backend> make_backend(const std::string& device) {
   if (device == "cpu") return make_cpu_backend();
@@ -149,6 +162,7 @@ int run_demo(TrainArgs& a, Backend& be) {
   Model model(cfg, be, chunk_plan(a));
   with_host_params(model, [&](Params& p) { init_params(p, a.seed); }, true);
   TrainOptions o{a.seq_len, a.steps, a.grad_accum, a.log_every ? a.log_every : 100, a.optim, a.metrics};
+  o.peak_flops = peak_flops(a);
   o.optim.lr = a.lr;
   o.optim.grad_clip = a.given("--grad-clip") ? a.grad_clip : 1.0f;
   const StepStats last = train(model, task, o, std::cout);
@@ -189,6 +203,8 @@ Command add_train(CLI::App& app) {
   c->add_option("--eos-id", a->eos_id, "Token ending each document (default: the model's eos_token_id)")
       ->check(CLI::NonNegativeNumber);
   c->add_flag("--shuffle", a->shuffle, "Take the documents in a new order every epoch (seeded by --seed)");
+  c->add_option("--peak-tflops", a->peak_tflops, "The device's peak TFLOP/s, for MFU (default on CUDA: the GPU's "
+                 "dense bf16 peak when it is an A100/H100/H200)")->check(positive());
   c->add_flag("--doc-mask", a->doc_mask, "Attention within documents only, positions restarting per document");
   c->add_option("--seq-len", a->seq_len, "Tokens per training sequence N (default 2048; demo 1024)")->check(positive());
   c->add_option("--steps", a->steps, "Optimizer steps (default 100; demo 800)")->check(positive());
@@ -226,6 +242,7 @@ Command add_train(CLI::App& app) {
             TrainOptions o{a->seq_len ? a->seq_len : 2048, a->steps ? a->steps : 100, a->grad_accum,
                            a->log_every ? a->log_every : 1, a->optim, a->metrics};
             o.optim.lr = a->given("--lr") ? a->lr : 1e-4f;
+            o.peak_flops = peak_flops(*a);
             o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
             a->seq_len = o.seq_len;
             Model model(cfg, *be, chunk_plan(*a, a->doc_mask ? eos : -1));

@@ -132,6 +132,29 @@ int64_t Model::load_chunk(const ChunkReader& read, ChunkSpan c, bool first_pass)
   return counted;
 }
 
+void Model::logits(const int32_t* ids, int64_t N, float* out) {
+  OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
+  const int64_t C = plan_.chunk, V = cfg_.vocab;
+  Arena tile(be_.tier(), Tag::Workspace, Arena::need(DType::F32, {C, V}));
+  Tensor lg = tile.take(DType::F32, {C, V});
+  std::vector<int32_t> none(size_t(N), -1);
+  const ChunkReader read = array_reader(ids, none.data());
+  kv_.clear();
+  docs_.clear();
+  for (int64_t t = 0; t < chunk_count(N, C); ++t) {
+    const ChunkSpan c = chunk_span(N, C, t);
+    const int64_t n = c.end - c.begin;
+    load_chunk(read, c, true);
+    forward_layers(c, true, false);
+    Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n), l = lg.rows(0, n);
+    be_.rmsnorm_fwd(h_.back().rows(0, n), params_.final_norm, float(cfg_.rms_norm_eps), hn, rstd);
+    be_.linear_fwd(hn, params_.lm_head, nullptr, l);
+    be_.copy(out + c.begin * V, Tier::Host, l.data, be_.tier(), l.bytes());
+  }
+  kv_.clear();
+  docs_.clear();
+}
+
 void Model::upload_params(const Params& host) {
   OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
   be_.copy(params_.flat().data, be_.tier(), host.flat().data, Tier::Host, params_.flat().bytes());

@@ -71,6 +71,8 @@ class Model {
   // weight * dLoss/dparam (weight = 1 / accumulated sequences).
   LossStats forward_backward(const ChunkReader& read, int64_t N, float weight);
   LossStats evaluate(const ChunkReader& read, int64_t N);
+  // Logits of every position of a sequence of N tokens: out (N, V), host memory, fp32.
+  void logits(const int32_t* ids, int64_t N, float* out);
   // The same over whole arrays (tests, small inputs).
   LossStats forward_backward(const int32_t* ids, const int32_t* targets, int64_t N, float weight);
   LossStats evaluate(const int32_t* ids, const int32_t* targets, int64_t N);

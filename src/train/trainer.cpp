@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include "train/flops.h"
+
 #include <chrono>
 #include <fmt/format.h>
 #include <fstream>
@@ -62,20 +64,25 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     st.tokens = N * o.grad_accum;
     st.tokens_per_s = double(st.tokens) / dt;
+    st.tflops = train_flops(model.config(), N) * double(o.grad_accum) / dt / 1e12;
+    st.mfu = o.peak_flops > 0 ? st.tflops * 1e12 / o.peak_flops : 0.0;
     st.elapsed_s = std::chrono::duration<double>(clock::now() - t_start).count();
     if (metrics.is_open()) {
       nlohmann::json j = {{"step", k},         {"loss", st.loss},     {"accuracy", st.accuracy},
                           {"lr", st.lr},       {"grad_norm", st.grad_norm}, {"tokens", st.tokens},
                           {"tokens_per_s", st.tokens_per_s}, {"elapsed_s", st.elapsed_s},
+                          {"tflops", st.tflops},
                           {"memory", memory_json()}};
+      if (o.peak_flops > 0) j["mfu"] = st.mfu;
       metrics << j.dump() << "\n";
       metrics.flush();
     }
     if (k % o.log_every == 0 || k + 1 == o.steps) {
-      const MemCounter host = Accountant::global().total(Tier::Host);
-      log << fmt::format("step {:>5}/{} | loss {:.4f} | acc {:5.1f}% | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | mem {}",
+      const MemCounter host = Accountant::global().total(Tier::Host), dev = Accountant::global().total(Tier::Device);
+      log << fmt::format("step {:>5}/{} | loss {:.4f} | acc {:5.1f}% | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s{} | mem {}{}",
                          k + 1, o.steps, st.loss, 100 * st.accuracy, st.lr, st.grad_norm, st.tokens_per_s,
-                         format_bytes(host.peak))
+                         o.peak_flops > 0 ? fmt::format(" | MFU {:.1f}%", 100 * st.mfu) : "", format_bytes(host.peak),
+                         dev.peak > 0 ? fmt::format(", device {}", format_bytes(dev.peak)) : "")
           << std::endl;
     }
     if (on_step) on_step(st);

@@ -18,11 +18,14 @@ struct TrainOptions {
   int64_t log_every = 1;   // progress line every k steps (and the last)
   OptimConfig optim;
   std::string metrics_path;  // JSON lines, one per step; empty = none
+  double peak_flops = 0;     // the device's peak FLOP/s for MFU; 0 = unknown (no MFU reported)
 };
 
 struct StepStats {
   int64_t step = 0;
   double loss = 0, accuracy = 0, grad_norm = 0, tokens_per_s = 0, elapsed_s = 0;
+  double tflops = 0;  // model TFLOP/s (train/flops.h)
+  double mfu = 0;     // tflops / peak, when the peak is known
   float lr = 0;
   int64_t tokens = 0;
 };

@@ -41,5 +41,22 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
   OOMB_CHECK(e == cudaSuccess, "copy to host: {}", cudaGetErrorString(e));
 }
 
+std::string device_name() {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return "";
+  return p.name;
+}
+
+// NVIDIA's dense (no sparsity) bf16 tensor-core peaks.
+double peak_bf16_flops(const std::string& name) {
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (has("H200")) return 989.4e12;
+  if (has("H100") && has("PCIe")) return 756.0e12;
+  if (has("H100") && has("NVL")) return 835.0e12;
+  if (has("H100")) return 989.4e12;  // SXM
+  if (has("A100")) return 312.0e12;
+  return 0.0;
+}
+
 }  // namespace oomb::cuda
 

@@ -8,4 +8,8 @@ bool device_available(std::string* why);  // false with the reason when no GPU c
 void install_device_allocator();          // Buffer(Tier::Device, ...) allocates with cudaMalloc
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
+// The device's name, and its dense bf16 peak in FLOP/s from the vendor's figures for the GPUs
+// oomb targets (0 when the name is not one of them).
+std::string device_name();
+double peak_bf16_flops(const std::string& name);
 }  // namespace oomb::cuda

@@ -1,0 +1,111 @@
+// The engine against Hugging Face's own modelling code: fixtures made by tools/golden_hf.py
+// (transformers, float64, from the float32 weights saved beside them) hold the loss, the logits
+// and every gradient of tiny Llama and Qwen2 models. Full-sequence and chunk-recurrent runs must
+// agree. Skips, saying why, while the fixtures have not been generated (they need transformers).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <cmath>
+
+#include "backend/backend.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "test_util.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+
+namespace {
+
+std::vector<double> f64(const SafetensorsFile& f, const std::string& name) {
+  const TensorInfo* t = f.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  EXPECT_EQ(t->dtype, DType::F64) << name;
+  std::vector<double> v(size_t(t->numel()));
+  f.read_raw(*t, v.data());
+  return v;
+}
+
+double rel(const std::vector<float>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+class HfGolden : public ::testing::TestWithParam<const char*> {};
+
+}  // namespace
+
+TEST_P(HfGolden, LossLogitsAndEveryGradient) {
+  const auto dir = std::filesystem::path(OOMB_SOURCE_DIR) / "tests/fixtures/hf" / GetParam();
+  if (!std::filesystem::exists(dir / "reference.safetensors"))
+    GTEST_SKIP() << "tests/fixtures/hf/" << GetParam() << " has not been generated yet: run `python3 "
+                 << "tools/golden_hf.py` where PyTorch and transformers exist (the GPU machine has both)";
+  const ModelConfig cfg = load_config(dir);
+  const SafetensorsFile ref = SafetensorsFile::open(dir / "reference.safetensors");
+  const TensorInfo* it = ref.find("input_ids");
+  ASSERT_NE(it, nullptr);
+  std::vector<int64_t> ids64(size_t(it->numel()));
+  ref.read_raw(*it, ids64.data());
+  const int64_t N = int64_t(ids64.size());
+  std::vector<int32_t> ids(ids64.begin(), ids64.end()), targets(ids.begin() + 1, ids.end());
+  targets.push_back(-1);  // the last position has no next token
+  const double loss = f64(ref, "loss").at(0);
+  auto be = make_cpu_backend();
+  for (int64_t C : {N, int64_t(7)}) {
+    SCOPED_TRACE(fmt::format("{} C={}", GetParam(), C));
+    Model m(cfg, *be, {C, 16});
+    load_weights(dir, cfg, m.params());
+    m.enable_grads();
+    const LossStats ls = m.forward_backward(ids.data(), targets.data(), N, 1.0f);
+    EXPECT_NEAR(ls.loss_sum / double(ls.targets), loss, 1e-6 * loss);
+    double worst = 0;
+    for (const ParamSpec& s : m.grads().specs()) {
+      const auto want = f64(ref, "grad/" + s.name);
+      const Tensor g = m.grads().view(s);
+      ASSERT_EQ(int64_t(want.size()), s.numel()) << s.name;
+      const double e = rel(std::vector<float>(g.f(), g.f() + s.numel()), want);
+      EXPECT_LE(e, 1e-5) << s.name;
+      worst = std::max(worst, e);
+    }
+    std::vector<float> lg(static_cast<size_t>(N * cfg.vocab));
+    m.logits(ids.data(), N, lg.data());
+    const double le = rel(lg, f64(ref, "logits"));
+    EXPECT_LE(le, 1e-5);
+    std::cout << fmt::format("[ hf       ] {} C={}: loss {:.6f} (HF {:.6f}), worst gradient rel. error {:.2e}, logits "
+                             "{:.2e}\n", GetParam(), C, ls.loss_sum / double(ls.targets), loss, worst, le);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, HfGolden, ::testing::Values("llama", "qwen2"));
+
+// Model::logits agrees with the fused loss: cross-entropy from the logits equals evaluate()'s.
+TEST(ModelLogits, AgreeWithTheFusedLoss) {
+  const auto dir = temp_dir();
+  const ModelConfig cfg = [&] {
+    auto j = nlohmann::json::parse(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+      "vocab_size": 61, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "tie_word_embeddings": false})");
+    return parse_config(j, "test");
+  }();
+  auto be = make_cpu_backend();
+  Model m(cfg, *be, {9, 16});
+  for (int64_t i = 0; i < m.params().flat().numel(); ++i) m.params().flat().f()[i] = float(std::sin(double(i))) * 0.2f;
+  const int64_t N = 30;
+  std::vector<int32_t> ids(static_cast<size_t>(N)), tg(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) ids[size_t(i)] = int32_t((i * 13 + 5) % 61), tg[size_t(i)] = int32_t((i * 7 + 2) % 61);
+  const LossStats ev = m.evaluate(ids.data(), tg.data(), N);
+  std::vector<float> lg(static_cast<size_t>(N * 61));
+  m.logits(ids.data(), N, lg.data());
+  double loss = 0;
+  for (int64_t t = 0; t < N; ++t) {
+    const float* r = lg.data() + t * 61;
+    double mx = r[0], s = 0;
+    for (int v = 1; v < 61; ++v) mx = std::max(mx, double(r[v]));
+    for (int v = 0; v < 61; ++v) s += std::exp(double(r[v]) - mx);
+    loss += mx + std::log(s) - double(r[tg[size_t(t)]]);
+  }
+  EXPECT_NEAR(loss, ev.loss_sum, 1e-5 * ev.loss_sum);
+}
