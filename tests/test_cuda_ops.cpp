@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -98,7 +99,28 @@ TEST(CudaOps, LinearForwardAndBackward) {
     report("linear_bwd dx", err(dx), 1e-6);
     report("linear_bwd dw", err(dw), 1e-6);
     report("linear_bwd db", err(db), 1e-6);
+    C.linear_fwd(x.h, w.h, nullptr, y.h);  // no bias
+    G.linear_fwd(x.d, w.d, nullptr, y.d);
+    report("linear_fwd", err(y), 1e-6);
+    C.linear_bwd(x.h, w.h, dy.h, &dx.h, false, nullptr, nullptr);  // dx overwritten, nothing else
+    G.linear_bwd(x.d, w.d, dy.d, &dx.d, false, nullptr, nullptr);
+    report("linear_bwd dx=", err(dx), 1e-6);
+    report("linear_bwd dw", err(dw), 1e-6);  // untouched on both
   }
+  // weights and biases are slices of one flat buffer: 4-byte aligned at worst
+  Pair flat(DType::F32, {1 + 96 * 128 + 96});
+  flat.randn(8);
+  auto slice = [](const Tensor& t, int64_t off, std::initializer_list<int64_t> dims) {
+    Tensor r(static_cast<float*>(t.data) + off, DType::F32, dims, t.tier);
+    return r;
+  };
+  Pair x(DType::F32, {67, 128}), y(DType::F32, {67, 96});
+  x.randn(9);
+  const Tensor wh = slice(flat.h, 1, {96, 128}), bh = slice(flat.h, 1 + 96 * 128, {96});
+  const Tensor wd = slice(flat.d, 1, {96, 128}), bd = slice(flat.d, 1 + 96 * 128, {96});
+  C.linear_fwd(x.h, wh, &bh, y.h);
+  G.linear_fwd(x.d, wd, &bd, y.d);
+  report("linear misaligned", err(y), 1e-6);
 }
 
 TEST(CudaOps, EmbeddingRmsnormRopeSwiglu) {
@@ -153,6 +175,10 @@ TEST(CudaOps, EmbeddingRmsnormRopeSwiglu) {
     C.rope_bwd(x.h, pos.h, r);
     G.rope_bwd(x.d, pos.d, r);
     report("rope_bwd", err(x), 1e-6);
+    for (float& f : inv) f *= 0.5f;  // same table, new values: the device copy must follow
+    C.rope_fwd(x.h, pos.h, r);
+    G.rope_fwd(x.d, pos.d, r);
+    report("rope_fwd new table", err(x), 1e-6);
   }
 }
 
@@ -161,33 +187,42 @@ TEST(CudaOps, AttentionOverBlocks) {
   Backend &C = *backends().cpu, &G = *backends().cuda;
   struct Case {
     int64_t T, H, G, D;
-    std::vector<int64_t> lens;  // earlier blocks' lengths, then the chunk's own T keys
+    std::vector<int64_t> lens;  // earlier blocks' lengths, then (own) the chunk's own T keys
     bool docs;
-    DType grad;
+    DType grad;  // of the earlier blocks; the chunk's own are f32, as in the model
+    bool own = true;  // without them and with documents, some queries see no key at all
   };
   const std::vector<Case> cases = {{5, 2, 1, 8, {}, false, DType::F32},
                                    {33, 4, 2, 16, {16, 16, 7}, false, DType::F32},
                                    {64, 6, 2, 64, {128, 3, 128}, true, DType::F32},
                                    {70, 8, 8, 128, {128, 100}, false, DType::BF16},
-                                   {17, 4, 1, 256, {40}, true, DType::F32}};
+                                   {17, 4, 1, 256, {40}, true, DType::F32},
+                                   {30, 4, 2, 32, {40}, true, DType::BF16, false}};
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("T={} H={} G={} D={} blocks={} docs={}", c.T, c.H, c.G, c.D, c.lens.size(), c.docs));
     std::vector<int64_t> lens = c.lens;
-    lens.push_back(c.T);
+    if (c.own) lens.push_back(c.T);
     int64_t N = 0;
     for (int64_t l : lens) N += l;
-    const int64_t q0 = N - c.T;
+    const int64_t q0 = c.own ? N - c.T : N;  // without its own keys the chunk follows the blocks
     std::vector<std::unique_ptr<Pair>> k, v, dk, dv;
-    Pair docs(DType::I32, {N});
-    for (int64_t i = 0; i < N; ++i) docs.h.as<int32_t>()[i] = int32_t(i / 23);  // documents of 23 tokens
+    Pair docs(DType::I32, {q0 + c.T});
+    for (int64_t i = 0; i < q0 + c.T; ++i) docs.h.as<int32_t>()[i] = int32_t(i / 23);  // documents of 23 tokens
+    if (!c.own)  // each query its own document, none of the blocks': no query sees a key
+      for (int64_t t = 0; t < c.T; ++t) docs.h.as<int32_t>()[q0 + t] = int32_t(1000 + t);
     docs.upload();
     std::vector<KVBlock> hb, db;
     int64_t at = 0;
     for (size_t b = 0; b < lens.size(); ++b) {
       for (auto* vec : {&k, &v, &dk, &dv}) vec->push_back(std::make_unique<Pair>(DType::F32, std::initializer_list<int64_t>{lens[b], c.G, c.D}));
-      if (c.grad == DType::BF16) {
+      const bool own_block = c.own && b + 1 == lens.size();
+      if (c.grad == DType::BF16 && !own_block) {
         dk.back() = std::make_unique<Pair>(DType::BF16, std::initializer_list<int64_t>{lens[b], c.G, c.D});
         dv.back() = std::make_unique<Pair>(DType::BF16, std::initializer_list<int64_t>{lens[b], c.G, c.D});
+        for (auto* g : {dk.back().get(), dv.back().get()}) {  // accumulated into
+          for (int64_t i = 0; i < g->h.numel(); ++i) g->h.as<uint16_t>()[i] = f32_to_bf16(float(i % 13) * 0.1f);
+          g->upload();
+        }
       } else {
         dk.back()->randn(100 + b), dv.back()->randn(200 + b);  // accumulated into
       }
@@ -214,8 +249,13 @@ TEST(CudaOps, AttentionOverBlocks) {
     C.attention_bwd(q.h, o.h, lse.h, dout.h, hb, ha, dq.h);
     G.attention_bwd(q.d, o.d, lse.d, dout.d, db, da, dq.d);
     report("attention dq", err(dq), 1e-5);
+    if (!c.own) {  // no key is visible to any query
+      for (float l : lse.device_f32()) EXPECT_TRUE(std::isinf(l) && l < 0);
+      for (float f : o.device_f32()) EXPECT_EQ(f, 0.0f);
+      for (float f : dq.device_f32()) EXPECT_EQ(f, 0.0f);
+    }
     for (size_t b = 0; b < lens.size(); ++b) {
-      if (c.grad == DType::BF16) {  // one rounding each: compare as values
+      if (dk[b]->h.dtype == DType::BF16) {  // one rounding each: compare as values
         auto widen = [](const std::vector<char>& raw) {
           std::vector<float> f(raw.size() / 2);
           for (size_t i = 0; i < f.size(); ++i) {
@@ -225,8 +265,11 @@ TEST(CudaOps, AttentionOverBlocks) {
           }
           return f;
         };
-        const auto hk = widen(std::vector<char>(dk[b]->host.begin(), dk[b]->host.end() - 1));
-        report("attention dk bf16", rel_error(widen(dk[b]->download()), hk), 8e-3);
+        for (Pair* g : {dk[b].get(), dv[b].get()}) {
+          const auto want = widen(std::vector<char>(g->host.begin(), g->host.end() - 1));
+          report(g == dk[b].get() ? "attention dk bf16" : "attention dv bf16", rel_error(widen(g->download()), want),
+                 8e-3);
+        }
       } else {
         report("attention dk", err(*dk[b]), 1e-5);
         report("attention dv", err(*dv[b]), 1e-5);
@@ -252,6 +295,11 @@ TEST(CudaOps, LossReductionsAndOptimizers) {
     EXPECT_EQ(gc, hc);
     report("xent dh", err(dh), 1e-5);
     report("xent dw", err(dw), 1e-5);
+    hc = gc = 0;  // evaluation: no gradients asked for
+    const double ec = C.lm_head_xent(h.h, w.h, tg.h, 1.0f, nullptr, nullptr, &hc);
+    const double eg = G.lm_head_xent(h.d, w.d, tg.d, 1.0f, nullptr, nullptr, &gc);
+    report("lm_head_xent eval", std::abs(eg - ec) / std::abs(ec), 1e-6);
+    EXPECT_EQ(gc, hc);
   }
   for (int64_t n : {1, 1000, 200003}) {
     Pair y(DType::F32, {n}), x(DType::F32, {n}), xb(DType::BF16, {n}), m(DType::F32, {n}), v(DType::F32, {n});

@@ -45,7 +45,8 @@ struct Scratch {
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
-    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend");
+    // a blocking stream: it waits for the legacy stream, where the allocator zeroes new memory
+    cuda_check(cudaStreamCreate(&stream_), "cuda backend");
     gemm_ws_ = Buffer(Tier::Device, Tag::Workspace, kGemmWorkspace);
     gemm_ = std::make_unique<cuda::Gemm>(stream_, gemm_ws_.data(), kGemmWorkspace);
   }
@@ -194,7 +195,7 @@ class CudaBackend final : public Backend {
     for (int64_t t = 0; t < T; ++t)
       OOMB_CHECK(tg_host_[size_t(t)] < V, "{}: target id {} at position {} is outside the vocabulary (size {})", op,
                  tg_host_[size_t(t)], t, V);
-    float* logits = static_cast<float*>(logits_.get(workspace_bytes(V)));
+    float* logits = static_cast<float*>(logits_.get(size_t(kLossTile * V) * 4 + size_t(kLossTile) * 12));
     double* row_loss = reinterpret_cast<double*>(logits + kLossTile * V);
     int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + kLossTile);
     std::vector<double> loss_h(static_cast<size_t>(kLossTile));
@@ -215,7 +216,7 @@ class CudaBackend final : public Backend {
     if (correct) *correct = hits;
     return loss;
   }
-  // the logits tile (tile x V fp32), its row losses (fp64) and hits (i32)
+  // the logits tile (tile x V fp32), its row losses (fp64) and hits (i32), and cuBLASLt's workspace
   size_t workspace_bytes(int64_t vocab) const override {
     return size_t(kLossTile * vocab) * 4 + size_t(kLossTile) * 12 + kGemmWorkspace;
   }
@@ -302,9 +303,10 @@ class CudaBackend final : public Backend {
     OOMB_CHECK(D % 2 == 0, "{}: head dim {} must be even", op, D);
     // the table lives in host memory; a device copy is kept while its values stay the same
     if (rope_host_.size() != size_t(D / 2) || std::memcmp(rope_host_.data(), r.inv_freq, size_t(D / 2) * 4) != 0) {
-      rope_host_.assign(r.inv_freq, r.inv_freq + D / 2);
+      rope_host_.clear();  // marked stale until the copy has succeeded
       void* dev = rope_dev_.get(size_t(D / 2) * 4);
-      copy(dev, Tier::Device, rope_host_.data(), Tier::Host, size_t(D / 2) * 4);
+      copy(dev, Tier::Device, r.inv_freq, Tier::Host, size_t(D / 2) * 4);
+      rope_host_.assign(r.inv_freq, r.inv_freq + D / 2);
     }
     cuda::k::rope(x.f(), pos.as<int32_t>(), static_cast<const float*>(rope_dev_.buf.data()), r.attention_scaling,
                   inverse, x.dim(0), x.dim(1), D, stream_);
@@ -334,10 +336,9 @@ class CudaBackend final : public Backend {
         OOMB_CHECK((kb.dk.dtype == DType::F32 || kb.dk.dtype == DType::BF16) && kb.dv.dtype == kb.dk.dtype,
                    "{}: block {} gradients must be f32 or bf16, got {} and {}", op, b, dtype_name(kb.dk.dtype),
                    dtype_name(kb.dv.dtype));
-        OOMB_CHECK(b == 0 || kb.dk.dtype == blocks[0].dk.dtype, "{}: blocks mix gradient dtypes", op);
-        p.grad_bf16 = kb.dk.dtype == DType::BF16;
       }
-      table_.push_back({kb.k.f(), kb.v.f(), kb.dk.data, kb.dv.data, kb.doc, kb.idx0, kb.k.dim(0)});
+      table_.push_back({kb.k.f(), kb.v.f(), kb.dk.data, kb.dv.data, kb.doc, kb.idx0, kb.k.dim(0),
+                        int32_t(backward && kb.dk.dtype == DType::BF16)});
       p.max_len = std::max(p.max_len, kb.k.dim(0));
     }
     if (p.G > 0) OOMB_CHECK(p.H % p.G == 0, "{}: query heads {} not a multiple of kv heads {}", op, p.H, p.G);

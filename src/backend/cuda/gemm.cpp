@@ -1,5 +1,6 @@
 #include "backend/cuda/gemm.h"
 
+#include "backend/cuda/kernels.h"
 #include "core/error.h"
 
 namespace oomb::cuda {
@@ -36,54 +37,85 @@ LtLayout lt_layout(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t ld
   return l;
 }
 
+// The largest power of two from 4 to 256 that divides the address.
+static int alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  int al = 256;
+  while (al > 4 && a % uintptr_t(al) != 0) al /= 2;
+  return al;
+}
+
 Gemm::Plan& Gemm::plan(const Key& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
-  const auto [ta, tb, M, N, K, lda, ldb, ldc, bias] = key;
+  const auto [ta, tb, M, N, K, lda, ldb, ldc, bias, align_a, align_b, align_c] = key;
   Plan p;
-  lt_check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-  const LtLayout l = lt_layout(ta, tb, M, N, K, lda, ldb, ldc);
-  const cublasOperation_t op_a = l.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = l.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a), "TRANSA");
-  lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b), "TRANSB");
-  if (bias) {
-    const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
-    lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "EPILOGUE");
-  }
-  lt_check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, uint64_t(l.a_rows), uint64_t(l.a_cols), l.a_ld), "layout A");
-  lt_check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, uint64_t(l.b_rows), uint64_t(l.b_cols), l.b_ld), "layout B");
-  lt_check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(l.c_rows), uint64_t(l.c_cols), l.c_ld), "layout C");
   cublasLtMatmulPreference_t pref = nullptr;
-  lt_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-  const uint64_t ws = ws_bytes_;
-  lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-           "workspace preference");
-  cublasLtMatmulHeuristicResult_t res{};
-  int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  lt_check(hs, "cublasLtMatmulAlgoGetHeuristic");
-  OOMB_CHECK(found > 0, "cuBLASLt: no algorithm for a {}x{}x{} fp32 GEMM", M, N, K);
-  p.algo = res.algo;
+  auto cleanup = [&] {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+    if (p.op) cublasLtMatmulDescDestroy(p.op);
+  };
+  try {
+    const LtLayout l = lt_layout(ta, tb, M, N, K, lda, ldb, ldc);
+    lt_check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    const cublasOperation_t op_a = l.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = l.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a), "TRANSA");
+    lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b), "TRANSB");
+    if (bias) {
+      const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+      lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "EPILOGUE");
+    }
+    lt_check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, uint64_t(l.a_rows), uint64_t(l.a_cols), l.a_ld), "layout A");
+    lt_check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, uint64_t(l.b_rows), uint64_t(l.b_cols), l.b_ld), "layout B");
+    lt_check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(l.c_rows), uint64_t(l.c_cols), l.c_ld), "layout C");
+    lt_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    const uint64_t ws = ws_bytes_;
+    lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+             "workspace preference");
+    // cuBLASLt's A is our B and its B our A (lt_layout); C is also D
+    const uint32_t al[4] = {uint32_t(align_b), uint32_t(align_a), uint32_t(align_c), uint32_t(align_c)};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i)
+      lt_check(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]), "alignment preference");
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    lt_check(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found),
+             "cublasLtMatmulAlgoGetHeuristic");
+    OOMB_CHECK(found > 0, "cuBLASLt: no algorithm for a {}x{}x{} fp32 GEMM", M, N, K);
+    p.algo = res.algo;
+    cublasLtMatmulPreferenceDestroy(pref);
+  } catch (...) {
+    cleanup();
+    throw;
+  }
   return plans_.emplace(key, p).first->second;
 }
 
 void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                int64_t ldb, float* C, int64_t ldc, float alpha, float beta, const float* bias) {
   if (M == 0 || N == 0) return;
+  const bool epilogue = bias && alignment(bias) >= 16;
+  OOMB_CHECK(!bias || epilogue || ldc == N, "GEMM: a bias needs contiguous rows of C");
   if (K == 0) {  // cuBLASLt wants K > 0; op(A) op(B) is zero
     OOMB_CHECK(beta == 1.0f || beta == 0.0f, "GEMM: K = 0 with beta {}", beta);
     if (beta == 0.0f) {
       for (int64_t r = 0; r < M; ++r)
         OOMB_CHECK(cudaMemsetAsync(C + r * ldc, 0, size_t(N) * 4, stream_) == cudaSuccess, "GEMM: memset failed");
     }
+    if (bias) k::add_rows(C, bias, M, N, stream_);
     return;
   }
-  Plan& p = plan({ta, tb, M, N, K, lda, ldb, ldc, bias != nullptr});
-  if (bias)
+  Plan& p = plan({ta, tb, M, N, K, lda, ldb, ldc, epilogue, alignment(A), alignment(B), alignment(C)});
+  if (epilogue)
     lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "BIAS_POINTER");
   lt_check(cublasLtMatmul(lt_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, ws_, ws_bytes_, stream_),
            "cublasLtMatmul");
+  if (bias && !epilogue) k::add_rows(C, bias, M, N, stream_);
 }
 
 }  // namespace oomb::cuda

@@ -1,7 +1,9 @@
 // Row-major fp32 GEMMs on cuBLASLt: C (M, N) = alpha op(A) op(B) + beta C [+ bias (N) per row],
 // where op(A) is (M, K) (A stored (M, K), or (K, M) when ta) and op(B) is (K, N) (B stored (K, N),
 // or (N, K) when tb). fp32 compute without TF32, to match the CPU reference op by op. Plans
-// (descriptors and the heuristic's algorithm) are built once per shape and cached.
+// (descriptors and the heuristic's algorithm) are built once per shape and pointer alignment
+// (parameters are slices of one flat buffer, aligned to as little as 4 bytes) and cached. The
+// bias goes through cuBLASLt's epilogue when it is 16-byte aligned, else through a kernel.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -37,7 +39,7 @@ class Gemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, int, int>;
   Plan& plan(const Key& k);
   cudaStream_t stream_;
   cublasLtHandle_t lt_ = nullptr;

@@ -34,6 +34,8 @@ void scale(float* y, float a, int64_t n, cudaStream_t s);
 // partial[c] = sum of x[i]^2 over chunk c of 65536 elements, in fp64 (the caller sums them in order)
 void sum_squares_chunks(const float* x, int64_t n, double* partial, cudaStream_t s);
 constexpr int64_t kSumChunk = 1 << 16;
+// y (T, out) += b (out) on every row
+void add_rows(float* y, const float* b, int64_t T, int64_t out, cudaStream_t s);
 // db (out) += sum_t dy (T, out)
 void column_sums(const float* dy, float* db, int64_t T, int64_t out, cudaStream_t s);
 
@@ -52,11 +54,12 @@ void xent_rows(float* logits, const int32_t* targets, float scale, int64_t n, in
 struct AttnBlock {
   const float* k;    // (len, G, D)
   const float* v;    // (len, G, D)
-  void* dk;          // (len, G, D) f32 or bf16 (grad_bf16), backward only
+  void* dk;          // (len, G, D) f32, or bf16 when grad_bf16; backward only
   void* dv;
   const int32_t* doc;  // (len) or null
   int64_t idx0;        // sequence index of the block's first token
   int64_t len;
+  int32_t grad_bf16;   // per block: earlier pages may hold bf16 gradients, the chunk's own are f32
 };
 struct AttnParams {
   const AttnBlock* blocks;  // device memory
@@ -65,7 +68,6 @@ struct AttnParams {
   float scale;
   int64_t q_idx0;
   const int32_t* q_doc;  // (T) or null
-  bool grad_bf16;
 };
 // q, o: (T, H, D); lse: (T, H), natural log, -inf for a query that sees no key
 void attention_fwd(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s);

@@ -207,7 +207,7 @@ __global__ void attn_dkdv_k(AttnParams p, const float* q, const float* lse, cons
   }
   if (!have) return;
   const int64_t at = (j * p.G + g) * D;
-  if (p.grad_bf16) {
+  if (kb.grad_bf16) {
     __nv_bfloat16 *k16 = static_cast<__nv_bfloat16*>(kb.dk) + at, *v16 = static_cast<__nv_bfloat16*>(kb.dv) + at;
     for (int64_t i = 0; i < D; ++i) {
       k16[i] = __float2bfloat16_rn(__bfloat162float(k16[i]) + dk[i]);

@@ -144,6 +144,11 @@ __global__ void sum_squares_k(const float* x, int64_t n, double* partial) {
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
+__global__ void add_rows_k(float* y, const float* b, int64_t T, int64_t out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < T * out) y[i] += b[i % out];
+}
+
 __global__ void column_sums_k(const float* dy, float* db, int64_t T, int64_t out) {
   const int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (o >= out) return;
@@ -209,6 +214,9 @@ void scale(float* y, float a, int64_t n, cudaStream_t s) {
 }
 void sum_squares_chunks(const float* x, int64_t n, double* partial, cudaStream_t s) {
   if (n > 0) sum_squares_k<<<unsigned((n + kSumChunk - 1) / kSumChunk), 1024, 0, s>>>(x, n, partial);
+}
+void add_rows(float* y, const float* b, int64_t T, int64_t out, cudaStream_t s) {
+  if (T * out > 0) add_rows_k<<<blocks_for(T * out), kThreads, 0, s>>>(y, b, T, out);
 }
 void column_sums(const float* dy, float* db, int64_t T, int64_t out, cudaStream_t s) {
   if (out > 0) column_sums_k<<<blocks_for(out), kThreads, 0, s>>>(dy, db, T, out);

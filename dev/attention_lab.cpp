@@ -1,0 +1,194 @@
+// Paged attention: check against the CPU reference, then time forward and backward. See README.md.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
+
+using namespace oomb;
+
+namespace {
+
+#define CK(x)                                                                               \
+  do {                                                                                      \
+    cudaError_t e_ = (x);                                                                   \
+    if (e_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+
+struct Shape {
+  int64_t H = 14, G = 2, D = 64, C = 4096, N = 32768, P = 128;
+};
+
+std::vector<float> randn(size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+float* dev(const std::vector<float>& h) {
+  float* p = nullptr;
+  CK(cudaMalloc(&p, std::max<size_t>(h.size(), 1) * 4));
+  CK(cudaMemcpy(p, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  return p;
+}
+std::vector<float> host(const float* d, size_t n) {
+  std::vector<float> h(n);
+  CK(cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost));
+  return h;
+}
+double rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += double(a[i] - b[i]) * (a[i] - b[i]), den += double(b[i]) * b[i];
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// N keys in pages of P (the last C of them the chunk's own queries' keys); K/V on host and device.
+struct Layout {
+  Shape s;
+  std::vector<std::vector<float>> k, v, dk, dv;
+  std::vector<float*> kd, vd, dkd, dvd;
+  std::vector<int64_t> idx0;
+  explicit Layout(const Shape& sh) : s(sh) {
+    for (int64_t at = 0; at < s.N; at += s.P) {
+      const int64_t len = std::min(s.P, s.N - at);
+      const size_t n = size_t(len * s.G * s.D);
+      k.push_back(randn(n, unsigned(at + 1))), v.push_back(randn(n, unsigned(at + 2)));
+      dk.emplace_back(n, 0.0f), dv.emplace_back(n, 0.0f);
+      kd.push_back(dev(k.back())), vd.push_back(dev(v.back())), dkd.push_back(dev(dk.back())),
+          dvd.push_back(dev(dv.back()));
+      idx0.push_back(at);
+    }
+  }
+  std::vector<KVBlock> cpu_blocks() {
+    std::vector<KVBlock> b;
+    for (size_t i = 0; i < k.size(); ++i) {
+      const int64_t len = int64_t(k[i].size()) / (s.G * s.D);
+      b.push_back({Tensor::f32(k[i].data(), {len, s.G, s.D}), Tensor::f32(v[i].data(), {len, s.G, s.D}),
+                   Tensor::f32(dk[i].data(), {len, s.G, s.D}), Tensor::f32(dv[i].data(), {len, s.G, s.D}), idx0[i],
+                   nullptr});
+    }
+    return b;
+  }
+  cuda::k::AttnParams params(cuda::k::AttnBlock** table) {
+    std::vector<cuda::k::AttnBlock> t;
+    for (size_t i = 0; i < k.size(); ++i)
+      t.push_back({kd[i], vd[i], dkd[i], dvd[i], nullptr, idx0[i], int64_t(k[i].size()) / (s.G * s.D), 0});
+    CK(cudaMalloc(table, t.size() * sizeof t[0]));
+    CK(cudaMemcpy(*table, t.data(), t.size() * sizeof t[0], cudaMemcpyHostToDevice));
+    cuda::k::AttnParams p{};
+    p.blocks = *table, p.n_blocks = int64_t(t.size()), p.max_len = s.P;
+    p.T = s.C, p.H = s.H, p.G = s.G, p.D = s.D, p.scale = float(1.0 / std::sqrt(double(s.D))), p.q_idx0 = s.N - s.C;
+    return p;
+  }
+};
+
+template <typename F>
+float median_ms(F f, int reps) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  f(), f();  // warm-up
+  std::vector<float> ms;
+  for (int r = 0; r < reps; ++r) {
+    CK(cudaEventRecord(a));
+    f();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void check(Shape s) {
+  s.C = std::min<int64_t>(s.C, 192), s.N = std::min<int64_t>(s.N, 700);
+  Layout L(s);
+  auto q = randn(size_t(s.C * s.H * s.D), 7), dout = randn(q.size(), 8);
+  std::vector<float> o(q.size()), lse(size_t(s.C * s.H)), dq(q.size());
+  auto blocks = L.cpu_blocks();
+  const AttnArgs a{float(1.0 / std::sqrt(double(s.D))), s.N - s.C, nullptr};
+  Tensor ot = Tensor::f32(o.data(), {s.C, s.H, s.D}), lt = Tensor::f32(lse.data(), {s.C, s.H});
+  cpu::attention_fwd(Tensor::f32(q.data(), {s.C, s.H, s.D}), blocks, a, ot, lt);
+  Tensor dqt = Tensor::f32(dq.data(), {s.C, s.H, s.D});
+  cpu::attention_bwd(Tensor::f32(q.data(), {s.C, s.H, s.D}), Tensor::f32(o.data(), {s.C, s.H, s.D}),
+                     Tensor::f32(lse.data(), {s.C, s.H}), Tensor::f32(dout.data(), {s.C, s.H, s.D}), blocks, a, dqt);
+  cuda::k::AttnBlock* table = nullptr;
+  const cuda::k::AttnParams p = L.params(&table);
+  float *qd = dev(q), *od = dev(o), *lsed = dev(lse), *dod = dev(dout), *dqd = dev(dq), *dsum = dev(lse);
+  cuda::k::attention_fwd(p, qd, od, lsed, nullptr);
+  cuda::k::attention_bwd(p, qd, od, lsed, dod, dqd, dsum, nullptr);
+  CK(cudaDeviceSynchronize());
+  double edk = 0, edv = 0;
+  for (size_t i = 0; i < L.k.size(); ++i) {
+    edk = std::max(edk, rel(host(L.dkd[i], L.dk[i].size()), L.dk[i]));
+    edv = std::max(edv, rel(host(L.dvd[i], L.dv[i].size()), L.dv[i]));
+  }
+  std::printf("check (C=%ld N=%ld H=%ld G=%ld D=%ld): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
+              long(s.C), long(s.N), long(s.H), long(s.G), long(s.D), rel(host(od, o.size()), o),
+              rel(host(lsed, lse.size()), lse), rel(host(dqd, dq.size()), dq), edk, edv);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string why;
+  if (!cuda::device_available(&why)) {
+    std::fprintf(stderr, "attention_lab: %s\n", why.c_str());
+    return 1;
+  }
+  Shape s;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string f = argv[i];
+    const int64_t v = std::atoll(argv[i + 1]);
+    if (f == "--heads") s.H = v;
+    else if (f == "--kv-heads") s.G = v;
+    else if (f == "--dim") s.D = v;
+    else if (f == "--chunk") s.C = v;
+    else if (f == "--keys") s.N = v;
+    else if (f == "--page") s.P = v;
+    else return std::fprintf(stderr, "unknown flag %s\n", f.c_str()), 2;
+  }
+  check(s);
+  Layout L(s);
+  cuda::k::AttnBlock* table = nullptr;
+  const cuda::k::AttnParams p = L.params(&table);
+  auto q = randn(size_t(s.C * s.H * s.D), 7);
+  float *qd = dev(q), *od = dev(q), *dod = dev(q), *dqd = dev(q), *lsed = nullptr, *dsum = nullptr;
+  CK(cudaMalloc(&lsed, size_t(s.C * s.H) * 4));
+  CK(cudaMalloc(&dsum, size_t(s.C * s.H) * 4));
+  const double pairs = double(s.C) * double(s.N - s.C) + double(s.C) * double(s.C + 1) / 2;
+  const double fwd_flops = 4.0 * pairs * double(s.H) * double(s.D), bwd_flops = 2.5 * fwd_flops;
+  const float fwd = median_ms([&] { cuda::k::attention_fwd(p, qd, od, lsed, nullptr); }, 5);
+  const float bwd = median_ms([&] { cuda::k::attention_bwd(p, qd, od, lsed, dod, dqd, dsum, nullptr); }, 3);
+  // the fp32 GEMM rate of this GPU, measured now: 8192^3
+  const int64_t M = 8192;
+  float *A = dev(randn(size_t(M * M), 1)), *B = dev(randn(size_t(M * M), 2)), *Cm = nullptr, *ws = nullptr;
+  CK(cudaMalloc(&Cm, size_t(M * M) * 4));
+  CK(cudaMalloc(&ws, 32 << 20));
+  cuda::Gemm gemm(nullptr, ws, 32 << 20);
+  const float gms = median_ms([&] { gemm.run(false, true, M, M, M, A, M, B, M, Cm, M, 1.0f, 0.0f); }, 5);
+  std::printf("device %s; C=%ld queries over N=%ld keys, pages of %ld, H=%ld G=%ld D=%ld\n",
+              cuda::device_name().c_str(), long(s.C), long(s.N), long(s.P), long(s.H), long(s.G), long(s.D));
+  std::printf("| kernel | ms (median) | TFLOP/s |\n|---|---|---|\n");
+  std::printf("| attention forward | %.3f | %.2f |\n", fwd, fwd_flops / fwd / 1e9);
+  std::printf("| attention backward | %.3f | %.2f |\n", bwd, bwd_flops / bwd / 1e9);
+  std::printf("| fp32 GEMM 8192^3 (cuBLASLt) | %.3f | %.2f |\n", gms, 2.0 * double(M) * M * M / gms / 1e9);
+  return 0;
+}
