@@ -30,7 +30,7 @@ struct CmdResult {
 
 CmdResult oomb_cmd(const std::filesystem::path& dir, const std::string& args) {
   const auto log = dir / "cmd.log";
-  const std::string cmd = fmt::format("{}/oomb {} > {} 2>&1", OOMB_BINARY_DIR, args, log.string());
+  const std::string cmd = fmt::format("{}/oomb {} > {} 2>&1", binary_dir().string(), args, log.string());
   const int rc = std::system(cmd.c_str());
   return {WEXITSTATUS(rc), read_text(log)};
 }
@@ -139,7 +139,7 @@ TEST(Cli, TokenizeWritesExactlyTheIdsOfTheWholeFile) {
   if (real.empty()) GTEST_SKIP() << npm_missing_reason("qwen3");
   const auto dir = temp_dir();
   std::string text;
-  std::ifstream golden(std::filesystem::path(OOMB_SOURCE_DIR) / "tests/fixtures/tokenizer_golden.jsonl");
+  std::ifstream golden(source_dir() / "tests/fixtures/tokenizer_golden.jsonl");
   std::string line;
   for (int i = 0; i < 400 && std::getline(golden, line); ++i) {
     const auto j = nlohmann::json::parse(line);

@@ -39,7 +39,7 @@ class HfGolden : public ::testing::TestWithParam<const char*> {};
 }  // namespace
 
 TEST_P(HfGolden, LossLogitsAndEveryGradient) {
-  const auto dir = std::filesystem::path(OOMB_SOURCE_DIR) / "tests/fixtures/hf" / GetParam();
+  const auto dir = source_dir() / "tests/fixtures/hf" / GetParam();
   if (!std::filesystem::exists(dir / "reference.safetensors"))
     GTEST_SKIP() << "tests/fixtures/hf/" << GetParam() << " has not been generated yet: run `python3 "
                  << "tools/golden_hf.py` where PyTorch and transformers exist (the GPU machine has both)";

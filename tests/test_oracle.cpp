@@ -41,7 +41,7 @@ void check_against_oracle(const Case& c) {
   const ModelConfig cfg = write_tiny_model(dir / "model", c.cfg, 11);
   const auto toks = write_tokens(dir / "tokens.bin", c.N + 1, cfg.vocab, 12);
   const std::string cmd = fmt::format("{} {}/tests/oracle/torch_oracle.py --model {} --tokens {} --out {} > {} 2>&1",
-                                      OOMB_TORCH_PYTHON, OOMB_SOURCE_DIR, (dir / "model").string(),
+                                      OOMB_TORCH_PYTHON, source_dir().string(), (dir / "model").string(),
                                       (dir / "tokens.bin").string(), (dir / "oracle.safetensors").string(),
                                       (dir / "oracle.log").string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "oracle failed: " << read_text(dir / "oracle.log");

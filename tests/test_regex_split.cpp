@@ -10,11 +10,13 @@
 #include <random>
 
 #include "onig_reference.h"
+#include "test_util.h"
 #include "text/regex_split.h"
 #include "text/utf8.h"
 
 using namespace oomb;
 using oomb::testing::OnigSplit;
+using oomb::testing::source_dir;
 
 namespace {
 
@@ -52,7 +54,7 @@ std::vector<std::string> texts() {
     }
     t.push_back(s);
   }
-  std::ifstream f(std::filesystem::path(OOMB_SOURCE_DIR) / "tests/fixtures/tokenizer_golden.jsonl");
+  std::ifstream f(source_dir() / "tests/fixtures/tokenizer_golden.jsonl");
   std::string line;
   while (std::getline(f, line)) {
     const auto j = nlohmann::json::parse(line);

@@ -32,7 +32,7 @@ const Tokenizer* real(const std::string& name) {
 }
 
 std::vector<json> golden() {
-  std::ifstream f(std::filesystem::path(OOMB_SOURCE_DIR) / "tests/fixtures/tokenizer_golden.jsonl");
+  std::ifstream f(source_dir() / "tests/fixtures/tokenizer_golden.jsonl");
   std::vector<json> cases;
   std::string line;
   while (std::getline(f, line)) cases.push_back(json::parse(line));

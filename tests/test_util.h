@@ -25,6 +25,11 @@ std::filesystem::path temp_dir(const std::string& hint = "");
 std::string read_text(const std::filesystem::path& p);
 void write_bytes(const std::filesystem::path& p, const std::string& bytes);
 
+// The source tree and the build tree: the environment's OOMB_SOURCE_DIR / OOMB_BINARY_DIR when set
+// (tests run from a bundle on another machine), else the paths this build was configured with.
+std::filesystem::path source_dir();
+std::filesystem::path binary_dir();
+
 // The message of the oomb::Error that f throws, or "(no error)".
 std::string error_of(const std::function<void()>& f);
 
