@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/error.h"
 #include "onig_reference.h"
 #include "test_util.h"
 #include "text/regex_split.h"
@@ -89,6 +90,18 @@ TEST(RegexSplit, RunsLongerThanPcre2sDefaultMatchLimit) {
     ASSERT_FALSE(got.empty());
     EXPECT_EQ(got.back().second, s.size());
     EXPECT_LE(got.size(), 4u) << pat;
+  }
+}
+
+TEST(RegexSplit, ExponentialBacktrackingIsANamedErrorNotAHang) {
+  const RegexSplit r("(a|aa)+$", "test");
+  std::vector<Piece> p;
+  try {
+    r.split(std::string(60, 'a') + "b", p);
+    FAIL() << "no error";
+  } catch (const oomb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("split pattern (a|aa)+$: matching failed at byte 0"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -210,7 +210,8 @@ uint64_t PieceCache::hash(std::string_view k) {
 
 const int32_t* PieceCache::find(std::string_view key, uint64_t h, uint32_t* n) const {
   if (slots_.empty()) return nullptr;
-  for (size_t i = h & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
     const Slot& s = slots_[i];
     if (s.hash == 0) return nullptr;
     if (s.hash == h && s.key_len == key.size() && std::memcmp(keys_.data() + s.key_at, key.data(), key.size()) == 0) {
@@ -220,16 +221,27 @@ const int32_t* PieceCache::find(std::string_view key, uint64_t h, uint32_t* n) c
   }
 }
 
+void PieceCache::place(const Slot& s) {
+  const size_t mask = slots_.size() - 1;
+  size_t i = s.hash & mask;
+  while (slots_[i].hash != 0) i = (i + 1) & mask;
+  slots_[i] = s;
+}
+
 void PieceCache::insert(std::string_view key, uint64_t h, const std::vector<int32_t>& ids) {
-  if (slots_.empty() || used_ >= kMaxUsed || keys_.size() + key.size() >= UINT32_MAX / 2 ||
+  const bool full = used_ + 1 > slots_.size() / 2;
+  if (slots_.empty() || (full && slots_.size() >= kMaxSlots) || keys_.size() + key.size() >= UINT32_MAX / 2 ||
       ids_.size() + ids.size() >= UINT32_MAX / 2) {
-    slots_.assign(kSlots, Slot{});
+    slots_.assign(kMinSlots, Slot{});  // start over
     keys_.clear(), ids_.clear();
     used_ = 0;
+  } else if (full) {  // double, placing the entries again
+    std::vector<Slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    for (const Slot& s : old)
+      if (s.hash != 0) place(s);
   }
-  size_t i = h & (kSlots - 1);
-  while (slots_[i].hash != 0) i = (i + 1) & (kSlots - 1);
-  slots_[i] = {h, uint32_t(keys_.size()), uint32_t(key.size()), uint32_t(ids_.size()), uint32_t(ids.size())};
+  place({h, uint32_t(keys_.size()), uint32_t(key.size()), uint32_t(ids_.size()), uint32_t(ids.size())});
   keys_.append(key);
   ids_.insert(ids_.end(), ids.begin(), ids.end());
   ++used_;

@@ -20,8 +20,9 @@ struct StringHash {
 };
 using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
-// Ids of pieces already encoded: open addressing with linear probing over a power-of-two table;
-// keys and results live back to back in two arrays. Cleared when full (a cache, not a record).
+// Ids of pieces already encoded: open addressing with linear probing over a power-of-two table
+// that starts small and doubles at half load (a fresh state costs little); keys and results live
+// back to back in two arrays. Cleared when the largest table is half full (a cache, not a record).
 class PieceCache {
  public:
   // The cached ids of `key` (nullptr if absent); n receives their count.
@@ -34,7 +35,8 @@ class PieceCache {
     uint64_t hash = 0;  // 0: empty (hash() never returns 0)
     uint32_t key_at = 0, key_len = 0, ids_at = 0, ids_len = 0;
   };
-  static constexpr size_t kSlots = size_t(1) << 19, kMaxUsed = kSlots / 2;
+  static constexpr size_t kMinSlots = size_t(1) << 10, kMaxSlots = size_t(1) << 19;
+  void place(const Slot& s);
   std::vector<Slot> slots_;
   std::string keys_;
   std::vector<int32_t> ids_;

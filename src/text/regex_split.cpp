@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <cstdint>
 
 
@@ -88,16 +89,16 @@ RegexSplit::RegexSplit(RegexSplit&&) noexcept = default;
 RegexSplit& RegexSplit::operator=(RegexSplit&&) noexcept = default;
 
 namespace {
-// Per thread (a compiled pattern is shared, these are not): match data, and a match context
-// whose limits let these patterns run over any length. The defaults stop at ten million
-// backtracking steps, which a run of ten million spaces reaches (\s*[\r\n]+ tries every length
-// before \s+(?!\S) matches); the work stays linear in the run. The JIT stack grows to 256 MB.
+// Per thread (a compiled pattern is shared, these are not): match data, and a match context.
+// PCRE2's default limit of ten million backtracking steps is reached by a run of ten million
+// spaces (\s*[\r\n]+ tries every length before \s+(?!\S) matches), work that stays linear in
+// the run; so each match may take ten million steps plus 100 per byte left in the text, which
+// still stops a pattern that backtracks exponentially. The JIT stack grows to 256 MB.
 struct MatchState {
   pcre2_match_data* md = pcre2_match_data_create(16, nullptr);
   pcre2_match_context* mc = pcre2_match_context_create(nullptr);
   pcre2_jit_stack* stack = pcre2_jit_stack_create(1 << 16, 256 << 20, nullptr);
   MatchState() {
-    pcre2_set_match_limit(mc, UINT32_MAX);
     pcre2_set_depth_limit(mc, UINT32_MAX);
     pcre2_jit_stack_assign(mc, nullptr, stack);
   }
@@ -114,6 +115,7 @@ void RegexSplit::split(std::string_view s, std::vector<Piece>& out) const {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
   size_t pos = 0, prev = 0;
   while (pos <= s.size()) {
+    pcre2_set_match_limit(tl.mc, uint32_t(std::min<uint64_t>(UINT32_MAX, 10'000'000 + 100 * uint64_t(s.size() - pos))));
     const int rc = pcre2_match(impl_->code, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, tl.md, tl.mc);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
