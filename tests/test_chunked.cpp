@@ -31,6 +31,7 @@ ChunkRun run(const std::filesystem::path& dir, const std::vector<int32_t>& toks,
   // K/V pages for every token of every layer; gradient pages only for the N - C tokens before the last chunk
   const int64_t P = plan.page_size, C = std::min(plan.chunk, N);
   EXPECT_EQ(m.kv_grad().shape().dtype, plan.kv_grad_dtype);
+  EXPECT_EQ(m.kv().shape().dtype, plan.kv_dtype);
   EXPECT_EQ(m.kv().pages_reserved(), cfg.layers * ((N + P - 1) / P));
   EXPECT_EQ(m.kv_grad().pages_reserved(), cfg.layers * ((N - C + P - 1) / P));
   EXPECT_EQ(m.kv().pages_in_use(), 0) << "K/V pages left after the backward sweep";
@@ -92,6 +93,49 @@ TEST(Chunked, Bf16GradientPagesStayCloseAndTakeHalfTheBytes) {
   const MemoryPlan f32 = plan_memory(cfg, {13, 16}, N, "adamw", ws), bf16 = plan_memory(cfg, {13, 16, DType::BF16}, N, "adamw", ws);
   EXPECT_EQ(2 * bf16.kv_grad, f32.kv_grad);
   EXPECT_EQ(bf16.kv, f32.kv);
+}
+
+// --kv-dtype bf16: K and V are rounded to bf16 in every chunk, so chunked training reads from bf16
+// pages exactly the values full-sequence training rounds to: the two agree as tightly as in f32.
+// Against f32 K/V they differ by bf16's rounding; the K/V pages take half the bytes.
+TEST(Chunked, Bf16KvPagesEqualFullSequenceAndTakeHalfTheBytes) {
+  double worst_chunked = 0, worst_vs_f32 = 0, worst_loss_vs_f32 = 0;
+  for (int64_t G : {2, 1}) {
+    const auto dir = temp_dir(fmt::format("_{}", G));
+    write_tiny_model(dir, tiny_config_json(G == 1 ? "llama" : "qwen2", G), 41 + uint64_t(G));
+    const auto toks = write_tokens(dir / "t.bin", 132, 61, 42);
+    const int64_t N = 131;
+    ChunkPlan full_plan{N, 16};
+    full_plan.kv_dtype = DType::BF16;
+    const ChunkRun full = run(dir, toks, N, full_plan), full32 = run(dir, toks, N, {N, 16});
+    for (auto [C, P] : {std::pair<int64_t, int64_t>{13, 16}, {32, 16}, {29, 64}}) {
+      SCOPED_TRACE(fmt::format("G={} C={} P={}", G, C, P));
+      ChunkPlan plan{C, P};
+      plan.kv_dtype = DType::BF16;
+      const ChunkRun r = run(dir, toks, N, plan);
+      EXPECT_NEAR(r.loss, full.loss, 1e-6 * std::abs(full.loss));
+      worst_chunked = std::max(worst_chunked, rel_error(r.grads, full.grads));
+    }
+    worst_vs_f32 = std::max(worst_vs_f32, rel_error(full.grads, full32.grads));
+    worst_loss_vs_f32 = std::max(worst_loss_vs_f32, std::abs(full.loss - full32.loss) / full32.loss);
+  }
+  EXPECT_LE(worst_chunked, 1e-5);
+  EXPECT_LE(worst_vs_f32, 2e-2);   // K and V carry 8 bits of mantissa
+  EXPECT_GT(worst_vs_f32, 1e-7);   // and they are rounded: the pages really are bf16
+  EXPECT_LE(worst_loss_vs_f32, 1e-3);
+  std::cout << fmt::format("[ chunked  ] bf16 K/V pages: chunked vs full-sequence (both bf16) worst gradient rel. "
+                           "error {:.2e}; vs f32 K/V: gradient {:.2e}, loss {:.2e}\n",
+                           worst_chunked, worst_vs_f32, worst_loss_vs_f32);
+  const auto dir = temp_dir("_plan");
+  write_tiny_model(dir, tiny_config_json("qwen2", 2), 41);
+  const ModelConfig cfg = load_config(dir);
+  const auto ws = make_cpu_backend()->workspace_bytes(cfg.vocab);
+  ChunkPlan half{13, 16};
+  half.kv_dtype = DType::BF16;
+  const MemoryPlan f32 = plan_memory(cfg, {13, 16}, 131, "adamw", ws), bf16 = plan_memory(cfg, half, 131, "adamw", ws);
+  EXPECT_EQ(2 * bf16.kv, f32.kv);
+  EXPECT_EQ(bf16.kv_grad, f32.kv_grad);
+  EXPECT_EQ(bf16.activations, f32.activations);
 }
 
 TEST(Chunked, SpansAreAlignedToTheEnd) {

@@ -72,18 +72,23 @@ TEST(Cli, PlanPredictsTheMeasuredPeaks) {
   const auto m = (dir / "m").string();
   ASSERT_EQ(oomb_cmd(dir, "init --out " + m).code, 0);
   write_tokens(dir / "t.bin", 600, 128, 1);
-  for (const char* dt : {"f32", "bf16"}) {
-    SCOPED_TRACE(dt);
+  int64_t kv_f32 = 0;
+  for (auto [kv, dt] : {std::pair{"f32", "f32"}, {"f32", "bf16"}, {"bf16", "f32"}}) {
+    SCOPED_TRACE(fmt::format("kv {} kv_grad {}", kv, dt));
+    const std::string dtypes = fmt::format("--kv-dtype {} --kv-grad-dtype {}", kv, dt);
     CmdResult r = oomb_cmd(
-        dir, fmt::format("plan --model {} --seq-len 512 --chunk-size 96 --page-size 32 --kv-grad-dtype {} --json", m, dt));
+        dir, fmt::format("plan --model {} --seq-len 512 --chunk-size 96 --page-size 32 {} --json", m, dtypes));
     ASSERT_EQ(r.code, 0) << r.out;
     const auto plan = nlohmann::json::parse(r.out);
     r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 512 --chunk-size 96 --page-size 32 "
-                                  "--kv-grad-dtype {} --steps 1 --metrics {}/m.jsonl", m, dir.string(), dt, dir.string()));
+                                  "{} --steps 1 --metrics {}/m.jsonl", m, dir.string(), dtypes, dir.string()));
     ASSERT_EQ(r.code, 0) << r.out;
     const auto host = nlohmann::json::parse(read_text(dir / "m.jsonl"))["memory"]["host"];
     for (const char* tag : {"weights", "grads", "optimizer", "activations", "kv", "kv_grad", "workspace", "data"})
       EXPECT_EQ(host[tag]["peak"].get<int64_t>(), plan[tag].get<int64_t>()) << tag;
+    const int64_t kv_peak = host["kv"]["peak"].get<int64_t>();
+    if (std::string(kv) == "f32") kv_f32 = kv_peak;
+    else EXPECT_EQ(2 * kv_peak, kv_f32) << "bf16 K/V pages take half the measured bytes";
   }
 }
 

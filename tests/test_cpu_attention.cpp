@@ -1,6 +1,7 @@
 // Block attention and the fused loss against float64 references written here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -109,6 +110,91 @@ TEST(CpuAttention, DocumentMaskAndSingleBlock) {
 TEST(CpuAttention, KeysAfterEveryQueryContributeNothing) {
   // keys 0..15 with queries at 0..3: blocks beyond index 3 are fully masked
   run_case({4, 16, 2, 2, 4, 0, {4, 12}, {1, 0}, false});
+}
+
+// bf16 K/V blocks (pages with --kv-dtype bf16) are read as fp32: the same bits as f32 blocks that
+// hold the same values, forward and backward, with bf16 and f32 blocks mixed in one call.
+TEST(CpuAttention, Bf16BlocksGiveTheBitsOfF32BlocksOfTheSameValues) {
+  auto be = make_cpu_backend();
+  const int64_t T = 9, N = 21, H = 4, G = 2, D = 8, q0 = 12;
+  const std::vector<int64_t> split = {7, 5, 9};
+  auto q = to_f(randd(size_t(T * H * D), 51)), dout = to_f(randd(size_t(T * H * D), 52));
+  auto k = to_f(randd(size_t(N * G * D), 53)), v = to_f(randd(size_t(N * G * D), 54));
+  std::vector<uint16_t> k16(k.size()), v16(v.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k16[i] = f32_to_bf16(k[i]), k[i] = bf16_to_f32(k16[i]);
+    v16[i] = f32_to_bf16(v[i]), v[i] = bf16_to_f32(v16[i]);
+  }
+  struct Out {
+    std::vector<float> o, lse, dq, dk, dv;
+  };
+  auto run = [&](bool bf16_blocks) {
+    Out r{std::vector<float>(q.size()), std::vector<float>(size_t(T * H)), std::vector<float>(q.size()),
+          std::vector<float>(k.size(), 0.f), std::vector<float>(v.size(), 0.f)};
+    std::vector<KVBlock> blocks;
+    int64_t j0 = 0;
+    for (size_t b = 0; b < split.size(); ++b) {
+      const int64_t n = split[b];
+      const size_t at = size_t(j0 * G * D);
+      KVBlock kb;
+      const bool half = bf16_blocks && b != 1;  // the middle block stays f32
+      kb.k = half ? Tensor(k16.data() + at, DType::BF16, {n, G, D}) : Tensor::f32(k.data() + at, {n, G, D});
+      kb.v = half ? Tensor(v16.data() + at, DType::BF16, {n, G, D}) : Tensor::f32(v.data() + at, {n, G, D});
+      kb.dk = Tensor::f32(r.dk.data() + at, {n, G, D});
+      kb.dv = Tensor::f32(r.dv.data() + at, {n, G, D});
+      kb.idx0 = j0;
+      blocks.push_back(kb);
+      j0 += n;
+    }
+    std::swap(blocks[0], blocks[2]);  // any order
+    Tensor Q = Tensor::f32(q.data(), {T, H, D}), O = Tensor::f32(r.o.data(), {T, H, D}),
+           L = Tensor::f32(r.lse.data(), {T, H}), DO = Tensor::f32(dout.data(), {T, H, D}),
+           DQ = Tensor::f32(r.dq.data(), {T, H, D});
+    const AttnArgs a{1.0f / std::sqrt(float(D)), q0, nullptr};
+    be->attention_fwd(Q, blocks, a, O, L);
+    be->attention_bwd(Q, O, L, DO, blocks, a, DQ);
+    return r;
+  };
+  const Out f = run(false), h = run(true);
+  EXPECT_EQ(f.o, h.o);
+  EXPECT_EQ(f.lse, h.lse);
+  EXPECT_EQ(f.dq, h.dq);
+  EXPECT_EQ(f.dk, h.dk);
+  EXPECT_EQ(f.dv, h.dv);
+  EXPECT_TRUE(std::any_of(f.dk.begin(), f.dk.end(), [](float x) { return x != 0.0f; }));
+
+  // K and V of one block must share a dtype
+  std::vector<float> o(q.size()), lse(size_t(T * H));
+  KVBlock bad;
+  bad.k = Tensor(k16.data(), DType::BF16, {N, G, D});
+  bad.v = Tensor::f32(v.data(), {N, G, D});
+  Tensor Q = Tensor::f32(q.data(), {T, H, D}), O = Tensor::f32(o.data(), {T, H, D}), L = Tensor::f32(lse.data(), {T, H});
+  EXPECT_EQ(error_of([&] { be->attention_fwd(Q, std::span<const KVBlock>(&bad, 1), AttnArgs{1.0f, q0, nullptr}, O, L); }),
+            "attention_fwd: block 0 v is f32 but k is bf16");
+}
+
+// cast (f32 <-> bf16, round to nearest even) and round_bf16 against the scalar conversions
+TEST(CpuOps, CastAndRoundBf16) {
+  auto be = make_cpu_backend();
+  auto x = to_f(randd(1000, 61, 3.0));
+  x[0] = 1.00390625f;  // a tie: 1 + 2^-8 rounds to even (1.0)
+  x[1] = -0.0f, x[2] = 1e-40f, x[3] = std::numeric_limits<float>::infinity();
+  std::vector<uint16_t> h(x.size());
+  std::vector<float> back(x.size()), r = x;
+  Tensor X = Tensor::f32(x.data(), {int64_t(x.size())}), Hh(h.data(), DType::BF16, {int64_t(x.size())}),
+         B = Tensor::f32(back.data(), {int64_t(x.size())}), R = Tensor::f32(r.data(), {int64_t(x.size())});
+  be->cast(X, Hh);
+  be->cast(Hh, B);
+  be->round_bf16(R);
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(h[i], f32_to_bf16(x[i])) << i;
+    EXPECT_EQ(back[i], bf16_to_f32(h[i])) << i;
+    EXPECT_EQ(r[i], back[i]) << i;
+  }
+  EXPECT_EQ(back[0], 1.0f);
+  std::vector<float> small(3);
+  Tensor S = Tensor::f32(small.data(), {3});
+  EXPECT_EQ(error_of([&] { be->cast(X, S); }), "cast: src (1000) and dst (3) differ in size");
 }
 
 // ---- fused lm_head + cross-entropy ----

@@ -75,8 +75,9 @@ TEST(MemoryShape, OnlyKvGrowsWithTheSequence) {
     std::cout << fmt::format("[ memory   ] N={:>6}: kv {:>10} B, kv_grad {:>10} B, activations {} B, total {} B\n", N,
                              at("kv"), at("kv_grad"), at("activations"), pred.total());
     if (first.empty()) first = pk.by_tag;
-    for (const auto& [tag, bytes] : pk.by_tag)
+    for (const auto& [tag, bytes] : pk.by_tag) {
       if (tag != "kv" && tag != "kv_grad") EXPECT_EQ(bytes, first.at(tag)) << tag << " grew with N";
+    }
   }
 }
 

@@ -13,7 +13,7 @@ namespace oomb {
 // One block of keys/values for attention (design notes: shared/DESIGN.md, section 3): `len` consecutive tokens whose
 // sequence indices start at idx0. Blocks may come in any order; any subset is allowed.
 struct KVBlock {
-  Tensor k, v;    // (len, G, D)
+  Tensor k, v;    // (len, G, D), f32 or bf16 (both the same; read as fp32)
   Tensor dk, dv;  // (len, G, D) fp32 gradient accumulators (+=); backward only
   int64_t idx0 = 0;
   const int32_t* doc = nullptr;  // optional per-token document ids (len); null = one document
@@ -84,6 +84,10 @@ class Backend {
   // backend's memory.
   virtual void copy(void* dst, Tier dst_tier, const void* src, Tier src_tier, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;
+  // dst = src converted (f32 <-> bf16, round to nearest even; same dtype: a copy); equal numel.
+  virtual void cast(const Tensor& src, Tensor& dst) = 0;
+  // x (f32) rounded in place to the nearest bf16 value (ties to even), kept in f32.
+  virtual void round_bf16(Tensor& x) = 0;
 
   // Elementwise and reductions over fp32 tensors.
   virtual void add(Tensor& y, const Tensor& x) = 0;  // y += x; x f32 or bf16 (read as fp32)

@@ -12,7 +12,7 @@ namespace oomb::cli {
 
 namespace {
 struct PlanArgs {
-  std::string model, preset, optimizer = "adamw", device = "cpu", kv_grad_dtype = "f32";
+  std::string model, preset, optimizer = "adamw", device = "cpu", kv_grad_dtype = "f32", kv_dtype = "f32";
   int64_t seq_len = 0, chunk = 0, page = 128;
   bool json = false;
 };
@@ -30,13 +30,16 @@ Command add_plan(CLI::App& app) {
   c->add_option("--device", a->device, "cpu (cuda: with the CUDA backend)")->capture_default_str();
   c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
+  c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_flag("--json", a->json, "Print one JSON object instead of a table");
   return {c, [a] {
             OOMB_CHECK(a->model.empty() != a->preset.empty(), "give exactly one of --model and --preset");
             OOMB_CHECK(a->device == "cpu", "--device {}: only cpu plans exist until the CUDA backend lands", a->device);
             const ModelConfig cfg = a->model.empty() ? preset_config(a->preset) : load_config(a->model);
-            const ChunkPlan plan{std::min(a->chunk > 0 ? a->chunk : 1024, a->seq_len), a->page,
-                                 dtype_parse(a->kv_grad_dtype)};
+            ChunkPlan plan{std::min(a->chunk > 0 ? a->chunk : 1024, a->seq_len), a->page,
+                           dtype_parse(a->kv_grad_dtype)};
+            plan.kv_dtype = dtype_parse(a->kv_dtype);
             const MemoryPlan m =
                 plan_memory(cfg, plan, a->seq_len, a->optimizer, make_cpu_backend()->workspace_bytes(cfg.vocab));
             const std::pair<const char*, int64_t> rows[] = {
@@ -50,9 +53,10 @@ Command add_plan(CLI::App& app) {
               std::cout << j.dump() << std::endl;
               return 0;
             }
-            std::cout << fmt::format("{} ({} parameters), N = {}, C = {}, page = {} tokens, kv_grad {}, {}, {}\n",
+            std::cout << fmt::format("{} ({} parameters), N = {}, C = {}, page = {} tokens, kv {}, kv_grad {}, {}, {}\n",
                                      a->model.empty() ? a->preset : a->model, param_count(cfg), a->seq_len,
-                                     plan.chunk, plan.page_size, a->kv_grad_dtype, a->optimizer, a->device);
+                                     plan.chunk, plan.page_size, a->kv_dtype, a->kv_grad_dtype, a->optimizer,
+                                     a->device);
             for (auto [name, b] : rows) std::cout << fmt::format("  {:<12} {:>16} B  {:>12}\n", name, b, format_bytes(b));
             std::cout << fmt::format("  {:<12} {:>16} B  {:>12}\n", "total", m.total(), format_bytes(m.total()));
             return 0;

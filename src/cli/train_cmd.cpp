@@ -23,7 +23,7 @@ namespace oomb::cli {
 namespace {
 
 struct TrainArgs {
-  std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32";
+  std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "f32";
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict";
   int64_t eos_id = -1;
   double peak_tflops = 0;
@@ -58,7 +58,9 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
 // --chunk-size defaults to min(N, 1024): chunk-recurrent whenever the sequence is longer.
 // (CLI11 has already checked that every size flag given is positive.)
 ChunkPlan chunk_plan(const TrainArgs& a, int32_t doc_sep = -1) {
-  return {std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page, dtype_parse(a.kv_grad_dtype), doc_sep};
+  ChunkPlan p{std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page, dtype_parse(a.kv_grad_dtype), doc_sep};
+  p.kv_dtype = dtype_parse(a.kv_dtype);
+  return p;
 }
 
 // The tokenizer for text data: --tokenizer, else the model directory's tokenizer.json.
@@ -124,7 +126,9 @@ ModelConfig demo_config(int64_t vocab) {
 int64_t full_sequence_reach(const ModelConfig& cfg, const ChunkPlan& plan, int64_t bytes, size_t ws) {
   int64_t lo = 1, hi = 1;
   auto fits = [&](int64_t n) {
-    return plan_memory(cfg, {n, plan.page_size, plan.kv_grad_dtype}, n, "adamw", ws).total() <= bytes;
+    ChunkPlan full = plan;
+    full.chunk = n;
+    return plan_memory(cfg, full, n, "adamw", ws).total() <= bytes;
   };
   while (fits(hi * 2)) hi *= 2;
   for (hi *= 2; hi - lo > 1;) {
@@ -146,7 +150,9 @@ int run_demo(TrainArgs& a, Backend& be) {
   const ChunkPlan plan = chunk_plan(a);
   const size_t ws = be.workspace_bytes(cfg.vocab);
   const MemoryPlan mem = plan_memory(cfg, plan, a.seq_len, "adamw", ws);
-  const MemoryPlan full = plan_memory(cfg, {a.seq_len, plan.page_size, plan.kv_grad_dtype}, a.seq_len, "adamw", ws);
+  ChunkPlan full_plan = plan;
+  full_plan.chunk = a.seq_len;
+  const MemoryPlan full = plan_memory(cfg, full_plan, a.seq_len, "adamw", ws);
   std::cout << fmt::format(
                    "oomb demo (no --model/--data given; see `oomb train --help`)\n"
                    "A {}-parameter, {}-layer model learns a long-range task: the second half of every {}-token\n"
@@ -221,6 +227,8 @@ Command add_train(CLI::App& app) {
       ->check(positive());
   c->add_option("--page-size", a->page, "Tokens per KV page (demo 64)")->check(positive())->capture_default_str();
   c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32, or bf16 for half the bytes")
+      ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
+  c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32, or bf16 for half the bytes (K and V rounded to bf16)")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   c->add_option("--out", a->out, "Save the trained model here (HF format, the loaded dtype) after the last step");

@@ -66,12 +66,10 @@ static void for_rows(int64_t P, int64_t t0, int64_t n, Fn fn) {
 }
 
 void PagedKV::write(int64_t l, int64_t t0, const Tensor& ks, const Tensor& vs) {
-  OOMB_CHECK(s_.dtype == DType::F32, "paged kv: write needs an f32 store");
-  const int64_t row = s_.kv_heads * s_.head_dim;
-  const Tier t = be_.tier();
   for_rows(s_.page_size, t0, ks.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
-    be_.copy(k(l, p, r, len).data, t, ks.f() + i * row, t, size_t(len * row) * 4);
-    be_.copy(v(l, p, r, len).data, t, vs.f() + i * row, t, size_t(len * row) * 4);
+    Tensor kd = k(l, p, r, len), vd = v(l, p, r, len);
+    be_.cast(ks.rows(i, len), kd);
+    be_.cast(vs.rows(i, len), vd);
   });
 }
 

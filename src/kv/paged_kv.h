@@ -1,5 +1,6 @@
 // K/V (or dK/dV) of every layer in fixed-size pages: page p of a layer holds tokens
-// [p*P, p*P + P), K then V, each (P, G, D) in the store's dtype (f32, or bf16 for gradients). A page table per layer maps page index -> pool page.
+// [p*P, p*P + P), K then V, each (P, G, D) in the store's dtype (f32 or bf16: --kv-dtype for K/V,
+// --kv-grad-dtype for gradients). A page table per layer maps page index -> pool page.
 // K is stored after RoPE, at absolute positions.
 #pragma once
 #include <cstdint>
@@ -12,7 +13,7 @@ namespace oomb {
 
 struct KVShape {
   int64_t layers = 0, kv_heads = 0, head_dim = 0, page_size = 128;
-  DType dtype = DType::F32;  // f32; bf16 for gradient pages when asked
+  DType dtype = DType::F32;  // f32, or bf16 when asked
   int64_t page_elems() const { return 2 * page_size * kv_heads * head_dim; }  // K and V
   int64_t page_bytes() const { return page_elems() * int64_t(dtype_size(dtype)); }
   int64_t pages_for(int64_t tokens) const { return (tokens + page_size - 1) / page_size; }
@@ -34,8 +35,8 @@ class PagedKV {
   // Views of rows [r0, r0 + n) of page (layer, page): (n, G, D). The page must exist.
   Tensor k(int64_t layer, int64_t page, int64_t r0, int64_t n) const;
   Tensor v(int64_t layer, int64_t page, int64_t r0, int64_t n) const;
-  // Copies rows: tokens [t0, t0 + n) of f32 `src` (n, G, D) into K or V pages (f32 stores; pages
-  // must exist), or adds the pages' rows (f32 or bf16) into f32 dst (n, G, D).
+  // Copies rows: tokens [t0, t0 + n) of f32 `src` (n, G, D) into K or V pages (converted to the
+  // store's dtype; pages must exist), or adds the pages' rows (f32 or bf16) into f32 dst (n, G, D).
   void write(int64_t layer, int64_t t0, const Tensor& k_src, const Tensor& v_src);
   void add_into(int64_t layer, int64_t t0, Tensor& k_dst, Tensor& v_dst);
 

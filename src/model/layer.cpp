@@ -71,6 +71,10 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   be.linear_fwd(A.a, p.wk, opt(p.bk), k2);
   be.linear_fwd(A.a, p.wv, opt(p.bv), v2);
   be.rope_fwd(plan.k, ctx.pos, ctx.rope);
+  if (ctx.kv_bf16) {  // the values bf16 pages will hold, for this chunk's own attention too
+    be.round_bf16(plan.k);
+    be.round_bf16(plan.v);
+  }
   if (kv_only) return;
   be.linear_fwd(A.a, p.wq, opt(p.bq), q2);
   be.rope_fwd(A.q, ctx.pos, ctx.rope);

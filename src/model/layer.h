@@ -58,6 +58,7 @@ struct LayerCtx {
   // to this chunk's dK/dV (T, G, D). Empty for full-sequence training.
   std::function<void(Tensor& dk, Tensor& dv)> add_kv_grad;
   int64_t block = 64;  // tokens per block of the chunk's own K/V handed to attention
+  bool kv_bf16 = false;  // round K (after RoPE) and V to bf16 values (bf16 K/V pages)
 };
 
 // h_out (T, d) = layer(h_in); fills plan.acts, plan.k, plan.v. kv_only: stop once K/V exist.

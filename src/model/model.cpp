@@ -13,7 +13,7 @@ ChunkSpan chunk_span(int64_t N, int64_t C, int64_t t) {
   return {std::max<int64_t>(0, end - C), end};
 }
 
-static KVShape kv_shape(const ModelConfig& c, const ChunkPlan& p, DType dtype = DType::F32) {
+static KVShape kv_shape(const ModelConfig& c, const ChunkPlan& p, DType dtype) {
   return {c.layers, c.kv_heads, c.head_dim, p.page_size, dtype};
 }
 
@@ -22,7 +22,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
       be_(be),
       plan_(plan),
       params_(cfg, be.tier(), Tag::Weights),
-      kv_(kv_shape(cfg, plan), be, Tag::KV),
+      kv_(kv_shape(cfg, plan, plan.kv_dtype), be, Tag::KV),
       dkv_(kv_shape(cfg, plan, plan.kv_grad_dtype), be, Tag::KVGrad),
       data_(be.tier(), Tag::Data, data_bytes(plan)),
       saved_(be.tier(), Tag::Activations, saved_bytes(cfg, plan)),
@@ -59,12 +59,13 @@ size_t Model::saved_bytes(const ModelConfig& c, const ChunkPlan& p) {
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
                        size_t workspace_bytes) {
   const int64_t P = param_count(cfg), C = std::min(plan.chunk, N);
-  const KVShape kv = kv_shape(cfg, plan), kvg = kv_shape(cfg, plan, plan.kv_grad_dtype);
+  const KVShape kv = kv_shape(cfg, plan, plan.kv_dtype), kvg = kv_shape(cfg, plan, plan.kv_grad_dtype);
   MemoryPlan m;
   m.weights = P * 4;
   m.grads = P * 4;
   m.optimizer = optimizer == "adamw" ? 2 * P * 4 : 0;
-  const ChunkPlan used{C, plan.page_size, plan.kv_grad_dtype, plan.doc_sep};
+  ChunkPlan used = plan;
+  used.chunk = C;
   m.activations = LayerPlan::bytes(cfg, C) + int64_t(Model::saved_bytes(cfg, used));
   m.kv = cfg.layers * kv.pages_for(N) * kv.page_bytes();
   // the last chunk is full, so N - C tokens precede it: their pages of every layer hold gradients
@@ -188,6 +189,7 @@ LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool with_grads) {
                AttnArgs{float(1.0 / std::sqrt(double(cfg_.head_dim))), c.begin,
                         plan_.doc_sep >= 0 ? doc_.as<int32_t>() : nullptr},
                std::span<const KVBlock>(prefix_), {}};
+  ctx.kv_bf16 = plan_.kv_dtype == DType::BF16;
   if (with_grads) ctx.add_kv_grad = [this, l, c](Tensor& dk, Tensor& dv) { dkv_.add_into(l, c.begin, dk, dv); };
   return ctx;
 }

@@ -35,6 +35,10 @@ struct ChunkPlan {
   // document: attention stays within documents, positions restart at 0, and the separator's
   // own target (the next document's first token) is not trained.
   int32_t doc_sep = -1;
+  // K/V pages: f32, or bf16 (half the kv bytes). With bf16 every layer rounds its K (after RoPE)
+  // and V to bf16 before attention, its own chunk's too, so chunked training still equals
+  // full-sequence training; gradients pass the rounding straight through.
+  DType kv_dtype = DType::F32;
 };
 
 // Chunk t of T covers [begin, end); chunks are aligned to the end of the sequence, so the last one

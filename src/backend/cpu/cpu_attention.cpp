@@ -1,4 +1,5 @@
 // Causal GQA attention over a list of KV blocks (design notes: shared/DESIGN.md, section 3), CPU reference.
+// Blocks hold K/V in f32 or bf16 (pages with --kv-dtype bf16), each read as fp32.
 // Forward folds blocks in with an online softmax and keeps LSE; never forms a T x N matrix.
 // Each (query, head) scores a whole block at once so the exponentials vectorize.
 // Backward: pass 1 computes dq per (query, head); pass 2 accumulates dk/dv per (kv head, block),
@@ -26,8 +27,13 @@ Dims check_attention(const char* op, const Tensor& q, std::span<const KVBlock> b
   OOMB_CHECK(!blocks.empty() || d.T == 0, "{}: no KV blocks", op);
   for (size_t b = 0; b < blocks.size(); ++b) {
     const KVBlock& kb = blocks[b];
-    check_f32(op, "block k", kb.k, 3);
+    OOMB_CHECK(!kb.k.empty() && (kb.k.dtype == DType::F32 || kb.k.dtype == DType::BF16) && kb.k.ndim == 3 &&
+                   kb.k.tier == Tier::Host,
+               "{}: block {} k must be a host (len, G, D) tensor of f32 or bf16, got {} {}", op, b,
+               dtype_name(kb.k.dtype), kb.k.shape_str());
     check_same_shape(op, "block v", kb.v, "block k", kb.k);
+    OOMB_CHECK(kb.v.dtype == kb.k.dtype, "{}: block {} v is {} but k is {}", op, b, dtype_name(kb.v.dtype),
+               dtype_name(kb.k.dtype));
     if (b == 0) d.G = kb.k.dim(1);
     OOMB_CHECK(kb.k.dim(1) == d.G && kb.k.dim(2) == d.D, "{}: block {} k {} does not fit q {} (G={}, D={})", op, b,
                kb.k.shape_str(), q.shape_str(), d.G, d.D);
@@ -46,17 +52,30 @@ Dims check_attention(const char* op, const Tensor& q, std::span<const KVBlock> b
   return d;
 }
 
+// K/V elements: f32, or bf16 (uint16_t) widened exactly to fp32, so a bf16 block gives the same
+// bits as an f32 block holding the same values.
+inline float ld(float x) { return x; }
+inline float ld(uint16_t x) { return bf16_to_f32(x); }
+
+// Calls fn(k, v) with the block's K and V as typed pointers (const float* or const uint16_t*).
+template <typename Fn>
+inline decltype(auto) with_kv(const KVBlock& kb, Fn&& fn) {
+  if (kb.k.dtype == DType::BF16) return fn(static_cast<const uint16_t*>(kb.k.data), static_cast<const uint16_t*>(kb.v.data));
+  return fn(static_cast<const float*>(kb.k.data), static_cast<const float*>(kb.v.data));
+}
+
 // Four partial sums in a fixed order: deterministic, and the compiler can keep them in one vector.
-inline float dot(const float* a, const float* b, int64_t n) {
+template <typename E>
+inline float dot(const float* a, const E* b, int64_t n) {
   float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
+    s0 += a[i] * ld(b[i]);
+    s1 += a[i + 1] * ld(b[i + 1]);
+    s2 += a[i + 2] * ld(b[i + 2]);
+    s3 += a[i + 3] * ld(b[i + 3]);
   }
-  for (; i < n; ++i) s0 += a[i] * b[i];
+  for (; i < n; ++i) s0 += a[i] * ld(b[i]);
   return (s0 + s1) + (s2 + s3);
 }
 
@@ -70,11 +89,12 @@ inline bool same_doc(const AttnArgs& a, int64_t t, const KVBlock& kb, int64_t j)
 
 // Scores of query qv against the n visible keys of block kb for kv head g, times scale; keys of
 // other documents get -inf. Returns the row maximum.
-float block_scores(const AttnArgs& a, const Dims& d, const KVBlock& kb, int64_t g, int64_t t, const float* qv,
-                   int64_t n, float* s) {
+template <typename E>
+float block_scores(const AttnArgs& a, const Dims& d, const KVBlock& kb, const E* K, int64_t g, int64_t t,
+                   const float* qv, int64_t n, float* s) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) {
-    s[j] = same_doc(a, t, kb, j) ? dot(qv, kb.k.f() + (j * d.G + g) * d.D, d.D) * a.scale
+    s[j] = same_doc(a, t, kb, j) ? dot(qv, K + (j * d.G + g) * d.D, d.D) * a.scale
                                  : -std::numeric_limits<float>::infinity();
     mx = std::max(mx, s[j]);
   }
@@ -93,12 +113,13 @@ float exp_shifted(float* s, int64_t n, float shift) {
 }
 
 // acc (D) += sum_j p_j * rows_j (D), rows_j at rows + j * stride
-inline void axpy_rows(const float* __restrict p, const float* __restrict rows, int64_t stride, int64_t n, int64_t D,
+template <typename E>
+inline void axpy_rows(const float* __restrict p, const E* __restrict rows, int64_t stride, int64_t n, int64_t D,
                       float* __restrict acc) {
   for (int64_t j = 0; j < n; ++j) {
     const float pj = p[j];
-    const float* __restrict r = rows + j * stride;
-    for (int64_t i = 0; i < D; ++i) acc[i] += pj * r[i];
+    const E* __restrict r = rows + j * stride;
+    for (int64_t i = 0; i < D; ++i) acc[i] += pj * ld(r[i]);
   }
 }
 
@@ -138,16 +159,18 @@ void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnA
       for (const KVBlock& kb : blocks) {  // fold each block in with an online softmax
         const int64_t n = visible(kb, qi);
         if (n == 0) continue;
-        const float bm = block_scores(a, d, kb, g, t, qv, n, s);
-        if (bm == ninf) continue;  // every visible key is in another document
-        if (bm > m) {
-          const float c = std::exp(m - bm);
-          l *= c;
-          for (int64_t i = 0; i < d.D; ++i) acc[i] *= c;
-          m = bm;
-        }
-        l += exp_shifted(s, n, m);
-        axpy_rows(s, kb.v.f() + g * d.D, d.G * d.D, n, d.D, acc);
+        with_kv(kb, [&](const auto* K, const auto* V) {
+          const float bm = block_scores(a, d, kb, K, g, t, qv, n, s);
+          if (bm == ninf) return;  // every visible key is in another document
+          if (bm > m) {
+            const float c = std::exp(m - bm);
+            l *= c;
+            for (int64_t i = 0; i < d.D; ++i) acc[i] *= c;
+            m = bm;
+          }
+          l += exp_shifted(s, n, m);
+          axpy_rows(s, V + g * d.D, d.G * d.D, n, d.D, acc);
+        });
       }
       if (l > 0)
         for (int64_t i = 0; i < d.D; ++i) acc[i] /= l;
@@ -184,14 +207,16 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
       for (const KVBlock& kb : blocks) {
         const int64_t n = visible(kb, qi);
         if (n == 0) continue;
-        block_scores(a, d, kb, g, t, qv, n, s);
-        exp_shifted(s, n, lse_th);
-        for (int64_t j = 0; j < n; ++j) {
-          if (s[j] == 0.0f) continue;
-          const float* kv = kb.k.f() + (j * d.G + g) * d.D;
-          const float ds = s[j] * (dot(dov, kb.v.f() + (j * d.G + g) * d.D, d.D) - ds_sum) * a.scale;
-          for (int64_t i = 0; i < d.D; ++i) dqv[i] += ds * kv[i];
-        }
+        with_kv(kb, [&](const auto* K, const auto* V) {
+          block_scores(a, d, kb, K, g, t, qv, n, s);
+          exp_shifted(s, n, lse_th);
+          for (int64_t j = 0; j < n; ++j) {
+            if (s[j] == 0.0f) continue;
+            const auto* kr = K + (j * d.G + g) * d.D;
+            const float ds = s[j] * (dot(dov, V + (j * d.G + g) * d.D, d.D) - ds_sum) * a.scale;
+            for (int64_t i = 0; i < d.D; ++i) dqv[i] += ds * ld(kr[i]);
+          }
+        });
       }
     }
 
@@ -214,18 +239,20 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
           const float lse_th = L[t * d.H + h];
           if (n == 0 || std::isinf(lse_th)) continue;
           const float *qv = q.f() + (t * d.H + h) * d.D, *dov = dout.f() + (t * d.H + h) * d.D;
-          block_scores(a, d, kb, g, t, qv, n, s);
-          exp_shifted(s, n, lse_th);
           const float ds_sum = dsum(t, h);
-          for (int64_t j = 0; j < n; ++j) {
-            if (s[j] == 0.0f) continue;
-            const float p = s[j], *vv = kb.v.f() + (j * d.G + g) * d.D;
-            const float ds = p * (dot(dov, vv, d.D) - ds_sum) * a.scale;
-            for (int64_t i = 0; i < d.D; ++i) {
-              dvs[j * d.D + i] += p * dov[i];
-              dks[j * d.D + i] += ds * qv[i];
+          with_kv(kb, [&](const auto* K, const auto* V) {
+            block_scores(a, d, kb, K, g, t, qv, n, s);
+            exp_shifted(s, n, lse_th);
+            for (int64_t j = 0; j < n; ++j) {
+              if (s[j] == 0.0f) continue;
+              const float p = s[j];
+              const float ds = p * (dot(dov, V + (j * d.G + g) * d.D, d.D) - ds_sum) * a.scale;
+              for (int64_t i = 0; i < d.D; ++i) {
+                dvs[j * d.D + i] += p * dov[i];
+                dks[j * d.D + i] += ds * qv[i];
+              }
             }
-          }
+          });
         }
       }
       for (int64_t j = 0; j < len; ++j)

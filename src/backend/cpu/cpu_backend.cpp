@@ -73,6 +73,34 @@ class CpuBackend final : public Backend {
     if (bytes > 0) std::memset(dst, 0, bytes);
   }
 
+  void cast(const Tensor& src, Tensor& dst) override {
+    auto ok = [](DType t) { return t == DType::F32 || t == DType::BF16; };
+    OOMB_CHECK(ok(src.dtype) && ok(dst.dtype), "cast: src and dst must be f32 or bf16, got {} and {}",
+               dtype_name(src.dtype), dtype_name(dst.dtype));
+    OOMB_CHECK(src.numel() == dst.numel(), "cast: src {} and dst {} differ in size", src.shape_str(), dst.shape_str());
+    const int64_t n = src.numel();
+    if (src.dtype == dst.dtype) {
+      if (n > 0 && src.data != dst.data) std::memcpy(dst.data, src.data, src.bytes());
+    } else if (src.dtype == DType::F32) {
+      const float* s = src.f();
+      uint16_t* d = dst.as<uint16_t>();
+#pragma omp parallel for if (n >= cpu::kParallelMin)
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+    } else {
+      const uint16_t* s = src.as<uint16_t>();
+      float* d = dst.f();
+#pragma omp parallel for if (n >= cpu::kParallelMin)
+      for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+    }
+  }
+  void round_bf16(Tensor& x) override {
+    cpu::check_f32("round_bf16", "x", x, -1);
+    const int64_t n = x.numel();
+    float* p = x.f();
+#pragma omp parallel for if (n >= cpu::kParallelMin)
+    for (int64_t i = 0; i < n; ++i) p[i] = bf16_to_f32(f32_to_bf16(p[i]));
+  }
+
   void add(Tensor& y, const Tensor& x) override {
     cpu::check_f32("add", "y", y, -1);
     OOMB_CHECK(x.numel() == y.numel(), "add: x {} and y {} differ in size", x.shape_str(), y.shape_str());

@@ -241,6 +241,20 @@ class CudaBackend final : public Backend {
     cuda::k::add(y.f(), x.data, x.dtype == DType::BF16, y.numel(), stream_);
     launched("add");
   }
+  void cast(const Tensor& src, Tensor& dst) override {
+    auto ok = [](DType t) { return t == DType::F32 || t == DType::BF16; };
+    OOMB_CHECK(ok(src.dtype) && ok(dst.dtype), "cast: src and dst must be f32 or bf16, got {} and {}",
+               dtype_name(src.dtype), dtype_name(dst.dtype));
+    OOMB_CHECK(src.numel() == dst.numel(), "cast: src {} and dst {} differ in size", src.shape_str(), dst.shape_str());
+    OOMB_CHECK(src.tier == Tier::Device && dst.tier == Tier::Device, "cast: src and dst must be in device memory");
+    cuda::k::cast(src.data, src.dtype == DType::BF16, dst.data, dst.dtype == DType::BF16, src.numel(), stream_);
+    launched("cast");
+  }
+  void round_bf16(Tensor& x) override {
+    check("round_bf16", "x", x, -1);
+    cuda::k::round_bf16(x.f(), x.numel(), stream_);
+    launched("round_bf16");
+  }
   void zero(Tensor& y) override { fill_zero(y.data, y.bytes()); }
   void scale(Tensor& y, float s) override {
     check("scale", "y", y, -1);

@@ -31,6 +31,10 @@ void swiglu_bwd(const float* g, const float* u, const float* dout, float* dg, fl
 // y += x (x f32, or bf16 when x_bf16);  y *= a
 void add(float* y, const void* x, bool x_bf16, int64_t n, cudaStream_t s);
 void scale(float* y, float a, int64_t n, cudaStream_t s);
+// y (n) = x converted between f32 and bf16 (round to nearest even; same dtype: a copy)
+void cast(const void* x, bool x_bf16, void* y, bool y_bf16, int64_t n, cudaStream_t s);
+// x (n) rounded in place to bf16 values, kept in f32
+void round_bf16(float* x, int64_t n, cudaStream_t s);
 // partial[c] = sum of x[i]^2 over chunk c of 65536 elements, in fp64 (the caller sums them in order)
 void sum_squares_chunks(const float* x, int64_t n, double* partial, cudaStream_t s);
 constexpr int64_t kSumChunk = 1 << 16;
