@@ -87,7 +87,7 @@ struct Layout {
   cuda::k::AttnParams params(cuda::k::AttnBlock** table) {
     std::vector<cuda::k::AttnBlock> t;
     for (size_t i = 0; i < k.size(); ++i)
-      t.push_back({kd[i], vd[i], dkd[i], dvd[i], nullptr, idx0[i], int64_t(k[i].size()) / (s.G * s.D), 0});
+      t.push_back({kd[i], vd[i], dkd[i], dvd[i], nullptr, idx0[i], int64_t(k[i].size()) / (s.G * s.D), 0, 0});
     CK(cudaMalloc(table, t.size() * sizeof t[0]));
     CK(cudaMemcpy(*table, t.data(), t.size() * sizeof t[0], cudaMemcpyHostToDevice));
     cuda::k::AttnParams p{};

@@ -56,18 +56,21 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
       std::vector<int32_t> ids(toks.begin(), toks.end() - 1), tg(toks.begin() + 1, toks.end());
       for (size_t i = 0; i < ids.size(); i += 17) ids[i] = 60;  // documents for the masked runs
       for (ChunkPlan plan : {ChunkPlan{130, 16}, ChunkPlan{29, 16}, ChunkPlan{13, 64}, ChunkPlan{29, 16, DType::BF16},
-                             ChunkPlan{29, 8, DType::F32, 60}}) {
-        SCOPED_TRACE(fmt::format("{} G={} C={} P={} kv_grad={} doc_sep={}", arch, G, plan.chunk, plan.page_size,
-                                 dtype_name(plan.kv_grad_dtype), plan.doc_sep));
+                             ChunkPlan{29, 8, DType::F32, 60}, ChunkPlan{29, 8, DType::F32, 60, DType::BF16}}) {
+        SCOPED_TRACE(fmt::format("{} G={} C={} P={} kv_grad={} doc_sep={} kv={}", arch, G, plan.chunk, plan.page_size,
+                                 dtype_name(plan.kv_grad_dtype), plan.doc_sep, dtype_name(plan.kv_dtype)));
         const Step c = step(*cpu, dir, ids, tg, plan), g = step(*gpu, dir, ids, tg, plan);
         EXPECT_NEAR(g.loss, c.loss, 1e-5 * c.loss);
-        const double tol = plan.kv_grad_dtype == DType::BF16 ? 1e-2 : 1e-4;
+        // bf16 K/V: both round the same bits, but a value within ~1e-7 of a rounding midpoint may
+        // round apart (one bf16 ulp, 4e-3), so a looser bound than f32's
+        const bool f32 = plan.kv_grad_dtype == DType::F32 && plan.kv_dtype == DType::F32;
+        const double tol = plan.kv_grad_dtype == DType::BF16 ? 1e-2 : f32 ? 1e-4 : 1e-3;
         const ModelConfig cfg = load_config(dir);
         Params specs(cfg, Tier::Host, Tag::Workspace);
         for (const ParamSpec& s : specs.specs()) {
           const double e = rel_error(g.grads.data() + s.offset, c.grads.data() + s.offset, size_t(s.numel()));
           EXPECT_LE(e, tol) << s.name;
-          if (plan.kv_grad_dtype == DType::F32) worst = std::max(worst, e);
+          if (f32) worst = std::max(worst, e);
         }
         const Step again = step(*gpu, dir, ids, tg, plan);
         EXPECT_EQ(std::memcmp(again.grads.data(), g.grads.data(), g.grads.size() * 4), 0) << "not deterministic";

@@ -72,6 +72,17 @@ struct Pair {
 
 double err(const Pair& p) { return rel_error(p.device_f32(), p.host_f32()); }
 
+// err for LSE, where -inf (a query that sees no key) must match exactly: -inf - -inf is NaN in err
+double lse_err(const Pair& p) {
+  std::vector<float> a = p.device_f32(), b = p.host_f32();
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::isinf(a[i]) || std::isinf(b[i])) {
+      if (a[i] != b[i]) return INFINITY;
+      a[i] = b[i] = 0.0f;
+    }
+  return rel_error(a, b);
+}
+
 #define REQUIRE_GPU() \
   if (!backends().cuda) GTEST_SKIP() << backends().why
 
@@ -191,15 +202,19 @@ TEST(CudaOps, AttentionOverBlocks) {
     bool docs;
     DType grad;  // of the earlier blocks; the chunk's own are f32, as in the model
     bool own = true;  // without them and with documents, some queries see no key at all
+    DType kv = DType::F32;  // K/V of the earlier blocks (pages with --kv-dtype bf16); the chunk's own f32
   };
   const std::vector<Case> cases = {{5, 2, 1, 8, {}, false, DType::F32},
                                    {33, 4, 2, 16, {16, 16, 7}, false, DType::F32},
                                    {64, 6, 2, 64, {128, 3, 128}, true, DType::F32},
                                    {70, 8, 8, 128, {128, 100}, false, DType::BF16},
                                    {17, 4, 1, 256, {40}, true, DType::F32},
-                                   {30, 4, 2, 32, {40}, true, DType::BF16, false}};
+                                   {30, 4, 2, 32, {40}, true, DType::BF16, false},
+                                   {33, 4, 2, 16, {16, 16, 7}, false, DType::F32, true, DType::BF16},
+                                   {64, 6, 2, 64, {128, 3, 128}, true, DType::BF16, true, DType::BF16}};
   for (const Case& c : cases) {
-    SCOPED_TRACE(fmt::format("T={} H={} G={} D={} blocks={} docs={}", c.T, c.H, c.G, c.D, c.lens.size(), c.docs));
+    SCOPED_TRACE(fmt::format("T={} H={} G={} D={} blocks={} docs={} grad={} kv={}", c.T, c.H, c.G, c.D, c.lens.size(),
+                             c.docs, dtype_name(c.grad), dtype_name(c.kv)));
     std::vector<int64_t> lens = c.lens;
     if (c.own) lens.push_back(c.T);
     int64_t N = 0;
@@ -226,7 +241,17 @@ TEST(CudaOps, AttentionOverBlocks) {
       } else {
         dk.back()->randn(100 + b), dv.back()->randn(200 + b);  // accumulated into
       }
-      k.back()->randn(300 + b), v.back()->randn(400 + b);
+      if (c.kv == DType::BF16 && !own_block) {
+        k.back() = std::make_unique<Pair>(DType::BF16, std::initializer_list<int64_t>{lens[b], c.G, c.D});
+        v.back() = std::make_unique<Pair>(DType::BF16, std::initializer_list<int64_t>{lens[b], c.G, c.D});
+        for (auto [g, seed] : {std::pair{k.back().get(), 300 + b}, std::pair{v.back().get(), 400 + b}}) {
+          const auto r = oomb::testing::randn(size_t(g->h.numel()), seed);
+          for (size_t i = 0; i < r.size(); ++i) g->h.as<uint16_t>()[i] = f32_to_bf16(r[i]);
+          g->upload();
+        }
+      } else {
+        k.back()->randn(300 + b), v.back()->randn(400 + b);
+      }
       const int32_t* hd = c.docs ? docs.h.as<int32_t>() + at : nullptr;
       const int32_t* dd = c.docs ? docs.d.as<int32_t>() + at : nullptr;
       hb.push_back({k.back()->h, v.back()->h, dk.back()->h, dv.back()->h, at, hd});
@@ -243,7 +268,7 @@ TEST(CudaOps, AttentionOverBlocks) {
     C.attention_fwd(q.h, hb, ha, o.h, lse.h);
     G.attention_fwd(q.d, db, da, o.d, lse.d);
     report("attention_fwd", err(o), 2e-6);
-    report("attention lse", err(lse), 2e-6);
+    report("attention lse", lse_err(lse), 2e-6);
     Pair dout(DType::F32, {c.T, c.H, c.D}), dq(DType::F32, {c.T, c.H, c.D});
     dout.randn(8);
     C.attention_bwd(q.h, o.h, lse.h, dout.h, hb, ha, dq.h);
@@ -322,6 +347,15 @@ TEST(CudaOps, LossReductionsAndOptimizers) {
     report("sgd_step", err(y), 1e-6);
     G.zero(y.d);
     for (float f : y.device_f32()) ASSERT_EQ(f, 0.0f);
+    // cast f32 -> bf16 -> f32 and round_bf16: the same bits on both (one rounding rule)
+    Pair c16(DType::BF16, {n}), c32(DType::F32, {n});
+    C.cast(x.h, c16.h), G.cast(x.d, c16.d);
+    EXPECT_EQ(c16.download(), std::vector<char>(static_cast<char*>(c16.h.data), static_cast<char*>(c16.h.data) + c16.h.bytes()));
+    C.cast(c16.h, c32.h), G.cast(c16.d, c32.d);
+    report("cast", err(c32), 0.0);
+    C.round_bf16(x.h), G.round_bf16(x.d);
+    report("round_bf16", err(x), 0.0);
+    EXPECT_EQ(x.device_f32(), c32.host_f32());
   }
 }
 

@@ -76,7 +76,9 @@ TEST(MemoryShape, OnlyKvGrowsWithTheSequence) {
                              at("kv"), at("kv_grad"), at("activations"), pred.total());
     if (first.empty()) first = pk.by_tag;
     for (const auto& [tag, bytes] : pk.by_tag) {
-      if (tag != "kv" && tag != "kv_grad") EXPECT_EQ(bytes, first.at(tag)) << tag << " grew with N";
+      if (tag != "kv" && tag != "kv_grad") {
+        EXPECT_EQ(bytes, first.at(tag)) << tag << " grew with N";
+      }
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -238,6 +239,7 @@ class CudaBackend final : public Backend {
     OOMB_CHECK(x.numel() == y.numel(), "add: x {} and y {} differ in size", x.shape_str(), y.shape_str());
     OOMB_CHECK(x.dtype == DType::F32 || x.dtype == DType::BF16, "add: x must be f32 or bf16, got {}",
                dtype_name(x.dtype));
+    OOMB_CHECK(x.tier == Tier::Device, "add: x must be in device memory for the CUDA backend");
     cuda::k::add(y.f(), x.data, x.dtype == DType::BF16, y.numel(), stream_);
     launched("add");
   }
@@ -296,7 +298,12 @@ class CudaBackend final : public Backend {
   static constexpr int64_t kLossTile = 256;
   static constexpr size_t kGemmWorkspace = size_t(32) << 20;
 
-  void launched(const char* op) { cuda_check(cudaGetLastError(), op); }
+  // A kernel's fault surfaces at the next sync, named after whichever op syncs; OOMB_CUDA_SYNC=1
+  // waits after every op so that the op which faulted names it (debugging, slower).
+  void launched(const char* op) {
+    cuda_check(cudaGetLastError(), op);
+    if (sync_each_) cuda_check(cudaStreamSynchronize(stream_), op);
+  }
 
   // ids must index the table (read back: the host checks what the kernels would trust)
   void check_ids(const char* op, const Tensor& ids, int64_t vocab) {
@@ -339,7 +346,9 @@ class CudaBackend final : public Backend {
     table_.clear();
     for (size_t b = 0; b < blocks.size(); ++b) {
       const KVBlock& kb = blocks[b];
-      check(op, "block k", kb.k, 3);
+      // K/V f32, or bf16 (pages with --kv-dtype bf16), as on the CPU
+      check(op, "block k", kb.k, 3, kb.k.dtype == DType::BF16 ? DType::BF16 : DType::F32);
+      check(op, "block v", kb.v, 3, kb.k.dtype);
       check_same(op, "block v", kb.v, "block k", kb.k);
       if (b == 0) p.G = kb.k.dim(1);
       OOMB_CHECK(kb.k.dim(1) == p.G && kb.k.dim(2) == p.D, "{}: block {} k {} does not fit q {} (G={}, D={})", op, b,
@@ -347,15 +356,20 @@ class CudaBackend final : public Backend {
       if (backward) {
         check_same(op, "block dk", kb.dk, "block k", kb.k);
         check_same(op, "block dv", kb.dv, "block k", kb.k);
+        OOMB_CHECK(kb.dk.tier == Tier::Device && kb.dv.tier == Tier::Device,
+                   "{}: block {} gradients must be in device memory for the CUDA backend", op, b);
         OOMB_CHECK((kb.dk.dtype == DType::F32 || kb.dk.dtype == DType::BF16) && kb.dv.dtype == kb.dk.dtype,
                    "{}: block {} gradients must be f32 or bf16, got {} and {}", op, b, dtype_name(kb.dk.dtype),
                    dtype_name(kb.dv.dtype));
       }
-      table_.push_back({kb.k.f(), kb.v.f(), kb.dk.data, kb.dv.data, kb.doc, kb.idx0, kb.k.dim(0),
-                        int32_t(backward && kb.dk.dtype == DType::BF16)});
+      table_.push_back({kb.k.data, kb.v.data, kb.dk.data, kb.dv.data, kb.doc, kb.idx0, kb.k.dim(0),
+                        int32_t(backward && kb.dk.dtype == DType::BF16), int32_t(kb.k.dtype == DType::BF16)});
       p.max_len = std::max(p.max_len, kb.k.dim(0));
     }
     if (p.G > 0) OOMB_CHECK(p.H % p.G == 0, "{}: query heads {} not a multiple of kv heads {}", op, p.H, p.G);
+    // the dK/dV grid has a z dimension of 32-key tiles (at most 65535) and y of kv heads
+    OOMB_CHECK((p.max_len + 31) / 32 <= 65535 && p.G <= 65535 && p.H <= 65535,
+               "{}: blocks of {} keys or {} heads exceed the kernels' grid limits", op, p.max_len, p.H);
     p.n_blocks = int64_t(table_.size());
     const size_t bytes = table_.size() * sizeof(cuda::k::AttnBlock);
     void* dev = table_dev_.get(std::max<size_t>(bytes, 64));
@@ -365,6 +379,7 @@ class CudaBackend final : public Backend {
   }
 
   cudaStream_t stream_ = nullptr;
+  const bool sync_each_ = std::getenv("OOMB_CUDA_SYNC") != nullptr;
   Buffer gemm_ws_;
   std::unique_ptr<cuda::Gemm> gemm_;
   Scratch logits_, partials_, dsum_, table_dev_, rope_dev_;

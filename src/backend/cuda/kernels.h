@@ -56,14 +56,15 @@ void xent_rows(float* logits, const int32_t* targets, float scale, int64_t n, in
 
 // Attention over a device table of KV blocks.
 struct AttnBlock {
-  const float* k;    // (len, G, D)
-  const float* v;    // (len, G, D)
+  const void* k;     // (len, G, D) f32, or bf16 when kv_bf16
+  const void* v;     // (len, G, D), k's dtype
   void* dk;          // (len, G, D) f32, or bf16 when grad_bf16; backward only
   void* dv;
   const int32_t* doc;  // (len) or null
   int64_t idx0;        // sequence index of the block's first token
   int64_t len;
   int32_t grad_bf16;   // per block: earlier pages may hold bf16 gradients, the chunk's own are f32
+  int32_t kv_bf16;     // per block: pages may hold bf16 K/V (--kv-dtype bf16), read as fp32
 };
 struct AttnParams {
   const AttnBlock* blocks;  // device memory

@@ -5,7 +5,8 @@
 //   dk, dv:      one warp per (block, kv head, 32 keys); it walks the queries in order (heads of the
 //     group inside), accumulating in shared memory, then adds into the block's gradient rows once.
 // No atomics: each output element has one writer and a fixed order, so results are deterministic.
-// Head dims up to kMaxHeadDim (each lane holds D/32 of a row).
+// Head dims up to kMaxHeadDim (each lane holds D/32 of a row). A block's K/V are f32 or bf16, read
+// as fp32 (bf16 widens exactly, so a bf16 block gives the bits of an f32 block of the same values).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -35,17 +36,26 @@ __device__ inline int64_t visible(const AttnBlock& b, int64_t qi) {
   return n < 0 ? 0 : n > b.len ? b.len : n;
 }
 
-// a (shared) . b (global), four partial sums as the CPU's dot
-__device__ inline float dot(const float* a, const float* b, int64_t D) {
+// K or V of a block (global): element i as fp32, from f32 or bf16 storage
+struct Rows {
+  const void* p;
+  bool bf16;
+  __device__ float operator()(int64_t i) const {
+    return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]) : static_cast<const float*>(p)[i];
+  }
+};
+
+// a (shared) . b[off, off + D) (global), four partial sums as the CPU's dot
+__device__ inline float dot(const float* a, const Rows& b, int64_t off, int64_t D) {
   float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   int64_t i = 0;
   for (; i + 4 <= D; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
+    s0 += a[i] * b(off + i);
+    s1 += a[i + 1] * b(off + i + 1);
+    s2 += a[i + 2] * b(off + i + 2);
+    s3 += a[i + 3] * b(off + i + 3);
   }
-  for (; i < D; ++i) s0 += a[i] * b[i];
+  for (; i < D; ++i) s0 += a[i] * b(off + i);
   return (s0 + s1) + (s2 + s3);
 }
 
@@ -70,11 +80,12 @@ __global__ void attn_fwd_k(AttnParams p, const float* q, float* o, float* lse) {
   float m = -INFINITY, l = 0.0f;
   for (int64_t b = 0; b < p.n_blocks; ++b) {
     const AttnBlock kb = p.blocks[b];
+    const Rows K{kb.k, kb.kv_bf16 != 0}, V{kb.v, kb.kv_bf16 != 0};
     const int64_t n = visible(kb, qi);
     for (int64_t j0 = 0; j0 < n; j0 += 32) {
       const int64_t j = j0 + lane;
       float s = -INFINITY;
-      if (j < n && (!p.q_doc || !kb.doc || kb.doc[j] == qdoc)) s = dot(sq, kb.k + (j * p.G + g) * D, D) * p.scale;
+      if (j < n && (!p.q_doc || !kb.doc || kb.doc[j] == qdoc)) s = dot(sq, K, (j * p.G + g) * D, D) * p.scale;
       const float tmax = warp_max(s);
       if (tmax == -INFINITY) continue;  // the tile's keys are all in other documents
       if (tmax > m) {
@@ -90,11 +101,11 @@ __global__ void attn_fwd_k(AttnParams p, const float* q, float* o, float* lse) {
       for (int jj = 0; jj < cnt; ++jj) {
         const float pv = __shfl_sync(kFull, pj, jj);
         if (pv == 0.0f) continue;
-        const float* vr = kb.v + ((j0 + jj) * p.G + g) * D;
+        const int64_t vr = ((j0 + jj) * p.G + g) * D;
 #pragma unroll
         for (int k = 0; k < kPerLane; ++k) {
           const int64_t i = lane + 32 * k;
-          if (i < D) acc[k] += pv * vr[i];
+          if (i < D) acc[k] += pv * V(vr + i);
         }
       }
     }
@@ -139,23 +150,24 @@ __global__ void attn_dq_k(AttnParams p, const float* q, const float* lse, const 
   if (!isinf(L)) {
     for (int64_t b = 0; b < p.n_blocks; ++b) {
       const AttnBlock kb = p.blocks[b];
+      const Rows K{kb.k, kb.kv_bf16 != 0}, V{kb.v, kb.kv_bf16 != 0};
       const int64_t n = visible(kb, qi);
       for (int64_t j0 = 0; j0 < n; j0 += 32) {
         const int64_t j = j0 + lane;
         float ds = 0.0f;
         if (j < n && (!p.q_doc || !kb.doc || kb.doc[j] == qdoc)) {
-          const float pj = expf(dot(sq, kb.k + (j * p.G + g) * D, D) * p.scale - L);
-          if (pj != 0.0f) ds = pj * (dot(sdo, kb.v + (j * p.G + g) * D, D) - ds_sum) * p.scale;
+          const float pj = expf(dot(sq, K, (j * p.G + g) * D, D) * p.scale - L);
+          if (pj != 0.0f) ds = pj * (dot(sdo, V, (j * p.G + g) * D, D) - ds_sum) * p.scale;
         }
         const int cnt = int(n - j0 < 32 ? n - j0 : 32);
         for (int jj = 0; jj < cnt; ++jj) {
           const float dsj = __shfl_sync(kFull, ds, jj);
           if (dsj == 0.0f) continue;
-          const float* kr = kb.k + ((j0 + jj) * p.G + g) * D;
+          const int64_t kr = ((j0 + jj) * p.G + g) * D;
 #pragma unroll
           for (int k = 0; k < kPerLane; ++k) {
             const int64_t i = lane + 32 * k;
-            if (i < D) acc[k] += dsj * kr[i];
+            if (i < D) acc[k] += dsj * K(kr + i);
           }
         }
       }
@@ -182,8 +194,8 @@ __global__ void attn_dkdv_k(AttnParams p, const float* q, const float* lse, cons
   float *sq = smem + 64 * stride, *sdo = sq + D;
   for (int64_t i = 0; i < D; ++i) dk[i] = 0.0f, dv[i] = 0.0f;
   const bool have = j < kb.len;
-  const float* kr = kb.k + (j * p.G + g) * D;
-  const float* vr = kb.v + (j * p.G + g) * D;
+  const Rows K{kb.k, kb.kv_bf16 != 0}, V{kb.v, kb.kv_bf16 != 0};
+  const int64_t row = (j * p.G + g) * D;  // the lane's key (read only when have)
   const int32_t kdoc = have && kb.doc ? kb.doc[j] : 0;
   const int64_t t_first = kb.idx0 + j0 - p.q_idx0;  // the first query that sees the tile's first key
   for (int64_t t = t_first > 0 ? t_first : 0; t < p.T; ++t) {
@@ -196,9 +208,9 @@ __global__ void attn_dkdv_k(AttnParams p, const float* q, const float* lse, cons
       load_row(sq, q + (t * p.H + h) * D, D, lane);
       load_row(sdo, dout + (t * p.H + h) * D, D, lane);
       if (!vis) continue;
-      const float pj = expf(dot(sq, kr, D) * p.scale - L);
+      const float pj = expf(dot(sq, K, row, D) * p.scale - L);
       if (pj == 0.0f) continue;
-      const float ds = pj * (dot(sdo, vr, D) - dsum[t * p.H + h]) * p.scale;
+      const float ds = pj * (dot(sdo, V, row, D) - dsum[t * p.H + h]) * p.scale;
       for (int64_t i = 0; i < D; ++i) {
         dv[i] += pj * sdo[i];
         dk[i] += ds * sq[i];
@@ -206,7 +218,7 @@ __global__ void attn_dkdv_k(AttnParams p, const float* q, const float* lse, cons
     }
   }
   if (!have) return;
-  const int64_t at = (j * p.G + g) * D;
+  const int64_t at = row;
   if (kb.grad_bf16) {
     __nv_bfloat16 *k16 = static_cast<__nv_bfloat16*>(kb.dk) + at, *v16 = static_cast<__nv_bfloat16*>(kb.dv) + at;
     for (int64_t i = 0; i < D; ++i) {

@@ -196,7 +196,7 @@ void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float*
 }
 void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bool inverse, int64_t T, int64_t H,
           int64_t D, cudaStream_t s) {
-  if (T > 0) rope_k<<<blocks_for(T * (D / 2)), kThreads, 0, s>>>(x, pos, inv_freq, scaling, inverse ? -1.0 : 1.0, T, H, D);
+  if (T * (D / 2) > 0) rope_k<<<blocks_for(T * (D / 2)), kThreads, 0, s>>>(x, pos, inv_freq, scaling, inverse ? -1.0 : 1.0, T, H, D);
 }
 void swiglu_fwd(const float* g, const float* u, float* out, int64_t n, cudaStream_t s) {
   if (n > 0) swiglu_fwd_k<<<blocks_for(n), kThreads, 0, s>>>(g, u, out, n);

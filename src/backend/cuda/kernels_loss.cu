@@ -20,7 +20,8 @@ __global__ void xent_rows_k(float* logits, const int32_t* targets, float scale, 
     if (threadIdx.x == 0) row_loss[r] = 0.0, row_hit[r] = 0;
     return;
   }
-  // argmax: per thread over its columns (ascending, strict >), then a (value, lowest index) tree
+  // argmax: per thread over its columns (ascending, strict >), then a (value, lowest index) tree;
+  // arg == V marks a thread without columns, which never wins (even against -inf or NaN logits)
   float best = -FLT_MAX;
   int64_t arg = V;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
@@ -30,7 +31,7 @@ __global__ void xent_rows_k(float* logits, const int32_t* targets, float scale, 
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, o);
     const int64_t oi = __shfl_xor_sync(0xffffffffu, arg, o);
-    if (ov > best || (ov == best && oi < arg)) best = ov, arg = oi;
+    if (oi != V && (arg == V || ov > best || (ov == best && oi < arg))) best = ov, arg = oi;
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   if (lane == 0) bv[warp] = best, bi[warp] = arg;
@@ -40,7 +41,7 @@ __global__ void xent_rows_k(float* logits, const int32_t* targets, float scale, 
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, o);
     const int64_t oi = __shfl_xor_sync(0xffffffffu, arg, o);
-    if (ov > best || (ov == best && oi < arg)) best = ov, arg = oi;
+    if (oi != V && (arg == V || ov > best || (ov == best && oi < arg))) best = ov, arg = oi;
   }
   const float m = row[arg];
   // sum of exp(logit - max) in fp64, fixed tree
