@@ -4,62 +4,144 @@ transformers + PyTorch (bf16, SDPA attention, gradient checkpointing), in one ru
 Qwen2.5-0.5B-, 1.5B- and 7B-shaped models. Columns: N, tokens/s, MFU, peak device memory.
 
     python3 bench/cuda_step.py --oomb gpu-bundle/oomb [--models 0.5b,1.5b,7b] [--lengths 8192,32768,131072]
-                               [--chunks 4096,8192] [--budget 1200] [--out DIR]
+                               [--chunks 4096,8192] [--budget 500] [--per-run 300] [--out DIR]
+                               [--table FILE.md] [--jsonl FILE.jsonl]
 
-Each configuration runs in its own process under a time limit; a run that does not finish says so
-(and so does one that runs out of memory). FLOPs (both lines alike): train/flops.h's formula,
-linear layers + causal attention, forward + backward, recomputation not counted; MFU against the
-GPU's dense bf16 peak. The oomb line trains with AdamW; Hugging Face's too (torch.optim.AdamW,
-fused) unless it cannot hold the optimizer state, which the table then says.
+Every configuration runs in its own process under a time limit, and the whole run ends within
+--budget seconds (points it cannot reach say so); a run that does not finish says why (timeout,
+out of memory, or its error). Each row is printed, and appended to --table / --jsonl, the moment
+it is measured, so a run killed from outside keeps what it had. Lengths run shortest first; a
+line (oomb at one chunk size, or Hugging Face) that runs out of memory or time stops for the
+longer lengths of that model, and an oomb point whose time, scaled as N^2 from the last one
+measured, would not fit in what is left of the budget is skipped and says so. oomb points
+whose `oomb plan` exceeds the GPU's memory are skipped without running (oomb keeps float32
+weights, gradients and AdamW moments on the device: 16 bytes a parameter, 119 GiB for 7B).
+
+oomb steps: 2 for N <= 32K (the row is the second, warm step), 1 beyond (its step time dwarfs
+the warm-up). Hugging Face: one warm-up step, then one timed step; the model is built from its
+config (random init, bf16) straight on the GPU, its loss is transformers' own (labels=ids).
+
+FLOPs (both lines alike): train/flops.h's formula, linear layers + causal attention, forward +
+backward, recomputation not counted; MFU against the GPU's dense bf16 peak (the same table as
+oomb's). The oomb line trains with AdamW; Hugging Face's too (torch.optim.AdamW, fused) unless
+it cannot hold the optimizer state, which the table then says. Peak device memory: oomb's own
+accounting of its device allocations (`--metrics` memory.device.total.peak); for Hugging Face
+torch.cuda.max_memory_allocated() over the timed step. Neither counts the CUDA context.
 """
-import argparse, json, os, subprocess, sys, tempfile, time
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
 
-PRESETS = {"0.5b": "qwen2.5-0.5b", "1.5b": "qwen2.5-1.5b", "7b": "qwen2.5-7b"}
+# oomb init's presets (src/model/init.cpp): Qwen2.5's published shapes
+PRESETS = {
+    "0.5b": ("qwen2.5-0.5b", dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                                  num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                                  tie_word_embeddings=True)),
+    "1.5b": ("qwen2.5-1.5b", dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                                  num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
+                                  tie_word_embeddings=True)),
+    "7b": ("qwen2.5-7b", dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                              num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+                              tie_word_embeddings=False)),
+}
+# the rest of a Qwen2.5 config.json, as oomb init writes it; RoPE in both transformers' forms
+COMMON = dict(architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
+              max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1000000.0, rope_scaling=None,
+              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, use_sliding_window=False,
+              sliding_window=None, bos_token_id=None, eos_token_id=None, torch_dtype="bfloat16")
+DATA_VOCAB = 151643  # token ids drawn below this: inside both vocabularies
 
 
-def train_flops(cfg, n):
+def hf_config(mk):
+    cfg = dict(COMMON, **PRESETS[mk][1])
+    cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
+    return cfg
+
+
+def train_flops(cfg, n):  # src/train/flops.cpp
     d, L, H, G, D, I, V = (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"],
                            cfg["num_key_value_heads"], cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"],
                            cfg["intermediate_size"], cfg["vocab_size"])
-    linear = L * (d * H * D + 2 * d * G * D + H * D * d + 3 * d * I) + V * d
+    linear = L * (d * H * D + 2 * d * G * D + H * D * d + 3 * d * I) + V * d  # lm_head counted even when tied
     return 3.0 * (2.0 * n * linear + 4.0 * L * H * D * n * (n + 1) / 2.0)
 
 
-def peak_flops():
-    import torch
-    name = torch.cuda.get_device_name(0)
-    for key, v in [("H200", 989.4e12), ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989.4e12), ("A100", 312e12)]:
-        if all(k in name for k in key.split()):
-            return name, v
-    return name, 0.0
+def peak_bf16(name):  # src/backend/cuda/cuda_device.cu's peak_bf16_flops
+    if "H200" in name:
+        return 989.4e12
+    if "H100" in name:
+        return 756e12 if "PCIe" in name else 835e12 if "NVL" in name else 989.4e12
+    if "A100" in name:
+        return 312e12
+    return 0.0
+
+
+def gpu():  # name and memory (bytes) from nvidia-smi: no CUDA context in this process
+    try:
+        line = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
+        name, mib = line.rsplit(",", 1)
+        return name.strip(), int(float(mib)) * 2**20
+    except Exception:  # noqa: BLE001 - no nvidia-smi, or an odd answer: MFU and the plan check go unused
+        return "unknown GPU", 0
 
 
 HF_CHILD = r'''
-import json, sys, time, torch, transformers
-model_dir, n, with_opt = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-torch.manual_seed(0)
-m = transformers.AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
-m.gradient_checkpointing_enable()
-m.config.use_cache = False
-opt = torch.optim.AdamW(m.parameters(), lr=1e-5, fused=True) if with_opt else None
-ids = torch.randint(0, m.config.vocab_size, (1, n), device="cuda")
-def step():
-    out = m(input_ids=ids, labels=ids)
-    out.loss.backward()
-    if opt: opt.step(); opt.zero_grad(set_to_none=True)
-    else: m.zero_grad(set_to_none=True)
-step(); torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
-t = time.perf_counter(); step(); torch.cuda.synchronize(); dt = time.perf_counter() - t
-print(json.dumps({"s": dt, "peak": torch.cuda.max_memory_allocated()}))
+import json, sys, time
+import torch, transformers
+cfg_dir, n, with_opt = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+state = {"phase": "build", "opt_state": False}
+try:
+    torch.manual_seed(0)
+    cfg = transformers.AutoConfig.from_pretrained(cfg_dir)
+    cfg.use_cache = False
+    with torch.device("cuda"):  # random init straight on the GPU
+        try:  # `dtype` since transformers 4.56; `torch_dtype` before
+            m = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa")
+        except TypeError:
+            m = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16, attn_implementation="sdpa")
+    m = m.cuda()
+    assert next(m.parameters()).dtype == torch.bfloat16, next(m.parameters()).dtype
+    m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    m.train()  # HF checkpoints only in training mode
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-5, fused=True) if with_opt else None
+    ids = torch.randint(0, min(cfg.vocab_size, 151643), (1, n), device="cuda")
+    def step():
+        state["phase"] = "forward + backward"
+        m(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+        if opt is not None:
+            state["phase"] = "optimizer step"
+            opt.step()
+            state["opt_state"] = True
+            opt.zero_grad(set_to_none=True)
+        else:
+            m.zero_grad(set_to_none=True)
+    step(); torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
+    t = time.perf_counter(); step(); torch.cuda.synchronize(); dt = time.perf_counter() - t
+    print(json.dumps({"s": dt, "peak": torch.cuda.max_memory_allocated(),
+                      "attn": getattr(m.config, "_attn_implementation", None),
+                      "checkpointing": bool(getattr(m, "is_gradient_checkpointing", True))}), flush=True)
+except torch.cuda.OutOfMemoryError:
+    print(json.dumps({"oom": state["phase"], "opt_state": state["opt_state"]}), flush=True)
+    sys.exit(3)
 '''
 
 
-def run(cmd, timeout):
+def run(cmd, timeout, env=None):
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, timeout), env=env)
         return p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired:
-        return None, "", "timeout"
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return None, out, "timeout"
+
+
+def last_line(s, default="failed"):
+    lines = [l for l in s.strip().splitlines() if l.strip()]
+    return (lines[-1] if lines else default)[:120].replace("|", "/")
 
 
 def main():
@@ -68,60 +150,199 @@ def main():
     ap.add_argument("--models", default="0.5b,1.5b,7b")
     ap.add_argument("--lengths", default="8192,32768,131072")
     ap.add_argument("--chunks", default="4096,8192")
-    ap.add_argument("--budget", type=float, default=1200, help="seconds for the whole run")
-    ap.add_argument("--per-run", type=float, default=300)
-    ap.add_argument("--out", default=tempfile.mkdtemp(prefix="oomb-bench-"))
+    ap.add_argument("--budget", type=float, default=500, help="seconds for the whole run")
+    ap.add_argument("--per-run", type=float, default=300, help="seconds for one configuration at most")
+    ap.add_argument("--out", default=None, help="scratch (models, token files); default: a new temporary folder")
+    ap.add_argument("--table", default=None, help="also append the table's lines here as they come")
+    ap.add_argument("--jsonl", default=None, help="append one JSON object per row here as they come")
+    ap.add_argument("--no-hf", action="store_true", help="oomb only")
+    ap.add_argument("--no-oomb", action="store_true", help="Hugging Face only")
     a = ap.parse_args()
-    start = time.time()
-    name, peak = peak_flops()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(f"device {name} (bf16 peak {peak / 1e12:.0f} TFLOP/s), {time.strftime('%Y-%m-%d')}, commit {commit}\n")
-    print("| model | line | N | C | tokens/s | MFU | peak device memory | note |")
-    print("|---|---|---|---|---|---|---|---|")
     for mk in a.models.split(","):
+        if mk not in PRESETS:
+            ap.error(f"--models: unknown '{mk}' (known: {', '.join(PRESETS)})")
+    start = time.time()
+    left = lambda: a.budget - (time.time() - start)  # noqa: E731
+    if a.out is None:
+        import tempfile
+        a.out = tempfile.mkdtemp(prefix="oomb-bench-")
+    os.makedirs(a.out, exist_ok=True)
+
+    def emit(line, row=None):
+        print(line, flush=True)
+        if a.table:
+            with open(a.table, "a") as f:
+                f.write(line + "\n")
+        if a.jsonl and row is not None:
+            with open(a.jsonl, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    name, mem = gpu()
+    peak = peak_bf16(name)
+    try:  # the device machine's copy of the tree may have no .git, nor git
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    stamp = os.path.join(os.path.dirname(os.path.abspath(a.oomb)), "COMMIT")  # written by scripts/gpu_bundle.sh
+    if os.path.exists(stamp):
+        commit = open(stamp).read().strip()
+    emit(f"\ndevice {name} ({mem / 2**30:.0f} GiB, bf16 peak {peak / 1e12:.0f} TFLOP/s), "
+         f"{time.strftime('%Y-%m-%d %H:%M')}, oomb {commit or 'unknown commit'}, budget {a.budget:.0f} s\n")
+    emit("| model | line | N | C | tokens/s | MFU | peak device memory | note |")
+    emit("|---|---|---|---|---|---|---|---|")
+
+    def row(mk, line, n, c="", tps=None, flops=0.0, mem_b=None, note="", **extra):
+        mfu = f"{100 * flops * tps / n / peak:.1f}%" if tps and peak else ""
+        emit(f"| {mk} | {line} | {n} | {c} | {f'{tps:.0f}' if tps else ''} | {mfu} | "
+             f"{f'{mem_b / 2**30:.2f} GiB' if mem_b else ''} | {note} |",
+             dict(model=mk, line=line, N=n, C=c or None, tokens_per_s=tps, mfu=(flops * tps / n / peak) if tps and peak else None,
+                  peak_bytes=mem_b, note=note, device=name, commit=commit, **extra))
+
+    lengths = sorted(int(x) for x in a.lengths.split(","))
+    chunks = [int(x) for x in a.chunks.split(",")] if not a.no_oomb else []
+    hf_env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
+                  TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false")
+    for mk in a.models.split(","):
+        preset, _ = PRESETS[mk]
+        cfg = hf_config(mk)
+        hf_dir = os.path.join(a.out, mk + "-hf")
+        os.makedirs(hf_dir, exist_ok=True)
+        with open(os.path.join(hf_dir, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=1)
+
+        # which oomb points fit the GPU, by oomb's own planner (no GPU needed)
+        plans = {}
+        for n in lengths:
+            for c in chunks:
+                rc, out, err = run([a.oomb, "plan", "--preset", preset, "--seq-len", str(n), "--chunk-size",
+                                    str(min(c, n)), "--json"], 30)
+                try:
+                    plans[n, min(c, n)] = json.loads(out.strip().splitlines()[-1])["total"] if rc == 0 else None
+                except (ValueError, IndexError, KeyError):
+                    plans[n, min(c, n)] = None
+        fits = lambda n, c: not mem or plans.get((n, c)) is None or plans[n, c] <= 0.97 * mem  # noqa: E731
         mdir = os.path.join(a.out, mk)
-        if not os.path.exists(os.path.join(mdir, "config.json")):
-            subprocess.run([a.oomb, "init", "--preset", PRESETS[mk], "--dtype", "bf16", "--out", mdir], check=True,
-                           capture_output=True)
-        cfg = json.load(open(os.path.join(mdir, "config.json")))
-        hf_stopped = False
-        for n in [int(x) for x in a.lengths.split(",")]:
-            left = a.budget - (time.time() - start)
-            if left < 30:
-                print(f"| {mk} | (budget spent) | {n} | | | | | |")
-                continue
-            toks = os.path.join(a.out, f"tokens_{n}.bin")
-            if not os.path.exists(toks):
-                import numpy as np
-                np.random.default_rng(0).integers(0, 151643, n + 1, dtype=np.uint32).tofile(toks)
-            for c in [int(x) for x in a.chunks.split(",")]:
-                met = os.path.join(a.out, f"m_{mk}_{n}_{c}.jsonl")
-                rc, out, err = run([a.oomb, "train", "--device", "cuda", "--model", mdir, "--data", toks, "--seq-len",
-                                    str(n), "--chunk-size", str(min(c, n)), "--steps", "2", "--optimizer", "adamw",
-                                    "--metrics", met], min(a.per_run, left))
-                if rc == 0:
-                    j = [json.loads(l) for l in open(met)][-1]
-                    dev = j["memory"].get("device", {}).get("total", {}).get("peak", 0)
-                    print(f"| {mk} | oomb | {n} | {c} | {j['tokens_per_s']:.0f} | "
-                          f"{100 * train_flops(cfg, n) * j['tokens_per_s'] / n / peak:.1f}% | {dev / 2**30:.2f} GiB | |")
+        init_error = None
+        if chunks and any(fits(n, min(c, n)) for n in lengths for c in chunks):
+            if not os.path.exists(os.path.join(mdir, "model.safetensors")):
+                if left() < 60:
+                    init_error = "budget spent before oomb init"
                 else:
-                    why = "timeout" if rc is None else (err.strip().splitlines() or ["failed"])[-1][:100]
-                    print(f"| {mk} | oomb | {n} | {c} | | | | {why} |")
-            if hf_stopped:
-                print(f"| {mk} | HF+PyTorch | {n} | | | | | stopped at a shorter N |")
+                    rc, out, err = run([a.oomb, "init", "--preset", preset, "--dtype", "bf16", "--out", mdir, "--force"],
+                                       min(600, left() - 30))
+                    if rc != 0:
+                        init_error = "oomb init: " + ("timeout" if rc is None else last_line(err))
+            if init_error is None:  # the model oomb trains is the one Hugging Face builds
+                got = json.load(open(os.path.join(mdir, "config.json")))
+                bad = [k for k in PRESETS[mk][1] if got.get(k) != cfg[k]]
+                if bad:
+                    init_error = f"oomb's config.json differs from this script's in {', '.join(bad)}"
+
+        oomb_last, oomb_stopped, hf_stopped, hf_opts = {}, {}, None, ("1", "0")
+        for n in lengths:
+            flops = train_flops(cfg, n)
+            steps = 2 if n <= 32768 else 1
+            done = set()
+            for c0 in chunks:
+                c = min(c0, n)
+                if c in done:
+                    continue
+                done.add(c)
+                if not fits(n, c):
+                    row(mk, "oomb", n, c, note=f"skipped: oomb plan needs {plans[n, c] / 2**30:.0f} GiB, the GPU has "
+                        f"{mem / 2**30:.0f}")
+                    continue
+                if init_error:
+                    row(mk, "oomb", n, c, note=init_error)
+                    continue
+                if c0 in oomb_stopped:
+                    row(mk, "oomb", n, c, note=f"stopped: {oomb_stopped[c0]} at a shorter N")
+                    continue
+                if left() < 30:
+                    row(mk, "oomb", n, c, note="budget spent")
+                    continue
+                if c0 in oomb_last:  # N^2 from the last measured length: an upper bound (linear layers go as N)
+                    n0, s0 = oomb_last[c0]
+                    guess = s0 * (n / n0) ** 2 * steps + 15
+                    if guess > min(a.per_run, left()):
+                        row(mk, "oomb", n, c, note=f"skipped: ~{guess:.0f} s expected (from N={n0}), "
+                            f"{min(a.per_run, left()):.0f} s left")
+                        continue
+                toks = os.path.join(a.out, f"tokens_{n}.bin")
+                if not os.path.exists(toks):
+                    import array, random  # raw little-endian uint32 (--data-format u32); no numpy needed
+                    rng = random.Random(n)
+                    with open(toks, "wb") as f:
+                        array.array("I", (rng.randrange(DATA_VOCAB) for _ in range(n + 1))).tofile(f)
+                met = os.path.join(a.out, f"m_{mk}_{n}_{c}.jsonl")
+                if os.path.exists(met):
+                    os.remove(met)
+                t = time.time()
+                rc, out, err = run([a.oomb, "train", "--device", "cuda", "--model", mdir, "--data", toks,
+                                    "--data-format", "u32", "--seq-len", str(n), "--chunk-size", str(c),
+                                    "--steps", str(steps), "--optimizer", "adamw", "--metrics", met],
+                                   min(a.per_run, left() - 5))
+                wall = time.time() - t
+                lines = []
+                if os.path.exists(met):
+                    for l in open(met):
+                        try:
+                            lines.append(json.loads(l))
+                        except ValueError:
+                            pass
+                why = None
+                if rc != 0:
+                    why = "timeout" if rc is None else ("out of memory" if "out of memory" in err.lower()
+                                                         else last_line(err))
+                if lines:
+                    j = lines[-1]
+                    dev = j.get("memory", {}).get("device", {}).get("total", {}).get("peak", 0)
+                    note = (f"step {len(lines)} of {steps}, then {why}" if why else
+                            "one step, its warm-up included" if steps == 1 else "")
+                    row(mk, "oomb", n, c, j["tokens_per_s"], flops, dev, note, step_s=j["tokens"] / j["tokens_per_s"],
+                        wall_s=wall, oomb_mfu=j.get("mfu"), loss=j.get("loss"))
+                    oomb_last[c0] = (n, j["tokens"] / j["tokens_per_s"])
+                else:
+                    row(mk, "oomb", n, c, note=why or "no metrics written", wall_s=wall)
+                if why in ("timeout", "out of memory"):
+                    oomb_stopped[c0] = why
+
+            if a.no_hf:
                 continue
-            for with_opt in ("1", "0"):
-                rc, out, err = run([sys.executable, "-c", HF_CHILD, mdir, str(n), with_opt], min(a.per_run, left))
-                if rc == 0:
+            if hf_stopped:
+                row(mk, "HF+PyTorch", n, note=f"stopped: {hf_stopped} at a shorter N")
+                continue
+            for with_opt in hf_opts:
+                if left() < 30:
+                    row(mk, "HF+PyTorch", n, note="budget spent")
+                    break
+                t = time.time()
+                rc, out, err = run([sys.executable, "-c", HF_CHILD, hf_dir, str(n), with_opt],
+                                   min(a.per_run, left() - 5), env=hf_env)
+                wall = time.time() - t
+                try:
                     j = json.loads(out.strip().splitlines()[-1])
-                    print(f"| {mk} | HF+PyTorch | {n} | | {n / j['s']:.0f} | {100 * train_flops(cfg, n) / j['s'] / peak:.1f}% | "
-                          f"{j['peak'] / 2**30:.2f} GiB | {'' if with_opt == '1' else 'forward + backward only: AdamW did not fit'} |")
+                except (ValueError, IndexError):
+                    j = {}
+                if rc == 0 and "s" in j:
+                    if with_opt == "0":
+                        hf_opts = ("0",)  # nor will it at a longer N
+                    row(mk, "HF+PyTorch", n, "", n / j["s"], flops, j["peak"],
+                        "" if with_opt == "1" else "forward + backward only: AdamW did not fit", step_s=j["s"],
+                        wall_s=wall, attn=j.get("attn"), checkpointing=j.get("checkpointing"))
                     break
-                oom = "out of memory" in err.lower() or "OutOfMemory" in err
-                if with_opt == "0" or not oom:
-                    print(f"| {mk} | HF+PyTorch | {n} | | | | | {'out of memory' if oom else ('timeout' if rc is None else 'failed')} |")
-                    hf_stopped = oom
-                    break
+                if "oom" in j:
+                    # without AdamW's state the first step is the same: retry only when the state was what broke it
+                    if with_opt == "1" and (j["opt_state"] or j["oom"] == "optimizer step"):
+                        continue
+                    why = f"out of memory ({j['oom']})"
+                else:
+                    why = "timeout" if rc is None else last_line(err)
+                row(mk, "HF+PyTorch", n, note=why if with_opt == "1" else why + ", without AdamW", wall_s=wall)
+                hf_stopped = why  # out of memory, out of time, or an error that a longer N would repeat
+                break
+    emit(f"\n(bench ran {time.time() - start:.0f} s of its {a.budget:.0f} s budget)")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 # Builds, on this machine, what a GPU session runs on the device machine (which has CUDA and
 # PyTorch but none of the Debian libraries): the CUDA test programs, oomb and the attention lab,
 # stripped, with the non-system shared libraries they load, into gpu-bundle/ (git-ignored).
-# Then, through the device tool, with carry ["gpu-bundle"]:  bash scripts/gpu_session.sh
+# Then, through the device tool, with carry ["gpu-bundle"] and timeout_s 600, e.g.
+#   bash scripts/gpu_session.sh all --models 0.5b      then      bash scripts/gpu_session.sh bench --models 1.5b,7b
+# (each call ends within 540 s; see gpu_session.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=build-gpu
@@ -17,4 +19,9 @@ done
 for f in gpu-bundle/*; do [ -f "$f" ] && ldd "$f" | awk '{print $3}'; done | sort -u | grep "^/" |
   grep -vE "/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|ld-linux[^/]*)\.so|/usr/local/cuda" |
   xargs -r -I{} cp -L {} gpu-bundle/lib/
+# the commit the bundle was built from (bench/cuda_step.py prints it), "+" when the tree had changes
+echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git status --porcelain 2>/dev/null | grep -q . && echo +)" \
+  > gpu-bundle/COMMIT
 du -sh gpu-bundle
+# the device tool carries at most 64 MiB, the working tree included
+[ "$(du -sm gpu-bundle | cut -f1)" -lt 56 ] || echo "gpu_bundle: WARNING: gpu-bundle is over 56 MiB; with the tree it may pass the device tool's 64 MiB" >&2

@@ -1,40 +1,110 @@
 #!/usr/bin/env bash
-# Every check and benchmark that needs a GPU, in one run on the device machine, from the repository
-# root, with gpu-bundle/ carried (scripts/gpu_bundle.sh makes it here). Two files come back in
-# $OUT (the device tool returns at most 8): summary.txt and results.tgz (every log, the Hugging
-# Face fixtures for tests/fixtures/hf, the benchmark's table).
-#   bash scripts/gpu_session.sh [--quick]      (--quick: tests and fixtures only, no benchmark)
+# Every check and benchmark that needs a GPU, on the device machine, from the repository root, with
+# gpu-bundle/ carried (scripts/gpu_bundle.sh makes it here):
+#
+#   bash scripts/gpu_session.sh [all|tests|bench|--quick] [bench/cuda_step.py's options...]
+#     tests    the CUDA tests, the Hugging Face fixtures (tools/golden_hf.py) and test_hf_golden
+#              on them, the attention lab at Qwen2.5-0.5B's and 7B's head shapes
+#     bench    bench/cuda_step.py with what is left of the time (options passed on, e.g.
+#              --models 1.5b,7b --lengths 8192,32768)
+#     all      tests, then bench (the default); --quick: tests only
+#
+# One device command may run 10 minutes: everything here ends within GPU_SESSION_BUDGET seconds
+# (default 540) of the start, each step under its own time limit too, so give the device tool
+# timeout_s 600. A session with 30 minutes of device time (machine starts included) fits two such
+# calls, e.g.  `all --models 0.5b`  then  `bench --models 1.5b,7b`.
+#
+# What comes back in $OUT (at most 8 files; each is rewritten as the run goes, so a run killed
+# from outside still returns what it had): summary.txt (each step's result lines), bench.md and
+# bench.jsonl (the benchmark's rows, written as they are measured), hf_fixtures.tgz (extract at
+# the repository root: tests/fixtures/hf/...), results.tgz (every log).
 set -uo pipefail
+START=$SECONDS
+DEADLINE=$((START + ${GPU_SESSION_BUDGET:-540}))
+phase=${1:-all}
+[ $# -gt 0 ] && shift
+case $phase in all|tests|bench) ;; --quick) phase=tests ;; *) echo "usage: $0 [all|tests|bench|--quick] [bench options]" >&2; exit 2 ;; esac
 OUT=${OUT:-$PWD/out/gpu}
 mkdir -p "$OUT"
-W=$(mktemp -d /tmp/oomb-gpu.XXXXXX)  # logs and scratch; packed into $OUT at the end
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # nothing outside can be reached there
+W=$(mktemp -d /tmp/oomb-gpu.XXXXXX)  # logs and scratch; packed into $OUT after every step
 B=$PWD/gpu-bundle
+[ -x "$B/oomb" ] || { echo "no $B/oomb: run scripts/gpu_bundle.sh here and carry gpu-bundle" | tee -a "$OUT/summary.txt"; exit 1; }
+pack() {
+  tar czf "$OUT/results.tgz.part" -C "$W" --exclude=bin --exclude=bench-work . 2>/dev/null &&
+    mv -f "$OUT/results.tgz.part" "$OUT/results.tgz"
+}
+trap pack EXIT
+
+# The bundle's programs need the bundle's libraries and CUDA's (cudart, cublasLt): from the toolkit,
+# else from the pip wheels (CUDA 13 wheels put them all in nvidia/cu13/lib). Only they get this
+# LD_LIBRARY_PATH, through wrappers in $W/bin: Python (PyTorch) keeps its own.
+wheel_libs=$(python3 - <<'EOF' 2>/dev/null
+import glob, os, site, sys
+roots = [p for p in site.getsitepackages() + [site.getusersitepackages()] + sys.path if p.endswith("-packages")]
+dirs = []
+for r in dict.fromkeys(roots):
+    for d in sorted(glob.glob(os.path.join(r, "nvidia", "cu13", "lib")) + glob.glob(os.path.join(r, "nvidia", "*", "lib"))):
+        if d not in dirs and glob.glob(os.path.join(d, "libcublasLt.so*")) + glob.glob(os.path.join(d, "libcudart.so*")):
+            dirs.append(d)
+print(":".join(dirs))
+EOF
+)
+LDP=$B/lib:/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${wheel_libs:+:$wheel_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+mkdir -p "$W/bin"
+for f in "$B"/*; do
+  [ -f "$f" ] && [ -x "$f" ] || continue
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "'$LDP'" "'$f'" > "$W/bin/$(basename "$f")"
+  chmod +x "$W/bin/$(basename "$f")"
+done
+cp "$B/COMMIT" "$W/bin/" 2>/dev/null  # bench/cuda_step.py reads the commit beside --oomb
 export OOMB_SOURCE_DIR=$PWD OOMB_BINARY_DIR=$W/bin
-mkdir -p "$OOMB_BINARY_DIR" && cp "$B/oomb" "$OOMB_BINARY_DIR/"
-finish() {
-  tar czf "$OUT/results.tgz" -C "$W" --exclude=bin --exclude=bench-work . 2>/dev/null
-}
-trap finish EXIT
-cublas=$(python3 -c "import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], 'lib'))" 2>/dev/null)
-export LD_LIBRARY_PATH=$B/lib:/usr/local/cuda/lib64:${cublas:-}:${LD_LIBRARY_PATH:-}
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$W/gpu.txt" 2>&1
-step() {  # name, command...: log to $OUT/name.log, print its end
-  local name=$1; shift
-  echo "== $name: $*"
-  "$@" > "$W/$name.log" 2>&1
+
+left() { echo $((DEADLINE - SECONDS)); }
+step() {  # name, time limit (s), command...: log to $W/name.log, its result lines to summary.txt
+  local name=$1 cap=$2; shift 2
+  local t=$(( $(left) < cap ? $(left) : cap ))
+  if [ "$t" -lt 10 ]; then
+    echo "== $name: not run, the session's time is spent" | tee -a "$OUT/summary.txt"
+    return 1
+  fi
+  echo "== $name (limit ${t}s): $*"
+  local t0=$SECONDS
+  timeout -k 10 "$t" "$@" > "$W/$name.log" 2>&1
   local rc=$?
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "TIMEOUT after ${t}s" >> "$W/$name.log"
   echo "rc=$rc" >> "$W/$name.log"
-  { echo "== $name (rc=$rc)"; grep -E "^\[ (parity|cuda|hf) |PASSED|FAILED|Failure|rel. error|\| " "$W/$name.log" | tail -60; } |
-    tee -a "$OUT/summary.txt"
+  { echo "== $name (rc=$rc, $((SECONDS - t0)) s)"
+    grep -aE "^\[ (parity|cuda|hf) |PASSED|FAILED|SKIPPED|Failure|rel. error|Error|error:|TIMEOUT|\| |loss " "$W/$name.log" | tail -60
+  } | tee -a "$OUT/summary.txt"
+  pack
+  return $rc
 }
-step gemm_layout "$B/test_gemm_layout"
-step cuda_device "$B/test_cuda_device"
-step cuda_ops "$B/test_cuda_ops"
-step cuda_model "$B/test_cuda_model"
-step golden_hf python3 tools/golden_hf.py --out "$W/hf"
-mkdir -p tests/fixtures && cp -r "$W/hf" tests/fixtures/ 2>/dev/null
-step hf_golden "$B/test_hf_golden"
-[ "${1:-}" = "--quick" ] && exit 0
-step attention_lab_d64 "$B/oomb_attention_lab" --heads 14 --kv-heads 2 --dim 64 --chunk 4096 --keys 32768
-step attention_lab_d128 "$B/oomb_attention_lab" --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
-step bench python3 bench/cuda_step.py --oomb "$B/oomb" --budget 900 --per-run 240 --out "$W/bench-work"
+
+{ echo "== $(date -u '+%F %T') UTC, phase $phase, oomb $(cat "$B/COMMIT" 2>/dev/null || echo '?')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -2
+  python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" 2>&1 | tail -1
+  missing=$(LD_LIBRARY_PATH=$LDP ldd "$B/oomb" 2>&1 | grep "not found")
+  [ -n "$missing" ] && echo "oomb's libraries NOT FOUND: $missing" || echo "oomb's libraries all found"
+} | tee -a "$OUT/summary.txt"
+
+if [ "$phase" != bench ]; then
+  # the fixtures first: CPU only, quick, and what CI keeps using afterwards
+  rm -rf tests/fixtures/hf
+  step golden_hf 180 python3 tools/golden_hf.py --out tests/fixtures/hf
+  [ -f tests/fixtures/hf/qwen2/reference.safetensors ] &&
+    tar czf "$OUT/hf_fixtures.tgz" tests/fixtures/hf && cp -r tests/fixtures/hf "$W/hf_fixtures"
+  step hf_golden 90 "$W/bin/test_hf_golden"
+  step gemm_layout 90 "$W/bin/test_gemm_layout"
+  step cuda_device 120 "$W/bin/test_cuda_device"
+  step cuda_ops 180 "$W/bin/test_cuda_ops"
+  step cuda_model 180 "$W/bin/test_cuda_model"
+  step attention_lab_d64 90 "$W/bin/oomb_attention_lab" --heads 14 --kv-heads 2 --dim 64 --chunk 4096 --keys 32768
+  step attention_lab_d128 90 "$W/bin/oomb_attention_lab" --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
+fi
+if [ "$phase" != tests ]; then
+  b=$(( $(left) - 20 ))
+  step bench $((b + 15)) python3 bench/cuda_step.py --oomb "$W/bin/oomb" --budget "$b" --out "$W/bench-work" \
+    --table "$OUT/bench.md" --jsonl "$OUT/bench.jsonl" "$@"
+fi
+echo "== done in $((SECONDS - START)) s" | tee -a "$OUT/summary.txt"

@@ -4,8 +4,12 @@ own modelling code, saved in Hugging Face format with their loss, logits and eve
 that tests/test_hf_golden.cpp checks oomb against Hugging Face in every CI run (on the CPU).
 
 Needs PyTorch, transformers and safetensors (the GPU machine has all three; Debian has no
-transformers). Everything is computed on the CPU in float64 from the float32 weights that are
-saved, so the fixtures do not depend on the GPU:
+transformers). Everything is computed on the CPU from the float32 weights that are saved, loaded
+in float64 (so the fixtures do not depend on the GPU). Hugging Face's own code still rounds a few
+steps to float32 whatever the weights' dtype (the RoPE angles, RMSNorm, the attention softmax),
+which puts the reference about 1e-7 (relative) from exact float64, far inside the test's
+tolerances; the loss is computed here in float64 from the float64 logits (transformers' loss
+would round the logits to float32) and checked against transformers' own `labels=` loss:
 
     python3 tools/golden_hf.py [--out tests/fixtures/hf]
 
@@ -15,32 +19,60 @@ save_pretrained) and reference.safetensors:
     loss       F64 (1)        mean cross-entropy over the N - 1 targets
     logits     F64 (N, V)
     grad/NAME  F64 (shape)    d loss / d parameter, for every parameter by its Hugging Face name
+                              (a tied lm_head has none: its gradient is in the embedding's)
 """
 import argparse
 import json
 import os
 
 import torch
+import torch.nn.functional as F
 import transformers
 from safetensors.torch import save_file
+
+TRANSFORMERS_5 = int(transformers.__version__.split(".")[0]) >= 5
+
+
+def rope(theta):
+    # transformers 5 takes RoPE as rope_parameters (rope_theta is still read for compatibility);
+    # 4.x takes rope_theta
+    return dict(rope_parameters={"rope_type": "default", "rope_theta": theta}) if TRANSFORMERS_5 \
+        else dict(rope_theta=theta)
+
 
 MODELS = {
     # untied embeddings, no biases, grouped-query attention (4 query heads over 2 kv heads)
     "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM,
               dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
-                   rms_norm_eps=1e-5, tie_word_embeddings=False, rope_theta=10000.0)),
+                   rms_norm_eps=1e-5, tie_word_embeddings=False, **rope(10000.0)), 10000.0),
     # tied embeddings, q/k/v biases (Qwen2's), one kv head
     "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
               dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=256,
-                   rms_norm_eps=1e-6, tie_word_embeddings=True, rope_theta=1000000.0)),
+                   rms_norm_eps=1e-6, tie_word_embeddings=True, **rope(1000000.0)), 1000000.0),
 }
 N = 40
 
 
+def saved_theta(cfg):  # rope_theta as config.json holds it, in either transformers' form
+    for k in ("rope_parameters", "rope_scaling"):
+        if isinstance(cfg.get(k), dict) and "rope_theta" in cfg[k]:
+            return float(cfg[k]["rope_theta"])
+    return float(cfg.get("rope_theta", 10000.0))
+
+
+def load_f64(model_cls, d):
+    kw = dict(attn_implementation="eager")
+    try:  # `dtype` since transformers 4.56 (`torch_dtype` is deprecated in 5)
+        m = model_cls.from_pretrained(d, dtype=torch.float64, **kw)
+    except TypeError:
+        m = model_cls.from_pretrained(d, torch_dtype=torch.float64, **kw)
+    return m.to(torch.float64)  # a no-op where the dtype was taken
+
+
 def make(name, out):
-    config_cls, model_cls, kw = MODELS[name]
+    config_cls, model_cls, kw, theta = MODELS[name]
     torch.manual_seed(1234)
     config = config_cls(**kw)
     model = model_cls(config).to(torch.float32)
@@ -49,22 +81,39 @@ def make(name, out):
             p.normal_(0.0, 0.15) if p.dim() > 1 else p.normal_(1.0 if p.abs().max() == 1 else 0.0, 0.1)
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
-    model.save_pretrained(d, safe_serialization=True)
+    model.save_pretrained(d)  # safetensors is the default (and, in transformers 5, the only format)
+    assert os.path.exists(os.path.join(d, "model.safetensors")), f"{d}: no model.safetensors: {os.listdir(d)}"
+    with open(os.path.join(d, "config.json")) as f:
+        saved = json.load(f)
+    assert saved_theta(saved) == theta, f"{name}: config.json has rope theta {saved_theta(saved)}, not {theta}"
+    # as oomb reads config.json (save_pretrained leaves out some values equal to the defaults)
+    assert saved.get("tie_word_embeddings", False) == kw["tie_word_embeddings"], f"{name}: tie_word_embeddings lost"
+
     # the reference: the saved float32 weights, computed in float64, eager attention
-    ref = model_cls.from_pretrained(d, torch_dtype=torch.float64, attn_implementation="eager")
+    ref = load_f64(model_cls, d)
     ref.train(False)
+    assert all(p.dtype == torch.float64 for p in ref.parameters()), f"{name}: not every parameter is float64"
+    names = [n for n, _ in ref.named_parameters()]
+    # tied: one parameter, whose gradient sums both uses (as oomb's embedding gradient does)
+    assert ("lm_head.weight" in names) != config.tie_word_embeddings, f"{name}: lm_head tied wrongly: {names}"
     g = torch.Generator().manual_seed(99)
     ids = torch.randint(0, config.vocab_size, (1, N), generator=g)
-    outp = ref(input_ids=ids, labels=ids)
-    outp.loss.backward()
+    logits = ref(input_ids=ids, use_cache=False).logits[0].to(torch.float64)  # float64 already: the weights'
+    assert logits.shape == (N, config.vocab_size), logits.shape
+    loss = F.cross_entropy(logits[:-1], ids[0, 1:])  # what labels=ids means: mean over the N - 1 targets
+    loss.backward()
+    with torch.no_grad():  # the same definition as transformers' own loss (computed there in float32)
+        hf_loss = ref(input_ids=ids, labels=ids, use_cache=False).loss.item()
+    assert abs(hf_loss - loss.item()) <= 1e-5 * abs(loss.item()), f"{name}: loss {loss.item()} vs HF {hf_loss}"
     tensors = {"input_ids": ids[0].to(torch.int64).contiguous(),
-               "loss": outp.loss.detach().reshape(1).contiguous(),
-               "logits": outp.logits[0].detach().contiguous()}
+               "loss": loss.detach().reshape(1).contiguous(),
+               "logits": logits.detach().contiguous()}
     for pname, p in ref.named_parameters():
+        assert p.grad is not None, f"{name}: {pname} has no gradient"
         tensors["grad/" + pname] = p.grad.detach().contiguous()
     save_file(tensors, os.path.join(d, "reference.safetensors"),
               metadata={"transformers": transformers.__version__, "torch": torch.__version__})
-    print(f"{name}: loss {outp.loss.item():.6f}, {len(tensors) - 3} gradients -> {d}")
+    print(f"{name}: loss {loss.item():.6f} (transformers' own {hf_loss:.6f}), {len(tensors) - 3} gradients -> {d}")
 
 
 def main():
