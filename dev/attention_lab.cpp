@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
+#include "attention_wmma.h"
 
 using namespace oomb;
 
@@ -143,6 +144,16 @@ void check(Shape s) {
   std::printf("check (C=%ld N=%ld H=%ld G=%ld D=%ld): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
               long(s.C), long(s.N), long(s.H), long(s.G), long(s.D), rel(host(od, o.size()), o),
               rel(host(lsed, lse.size()), lse), rel(host(dqd, dq.size()), dq), edk, edv);
+  // the tensor-core variant rounds Q, K, V and P to bf16: its error is bf16's (~1e-2 .. 1e-3)
+  if (const char* why = cuda::lab::attention_fwd_wmma_unsupported(p)) {
+    std::printf("check wmma forward: skipped (%s)\n", why);
+    return;
+  }
+  float *o2 = dev(o), *lse2 = dev(lse);
+  CK(cuda::lab::attention_fwd_wmma(p, qd, o2, lse2, nullptr));
+  CK(cudaDeviceSynchronize());
+  std::printf("check wmma forward (bf16 products): rel. error O %.2e  LSE %.2e\n", rel(host(o2, o.size()), o),
+              rel(host(lse2, lse.size()), lse));
 }
 
 }  // namespace
@@ -177,6 +188,8 @@ int main(int argc, char** argv) {
   const double fwd_flops = 4.0 * pairs * double(s.H) * double(s.D), bwd_flops = 2.5 * fwd_flops;
   const float fwd = median_ms([&] { cuda::k::attention_fwd(p, qd, od, lsed, nullptr); }, 5);
   const float bwd = median_ms([&] { cuda::k::attention_bwd(p, qd, od, lsed, dod, dqd, dsum, nullptr); }, 3);
+  const bool wmma = cuda::lab::attention_fwd_wmma_unsupported(p) == nullptr;
+  const float fwd_wmma = wmma ? median_ms([&] { CK(cuda::lab::attention_fwd_wmma(p, qd, od, lsed, nullptr)); }, 5) : 0.0f;
   // the fp32 GEMM rate of this GPU, measured now: 8192^3
   const int64_t M = 8192;
   float *A = dev(randn(size_t(M * M), 1)), *B = dev(randn(size_t(M * M), 2)), *Cm = nullptr, *ws = nullptr;
@@ -189,6 +202,7 @@ int main(int argc, char** argv) {
   std::printf("| kernel | ms (median) | TFLOP/s |\n|---|---|---|\n");
   std::printf("| attention forward | %.3f | %.2f |\n", fwd, fwd_flops / fwd / 1e9);
   std::printf("| attention backward | %.3f | %.2f |\n", bwd, bwd_flops / bwd / 1e9);
+  if (wmma) std::printf("| attention forward, wmma bf16 (lab) | %.3f | %.2f |\n", fwd_wmma, fwd_flops / fwd_wmma / 1e9);
   std::printf("| fp32 GEMM 8192^3 (cuBLASLt) | %.3f | %.2f |\n", gms, 2.0 * double(M) * M * M / gms / 1e9);
   return 0;
 }

@@ -1,0 +1,16 @@
+// Lab variant of the paged attention forward on tensor cores (dev/attention_wmma.cu).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "backend/cuda/kernels.h"
+
+namespace oomb::cuda::lab {
+
+constexpr int64_t kWmmaMaxD = 256;
+// null when the variant handles these parameters, else why not
+const char* attention_fwd_wmma_unsupported(const k::AttnParams& p);
+size_t attention_fwd_wmma_shared_bytes(int64_t D);
+// q, o: (T, H, D) fp32; lse: (T, H). Q, K, V are rounded to bf16 for the products.
+cudaError_t attention_fwd_wmma(const k::AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s);
+
+}  // namespace oomb::cuda::lab
