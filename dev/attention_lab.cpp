@@ -149,11 +149,27 @@ void check(Shape s) {
     std::printf("check wmma forward: skipped (%s)\n", why);
     return;
   }
-  float *o2 = dev(o), *lse2 = dev(lse);
-  CK(cuda::lab::attention_fwd_wmma(p, qd, o2, lse2, nullptr));
+  Layout L2(s);  // the same K/V, gradient pages zeroed
+  cuda::k::AttnBlock* table2 = nullptr;
+  const cuda::k::AttnParams p2 = L2.params(&table2);
+  float *o2 = dev(o), *lse2 = dev(lse), *dq2 = dev(dq), *dsum2 = dev(lse);
+  CK(cuda::lab::attention_fwd_wmma(p2, qd, o2, lse2, nullptr));
   CK(cudaDeviceSynchronize());
   std::printf("check wmma forward (bf16 products): rel. error O %.2e  LSE %.2e\n", rel(host(o2, o.size()), o),
               rel(host(lse2, lse.size()), lse));
+  if (const char* why = cuda::lab::attention_bwd_wmma_unsupported(p2)) {
+    std::printf("check wmma backward: skipped (%s)\n", why);
+    return;
+  }
+  CK(cuda::lab::attention_bwd_wmma(p2, qd, o2, lse2, dod, dq2, dsum2, nullptr));
+  CK(cudaDeviceSynchronize());
+  double wdk = 0, wdv = 0;
+  for (size_t i = 0; i < L.k.size(); ++i) {
+    wdk = std::max(wdk, rel(host(L2.dkd[i], L.dk[i].size()), L.dk[i]));
+    wdv = std::max(wdv, rel(host(L2.dvd[i], L.dv[i].size()), L.dv[i]));
+  }
+  std::printf("check wmma backward (bf16 products): rel. error dQ %.2e  dK %.2e  dV %.2e\n",
+              rel(host(dq2, dq.size()), dq), wdk, wdv);
 }
 
 }  // namespace
@@ -190,6 +206,9 @@ int main(int argc, char** argv) {
   const float bwd = median_ms([&] { cuda::k::attention_bwd(p, qd, od, lsed, dod, dqd, dsum, nullptr); }, 3);
   const bool wmma = cuda::lab::attention_fwd_wmma_unsupported(p) == nullptr;
   const float fwd_wmma = wmma ? median_ms([&] { CK(cuda::lab::attention_fwd_wmma(p, qd, od, lsed, nullptr)); }, 5) : 0.0f;
+  const bool wmma_bwd = cuda::lab::attention_bwd_wmma_unsupported(p) == nullptr;
+  const float bwd_wmma =
+      wmma_bwd ? median_ms([&] { CK(cuda::lab::attention_bwd_wmma(p, qd, od, lsed, dod, dqd, dsum, nullptr)); }, 3) : 0.0f;
   // the fp32 GEMM rate of this GPU, measured now: 8192^3
   const int64_t M = 8192;
   float *A = dev(randn(size_t(M * M), 1)), *B = dev(randn(size_t(M * M), 2)), *Cm = nullptr, *ws = nullptr;
@@ -203,6 +222,8 @@ int main(int argc, char** argv) {
   std::printf("| attention forward | %.3f | %.2f |\n", fwd, fwd_flops / fwd / 1e9);
   std::printf("| attention backward | %.3f | %.2f |\n", bwd, bwd_flops / bwd / 1e9);
   if (wmma) std::printf("| attention forward, wmma bf16 (lab) | %.3f | %.2f |\n", fwd_wmma, fwd_flops / fwd_wmma / 1e9);
+  if (wmma_bwd)
+    std::printf("| attention backward, wmma bf16 (lab) | %.3f | %.2f |\n", bwd_wmma, bwd_flops / bwd_wmma / 1e9);
   std::printf("| fp32 GEMM 8192^3 (cuBLASLt) | %.3f | %.2f |\n", gms, 2.0 * double(M) * M * M / gms / 1e9);
   return 0;
 }
