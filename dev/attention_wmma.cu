@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_dkdv_wmma_k(AttnParams p, co
 
 const char* attention_bwd_wmma_unsupported(const AttnParams& p) {
   if (p.D % 16 != 0 || p.D > kWmmaMaxBwdD) return "head dim must be a multiple of 16, at most 128";
-  if (p.H % p.G != 0) return "query heads must be a multiple of kv heads";
+  if (p.G <= 0 || p.H % p.G != 0) return "query heads must be a positive multiple of kv heads";
   if ((p.max_len + 63) / 64 > 65535 || p.G > 65535) return "a block of more than 65535 64-key tiles";
   return nullptr;
 }
@@ -386,7 +386,7 @@ cudaError_t attention_bwd_wmma(const AttnParams& p, const float* q, const float*
 
 const char* attention_fwd_wmma_unsupported(const AttnParams& p) {
   if (p.D % 16 != 0 || p.D > kWmmaMaxD) return "head dim must be a multiple of 16, at most 256";
-  if (p.H % p.G != 0) return "query heads must be a multiple of kv heads";
+  if (p.G <= 0 || p.H % p.G != 0) return "query heads must be a positive multiple of kv heads";
   return nullptr;
 }
 
