@@ -44,133 +44,6 @@ __device__ inline float ld_kv(const void* base, bool bf16, int64_t i) {
   return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]) : static_cast<const float*>(base)[i];
 }
 
-// q, o: (T, H, D); lse: (T, H)
-__global__ void __launch_bounds__(kWarps * 32) attn_fwd_wmma_k(AttnParams p, const float* q, float* o, float* lse) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  const int D = int(p.D);
-  const Smem L(D);
-  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + L.q);
-  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + L.k);
-  __nv_bfloat16* sV = reinterpret_cast<__nv_bfloat16*>(smem + L.v);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float* sS = reinterpret_cast<float*>(smem + L.s) + warp * 16 * L.ld_s;
-  __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + L.p) + warp * 16 * L.ld_p;
-  float* sO = reinterpret_cast<float*>(smem + L.o) + warp * 16 * L.ld_o;
-  const int64_t h = blockIdx.y, g = h / (p.H / p.G), t0 = int64_t(blockIdx.x) * kBM;
-  const int64_t rows = p.T - t0 < kBM ? p.T - t0 : kBM;
-
-  // Q tile (zeros past T) and this warp's O accumulator
-  for (int64_t i = threadIdx.x; i < int64_t(kBM) * D; i += blockDim.x) {
-    const int64_t r = i / D, c = i % D;
-    sQ[r * L.ld_qkv + c] = __float2bfloat16_rn(r < rows ? q[((t0 + r) * p.H + h) * D + c] : 0.0f);
-  }
-  for (int i = lane; i < 16 * D; i += 32) sO[(i / D) * L.ld_o + i % D] = 0.0f;
-
-  // this lane's row (two lanes a row, each over half the tile's columns)
-  const int r = lane >> 1, half = lane & 1;
-  const int64_t t = t0 + warp * 16 + r, qi = p.q_idx0 + t;
-  const bool row_ok = t < p.T;
-  const int32_t qdoc = row_ok && p.q_doc ? p.q_doc[t] : 0;
-  float m = -INFINITY, l = 0.0f;
-  const int64_t qi_last = p.q_idx0 + t0 + rows - 1;  // the CUDA block's last query
-
-  for (int64_t b = 0; b < p.n_blocks; ++b) {
-    const AttnBlock kb = p.blocks[b];
-    const bool bf16 = kb.kv_bf16 != 0;
-    int64_t n = qi_last - kb.idx0 + 1;  // keys any query of this CUDA block sees
-    n = n < 0 ? 0 : n > kb.len ? kb.len : n;
-    for (int64_t j0 = 0; j0 < n; j0 += kBN) {
-      __syncthreads();  // every warp is done with the previous K, V tile
-      for (int64_t i = threadIdx.x; i < int64_t(kBN) * D; i += blockDim.x) {
-        const int64_t jr = i / D, c = i % D, j = j0 + jr;
-        const bool in = j < n;
-        const int64_t at = (j * p.G + g) * D + c;
-        sK[jr * L.ld_qkv + c] = __float2bfloat16_rn(in ? ld_kv(kb.k, bf16, at) : 0.0f);
-        sV[jr * L.ld_qkv + c] = __float2bfloat16_rn(in ? ld_kv(kb.v, bf16, at) : 0.0f);
-      }
-      __syncthreads();
-
-      // S (16 x 64) = Q_w (16 x D) K^T
-      for (int nt = 0; nt < kBN / 16; ++nt) {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-        wmma::fill_fragment(acc, 0.0f);
-        for (int kt = 0; kt < D / 16; ++kt) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> bk;
-          wmma::load_matrix_sync(a, sQ + warp * 16 * L.ld_qkv + kt * 16, L.ld_qkv);
-          wmma::load_matrix_sync(bk, sK + nt * 16 * L.ld_qkv + kt * 16, L.ld_qkv);  // B[d][j] = K[j][d]
-          wmma::mma_sync(acc, a, bk, acc);
-        }
-        wmma::store_matrix_sync(sS + nt * 16, acc, L.ld_s, wmma::mem_row_major);
-      }
-      __syncwarp();
-
-      // online softmax over the row's 64 scores; P to bf16, O rescaled
-      float s[kBN / 2];
-      float tmax = -INFINITY;
-#pragma unroll
-      for (int c = 0; c < kBN / 2; ++c) {
-        const int col = half * (kBN / 2) + c;
-        const int64_t j = j0 + col;
-        const bool vis = row_ok && j < n && kb.idx0 + j <= qi && (!p.q_doc || !kb.doc || kb.doc[j] == qdoc);
-        s[c] = vis ? sS[r * L.ld_s + col] * p.scale : -INFINITY;
-        tmax = fmaxf(tmax, s[c]);
-      }
-      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-      const float m_new = fmaxf(m, tmax);
-      const float corr = m_new == -INFINITY ? 1.0f : expf(m - m_new);  // m = -inf: nothing to rescale
-      float psum = 0.0f;
-#pragma unroll
-      for (int c = 0; c < kBN / 2; ++c) {
-        const float pj = s[c] == -INFINITY ? 0.0f : expf(s[c] - m_new);
-        psum += pj;
-        sP[r * L.ld_p + half * (kBN / 2) + c] = __float2bfloat16_rn(pj);
-      }
-      psum += __shfl_xor_sync(0xffffffffu, psum, 1);
-      l = l * corr + psum;
-      m = m_new;
-      for (int c = half; c < D; c += 2) sO[r * L.ld_o + c] *= corr;
-      __syncwarp();
-
-      // O_w (16 x D) += P (16 x 64) V (64 x D)
-      for (int dt = 0; dt < D / 16; ++dt) {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-        wmma::load_matrix_sync(acc, sO + dt * 16, L.ld_o, wmma::mem_row_major);
-        for (int kt = 0; kt < kBN / 16; ++kt) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> bv;
-          wmma::load_matrix_sync(a, sP + kt * 16, L.ld_p);
-          wmma::load_matrix_sync(bv, sV + kt * 16 * L.ld_qkv + dt * 16, L.ld_qkv);
-          wmma::mma_sync(acc, a, bv, acc);
-        }
-        wmma::store_matrix_sync(sO + dt * 16, acc, L.ld_o, wmma::mem_row_major);
-      }
-      __syncwarp();
-    }
-  }
-
-  __syncwarp();  // sO's zeros (no tile at all) or last products, written by other lanes
-  if (!row_ok) return;
-  float* orow = o + (t * p.H + h) * D;
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  for (int c = half; c < D; c += 2) orow[c] = sO[r * L.ld_o + c] * inv;
-  if (half == 0) lse[t * p.H + h] = l > 0.0f ? m + logf(l) : -INFINITY;
-}
-
-// ---- backward ----
-// Shared layout of the backward kernels (D <= 128: dK/dV accumulators of 64 keys stay resident).
-struct BwdSmem {
-  int ld_qkv, ld_s, ld_p, ld_o;
-  size_t q, dout, k, v, s, dp, p, ds, dq_or_dk, dv, total;
-  __host__ __device__ explicit BwdSmem(int D) : ld_qkv(D + 8), ld_s(kBN + 4), ld_p(kBN + 8), ld_o(D + 4) {
-    const size_t tile = size_t(64) * ld_qkv * 2, sc = size_t(64) * ld_s * 4, pb = size_t(64) * ld_p * 2,
-                 acc = size_t(64) * ld_o * 4;
-    q = 0, dout = q + tile, k = dout + tile, v = k + tile;
-    s = v + tile, dp = s + sc, p = dp + sc, ds = p + pb, dq_or_dk = ds + pb, dv = dq_or_dk + acc;
-    total = dv + acc;
-  }
-};
-
 // 64 rows of (T, H, D) fp32 from row t0 of head h -> bf16 shared (zeros past T)
 __device__ inline void load_rows_bf16(__nv_bfloat16* dst, int ld, const float* src, int64_t t0, int64_t T,
                                       int64_t H, int64_t h, int D) {
@@ -204,7 +77,7 @@ __device__ inline void rows_times_keys(const __nv_bfloat16* a, int lda, const __
   }
 }
 // C (16 x D, fp32 in shared, ldc) += A (16 x 64) . B (64 x D, row-major ldb); A row-major, or
-// transposed (A[i][k] read at a + k * lda + i) when a_t
+// transposed when Layout is col_major (A[i][k] read at a + k * lda + i)
 template <typename Layout>
 __device__ inline void accumulate_times_rows(const __nv_bfloat16* a, int lda, const __nv_bfloat16* b, int ldb, int D,
                                              float* c, int ldc) {
@@ -222,6 +95,103 @@ __device__ inline void accumulate_times_rows(const __nv_bfloat16* a, int lda, co
     wmma::store_matrix_sync(c + dt * 16, acc, ldc, wmma::mem_row_major);
   }
 }
+
+// q, o: (T, H, D); lse: (T, H)
+__global__ void __launch_bounds__(kWarps * 32) attn_fwd_wmma_k(AttnParams p, const float* q, float* o, float* lse) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int D = int(p.D);
+  const Smem L(D);
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + L.q);
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + L.k);
+  __nv_bfloat16* sV = reinterpret_cast<__nv_bfloat16*>(smem + L.v);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float* sS = reinterpret_cast<float*>(smem + L.s) + warp * 16 * L.ld_s;
+  __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + L.p) + warp * 16 * L.ld_p;
+  float* sO = reinterpret_cast<float*>(smem + L.o) + warp * 16 * L.ld_o;
+  const int64_t h = blockIdx.y, g = h / (p.H / p.G), t0 = int64_t(blockIdx.x) * kBM;
+  const int64_t rows = p.T - t0 < kBM ? p.T - t0 : kBM;
+
+  // Q tile (zeros past T) and this warp's O accumulator
+  load_rows_bf16(sQ, L.ld_qkv, q, t0, p.T, p.H, h, D);
+  for (int i = lane; i < 16 * D; i += 32) sO[(i / D) * L.ld_o + i % D] = 0.0f;
+
+  // this lane's row (two lanes a row, each over half the tile's columns)
+  const int r = lane >> 1, half = lane & 1;
+  const int64_t t = t0 + warp * 16 + r, qi = p.q_idx0 + t;
+  const bool row_ok = t < p.T;
+  const int32_t qdoc = row_ok && p.q_doc ? p.q_doc[t] : 0;
+  float m = -INFINITY, l = 0.0f;
+  const int64_t qi_last = p.q_idx0 + t0 + rows - 1;  // the CUDA block's last query
+
+  for (int64_t b = 0; b < p.n_blocks; ++b) {
+    const AttnBlock kb = p.blocks[b];
+    const bool bf16 = kb.kv_bf16 != 0;
+    int64_t n = qi_last - kb.idx0 + 1;  // keys any query of this CUDA block sees
+    n = n < 0 ? 0 : n > kb.len ? kb.len : n;
+    for (int64_t j0 = 0; j0 < n; j0 += kBN) {
+      __syncthreads();  // every warp is done with the previous K, V tile
+      load_keys_bf16(sK, L.ld_qkv, kb.k, bf16, j0, n, p.G, g, D);
+      load_keys_bf16(sV, L.ld_qkv, kb.v, bf16, j0, n, p.G, g, D);
+      __syncthreads();
+
+      // S (16 x 64) = Q_w (16 x D) K^T
+      rows_times_keys(sQ + warp * 16 * L.ld_qkv, L.ld_qkv, sK, L.ld_qkv, D, sS, L.ld_s);
+      __syncwarp();
+
+      // online softmax over the row's 64 scores; P to bf16, O rescaled
+      float s[kBN / 2];
+      float tmax = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < kBN / 2; ++c) {
+        const int col = half * (kBN / 2) + c;
+        const int64_t j = j0 + col;
+        const bool vis = row_ok && j < n && kb.idx0 + j <= qi && (!p.q_doc || !kb.doc || kb.doc[j] == qdoc);
+        s[c] = vis ? sS[r * L.ld_s + col] * p.scale : -INFINITY;
+        tmax = fmaxf(tmax, s[c]);
+      }
+      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+      const float m_new = fmaxf(m, tmax);
+      const float corr = m_new == -INFINITY ? 1.0f : expf(m - m_new);  // m = -inf: nothing to rescale
+      float psum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kBN / 2; ++c) {
+        const float pj = s[c] == -INFINITY ? 0.0f : expf(s[c] - m_new);
+        psum += pj;
+        sP[r * L.ld_p + half * (kBN / 2) + c] = __float2bfloat16_rn(pj);
+      }
+      psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+      l = l * corr + psum;
+      m = m_new;
+      for (int c = half; c < D; c += 2) sO[r * L.ld_o + c] *= corr;
+      __syncwarp();
+
+      // O_w (16 x D) += P (16 x 64) V (64 x D)
+      accumulate_times_rows<wmma::row_major>(sP, L.ld_p, sV, L.ld_qkv, D, sO, L.ld_o);
+      __syncwarp();
+    }
+  }
+
+  __syncwarp();  // sO's zeros (no tile at all) or last products, written by other lanes
+  if (!row_ok) return;
+  float* orow = o + (t * p.H + h) * D;
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int c = half; c < D; c += 2) orow[c] = sO[r * L.ld_o + c] * inv;
+  if (half == 0) lse[t * p.H + h] = l > 0.0f ? m + logf(l) : -INFINITY;
+}
+
+// ---- backward ----
+// Shared layout of the backward kernels (D <= 128: dK/dV accumulators of 64 keys stay resident).
+struct BwdSmem {
+  int ld_qkv, ld_s, ld_p, ld_o;
+  size_t q, dout, k, v, s, dp, p, ds, dq_or_dk, dv, total;
+  __host__ __device__ explicit BwdSmem(int D) : ld_qkv(D + 8), ld_s(kBN + 4), ld_p(kBN + 8), ld_o(D + 4) {
+    const size_t tile = size_t(64) * ld_qkv * 2, sc = size_t(64) * ld_s * 4, pb = size_t(64) * ld_p * 2,
+                 acc = size_t(64) * ld_o * 4;
+    q = 0, dout = q + tile, k = dout + tile, v = k + tile;
+    s = v + tile, dp = s + sc, p = dp + sc, ds = p + pb, dq_or_dk = ds + pb, dv = dq_or_dk + acc;
+    total = dv + acc;
+  }
+};
 
 // dsum (T, H) = rowsum(dout * o); grid (T, H), one warp
 __global__ void attn_dsum_wmma_k(AttnParams p, const float* o, const float* dout, float* dsum) {
