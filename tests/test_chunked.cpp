@@ -7,7 +7,7 @@
 
 #include "backend/backend.h"
 #include "model/checkpoint.h"
-#include "model/model.h"
+#include "train/model.h"
 #include "model_fixture.h"
 #include "test_util.h"
 
@@ -91,8 +91,8 @@ TEST(Chunked, Bf16GradientPagesStayCloseAndTakeHalfTheBytes) {
   const ModelConfig cfg = load_config(dir);
   auto ws = make_cpu_backend()->workspace_bytes(cfg.vocab);
   const MemoryPlan f32 = plan_memory(cfg, {13, 16}, N, "adamw", ws), bf16 = plan_memory(cfg, {13, 16, DType::BF16}, N, "adamw", ws);
-  EXPECT_EQ(2 * bf16.kv_grad, f32.kv_grad);
-  EXPECT_EQ(bf16.kv, f32.kv);
+  EXPECT_EQ(2 * bf16.get(Tier::Host, Tag::KVGrad), f32.get(Tier::Host, Tag::KVGrad));
+  EXPECT_EQ(bf16.get(Tier::Host, Tag::KV), f32.get(Tier::Host, Tag::KV));
 }
 
 // --kv-dtype bf16: K and V are rounded to bf16 in every chunk, so chunked training reads from bf16
@@ -133,9 +133,9 @@ TEST(Chunked, Bf16KvPagesEqualFullSequenceAndTakeHalfTheBytes) {
   ChunkPlan half{13, 16};
   half.kv_dtype = DType::BF16;
   const MemoryPlan f32 = plan_memory(cfg, {13, 16}, 131, "adamw", ws), bf16 = plan_memory(cfg, half, 131, "adamw", ws);
-  EXPECT_EQ(2 * bf16.kv, f32.kv);
-  EXPECT_EQ(bf16.kv_grad, f32.kv_grad);
-  EXPECT_EQ(bf16.activations, f32.activations);
+  EXPECT_EQ(2 * bf16.get(Tier::Host, Tag::KV), f32.get(Tier::Host, Tag::KV));
+  EXPECT_EQ(bf16.get(Tier::Host, Tag::KVGrad), f32.get(Tier::Host, Tag::KVGrad));
+  EXPECT_EQ(bf16.get(Tier::Host, Tag::Activations), f32.get(Tier::Host, Tag::Activations));
 }
 
 TEST(Chunked, SpansAreAlignedToTheEnd) {

@@ -85,10 +85,45 @@ TEST(Cli, PlanPredictsTheMeasuredPeaks) {
     ASSERT_EQ(r.code, 0) << r.out;
     const auto host = nlohmann::json::parse(read_text(dir / "m.jsonl"))["memory"]["host"];
     for (const char* tag : {"weights", "grads", "optimizer", "activations", "kv", "kv_grad", "workspace", "data"})
-      EXPECT_EQ(host[tag]["peak"].get<int64_t>(), plan[tag].get<int64_t>()) << tag;
+      EXPECT_EQ(host[tag]["peak"].get<int64_t>(), plan["host"][tag].get<int64_t>()) << tag;
     const int64_t kv_peak = host["kv"]["peak"].get<int64_t>();
     if (std::string(kv) == "f32") kv_f32 = kv_peak;
     else EXPECT_EQ(2 * kv_peak, kv_f32) << "bf16 K/V pages take half the measured bytes";
+  }
+}
+
+// The simulated device, with and without --offload kv: every (tier, tag) peak equals the plan.
+TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
+  const auto dir = temp_dir();
+  const auto m = (dir / "m").string();
+  ASSERT_EQ(oomb_cmd(dir, "init --out " + m).code, 0);
+  write_tokens(dir / "t.bin", 600, 128, 1);
+  for (const char* flags : {"--device sim", "--device sim --offload kv --offload-group 3",
+                            "--device sim --offload kv --kv-dtype bf16 --kv-grad-dtype bf16",
+                            "--device sim --offload kv --offload-group 2 --doc-mask --eos-id 5"}) {
+    SCOPED_TRACE(flags);
+    const std::string shape = "--seq-len 512 --chunk-size 96 --page-size 32";
+    std::string plan_flags = flags;  // the plan needs no separator id, only whether documents are masked
+    if (plan_flags.find(" --eos-id 5") != std::string::npos) plan_flags.erase(plan_flags.find(" --eos-id 5"));
+    CmdResult r = oomb_cmd(dir, fmt::format("plan --model {} {} {} --json", m, shape, plan_flags));
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto plan = nlohmann::json::parse(r.out);
+    r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin {} {} --steps 2 --metrics {}/m.jsonl", m,
+                                  dir.string(), shape, flags, dir.string()));
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::string last, line;
+    for (std::istringstream in(read_text(dir / "m.jsonl")); std::getline(in, line);)
+      if (!line.empty()) last = line;
+    const auto mem = nlohmann::json::parse(last)["memory"];
+    for (const char* tier : {"host", "device", "pinned"})
+      for (const char* tag : {"weights", "grads", "optimizer", "activations", "kv", "kv_grad", "workspace", "data"}) {
+        const int64_t measured = mem[tier].contains(tag) ? mem[tier][tag]["peak"].get<int64_t>() : 0;
+        EXPECT_EQ(measured, plan[tier][tag].get<int64_t>()) << tier << " " << tag;
+      }
+    if (std::string(flags).find("--offload-group") != std::string::npos) {  // smaller than a layer
+      EXPECT_GT(mem["pinned"]["kv"]["peak"].get<int64_t>(), 0);
+      EXPECT_LT(mem["device"]["kv"]["peak"].get<int64_t>(), mem["pinned"]["kv"]["peak"].get<int64_t>());
+    }
   }
 }
 

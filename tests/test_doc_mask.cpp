@@ -9,7 +9,7 @@
 
 #include "backend/backend.h"
 #include "model/checkpoint.h"
-#include "model/model.h"
+#include "train/model.h"
 #include "model_fixture.h"
 #include "test_util.h"
 
@@ -116,7 +116,7 @@ TEST(DocMask, DocumentPagesArePlannedAndReleased) {
     m.enable_grads();
     m.forward_backward(packed.data(), shifted(packed).data(), N, 1.0f);
     EXPECT_EQ(Accountant::global().get(Tier::Host, Tag::Data).peak - data_before,
-              plan_memory(cfg, plan, N, "sgd", 0).data);
+              plan_memory(cfg, plan, N, "sgd", 0).get(Tier::Host, Tag::Data));
   }
   EXPECT_EQ(Accountant::global().get(Tier::Host, Tag::Data).current, data_before);
 }

@@ -9,7 +9,7 @@
 #include "backend/backend.h"
 #include "data/repeat_task.h"
 #include "model/init.h"
-#include "model/model.h"
+#include "train/model.h"
 #include "model_fixture.h"
 #include "train/trainer.h"
 
@@ -64,14 +64,14 @@ TEST(MemoryShape, OnlyKvGrowsWithTheSequence) {
     EXPECT_EQ(at("kv"), L * 2 * G * D * 4 * pages * P);
     EXPECT_LE(at("kv_grad"), L * 2 * G * D * 4 * pages_before_last * P);
     // the plan, tag by tag, exactly
-    EXPECT_EQ(at("weights"), pred.weights);
-    EXPECT_EQ(at("grads"), pred.grads);
-    EXPECT_EQ(at("optimizer"), pred.optimizer);
-    EXPECT_EQ(at("activations"), pred.activations);
-    EXPECT_EQ(at("kv"), pred.kv);
-    EXPECT_EQ(at("kv_grad"), pred.kv_grad);
-    EXPECT_EQ(at("workspace"), pred.workspace);
-    EXPECT_EQ(at("data"), pred.data);
+    EXPECT_EQ(at("weights"), pred.get(Tier::Host, Tag::Weights));
+    EXPECT_EQ(at("grads"), pred.get(Tier::Host, Tag::Grads));
+    EXPECT_EQ(at("optimizer"), pred.get(Tier::Host, Tag::Optimizer));
+    EXPECT_EQ(at("activations"), pred.get(Tier::Host, Tag::Activations));
+    EXPECT_EQ(at("kv"), pred.get(Tier::Host, Tag::KV));
+    EXPECT_EQ(at("kv_grad"), pred.get(Tier::Host, Tag::KVGrad));
+    EXPECT_EQ(at("workspace"), pred.get(Tier::Host, Tag::Workspace));
+    EXPECT_EQ(at("data"), pred.get(Tier::Host, Tag::Data));
     std::cout << fmt::format("[ memory   ] N={:>6}: kv {:>10} B, kv_grad {:>10} B, activations {} B, total {} B\n", N,
                              at("kv"), at("kv_grad"), at("activations"), pred.total());
     if (first.empty()) first = pk.by_tag;

@@ -8,7 +8,7 @@
 #include "backend/backend.h"
 #include "data/packed_tokens.h"
 #include "model/checkpoint.h"
-#include "model/model.h"
+#include "train/model.h"
 #include "model/safetensors.h"
 #include "model_fixture.h"
 #include "test_util.h"

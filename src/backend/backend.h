@@ -23,12 +23,29 @@ struct AttnArgs {
   float scale = 1.0f;              // softmax scale, usually 1/sqrt(D)
   int64_t q_idx0 = 0;              // sequence index of the first query (causal: key idx <= query idx)
   const int32_t* q_doc = nullptr;  // optional per-query document ids (T); keys of other documents masked
+  // Folding the blocks in over several calls (groups of pages streaming through the device): the
+  // first call starts the state, the last one finishes it; the calls together give the bits of
+  // one call over all their blocks in the same order. Forward between calls: o holds the
+  // unnormalized sum, lse the running max, run_sum (T, H) fp32 the running denominator. Backward:
+  // dq is zeroed by the first call and accumulated by the others.
+  bool first = true, last = true;
+  Tensor run_sum;
 };
 
 // RoPE parameters as transformers computes them: angle = pos * inv_freq (fp32), cos/sin scaled.
 struct RopeTable {
   const float* inv_freq = nullptr;  // (D/2)
   float attention_scaling = 1.0f;
+};
+
+// Work runs on streams: every op on the compute stream; copies may also run on the copy stream.
+// Each stream runs its work in order; events order one stream's work after another's.
+enum class Stream : uint8_t { Compute, Copy };
+
+// A point in a stream's work, recorded by Backend::record. Opaque; made by Backend::new_event.
+class Event {
+ public:
+  virtual ~Event() = default;
 };
 
 class Backend {
@@ -72,10 +89,14 @@ class Backend {
                              std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) = 0;
 
   // Fused lm_head + cross-entropy, tiled over tokens (never more than tile x V logits).
-  // h: (T, d), w: (V, d), targets: (T) i32 (< 0 = ignored). Returns the summed loss over targets.
-  // If dh: dh = scale * dloss/dh;  if dw: dw += scale * dloss/dw.  correct: argmax hits (may be null).
-  virtual double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,
-                              Tensor* dw, int64_t* correct) = 0;
+  // h: (T, d), w: (V, d), targets: (T) i32 (< 0 = ignored; every id < V, checked by the caller).
+  // sums: (2) f64 in this backend's memory, += {the summed loss over targets, argmax hits}; the
+  // host reads it once per step. If dh: dh = scale * dloss/dh;  if dw: dw += scale * dloss/dw.
+  virtual void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,
+                                Tensor* dw, Tensor& sums) = 0;
+  // The same, returning the loss and hits at once (a host sync; tests and one-off calls).
+  double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
+                      int64_t* correct);
   // Bytes of workspace (tag workspace) the backend holds for a vocabulary of V: the loss tile.
   virtual size_t workspace_bytes(int64_t vocab) const = 0;
 
@@ -84,6 +105,21 @@ class Backend {
   // backend's memory.
   virtual void copy(void* dst, Tier dst_tier, const void* src, Tier src_tier, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;
+
+  // Asynchronous memory work, in order on stream s: between this backend's memory and pinned
+  // host memory (or within either). Neither side may be touched until an event recorded after it
+  // has been waited for. A backend without streams (the CPU) does it at once.
+  virtual void copy_async(void* dst, Tier dst_tier, const void* src, Tier src_tier, size_t bytes, Stream s) {
+    copy(dst, dst_tier, src, src_tier, bytes);
+  }
+  virtual void fill_zero_async(void* dst, size_t bytes, Stream s) { fill_zero(dst, bytes); }
+  virtual std::unique_ptr<Event> new_event() { return std::make_unique<Event>(); }
+  virtual void record(Event& e, Stream s) {}             // e marks the work issued on s so far
+  virtual void wait(Stream s, const Event& e) {}         // later work on s waits for e (no host wait)
+  virtual void synchronize(const Event& e) {}            // the host waits for e
+  virtual void synchronize() {}                          // the host waits for every stream
+  // Whether copy_async can overlap the ops (a device with a copy engine).
+  virtual bool has_copy_engine() const { return false; }
   // dst = src converted (f32 <-> bf16, round to nearest even; same dtype: a copy); equal numel.
   virtual void cast(const Tensor& src, Tensor& dst) = 0;
   // x (f32) rounded in place to the nearest bf16 value (ties to even), kept in f32.
@@ -105,6 +141,14 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// The workspace (device bytes) the CUDA backend holds for a vocabulary of V, for plans made
+// without a GPU: the loss tile, cuBLASLt's workspace, the loss sums, the attention's block tables.
+size_t cuda_workspace_bytes(int64_t vocab);
+// The simulated device (--device sim): the CPU kernels on memory accounted in tier device, with a
+// copy engine thread (its own queue and events, ordered like CUDA streams). capacity: bytes of
+// device memory (0 = unlimited). copy_delay_us: a delay before every asynchronous copy, so that a
+// missing wait gives a wrong answer rather than passing by luck (default: OOMB_SIM_COPY_DELAY_US).
+std::unique_ptr<Backend> make_sim_backend(int64_t capacity = 0, int64_t copy_delay_us = -1);
 // Null when the build has no CUDA backend or no GPU is visible; `why` says which.
 std::unique_ptr<Backend> make_cuda_backend(std::string* why);
 

@@ -5,16 +5,17 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/memory_report.h"
 #include "model/init.h"
-#include "model/model.h"
+#include "train/model.h"
 
 namespace oomb::cli {
 
 namespace {
 struct PlanArgs {
-  std::string model, preset, optimizer = "adamw", device = "cpu", kv_grad_dtype = "f32", kv_dtype = "f32";
-  int64_t seq_len = 0, chunk = 0, page = 128;
-  bool json = false;
+  std::string model, preset, optimizer = "adamw", device, kv_grad_dtype = "f32", kv_dtype = "f32", offload;
+  int64_t seq_len = 0, chunk = 0, page = 128, offload_group = 0;
+  bool json = false, doc_mask = false;
 };
 }  // namespace
 
@@ -27,38 +28,47 @@ Command add_plan(CLI::App& app) {
   c->add_option("--chunk-size", a->chunk, "Tokens per chunk C (default min(N, 1024), as oomb train)")->check(positive());
   c->add_option("--page-size", a->page, "Tokens per KV page")->check(positive())->capture_default_str();
   c->add_option("--optimizer", a->optimizer, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
-  c->add_option("--device", a->device, "cpu (cuda: with the CUDA backend)")->capture_default_str();
+  c->add_option("--device", a->device, "cpu, sim or cuda (default cpu; cuda with --offload)")
+      ->check(CLI::IsMember({"cpu", "sim", "cuda"}));
+  c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory");
+  c->add_option("--offload-group", a->offload_group, "Pages per group streamed through the device (default ~4 MiB)")
+      ->check(positive());
   c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
+  c->add_flag("--doc-mask", a->doc_mask, "Documents masked as oomb train --doc-mask (their ids take 4 B a token)");
   c->add_flag("--json", a->json, "Print one JSON object instead of a table");
   return {c, [a] {
             OOMB_CHECK(a->model.empty() != a->preset.empty(), "give exactly one of --model and --preset");
-            OOMB_CHECK(a->device == "cpu", "--device {}: only cpu plans exist until the CUDA backend lands", a->device);
             const ModelConfig cfg = a->model.empty() ? preset_config(a->preset) : load_config(a->model);
             ChunkPlan plan{std::min(a->chunk > 0 ? a->chunk : 1024, a->seq_len), a->page,
                            dtype_parse(a->kv_grad_dtype)};
             plan.kv_dtype = dtype_parse(a->kv_dtype);
+            if (a->doc_mask) plan.doc_sep = 0;  // any separator: the plan needs only whether there is one
+            parse_offload(a->offload, plan);
+            plan.offload_group = a->offload_group;
+            const std::string device = !a->device.empty() ? a->device : plan.offload_kv ? "cuda" : "cpu";
+            OOMB_CHECK(!plan.offload_kv || device != "cpu",
+                       "--offload kv: the cpu backend has no device memory to offload from (use --device sim or cuda)");
+            const int64_t layer_pages = (a->seq_len + plan.page_size - 1) / plan.page_size;
+            OOMB_CHECK(a->offload_group <= layer_pages, "--offload-group {}: larger than a layer's {} pages at N = {}",
+                       a->offload_group, layer_pages, a->seq_len);
+            const size_t ws = device == "cuda" ? cuda_workspace_bytes(cfg.vocab) : make_cpu_backend()->workspace_bytes(cfg.vocab);
             const MemoryPlan m =
-                plan_memory(cfg, plan, a->seq_len, a->optimizer, make_cpu_backend()->workspace_bytes(cfg.vocab));
-            const std::pair<const char*, int64_t> rows[] = {
-                {"weights", m.weights}, {"grads", m.grads},     {"optimizer", m.optimizer},
-                {"activations", m.activations}, {"kv", m.kv}, {"kv_grad", m.kv_grad},
-                {"workspace", m.workspace}, {"data", m.data}};
+                plan_memory(cfg, plan, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device);
             if (a->json) {
-              nlohmann::json j = nlohmann::json::object();
-              for (auto [name, b] : rows) j[name] = b;
-              j["total"] = m.total();
-              std::cout << j.dump() << std::endl;
+              std::cout << plan_json(m).dump() << std::endl;
               return 0;
             }
-            std::cout << fmt::format("{} ({} parameters), N = {}, C = {}, page = {} tokens, kv {}, kv_grad {}, {}, {}\n",
+            std::cout << fmt::format("{} ({} parameters), N = {}, C = {}, page = {} tokens, kv {}, kv_grad {}, {}, {}{}\n",
                                      a->model.empty() ? a->preset : a->model, param_count(cfg), a->seq_len,
-                                     plan.chunk, plan.page_size, a->kv_dtype, a->kv_grad_dtype, a->optimizer,
-                                     a->device);
-            for (auto [name, b] : rows) std::cout << fmt::format("  {:<12} {:>16} B  {:>12}\n", name, b, format_bytes(b));
-            std::cout << fmt::format("  {:<12} {:>16} B  {:>12}\n", "total", m.total(), format_bytes(m.total()));
+                                     plan.chunk, plan.page_size, a->kv_dtype, a->kv_grad_dtype, a->optimizer, device,
+                                     plan.offload_kv ? fmt::format(", kv offloaded in groups of {} pages",
+                                                                   KVCache::group_for(kv_cache_options(cfg, plan),
+                                                                                      a->seq_len))
+                                                     : "");
+            std::cout << plan_table(m);
             return 0;
           }};
 }

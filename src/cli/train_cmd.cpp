@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/memory_report.h"
 #ifdef OOMB_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
 #endif
@@ -24,8 +25,8 @@ namespace {
 
 struct TrainArgs {
   std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "f32";
-  std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict";
-  int64_t eos_id = -1;
+  std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
+  int64_t eos_id = -1, offload_group = 0, device_memory = 0;
   double peak_tflops = 0;
   bool shuffle = false, doc_mask = false, split_special = false;
   int64_t seq_len = 0, steps = 0, grad_accum = 1, log_every = 0, chunk = 0, page = 128;
@@ -46,9 +47,11 @@ double peak_flops(const TrainArgs& a) {
   return 0.0;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device) {
+std::unique_ptr<Backend> make_backend(const std::string& device, int64_t device_memory) {
+  OOMB_CHECK(device_memory == 0 || device == "sim", "--device-memory: only for --device sim");
   if (device == "cpu") return make_cpu_backend();
-  OOMB_CHECK(device == "cuda", "--device: '{}' is not one of cpu, cuda", device);
+  if (device == "sim") return make_sim_backend(device_memory);
+  OOMB_CHECK(device == "cuda", "--device: '{}' is not one of cpu, sim, cuda", device);
   std::string why;
   auto be = make_cuda_backend(&why);
   OOMB_CHECK(be != nullptr, "--device cuda: {}", why);
@@ -60,7 +63,34 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
 ChunkPlan chunk_plan(const TrainArgs& a, int32_t doc_sep = -1) {
   ChunkPlan p{std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page, dtype_parse(a.kv_grad_dtype), doc_sep};
   p.kv_dtype = dtype_parse(a.kv_dtype);
+  parse_offload(a.offload, p);
+  OOMB_CHECK(a.offload_group == 0 || p.offload_kv, "--offload-group: only with --offload kv");
+  const int64_t layer_pages = (a.seq_len + a.page - 1) / a.page;
+  OOMB_CHECK(a.offload_group <= layer_pages, "--offload-group {}: larger than a layer's {} pages at N = {}",
+             a.offload_group, layer_pages, a.seq_len);
+  p.offload_group = a.offload_group;
   return p;
+}
+
+// Refuses a run whose planned device memory exceeds --device-memory, before any work.
+void check_device_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPlan& plan, Backend& be) {
+  const int64_t cap = Accountant::global().capacity(Tier::Device);
+  if (cap == 0) return;
+  const size_t ws = be.workspace_bytes(cfg.vocab);
+  auto plan_for = [&](int64_t n) {
+    ChunkPlan p = plan;
+    p.chunk = std::min(plan.chunk, n);
+    return plan_memory(cfg, p, n, a.optim.kind, ws, be.tier());
+  };
+  if (plan.offload_kv) {  // the two groups the device streams through must fit beside everything else
+    const MemoryPlan m = plan_for(a.seq_len);
+    OOMB_CHECK(m.total(Tier::Device) <= cap,
+               "--device-memory {}: too small for --offload kv: two groups of {} pages and the rest need {} "
+               "(kv {}, kv_grad {} on the device); lower --offload-group or --chunk-size",
+               cap, KVCache::group_for(kv_cache_options(cfg, plan), a.seq_len), format_bytes(m.total(Tier::Device)),
+               format_bytes(m.get(Tier::Device, Tag::KV)), format_bytes(m.get(Tier::Device, Tag::KVGrad)));
+  }
+  check_fits(plan_for(a.seq_len), cap, a.seq_len, plan_for);
 }
 
 // The tokenizer for text data: --tokenizer, else the model directory's tokenizer.json.
@@ -230,7 +260,14 @@ Command add_train(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32, or bf16 for half the bytes (K and V rounded to bf16)")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
-  c->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
+  c->add_option("--device", a->device, "cpu, cuda, or sim (the CPU kernels on simulated device memory with a copy "
+                 "engine)")->capture_default_str();
+  c->add_option("--device-memory", a->device_memory, "With --device sim: the device's capacity in bytes")
+      ->check(positive());
+  c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory, streamed through the "
+                 "device in groups of pages");
+  c->add_option("--offload-group", a->offload_group, "With --offload kv: pages per group (default about 4 MiB of "
+                 "K/V, at most a layer's pages)")->check(positive());
   c->add_option("--out", a->out, "Save the trained model here (HF format, the loaded dtype) after the last step");
   c->add_option("--metrics", a->metrics, "Write one JSON line of metrics per step to this file");
   c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)")->check(positive());
@@ -238,7 +275,7 @@ Command add_train(CLI::App& app) {
   a->cmd = c;
   return {c, [a] {
             probe_out_dir(a->out);
-            auto be = make_backend(a->device);
+            auto be = make_backend(a->device, a->device_memory);
             if (a->model.empty() && a->data.empty()) return run_demo(*a, *be);
             OOMB_CHECK(!a->model.empty(), "--model is required with --data");
             OOMB_CHECK(!a->data.empty(), "--data is required with --model");
@@ -253,7 +290,9 @@ Command add_train(CLI::App& app) {
             o.peak_flops = peak_flops(*a);
             o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
             a->seq_len = o.seq_len;
-            Model model(cfg, *be, chunk_plan(*a, a->doc_mask ? eos : -1));
+            const ChunkPlan plan = chunk_plan(*a, a->doc_mask ? eos : -1);
+            check_device_fits(*a, cfg, plan, *be);
+            Model model(cfg, *be, plan);
             DType dtype = DType::F32;
             with_host_params(model, [&](Params& p) { dtype = load_weights(a->model, cfg, p); }, true);
             std::cout << fmt::format("oomb train: {} ({}, {} parameters, {}) on {}, {} tokens per step, {} steps",

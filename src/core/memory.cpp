@@ -11,10 +11,21 @@ namespace oomb {
 namespace {
 constexpr std::string_view kTagNames[kNumTags] = {"weights", "grads",     "optimizer", "activations", "kv",
                                                   "kv_grad", "workspace", "data",      "io"};
-DeviceAllocator g_device_alloc;
+DeviceAllocator g_device_alloc, g_pinned_alloc;
+bool g_device_is_host = false;
+
+void* host_alloc(size_t bytes, Tag tag) {
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  OOMB_CHECK(p != nullptr, "out of host memory allocating {} for {}", format_bytes(int64_t(bytes)), tag_name(tag));
+  std::memset(p, 0, bytes);
+  return p;
+}
 }  // namespace
 
-std::string_view tier_name(Tier t) { return t == Tier::Host ? "host" : "device"; }
+std::string_view tier_name(Tier t) {
+  return t == Tier::Host ? "host" : t == Tier::Device ? "device" : "pinned";
+}
 std::string_view tag_name(Tag t) { return kTagNames[static_cast<int>(t)]; }
 
 Accountant& Accountant::global() {
@@ -24,6 +35,11 @@ Accountant& Accountant::global() {
 
 void Accountant::on_alloc(Tier tier, Tag tag, size_t bytes) {
   std::lock_guard<std::mutex> l(mu_);
+  const int64_t cap = cap_[int(tier)];
+  OOMB_CHECK(cap == 0 || total_[int(tier)].current + int64_t(bytes) <= cap,
+             "{} memory: {} more for {} exceeds {} {} ({} in use: {})", tier_name(tier),
+             format_bytes(int64_t(bytes)), tag_name(tag), cap_flag_[int(tier)], cap,
+             format_bytes(total_[int(tier)].current), report_locked(tier));
   auto& c = c_[int(tier)][int(tag)];
   c.current += int64_t(bytes);
   if (c.current > c.peak) c.peak = c.current;
@@ -55,10 +71,26 @@ void Accountant::reset_peaks() {
   for (auto& t : total_) t.peak = t.current;
 }
 
+void Accountant::set_capacity(Tier tier, int64_t bytes, std::string flag) {
+  std::lock_guard<std::mutex> l(mu_);
+  cap_[int(tier)] = bytes;
+  cap_flag_[int(tier)] = std::move(flag);
+}
+
+int64_t Accountant::capacity(Tier tier) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return cap_[int(tier)];
+}
+
 std::string Accountant::report(Tier tier) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return report_locked(tier);
+}
+
+std::string Accountant::report_locked(Tier tier) const {
   std::string s;
   for (int i = 0; i < kNumTags; ++i) {
-    MemCounter c = get(tier, Tag(i));
+    MemCounter c = c_[int(tier)][i];
     if (c.peak == 0) continue;
     if (!s.empty()) s += ", ";
     s += fmt::format("{} {}", kTagNames[i], format_bytes(c.peak));
@@ -75,29 +107,37 @@ std::string format_bytes(int64_t b) {
 }
 
 void set_device_allocator(DeviceAllocator a) { g_device_alloc = a; }
+void set_pinned_allocator(DeviceAllocator a) { g_pinned_alloc = a; }
+bool device_memory_is_host() { return g_device_is_host; }
+void set_device_memory_is_host(bool yes) { g_device_is_host = yes; }
 
 Buffer::Buffer(Tier tier, Tag tag, size_t bytes) : bytes_(bytes), tier_(tier), tag_(tag) {
   if (bytes == 0) return;
-  if (tier == Tier::Host) {
-    size_t rounded = (bytes + 63) / 64 * 64;
-    p_ = std::aligned_alloc(64, rounded);
-    OOMB_CHECK(p_ != nullptr, "out of host memory allocating {} for {}", format_bytes(int64_t(bytes)),
-               tag_name(tag));
-    std::memset(p_, 0, bytes);
-  } else {
-    OOMB_CHECK(g_device_alloc.alloc != nullptr, "no device backend is initialised (allocating {} for {})",
-               format_bytes(int64_t(bytes)), tag_name(tag));
-    p_ = g_device_alloc.alloc(bytes);
+  Accountant::global().on_alloc(tier, tag, bytes);  // first: a capacity refusal allocates nothing
+  try {
+    if (tier == Tier::Device) {
+      OOMB_CHECK(g_device_alloc.alloc != nullptr, "no device backend is initialised (allocating {} for {})",
+                 format_bytes(int64_t(bytes)), tag_name(tag));
+      p_ = g_device_alloc.alloc(bytes);
+    } else if (tier == Tier::Pinned && g_pinned_alloc.alloc != nullptr) {
+      p_ = g_pinned_alloc.alloc(bytes);
+    } else {
+      p_ = host_alloc(bytes, tag);
+    }
+  } catch (...) {
+    Accountant::global().on_free(tier, tag, bytes);
+    throw;
   }
-  Accountant::global().on_alloc(tier, tag, bytes);
 }
 
 void Buffer::reset() {
   if (p_ == nullptr) return;
-  if (tier_ == Tier::Host)
-    std::free(p_);
-  else
+  if (tier_ == Tier::Device)
     g_device_alloc.free(p_);
+  else if (tier_ == Tier::Pinned && g_pinned_alloc.free != nullptr)
+    g_pinned_alloc.free(p_);
+  else
+    std::free(p_);
   Accountant::global().on_free(tier_, tag_, bytes_);
   p_ = nullptr;
   bytes_ = 0;

@@ -10,12 +10,15 @@
 
 namespace oomb {
 
-enum class Tier : uint8_t { Host, Device };
+// host: plain host memory; device: the backend's device memory; pinned: page-locked host memory
+// that a device copies to and from asynchronously (cudaHostAlloc on CUDA; plain memory elsewhere).
+enum class Tier : uint8_t { Host, Device, Pinned };
 enum class Tag : uint8_t { Weights, Grads, Optimizer, Activations, KV, KVGrad, Workspace, Data, IO };
-constexpr int kNumTiers = 2;
+constexpr int kNumTiers = 3;
 constexpr int kNumTags = 9;
+constexpr Tier kTiers[kNumTiers] = {Tier::Host, Tier::Device, Tier::Pinned};
 
-std::string_view tier_name(Tier t);  // "host" | "device"
+std::string_view tier_name(Tier t);  // "host" | "device" | "pinned"
 std::string_view tag_name(Tag t);    // "weights", "grads", ..., "kv_grad", ...
 
 struct MemCounter {
@@ -30,20 +33,34 @@ class Accountant {
   MemCounter get(Tier tier, Tag tag) const;
   MemCounter total(Tier tier) const;  // all tags; peak is the peak of the sum
   void reset_peaks();                 // peak := current, for every counter
+  // A capacity for a tier (0 = none): an allocation beyond it fails naming the tag and the flag.
+  void set_capacity(Tier tier, int64_t bytes, std::string flag);
+  int64_t capacity(Tier tier) const;
   std::string report(Tier tier) const;  // one line: "weights 1.2 MiB (peak 1.2 MiB), ..."
 
  private:
   mutable std::mutex mu_;
+  std::string report_locked(Tier tier) const;
   std::array<std::array<MemCounter, kNumTags>, kNumTiers> c_{};
   std::array<MemCounter, kNumTiers> total_{};
+  std::array<int64_t, kNumTiers> cap_{};
+  std::array<std::string, kNumTiers> cap_flag_{};
 };
 
-// Device allocation hooks, set by a device backend at start-up.
+// Device (and pinned host) allocation hooks, set by a device backend at start-up. Both must
+// return zero-filled memory. Without a pinned hook, pinned memory is plain aligned host memory.
 struct DeviceAllocator {
   void* (*alloc)(size_t bytes) = nullptr;
   void (*free)(void* p) = nullptr;
 };
 void set_device_allocator(DeviceAllocator a);
+void set_pinned_allocator(DeviceAllocator a);
+// True when device memory is addressable by the host (the simulated device): CPU kernels then
+// run on it.
+bool device_memory_is_host();
+void set_device_memory_is_host(bool yes);
+// Memory the host's code (the CPU kernels) may read and write directly.
+inline bool host_addressable(Tier t) { return t != Tier::Device || device_memory_is_host(); }
 
 // An owned, tagged allocation, zero-filled. Host memory is 64-byte aligned; device memory comes
 // from the allocator a device backend installs (which must zero it too).

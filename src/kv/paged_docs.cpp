@@ -1,17 +1,29 @@
 #include "kv/paged_docs.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 
 namespace oomb {
 
 PagedDocs::PagedDocs(int64_t page_size, Backend& be)
-    : P_(page_size), be_(be), pool_(be.tier(), Tag::Data, size_t(page_size) * 4) {}
+    : P_(page_size),
+      be_(be),
+      pool_(be.tier(), Tag::Data, size_t(page_size) * 4),
+      mirror_(Tier::Host, Tag::Data, size_t(page_size) * 4) {}
+
+void PagedDocs::reserve(int64_t pages) {
+  pool_.reserve(pages);
+  if (mirrored()) mirror_.reserve(pages);
+}
 
 int32_t* PagedDocs::ensure(int64_t p) {
   if (p >= int64_t(table_.size())) table_.resize(size_t(p + 1), -1);
-  if (table_[size_t(p)] < 0) table_[size_t(p)] = pool_.acquire();
+  if (table_[size_t(p)] < 0) {
+    table_[size_t(p)] = pool_.acquire();
+    if (mirrored()) OOMB_CHECK(mirror_.acquire() == table_[size_t(p)], "paged docs: the mirror lost step");
+  }
   return static_cast<int32_t*>(pool_.data(table_[size_t(p)]));
 }
 
@@ -20,10 +32,22 @@ const int32_t* PagedDocs::page(int64_t p) const {
   return static_cast<const int32_t*>(pool_.data(table_[size_t(p)]));
 }
 
+int32_t* PagedDocs::host_page(int64_t p) const {
+  page(p);  // exists
+  return static_cast<int32_t*>(mirrored() ? mirror_.data(table_[size_t(p)]) : pool_.data(table_[size_t(p)]));
+}
+
 void PagedDocs::write(int64_t t0, const int32_t* host, int64_t n) {
   for (int64_t i = 0; i < n;) {
     const int64_t t = t0 + i, len = std::min(P_ - t % P_, n - i);
-    be_.copy(ensure(t / P_) + t % P_, be_.tier(), host + i, Tier::Host, size_t(len) * 4);
+    int32_t* dev = ensure(t / P_) + t % P_;
+    if (mirrored()) {
+      int32_t* mir = host_page(t / P_) + t % P_;
+      std::memcpy(mir, host + i, size_t(len) * 4);
+      be_.copy_async(dev, be_.tier(), mir, Tier::Host, size_t(len) * 4, Stream::Compute);
+    } else {
+      std::memcpy(dev, host + i, size_t(len) * 4);
+    }
     i += len;
   }
 }
@@ -31,14 +55,18 @@ void PagedDocs::write(int64_t t0, const int32_t* host, int64_t n) {
 void PagedDocs::read(int64_t t0, int32_t* host, int64_t n) {
   for (int64_t i = 0; i < n;) {
     const int64_t t = t0 + i, len = std::min(P_ - t % P_, n - i);
-    be_.copy(host + i, Tier::Host, page(t / P_) + t % P_, be_.tier(), size_t(len) * 4);
+    std::memcpy(host + i, host_page(t / P_) + t % P_, size_t(len) * 4);
     i += len;
   }
 }
 
 void PagedDocs::release_from(int64_t first) {
   for (int64_t p = first; p < int64_t(table_.size()); ++p)
-    if (table_[size_t(p)] >= 0) pool_.release(table_[size_t(p)]), table_[size_t(p)] = -1;
+    if (table_[size_t(p)] >= 0) {
+      pool_.release(table_[size_t(p)]);
+      if (mirrored()) mirror_.release(table_[size_t(p)]);
+      table_[size_t(p)] = -1;
+    }
 }
 
 }  // namespace oomb

@@ -1,6 +1,7 @@
 // Per-token document ids of a packed sequence, in pages of P tokens beside the K/V pages (for
 // --doc-mask): attention over earlier pages needs the document of every key. The pages live in the
-// backend's memory (tag data); the host writes and reads them through the backend.
+// backend's memory (tag data); on a device, a host mirror lets the backward sweep read them back
+// without waiting for the device.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -19,14 +20,19 @@ class PagedDocs {
   const int32_t* page(int64_t p) const;  // backend memory, for attention's key documents
   void release_from(int64_t first_page);
   void clear() { release_from(0); }
+  void reserve(int64_t pages);
   int64_t page_size() const { return P_; }
+  // Bytes for N tokens in the backend's memory, and in host memory (the mirror, on a device).
+  static int64_t bytes(int64_t N, int64_t P) { return (N + P - 1) / P * P * 4; }
+  bool mirrored() const { return be_.tier() != Tier::Host; }
 
  private:
   int32_t* ensure(int64_t p);
+  int32_t* host_page(int64_t p) const;
   int64_t P_;
   Backend& be_;
-  PagePool pool_;
-  std::vector<int32_t> table_;  // page index -> pool id or -1
+  PagePool pool_, mirror_;
+  std::vector<int32_t> table_;  // page index -> pool id (the same id in the mirror) or -1
 };
 
 }  // namespace oomb

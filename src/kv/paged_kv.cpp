@@ -5,8 +5,8 @@
 
 namespace oomb {
 
-PagedKV::PagedKV(const KVShape& s, Backend& be, Tag tag)
-    : s_(s), be_(be), pool_(be.tier(), tag, size_t(s.page_bytes())), table_(size_t(s.layers)) {
+PagedKV::PagedKV(const KVShape& s, Backend& be, Tag tag, Tier tier)
+    : s_(s), be_(be), pool_(tier, tag, size_t(s.page_bytes())), table_(size_t(s.layers)) {
   OOMB_CHECK(s.page_size > 0, "--page-size: must be positive, got {}", s.page_size);
   OOMB_CHECK(s.dtype == DType::F32 || s.dtype == DType::BF16, "paged kv: dtype {} is not f32 or bf16",
              dtype_name(s.dtype));
@@ -17,13 +17,14 @@ bool PagedKV::has(int64_t l, int64_t p) const {
   return p < int64_t(t.size()) && t[size_t(p)] >= 0;
 }
 
-void PagedKV::ensure(int64_t l, int64_t p) {
+bool PagedKV::ensure(int64_t l, int64_t p, bool zero) {
   auto& t = table_[size_t(l)];
   if (p >= int64_t(t.size())) t.resize(size_t(p + 1), -1);
-  if (t[size_t(p)] >= 0) return;
+  if (t[size_t(p)] >= 0) return false;
   const int32_t id = pool_.acquire();
-  be_.fill_zero(pool_.data(id), pool_.page_bytes());
+  if (zero) be_.fill_zero(pool_.data(id), pool_.page_bytes());
   t[size_t(p)] = id;
+  return true;
 }
 
 void PagedKV::release(int64_t l, int64_t p) {
@@ -49,7 +50,7 @@ char* PagedKV::page_ptr(int64_t l, int64_t p) const {
 // rows [r, r + n) of the page's K (r counted from 0) or V (r counted from page_size)
 Tensor PagedKV::rows(int64_t l, int64_t p, int64_t r, int64_t n) const {
   const size_t row_bytes = size_t(s_.kv_heads * s_.head_dim) * dtype_size(s_.dtype);
-  return Tensor(page_ptr(l, p) + size_t(r) * row_bytes, s_.dtype, {n, s_.kv_heads, s_.head_dim}, be_.tier());
+  return Tensor(page_ptr(l, p) + size_t(r) * row_bytes, s_.dtype, {n, s_.kv_heads, s_.head_dim}, pool_.tier());
 }
 
 Tensor PagedKV::k(int64_t l, int64_t p, int64_t r0, int64_t n) const { return rows(l, p, r0, n); }
@@ -73,12 +74,16 @@ void PagedKV::write(int64_t l, int64_t t0, const Tensor& ks, const Tensor& vs) {
   });
 }
 
-void PagedKV::add_into(int64_t l, int64_t t0, Tensor& kd, Tensor& vd) {
+void PagedKV::read_into(int64_t l, int64_t t0, Tensor& kd, Tensor& vd) {
   for_rows(s_.page_size, t0, kd.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
-    if (!has(l, p)) return;  // nothing was accumulated into this page
     Tensor kr = kd.rows(i, len), vr = vd.rows(i, len);
-    be_.add(kr, k(l, p, r, len));
-    be_.add(vr, v(l, p, r, len));
+    if (!has(l, p)) {  // nothing was accumulated into this page
+      be_.zero(kr);
+      be_.zero(vr);
+      return;
+    }
+    be_.cast(k(l, p, r, len), kr);
+    be_.cast(v(l, p, r, len), vr);
   });
 }
 

@@ -21,13 +21,17 @@ struct KVShape {
 
 class PagedKV {
  public:
-  // Pages live in the backend's memory; zeroing, writes and adds go through its ops.
-  PagedKV(const KVShape& s, Backend& be, Tag tag);
+  // Pages live in `tier` (the backend's memory, or pinned host memory when offloaded); zeroing,
+  // writes and adds go through the backend's ops (pages in the backend's memory only).
+  PagedKV(const KVShape& s, Backend& be, Tag tag, Tier tier);
   const KVShape& shape() const { return s_; }
+  Tier tier() const { return pool_.tier(); }
+  void reserve(int64_t pages) { pool_.reserve(pages); }  // pages of all layers together
 
   bool has(int64_t layer, int64_t page) const;
-  // Acquires page (layer, page) if absent, zero-filled; returns its pool id.
-  void ensure(int64_t layer, int64_t page);
+  // Acquires page (layer, page) if absent, zero-filled when `zero` (through the backend: pages in
+  // its memory). Returns whether it was absent.
+  bool ensure(int64_t layer, int64_t page, bool zero = true);
   void release(int64_t layer, int64_t page);  // no-op when absent
   void release_from(int64_t layer, int64_t first_page);  // every page >= first_page
   void clear();                                           // every page of every layer
@@ -36,9 +40,10 @@ class PagedKV {
   Tensor k(int64_t layer, int64_t page, int64_t r0, int64_t n) const;
   Tensor v(int64_t layer, int64_t page, int64_t r0, int64_t n) const;
   // Copies rows: tokens [t0, t0 + n) of f32 `src` (n, G, D) into K or V pages (converted to the
-  // store's dtype; pages must exist), or adds the pages' rows (f32 or bf16) into f32 dst (n, G, D).
+  // store's dtype; pages must exist), or the pages' rows (f32 or bf16) into f32 dst (n, G, D),
+  // zero where a page does not exist. Pages in the backend's memory.
   void write(int64_t layer, int64_t t0, const Tensor& k_src, const Tensor& v_src);
-  void add_into(int64_t layer, int64_t t0, Tensor& k_dst, Tensor& v_dst);
+  void read_into(int64_t layer, int64_t t0, Tensor& k_dst, Tensor& v_dst);
 
   int64_t pages_in_use() const { return pool_.in_use(); }
   int64_t pages_reserved() const { return pool_.reserved(); }

@@ -9,11 +9,12 @@ const Tensor* opt(const Tensor& t) { return t.empty() ? nullptr : &t; }
 Tensor* opt(Tensor& t) { return t.empty() ? nullptr : &t; }
 Tensor flat2(const Tensor& t) { return t.reshaped({t.dim(0), t.numel() / t.dim(0)}); }
 
-// The prefix blocks, then the chunk's own K/V split into blocks of ctx.block tokens. The list is
-// reused from call to call, so steady-state steps do not allocate.
-std::span<const KVBlock> all_blocks(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads) {
+// The chunk's own K/V split into blocks of ctx.block tokens, after `before` (the last group of
+// earlier pages). The list is reused from call to call, so steady-state steps do not allocate.
+std::span<const KVBlock> with_own_blocks(const LayerCtx& ctx, LayerBuffers& plan, std::span<const KVBlock> before,
+                                         bool with_grads) {
   static thread_local std::vector<KVBlock> blocks;
-  blocks.assign(ctx.prefix.begin(), ctx.prefix.end());
+  blocks.assign(before.begin(), before.end());
   const int64_t T = plan.k.dim(0);
   for (int64_t t0 = 0; t0 < T; t0 += ctx.block) {
     const int64_t n = std::min(ctx.block, T - t0);
@@ -30,6 +31,26 @@ std::span<const KVBlock> all_blocks(const LayerCtx& ctx, LayerBuffers& plan, boo
   }
   return {blocks.data(), blocks.size()};
 }
+
+// Attention over the earlier pages, group by group, then the chunk's own K/V with the last group:
+// fn(blocks, args) once per group, args.first / args.last marking the fold's ends. One group (all
+// pages resident) is one call over every block.
+template <typename Fn>
+void fold_groups(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, Fn fn) {
+  const int64_t n = ctx.prefix ? ctx.prefix->groups() : 0;
+  AttnArgs a = ctx.attn;
+  a.run_sum = plan.run_sum;
+  for (int64_t i = 0; i + 1 < n; ++i) {
+    a.first = i == 0;
+    a.last = false;
+    fn(ctx.prefix->acquire(i), a);
+    ctx.prefix->release(i);
+  }
+  a.first = n <= 1;
+  a.last = true;
+  fn(with_own_blocks(ctx, plan, n > 0 ? ctx.prefix->acquire(n - 1) : std::span<const KVBlock>{}, with_grads), a);
+  if (n > 0) ctx.prefix->release(n - 1);
+}
 }  // namespace
 
 LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier) {
@@ -44,13 +65,14 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier) {
   b.v = f({T, G, D});
   b.dk = f({T, G, D});
   b.dv = f({T, G, D});
+  b.run_sum = f({T, H});
 }
 
 LayerBuffers LayerBuffers::first(int64_t T) const {
   LayerBuffers r = *this;
   for (Tensor* t : {&r.acts.a, &r.acts.rstd1, &r.acts.q, &r.acts.o, &r.acts.lse, &r.acts.hmid, &r.acts.b,
                     &r.acts.rstd2, &r.acts.gate, &r.acts.up, &r.acts.act, &r.g.dq, &r.g.dattn, &r.g.da, &r.g.db,
-                    &r.g.dgate, &r.g.dup, &r.g.dact, &r.k, &r.v, &r.dk, &r.dv})
+                    &r.g.dgate, &r.g.dup, &r.g.dact, &r.k, &r.v, &r.dk, &r.dv, &r.run_sum})
     *t = t->rows(0, T);
   return r;
 }
@@ -58,11 +80,11 @@ LayerBuffers LayerBuffers::first(int64_t T) const {
 int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T) {
   const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
   auto n = [](std::initializer_list<int64_t> s) { return int64_t(Arena::need(DType::F32, s)); };
-  return 5 * n({T, d}) + 2 * n({T}) + 4 * n({T, H, D}) + n({T, H}) + 6 * n({T, I}) + 4 * n({T, G, D});
+  return 5 * n({T, d}) + 2 * n({T}) + 4 * n({T, H, D}) + 2 * n({T, H}) + 6 * n({T, I}) + 4 * n({T, G, D});
 }
 
 void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan,
-                   bool kv_only) {
+                   LayerPass pass) {
   Backend& be = ctx.be;
   LayerActs& A = plan.acts;
   const float eps = float(ctx.cfg.rms_norm_eps);
@@ -75,11 +97,12 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
     be.round_bf16(plan.k);
     be.round_bf16(plan.v);
   }
-  if (kv_only) return;
+  if (pass == LayerPass::KVOnly) return;
   be.linear_fwd(A.a, p.wq, opt(p.bq), q2);
   be.rope_fwd(A.q, ctx.pos, ctx.rope);
-  auto blocks = all_blocks(ctx, plan, false);
-  be.attention_fwd(A.q, blocks, ctx.attn, A.o, A.lse);
+  if (pass != LayerPass::SavedAttention)  // o (T, H, D), lse (T, H) over earlier pages + own K/V
+    fold_groups(ctx, plan, false,
+                [&](std::span<const KVBlock> blocks, const AttnArgs& a) { be.attention_fwd(A.q, blocks, a, A.o, A.lse); });
   be.linear_fwd(flat2(A.o), p.wo, opt(p.bo), A.hmid);
   be.add(A.hmid, h_in);
   be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
@@ -104,11 +127,16 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in)
   Tensor dattn2 = flat2(S.dattn);
   be.linear_bwd(flat2(A.o), p.wo, dh, &dattn2, false, &g.wo, opt(g.bo));
-  be.zero(plan.dk);
-  be.zero(plan.dv);
-  auto blocks = all_blocks(ctx, plan, true);
-  be.attention_bwd(A.q, A.o, A.lse, S.dattn, blocks, ctx.attn, S.dq);
-  if (ctx.add_kv_grad) ctx.add_kv_grad(plan.dk, plan.dv);
+  // dK/dV of the chunk's own tokens start from what later chunks accumulated in their pages
+  if (ctx.cache) {
+    ctx.cache->own_grads(ctx.layer, ctx.attn.q_idx0, plan.dk, plan.dv);
+  } else {
+    be.zero(plan.dk);
+    be.zero(plan.dv);
+  }
+  fold_groups(ctx, plan, true, [&](std::span<const KVBlock> blocks, const AttnArgs& a) {
+    be.attention_bwd(A.q, A.o, A.lse, S.dattn, blocks, a, S.dq);
+  });
   be.rope_bwd(S.dq, ctx.pos, ctx.rope);
   be.rope_bwd(plan.dk, ctx.pos, ctx.rope);
   // q, k were rotated in place; the projections' backward needs only their input a

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "kv/kv_cache.h"
 #include "model/config.h"
 #include "model/params.h"
 
@@ -30,6 +31,7 @@ struct LayerBuffers {
   LayerGradScratch g;
   Tensor k, v;    // (T, G, D) this chunk's K (after RoPE) and V
   Tensor dk, dv;  // (T, G, D) their gradients
+  Tensor run_sum;  // (T, H) attention's running denominator while groups of pages fold in
   LayerBuffers first(int64_t T) const;  // views of the first T tokens
 };
 
@@ -52,18 +54,25 @@ struct LayerCtx {
   RopeTable rope;
   Tensor pos;  // (T) i32 RoPE positions
   AttnArgs attn;  // attn.q_idx0: sequence index of the chunk's first token
-  // K/V blocks of earlier tokens (from pages); in backward their dk/dv are accumulated into.
-  std::span<const KVBlock> prefix;
-  // Called in backward after attention, before RoPE's backward: adds what later chunks contributed
-  // to this chunk's dK/dV (T, G, D). Empty for full-sequence training.
-  std::function<void(Tensor& dk, Tensor& dv)> add_kv_grad;
+  // K/V blocks of earlier tokens (pages), in groups; in backward their dk/dv are accumulated into.
+  // Null: no earlier tokens.
+  PrefixBlocks* prefix = nullptr;
+  // The cache whose gradient pages hold what later chunks contributed to this chunk's dK/dV: the
+  // backward starts from them (null: from zero, as in full-sequence training).
+  KVCache* cache = nullptr;
+  int64_t layer = 0;
   int64_t block = 64;  // tokens per block of the chunk's own K/V handed to attention
   bool kv_bf16 = false;  // round K (after RoPE) and V to bf16 values (bf16 K/V pages)
 };
 
-// h_out (T, d) = layer(h_in); fills plan.acts, plan.k, plan.v. kv_only: stop once K/V exist.
+// How much of the layer a forward pass runs: all of it; only until K/V exist (the forward sweep's
+// last layer); or all but attention, whose output plan.acts.o and lse already hold (the
+// recompute before a layer's backward, from the recompute sweep's saved attention).
+enum class LayerPass { Full, KVOnly, SavedAttention };
+
+// h_out (T, d) = layer(h_in); fills plan.acts, plan.k, plan.v.
 void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan,
-                   bool kv_only = false);
+                   LayerPass pass = LayerPass::Full);
 // dh: (T, d), in = dL/dh_out, out = dL/dh_in. Needs plan.acts of the same h_in. Grads accumulate into g.
 void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, const Tensor& h_in, Tensor& dh,
                     LayerBuffers& plan);

@@ -10,7 +10,7 @@ namespace oomb {
 
 nlohmann::json memory_json() {
   nlohmann::json j = nlohmann::json::object();
-  for (Tier tier : {Tier::Host, Tier::Device}) {
+  for (Tier tier : kTiers) {
     nlohmann::json t = nlohmann::json::object();
     for (int i = 0; i < kNumTags; ++i) {
       MemCounter c = Accountant::global().get(tier, Tag(i));
@@ -78,11 +78,13 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       metrics.flush();
     }
     if (k % o.log_every == 0 || k + 1 == o.steps) {
-      const MemCounter host = Accountant::global().total(Tier::Host), dev = Accountant::global().total(Tier::Device);
+      const MemCounter host = Accountant::global().total(Tier::Host), dev = Accountant::global().total(Tier::Device),
+                       pinned = Accountant::global().total(Tier::Pinned);
       log << fmt::format("step {:>5}/{} | loss {:.4f} | acc {:5.1f}% | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s{} | mem {}{}",
                          k + 1, o.steps, st.loss, 100 * st.accuracy, st.lr, st.grad_norm, st.tokens_per_s,
                          o.peak_flops > 0 ? fmt::format(" | MFU {:.1f}%", 100 * st.mfu) : "", format_bytes(host.peak),
                          dev.peak > 0 ? fmt::format(", device {}", format_bytes(dev.peak)) : "")
+          << (pinned.peak > 0 ? fmt::format(", pinned {}", format_bytes(pinned.peak)) : "")
           << std::endl;
     }
     if (on_step) on_step(st);

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "data/token_source.h"
-#include "model/model.h"
+#include "train/model.h"
 #include "train/optimizer.h"
 
 namespace oomb {

@@ -28,7 +28,7 @@ Dims check_attention(const char* op, const Tensor& q, std::span<const KVBlock> b
   for (size_t b = 0; b < blocks.size(); ++b) {
     const KVBlock& kb = blocks[b];
     OOMB_CHECK(!kb.k.empty() && (kb.k.dtype == DType::F32 || kb.k.dtype == DType::BF16) && kb.k.ndim == 3 &&
-                   kb.k.tier == Tier::Host,
+                   host_addressable(kb.k.tier),
                "{}: block {} k must be a host (len, G, D) tensor of f32 or bf16, got {} {}", op, b,
                dtype_name(kb.k.dtype), kb.k.shape_str());
     check_same_shape(op, "block v", kb.v, "block k", kb.k);
@@ -145,6 +145,11 @@ void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnA
   check_f32("attention_fwd", "lse", lse, 2);
   OOMB_CHECK(lse.dim(0) == d.T && lse.dim(1) == d.H, "attention_fwd: lse {} must be ({}, {})", lse.shape_str(), d.T,
              d.H);
+  const bool folding = !a.first || !a.last;
+  if (folding) {
+    check_f32("attention_fwd", "run_sum", a.run_sum, 2);
+    check_same_shape("attention_fwd", "run_sum", a.run_sum, "lse", lse);
+  }
   const float ninf = -std::numeric_limits<float>::infinity();
   const int64_t bmax = max_block(blocks);
 #pragma omp parallel for collapse(2) schedule(dynamic, 16)
@@ -154,8 +159,13 @@ void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnA
       const float* qv = q.f() + (t * d.H + h) * d.D;
       float* acc = o.f() + (t * d.H + h) * d.D;
       float* s = scores_buffer(bmax);
-      std::fill_n(acc, d.D, 0.0f);
       float m = ninf, l = 0;
+      if (a.first) {
+        std::fill_n(acc, d.D, 0.0f);
+      } else {  // the state the previous call left: unnormalized acc, running max and sum
+        m = lse.f()[t * d.H + h];
+        l = a.run_sum.f()[t * d.H + h];
+      }
       for (const KVBlock& kb : blocks) {  // fold each block in with an online softmax
         const int64_t n = visible(kb, qi);
         if (n == 0) continue;
@@ -171,6 +181,11 @@ void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnA
           l += exp_shifted(s, n, m);
           axpy_rows(s, V + g * d.D, d.G * d.D, n, d.D, acc);
         });
+      }
+      if (!a.last) {
+        lse.f()[t * d.H + h] = m;
+        a.run_sum.f()[t * d.H + h] = l;
+        continue;
       }
       if (l > 0)
         for (int64_t i = 0; i < d.D; ++i) acc[i] /= l;
@@ -200,7 +215,7 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
       const float *qv = q.f() + (t * d.H + h) * d.D, *dov = dout.f() + (t * d.H + h) * d.D;
       float* dqv = dq.f() + (t * d.H + h) * d.D;
       float* s = scores_buffer(bmax);
-      std::fill_n(dqv, d.D, 0.0f);
+      if (a.first) std::fill_n(dqv, d.D, 0.0f);  // later calls of a fold accumulate
       const float lse_th = L[t * d.H + h];
       if (std::isinf(lse_th)) continue;
       const float ds_sum = dsum(t, h);

@@ -10,7 +10,7 @@ namespace oomb::cpu {
 void check_f32(const char* op, const char* what, const Tensor& t, int ndim) {
   OOMB_CHECK(!t.empty(), "{}: {} is empty", op, what);
   OOMB_CHECK(t.dtype == DType::F32, "{}: {} must be f32, got {}", op, what, dtype_name(t.dtype));
-  OOMB_CHECK(t.tier == Tier::Host, "{}: {} must be in host memory for the CPU backend", op, what);
+  OOMB_CHECK(host_addressable(t.tier), "{}: {} must be in host memory for the CPU backend", op, what);
   OOMB_CHECK(ndim < 0 || t.ndim == ndim, "{}: {} must have {} dims, got {}", op, what, ndim, t.shape_str());
 }
 

@@ -46,14 +46,24 @@ struct Scratch {
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
-    // a blocking stream: it waits for the legacy stream, where the allocator zeroes new memory
+    // blocking streams: they wait for the legacy stream, where the allocator zeroes new memory
     cuda_check(cudaStreamCreate(&stream_), "cuda backend");
+    cuda_check(cudaStreamCreate(&copy_stream_), "cuda backend");
+    for (auto& st : table_stage_) {
+      st.host = Buffer(Tier::Pinned, Tag::Workspace, kTableStage);
+      st.dev = Buffer(Tier::Device, Tag::Workspace, kTableStage);
+      cuda_check(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming), "cuda backend");
+    }
+    xent_call_ = Buffer(Tier::Device, Tag::Workspace, 16);
     gemm_ws_ = Buffer(Tier::Device, Tag::Workspace, kGemmWorkspace);
     gemm_ = std::make_unique<cuda::Gemm>(stream_, gemm_ws_.data(), kGemmWorkspace);
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(copy_stream_);
+    for (auto& st : table_stage_) cudaEventDestroy(st.done);
     gemm_.reset();
+    cudaStreamDestroy(copy_stream_);
     cudaStreamDestroy(stream_);
   }
   std::string_view name() const override { return "cuda"; }
@@ -104,7 +114,7 @@ class CudaBackend final : public Backend {
     check("embedding_fwd", "out", out, 2);
     OOMB_CHECK(out.dim(0) == ids.dim(0) && out.dim(1) == table.dim(1), "embedding_fwd: out {} must be ({}, {})",
                out.shape_str(), ids.dim(0), table.dim(1));
-    check_ids("embedding_fwd", ids, table.dim(0));
+    if (sync_each_) check_ids("embedding_fwd", ids, table.dim(0));  // else checked on the host before upload
     cuda::k::embedding_fwd(ids.as<int32_t>(), table.f(), out.f(), ids.dim(0), table.dim(1), stream_);
     launched("embedding_fwd");
   }
@@ -114,7 +124,7 @@ class CudaBackend final : public Backend {
     check("embedding_bwd", "dtable", dtable, 2);
     OOMB_CHECK(dout.dim(0) == ids.dim(0) && dout.dim(1) == dtable.dim(1), "embedding_bwd: dout {} must be ({}, {})",
                dout.shape_str(), ids.dim(0), dtable.dim(1));
-    check_ids("embedding_bwd", ids, dtable.dim(0));
+    if (sync_each_) check_ids("embedding_bwd", ids, dtable.dim(0));
     cuda::k::embedding_bwd(ids.as<int32_t>(), dout.f(), dtable.f(), ids.dim(0), dtable.dim(1), stream_);
     launched("embedding_bwd");
   }
@@ -180,47 +190,39 @@ class CudaBackend final : public Backend {
     launched("attention_bwd");
   }
 
-  double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
-                      int64_t* correct) override {
+  void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
+                        Tensor& sums) override {
     const char* op = "lm_head_xent";
     check(op, "h", h, 2);
     check(op, "w", w, 2);
     check(op, "targets", targets, 1, DType::I32);
+    check(op, "sums", sums, 1, DType::F64);
     const int64_t T = h.dim(0), d = h.dim(1), V = w.dim(0);
-    OOMB_CHECK(w.dim(1) == d && targets.dim(0) == T, "{}: w {} / targets {} do not fit h {}", op, w.shape_str(),
-               targets.shape_str(), h.shape_str());
+    OOMB_CHECK(w.dim(1) == d && targets.dim(0) == T && sums.dim(0) == 2, "{}: w {} / targets {} / sums {} do not fit h {}",
+               op, w.shape_str(), targets.shape_str(), sums.shape_str(), h.shape_str());
     if (dh) check_same(op, "dh", *dh, "h", h);
     if (dw) check_same(op, "dw", *dw, "w", w);
-    tg_host_.resize(size_t(T));
-    copy(tg_host_.data(), Tier::Host, targets.data, Tier::Device, size_t(T) * 4);
-    for (int64_t t = 0; t < T; ++t)
-      OOMB_CHECK(tg_host_[size_t(t)] < V, "{}: target id {} at position {} is outside the vocabulary (size {})", op,
-                 tg_host_[size_t(t)], t, V);
+    // targets were checked on the host before upload (every id < V); with OOMB_CUDA_SYNC, again here
+    if (sync_each_) check_ids(op, targets, V, true);
     float* logits = static_cast<float*>(logits_.get(size_t(kLossTile * V) * 4 + size_t(kLossTile) * 12));
     double* row_loss = reinterpret_cast<double*>(logits + kLossTile * V);
     int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + kLossTile);
-    std::vector<double> loss_h(static_cast<size_t>(kLossTile));
-    std::vector<int32_t> hit_h(static_cast<size_t>(kLossTile));
-    double loss = 0;
-    int64_t hits = 0;
+    double* call = xent_call_.as<double>();  // this call's sums, added in row order as on the CPU
+    cuda_check(cudaMemsetAsync(call, 0, 16, stream_), op);
     for (int64_t t0 = 0; t0 < T; t0 += kLossTile) {
       const int64_t n = std::min(kLossTile, T - t0);
       gemm_->run(false, true, n, V, d, h.f() + t0 * d, d, w.f(), d, logits, V, 1.0f, 0.0f);
       cuda::k::xent_rows(logits, targets.as<int32_t>() + t0, scale, n, V, row_loss, row_hit, stream_);
+      cuda::k::xent_accumulate(row_loss, row_hit, n, call, stream_);
       if (dh) gemm_->run(false, false, n, d, V, logits, V, w.f(), d, dh->f() + t0 * d, d, 1.0f, 0.0f);
       if (dw) gemm_->run(true, false, V, d, n, logits, V, h.f() + t0 * d, d, dw->f(), d, 1.0f, 1.0f);
       launched(op);
-      copy(loss_h.data(), Tier::Host, row_loss, Tier::Device, size_t(n) * 8);
-      copy(hit_h.data(), Tier::Host, row_hit, Tier::Device, size_t(n) * 4);
-      for (int64_t r = 0; r < n; ++r) loss += loss_h[size_t(r)], hits += hit_h[size_t(r)];  // row order
     }
-    if (correct) *correct = hits;
-    return loss;
+    cuda::k::add_f64(sums.as<double>(), call, 2, stream_);
+    launched(op);
   }
   // the logits tile (tile x V fp32), its row losses (fp64) and hits (i32), and cuBLASLt's workspace
-  size_t workspace_bytes(int64_t vocab) const override {
-    return size_t(kLossTile * vocab) * 4 + size_t(kLossTile) * 12 + kGemmWorkspace;
-  }
+  size_t workspace_bytes(int64_t vocab) const override { return cuda_workspace_bytes(vocab); }
 
   void copy(void* dst, Tier dt, const void* src, Tier st, size_t bytes) override {
     if (bytes == 0 || dst == src) return;
@@ -233,6 +235,22 @@ class CudaBackend final : public Backend {
   void fill_zero(void* dst, size_t bytes) override {
     if (bytes > 0) cuda_check(cudaMemsetAsync(dst, 0, bytes, stream_), "fill_zero");
   }
+  void copy_async(void* dst, Tier dt, const void* src, Tier st, size_t bytes, Stream s) override {
+    if (bytes == 0 || dst == src) return;
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, on(s)), "copy_async");
+  }
+  void fill_zero_async(void* dst, size_t bytes, Stream s) override {
+    if (bytes > 0) cuda_check(cudaMemsetAsync(dst, 0, bytes, on(s)), "fill_zero_async");
+  }
+  std::unique_ptr<Event> new_event() override { return std::make_unique<CudaEvent>(); }
+  void record(Event& e, Stream s) override { cuda_check(cudaEventRecord(ev(e), on(s)), "record"); }
+  void wait(Stream s, const Event& e) override { cuda_check(cudaStreamWaitEvent(on(s), ev(e), 0), "wait"); }
+  void synchronize(const Event& e) override { cuda_check(cudaEventSynchronize(ev(e)), "synchronize"); }
+  void synchronize() override {
+    cuda_check(cudaStreamSynchronize(copy_stream_), "synchronize");
+    cuda_check(cudaStreamSynchronize(stream_), "synchronize");
+  }
+  bool has_copy_engine() const override { return true; }
 
   void add(Tensor& y, const Tensor& x) override {
     check("add", "y", y, -1);
@@ -305,14 +323,15 @@ class CudaBackend final : public Backend {
     if (sync_each_) cuda_check(cudaStreamSynchronize(stream_), op);
   }
 
-  // ids must index the table (read back: the host checks what the kernels would trust)
-  void check_ids(const char* op, const Tensor& ids, int64_t vocab) {
+  // ids must index the table (read back, a host sync: only with OOMB_CUDA_SYNC; the model checks
+  // every id on the host before it uploads them). targets: ids < vocab, negative ones ignored.
+  void check_ids(const char* op, const Tensor& ids, int64_t vocab, bool targets = false) {
     ids_host_.resize(size_t(ids.dim(0)));
     copy(ids_host_.data(), Tier::Host, ids.data, Tier::Device, size_t(ids.dim(0)) * 4);
     for (int64_t t = 0; t < ids.dim(0); ++t)
-      OOMB_CHECK(ids_host_[size_t(t)] >= 0 && ids_host_[size_t(t)] < vocab,
-                 "{}: token id {} at position {} is outside the vocabulary (size {})", op, ids_host_[size_t(t)], t,
-                 vocab);
+      OOMB_CHECK((targets || ids_host_[size_t(t)] >= 0) && ids_host_[size_t(t)] < vocab,
+                 "{}: {} id {} at position {} is outside the vocabulary (size {})", op, targets ? "target" : "token",
+                 ids_host_[size_t(t)], t, vocab);
   }
 
   void rope(const char* op, Tensor& x, const Tensor& pos, const RopeTable& r, bool inverse) {
@@ -371,21 +390,60 @@ class CudaBackend final : public Backend {
     OOMB_CHECK((p.max_len + 31) / 32 <= 65535 && p.G <= 65535 && p.H <= 65535,
                "{}: blocks of {} keys or {} heads exceed the kernels' grid limits", op, p.max_len, p.H);
     p.n_blocks = int64_t(table_.size());
+    p.first = a.first, p.last = a.last;
+    if (!a.first || !a.last) {
+      if (!backward) {
+        check(op, "run_sum", a.run_sum, 2);
+        OOMB_CHECK(a.run_sum.dim(0) == p.T && a.run_sum.dim(1) == p.H, "{}: run_sum {} must be ({}, {})", op,
+                   a.run_sum.shape_str(), p.T, p.H);
+        p.run_sum = a.run_sum.f();
+      }
+    }
+    // the table goes up from pinned staging, double-buffered: a staging buffer is rewritten only
+    // once the copy that last read it is done (two calls ago), so the host does not wait here
     const size_t bytes = table_.size() * sizeof(cuda::k::AttnBlock);
-    void* dev = table_dev_.get(std::max<size_t>(bytes, 64));
-    copy(dev, Tier::Device, table_.data(), Tier::Host, bytes);
-    p.blocks = static_cast<const cuda::k::AttnBlock*>(dev);
+    OOMB_CHECK(bytes <= kTableStage, "{}: {} blocks exceed the staged table's {} entries", op, table_.size(),
+               kTableStage / sizeof(cuda::k::AttnBlock));
+    TableStage& st = table_stage_[table_next_];
+    table_next_ ^= 1;
+    cuda_check(cudaEventSynchronize(st.done), op);
+    std::memcpy(st.host.data(), table_.data(), bytes);
+    cuda_check(cudaMemcpyAsync(st.dev.data(), st.host.data(), bytes, cudaMemcpyHostToDevice, stream_), op);
+    cuda_check(cudaEventRecord(st.done, stream_), op);
+    p.blocks = static_cast<const cuda::k::AttnBlock*>(st.dev.data());
     return p;
   }
 
-  cudaStream_t stream_ = nullptr;
+  struct CudaEvent final : Event {
+    cudaEvent_t e = nullptr;
+    CudaEvent() { cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "new_event"); }
+    ~CudaEvent() override { cudaEventDestroy(e); }
+  };
+  static cudaEvent_t ev(const Event& e) {
+    const auto* c = dynamic_cast<const CudaEvent*>(&e);
+    OOMB_CHECK(c != nullptr, "cuda: an event made by another backend");
+    return c->e;
+  }
+  cudaStream_t on(Stream s) const { return s == Stream::Copy ? copy_stream_ : stream_; }
+
+  // pinned staging of the attention's block table and its device copy, two of each
+  static constexpr size_t kTableStage = size_t(1) << 20;  // 16K blocks
+  struct TableStage {
+    Buffer host, dev;
+    cudaEvent_t done = nullptr;
+  };
+  TableStage table_stage_[2];
+  int table_next_ = 0;
+  Buffer xent_call_;
+
+  cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   const bool sync_each_ = std::getenv("OOMB_CUDA_SYNC") != nullptr;
   Buffer gemm_ws_;
   std::unique_ptr<cuda::Gemm> gemm_;
-  Scratch logits_, partials_, dsum_, table_dev_, rope_dev_;
+  Scratch logits_, partials_, dsum_, rope_dev_;
   std::vector<cuda::k::AttnBlock> table_;
   std::vector<float> rope_host_;
-  std::vector<int32_t> ids_host_, tg_host_;
+  std::vector<int32_t> ids_host_;
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
 // CUDA device runtime: device discovery and the accountant's device allocator.
 #include <cuda_runtime.h>
 
+#include <cstring>
+
 #include "backend/cuda/cuda_device.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -30,7 +32,21 @@ static void* device_alloc(size_t bytes) {
 }
 static void device_free(void* p) { cudaFree(p); }
 
-void install_device_allocator() { set_device_allocator(DeviceAllocator{&device_alloc, &device_free}); }
+// Page-locked host memory (tier pinned), zero-filled: copies to and from it run asynchronously.
+static void* pinned_alloc(size_t bytes) {
+  void* p = nullptr;
+  cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  OOMB_CHECK(e == cudaSuccess, "cudaHostAlloc of {} failed: {}", format_bytes(int64_t(bytes)), cudaGetErrorString(e));
+  std::memset(p, 0, bytes);
+  return p;
+}
+static void pinned_free(void* p) { cudaFreeHost(p); }
+
+void install_device_allocator() {
+  set_device_allocator(DeviceAllocator{&device_alloc, &device_free});
+  set_pinned_allocator(DeviceAllocator{&pinned_alloc, &pinned_free});
+  set_device_memory_is_host(false);
+}
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);

@@ -53,6 +53,10 @@ void sgd(float* p, const float* g, float lr, int64_t n, cudaStream_t s);
 // (softmax - onehot(y)) * scale; rows with y < 0 become zero with loss 0.
 void xent_rows(float* logits, const int32_t* targets, float scale, int64_t n, int64_t V, double* row_loss,
                int32_t* row_hit, cudaStream_t s);
+// acc (2) f64 += {sum of row_loss, sum of row_hit} over n rows, in row order (one thread)
+void xent_accumulate(const double* row_loss, const int32_t* row_hit, int64_t n, double* acc, cudaStream_t s);
+// y (n) f64 += x (n)
+void add_f64(double* y, const double* x, int64_t n, cudaStream_t s);
 
 // Attention over a device table of KV blocks.
 struct AttnBlock {
@@ -73,6 +77,10 @@ struct AttnParams {
   float scale;
   int64_t q_idx0;
   const int32_t* q_doc;  // (T) or null
+  // a fold over several calls (AttnArgs): forward keeps o unnormalized, lse the running max and
+  // run_sum (T, H) the running denominator between calls; backward's dq accumulates after the first
+  int32_t first = 1, last = 1;
+  float* run_sum = nullptr;
 };
 // q, o: (T, H, D); lse: (T, H), natural log, -inf for a query that sees no key
 void attention_fwd(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s);

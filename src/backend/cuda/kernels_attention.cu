@@ -74,10 +74,15 @@ __global__ void attn_fwd_k(AttnParams p, const float* q, float* o, float* lse) {
   float* sq = smem + warp * D;
   load_row(sq, q + (t * p.H + h) * D, D, lane);
   const int32_t qdoc = p.q_doc ? p.q_doc[t] : 0;
+  float* orow = o + (t * p.H + h) * D;
   float acc[kPerLane];
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) acc[k] = 0.0f;
   float m = -INFINITY, l = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t i = lane + 32 * k;
+    acc[k] = !p.first && i < D ? orow[i] : 0.0f;  // a fold's later call: the state left in o
+  }
+  if (!p.first) m = lse[t * p.H + h], l = p.run_sum[t * p.H + h];
   for (int64_t b = 0; b < p.n_blocks; ++b) {
     const AttnBlock kb = p.blocks[b];
     const Rows K{kb.k, kb.kv_bf16 != 0}, V{kb.v, kb.kv_bf16 != 0};
@@ -110,7 +115,16 @@ __global__ void attn_fwd_k(AttnParams p, const float* q, float* o, float* lse) {
       }
     }
   }
-  float* orow = o + (t * p.H + h) * D;
+  __syncwarp();
+  if (!p.last) {  // keep the state for the next call
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int64_t i = lane + 32 * k;
+      if (i < D) orow[i] = acc[k];
+    }
+    if (lane == 0) lse[t * p.H + h] = m, p.run_sum[t * p.H + h] = l;
+    return;
+  }
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
     const int64_t i = lane + 32 * k;
@@ -142,9 +156,13 @@ __global__ void attn_dq_k(AttnParams p, const float* q, const float* lse, const 
   float *sq = smem + 2 * warp * D, *sdo = sq + D;
   load_row(sq, q + (t * p.H + h) * D, D, lane);
   load_row(sdo, dout + (t * p.H + h) * D, D, lane);
+  float* dqrow = dq + (t * p.H + h) * D;
   float acc[kPerLane];
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k) acc[k] = 0.0f;
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t i = lane + 32 * k;
+    acc[k] = !p.first && i < D ? dqrow[i] : 0.0f;  // a fold's later call accumulates
+  }
   const float L = lse[t * p.H + h], ds_sum = dsum[t * p.H + h];
   const int32_t qdoc = p.q_doc ? p.q_doc[t] : 0;
   if (!isinf(L)) {
@@ -173,7 +191,6 @@ __global__ void attn_dq_k(AttnParams p, const float* q, const float* lse, const 
       }
     }
   }
-  float* dqrow = dq + (t * p.H + h) * D;
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
     const int64_t i = lane + 32 * k;

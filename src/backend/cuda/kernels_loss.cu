@@ -63,7 +63,26 @@ __global__ void xent_rows_k(float* logits, const int32_t* targets, float scale, 
   }
 }
 
+__global__ void xent_accumulate_k(const double* row_loss, const int32_t* row_hit, int64_t n, double* acc) {
+  double loss = acc[0], hits = acc[1];
+  for (int64_t r = 0; r < n; ++r) loss += row_loss[r], hits += double(row_hit[r]);
+  acc[0] = loss;
+  acc[1] = hits;
+}
+
+__global__ void add_f64_k(double* y, const double* x, int64_t n) {
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] += x[i];
+}
+
 }  // namespace
+
+void xent_accumulate(const double* row_loss, const int32_t* row_hit, int64_t n, double* acc, cudaStream_t s) {
+  xent_accumulate_k<<<1, 1, 0, s>>>(row_loss, row_hit, n, acc);
+}
+
+void add_f64(double* y, const double* x, int64_t n, cudaStream_t s) {
+  if (n > 0) add_f64_k<<<1, 32, 0, s>>>(y, x, n);
+}
 
 void xent_rows(float* logits, const int32_t* targets, float scale, int64_t n, int64_t V, double* row_loss,
                int32_t* row_hit, cudaStream_t s) {

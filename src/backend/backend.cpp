@@ -1,0 +1,21 @@
+#include "backend/backend.h"
+
+namespace oomb {
+
+size_t cuda_workspace_bytes(int64_t vocab) {
+  constexpr size_t kLossTile = 256, kGemmWorkspace = size_t(32) << 20, kTables = 2 * (size_t(1) << 20);
+  return kLossTile * size_t(vocab) * 4 + kLossTile * 12 + kGemmWorkspace + 16 + kTables;
+}
+
+double Backend::lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,
+                             Tensor* dw, int64_t* correct) {
+  Buffer buf(tier(), Tag::Workspace, 16);
+  Tensor sums(buf.data(), DType::F64, {2}, tier());
+  lm_head_xent_acc(h, w, targets, scale, dh, dw, sums);
+  double host[2];
+  copy(host, Tier::Host, buf.data(), tier(), 16);
+  if (correct) *correct = int64_t(host[1]);
+  return host[0];
+}
+
+}  // namespace oomb

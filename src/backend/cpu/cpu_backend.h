@@ -1,0 +1,187 @@
+// The CPU backend: the readable reference every other backend is checked against. The simulated
+// device derives from it (the same ops on memory accounted as device memory).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace oomb {
+
+class CpuBackend : public Backend {
+ public:
+  // tier: the memory the ops run on (host; device for the simulated device, host-addressable)
+  explicit CpuBackend(Tier tier = Tier::Host) : tier_(tier) {}
+  std::string_view name() const override { return "cpu"; }
+  Tier tier() const override { return tier_; }
+
+  void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
+    cpu::linear_fwd(x, w, b, y);
+  }
+  void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool acc, Tensor* dw,
+                  Tensor* db) override {
+    cpu::linear_bwd(x, w, dy, dx, acc, dw, db);
+  }
+  void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) override {
+    cpu::embedding_fwd(ids, table, out);
+  }
+  void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable) override {
+    cpu::embedding_bwd(ids, dout, dtable);
+  }
+  void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) override {
+    cpu::rmsnorm_fwd(x, w, eps, y, rstd);
+  }
+  void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, bool acc,
+                   Tensor& dw) override {
+    cpu::rmsnorm_bwd(x, w, rstd, dy, dx, acc, dw);
+  }
+  void rope_fwd(Tensor& x, const Tensor& pos, const RopeTable& r) override { cpu::rope(x, pos, r, false); }
+  void rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& r) override { cpu::rope(dx, pos, r, true); }
+  void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) override { cpu::swiglu_fwd(gate, up, out); }
+  void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) override {
+    cpu::swiglu_bwd(gate, up, dout, dgate, dup);
+  }
+  void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
+                     Tensor& lse) override {
+    cpu::attention_fwd(q, blocks, a, o, lse);
+  }
+  void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                     std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) override {
+    cpu::attention_bwd(q, o, lse, dout, blocks, a, dq);
+  }
+
+  void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
+                        Tensor& sums) override {
+    OOMB_CHECK(sums.dtype == DType::F64 && sums.numel() == 2 && host_addressable(sums.tier),
+               "lm_head_xent: sums must be (2) f64 in the backend's memory, got {} {}", dtype_name(sums.dtype),
+               sums.shape_str());
+    // The logits tile is planned once per vocabulary size and reused (workspace tag).
+    const int64_t V = w.dim(0);
+    if (logits_.dim(1) != V) {
+      logits_buf_ = Buffer(tier_, Tag::Workspace, workspace_bytes(V));
+      logits_ = Tensor(logits_buf_.data(), DType::F32, {kLossTile, V}, tier_);
+      row_loss_ = Tensor(logits_buf_.as<char>() + size_t(kLossTile * V) * 4, DType::F64, {kLossTile}, tier_);
+    }
+    int64_t correct = 0;
+    const double loss = cpu::lm_head_xent(h, w, targets, scale, dh, dw, &correct, logits_, row_loss_);
+    sums.as<double>()[0] += loss;
+    sums.as<double>()[1] += double(correct);
+  }
+
+  // the logits tile (tile x V fp32) and its per-row losses (tile fp64)
+  size_t workspace_bytes(int64_t vocab) const override { return size_t(kLossTile * vocab) * 4 + kLossTile * 8; }
+
+  void copy(void* dst, Tier dst_tier, const void* src, Tier src_tier, size_t bytes) override {
+    OOMB_CHECK(host_addressable(dst_tier) && host_addressable(src_tier), "copy: the CPU backend has only host memory");
+    if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void fill_zero(void* dst, size_t bytes) override {
+    if (bytes > 0) std::memset(dst, 0, bytes);
+  }
+
+  void cast(const Tensor& src, Tensor& dst) override {
+    auto ok = [](DType t) { return t == DType::F32 || t == DType::BF16; };
+    OOMB_CHECK(ok(src.dtype) && ok(dst.dtype), "cast: src and dst must be f32 or bf16, got {} and {}",
+               dtype_name(src.dtype), dtype_name(dst.dtype));
+    OOMB_CHECK(src.numel() == dst.numel(), "cast: src {} and dst {} differ in size", src.shape_str(), dst.shape_str());
+    const int64_t n = src.numel();
+    if (src.dtype == dst.dtype) {
+      if (n > 0 && src.data != dst.data) std::memcpy(dst.data, src.data, src.bytes());
+    } else if (src.dtype == DType::F32) {
+      const float* s = src.f();
+      uint16_t* d = dst.as<uint16_t>();
+#pragma omp parallel for if (n >= cpu::kParallelMin)
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+    } else {
+      const uint16_t* s = src.as<uint16_t>();
+      float* d = dst.f();
+#pragma omp parallel for if (n >= cpu::kParallelMin)
+      for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+    }
+  }
+  void round_bf16(Tensor& x) override {
+    cpu::check_f32("round_bf16", "x", x, -1);
+    const int64_t n = x.numel();
+    float* p = x.f();
+#pragma omp parallel for if (n >= cpu::kParallelMin)
+    for (int64_t i = 0; i < n; ++i) p[i] = bf16_to_f32(f32_to_bf16(p[i]));
+  }
+
+  void add(Tensor& y, const Tensor& x) override {
+    cpu::check_f32("add", "y", y, -1);
+    OOMB_CHECK(x.numel() == y.numel(), "add: x {} and y {} differ in size", x.shape_str(), y.shape_str());
+    OOMB_CHECK(x.dtype == DType::F32 || x.dtype == DType::BF16, "add: x must be f32 or bf16, got {}",
+               dtype_name(x.dtype));
+    const int64_t n = y.numel();
+    if (x.dtype == DType::BF16) {
+      const uint16_t* xb = x.as<uint16_t>();
+#pragma omp parallel for if (n >= cpu::kParallelMin)
+      for (int64_t i = 0; i < n; ++i) y.f()[i] += bf16_to_f32(xb[i]);
+      return;
+    }
+#pragma omp parallel for if (n >= cpu::kParallelMin)
+    for (int64_t i = 0; i < n; ++i) y.f()[i] += x.f()[i];
+  }
+  void zero(Tensor& y) override { std::fill_n(static_cast<char*>(y.data), y.bytes(), 0); }
+  void scale(Tensor& y, float s) override {
+    const int64_t n = y.numel();
+#pragma omp parallel for if (n >= cpu::kParallelMin)
+    for (int64_t i = 0; i < n; ++i) y.f()[i] *= s;
+  }
+  double sum_squares(const Tensor& x) override {
+    cpu::check_f32("sum_squares", "x", x, -1);
+    // fixed chunking so the sum does not depend on the thread count
+    const int64_t n = x.numel(), chunk = 1 << 16, nc = (n + chunk - 1) / chunk;
+    std::vector<double> part(size_t(nc), 0.0);
+#pragma omp parallel for if (nc > 1)
+    for (int64_t c = 0; c < nc; ++c) {
+      double s = 0;
+      for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) s += double(x.f()[i]) * x.f()[i];
+      part[size_t(c)] = s;
+    }
+    double s = 0;
+    for (double p : part) s += p;
+    return s;
+  }
+
+  // Decoupled weight decay (AdamW): p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)
+  void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamW& a) override {
+    cpu::check_f32("adamw_step", "param", p, -1);
+    OOMB_CHECK(g.numel() == p.numel() && m.numel() == p.numel() && v.numel() == p.numel(),
+               "adamw_step: param, grad and moments differ in size");
+    const int64_t n = p.numel();
+    const double bc1 = 1.0 - std::pow(double(a.beta1), double(a.step));
+    const double bc2 = 1.0 - std::pow(double(a.beta2), double(a.step));
+    const float step_size = float(a.lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+#pragma omp parallel for if (n >= cpu::kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = g.f()[i];
+      float& mi = m.f()[i];
+      float& vi = v.f()[i];
+      mi = a.beta1 * mi + (1.0f - a.beta1) * gi;
+      vi = a.beta2 * vi + (1.0f - a.beta2) * gi * gi;
+      float& pi = p.f()[i];
+      pi -= a.lr * a.weight_decay * pi;
+      pi -= step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + a.eps);
+    }
+  }
+  void sgd_step(Tensor& p, const Tensor& g, float lr) override {
+    cpu::check_f32("sgd_step", "param", p, -1);
+    OOMB_CHECK(g.numel() == p.numel(), "sgd_step: param and grad differ in size");
+    const int64_t n = p.numel();
+#pragma omp parallel for if (n >= cpu::kParallelMin)
+    for (int64_t i = 0; i < n; ++i) p.f()[i] -= lr * g.f()[i];
+  }
+
+ protected:
+  Tier tier_;
+
+ private:
+  static constexpr int64_t kLossTile = 256;
+  Buffer logits_buf_;
+  Tensor logits_, row_loss_;
+};
+
+}  // namespace oomb

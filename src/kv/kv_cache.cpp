@@ -1,0 +1,363 @@
+#include "kv/kv_cache.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace oomb {
+
+namespace {
+
+std::string g_dropped_wait;  // tests only
+bool dropped(const char* which) { return !g_dropped_wait.empty() && g_dropped_wait == which; }
+
+int64_t pages_for(int64_t tokens, int64_t P) { return (tokens + P - 1) / P; }
+size_t row_bytes(const KVShape& s) { return size_t(s.kv_heads * s.head_dim) * dtype_size(s.dtype); }
+// Bytes of (T, G, D) rows in a dtype, 64-byte aligned.
+size_t rows_bytes(const KVShape& s, int64_t T) { return (size_t(T) * row_bytes(s) + 63) / 64 * 64; }
+
+// Walks tokens [t0, t0 + n) page by page: fn(page, row in page, row in the range, rows)
+template <typename Fn>
+void for_rows(int64_t P, int64_t t0, int64_t n, Fn fn) {
+  for (int64_t i = 0; i < n;) {
+    const int64_t t = t0 + i, p = t / P, r = t % P, len = std::min(P - r, n - i);
+    fn(p, r, i, len);
+    i += len;
+  }
+}
+
+}  // namespace
+
+void KVCache::drop_wait_for_test(const char* which) { g_dropped_wait = which ? which : ""; }
+
+// ---- resident: every page in the backend's memory, one group of every earlier page ----
+class KVCache::Resident final : public PrefixBlocks {
+ public:
+  explicit Resident(KVCache& c) : c_(c) {}
+  void set(int64_t l, int64_t end, bool grads) {
+    const int64_t P = c_.o_.kv.page_size;
+    blocks_.clear();
+    for (int64_t p = 0; p * P < end; ++p) {
+      const int64_t rows = std::min(P, end - p * P);
+      KVBlock b;
+      b.k = c_.kv_.k(l, p, 0, rows);
+      b.v = c_.kv_.v(l, p, 0, rows);
+      if (grads) {
+        c_.grad_.ensure(l, p);  // a gradient page exists once something accumulates into it
+        b.dk = c_.grad_.k(l, p, 0, rows);
+        b.dv = c_.grad_.v(l, p, 0, rows);
+      }
+      b.idx0 = p * P;
+      if (c_.o_.docs) b.doc = std::as_const(c_.docs_).page(p);
+      blocks_.push_back(b);
+    }
+  }
+  int64_t groups() const override { return blocks_.empty() ? 0 : 1; }
+  std::span<const KVBlock> acquire(int64_t) override { return blocks_; }
+  void release(int64_t) override {}
+
+ private:
+  KVCache& c_;
+  std::vector<KVBlock> blocks_;  // reused: steady-state steps do not allocate
+};
+
+// ---- streamed: pages in pinned host memory, groups through two device slots ----
+class KVCache::Streamed final : public PrefixBlocks {
+ public:
+  explicit Streamed(KVCache& c) : c_(c), be_(c.be_) {
+    for (auto* e : {&arrived_, &freed_, &staged_, &cast_done_})
+      for (auto& x : *e) x = be_.new_event();
+    own_in_ = be_.new_event();
+    own_used_ = be_.new_event();
+  }
+
+  // Device buffers for groups of g pages and chunks of C tokens (kept when large enough).
+  void size_for(int64_t g) {
+    if (g <= group_) return;
+    be_.synchronize();
+    group_ = g;
+    const KVCacheOptions& o = c_.o_;
+    kv_slots_ = Buffer(Tier::Device, Tag::KV, 2 * size_t(g) * size_t(o.kv.page_bytes()));
+    grad_slots_ = Buffer(Tier::Device, Tag::KVGrad, 2 * size_t(g) * size_t(o.grad.page_bytes()));
+    if (stage_.bytes() == 0) {
+      stage_ = Buffer(Tier::Device, Tag::KV, 4 * rows_bytes(o.kv, o.chunk));       // 2 x (K, V)
+      own_ = Buffer(Tier::Device, Tag::KVGrad, 2 * rows_bytes(o.grad, o.chunk));  // K, V
+    }
+  }
+  static Bytes device_bytes(const KVCacheOptions& o, int64_t g) {
+    Bytes b;
+    b.device_kv = 2 * g * o.kv.page_bytes() + 4 * int64_t(rows_bytes(o.kv, o.chunk));
+    b.device_kv_grad = 2 * g * o.grad.page_bytes() + 2 * int64_t(rows_bytes(o.grad, o.chunk));
+    return b;
+  }
+
+  void begin_pass(std::span<const int64_t> layers, int64_t end, bool grads) {
+    items_.clear();
+    issued_ = cursor_ = 0;
+    const int64_t np = pages_for(end, c_.o_.kv.page_size);
+    for (int64_t l : layers)
+      for (int64_t p0 = 0; p0 < np; p0 += group_) items_.push_back({l, p0, std::min(np, p0 + group_), end, grads});
+  }
+
+  PrefixBlocks& view(int64_t l, int64_t end, bool grads) {
+    const bool next_is_ours = cursor_ < items_.size() && items_[cursor_].layer == l &&
+                              items_[cursor_].end == end && items_[cursor_].grads == grads;
+    if (!next_is_ours && end > 0) {  // not announced: a pass of this one layer
+      const int64_t one[] = {l};
+      begin_pass(one, end, grads);
+    }
+    first_ = cursor_;
+    count_ = end > 0 ? int64_t(pages_for(end, c_.o_.kv.page_size) + group_ - 1) / group_ : 0;
+    cursor_ += size_t(count_);
+    return *this;
+  }
+
+  int64_t groups() const override { return count_; }
+
+  std::span<const KVBlock> acquire(int64_t i) override {
+    const size_t gi = first_ + size_t(i);
+    while (issued_ < items_.size() && issued_ <= gi + 1) issue(issued_++);  // this group and the next
+    const int s = int(gi % 2);
+    if (!dropped("in")) be_.wait(Stream::Compute, *arrived_[s]);
+    const Item& it = items_[gi];
+    const KVCacheOptions& o = c_.o_;
+    const int64_t P = o.kv.page_size, G = o.kv.kv_heads, D = o.kv.head_dim;
+    blocks_.clear();
+    for (int64_t p = it.p0; p < it.p1; ++p) {
+      const int64_t rows = std::min(P, it.end - p * P);
+      KVBlock b;
+      char* kp = kv_page(s, p - it.p0);
+      b.k = Tensor(kp, o.kv.dtype, {rows, G, D}, Tier::Device);
+      b.v = Tensor(kp + size_t(P) * row_bytes(o.kv), o.kv.dtype, {rows, G, D}, Tier::Device);
+      if (it.grads) {
+        char* gp = grad_page(s, p - it.p0);
+        b.dk = Tensor(gp, o.grad.dtype, {rows, G, D}, Tier::Device);
+        b.dv = Tensor(gp + size_t(P) * row_bytes(o.grad), o.grad.dtype, {rows, G, D}, Tier::Device);
+      }
+      b.idx0 = p * P;
+      if (o.docs) b.doc = std::as_const(c_.docs_).page(p);
+      blocks_.push_back(b);
+    }
+    return blocks_;
+  }
+
+  void release(int64_t i) override {
+    const size_t gi = first_ + size_t(i);
+    const int s = int(gi % 2);
+    be_.record(*freed_[s], Stream::Compute);
+    const Item& it = items_[gi];
+    if (!it.grads) return;
+    // the group's gradient pages go home once attention has added into them
+    if (!dropped("out")) be_.wait(Stream::Copy, *freed_[s]);
+    const int64_t P = c_.o_.kv.page_size;
+    const size_t rb = row_bytes(c_.o_.grad);
+    for (int64_t p = it.p0; p < it.p1; ++p) {
+      const int64_t rows = std::min(P, it.end - p * P);
+      char* gp = grad_page(s, p - it.p0);
+      be_.copy_async(c_.grad_.k(it.layer, p, 0, rows).data, Tier::Pinned, gp, Tier::Device, size_t(rows) * rb,
+                     Stream::Copy);
+      be_.copy_async(c_.grad_.v(it.layer, p, 0, rows).data, Tier::Pinned, gp + size_t(P) * rb, Tier::Device,
+                     size_t(rows) * rb, Stream::Copy);
+    }
+  }
+
+  void write(int64_t l, int64_t t0, const Tensor& k, const Tensor& v) {
+    const KVCacheOptions& o = c_.o_;
+    const int64_t T = k.dim(0), G = o.kv.kv_heads, D = o.kv.head_dim;
+    OOMB_CHECK(T <= o.chunk, "kv cache: {} tokens written at once, more than the chunk's {}", T, o.chunk);
+    const int s = int(writes_++ % 2);
+    // the copies out of this staging buffer (two writes ago) are done
+    if (!dropped("write")) be_.wait(Stream::Compute, *staged_[s]);
+    char* base = stage_.as<char>() + size_t(s) * 2 * rows_bytes(o.kv, o.chunk);
+    Tensor ks(base, o.kv.dtype, {T, G, D}, Tier::Device), vs(base + rows_bytes(o.kv, o.chunk), o.kv.dtype, {T, G, D},
+                                                              Tier::Device);
+    be_.cast(k, ks);
+    be_.cast(v, vs);
+    be_.record(*cast_done_[s], Stream::Compute);
+    be_.wait(Stream::Copy, *cast_done_[s]);
+    const size_t rb = row_bytes(o.kv);
+    for_rows(o.kv.page_size, t0, T, [&](int64_t p, int64_t r, int64_t i, int64_t len) {
+      c_.kv_.ensure(l, p, false);  // every row is written before it is read
+      be_.copy_async(c_.kv_.k(l, p, r, len).data, Tier::Pinned, ks.rows(i, len).data, Tier::Device, size_t(len) * rb,
+                     Stream::Copy);
+      be_.copy_async(c_.kv_.v(l, p, r, len).data, Tier::Pinned, vs.rows(i, len).data, Tier::Device, size_t(len) * rb,
+                     Stream::Copy);
+    });
+    be_.record(*staged_[s], Stream::Copy);
+  }
+
+  void own_grads(int64_t l, int64_t t0, Tensor& dk, Tensor& dv) {
+    const KVCacheOptions& o = c_.o_;
+    const int64_t T = dk.dim(0), G = o.grad.kv_heads, D = o.grad.head_dim;
+    OOMB_CHECK(T <= o.chunk, "kv cache: {} tokens read at once, more than the chunk's {}", T, o.chunk);
+    Tensor gk(own_.data(), o.grad.dtype, {T, G, D}, Tier::Device),
+        gv(own_.as<char>() + rows_bytes(o.grad, o.chunk), o.grad.dtype, {T, G, D}, Tier::Device);
+    be_.wait(Stream::Copy, *own_used_);  // the previous layer's cast out of the staging is done
+    const size_t rb = row_bytes(o.grad);
+    for_rows(o.grad.page_size, t0, T, [&](int64_t p, int64_t r, int64_t i, int64_t len) {
+      for (auto [dst, src] : {std::pair{gk.rows(i, len).data, c_.grad_.has(l, p) ? c_.grad_.k(l, p, r, len).data : nullptr},
+                              std::pair{gv.rows(i, len).data, c_.grad_.has(l, p) ? c_.grad_.v(l, p, r, len).data : nullptr}}) {
+        if (src)
+          be_.copy_async(dst, Tier::Device, src, Tier::Pinned, size_t(len) * rb, Stream::Copy);
+        else  // nothing was accumulated for these tokens
+          be_.fill_zero_async(dst, size_t(len) * rb, Stream::Copy);
+      }
+    });
+    be_.record(*own_in_, Stream::Copy);
+    if (!dropped("own")) be_.wait(Stream::Compute, *own_in_);
+    be_.cast(gk, dk);
+    be_.cast(gv, dv);
+    be_.record(*own_used_, Stream::Compute);
+  }
+
+  void finish() {
+    be_.synchronize();
+    items_.clear();
+    issued_ = cursor_ = 0;
+    first_ = 0;
+    count_ = 0;
+  }
+
+ private:
+  struct Item {
+    int64_t layer, p0, p1, end;  // pages [p0, p1) of tokens [0, end)
+    bool grads;
+  };
+
+  char* kv_page(int s, int64_t j) const {
+    return kv_slots_.as<char>() + (size_t(s) * size_t(group_) + size_t(j)) * size_t(c_.o_.kv.page_bytes());
+  }
+  char* grad_page(int s, int64_t j) const {
+    return grad_slots_.as<char>() + (size_t(s) * size_t(group_) + size_t(j)) * size_t(c_.o_.grad.page_bytes());
+  }
+
+  // Item k's pages into slot k % 2, once the slot's previous group is done with it.
+  void issue(size_t k) {
+    const int s = int(k % 2);
+    const Item& it = items_[k];
+    be_.wait(Stream::Copy, *freed_[s]);
+    const int64_t P = c_.o_.kv.page_size;
+    const size_t rb = row_bytes(c_.o_.kv), grb = row_bytes(c_.o_.grad);
+    for (int64_t p = it.p0; p < it.p1; ++p) {
+      const int64_t rows = std::min(P, it.end - p * P), j = p - it.p0;
+      char* kp = kv_page(s, j);
+      be_.copy_async(kp, Tier::Device, c_.kv_.k(it.layer, p, 0, rows).data, Tier::Pinned, size_t(rows) * rb,
+                     Stream::Copy);
+      be_.copy_async(kp + size_t(P) * rb, Tier::Device, c_.kv_.v(it.layer, p, 0, rows).data, Tier::Pinned,
+                     size_t(rows) * rb, Stream::Copy);
+      if (!it.grads) continue;
+      char* gp = grad_page(s, j);
+      if (c_.grad_.ensure(it.layer, p, false)) {  // a new gradient page starts at zero
+        be_.fill_zero_async(gp, size_t(rows) * grb, Stream::Copy);
+        be_.fill_zero_async(gp + size_t(P) * grb, size_t(rows) * grb, Stream::Copy);
+      } else {
+        be_.copy_async(gp, Tier::Device, c_.grad_.k(it.layer, p, 0, rows).data, Tier::Pinned, size_t(rows) * grb,
+                       Stream::Copy);
+        be_.copy_async(gp + size_t(P) * grb, Tier::Device, c_.grad_.v(it.layer, p, 0, rows).data, Tier::Pinned,
+                       size_t(rows) * grb, Stream::Copy);
+      }
+    }
+    be_.record(*arrived_[s], Stream::Copy);
+  }
+
+  KVCache& c_;
+  Backend& be_;
+  int64_t group_ = 0;
+  Buffer kv_slots_, grad_slots_, stage_, own_;
+  std::unique_ptr<Event> arrived_[2], freed_[2], staged_[2], cast_done_[2], own_in_, own_used_;
+  std::vector<Item> items_;
+  size_t issued_ = 0, cursor_ = 0, first_ = 0;
+  int64_t count_ = 0;
+  uint64_t writes_ = 0;
+  std::vector<KVBlock> blocks_;
+};
+
+// ---- the cache ----
+
+KVCache::KVCache(const KVCacheOptions& o, Backend& be)
+    : be_(be),
+      o_(o),
+      kv_(o.kv, be, Tag::KV, o.offload ? Tier::Pinned : be.tier()),
+      grad_(o.grad, be, Tag::KVGrad, o.offload ? Tier::Pinned : be.tier()),
+      docs_(std::max<int64_t>(o.kv.page_size, 1), be) {
+  OOMB_CHECK(!o.offload || be.tier() == Tier::Device,
+             "--offload kv: the {} backend has no device memory to offload from (use --device sim or cuda)",
+             be.name());
+  OOMB_CHECK(!o.offload || o.group >= 0, "--offload-group: must be positive, got {}", o.group);
+  if (o.offload)
+    streamed_ = std::make_unique<Streamed>(*this);
+  else
+    resident_ = std::make_unique<Resident>(*this);
+}
+
+KVCache::~KVCache() {
+  if (streamed_) streamed_->finish();
+}
+
+int64_t KVCache::group_for(const KVCacheOptions& o, int64_t N) {
+  const int64_t layer_pages = std::max<int64_t>(1, pages_for(N, o.kv.page_size));
+  // default: groups of about 4 MiB of K/V, enough to keep each copy efficient
+  const int64_t g = o.group > 0 ? o.group : std::max<int64_t>(1, (int64_t(4) << 20) / o.kv.page_bytes());
+  return std::min(g, layer_pages);
+}
+
+KVCache::Bytes KVCache::plan(const KVCacheOptions& o, int64_t N, int64_t C, bool with_grads) {
+  Bytes b;
+  const int64_t L = o.kv.layers;
+  b.home_kv = L * o.kv.pages_for(N) * o.kv.page_bytes();
+  // the last chunk is full, so N - C tokens precede it: their pages of every layer hold gradients
+  b.home_kv_grad = with_grads ? L * o.grad.pages_for(N - C) * o.grad.page_bytes() : 0;
+  if (o.offload) {
+    const Bytes d = Streamed::device_bytes(o, group_for(o, N));
+    b.device_kv = d.device_kv;
+    b.device_kv_grad = d.device_kv_grad;
+  } else {
+    b.device_kv = b.home_kv;
+    b.device_kv_grad = b.home_kv_grad;
+  }
+  if (o.docs) b.device_data = o.kv.pages_for(N) * o.kv.page_size * 4;  // document ids of every page
+  return b;
+}
+
+void KVCache::begin_sequence(int64_t N, int64_t last_chunk, bool with_grads) {
+  clear();
+  const int64_t L = o_.kv.layers;
+  kv_.reserve(L * o_.kv.pages_for(N));
+  if (with_grads) grad_.reserve(L * o_.grad.pages_for(N - last_chunk));
+  if (o_.docs) docs_.reserve(o_.kv.pages_for(N));
+  if (streamed_) streamed_->size_for(group_for(o_, N));
+}
+
+void KVCache::clear() {
+  if (streamed_) streamed_->finish();
+  for (int64_t l = 0; l < o_.kv.layers; ++l) release_from(l, 0);
+  docs_.clear();
+}
+
+void KVCache::begin_pass(std::span<const int64_t> layers, int64_t end, bool grads) {
+  if (streamed_) streamed_->begin_pass(layers, end, grads);
+}
+
+PrefixBlocks& KVCache::prefix(int64_t l, int64_t end, bool grads) {
+  if (streamed_) return streamed_->view(l, end, grads);
+  resident_->set(l, end, grads);
+  return *resident_;
+}
+
+void KVCache::write(int64_t l, int64_t t0, const Tensor& k, const Tensor& v) {
+  if (streamed_) return streamed_->write(l, t0, k, v);
+  for (int64_t p = t0 / o_.kv.page_size; p * o_.kv.page_size < t0 + k.dim(0); ++p) kv_.ensure(l, p);
+  kv_.write(l, t0, k, v);
+}
+
+void KVCache::own_grads(int64_t l, int64_t t0, Tensor& dk, Tensor& dv) {
+  if (streamed_) return streamed_->own_grads(l, t0, dk, dv);
+  grad_.read_into(l, t0, dk, dv);
+}
+
+void KVCache::release_from(int64_t l, int64_t first_page) {
+  kv_.release_from(l, first_page);
+  grad_.release_from(l, first_page);
+}
+
+}  // namespace oomb

@@ -1,0 +1,95 @@
+// The KV cache of one sequence: K/V pages, KV-gradient pages and document pages, where they live
+// (residency), and the blocks a layer's attention reads.
+//
+// Resident (default): every page in the backend's memory; a layer reads all its earlier pages as
+// one group of blocks.
+// Offloaded (--offload kv): K/V and gradient pages live in pinned host memory; the device holds
+// two slots of `group` pages (double-buffered). A layer's earlier pages stream through the slots
+// group by group on the copy stream while attention folds the previous group in; in backward each
+// group's gradient pages come in (or start at zero), take the group's dK/dV, and go back out. The
+// chunk's new K/V go out through a staging buffer as later layers compute. Events order the two
+// streams; the result is bitwise identical to the resident run (attention folds groups exactly).
+// A pass announces the order in which layers will read their prefix (begin_pass), so the next
+// layer's first group arrives while this layer finishes.
+#pragma once
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kv/paged_docs.h"
+#include "kv/paged_kv.h"
+
+namespace oomb {
+
+struct KVCacheOptions {
+  KVShape kv, grad;       // K/V pages and gradient pages (dtype, page size, heads)
+  bool docs = false;      // document ids per token (--doc-mask)
+  bool offload = false;   // --offload kv
+  int64_t group = 0;      // pages per group streamed through the device (offload)
+  int64_t chunk = 0;      // C: tokens of the largest chunk written at once
+};
+
+// The earlier tokens' blocks of one layer, visited in groups: acquire(i) makes group i resident
+// (waiting for its copies), release(i) hands its slot back (sending its gradient pages out).
+class PrefixBlocks {
+ public:
+  virtual ~PrefixBlocks() = default;
+  virtual int64_t groups() const = 0;
+  virtual std::span<const KVBlock> acquire(int64_t i) = 0;
+  virtual void release(int64_t i) = 0;
+};
+
+class KVCache {
+ public:
+  KVCache(const KVCacheOptions& o, Backend& be);
+  ~KVCache();
+  const KVCacheOptions& options() const { return o_; }
+
+  // A new sequence of N tokens: every page released; the pools hold what N needs (gradient
+  // pages for the N - last-chunk tokens when with_grads), so the step allocates no page.
+  void begin_sequence(int64_t N, int64_t last_chunk, bool with_grads);
+  void clear();  // every page released (and every copy finished)
+
+  // The order of the coming prefix reads of one pass (layers, each over tokens [0, end)), so the
+  // offloaded cache can prefetch across layers. Resident caches ignore it.
+  void begin_pass(std::span<const int64_t> layers, int64_t end, bool grads);
+  // Layer l's blocks of tokens [0, end) (with their gradient pages when grads), in groups; valid
+  // until the next call.
+  PrefixBlocks& prefix(int64_t l, int64_t end, bool grads);
+
+  // Stores the chunk's K (after RoPE) and V, (T, G, D) f32, at tokens [t0, t0 + T) of layer l.
+  void write(int64_t l, int64_t t0, const Tensor& k, const Tensor& v);
+  // dk, dv (T, G, D) f32 := what later chunks accumulated for tokens [t0, t0 + T) (0 where none).
+  void own_grads(int64_t l, int64_t t0, Tensor& dk, Tensor& dv);
+  // Layer l's K/V and gradient pages from first_page on: no remaining chunk reads them.
+  void release_from(int64_t l, int64_t first_page);
+
+  PagedDocs& docs() { return docs_; }
+  const PagedKV& kv() const { return kv_; }
+  const PagedKV& kv_grad() const { return grad_; }
+
+  // Bytes by (tier, tag) the cache holds for a sequence of N tokens whose last chunk has C tokens.
+  struct Bytes {
+    int64_t device_kv = 0, device_kv_grad = 0, device_data = 0, home_kv = 0, home_kv_grad = 0;
+  };
+  static Bytes plan(const KVCacheOptions& o, int64_t N, int64_t C, bool with_grads);
+  // The group actually used for a sequence of N tokens (the option, at most a layer's pages).
+  static int64_t group_for(const KVCacheOptions& o, int64_t N);
+
+  // Tests only: skip one of the offload's waits ("in", "out", "write", "own"), to show that the
+  // tests catch it.
+  static void drop_wait_for_test(const char* which);
+
+ private:
+  class Resident;
+  class Streamed;
+  Backend& be_;
+  KVCacheOptions o_;
+  PagedKV kv_, grad_;  // in the backend's memory, or pinned host memory when offloaded
+  PagedDocs docs_;     // always in the backend's memory (4 bytes per token)
+  std::unique_ptr<Resident> resident_;
+  std::unique_ptr<Streamed> streamed_;
+};
+
+}  // namespace oomb

@@ -1,0 +1,52 @@
+// How a run is laid out (ChunkPlan) and the memory it takes at its peak, by (tier, tag), as the
+// accountant counts it (MemoryPlan). The same functions size the allocations.
+#pragma once
+#include <array>
+#include <string>
+
+#include "backend/backend.h"
+#include "kv/kv_cache.h"
+#include "model/config.h"
+
+namespace oomb {
+
+struct ChunkPlan {
+  int64_t chunk = 0;                  // C, tokens per chunk
+  int64_t page_size = 128;            // P, tokens per KV page
+  DType kv_grad_dtype = DType::F32;   // gradient pages: f32, or bf16 (half the bytes)
+  // --doc-mask: the token that ends each packed document (-1: off). A token after it starts a new
+  // document: attention stays within documents, positions restart at 0, and the separator's
+  // own target (the next document's first token) is not trained.
+  int32_t doc_sep = -1;
+  // K/V pages: f32, or bf16 (half the kv bytes). With bf16 every layer rounds its K (after RoPE)
+  // and V to bf16 before attention, its own chunk's too, so chunked training still equals
+  // full-sequence training; gradients pass the rounding straight through.
+  DType kv_dtype = DType::F32;
+  // --offload kv: K/V and gradient pages in pinned host memory, streamed through the device in
+  // groups of offload_group pages (0: the default, KVCache::group_for).
+  bool offload_kv = false;
+  int64_t offload_group = 0;
+};
+
+struct MemoryPlan {
+  std::array<std::array<int64_t, kNumTags>, kNumTiers> bytes{};
+  int64_t& at(Tier tier, Tag tag) { return bytes[size_t(tier)][size_t(tag)]; }
+  int64_t get(Tier tier, Tag tag) const { return bytes[size_t(tier)][size_t(tag)]; }
+  int64_t total(Tier tier) const;
+  int64_t total() const;  // every tier
+};
+
+// The KV cache's options for a model and plan.
+KVCacheOptions kv_cache_options(const ModelConfig& cfg, const ChunkPlan& plan);
+
+// Bytes per (tier, tag) that a Model with this plan on a backend of `backend_tier` allocates for
+// sequences of N tokens, at their peak. Tag io is transient during load and save; not listed.
+MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
+                       size_t workspace_bytes, Tier backend_tier = Tier::Host);
+
+// Per chunk of C tokens (tag activations): each layer's input h_0..h_L, dh, the final norm's
+// output and rstd; and each layer's attention output and LSE, kept from the recompute sweep.
+int64_t saved_bytes(const ModelConfig& cfg, int64_t C);
+int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C);
+
+}  // namespace oomb

@@ -1,0 +1,218 @@
+#include "train/model.h"
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+namespace oomb {
+
+static KVCacheOptions checked_options(const ModelConfig& cfg, const ChunkPlan& plan) {
+  OOMB_CHECK(plan.chunk > 0, "--chunk-size: must be positive, got {}", plan.chunk);
+  OOMB_CHECK(plan.page_size > 0, "--page-size: must be positive, got {}", plan.page_size);
+  return kv_cache_options(cfg, plan);
+}
+
+Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
+    : cfg_(cfg),
+      be_(be),
+      plan_(plan),
+      params_(cfg, be.tier(), Tag::Weights),
+      cache_(checked_options(cfg, plan), be),
+      inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
+      saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk))),
+      saved_attn_(be.tier(), Tag::Activations, size_t(saved_attention_bytes(cfg, plan.chunk))),
+      layer_plan_(cfg, plan.chunk, be.tier()),
+      sums_(be.tier(), Tag::Data, 16) {
+  inv_freq_ = rope_inv_freq(cfg, &attention_scaling_);
+  const int64_t C = plan.chunk;
+  for (int64_t l = 0; l <= cfg.layers; ++l) h_.push_back(saved_.take(DType::F32, {C, cfg.hidden}));
+  dh_ = saved_.take(DType::F32, {C, cfg.hidden});
+  hnorm_ = saved_.take(DType::F32, {C, cfg.hidden});
+  rstd_final_ = saved_.take(DType::F32, {C});
+  for (int64_t l = 0; l < cfg.layers; ++l) {
+    att_o_.push_back(saved_attn_.take(DType::F32, {C, cfg.heads, cfg.head_dim}));
+    att_lse_.push_back(saved_attn_.take(DType::F32, {C, cfg.heads}));
+  }
+  sums_t_ = Tensor(sums_.data(), DType::F64, {2}, be.tier());
+}
+
+Model::~Model() { be_.synchronize(); }
+
+void Model::enable_grads() {
+  if (!grads_) grads_ = std::make_unique<Params>(cfg_, be_.tier(), Tag::Grads);
+}
+
+LossStats Model::forward_backward(const ChunkReader& read, int64_t N, float weight) {
+  OOMB_CHECK(grads_ != nullptr, "model: forward_backward needs enable_grads() first");
+  return run(read, N, weight, true);
+}
+
+LossStats Model::evaluate(const ChunkReader& read, int64_t N) { return run(read, N, 1.0f, false); }
+
+static ChunkReader array_reader(const int32_t* ids, const int32_t* targets) {
+  return [=](int64_t t0, int64_t n, int32_t* i, int32_t* t) {
+    std::memcpy(i, ids + t0, size_t(n) * 4);
+    std::memcpy(t, targets + t0, size_t(n) * 4);
+  };
+}
+
+LossStats Model::forward_backward(const int32_t* ids, const int32_t* targets, int64_t N, float weight) {
+  return forward_backward(array_reader(ids, targets), N, weight);
+}
+
+LossStats Model::evaluate(const int32_t* ids, const int32_t* targets, int64_t N) {
+  return evaluate(array_reader(ids, targets), N);
+}
+
+void Model::upload_params(const Params& host) {
+  OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
+  be_.copy(params_.flat().data, be_.tier(), host.flat().data, Tier::Host, params_.flat().bytes());
+}
+
+void Model::download_params(Params& host) const {
+  OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
+  be_.copy(host.flat().data, Tier::Host, params_.flat().data, be_.tier(), params_.flat().bytes());
+}
+
+// The layer's view of the chunk: when it attends, the blocks of every page before the chunk
+// (partial pages cut at its first token) and, when with_grads, the gradient pages they
+// accumulate into; with_grads also starts the chunk's own dK/dV from its gradient pages.
+LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads) {
+  AttnArgs attn;
+  attn.scale = float(1.0 / std::sqrt(double(cfg_.head_dim)));
+  attn.q_idx0 = c.begin;
+  attn.q_doc = inputs_.doc();
+  LayerCtx ctx{cfg_, be_, RopeTable{inv_freq_.data(), attention_scaling_}, inputs_.pos(c.size()), attn};
+  if (attends) ctx.prefix = &cache_.prefix(l, c.begin, with_grads);
+  if (with_grads) ctx.cache = &cache_;
+  ctx.layer = l;
+  ctx.kv_bf16 = plan_.kv_dtype == DType::BF16;
+  return ctx;
+}
+
+// Embedding and every layer of chunk c, keeping each layer's input in h_.
+//   Forward: attention over the earlier pages, K/V written into pages.
+//   ForwardKVOnlyLast: the same, but the last layer stops once its K/V are written.
+//   Recompute: nothing written; each layer's attention output and LSE kept for its backward.
+void Model::forward_layers(ChunkSpan c, Sweep sweep) {
+  const int64_t n = c.size(), L = cfg_.layers;
+  const bool write = sweep != Sweep::Recompute;
+  const int64_t attending = sweep == Sweep::ForwardKVOnlyLast ? L - 1 : L;
+  std::vector<int64_t> order(static_cast<size_t>(attending));
+  std::iota(order.begin(), order.end(), 0);
+  cache_.begin_pass(order, c.begin, false);
+  LayerBuffers buf = layer_plan_.view(n);
+  Tensor h0 = h_[0].rows(0, n);
+  be_.embedding_fwd(inputs_.ids(n), params_.embed, h0);
+  for (int64_t l = 0; l < L; ++l) {
+    const size_t li = size_t(l);
+    const LayerCtx ctx = layer_ctx(l, c, l < attending, false);
+    buf.acts.o = att_o_[li].rows(0, n);
+    buf.acts.lse = att_lse_[li].rows(0, n);
+    Tensor h_out = h_[li + 1].rows(0, n);
+    layer_forward(ctx, params_.layers[li], h_[li].rows(0, n), h_out, buf,
+                  l < attending ? LayerPass::Full : LayerPass::KVOnly);
+    if (write) cache_.write(l, c.begin, buf.k, buf.v);
+  }
+}
+
+// hnorm, rstd_final := the final RMSNorm of the last layer's output
+void Model::final_norm(int64_t n) {
+  Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n);
+  be_.rmsnorm_fwd(h_.back().rows(0, n), params_.final_norm, float(cfg_.rms_norm_eps), hn, rstd);
+}
+
+// The one readback of a sequence: its loss and hits.
+void Model::read_sums(LossStats& st) {
+  double s[2];
+  be_.copy(s, Tier::Host, sums_.data(), be_.tier(), sizeof s);
+  st.loss_sum = s[0];
+  st.correct = int64_t(s[1]);
+}
+
+void Model::logits(const int32_t* ids, int64_t N, float* out) {
+  OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
+  const int64_t C = plan_.chunk, V = cfg_.vocab;
+  Arena tile(be_.tier(), Tag::Workspace, Arena::need(DType::F32, {C, V}));
+  Tensor lg = tile.take(DType::F32, {C, V});
+  std::vector<int32_t> none(size_t(N), -1);
+  const ChunkReader read = array_reader(ids, none.data());
+  cache_.begin_sequence(N, std::min(C, N), false);
+  inputs_.begin_sequence();
+  for (int64_t t = 0; t < chunk_count(N, C); ++t) {
+    const ChunkSpan c = chunk_span(N, C, t);
+    const int64_t n = c.size();
+    inputs_.load(read, c, true, cache_.docs());
+    forward_layers(c, Sweep::Forward);
+    final_norm(n);
+    Tensor l = lg.rows(0, n);
+    be_.linear_fwd(hnorm_.rows(0, n), params_.lm_head, nullptr, l);
+    be_.copy(out + c.begin * V, Tier::Host, l.data, be_.tier(), l.bytes());
+  }
+  cache_.clear();
+}
+
+LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool backward) {
+  OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
+  const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;
+  cache_.begin_sequence(N, std::min(C, N), backward);
+  inputs_.begin_sequence();
+  be_.zero(sums_t_);
+  LossStats st;
+
+  // Forward sweep: fill the K/V pages chunk by chunk (with the loss too when only evaluating).
+  for (int64_t t = 0; t < T; ++t) {
+    const ChunkSpan c = chunk_span(N, C, t);
+    const int64_t n = c.size();
+    st.targets += inputs_.load(read, c, true, cache_.docs());
+    forward_layers(c, backward ? Sweep::ForwardKVOnlyLast : Sweep::Forward);
+    if (!backward) {
+      final_norm(n);
+      be_.lm_head_xent_acc(hnorm_.rows(0, n), params_.lm_head, inputs_.targets(n), 1.0f, nullptr, nullptr, sums_t_);
+    }
+  }
+  if (!backward) {
+    read_sums(st);
+    cache_.clear();
+    return st;
+  }
+  OOMB_CHECK(st.targets > 0, "model: the sequence has no targets to train on");
+  const float scale = weight / float(st.targets);
+  Params& g = *grads_;
+  std::vector<int64_t> top_down(static_cast<size_t>(L));
+  std::iota(top_down.rbegin(), top_down.rend(), 0);
+
+  // Backward sweep, chunks in reverse.
+  for (int64_t t = T - 1; t >= 0; --t) {
+    const ChunkSpan c = chunk_span(N, C, t);
+    const int64_t n = c.size();
+    inputs_.load(read, c, false, cache_.docs());
+    forward_layers(c, Sweep::Recompute);  // keeps each layer's input, attention output and LSE
+    LayerBuffers buf = layer_plan_.view(n);
+    final_norm(n);
+    Tensor dh = dh_.rows(0, n), dhn = buf.g.da;  // (n, d) scratch, free until the layers' backward
+    be_.lm_head_xent_acc(hnorm_.rows(0, n), params_.lm_head, inputs_.targets(n), scale, &dhn, &g.lm_head, sums_t_);
+    be_.rmsnorm_bwd(h_.back().rows(0, n), params_.final_norm, rstd_final_.rows(0, n), dhn, dh, false, g.final_norm);
+    const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
+    cache_.begin_pass(top_down, c.begin, true);
+    for (int64_t l = L - 1; l >= 0; --l) {
+      const size_t li = size_t(l);
+      const LayerCtx ctx = layer_ctx(l, c, true, true);
+      Tensor h_in = h_[li].rows(0, n), h_out = h_[li + 1].rows(0, n);
+      buf.acts.o = att_o_[li].rows(0, n);
+      buf.acts.lse = att_lse_[li].rows(0, n);
+      // recompute the internals but attention (the top layer's are still there)
+      if (l + 1 < L) layer_forward(ctx, params_.layers[li], h_in, h_out, buf, LayerPass::SavedAttention);
+      layer_backward(ctx, params_.layers[li], g.layers[li], h_in, dh, buf);
+      // no remaining (earlier) chunk reads these tokens' K/V or their gradients
+      cache_.release_from(l, first_free);
+    }
+    be_.embedding_bwd(inputs_.ids(n), dh, g.embed);
+    cache_.docs().release_from(first_free);
+  }
+  read_sums(st);
+  cache_.clear();
+  return st;
+}
+
+}  // namespace oomb

@@ -1,0 +1,91 @@
+// A decoder-only model (Llama / Qwen2 / Mistral) trained chunk-recurrently (design notes:
+// shared/DESIGN.md, section 2), and the chunk schedule that runs it. Its parts, each with one
+// job: the parameters (model/params), the KV cache with its residency (kv/kv_cache), the chunk
+// inputs (model/chunk_inputs), one layer's math (model/layer) and the memory plan
+// (model/memory_plan). The schedule:
+//   forward sweep, chunks in order: every layer attends over its earlier pages and writes its
+//     K/V into pages (the last layer stops once its K/V exist);
+//   backward sweep, chunks in reverse: a recompute sweep over the layers keeps each layer's input
+//     and its attention output and LSE; the loss; then each layer from the top recomputes its
+//     internals except attention, runs its backward (dK/dV of every page read accumulate in place
+//     into gradient pages; the chunk's own dK/dV start from its gradient pages), and frees the
+//     pages no earlier chunk reads.
+// Each pass announces the order in which layers read their pages (KVCache::begin_pass), which
+// is what the offloaded cache prefetches on. One chunk of C = N tokens is full-sequence training.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kv/kv_cache.h"
+#include "model/chunk_inputs.h"
+#include "model/config.h"
+#include "model/layer.h"
+#include "model/memory_plan.h"
+#include "model/params.h"
+
+namespace oomb {
+
+struct LossStats {
+  double loss_sum = 0;  // summed cross-entropy over counted targets
+  int64_t targets = 0;  // targets counted (ids >= 0)
+  int64_t correct = 0;  // argmax hits
+};
+
+class Model {
+ public:
+  Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan);
+  ~Model();
+  const ModelConfig& config() const { return cfg_; }
+  const ChunkPlan& plan() const { return plan_; }
+  Params& params() { return params_; }
+  Params& grads() { return *grads_; }
+  Backend& backend() { return be_; }
+  void enable_grads();  // allocates the gradient buffer (tag grads), zeroed
+  // Parameters from / to host memory (load and save through them when the backend is a device).
+  void upload_params(const Params& host);
+  void download_params(Params& host) const;
+
+  // One sequence of N tokens. Loss = mean cross-entropy over its targets; grads accumulate
+  // weight * dLoss/dparam (weight = 1 / accumulated sequences). The host waits for the device
+  // once, at the end, for the loss.
+  LossStats forward_backward(const ChunkReader& read, int64_t N, float weight);
+  LossStats evaluate(const ChunkReader& read, int64_t N);
+  // Logits of every position of a sequence of N tokens: out (N, V), host memory, fp32.
+  void logits(const int32_t* ids, int64_t N, float* out);
+  // The same over whole arrays (tests, small inputs).
+  LossStats forward_backward(const int32_t* ids, const int32_t* targets, int64_t N, float weight);
+  LossStats evaluate(const int32_t* ids, const int32_t* targets, int64_t N);
+
+  const KVCache& kv_cache() const { return cache_; }
+  const PagedKV& kv() const { return cache_.kv(); }
+  const PagedKV& kv_grad() const { return cache_.kv_grad(); }
+
+ private:
+  enum class Sweep { Forward, ForwardKVOnlyLast, Recompute };
+  LossStats run(const ChunkReader& read, int64_t N, float weight, bool backward);
+  LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads);
+  void forward_layers(ChunkSpan c, Sweep sweep);
+  void final_norm(int64_t n);
+  void read_sums(LossStats& st);
+
+  ModelConfig cfg_;
+  Backend& be_;
+  ChunkPlan plan_;
+  Params params_;
+  std::unique_ptr<Params> grads_;
+  std::vector<float> inv_freq_;
+  float attention_scaling_ = 1.0f;
+  KVCache cache_;        // K/V, KV-gradient and document pages (tags kv, kv_grad, data)
+  ChunkInputs inputs_;   // ids, targets, positions, documents of one chunk (tag data)
+  Arena saved_;          // one chunk's layer inputs h_0..h_L, dh, final norm (tag activations)
+  Arena saved_attn_;     // one chunk's attention output and LSE per layer (tag activations)
+  LayerPlan layer_plan_;
+  Buffer sums_;          // (2) f64: loss and hits of the sequence so far (tag data)
+  Tensor dh_, hnorm_, rstd_final_, sums_t_;
+  std::vector<Tensor> h_;               // layers + 1 of (C, d)
+  std::vector<Tensor> att_o_, att_lse_;  // layers of (C, H, D) and (C, H)
+};
+
+}  // namespace oomb

@@ -1,0 +1,209 @@
+// --offload kv on the simulated device: K/V and gradient pages in pinned host memory, streamed
+// through the device in groups, give the loss and every gradient bit for bit of the run with every
+// page resident, over N, C, page sizes, group sizes, kv dtypes and --doc-mask, with and without a
+// copy delay; skipping one of the offload's waits (with the delay) breaks that equality. Also: the
+// asynchronous primitives of the simulated device, and one attention forward fewer per layer.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <atomic>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+#include "model/checkpoint.h"
+#include "train/model.h"
+#include "model_fixture.h"
+#include "test_util.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+
+namespace {
+
+struct StepResult {
+  double loss;
+  int64_t correct;
+  std::vector<float> grads;
+};
+
+StepResult run(Backend& be, const std::filesystem::path& dir, const std::vector<int32_t>& ids, const std::vector<int32_t>& tg,
+        int64_t N, const ChunkPlan& plan) {
+  const ModelConfig cfg = load_config(dir);
+  Model m(cfg, be, plan);
+  Params host(cfg, Tier::Host, Tag::IO);
+  load_weights(dir, cfg, host);
+  m.upload_params(host);
+  m.enable_grads();
+  const LossStats ls = m.forward_backward(ids.data(), tg.data(), N, 1.0f);
+  std::vector<float> g(size_t(m.grads().flat().numel()));
+  be.copy(g.data(), Tier::Host, m.grads().flat().data, be.tier(), g.size() * 4);
+  EXPECT_EQ(m.kv().pages_in_use(), 0);
+  EXPECT_EQ(m.kv_grad().pages_in_use(), 0);
+  return {ls.loss_sum, ls.correct, std::move(g)};
+}
+
+bool same_bits(const StepResult& a, const StepResult& b) {
+  return std::memcmp(&a.loss, &b.loss, sizeof a.loss) == 0 && a.correct == b.correct &&
+         a.grads.size() == b.grads.size() && std::memcmp(a.grads.data(), b.grads.data(), a.grads.size() * 4) == 0;
+}
+
+// Token ids with separators (id 3) now and then, so --doc-mask has documents to keep apart.
+std::vector<int32_t> tokens(int64_t n, uint64_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  uint64_t x = seed;
+  for (auto& v : t) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    v = int32_t((x >> 33) % 61);
+  }
+  return t;
+}
+
+struct Case {
+  int64_t N, C, P, group;
+  DType kv, grad;
+  bool docs;
+};
+
+std::string name(const Case& c) {
+  return fmt::format("N={} C={} P={} group={} kv {} kv_grad {}{}", c.N, c.C, c.P, c.group, dtype_name(c.kv),
+                     dtype_name(c.grad), c.docs ? " doc-mask" : "");
+}
+
+ChunkPlan plan_of(const Case& c, bool offload) {
+  ChunkPlan p{c.C, c.P, c.grad, c.docs ? 3 : -1};
+  p.kv_dtype = c.kv;
+  p.offload_kv = offload;
+  p.offload_group = c.group;
+  return p;
+}
+
+class Offload : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::filesystem::path(temp_dir("_offload"));
+    write_tiny_model(*dir_, tiny_config_json("qwen2", 2), 5);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::filesystem::path* dir_;
+  void TearDown() override { KVCache::drop_wait_for_test(nullptr); }
+
+  // resident on the simulated device against offloaded, same backend kind
+  void expect_bitwise(const Case& c, int64_t delay_us) {
+    SCOPED_TRACE(name(c) + fmt::format(" delay {} us", delay_us));
+    const auto t = tokens(c.N + 1, uint64_t(c.N * 31 + c.C));
+    const std::vector<int32_t> ids(t.begin(), t.end() - 1), tg(t.begin() + 1, t.end());
+    auto cpu = make_cpu_backend();
+    const StepResult ref = run(*cpu, *dir_, ids, tg, c.N, plan_of(c, false));
+    auto sim = make_sim_backend(0, delay_us);
+    const StepResult resident = run(*sim, *dir_, ids, tg, c.N, plan_of(c, false));
+    const StepResult offloaded = run(*sim, *dir_, ids, tg, c.N, plan_of(c, true));
+    EXPECT_TRUE(same_bits(ref, resident)) << "the simulated device differs from the CPU";
+    EXPECT_TRUE(same_bits(ref, offloaded)) << "offload changed the result: loss " << offloaded.loss << " vs "
+                                           << ref.loss << ", gradient rel. error "
+                                           << rel_error(offloaded.grads, ref.grads);
+  }
+};
+std::filesystem::path* Offload::dir_ = nullptr;
+
+TEST_F(Offload, BitwiseIdenticalToResidentPages) {
+  const DType F = DType::F32, B = DType::BF16;
+  const Case cases[] = {
+      {37, 13, 16, 1, F, F, false},  {37, 37, 16, 2, F, F, false},  {97, 13, 16, 2, F, F, false},
+      {97, 32, 16, 3, F, F, false},  {97, 29, 7, 2, F, F, false},   {131, 32, 16, 1, F, F, false},
+      {131, 13, 16, 4, B, F, false}, {131, 32, 16, 2, F, B, false}, {131, 32, 16, 2, B, B, false},
+      {97, 13, 16, 2, F, F, true},   {131, 29, 7, 3, B, B, true},   {64, 16, 16, 4, F, F, false},
+  };
+  for (const Case& c : cases) expect_bitwise(c, 0);
+}
+
+TEST_F(Offload, BitwiseIdenticalWithACopyDelay) {
+  const DType F = DType::F32, B = DType::BF16;
+  for (const Case& c : {Case{97, 13, 16, 2, F, F, true}, Case{131, 32, 16, 3, B, B, false}}) expect_bitwise(c, 300);
+}
+
+// With a delay on every copy, each of the offload's waits matters: without it attention reads a
+// group before it has arrived, a chunk's K/V staging is overwritten before it went out (four
+// layers: the first chunk reuses a staging buffer with no group wait between), or the chunk's own
+// gradients are read before they came in.
+TEST_F(Offload, DroppingAWaitBreaksIt) {
+  const auto dir = temp_dir();
+  nlohmann::json j = tiny_config_json("qwen2", 2);
+  j["num_hidden_layers"] = 4;
+  write_tiny_model(dir, j, 6);
+  const Case c{97, 13, 16, 2, DType::F32, DType::F32, false};
+  const auto t = tokens(c.N + 1, 7);
+  const std::vector<int32_t> ids(t.begin(), t.end() - 1), tg(t.begin() + 1, t.end());
+  auto sim = make_sim_backend(0, 300);
+  const StepResult ref = run(*sim, dir, ids, tg, c.N, plan_of(c, false));
+  ASSERT_TRUE(same_bits(ref, run(*sim, dir, ids, tg, c.N, plan_of(c, true))));
+  for (const char* wait : {"in", "write", "own"}) {
+    SCOPED_TRACE(wait);
+    KVCache::drop_wait_for_test(wait);
+    const StepResult broken = run(*sim, dir, ids, tg, c.N, plan_of(c, true));
+    KVCache::drop_wait_for_test(nullptr);
+    EXPECT_FALSE(same_bits(ref, broken)) << "the test does not notice a missing '" << wait << "' wait";
+  }
+}
+
+TEST_F(Offload, BadInputIsNamed) {
+  auto cpu = make_cpu_backend();
+  const ModelConfig cfg = load_config(*dir_);
+  ChunkPlan p{32, 16};
+  p.offload_kv = true;
+  EXPECT_EQ(error_of([&] { Model m(cfg, *cpu, p); }),
+            "--offload kv: the cpu backend has no device memory to offload from (use --device sim or cuda)");
+  // a device too small: the allocation that does not fit names the tier, the tag and the flag
+  auto sim = make_sim_backend(4096, 0);
+  EXPECT_NE(error_of([&] { Model m(cfg, *sim, p); }).find("device memory: "), std::string::npos);
+  EXPECT_NE(error_of([&] { Model m(cfg, *sim, p); }).find("exceeds --device-memory 4096"), std::string::npos);
+}
+
+// The simulated device's copy engine: a copy is not there until its event is waited for (with a
+// delay), and work on the copy stream runs in order.
+TEST(SimDevice, CopiesArriveAtTheirEventInOrder) {
+  auto sim = make_sim_backend(0, 20000);
+  Buffer host(Tier::Pinned, Tag::IO, 4096), dev(Tier::Device, Tag::IO, 4096);
+  std::memset(host.data(), 7, 4096);
+  auto e = sim->new_event();
+  sim->copy_async(dev.data(), Tier::Device, host.data(), Tier::Pinned, 4096, Stream::Copy);
+  sim->fill_zero_async(dev.as<char>() + 1024, 1024, Stream::Copy);
+  sim->record(*e, Stream::Copy);
+  EXPECT_EQ(dev.as<char>()[0], 0) << "the copy landed before its delay: the test would pass by luck";
+  sim->wait(Stream::Compute, *e);
+  EXPECT_EQ(dev.as<char>()[0], 7);
+  EXPECT_EQ(dev.as<char>()[1024], 0);  // the fill ran after the copy
+  EXPECT_EQ(dev.as<char>()[2048], 7);
+}
+
+// Each layer's attention runs twice per chunk in a training step (the forward sweep and the
+// recompute sweep; the forward sweep's last layer needs no attention): the per-layer recompute
+// before a layer's backward reuses the recompute sweep's output and LSE.
+class CountingBackend final : public CpuBackend {
+ public:
+  int64_t passes = 0, calls = 0;
+  void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
+                     Tensor& lse) override {
+    passes += a.first;
+    ++calls;
+    CpuBackend::attention_fwd(q, blocks, a, o, lse);
+  }
+};
+
+TEST(AttentionPasses, TwoPerLayerAndChunkInAStep) {
+  const auto dir = temp_dir();
+  const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("llama", 2), 3);
+  const auto t = tokens(98, 9);
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{97, 13}, {97, 97}, {64, 32}}) {
+    SCOPED_TRACE(fmt::format("N={} C={}", N, C));
+    CountingBackend be;
+    Model m(cfg, be, ChunkPlan{C, 16});
+    load_weights(dir, cfg, m.params());
+    m.enable_grads();
+    m.forward_backward(t.data(), t.data() + 1, N, 1.0f);
+    const int64_t T = (N + C - 1) / C, L = cfg.layers;
+    EXPECT_EQ(be.passes, T * (L - 1) + T * L);  // was T * (L - 1) + 2 * T * L before O and LSE were kept
+    EXPECT_EQ(be.calls, be.passes) << "resident pages are one group: one call per pass";
+  }
+}
+
+}  // namespace
