@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backend/backend.h"
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "data/token_store.h"
