@@ -32,8 +32,10 @@ foreach(src ${OOMB_FUZZERS})
     DEPENDS ${src} ${dep_paths} VERBATIM)
   add_custom_target(${name} ALL DEPENDS ${FUZZ_DIR}/${name})
   set(corpus ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/${name})
-  # new inputs go to the build tree's corpus; the committed seed corpus is only read
+  # reproducible: every run starts from a fresh copy of the committed seed corpus (never one grown by
+  # earlier runs) with a fixed seed; the seeds themselves are only read
+  set(work ${FUZZ_DIR}/${name}.ctest.corpus)  # *.corpus: `make fuzz` skips it
   add_test(NAME ${name}
-    COMMAND sh -c "mkdir -p ${FUZZ_DIR}/${name}.corpus && exec ${FUZZ_DIR}/${name} -runs=${runs} -seed=1 -timeout=30 -max_len=4096 ${FUZZ_DIR}/${name}.corpus ${corpus}")
-  set_tests_properties(${name} PROPERTIES LABELS "cpu;fuzz")
+    COMMAND sh -c "rm -rf ${work} && mkdir -p ${work} && if [ -d ${corpus} ]; then cp -R ${corpus}/. ${work}/; fi && exec ${FUZZ_DIR}/${name} -runs=${runs} -seed=1 -timeout=30 -max_len=4096 ${work}")
+  set_tests_properties(${name} PROPERTIES LABELS "cpu;fuzz" TIMEOUT ${OOMB_TEST_TIMEOUT})
 endforeach()

@@ -2,8 +2,10 @@
 // backward against central finite differences of that reference (loss = sum(out * R), R random).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <cmath>
 #include <functional>
+#include <iostream>
 
 #include "backend/backend.h"
 #include "test_util.h"
@@ -20,8 +22,12 @@ double dotv(const Vec& a, const Vec& b) {
 }
 
 
-void expect_close(const std::vector<float>& got, const Vec& want, double tol, const char* what) {
-  EXPECT_LE(rel_error(got, to_f(want)), tol) << what;
+// The relative error against the float64 reference, compared with its bound and printed, so the
+// measured value beside each bound below can be re-read from the test's output.
+void expect_close(const std::vector<float>& got, const Vec& want, double tol, const std::string& what) {
+  const double e = rel_error(got, to_f(want));
+  EXPECT_LE(e, tol) << what;
+  std::cout << fmt::format("[ error    ] {:<32} {:.2e} (bound {:.1e})\n", what, e, tol);
 }
 
 struct Fixture : ::testing::Test {
@@ -49,15 +55,15 @@ TEST_F(Fixture, LinearForwardBackward) {
   Tensor Y = Tensor::f32(y.data(), {T, out}), DY = Tensor::f32(Rf.data(), {T, out});
   Tensor DX = Tensor::f32(dx.data(), {T, in}), DW = Tensor::f32(dw.data(), {out, in}), DB = Tensor::f32(db.data(), {out});
   be->linear_fwd(X, W, &B, Y);
-  expect_close(y, ref_linear(x, w, &b, T, in, out), 1e-6, "y");
+  expect_close(y, ref_linear(x, w, &b, T, in, out), 2e-7, "y");  // measured 6.6e-8
   be->linear_bwd(X, W, DY, &DX, false, &DW, &DB);
-  expect_close(dx, numgrad([&](const Vec& v) { return dotv(ref_linear(v, w, &b, T, in, out), R); }, x), 1e-5, "dx");
-  expect_close(dw, numgrad([&](const Vec& v) { return dotv(ref_linear(x, v, &b, T, in, out), R); }, w), 1e-5, "dw");
-  expect_close(db, numgrad([&](const Vec& v) { return dotv(ref_linear(x, w, &v, T, in, out), R); }, b), 1e-5, "db");
+  expect_close(dx, numgrad([&](const Vec& v) { return dotv(ref_linear(v, w, &b, T, in, out), R); }, x), 1e-7, "dx");  // measured 3.3e-8
+  expect_close(dw, numgrad([&](const Vec& v) { return dotv(ref_linear(x, v, &b, T, in, out), R); }, w), 2e-7, "dw");  // 5.9e-8
+  expect_close(db, numgrad([&](const Vec& v) { return dotv(ref_linear(x, w, &v, T, in, out), R); }, b), 1e-7, "db");  // 0 (exact)
   // accumulation: a second backward adds to dw and (when asked) dx
   be->linear_bwd(X, W, DY, &DX, true, &DW, nullptr);
   Vec dw2 = numgrad([&](const Vec& v) { return 2 * dotv(ref_linear(x, v, &b, T, in, out), R); }, w);
-  expect_close(dw, dw2, 1e-5, "dw accumulated");
+  expect_close(dw, dw2, 2e-7, "dw accumulated");  // measured 5.9e-8
 }
 
 TEST_F(Fixture, LinearRejectsMismatchedShapes) {
@@ -89,7 +95,7 @@ TEST_F(Fixture, EmbeddingForwardBackward) {
   be->embedding_fwd(I, TB, O);
   expect_close(out, ref(table), 0, "out");
   be->embedding_bwd(I, DO, DT);
-  expect_close(dt, numgrad([&](const Vec& v) { return dotv(ref(v), R); }, table), 1e-6, "dtable");
+  expect_close(dt, numgrad([&](const Vec& v) { return dotv(ref(v), R); }, table), 1e-7, "dtable");  // measured 3.1e-8
   ids[3] = 6;
   EXPECT_THROW(be->embedding_fwd(I, TB, O), Error);
 }
@@ -115,10 +121,10 @@ TEST_F(Fixture, RmsNormForwardBackward) {
   Tensor RS = Tensor::f32(rstd.data(), {T}), DY = Tensor::f32(Rf.data(), {T, d});
   Tensor DX = Tensor::f32(dx.data(), {T, d}), DW = Tensor::f32(dw.data(), {d});
   be->rmsnorm_fwd(X, W, float(eps), Y, RS);
-  expect_close(y, ref(x, w), 1e-6, "y");
+  expect_close(y, ref(x, w), 2e-7, "y");  // measured 6.6e-8
   be->rmsnorm_bwd(X, W, RS, DY, DX, false, DW);
-  expect_close(dx, numgrad([&](const Vec& v) { return dotv(ref(v, w), R); }, x), 1e-5, "dx");
-  expect_close(dw, numgrad([&](const Vec& v) { return dotv(ref(x, v), R); }, w), 1e-5, "dw");
+  expect_close(dx, numgrad([&](const Vec& v) { return dotv(ref(v, w), R); }, x), 1.5e-7, "dx");  // measured 4.5e-8
+  expect_close(dw, numgrad([&](const Vec& v) { return dotv(ref(x, v), R); }, w), 5e-8, "dw");  // measured 1.2e-8
 }
 
 // ---- rope ----
@@ -145,9 +151,9 @@ TEST_F(Fixture, RopeForwardBackward) {
   Tensor X = Tensor::f32(xf.data(), {T, H, D}), P = Tensor::i32(pos.data(), {T}), G = Tensor::f32(g.data(), {T, H, D});
   RopeTable rt{inv.data(), scaling};
   be->rope_fwd(X, P, rt);
-  expect_close(xf, ref(x), 1e-6, "y");
+  expect_close(xf, ref(x), 1.5e-7, "y");  // measured 4.6e-8
   be->rope_bwd(G, P, rt);
-  expect_close(g, numgrad([&](const Vec& v) { return dotv(ref(v), R); }, x), 1e-5, "dx");
+  expect_close(g, numgrad([&](const Vec& v) { return dotv(ref(v), R); }, x), 1.5e-7, "dx");  // measured 4.6e-8
 }
 
 // ---- swiglu ----
@@ -164,10 +170,163 @@ TEST_F(Fixture, SwiGluForwardBackward) {
   Tensor Gt = Tensor::f32(gf.data(), {n}), U = Tensor::f32(uf.data(), {n}), O = Tensor::f32(o.data(), {n});
   Tensor DO = Tensor::f32(Rf.data(), {n}), DG = Tensor::f32(dg.data(), {n}), DU = Tensor::f32(du.data(), {n});
   be->swiglu_fwd(Gt, U, O);
-  expect_close(o, ref(gt, up), 1e-6, "out");
+  expect_close(o, ref(gt, up), 1e-7, "out");  // measured 3.4e-8
   be->swiglu_bwd(Gt, U, DO, DG, DU);
-  expect_close(dg, numgrad([&](const Vec& v) { return dotv(ref(v, up), R); }, gt), 1e-5, "dgate");
-  expect_close(du, numgrad([&](const Vec& v) { return dotv(ref(gt, v), R); }, up), 1e-5, "dup");
+  expect_close(dg, numgrad([&](const Vec& v) { return dotv(ref(v, up), R); }, gt), 2e-7, "dgate");  // measured 6.8e-8
+  expect_close(du, numgrad([&](const Vec& v) { return dotv(ref(gt, v), R); }, up), 2.5e-7, "dup");  // measured 8.2e-8
+}
+
+// ---- the row-wise ops at real model widths ----
+// Widths above any kernel's block size (Qwen2-0.5B's 896, Qwen2-7B's 3584, Llama's 4096, 5120) and
+// an odd one, several rows each, so every row loop runs more than once and ends on a partial step.
+// References: float64, gradients written out analytically (finite differences over 5120-wide rows
+// would cost too much; the small cases above check the same formulas by differences).
+constexpr int64_t kWidths[] = {896, 3584, 4096, 5120, 4099};
+
+TEST_F(Fixture, RowWiseOpsAtModelWidths) {
+  const int64_t T = 3;
+  for (int64_t d : kWidths) {
+    const std::string at = fmt::format(" d={}", d);
+    // rmsnorm: y = x r w, r = (mean x^2 + eps)^-1/2;  dx = r (w dy) - x r^3 / d sum(w dy x);  dw = sum_t dy x r
+    {
+      const double eps = 1e-6;
+      Vec x = randd(size_t(T * d), 71 + d), w = randd(size_t(d), 72), dy = randd(size_t(T * d), 73);
+      for (auto& v : w) v += 1.0;
+      Vec y(x.size()), dx(x.size()), dw(size_t(d), 0.0);
+      auto xf = to_f(x), wf = to_f(w), dyf = to_f(dy);
+      x = Vec(xf.begin(), xf.end()), w = Vec(wf.begin(), wf.end()), dy = Vec(dyf.begin(), dyf.end());
+      for (int64_t t = 0; t < T; ++t) {
+        double ss = 0, dot = 0;
+        for (int64_t i = 0; i < d; ++i) ss += x[size_t(t * d + i)] * x[size_t(t * d + i)];
+        const double r = 1.0 / std::sqrt(ss / double(d) + eps);
+        for (int64_t i = 0; i < d; ++i) dot += w[size_t(i)] * dy[size_t(t * d + i)] * x[size_t(t * d + i)];
+        for (int64_t i = 0; i < d; ++i) {
+          const size_t k = size_t(t * d + i);
+          y[k] = x[k] * r * w[size_t(i)];
+          dx[k] = r * w[size_t(i)] * dy[k] - x[k] * r * r * r / double(d) * dot;
+          dw[size_t(i)] += dy[k] * x[k] * r;
+        }
+      }
+      std::vector<float> yg(x.size()), rs(static_cast<size_t>(T)), dxg(x.size()), dwg(size_t(d), 0.0f);
+      Tensor X = Tensor::f32(xf.data(), {T, d}), W = Tensor::f32(wf.data(), {d}), Y = Tensor::f32(yg.data(), {T, d});
+      Tensor RS = Tensor::f32(rs.data(), {T}), DY = Tensor::f32(dyf.data(), {T, d});
+      Tensor DX = Tensor::f32(dxg.data(), {T, d}), DW = Tensor::f32(dwg.data(), {d});
+      be->rmsnorm_fwd(X, W, float(eps), Y, RS);
+      be->rmsnorm_bwd(X, W, RS, DY, DX, false, DW);
+      expect_close(yg, y, 2e-7, "rmsnorm y" + at);    // measured <= 5.9e-8 over the widths
+      expect_close(dxg, dx, 2e-7, "rmsnorm dx" + at);  // measured <= 6.6e-8
+      expect_close(dwg, dw, 2e-7, "rmsnorm dw" + at);  // measured <= 5.6e-8
+    }
+    // embedding: rows of width d copied; the backward adds repeated ids
+    {
+      const int64_t V = 7, Te = 11;
+      std::vector<int32_t> ids(static_cast<size_t>(Te));
+      for (int64_t t = 0; t < Te; ++t) ids[size_t(t)] = int32_t((t * 3 + 1) % V);  // repeats, id 0..6
+      auto table = to_f(randd(size_t(V * d), 74)), dout = to_f(randd(size_t(Te * d), 75));
+      Vec want_out(size_t(Te * d)), want_dt(size_t(V * d), 0.0);
+      for (int64_t t = 0; t < Te; ++t)
+        for (int64_t i = 0; i < d; ++i) {
+          want_out[size_t(t * d + i)] = table[size_t(ids[size_t(t)] * d + i)];
+          want_dt[size_t(ids[size_t(t)] * d + i)] += dout[size_t(t * d + i)];
+        }
+      std::vector<float> out(size_t(Te * d)), dt(size_t(V * d), 0.0f);
+      Tensor I = Tensor::i32(ids.data(), {Te}), TB = Tensor::f32(table.data(), {V, d}), O = Tensor::f32(out.data(), {Te, d});
+      Tensor DO = Tensor::f32(dout.data(), {Te, d}), DT = Tensor::f32(dt.data(), {V, d});
+      be->embedding_fwd(I, TB, O);
+      be->embedding_bwd(I, DO, DT);
+      expect_close(out, want_out, 0.0, "embedding out" + at);       // a copy: exact
+      expect_close(dt, want_dt, 0.0, "embedding dtable" + at);  // exact: two addends per row, one rounding
+    }
+    // swiglu over (T, d): o = g s(g) u;  dg = do u s (1 + g (1 - s));  du = do g s
+    {
+      auto g = to_f(randd(size_t(T * d), 76, 2.0)), u = to_f(randd(size_t(T * d), 77)),
+           dout = to_f(randd(size_t(T * d), 78));
+      Vec o(g.size()), dg(g.size()), du(g.size());
+      for (size_t i = 0; i < g.size(); ++i) {
+        const double gi = g[i], sg = 1.0 / (1.0 + std::exp(-gi));
+        o[i] = gi * sg * u[i];
+        dg[i] = dout[i] * u[i] * sg * (1.0 + gi * (1.0 - sg));
+        du[i] = dout[i] * gi * sg;
+      }
+      std::vector<float> og(g.size()), dgg(g.size()), dug(g.size());
+      Tensor G = Tensor::f32(g.data(), {T, d}), U = Tensor::f32(u.data(), {T, d}), O = Tensor::f32(og.data(), {T, d});
+      Tensor DO = Tensor::f32(dout.data(), {T, d}), DG = Tensor::f32(dgg.data(), {T, d}),
+             DU = Tensor::f32(dug.data(), {T, d});
+      be->swiglu_fwd(G, U, O);
+      be->swiglu_bwd(G, U, DO, DG, DU);
+      expect_close(og, o, 2e-7, "swiglu out" + at);      // measured <= 6.1e-8
+      expect_close(dgg, dg, 2e-7, "swiglu dgate" + at);  // measured <= 6.9e-8
+      expect_close(dug, du, 2e-7, "swiglu dup" + at);    // measured <= 6.0e-8
+    }
+  }
+}
+
+// RoPE with head counts x head dim that are not the hidden size (Qwen3: 16 x 128 over hidden 1024;
+// 40 x 128 = 5120; 14 x 64 = 896) and an odd head count; the backward is the inverse rotation.
+TEST_F(Fixture, RopeManyHeadsWideHeads) {
+  for (auto [T, H, D] : std::vector<std::array<int64_t, 3>>{{5, 16, 128}, {3, 40, 128}, {4, 14, 64}, {2, 7, 256}}) {
+    const std::string at = fmt::format(" H={} D={}", H, D);
+    std::vector<float> inv(size_t(D / 2));
+    for (size_t i = 0; i < inv.size(); ++i) inv[i] = float(std::pow(1e6, -2.0 * double(i) / double(D)));
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t * 4093 + 17);
+    auto x = to_f(randd(size_t(T * H * D), 79)), g = to_f(randd(size_t(T * H * D), 80));
+    Vec y(x.size()), dx(x.size());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < D / 2; ++i) {
+          const double ang = double(float(pos[size_t(t)]) * inv[size_t(i)]);  // the fp32 angle, as HF
+          const double c = std::cos(ang) * 1.5, s = std::sin(ang) * 1.5;
+          const size_t a = size_t((t * H + h) * D + i), b = a + size_t(D / 2);
+          y[a] = x[a] * c - x[b] * s, y[b] = x[b] * c + x[a] * s;
+          dx[a] = g[a] * c + g[b] * s, dx[b] = g[b] * c - g[a] * s;
+        }
+    RopeTable rt{inv.data(), 1.5f};
+    Tensor X = Tensor::f32(x.data(), {T, H, D}), P = Tensor::i32(pos.data(), {T}), G = Tensor::f32(g.data(), {T, H, D});
+    be->rope_fwd(X, P, rt);
+    be->rope_bwd(G, P, rt);
+    expect_close(x, y, 1.5e-7, "rope y" + at);   // measured <= 5.2e-8
+    expect_close(g, dx, 1.5e-7, "rope dx" + at);  // measured <= 5.2e-8
+  }
+}
+
+// The fused loss at a real hidden width and an odd vocabulary, over two token tiles (256) and a
+// partial third: loss and both gradients against float64 written out (softmax - one-hot).
+TEST_F(Fixture, FusedLossAtModelWidth) {
+  const int64_t T = 520, d = 896, V = 151;
+  auto h = to_f(randd(size_t(T * d), 81, 0.05)), w = to_f(randd(size_t(V * d), 82, 0.05));
+  std::vector<int32_t> tg(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) tg[size_t(t)] = t % 11 == 5 ? -1 : int32_t((t * 37) % V);
+  const float scale = 0.25f;
+  double loss = 0;
+  Vec dh(h.size(), 0.0), dw(w.size(), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    if (tg[size_t(t)] < 0) continue;
+    Vec lg(size_t(V), 0.0);
+    double m = -1e300, z = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      for (int64_t i = 0; i < d; ++i) lg[size_t(v)] += double(h[size_t(t * d + i)]) * w[size_t(v * d + i)];
+      m = std::max(m, lg[size_t(v)]);
+    }
+    for (double l : lg) z += std::exp(l - m);
+    loss += m + std::log(z) - lg[size_t(tg[size_t(t)])];
+    for (int64_t v = 0; v < V; ++v) {
+      const double p = std::exp(lg[size_t(v)] - m) / z - (v == tg[size_t(t)]);
+      for (int64_t i = 0; i < d; ++i) {
+        dh[size_t(t * d + i)] += scale * p * w[size_t(v * d + i)];
+        dw[size_t(v * d + i)] += scale * p * h[size_t(t * d + i)];
+      }
+    }
+  }
+  std::vector<float> dhg(h.size()), dwg(w.size(), 0.0f);
+  Tensor H = Tensor::f32(h.data(), {T, d}), W = Tensor::f32(w.data(), {V, d}), TG = Tensor::i32(tg.data(), {T});
+  Tensor DH = Tensor::f32(dhg.data(), {T, d}), DW = Tensor::f32(dwg.data(), {V, d});
+  const double got = be->lm_head_xent(H, W, TG, scale, &DH, &DW, nullptr);
+  const double le = std::abs(got - loss) / loss;
+  EXPECT_LE(le, 5e-10);  // measured 1.6e-10
+  std::cout << fmt::format("[ error    ] {:<32} {:.2e} (bound {:.1e})\n", "xent loss d=896", le, 5e-10);
+  expect_close(dhg, dh, 6e-7, "xent dh d=896");  // measured 2.2e-7
+  expect_close(dwg, dw, 8e-7, "xent dw d=896");  // measured 2.7e-7
 }
 
 }  // namespace

@@ -19,30 +19,31 @@ using nlohmann::json;
 
 namespace {
 
-bool torch_available(std::string* why) {
-  const std::string cmd = std::string(OOMB_TORCH_PYTHON) + " -c 'import torch' >/dev/null 2>&1";
-  if (std::system(cmd.c_str()) == 0) return true;
-  *why = std::string("PyTorch is not importable by ") + OOMB_TORCH_PYTHON +
-         " (install python3-torch: scripts/install-deps.sh)";
-  return false;
-}
-
 struct Case {
   std::string name;
   json cfg;
   int64_t N;
   int64_t chunk = 0;  // 0: the whole sequence
   int64_t page = 128;
+  DType dtype = DType::F32;  // of the checkpoint both sides load
 };
 
 void check_against_oracle(const Case& c) {
   SCOPED_TRACE(c.name);
   const auto dir = temp_dir("_" + c.name);
-  const ModelConfig cfg = write_tiny_model(dir / "model", c.cfg, 11);
+  // A BF16 / F16 checkpoint is the engine's save of the fp32 weights (the same seed saved in F32 is
+  // beside it): the oracle checks that every value is torch's rounding of the fp32 one, then both
+  // sides load the same low-precision file, torch with its own decoding.
+  const ModelConfig cfg = write_tiny_model(dir / "model", c.cfg, 11, c.dtype);
+  std::string extra;
+  if (c.dtype != DType::F32) {
+    write_tiny_model(dir / "model_f32", c.cfg, 11, DType::F32);
+    extra = " --expect-rounded-from " + (dir / "model_f32").string();
+  }
   const auto toks = write_tokens(dir / "tokens.bin", c.N + 1, cfg.vocab, 12);
-  const std::string cmd = fmt::format("{} {}/tests/oracle/torch_oracle.py --model {} --tokens {} --out {} > {} 2>&1",
-                                      OOMB_TORCH_PYTHON, source_dir().string(), (dir / "model").string(),
-                                      (dir / "tokens.bin").string(), (dir / "oracle.safetensors").string(),
+  const std::string cmd = fmt::format("{} {}/tests/oracle/torch_oracle.py --model {} --tokens {} --out {}{} > {} 2>&1",
+                                      torch_python(), source_dir().string(), (dir / "model").string(),
+                                      (dir / "tokens.bin").string(), (dir / "oracle.safetensors").string(), extra,
                                       (dir / "oracle.log").string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "oracle failed: " << read_text(dir / "oracle.log");
 
@@ -57,19 +58,22 @@ void check_against_oracle(const Case& c) {
   const SafetensorsModel ref = SafetensorsModel::open(dir / "oracle.safetensors");
   std::vector<float> ref_loss(1);
   ref.read_f32("loss", ref_loss.data());
-  EXPECT_NEAR(ls.loss_sum / double(c.N), ref_loss[0], 1e-5 * std::abs(ref_loss[0])) << "loss";
+  // the engine's fp32 against torch's float64; bounds about 3x the worst measured over the cases here
+  // (were 1e-5 for both: 50-130x above the loss error, 5x above the gradients')
+  const double loss_err = std::abs(ls.loss_sum / double(c.N) - ref_loss[0]) / std::abs(ref_loss[0]);
+  EXPECT_LE(loss_err, 2.5e-7) << "loss";  // measured <= 7.5e-8 (mistral)
   int checked = 0;
   double worst = 0;
   for (const ParamSpec& s : model.grads().specs()) {
     std::vector<float> want(static_cast<size_t>(s.numel()));
     ref.read_f32("grad." + s.name, want.data(), s.shape);
     const double err = rel_error(model.grads().view(s).f(), want.data(), want.size());
-    EXPECT_LE(err, 1e-5) << s.name;
+    EXPECT_LE(err, 6e-6) << s.name;  // measured <= 2.2e-6 (qwen2_4x6_over_32_C5_P4), most cases <= 1.2e-6
     worst = std::max(worst, err);
     ++checked;
   }
-  std::cout << fmt::format("[ oracle   ] {:<24} N={:<3} loss {:.8f} vs {:.8f}, worst gradient rel. error {:.2e} over {} tensors\n",
-                           c.name, c.N, ls.loss_sum / double(c.N), ref_loss[0], worst, checked);
+  std::cout << fmt::format("[ oracle   ] {:<24} N={:<3} loss {:.8f} vs {:.8f} (rel. error {:.1e}), worst gradient rel. error {:.2e} over {} tensors\n",
+                           c.name, c.N, ls.loss_sum / double(c.N), ref_loss[0], loss_err, worst, checked);
   EXPECT_EQ(checked, int(ref.names().size()) - 1) << "the oracle and the engine disagree on the parameter set";
 }
 
@@ -77,7 +81,7 @@ class Oracle : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
-    if (!torch_available(&why)) GTEST_SKIP() << why;
+    if (!torch_available(&why)) OOMB_MISSING_REFERENCE(why);
   }
 };
 
@@ -112,6 +116,18 @@ TEST_F(Oracle, ChunkRecurrentRunsAgree) {
                         with(tiny_config_json("llama", 4), {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0},
                                                                               {"original_max_position_embeddings", 16}}}}),
                         48, 16, 16});
+}
+
+// Low-precision checkpoints: saved by the engine, loaded by the engine and by torch from the same file
+TEST_F(Oracle, Bf16AndF16Checkpoints) {
+  check_against_oracle({"llama_bf16", tiny_config_json("llama", 2), 19, 0, 128, DType::BF16});
+  check_against_oracle({"qwen2_f16_C7_P16", tiny_config_json("qwen2", 1), 23, 7, 16, DType::F16});
+}
+
+// head count x head dim != hidden (as in Qwen3: 16 x 128 over 1024)
+TEST_F(Oracle, HeadsTimesHeadDimIsNotHidden) {
+  check_against_oracle({"llama_4x16_over_32", with(tiny_config_json("llama", 2), {{"head_dim", 16}}), 21});
+  check_against_oracle({"qwen2_4x6_over_32_C5_P4", with(tiny_config_json("qwen2", 1), {{"head_dim", 6}}), 19, 5, 4});
 }
 
 TEST_F(Oracle, Mistral) { check_against_oracle({"mistral", tiny_config_json("mistral", 2), 17}); }

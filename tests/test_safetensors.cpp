@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "dtype_reference.h"
+#include "model_fixture.h"
 #include "test_util.h"
 
 namespace oomb {
@@ -102,8 +104,8 @@ TEST(Safetensors, ReadF32ConvertsHalfTypesAndChecksShape) {
   std::vector<float> ref = oomb::testing::randn(1000, 7);
   std::vector<uint16_t> bf(ref.size()), hf(ref.size());
   std::vector<double> db(ref.begin(), ref.end());
-  convert_from_f32(ref.data(), bf.data(), DType::BF16, ref.size());
-  convert_from_f32(ref.data(), hf.data(), DType::F16, ref.size());
+  for (size_t i = 0; i < ref.size(); ++i)  // the independent encodings (tests/dtype_reference.h)
+    bf[i] = testing::ref::bf16_encode(ref[i]), hf[i] = testing::ref::f16_encode(ref[i]);
   std::vector<int32_t> ints = {1, 2, 3};
   std::vector<SaveTensor> ts = {{"bf", DType::BF16, {10, 100}, bf.data()}, {"hf", DType::F16, {1000}, hf.data()},
                                 {"db", DType::F64, {1000}, db.data()},     {"f", DType::F32, {1000}, ref.data()},
@@ -113,9 +115,9 @@ TEST(Safetensors, ReadF32ConvertsHalfTypesAndChecksShape) {
   EXPECT_EQ(m.names(), (std::vector<std::string>{"bf", "db", "f", "hf", "i"}));
   std::vector<float> out(1000);
   m.read_f32("bf", out.data(), {10, 100});
-  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], bf16_to_f32(bf[i]));
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], testing::ref::bf16_value(bf[i])) << i;
   m.read_f32("hf", out.data());
-  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], f16_to_f32(hf[i]));
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], testing::ref::f16_value(hf[i])) << i;
   m.read_f32("db", out.data(), {1000});
   EXPECT_EQ(out, ref);
   m.read_f32("f", out.data(), {1000});
@@ -138,6 +140,60 @@ std::vector<std::string> model_files(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir)) v.push_back(e.path().filename().string());
   std::sort(v.begin(), v.end());
   return v;
+}
+
+// Every BF16 and F16 bit pattern read through the file reader, against the IEEE definitions written
+// in tests/dtype_reference.h (not core/dtype's own conversions).
+TEST(Safetensors, ReadF32DecodesEveryHalfPattern) {
+  auto dir = temp_dir();
+  std::vector<uint16_t> all(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = uint16_t(h);
+  std::vector<SaveTensor> ts = {{"bf", DType::BF16, {256, 256}, all.data()}, {"hf", DType::F16, {65536}, all.data()}};
+  save_safetensors_dir(dir, ts);
+  auto m = SafetensorsModel::open(dir);
+  std::vector<float> out(65536);
+  for (const char* name : {"bf", "hf"}) {
+    m.read_f32(name, out.data());
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const double want = name[0] == 'b' ? testing::ref::bf16_value(uint16_t(h)) : testing::ref::f16_value(uint16_t(h));
+      const bool ok = std::isnan(want) ? std::isnan(out[h]) && std::signbit(out[h]) == std::signbit(want)
+                                       : double(out[h]) == want && std::signbit(out[h]) == std::signbit(want);
+      if (!ok && ++bad <= 5) ADD_FAILURE() << name << " pattern " << h << ": read " << out[h] << ", want " << want;
+    }
+    EXPECT_EQ(bad, 0) << name;
+  }
+}
+
+// A checkpoint saved in BF16 or F16 holds the round-to-nearest-even encodings of the fp32 weights
+// (the same seed saved in F32 gives those), per the independent reference.
+TEST(Safetensors, LowPrecisionSaveRoundsToNearestEven) {
+  auto dir = temp_dir();
+  const auto cfg = testing::tiny_config_json("llama", 2);
+  testing::write_tiny_model(dir / "f32", cfg, 5, DType::F32);
+  testing::write_tiny_model(dir / "bf16", cfg, 5, DType::BF16);
+  testing::write_tiny_model(dir / "f16", cfg, 5, DType::F16);
+  const auto f32 = SafetensorsModel::open(dir / "f32");
+  const auto bf = SafetensorsModel::open(dir / "bf16"), hf = SafetensorsModel::open(dir / "f16");
+  size_t n = 0, f16_subnormal = 0;
+  for (const std::string& name : f32.names()) {
+    const TensorInfo& t = f32.get(name);
+    ASSERT_EQ(bf.get(name).dtype, DType::BF16) << name;
+    ASSERT_EQ(hf.get(name).dtype, DType::F16) << name;
+    std::vector<float> x(size_t(t.numel()));
+    std::vector<uint16_t> b(x.size()), h(x.size());
+    f32.read_raw(name, x.data());
+    bf.read_raw(name, b.data());
+    hf.read_raw(name, h.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(b[i], testing::ref::bf16_encode(x[i])) << name << "[" << i << "] = " << x[i];
+      ASSERT_EQ(h[i], testing::ref::f16_encode(x[i])) << name << "[" << i << "] = " << x[i];
+      f16_subnormal += std::fabs(x[i]) < 6.1e-5f;
+    }
+    n += x.size();
+  }
+  EXPECT_GT(n, 10000u);
+  EXPECT_GT(f16_subnormal, 0u) << "some weights should land in f16's subnormal range";
 }
 
 TEST(Safetensors, ShardedRoundTripAndStaleCleanup) {

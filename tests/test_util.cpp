@@ -107,4 +107,24 @@ std::string npm_missing_reason(const std::string& name) {
          " is not installed (scripts/install-deps.sh runs `npm ci --prefix tools`)";
 }
 
+std::string torch_python() {
+  const char* e = std::getenv("OOMB_TORCH_PYTHON");
+  return e && *e ? e : OOMB_TORCH_PYTHON;
+}
+
+bool torch_available(std::string* why) {
+  static const int ok = [] {
+    const std::string cmd = torch_python() + " -c 'import torch' >/dev/null 2>&1";
+    return torch_python().empty() ? 1 : std::system(cmd.c_str());
+  }();
+  if (ok == 0) return true;
+  *why = "PyTorch is not importable by '" + torch_python() + "' (install python3-torch: scripts/install-deps.sh)";
+  return false;
+}
+
+bool under_ci() {
+  const char* e = std::getenv("CI");
+  return e && (std::string(e) == "true" || std::string(e) == "1");
+}
+
 }  // namespace oomb::testing

@@ -39,4 +39,27 @@ std::filesystem::path npm_tokenizer_json(const std::string& name);
 // GTEST_SKIP's reason when npm_tokenizer_json is empty.
 std::string npm_missing_reason(const std::string& name);
 
+// The Python that runs the PyTorch references: the environment's OOMB_TORCH_PYTHON when set (set it
+// to a path without torch to check that CI=true fails), else the one found at configure time.
+std::string torch_python();
+// Whether torch_python() imports torch (checked once); when not, *why says what is missing.
+bool torch_available(std::string* why);
+// True when the environment variable CI is "true" (or "1"): a missing external reference
+// (PyTorch, the npm tokenizer packages) is then a failure, not a skip.
+bool under_ci();
+
+}  // namespace oomb::testing
+
+// In a test body or SetUp: skips with `reason`, or fails under CI=true (no silent passes in CI).
+#define OOMB_MISSING_REFERENCE(reason)                                                                       \
+  do {                                                                                                       \
+    if (::oomb::testing::under_ci()) {                                                                       \
+      FAIL() << "CI=true and an external reference is missing: " << (reason);                                 \
+    } else {                                                                                                 \
+      GTEST_SKIP() << (reason);                                                                              \
+    }                                                                                                        \
+  } while (0)
+
+namespace oomb::testing {
+
 }  // namespace oomb::testing

@@ -16,6 +16,10 @@ DIR        Hugging Face config.json + model.safetensors (or sharded model-*.safe
            at 0 at every document start (what HF's DataCollatorWithFlattening +
            position_ids-based varlen attention does).  The loss still covers all N
            targets (no label is masked at document boundaries).
+--expect-rounded-from DIR
+           optional F32 checkpoint of the same parameters: every tensor of --model must be
+           BF16 or F16 and hold exactly torch's rounding of DIR's (exit 2 naming the first
+           tensor that does not).
 --out      safetensors file with F64 tensors: "loss" (shape [1]) and, for every
            parameter P (HF name), "grad." + P with P's shape.  With tied word
            embeddings there is no lm_head.weight; the embedding grad contains the
@@ -26,7 +30,7 @@ Any input problem -> message on stderr naming the file / field, exit code 2.
 
 Model semantics: transformers' LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM,
 written from scratch in plain torch ops, everything in float64 (weights are converted
-exactly: F32/F16 widen exactly, BF16 is uint16 << 16 viewed as float32).
+exactly; BF16 and F16 are decoded by torch's own conversions, independent of the engine's).
 
 RoPE precision convention (mirrors HF, which forces float32 inside the rotary embedding):
   * inv_freq is computed as a float32 tensor with the same torch float32 operations as
@@ -104,7 +108,7 @@ def _load_st_tensor(path, header, data_start, name):
     shape = tuple(int(s) for s in info["shape"])
     b, e = (int(x) for x in info["data_offsets"])
     count = int(np.prod(shape, dtype=np.int64))
-    npdt = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}.get(dt)
+    npdt = {"F64": "<f8", "F32": "<f4", "F16": "<i2", "BF16": "<i2"}.get(dt)
     if npdt is None:
         fail(f"{path}: tensor '{name}': unsupported dtype {dt} (need F32, BF16, F16 or F64)")
     try:
@@ -115,10 +119,22 @@ def _load_st_tensor(path, header, data_start, name):
         fail(f"{path}: cannot read tensor '{name}': {ex}")
     if arr.size != count:
         fail(f"{path}: tensor '{name}': truncated data")
-    if dt == "BF16":
-        # bf16 is the upper half of a float32: exact conversion.
-        arr = (arr.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    if dt in ("BF16", "F16"):
+        # torch's own decoding of the 16-bit patterns (exact widening): an independent reference for
+        # the engine's bf16 / f16 readers
+        t = torch.from_numpy(arr).view(torch.bfloat16 if dt == "BF16" else torch.float16)
+        return t.to(torch.float64).numpy().reshape(shape)
     return arr.astype(np.float64).reshape(shape)
+
+
+def load_raw16(path, header, data_start, name):
+    """The raw int16 patterns of a BF16 / F16 tensor."""
+    info = header[name]
+    b, _ = (int(x) for x in info["data_offsets"])
+    count = int(np.prod([int(s) for s in info["shape"]], dtype=np.int64))
+    with open(path, "rb") as f:
+        f.seek(data_start + b)
+        return np.fromfile(f, dtype="<i2", count=count)
 
 
 def write_safetensors(path, tensors):
@@ -184,6 +200,14 @@ class WeightStore:
     def shape(self, name):
         p = self.where[name]
         return tuple(int(s) for s in self.files[p][0][name]["shape"])
+
+    def dtype(self, name):
+        return self.files[self.where[name]][0][name]["dtype"]
+
+    def load_raw16(self, name):
+        p = self.where[name]
+        header, start = self.files[p]
+        return load_raw16(p, header, start, name)
 
     def load(self, name):
         p = self.where[name]
@@ -627,6 +651,24 @@ def doc_layout(doc_ids):
     return segments.astype(np.int64), (idx - seg_start).astype(np.int64)
 
 
+def check_rounding(store, src, names, args):
+    """Every BF16 / F16 tensor of --model must hold exactly torch's round-to-nearest-even encoding of
+    the same tensor of --expect-rounded-from (F32): checks the engine's low-precision save."""
+    for name in names:
+        dt = store.dtype(name)
+        if dt not in ("BF16", "F16"):
+            fail(f"{args.model}: tensor '{name}' is {dt}, --expect-rounded-from needs BF16 or F16")
+        want = torch.from_numpy(src.load(name).astype(np.float32)).to(
+            torch.bfloat16 if dt == "BF16" else torch.float16).view(torch.int16).numpy().ravel()
+        got = store.load_raw16(name).ravel()
+        bad = np.nonzero(got != want)[0]
+        if bad.size:
+            i = int(bad[0])
+            fail(f"{store.where[name]}: tensor '{name}': {bad.size} of {got.size} {dt} values differ from "
+                 f"torch's rounding of {args.expect_rounded_from} (first at {i}: file 0x{int(got[i]) & 0xffff:04x}, "
+                 f"torch 0x{int(want[i]) & 0xffff:04x})")
+
+
 def run(args):
     if not os.path.isdir(args.model):
         fail(f"{args.model}: model directory not found")
@@ -652,6 +694,8 @@ def run(args):
 
     store = WeightStore(args.model)
     specs, P = load_params(c, store, args.model)
+    if args.expect_rounded_from:
+        check_rounding(store, WeightStore(args.expect_rounded_from), [n for n, _ in specs], args)
 
     torch.set_grad_enabled(True)
     loss = forward_loss(c, P, inputs, targets, positions, segments)
@@ -677,6 +721,8 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="output .safetensors (F64)")
     ap.add_argument("--doc-ids", dest="doc_ids", default=None,
                     help="raw LE uint32/int32 document ids, N of them")
+    ap.add_argument("--expect-rounded-from", dest="expect_rounded_from", default=None,
+                    help="dir of an F32 checkpoint: --model's BF16/F16 tensors must be torch's rounding of it")
     args = ap.parse_args(argv)
     try:
         run(args)
