@@ -83,4 +83,51 @@ TEST(MemoryShape, OnlyKvGrowsWithTheSequence) {
   }
 }
 
+// --offload kv on the simulated device: the device tier's peak is the same at every N (pages live
+// in pinned host memory; the device holds two groups and the chunk's staging); the pinned tier
+// holds exactly the page formula; the plan equals every (tier, tag) peak.
+TEST(MemoryShape, OffloadKeepsTheDeviceFlat) {
+  const ModelConfig cfg = small_config();
+  ChunkPlan plan{512, 128};
+  plan.offload_kv = true;
+  plan.offload_group = 4;
+  const int64_t G = cfg.kv_heads, D = cfg.head_dim, L = cfg.layers, P = plan.page_size, C = plan.chunk;
+  Accountant& acc = Accountant::global();
+  std::map<std::string, int64_t> first_device;
+  for (int64_t N : {2048, 8192, 32768, 65536}) {
+    SCOPED_TRACE(fmt::format("N={}", N));
+    acc.reset_peaks();
+    MemoryPlan pred;
+    {
+      auto be = make_sim_backend();
+      Model m(cfg, *be, plan);
+      Params host(cfg, Tier::Host, Tag::IO);
+      init_params(host, 1);
+      m.upload_params(host);
+      RepeatTask task(2, cfg.vocab);
+      TrainOptions o{N, 1, 1, 1, {}, ""};
+      std::ostringstream log;
+      train(m, task, o, log);
+      pred = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(cfg.vocab), Tier::Device);
+    }
+    std::map<std::string, int64_t> device;
+    for (Tier tier : kTiers)
+      for (int i = 0; i < kNumTags; ++i) {
+        if (Tag(i) == Tag::IO) continue;
+        const int64_t peak = acc.get(tier, Tag(i)).peak;
+        EXPECT_EQ(peak, pred.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i)) << ": plan";
+        if (tier == Tier::Device) device[std::string(tag_name(Tag(i)))] = peak;
+      }
+    const int64_t page = 2 * P * G * D * 4;  // K and V, f32
+    EXPECT_EQ(acc.get(Tier::Pinned, Tag::KV).peak, L * ((N + P - 1) / P) * page);
+    EXPECT_EQ(acc.get(Tier::Pinned, Tag::KVGrad).peak, L * ((N - C + P - 1) / P) * page);
+    std::cout << fmt::format("[ memory   ] N={:>6}: device {:>9} B (kv {} B, kv_grad {} B); pinned kv {:>10} B, "
+                             "kv_grad {:>10} B\n",
+                             N, pred.total(Tier::Device), device["kv"], device["kv_grad"],
+                             acc.get(Tier::Pinned, Tag::KV).peak, acc.get(Tier::Pinned, Tag::KVGrad).peak);
+    if (first_device.empty()) first_device = device;
+    EXPECT_EQ(device, first_device) << "the device tier grew with N";
+  }
+}
+
 }  // namespace

@@ -26,8 +26,10 @@ struct StepResult {
   std::vector<float> grads;
 };
 
-StepResult run(Backend& be, const std::filesystem::path& dir, const std::vector<int32_t>& ids, const std::vector<int32_t>& tg,
-        int64_t N, const ChunkPlan& plan) {
+// One training step (and an evaluation, whose loss must equal the step's); then a second step,
+// which must allocate nothing and give the same loss.
+StepResult run(Backend& be, const std::filesystem::path& dir, const std::vector<int32_t>& ids,
+               const std::vector<int32_t>& tg, int64_t N, const ChunkPlan& plan, bool check = true) {
   const ModelConfig cfg = load_config(dir);
   Model m(cfg, be, plan);
   Params host(cfg, Tier::Host, Tag::IO);
@@ -35,6 +37,19 @@ StepResult run(Backend& be, const std::filesystem::path& dir, const std::vector<
   m.upload_params(host);
   m.enable_grads();
   const LossStats ls = m.forward_backward(ids.data(), tg.data(), N, 1.0f);
+  if (!check) {  // a deliberately broken run: only its first step's result matters
+    std::vector<float> g(size_t(m.grads().flat().numel()));
+    be.copy(g.data(), Tier::Host, m.grads().flat().data, be.tier(), g.size() * 4);
+    return {ls.loss_sum, ls.correct, std::move(g)};
+  }
+  const LossStats ev = m.evaluate(ids.data(), tg.data(), N);
+  // the same per-chunk losses, summed in the other chunk order
+  EXPECT_NEAR(ev.loss_sum, ls.loss_sum, 1e-12 * ls.loss_sum) << "evaluation and training disagree";
+  const int64_t allocated = Accountant::global().allocations();
+  be.zero(m.grads().flat());
+  const LossStats again = m.forward_backward(ids.data(), tg.data(), N, 1.0f);
+  EXPECT_EQ(Accountant::global().allocations(), allocated) << "a steady-state step allocated";
+  EXPECT_EQ(again.loss_sum, ls.loss_sum);
   std::vector<float> g(size_t(m.grads().flat().numel()));
   be.copy(g.data(), Tier::Host, m.grads().flat().data, be.tier(), g.size() * 4);
   EXPECT_EQ(m.kv().pages_in_use(), 0);
@@ -139,7 +154,7 @@ TEST_F(Offload, DroppingAWaitBreaksIt) {
   for (const char* wait : {"in", "write", "own"}) {
     SCOPED_TRACE(wait);
     KVCache::drop_wait_for_test(wait);
-    const StepResult broken = run(*sim, dir, ids, tg, c.N, plan_of(c, true));
+    const StepResult broken = run(*sim, dir, ids, tg, c.N, plan_of(c, true), false);
     KVCache::drop_wait_for_test(nullptr);
     EXPECT_FALSE(same_bits(ref, broken)) << "the test does not notice a missing '" << wait << "' wait";
   }

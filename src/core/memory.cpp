@@ -40,6 +40,7 @@ void Accountant::on_alloc(Tier tier, Tag tag, size_t bytes) {
              "{} memory: {} more for {} exceeds {} {} ({} in use: {})", tier_name(tier),
              format_bytes(int64_t(bytes)), tag_name(tag), cap_flag_[int(tier)], cap,
              format_bytes(total_[int(tier)].current), report_locked(tier));
+  ++allocations_;
   auto& c = c_[int(tier)][int(tag)];
   c.current += int64_t(bytes);
   if (c.current > c.peak) c.peak = c.current;
@@ -57,6 +58,11 @@ void Accountant::on_free(Tier tier, Tag tag, size_t bytes) {
 MemCounter Accountant::get(Tier tier, Tag tag) const {
   std::lock_guard<std::mutex> l(mu_);
   return c_[int(tier)][int(tag)];
+}
+
+int64_t Accountant::allocations() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return allocations_;
 }
 
 MemCounter Accountant::total(Tier tier) const {

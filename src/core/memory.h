@@ -32,6 +32,7 @@ class Accountant {
   void on_free(Tier tier, Tag tag, size_t bytes);
   MemCounter get(Tier tier, Tag tag) const;
   MemCounter total(Tier tier) const;  // all tags; peak is the peak of the sum
+  int64_t allocations() const;        // buffers allocated so far (a steady-state step adds none)
   void reset_peaks();                 // peak := current, for every counter
   // A capacity for a tier (0 = none): an allocation beyond it fails naming the tag and the flag.
   void set_capacity(Tier tier, int64_t bytes, std::string flag);
@@ -44,6 +45,7 @@ class Accountant {
   std::array<std::array<MemCounter, kNumTags>, kNumTiers> c_{};
   std::array<MemCounter, kNumTiers> total_{};
   std::array<int64_t, kNumTiers> cap_{};
+  int64_t allocations_ = 0;
   std::array<std::string, kNumTiers> cap_flag_{};
 };
 

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 namespace oomb {
 
@@ -34,6 +33,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
     att_lse_.push_back(saved_attn_.take(DType::F32, {C, cfg.heads}));
   }
   sums_t_ = Tensor(sums_.data(), DType::F64, {2}, be.tier());
+  for (int64_t l = 0; l < cfg.layers; ++l) bottom_up_.push_back(l), top_down_.push_back(cfg.layers - 1 - l);
 }
 
 Model::~Model() { be_.synchronize(); }
@@ -98,9 +98,7 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   const int64_t n = c.size(), L = cfg_.layers;
   const bool write = sweep != Sweep::Recompute;
   const int64_t attending = sweep == Sweep::ForwardKVOnlyLast ? L - 1 : L;
-  std::vector<int64_t> order(static_cast<size_t>(attending));
-  std::iota(order.begin(), order.end(), 0);
-  cache_.begin_pass(order, c.begin, false);
+  cache_.begin_pass(std::span<const int64_t>(bottom_up_).first(size_t(attending)), c.begin, false);
   LayerBuffers buf = layer_plan_.view(n);
   Tensor h0 = h_[0].rows(0, n);
   be_.embedding_fwd(inputs_.ids(n), params_.embed, h0);
@@ -179,8 +177,6 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
   OOMB_CHECK(st.targets > 0, "model: the sequence has no targets to train on");
   const float scale = weight / float(st.targets);
   Params& g = *grads_;
-  std::vector<int64_t> top_down(static_cast<size_t>(L));
-  std::iota(top_down.rbegin(), top_down.rend(), 0);
 
   // Backward sweep, chunks in reverse.
   for (int64_t t = T - 1; t >= 0; --t) {
@@ -194,7 +190,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     be_.lm_head_xent_acc(hnorm_.rows(0, n), params_.lm_head, inputs_.targets(n), scale, &dhn, &g.lm_head, sums_t_);
     be_.rmsnorm_bwd(h_.back().rows(0, n), params_.final_norm, rstd_final_.rows(0, n), dhn, dh, false, g.final_norm);
     const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
-    cache_.begin_pass(top_down, c.begin, true);
+    cache_.begin_pass(top_down_, c.begin, true);
     for (int64_t l = L - 1; l >= 0; --l) {
       const size_t li = size_t(l);
       const LayerCtx ctx = layer_ctx(l, c, true, true);

@@ -86,6 +86,7 @@ class Model {
   Tensor dh_, hnorm_, rstd_final_, sums_t_;
   std::vector<Tensor> h_;               // layers + 1 of (C, d)
   std::vector<Tensor> att_o_, att_lse_;  // layers of (C, H, D) and (C, H)
+  std::vector<int64_t> bottom_up_, top_down_;  // layer orders of the passes
 };
 
 }  // namespace oomb
