@@ -5,7 +5,8 @@
 #   bash scripts/gpu_session.sh [all|tests|bench|--quick] [bench/cuda_step.py's options...]
 #     tests    the CUDA tests, the Hugging Face fixtures (tools/golden_hf.py) and test_hf_golden
 #              on them, the attention lab at Qwen2.5-0.5B's and 7B's head shapes
-#     bench    bench/cuda_step.py with what is left of the time (options passed on, e.g.
+#     bench    offload's slowdown (bench/offload.py --device cuda), then bench/cuda_step.py with
+#              what is left of the time (options passed on, e.g.
 #              --models 1.5b,7b --lengths 8192,32768)
 #     all      tests, then bench (the default); --quick: tests only
 #
@@ -103,6 +104,9 @@ if [ "$phase" != bench ]; then
   step attention_lab_d128 90 "$W/bin/oomb_attention_lab" --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
 fi
 if [ "$phase" != tests ]; then
+  # offload's cost on the GPU: all pages on the device against --offload kv, C = 4K
+  step offload 150 python3 bench/offload.py --device cuda --preset qwen2.5-0.5b --oomb "$W/bin/oomb" \
+    --lens 32768,65536 --chunk 4096 --group 16 --steps 2 --out "$W/offload.jsonl"
   b=$(( $(left) - 20 ))
   step bench $((b + 15)) python3 bench/cuda_step.py --oomb "$W/bin/oomb" --budget "$b" --out "$W/bench-work" \
     --table "$OUT/bench.md" --jsonl "$OUT/bench.jsonl" "$@"

@@ -3,10 +3,10 @@
 #include <fstream>
 #include <random>
 
-#include "model/checkpoint.h"
+#include "hf/checkpoint.h"
 #include "model/init.h"
 #include "model/params.h"
-#include "model/safetensors.h"
+#include "hf/safetensors.h"
 
 namespace oomb::testing {
 

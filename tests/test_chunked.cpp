@@ -6,7 +6,7 @@
 #include <set>
 
 #include "backend/backend.h"
-#include "model/checkpoint.h"
+#include "hf/checkpoint.h"
 #include "train/model.h"
 #include "model_fixture.h"
 #include "test_util.h"

@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "backend/backend.h"
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "hf/config.h"
+#include "hf/safetensors.h"
 #include "data/token_store.h"
 #include "model_fixture.h"
 #include "text/tokenizer.h"

@@ -4,7 +4,8 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "model/config.h"
+#include "hf/config.h"
+#include "model/rope.h"
 #include "test_util.h"
 
 using namespace oomb;

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
-#include "model/checkpoint.h"
+#include "hf/checkpoint.h"
 #include "train/model.h"
 #include "model_fixture.h"
 #include "test_util.h"
@@ -109,4 +109,28 @@ TEST(CudaModel, AdamWStepsTrackTheCpu) {
     params.emplace_back(host.flat().f(), host.flat().f() + host.flat().numel());
   }
   EXPECT_LE(rel_error(params[1], params[0]), 1e-5);
+}
+
+// --offload kv on the GPU: pages in pinned host memory, streamed through the device on the copy
+// stream, give the bits of the resident run.
+TEST(CudaModel, OffloadIsBitwiseIdenticalToResidentPages) {
+  std::string why;
+  auto gpu = make_cuda_backend(&why);
+  if (!gpu) GTEST_SKIP() << why;
+  const auto dir = temp_dir();
+  write_tiny_model(dir, tiny_config_json("qwen2", 2), 61);
+  auto toks = write_tokens(dir / "t.bin", 131, 61, 62);
+  std::vector<int32_t> ids(toks.begin(), toks.end() - 1), tg(toks.begin() + 1, toks.end());
+  for (size_t i = 0; i < ids.size(); i += 17) ids[i] = 60;
+  for (int64_t group : {1, 2, 3})
+    for (ChunkPlan plan : {ChunkPlan{29, 16}, ChunkPlan{13, 8, DType::BF16}, ChunkPlan{29, 8, DType::F32, 60}}) {
+      SCOPED_TRACE(fmt::format("group={} C={} P={} doc_sep={}", group, plan.chunk, plan.page_size, plan.doc_sep));
+      const Step resident = step(*gpu, dir, ids, tg, plan);
+      plan.offload_kv = true;
+      plan.offload_group = group;
+      const Step offloaded = step(*gpu, dir, ids, tg, plan);
+      EXPECT_EQ(std::memcmp(&resident.loss, &offloaded.loss, sizeof(double)), 0);
+      EXPECT_EQ(std::memcmp(resident.grads.data(), offloaded.grads.data(), resident.grads.size() * 4), 0)
+          << "gradient rel. error " << rel_error(offloaded.grads, resident.grads);
+    }
 }

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "backend/backend.h"
-#include "model/checkpoint.h"
+#include "hf/checkpoint.h"
 #include "train/model.h"
 #include "model_fixture.h"
 #include "test_util.h"

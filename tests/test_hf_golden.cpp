@@ -8,9 +8,9 @@
 #include <cmath>
 
 #include "backend/backend.h"
-#include "model/checkpoint.h"
+#include "hf/checkpoint.h"
 #include "train/model.h"
-#include "model/safetensors.h"
+#include "hf/safetensors.h"
 #include "test_util.h"
 
 using namespace oomb;

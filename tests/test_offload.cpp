@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
-#include "model/checkpoint.h"
+#include "hf/checkpoint.h"
 #include "train/model.h"
 #include "model_fixture.h"
 #include "test_util.h"

@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "backend/backend.h"
-#include "model/checkpoint.h"
+#include "hf/checkpoint.h"
 #include "train/model.h"
-#include "model/safetensors.h"
+#include "hf/safetensors.h"
 #include "model_fixture.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-#include "model/safetensors.h"
+#include "hf/safetensors.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

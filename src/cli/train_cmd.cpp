@@ -15,7 +15,7 @@
 #include "data/eos.h"
 #include "data/open_data.h"
 #include "data/repeat_task.h"
-#include "model/checkpoint.h"
+#include "hf/checkpoint.h"
 #include "model/init.h"
 #include "train/trainer.h"
 

@@ -1,7 +1,7 @@
 #include "model/init.h"
 
-#include "model/checkpoint.h"
-#include "model/safetensors.h"
+#include "hf/checkpoint.h"
+#include "hf/safetensors.h"
 
 #include <algorithm>
 #include <functional>

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "hf/config.h"
 #include "model/params.h"
 
 namespace oomb {

@@ -6,7 +6,7 @@
 
 #include "backend/backend.h"
 #include "kv/kv_cache.h"
-#include "model/config.h"
+#include "hf/config.h"
 
 namespace oomb {
 

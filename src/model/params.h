@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "model/config.h"
+#include "hf/config.h"
 
 namespace oomb {
 

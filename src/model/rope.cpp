@@ -33,7 +33,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "model/config.h"
+#include "model/rope.h"
 
 namespace oomb {
 namespace {

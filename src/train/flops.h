@@ -8,7 +8,7 @@
 #pragma once
 #include <cstdint>
 
-#include "model/config.h"
+#include "hf/config.h"
 
 namespace oomb {
 

@@ -1,5 +1,7 @@
 #include "train/model.h"
 
+#include "model/rope.h"
+
 #include <cmath>
 #include <cstring>
 

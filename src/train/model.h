@@ -20,7 +20,7 @@
 #include "backend/backend.h"
 #include "kv/kv_cache.h"
 #include "model/chunk_inputs.h"
-#include "model/config.h"
+#include "hf/config.h"
 #include "model/layer.h"
 #include "model/memory_plan.h"
 #include "model/params.h"

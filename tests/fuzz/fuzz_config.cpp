@@ -1,4 +1,4 @@
-// fuzz-sources: model/config.cpp model/rope.cpp
+// fuzz-sources: hf/config.cpp model/rope.cpp
 // Feeds bytes to nlohmann::json::parse then parse_config: only oomb::Error may come out. Successful parses must
 // give finite inv_freq of head_dim/2 values and survive config_to_json -> parse_config unchanged.
 #include <cmath>
@@ -7,7 +7,8 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "model/config.h"
+#include "hf/config.h"
+#include "model/rope.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);

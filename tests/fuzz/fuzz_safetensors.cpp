@@ -1,4 +1,4 @@
-// fuzz-sources: core/dtype.cpp core/memory.cpp core/atomic_file.cpp model/safetensors.cpp
+// fuzz-sources: core/dtype.cpp core/memory.cpp core/atomic_file.cpp hf/safetensors.cpp
 // Fuzzes the safetensors header validator on whole-file bytes: it may throw oomb::Error only, and whatever it
 // accepts must tile the data section exactly with correctly sized tensors.
 #include <cstdint>
@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "model/safetensors.h"
+#include "hf/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -4,7 +4,7 @@
 #include <span>
 
 #include "core/atomic_file.h"
-#include "model/config.h"
+#include "hf/config.h"
 #include "model/params.h"
 
 namespace oomb {

@@ -53,7 +53,4 @@ ModelConfig load_config(const std::filesystem::path& dir_or_file);
 // A config.json for `c` (fields as transformers writes them), merged over c.raw.
 nlohmann::json config_to_json(const ModelConfig& c);
 
-// inv_freq (head_dim/2 values, fp32 as transformers keeps it) and the attention scaling of c.rope.
-std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling);
-
 }  // namespace oomb

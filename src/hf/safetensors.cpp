@@ -1,4 +1,4 @@
-#include "model/safetensors.h"
+#include "hf/safetensors.h"
 
 #include <fcntl.h>
 #include <fmt/ranges.h>

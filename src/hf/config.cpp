@@ -1,5 +1,5 @@
 // config.json <-> ModelConfig, with transformers' defaults and semantics for Llama, Qwen2 and Mistral.
-#include "model/config.h"
+#include "hf/config.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "model/checkpoint.h"
+#include "hf/checkpoint.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <set>
 
 #include "core/atomic_file.h"
-#include "model/safetensors.h"
+#include "hf/safetensors.h"
 
 namespace oomb {
 
