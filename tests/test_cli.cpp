@@ -128,6 +128,42 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
   }
 }
 
+// --offload kv's bad input: a backend without device memory, a group larger than a layer's
+// pages, a device too small for two groups; each named before any step.
+TEST(Cli, OffloadErrorsNameTheFlag) {
+  const auto dir = temp_dir();
+  const auto m = (dir / "m").string();
+  ASSERT_EQ(oomb_cmd(dir, "init --out " + m).code, 0);
+  write_tokens(dir / "t.bin", 600, 128, 1);
+  const std::string run = fmt::format("train --model {} --data {}/t.bin --seq-len 512 --chunk-size 96 "
+                                      "--page-size 32 --steps 1 ", m, dir.string());
+  struct Bad {
+    const char* flags;
+    const char* says;
+  };
+  for (const Bad& b : {
+           Bad{"--offload kv", "--offload kv: the cpu backend has no device memory to offload from"},
+           Bad{"--device sim --offload kv --offload-group 17", "--offload-group 17: larger than a layer's 16 pages"},
+           Bad{"--device sim --offload kv --offload-group 4 --device-memory 300000",
+               "--device-memory 300000: too small for --offload kv: two groups of 4 pages"},
+           Bad{"--device sim --device-memory 300000", "--device-memory 300000: the plan needs"},
+           Bad{"--device sim --offload disk", "--offload: 'disk' is not one of kv"},
+           Bad{"--device sim --offload-group 2", "--offload-group: only with --offload kv"},
+           Bad{"--device-memory 1000000", "--device-memory: only for --device sim"},
+       }) {
+    SCOPED_TRACE(b.flags);
+    const CmdResult r = oomb_cmd(dir, run + b.flags);
+    EXPECT_NE(r.code, 0);
+    EXPECT_THAT(r.out, HasSubstr(b.says));
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("step ")));
+  }
+  // the same refusals from the planner
+  CmdResult r = oomb_cmd(dir, fmt::format("plan --model {} --seq-len 512 --page-size 32 --offload kv --offload-group 17", m));
+  EXPECT_THAT(r.out, HasSubstr("--offload-group 17: larger than a layer's 16 pages"));
+  r = oomb_cmd(dir, fmt::format("plan --model {} --seq-len 512 --offload kv --device cpu", m));
+  EXPECT_THAT(r.out, HasSubstr("--offload kv: the cpu backend has no device memory"));
+}
+
 TEST(Cli, ErrorsNameTheFlagOrFile) {
   const auto dir = temp_dir();
   const auto m = (dir / "m").string();
