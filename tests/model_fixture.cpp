@@ -11,8 +11,10 @@
 namespace oomb::testing {
 
 nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads) {
-  const std::string cls = arch == "qwen2" ? "Qwen2ForCausalLM" : arch == "mistral" ? "MistralForCausalLM"
-                                                                                    : "LlamaForCausalLM";
+  const std::string cls = arch == "qwen2"     ? "Qwen2ForCausalLM"
+                          : arch == "qwen3"   ? "Qwen3ForCausalLM"
+                          : arch == "mistral" ? "MistralForCausalLM"
+                                              : "LlamaForCausalLM";
   nlohmann::json j = {{"architectures", {cls}},     {"model_type", arch},        {"hidden_size", 32},
           {"intermediate_size", 48},    {"num_hidden_layers", 2},    {"num_attention_heads", 4},
           {"num_key_value_heads", kv_heads}, {"head_dim", 8},        {"rms_norm_eps", 1e-6},

@@ -73,6 +73,25 @@ TEST(Chunked, EqualsFullSequenceOverTheGrid) {
                            cases, worst);
 }
 
+// Qwen3 (q/k norms, head_dim apart from hidden / heads) through the same chunked code.
+TEST(Chunked, Qwen3EqualsFullSequence) {
+  const auto dir = temp_dir();
+  write_tiny_model(dir, tiny_config_json("qwen3", 2), 41);
+  const auto toks = write_tokens(dir / "t.bin", 132, 61, 42);
+  double worst = 0;
+  for (int64_t N : {37, 97}) {
+    const ChunkRun full = run(dir, toks, N, {N, 16});
+    for (auto [C, P] : {std::pair<int64_t, int64_t>{13, 16}, {29, 7}, {N / 2, 64}}) {
+      SCOPED_TRACE(fmt::format("N={} C={} P={}", N, C, P));
+      const ChunkRun r = run(dir, toks, N, {C, P});
+      EXPECT_NEAR(r.loss, full.loss, 1e-6 * std::abs(full.loss));
+      worst = std::max(worst, rel_error(r.grads, full.grads));
+    }
+  }
+  EXPECT_LE(worst, 1e-5);
+  std::cout << fmt::format("[ chunked  ] qwen3: worst whole-gradient rel. error vs full sequence {:.2e}\n", worst);
+}
+
 TEST(Chunked, Bf16GradientPagesStayCloseAndTakeHalfTheBytes) {
   const auto dir = temp_dir();
   write_tiny_model(dir, tiny_config_json("qwen2", 2), 31);

@@ -1,10 +1,13 @@
 // config.json parsing, validation, round trip, and rope_inv_freq against double-precision re-derivations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "hf/config.h"
+#include "model/init.h"
+#include "model/params.h"
 #include "model/rope.h"
 #include "test_util.h"
 
@@ -106,6 +109,56 @@ TEST(Config, Qwen25) {
   EXPECT_EQ(c.rope.theta, 1e6);
 }
 
+// Qwen3-0.6B's config.json as published (head_dim 128 beside hidden 1024 / 16 heads).
+constexpr const char* kQwen3 = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+  "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+  "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+  "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
+  "use_sliding_window": false, "vocab_size": 151936
+})";
+
+TEST(Config, Qwen3) {
+  ModelConfig c = parse_config(json::parse(kQwen3), "qwen3.json");
+  EXPECT_EQ(c.arch, Arch::Qwen3);
+  EXPECT_EQ(c.model_type, "qwen3");
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_NE(c.head_dim * c.heads, c.hidden);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_FALSE(c.mlp_bias);
+  EXPECT_EQ(c.eos_token_id, 151645);
+  EXPECT_EQ(c.rope.theta, 1e6);
+  // q_norm and k_norm per layer, after o_proj, as transformers names them
+  const std::vector<ParamSpec> specs = param_layout(c);
+  EXPECT_EQ(std::count_if(specs.begin(), specs.end(), [](const ParamSpec& s) { return s.name.ends_with("q_norm.weight"); }),
+            28);
+  EXPECT_EQ(specs[6].name, "model.layers.0.self_attn.q_norm.weight");
+  EXPECT_EQ(specs[6].shape, std::vector<int64_t>{128});
+  EXPECT_EQ(param_count(c), 596049920);  // Qwen3-0.6B: 0.6B parameters, embeddings tied
+  // head_dim defaults to 128 in Qwen3Config, not to hidden / heads
+  json nohd = json::parse(kQwen3);
+  nohd.erase("head_dim");
+  EXPECT_EQ(parse_config(nohd, "q.json").head_dim, 128);
+  // attention_bias puts biases on q, k, v and o together
+  ModelConfig b = parse_config(with(json::parse(kQwen3), "attention_bias", true), "q.json");
+  EXPECT_TRUE(b.qkv_bias && b.o_bias && !b.mlp_bias);
+  // the preset has the same shape
+  const ModelConfig p = preset_config("qwen3-0.6b");
+  EXPECT_EQ(param_count(p), param_count(c));
+  EXPECT_EQ(p.head_dim, 128);
+  EXPECT_TRUE(p.qk_norm);
+  EXPECT_EQ(config_to_json(c)["attention_bias"], false);
+  expect_same(c, parse_config(config_to_json(c), "again.json"));
+  EXPECT_NE(oomb::testing::error_of([&] { parse_config(with(json::parse(kQwen3), "use_sliding_window", true), "s.json"); })
+                .find("sliding-window attention is not supported yet"),
+            std::string::npos);
+}
+
 TEST(Config, Llama3) {
   ModelConfig c = parse_config(json::parse(kLlama3), "llama.json");
   EXPECT_EQ(c.arch, Arch::Llama);
@@ -185,7 +238,7 @@ TEST(Config, Defaults) {
 TEST(ConfigErrors, Architecture) {
   expect_error(with(small(), "architectures", {"GPT2LMHeadModel"}),
                "unsupported architecture 'GPT2LMHeadModel' in field 'architectures[0]' (supported: "
-               "LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM)");
+               "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM)");
   json j = small();
   j.erase("architectures");
   expect_error(with(j, "model_type", "gpt2"), "unsupported model_type 'gpt2'");

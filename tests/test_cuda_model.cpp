@@ -48,7 +48,7 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
   auto cpu = make_cpu_backend();
   double worst = 0;
   int cases = 0;
-  for (std::string arch : {"llama", "qwen2"})
+  for (std::string arch : {"llama", "qwen2", "qwen3"})
     for (int64_t G : {int64_t(1), int64_t(2), int64_t(4)}) {
       const auto dir = temp_dir(fmt::format("_{}_{}", arch, G));
       write_tiny_model(dir, tiny_config_json(arch, G), 51 + uint64_t(G));

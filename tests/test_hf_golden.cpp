@@ -80,7 +80,7 @@ TEST_P(HfGolden, LossLogitsAndEveryGradient) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, HfGolden, ::testing::Values("llama", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Tiny, HfGolden, ::testing::Values("llama", "qwen2", "qwen3"));
 
 // Model::logits agrees with the fused loss: cross-entropy from the logits equals evaluate()'s.
 TEST(ModelLogits, AgreeWithTheFusedLoss) {

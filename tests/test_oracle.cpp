@@ -130,6 +130,16 @@ TEST_F(Oracle, HeadsTimesHeadDimIsNotHidden) {
   check_against_oracle({"qwen2_4x6_over_32_C5_P4", with(tiny_config_json("qwen2", 1), {{"head_dim", 6}}), 19, 5, 4});
 }
 
+// Qwen3: per-head q/k RMSNorm before RoPE, head_dim apart from hidden / heads, no qkv bias (and
+// attention_bias on q/k/v/o when asked), tied and untied, GQA, full-sequence and chunked.
+TEST_F(Oracle, Qwen3) {
+  const nlohmann::json base = tiny_config_json("qwen3", 2);
+  check_against_oracle({"qwen3_untied_kv2", base, 23});
+  check_against_oracle({"qwen3_tied_kv1", with(tiny_config_json("qwen3", 1), {{"tie_word_embeddings", true}}), 19});
+  check_against_oracle({"qwen3_4x16_over_32_bias", with(base, {{"head_dim", 16}, {"attention_bias", true}}), 21});
+  check_against_oracle({"chunked_qwen3_C7_P4", with(tiny_config_json("qwen3", 4), {{"head_dim", 6}}), 29, 7, 4});
+}
+
 TEST_F(Oracle, Mistral) { check_against_oracle({"mistral", tiny_config_json("mistral", 2), 17}); }
 
 TEST_F(Oracle, RopeTypes) {

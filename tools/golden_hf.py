@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hugging Face golden fixtures: tiny random-init Llama and Qwen2 models built with transformers'
+"""Hugging Face golden fixtures: tiny random-init Llama, Qwen2 and Qwen3 models built with transformers'
 own modelling code, saved in Hugging Face format with their loss, logits and every gradient, so
 that tests/test_hf_golden.cpp checks oomb against Hugging Face in every CI run (on the CPU).
 
@@ -51,6 +51,12 @@ MODELS = {
               dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=256,
                    rms_norm_eps=1e-6, tie_word_embeddings=True, **rope(1000000.0)), 1000000.0),
+    # Qwen3: per-head q/k RMSNorm before RoPE, head_dim 16 apart from hidden / heads (32 / 4), no biases
+    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
+              dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                   rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False,
+                   **rope(1000000.0)), 1000000.0),
 }
 N = 40
 

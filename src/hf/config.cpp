@@ -1,4 +1,4 @@
-// config.json <-> ModelConfig, with transformers' defaults and semantics for Llama, Qwen2 and Mistral.
+// config.json <-> ModelConfig, with transformers' defaults and semantics for Llama, Qwen2, Qwen3 and Mistral.
 #include "hf/config.h"
 
 #include <algorithm>
@@ -28,6 +28,7 @@ struct ArchInfo {
 };
 constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 1, 2},
                                {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", 32768, -1, -1},
+                               {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", 32768, -1, -1},
                                {Arch::Mistral, "MistralForCausalLM", "mistral", 4096 * 32, 1, 2}};
 
 std::string shown(const json& v, bool quote = true) {  // a short rendering of a value for messages
@@ -135,17 +136,17 @@ const ArchInfo& detect_arch(const Reader& r) {
     for (const auto& k : kArchs)
       if (name == k.architecture) by_arch = &k;
     OOMB_CHECK(by_arch, "config {}: unsupported architecture '{}' in field 'architectures[0]' (supported: "
-               "LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM)", r.src, shown(a->front(), false));
+               "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM)", r.src, shown(a->front(), false));
   }
   if (r.get("model_type")) {
     std::string t = r.str("model_type", "");
     for (const auto& k : kArchs)
       if (t == k.model_type) by_type = &k;
     OOMB_CHECK(by_type, "config {}: unsupported model_type '{}' in field 'model_type' (supported: llama, "
-               "qwen2, mistral)", r.src, shown(*r.get("model_type"), false));
+               "qwen2, qwen3, mistral)", r.src, shown(*r.get("model_type"), false));
   }
   OOMB_CHECK(by_arch || by_type, "config {}: missing field 'architectures' (or 'model_type'); supported: "
-             "LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM", r.src);
+             "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM", r.src);
   OOMB_CHECK(!by_arch || !by_type || by_arch == by_type,
              "config {}: architectures[0] '{}' does not match model_type '{}'", r.src, by_arch->architecture,
              by_type->model_type);
@@ -236,13 +237,14 @@ void set_arch(ModelConfig& c, Arch arch) {
       c.architecture = k.architecture;
     }
   c.qkv_bias = arch == Arch::Qwen2;
+  c.qk_norm = arch == Arch::Qwen3;
   c.o_bias = c.mlp_bias = false;
 }
 
 Arch arch_from_model_type(const std::string& model_type) {
   for (const auto& k : kArchs)
     if (model_type == k.model_type) return k.arch;
-  fail("unknown architecture '{}' (known: llama, qwen2, mistral)", model_type);
+  fail("unknown architecture '{}' (known: llama, qwen2, qwen3, mistral)", model_type);
 }
 
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
@@ -263,6 +265,8 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
              c.kv_heads);
   if (r.get("head_dim")) {
     c.head_dim = r.size("head_dim", kMaxHeadDim);
+  } else if (c.arch == Arch::Qwen3) {
+    c.head_dim = 128;  // Qwen3Config's default, whatever hidden_size / num_attention_heads is
   } else {
     OOMB_CHECK(c.hidden % c.heads == 0,
                "config {}: hidden_size ({}) must be divisible by num_attention_heads ({}) when head_dim is not "
@@ -285,8 +289,13 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   if (c.arch == Arch::Llama) {
     c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
     c.mlp_bias = r.boolean("mlp_bias", false);
-  } else if (c.arch == Arch::Qwen2) {
-    c.qkv_bias = true;  // Qwen2 always has q/k/v biases and none on o_proj or the MLP
+  } else if (c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3) {
+    if (c.arch == Arch::Qwen2) {
+      c.qkv_bias = true;  // Qwen2 always has q/k/v biases and none on o_proj or the MLP
+    } else {
+      c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);  // Qwen3: q/k/v/o together, no MLP bias
+      c.qk_norm = true;
+    }
     OOMB_CHECK(!r.boolean("use_sliding_window", false),
                "config {}: sliding-window attention is not supported yet (field 'use_sliding_window' is true)",
                source);
@@ -355,11 +364,13 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   const json* eos = c.raw.is_object() && c.raw.contains("eos_token_id") ? &c.raw["eos_token_id"] : nullptr;
   bool keep_list = eos && eos->is_array() && !eos->empty() && eos->front() == c.eos_token_id;
   if (!keep_list) j["eos_token_id"] = id(c.eos_token_id);
-  if (c.arch == Arch::Llama) {
-    OOMB_CHECK(c.qkv_bias == c.o_bias, "config_to_json: Llama's attention_bias covers q/k/v and o together "
-               "(qkv_bias {}, o_bias {})", c.qkv_bias, c.o_bias);
+  if (c.arch == Arch::Llama || c.arch == Arch::Qwen3) {
+    OOMB_CHECK(c.qkv_bias == c.o_bias, "config_to_json: {}'s attention_bias covers q/k/v and o together "
+               "(qkv_bias {}, o_bias {})", c.architecture, c.qkv_bias, c.o_bias);
+    OOMB_CHECK(c.arch == Arch::Llama || !c.mlp_bias, "config_to_json: Qwen3 has no MLP bias");
+    OOMB_CHECK(c.qk_norm == (c.arch == Arch::Qwen3), "config_to_json: q/k norms belong to Qwen3 only");
     j["attention_bias"] = c.qkv_bias;
-    j["mlp_bias"] = c.mlp_bias;
+    if (c.arch == Arch::Llama) j["mlp_bias"] = c.mlp_bias;
   } else {
     bool qkv = c.arch == Arch::Qwen2;
     OOMB_CHECK(c.qkv_bias == qkv && !c.o_bias && !c.mlp_bias,

@@ -1,4 +1,4 @@
-// Model configuration from a Hugging Face config.json (Llama, Qwen2, Mistral).
+// Model configuration from a Hugging Face config.json (Llama, Qwen2, Qwen3, Mistral).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -9,7 +9,7 @@
 
 namespace oomb {
 
-enum class Arch { Llama, Qwen2, Mistral };
+enum class Arch { Llama, Qwen2, Mistral, Qwen3 };
 
 struct RopeConfig {
   std::string type = "default";  // default | linear | llama3 | yarn
@@ -35,16 +35,17 @@ struct ModelConfig {
   bool qkv_bias = false;  // Qwen2: always; Llama: attention_bias
   bool o_bias = false;    // Llama: attention_bias
   bool mlp_bias = false;  // Llama: mlp_bias
+  bool qk_norm = false;   // Qwen3: RMSNorm of each head of q and k (over head_dim) before RoPE
   std::string torch_dtype = "float32";  // dtype the checkpoint declares
   int64_t bos_token_id = -1, eos_token_id = -1;
   RopeConfig rope;
   nlohmann::json raw;  // the file's own JSON, kept so saving writes back every field
 };
 
-// Sets arch, model_type, architecture and the architecture's fixed biases (Qwen2: q/k/v; others
-// none, Llama's attention_bias/mlp_bias cleared).
+// Sets arch, model_type, architecture and the architecture's fixed parts (Qwen2: q/k/v biases;
+// Qwen3: q/k norms; biases otherwise none, Llama's and Qwen3's attention_bias/mlp_bias cleared).
 void set_arch(ModelConfig& c, Arch arch);
-Arch arch_from_model_type(const std::string& model_type);  // llama | qwen2 | mistral; throws otherwise
+Arch arch_from_model_type(const std::string& model_type);  // llama | qwen2 | qwen3 | mistral; throws otherwise
 
 // Parses config.json content; `source` (a path) names the file in every error.
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source);

@@ -12,10 +12,11 @@ namespace oomb {
 namespace {
 
 ModelConfig make(Arch arch, int64_t d, int64_t I, int64_t L, int64_t H, int64_t G, int64_t V, bool tie,
-                 double theta, double eps, int64_t max_pos) {
+                 double theta, double eps, int64_t max_pos, int64_t head_dim = 0) {
   ModelConfig c;
   set_arch(c, arch);
-  c.hidden = d, c.intermediate = I, c.layers = L, c.heads = H, c.kv_heads = G, c.head_dim = d / H, c.vocab = V;
+  c.hidden = d, c.intermediate = I, c.layers = L, c.heads = H, c.kv_heads = G, c.vocab = V;
+  c.head_dim = head_dim > 0 ? head_dim : d / H;
   c.tie_word_embeddings = tie;
   c.rope.theta = theta;
   c.rms_norm_eps = eps;
@@ -35,6 +36,12 @@ const std::vector<Preset>& presets() {
       {"qwen2.5-0.5b", [] { return make(Arch::Qwen2, 896, 4864, 24, 14, 2, 151936, true, 1e6, 1e-6, 32768); }},
       {"qwen2.5-1.5b", [] { return make(Arch::Qwen2, 1536, 8960, 28, 12, 2, 151936, true, 1e6, 1e-6, 32768); }},
       {"qwen2.5-7b", [] { return make(Arch::Qwen2, 3584, 18944, 28, 28, 4, 152064, false, 1e6, 1e-6, 32768); }},
+      {"tiny-qwen3", [] { return make(Arch::Qwen3, 64, 128, 2, 4, 2, 128, true, 10000, 1e-6, 4096, 32); }},
+      // Qwen3 dense: head_dim 128 whatever hidden / heads is
+      {"qwen3-0.6b", [] { return make(Arch::Qwen3, 1024, 3072, 28, 16, 8, 151936, true, 1e6, 1e-6, 40960, 128); }},
+      {"qwen3-1.7b", [] { return make(Arch::Qwen3, 2048, 6144, 28, 16, 8, 151936, true, 1e6, 1e-6, 40960, 128); }},
+      {"qwen3-4b", [] { return make(Arch::Qwen3, 2560, 9728, 36, 32, 8, 151936, true, 1e6, 1e-6, 40960, 128); }},
+      {"qwen3-8b", [] { return make(Arch::Qwen3, 4096, 12288, 36, 32, 8, 151936, false, 1e6, 1e-6, 40960, 128); }},
       {"llama-3-8b", [] { return make(Arch::Llama, 4096, 14336, 32, 32, 8, 128256, false, 500000, 1e-5, 8192); }},
       {"llama-3.1-8b",
        [] {

@@ -8,6 +8,8 @@ namespace {
 const Tensor* opt(const Tensor& t) { return t.empty() ? nullptr : &t; }
 Tensor* opt(Tensor& t) { return t.empty() ? nullptr : &t; }
 Tensor flat2(const Tensor& t) { return t.reshaped({t.dim(0), t.numel() / t.dim(0)}); }
+Tensor heads2(const Tensor& t) { return t.reshaped({t.numel() / t.dim(-1), t.dim(-1)}); }  // (T*heads, D)
+Tensor flat1(const Tensor& t) { return t.reshaped({t.numel()}); }
 
 // The chunk's own K/V split into blocks of ctx.block tokens, after `before` (the last group of
 // earlier pages). The list is reused from call to call, so steady-state steps do not allocate.
@@ -58,9 +60,27 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier) {
   arena_ = Arena(tier, Tag::Activations, size_t(bytes(c, T)));
   auto f = [&](std::initializer_list<int64_t> s) { return arena_.take(DType::F32, s); };
   LayerBuffers& b = all_;
-  b.acts = {f({T, d}), f({T}), f({T, H, D}), f({T, H, D}), f({T, H}), f({T, d}), f({T, d}), f({T}),
-            f({T, I}), f({T, I}), f({T, I})};
-  b.g = {f({T, H, D}), f({T, H, D}), f({T, d}), f({T, d}), f({T, I}), f({T, I}), f({T, I})};
+  LayerActs& A = b.acts;
+  for (auto [t, shape] : {std::pair{&A.a, std::vector{T, d}}, {&A.rstd1, {T}}, {&A.q, {T, H, D}}, {&A.o, {T, H, D}},
+                          {&A.lse, {T, H}}, {&A.hmid, {T, d}}, {&A.b, {T, d}}, {&A.rstd2, {T}}, {&A.gate, {T, I}},
+                          {&A.up, {T, I}}, {&A.act, {T, I}}})
+    *t = shape.size() == 1 ? f({shape[0]}) : shape.size() == 2 ? f({shape[0], shape[1]}) : f({shape[0], shape[1], shape[2]});
+  LayerGradScratch& g = b.g;
+  g.dq = f({T, H, D});
+  g.dattn = f({T, H, D});
+  g.da = f({T, d});
+  g.db = f({T, d});
+  g.dgate = f({T, I});
+  g.dup = f({T, I});
+  g.dact = f({T, I});
+  if (c.qk_norm) {
+    A.q_raw = f({T, H, D});
+    A.k_raw = f({T, G, D});
+    A.rstd_q = f({T, H});
+    A.rstd_k = f({T, G});
+    g.dq_raw = f({T, H, D});
+    g.dk_raw = f({T, G, D});
+  }
   b.k = f({T, G, D});
   b.v = f({T, G, D});
   b.dk = f({T, G, D});
@@ -72,7 +92,8 @@ LayerBuffers LayerBuffers::first(int64_t T) const {
   LayerBuffers r = *this;
   for (Tensor* t : {&r.acts.a, &r.acts.rstd1, &r.acts.q, &r.acts.o, &r.acts.lse, &r.acts.hmid, &r.acts.b,
                     &r.acts.rstd2, &r.acts.gate, &r.acts.up, &r.acts.act, &r.g.dq, &r.g.dattn, &r.g.da, &r.g.db,
-                    &r.g.dgate, &r.g.dup, &r.g.dact, &r.k, &r.v, &r.dk, &r.dv, &r.run_sum})
+                    &r.g.dgate, &r.g.dup, &r.g.dact, &r.k, &r.v, &r.dk, &r.dv, &r.run_sum, &r.acts.q_raw,
+                    &r.acts.k_raw, &r.acts.rstd_q, &r.acts.rstd_k, &r.g.dq_raw, &r.g.dk_raw})
     *t = t->rows(0, T);
   return r;
 }
@@ -80,7 +101,8 @@ LayerBuffers LayerBuffers::first(int64_t T) const {
 int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T) {
   const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
   auto n = [](std::initializer_list<int64_t> s) { return int64_t(Arena::need(DType::F32, s)); };
-  return 5 * n({T, d}) + 2 * n({T}) + 4 * n({T, H, D}) + 2 * n({T, H}) + 6 * n({T, I}) + 4 * n({T, G, D});
+  const int64_t qk_norm = c.qk_norm ? 2 * n({T, H, D}) + 2 * n({T, G, D}) + n({T, H}) + n({T, G}) : 0;
+  return 5 * n({T, d}) + 2 * n({T}) + 4 * n({T, H, D}) + 2 * n({T, H}) + 6 * n({T, I}) + 4 * n({T, G, D}) + qk_norm;
 }
 
 void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan,
@@ -89,16 +111,26 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   LayerActs& A = plan.acts;
   const float eps = float(ctx.cfg.rms_norm_eps);
   be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
-  Tensor q2 = flat2(A.q), k2 = flat2(plan.k), v2 = flat2(plan.v);
+  const bool qk = !p.q_norm.empty();  // Qwen3: q, k = per-head rmsnorm(proj(a)) before RoPE
+  Tensor k2 = flat2(qk ? A.k_raw : plan.k), v2 = flat2(plan.v);
   be.linear_fwd(A.a, p.wk, opt(p.bk), k2);
   be.linear_fwd(A.a, p.wv, opt(p.bv), v2);
+  if (qk) {
+    Tensor kn = heads2(plan.k), rk = flat1(A.rstd_k);
+    be.rmsnorm_fwd(heads2(A.k_raw), p.k_norm, eps, kn, rk);
+  }
   be.rope_fwd(plan.k, ctx.pos, ctx.rope);
   if (ctx.kv_bf16) {  // the values bf16 pages will hold, for this chunk's own attention too
     be.round_bf16(plan.k);
     be.round_bf16(plan.v);
   }
   if (pass == LayerPass::KVOnly) return;
+  Tensor q2 = flat2(qk ? A.q_raw : A.q);
   be.linear_fwd(A.a, p.wq, opt(p.bq), q2);
+  if (qk) {
+    Tensor qn = heads2(A.q), rq = flat1(A.rstd_q);
+    be.rmsnorm_fwd(heads2(A.q_raw), p.q_norm, eps, qn, rq);
+  }
   be.rope_fwd(A.q, ctx.pos, ctx.rope);
   if (pass != LayerPass::SavedAttention)  // o (T, H, D), lse (T, H) over earlier pages + own K/V
     fold_groups(ctx, plan, false,
@@ -139,9 +171,17 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   });
   be.rope_bwd(S.dq, ctx.pos, ctx.rope);
   be.rope_bwd(plan.dk, ctx.pos, ctx.rope);
+  Tensor dq = S.dq, dk = plan.dk;  // gradients of the projections' outputs
+  if (!p.q_norm.empty()) {  // through Qwen3's per-head norms
+    const float eps = float(ctx.cfg.rms_norm_eps);
+    Tensor dqr = heads2(S.dq_raw), dkr = heads2(S.dk_raw);
+    be.rmsnorm_bwd(heads2(A.q_raw), p.q_norm, flat1(A.rstd_q), heads2(S.dq), dqr, false, g.q_norm);
+    be.rmsnorm_bwd(heads2(A.k_raw), p.k_norm, flat1(A.rstd_k), heads2(plan.dk), dkr, false, g.k_norm);
+    dq = S.dq_raw, dk = S.dk_raw;
+  }
   // q, k were rotated in place; the projections' backward needs only their input a
-  be.linear_bwd(A.a, p.wq, flat2(S.dq), &S.da, false, &g.wq, opt(g.bq));
-  be.linear_bwd(A.a, p.wk, flat2(plan.dk), &S.da, true, &g.wk, opt(g.bk));
+  be.linear_bwd(A.a, p.wq, flat2(dq), &S.da, false, &g.wq, opt(g.bq));
+  be.linear_bwd(A.a, p.wk, flat2(dk), &S.da, true, &g.wk, opt(g.bk));
   be.linear_bwd(A.a, p.wv, flat2(plan.dv), &S.da, true, &g.wv, opt(g.bv));
   be.rmsnorm_bwd(h_in, p.attn_norm, A.rstd1, S.da, dh, true, g.attn_norm);  // dh := dL/dh_in
 }

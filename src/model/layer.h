@@ -19,9 +19,12 @@ struct LayerActs {
   Tensor hmid;           // h + attention (T, d)
   Tensor b, rstd2;       // mlp-norm output (T, d), (T)
   Tensor gate, up, act;  // (T, I)
+  // Qwen3's q/k norms: q and k before their norm (T, H, D), (T, G, D) and the rows' rstd (T*H), (T*G)
+  Tensor q_raw, k_raw, rstd_q, rstd_k;
 };
 struct LayerGradScratch {
   Tensor dq, dattn;         // (T, H, D)
+  Tensor dq_raw, dk_raw;    // (T, H, D), (T, G, D): through Qwen3's q/k norms
   Tensor da, db;            // (T, d)
   Tensor dgate, dup, dact;  // (T, I)
 };

@@ -29,6 +29,10 @@ std::vector<ParamSpec> param_layout(const ModelConfig& c) {
     if (c.qkv_bias) add(p + "self_attn.v_proj.bias", {kd});
     add(p + "self_attn.o_proj.weight", {d, qd});
     if (c.o_bias) add(p + "self_attn.o_proj.bias", {d});
+    if (c.qk_norm) {  // Qwen3: per-head RMSNorm weights of q and k
+      add(p + "self_attn.q_norm.weight", {c.head_dim});
+      add(p + "self_attn.k_norm.weight", {c.head_dim});
+    }
     add(p + "post_attention_layernorm.weight", {d});
     add(p + "mlp.gate_proj.weight", {I, d});
     if (c.mlp_bias) add(p + "mlp.gate_proj.bias", {I});
@@ -73,6 +77,10 @@ Params::Params(const ModelConfig& c, Tier tier, Tag tag) : cfg_(c), specs_(param
       L.bv = get(p + "self_attn.v_proj.bias");
     }
     if (c.o_bias) L.bo = get(p + "self_attn.o_proj.bias");
+    if (c.qk_norm) {
+      L.q_norm = get(p + "self_attn.q_norm.weight");
+      L.k_norm = get(p + "self_attn.k_norm.weight");
+    }
     if (c.mlp_bias) {
       L.bgate = get(p + "mlp.gate_proj.bias");
       L.bup = get(p + "mlp.up_proj.bias");

@@ -21,6 +21,7 @@ int64_t param_count(const ModelConfig& c);
 
 struct LayerParams {
   Tensor attn_norm, wq, bq, wk, bk, wv, bv, wo, bo;
+  Tensor q_norm, k_norm;  // Qwen3: (D) each; empty otherwise
   Tensor mlp_norm, wgate, bgate, wup, bup, wdown, bdown;
 };
 

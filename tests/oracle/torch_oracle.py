@@ -252,8 +252,9 @@ def _bool(cfg_path, d, key, default):
     return v
 
 
-_FAMILIES = {"llama": "llama", "qwen2": "qwen2", "mistral": "mistral"}
-_ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}
+_FAMILIES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral"}
+_ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
+         "MistralForCausalLM": "mistral"}
 
 
 def load_config(model_dir):
@@ -278,7 +279,7 @@ def load_config(model_dir):
                 fam = _ARCH[a]
                 break
     if fam is None:
-        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, mistral")
+        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral")
     c.family = fam
 
     c.hidden = _num(path, d, "hidden_size")
@@ -289,7 +290,9 @@ def load_config(model_dir):
     c.vocab = _num(path, d, "vocab_size")
     c.eps = _num(path, d, "rms_norm_eps", kind=float, default=1e-6)
     hd = d.get("head_dim", None)
-    if hd is None:
+    if hd is None and fam == "qwen3":
+        c.head_dim = 128  # Qwen3Config's default
+    elif hd is None:
         if c.hidden % c.n_heads:
             fail(f"{path}: 'head_dim' absent and hidden_size {c.hidden} not divisible by "
                  f"num_attention_heads {c.n_heads}")
@@ -313,6 +316,9 @@ def load_config(model_dir):
         c.mlp_bias = _bool(path, d, "mlp_bias", False)
     elif fam == "qwen2":
         c.attn_bias, c.o_bias, c.mlp_bias = True, False, False
+    elif fam == "qwen3":  # Qwen3Attention: attention_bias on q/k/v/o; no MLP bias
+        c.attn_bias = _bool(path, d, "attention_bias", False)
+        c.o_bias, c.mlp_bias = c.attn_bias, False
     else:
         c.attn_bias, c.o_bias, c.mlp_bias = False, False, False
 
@@ -325,7 +331,7 @@ def load_config(model_dir):
     if fam == "mistral" and sw is not None:
         sw = _num(path, d, "sliding_window")
         c.windows = [sw] * c.n_layers
-    elif fam == "qwen2" and _bool(path, d, "use_sliding_window", False) and sw is not None:
+    elif fam in ("qwen2", "qwen3") and _bool(path, d, "use_sliding_window", False) and sw is not None:
         sw = _num(path, d, "sliding_window")
         if isinstance(layer_types, list) and len(layer_types) == c.n_layers:
             c.windows = [sw if t == "sliding_attention" else None for t in layer_types]
@@ -525,6 +531,9 @@ def param_specs(c):
         specs.append((pre + "self_attn.o_proj.weight", (H, qd)))
         if c.o_bias:
             specs.append((pre + "self_attn.o_proj.bias", (H,)))
+        if c.family == "qwen3":  # Qwen3RMSNorm(head_dim) of every q and k head
+            specs.append((pre + "self_attn.q_norm.weight", (hd,)))
+            specs.append((pre + "self_attn.k_norm.weight", (hd,)))
         specs.append((pre + "post_attention_layernorm.weight", (H,)))
         for nm, shp, bshp in (("gate_proj", (I, H), (I,)), ("up_proj", (I, H), (I,)),
                               ("down_proj", (H, I), (H,))):
@@ -597,8 +606,13 @@ def forward_loss(c, P, inputs, targets, positions, segments):
         q = linear(h, g("self_attn.q_proj.weight"), g("self_attn.q_proj.bias"))
         k = linear(h, g("self_attn.k_proj.weight"), g("self_attn.k_proj.bias"))
         v = linear(h, g("self_attn.v_proj.weight"), g("self_attn.v_proj.bias"))
-        q = q.view(N, nh, hd).transpose(0, 1)   # [nh, N, hd]
-        k = k.view(N, nkv, hd).transpose(0, 1)  # [nkv, N, hd]
+        q = q.view(N, nh, hd)
+        k = k.view(N, nkv, hd)
+        if c.family == "qwen3":  # q_norm / k_norm over head_dim, before RoPE
+            q = rms_norm(q, g("self_attn.q_norm.weight"), c.eps)
+            k = rms_norm(k, g("self_attn.k_norm.weight"), c.eps)
+        q = q.transpose(0, 1)  # [nh, N, hd]
+        k = k.transpose(0, 1)  # [nkv, N, hd]
         v = v.view(N, nkv, hd).transpose(0, 1)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
