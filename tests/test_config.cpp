@@ -154,9 +154,12 @@ TEST(Config, Qwen3) {
   EXPECT_TRUE(p.qk_norm);
   EXPECT_EQ(config_to_json(c)["attention_bias"], false);
   expect_same(c, parse_config(config_to_json(c), "again.json"));
-  EXPECT_NE(oomb::testing::error_of([&] { parse_config(with(json::parse(kQwen3), "use_sliding_window", true), "s.json"); })
-                .find("sliding-window attention is not supported yet"),
-            std::string::npos);
+  // use_sliding_window: the layers from max_window_layers (default 28) on
+  json sw = with(with(json::parse(kQwen3), "use_sliding_window", true), "sliding_window", 4096);
+  const ModelConfig w = parse_config(with(sw, "max_window_layers", 20), "s.json");
+  EXPECT_EQ(w.layer_window[19], 0);
+  EXPECT_EQ(w.layer_window[20], 4096);
+  EXPECT_EQ(w.layer_window[27], 4096);
 }
 
 TEST(Config, Llama3) {
@@ -279,15 +282,30 @@ TEST(ConfigErrors, Sizes) {
   expect_error(with(small(), "rope_theta", INFINITY), "field 'rope_theta' must be finite");
 }
 
+// Sliding windows as transformers sets them, per layer; a window of 0 or a sliding layer without a
+// window is an error naming the field.
 TEST(ConfigErrors, SlidingWindowAndPartialRotary) {
   json m = json::parse(kMistral);
-  expect_error(with(m, "sliding_window", 4096), "sliding-window attention is not supported yet");
-  m.erase("sliding_window");
-  expect_error(m, "sliding-window attention is not supported yet");
-  expect_error(with(json::parse(kQwen25), "use_sliding_window", true),
-               "sliding-window attention is not supported yet");
+  EXPECT_EQ(parse_config(with(m, "sliding_window", 4096), "m").layer_window, std::vector<int64_t>(32, 4096));
+  m.erase("sliding_window");  // MistralConfig's default
+  EXPECT_EQ(parse_config(m, "m").layer_window, std::vector<int64_t>(32, 4096));
+  EXPECT_EQ(parse_config(with(m, "sliding_window", nullptr), "m").layer_window, std::vector<int64_t>(32, 0));
+  expect_error(with(m, "sliding_window", 0), "field 'sliding_window' = 0: a window of 0 keys");
+  json q = with(json::parse(kQwen25), "use_sliding_window", true);  // sliding_window 32768 from layer 21
+  q["max_window_layers"] = 21;
+  const ModelConfig qc = parse_config(q, "q");
+  EXPECT_EQ(qc.layer_window[20], 0);
+  EXPECT_EQ(qc.layer_window[21], 32768);
+  EXPECT_EQ(parse_config(json::parse(kQwen25), "q").layer_window, std::vector<int64_t>(24, 0));  // not used
+  json lt = with(with(small(), "model_type", "qwen2"), "architectures", {"Qwen2ForCausalLM"});
+  lt = with(with(lt, "use_sliding_window", true), "sliding_window", 7);
+  EXPECT_EQ(parse_config(with(lt, "layer_types", {"sliding_attention", "full_attention"}), "s").layer_window,
+            (std::vector<int64_t>{7, 0}));
+  expect_error(with(lt, "layer_types", {"sliding_attention"}), "field 'layer_types'");
   expect_error(with(small(), "layer_types", {"full_attention", "sliding_attention"}),
-               "sliding-window attention is not supported yet");
+               "layer_types asks for sliding_attention, but no sliding window is set (Llama has none)");
+  expect_error(with(lt, "layer_types", {"chunked_attention", "full_attention"}),
+               "layer_types entry \"chunked_attention\" is not supported");
   EXPECT_NO_THROW(parse_config(with(small(), "layer_types", {"full_attention", "full_attention"}), "s"));
   expect_error(with(small(), "partial_rotary_factor", 0.5), "field 'partial_rotary_factor' = 0.5 is not supported");
   EXPECT_NO_THROW(parse_config(with(small(), "partial_rotary_factor", 1.0), "s"));
@@ -405,7 +423,7 @@ TEST(Config, LoadConfig) {
   oomb::testing::write_bytes(dir / "big.json", "{\"hidden_size\": 1e400}");
   EXPECT_THROW(load_config(dir / "big.json"), Error);
   oomb::testing::write_bytes(dir / "mistral_sw.json", with(json::parse(kMistral), "sliding_window", 4096).dump());
-  EXPECT_THROW(load_config(dir / "mistral_sw.json"), Error);
+  EXPECT_EQ(load_config(dir / "mistral_sw.json").layer_window, std::vector<int64_t>(32, 4096));
 }
 
 // ---- rope_inv_freq against straightforward double-precision re-derivations ----

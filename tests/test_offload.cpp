@@ -103,15 +103,16 @@ class Offload : public ::testing::Test {
   void TearDown() override { KVCache::drop_wait_for_test(nullptr); }
 
   // resident on the simulated device against offloaded, same backend kind
-  void expect_bitwise(const Case& c, int64_t delay_us) {
+  void expect_bitwise(const Case& c, int64_t delay_us, const std::filesystem::path* model = nullptr) {
+    const std::filesystem::path& dir = model ? *model : *dir_;
     SCOPED_TRACE(name(c) + fmt::format(" delay {} us", delay_us));
     const auto t = tokens(c.N + 1, uint64_t(c.N * 31 + c.C));
     const std::vector<int32_t> ids(t.begin(), t.end() - 1), tg(t.begin() + 1, t.end());
     auto cpu = make_cpu_backend();
-    const StepResult ref = run(*cpu, *dir_, ids, tg, c.N, plan_of(c, false));
+    const StepResult ref = run(*cpu, dir, ids, tg, c.N, plan_of(c, false));
     auto sim = make_sim_backend(0, delay_us);
-    const StepResult resident = run(*sim, *dir_, ids, tg, c.N, plan_of(c, false));
-    const StepResult offloaded = run(*sim, *dir_, ids, tg, c.N, plan_of(c, true));
+    const StepResult resident = run(*sim, dir, ids, tg, c.N, plan_of(c, false));
+    const StepResult offloaded = run(*sim, dir, ids, tg, c.N, plan_of(c, true));
     EXPECT_TRUE(same_bits(ref, resident)) << "the simulated device differs from the CPU";
     EXPECT_TRUE(same_bits(ref, offloaded)) << "offload changed the result: loss " << offloaded.loss << " vs "
                                            << ref.loss << ", gradient rel. error "
@@ -129,6 +130,17 @@ TEST_F(Offload, BitwiseIdenticalToResidentPages) {
       {97, 13, 16, 2, F, F, true},   {131, 29, 7, 3, B, B, true},   {64, 16, 16, 4, F, F, false},
   };
   for (const Case& c : cases) expect_bitwise(c, 0);
+}
+
+// Sliding windows: only the pages a chunk's window reaches stream through the device.
+TEST_F(Offload, SlidingWindowBitwiseIdentical) {
+  const auto dir = temp_dir();
+  nlohmann::json j = tiny_config_json("mistral", 2);
+  j["sliding_window"] = 21;
+  write_tiny_model(dir, j, 8);
+  const DType F = DType::F32;
+  for (const Case& c : {Case{97, 13, 4, 2, F, F, false}, Case{131, 32, 16, 1, F, F, true}}) expect_bitwise(c, 0, &dir);
+  expect_bitwise(Case{97, 13, 4, 3, F, F, false}, 300, &dir);
 }
 
 TEST_F(Offload, BitwiseIdenticalWithACopyDelay) {

@@ -140,6 +140,25 @@ TEST_F(Oracle, Qwen3) {
   check_against_oracle({"chunked_qwen3_C7_P4", with(tiny_config_json("qwen3", 4), {{"head_dim", 6}}), 29, 7, 4});
 }
 
+// Sliding windows (a query sees the keys less than the window behind it), full-sequence and
+// chunked with the window smaller than, equal to and larger than the chunk; Qwen2 from
+// max_window_layers on, Qwen3 by layer_types.
+TEST_F(Oracle, SlidingWindows) {
+  const nlohmann::json m = tiny_config_json("mistral", 2);
+  check_against_oracle({"mistral_window5", with(m, {{"sliding_window", 5}}), 23});
+  check_against_oracle({"mistral_window5_C9_P4", with(m, {{"sliding_window", 5}}), 31, 9, 4});
+  check_against_oracle({"mistral_window9_C9_P4", with(m, {{"sliding_window", 9}}), 31, 9, 4});
+  check_against_oracle({"mistral_window17_C6_P4", with(m, {{"sliding_window", 17}}), 41, 6, 4});
+  check_against_oracle({"qwen2_window6_from_layer1_C7_P4",
+                        with(tiny_config_json("qwen2", 2),
+                             {{"use_sliding_window", true}, {"sliding_window", 6}, {"max_window_layers", 1}}),
+                        29, 7, 4});
+  check_against_oracle({"qwen3_window4_layer0_C5_P2",
+                        with(tiny_config_json("qwen3", 1), {{"use_sliding_window", true}, {"sliding_window", 4},
+                                                            {"layer_types", {"sliding_attention", "full_attention"}}}),
+                        27, 5, 2});
+}
+
 TEST_F(Oracle, Mistral) { check_against_oracle({"mistral", tiny_config_json("mistral", 2), 17}); }
 
 TEST_F(Oracle, RopeTypes) {

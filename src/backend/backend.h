@@ -23,6 +23,7 @@ struct AttnArgs {
   float scale = 1.0f;              // softmax scale, usually 1/sqrt(D)
   int64_t q_idx0 = 0;              // sequence index of the first query (causal: key idx <= query idx)
   const int32_t* q_doc = nullptr;  // optional per-query document ids (T); keys of other documents masked
+  int64_t window = 0;              // sliding window: > 0 masks keys window or more positions behind the query
   // Folding the blocks in over several calls (groups of pages streaming through the device): the
   // first call starts the state, the last one finishes it; the calls together give the bits of
   // one call over all their blocks in the same order. Forward between calls: o holds the

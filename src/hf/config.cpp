@@ -247,6 +247,42 @@ Arch arch_from_model_type(const std::string& model_type) {
   fail("unknown architecture '{}' (known: llama, qwen2, qwen3, mistral)", model_type);
 }
 
+// The layers' sliding windows, as transformers sets them (ModelConfig::layer_window).
+void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
+  c.layer_window.assign(size_t(c.layers), 0);
+  int64_t w = 0;
+  auto window = [&] {
+    const json& v = j["sliding_window"];
+    OOMB_CHECK(!v.is_number() || v.get<double>() > 0, "config {}: field 'sliding_window' = {}: a window of 0 keys "
+               "would let no query see any key", r.src, shown(v));
+    return r.size("sliding_window", kMaxPositions);
+  };
+  if (c.arch == Arch::Mistral) {
+    // MistralConfig defaults sliding_window to 4096; only an explicit null means full attention
+    w = !j.contains("sliding_window") ? 4096 : j["sliding_window"].is_null() ? 0 : window();
+  } else if ((c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3) && r.boolean("use_sliding_window", false) &&
+             j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+    w = window();
+  }
+  const json* lt = r.get("layer_types");
+  if (lt) {
+    if (!lt->is_array() || int64_t(lt->size()) != c.layers)
+      r.bad("layer_types", fmt::format("a list of {} entries", c.layers).c_str(), *lt);
+    for (const auto& e : *lt)
+      OOMB_CHECK(e == "full_attention" || e == "sliding_attention", "config {}: layer_types entry {} is not "
+                 "supported (full_attention or sliding_attention)", r.src, shown(e));
+  }
+  if (w == 0) {
+    for (const auto& e : lt ? *lt : json::array())
+      OOMB_CHECK(e == "full_attention", "config {}: layer_types asks for sliding_attention, but no sliding window "
+                 "is set{}", r.src, c.arch == Arch::Llama ? " (Llama has none)" : " (sliding_window with use_sliding_window)");
+    return;
+  }
+  const int64_t first = c.arch == Arch::Mistral ? 0 : r.size("max_window_layers", kMaxLayers, 28);
+  for (int64_t l = 0; l < c.layers; ++l)
+    c.layer_window[size_t(l)] = lt ? ((*lt)[size_t(l)] == "sliding_attention" ? w : 0) : l >= first ? w : 0;
+}
+
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   OOMB_CHECK(j.is_object(), "config {}: the top level must be a JSON object, got {}", source, j.type_name());
   Reader r{j, source, ""};
@@ -296,23 +332,8 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
       c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);  // Qwen3: q/k/v/o together, no MLP bias
       c.qk_norm = true;
     }
-    OOMB_CHECK(!r.boolean("use_sliding_window", false),
-               "config {}: sliding-window attention is not supported yet (field 'use_sliding_window' is true)",
-               source);
-  } else {
-    // MistralConfig defaults sliding_window to 4096, so only an explicit null means full attention
-    OOMB_CHECK(j.contains("sliding_window") && j["sliding_window"].is_null(),
-               "config {}: sliding-window attention is not supported yet ({}; only null is supported)", source,
-               j.contains("sliding_window") ? "field 'sliding_window' = " + shown(j["sliding_window"])
-                                            : std::string("field 'sliding_window' is absent: MistralConfig "
-                                                          "defaults it to 4096"));
   }
-  if (const json* lt = r.get("layer_types")) {
-    if (!lt->is_array()) r.bad("layer_types", "a list", *lt);
-    for (const auto& e : *lt)
-      OOMB_CHECK(e == "full_attention", "config {}: layer_types entry {} is not supported (sliding-window "
-                 "attention is not supported yet; only full_attention)", source, shown(e));
-  }
+  parse_windows(r, j, c);
   check_partial_rotary(r);
   c.rope = parse_rope(r, c.max_position_embeddings);
   c.raw = j;
@@ -375,7 +396,10 @@ nlohmann::json config_to_json(const ModelConfig& c) {
     bool qkv = c.arch == Arch::Qwen2;
     OOMB_CHECK(c.qkv_bias == qkv && !c.o_bias && !c.mlp_bias,
                "config_to_json: {} requires qkv_bias={}, o_bias=false, mlp_bias=false", c.architecture, qkv);
-    if (c.arch == Arch::Mistral) j["sliding_window"] = nullptr;
+    if (c.arch == Arch::Mistral) {
+      const int64_t w = c.layer_window.empty() ? 0 : c.layer_window.front();
+      j["sliding_window"] = w > 0 ? json(w) : json(nullptr);
+    }
   }
   // RoPE in the classic form (rope_theta + rope_scaling), read by transformers 4.x and 5. Keys of the raw
   // dicts that are not RoPE parameters survive; stale parameters of another rope_type do not.

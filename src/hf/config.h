@@ -36,6 +36,11 @@ struct ModelConfig {
   bool o_bias = false;    // Llama: attention_bias
   bool mlp_bias = false;  // Llama: mlp_bias
   bool qk_norm = false;   // Qwen3: RMSNorm of each head of q and k (over head_dim) before RoPE
+  // Sliding-window attention per layer: 0 = full attention, else a query sees the keys less than
+  // this many positions behind it (transformers: kv_idx > q_idx - sliding_window). Mistral's
+  // sliding_window on every layer; Qwen2/Qwen3's when use_sliding_window, on the layers from
+  // max_window_layers on (or as layer_types says).
+  std::vector<int64_t> layer_window;
   std::string torch_dtype = "float32";  // dtype the checkpoint declares
   int64_t bos_token_id = -1, eos_token_id = -1;
   RopeConfig rope;

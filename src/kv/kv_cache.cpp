@@ -30,6 +30,43 @@ void for_rows(int64_t P, int64_t t0, int64_t n, Fn fn) {
 
 void KVCache::drop_wait_for_test(const char* which) { g_dropped_wait = which ? which : ""; }
 
+int64_t KVCacheOptions::first_page(int64_t layer, int64_t begin) const {
+  const int64_t w = window(layer);
+  return w > 0 ? std::max<int64_t>(0, begin - w + 1) / kv.page_size : 0;
+}
+
+// Per layer, the most gradient pages alive at once. When the backward sweep (chunks from the last)
+// reaches chunk t, the pages its queries read, [first_page_t, ceil(begin_t / P)), hold gradients,
+// and so do the pages chunk t + 1 read that are not freed yet (those of chunk t's own tokens,
+// which start its dK/dV): the union of the two ranges. Full attention: every page before the last
+// chunk, pages(N - C).
+int64_t KVCache::grad_pages(const KVCacheOptions& o, int64_t N, int64_t C) {
+  const int64_t P = o.grad.page_size, T = (N + C - 1) / C, full = o.grad.pages_for(N - std::min(C, N));
+  int64_t total = 0;
+  for (int64_t l = 0; l < o.grad.layers; ++l) {
+    if (o.window(l) <= 0) {
+      total += full;
+      continue;
+    }
+    auto range = [&](int64_t t) {  // pages read by chunk t: [lo, hi)
+      const int64_t begin = std::max<int64_t>(0, N - (T - t) * C);
+      return std::pair<int64_t, int64_t>{o.first_page(l, begin), (begin + P - 1) / P};
+    };
+    int64_t most = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const auto [lo, hi] = range(t);
+      int64_t alive = std::max<int64_t>(0, hi - lo);
+      if (t + 1 < T) {
+        const auto [lo1, hi1] = range(t + 1);
+        alive += std::max<int64_t>(0, hi1 - std::max(lo1, hi));
+      }
+      most = std::max(most, alive);
+    }
+    total += most;
+  }
+  return total;
+}
+
 // ---- resident: every page in the backend's memory, one group of every earlier page ----
 class KVCache::Resident final : public PrefixBlocks {
  public:
@@ -37,7 +74,7 @@ class KVCache::Resident final : public PrefixBlocks {
   void set(int64_t l, int64_t end, bool grads) {
     const int64_t P = c_.o_.kv.page_size;
     blocks_.clear();
-    for (int64_t p = 0; p * P < end; ++p) {
+    for (int64_t p = c_.o_.first_page(l, end); p * P < end; ++p) {
       const int64_t rows = std::min(P, end - p * P);
       KVBlock b;
       b.k = c_.kv_.k(l, p, 0, rows);
@@ -96,18 +133,20 @@ class KVCache::Streamed final : public PrefixBlocks {
     issued_ = cursor_ = 0;
     const int64_t np = pages_for(end, c_.o_.kv.page_size);
     for (int64_t l : layers)
-      for (int64_t p0 = 0; p0 < np; p0 += group_) items_.push_back({l, p0, std::min(np, p0 + group_), end, grads});
+      for (int64_t p0 = c_.o_.first_page(l, end); p0 < np; p0 += group_)
+        items_.push_back({l, p0, std::min(np, p0 + group_), end, grads});
   }
 
   PrefixBlocks& view(int64_t l, int64_t end, bool grads) {
     const bool next_is_ours = cursor_ < items_.size() && items_[cursor_].layer == l &&
                               items_[cursor_].end == end && items_[cursor_].grads == grads;
-    if (!next_is_ours && end > 0) {  // not announced: a pass of this one layer
+    if (!next_is_ours && end > c_.o_.first_page(l, end) * c_.o_.kv.page_size) {  // not announced: this layer alone
       const int64_t one[] = {l};
       begin_pass(one, end, grads);
     }
     first_ = cursor_;
-    count_ = end > 0 ? int64_t(pages_for(end, c_.o_.kv.page_size) + group_ - 1) / group_ : 0;
+    const int64_t pages = end > 0 ? pages_for(end, c_.o_.kv.page_size) - c_.o_.first_page(l, end) : 0;
+    count_ = (pages + group_ - 1) / group_;
     cursor_ += size_t(count_);
     return *this;
   }
@@ -305,8 +344,9 @@ KVCache::Bytes KVCache::plan(const KVCacheOptions& o, int64_t N, int64_t C, bool
   Bytes b;
   const int64_t L = o.kv.layers;
   b.home_kv = L * o.kv.pages_for(N) * o.kv.page_bytes();
-  // the last chunk is full, so N - C tokens precede it: their pages of every layer hold gradients
-  b.home_kv_grad = with_grads ? L * o.grad.pages_for(N - C) * o.grad.page_bytes() : 0;
+  // full attention: the last chunk is full, so N - C tokens precede it, and their pages of every
+  // layer hold gradients; a sliding window needs only the pages its chunks' windows reach
+  b.home_kv_grad = with_grads ? grad_pages(o, N, C) * o.grad.page_bytes() : 0;
   if (o.offload) {
     const Bytes d = Streamed::device_bytes(o, group_for(o, N));
     b.device_kv = d.device_kv;
@@ -323,7 +363,7 @@ void KVCache::begin_sequence(int64_t N, int64_t last_chunk, bool with_grads) {
   clear();
   const int64_t L = o_.kv.layers;
   kv_.reserve(L * o_.kv.pages_for(N));
-  if (with_grads) grad_.reserve(L * o_.grad.pages_for(N - last_chunk));
+  if (with_grads) grad_.reserve(grad_pages(o_, N, last_chunk));
   if (o_.docs) docs_.reserve(o_.kv.pages_for(N));
   if (streamed_) streamed_->size_for(group_for(o_, N));
 }

@@ -28,6 +28,11 @@ struct KVCacheOptions {
   bool offload = false;   // --offload kv
   int64_t group = 0;      // pages per group streamed through the device (offload)
   int64_t chunk = 0;      // C: tokens of the largest chunk written at once
+  std::vector<int64_t> windows;  // per layer: a sliding window (0 or absent: full attention)
+  int64_t window(int64_t layer) const { return size_t(layer) < windows.size() ? windows[size_t(layer)] : 0; }
+  // The first page a chunk starting at token `begin` reads in `layer`: pages wholly behind every
+  // query's window are neither read nor given gradient pages.
+  int64_t first_page(int64_t layer, int64_t begin) const;
 };
 
 // The earlier tokens' blocks of one layer, visited in groups: acquire(i) makes group i resident
@@ -69,6 +74,8 @@ class KVCache {
   const PagedKV& kv() const { return kv_; }
   const PagedKV& kv_grad() const { return grad_; }
 
+  // Gradient pages a sequence of N tokens in chunks of C needs at once (layers together).
+  static int64_t grad_pages(const KVCacheOptions& o, int64_t N, int64_t C);
   // Bytes by (tier, tag) the cache holds for a sequence of N tokens whose last chunk has C tokens.
   struct Bytes {
     int64_t device_kv = 0, device_kv_grad = 0, device_data = 0, home_kv = 0, home_kv_grad = 0;

@@ -26,6 +26,7 @@ KVCacheOptions kv_cache_options(const ModelConfig& c, const ChunkPlan& p) {
   o.offload = p.offload_kv;
   o.group = p.offload_group;
   o.chunk = p.chunk;
+  o.windows = c.layer_window;
   return o;
 }
 

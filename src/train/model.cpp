@@ -84,6 +84,7 @@ LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads)
   attn.scale = float(1.0 / std::sqrt(double(cfg_.head_dim)));
   attn.q_idx0 = c.begin;
   attn.q_doc = inputs_.doc();
+  attn.window = size_t(l) < cfg_.layer_window.size() ? cfg_.layer_window[size_t(l)] : 0;
   LayerCtx ctx{cfg_, be_, RopeTable{inv_freq_.data(), attention_scaling_}, inputs_.pos(c.size()), attn};
   if (attends) ctx.prefix = &cache_.prefix(l, c.begin, with_grads);
   if (with_grads) ctx.cache = &cache_;

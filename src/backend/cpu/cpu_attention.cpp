@@ -86,6 +86,14 @@ inline int64_t visible(const KVBlock& kb, int64_t qi) {
 inline bool same_doc(const AttnArgs& a, int64_t t, const KVBlock& kb, int64_t j) {
   return a.q_doc == nullptr || kb.doc == nullptr || a.q_doc[t] == kb.doc[j];
 }
+// Key j of block kb is inside query t's sliding window (kv_idx > q_idx - window), and in its document.
+inline bool allowed(const AttnArgs& a, int64_t t, const KVBlock& kb, int64_t j) {
+  return (a.window <= 0 || kb.idx0 + j > a.q_idx0 + t - a.window) && same_doc(a, t, kb, j);
+}
+// Whether every key of the block is behind query qi's window (such a block is skipped).
+inline bool before_window(const AttnArgs& a, const KVBlock& kb, int64_t qi) {
+  return a.window > 0 && kb.idx0 + kb.k.dim(0) - 1 <= qi - a.window;
+}
 
 // Scores of query qv against the n visible keys of block kb for kv head g, times scale; keys of
 // other documents get -inf. Returns the row maximum.
@@ -94,7 +102,7 @@ float block_scores(const AttnArgs& a, const Dims& d, const KVBlock& kb, const E*
                    const float* qv, int64_t n, float* s) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) {
-    s[j] = same_doc(a, t, kb, j) ? dot(qv, K + (j * d.G + g) * d.D, d.D) * a.scale
+    s[j] = allowed(a, t, kb, j) ? dot(qv, K + (j * d.G + g) * d.D, d.D) * a.scale
                                  : -std::numeric_limits<float>::infinity();
     mx = std::max(mx, s[j]);
   }
@@ -168,7 +176,7 @@ void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnA
       }
       for (const KVBlock& kb : blocks) {  // fold each block in with an online softmax
         const int64_t n = visible(kb, qi);
-        if (n == 0) continue;
+        if (n == 0 || before_window(a, kb, qi)) continue;
         with_kv(kb, [&](const auto* K, const auto* V) {
           const float bm = block_scores(a, d, kb, K, g, t, qv, n, s);
           if (bm == ninf) return;  // every visible key is in another document
@@ -221,7 +229,7 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
       const float ds_sum = dsum(t, h);
       for (const KVBlock& kb : blocks) {
         const int64_t n = visible(kb, qi);
-        if (n == 0) continue;
+        if (n == 0 || before_window(a, kb, qi)) continue;
         with_kv(kb, [&](const auto* K, const auto* V) {
           block_scores(a, d, kb, K, g, t, qv, n, s);
           exp_shifted(s, n, lse_th);
@@ -249,7 +257,7 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
       acc.assign(size_t(2 * len * d.D), 0.0f);
       float *dks = acc.data(), *dvs = acc.data() + len * d.D;  // (len, D) each
       for (int64_t t = std::max<int64_t>(0, kb.idx0 - a.q_idx0); t < d.T; ++t) {
-        const int64_t n = visible(kb, a.q_idx0 + t);
+        const int64_t n = before_window(a, kb, a.q_idx0 + t) ? 0 : visible(kb, a.q_idx0 + t);
         for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
           const float lse_th = L[t * d.H + h];
           if (n == 0 || std::isinf(lse_th)) continue;

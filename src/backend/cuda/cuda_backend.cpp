@@ -359,6 +359,7 @@ class CudaBackend final : public Backend {
     check(op, "q", q, 3);
     cuda::k::AttnParams p{};
     p.T = q.dim(0), p.H = q.dim(1), p.D = q.dim(2), p.scale = a.scale, p.q_idx0 = a.q_idx0, p.q_doc = a.q_doc;
+    p.window = a.window;
     OOMB_CHECK(!blocks.empty() || p.T == 0, "{}: no KV blocks", op);
     OOMB_CHECK(p.D <= cuda::k::kMaxHeadDim, "{}: head dim {} is above the kernels' {}", op, p.D,
                cuda::k::kMaxHeadDim);

@@ -77,6 +77,7 @@ struct AttnParams {
   float scale;
   int64_t q_idx0;
   const int32_t* q_doc;  // (T) or null
+  int64_t window = 0;    // sliding window (> 0): keys at qi - window or before are masked
   // a fold over several calls (AttnArgs): forward keeps o unnormalized, lse the running max and
   // run_sum (T, H) the running denominator between calls; backward's dq accumulates after the first
   int32_t first = 1, last = 1;

@@ -90,7 +90,8 @@ __global__ void attn_fwd_k(AttnParams p, const float* q, float* o, float* lse) {
     for (int64_t j0 = 0; j0 < n; j0 += 32) {
       const int64_t j = j0 + lane;
       float s = -INFINITY;
-      if (j < n && (!p.q_doc || !kb.doc || kb.doc[j] == qdoc)) s = dot(sq, K, (j * p.G + g) * D, D) * p.scale;
+      if (j < n && (!p.q_doc || !kb.doc || kb.doc[j] == qdoc) && (p.window <= 0 || kb.idx0 + j > qi - p.window))
+        s = dot(sq, K, (j * p.G + g) * D, D) * p.scale;
       const float tmax = warp_max(s);
       if (tmax == -INFINITY) continue;  // the tile's keys are all in other documents
       if (tmax > m) {
@@ -173,7 +174,7 @@ __global__ void attn_dq_k(AttnParams p, const float* q, const float* lse, const 
       for (int64_t j0 = 0; j0 < n; j0 += 32) {
         const int64_t j = j0 + lane;
         float ds = 0.0f;
-        if (j < n && (!p.q_doc || !kb.doc || kb.doc[j] == qdoc)) {
+        if (j < n && (!p.q_doc || !kb.doc || kb.doc[j] == qdoc) && (p.window <= 0 || kb.idx0 + j > qi - p.window)) {
           const float pj = expf(dot(sq, K, (j * p.G + g) * D, D) * p.scale - L);
           if (pj != 0.0f) ds = pj * (dot(sdo, V, (j * p.G + g) * D, D) - ds_sum) * p.scale;
         }
@@ -217,7 +218,8 @@ __global__ void attn_dkdv_k(AttnParams p, const float* q, const float* lse, cons
   const int64_t t_first = kb.idx0 + j0 - p.q_idx0;  // the first query that sees the tile's first key
   for (int64_t t = t_first > 0 ? t_first : 0; t < p.T; ++t) {
     const int64_t qi = p.q_idx0 + t;
-    const bool vis = have && kb.idx0 + j <= qi && (!p.q_doc || !kb.doc || kdoc == p.q_doc[t]);
+    const bool vis = have && kb.idx0 + j <= qi && (!p.q_doc || !kb.doc || kdoc == p.q_doc[t]) &&
+                     (p.window <= 0 || kb.idx0 + j > qi - p.window);
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
       const float L = lse[t * p.H + h];
       if (isinf(L)) continue;
