@@ -164,6 +164,27 @@ TEST(Cli, OffloadErrorsNameTheFlag) {
   EXPECT_THAT(r.out, HasSubstr("--offload kv: the cpu backend has no device memory"));
 }
 
+// oomb generate: greedy ids from token ids, the same on the simulated device, reproducible samples
+// per seed, and bad input named.
+TEST(Cli, Generate) {
+  const auto dir = temp_dir();
+  const auto m = (dir / "m").string();
+  ASSERT_EQ(oomb_cmd(dir, "init --out " + m).code, 0);
+  const std::string base = fmt::format("generate --model {} --prompt-ids 1,2,3,4,5,6,7 --max-new-tokens 6 "
+                                       "--chunk-size 3 --no-stop-at-eos", m);
+  const CmdResult cpu = oomb_cmd(dir, base);
+  ASSERT_EQ(cpu.code, 0) << cpu.out;
+  EXPECT_THAT(cpu.out, ::testing::MatchesRegex("([0-9]+ ){5}[0-9]+\\s*"));
+  EXPECT_EQ(oomb_cmd(dir, base + " --device sim").out, cpu.out);
+  const CmdResult s1 = oomb_cmd(dir, base + " --temperature 1 --top-p 0.9 --seed 5"),
+                  s2 = oomb_cmd(dir, base + " --temperature 1 --top-p 0.9 --seed 5");
+  EXPECT_EQ(s1.out, s2.out);
+  EXPECT_THAT(oomb_cmd(dir, fmt::format("generate --model {} --prompt-ids 1,200", m)).out,
+              HasSubstr("--prompt-ids: '200' is not a token id below 128"));
+  EXPECT_THAT(oomb_cmd(dir, fmt::format("generate --model {} --prompt hello", m)).out,
+              HasSubstr("--prompt needs a tokenizer"));
+}
+
 TEST(Cli, ErrorsNameTheFlagOrFile) {
   const auto dir = temp_dir();
   const auto m = (dir / "m").string();

@@ -17,5 +17,6 @@ Command add_init(CLI::App& app);
 Command add_train(CLI::App& app);
 Command add_plan(CLI::App& app);
 Command add_tokenize(CLI::App& app);
+Command add_generate(CLI::App& app);
 
 }  // namespace oomb::cli

@@ -8,7 +8,8 @@ int main(int argc, char** argv) {
   CLI::App app{"oomb: chunk-recurrent long-context LLM training", "oomb"};
   app.require_subcommand(1);
   const std::vector<oomb::cli::Command> cmds = {oomb::cli::add_init(app), oomb::cli::add_train(app),
-                                                  oomb::cli::add_plan(app), oomb::cli::add_tokenize(app)};
+                                                  oomb::cli::add_plan(app), oomb::cli::add_tokenize(app),
+                                                  oomb::cli::add_generate(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

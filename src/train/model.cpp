@@ -153,6 +153,42 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
   cache_.clear();
 }
 
+void Model::begin_decode(int64_t max_tokens) {
+  OOMB_CHECK(max_tokens > 0, "generate: the sequence must hold at least one token, got {}", max_tokens);
+  OOMB_CHECK(plan_.doc_sep < 0, "generate: --doc-mask does not apply to generation");
+  cache_.begin_sequence(max_tokens, std::min(plan_.chunk, max_tokens), false);
+  inputs_.begin_sequence();
+  if (decode_logits_.bytes() == 0) decode_logits_ = Buffer(be_.tier(), Tag::Workspace, size_t(cfg_.vocab) * 4);
+  decoded_ = 0;
+  decode_max_ = max_tokens;
+}
+
+void Model::decode(const int32_t* ids, int64_t n, float* out) {
+  OOMB_CHECK(decode_max_ > 0, "generate: begin_decode first");
+  OOMB_CHECK(n > 0 && n <= plan_.chunk, "generate: {} tokens at once, expected 1 to the chunk size {}", n,
+             plan_.chunk);
+  OOMB_CHECK(decoded_ + n <= decode_max_, "generate: {} tokens exceed the {} the sequence was begun with",
+             decoded_ + n, decode_max_);
+  const ChunkSpan c{decoded_, decoded_ + n};
+  std::vector<int32_t> none(static_cast<size_t>(n), -1);
+  const ChunkReader read = [&](int64_t t0, int64_t k, int32_t* i, int32_t* t) {
+    std::memcpy(i, ids + (t0 - c.begin), size_t(k) * 4);
+    std::memcpy(t, none.data(), size_t(k) * 4);
+  };
+  inputs_.load(read, c, true, cache_.docs());
+  forward_layers(c, Sweep::Forward);  // every layer's K/V of these tokens go into the pages
+  final_norm(n);
+  Tensor logits(decode_logits_.data(), DType::F32, {1, cfg_.vocab}, be_.tier());
+  be_.linear_fwd(hnorm_.rows(n - 1, 1), params_.lm_head, nullptr, logits);
+  be_.copy(out, Tier::Host, logits.data, be_.tier(), logits.bytes());
+  decoded_ += n;
+}
+
+void Model::end_decode() {
+  cache_.clear();
+  decoded_ = decode_max_ = 0;
+}
+
 LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool backward) {
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
   const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;

@@ -58,6 +58,14 @@ class Model {
   LossStats forward_backward(const int32_t* ids, const int32_t* targets, int64_t N, float weight);
   LossStats evaluate(const int32_t* ids, const int32_t* targets, int64_t N);
 
+  // Incremental decoding (oomb generate): the K/V of a growing sequence of at most max_tokens stay
+  // in the cache between calls. decode appends tokens [length(), length() + n) (n <= C) and writes
+  // the logits of the last one to out (V), host memory, fp32.
+  void begin_decode(int64_t max_tokens);
+  void decode(const int32_t* ids, int64_t n, float* out);
+  int64_t decoded() const { return decoded_; }
+  void end_decode();
+
   const KVCache& kv_cache() const { return cache_; }
   const PagedKV& kv() const { return cache_.kv(); }
   const PagedKV& kv_grad() const { return cache_.kv_grad(); }
@@ -87,6 +95,8 @@ class Model {
   std::vector<Tensor> h_;               // layers + 1 of (C, d)
   std::vector<Tensor> att_o_, att_lse_;  // layers of (C, H, D) and (C, H)
   std::vector<int64_t> bottom_up_, top_down_;  // layer orders of the passes
+  int64_t decoded_ = 0, decode_max_ = 0;      // incremental decoding: tokens so far, capacity
+  Buffer decode_logits_;                      // (V) fp32 logits of the last token (tag workspace)
 };
 
 }  // namespace oomb

@@ -1,0 +1,125 @@
+// oomb generate: continues a prompt with the model, greedy or sampled, decoding token by token over
+// the KV cache (the prompt goes in chunks of at most --chunk-size tokens).
+#include <fmt/format.h>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "hf/checkpoint.h"
+#include "text/tokenizer.h"
+#include "train/model.h"
+#include "train/sampling.h"
+
+namespace oomb::cli {
+
+namespace {
+struct GenerateArgs {
+  std::string model, prompt, prompt_ids, device = "cpu", tokenizer;
+  int64_t max_new = 32, chunk = 256;
+  double temperature = 0, top_p = 1;
+  uint64_t seed = 0;
+  bool stop_at_eos = true;
+};
+
+std::vector<int32_t> parse_ids(const std::string& s, int64_t vocab) {
+  std::vector<int32_t> ids;
+  std::istringstream in(s);
+  for (std::string tok; std::getline(in, tok, ',');) {
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(tok, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    OOMB_CHECK(used == tok.size() && v >= 0 && v < vocab, "--prompt-ids: '{}' is not a token id below {}", tok, vocab);
+    ids.push_back(int32_t(v));
+  }
+  OOMB_CHECK(!ids.empty(), "--prompt-ids: no ids given");
+  return ids;
+}
+}  // namespace
+
+Command add_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  CLI::App* c = app.add_subcommand("generate", "Continue a prompt with a model (greedy, or temperature / top-p sampling)");
+  c->add_option("--model", a->model, "Hugging Face model directory")->required();
+  c->add_option("--prompt", a->prompt, "Prompt text (encoded with the model's tokenizer.json, or --tokenizer)");
+  c->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids (instead of --prompt)");
+  c->add_option("--tokenizer", a->tokenizer, "tokenizer.json, or a directory holding one (default: --model's)");
+  c->add_option("--max-new-tokens", a->max_new, "Tokens to generate")->check(positive())->capture_default_str();
+  c->add_option("--temperature", a->temperature, "0: greedy; above 0: sample from softmax(logits / T)")
+      ->check(non_negative())->capture_default_str();
+  c->add_option("--top-p", a->top_p, "Nucleus sampling: the smallest set of tokens holding this probability")
+      ->check(CLI::Range(1e-9, 1.0))->capture_default_str();
+  c->add_option("--seed", a->seed, "Seed of the sampling")->capture_default_str();
+  c->add_option("--chunk-size", a->chunk, "Prompt tokens per forward pass")->check(positive())->capture_default_str();
+  c->add_option("--device", a->device, "cpu, sim or cuda")->capture_default_str();
+  c->add_flag("--stop-at-eos,!--no-stop-at-eos", a->stop_at_eos, "Stop at the model's eos_token_id (default on)");
+  return {c, [a] {
+            OOMB_CHECK(a->prompt.empty() != a->prompt_ids.empty(), "give exactly one of --prompt and --prompt-ids");
+            const ModelConfig cfg = load_config(a->model);
+            std::optional<Tokenizer> tok;
+            namespace fs = std::filesystem;
+            const fs::path tp = a->tokenizer.empty() ? fs::path(a->model) / "tokenizer.json"
+                                : fs::is_directory(a->tokenizer) ? fs::path(a->tokenizer) / "tokenizer.json"
+                                                                  : fs::path(a->tokenizer);
+            if (!a->prompt.empty() || fs::exists(tp)) {
+              OOMB_CHECK(fs::exists(tp), "--prompt needs a tokenizer: {} does not exist (give --tokenizer, or "
+                         "--prompt-ids)", tp.string());
+              tok = Tokenizer::load(tp);
+            }
+            const std::vector<int32_t> prompt =
+                a->prompt.empty() ? parse_ids(a->prompt_ids, cfg.vocab) : tok->encode(a->prompt);
+            OOMB_CHECK(!prompt.empty(), "--prompt: the text encodes to no tokens");
+            std::unique_ptr<Backend> be;
+            if (a->device == "cpu") be = make_cpu_backend();
+            else if (a->device == "sim") be = make_sim_backend();
+            else {
+              OOMB_CHECK(a->device == "cuda", "--device: '{}' is not one of cpu, sim, cuda", a->device);
+              std::string why;
+              be = make_cuda_backend(&why);
+              OOMB_CHECK(be != nullptr, "--device cuda: {}", why);
+            }
+            const int64_t total = int64_t(prompt.size()) + a->max_new;
+            Model model(cfg, *be, ChunkPlan{std::min(a->chunk, total), 128});
+            if (be->tier() == Tier::Host) {
+              load_weights(a->model, cfg, model.params());
+            } else {
+              Params host(cfg, Tier::Host, Tag::IO);
+              load_weights(a->model, cfg, host);
+              model.upload_params(host);
+            }
+            model.begin_decode(total);
+            std::vector<float> logits(static_cast<size_t>(cfg.vocab));
+            for (size_t i = 0; i < prompt.size(); i += size_t(a->chunk)) {
+              const int64_t n = std::min<int64_t>(a->chunk, int64_t(prompt.size() - i));
+              model.decode(prompt.data() + i, n, logits.data());
+            }
+            std::mt19937_64 rng(a->seed);
+            std::vector<int32_t> out;
+            for (int64_t k = 0; k < a->max_new; ++k) {
+              const int32_t next = sample_next(logits.data(), cfg.vocab, {a->temperature, a->top_p}, rng);
+              out.push_back(next);
+              if (a->stop_at_eos && next == cfg.eos_token_id) break;
+              if (k + 1 < a->max_new) model.decode(&next, 1, logits.data());
+            }
+            model.end_decode();
+            // text on stdout when there is a tokenizer (the ids on stderr); else the ids on stdout
+            std::string ids;
+            for (int32_t id : out) ids += (ids.empty() ? "" : " ") + std::to_string(id);
+            if (tok) {
+              std::cout << (a->prompt.empty() ? tok->decode(prompt) : a->prompt) << tok->decode(out) << std::endl;
+              std::cerr << "generated ids: " << ids << std::endl;
+            } else {
+              std::cout << ids << std::endl;
+            }
+            return 0;
+          }};
+}
+
+}  // namespace oomb::cli
