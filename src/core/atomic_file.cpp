@@ -94,8 +94,12 @@ fs::path parent_of(const fs::path& p) { return p.parent_path().empty() ? fs::pat
 
 AtomicDir::AtomicDir(fs::path target) : target_(std::move(target)) {
   if (!target_.has_filename()) target_ = target_.parent_path();  // "out/" -> "out"
-  const fs::path parent = parent_of(target_);
   std::error_code ec;
+  if (fs::is_symlink(target_, ec)) {  // replace the directory the link points at, not the link
+    fs::path real = fs::canonical(target_, ec);
+    if (!ec) target_ = std::move(real);
+  }
+  const fs::path parent = parent_of(target_);
   fs::create_directories(parent, ec);
   OOMB_CHECK(!ec, "{}: cannot create the directory {}: {}", target_.string(), parent.string(), ec.message());
   OOMB_CHECK(!fs::exists(target_, ec) || fs::is_directory(target_, ec), "{}: exists and is not a directory",

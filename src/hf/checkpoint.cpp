@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "core/atomic_file.h"
@@ -69,9 +70,13 @@ void save_model(const fs::path& dir, const ModelConfig& c, const Params& p, DTyp
   save_model_tensors(dir, c, tensors, dtype, copy_from);
 }
 
-// The files a saved model directory is made of (what a new save replaces rather than carries over).
+// The files a saved model directory is made of (what a new save replaces rather than carries over):
+// config.json and the names save_safetensors_dir writes; other files, a user's
+// model_backup.safetensors included, are kept.
 static bool model_file(const std::string& name) {
-  return name == "config.json" || name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json");
+  static const std::regex ours(
+      R"(config\.json|model\.safetensors|model\.safetensors\.index\.json|model-[0-9]{5}-of-[0-9]{5}\.safetensors)");
+  return std::regex_match(name, ours) || name.find(".tmp.") != std::string::npos;
 }
 
 void save_model_tensors(const fs::path& dir, const ModelConfig& c, std::span<const SaveTensor> tensors, DType dtype,
