@@ -146,7 +146,7 @@ TEST(Cli, OffloadErrorsNameTheFlag) {
            Bad{"--device sim --offload kv --offload-group 17", "--offload-group 17: larger than a layer's 16 pages"},
            Bad{"--device sim --offload kv --offload-group 4 --device-memory 300000",
                "--device-memory 300000: too small for --offload kv: two groups of 4 pages"},
-           Bad{"--device sim --device-memory 300000", "--device-memory 300000: the plan needs"},
+           Bad{"--device sim --device-memory 300000", "device memory: the plan needs 2.67 MiB at N = 512, C = 96 (activations the most"},
            Bad{"--device sim --offload disk", "--offload: 'disk' is not one of kv"},
            Bad{"--device sim --offload-group 2", "--offload-group: only with --offload kv"},
            Bad{"--device-memory 1000000", "--device-memory: only for --device sim"},

@@ -71,8 +71,8 @@ TEST(TokenFiles, U32WindowsWrapAndIdsAreChecked) {
     EXPECT_EQ(ri[0], in[size_t(t0)]);
     EXPECT_EQ(rt[1], tg[size_t(t0) + 1]);
   }
-  auto small = packed(dir / "t.bin", 5);
-  EXPECT_EQ(error_of([&] { small->window(0, 9, in.data(), tg.data()); }),
+  // every id is checked when the file opens, not when a window reaches it
+  EXPECT_EQ(error_of([&] { packed(dir / "t.bin", 5); }),
             "--data " + (dir / "t.bin").string() + ", token 2: token id 5 is beyond the model's vocabulary (5)");
   write_bytes(dir / "odd.bin", "abcdef");
   EXPECT_THAT(error_of([&] { packed(dir / "odd.bin", 61); }),
@@ -131,8 +131,8 @@ TEST(TokenFiles, DirectoryOfShardsInNameOrder) {
   auto want = iota_ids(50, 0);
   for (uint32_t x : iota_ids(70, 100)) want.push_back(x);
   EXPECT_EQ(s, want);
-  auto small = packed(dir / "shards", 120);  // the second shard has ids >= 120
-  EXPECT_THAT(error_of([&] { small->stream(40, 40, s.data()); }),
+  // the second shard has ids >= 120: found when the directory opens, with the shard and its index
+  EXPECT_THAT(error_of([&] { packed(dir / "shards", 120); }),
               HasSubstr("b_001.bin, token 20: token id 120 is beyond the model's vocabulary (120)"));
   write_bytes(dir / "shards/notes.txt", "x");
   EXPECT_THAT(error_of([&] { packed(dir / "shards", 1000); }),
@@ -352,4 +352,25 @@ TEST(Tokenize, TextDataForTrainingNeedsATokenizerWithinTheVocabulary) {
   auto p = open_training_data(dir / "t.txt", 256, o);
   EXPECT_EQ(p->stream_size(), 21);  // one byte token each: no merges
   EXPECT_EQ(Accountant::global().get(Tier::Host, Tag::Data).current >= 21 * 4, true);
+}
+
+// The open-time check finds the first id >= the vocabulary wherever it lies: either side of the
+// scan's 65,536-id blocks, at the ends, in uint16 and uint32 files.
+TEST(TokenFiles, FirstBadIdFoundAtOpenTimeAnywhere) {
+  const auto dir = temp_dir();
+  const int64_t n = 3 * 65536 + 7;
+  for (int width : {2, 4})
+    for (int64_t at : {int64_t(0), int64_t(65535), int64_t(65536), int64_t(2 * 65536 + 3), n - 1}) {
+      SCOPED_TRACE(fmt::format("width {} at {}", width, at));
+      std::vector<uint32_t> ids(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = uint32_t(i % 97);
+      ids[size_t(at)] = 300;
+      if (at + 5 < n) ids[size_t(at + 5)] = 400;  // only the first is named
+      write_ids(dir / "t.bin", ids, width);
+      const std::string fmt_name = width == 2 ? "u16" : "u32";
+      EXPECT_EQ(error_of([&] { packed(dir / "t.bin", 100, fmt_name); }),
+                fmt::format("--data {}, token {}: token id 300 is beyond the model's vocabulary (100)",
+                            (dir / "t.bin").string(), at));
+      EXPECT_EQ(error_of([&] { packed(dir / "t.bin", 401, fmt_name); }), "(no error)");
+    }
 }

@@ -8,6 +8,9 @@ namespace oomb::cli {
 // Flag validators with readable messages (finite numbers only, so "nan" and "inf" are rejected).
 CLI::Validator positive();
 CLI::Validator non_negative();
+// Whole numbers in int64 (1.. or 0..): "1e3", "1.5" and values beyond 2^63 - 1 are errors, not
+// truncated or saturated.
+CLI::Validator count(bool allow_zero = false);
 
 struct Command {
   CLI::App* sub;

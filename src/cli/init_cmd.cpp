@@ -1,4 +1,5 @@
 // oomb init: writes a random-init Hugging Face model directory from a preset or explicit dimensions.
+#include <cmath>
 #include <filesystem>
 #include <fmt/format.h>
 #include <iostream>
@@ -29,13 +30,13 @@ Command add_init(CLI::App& app) {
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   c->add_option("--preset", a->preset, "Model shape: " + presets)->capture_default_str();
   c->add_option("--arch", a->arch, "Override the architecture: llama, qwen2, mistral");
-  c->add_option("--hidden", a->hidden, "hidden_size")->check(positive());
-  c->add_option("--intermediate", a->intermediate, "intermediate_size")->check(positive());
-  c->add_option("--layers", a->layers, "num_hidden_layers")->check(positive());
-  c->add_option("--heads", a->heads, "num_attention_heads")->check(positive());
-  c->add_option("--kv-heads", a->kv_heads, "num_key_value_heads")->check(positive());
-  c->add_option("--head-dim", a->head_dim, "head_dim (default hidden / heads)")->check(positive());
-  c->add_option("--vocab", a->vocab, "vocab_size")->check(positive());
+  c->add_option("--hidden", a->hidden, "hidden_size")->check(count());
+  c->add_option("--intermediate", a->intermediate, "intermediate_size")->check(count());
+  c->add_option("--layers", a->layers, "num_hidden_layers")->check(count());
+  c->add_option("--heads", a->heads, "num_attention_heads")->check(count());
+  c->add_option("--kv-heads", a->kv_heads, "num_key_value_heads")->check(count());
+  c->add_option("--head-dim", a->head_dim, "head_dim (default hidden / heads)")->check(count());
+  c->add_option("--vocab", a->vocab, "vocab_size")->check(count());
   c->add_option("--rope-theta", a->rope_theta, "rope_theta")->check(positive());
   c->add_option("--tie-embeddings", a->tie, "tie_word_embeddings: true or false")->check(CLI::IsMember({"true", "false"}));
   c->add_option("--seed", a->seed, "Random seed")->capture_default_str();
@@ -47,8 +48,17 @@ Command add_init(CLI::App& app) {
     auto set = [c](const char* flag, int64_t v, int64_t& field) {
       if (c->count(flag) > 0) field = v;
     };
+    const int64_t preset_hidden = cfg.hidden, preset_intermediate = cfg.intermediate;
     set("--hidden", a->hidden, cfg.hidden);
     set("--intermediate", a->intermediate, cfg.intermediate);
+    std::string scaled;
+    if (c->count("--hidden") > 0 && c->count("--intermediate") == 0 && cfg.hidden != preset_hidden) {
+      // keep the preset's MLP ratio, rounded to a multiple of 8 (at least 8)
+      const double want = double(preset_intermediate) * double(cfg.hidden) / double(preset_hidden);
+      cfg.intermediate = std::max<int64_t>(8, int64_t(std::llround(want / 8.0)) * 8);
+      scaled = fmt::format("; --intermediate not given: {} (the preset's {} scaled by --hidden {} / {})",
+                           cfg.intermediate, preset_intermediate, cfg.hidden, preset_hidden);
+    }
     set("--layers", a->layers, cfg.layers);
     set("--heads", a->heads, cfg.heads);
     set("--kv-heads", a->kv_heads, cfg.kv_heads);
@@ -71,8 +81,8 @@ Command add_init(CLI::App& app) {
                "--out {}: already holds a model (config.json); pass --force to overwrite it", a->out);
     const DType dt = dtype_parse(a->dtype);
     write_random_model(out, cfg, a->seed, dt);
-    std::cout << fmt::format("wrote {} ({} {}, {} parameters, {})", a->out, cfg.architecture, a->preset,
-                             param_count(cfg), dtype_name(dt))
+    std::cout << fmt::format("wrote {} ({} {}, {} parameters, {}){}", a->out, cfg.architecture, a->preset,
+                             param_count(cfg), dtype_name(dt), scaled)
               << std::endl;
     return 0;
   }};

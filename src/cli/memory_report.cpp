@@ -56,20 +56,4 @@ void parse_offload(const std::string& list, ChunkPlan& plan) {
   }
 }
 
-void check_fits(const MemoryPlan& m, int64_t capacity, int64_t N, const std::function<MemoryPlan(int64_t)>& plan_for) {
-  if (capacity <= 0 || m.total(Tier::Device) <= capacity) return;
-  int64_t biggest = 0;  // the device tag that takes most
-  for (int i = 1; i < kNumTags; ++i)
-    if (m.get(Tier::Device, Tag(i)) > m.get(Tier::Device, Tag(biggest))) biggest = i;
-  int64_t lo = 0, hi = N;  // the longest sequence that fits, by the same planner
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (plan_for(mid).total(Tier::Device) <= capacity ? lo : hi) = mid;
-  }
-  fail("--device-memory {}: the plan needs {} of device memory at N = {} ({} the most: {}); {}", capacity,
-       format_bytes(m.total(Tier::Device)), N, tag_name(Tag(biggest)),
-       format_bytes(m.get(Tier::Device, Tag(biggest))),
-       lo > 0 ? fmt::format("at most N = {} fits (see oomb plan)", lo) : "no length fits (see oomb plan)");
-}
-
 }  // namespace oomb::cli

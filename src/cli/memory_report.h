@@ -1,5 +1,5 @@
-// What `oomb plan` prints and `oomb train` checks before it starts: the plan by (tier, tag), and
-// whether it fits a device's capacity.
+// What `oomb plan` prints: the plan by (tier, tag). (`oomb train`'s check of the plan against the
+// machine's memory is in cli/guards.h.)
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,9 +14,4 @@ std::string plan_table(const MemoryPlan& m);
 nlohmann::json plan_json(const MemoryPlan& m);
 // --offload's list ("kv", later "params"): sets plan.offload_kv; other names are errors.
 void parse_offload(const std::string& list, ChunkPlan& plan);
-// Fails, naming the tag that does not fit and the longest sequence that would, when the plan's
-// device bytes exceed `capacity` (0: no limit). plan_for(N) is the plan at another length.
-void check_fits(const MemoryPlan& m, int64_t capacity, int64_t N,
-                const std::function<MemoryPlan(int64_t)>& plan_for);
-
 }  // namespace oomb::cli

@@ -24,15 +24,15 @@ Command add_plan(CLI::App& app) {
   CLI::App* c = app.add_subcommand("plan", "Predict peak memory per tag for a training run, without running it");
   c->add_option("--model", a->model, "Hugging Face model directory (or use --preset)");
   c->add_option("--preset", a->preset, "A model shape from `oomb init --help`");
-  c->add_option("--seq-len", a->seq_len, "Tokens per sequence N")->required()->check(positive());
-  c->add_option("--chunk-size", a->chunk, "Tokens per chunk C (default min(N, 1024), as oomb train)")->check(positive());
-  c->add_option("--page-size", a->page, "Tokens per KV page")->check(positive())->capture_default_str();
+  c->add_option("--seq-len", a->seq_len, "Tokens per sequence N")->required()->check(count());
+  c->add_option("--chunk-size", a->chunk, "Tokens per chunk C (default min(N, 1024), as oomb train)")->check(count());
+  c->add_option("--page-size", a->page, "Tokens per KV page")->check(count())->capture_default_str();
   c->add_option("--optimizer", a->optimizer, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
   c->add_option("--device", a->device, "cpu, sim or cuda (default cpu; cuda with --offload)")
       ->check(CLI::IsMember({"cpu", "sim", "cuda"}));
   c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory");
   c->add_option("--offload-group", a->offload_group, "Pages per group streamed through the device (default ~4 MiB)")
-      ->check(positive());
+      ->check(count());
   c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32 or bf16")
@@ -51,7 +51,7 @@ Command add_plan(CLI::App& app) {
             const std::string device = !a->device.empty() ? a->device : plan.offload_kv ? "cuda" : "cpu";
             OOMB_CHECK(!plan.offload_kv || device != "cpu",
                        "--offload kv: the cpu backend has no device memory to offload from (use --device sim or cuda)");
-            const int64_t layer_pages = (a->seq_len + plan.page_size - 1) / plan.page_size;
+            const int64_t layer_pages = a->seq_len / plan.page_size + (a->seq_len % plan.page_size != 0);
             OOMB_CHECK(a->offload_group <= layer_pages, "--offload-group {}: larger than a layer's {} pages at N = {}",
                        a->offload_group, layer_pages, a->seq_len);
             const size_t ws = device == "cuda" ? cuda_workspace_bytes(cfg.vocab) : make_cpu_backend()->workspace_bytes(cfg.vocab);

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/guards.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/eos.h"
@@ -76,6 +77,8 @@ class TokenWriter {
 };
 
 int run(const TokenizeArgs& a) {
+  // before anything is opened for writing: the output must not be the text or the tokenizer
+  refuse_aliasing({{"--output", a.output}}, {{"--input", a.input, true}, {"--tokenizer", a.tokenizer}});
   if (a.threads > 0) omp_set_num_threads(a.threads);
   const Tokenizer tok = Tokenizer::load(a.tokenizer);
   CorpusOptions co;
@@ -92,7 +95,7 @@ int run(const TokenizeArgs& a) {
     if (!a.eos.empty()) {
       to.eos = parse_eos(a.eos, tok), eos_from = "--eos";
     } else {
-      const EosChoice e = find_eos(a.tokenizer, tok);
+      const EosChoice e = resolve_eos(a.tokenizer, vocab_next_to(a.tokenizer, tok), &tok);
       OOMB_CHECK(e.id >= 0, "--input {} holds several documents, and nothing next to --tokenizer {} names an EOS to "
                  "separate them (config.json eos_token_id or tokenizer_config.json eos_token): give --eos",
                  a.input, a.tokenizer);
@@ -131,7 +134,7 @@ Command add_tokenize(CLI::App& app) {
   c->add_flag("--split-special-tokens", a->split_special, "Encode special tokens found in the text as plain text");
   c->add_option("--utf8-errors", a->utf8_errors, "strict (invalid UTF-8 is an error) or replace (with U+FFFD)")
       ->check(CLI::IsMember({"strict", "replace"}))->capture_default_str();
-  c->add_option("--threads", a->threads, "Encoding threads (default: all cores)")->check(CLI::PositiveNumber);
+  c->add_option("--threads", a->threads, "Encoding threads (default: all cores)")->check(count());
   c->add_flag("--quiet", a->quiet, "No progress bar");
   return {c, [a] { return run(*a); }};
 }

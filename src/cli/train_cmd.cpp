@@ -8,7 +8,9 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/guards.h"
 #include "cli/memory_report.h"
+#include "core/resident.h"
 #ifdef OOMB_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
 #endif
@@ -28,7 +30,7 @@ struct TrainArgs {
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
   int64_t eos_id = -1, offload_group = 0, device_memory = 0;
   double peak_tflops = 0;
-  bool shuffle = false, doc_mask = false, split_special = false;
+  bool shuffle = false, doc_mask = false, split_special = false, force = false;
   int64_t seq_len = 0, steps = 0, grad_accum = 1, log_every = 0, chunk = 0, page = 128;
   OptimConfig optim;
   float grad_clip = 0;  // default when not given: 1.0 for adamw, 0 (off) for sgd
@@ -65,32 +67,44 @@ ChunkPlan chunk_plan(const TrainArgs& a, int32_t doc_sep = -1) {
   p.kv_dtype = dtype_parse(a.kv_dtype);
   parse_offload(a.offload, p);
   OOMB_CHECK(a.offload_group == 0 || p.offload_kv, "--offload-group: only with --offload kv");
-  const int64_t layer_pages = (a.seq_len + a.page - 1) / a.page;
+  const int64_t layer_pages = a.seq_len / a.page + (a.seq_len % a.page != 0);
   OOMB_CHECK(a.offload_group <= layer_pages, "--offload-group {}: larger than a layer's {} pages at N = {}",
              a.offload_group, layer_pages, a.seq_len);
   p.offload_group = a.offload_group;
   return p;
 }
 
-// Refuses a run whose planned device memory exceeds --device-memory, before any work.
-void check_device_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPlan& plan, Backend& be) {
-  const int64_t cap = Accountant::global().capacity(Tier::Device);
-  if (cap == 0) return;
+// The device's capacity for the plan check: --device-memory on sim, the GPU's free memory on cuda.
+Limit device_limit(const TrainArgs& a) {
+  if (a.device == "sim") return {Accountant::global().capacity(Tier::Device), "--device-memory"};
+#ifdef OOMB_HAVE_CUDA
+  if (a.device == "cuda")  // what is free now, and what the backend already holds (counted in the plan)
+    return {int64_t(cuda::free_memory()) + Accountant::global().total(Tier::Device).current, "the GPU's free memory"};
+#endif
+  return {};
+}
+
+// Refuses, before any work, a run whose plan exceeds the host's available memory or the device's
+// capacity (naming the tier, the tag and the largest N or C that fits), unless --force.
+void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPlan& plan, Backend& be) {
   const size_t ws = be.workspace_bytes(cfg.vocab);
-  auto plan_for = [&](int64_t n) {
+  auto plan_for = [&](int64_t n, int64_t c) {
     ChunkPlan p = plan;
-    p.chunk = std::min(plan.chunk, n);
+    p.chunk = std::min(c, n);
     return plan_memory(cfg, p, n, a.optim.kind, ws, be.tier());
   };
-  if (plan.offload_kv) {  // the two groups the device streams through must fit beside everything else
-    const MemoryPlan m = plan_for(a.seq_len);
-    OOMB_CHECK(m.total(Tier::Device) <= cap,
-               "--device-memory {}: too small for --offload kv: two groups of {} pages and the rest need {} "
+  const MemoryPlan m = plan_for(a.seq_len, plan.chunk);
+  const Limit dev = device_limit(a);
+  if (plan.offload_kv && dev.bytes > 0 && !a.force) {  // the two groups the device streams through must fit beside everything else
+    OOMB_CHECK(m.total(Tier::Device) <= dev.bytes,
+               "{} {}: too small for --offload kv: two groups of {} pages and the rest need {} "
                "(kv {}, kv_grad {} on the device); lower --offload-group or --chunk-size",
-               cap, KVCache::group_for(kv_cache_options(cfg, plan), a.seq_len), format_bytes(m.total(Tier::Device)),
-               format_bytes(m.get(Tier::Device, Tag::KV)), format_bytes(m.get(Tier::Device, Tag::KVGrad)));
+               dev.what, dev.bytes, KVCache::group_for(kv_cache_options(cfg, plan), a.seq_len),
+               format_bytes(m.total(Tier::Device)), format_bytes(m.get(Tier::Device, Tag::KV)),
+               format_bytes(m.get(Tier::Device, Tag::KVGrad)));
   }
-  check_fits(plan_for(a.seq_len), cap, a.seq_len, plan_for);
+  check_plan_fits(m, a.seq_len, plan.chunk, {available_host_memory(), "the host's available memory (MemAvailable)"},
+                  dev, plan_for, a.force, &std::cout);
 }
 
 // The tokenizer for text data: --tokenizer, else the model directory's tokenizer.json.
@@ -100,16 +114,17 @@ std::string tokenizer_path(const TrainArgs& a) {
   return std::filesystem::exists(p) ? p.string() : "";
 }
 
-// The document separator: --eos-id, else the model's eos_token_id. -1 when neither exists.
+// The document separator, found as `oomb tokenize` finds it: --eos-id, else the model directory's
+// config.json eos_token_id, else its tokenizer_config.json eos_token. -1 when none names one.
 int32_t eos_of(const TrainArgs& a, const ModelConfig& cfg) {
   if (a.eos_id >= 0) {
     OOMB_CHECK(a.eos_id < cfg.vocab, "--eos-id {}: beyond the model's vocabulary ({})", a.eos_id, cfg.vocab);
     return int32_t(a.eos_id);
   }
-  return cfg.eos_token_id >= 0 && cfg.eos_token_id < cfg.vocab ? int32_t(cfg.eos_token_id) : -1;
+  return resolve_eos(a.model, cfg.vocab).id;
 }
 
-std::unique_ptr<TokenSource> open_data(const TrainArgs& a, const ModelConfig& cfg, int32_t eos) {
+std::unique_ptr<PackedTokens> open_data(const TrainArgs& a, const ModelConfig& cfg, int32_t eos) {
   DataOptions d;
   d.format = a.data_format;
   d.corpus.text_field = a.text_field;
@@ -121,17 +136,19 @@ std::unique_ptr<TokenSource> open_data(const TrainArgs& a, const ModelConfig& cf
   return open_training_data(a.data, cfg.vocab, d);
 }
 
-// Fails before any training when --out cannot receive a model directory.
-void probe_out_dir(const std::string& out) {
-  if (out.empty()) return;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  OOMB_CHECK(!fs::exists(out, ec) || fs::is_directory(out, ec), "--out {}: exists and is not a directory", out);
-  fs::create_directories(out, ec);
-  OOMB_CHECK(!ec, "--out {}: cannot create the directory: {}", out, ec.message());
-  const fs::path probe = fs::path(out) / ".oomb-write-probe";
-  { std::ofstream f(probe); OOMB_CHECK(f.good(), "--out {}: the directory is not writable", out); }
-  fs::remove(probe, ec);
+// Refuses outputs that would overwrite an input, before anything is opened for writing.
+void check_paths(const TrainArgs& a) {
+  refuse_aliasing({{"--out", a.out, true}, {"--metrics", a.metrics}},
+                  {{"--model", a.model}, {"--data", a.data, true}, {"--tokenizer", a.tokenizer}});
+}
+
+// Says so when one sequence is longer than the data: windows then wrap around within a sequence.
+void note_wrapping(int64_t N, const PackedTokens& data) {
+  if (N + 1 <= data.stream_size()) return;
+  std::cout << fmt::format("note: --seq-len {} is longer than the data ({} tokens): every sequence wraps around and "
+                           "repeats the data {:.1f} times",
+                           N, data.stream_size(), double(N + 1) / double(data.stream_size()))
+            << std::endl;
 }
 
 // Runs fn on the model's parameters in host memory: the parameters themselves on the CPU; on a
@@ -178,6 +195,8 @@ int run_demo(TrainArgs& a, Backend& be) {
   if (!a.given("--lr")) a.lr = 1e-3f;
   if (!a.given("--warmup-steps")) a.optim.warmup_steps = 30;
   const ChunkPlan plan = chunk_plan(a);
+  check_model_out("--out", a.out, cfg, a.force);
+  check_memory_fits(a, cfg, plan, be);
   const size_t ws = be.workspace_bytes(cfg.vocab);
   const MemoryPlan mem = plan_memory(cfg, plan, a.seq_len, "adamw", ws);
   ChunkPlan full_plan = plan;
@@ -237,13 +256,13 @@ Command add_train(CLI::App& app) {
       ->check(CLI::IsMember({"strict", "replace"}))->capture_default_str();
   c->add_flag("--split-special-tokens", a->split_special, "Text data: special tokens in the text stay plain text");
   c->add_option("--eos-id", a->eos_id, "Token ending each document (default: the model's eos_token_id)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(count(true));
   c->add_flag("--shuffle", a->shuffle, "Take the documents in a new order every epoch (seeded by --seed)");
   c->add_option("--peak-tflops", a->peak_tflops, "The device's peak TFLOP/s, for MFU (default on CUDA: the GPU's "
                  "dense bf16 peak when it is an A100/H100/H200)")->check(positive());
   c->add_flag("--doc-mask", a->doc_mask, "Attention within documents only, positions restarting per document");
-  c->add_option("--seq-len", a->seq_len, "Tokens per training sequence N (default 2048; demo 1024)")->check(positive());
-  c->add_option("--steps", a->steps, "Optimizer steps (default 100; demo 800)")->check(positive());
+  c->add_option("--seq-len", a->seq_len, "Tokens per training sequence N (default 2048; demo 1024)")->check(count());
+  c->add_option("--steps", a->steps, "Optimizer steps (default 100; demo 800)")->check(count());
   c->add_option("--optimizer", a->optim.kind, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
   c->add_option("--lr", a->lr, "Peak learning rate (default 1e-4; demo 1e-3)")->check(positive());
   c->add_option("--weight-decay", a->optim.weight_decay, "AdamW decoupled weight decay on weight matrices")
@@ -251,11 +270,11 @@ Command add_train(CLI::App& app) {
   c->add_option("--grad-clip", a->grad_clip, "Max global gradient norm; 0 disables (default 1.0 for adamw, 0 for sgd)")
       ->check(non_negative());
   c->add_option("--warmup-steps", a->optim.warmup_steps, "Linear warmup steps, then cosine decay (demo 30)")
-      ->check(non_negative())->capture_default_str();
-  c->add_option("--grad-accum", a->grad_accum, "Sequences per optimizer step")->check(positive())->capture_default_str();
+      ->check(count(true))->capture_default_str();
+  c->add_option("--grad-accum", a->grad_accum, "Sequences per optimizer step")->check(count())->capture_default_str();
   c->add_option("--chunk-size", a->chunk, "Tokens per chunk C of chunk-recurrent training (default min(N, 1024); N = full sequence; demo 128)")
-      ->check(positive());
-  c->add_option("--page-size", a->page, "Tokens per KV page (demo 64)")->check(positive())->capture_default_str();
+      ->check(count());
+  c->add_option("--page-size", a->page, "Tokens per KV page (demo 64)")->check(count())->capture_default_str();
   c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32, or bf16 for half the bytes")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32, or bf16 for half the bytes (K and V rounded to bf16)")
@@ -263,27 +282,30 @@ Command add_train(CLI::App& app) {
   c->add_option("--device", a->device, "cpu, cuda, or sim (the CPU kernels on simulated device memory with a copy "
                  "engine)")->capture_default_str();
   c->add_option("--device-memory", a->device_memory, "With --device sim: the device's capacity in bytes")
-      ->check(positive());
+      ->check(count());
   c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory, streamed through the "
                  "device in groups of pages");
   c->add_option("--offload-group", a->offload_group, "With --offload kv: pages per group (default about 4 MiB of "
-                 "K/V, at most a layer's pages)")->check(positive());
+                 "K/V, at most a layer's pages)")->check(count());
   c->add_option("--out", a->out, "Save the trained model here (HF format, the loaded dtype) after the last step");
   c->add_option("--metrics", a->metrics, "Write one JSON line of metrics per step to this file");
-  c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)")->check(positive());
+  c->add_flag("--force", a->force, "Run even when the plan exceeds the memory the machine has, and replace a "
+              "different model in --out");
+  c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)")->check(count());
   c->add_option("--seed", a->seed, "Seed of --shuffle, and of the demo's model and task")->capture_default_str();
   a->cmd = c;
   return {c, [a] {
-            probe_out_dir(a->out);
+            check_paths(*a);
             auto be = make_backend(a->device, a->device_memory);
             if (a->model.empty() && a->data.empty()) return run_demo(*a, *be);
             OOMB_CHECK(!a->model.empty(), "--model is required with --data");
             OOMB_CHECK(!a->data.empty(), "--data is required with --model");
             const ModelConfig cfg = load_config(a->model);
+            check_model_out("--out", a->out, cfg, a->force);
             const int32_t eos = eos_of(*a, cfg);
-            OOMB_CHECK(!a->doc_mask || eos >= 0, "--doc-mask needs the EOS id that ends each document: the model's "
-                       "config.json has no eos_token_id; give --eos-id");
-            auto data = open_data(*a, cfg, eos);
+            OOMB_CHECK(!a->doc_mask || eos >= 0, "--doc-mask needs the EOS id that ends each document: neither the "
+                       "model's config.json (eos_token_id) nor its tokenizer_config.json (eos_token) names one; give "
+                       "--eos-id");
             TrainOptions o{a->seq_len ? a->seq_len : 2048, a->steps ? a->steps : 100, a->grad_accum,
                            a->log_every ? a->log_every : 1, a->optim, a->metrics};
             o.optim.lr = a->given("--lr") ? a->lr : 1e-4f;
@@ -291,7 +313,9 @@ Command add_train(CLI::App& app) {
             o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
             a->seq_len = o.seq_len;
             const ChunkPlan plan = chunk_plan(*a, a->doc_mask ? eos : -1);
-            check_device_fits(*a, cfg, plan, *be);
+            check_memory_fits(*a, cfg, plan, *be);
+            auto data = open_data(*a, cfg, eos);
+            note_wrapping(o.seq_len, *data);
             Model model(cfg, *be, plan);
             DType dtype = DType::F32;
             with_host_params(model, [&](Params& p) { dtype = load_weights(a->model, cfg, p); }, true);

@@ -1,5 +1,9 @@
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 
@@ -23,6 +27,21 @@ static CLI::Validator number_check(bool allow_zero) {
 }
 
 CLI::Validator positive() { return number_check(false); }
+
+CLI::Validator count(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& s) -> std::string {
+        const int64_t lo = allow_zero ? 0 : 1;
+        const std::string range = fmt::format("a whole number from {} to {} (2^63 - 1)", lo, INT64_MAX);
+        int64_t v = 0;
+        const auto [end, err] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (err == std::errc::result_out_of_range) return "'" + s + "' is beyond the 64-bit range; must be " + range;
+        if (err != std::errc() || end != s.data() + s.size()) return "'" + s + "' is not " + range;
+        if (v < lo) return "must be " + range + ", got " + s;
+        return {};
+      },
+      allow_zero ? "INT >= 0" : "INT > 0");
+}
 CLI::Validator non_negative() { return number_check(true); }
 
 }  // namespace oomb::cli

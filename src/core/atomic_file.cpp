@@ -1,10 +1,13 @@
 #include "core/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
 
@@ -66,6 +69,99 @@ void write_file_atomic(const fs::path& path, const std::string& text) {
   AtomicFile f(path);
   f.write(text.data(), text.size());
   f.commit();
+}
+
+}  // namespace oomb
+
+// ---- AtomicDir ----
+
+namespace oomb {
+
+namespace {
+
+void fsync_path(const fs::path& p, bool dir) {
+  const int fd = ::open(p.c_str(), (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  OOMB_CHECK(fd >= 0, "{}: cannot open to sync: {}", p.string(), std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  OOMB_CHECK(rc == 0, "{}: fsync failed: {}", p.string(), std::strerror(err));
+}
+
+fs::path parent_of(const fs::path& p) { return p.parent_path().empty() ? fs::path(".") : p.parent_path(); }
+
+}  // namespace
+
+AtomicDir::AtomicDir(fs::path target) : target_(std::move(target)) {
+  if (!target_.has_filename()) target_ = target_.parent_path();  // "out/" -> "out"
+  std::error_code ec;
+  if (fs::is_symlink(target_, ec)) {  // replace the directory the link points at, not the link
+    fs::path real = fs::canonical(target_, ec);
+    if (!ec) target_ = std::move(real);
+  }
+  const fs::path parent = parent_of(target_);
+  fs::create_directories(parent, ec);
+  OOMB_CHECK(!ec, "{}: cannot create the directory {}: {}", target_.string(), parent.string(), ec.message());
+  OOMB_CHECK(!fs::exists(target_, ec) || fs::is_directory(target_, ec), "{}: exists and is not a directory",
+             target_.string());
+  const std::string stem = "." + target_.filename().string() + ".oomb-new.";
+  for (const auto& e : fs::directory_iterator(parent, ec)) {  // left by a killed writer
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with(stem)) continue;
+    const long pid = std::strtol(name.c_str() + stem.size(), nullptr, 10);
+    if (pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno != ESRCH)) continue;  // its writer still runs
+    fs::remove_all(e.path(), ec);
+  }
+  staging_ = parent / (stem + std::to_string(::getpid()));
+  fs::remove_all(staging_, ec);
+  fs::create_directory(staging_, ec);
+  OOMB_CHECK(!ec, "{}: cannot create {}: {}", target_.string(), staging_.string(), ec.message());
+}
+
+AtomicDir::~AtomicDir() {
+  std::error_code ec;
+  if (!committed_) fs::remove_all(staging_, ec);
+}
+
+void AtomicDir::commit(const std::function<bool(const std::string&)>& drop) {
+  std::error_code ec;
+  const bool replace = fs::exists(target_, ec);
+  if (replace) {  // carry over what the new directory does not replace (never lose a user's file)
+    for (const auto& e : fs::directory_iterator(target_, ec)) {
+      const std::string name = e.path().filename().string();
+      if (fs::exists(staging_ / name, ec) || (drop && drop(name))) continue;
+      if (e.is_directory(ec)) {
+        fs::copy(e.path(), staging_ / name, fs::copy_options::recursive | fs::copy_options::create_hard_links, ec);
+      } else {
+        fs::create_hard_link(e.path(), staging_ / name, ec);
+        if (ec) fs::copy(e.path(), staging_ / name, fs::copy_options::copy_symlinks, ec);
+      }
+      OOMB_CHECK(!ec, "{}: cannot carry {} over into the new directory: {}", target_.string(), name, ec.message());
+    }
+    OOMB_CHECK(!ec, "{}: cannot list: {}", target_.string(), ec.message());
+  }
+  for (const auto& e : fs::recursive_directory_iterator(staging_, ec))
+    if (e.is_regular_file(ec) && !e.is_symlink(ec)) fsync_path(e.path(), false);
+  fsync_path(staging_, true);
+  if (replace) {
+    if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), RENAME_EXCHANGE) != 0) {
+      // a file system without RENAME_EXCHANGE: move the old directory aside first
+      OOMB_CHECK(errno == EINVAL || errno == ENOSYS || errno == ENOTSUP, "{}: cannot swap in {}: {}",
+                 target_.string(), staging_.string(), std::strerror(errno));
+      const fs::path aside = staging_.string() + ".old";
+      OOMB_CHECK(::rename(target_.c_str(), aside.c_str()) == 0, "{}: cannot move aside: {}", target_.string(),
+                 std::strerror(errno));
+      OOMB_CHECK(::rename(staging_.c_str(), target_.c_str()) == 0, "{}: cannot rename {} into place: {}",
+                 target_.string(), staging_.string(), std::strerror(errno));
+      fs::rename(aside, staging_, ec);
+    }
+  } else {
+    OOMB_CHECK(::rename(staging_.c_str(), target_.c_str()) == 0, "{}: cannot rename {} into place: {}",
+               target_.string(), staging_.string(), std::strerror(errno));
+  }
+  committed_ = true;
+  fsync_path(parent_of(target_), true);
+  fs::remove_all(staging_, ec);  // the old directory, now under the staging name
 }
 
 }  // namespace oomb

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 namespace oomb {
@@ -29,5 +30,31 @@ class AtomicFile {
 
 // Writes `text` to path through an AtomicFile.
 void write_file_atomic(const std::filesystem::path& path, const std::string& text);
+
+}  // namespace oomb
+
+namespace oomb {
+
+// A directory written as a unit: files go into a staging directory beside the target
+// (".NAME.oomb-new.PID"), and commit() swaps it into place with one rename (renameat2
+// RENAME_EXCHANGE when the target exists), after fsync of every file and of the directory. A
+// reader, or a crash at any moment, sees the whole old directory or the whole new one. Files of the
+// old directory that the new one lacks are carried over (hard links) unless `drop` says they belong
+// to what is being replaced. An uncommitted staging directory is removed; stale ones left by killed
+// processes are removed on the next write to the same target.
+class AtomicDir {
+ public:
+  explicit AtomicDir(std::filesystem::path target);
+  AtomicDir(const AtomicDir&) = delete;
+  AtomicDir& operator=(const AtomicDir&) = delete;
+  ~AtomicDir();
+  const std::filesystem::path& target() const { return target_; }
+  const std::filesystem::path& staging() const { return staging_; }
+  void commit(const std::function<bool(const std::string& name)>& drop = {});
+
+ private:
+  std::filesystem::path target_, staging_;
+  bool committed_ = false;
+};
 
 }  // namespace oomb

@@ -17,26 +17,54 @@ static json read_json_or_null(const fs::path& p) {
   return json::parse(f, nullptr, /*allow_exceptions=*/false);
 }
 
-EosChoice find_eos(const fs::path& tokenizer_path, const Tokenizer& tok) {
+static fs::path dir_of(const fs::path& p) {
   std::error_code ec;
-  const fs::path dir = fs::is_directory(tokenizer_path, ec) ? tokenizer_path : tokenizer_path.parent_path();
-  const json cfg = read_json_or_null(dir / "config.json");
-  if (cfg.is_object() && cfg.contains("eos_token_id")) {
+  return fs::is_directory(p, ec) ? p : p.parent_path().empty() ? fs::path(".") : p.parent_path();
+}
+
+int64_t vocab_next_to(const fs::path& tokenizer_path, const Tokenizer& tok) {
+  const json cfg = read_json_or_null(dir_of(tokenizer_path) / "config.json");
+  if (cfg.is_object() && cfg.contains("vocab_size") && cfg["vocab_size"].is_number_integer() &&
+      cfg["vocab_size"].get<int64_t>() > 0)
+    return cfg["vocab_size"].get<int64_t>();
+  return tok.id_limit();
+}
+
+EosChoice resolve_eos(const fs::path& where, int64_t vocab, const Tokenizer* tok) {
+  const fs::path dir = dir_of(where);
+  const fs::path cfg_path = dir / "config.json", tc_path = dir / "tokenizer_config.json";
+  const json cfg = read_json_or_null(cfg_path);
+  if (cfg.is_object() && cfg.contains("eos_token_id") && !cfg["eos_token_id"].is_null()) {
     json e = cfg["eos_token_id"];
     if (e.is_array() && !e.empty()) e = e[0];
-    if (e.is_number_integer() && e.get<int64_t>() >= 0 && e.get<int64_t>() < tok.id_limit())
-      return {int32_t(e.get<int64_t>()), (dir / "config.json").string() + " eos_token_id"};
-  }
-  const json tc = read_json_or_null(dir / "tokenizer_config.json");
-  if (tc.is_object() && tc.contains("eos_token")) {
-    json e = tc["eos_token"];
-    if (e.is_object() && e.contains("content")) e = e["content"];
-    if (e.is_string()) {
-      const int32_t id = tok.token_id(e.get<std::string>());
-      if (id >= 0) return {id, (dir / "tokenizer_config.json").string() + " eos_token " + e.dump()};
+    if (e.is_number_integer()) {
+      const int64_t id = e.get<int64_t>();
+      OOMB_CHECK(id >= 0 && id < vocab, "{}: eos_token_id {} is beyond the vocabulary (ids 0..{}); fix config.json "
+                 "or name the separator with a flag", cfg_path.string(), id, vocab - 1);
+      return {int32_t(id), cfg_path.string() + " eos_token_id"};
     }
   }
-  return {};
+  const json tc = read_json_or_null(tc_path);
+  if (!tc.is_object() || !tc.contains("eos_token")) return {};
+  json e = tc["eos_token"];
+  if (e.is_object() && e.contains("content")) e = e["content"];
+  if (!e.is_string()) return {};
+  const std::string token = e.get<std::string>();
+  int64_t id = tok ? tok->token_id(token) : -1;
+  if (id < 0 && tc.contains("added_tokens_decoder") && tc["added_tokens_decoder"].is_object())
+    for (const auto& [k, v] : tc["added_tokens_decoder"].items())
+      if (v.is_object() && v.value("content", json()) == token) {
+        int64_t n = -1;
+        const auto [end, err] = std::from_chars(k.data(), k.data() + k.size(), n);
+        if (err == std::errc() && end == k.data() + k.size()) id = n;
+        break;
+      }
+  std::error_code ec;
+  if (id < 0 && !tok && fs::exists(dir / "tokenizer.json", ec)) id = Tokenizer::load(dir / "tokenizer.json").token_id(token);
+  if (id < 0) return {};
+  OOMB_CHECK(id < vocab, "{}: eos_token {} is id {}, beyond the vocabulary (ids 0..{})", tc_path.string(), e.dump(), id,
+             vocab - 1);
+  return {int32_t(id), tc_path.string() + " eos_token " + e.dump()};
 }
 
 int32_t parse_eos(const std::string& v, const Tokenizer& tok) {

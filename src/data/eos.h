@@ -13,9 +13,15 @@ struct EosChoice {
   std::string from;  // where it was found, for the log
 };
 
-// Next to a tokenizer (its directory): config.json's eos_token_id (the first of a list), else
-// tokenizer_config.json's eos_token. id -1 when neither says.
-EosChoice find_eos(const std::filesystem::path& tokenizer_path, const Tokenizer& tok);
+// The one rule `oomb tokenize` and `oomb train` share (a flag given wins before it is called): in
+// DIR (or the directory of the file DIR), config.json's eos_token_id (the first of a list), else
+// tokenizer_config.json's eos_token, mapped to its id by `tok`, by tokenizer_config.json's
+// added_tokens_decoder, or by DIR/tokenizer.json. id -1 when neither names one. An id outside
+// [0, vocab) is an error naming the file, the field and the vocabulary.
+EosChoice resolve_eos(const std::filesystem::path& dir, int64_t vocab, const Tokenizer* tok = nullptr);
+// The vocabulary a token file made with this tokenizer is for: config.json's vocab_size next to it
+// when there is one (the model's), else the tokenizer's id limit.
+int64_t vocab_next_to(const std::filesystem::path& tokenizer_path, const Tokenizer& tok);
 // --eos VALUE: an id, or a token as written in tokenizer.json ("<|endoftext|>").
 int32_t parse_eos(const std::string& value, const Tokenizer& tok);
 

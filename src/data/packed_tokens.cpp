@@ -13,6 +13,10 @@ PackedTokens::PackedTokens(std::unique_ptr<TokenStore> store, int64_t vocab, con
     : store_(std::move(store)), vocab_(vocab), o_(o) {
   const int64_t n = store_->size();
   OOMB_CHECK(n >= 1, "--data {}: holds no tokens", store_->describe());
+  // every id against the vocabulary now, at memory speed, not when training reaches it hours later
+  uint32_t bad = 0;
+  const int64_t at = vocab < int64_t(UINT32_MAX) ? store_->find_at_least(uint32_t(vocab), &bad) : -1;
+  OOMB_CHECK(at < 0, "--data {}: token id {} is beyond the model's vocabulary ({})", store_->where(at), bad, vocab);
   length_ = n;
   if (!o.shuffle && !o.separate) {
     OOMB_CHECK(n >= 2, "--data {}: holds {} token; training needs at least 2", store_->describe(), n);
@@ -99,7 +103,10 @@ void PackedTokens::stream(int64_t p, int64_t n, uint32_t* out) {
 
 void PackedTokens::read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) {
   buf_.resize(size_t(n + 1));
-  // w*N can exceed int64 only for absurd runs; positions wrap per epoch anyway
+  int64_t p = 0;  // the stream position, checked: w*N + t0 must not wrap
+  OOMB_CHECK(!__builtin_mul_overflow(w, N, &p) && !__builtin_add_overflow(p, t0, &p) &&
+                 !__builtin_add_overflow(p, n + 1, &p),
+             "--data {}: window {} of {} tokens lies beyond 2^63 tokens of the stream", store_->describe(), w, N);
   stream(w * N + t0, n + 1, buf_.data());
   for (int64_t i = 0; i < n; ++i) {
     ids[i] = int32_t(buf_[size_t(i)]);

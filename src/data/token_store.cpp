@@ -1,6 +1,7 @@
 #include "data/token_store.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -106,6 +107,75 @@ std::string FileTokens::describe() const {
                      fmt_ == TokenFormat::LlmC ? (width_ == 2 ? " uint16" : " uint32") : "");
 }
 
+int64_t first_id_at_least(const void* ids, int64_t n, int width, uint32_t limit) {
+  constexpr int64_t kBlock = 1 << 16;  // a block's max first (branch-free, vectorizable); then the index
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t len = std::min(kBlock, n - b);
+    uint32_t m[8] = {};
+    if (width == 4) {
+      const unsigned char* p = static_cast<const unsigned char*>(ids) + b * 4;
+      int64_t i = 0;
+      for (; i + 8 <= len; i += 8)
+        for (int k = 0; k < 8; ++k) {
+          uint32_t v;
+          std::memcpy(&v, p + 4 * (i + k), 4);  // little-endian hosts (as is every supported machine)
+          m[k] = std::max(m[k], v);
+        }
+      for (; i < len; ++i) {
+        uint32_t v;
+        std::memcpy(&v, p + 4 * i, 4);
+        m[0] = std::max(m[0], v);
+      }
+    } else {
+      const unsigned char* p = static_cast<const unsigned char*>(ids) + b * 2;
+      int64_t i = 0;
+      for (; i + 8 <= len; i += 8)
+        for (int k = 0; k < 8; ++k) {
+          uint16_t v;
+          std::memcpy(&v, p + 2 * (i + k), 2);
+          m[k] = std::max<uint32_t>(m[k], v);
+        }
+      for (; i < len; ++i) {
+        uint16_t v;
+        std::memcpy(&v, p + 2 * i, 2);
+        m[0] = std::max<uint32_t>(m[0], v);
+      }
+    }
+    if (*std::max_element(m, m + 8) < limit) continue;
+    for (int64_t i = 0; i < len; ++i) {
+      uint32_t v = 0;
+      std::memcpy(&v, static_cast<const unsigned char*>(ids) + (b + i) * width, size_t(width));
+      if (v >= limit) return b + i;
+    }
+  }
+  return -1;
+}
+
+int64_t FileTokens::find_at_least(uint32_t limit, uint32_t* value) const {
+  if (width_ == 2 && limit > 0xFFFF) return -1;
+  const size_t bytes = size_t(offset_ + n_ * width_);
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd_, 0);
+  if (map == MAP_FAILED) {  // e.g. a file system without mmap: read it in pieces instead
+    std::vector<uint32_t> buf(1 << 16);
+    for (int64_t at = 0; at < n_; at += int64_t(buf.size())) {
+      const int64_t len = std::min<int64_t>(int64_t(buf.size()), n_ - at);
+      get(at, len, buf.data());
+      const int64_t i = first_id_at_least(buf.data(), len, 4, limit);
+      if (i >= 0) return *value = buf[size_t(i)], at + i;
+    }
+    return -1;
+  }
+  ::madvise(map, bytes, MADV_SEQUENTIAL);
+  const unsigned char* ids = static_cast<const unsigned char*>(map) + offset_;
+  const int64_t i = first_id_at_least(ids, n_, width_, limit);
+  if (i >= 0) {
+    *value = 0;
+    std::memcpy(value, ids + i * width_, size_t(width_));
+  }
+  ::munmap(map, bytes);
+  return i;
+}
+
 MemoryTokens::MemoryTokens(const std::vector<uint32_t>& ids, std::string name)
     : buf_(Tier::Host, Tag::Data, std::max<size_t>(ids.size(), 1) * 4), n_(int64_t(ids.size())), name_(std::move(name)) {
   if (!ids.empty()) std::memcpy(buf_.data(), ids.data(), ids.size() * 4);
@@ -117,6 +187,20 @@ void MemoryTokens::get(int64_t begin, int64_t n, uint32_t* out) const {
 
 std::string MemoryTokens::where(int64_t i) const { return fmt::format("{}, token {}", name_, i); }
 std::string MemoryTokens::describe() const { return fmt::format("{} ({} tokens)", name_, n_); }
+
+int64_t MemoryTokens::find_at_least(uint32_t limit, uint32_t* value) const {
+  const int64_t i = first_id_at_least(buf_.data(), n_, 4, limit);
+  if (i >= 0) *value = buf_.as<uint32_t>()[i];
+  return i;
+}
+
+int64_t ConcatTokens::find_at_least(uint32_t limit, uint32_t* value) const {
+  for (size_t k = 0; k < parts_.size(); ++k) {
+    const int64_t i = parts_[k]->find_at_least(limit, value);
+    if (i >= 0) return starts_[k] + i;
+  }
+  return -1;
+}
 
 ConcatTokens::ConcatTokens(std::vector<std::unique_ptr<TokenStore>> parts) : parts_(std::move(parts)) {
   OOMB_CHECK(!parts_.empty(), "--data: no token files");

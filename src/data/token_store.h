@@ -31,6 +31,9 @@ class TokenStore {
   // Where token i comes from, for errors: "FILE, token K".
   virtual std::string where(int64_t i) const = 0;
   virtual std::string describe() const = 0;
+  // The index of the first id >= limit (and that id in *value), or -1: every id checked at open
+  // time, at memory speed, rather than when training reaches it.
+  virtual int64_t find_at_least(uint32_t limit, uint32_t* value) const = 0;
 };
 
 // Ids in a file: `width` bytes each (2 or 4), starting at byte `offset`.
@@ -42,6 +45,7 @@ class FileTokens final : public TokenStore {
   void get(int64_t begin, int64_t n, uint32_t* out) const override;
   std::string where(int64_t i) const override;
   std::string describe() const override;
+  int64_t find_at_least(uint32_t limit, uint32_t* value) const override;
   int width() const { return width_; }
 
  private:
@@ -59,6 +63,7 @@ class MemoryTokens final : public TokenStore {
   void get(int64_t begin, int64_t n, uint32_t* out) const override;
   std::string where(int64_t i) const override;
   std::string describe() const override;
+  int64_t find_at_least(uint32_t limit, uint32_t* value) const override;
 
  private:
   Buffer buf_;
@@ -74,12 +79,16 @@ class ConcatTokens final : public TokenStore {
   void get(int64_t begin, int64_t n, uint32_t* out) const override;
   std::string where(int64_t i) const override;
   std::string describe() const override;
+  int64_t find_at_least(uint32_t limit, uint32_t* value) const override;
 
  private:
   size_t part_of(int64_t i) const;
   std::vector<std::unique_ptr<TokenStore>> parts_;
   std::vector<int64_t> starts_;  // parts + 1 prefix sums
 };
+
+// The first index of ids[0, n) (little-endian, `width` bytes each) holding an id >= limit, or -1.
+int64_t first_id_at_least(const void* ids, int64_t n, int width, uint32_t limit);
 
 // Detects llm.c shards by their magic; otherwise `dflt` (a .bin without a header is u32).
 TokenFormat sniff_token_format(const std::filesystem::path& path, TokenFormat dflt);

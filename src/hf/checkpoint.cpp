@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "core/atomic_file.h"
@@ -21,7 +23,13 @@ DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
     const TensorInfo* t = st.find(s.name);
     OOMB_CHECK(t != nullptr, "{}: tensor '{}' is missing from the checkpoint (config: {} layers, {})", dir.string(),
                s.name, c.layers, c.tie_word_embeddings ? "tied embeddings" : "untied embeddings");
-    st.read_f32(s.name, p.view(s).f(), s.shape);
+    float* x = p.view(s).f();
+    st.read_f32(s.name, x, s.shape);
+    const int64_t n = s.numel();
+    for (int64_t i = 0; i < n; ++i)  // named here, not blamed on the learning rate at the first step
+      if (!std::isfinite(x[i])) [[unlikely]]
+        fail("{}: tensor '{}' holds a non-finite value ({}) at flat index {} of {}; the checkpoint is damaged or "
+             "was saved after training diverged", dir.string(), s.name, x[i], i, n);
     dtypes[t->dtype] += s.numel();
     used.insert(s.name);
   }
@@ -62,22 +70,33 @@ void save_model(const fs::path& dir, const ModelConfig& c, const Params& p, DTyp
   save_model_tensors(dir, c, tensors, dtype, copy_from);
 }
 
+// The files a saved model directory is made of (what a new save replaces rather than carries over):
+// config.json and the names save_safetensors_dir writes; other files, a user's
+// model_backup.safetensors included, are kept.
+static bool model_file(const std::string& name) {
+  static const std::regex ours(
+      R"(config\.json|model\.safetensors|model\.safetensors\.index\.json|model-[0-9]{5}-of-[0-9]{5}\.safetensors)");
+  return std::regex_match(name, ours) || name.find(".tmp.") != std::string::npos;
+}
+
 void save_model_tensors(const fs::path& dir, const ModelConfig& c, std::span<const SaveTensor> tensors, DType dtype,
                         const fs::path& copy_from) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  OOMB_CHECK(!ec, "{}: cannot create the directory: {}", dir.string(), ec.message());
-  save_safetensors_dir(dir, tensors);
+  // the whole directory is written beside DIR and swapped in: never new weights beside an old config
+  AtomicDir out(dir);
+  save_safetensors_dir(out.staging(), tensors);
   ModelConfig saved = c;
   saved.torch_dtype = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
-  write_file_atomic(dir / "config.json", config_to_json(saved).dump(2) + "\n");
-  if (copy_from.empty() || fs::equivalent(copy_from, dir, ec)) return;
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                           "merges.txt", "generation_config.json"}) {
-    if (!fs::exists(copy_from / name, ec)) continue;
-    fs::copy_file(copy_from / name, dir / name, fs::copy_options::overwrite_existing, ec);
-    OOMB_CHECK(!ec, "{}: cannot copy {}: {}", dir.string(), name, ec.message());
+  write_file_atomic(out.staging() / "config.json", config_to_json(saved).dump(2) + "\n");
+  std::error_code ec;
+  if (!copy_from.empty()) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                             "merges.txt", "generation_config.json"}) {
+      if (!fs::exists(copy_from / name, ec)) continue;
+      fs::copy_file(copy_from / name, out.staging() / name, fs::copy_options::overwrite_existing, ec);
+      OOMB_CHECK(!ec, "{}: cannot copy {}: {}", dir.string(), name, ec.message());
+    }
   }
+  out.commit(model_file);
 }
 
 }  // namespace oomb

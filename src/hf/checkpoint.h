@@ -10,11 +10,14 @@
 namespace oomb {
 
 // Reads every parameter of c from DIR's safetensors into p (fp32). Checks names, shapes and that the
-// checkpoint holds no tensor the model would ignore. Returns the checkpoint's float dtype.
+// checkpoint holds no tensor the model would ignore, and that every value is finite (naming the
+// tensor). Returns the checkpoint's float dtype.
 DType load_weights(const std::filesystem::path& dir, const ModelConfig& c, Params& p);
 
-// Writes DIR/config.json and DIR's safetensors (tensors in `dtype`), each file atomically.
-// Tokenizer and generation files found in copy_from are copied along.
+// Writes DIR/config.json and DIR's safetensors (tensors in `dtype`) as one unit (core/atomic_file.h
+// AtomicDir): a crash at any moment leaves the old directory or the new one, never new weights
+// beside an old config.json. Tokenizer and generation files found in copy_from are copied along;
+// other files of an existing DIR are kept.
 void save_model(const std::filesystem::path& dir, const ModelConfig& c, const Params& p, DType dtype,
                 const std::filesystem::path& copy_from = {});
 

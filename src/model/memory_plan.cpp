@@ -1,5 +1,6 @@
 #include "model/memory_plan.h"
 
+#include "core/error.h"
 #include "model/chunk_inputs.h"
 #include "model/layer.h"
 #include "model/params.h"
@@ -8,14 +9,34 @@ namespace oomb {
 
 int64_t MemoryPlan::total(Tier tier) const {
   int64_t s = 0;
-  for (int64_t b : bytes[size_t(tier)]) s += b;
+  for (int64_t b : bytes[size_t(tier)])
+    OOMB_CHECK(b >= 0 && !__builtin_add_overflow(s, b, &s), "memory plan: the {} bytes overflow 64 bits",
+               tier_name(tier));
   return s;
 }
 
 int64_t MemoryPlan::total() const {
   int64_t s = 0;
-  for (Tier t : kTiers) s += total(t);
+  for (Tier t : kTiers)
+    OOMB_CHECK(!__builtin_add_overflow(s, total(t), &s), "memory plan: the total bytes overflow 64 bits");
   return s;
+}
+
+// Every byte count of a plan is a sum of products of N or C with the model's dimensions. They are
+// bounded here, in 128 bits, with margin (x64 for the counts of buffers and rounding), so that none
+// of the 64-bit computations below (and in the pools they size) can wrap.
+static void check_plan_size(const ModelConfig& c, int64_t N, int64_t C, int64_t P) {
+  using i128 = __int128;
+  const i128 limit = i128(1) << 62;
+  const i128 width = i128(c.hidden) + c.intermediate + i128(c.heads) * (c.head_dim + 1) + i128(c.kv_heads) * c.head_dim;
+  const i128 kv = (i128(N) + 4096) * c.layers * c.kv_heads * c.head_dim * 64;
+  const i128 act = i128(C) * (c.layers + 3) * width * 64;
+  OOMB_CHECK(N > 0 && C > 0, "memory plan: N = {} and C = {} must be positive", N, C);
+  OOMB_CHECK(kv < limit, "--seq-len {}: the K/V pages of {} layers would take more than 2^62 bytes (the plan's "
+             "sizes would overflow); no machine holds this", N, c.layers);
+  OOMB_CHECK(act < limit, "--chunk-size {}: a chunk's activations would take more than 2^62 bytes (the plan's "
+             "sizes would overflow)", C);
+  OOMB_CHECK(i128(P) * 64 < limit, "memory plan: {} parameters overflow the plan's byte counts", P);
 }
 
 KVCacheOptions kv_cache_options(const ModelConfig& c, const ChunkPlan& p) {
@@ -41,6 +62,7 @@ int64_t saved_attention_bytes(const ModelConfig& c, int64_t C) {
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
                        size_t workspace_bytes, Tier dev) {
   const int64_t P = param_count(cfg), C = std::min(plan.chunk, N);
+  check_plan_size(cfg, N, C, P);
   ChunkPlan used = plan;
   used.chunk = C;
   MemoryPlan m;

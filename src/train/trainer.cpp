@@ -2,9 +2,13 @@
 
 #include "train/flops.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fmt/format.h>
 #include <fstream>
+
+#include "core/resident.h"
 
 namespace oomb {
 
@@ -73,9 +77,15 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
                           {"tokens_per_s", st.tokens_per_s}, {"elapsed_s", st.elapsed_s},
                           {"tflops", st.tflops},
                           {"memory", memory_json()}};
+      // what the process holds, beside the accountant's figures (libraries, allocator slack, runtimes)
+      const ResidentMemory rss = resident_memory();
+      j["rss"] = {{"current", rss.current}, {"peak", rss.peak}};
       if (o.peak_flops > 0) j["mfu"] = st.mfu;
+      errno = 0;
       metrics << j.dump() << "\n";
       metrics.flush();
+      OOMB_CHECK(metrics.good(), "--metrics {}: cannot write step {}'s line{}", o.metrics_path, k,
+                 errno ? std::string(": ") + std::strerror(errno) : "");
     }
     if (k % o.log_every == 0 || k + 1 == o.steps) {
       const MemCounter host = Accountant::global().total(Tier::Host), dev = Accountant::global().total(Tier::Device),

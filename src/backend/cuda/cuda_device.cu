@@ -57,6 +57,11 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
   OOMB_CHECK(e == cudaSuccess, "copy to host: {}", cudaGetErrorString(e));
 }
 
+size_t free_memory() {
+  size_t free = 0, total = 0;
+  return cudaMemGetInfo(&free, &total) == cudaSuccess ? free : 0;
+}
+
 std::string device_name() {
   cudaDeviceProp p{};
   if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return "";

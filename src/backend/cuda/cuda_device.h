@@ -11,5 +11,6 @@ void copy_to_host(void* dst, const void* src, size_t bytes);
 // The device's name, and its dense bf16 peak in FLOP/s from the vendor's figures for the GPUs
 // oomb targets (0 when the name is not one of them).
 std::string device_name();
+size_t free_memory();  // cudaMemGetInfo's free bytes (0 when it fails)
 double peak_bf16_flops(const std::string& name);
 }  // namespace oomb::cuda

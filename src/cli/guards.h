@@ -1,0 +1,44 @@
+// Guards the commands run before they open anything for writing or start any work: outputs that
+// would overwrite an input, output model directories holding another model, plans that do not fit
+// the machine.
+#pragma once
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hf/config.h"
+#include "model/memory_plan.h"
+
+namespace oomb::cli {
+
+struct NamedPath {
+  std::string flag;  // "--data"
+  std::string path;  // empty: not given (skipped)
+  bool whole = false;  // a directory taken as a whole: every file of a --data directory is read, a model
+                       // directory output is replaced as a unit
+};
+
+// Refuses any output that is, or resolves to (symlinks, "..", hard links), an input file or
+// directory, that holds an input, or that lies inside an input directory taken as a whole. Two
+// outputs must not be one path, nor one inside the other's directory taken as a whole.
+void refuse_aliasing(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
+
+// Fails before any work when `flag` DIR cannot receive a model directory: DIR is not a directory,
+// the nearest existing ancestor is not writable, or DIR holds a model other than `cfg` (a different
+// config.json) and force is off. Creates nothing.
+void check_model_out(const std::string& flag, const std::string& dir, const ModelConfig& cfg, bool force);
+
+// The memory the plan needs against what the machine has: host + pinned bytes against `host_limit`
+// (MemAvailable), device bytes against `device_limit` (0: unknown, unchecked). Refuses, naming the
+// tier, the tag that takes most, and the largest N (at this C) and C (at this N) that fit, unless
+// force, which prints the same as a warning to `warn`. plan_for(N, C) is the plan at another shape.
+struct Limit {
+  int64_t bytes = 0;
+  std::string what;  // "MemAvailable of /proc/meminfo", "--device-memory 1000000"
+};
+void check_plan_fits(const MemoryPlan& m, int64_t N, int64_t C, const Limit& host, const Limit& device,
+                     const std::function<MemoryPlan(int64_t N, int64_t C)>& plan_for, bool force,
+                     std::ostream* warn);
+
+}  // namespace oomb::cli

@@ -1,0 +1,418 @@
+// Guards around every input and output of the oomb command: one test per class of the issue
+// "nothing a user has is destroyed, nothing runs blind". Each runs the failure (which today's code
+// had) and checks the guard's message, and that the inputs of every refused run are unchanged.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fmt/format.h>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "cli/guards.h"
+#include "hf/checkpoint.h"
+#include "hf/config.h"
+#include "model/init.h"
+#include "model/params.h"
+#include "test_util.h"
+#include "tokenizer_fixture.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+using ::testing::HasSubstr;
+using ::testing::Not;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CmdResult {
+  int code;
+  std::string out;
+};
+
+CmdResult oomb_cmd(const fs::path& dir, const std::string& args) {
+  const auto log = dir / "cmd.log";
+  const std::string cmd = fmt::format("{}/oomb {} > {} 2>&1", binary_dir().string(), args, log.string());
+  const int rc = std::system(cmd.c_str());
+  return {WEXITSTATUS(rc), read_text(log)};
+}
+
+// Every file under the paths (recursively) and a hash of its bytes: inputs must come out unchanged.
+std::map<std::string, size_t> hashes(const std::vector<fs::path>& paths) {
+  std::map<std::string, size_t> h;
+  for (const fs::path& p : paths) {
+    if (fs::is_directory(p)) {
+      for (const auto& e : fs::recursive_directory_iterator(p))
+        if (e.is_regular_file()) h[e.path().string()] = std::hash<std::string>{}(read_text(e.path()));
+    } else if (fs::exists(p)) {
+      h[p.string()] = std::hash<std::string>{}(read_text(p));
+    }
+  }
+  return h;
+}
+
+void write_u32(const fs::path& p, const std::vector<uint32_t>& ids) {
+  write_bytes(p, std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 4));
+}
+
+std::vector<uint32_t> ids_below(int64_t n, uint32_t vocab, uint64_t seed) {
+  std::mt19937 g{uint32_t(seed)};
+  std::vector<uint32_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = g() % vocab;
+  return v;
+}
+
+// A model directory's config and parameters, loaded as `oomb train` loads them.
+struct Loaded {
+  nlohmann::json config;
+  std::vector<float> weights;
+};
+Loaded load_model(const fs::path& dir) {
+  const ModelConfig c = load_config(dir);
+  Params p(c, Tier::Host, Tag::IO);
+  load_weights(dir, c, p);
+  const float* f = p.flat().f();
+  return {config_to_json(c), std::vector<float>(f, f + p.flat().numel())};
+}
+bool same(const Loaded& a, const Loaded& b) {
+  return a.config == b.config && a.weights.size() == b.weights.size() &&
+         std::memcmp(a.weights.data(), b.weights.data(), a.weights.size() * 4) == 0;
+}
+
+}  // namespace
+
+// 1. Outputs never alias inputs: refused before anything is opened for writing.
+TEST(Guards, OutputsNeverAliasInputs) {
+  const auto dir = temp_dir();
+  const std::string d = dir.string();
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --vocab 300 --out {}/m", d)).code, 0);
+  write_bytes(dir / "m/tokenizer.json", byte_tokenizer_json({{"a", "b"}}).dump());
+  write_bytes(dir / "in.txt", "some text to tokenize, ab ab ab\n");
+  write_u32(dir / "t.bin", ids_below(400, 128, 1));
+  fs::create_directories(dir / "shards");
+  write_u32(dir / "shards/a.bin", ids_below(300, 128, 2));
+  fs::create_symlink(dir / "in.txt", dir / "link.txt");
+  const auto before = hashes({dir / "m", dir / "in.txt", dir / "t.bin", dir / "shards"});
+  const std::string train = fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 16 --steps 1 ", d);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {fmt::format("tokenize --tokenizer {0}/m --input {0}/in.txt --output {0}/in.txt", d),
+       "--output " + d + "/in.txt: is the same path as --input"},
+      {fmt::format("tokenize --tokenizer {0}/m --input {0}/in.txt --output {0}/link.txt", d),
+       "is the same path as --input"},  // through a symlink
+      {fmt::format("tokenize --tokenizer {0}/m/tokenizer.json --input {0}/in.txt --output {0}/m/../m/tokenizer.json", d),
+       "is the same path as --tokenizer"},
+      {train + fmt::format("--metrics {}/t.bin", d), "--metrics " + d + "/t.bin: is the same path as --data"},
+      {train + fmt::format("--out {}/m", d), "--out " + d + "/m: is the same path as --model"},
+      {train + fmt::format("--out {}", d), "--out " + d + ": holds --model"},
+      {fmt::format("train --model {0}/m --data {0}/shards --seq-len 16 --steps 1 --metrics {0}/shards/log.jsonl", d),
+       "lies inside --data " + d + "/shards"},
+      {train + fmt::format("--out {0}/o --metrics {0}/o/log.jsonl", d), "one output would overwrite the other"},
+  };
+  for (const auto& [args, msg] : cases) {
+    SCOPED_TRACE(args);
+    const CmdResult r = oomb_cmd(dir, args);
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(msg));
+    EXPECT_THAT(r.out, Not(HasSubstr("step ")));
+    EXPECT_EQ(hashes({dir / "m", dir / "in.txt", dir / "t.bin", dir / "shards"}), before);
+  }
+  EXPECT_FALSE(fs::exists(dir / "shards/log.jsonl"));
+  EXPECT_FALSE(fs::exists(dir / "o"));
+}
+
+// 2. A model directory is written as a unit; another model needs --force; a failed run leaves nothing.
+TEST(Guards, ModelDirectoryIsWrittenAsAUnit) {
+  const auto dir = temp_dir();
+  const std::string d = dir.string();
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --out {}/m", d)).code, 0);
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny-qwen2 --out {}/other", d)).code, 0);
+  write_bytes(dir / "other/NOTES.md", "my notes");
+  write_u32(dir / "t.bin", ids_below(400, 128, 1));
+  const auto before = hashes({dir / "m", dir / "t.bin", dir / "other"});
+  const std::string train = fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 16 --steps 1 ", d);
+  CmdResult r = oomb_cmd(dir, train + fmt::format("--out {}/other", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--out " + d + "/other: holds a different model (architectures"));
+  EXPECT_THAT(r.out, HasSubstr("pass --force to replace it"));
+  EXPECT_THAT(r.out, Not(HasSubstr("step ")));
+  EXPECT_EQ(hashes({dir / "m", dir / "t.bin", dir / "other"}), before);
+  // a run that fails before saving leaves no (empty) output directory behind
+  r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/missing.bin --out {0}/new/model", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_FALSE(fs::exists(dir / "new")) << r.out;
+  // --force replaces the model as a whole, and keeps the user's other files
+  r = oomb_cmd(dir, train + fmt::format("--out {}/other --force", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(load_config(dir / "other").arch, Arch::Llama);
+  EXPECT_EQ(read_text(dir / "other/NOTES.md"), "my notes");
+  for (const auto& e : fs::directory_iterator(dir))  // no staging directory left
+    EXPECT_THAT(e.path().filename().string(), Not(HasSubstr("oomb-new")));
+  // the same model again (an earlier save of the same run) is replaced without --force
+  r = oomb_cmd(dir, train + fmt::format("--out {}/other", d));
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// 2. SIGKILL at random moments of saves over an existing model: the directory always loads as
+// exactly the old or exactly the new model (never new weights beside an old config.json).
+TEST(Guards, KillDuringSaveLeavesOldOrNewModel) {
+  const auto dir = temp_dir();
+  const fs::path out = dir / "model";
+  // two models that differ in config.json (rope_theta, as the issue's example) and in every weight
+  const std::string shape = "--preset tiny --hidden 256 --intermediate 704 --layers 4 --heads 4 --kv-heads 2 --vocab 4096";
+  const std::string args[2] = {fmt::format("init {} --seed 1 --rope-theta 10000 --force --out {}", shape, out.string()),
+                               fmt::format("init {} --seed 2 --rope-theta 500000 --force --out {}", shape, out.string())};
+  ASSERT_EQ(oomb_cmd(dir, args[1]).code, 0);
+  const Loaded b = load_model(out);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(oomb_cmd(dir, args[0]).code, 0);
+  const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const Loaded a = load_model(out);
+  ASSERT_FALSE(same(a, b));
+  std::mt19937 g(20240917);
+  int kills = 0, old_kept = 0, new_kept = 0, current = 0, on_rename = 0;
+  for (int i = 0; i < 24; ++i) {
+    const int next = 1 - current;
+    const std::string cmd = fmt::format("exec {}/oomb {} > /dev/null 2>&1", binary_dir().string(), args[next]);
+    // every other run is killed the moment a file is renamed into the directory (where a writer
+    // that renames its files one by one has new weights beside the old config), else at a random
+    // moment; a writer that swaps the whole directory renames nothing into it, so those runs are
+    // killed at the random moment too
+    const int ino = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    ASSERT_GE(ino, 0);
+    const bool at_rename = i % 2 == 1;
+    if (at_rename) ::inotify_add_watch(ino, out.c_str(), IN_MOVED_TO);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    const double u = std::uniform_real_distribution<double>(0, 1)(g);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration<double>(run_s * std::sqrt(u) * 1.1);  // more moments late
+    for (bool renamed = false; !renamed;) {
+      const int ms = int(std::chrono::duration<double, std::milli>(deadline - std::chrono::steady_clock::now()).count());
+      pollfd pf{ino, POLLIN, 0};
+      if (ms <= 0 || ::poll(&pf, 1, ms) <= 0) break;
+      alignas(inotify_event) char buf[4096];
+      const ssize_t len = ::read(ino, buf, sizeof buf);
+      for (ssize_t at = 0; at < len;) {  // only a rename into the directory, not its own removal
+        const auto* ev = reinterpret_cast<const inotify_event*>(buf + at);
+        renamed = renamed || (ev->mask & IN_MOVED_TO);
+        at += ssize_t(sizeof(inotify_event) + ev->len);
+      }
+      on_rename += renamed;
+    }
+    const bool killed = ::kill(pid, SIGKILL) == 0;
+    ::close(ino);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    kills += killed && WIFSIGNALED(status);
+    const Loaded now = load_model(out);
+    const bool is_old = same(now, current ? b : a), is_new = same(now, next ? b : a);
+    ASSERT_TRUE(is_old || is_new) << "kill " << i << (at_rename ? " (at a rename into the directory)" : "")
+                                  << ": the directory is neither the old nor the new model";
+    old_kept += is_old, new_kept += is_new;
+    if (is_new) current = next;
+  }
+  std::cout << fmt::format("24 saves of {:.3f} s each, {} killed ({} at a rename into the directory): {} left the old "
+                           "model, {} the new one",
+                           run_s, kills, on_rename, old_kept, new_kept)
+            << std::endl;
+  EXPECT_GE(kills, 10);
+  int staging = 0;  // a killed writer's staging directory is removed by the next write
+  for (const auto& e : fs::directory_iterator(dir)) staging += e.path().filename().string().find("oomb-new") != std::string::npos;
+  EXPECT_LE(staging, 1);
+}
+
+// 3. Every write is checked: a metrics line that cannot be written is an error naming the file.
+TEST(Guards, EveryWriteIsChecked) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const auto dir = temp_dir();
+  const std::string d = dir.string();
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --out {}/m", d)).code, 0);
+  write_u32(dir / "t.bin", ids_below(400, 128, 1));
+  const CmdResult r = oomb_cmd(
+      dir, fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 16 --steps 2 --metrics /dev/full", d));
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--metrics /dev/full: cannot write step 0's line: No space left on device"));
+}
+
+// 4. Sizes never overflow: no wrapped byte counts, no saturated flags.
+TEST(Guards, SizesNeverOverflow) {
+  const auto dir = temp_dir();
+  CmdResult r = oomb_cmd(dir, "plan --preset tiny --seq-len 4611686018427387904");  // 2^62: wrapped to 8.59 MiB
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--seq-len 4611686018427387904: the K/V pages of 2 layers would take more than 2^62 bytes"));
+  EXPECT_THAT(r.out, Not(HasSubstr("total")));
+  r = oomb_cmd(dir, "plan --preset tiny --seq-len 9223372036854775807 --json");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("more than 2^62 bytes"));
+  r = oomb_cmd(dir, "plan --preset tiny --seq-len 99999999999999999999");  // was saturated to 2^63 - 1
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--seq-len: '99999999999999999999' is beyond the 64-bit range"));
+  r = oomb_cmd(dir, "train --seq-len 1e3");
+  EXPECT_THAT(r.out, HasSubstr("--seq-len: '1e3' is not a whole number"));
+  // the largest plan that does fit 64 bits is computed exactly: every count non-negative
+  r = oomb_cmd(dir, "plan --preset tiny --seq-len 1000000000000 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["total"].get<int64_t>(), int64_t(1000000000000) * 512);
+}
+
+// 5. Nothing runs blind: memory, wrapping, token ids and weights are checked before the first step.
+TEST(Guards, NothingRunsBlind) {
+  const auto dir = temp_dir();
+  const std::string d = dir.string();
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --out {}/m", d)).code, 0);
+  auto ids = ids_below(20000, 128, 1);
+  write_u32(dir / "short.bin", std::vector<uint32_t>(ids.begin(), ids.begin() + 20));
+  ids[17000] = 500;  // one bad id, far beyond what a short run reaches
+  write_u32(dir / "bad.bin", ids);
+  ids[17000] = 5;
+  write_u32(dir / "t.bin", ids);
+  const auto before = hashes({dir / "m", dir / "t.bin", dir / "bad.bin", dir / "short.bin"});
+  // the plan against the machine's memory: 2^36 tokens of K/V (32 TiB) on the host
+  CmdResult r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 68719476736 --steps 1", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("host memory: the plan needs"));
+  EXPECT_THAT(r.out, HasSubstr("(kv the most: "));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("at most N = [0-9]+ fits at C = 1024"));
+  EXPECT_THAT(r.out, HasSubstr("--force runs it anyway"));
+  // a sequence longer than the data: allowed, and said
+  r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/short.bin --seq-len 64 --chunk-size 16 --steps 1", d));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("note: --seq-len 64 is longer than the data (20 tokens): every sequence wraps around"));
+  // every token id at open time, with the file and the index of the first bad one
+  r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/bad.bin --seq-len 16 --steps 1", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--data " + d + "/bad.bin, token 17000: token id 500 is beyond the model's vocabulary (128)"));
+  EXPECT_THAT(r.out, Not(HasSubstr("step ")));
+  // non-finite weights are named with the tensor
+  std::string tensor;
+  {
+    const ModelConfig c = load_config(dir / "m");
+    Params p(c, Tier::Host, Tag::IO);
+    init_params(p, 3);
+    p.view(p.specs()[5]).f()[7] = std::nanf("");
+    tensor = p.specs()[5].name;
+    save_model(dir / "nan", c, p, DType::F32);
+  }
+  r = oomb_cmd(dir, fmt::format("train --model {0}/nan --data {0}/t.bin --seq-len 16 --steps 1", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("{}/nan: tensor '{}' holds a non-finite value (nan) at flat index 7", d, tensor)));
+  EXPECT_THAT(r.out, Not(HasSubstr("lower --lr")));
+  EXPECT_EQ(hashes({dir / "m", dir / "t.bin", dir / "bad.bin", dir / "short.bin"}), before);
+}
+
+TEST(Guards, PlanCheckNamesTierTagAndWhatFitsOrWarnsWithForce) {
+  const ModelConfig cfg = preset_config("tiny");
+  ChunkPlan plan{256, 64};
+  auto plan_for = [&](int64_t n, int64_t c) {
+    ChunkPlan p = plan;
+    p.chunk = c;
+    return plan_memory(cfg, p, n, "adamw", 1 << 20, Tier::Device);
+  };
+  const MemoryPlan m = plan_for(1 << 20, 256);
+  const cli::Limit dev{m.total(Tier::Device) / 2, "--device-memory"};
+  const std::string e = error_of([&] { cli::check_plan_fits(m, 1 << 20, 256, {}, dev, plan_for, false, nullptr); });
+  EXPECT_THAT(e, HasSubstr("device memory: the plan needs"));
+  EXPECT_THAT(e, HasSubstr("more than --device-memory"));
+  EXPECT_THAT(e, ::testing::ContainsRegex("at most N = [0-9]+ fits at C = 256"));
+  std::ostringstream warn;
+  EXPECT_EQ(error_of([&] { cli::check_plan_fits(m, 1 << 20, 256, {}, dev, plan_for, true, &warn); }), "(no error)");
+  EXPECT_THAT(warn.str(), HasSubstr("warning (--force): device memory: the plan needs"));
+}
+
+// 6. One answer for one question: tokenize and train find the same document separator.
+TEST(Guards, OneAnswerForTheDocumentSeparator) {
+  const auto dir = temp_dir();
+  const std::string d = dir.string();
+  // Qwen2's config.json has no EOS by default (null): the separator comes from tokenizer_config.json
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny-qwen2 --vocab 300 --out {}/m", d)).code, 0);
+  write_bytes(dir / "m/tokenizer.json", byte_tokenizer_json({{"a", "b"}}).dump());
+  write_bytes(dir / "m/tokenizer_config.json", nlohmann::json{{"eos_token", bl("\n")}}.dump());
+  std::string jl;
+  for (int i = 0; i < 30; ++i) jl += fmt::format("{{\"text\": \"document {} says ab\"}}\n", i);
+  write_bytes(dir / "docs.jsonl", jl);
+  CmdResult r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/m --input {0}/docs.jsonl --output {0}/d.bin", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("each document ends with EOS 10 (from " + d + "/m/tokenizer_config.json eos_token"));
+  r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/docs.jsonl --seq-len 32 --chunk-size 16 --steps 1 "
+                                "--doc-mask", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("attention within documents ended by token 10"));
+  // an eos_token_id beyond the vocabulary is named as such, by both
+  nlohmann::json cfg = nlohmann::json::parse(read_text(dir / "m/config.json"));
+  cfg["eos_token_id"] = 400;
+  write_bytes(dir / "m/config.json", cfg.dump(2));
+  const auto before = hashes({dir / "m", dir / "docs.jsonl", dir / "d.bin"});
+  const std::string msg = d + "/m/config.json: eos_token_id 400 is beyond the vocabulary (ids 0..299)";
+  r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/m --input {0}/docs.jsonl --output {0}/d.bin", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr(msg));
+  r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/docs.jsonl --seq-len 32 --steps 1 --doc-mask", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr(msg));
+  EXPECT_EQ(hashes({dir / "m", dir / "docs.jsonl", dir / "d.bin"}), before);
+}
+
+// 7. The process's resident memory beside the accountant's figures in --metrics.
+TEST(Guards, MetricsReportResidentMemory) {
+  const auto dir = temp_dir();
+  const std::string d = dir.string();
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --out {}/m", d)).code, 0);
+  write_u32(dir / "t.bin", ids_below(400, 128, 1));
+  const CmdResult r = oomb_cmd(
+      dir, fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 16 --steps 2 --metrics {0}/m.jsonl", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::istringstream lines(read_text(dir / "m.jsonl"));
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    const auto j = nlohmann::json::parse(line);
+    ASSERT_TRUE(j.contains("rss")) << line;
+    EXPECT_GT(j["rss"]["current"].get<int64_t>(), j["memory"]["host"]["total"]["current"].get<int64_t>());
+    EXPECT_GE(j["rss"]["peak"].get<int64_t>(), j["rss"]["current"].get<int64_t>());
+    ++n;
+  }
+  EXPECT_EQ(n, 2);
+}
+
+// 8. Small things a newcomer trips on.
+TEST(Guards, SmallThings) {
+  const auto dir = temp_dir();
+  const std::string d = dir.string();
+  CmdResult r = oomb_cmd(dir, "--version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_THAT(r.out, ::testing::MatchesRegex("oomb [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  r = oomb_cmd(dir, "trian --steps 3");
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("'trian' is not a command; the commands are init, train, plan, tokenize"));
+  r = oomb_cmd(dir, fmt::format("init --preset tiny --hidden 128 --out {}/m", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--intermediate not given: 256 (the preset's 128 scaled by --hidden 128 / 64)"));
+  EXPECT_EQ(load_config(dir / "m").intermediate, 256);
+  for (const auto& [args, msg] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"tokenize --threads 0 --tokenizer x --input y --output z",
+            "--threads: must be a whole number from 1 to 9223372036854775807 (2^63 - 1), got 0"},
+           {"train --eos-id -3", "--eos-id: must be a whole number from 0 to 9223372036854775807 (2^63 - 1), got -3"},
+           {"train --grad-clip -1", "--grad-clip: must be 0 or more, got -1"}}) {
+    r = oomb_cmd(dir, args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_THAT(r.out, HasSubstr(msg)) << args;
+    EXPECT_THAT(r.out, Not(HasSubstr("1797693"))) << args;
+  }
+}
