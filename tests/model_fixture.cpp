@@ -24,6 +24,19 @@ nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads) {
   return j;
 }
 
+void load_for_training(Model& m, const std::filesystem::path& dir) {
+  Params host(m.config(), Tier::Host, Tag::IO);
+  load_weights(dir, m.config(), host);
+  m.upload_params(host);
+  m.enable_grads();
+}
+
+std::vector<float> host_grads(Model& m) {
+  std::vector<float> g(static_cast<size_t>(m.grads().flat().numel()));
+  m.backend().copy(g.data(), Tier::Host, m.grads().flat().data, m.backend().tier(), g.size() * 4);
+  return g;
+}
+
 ModelConfig write_tiny_model(const std::filesystem::path& dir, const nlohmann::json& cfg_json, uint64_t seed,
                              DType dtype) {
   std::filesystem::create_directories(dir);

@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "hf/config.h"
+#include "train/model.h"
 
 namespace oomb::testing {
 
@@ -15,6 +16,11 @@ nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads);
 // matrices N(0, 0.15), norms 1 + N(0, 0.1), biases N(0, 0.1), stored in `dtype`.
 ModelConfig write_tiny_model(const std::filesystem::path& dir, const nlohmann::json& cfg_json, uint64_t seed,
                              DType dtype = DType::F32);
+// The weights of dir loaded into m, through a host copy when the backend's memory is a device's;
+// gradients enabled.
+void load_for_training(Model& m, const std::filesystem::path& dir);
+// m's gradients, copied to the host.
+std::vector<float> host_grads(Model& m);
 // N + 1 random token ids < vocab, written as raw uint32 to path; returns them.
 std::vector<int32_t> write_tokens(const std::filesystem::path& path, int64_t n_plus_1, int64_t vocab, uint64_t seed);
 

@@ -27,13 +27,9 @@ Step step(Backend& be, const std::filesystem::path& dir, const std::vector<int32
           const std::vector<int32_t>& targets, ChunkPlan plan) {
   const ModelConfig cfg = load_config(dir);
   Model m(cfg, be, plan);
-  Params host(cfg, Tier::Host, Tag::IO);
-  load_weights(dir, cfg, host);
-  m.upload_params(host);
-  m.enable_grads();
+  load_for_training(m, dir);
   const LossStats ls = m.forward_backward(ids.data(), targets.data(), int64_t(ids.size()), 1.0f);
-  Step s{ls.loss_sum / double(ls.targets), std::vector<float>(size_t(m.grads().flat().numel()))};
-  be.copy(s.grads.data(), Tier::Host, m.grads().flat().data, be.tier(), s.grads.size() * 4);
+  Step s{ls.loss_sum / double(ls.targets), host_grads(m)};
   EXPECT_EQ(m.kv().pages_in_use(), 0);
   EXPECT_EQ(m.kv_grad().pages_in_use(), 0);
   return s;

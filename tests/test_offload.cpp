@@ -32,16 +32,9 @@ StepResult run(Backend& be, const std::filesystem::path& dir, const std::vector<
                const std::vector<int32_t>& tg, int64_t N, const ChunkPlan& plan, bool check = true) {
   const ModelConfig cfg = load_config(dir);
   Model m(cfg, be, plan);
-  Params host(cfg, Tier::Host, Tag::IO);
-  load_weights(dir, cfg, host);
-  m.upload_params(host);
-  m.enable_grads();
+  load_for_training(m, dir);
   const LossStats ls = m.forward_backward(ids.data(), tg.data(), N, 1.0f);
-  if (!check) {  // a deliberately broken run: only its first step's result matters
-    std::vector<float> g(size_t(m.grads().flat().numel()));
-    be.copy(g.data(), Tier::Host, m.grads().flat().data, be.tier(), g.size() * 4);
-    return {ls.loss_sum, ls.correct, std::move(g)};
-  }
+  if (!check) return {ls.loss_sum, ls.correct, host_grads(m)};  // deliberately broken: its first step only
   const LossStats ev = m.evaluate(ids.data(), tg.data(), N);
   // the same per-chunk losses, summed in the other chunk order
   EXPECT_NEAR(ev.loss_sum, ls.loss_sum, 1e-12 * ls.loss_sum) << "evaluation and training disagree";
@@ -50,11 +43,9 @@ StepResult run(Backend& be, const std::filesystem::path& dir, const std::vector<
   const LossStats again = m.forward_backward(ids.data(), tg.data(), N, 1.0f);
   EXPECT_EQ(Accountant::global().allocations(), allocated) << "a steady-state step allocated";
   EXPECT_EQ(again.loss_sum, ls.loss_sum);
-  std::vector<float> g(size_t(m.grads().flat().numel()));
-  be.copy(g.data(), Tier::Host, m.grads().flat().data, be.tier(), g.size() * 4);
   EXPECT_EQ(m.kv().pages_in_use(), 0);
   EXPECT_EQ(m.kv_grad().pages_in_use(), 0);
-  return {ls.loss_sum, ls.correct, std::move(g)};
+  return {ls.loss_sum, ls.correct, host_grads(m)};
 }
 
 bool same_bits(const StepResult& a, const StepResult& b) {

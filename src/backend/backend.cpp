@@ -1,10 +1,13 @@
 #include "backend/backend.h"
 
+#include <algorithm>
+
 namespace oomb {
 
-size_t cuda_workspace_bytes(int64_t vocab) {
-  constexpr size_t kLossTile = 256, kGemmWorkspace = size_t(32) << 20, kTables = 2 * (size_t(1) << 20);
-  return kLossTile * size_t(vocab) * 4 + kLossTile * 12 + kGemmWorkspace + 16 + kTables;
+size_t cuda_workspace_bytes(int64_t vocab, int64_t chunk) {
+  constexpr size_t kGemmWorkspace = size_t(32) << 20, kTables = 2 * (size_t(1) << 20);
+  const size_t tile = size_t(std::clamp<int64_t>(chunk, 1, 256));
+  return tile * size_t(vocab) * 4 + tile * 12 + kGemmWorkspace + 16 + kTables;
 }
 
 double Backend::lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,

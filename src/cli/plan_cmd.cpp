@@ -54,7 +54,8 @@ Command add_plan(CLI::App& app) {
             const int64_t layer_pages = a->seq_len / plan.page_size + (a->seq_len % plan.page_size != 0);
             OOMB_CHECK(a->offload_group <= layer_pages, "--offload-group {}: larger than a layer's {} pages at N = {}",
                        a->offload_group, layer_pages, a->seq_len);
-            const size_t ws = device == "cuda" ? cuda_workspace_bytes(cfg.vocab) : make_cpu_backend()->workspace_bytes(cfg.vocab);
+            const size_t ws = device == "cuda" ? cuda_workspace_bytes(cfg.vocab, plan.chunk)
+                                               : make_cpu_backend()->workspace_bytes(cfg.vocab, plan.chunk);
             const MemoryPlan m =
                 plan_memory(cfg, plan, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device);
             if (a->json) {

@@ -87,11 +87,10 @@ Limit device_limit(const TrainArgs& a) {
 // Refuses, before any work, a run whose plan exceeds the host's available memory or the device's
 // capacity (naming the tier, the tag and the largest N or C that fits), unless --force.
 void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPlan& plan, Backend& be) {
-  const size_t ws = be.workspace_bytes(cfg.vocab);
   auto plan_for = [&](int64_t n, int64_t c) {
     ChunkPlan p = plan;
     p.chunk = std::min(c, n);
-    return plan_memory(cfg, p, n, a.optim.kind, ws, be.tier());
+    return plan_memory(cfg, p, n, a.optim.kind, be.workspace_bytes(cfg.vocab, p.chunk), be.tier());
   };
   const MemoryPlan m = plan_for(a.seq_len, plan.chunk);
   const Limit dev = device_limit(a);
@@ -170,12 +169,12 @@ ModelConfig demo_config(int64_t vocab) {
 }
 
 // The longest sequence full-sequence training (C = N) can hold in `bytes`, by the exact planner.
-int64_t full_sequence_reach(const ModelConfig& cfg, const ChunkPlan& plan, int64_t bytes, size_t ws) {
+int64_t full_sequence_reach(const ModelConfig& cfg, const ChunkPlan& plan, int64_t bytes, const Backend& be) {
   int64_t lo = 1, hi = 1;
   auto fits = [&](int64_t n) {
     ChunkPlan full = plan;
     full.chunk = n;
-    return plan_memory(cfg, full, n, "adamw", ws).total() <= bytes;
+    return plan_memory(cfg, full, n, "adamw", be.workspace_bytes(cfg.vocab, n)).total() <= bytes;
   };
   while (fits(hi * 2)) hi *= 2;
   for (hi *= 2; hi - lo > 1;) {
@@ -197,11 +196,10 @@ int run_demo(TrainArgs& a, Backend& be) {
   const ChunkPlan plan = chunk_plan(a);
   check_model_out("--out", a.out, cfg, a.force);
   check_memory_fits(a, cfg, plan, be);
-  const size_t ws = be.workspace_bytes(cfg.vocab);
-  const MemoryPlan mem = plan_memory(cfg, plan, a.seq_len, "adamw", ws);
+  const MemoryPlan mem = plan_memory(cfg, plan, a.seq_len, "adamw", be.workspace_bytes(cfg.vocab, plan.chunk));
   ChunkPlan full_plan = plan;
   full_plan.chunk = a.seq_len;
-  const MemoryPlan full = plan_memory(cfg, full_plan, a.seq_len, "adamw", ws);
+  const MemoryPlan full = plan_memory(cfg, full_plan, a.seq_len, "adamw", be.workspace_bytes(cfg.vocab, a.seq_len));
   std::cout << fmt::format(
                    "oomb demo (no --model/--data given; see `oomb train --help`)\n"
                    "A {}-parameter, {}-layer model learns a long-range task: the second half of every {}-token\n"
@@ -212,7 +210,7 @@ int run_demo(TrainArgs& a, Backend& be) {
                    param_count(cfg), cfg.layers, a.seq_len, a.seq_len / 2, (a.seq_len + 1) / 2, task.vocab(),
                    chunk_count(a.seq_len, plan.chunk), plan.chunk, plan.page_size, format_bytes(mem.total()),
                    format_bytes(full.total()), format_bytes(mem.total()),
-                   full_sequence_reach(cfg, plan, mem.total(), ws))
+                   full_sequence_reach(cfg, plan, mem.total(), be))
             << std::endl;
   Model model(cfg, be, chunk_plan(a));
   with_host_params(model, [&](Params& p) { init_params(p, a.seed); }, true);

@@ -86,10 +86,6 @@ inline int64_t visible(const KVBlock& kb, int64_t qi) {
 inline bool same_doc(const AttnArgs& a, int64_t t, const KVBlock& kb, int64_t j) {
   return a.q_doc == nullptr || kb.doc == nullptr || a.q_doc[t] == kb.doc[j];
 }
-// Key j of block kb is inside query t's sliding window (kv_idx > q_idx - window), and in its document.
-inline bool allowed(const AttnArgs& a, int64_t t, const KVBlock& kb, int64_t j) {
-  return (a.window <= 0 || kb.idx0 + j > a.q_idx0 + t - a.window) && same_doc(a, t, kb, j);
-}
 // Whether every key of the block is behind query qi's window (such a block is skipped).
 inline bool before_window(const AttnArgs& a, const KVBlock& kb, int64_t qi) {
   return a.window > 0 && kb.idx0 + kb.k.dim(0) - 1 <= qi - a.window;
@@ -100,10 +96,13 @@ inline bool before_window(const AttnArgs& a, const KVBlock& kb, int64_t qi) {
 template <typename E>
 float block_scores(const AttnArgs& a, const Dims& d, const KVBlock& kb, const E* K, int64_t g, int64_t t,
                    const float* qv, int64_t n, float* s) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) {
-    s[j] = allowed(a, t, kb, j) ? dot(qv, K + (j * d.G + g) * d.D, d.D) * a.scale
-                                 : -std::numeric_limits<float>::infinity();
+  const float ninf = -std::numeric_limits<float>::infinity();
+  float mx = ninf;
+  // keys before lo are behind the sliding window: decided once, not per key
+  const int64_t lo = a.window > 0 ? std::clamp<int64_t>(a.q_idx0 + t - a.window + 1 - kb.idx0, 0, n) : 0;
+  std::fill_n(s, lo, ninf);
+  for (int64_t j = lo; j < n; ++j) {
+    s[j] = same_doc(a, t, kb, j) ? dot(qv, K + (j * d.G + g) * d.D, d.D) * a.scale : ninf;
     mx = std::max(mx, s[j]);
   }
   return mx;

@@ -58,11 +58,12 @@ class CpuBackend : public Backend {
                "lm_head_xent: sums must be (2) f64 in the backend's memory, got {} {}", dtype_name(sums.dtype),
                sums.shape_str());
     // The logits tile is planned once per vocabulary size and reused (workspace tag).
-    const int64_t V = w.dim(0);
-    if (logits_.dim(1) != V) {
-      logits_buf_ = Buffer(tier_, Tag::Workspace, workspace_bytes(V));
-      logits_ = Tensor(logits_buf_.data(), DType::F32, {kLossTile, V}, tier_);
-      row_loss_ = Tensor(logits_buf_.as<char>() + size_t(kLossTile * V) * 4, DType::F64, {kLossTile}, tier_);
+    const int64_t V = w.dim(0), rows = std::clamp<int64_t>(h.dim(0), 1, kLossTile);
+    if (logits_.dim(1) != V || logits_.dim(0) < rows) {  // grown to the longest chunk seen (at most the tile)
+      logits_buf_.reset();
+      logits_buf_ = Buffer(tier_, Tag::Workspace, workspace_bytes(V, rows));
+      logits_ = Tensor(logits_buf_.data(), DType::F32, {rows, V}, tier_);
+      row_loss_ = Tensor(logits_buf_.as<char>() + size_t(rows * V) * 4, DType::F64, {rows}, tier_);
     }
     int64_t correct = 0;
     const double loss = cpu::lm_head_xent(h, w, targets, scale, dh, dw, &correct, logits_, row_loss_);
@@ -71,7 +72,10 @@ class CpuBackend : public Backend {
   }
 
   // the logits tile (tile x V fp32) and its per-row losses (tile fp64)
-  size_t workspace_bytes(int64_t vocab) const override { return size_t(kLossTile * vocab) * 4 + kLossTile * 8; }
+  size_t workspace_bytes(int64_t vocab, int64_t chunk = 256) const override {
+    const int64_t rows = std::clamp<int64_t>(chunk, 1, kLossTile);
+    return size_t(rows * vocab) * 4 + size_t(rows) * 8;
+  }
 
   void copy(void* dst, Tier dst_tier, const void* src, Tier src_tier, size_t bytes) override {
     OOMB_CHECK(host_addressable(dst_tier) && host_addressable(src_tier), "copy: the CPU backend has only host memory");

@@ -3,6 +3,7 @@
 // Deterministic: no atomics anywhere; reductions in a fixed order.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -38,7 +39,10 @@ void check_same(const char* op, const char* an, const Tensor& a, const char* bn,
 struct Scratch {
   Buffer buf;
   void* get(size_t bytes) {
-    if (buf.bytes() < bytes) buf = Buffer(Tier::Device, Tag::Workspace, bytes);
+    if (buf.bytes() < bytes) {
+      buf.reset();  // the old one first: the peak is the larger buffer alone
+      buf = Buffer(Tier::Device, Tag::Workspace, bytes);
+    }
     return buf.data();
   }
 };
@@ -204,13 +208,14 @@ class CudaBackend final : public Backend {
     if (dw) check_same(op, "dw", *dw, "w", w);
     // targets were checked on the host before upload (every id < V); with OOMB_CUDA_SYNC, again here
     if (sync_each_) check_ids(op, targets, V, true);
-    float* logits = static_cast<float*>(logits_.get(size_t(kLossTile * V) * 4 + size_t(kLossTile) * 12));
-    double* row_loss = reinterpret_cast<double*>(logits + kLossTile * V);
-    int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + kLossTile);
+    const int64_t tile = std::clamp<int64_t>(T, 1, kLossTile);  // the buffer grows to the longest chunk seen
+    float* logits = static_cast<float*>(logits_.get(size_t(tile * V) * 4 + size_t(tile) * 12));
+    double* row_loss = reinterpret_cast<double*>(logits + tile * V);
+    int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + tile);
     double* call = xent_call_.as<double>();  // this call's sums, added in row order as on the CPU
     cuda_check(cudaMemsetAsync(call, 0, 16, stream_), op);
-    for (int64_t t0 = 0; t0 < T; t0 += kLossTile) {
-      const int64_t n = std::min(kLossTile, T - t0);
+    for (int64_t t0 = 0; t0 < T; t0 += tile) {
+      const int64_t n = std::min(tile, T - t0);
       gemm_->run(false, true, n, V, d, h.f() + t0 * d, d, w.f(), d, logits, V, 1.0f, 0.0f);
       cuda::k::xent_rows(logits, targets.as<int32_t>() + t0, scale, n, V, row_loss, row_hit, stream_);
       cuda::k::xent_accumulate(row_loss, row_hit, n, call, stream_);
@@ -222,7 +227,9 @@ class CudaBackend final : public Backend {
     launched(op);
   }
   // the logits tile (tile x V fp32), its row losses (fp64) and hits (i32), and cuBLASLt's workspace
-  size_t workspace_bytes(int64_t vocab) const override { return cuda_workspace_bytes(vocab); }
+  size_t workspace_bytes(int64_t vocab, int64_t chunk = 256) const override {
+    return cuda_workspace_bytes(vocab, chunk);
+  }
 
   void copy(void* dst, Tier dt, const void* src, Tier st, size_t bytes) override {
     if (bytes == 0 || dst == src) return;
