@@ -94,14 +94,15 @@ inline bool before_window(const AttnArgs& a, const KVBlock& kb, int64_t qi) {
 // Scores of query qv against the n visible keys of block kb for kv head g, times scale; keys of
 // other documents get -inf. Returns the row maximum.
 template <typename E>
-float block_scores(const AttnArgs& a, const Dims& d, const KVBlock& kb, const E* K, int64_t g, int64_t t,
+[[gnu::always_inline]] inline float block_scores(const AttnArgs& a, const Dims& d, const KVBlock& kb, const E* K, int64_t g, int64_t t,
                    const float* qv, int64_t n, float* s) {
   const float ninf = -std::numeric_limits<float>::infinity();
   float mx = ninf;
-  // keys before lo are behind the sliding window: decided once, not per key
-  const int64_t lo = a.window > 0 ? std::clamp<int64_t>(a.q_idx0 + t - a.window + 1 - kb.idx0, 0, n) : 0;
-  std::fill_n(s, lo, ninf);
-  for (int64_t j = lo; j < n; ++j) {
+  int64_t j = 0;
+  if (a.window > 0) {  // keys before the sliding window: decided once, not per key
+    for (const int64_t lo = std::clamp<int64_t>(a.q_idx0 + t - a.window + 1 - kb.idx0, 0, n); j < lo; ++j) s[j] = ninf;
+  }
+  for (; j < n; ++j) {
     s[j] = same_doc(a, t, kb, j) ? dot(qv, K + (j * d.G + g) * d.D, d.D) * a.scale : ninf;
     mx = std::max(mx, s[j]);
   }
