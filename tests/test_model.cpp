@@ -201,3 +201,34 @@ TEST(Checkpoint, BadCheckpointsNameTheTensor) {
 }
 
 }  // namespace
+
+// A non-finite loss stops the run naming the step; a non-finite gradient names the first tensor
+// that holds it; --skip-nonfinite skips such a step and leaves every parameter as it was.
+TEST(Model, NonFiniteLossOrGradientIsNamedOrSkipped) {
+  const auto dir = temp_dir();
+  write_tiny_model(dir, tiny_config_json("llama", 2), 81);
+  write_tokens(dir / "t.bin", 65, 61, 82);
+  PackedTokens data(std::make_unique<FileTokens>(dir / "t.bin", TokenFormat::U32), 61, {});
+  {
+    Loaded m(dir, 32);
+    m.model->params().get("model.norm.weight").f()[3] = std::numeric_limits<float>::quiet_NaN();
+    TrainOptions o{32, 2, 1, 1, {}, ""};
+    std::ostringstream log;
+    EXPECT_THAT(error_of([&] { train(*m.model, data, o, log); }),
+                HasSubstr("step 0: the loss is nan (the run diverged, or the data or weights hold it"));
+    o.optim.skip_nonfinite = true;
+    const std::vector<float> before(m.model->params().flat().f(), m.model->params().flat().f() + param_count(m.cfg));
+    const StepStats st = train(*m.model, data, o, log);
+    EXPECT_TRUE(st.skipped);
+    EXPECT_THAT(log.str(), HasSubstr("step 2: skipped"));
+    EXPECT_EQ(std::memcmp(before.data(), m.model->params().flat().f(), before.size() * 4), 0);
+  }
+  {  // an infinite gradient in one tensor: the optimizer names it and updates nothing
+    Loaded m(dir, 32);
+    Optimizer opt({}, m.model->params(), m.model->grads(), *m.be);
+    m.model->grads().get("model.layers.1.mlp.up_proj.weight").f()[5] = std::numeric_limits<float>::infinity();
+    EXPECT_THAT(error_of([&] { opt.step(7, nullptr); }),
+                HasSubstr("step 7: the gradient norm is inf: tensor 'model.layers.1.mlp.up_proj.weight' holds a "
+                          "non-finite gradient"));
+  }
+}

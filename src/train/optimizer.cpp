@@ -28,9 +28,21 @@ Optimizer::Optimizer(const OptimConfig& c, Params& params, Params& grads, Backen
 
 double Optimizer::grad_norm(Params& grads, Backend& be) { return std::sqrt(be.sum_squares(grads.flat())); }
 
+std::string Optimizer::first_nonfinite() const {
+  for (const ParamSpec& s : g_.specs()) {
+    Tensor g = g_.view(s);
+    if (!std::isfinite(be_.sum_squares(g))) return s.name;
+  }
+  return "";
+}
+
 double Optimizer::step(int64_t k, float* lr_used) {
   const double norm = grad_norm(g_, be_);
-  OOMB_CHECK(std::isfinite(norm), "step {}: gradient norm is {} (diverged; try a lower --lr)", k, norm);
+  if (!std::isfinite(norm)) {
+    if (c_.skip_nonfinite) return norm;  // the parameters and moments stay as they were
+    fail("step {}: the gradient norm is {}: tensor '{}' holds a non-finite gradient (the run diverged: try a "
+         "lower --lr, or --skip-nonfinite to skip such steps)", k, norm, first_nonfinite());
+  }
   if (c_.grad_clip > 0 && norm > c_.grad_clip) be_.scale(g_.flat(), float(c_.grad_clip / (norm + 1e-6)));
   const float lr = lr_at(c_, k);
   if (lr_used) *lr_used = lr;

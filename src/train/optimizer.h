@@ -17,6 +17,7 @@ struct OptimConfig {
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
   float min_lr_ratio = 0.1f;   // cosine decays to lr * min_lr_ratio at the last step
+  bool skip_nonfinite = false; // a non-finite gradient skips the step instead of stopping the run
 };
 
 // Learning rate at step k (from 0): linear warmup over warmup_steps (step 0 gets lr / warmup),
@@ -26,8 +27,12 @@ float lr_at(const OptimConfig& c, int64_t step);
 class Optimizer {
  public:
   Optimizer(const OptimConfig& c, Params& params, Params& grads, Backend& be);
-  // Clips the gradients (if configured) and updates the parameters. Returns the pre-clip norm.
+  // Clips the gradients (if configured) and updates the parameters. Returns the pre-clip norm. A
+  // non-finite norm stops the run naming the step and the first tensor holding it, or, with
+  // skip_nonfinite, leaves the parameters as they are and returns the norm (NaN or Inf).
   double step(int64_t k, float* lr_used);
+  // The name of the first gradient tensor (in the checkpoint's order) holding NaN or Inf; "" if none.
+  std::string first_nonfinite() const;
   static double grad_norm(Params& grads, Backend& be);
 
  private:

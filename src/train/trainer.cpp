@@ -3,6 +3,8 @@
 #include "train/flops.h"
 
 #include <cerrno>
+#include <cmath>
+#include <limits>
 #include <chrono>
 #include <cstring>
 #include <fmt/format.h>
@@ -63,8 +65,14 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     }
     st.step = k;
     st.loss = loss_sum / double(o.grad_accum);
+    if (!std::isfinite(st.loss) && !oc.skip_nonfinite)
+      fail("step {}: the loss is {} (the run diverged, or the data or weights hold it: try a lower --lr, or "
+           "--skip-nonfinite to skip such steps)", k, st.loss);
     st.accuracy = double(correct) / double(counted);
-    st.grad_norm = opt.step(k, &st.lr);
+    st.grad_norm = std::isfinite(st.loss) ? opt.step(k, &st.lr) : std::numeric_limits<double>::quiet_NaN();
+    st.skipped = !std::isfinite(st.grad_norm);
+    if (st.skipped) log << fmt::format("step {}: skipped (loss {}, gradient norm {}; --skip-nonfinite)", k + 1,
+                                       st.loss, st.grad_norm) << std::endl;
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     st.tokens = N * o.grad_accum;
     st.tokens_per_s = double(st.tokens) / dt;
@@ -72,7 +80,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     st.mfu = o.peak_flops > 0 ? st.tflops * 1e12 / o.peak_flops : 0.0;
     st.elapsed_s = std::chrono::duration<double>(clock::now() - t_start).count();
     if (metrics.is_open()) {
-      nlohmann::json j = {{"step", k},         {"loss", st.loss},     {"accuracy", st.accuracy},
+      nlohmann::json j = {{"step", k},         {"loss", st.loss},     {"accuracy", st.accuracy}, {"skipped", st.skipped},
                           {"lr", st.lr},       {"grad_norm", st.grad_norm}, {"tokens", st.tokens},
                           {"tokens_per_s", st.tokens_per_s}, {"elapsed_s", st.elapsed_s},
                           {"tflops", st.tflops},

@@ -28,6 +28,7 @@ struct StepStats {
   double mfu = 0;     // tflops / peak, when the peak is known
   float lr = 0;
   int64_t tokens = 0;
+  bool skipped = false;  // a non-finite loss or gradient, skipped (--skip-nonfinite)
 };
 
 // Memory per tier and tag as JSON: {"host": {"weights": {"current": B, "peak": B}, ...}, "device": {...}}
