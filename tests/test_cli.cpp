@@ -50,6 +50,8 @@ TEST(Cli, InitThenTrainWithTheStableFlags) {
                                 m, (dir / "t.bin").string(), out, metrics));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("step     3/3"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("step     1/3 \\|.* \\| [0-9]+s elapsed, ETA [0-9]+s"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("step     3/3 \\|.*, ETA 0s"));
   std::istringstream lines(read_text(metrics));
   std::string line;
   int n = 0;

@@ -29,6 +29,14 @@ nlohmann::json memory_json() {
   return j;
 }
 
+// "42s", "7m05s", "3h02m": a duration for the progress line.
+static std::string clock_time(double seconds) {
+  const int64_t s = int64_t(seconds + 0.5);
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+}
+
 StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ostream& log,
                 const std::function<void(const StepStats&)>& on_step) {
   OOMB_CHECK(o.seq_len > 0, "--seq-len: must be positive, got {}", o.seq_len);
@@ -103,6 +111,8 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
                          o.peak_flops > 0 ? fmt::format(" | MFU {:.1f}%", 100 * st.mfu) : "", format_bytes(host.peak),
                          dev.peak > 0 ? fmt::format(", device {}", format_bytes(dev.peak)) : "")
           << (pinned.peak > 0 ? fmt::format(", pinned {}", format_bytes(pinned.peak)) : "")
+          << fmt::format(" | {} elapsed, ETA {}", clock_time(st.elapsed_s),
+                         clock_time(st.elapsed_s / double(k + 1) * double(o.steps - k - 1)))
           << std::endl;
     }
     if (on_step) on_step(st);
