@@ -40,7 +40,9 @@ ChunkRun run(const std::filesystem::path& dir, const std::vector<int32_t>& toks,
   EXPECT_EQ(m.kv_grad().shape().dtype, plan.kv_grad_dtype);
   EXPECT_EQ(m.kv().shape().dtype, plan.kv_dtype);
   EXPECT_EQ(m.kv().pages_reserved(), cfg.layers * ((N + P - 1) / P));
-  if (full_attention_pages) EXPECT_EQ(m.kv_grad().pages_reserved(), cfg.layers * ((N - C + P - 1) / P));
+  if (full_attention_pages) {
+    EXPECT_EQ(m.kv_grad().pages_reserved(), cfg.layers * ((N - C + P - 1) / P));
+  }
   EXPECT_EQ(m.kv().pages_in_use(), 0) << "K/V pages left after the backward sweep";
   EXPECT_EQ(m.kv_grad().pages_in_use(), 0) << "gradient pages left after the backward sweep";
   const Tensor& g = m.grads().flat();

@@ -120,8 +120,6 @@ class Backend {
   virtual void wait(Stream s, const Event& e) {}         // later work on s waits for e (no host wait)
   virtual void synchronize(const Event& e) {}            // the host waits for e
   virtual void synchronize() {}                          // the host waits for every stream
-  // Whether copy_async can overlap the ops (a device with a copy engine).
-  virtual bool has_copy_engine() const { return false; }
   // dst = src converted (f32 <-> bf16, round to nearest even; same dtype: a copy); equal numel.
   virtual void cast(const Tensor& src, Tensor& dst) = 0;
   // x (f32) rounded in place to the nearest bf16 value (ties to even), kept in f32.

@@ -40,7 +40,7 @@ nlohmann::json plan_json(const MemoryPlan& m) {
   return j;
 }
 
-void parse_offload(const std::string& list, ChunkPlan& plan) {
+void set_offload(const std::string& list, int64_t group, int64_t N, ChunkPlan& plan) {
   size_t at = 0;
   while (at <= list.size() && !list.empty()) {
     const size_t comma = list.find(',', at);
@@ -54,6 +54,10 @@ void parse_offload(const std::string& list, ChunkPlan& plan) {
     if (comma == std::string::npos) break;
     at = comma + 1;
   }
+  OOMB_CHECK(group == 0 || plan.offload_kv, "--offload-group: only with --offload kv");
+  const int64_t layer_pages = N / plan.page_size + (N % plan.page_size != 0);
+  OOMB_CHECK(group <= layer_pages, "--offload-group {}: larger than a layer's {} pages at N = {}", group, layer_pages, N);
+  plan.offload_group = group;
 }
 
 }  // namespace oomb::cli

@@ -46,14 +46,10 @@ Command add_plan(CLI::App& app) {
                            dtype_parse(a->kv_grad_dtype)};
             plan.kv_dtype = dtype_parse(a->kv_dtype);
             if (a->doc_mask) plan.doc_sep = 0;  // any separator: the plan needs only whether there is one
-            parse_offload(a->offload, plan);
-            plan.offload_group = a->offload_group;
+            set_offload(a->offload, a->offload_group, a->seq_len, plan);
             const std::string device = !a->device.empty() ? a->device : plan.offload_kv ? "cuda" : "cpu";
             OOMB_CHECK(!plan.offload_kv || device != "cpu",
                        "--offload kv: the cpu backend has no device memory to offload from (use --device sim or cuda)");
-            const int64_t layer_pages = a->seq_len / plan.page_size + (a->seq_len % plan.page_size != 0);
-            OOMB_CHECK(a->offload_group <= layer_pages, "--offload-group {}: larger than a layer's {} pages at N = {}",
-                       a->offload_group, layer_pages, a->seq_len);
             const size_t ws = device == "cuda" ? cuda_workspace_bytes(cfg.vocab, plan.chunk)
                                                : make_cpu_backend()->workspace_bytes(cfg.vocab, plan.chunk);
             const MemoryPlan m =

@@ -65,12 +65,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int64_t device_
 ChunkPlan chunk_plan(const TrainArgs& a, int32_t doc_sep = -1) {
   ChunkPlan p{std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page, dtype_parse(a.kv_grad_dtype), doc_sep};
   p.kv_dtype = dtype_parse(a.kv_dtype);
-  parse_offload(a.offload, p);
-  OOMB_CHECK(a.offload_group == 0 || p.offload_kv, "--offload-group: only with --offload kv");
-  const int64_t layer_pages = a.seq_len / a.page + (a.seq_len % a.page != 0);
-  OOMB_CHECK(a.offload_group <= layer_pages, "--offload-group {}: larger than a layer's {} pages at N = {}",
-             a.offload_group, layer_pages, a.seq_len);
-  p.offload_group = a.offload_group;
+  set_offload(a.offload, a.offload_group, a.seq_len, p);
   return p;
 }
 

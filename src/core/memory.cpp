@@ -14,14 +14,14 @@ constexpr std::string_view kTagNames[kNumTags] = {"weights", "grads",     "optim
 DeviceAllocator g_device_alloc, g_pinned_alloc;
 bool g_device_is_host = false;
 
-void* host_alloc(size_t bytes, Tag tag) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
-  OOMB_CHECK(p != nullptr, "out of host memory allocating {} for {}", format_bytes(int64_t(bytes)), tag_name(tag));
+}  // namespace
+
+void* zeroed_host_alloc(size_t bytes, std::string_view what) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  OOMB_CHECK(p != nullptr, "out of host memory allocating {} for {}", format_bytes(int64_t(bytes)), what);
   std::memset(p, 0, bytes);
   return p;
 }
-}  // namespace
 
 std::string_view tier_name(Tier t) {
   return t == Tier::Host ? "host" : t == Tier::Device ? "device" : "pinned";
@@ -128,7 +128,7 @@ Buffer::Buffer(Tier tier, Tag tag, size_t bytes) : bytes_(bytes), tier_(tier), t
     } else if (tier == Tier::Pinned && g_pinned_alloc.alloc != nullptr) {
       p_ = g_pinned_alloc.alloc(bytes);
     } else {
-      p_ = host_alloc(bytes, tag);
+      p_ = zeroed_host_alloc(bytes, tag_name(tag));
     }
   } catch (...) {
     Accountant::global().on_free(tier, tag, bytes);

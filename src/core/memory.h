@@ -61,6 +61,8 @@ void set_pinned_allocator(DeviceAllocator a);
 // run on it.
 bool device_memory_is_host();
 void set_device_memory_is_host(bool yes);
+// 64-byte aligned, zero-filled host memory (free with std::free); `what` names it in the error.
+void* zeroed_host_alloc(size_t bytes, std::string_view what);
 // Memory the host's code (the CPU kernels) may read and write directly.
 inline bool host_addressable(Tier t) { return t != Tier::Device || device_memory_is_host(); }
 

@@ -11,20 +11,8 @@ namespace {
 std::string g_dropped_wait;  // tests only
 bool dropped(const char* which) { return !g_dropped_wait.empty() && g_dropped_wait == which; }
 
-int64_t pages_for(int64_t tokens, int64_t P) { return (tokens + P - 1) / P; }
-size_t row_bytes(const KVShape& s) { return size_t(s.kv_heads * s.head_dim) * dtype_size(s.dtype); }
 // Bytes of (T, G, D) rows in a dtype, 64-byte aligned.
-size_t rows_bytes(const KVShape& s, int64_t T) { return (size_t(T) * row_bytes(s) + 63) / 64 * 64; }
-
-// Walks tokens [t0, t0 + n) page by page: fn(page, row in page, row in the range, rows)
-template <typename Fn>
-void for_rows(int64_t P, int64_t t0, int64_t n, Fn fn) {
-  for (int64_t i = 0; i < n;) {
-    const int64_t t = t0 + i, p = t / P, r = t % P, len = std::min(P - r, n - i);
-    fn(p, r, i, len);
-    i += len;
-  }
-}
+size_t rows_bytes(const KVShape& s, int64_t T) { return (size_t(T) * s.row_bytes() + 63) / 64 * 64; }
 
 }  // namespace
 
@@ -131,7 +119,7 @@ class KVCache::Streamed final : public PrefixBlocks {
   void begin_pass(std::span<const int64_t> layers, int64_t end, bool grads) {
     items_.clear();
     issued_ = cursor_ = 0;
-    const int64_t np = pages_for(end, c_.o_.kv.page_size);
+    const int64_t np = c_.o_.kv.pages_for(end);
     for (int64_t l : layers)
       for (int64_t p0 = c_.o_.first_page(l, end); p0 < np; p0 += group_)
         items_.push_back({l, p0, std::min(np, p0 + group_), end, grads});
@@ -145,7 +133,7 @@ class KVCache::Streamed final : public PrefixBlocks {
       begin_pass(one, end, grads);
     }
     first_ = cursor_;
-    const int64_t pages = end > 0 ? pages_for(end, c_.o_.kv.page_size) - c_.o_.first_page(l, end) : 0;
+    const int64_t pages = end > 0 ? c_.o_.kv.pages_for(end) - c_.o_.first_page(l, end) : 0;
     count_ = (pages + group_ - 1) / group_;
     cursor_ += size_t(count_);
     return *this;
@@ -167,11 +155,11 @@ class KVCache::Streamed final : public PrefixBlocks {
       KVBlock b;
       char* kp = kv_page(s, p - it.p0);
       b.k = Tensor(kp, o.kv.dtype, {rows, G, D}, Tier::Device);
-      b.v = Tensor(kp + size_t(P) * row_bytes(o.kv), o.kv.dtype, {rows, G, D}, Tier::Device);
+      b.v = Tensor(kp + size_t(P) * o.kv.row_bytes(), o.kv.dtype, {rows, G, D}, Tier::Device);
       if (it.grads) {
         char* gp = grad_page(s, p - it.p0);
         b.dk = Tensor(gp, o.grad.dtype, {rows, G, D}, Tier::Device);
-        b.dv = Tensor(gp + size_t(P) * row_bytes(o.grad), o.grad.dtype, {rows, G, D}, Tier::Device);
+        b.dv = Tensor(gp + size_t(P) * o.grad.row_bytes(), o.grad.dtype, {rows, G, D}, Tier::Device);
       }
       b.idx0 = p * P;
       if (o.docs) b.doc = std::as_const(c_.docs_).page(p);
@@ -189,7 +177,7 @@ class KVCache::Streamed final : public PrefixBlocks {
     // the group's gradient pages go home once attention has added into them
     if (!dropped("out")) be_.wait(Stream::Copy, *freed_[s]);
     const int64_t P = c_.o_.kv.page_size;
-    const size_t rb = row_bytes(c_.o_.grad);
+    const size_t rb = c_.o_.grad.row_bytes();
     for (int64_t p = it.p0; p < it.p1; ++p) {
       const int64_t rows = std::min(P, it.end - p * P);
       char* gp = grad_page(s, p - it.p0);
@@ -214,8 +202,8 @@ class KVCache::Streamed final : public PrefixBlocks {
     be_.cast(v, vs);
     be_.record(*cast_done_[s], Stream::Compute);
     be_.wait(Stream::Copy, *cast_done_[s]);
-    const size_t rb = row_bytes(o.kv);
-    for_rows(o.kv.page_size, t0, T, [&](int64_t p, int64_t r, int64_t i, int64_t len) {
+    const size_t rb = o.kv.row_bytes();
+    for_page_rows(o.kv.page_size, t0, T, [&](int64_t p, int64_t r, int64_t i, int64_t len) {
       c_.kv_.ensure(l, p, false);  // every row is written before it is read
       be_.copy_async(c_.kv_.k(l, p, r, len).data, Tier::Pinned, ks.rows(i, len).data, Tier::Device, size_t(len) * rb,
                      Stream::Copy);
@@ -232,8 +220,8 @@ class KVCache::Streamed final : public PrefixBlocks {
     Tensor gk(own_.data(), o.grad.dtype, {T, G, D}, Tier::Device),
         gv(own_.as<char>() + rows_bytes(o.grad, o.chunk), o.grad.dtype, {T, G, D}, Tier::Device);
     be_.wait(Stream::Copy, *own_used_);  // the previous layer's cast out of the staging is done
-    const size_t rb = row_bytes(o.grad);
-    for_rows(o.grad.page_size, t0, T, [&](int64_t p, int64_t r, int64_t i, int64_t len) {
+    const size_t rb = o.grad.row_bytes();
+    for_page_rows(o.grad.page_size, t0, T, [&](int64_t p, int64_t r, int64_t i, int64_t len) {
       for (auto [dst, src] : {std::pair{gk.rows(i, len).data, c_.grad_.has(l, p) ? c_.grad_.k(l, p, r, len).data : nullptr},
                               std::pair{gv.rows(i, len).data, c_.grad_.has(l, p) ? c_.grad_.v(l, p, r, len).data : nullptr}}) {
         if (src)
@@ -276,7 +264,7 @@ class KVCache::Streamed final : public PrefixBlocks {
     const Item& it = items_[k];
     be_.wait(Stream::Copy, *freed_[s]);
     const int64_t P = c_.o_.kv.page_size;
-    const size_t rb = row_bytes(c_.o_.kv), grb = row_bytes(c_.o_.grad);
+    const size_t rb = c_.o_.kv.row_bytes(), grb = c_.o_.grad.row_bytes();
     for (int64_t p = it.p0; p < it.p1; ++p) {
       const int64_t rows = std::min(P, it.end - p * P), j = p - it.p0;
       char* kp = kv_page(s, j);
@@ -334,7 +322,7 @@ KVCache::~KVCache() {
 }
 
 int64_t KVCache::group_for(const KVCacheOptions& o, int64_t N) {
-  const int64_t layer_pages = std::max<int64_t>(1, pages_for(N, o.kv.page_size));
+  const int64_t layer_pages = std::max<int64_t>(1, o.kv.pages_for(N));
   // default: groups of about 4 MiB of K/V, enough to keep each copy efficient
   const int64_t g = o.group > 0 ? o.group : std::max<int64_t>(1, (int64_t(4) << 20) / o.kv.page_bytes());
   return std::min(g, layer_pages);

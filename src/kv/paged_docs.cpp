@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kv/paged_kv.h"
 
 namespace oomb {
 
@@ -38,26 +39,22 @@ int32_t* PagedDocs::host_page(int64_t p) const {
 }
 
 void PagedDocs::write(int64_t t0, const int32_t* host, int64_t n) {
-  for (int64_t i = 0; i < n;) {
-    const int64_t t = t0 + i, len = std::min(P_ - t % P_, n - i);
-    int32_t* dev = ensure(t / P_) + t % P_;
+  for_page_rows(P_, t0, n, [&](int64_t p, int64_t r, int64_t i, int64_t len) {
+    int32_t* dev = ensure(p) + r;
     if (mirrored()) {
-      int32_t* mir = host_page(t / P_) + t % P_;
+      int32_t* mir = host_page(p) + r;
       std::memcpy(mir, host + i, size_t(len) * 4);
       be_.copy_async(dev, be_.tier(), mir, Tier::Host, size_t(len) * 4, Stream::Compute);
     } else {
       std::memcpy(dev, host + i, size_t(len) * 4);
     }
-    i += len;
-  }
+  });
 }
 
 void PagedDocs::read(int64_t t0, int32_t* host, int64_t n) {
-  for (int64_t i = 0; i < n;) {
-    const int64_t t = t0 + i, len = std::min(P_ - t % P_, n - i);
-    std::memcpy(host + i, host_page(t / P_) + t % P_, size_t(len) * 4);
-    i += len;
-  }
+  for_page_rows(P_, t0, n, [&](int64_t p, int64_t r, int64_t i, int64_t len) {
+    std::memcpy(host + i, host_page(p) + r, size_t(len) * 4);
+  });
 }
 
 void PagedDocs::release_from(int64_t first) {

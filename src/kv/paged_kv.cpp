@@ -49,25 +49,15 @@ char* PagedKV::page_ptr(int64_t l, int64_t p) const {
 
 // rows [r, r + n) of the page's K (r counted from 0) or V (r counted from page_size)
 Tensor PagedKV::rows(int64_t l, int64_t p, int64_t r, int64_t n) const {
-  const size_t row_bytes = size_t(s_.kv_heads * s_.head_dim) * dtype_size(s_.dtype);
-  return Tensor(page_ptr(l, p) + size_t(r) * row_bytes, s_.dtype, {n, s_.kv_heads, s_.head_dim}, pool_.tier());
+  return Tensor(page_ptr(l, p) + size_t(r) * s_.row_bytes(), s_.dtype, {n, s_.kv_heads, s_.head_dim}, pool_.tier());
 }
 
 Tensor PagedKV::k(int64_t l, int64_t p, int64_t r0, int64_t n) const { return rows(l, p, r0, n); }
 Tensor PagedKV::v(int64_t l, int64_t p, int64_t r0, int64_t n) const { return rows(l, p, s_.page_size + r0, n); }
 
-// Walks tokens [t0, t0 + n) page by page: fn(page, row in page, row in src, rows)
-template <typename Fn>
-static void for_rows(int64_t P, int64_t t0, int64_t n, Fn fn) {
-  for (int64_t i = 0; i < n;) {
-    const int64_t t = t0 + i, p = t / P, r = t % P, len = std::min(P - r, n - i);
-    fn(p, r, i, len);
-    i += len;
-  }
-}
 
 void PagedKV::write(int64_t l, int64_t t0, const Tensor& ks, const Tensor& vs) {
-  for_rows(s_.page_size, t0, ks.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
+  for_page_rows(s_.page_size, t0, ks.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
     Tensor kd = k(l, p, r, len), vd = v(l, p, r, len);
     be_.cast(ks.rows(i, len), kd);
     be_.cast(vs.rows(i, len), vd);
@@ -75,7 +65,7 @@ void PagedKV::write(int64_t l, int64_t t0, const Tensor& ks, const Tensor& vs) {
 }
 
 void PagedKV::read_into(int64_t l, int64_t t0, Tensor& kd, Tensor& vd) {
-  for_rows(s_.page_size, t0, kd.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
+  for_page_rows(s_.page_size, t0, kd.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
     Tensor kr = kd.rows(i, len), vr = vd.rows(i, len);
     if (!has(l, p)) {  // nothing was accumulated into this page
       be_.zero(kr);

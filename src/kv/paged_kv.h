@@ -3,6 +3,7 @@
 // --kv-grad-dtype for gradients). A page table per layer maps page index -> pool page.
 // K is stored after RoPE, at absolute positions.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -17,7 +18,18 @@ struct KVShape {
   int64_t page_elems() const { return 2 * page_size * kv_heads * head_dim; }  // K and V
   int64_t page_bytes() const { return page_elems() * int64_t(dtype_size(dtype)); }
   int64_t pages_for(int64_t tokens) const { return (tokens + page_size - 1) / page_size; }
+  size_t row_bytes() const { return size_t(kv_heads * head_dim) * dtype_size(dtype); }  // one token's K (or V)
 };
+
+// Walks tokens [t0, t0 + n) page by page (pages of P tokens): fn(page, row in page, row in the range, rows).
+template <typename Fn>
+void for_page_rows(int64_t P, int64_t t0, int64_t n, Fn fn) {
+  for (int64_t i = 0; i < n;) {
+    const int64_t t = t0 + i, p = t / P, r = t % P, len = std::min(P - r, n - i);
+    fn(p, r, i, len);
+    i += len;
+  }
+}
 
 class PagedKV {
  public:

@@ -61,10 +61,17 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier) {
   auto f = [&](std::initializer_list<int64_t> s) { return arena_.take(DType::F32, s); };
   LayerBuffers& b = all_;
   LayerActs& A = b.acts;
-  for (auto [t, shape] : {std::pair{&A.a, std::vector{T, d}}, {&A.rstd1, {T}}, {&A.q, {T, H, D}}, {&A.o, {T, H, D}},
-                          {&A.lse, {T, H}}, {&A.hmid, {T, d}}, {&A.b, {T, d}}, {&A.rstd2, {T}}, {&A.gate, {T, I}},
-                          {&A.up, {T, I}}, {&A.act, {T, I}}})
-    *t = shape.size() == 1 ? f({shape[0]}) : shape.size() == 2 ? f({shape[0], shape[1]}) : f({shape[0], shape[1], shape[2]});
+  A.a = f({T, d});
+  A.rstd1 = f({T});
+  A.q = f({T, H, D});
+  A.o = f({T, H, D});
+  A.lse = f({T, H});
+  A.hmid = f({T, d});
+  A.b = f({T, d});
+  A.rstd2 = f({T});
+  A.gate = f({T, I});
+  A.up = f({T, I});
+  A.act = f({T, I});
   LayerGradScratch& g = b.g;
   g.dq = f({T, H, D});
   g.dattn = f({T, H, D});
@@ -173,7 +180,6 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   be.rope_bwd(plan.dk, ctx.pos, ctx.rope);
   Tensor dq = S.dq, dk = plan.dk;  // gradients of the projections' outputs
   if (!p.q_norm.empty()) {  // through Qwen3's per-head norms
-    const float eps = float(ctx.cfg.rms_norm_eps);
     Tensor dqr = heads2(S.dq_raw), dkr = heads2(S.dk_raw);
     be.rmsnorm_bwd(heads2(A.q_raw), p.q_norm, flat1(A.rstd_q), heads2(S.dq), dqr, false, g.q_norm);
     be.rmsnorm_bwd(heads2(A.k_raw), p.k_norm, flat1(A.rstd_k), heads2(plan.dk), dkr, false, g.k_norm);

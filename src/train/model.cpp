@@ -2,6 +2,7 @@
 
 #include "model/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -170,10 +171,9 @@ void Model::decode(const int32_t* ids, int64_t n, float* out) {
   OOMB_CHECK(decoded_ + n <= decode_max_, "generate: {} tokens exceed the {} the sequence was begun with",
              decoded_ + n, decode_max_);
   const ChunkSpan c{decoded_, decoded_ + n};
-  std::vector<int32_t> none(static_cast<size_t>(n), -1);
   const ChunkReader read = [&](int64_t t0, int64_t k, int32_t* i, int32_t* t) {
     std::memcpy(i, ids + (t0 - c.begin), size_t(k) * 4);
-    std::memcpy(t, none.data(), size_t(k) * 4);
+    std::fill_n(t, k, -1);  // no targets: generation computes no loss
   };
   inputs_.load(read, c, true, cache_.docs());
   forward_layers(c, Sweep::Forward);  // every layer's K/V of these tokens go into the pages

@@ -257,7 +257,7 @@ class CudaBackend final : public Backend {
     cuda_check(cudaStreamSynchronize(copy_stream_), "synchronize");
     cuda_check(cudaStreamSynchronize(stream_), "synchronize");
   }
-  bool has_copy_engine() const override { return true; }
+
 
   void add(Tensor& y, const Tensor& x) override {
     check("add", "y", y, -1);

@@ -20,12 +20,7 @@ namespace oomb {
 
 namespace {
 
-void* sim_alloc(size_t bytes) {
-  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  OOMB_CHECK(p != nullptr, "out of host memory allocating {} of simulated device memory", format_bytes(int64_t(bytes)));
-  std::memset(p, 0, bytes);
-  return p;
-}
+void* sim_alloc(size_t bytes) { return zeroed_host_alloc(bytes, "simulated device memory"); }
 void sim_free(void* p) { std::free(p); }
 
 // Work items run in order on one thread; item k (from 1) is done once done_ >= k.
@@ -121,7 +116,6 @@ class SimBackend final : public CpuBackend {
     Accountant::global().set_capacity(Tier::Device, 0, "");
   }
   std::string_view name() const override { return "sim"; }
-  bool has_copy_engine() const override { return true; }
 
   void copy_async(void* dst, Tier dt, const void* src, Tier st, size_t bytes, Stream s) override {
     OOMB_CHECK(host_addressable(dt) && host_addressable(st), "copy_async: the simulated device has no such memory");
