@@ -313,6 +313,13 @@ def main():
             if hf_stopped:
                 row(mk, "HF+PyTorch", n, note=f"stopped: {hf_stopped} at a shorter N")
                 continue
+            # the logits alone: bf16 (N, V), their float32 copy for the loss and its gradient
+            logits_b = n * PRESETS[mk][1]["vocab_size"] * (2 + 4 + 4)
+            if mem and logits_b > mem:
+                row(mk, "HF+PyTorch", n, note=f"not run: its logits alone need {logits_b / 2**30:.0f} GiB, "
+                                              f"the GPU has {mem / 2**30:.0f}")
+                hf_stopped = "logits larger than the GPU"
+                continue
             for with_opt in hf_opts:
                 if left() < 30:
                     row(mk, "HF+PyTorch", n, note="budget spent")

@@ -16,6 +16,12 @@ rm -rf gpu-bundle && mkdir -p gpu-bundle/lib
 for f in oomb test_cuda_device test_cuda_ops test_cuda_model test_hf_golden test_gemm_layout dev/oomb_attention_lab; do
   cp $B/$f gpu-bundle/ && strip gpu-bundle/$(basename $f)
 done
+# the negative control: test_cuda_ops built with a CUDA attention backward that drops a query must fail
+M=build-gpu-mutant
+cmake -S . -B $M -G Ninja -DCMAKE_BUILD_TYPE=Release -DOOMB_FUZZ=OFF -DCMAKE_CUDA_FLAGS=-DOOMB_MUTANT_DROP_QUERY \
+  > $M.configure.log
+cmake --build $M -j "$(nproc)" --target test_cuda_ops
+cp $M/test_cuda_ops gpu-bundle/test_cuda_ops_mutant_drop_query && strip gpu-bundle/test_cuda_ops_mutant_drop_query
 for f in gpu-bundle/*; do [ -f "$f" ] && ldd "$f" | awk '{print $3}'; done | sort -u | grep "^/" |
   grep -vE "/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|ld-linux[^/]*)\.so|/usr/local/cuda" |
   xargs -r -I{} cp -L {} gpu-bundle/lib/

@@ -4,13 +4,15 @@
 #
 #   bash scripts/gpu_session.sh [all|tests|bench|--quick] [bench/cuda_step.py's options...]
 #     tests    the CUDA tests, the Hugging Face fixtures (tools/golden_hf.py) and test_hf_golden
-#              on them, the attention lab at Qwen2.5-0.5B's and 7B's head shapes
+#              on them, the attention lab at Qwen2.5-0.5B's and 7B's head shapes, then the CUDA
+#              tests under compute-sanitizer memcheck and the lab's check under racecheck
 #     bench    offload's slowdown (bench/offload.py --device cuda), then bench/cuda_step.py with
 #              what is left of the time (options passed on, e.g.
 #              --models 1.5b,7b --lengths 8192,32768)
 #     all      tests, then bench (the default); --quick: tests only
 #
-# One device command may run 10 minutes: everything here ends within GPU_SESSION_BUDGET seconds
+# GPU_SESSION_SKIP="name ..." leaves out the steps so named (e.g. golden_hf once the fixtures are
+# committed). One device command may run 10 minutes: everything here ends within GPU_SESSION_BUDGET seconds
 # (default 540) of the start, each step under its own time limit too, so give the device tool
 # timeout_s 600. A session with 30 minutes of device time (machine starts included) fits two such
 # calls, e.g.  `all --models 0.5b`  then  `bench --models 1.5b,7b`.
@@ -64,6 +66,7 @@ export OOMB_SOURCE_DIR=$PWD OOMB_BINARY_DIR=$W/bin
 left() { echo $((DEADLINE - SECONDS)); }
 step() {  # name, time limit (s), command...: log to $W/name.log, its result lines to summary.txt
   local name=$1 cap=$2; shift 2
+  case " ${GPU_SESSION_SKIP:-} " in *" $name "*) echo "== $name: skipped (GPU_SESSION_SKIP)" | tee -a "$OUT/summary.txt"; return 0 ;; esac
   local t=$(( $(left) < cap ? $(left) : cap ))
   if [ "$t" -lt 10 ]; then
     echo "== $name: not run, the session's time is spent" | tee -a "$OUT/summary.txt"
@@ -76,7 +79,7 @@ step() {  # name, time limit (s), command...: log to $W/name.log, its result lin
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "TIMEOUT after ${t}s" >> "$W/$name.log"
   echo "rc=$rc" >> "$W/$name.log"
   { echo "== $name (rc=$rc, $((SECONDS - t0)) s)"
-    grep -aE "^\[ (parity|cuda|hf) |PASSED|FAILED|SKIPPED|Failure|rel. error|Error|error:|TIMEOUT|\| |loss " "$W/$name.log" | tail -60
+    grep -aE "^\[ (parity|cuda|hf) |PASSED|FAILED|SKIPPED|Failure|rel. error|Error|error:|TIMEOUT|\| |loss |ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$W/$name.log" | tail -60
   } | tee -a "$OUT/summary.txt"
   pack
   return $rc
@@ -91,22 +94,35 @@ step() {  # name, time limit (s), command...: log to $W/name.log, its result lin
 
 if [ "$phase" != bench ]; then
   # the fixtures first: CPU only, quick, and what CI keeps using afterwards
-  rm -rf tests/fixtures/hf
-  step golden_hf 180 python3 tools/golden_hf.py --out tests/fixtures/hf
-  [ -f tests/fixtures/hf/qwen2/reference.safetensors ] &&
+  step golden_hf 180 sh -c "rm -rf tests/fixtures/hf && python3 tools/golden_hf.py --out tests/fixtures/hf" &&
+    [ -f tests/fixtures/hf/qwen2/reference.safetensors ] &&
     tar czf "$OUT/hf_fixtures.tgz" tests/fixtures/hf && cp -r tests/fixtures/hf "$W/hf_fixtures"
   step hf_golden 90 "$W/bin/test_hf_golden"
   step gemm_layout 90 "$W/bin/test_gemm_layout"
   step cuda_device 120 "$W/bin/test_cuda_device"
   step cuda_ops 180 "$W/bin/test_cuda_ops"
   step cuda_model 180 "$W/bin/test_cuda_model"
+  # must FAIL: the attention backward of this build drops each chunk's last query (gpu_bundle.sh)
+  [ -x "$B/test_cuda_ops_mutant_drop_query" ] &&
+    step mutant_drop_query_must_fail 60 sh -c "! '$W/bin/test_cuda_ops_mutant_drop_query' --gtest_filter='*Attention*'"
   step attention_lab_d64 90 "$W/bin/oomb_attention_lab" --heads 14 --kv-heads 2 --dim 64 --chunk 4096 --keys 32768
   step attention_lab_d128 90 "$W/bin/oomb_attention_lab" --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
+  # PyTorch's own kernels (cuDNN, FlashAttention-2, memory-efficient) at the d128 shape, bf16
+  step attention_torch_d128 90 python3 bench/attention_torch.py --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
+  # the CUDA tests under compute-sanitizer: memcheck (any error fails the step), and racecheck on the
+  # lab's small check (its shared-memory kernels)
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for t in test_cuda_device test_cuda_ops test_cuda_model; do
+    step memcheck_$t 120 env LD_LIBRARY_PATH="$LDP" "$CS" --tool memcheck --leak-check full --error-exitcode 9 "$B/$t"
+  done
+  step racecheck_lab 90 env LD_LIBRARY_PATH="$LDP" "$CS" --tool racecheck --error-exitcode 9 "$B/oomb_attention_lab" \
+    --heads 4 --kv-heads 2 --dim 64 --check-only 1
 fi
 if [ "$phase" != tests ]; then
-  # offload's cost on the GPU: all pages on the device against --offload kv, C = 4K
+  # offload's cost on the GPU: all pages on the device against --offload kv (OFFLOAD_LENS: while
+  # attention runs on the fp32 reference kernels, a 0.5B step takes ~30 s at 8K)
   step offload 150 python3 bench/offload.py --device cuda --preset qwen2.5-0.5b --oomb "$W/bin/oomb" \
-    --lens 32768,65536 --chunk 4096 --group 16 --steps 2 --out "$W/offload.jsonl"
+    --lens "${OFFLOAD_LENS:-2048,4096}" --chunk 512 --group "${OFFLOAD_GROUP:-4}" --steps 2 --out "$W/offload.jsonl"
   b=$(( $(left) - 20 ))
   step bench $((b + 15)) python3 bench/cuda_step.py --oomb "$W/bin/oomb" --budget "$b" --out "$W/bench-work" \
     --table "$OUT/bench.md" --jsonl "$OUT/bench.jsonl" "$@"

@@ -145,7 +145,7 @@ TEST(Chunked, Bf16GradientPagesStayCloseAndTakeHalfTheBytes) {
   EXPECT_GT(worst, 1e-7);  // and it does round: the pages are really bf16
   std::cout << fmt::format("[ chunked  ] bf16 gradient pages: worst whole-gradient rel. error {:.2e}\n", worst);
   const ModelConfig cfg = load_config(dir);
-  auto ws = make_cpu_backend()->workspace_bytes(cfg.vocab);
+  auto ws = make_cpu_backend()->workspace_bytes(workspace_shape(cfg, 256));
   const MemoryPlan f32 = plan_memory(cfg, {13, 16}, N, "adamw", ws), bf16 = plan_memory(cfg, {13, 16, DType::BF16}, N, "adamw", ws);
   EXPECT_EQ(2 * bf16.get(Tier::Host, Tag::KVGrad), f32.get(Tier::Host, Tag::KVGrad));
   EXPECT_EQ(bf16.get(Tier::Host, Tag::KV), f32.get(Tier::Host, Tag::KV));
@@ -185,7 +185,7 @@ TEST(Chunked, Bf16KvPagesEqualFullSequenceAndTakeHalfTheBytes) {
   const auto dir = temp_dir("_plan");
   write_tiny_model(dir, tiny_config_json("qwen2", 2), 41);
   const ModelConfig cfg = load_config(dir);
-  const auto ws = make_cpu_backend()->workspace_bytes(cfg.vocab);
+  const auto ws = make_cpu_backend()->workspace_bytes(workspace_shape(cfg, 256));
   ChunkPlan half{13, 16};
   half.kv_dtype = DType::BF16;
   const MemoryPlan f32 = plan_memory(cfg, {13, 16}, 131, "adamw", ws), bf16 = plan_memory(cfg, half, 131, "adamw", ws);

@@ -269,13 +269,13 @@ TEST(CudaOps, AttentionOverBlocks) {
     const AttnArgs da{scale, q0, c.docs ? docs.d.as<int32_t>() + q0 : nullptr};
     C.attention_fwd(q.h, hb, ha, o.h, lse.h);
     G.attention_fwd(q.d, db, da, o.d, lse.d);
-    report("attention_fwd", err(o), 2e-6);
-    report("attention lse", lse_err(lse), 2e-6);
+    report("attention_fwd", err(o), 2e-6);  // measured <= 3.1e-7 (H100, 2026-11-24)
+    report("attention lse", lse_err(lse), 5e-7);  // measured <= 5.0e-8
     Pair dout(DType::F32, {c.T, c.H, c.D}), dq(DType::F32, {c.T, c.H, c.D});
     dout.randn(8);
     C.attention_bwd(q.h, o.h, lse.h, dout.h, hb, ha, dq.h);
     G.attention_bwd(q.d, o.d, lse.d, dout.d, db, da, dq.d);
-    report("attention dq", err(dq), 1e-5);
+    report("attention dq", err(dq), 2e-6);  // measured <= 3.8e-7
     if (!c.own) {  // no key is visible to any query
       for (float l : lse.device_f32()) EXPECT_TRUE(std::isinf(l) && l < 0);
       for (float f : o.device_f32()) EXPECT_EQ(f, 0.0f);
@@ -300,12 +300,14 @@ TEST(CudaOps, AttentionOverBlocks) {
         };
         for (Pair* g : {dk[b].get(), dv[b].get()}) {
           const auto want = widen(std::vector<char>(g->host.begin(), g->host.end() - 1));
+          // measured <= 1.1e-6 (a flipped rounding here and there); a query dropped from the backward
+          // gives ~7e-3 (scripts/gpu_session.sh runs that mutant)
           report(g == dk[b].get() ? "attention dk bf16" : "attention dv bf16", rel_error(widen(g->download()), want),
-                 8e-3);
+                 1e-5);
         }
       } else {
-        report("attention dk", err(*dk[b]), 1e-5);
-        report("attention dv", err(*dv[b]), 1e-5);
+        report("attention dk", err(*dk[b]), 1e-6);  // measured <= 1.8e-7
+        report("attention dv", err(*dv[b]), 1e-6);  // measured <= 1.3e-7
       }
     }
   }

@@ -40,10 +40,9 @@ class HfGolden : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(HfGolden, LossLogitsAndEveryGradient) {
   const auto dir = source_dir() / "tests/fixtures/hf" / GetParam();
-  if (!std::filesystem::exists(dir / "reference.safetensors"))
-    GTEST_SKIP() << "tests/fixtures/hf/" << GetParam() << " has not been generated yet: run `python3 "
-                 << "tools/golden_hf.py` where PyTorch and transformers exist (the GPU machine has both; this "
-                 << "machine's Debian torch has no transformers), so this skips even under CI=true";
+  if (!std::filesystem::exists(dir / "reference.safetensors"))  // committed: missing means a broken checkout
+    OOMB_MISSING_REFERENCE(fmt::format("tests/fixtures/hf/{} is missing: it is made by `python3 tools/golden_hf.py` "
+                                       "where PyTorch and transformers exist (the GPU machine has both)", GetParam()));
   const ModelConfig cfg = load_config(dir);
   const SafetensorsFile ref = SafetensorsFile::open(dir / "reference.safetensors");
   const TensorInfo* it = ref.find("input_ids");
@@ -68,13 +67,14 @@ TEST_P(HfGolden, LossLogitsAndEveryGradient) {
       const Tensor g = m.grads().view(s);
       ASSERT_EQ(int64_t(want.size()), s.numel()) << s.name;
       const double e = rel(std::vector<float>(g.f(), g.f() + s.numel()), want);
-      EXPECT_LE(e, 1e-5) << s.name;
+      // measured <= 7.1e-6 (qwen2's q/k biases): transformers rounds RoPE, RMSNorm and softmax in fp32
+      EXPECT_LE(e, 2e-5) << s.name;
       worst = std::max(worst, e);
     }
     std::vector<float> lg(static_cast<size_t>(N * cfg.vocab));
     m.logits(ids.data(), N, lg.data());
     const double le = rel(lg, f64(ref, "logits"));
-    EXPECT_LE(le, 1e-5);
+    EXPECT_LE(le, 2e-6);  // measured <= 5.0e-7
     std::cout << fmt::format("[ hf       ] {} C={}: loss {:.6f} (HF {:.6f}), worst gradient rel. error {:.2e}, logits "
                              "{:.2e}\n", GetParam(), C, ls.loss_sum / double(ls.targets), loss, worst, le);
   }

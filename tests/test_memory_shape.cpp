@@ -43,7 +43,7 @@ Peaks one_step(const ModelConfig& cfg, int64_t N, const ChunkPlan& plan, MemoryP
     TrainOptions o{N, 1, 1, 1, {}, ""};
     std::ostringstream log;
     train(m, task, o, log);
-    *predicted = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(cfg.vocab, plan.chunk));
+    *predicted = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(workspace_shape(cfg, plan.chunk)));
   }
   for (int i = 0; i < kNumTags; ++i) p.by_tag[std::string(tag_name(Tag(i)))] = acc.get(Tier::Host, Tag(i)).peak;
   return p;
@@ -108,7 +108,7 @@ TEST(MemoryShape, OffloadKeepsTheDeviceFlat) {
       TrainOptions o{N, 1, 1, 1, {}, ""};
       std::ostringstream log;
       train(m, task, o, log);
-      pred = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(cfg.vocab, plan.chunk), Tier::Device);
+      pred = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(workspace_shape(cfg, plan.chunk)), Tier::Device);
     }
     std::map<std::string, int64_t> device;
     for (Tier tier : kTiers)

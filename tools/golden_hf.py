@@ -20,6 +20,8 @@ save_pretrained) and reference.safetensors:
     logits     F64 (N, V)
     grad/NAME  F64 (shape)    d loss / d parameter, for every parameter by its Hugging Face name
                               (a tied lm_head has none: its gradient is in the embedding's)
+and, where made (see make_bf16 and make_lora): reference_bf16.safetensors (PyTorch's bf16 on the
+GPU) and lora/ (a PEFT adapter with its float64 reference).
 """
 import argparse
 import json
@@ -120,6 +122,84 @@ def make(name, out):
     save_file(tensors, os.path.join(d, "reference.safetensors"),
               metadata={"transformers": transformers.__version__, "torch": torch.__version__})
     print(f"{name}: loss {loss.item():.6f} (transformers' own {hf_loss:.6f}), {len(tensors) - 3} gradients -> {d}")
+    for extra in (make_bf16, make_lora):  # each optional: a failure leaves the float64 fixtures above intact
+        try:
+            extra(name, d, model_cls, ids)
+        except Exception as e:  # noqa: BLE001
+            print(f"{name}: {extra.__name__} not made: {type(e).__name__}: {e}")
+
+
+def make_bf16(name, d, model_cls, ids):
+    """PyTorch's own bf16 on the GPU, the yardstick of FlashAttention's error rule (oomb's bf16 error
+    against float64 at most twice PyTorch's): DIR/reference_bf16.safetensors holds, for the same ids,
+    pure/loss F64 (1) and pure/grad/NAME F32 (every parameter in bf16, eager attention), and
+    autocast/loss, autocast/grad/NAME (float32 weights under torch.autocast(bfloat16))."""
+    if not torch.cuda.is_available():
+        print(f"{name}: no GPU, so no bf16 reference")
+        return
+    out = {}
+    for mode in ("pure", "autocast"):
+        m = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").cuda()
+        if mode == "pure":
+            m = m.to(torch.bfloat16)
+        m.train(False)
+        x = ids.cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "autocast"):
+            logits = m(input_ids=x, use_cache=False).logits[0]
+        loss = F.cross_entropy(logits[:-1].float(), x[0, 1:])  # as transformers' loss: float32 logits
+        loss.backward()
+        out[mode + "/loss"] = loss.detach().double().reshape(1).cpu()
+        for pname, p in m.named_parameters():
+            out[f"{mode}/grad/{pname}"] = p.grad.detach().float().cpu().contiguous()
+    save_file(out, os.path.join(d, "reference_bf16.safetensors"),
+              metadata={"transformers": transformers.__version__, "torch": torch.__version__,
+                        "device": torch.cuda.get_device_name()})
+    print(f"{name}: bf16 references, loss pure {out['pure/loss'].item():.6f} autocast {out['autocast/loss'].item():.6f}")
+
+
+LORA = {  # the adapter each model gets, as PEFT's LoraConfig arguments
+    "llama": dict(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                     "up_proj", "down_proj"]),
+    "qwen2": dict(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"], use_rslora=True),
+}
+
+
+def make_lora(name, d, model_cls, ids):
+    """A PEFT LoRA adapter on the model (when PEFT is installed), for oomb's --lora: DIR/lora/ holds
+    adapter_config.json and adapter_model.safetensors as PEFT saves them (float32, B random rather
+    than PEFT's zeros so that every path carries signal) and reference.safetensors with, computed in
+    float64: loss F64 (1), logits F64 (N, V) and grad/KEY for every adapter tensor by its key in
+    adapter_model.safetensors (the base model frozen, as PEFT trains it)."""
+    if name not in LORA:
+        return
+    import peft
+    a = os.path.join(d, "lora")
+    torch.manual_seed(4321)
+    base = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+    pm = peft.get_peft_model(base, peft.LoraConfig(lora_dropout=0.0, bias="none", task_type="CAUSAL_LM", **LORA[name]))
+    with torch.no_grad():
+        for pname, p in pm.named_parameters():
+            if "lora_" in pname:
+                p.normal_(0.0, 0.15)
+    pm.save_pretrained(a)
+    if os.path.exists(os.path.join(a, "README.md")):  # PEFT's empty model card
+        os.remove(os.path.join(a, "README.md"))
+    ref = peft.PeftModel.from_pretrained(load_f64(model_cls, d), a).to(torch.float64)
+    ref.train(False)
+    for pname, p in ref.named_parameters():
+        p.requires_grad_("lora_" in pname)
+    logits = ref(input_ids=ids, use_cache=False).logits[0].to(torch.float64)
+    loss = F.cross_entropy(logits[:-1], ids[0, 1:])
+    loss.backward()
+    tensors = {"loss": loss.detach().reshape(1).contiguous(), "logits": logits.detach().contiguous()}
+    for pname, p in ref.named_parameters():
+        if p.requires_grad:
+            assert p.grad is not None and p.dtype == torch.float64, f"{name}: {pname}"
+            tensors["grad/" + pname.replace(".default", "")] = p.grad.detach().contiguous()
+    save_file(tensors, os.path.join(a, "reference.safetensors"),
+              metadata={"transformers": transformers.__version__, "torch": torch.__version__,
+                        "peft": peft.__version__})
+    print(f"{name}: LoRA adapter ({len(tensors) - 2} tensors), loss {loss.item():.6f} -> {a}")
 
 
 def main():
@@ -132,6 +212,9 @@ def main():
     with open(os.path.join(a.out, "README.md"), "w") as f:
         f.write("Made by `python3 tools/golden_hf.py` with transformers " + transformers.__version__ +
                 " and torch " + torch.__version__ + "; see that script for the layout.\n")
+    # fail the step (and so the GPU session's summary) if a float64 fixture is missing
+    for name in MODELS:
+        assert os.path.exists(os.path.join(a.out, name, "reference.safetensors")), name
 
 
 if __name__ == "__main__":

@@ -4,10 +4,17 @@
 
 namespace oomb {
 
-size_t cuda_workspace_bytes(int64_t vocab, int64_t chunk) {
+size_t cuda_pinned_workspace_bytes() { return 2 * (size_t(1) << 20); }
+
+size_t cuda_workspace_bytes(const WorkspaceShape& s) {
   constexpr size_t kGemmWorkspace = size_t(32) << 20, kTables = 2 * (size_t(1) << 20);
-  const size_t tile = size_t(std::clamp<int64_t>(chunk, 1, 256));
-  return tile * size_t(vocab) * 4 + tile * 12 + kGemmWorkspace + 16 + kTables;
+  constexpr int64_t kSumChunk = int64_t(1) << 16;  // cuda::k::kSumChunk
+  const size_t tile = size_t(std::clamp<int64_t>(s.chunk, 1, 256));
+  const size_t loss = (tile * 12 + 255) / 256 * 256 + tile * size_t(s.vocab) * 4 + 16;
+  const size_t dsum = size_t(std::max<int64_t>(s.chunk * s.heads, 1)) * 4;  // attention backward: (C, H)
+  const size_t partials = size_t((s.params + kSumChunk - 1) / kSumChunk) * 8;
+  const size_t rope = size_t(s.head_dim / 2) * 4;
+  return loss + kGemmWorkspace + kTables + dsum + partials + rope;
 }
 
 double Backend::lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,

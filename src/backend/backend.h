@@ -49,6 +49,14 @@ class Event {
   virtual ~Event() = default;
 };
 
+// What a backend's workspace depends on: the vocabulary, the longest chunk, the query heads and
+// head dim (attention scratch), and the parameter count (the gradient norm's partial sums).
+struct WorkspaceShape {
+  int64_t vocab = 0;
+  int64_t chunk = 256;
+  int64_t heads = 0, head_dim = 0, params = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -98,9 +106,11 @@ class Backend {
   // The same, returning the loss and hits at once (a host sync; tests and one-off calls).
   double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
                       int64_t* correct);
-  // Bytes of workspace (tag workspace) the backend holds for a vocabulary of V and chunks of at
-  // most `chunk` tokens: the loss tile (min(256, chunk) x V logits) and the backend's own.
-  virtual size_t workspace_bytes(int64_t vocab, int64_t chunk = 256) const = 0;
+  // Bytes of workspace (tag workspace) the backend holds at its peak for a model of this shape:
+  // the loss tile (min(256, chunk) x V logits) and the backend's own scratch.
+  virtual size_t workspace_bytes(const WorkspaceShape& s) const = 0;
+  // Bytes of pinned host memory (tag workspace) the backend holds for itself (staging).
+  virtual size_t pinned_workspace_bytes() const { return 0; }
 
   // Memory. copy: bytes between this backend's memory and the host's, either way or within one,
   // in order with the ops; the host may read or reuse its side once it returns. fill_zero: this
@@ -141,9 +151,11 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
-// The workspace (device bytes) the CUDA backend holds for a vocabulary of V, for plans made
-// without a GPU: the loss tile, cuBLASLt's workspace, the loss sums, the attention's block tables.
-size_t cuda_workspace_bytes(int64_t vocab, int64_t chunk = 256);
+// The workspace (device bytes) the CUDA backend holds, for plans made without a GPU: the loss
+// tile, cuBLASLt's workspace, the loss sums, the attention's block tables and backward row sums,
+// the gradient norm's partial sums and the RoPE table.
+size_t cuda_workspace_bytes(const WorkspaceShape& s);
+size_t cuda_pinned_workspace_bytes();  // the block tables' pinned staging
 // The simulated device (--device sim): the CPU kernels on memory accounted in tier device, with a
 // copy engine thread (its own queue and events, ordered like CUDA streams). capacity: bytes of
 // device memory (0 = unlimited). copy_delay_us: a delay before every asynchronous copy, so that a

@@ -50,10 +50,11 @@ Command add_plan(CLI::App& app) {
             const std::string device = !a->device.empty() ? a->device : plan.offload_kv ? "cuda" : "cpu";
             OOMB_CHECK(!plan.offload_kv || device != "cpu",
                        "--offload kv: the cpu backend has no device memory to offload from (use --device sim or cuda)");
-            const size_t ws = device == "cuda" ? cuda_workspace_bytes(cfg.vocab, plan.chunk)
-                                               : make_cpu_backend()->workspace_bytes(cfg.vocab, plan.chunk);
+            const WorkspaceShape wss = workspace_shape(cfg, plan.chunk);
+            const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) : make_cpu_backend()->workspace_bytes(wss);
             const MemoryPlan m =
-                plan_memory(cfg, plan, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device);
+                plan_memory(cfg, plan, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
+                            device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
             if (a->json) {
               std::cout << plan_json(m).dump() << std::endl;
               return 0;

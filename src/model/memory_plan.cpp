@@ -39,6 +39,10 @@ static void check_plan_size(const ModelConfig& c, int64_t N, int64_t C, int64_t 
   OOMB_CHECK(i128(P) * 64 < limit, "memory plan: {} parameters overflow the plan's byte counts", P);
 }
 
+WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk) {
+  return {c.vocab, chunk, c.heads, c.head_dim, param_count(c)};
+}
+
 KVCacheOptions kv_cache_options(const ModelConfig& c, const ChunkPlan& p) {
   KVCacheOptions o;
   o.kv = {c.layers, c.kv_heads, c.head_dim, p.page_size, p.kv_dtype};
@@ -60,7 +64,7 @@ int64_t saved_attention_bytes(const ModelConfig& c, int64_t C) {
 }
 
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
-                       size_t workspace_bytes, Tier dev) {
+                       size_t workspace_bytes, Tier dev, size_t pinned_workspace_bytes) {
   const int64_t P = param_count(cfg), C = std::min(plan.chunk, N);
   check_plan_size(cfg, N, C, P);
   ChunkPlan used = plan;
@@ -71,6 +75,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   m.at(dev, Tag::Optimizer) = optimizer == "adamw" ? 2 * P * 4 : 0;
   m.at(dev, Tag::Activations) = LayerPlan::bytes(cfg, C) + saved_bytes(cfg, C) + saved_attention_bytes(cfg, C);
   m.at(dev, Tag::Workspace) = int64_t(workspace_bytes);
+  m.at(Tier::Pinned, Tag::Workspace) += int64_t(pinned_workspace_bytes);
   const KVCacheOptions kvo = kv_cache_options(cfg, used);
   const KVCache::Bytes kv = KVCache::plan(kvo, N, C, true);
   const Tier home = plan.offload_kv ? Tier::Pinned : dev;

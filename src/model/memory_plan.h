@@ -36,13 +36,18 @@ struct MemoryPlan {
   int64_t total() const;  // every tier
 };
 
+// What the backend's workspace depends on, for a model and chunks of at most `chunk` tokens.
+WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk);
+
 // The KV cache's options for a model and plan.
 KVCacheOptions kv_cache_options(const ModelConfig& cfg, const ChunkPlan& plan);
 
 // Bytes per (tier, tag) that a Model with this plan on a backend of `backend_tier` allocates for
 // sequences of N tokens, at their peak. Tag io is transient during load and save; not listed.
+// workspace_bytes: Backend::workspace_bytes (in backend_tier); pinned_workspace_bytes: the backend's
+// pinned staging (Backend::pinned_workspace_bytes).
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
-                       size_t workspace_bytes, Tier backend_tier = Tier::Host);
+                       size_t workspace_bytes, Tier backend_tier = Tier::Host, size_t pinned_workspace_bytes = 0);
 
 // Per chunk of C tokens (tag activations): each layer's input h_0..h_L, dh, the final norm's
 // output and rstd; and each layer's attention output and LSE, kept from the recompute sweep.

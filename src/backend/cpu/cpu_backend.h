@@ -61,7 +61,7 @@ class CpuBackend : public Backend {
     const int64_t V = w.dim(0), rows = std::clamp<int64_t>(h.dim(0), 1, kLossTile);
     if (logits_.dim(1) != V || logits_.dim(0) < rows) {  // grown to the longest chunk seen (at most the tile)
       logits_buf_.reset();
-      logits_buf_ = Buffer(tier_, Tag::Workspace, workspace_bytes(V, rows));
+      logits_buf_ = Buffer(tier_, Tag::Workspace, workspace_bytes({V, rows}));
       logits_ = Tensor(logits_buf_.data(), DType::F32, {rows, V}, tier_);
       row_loss_ = Tensor(logits_buf_.as<char>() + size_t(rows * V) * 4, DType::F64, {rows}, tier_);
     }
@@ -72,9 +72,9 @@ class CpuBackend : public Backend {
   }
 
   // the logits tile (tile x V fp32) and its per-row losses (tile fp64)
-  size_t workspace_bytes(int64_t vocab, int64_t chunk = 256) const override {
-    const int64_t rows = std::clamp<int64_t>(chunk, 1, kLossTile);
-    return size_t(rows * vocab) * 4 + size_t(rows) * 8;
+  size_t workspace_bytes(const WorkspaceShape& s) const override {
+    const int64_t rows = std::clamp<int64_t>(s.chunk, 1, kLossTile);
+    return size_t(rows * s.vocab) * 4 + size_t(rows) * 8;
   }
 
   void copy(void* dst, Tier dst_tier, const void* src, Tier src_tier, size_t bytes) override {

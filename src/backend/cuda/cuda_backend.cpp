@@ -209,9 +209,13 @@ class CudaBackend final : public Backend {
     // targets were checked on the host before upload (every id < V); with OOMB_CUDA_SYNC, again here
     if (sync_each_) check_ids(op, targets, V, true);
     const int64_t tile = std::clamp<int64_t>(T, 1, kLossTile);  // the buffer grows to the longest chunk seen
-    float* logits = static_cast<float*>(logits_.get(size_t(tile * V) * 4 + size_t(tile) * 12));
-    double* row_loss = reinterpret_cast<double*>(logits + tile * V);
+    // the row losses (fp64) first, so they are 8-byte aligned whatever tile * V is; then the hits,
+    // then the logits from the next 256-byte boundary
+    const size_t head = (size_t(tile) * 12 + 255) / 256 * 256;
+    char* buf = static_cast<char*>(logits_.get(head + size_t(tile * V) * 4));
+    double* row_loss = reinterpret_cast<double*>(buf);
     int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + tile);
+    float* logits = reinterpret_cast<float*>(buf + head);
     double* call = xent_call_.as<double>();  // this call's sums, added in row order as on the CPU
     cuda_check(cudaMemsetAsync(call, 0, 16, stream_), op);
     for (int64_t t0 = 0; t0 < T; t0 += tile) {
@@ -226,10 +230,11 @@ class CudaBackend final : public Backend {
     cuda::k::add_f64(sums.as<double>(), call, 2, stream_);
     launched(op);
   }
-  // the logits tile (tile x V fp32), its row losses (fp64) and hits (i32), and cuBLASLt's workspace
-  size_t workspace_bytes(int64_t vocab, int64_t chunk = 256) const override {
-    return cuda_workspace_bytes(vocab, chunk);
+  // the row losses (fp64) and hits (i32) of a tile, its logits (tile x V fp32), and cuBLASLt's workspace
+  size_t workspace_bytes(const WorkspaceShape& s) const override {
+    return cuda_workspace_bytes(s);
   }
+  size_t pinned_workspace_bytes() const override { return cuda_pinned_workspace_bytes(); }
 
   void copy(void* dst, Tier dt, const void* src, Tier st, size_t bytes) override {
     if (bytes == 0 || dst == src) return;
@@ -435,7 +440,7 @@ class CudaBackend final : public Backend {
   cudaStream_t on(Stream s) const { return s == Stream::Copy ? copy_stream_ : stream_; }
 
   // pinned staging of the attention's block table and its device copy, two of each
-  static constexpr size_t kTableStage = size_t(1) << 20;  // 16K blocks
+  static constexpr size_t kTableStage = size_t(1) << 20;  // 16K blocks (cuda_pinned_workspace_bytes: two)
   struct TableStage {
     Buffer host, dev;
     cudaEvent_t done = nullptr;

@@ -86,6 +86,14 @@ Gemm::Plan& Gemm::plan(const Key& key) {
     int found = 0;
     lt_check(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found),
              "cublasLtMatmulAlgoGetHeuristic");
+    p.epilogue = bias;
+    if (found == 0 && bias) {  // no algorithm with the bias epilogue: plain GEMM, bias by a kernel
+      const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_DEFAULT;
+      lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "EPILOGUE");
+      lt_check(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found),
+               "cublasLtMatmulAlgoGetHeuristic");
+      p.epilogue = false;
+    }
     OOMB_CHECK(found > 0, "cuBLASLt: no algorithm for a {}x{}x{} fp32 GEMM", M, N, K);
     p.algo = res.algo;
     cublasLtMatmulPreferenceDestroy(pref);
@@ -99,10 +107,10 @@ Gemm::Plan& Gemm::plan(const Key& key) {
 void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                int64_t ldb, float* C, int64_t ldc, float alpha, float beta, const float* bias) {
   if (M == 0 || N == 0) return;
-  const bool epilogue = bias && alignment(bias) >= 16;
-  OOMB_CHECK(!bias || epilogue || ldc == N, "GEMM: a bias needs contiguous rows of C");
+  const bool aligned_bias = bias && alignment(bias) >= 16;
   if (K == 0) {  // cuBLASLt wants K > 0; op(A) op(B) is zero
     OOMB_CHECK(beta == 1.0f || beta == 0.0f, "GEMM: K = 0 with beta {}", beta);
+    OOMB_CHECK(!bias || ldc == N, "GEMM: a bias needs contiguous rows of C");
     if (beta == 0.0f) {
       for (int64_t r = 0; r < M; ++r)
         OOMB_CHECK(cudaMemsetAsync(C + r * ldc, 0, size_t(N) * 4, stream_) == cudaSuccess, "GEMM: memset failed");
@@ -110,12 +118,13 @@ void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
     if (bias) k::add_rows(C, bias, M, N, stream_);
     return;
   }
-  Plan& p = plan({ta, tb, M, N, K, lda, ldb, ldc, epilogue, alignment(A), alignment(B), alignment(C)});
-  if (epilogue)
+  Plan& p = plan({ta, tb, M, N, K, lda, ldb, ldc, aligned_bias, alignment(A), alignment(B), alignment(C)});
+  OOMB_CHECK(!bias || p.epilogue || ldc == N, "GEMM: a bias needs contiguous rows of C");
+  if (p.epilogue)
     lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "BIAS_POINTER");
   lt_check(cublasLtMatmul(lt_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, ws_, ws_bytes_, stream_),
            "cublasLtMatmul");
-  if (bias && !epilogue) k::add_rows(C, bias, M, N, stream_);
+  if (bias && !p.epilogue) k::add_rows(C, bias, M, N, stream_);
 }
 
 }  // namespace oomb::cuda

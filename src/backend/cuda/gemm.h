@@ -3,7 +3,8 @@
 // or (N, K) when tb). fp32 compute without TF32, to match the CPU reference op by op. Plans
 // (descriptors and the heuristic's algorithm) are built once per shape and pointer alignment
 // (parameters are slices of one flat buffer, aligned to as little as 4 bytes) and cached. The
-// bias goes through cuBLASLt's epilogue when it is 16-byte aligned, else through a kernel.
+// bias goes through cuBLASLt's epilogue when it is 16-byte aligned and the heuristic offers an
+// algorithm with it, else through a kernel.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -38,6 +39,7 @@ class Gemm {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    bool epilogue = false;  // the bias goes through the epilogue (else through a kernel after)
   };
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, int, int>;
   Plan& plan(const Key& k);

@@ -216,7 +216,12 @@ __global__ void attn_dkdv_k(AttnParams p, const float* q, const float* lse, cons
   const int64_t row = (j * p.G + g) * D;  // the lane's key (read only when have)
   const int32_t kdoc = have && kb.doc ? kb.doc[j] : 0;
   const int64_t t_first = kb.idx0 + j0 - p.q_idx0;  // the first query that sees the tile's first key
-  for (int64_t t = t_first > 0 ? t_first : 0; t < p.T; ++t) {
+#ifdef OOMB_MUTANT_DROP_QUERY  // a negative control (scripts/gpu_bundle.sh): the chunk's last query is lost
+  const int64_t t_end = p.T - 1;
+#else
+  const int64_t t_end = p.T;
+#endif
+  for (int64_t t = t_first > 0 ? t_first : 0; t < t_end; ++t) {
     const int64_t qi = p.q_idx0 + t;
     const bool vis = have && kb.idx0 + j <= qi && (!p.q_doc || !kb.doc || kdoc == p.q_doc[t]) &&
                      (p.window <= 0 || kb.idx0 + j > qi - p.window);
