@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/guards.h"
 #include "cli/memory_report.h"
+#include "cli/train_checkpoints.h"
 #include "core/resident.h"
 #ifdef OOMB_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
@@ -36,6 +37,7 @@ struct TrainArgs {
   float grad_clip = 0;  // default when not given: 1.0 for adamw, 0 (off) for sgd
   float lr = 0;         // default when not given: per mode
   uint64_t seed = 0;
+  CheckpointFlags ckpt;
   CLI::App* cmd = nullptr;
   bool given(const char* flag) const { return cmd->count(flag) > 0; }
 };
@@ -133,7 +135,7 @@ std::unique_ptr<PackedTokens> open_data(const TrainArgs& a, const ModelConfig& c
 
 // Refuses outputs that would overwrite an input, before anything is opened for writing.
 void check_paths(const TrainArgs& a) {
-  refuse_aliasing({{"--out", a.out, true}, {"--metrics", a.metrics}},
+  refuse_aliasing({{"--out", a.out, true}, {"--metrics", a.metrics}, {"--checkpoint-dir", a.ckpt.dir, true}},
                   {{"--model", a.model}, {"--data", a.data, true}, {"--tokenizer", a.tokenizer}});
 }
 
@@ -154,6 +156,40 @@ void with_host_params(Model& model, const std::function<void(Params&)>& fn, bool
   if (!writes) model.download_params(host);
   fn(host);
   if (writes) model.upload_params(host);
+}
+
+// Every flag that changes the math, resolved, as a checkpoint records it: a resumed run must match
+// each. (--offload and --offload-group give the same bits; the flags that only decide which tokens
+// are read, such as --data-format or --tokenizer, are covered by the data's fingerprint.)
+nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const ChunkPlan& plan, int32_t eos) {
+  return {{"--seq-len", o.seq_len},
+          {"--grad-accum", o.grad_accum},
+          {"--optimizer", o.optim.kind},
+          {"--lr", flag_value(o.optim.lr)},
+          {"--weight-decay", flag_value(o.optim.weight_decay)},
+          {"--grad-clip", flag_value(o.optim.grad_clip)},
+          {"--warmup-steps", o.optim.warmup_steps},
+          {"--skip-nonfinite", o.optim.skip_nonfinite},
+          {"--chunk-size", plan.chunk},
+          {"--page-size", plan.page_size},
+          {"--kv-dtype", a.kv_dtype},
+          {"--kv-grad-dtype", a.kv_grad_dtype},
+          {"--doc-mask", a.doc_mask},
+          {"--shuffle", a.shuffle},
+          {"--seed", a.seed},
+          {"--eos-id", eos},
+          {"--device", a.device}};
+}
+
+// This run as a checkpoint at step 0 describes it (train/checkpoint_state.h).
+CheckpointState run_state(const TrainArgs& a, const TrainOptions& o, const ChunkPlan& plan, int32_t eos,
+                          const ModelConfig& cfg, const PackedTokens& data) {
+  CheckpointState s;
+  s.total_steps = o.steps;
+  s.model = config_to_json(cfg);
+  s.data = {a.data, data.store().size(), token_fingerprint(data.store())};
+  s.flags = math_flags(a, o, plan, eos);
+  return s;
 }
 
 // The demo's model: a 2-layer Llama-style model sized for a CPU, over the recall task's vocabulary.
@@ -181,6 +217,8 @@ int64_t full_sequence_reach(const ModelConfig& cfg, const ChunkPlan& plan, int64
 }
 
 int run_demo(TrainArgs& a, Backend& be) {
+  OOMB_CHECK(!a.ckpt.any(), "--checkpoint-dir, --save-every, --keep-last and --resume need --model and --data (the "
+             "built-in demo does not checkpoint)");
   RepeatTask task(a.seed + 1, 128);
   const ModelConfig cfg = demo_config(task.vocab());
   if (!a.given("--seq-len")) a.seq_len = 1024;
@@ -289,6 +327,7 @@ Command add_train(CLI::App& app) {
               "different model in --out");
   c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)")->check(count());
   c->add_option("--seed", a->seed, "Seed of --shuffle, and of the demo's model and task")->capture_default_str();
+  add_checkpoint_flags(c, a->ckpt);
   a->cmd = c;
   return {c, [a] {
             check_paths(*a);
@@ -312,15 +351,24 @@ Command add_train(CLI::App& app) {
             check_memory_fits(*a, cfg, plan, *be);
             auto data = open_data(*a, cfg, eos);
             note_wrapping(o.seq_len, *data);
+            RunCheckpoints ckpt(a->ckpt, a->ckpt.any() ? run_state(*a, o, plan, eos, cfg, *data) : CheckpointState{},
+                                o.optim, o.seq_len, o.grad_accum, data->stream_size(), std::cout);
             Model model(cfg, *be, plan);
             DType dtype = DType::F32;
-            with_host_params(model, [&](Params& p) { dtype = load_weights(a->model, cfg, p); }, true);
+            if (ckpt.resuming()) {  // the weights come from the checkpoint (load_checkpoint, when training starts)
+              dtype = dtype_parse(ckpt.weights_dtype());
+            } else {
+              with_host_params(model, [&](Params& p) { dtype = load_weights(a->model, cfg, p); }, true);
+              ckpt.set_weights_dtype(std::string(dtype_name(dtype)));
+            }
+            o.start_step = ckpt.start_step();
             std::cout << fmt::format("oomb train: {} ({}, {} parameters, {}) on {}, {} tokens per step, {} steps",
                                      a->model, cfg.architecture, param_count(cfg), dtype_name(dtype),
                                      data->describe(), o.seq_len * o.grad_accum, o.steps)
                       << (a->doc_mask ? fmt::format("; attention within documents ended by token {}", eos) : "")
                       << std::endl;
-            train(model, *data, o, std::cout);
+            train(model, *data, o, std::cout, {}, ckpt.hooks(model));
+            if (const int sig = ckpt.finish()) return 128 + sig;  // stopped by SIGINT/SIGTERM, checkpoint written
             if (!a->out.empty()) {
               with_host_params(model, [&](Params& p) { save_model(a->out, cfg, p, dtype, a->model); }, false);
               std::cout << "saved " << a->out << " (" << dtype_name(dtype) << ")" << std::endl;

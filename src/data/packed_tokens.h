@@ -29,6 +29,7 @@ class PackedTokens final : public TokenSource {
   std::string describe() const override;
   int64_t stream_size() const { return length_; }
   int64_t documents() const { return int64_t(doc_start_.size()); }
+  const TokenStore& store() const { return *store_; }
   // Stream positions [p, p + n) of the stream, in the order training sees them (tests).
   void stream(int64_t p, int64_t n, uint32_t* out);
 

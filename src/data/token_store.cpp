@@ -230,4 +230,24 @@ std::string ConcatTokens::describe() const {
   return fmt::format("{} files ({} tokens; first {})", parts_.size(), size(), parts_.front()->describe());
 }
 
+std::string token_fingerprint(const TokenStore& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](uint64_t x, int bytes) {
+    for (int i = 0; i < bytes; ++i, x >>= 8) h = (h ^ (x & 0xff)) * 0x100000001b3ull;
+  };
+  const int64_t n = s.size(), block = 4096, blocks = 256;
+  mix(uint64_t(n), 8);
+  std::vector<uint32_t> buf(static_cast<size_t>(block));
+  auto hash_range = [&](int64_t at, int64_t len) {
+    s.get(at, len, buf.data());
+    for (int64_t i = 0; i < len; ++i) mix(buf[size_t(i)], 4);
+  };
+  if (n <= block * blocks) {
+    for (int64_t at = 0; at < n; at += block) hash_range(at, std::min(block, n - at));
+  } else {
+    for (int64_t b = 0; b < blocks; ++b) hash_range((n - block) / (blocks - 1) * b, block);
+  }
+  return fmt::format("{:016x}", h);
+}
+
 }  // namespace oomb

@@ -93,4 +93,9 @@ int64_t first_id_at_least(const void* ids, int64_t n, int width, uint32_t limit)
 // Detects llm.c shards by their magic; otherwise `dflt` (a .bin without a header is u32).
 TokenFormat sniff_token_format(const std::filesystem::path& path, TokenFormat dflt);
 
+// A fingerprint of a store's ids (16 hex digits, FNV-1a 64): its size and 256 evenly spaced blocks of
+// 4096 ids (every id of a store up to 1M ids). A checkpoint keeps it, so a resumed run finds
+// data that changed without reading a large store whole.
+std::string token_fingerprint(const TokenStore& s);
+
 }  // namespace oomb

@@ -34,6 +34,13 @@ class Optimizer {
   // The name of the first gradient tensor (in the checkpoint's order) holding NaN or Inf; "" if none.
   std::string first_nonfinite() const;
   static double grad_norm(Params& grads, Backend& be);
+  // AdamW's state (checkpoints): the moments in the backend's memory (null for SGD) and the
+  // bias-correction count (updates made; steps skipped by skip_nonfinite do not count).
+  Params* exp_avg() const { return m_.get(); }
+  Params* exp_avg_sq() const { return v_.get(); }
+  int64_t adam_step() const { return t_; }
+  void set_adam_step(int64_t t) { t_ = t; }
+  const OptimConfig& config() const { return c_; }
 
  private:
   OptimConfig c_;

@@ -8,8 +8,10 @@
 #include <chrono>
 #include <cstring>
 #include <fmt/format.h>
+#include <filesystem>
 #include <fstream>
 
+#include "core/atomic_file.h"
 #include "core/resident.h"
 
 namespace oomb {
@@ -37,25 +39,49 @@ static std::string clock_time(double seconds) {
   return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
 }
 
+std::string metrics_before(const std::string& text, int64_t step) {
+  std::string kept;
+  size_t at = 0;
+  for (size_t nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
+    const std::string_view line(text.data() + at, nl - at);
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() < step)
+      kept.append(line).append("\n");
+  }
+  return kept;
+}
+
+// Opens --metrics: anew, or, resuming at `start`, keeping the lines of the steps before it.
+static void open_metrics(std::ofstream& f, const std::string& path, int64_t start) {
+  if (start > 0 && std::filesystem::exists(path)) {
+    std::ifstream in(path, std::ios::binary);
+    OOMB_CHECK(in.good(), "--metrics {}: cannot read the interrupted run's lines", path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    write_file_atomic(path, metrics_before(text, start));
+  }
+  f.open(path, start > 0 ? std::ios::app : std::ios::trunc);
+  OOMB_CHECK(f.good(), "--metrics {}: cannot open for writing", path);
+}
+
 StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ostream& log,
-                const std::function<void(const StepStats&)>& on_step) {
+                const std::function<void(const StepStats&)>& on_step, const TrainHooks& hooks) {
   OOMB_CHECK(o.seq_len > 0, "--seq-len: must be positive, got {}", o.seq_len);
   OOMB_CHECK(o.steps > 0, "--steps: must be positive, got {}", o.steps);
   OOMB_CHECK(o.grad_accum > 0, "--grad-accum: must be positive, got {}", o.grad_accum);
+  OOMB_CHECK(o.start_step >= 0 && o.start_step <= o.steps, "resume: step {} is beyond --steps {}", o.start_step,
+             o.steps);
   model.enable_grads();
   OptimConfig oc = o.optim;
   oc.total_steps = o.steps;
   Optimizer opt(oc, model.params(), model.grads(), model.backend());
+  if (hooks.begin) hooks.begin(opt);
   std::ofstream metrics;
-  if (!o.metrics_path.empty()) {
-    metrics.open(o.metrics_path, std::ios::trunc);
-    OOMB_CHECK(metrics.good(), "--metrics {}: cannot open for writing", o.metrics_path);
-  }
+  if (!o.metrics_path.empty()) open_metrics(metrics, o.metrics_path, o.start_step);
   const int64_t N = o.seq_len;
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
   StepStats st;
-  for (int64_t k = 0; k < o.steps; ++k) {
+  for (int64_t k = o.start_step; k < o.steps; ++k) {
     const auto t0 = clock::now();
     Backend& be = model.backend();
     be.zero(model.grads().flat());
@@ -103,7 +129,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       OOMB_CHECK(metrics.good(), "--metrics {}: cannot write step {}'s line{}", o.metrics_path, k,
                  errno ? std::string(": ") + std::strerror(errno) : "");
     }
-    if (k % o.log_every == 0 || k + 1 == o.steps) {
+    if (k % o.log_every == 0 || k + 1 == o.steps || k == o.start_step) {
       const MemCounter host = Accountant::global().total(Tier::Host), dev = Accountant::global().total(Tier::Device),
                        pinned = Accountant::global().total(Tier::Pinned);
       log << fmt::format("step {:>5}/{} | loss {:.4f} | acc {:5.1f}% | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s{} | mem {}{}",
@@ -112,10 +138,11 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
                          dev.peak > 0 ? fmt::format(", device {}", format_bytes(dev.peak)) : "")
           << (pinned.peak > 0 ? fmt::format(", pinned {}", format_bytes(pinned.peak)) : "")
           << fmt::format(" | {} elapsed, ETA {}", clock_time(st.elapsed_s),
-                         clock_time(st.elapsed_s / double(k + 1) * double(o.steps - k - 1)))
+                         clock_time(st.elapsed_s / double(k + 1 - o.start_step) * double(o.steps - k - 1)))
           << std::endl;
     }
     if (on_step) on_step(st);
+    if (hooks.after_step && hooks.after_step(k + 1, opt)) break;
   }
   return st;
 }

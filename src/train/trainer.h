@@ -19,6 +19,19 @@ struct TrainOptions {
   OptimConfig optim;
   std::string metrics_path;  // JSON lines, one per step; empty = none
   double peak_flops = 0;     // the device's peak FLOP/s for MFU; 0 = unknown (no MFU reported)
+  // A resumed run's first step (from 0). --metrics then keeps the file's lines of earlier steps and
+  // continues it (the lines of later steps, written by the interrupted run, are dropped: they are
+  // trained again).
+  int64_t start_step = 0;
+};
+
+// Checkpointing's places in the loop.
+struct TrainHooks {
+  // Before the first step, the optimizer made: a resumed run restores its moments here.
+  std::function<void(Optimizer&)> begin;
+  // After each step, `done` steps done (parameters updated, metrics written): returning true stops
+  // the run there (a checkpoint written on a signal).
+  std::function<bool(int64_t done, Optimizer&)> after_step;
 };
 
 struct StepStats {
@@ -34,8 +47,12 @@ struct StepStats {
 // Memory per tier and tag as JSON: {"host": {"weights": {"current": B, "peak": B}, ...}, "device": {...}}
 nlohmann::json memory_json();
 
-// Runs opts.steps optimizer steps. on_step (optional) sees every step's stats.
+// Runs optimizer steps opts.start_step .. opts.steps - 1. on_step (optional) sees every step's stats.
 StepStats train(Model& model, TokenSource& data, const TrainOptions& opts, std::ostream& log,
-                const std::function<void(const StepStats&)>& on_step = {});
+                const std::function<void(const StepStats&)>& on_step = {}, const TrainHooks& hooks = {});
+
+// The lines of a --metrics file for steps before `step`, in order: complete JSON lines only (a line
+// cut short by a kill is dropped).
+std::string metrics_before(const std::string& text, int64_t step);
 
 }  // namespace oomb

@@ -1,0 +1,42 @@
+#include "cli/stop_signals.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace oomb::cli {
+
+namespace {
+
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+struct sigaction g_old_int, g_old_term;
+
+void on_signal(int sig) { g_signal.store(sig); }  // async-signal-safe: a lock-free store
+
+}  // namespace
+
+StopSignals::StopSignals() {
+  g_signal.store(0);
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART | SA_RESETHAND;  // system calls go on; a second signal takes the default action
+  OOMB_CHECK(::sigaction(SIGINT, &sa, &g_old_int) == 0 && ::sigaction(SIGTERM, &sa, &g_old_term) == 0,
+             "cannot install the SIGINT/SIGTERM handlers: {}", std::strerror(errno));
+}
+
+StopSignals::~StopSignals() {
+  ::sigaction(SIGINT, &g_old_int, nullptr);
+  ::sigaction(SIGTERM, &g_old_term, nullptr);
+}
+
+int StopSignals::pending() const { return g_signal.load(); }
+
+const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+
+}  // namespace oomb::cli

@@ -1,0 +1,105 @@
+#include "cli/train_checkpoints.h"
+
+#include <chrono>
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace oomb::cli {
+
+namespace fs = std::filesystem;
+
+void add_checkpoint_flags(CLI::App* c, CheckpointFlags& f) {
+  CLI::Option* dir = c->add_option("--checkpoint-dir", f.dir, "Write training checkpoints here (DIR/step-NNNNNN: "
+                                   "weights, AdamW moments, data position, configuration) every --save-every steps "
+                                   "and on SIGINT/SIGTERM");
+  c->add_option("--save-every", f.save_every, "Write a checkpoint every K steps")->check(count())->needs(dir);
+  c->add_option("--keep-last", f.keep_last, "Keep the M newest checkpoints (older ones are deleted once a newer one "
+                "is in place)")->check(count())->needs(dir);
+  c->add_option("--resume", f.resume, "Continue from a checkpoint directory (DIR/step-NNNNNN), or auto: the newest "
+                "complete one in --checkpoint-dir (none yet: start at step 0). Every flag that changes the math must "
+                "be as in the checkpoint");
+}
+
+RunCheckpoints::RunCheckpoints(const CheckpointFlags& f, CheckpointState now, const OptimConfig& optim, int64_t N,
+                               int64_t grad_accum, int64_t stream_size, std::ostream& log)
+    : f_(f), now_(std::move(now)), optim_(optim), N_(N), accum_(grad_accum), stream_size_(stream_size), log_(log) {
+  optim_.total_steps = now_.total_steps;
+  if (!f_.dir.empty()) {
+    std::error_code ec;
+    OOMB_CHECK(!fs::exists(f_.dir, ec) || fs::is_directory(f_.dir, ec), "--checkpoint-dir {}: exists and is not a "
+               "directory", f_.dir);
+    if (fs::exists(f_.dir, ec)) remove_stale_checkpoint_files(f_.dir);
+  }
+  if (f_.resume.empty()) return;
+  if (f_.resume == "auto") {
+    OOMB_CHECK(!f_.dir.empty(), "--resume auto: needs --checkpoint-dir, where the newest checkpoint is looked for");
+    from_ = latest_checkpoint(f_.dir, &log_);
+    if (from_.empty()) {
+      log_ << fmt::format("--resume auto: no checkpoint in {} yet; starting at step 0", f_.dir) << std::endl;
+      return;
+    }
+  } else {
+    from_ = f_.resume;
+  }
+  saved_ = open_checkpoint(from_);
+  check_same_run(saved_, now_, from_.string());
+  const double lr = double(lr_at(optim_, saved_.step));
+  OOMB_CHECK(lr == saved_.next_lr, "cannot resume from {}: the learning-rate schedule gives {} at step {}, the "
+             "checkpoint says {} (written by another version of oomb?)", from_.string(), lr, saved_.step,
+             saved_.next_lr);
+}
+
+RunCheckpoints::~RunCheckpoints() = default;
+
+TrainHooks RunCheckpoints::hooks(Model& model) {
+  TrainHooks h;
+  h.begin = [this, &model](Optimizer& opt) {
+    if (resuming()) {
+      load_checkpoint(from_, saved_, model, opt);
+      log_ << fmt::format("resumed from {}: step {}/{}", from_.string(), saved_.step, saved_.total_steps)
+           << std::endl;
+    }
+    if (!f_.dir.empty()) signals_ = std::make_unique<StopSignals>();
+  };
+  h.after_step = [this, &model](int64_t done, Optimizer& opt) {
+    fs::path written;
+    if (f_.save_every > 0 && done % f_.save_every == 0) written = write(done, model, opt);
+    const int sig = signals_ ? signals_->pending() : 0;
+    if (!sig) return false;
+    if (written.empty()) written = write(done, model, opt);
+    stopped_by_ = sig;
+    log_ << fmt::format("oomb train: {} received: stopped after step {}/{}; checkpoint written to {}; continue with "
+                        "--resume {} (or --resume auto --checkpoint-dir {})",
+                        signal_name(sig), done, now_.total_steps, written.string(), written.string(), f_.dir)
+         << std::endl;
+    return true;
+  };
+  return h;
+}
+
+fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CheckpointState st = now_;
+  st.weights_dtype = weights_dtype();
+  st.step = done;
+  st.windows = done * accum_;
+  const unsigned __int128 pos = (unsigned __int128)(st.windows) * (unsigned __int128)(N_);
+  st.epoch = int64_t(pos / (unsigned __int128)stream_size_);
+  st.epoch_position = int64_t(pos % (unsigned __int128)stream_size_);
+  st.next_lr = double(lr_at(optim_, done));
+  const fs::path p = save_checkpoint(f_.dir, st, model, opt);
+  prune_checkpoints(f_.dir, done, f_.keep_last);
+  log_ << fmt::format("checkpoint {} written ({:.2f} s)", p.string(),
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count())
+       << std::endl;
+  return p;
+}
+
+int RunCheckpoints::finish() {
+  signals_.reset();
+  return stopped_by_;
+}
+
+}  // namespace oomb::cli

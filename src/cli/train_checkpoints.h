@@ -1,0 +1,59 @@
+// oomb train's checkpoint flags (--checkpoint-dir, --save-every, --keep-last, --resume) and what
+// they do around the training loop: resolve and check the checkpoint a run resumes from, load it,
+// write checkpoints every K steps and on SIGINT/SIGTERM, delete old ones (the files:
+// train/checkpoint.h).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "cli/stop_signals.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace oomb::cli {
+
+struct CheckpointFlags {
+  std::string dir, resume;  // --checkpoint-dir, --resume DIR|auto
+  int64_t save_every = 0, keep_last = 0;
+  bool any() const { return !dir.empty() || !resume.empty() || save_every > 0 || keep_last > 0; }
+};
+void add_checkpoint_flags(CLI::App* c, CheckpointFlags& f);
+
+class RunCheckpoints {
+ public:
+  // `now`: this run as a checkpoint at step 0 would describe it (model, data, flags, --steps,
+  // weights_dtype). Resolves --resume (auto: the newest complete checkpoint in --checkpoint-dir, or
+  // none: a fresh start) and refuses a checkpoint of another run, naming the difference. `optim` is
+  // the run's optimizer configuration (for the schedule's check), N and grad_accum its window shape,
+  // stream_size the data's tokens per epoch.
+  RunCheckpoints(const CheckpointFlags& f, CheckpointState now, const OptimConfig& optim, int64_t N,
+                 int64_t grad_accum, int64_t stream_size, std::ostream& log);
+  ~RunCheckpoints();
+  bool resuming() const { return !from_.empty(); }
+  int64_t start_step() const { return resuming() ? saved_.step : 0; }
+  // The dtype the run's model was loaded in: --model's, or the checkpoint's record of it.
+  const std::string& weights_dtype() const { return resuming() ? saved_.weights_dtype : now_.weights_dtype; }
+  void set_weights_dtype(std::string d) { now_.weights_dtype = std::move(d); }  // a fresh run's, once loaded
+  // begin: loads the checkpoint resumed from and, with --checkpoint-dir, catches SIGINT/SIGTERM;
+  // after_step: writes checkpoints (every --save-every steps, and on a signal, then stops).
+  TrainHooks hooks(Model& model);
+  // After training: the signal that stopped it (0 if none); the handlers are removed.
+  int finish();
+
+ private:
+  std::filesystem::path write(int64_t done, Model& model, const Optimizer& opt);
+
+  CheckpointFlags f_;
+  CheckpointState now_, saved_;
+  OptimConfig optim_;
+  int64_t N_, accum_, stream_size_;
+  std::ostream& log_;
+  std::filesystem::path from_;  // the checkpoint resumed from; empty: a fresh start
+  std::unique_ptr<StopSignals> signals_;
+  int stopped_by_ = 0;
+};
+
+}  // namespace oomb::cli

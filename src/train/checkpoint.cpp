@@ -1,0 +1,258 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fmt/format.h>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "hf/checkpoint.h"
+#include "hf/safetensors.h"
+
+namespace oomb {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kExpAvg = ".exp_avg";
+constexpr const char* kExpAvgSq = ".exp_avg_sq";
+
+// OOMB_TEST_CKPT_DELAY_MS: for tests only, a pause after each file of a checkpoint, so that a test
+// can kill the writer in the middle of one. Unset (or 0) in every real run.
+void test_delay() {
+  static const int ms = [] {
+    const char* e = std::getenv("OOMB_TEST_CKPT_DELAY_MS");
+    return e ? std::max(0, std::atoi(e)) : 0;
+  }();
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+std::vector<SaveTensor> tensors_of(const Params& p, const char* suffix) {
+  std::vector<SaveTensor> t;
+  for (const ParamSpec& s : p.specs()) t.push_back({s.name + suffix, DType::F32, s.shape, p.view(s).data});
+  return t;
+}
+
+// p's values in host memory: p itself on a host backend, else a copy (tag io) in `copy`.
+const Params& on_host(const Params& p, Backend& be, std::unique_ptr<Params>& copy) {
+  if (be.tier() == Tier::Host) return p;
+  copy = std::make_unique<Params>(p.config(), Tier::Host, Tag::IO);
+  be.copy(copy->flat().data, Tier::Host, p.flat().data, be.tier(), p.flat().bytes());
+  return *copy;
+}
+
+// Loads into `dst` (in be's memory) through `load`, which fills host parameters.
+void into(Params& dst, Backend& be, const std::function<void(Params&)>& load) {
+  if (be.tier() == Tier::Host) return load(dst);
+  Params host(dst.config(), Tier::Host, Tag::IO);
+  load(host);
+  be.copy(dst.flat().data, be.tier(), host.flat().data, Tier::Host, dst.flat().bytes());
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// The step of a directory name "step-N", or -1.
+int64_t step_of(const std::string& name) {
+  if (!name.starts_with("step-") || name.size() == 5 || name.size() > 5 + 18) return -1;
+  int64_t v = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
+}
+
+// Whether the process `pid` still runs (a writer whose staging directory must be left alone).
+bool alive(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno != ESRCH); }
+
+}  // namespace
+
+std::string checkpoint_name(int64_t step) { return fmt::format("step-{:06}", step); }
+
+fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& model, const Optimizer& opt) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  OOMB_CHECK(!ec, "--checkpoint-dir {}: cannot create: {}", dir.string(), ec.message());
+  remove_stale_checkpoint_files(dir);
+  const fs::path target = dir / checkpoint_name(state.step);
+  AtomicDir out(target);
+  Backend& be = model.backend();
+  {  // the weights: fp32 masters as a Hugging Face model directory
+    std::unique_ptr<Params> copy;
+    save_safetensors_dir(out.staging(), tensors_of(on_host(model.params(), be, copy), ""));
+    test_delay();
+    ModelConfig saved = model.config();
+    saved.torch_dtype = "float32";
+    write_file_atomic(out.staging() / "config.json", config_to_json(saved).dump(2) + "\n");
+    test_delay();
+  }
+  if (opt.exp_avg()) {
+    std::unique_ptr<Params> m_copy, v_copy;
+    std::vector<SaveTensor> t = tensors_of(on_host(*opt.exp_avg(), be, m_copy), kExpAvg);
+    const std::vector<SaveTensor> v = tensors_of(on_host(*opt.exp_avg_sq(), be, v_copy), kExpAvgSq);
+    t.insert(t.end(), v.begin(), v.end());
+    save_safetensors(out.staging() / kOptimizerFile, t, {{"oomb", "AdamW moments"}});
+    test_delay();
+  }
+  state.adam_step = opt.adam_step();
+  state.files.clear();
+  for (const auto& e : fs::directory_iterator(out.staging())) {
+    OOMB_CHECK(e.is_regular_file(), "{}: {} is not a regular file", out.staging().string(), e.path().string());
+    state.files[e.path().filename().string()] = int64_t(e.file_size());
+  }
+  write_file_atomic(out.staging() / kCheckpointStateFile, state_to_json(state).dump(2) + "\n");
+  test_delay();
+  out.commit([](const std::string&) { return true; });  // a checkpoint of the same step is replaced whole
+  return target;
+}
+
+CheckpointState open_checkpoint(const fs::path& step_dir) {
+  const std::string d = step_dir.string();
+  std::error_code ec;
+  OOMB_CHECK(fs::is_directory(step_dir, ec), "{}: not a checkpoint directory ({})", d,
+             fs::exists(step_dir, ec) ? "not a directory" : "it does not exist");
+  const fs::path state_path = step_dir / kCheckpointStateFile;
+  OOMB_CHECK(fs::exists(state_path, ec), "{}: not a complete checkpoint: {} is missing (it is written last, so the "
+             "checkpoint was never completed)", d, kCheckpointStateFile);
+  std::ifstream f(state_path, std::ios::binary);
+  OOMB_CHECK(f.good(), "{}: cannot read", state_path.string());
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  CheckpointState st = parse_checkpoint_state(text, state_path.string());
+  const int64_t named = step_of(step_dir.filename().string());
+  OOMB_CHECK(named < 0 || named == st.step, "{}: {} says step {}, the directory's name step {}", d,
+             kCheckpointStateFile, st.step, named);
+  OOMB_CHECK(st.files.count("config.json"), "{}: {} does not list config.json", d, kCheckpointStateFile);
+  OOMB_CHECK(st.files.count("model.safetensors") || st.files.count("model.safetensors.index.json"),
+             "{}: {} lists no model.safetensors (nor an index)", d, kCheckpointStateFile);
+  for (const auto& [name, bytes] : st.files) {
+    const fs::path p = step_dir / name;
+    OOMB_CHECK(fs::is_regular_file(p, ec), "{}: {} is missing ({} lists it, {} bytes)", d, name,
+               kCheckpointStateFile, bytes);
+    const auto size = fs::file_size(p, ec);
+    OOMB_CHECK(!ec && int64_t(size) == bytes, "{}: {} holds {} bytes, {} says {}", d, name,
+               ec ? std::string("an unknown number of") : std::to_string(size), kCheckpointStateFile, bytes);
+  }
+  return st;
+}
+
+// AdamW's moments from optimizer.safetensors into host parameters.
+static void load_moments(const fs::path& step_dir, const CheckpointState& st, Params& exp_avg, Params& exp_avg_sq) {
+  const fs::path file = step_dir / kOptimizerFile;
+  OOMB_CHECK(st.files.count(kOptimizerFile), "{}: {} is missing: the checkpoint holds no AdamW moments",
+             step_dir.string(), kOptimizerFile);
+  const SafetensorsModel m = SafetensorsModel::open(file);
+  OOMB_CHECK(m.names().size() == 2 * exp_avg.specs().size(), "{}: holds {} tensors; this model's AdamW moments are {}",
+             file.string(), m.names().size(), 2 * exp_avg.specs().size());
+  for (auto [moment, suffix] : {std::pair{&exp_avg, kExpAvg}, {&exp_avg_sq, kExpAvgSq}}) {
+    for (const ParamSpec& s : moment->specs()) {
+      float* x = moment->view(s).f();
+      m.read_f32(s.name + suffix, x, s.shape);
+      for (int64_t i = 0; i < s.numel(); ++i)
+        if (!std::isfinite(x[i]) || (suffix == kExpAvgSq && x[i] < 0)) [[unlikely]]
+          fail("{}: tensor '{}{}' holds {} at flat index {}; the checkpoint is damaged", file.string(), s.name,
+               suffix, x[i], i);
+    }
+  }
+}
+
+void load_checkpoint_tensors(const fs::path& step_dir, const CheckpointState& st, const ModelConfig& cfg,
+                             Params& weights, Params* exp_avg, Params* exp_avg_sq) {
+  load_weights(step_dir, cfg, weights);
+  OOMB_CHECK(!exp_avg == !exp_avg_sq, "checkpoint: both AdamW moments or none");
+  if (exp_avg) load_moments(step_dir, st, *exp_avg, *exp_avg_sq);
+}
+
+void load_checkpoint(const fs::path& step_dir, const CheckpointState& st, Model& model, Optimizer& opt) {
+  Backend& be = model.backend();
+  into(model.params(), be, [&](Params& w) { load_weights(step_dir, model.config(), w); });
+  if (!opt.exp_avg()) return;
+  if (be.tier() == Tier::Host) {
+    load_moments(step_dir, st, *opt.exp_avg(), *opt.exp_avg_sq());
+  } else {
+    Params m(model.config(), Tier::Host, Tag::IO), v(model.config(), Tier::Host, Tag::IO);
+    load_moments(step_dir, st, m, v);
+    be.copy(opt.exp_avg()->flat().data, be.tier(), m.flat().data, Tier::Host, m.flat().bytes());
+    be.copy(opt.exp_avg_sq()->flat().data, be.tier(), v.flat().data, Tier::Host, v.flat().bytes());
+  }
+  opt.set_adam_step(st.adam_step);
+}
+
+std::vector<CheckpointEntry> list_checkpoints(const fs::path& dir) {
+  std::vector<CheckpointEntry> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const int64_t step = step_of(e.path().filename().string());
+    if (step >= 0 && e.is_directory(ec)) out.push_back({step, e.path()});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return out;
+}
+
+fs::path latest_checkpoint(const fs::path& dir, std::ostream* log) {
+  const std::vector<CheckpointEntry> all = list_checkpoints(dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      open_checkpoint(it->path);
+      return it->path;
+    } catch (const Error& e) {
+      if (log) *log << "note: --resume auto passes over " << it->path.string() << ": " << e.what() << std::endl;
+    }
+  }
+  return {};
+}
+
+void prune_checkpoints(const fs::path& dir, int64_t newest, int64_t keep) {
+  if (keep <= 0) return;
+  std::vector<CheckpointEntry> older;
+  std::error_code ec;
+  for (const CheckpointEntry& c : list_checkpoints(dir))
+    if (c.step < newest && fs::exists(c.path / kCheckpointStateFile, ec)) older.push_back(c);
+  if (int64_t(older.size()) <= keep - 1) return;
+  older.resize(older.size() - size_t(keep - 1));  // the oldest, to delete
+  for (const CheckpointEntry& c : older) {
+    // out of the step-* names first (one rename), so that a crash while deleting leaves no
+    // step-* directory missing files
+    const fs::path away = dir / fmt::format(".{}.oomb-old.{}", c.path.filename().string(), ::getpid());
+    OOMB_CHECK(::rename(c.path.c_str(), away.c_str()) == 0, "--keep-last: cannot move {} aside for deletion: {}",
+               c.path.string(), std::strerror(errno));
+    fsync_dir(dir);
+    fs::remove_all(away, ec);
+    OOMB_CHECK(!ec, "--keep-last: cannot delete {} (moved aside from {}): {}", away.string(), c.path.string(),
+               ec.message());
+  }
+}
+
+void remove_stale_checkpoint_files(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with(".step-")) continue;
+    size_t at = name.find(".oomb-new.");
+    if (at == std::string::npos) at = name.find(".oomb-old.");
+    if (at == std::string::npos) continue;
+    const long pid = std::strtol(name.c_str() + at + 10, nullptr, 10);
+    if (alive(pid)) continue;  // its writer still runs
+    fs::remove_all(e.path(), ec);
+  }
+}
+
+}  // namespace oomb

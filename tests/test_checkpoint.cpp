@@ -1,0 +1,239 @@
+// Training checkpoints (train/checkpoint.h): a run resumed from a checkpoint equals the uninterrupted
+// run bit for bit (every loss, gradient norm and the final weights; CPU and the simulated device,
+// AdamW and SGD, shuffled data, accumulation, chunks); a checkpoint that is not complete does not
+// load, naming the file; --keep-last and the clean-up of killed writers' leftovers.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstring>
+#include <unistd.h>
+#include <sstream>
+
+#include "backend/backend.h"
+#include "data/packed_tokens.h"
+#include "hf/checkpoint.h"
+#include "hf/safetensors.h"
+#include "model_fixture.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kSteps = 8, kN = 48, kAccum = 2;
+
+struct RunResult {
+  std::vector<double> loss, grad_norm;
+  std::vector<float> lr;
+  std::vector<float> params;
+  fs::path checkpoint;
+};
+
+// A state that opens (the fields a CLI run fills; the library does not read them back).
+CheckpointState state_for(const ModelConfig& cfg, int64_t step) {
+  CheckpointState s;
+  s.step = step;
+  s.total_steps = kSteps;
+  s.model = config_to_json(cfg);
+  s.data = {"t.bin", 2000, "0000000000000000"};
+  return s;
+}
+
+// Trains kSteps steps (windows of kN, kAccum per step, chunks of 16, pages of 8, shuffled documents)
+// on `device`: from dir's weights, or from the checkpoint `resume`; stops after step `stop_after`,
+// writing a checkpoint there.
+RunResult run(const fs::path& dir, const std::string& device, const std::string& optimizer, const fs::path& resume = {},
+        int64_t stop_after = -1) {
+  auto be = device == "sim" ? make_sim_backend() : make_cpu_backend();
+  const ModelConfig cfg = load_config(dir);
+  Model m(cfg, *be, ChunkPlan{16, 8});
+  PackedTokens data(std::make_unique<FileTokens>(dir / "t.bin", TokenFormat::U32), cfg.vocab, {5, true, 7});
+  TrainOptions o{kN, kSteps, kAccum, 100, {}, ""};
+  o.optim.kind = optimizer;
+  o.optim.lr = 3e-3f;
+  o.optim.weight_decay = 0.1f;
+  o.optim.warmup_steps = 2;
+  o.optim.grad_clip = 0.5f;
+  RunResult r;
+  TrainHooks h;
+  CheckpointState saved;
+  if (resume.empty()) {
+    load_for_training(m, dir);
+  } else {
+    saved = open_checkpoint(resume);
+    o.start_step = saved.step;
+    h.begin = [&](Optimizer& opt) { load_checkpoint(resume, saved, m, opt); };
+  }
+  h.after_step = [&](int64_t done, Optimizer& opt) {
+    if (done != stop_after) return false;
+    r.checkpoint = save_checkpoint(dir / ("ck-" + device + "-" + optimizer), state_for(cfg, done), m, opt);
+    return true;
+  };
+  std::ostringstream log;
+  train(m, data, o, log, [&](const StepStats& s) {
+    r.loss.push_back(s.loss);
+    r.grad_norm.push_back(s.grad_norm);
+    r.lr.push_back(s.lr);
+  }, h);
+  Params host(cfg, Tier::Host, Tag::IO);
+  m.download_params(host);
+  r.params.assign(host.flat().f(), host.flat().f() + host.flat().numel());
+  return r;
+}
+
+uint64_t bits(double x) { return std::bit_cast<uint64_t>(x); }
+
+TEST(TrainCheckpoint, ResumedRunEqualsTheUninterruptedOneBitForBit) {
+  const auto dir = temp_dir();
+  write_tiny_model(dir, tiny_config_json("qwen2", 2), 11);
+  write_tokens(dir / "t.bin", 2000, 61, 12);
+  int compared = 0;
+  for (const char* device : {"cpu", "sim"}) {
+    for (const char* optimizer : {"adamw", "sgd"}) {
+      SCOPED_TRACE(fmt::format("{} {}", device, optimizer));
+      const RunResult whole = run(dir, device, optimizer);
+      ASSERT_EQ(whole.loss.size(), size_t(kSteps));
+      for (int64_t k : {1, 3, 6}) {
+        SCOPED_TRACE(fmt::format("interrupted after step {}", k));
+        const RunResult first = run(dir, device, optimizer, {}, k);
+        ASSERT_EQ(first.loss.size(), size_t(k));
+        const RunResult rest = run(dir, device, optimizer, first.checkpoint);
+        ASSERT_EQ(rest.loss.size(), size_t(kSteps - k));
+        for (int64_t s = 0; s < kSteps; ++s) {
+          const double loss = s < k ? first.loss[size_t(s)] : rest.loss[size_t(s - k)];
+          const double norm = s < k ? first.grad_norm[size_t(s)] : rest.grad_norm[size_t(s - k)];
+          const float lr = s < k ? first.lr[size_t(s)] : rest.lr[size_t(s - k)];
+          EXPECT_EQ(bits(loss), bits(whole.loss[size_t(s)])) << "step " << s << ": " << loss << " vs " << whole.loss[size_t(s)];
+          EXPECT_EQ(bits(norm), bits(whole.grad_norm[size_t(s)])) << "step " << s;
+          EXPECT_EQ(std::bit_cast<uint32_t>(lr), std::bit_cast<uint32_t>(whole.lr[size_t(s)])) << "step " << s;
+          ++compared;
+        }
+        ASSERT_EQ(rest.params.size(), whole.params.size());
+        EXPECT_EQ(0, std::memcmp(rest.params.data(), whole.params.data(), whole.params.size() * 4))
+            << "final weights differ";
+        EXPECT_NE(0, std::memcmp(first.params.data(), whole.params.data(), whole.params.size() * 4));
+      }
+    }
+  }
+  std::cout << "steps compared bit for bit (loss, gradient norm, lr): " << compared << std::endl;
+}
+
+// The checkpoint's weights load as a Hugging Face model directory, its moments as safetensors.
+TEST(TrainCheckpoint, LayoutLoadsAsAModelDirectory) {
+  const auto dir = temp_dir();
+  const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("llama", 2), 3, DType::BF16);
+  write_tokens(dir / "t.bin", 2000, 61, 4);
+  const RunResult r = run(dir, "cpu", "adamw", {}, 2);
+  EXPECT_EQ(r.checkpoint, dir / "ck-cpu-adamw" / "step-000002");
+  for (const char* f : {"config.json", "model.safetensors", "optimizer.safetensors", "state.json"})
+    EXPECT_TRUE(fs::exists(r.checkpoint / f)) << f;
+  EXPECT_EQ(load_config(r.checkpoint).torch_dtype, "float32");  // fp32 masters, whatever was loaded
+  Params w(cfg, Tier::Host, Tag::IO);
+  EXPECT_EQ(load_weights(r.checkpoint, cfg, w), DType::F32);
+  EXPECT_EQ(0, std::memcmp(w.flat().data, r.params.data(), r.params.size() * 4));
+  const SafetensorsModel opt = SafetensorsModel::open(r.checkpoint / "optimizer.safetensors");
+  EXPECT_EQ(opt.names().size(), 2 * w.specs().size());
+  EXPECT_NE(opt.find("model.embed_tokens.weight.exp_avg"), nullptr);
+  EXPECT_NE(opt.find("model.norm.weight.exp_avg_sq"), nullptr);
+  const CheckpointState st = open_checkpoint(r.checkpoint);
+  EXPECT_EQ(st.step, 2);
+  EXPECT_EQ(st.adam_step, 2);
+  EXPECT_EQ(st.files.size(), 3u);
+}
+
+TEST(TrainCheckpoint, AnIncompleteCheckpointDoesNotLoadAndNamesTheFile) {
+  const auto dir = temp_dir();
+  write_tiny_model(dir, tiny_config_json("qwen2", 2), 5);
+  write_tokens(dir / "t.bin", 2000, 61, 6);
+  const fs::path ck = run(dir, "cpu", "adamw", {}, 2).checkpoint;
+  auto damaged = [&](const std::function<void(const fs::path&)>& damage) {
+    const fs::path d = dir / "damaged" / "step-000002";
+    fs::remove_all(d.parent_path());
+    fs::create_directories(d.parent_path());
+    fs::copy(ck, d);
+    damage(d);
+    return error_of([&] {
+      const CheckpointState st = open_checkpoint(d);
+      const ModelConfig cfg = load_config(d);
+      Params w(cfg, Tier::Host, Tag::IO), m(cfg, Tier::Host, Tag::IO), v(cfg, Tier::Host, Tag::IO);
+      load_checkpoint_tensors(d, st, cfg, w, &m, &v);
+    });
+  };
+  EXPECT_EQ(damaged([](const fs::path&) {}), "(no error)");
+  EXPECT_THAT(damaged([](const fs::path& d) { fs::remove(d / "state.json"); }),
+              HasSubstr("step-000002: not a complete checkpoint: state.json is missing"));
+  EXPECT_THAT(damaged([](const fs::path& d) { fs::remove(d / "optimizer.safetensors"); }),
+              HasSubstr("step-000002: optimizer.safetensors is missing (state.json lists it"));
+  EXPECT_THAT(damaged([](const fs::path& d) { fs::remove(d / "config.json"); }),
+              HasSubstr("step-000002: config.json is missing"));
+  EXPECT_THAT(damaged([](const fs::path& d) { fs::resize_file(d / "model.safetensors", 1000); }),
+              ::testing::ContainsRegex("step-000002: model.safetensors holds 1000 bytes, state.json says [0-9]+"));
+  EXPECT_THAT(damaged([](const fs::path& d) {
+                std::string s = read_text(d / "state.json");
+                s.resize(s.size() / 2);
+                write_bytes(d / "state.json", s);
+              }),
+              HasSubstr("step-000002/state.json: not valid JSON"));
+  EXPECT_THAT(damaged([](const fs::path& d) { fs::rename(d, d.parent_path() / "step-000004"); }),
+              HasSubstr("step-000002: not a checkpoint directory (it does not exist)"));
+  EXPECT_THAT(error_of([&] { open_checkpoint(dir / "damaged"); }),
+              HasSubstr("damaged: not a complete checkpoint: state.json is missing"));
+  // the state must match the directory's name
+  const fs::path renamed = dir / "renamed" / "step-000004";
+  fs::create_directories(renamed.parent_path());
+  fs::copy(ck, renamed);
+  EXPECT_THAT(error_of([&] { open_checkpoint(renamed); }),
+              HasSubstr("step-000004: state.json says step 2, the directory's name step 4"));
+}
+
+TEST(TrainCheckpoint, LatestPassesOverIncompleteOnesAndKeepLastDeletesOnlyOlderOnes) {
+  const auto dir = temp_dir();
+  const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("qwen2", 2), 7);
+  write_tokens(dir / "t.bin", 2000, 61, 8);
+  const fs::path ck = run(dir, "cpu", "sgd", {}, 2).checkpoint, ckdir = ck.parent_path();
+  EXPECT_EQ(latest_checkpoint(ckdir, nullptr), ck);
+  EXPECT_EQ(latest_checkpoint(dir / "none", nullptr), fs::path());
+  // steps 4, 6 and 8 as copies whose state says so; step 10 without its state (never completed)
+  for (int s : {4, 6, 8, 10}) {
+    const fs::path d = ckdir / checkpoint_name(s);
+    fs::copy(ck, d);
+    CheckpointState st = open_checkpoint(ck);
+    st.step = s;
+    write_bytes(d / "state.json", state_to_json(st).dump());
+  }
+  fs::remove(ckdir / "step-000010" / "state.json");
+  std::ostringstream log;
+  EXPECT_EQ(latest_checkpoint(ckdir, &log), ckdir / "step-000008");
+  EXPECT_THAT(log.str(), HasSubstr("passes over " + (ckdir / "step-000010").string() + ": " +
+                                   (ckdir / "step-000010").string() + ": not a complete checkpoint"));
+  prune_checkpoints(ckdir, 6, 2);  // keeps 6 and the newest older one (4); 8 and 10 are left alone
+  std::vector<int64_t> left;
+  for (const auto& c : list_checkpoints(ckdir)) left.push_back(c.step);
+  EXPECT_EQ(left, (std::vector<int64_t>{4, 6, 8, 10}));
+  EXPECT_FALSE(fs::exists(ckdir / "step-000002"));
+  prune_checkpoints(ckdir, 8, 1);
+  left.clear();
+  for (const auto& c : list_checkpoints(ckdir)) left.push_back(c.step);
+  EXPECT_EQ(left, (std::vector<int64_t>{8, 10}));
+  prune_checkpoints(ckdir, 8, 0);  // 0 keeps every one
+  EXPECT_EQ(list_checkpoints(ckdir).size(), 2u);
+  // leftovers of killed writers go; a running writer's staging directory stays
+  fs::create_directories(ckdir / ".step-000012.oomb-new.999999999");
+  fs::create_directories(ckdir / ".step-000006.oomb-old.999999999");
+  const fs::path mine = ckdir / fmt::format(".step-000014.oomb-new.{}", ::getpid());
+  fs::create_directories(mine);
+  remove_stale_checkpoint_files(ckdir);
+  EXPECT_FALSE(fs::exists(ckdir / ".step-000012.oomb-new.999999999"));
+  EXPECT_FALSE(fs::exists(ckdir / ".step-000006.oomb-old.999999999"));
+  EXPECT_TRUE(fs::exists(mine));
+  EXPECT_TRUE(fs::exists(ckdir / "step-000008" / "state.json"));
+  (void)cfg;
+}
+
+}  // namespace
