@@ -47,7 +47,7 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
   auto gpu = make_cuda_backend(&why);
   if (!gpu) GTEST_SKIP() << why;
   auto cpu = make_cpu_backend();
-  double worst = 0;
+  double worst = 0, worst_bf16 = 0;
   int cases = 0;
   for (std::string arch : {"llama", "qwen2", "qwen3"})
     for (int64_t G : {int64_t(1), int64_t(2), int64_t(4)}) {
@@ -65,13 +65,14 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
         // bf16 K/V: both round the same bits, but a value within ~1e-7 of a rounding midpoint may
         // round apart (one bf16 ulp, 4e-3), so a looser bound than f32's
         const bool f32 = plan.kv_grad_dtype == DType::F32 && plan.kv_dtype == DType::F32;
-        const double tol = plan.kv_grad_dtype == DType::BF16 ? 1e-2 : f32 ? 1e-4 : 1e-3;
+        // f32: measured worst 3.1e-6 (H100, 2026-11-24); the bf16 cases' worst is printed below
+        const double tol = plan.kv_grad_dtype == DType::BF16 ? 1e-2 : f32 ? 2e-5 : 1e-3;
         const ModelConfig cfg = load_config(dir);
         Params specs(cfg, Tier::Host, Tag::Workspace);
         for (const ParamSpec& s : specs.specs()) {
           const double e = rel_error(g.grads.data() + s.offset, c.grads.data() + s.offset, size_t(s.numel()));
           EXPECT_LE(e, tol) << s.name;
-          if (f32) worst = std::max(worst, e);
+          (f32 ? worst : worst_bf16) = std::max(f32 ? worst : worst_bf16, e);
         }
         const Step again = step(*gpu, dir, ids, tg, plan);
         EXPECT_EQ(std::memcmp(again.grads.data(), g.grads.data(), g.grads.size() * 4), 0) << "not deterministic";
@@ -79,8 +80,8 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
         ++cases;
       }
     }
-  std::cout << fmt::format("[ cuda     ] {} configurations, worst fp32 gradient rel. error vs CPU {:.2e}\n", cases,
-                           worst);
+  std::cout << fmt::format("[ cuda     ] {} configurations, worst gradient rel. error vs CPU: fp32 {:.2e}, with bf16 "
+                           "K/V or gradient pages {:.2e}\n", cases, worst, worst_bf16);
 }
 
 TEST(CudaModel, AdamWStepsTrackTheCpu) {
