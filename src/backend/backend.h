@@ -17,6 +17,9 @@ struct KVBlock {
   Tensor dk, dv;  // (len, G, D) fp32 gradient accumulators (+=); backward only
   int64_t idx0 = 0;
   const int32_t* doc = nullptr;  // optional per-token document ids (len); null = one document
+  // Per kv head group (sparse selection per group, --sparse-pages): bit g set = kv head g and its
+  // query heads read this block; a clear bit masks the whole block for them. All set by default.
+  uint64_t heads = ~uint64_t(0);
 };
 
 struct AttnArgs {
@@ -96,6 +99,17 @@ class Backend {
   // dq (T, H, D) = ...;  every block's dk, dv += its contribution (in place)
   virtual void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
                              std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) = 0;
+
+  // Sparse attention's page metadata (--sparse-pages). k: (T, G, D) f32, the keys (after RoPE) of
+  // tokens [t0, t0 + T); means: (pages, G, D) bf16 with pages > (t0 + T - 1) / page_size: the mean
+  // key of page p per kv head over the page's rows written so far. Rows of page p before t0 keep
+  // their weight: means[p] = (means[p] * r + sum of the new rows) / (r + n), r = rows before t0.
+  virtual void page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means) = 0;
+  // scores (tiles, S, pages) f32 against means (pages, G, D) bf16, q (T, H, D) f32 cut into tiles
+  // of `tile` rows (the last may be shorter); S = G (per kv head group) or 1 (shared by every head):
+  //   scores[i][s][p] = sum over tile i's queries t, heads h of group s (all heads when S = 1) of
+  //                     q[t, h] . means[p, h / (H / G)]
+  virtual void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& scores) = 0;
 
   // Fused lm_head + cross-entropy, tiled over tokens (never more than tile x V logits).
   // h: (T, d), w: (V, d), targets: (T) i32 (< 0 = ignored; every id < V, checked by the caller).

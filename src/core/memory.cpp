@@ -10,7 +10,7 @@ namespace oomb {
 
 namespace {
 constexpr std::string_view kTagNames[kNumTags] = {"weights", "grads",     "optimizer", "activations", "kv",
-                                                  "kv_grad", "workspace", "data",      "io"};
+                                                  "kv_grad", "page_meta", "workspace", "data",      "io"};
 DeviceAllocator g_device_alloc, g_pinned_alloc;
 bool g_device_is_host = false;
 

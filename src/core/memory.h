@@ -13,9 +13,9 @@ namespace oomb {
 // host: plain host memory; device: the backend's device memory; pinned: page-locked host memory
 // that a device copies to and from asynchronously (cudaHostAlloc on CUDA; plain memory elsewhere).
 enum class Tier : uint8_t { Host, Device, Pinned };
-enum class Tag : uint8_t { Weights, Grads, Optimizer, Activations, KV, KVGrad, Workspace, Data, IO };
+enum class Tag : uint8_t { Weights, Grads, Optimizer, Activations, KV, KVGrad, PageMeta, Workspace, Data, IO };
 constexpr int kNumTiers = 3;
-constexpr int kNumTags = 9;
+constexpr int kNumTags = 10;
 constexpr Tier kTiers[kNumTiers] = {Tier::Host, Tier::Device, Tier::Pinned};
 
 std::string_view tier_name(Tier t);  // "host" | "device" | "pinned"

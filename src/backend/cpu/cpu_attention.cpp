@@ -86,6 +86,8 @@ inline int64_t visible(const KVBlock& kb, int64_t qi) {
 inline bool same_doc(const AttnArgs& a, int64_t t, const KVBlock& kb, int64_t j) {
   return a.q_doc == nullptr || kb.doc == nullptr || a.q_doc[t] == kb.doc[j];
 }
+// Whether kv head g (and its query heads) reads the block (KVBlock::heads).
+inline bool reads(const KVBlock& kb, int64_t g) { return g >= 64 || (kb.heads >> g & 1) != 0; }
 // Whether every key of the block is behind query qi's window (such a block is skipped).
 inline bool before_window(const AttnArgs& a, const KVBlock& kb, int64_t qi) {
   return a.window > 0 && kb.idx0 + kb.k.dim(0) - 1 <= qi - a.window;
@@ -175,6 +177,7 @@ void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnA
         l = a.run_sum.f()[t * d.H + h];
       }
       for (const KVBlock& kb : blocks) {  // fold each block in with an online softmax
+        if (!reads(kb, g)) continue;
         const int64_t n = visible(kb, qi);
         if (n == 0 || before_window(a, kb, qi)) continue;
         with_kv(kb, [&](const auto* K, const auto* V) {
@@ -228,6 +231,7 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
       if (std::isinf(lse_th)) continue;
       const float ds_sum = dsum(t, h);
       for (const KVBlock& kb : blocks) {
+        if (!reads(kb, g)) continue;
         const int64_t n = visible(kb, qi);
         if (n == 0 || before_window(a, kb, qi)) continue;
         with_kv(kb, [&](const auto* K, const auto* V) {
@@ -251,6 +255,7 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
   for (int64_t b = 0; b < nb; ++b)
     for (int64_t g = 0; g < d.G; ++g) {
       const KVBlock& kb = blocks[b];
+      if (!reads(kb, g)) continue;  // masked for this group: its gradient rows stay as they are
       const int64_t len = kb.k.dim(0);
       float* s = scores_buffer(bmax);
       static thread_local std::vector<float> acc;

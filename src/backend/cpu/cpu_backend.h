@@ -43,6 +43,12 @@ class CpuBackend : public Backend {
   void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) override {
     cpu::swiglu_bwd(gate, up, dout, dgate, dup);
   }
+  void page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means) override {
+    cpu::page_key_means(k, t0, page_size, means);
+  }
+  void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& scores) override {
+    cpu::page_scores(q, tile, means, scores);
+  }
   void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
                      Tensor& lse) override {
     cpu::attention_fwd(q, blocks, a, o, lse);

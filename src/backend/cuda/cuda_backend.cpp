@@ -194,6 +194,31 @@ class CudaBackend final : public Backend {
     launched("attention_bwd");
   }
 
+  void page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means) override {
+    check("page_key_means", "k", k, 3);
+    check("page_key_means", "means", means, 3, DType::BF16);
+    OOMB_CHECK(means.dim(1) == k.dim(1) && means.dim(2) == k.dim(2) && page_size > 0 && t0 >= 0 &&
+                   (k.dim(0) == 0 || (t0 + k.dim(0) - 1) / page_size < means.dim(0)),
+               "page_key_means: k {} at token {} does not fit means {} (page size {})", k.shape_str(), t0,
+               means.shape_str(), page_size);
+    cuda::k::page_key_means(k.f(), t0, page_size, means.as<uint16_t>(), k.dim(0), k.dim(1), k.dim(2), stream_);
+    launched("page_key_means");
+  }
+  void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& scores) override {
+    check("page_scores", "q", q, 3);
+    check("page_scores", "means", means, 3, DType::BF16);
+    check("page_scores", "scores", scores, 3);
+    const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2), G = means.dim(1), pages = means.dim(0);
+    OOMB_CHECK(tile > 0 && G > 0 && H % G == 0 && means.dim(2) == D, "page_scores: means {} do not fit q {}",
+               means.shape_str(), q.shape_str());
+    const int64_t S = scores.dim(1);
+    OOMB_CHECK(scores.dim(0) == (T + tile - 1) / tile && (S == G || S == 1) && scores.dim(2) == pages,
+               "page_scores: scores {} must be ({}, {} or 1, {})", scores.shape_str(), (T + tile - 1) / tile, G, pages);
+    OOMB_CHECK((S == 1 ? G : 1) * D * 4 <= 48 * 1024, "page_scores: {} kv heads of dim {} exceed shared memory", G, D);
+    cuda::k::page_scores(q.f(), tile, means.as<uint16_t>(), scores.f(), T, H, G, D, pages, S, stream_);
+    launched("page_scores");
+  }
+
   void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
                         Tensor& sums) override {
     const char* op = "lm_head_xent";
@@ -395,7 +420,8 @@ class CudaBackend final : public Backend {
                    dtype_name(kb.dv.dtype));
       }
       table_.push_back({kb.k.data, kb.v.data, kb.dk.data, kb.dv.data, kb.doc, kb.idx0, kb.k.dim(0),
-                        int32_t(backward && kb.dk.dtype == DType::BF16), int32_t(kb.k.dtype == DType::BF16)});
+                        int32_t(backward && kb.dk.dtype == DType::BF16), int32_t(kb.k.dtype == DType::BF16),
+                        kb.heads});
       p.max_len = std::max(p.max_len, kb.k.dim(0));
     }
     if (p.G > 0) OOMB_CHECK(p.H % p.G == 0, "{}: query heads {} not a multiple of kv heads {}", op, p.H, p.G);
@@ -440,7 +466,7 @@ class CudaBackend final : public Backend {
   cudaStream_t on(Stream s) const { return s == Stream::Copy ? copy_stream_ : stream_; }
 
   // pinned staging of the attention's block table and its device copy, two of each
-  static constexpr size_t kTableStage = size_t(1) << 20;  // 16K blocks (cuda_pinned_workspace_bytes: two)
+  static constexpr size_t kTableStage = size_t(1) << 20;  // 14K blocks (cuda_pinned_workspace_bytes: two)
   struct TableStage {
     Buffer host, dev;
     cudaEvent_t done = nullptr;

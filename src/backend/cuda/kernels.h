@@ -69,6 +69,7 @@ struct AttnBlock {
   int64_t len;
   int32_t grad_bf16;   // per block: earlier pages may hold bf16 gradients, the chunk's own are f32
   int32_t kv_bf16;     // per block: pages may hold bf16 K/V (--kv-dtype bf16), read as fp32
+  uint64_t heads;      // bit g: kv head g reads the block (sparse selection per group); KVBlock::heads
 };
 struct AttnParams {
   const AttnBlock* blocks;  // device memory
@@ -89,5 +90,14 @@ void attention_fwd(const AttnParams& p, const float* q, float* o, float* lse, cu
 void attention_bwd(const AttnParams& p, const float* q, const float* o, const float* lse, const float* dout,
                    float* dq, float* dsum, cudaStream_t s);
 constexpr int64_t kMaxHeadDim = 256;
+
+// Sparse attention's page metadata: k (T, G, D) f32 of tokens [t0, t0 + T) folded into means
+// (pages, G, D) bf16, the mean key of each page over its rows so far (Backend::page_key_means).
+void page_key_means(const float* k, int64_t t0, int64_t page_size, uint16_t* means, int64_t T, int64_t G, int64_t D,
+                    cudaStream_t s);
+// scores (tiles, S, pages) f32 from q (T, H, D) and means (pages, G, D) bf16 (Backend::page_scores);
+// the tile's summed queries live in shared memory (G x D floats when S = 1, else D)
+void page_scores(const float* q, int64_t tile, const uint16_t* means, float* scores, int64_t T, int64_t H, int64_t G,
+                 int64_t D, int64_t pages, int64_t S, cudaStream_t s);
 
 }  // namespace oomb::cuda::k
