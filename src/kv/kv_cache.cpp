@@ -60,9 +60,15 @@ class KVCache::Resident final : public PrefixBlocks {
  public:
   explicit Resident(KVCache& c) : c_(c) {}
   void set(int64_t l, int64_t end, bool grads) {
+    pages_.clear();
+    for (int64_t p = c_.o_.first_page(l, end); p * c_.o_.kv.page_size < end; ++p) pages_.push_back(p);
+    set_pages(l, end, grads, pages_);
+  }
+  void set_pages(int64_t l, int64_t end, bool grads, std::span<const int64_t> pages) {
     const int64_t P = c_.o_.kv.page_size;
     blocks_.clear();
-    for (int64_t p = c_.o_.first_page(l, end); p * P < end; ++p) {
+    for (const int64_t p : pages) {
+      OOMB_CHECK(p >= 0 && p * P < end, "kv cache: page {} is not before token {}", p, end);
       const int64_t rows = std::min(P, end - p * P);
       KVBlock b;
       b.k = c_.kv_.k(l, p, 0, rows);
@@ -84,6 +90,7 @@ class KVCache::Resident final : public PrefixBlocks {
  private:
   KVCache& c_;
   std::vector<KVBlock> blocks_;  // reused: steady-state steps do not allocate
+  std::vector<int64_t> pages_;
 };
 
 // ---- streamed: pages in pinned host memory, groups through two device slots ----
@@ -118,11 +125,26 @@ class KVCache::Streamed final : public PrefixBlocks {
 
   void begin_pass(std::span<const int64_t> layers, int64_t end, bool grads) {
     items_.clear();
+    pages_.clear();
     issued_ = cursor_ = 0;
     const int64_t np = c_.o_.kv.pages_for(end);
-    for (int64_t l : layers)
-      for (int64_t p0 = c_.o_.first_page(l, end); p0 < np; p0 += group_)
-        items_.push_back({l, p0, std::min(np, p0 + group_), end, grads});
+    for (int64_t l : layers) {
+      const size_t at = pages_.size();
+      for (int64_t p = c_.o_.first_page(l, end); p < np; ++p) pages_.push_back(p);
+      add_items(l, at, end, grads);
+    }
+  }
+
+  // Layer l's listed pages alone (sparse attention's chosen pages, ascending), in groups.
+  PrefixBlocks& view_pages(int64_t l, int64_t end, bool grads, std::span<const int64_t> pages) {
+    items_.clear();
+    pages_.assign(pages.begin(), pages.end());
+    issued_ = cursor_ = 0;
+    add_items(l, 0, end, grads);
+    first_ = 0;
+    count_ = int64_t(items_.size());
+    cursor_ = items_.size();
+    return *this;
   }
 
   PrefixBlocks& view(int64_t l, int64_t end, bool grads) {
@@ -150,14 +172,14 @@ class KVCache::Streamed final : public PrefixBlocks {
     const KVCacheOptions& o = c_.o_;
     const int64_t P = o.kv.page_size, G = o.kv.kv_heads, D = o.kv.head_dim;
     blocks_.clear();
-    for (int64_t p = it.p0; p < it.p1; ++p) {
-      const int64_t rows = std::min(P, it.end - p * P);
+    for (int64_t j = 0; j < it.n; ++j) {
+      const int64_t p = page(it, j), rows = std::min(P, it.end - p * P);
       KVBlock b;
-      char* kp = kv_page(s, p - it.p0);
+      char* kp = kv_page(s, j);
       b.k = Tensor(kp, o.kv.dtype, {rows, G, D}, Tier::Device);
       b.v = Tensor(kp + size_t(P) * o.kv.row_bytes(), o.kv.dtype, {rows, G, D}, Tier::Device);
       if (it.grads) {
-        char* gp = grad_page(s, p - it.p0);
+        char* gp = grad_page(s, j);
         b.dk = Tensor(gp, o.grad.dtype, {rows, G, D}, Tier::Device);
         b.dv = Tensor(gp + size_t(P) * o.grad.row_bytes(), o.grad.dtype, {rows, G, D}, Tier::Device);
       }
@@ -178,9 +200,9 @@ class KVCache::Streamed final : public PrefixBlocks {
     if (!dropped("out")) be_.wait(Stream::Copy, *freed_[s]);
     const int64_t P = c_.o_.kv.page_size;
     const size_t rb = c_.o_.grad.row_bytes();
-    for (int64_t p = it.p0; p < it.p1; ++p) {
-      const int64_t rows = std::min(P, it.end - p * P);
-      char* gp = grad_page(s, p - it.p0);
+    for (int64_t j = 0; j < it.n; ++j) {
+      const int64_t p = page(it, j), rows = std::min(P, it.end - p * P);
+      char* gp = grad_page(s, j);
       be_.copy_async(c_.grad_.k(it.layer, p, 0, rows).data, Tier::Pinned, gp, Tier::Device, size_t(rows) * rb,
                      Stream::Copy);
       be_.copy_async(c_.grad_.v(it.layer, p, 0, rows).data, Tier::Pinned, gp + size_t(P) * rb, Tier::Device,
@@ -247,9 +269,19 @@ class KVCache::Streamed final : public PrefixBlocks {
 
  private:
   struct Item {
-    int64_t layer, p0, p1, end;  // pages [p0, p1) of tokens [0, end)
+    int64_t layer, off, n, end;  // pages pages_[off, off + n) (ascending) of tokens [0, end)
     bool grads;
   };
+  int64_t page(const Item& it, int64_t j) const { return pages_[size_t(it.off + j)]; }
+
+  // Items of layer l for the pages listed from pages_[at] on, in groups of group_ pages.
+  void add_items(int64_t l, size_t at, int64_t end, bool grads) {
+    const int64_t n = int64_t(pages_.size() - at), P = c_.o_.kv.page_size;
+    for (int64_t i = at; i < int64_t(at) + n; ++i)
+      OOMB_CHECK(pages_[size_t(i)] >= 0 && pages_[size_t(i)] * P < end, "kv cache: page {} is not before token {}",
+                 pages_[size_t(i)], end);
+    for (int64_t j = 0; j < n; j += group_) items_.push_back({l, int64_t(at) + j, std::min(group_, n - j), end, grads});
+  }
 
   char* kv_page(int s, int64_t j) const {
     return kv_slots_.as<char>() + (size_t(s) * size_t(group_) + size_t(j)) * size_t(c_.o_.kv.page_bytes());
@@ -265,8 +297,8 @@ class KVCache::Streamed final : public PrefixBlocks {
     be_.wait(Stream::Copy, *freed_[s]);
     const int64_t P = c_.o_.kv.page_size;
     const size_t rb = c_.o_.kv.row_bytes(), grb = c_.o_.grad.row_bytes();
-    for (int64_t p = it.p0; p < it.p1; ++p) {
-      const int64_t rows = std::min(P, it.end - p * P), j = p - it.p0;
+    for (int64_t j = 0; j < it.n; ++j) {
+      const int64_t p = page(it, j), rows = std::min(P, it.end - p * P);
       char* kp = kv_page(s, j);
       be_.copy_async(kp, Tier::Device, c_.kv_.k(it.layer, p, 0, rows).data, Tier::Pinned, size_t(rows) * rb,
                      Stream::Copy);
@@ -293,6 +325,7 @@ class KVCache::Streamed final : public PrefixBlocks {
   Buffer kv_slots_, grad_slots_, stage_, own_;
   std::unique_ptr<Event> arrived_[2], freed_[2], staged_[2], cast_done_[2], own_in_, own_used_;
   std::vector<Item> items_;
+  std::vector<int64_t> pages_;  // the items' pages
   size_t issued_ = 0, cursor_ = 0, first_ = 0;
   int64_t count_ = 0;
   uint64_t writes_ = 0;
@@ -306,7 +339,8 @@ KVCache::KVCache(const KVCacheOptions& o, Backend& be)
       o_(o),
       kv_(o.kv, be, Tag::KV, o.offload ? Tier::Pinned : be.tier()),
       grad_(o.grad, be, Tag::KVGrad, o.offload ? Tier::Pinned : be.tier()),
-      docs_(std::max<int64_t>(o.kv.page_size, 1), be) {
+      docs_(std::max<int64_t>(o.kv.page_size, 1), be),
+      meta_(o.kv, be) {
   OOMB_CHECK(!o.offload || be.tier() == Tier::Device,
              "--offload kv: the {} backend has no device memory to offload from (use --device sim or cuda)",
              be.name());
@@ -324,7 +358,9 @@ KVCache::~KVCache() {
 int64_t KVCache::group_for(const KVCacheOptions& o, int64_t N) {
   const int64_t layer_pages = std::max<int64_t>(1, o.kv.pages_for(N));
   // default: groups of about 4 MiB of K/V, enough to keep each copy efficient
-  const int64_t g = o.group > 0 ? o.group : std::max<int64_t>(1, (int64_t(4) << 20) / o.kv.page_bytes());
+  int64_t g = o.group > 0 ? o.group : std::max<int64_t>(1, (int64_t(4) << 20) / o.kv.page_bytes());
+  // sparse attention reads at most sparse_pages earlier pages at once: no larger group is needed
+  if (o.sparse_pages > 0 && o.group <= 0) g = std::min(g, o.sparse_pages);
   return std::min(g, layer_pages);
 }
 
@@ -353,6 +389,7 @@ void KVCache::begin_sequence(int64_t N, int64_t last_chunk, bool with_grads) {
   kv_.reserve(L * o_.kv.pages_for(N));
   if (with_grads) grad_.reserve(grad_pages(o_, N, last_chunk));
   if (o_.docs) docs_.reserve(o_.kv.pages_for(N));
+  if (o_.meta) meta_.reserve(N);
   if (streamed_) streamed_->size_for(group_for(o_, N));
 }
 
@@ -366,6 +403,12 @@ void KVCache::begin_pass(std::span<const int64_t> layers, int64_t end, bool grad
   if (streamed_) streamed_->begin_pass(layers, end, grads);
 }
 
+PrefixBlocks& KVCache::prefix_pages(int64_t l, int64_t end, bool grads, std::span<const int64_t> pages) {
+  if (streamed_) return streamed_->view_pages(l, end, grads, pages);
+  resident_->set_pages(l, end, grads, pages);
+  return *resident_;
+}
+
 PrefixBlocks& KVCache::prefix(int64_t l, int64_t end, bool grads) {
   if (streamed_) return streamed_->view(l, end, grads);
   resident_->set(l, end, grads);
@@ -373,6 +416,7 @@ PrefixBlocks& KVCache::prefix(int64_t l, int64_t end, bool grads) {
 }
 
 void KVCache::write(int64_t l, int64_t t0, const Tensor& k, const Tensor& v) {
+  if (o_.meta) meta_.write(l, t0, k);
   if (streamed_) return streamed_->write(l, t0, k, v);
   for (int64_t p = t0 / o_.kv.page_size; p * o_.kv.page_size < t0 + k.dim(0); ++p) kv_.ensure(l, p);
   kv_.write(l, t0, k, v);

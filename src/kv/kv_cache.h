@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "kv/page_meta.h"
 #include "kv/paged_docs.h"
 #include "kv/paged_kv.h"
 
@@ -28,6 +29,8 @@ struct KVCacheOptions {
   bool offload = false;   // --offload kv
   int64_t group = 0;      // pages per group streamed through the device (offload)
   int64_t chunk = 0;      // C: tokens of the largest chunk written at once
+  bool meta = false;      // page metadata for sparse attention (--sparse-pages)
+  int64_t sparse_pages = 0;  // sparse: the most earlier pages one query tile reads (0: dense)
   std::vector<int64_t> windows;  // per layer: a sliding window (0 or absent: full attention)
   int64_t window(int64_t layer) const { return size_t(layer) < windows.size() ? windows[size_t(layer)] : 0; }
   // The first page a chunk starting at token `begin` reads in `layer`: pages wholly behind every
@@ -62,6 +65,10 @@ class KVCache {
   // Layer l's blocks of tokens [0, end) (with their gradient pages when grads), in groups; valid
   // until the next call.
   PrefixBlocks& prefix(int64_t l, int64_t end, bool grads);
+  // Layer l's blocks of the listed pages only (ascending, each before token `end`), in groups:
+  // sparse attention's chosen pages; only they (and their gradient pages) move. Valid until the
+  // next call.
+  PrefixBlocks& prefix_pages(int64_t l, int64_t end, bool grads, std::span<const int64_t> pages);
 
   // Stores the chunk's K (after RoPE) and V, (T, G, D) f32, at tokens [t0, t0 + T) of layer l.
   void write(int64_t l, int64_t t0, const Tensor& k, const Tensor& v);
@@ -71,6 +78,7 @@ class KVCache {
   void release_from(int64_t l, int64_t first_page);
 
   PagedDocs& docs() { return docs_; }
+  const PageMeta& page_meta() const { return meta_; }  // with options().meta
   const PagedKV& kv() const { return kv_; }
   const PagedKV& kv_grad() const { return grad_; }
 
@@ -95,6 +103,7 @@ class KVCache {
   KVCacheOptions o_;
   PagedKV kv_, grad_;  // in the backend's memory, or pinned host memory when offloaded
   PagedDocs docs_;     // always in the backend's memory (4 bytes per token)
+  PageMeta meta_;      // always in the backend's memory (sparse attention)
   std::unique_ptr<Resident> resident_;
   std::unique_ptr<Streamed> streamed_;
 };
