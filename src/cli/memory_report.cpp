@@ -60,4 +60,29 @@ void set_offload(const std::string& list, int64_t group, int64_t N, ChunkPlan& p
   plan.offload_group = group;
 }
 
+void add_sparse_flags(CLI::App* c, SparseFlags& f) {
+  c->add_option("--sparse-pages", f.pages, "Page-sparse attention: each query tile reads its own chunk and K earlier "
+                "pages, the highest scoring against its queries (default: every page, dense)");
+  c->add_option("--sparse-tile", f.tile, "With --sparse-pages: query rows per choice (default 128, at most the chunk)");
+  c->add_option("--sink-pages", f.sinks, "With --sparse-pages: the first S pages, always read (default 1)");
+  c->add_flag("--sparse-shared", f.shared, "With --sparse-pages: one choice for every head (scores summed over heads, "
+              "OOMB's way; default: one per kv head group)");
+  c->add_option("--sparse-score", f.score, "With --sparse-pages: the page score: mean (q . the page's mean key)");
+}
+
+void set_sparse(const SparseFlags& f, const ModelConfig& cfg, ChunkPlan& plan) {
+  OOMB_CHECK(f.pages >= 0 || (f.tile == 128 && f.sinks == 1 && !f.shared),
+             "--sparse-tile, --sink-pages and --sparse-shared: only with --sparse-pages");
+  plan.sparse = sparse_options(f.pages, f.tile, f.sinks, f.shared, f.score, plan.chunk, cfg.kv_heads);
+}
+
+double device_bytes_per_token(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
+                              size_t workspace_bytes, Tier dev, size_t pinned_workspace_bytes) {
+  ChunkPlan p2 = plan;
+  if (p2.offload_kv && p2.offload_group == 0) p2.offload_group = KVCache::group_for(kv_cache_options(cfg, plan), N);
+  const MemoryPlan a = plan_memory(cfg, p2, N, optimizer, workspace_bytes, dev, pinned_workspace_bytes);
+  const MemoryPlan b = plan_memory(cfg, p2, 2 * N, optimizer, workspace_bytes, dev, pinned_workspace_bytes);
+  return double(b.total(dev) - a.total(dev)) / double(N);
+}
+
 }  // namespace oomb::cli

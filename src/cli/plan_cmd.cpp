@@ -16,6 +16,7 @@ struct PlanArgs {
   std::string model, preset, optimizer = "adamw", device, kv_grad_dtype = "f32", kv_dtype = "f32", offload;
   int64_t seq_len = 0, chunk = 0, page = 128, offload_group = 0;
   bool json = false, doc_mask = false;
+  SparseFlags sparse;
 };
 }  // namespace
 
@@ -38,6 +39,7 @@ Command add_plan(CLI::App& app) {
   c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_flag("--doc-mask", a->doc_mask, "Documents masked as oomb train --doc-mask (their ids take 4 B a token)");
+  add_sparse_flags(c, a->sparse);
   c->add_flag("--json", a->json, "Print one JSON object instead of a table");
   return {c, [a] {
             OOMB_CHECK(a->model.empty() != a->preset.empty(), "give exactly one of --model and --preset");
@@ -47,6 +49,7 @@ Command add_plan(CLI::App& app) {
             plan.kv_dtype = dtype_parse(a->kv_dtype);
             if (a->doc_mask) plan.doc_sep = 0;  // any separator: the plan needs only whether there is one
             set_offload(a->offload, a->offload_group, a->seq_len, plan);
+            set_sparse(a->sparse, cfg, plan);
             const std::string device = !a->device.empty() ? a->device : plan.offload_kv ? "cuda" : "cpu";
             OOMB_CHECK(!plan.offload_kv || device != "cpu",
                        "--offload kv: the cpu backend has no device memory to offload from (use --device sim or cuda)");
@@ -67,6 +70,17 @@ Command add_plan(CLI::App& app) {
                                                                                       a->seq_len))
                                                      : "");
             std::cout << plan_table(m);
+            if (plan.sparse.on()) {  // what sparse attention is for: a device that barely grows with N
+              const double per_token = device_bytes_per_token(
+                  cfg, plan, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
+                  device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
+              std::cout << fmt::format("  {} memory per token: {:.1f} B ({:.2f} MB per +10K tokens; from the plans at N "
+                                       "and 2N; sparse: K = {} pages per {}-query tile{}, {} sink pages)\n",
+                                       device == "cpu" ? "host" : "device", per_token, per_token * 1e4 / 1e6,
+                                       plan.sparse.pages, plan.sparse.tile,
+                                       plan.sparse.shared ? ", shared by every head" : " per kv head group",
+                                       plan.sparse.sinks);
+            }
             return 0;
           }};
 }

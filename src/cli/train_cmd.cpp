@@ -38,6 +38,7 @@ struct TrainArgs {
   float lr = 0;         // default when not given: per mode
   uint64_t seed = 0;
   CheckpointFlags ckpt;
+  SparseFlags sparse;
   CLI::App* cmd = nullptr;
   bool given(const char* flag) const { return cmd->count(flag) > 0; }
 };
@@ -64,10 +65,11 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int64_t device_
 
 // --chunk-size defaults to min(N, 1024): chunk-recurrent whenever the sequence is longer.
 // (CLI11 has already checked that every size flag given is positive.)
-ChunkPlan chunk_plan(const TrainArgs& a, int32_t doc_sep = -1) {
+ChunkPlan chunk_plan(const TrainArgs& a, const ModelConfig& cfg, int32_t doc_sep = -1) {
   ChunkPlan p{std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page, dtype_parse(a.kv_grad_dtype), doc_sep};
   p.kv_dtype = dtype_parse(a.kv_dtype);
   set_offload(a.offload, a.offload_group, a.seq_len, p);
+  set_sparse(a.sparse, cfg, p);
   return p;
 }
 
@@ -175,6 +177,10 @@ nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const Chunk
           {"--kv-dtype", a.kv_dtype},
           {"--kv-grad-dtype", a.kv_grad_dtype},
           {"--doc-mask", a.doc_mask},
+          {"--sparse-pages", plan.sparse.pages},
+          {"--sparse-tile", plan.sparse.tile},
+          {"--sink-pages", plan.sparse.sinks},
+          {"--sparse-shared", plan.sparse.shared},
           {"--shuffle", a.shuffle},
           {"--seed", a.seed},
           {"--eos-id", eos},
@@ -227,7 +233,7 @@ int run_demo(TrainArgs& a, Backend& be) {
   if (!a.given("--steps")) a.steps = 800;
   if (!a.given("--lr")) a.lr = 1e-3f;
   if (!a.given("--warmup-steps")) a.optim.warmup_steps = 30;
-  const ChunkPlan plan = chunk_plan(a);
+  const ChunkPlan plan = chunk_plan(a, cfg);
   check_model_out("--out", a.out, cfg, a.force);
   check_memory_fits(a, cfg, plan, be);
   const MemoryPlan mem = plan_memory(cfg, plan, a.seq_len, "adamw", be.workspace_bytes(workspace_shape(cfg, plan.chunk)));
@@ -246,7 +252,7 @@ int run_demo(TrainArgs& a, Backend& be) {
                    format_bytes(full.total()), format_bytes(mem.total()),
                    full_sequence_reach(cfg, plan, mem.total(), be))
             << std::endl;
-  Model model(cfg, be, chunk_plan(a));
+  Model model(cfg, be, chunk_plan(a, cfg));
   with_host_params(model, [&](Params& p) { init_params(p, a.seed); }, true);
   TrainOptions o{a.seq_len, a.steps, a.grad_accum, a.log_every ? a.log_every : 100, a.optim, a.metrics};
   o.peak_flops = peak_flops(a);
@@ -328,6 +334,7 @@ Command add_train(CLI::App& app) {
   c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)")->check(count());
   c->add_option("--seed", a->seed, "Seed of --shuffle, and of the demo's model and task")->capture_default_str();
   add_checkpoint_flags(c, a->ckpt);
+  add_sparse_flags(c, a->sparse);
   a->cmd = c;
   return {c, [a] {
             check_paths(*a);
@@ -347,7 +354,7 @@ Command add_train(CLI::App& app) {
             o.peak_flops = peak_flops(*a);
             o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
             a->seq_len = o.seq_len;
-            const ChunkPlan plan = chunk_plan(*a, a->doc_mask ? eos : -1);
+            const ChunkPlan plan = chunk_plan(*a, cfg, a->doc_mask ? eos : -1);
             check_memory_fits(*a, cfg, plan, *be);
             auto data = open_data(*a, cfg, eos);
             note_wrapping(o.seq_len, *data);

@@ -35,23 +35,57 @@ std::span<const KVBlock> with_own_blocks(const LayerCtx& ctx, LayerBuffers& plan
 }
 
 // Attention over the earlier pages, group by group, then the chunk's own K/V with the last group:
-// fn(blocks, args) once per group, args.first / args.last marking the fold's ends. One group (all
-// pages resident) is one call over every block.
+// fn(q0, n, blocks, args) once per group for query rows [q0, q0 + n), args.first / args.last
+// marking the fold's ends. One group (all pages resident) is one call over every block.
+// heads: per block of the groups, the kv head groups reading it (sparse; empty: all).
 template <typename Fn>
-void fold_groups(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, Fn fn) {
-  const int64_t n = ctx.prefix ? ctx.prefix->groups() : 0;
+void fold_groups(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, PrefixBlocks* prefix, int64_t q0,
+                 int64_t rows, std::span<const uint64_t> heads, Fn fn) {
+  const int64_t n = prefix ? prefix->groups() : 0;
   AttnArgs a = ctx.attn;
-  a.run_sum = plan.run_sum;
+  a.q_idx0 += q0;
+  if (a.q_doc) a.q_doc += q0;
+  a.run_sum = plan.run_sum.rows(q0, rows);
+  static thread_local std::vector<KVBlock> masked;
+  size_t seen = 0;  // blocks of earlier groups
+  auto with_heads = [&](std::span<const KVBlock> blocks) {
+    if (heads.empty()) return blocks;
+    masked.assign(blocks.begin(), blocks.end());
+    for (KVBlock& b : masked) b.heads = heads[seen++];
+    return std::span<const KVBlock>(masked);
+  };
   for (int64_t i = 0; i + 1 < n; ++i) {
     a.first = i == 0;
     a.last = false;
-    fn(ctx.prefix->acquire(i), a);
-    ctx.prefix->release(i);
+    fn(q0, rows, with_heads(prefix->acquire(i)), a);
+    prefix->release(i);
   }
   a.first = n <= 1;
   a.last = true;
-  fn(with_own_blocks(ctx, plan, n > 0 ? ctx.prefix->acquire(n - 1) : std::span<const KVBlock>{}, with_grads), a);
-  if (n > 0) ctx.prefix->release(n - 1);
+  fn(q0, rows, with_own_blocks(ctx, plan, n > 0 ? with_heads(prefix->acquire(n - 1)) : std::span<const KVBlock>{}, with_grads), a);
+  if (n > 0) prefix->release(n - 1);
+}
+
+// Dense: every row over every earlier page. Sparse: each run of query rows over its chosen pages.
+template <typename Fn>
+void attend(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, std::span<const SparseRun> runs, Fn fn) {
+  if (!ctx.sparse) return fold_groups(ctx, plan, with_grads, ctx.prefix, 0, plan.k.dim(0), {}, fn);
+  for (const SparseRun& r : runs) {
+    PrefixBlocks* pb = r.pages.empty() ? nullptr
+                                       : &ctx.sparse_cache->prefix_pages(ctx.layer, ctx.attn.q_idx0, with_grads, r.pages);
+    fold_groups(ctx, plan, with_grads, pb, r.q0, r.q1 - r.q0, r.heads, fn);
+  }
+}
+
+// The runs of this chunk's sparse attention: chosen from q (forward sweep) or recalled.
+std::span<const SparseRun> sparse_runs(const LayerCtx& ctx, const Tensor& q, bool choose) {
+  if (!ctx.sparse) return {};
+  const int64_t T = q.dim(0), begin = ctx.attn.q_idx0;
+  if (!choose) return ctx.sparse->recall(ctx.layer, begin, T);
+  const KVCacheOptions& o = ctx.sparse_cache->options();
+  const int64_t np = o.kv.pages_for(begin);
+  return ctx.sparse->choose(ctx.layer, begin, q, ctx.sparse_cache->page_meta().means(ctx.layer, np),
+                            o.first_page(ctx.layer, begin));
 }
 }  // namespace
 
@@ -140,8 +174,11 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   }
   be.rope_fwd(A.q, ctx.pos, ctx.rope);
   if (pass != LayerPass::SavedAttention)  // o (T, H, D), lse (T, H) over earlier pages + own K/V
-    fold_groups(ctx, plan, false,
-                [&](std::span<const KVBlock> blocks, const AttnArgs& a) { be.attention_fwd(A.q, blocks, a, A.o, A.lse); });
+    attend(ctx, plan, false, sparse_runs(ctx, A.q, ctx.sparse_choose),
+           [&](int64_t q0, int64_t n, std::span<const KVBlock> blocks, const AttnArgs& a) {
+             Tensor o = A.o.rows(q0, n), lse = A.lse.rows(q0, n);
+             be.attention_fwd(A.q.rows(q0, n), blocks, a, o, lse);
+           });
   be.linear_fwd(flat2(A.o), p.wo, opt(p.bo), A.hmid);
   be.add(A.hmid, h_in);
   be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
@@ -173,9 +210,11 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
     be.zero(plan.dk);
     be.zero(plan.dv);
   }
-  fold_groups(ctx, plan, true, [&](std::span<const KVBlock> blocks, const AttnArgs& a) {
-    be.attention_bwd(A.q, A.o, A.lse, S.dattn, blocks, a, S.dq);
-  });
+  attend(ctx, plan, true, sparse_runs(ctx, A.q, false),
+         [&](int64_t q0, int64_t n, std::span<const KVBlock> blocks, const AttnArgs& a) {
+           Tensor dq = S.dq.rows(q0, n);
+           be.attention_bwd(A.q.rows(q0, n), A.o.rows(q0, n), A.lse.rows(q0, n), S.dattn.rows(q0, n), blocks, a, dq);
+         });
   be.rope_bwd(S.dq, ctx.pos, ctx.rope);
   be.rope_bwd(plan.dk, ctx.pos, ctx.rope);
   Tensor dq = S.dq, dk = plan.dk;  // gradients of the projections' outputs

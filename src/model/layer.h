@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "kv/kv_cache.h"
+#include "kv/sparse_select.h"
 #include "hf/config.h"
 #include "model/params.h"
 
@@ -64,6 +65,12 @@ struct LayerCtx {
   // backward starts from them (null: from zero, as in full-sequence training).
   KVCache* cache = nullptr;
   int64_t layer = 0;
+  // Sparse attention (--sparse-pages): the selector and the cache its chosen pages come from
+  // (null: every earlier page, through `prefix`). choose: the forward sweep chooses (and records)
+  // from this chunk's queries; otherwise the recorded choice is read back.
+  SparseSelector* sparse = nullptr;
+  KVCache* sparse_cache = nullptr;
+  bool sparse_choose = false;
   int64_t block = 64;  // tokens per block of the chunk's own K/V handed to attention
   bool kv_bf16 = false;  // round K (after RoPE) and V to bf16 values (bf16 K/V pages)
 };

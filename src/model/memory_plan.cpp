@@ -52,6 +52,8 @@ KVCacheOptions kv_cache_options(const ModelConfig& c, const ChunkPlan& p) {
   o.group = p.offload_group;
   o.chunk = p.chunk;
   o.windows = c.layer_window;
+  o.meta = p.sparse.on();
+  o.sparse_pages = p.sparse.on() ? p.sparse.most_pages(c.kv_heads) : 0;
   return o;
 }
 
@@ -84,6 +86,12 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   if (plan.offload_kv) {
     m.at(home, Tag::KV) += kv.home_kv;
     m.at(home, Tag::KVGrad) += kv.home_kv_grad;
+  }
+  if (plan.sparse.on()) {  // page metadata (kept on the device), the page scores, the recorded choice
+    m.at(dev, Tag::PageMeta) += PageMeta::bytes(kvo.kv, N);
+    const SparseSelector::Bytes sb = SparseSelector::plan(plan.sparse, kvo.kv, N, C, true, dev);
+    m.at(dev, Tag::PageMeta) += sb.backend;
+    m.at(Tier::Host, Tag::PageMeta) += sb.host;
   }
   const bool docs = plan.doc_sep >= 0;
   // the chunk inputs, every page's document ids, and the (2) f64 loss sums read once per step

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "kv/kv_cache.h"
+#include "kv/sparse_select.h"
 #include "hf/config.h"
 
 namespace oomb {
@@ -26,6 +27,9 @@ struct ChunkPlan {
   // groups of offload_group pages (0: the default, KVCache::group_for).
   bool offload_kv = false;
   int64_t offload_group = 0;
+  // --sparse-pages K (and --sparse-tile, --sink-pages, --sparse-shared): page-sparse attention
+  // (kv/sparse_select); off by default.
+  SparseOptions sparse;
 };
 
 struct MemoryPlan {

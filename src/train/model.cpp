@@ -37,6 +37,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
   }
   sums_t_ = Tensor(sums_.data(), DType::F64, {2}, be.tier());
   for (int64_t l = 0; l < cfg.layers; ++l) bottom_up_.push_back(l), top_down_.push_back(cfg.layers - 1 - l);
+  if (plan.sparse.on()) sparse_ = std::make_unique<SparseSelector>(plan.sparse, cache_.options().kv, be);
 }
 
 Model::~Model() { be_.synchronize(); }
@@ -80,14 +81,22 @@ void Model::download_params(Params& host) const {
 // The layer's view of the chunk: when it attends, the blocks of every page before the chunk
 // (partial pages cut at its first token) and, when with_grads, the gradient pages they
 // accumulate into; with_grads also starts the chunk's own dK/dV from its gradient pages.
-LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads) {
+// Sparse: the chunk's query tiles read their chosen pages, chosen now (choose: the forward sweep)
+// or recalled from the forward sweep's record.
+LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads, bool choose) {
   AttnArgs attn;
   attn.scale = float(1.0 / std::sqrt(double(cfg_.head_dim)));
   attn.q_idx0 = c.begin;
   attn.q_doc = inputs_.doc();
   attn.window = size_t(l) < cfg_.layer_window.size() ? cfg_.layer_window[size_t(l)] : 0;
   LayerCtx ctx{cfg_, be_, RopeTable{inv_freq_.data(), attention_scaling_}, inputs_.pos(c.size()), attn};
-  if (attends) ctx.prefix = &cache_.prefix(l, c.begin, with_grads);
+  if (attends && sparse_ && c.begin > 0) {
+    ctx.sparse = sparse_.get();
+    ctx.sparse_cache = &cache_;
+    ctx.sparse_choose = choose;
+  } else if (attends) {
+    ctx.prefix = &cache_.prefix(l, c.begin, with_grads);
+  }
   if (with_grads) ctx.cache = &cache_;
   ctx.layer = l;
   ctx.kv_bf16 = plan_.kv_dtype == DType::BF16;
@@ -102,13 +111,14 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   const int64_t n = c.size(), L = cfg_.layers;
   const bool write = sweep != Sweep::Recompute;
   const int64_t attending = sweep == Sweep::ForwardKVOnlyLast ? L - 1 : L;
-  cache_.begin_pass(std::span<const int64_t>(bottom_up_).first(size_t(attending)), c.begin, false);
+  if (!sparse_)  // sparse attention reads the pages it chose, layer by layer
+    cache_.begin_pass(std::span<const int64_t>(bottom_up_).first(size_t(attending)), c.begin, false);
   LayerBuffers buf = layer_plan_.view(n);
   Tensor h0 = h_[0].rows(0, n);
   be_.embedding_fwd(inputs_.ids(n), params_.embed, h0);
   for (int64_t l = 0; l < L; ++l) {
     const size_t li = size_t(l);
-    const LayerCtx ctx = layer_ctx(l, c, l < attending, false);
+    const LayerCtx ctx = layer_ctx(l, c, l < attending, false, write);
     buf.acts.o = att_o_[li].rows(0, n);
     buf.acts.lse = att_lse_[li].rows(0, n);
     Tensor h_out = h_[li + 1].rows(0, n);
@@ -140,6 +150,7 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
   std::vector<int32_t> none(size_t(N), -1);
   const ChunkReader read = array_reader(ids, none.data());
   cache_.begin_sequence(N, std::min(C, N), false);
+  if (sparse_) sparse_->begin_sequence(N, C, false);
   inputs_.begin_sequence();
   for (int64_t t = 0; t < chunk_count(N, C); ++t) {
     const ChunkSpan c = chunk_span(N, C, t);
@@ -158,6 +169,7 @@ void Model::begin_decode(int64_t max_tokens) {
   OOMB_CHECK(max_tokens > 0, "generate: the sequence must hold at least one token, got {}", max_tokens);
   OOMB_CHECK(plan_.doc_sep < 0, "generate: --doc-mask does not apply to generation");
   cache_.begin_sequence(max_tokens, std::min(plan_.chunk, max_tokens), false);
+  if (sparse_) sparse_->begin_sequence(max_tokens, plan_.chunk, false);
   inputs_.begin_sequence();
   if (decode_logits_.bytes() == 0) decode_logits_ = Buffer(be_.tier(), Tag::Workspace, size_t(cfg_.vocab) * 4);
   decoded_ = 0;
@@ -193,6 +205,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
   const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;
   cache_.begin_sequence(N, std::min(C, N), backward);
+  if (sparse_) sparse_->begin_sequence(N, C, backward);
   inputs_.begin_sequence();
   be_.zero(sums_t_);
   LossStats st;
@@ -202,7 +215,9 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     const ChunkSpan c = chunk_span(N, C, t);
     const int64_t n = c.size();
     st.targets += inputs_.load(read, c, true, cache_.docs());
-    forward_layers(c, backward ? Sweep::ForwardKVOnlyLast : Sweep::Forward);
+    // sparse: the last layer attends too, so that its choice is made (and recorded) here, from
+    // the page metadata as the forward sweep sees it
+    forward_layers(c, backward && !sparse_ ? Sweep::ForwardKVOnlyLast : Sweep::Forward);
     if (!backward) {
       final_norm(n);
       be_.lm_head_xent_acc(hnorm_.rows(0, n), params_.lm_head, inputs_.targets(n), 1.0f, nullptr, nullptr, sums_t_);
@@ -229,10 +244,10 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     be_.lm_head_xent_acc(hnorm_.rows(0, n), params_.lm_head, inputs_.targets(n), scale, &dhn, &g.lm_head, sums_t_);
     be_.rmsnorm_bwd(h_.back().rows(0, n), params_.final_norm, rstd_final_.rows(0, n), dhn, dh, false, g.final_norm);
     const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
-    cache_.begin_pass(top_down_, c.begin, true);
+    if (!sparse_) cache_.begin_pass(top_down_, c.begin, true);
     for (int64_t l = L - 1; l >= 0; --l) {
       const size_t li = size_t(l);
-      const LayerCtx ctx = layer_ctx(l, c, true, true);
+      const LayerCtx ctx = layer_ctx(l, c, true, true, false);
       Tensor h_in = h_[li].rows(0, n), h_out = h_[li + 1].rows(0, n);
       buf.acts.o = att_o_[li].rows(0, n);
       buf.acts.lse = att_lse_[li].rows(0, n);

@@ -67,13 +67,15 @@ class Model {
   void end_decode();
 
   const KVCache& kv_cache() const { return cache_; }
+  // Sparse attention's selector (null when dense): the choices of the last sequence (tests).
+  const SparseSelector* sparse() const { return sparse_.get(); }
   const PagedKV& kv() const { return cache_.kv(); }
   const PagedKV& kv_grad() const { return cache_.kv_grad(); }
 
  private:
   enum class Sweep { Forward, ForwardKVOnlyLast, Recompute };
   LossStats run(const ChunkReader& read, int64_t N, float weight, bool backward);
-  LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads);
+  LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads, bool choose);
   void forward_layers(ChunkSpan c, Sweep sweep);
   void final_norm(int64_t n);
   void read_sums(LossStats& st);
@@ -86,6 +88,7 @@ class Model {
   std::vector<float> inv_freq_;
   float attention_scaling_ = 1.0f;
   KVCache cache_;        // K/V, KV-gradient and document pages (tags kv, kv_grad, data)
+  std::unique_ptr<SparseSelector> sparse_;  // --sparse-pages: the choice of pages (tag page_meta)
   ChunkInputs inputs_;   // ids, targets, positions, documents of one chunk (tag data)
   Arena saved_;          // one chunk's layer inputs h_0..h_L, dh, final norm (tag activations)
   Arena saved_attn_;     // one chunk's attention output and LSE per layer (tag activations)
