@@ -16,6 +16,14 @@ DIR        Hugging Face config.json + model.safetensors (or sharded model-*.safe
            at 0 at every document start (what HF's DataCollatorWithFlattening +
            position_ids-based varlen attention does).  The loss still covers all N
            targets (no label is masked at document boundaries).
+--mask FILE
+           optional raw uint8, n_layers x n_kv_heads x N x N (row-major): an explicit attention mask
+           per layer and kv head (query heads use their kv head's): key j is visible to query i only
+           where the byte [layer][kv head][i][j] is 1, on top of causality, documents and windows
+           (sparse attention's reference: the mask written from the engine's recorded choice).
+--ignore-targets-of ID
+           optional: the targets at positions whose input token is ID are not trained (the loss is
+           the mean over the others), as the engine's --doc-mask drops each separator's target.
 --expect-rounded-from DIR
            optional F32 checkpoint of the same parameters: every tensor of --model must be
            BF16 or F16 and hold exactly torch's rounding of DIR's (exit 2 naming the first
@@ -580,7 +588,7 @@ def rotate_half(x):
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
-def forward_loss(c, P, inputs, targets, positions, segments):
+def forward_loss(c, P, inputs, targets, positions, segments, extra_mask=None):
     """inputs/targets/positions/segments: int64 numpy [N]. Returns scalar float64 loss."""
     N = inputs.shape[0]
     hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv
@@ -601,6 +609,8 @@ def forward_loss(c, P, inputs, targets, positions, segments):
         if win not in masks:
             masks[win] = base_mask if win is None else base_mask & ((ii - jj) < win)
         allowed = masks[win]
+        if extra_mask is not None:  # [n_kv, N, N] -> per query head
+            allowed = allowed[None, :, :] & extra_mask[li].repeat_interleave(rep, dim=0)
 
         h = rms_norm(x, g("input_layernorm.weight"), c.eps)
         q = linear(h, g("self_attn.q_proj.weight"), g("self_attn.q_proj.bias"))
@@ -633,7 +643,7 @@ def forward_loss(c, P, inputs, targets, positions, segments):
     x = rms_norm(x, P["model.norm.weight"], c.eps)
     w_out = P["model.embed_tokens.weight"] if c.tied else P["lm_head.weight"]
     logits = x @ w_out.t()
-    return F.cross_entropy(logits, torch.from_numpy(targets), reduction="mean")
+    return F.cross_entropy(logits, torch.from_numpy(targets), reduction="mean", ignore_index=-100)
 
 
 # ----------------------------------------------------------------------------------------
@@ -706,13 +716,26 @@ def run(args):
         segments = np.zeros(N, dtype=np.int64)
         positions = np.arange(N, dtype=np.int64)
 
+    extra_mask = None
+    if args.mask:
+        want = c.n_layers * c.n_kv * N * N
+        try:
+            raw = np.fromfile(args.mask, dtype=np.uint8)
+        except OSError as e:
+            fail(f"{args.mask}: cannot read mask file: {e}")
+        if raw.size != want:
+            fail(f"{args.mask}: has {raw.size} bytes, expected layers x kv heads x N x N = {want}")
+        extra_mask = torch.from_numpy(raw.reshape(c.n_layers, c.n_kv, N, N) != 0)
+    if args.ignore_targets_of is not None:
+        targets = np.where(inputs == args.ignore_targets_of, -100, targets)
+
     store = WeightStore(args.model)
     specs, P = load_params(c, store, args.model)
     if args.expect_rounded_from:
         check_rounding(store, WeightStore(args.expect_rounded_from), [n for n, _ in specs], args)
 
     torch.set_grad_enabled(True)
-    loss = forward_loss(c, P, inputs, targets, positions, segments)
+    loss = forward_loss(c, P, inputs, targets, positions, segments, extra_mask)
     if not torch.isfinite(loss):
         fail(f"{args.model}: loss is not finite ({loss.item()})")
     order = [n for n, _ in specs]
@@ -735,6 +758,9 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="output .safetensors (F64)")
     ap.add_argument("--doc-ids", dest="doc_ids", default=None,
                     help="raw LE uint32/int32 document ids, N of them")
+    ap.add_argument("--mask", default=None, help="raw uint8 mask, layers x kv heads x N x N (1 = visible)")
+    ap.add_argument("--ignore-targets-of", dest="ignore_targets_of", type=int, default=None,
+                    help="targets at positions whose input is this id are not trained")
     ap.add_argument("--expect-rounded-from", dest="expect_rounded_from", default=None,
                     help="dir of an F32 checkpoint: --model's BF16/F16 tensors must be torch's rounding of it")
     args = ap.parse_args(argv)
