@@ -205,6 +205,7 @@ TEST(CudaOps, AttentionOverBlocks) {
     DType grad;  // of the earlier blocks; the chunk's own are f32, as in the model
     bool own = true;  // without them and with documents, some queries see no key at all
     DType kv = DType::F32;  // K/V of the earlier blocks (pages with --kv-dtype bf16); the chunk's own f32
+    bool masked = false;    // earlier block b read by kv head b % G alone (KVBlock::heads, sparse per group)
   };
   const std::vector<Case> cases = {{5, 2, 1, 8, {}, false, DType::F32},
                                    {33, 4, 2, 16, {16, 16, 7}, false, DType::F32},
@@ -213,7 +214,8 @@ TEST(CudaOps, AttentionOverBlocks) {
                                    {17, 4, 1, 256, {40}, true, DType::F32},
                                    {30, 4, 2, 32, {40}, true, DType::BF16, false},
                                    {33, 4, 2, 16, {16, 16, 7}, false, DType::F32, true, DType::BF16},
-                                   {64, 6, 2, 64, {128, 3, 128}, true, DType::BF16, true, DType::BF16}};
+                                   {64, 6, 2, 64, {128, 3, 128}, true, DType::BF16, true, DType::BF16},
+                                   {33, 4, 2, 16, {16, 16, 7}, false, DType::F32, true, DType::F32, true}};
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("T={} H={} G={} D={} blocks={} docs={} grad={} kv={}", c.T, c.H, c.G, c.D, c.lens.size(),
                              c.docs, dtype_name(c.grad), dtype_name(c.kv)));
@@ -258,6 +260,7 @@ TEST(CudaOps, AttentionOverBlocks) {
       const int32_t* dd = c.docs ? docs.d.as<int32_t>() + at : nullptr;
       hb.push_back({k.back()->h, v.back()->h, dk.back()->h, dv.back()->h, at, hd});
       db.push_back({k.back()->d, v.back()->d, dk.back()->d, dv.back()->d, at, dd});
+      if (c.masked && !own_block) hb.back().heads = db.back().heads = uint64_t(1) << (b % size_t(c.G));
       at += lens[b];
     }
     std::reverse(hb.begin(), hb.end());  // any order folds the same
@@ -310,6 +313,33 @@ TEST(CudaOps, AttentionOverBlocks) {
         report("attention dv", err(*dv[b]), 1e-6);  // measured <= 1.3e-7
       }
     }
+  }
+}
+
+// Sparse attention's page metadata (bit for bit: both sum rows in fp64 in order) and page scores
+// (per group and shared; fp32 sums in another order).
+TEST(CudaOps, SparsePageMetadataAndScores) {
+  REQUIRE_GPU();
+  Backend &C = *backends().cpu, &G = *backends().cuda;
+  const int64_t T = 77, Gk = 3, H = 6, D = 40, P = 16, pages = 10;
+  Pair k1(DType::F32, {40, Gk, D}), k2(DType::F32, {37, Gk, D}), means(DType::BF16, {pages, Gk, D});
+  k1.randn(31), k2.randn(32);
+  means.upload();
+  for (Backend* b : {&C, &G}) {  // tokens [21, 61) then [61, 98): pages straddle the two writes
+    const bool dev = b == &G;
+    Tensor m = dev ? means.d : means.h;
+    b->page_key_means(dev ? k1.d : k1.h, 21, P, m);
+    b->page_key_means(dev ? k2.d : k2.h, 61, P, m);
+  }
+  EXPECT_EQ(means.download(), std::vector<char>(means.host.begin(), means.host.end() - 1)) << "page_key_means";
+  Pair q(DType::F32, {T, H, D});
+  q.randn(33);
+  for (int64_t S : {Gk, int64_t(1)}) {
+    Pair sc(DType::F32, {(T + 15) / 16, S, 6});
+    const Tensor mh = means.h.rows(0, 6), md = means.d.rows(0, 6);
+    C.page_scores(q.h, 16, mh, sc.h);
+    G.page_scores(q.d, 16, md, sc.d);
+    report(S == 1 ? "page_scores shared" : "page_scores", err(sc), 1e-5);  // not yet measured on a GPU
   }
 }
 
