@@ -8,6 +8,7 @@
 #include "kv/kv_cache.h"
 #include "kv/sparse_select.h"
 #include "hf/config.h"
+#include "model/lora.h"
 
 namespace oomb {
 
@@ -30,7 +31,12 @@ struct ChunkPlan {
   // --sparse-pages K (and --sparse-tile, --sink-pages, --sparse-shared): page-sparse attention
   // (kv/sparse_select); off by default.
   SparseOptions sparse;
+  // LoRA (--lora-rank > 0): the base frozen (no gradients, no moments); adapters train
+  LoraConfig lora;
 };
+
+// Parameters the optimizer updates: every one, or LoRA's trainable set.
+int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan);
 
 struct MemoryPlan {
   std::array<std::array<int64_t, kNumTags>, kNumTiers> bytes{};
@@ -41,7 +47,7 @@ struct MemoryPlan {
 };
 
 // What the backend's workspace depends on, for a model and chunks of at most `chunk` tokens.
-WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk);
+WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk, const LoraConfig& lora = {});
 
 // The KV cache's options for a model and plan.
 KVCacheOptions kv_cache_options(const ModelConfig& cfg, const ChunkPlan& plan);
