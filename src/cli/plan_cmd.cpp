@@ -15,7 +15,8 @@ namespace oomb::cli {
 
 namespace {
 struct PlanArgs {
-  std::string model, preset, optimizer = "adamw", device, kv_grad_dtype = "f32", kv_dtype = "f32", offload;
+  std::string model, preset, optimizer = "adamw", device, kv_grad_dtype = "f32", kv_dtype = "f32", offload,
+      precision = "fp32";
   int64_t seq_len = 0, chunk = 0, page = 128, offload_group = 0;
   bool json = false, doc_mask = false;
   SparseFlags sparse;
@@ -42,6 +43,8 @@ Command add_plan(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
+  c->add_option("--precision", a->precision, "fp32 or bf16 (as oomb train)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   c->add_flag("--doc-mask", a->doc_mask, "Documents masked as oomb train --doc-mask (their ids take 4 B a token)");
   add_sparse_flags(c, a->sparse);
   c->add_flag("--json", a->json, "Print one JSON object instead of a table");
@@ -53,6 +56,7 @@ Command add_plan(CLI::App& app) {
             ChunkPlan plan{std::min(a->chunk > 0 ? a->chunk : 1024, a->seq_len), a->page,
                            dtype_parse(a->kv_grad_dtype)};
             plan.kv_dtype = dtype_parse(a->kv_dtype);
+            plan.precision = a->precision == "bf16" ? DType::BF16 : DType::F32;
             if (a->doc_mask) plan.doc_sep = 0;  // any separator: the plan needs only whether there is one
             set_offload(a->offload, a->offload_group, a->seq_len, plan);
             set_sparse(a->sparse, cfg, plan);

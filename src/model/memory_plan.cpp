@@ -77,11 +77,12 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   used.chunk = C;
   MemoryPlan m;
   const int64_t Pt = trainable_count(cfg, plan);  // LoRA: a set of its own beside the frozen base
-  m.at(dev, Tag::Weights) = P * 4 + (plan.lora.on() ? Pt * 4 : 0);
+  m.at(dev, Tag::Weights) = P * 4 + (plan.lora.on() ? Pt * 4 : 0) + (plan.precision == DType::BF16 ? P * 4 : 0);
   m.at(dev, Tag::Grads) = Pt * 4;
   m.at(dev, Tag::Optimizer) = optimizer == "adamw" ? 2 * Pt * 4 : 0;
   m.at(dev, Tag::Activations) =
-      LayerPlan::bytes(cfg, C, plan.lora.rank) + saved_bytes(cfg, C) + saved_attention_bytes(cfg, C);
+      LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16) + saved_bytes(cfg, C) +
+      saved_attention_bytes(cfg, C);
   m.at(dev, Tag::Workspace) = int64_t(workspace_bytes);
   m.at(Tier::Pinned, Tag::Workspace) += int64_t(pinned_workspace_bytes);
   const KVCacheOptions kvo = kv_cache_options(cfg, used);
