@@ -376,7 +376,7 @@ TEST(Cli, LoraTrainContinueAndMerge) {
   };
   const double adapted = first_loss(fmt::format("--model {} --lora {}", m, a2)),
                plain = first_loss(fmt::format("--model {}", merged)), base = first_loss(fmt::format("--model {}", m));
-  EXPECT_NEAR(plain, adapted, 1e-4 * adapted);
+  EXPECT_NEAR(plain, adapted, 1e-4 * adapted);  // the progress line's 4 decimals
   EXPECT_NE(adapted, base) << "the adapter changed nothing";
   // bad input, named
   EXPECT_THAT(oomb_cmd(dir, fmt::format("train {} --steps 1 --lora-rank 4 --lora-targets q,wq", common)).out,
