@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "cli/guards.h"
 #include "cli/memory_report.h"
 #include "cli/train_checkpoints.h"
@@ -335,6 +336,7 @@ Command add_train(CLI::App& app) {
   add_checkpoint_flags(c, a->ckpt);
   a->cmd = c;
   return {c, [a] {
+            a->ckpt.config_toml = resolved_config(*a->cmd);
             check_paths(*a);
             auto be = make_backend(a->device, a->device_memory);
             if (a->model.empty() && a->data.empty()) return run_demo(*a, *be);
