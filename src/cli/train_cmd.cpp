@@ -102,6 +102,7 @@ void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPl
                format_bytes(m.total(Tier::Device)), format_bytes(m.get(Tier::Device, Tag::KV)),
                format_bytes(m.get(Tier::Device, Tag::KVGrad)));
   }
+  set_out_of_memory_advice(plan_advice(a.seq_len, plan.chunk, plan_for));
   check_plan_fits(m, a.seq_len, plan.chunk, {available_host_memory(), "the host's available memory (MemAvailable)"},
                   dev, plan_for, a.force, &std::cout);
 }
