@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "kv/kv_cache.h"
 #include "hf/config.h"
+#include "model/lora.h"
 
 namespace oomb {
 
@@ -26,7 +27,12 @@ struct ChunkPlan {
   // groups of offload_group pages (0: the default, KVCache::group_for).
   bool offload_kv = false;
   int64_t offload_group = 0;
+  // LoRA (--lora-rank > 0): the base frozen (no gradients, no moments); adapters train
+  LoraConfig lora;
 };
+
+// Parameters the optimizer updates: every one, or LoRA's trainable set.
+int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan);
 
 struct MemoryPlan {
   std::array<std::array<int64_t, kNumTags>, kNumTiers> bytes{};
@@ -37,7 +43,7 @@ struct MemoryPlan {
 };
 
 // What the backend's workspace depends on, for a model and chunks of at most `chunk` tokens.
-WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk);
+WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk, const LoraConfig& lora = {});
 
 // The KV cache's options for a model and plan.
 KVCacheOptions kv_cache_options(const ModelConfig& cfg, const ChunkPlan& plan);

@@ -23,7 +23,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
       saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk))),
       saved_attn_(be.tier(), Tag::Activations, size_t(saved_attention_bytes(cfg, plan.chunk))),
-      layer_plan_(cfg, plan.chunk, be.tier()),
+      layer_plan_(cfg, plan.chunk, be.tier(), plan.lora.rank),
       sums_(be.tier(), Tag::Data, 16) {
   inv_freq_ = rope_inv_freq(cfg, &attention_scaling_);
   const int64_t C = plan.chunk;
@@ -37,12 +37,29 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
   }
   sums_t_ = Tensor(sums_.data(), DType::F64, {2}, be.tier());
   for (int64_t l = 0; l < cfg.layers; ++l) bottom_up_.push_back(l), top_down_.push_back(cfg.layers - 1 - l);
+  layers_ = params_.layers;
+  embed_ = params_.embed, final_norm_ = params_.final_norm, lm_head_ = params_.lm_head;
+  if (plan.lora.on()) {
+    check_lora(plan.lora);
+    train_ = std::make_unique<Params>(cfg, lora_layout(cfg, plan.lora), be.tier(), Tag::Weights);
+    layers_ = lora_layers(params_.layers, *train_, cfg, plan.lora);
+    if (!train_->embed.empty()) embed_ = train_->embed;
+    if (!train_->final_norm.empty()) final_norm_ = train_->final_norm;
+    if (cfg.tie_word_embeddings) lm_head_ = embed_;
+  }
 }
 
 Model::~Model() { be_.synchronize(); }
 
 void Model::enable_grads() {
-  if (!grads_) grads_ = std::make_unique<Params>(cfg_, be_.tier(), Tag::Grads);
+  if (grads_) return;
+  if (!train_) {
+    grads_ = std::make_unique<Params>(cfg_, be_.tier(), Tag::Grads);
+    grad_layers_ = grads_->layers;
+  } else {
+    grads_ = std::make_unique<Params>(cfg_, train_->specs(), be_.tier(), Tag::Grads);
+    grad_layers_ = lora_layers({}, *grads_, cfg_, plan_.lora);
+  }
 }
 
 LossStats Model::forward_backward(const ChunkReader& read, int64_t N, float weight) {
@@ -81,6 +98,18 @@ void Model::download_params(Params& host) const {
   be_.copy(host.flat().data, Tier::Host, params_.flat().data, be_.tier(), params_.flat().bytes());
 }
 
+void Model::upload_trainable(const Params& host) {
+  if (!train_) return upload_params(host);
+  OOMB_CHECK(host.flat().numel() == train_->flat().numel(), "model: a LoRA set of another shape");
+  be_.copy(train_->flat().data, be_.tier(), host.flat().data, Tier::Host, train_->flat().bytes());
+}
+
+void Model::download_trainable(Params& host) const {
+  if (!train_) return download_params(host);
+  OOMB_CHECK(host.flat().numel() == train_->flat().numel(), "model: a LoRA set of another shape");
+  be_.copy(host.flat().data, Tier::Host, train_->flat().data, be_.tier(), train_->flat().bytes());
+}
+
 // The layer's view of the chunk: when it attends, the blocks of every page before the chunk
 // (partial pages cut at its first token) and, when with_grads, the gradient pages they
 // accumulate into; with_grads also starts the chunk's own dK/dV from its gradient pages.
@@ -109,14 +138,14 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   cache_.begin_pass(std::span<const int64_t>(bottom_up_).first(size_t(attending)), c.begin, false);
   LayerBuffers buf = layer_plan_.view(n);
   Tensor h0 = h_[0].rows(0, n);
-  be_.embedding_fwd(inputs_.ids(n), params_.embed, h0);
+  be_.embedding_fwd(inputs_.ids(n), embed_, h0);
   for (int64_t l = 0; l < L; ++l) {
     const size_t li = size_t(l);
     const LayerCtx ctx = layer_ctx(l, c, l < attending, false);
     buf.acts.o = att_o_[li].rows(0, n);
     buf.acts.lse = att_lse_[li].rows(0, n);
     Tensor h_out = h_[li + 1].rows(0, n);
-    layer_forward(ctx, params_.layers[li], h_[li].rows(0, n), h_out, buf,
+    layer_forward(ctx, layers_[li], h_[li].rows(0, n), h_out, buf,
                   l < attending ? LayerPass::Full : LayerPass::KVOnly);
     if (write) cache_.write(l, c.begin, buf.k, buf.v);
   }
@@ -125,7 +154,7 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
 // hnorm, rstd_final := the final RMSNorm of the last layer's output
 void Model::final_norm(int64_t n) {
   Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n);
-  be_.rmsnorm_fwd(h_.back().rows(0, n), params_.final_norm, float(cfg_.rms_norm_eps), hn, rstd);
+  be_.rmsnorm_fwd(h_.back().rows(0, n), final_norm_, float(cfg_.rms_norm_eps), hn, rstd);
 }
 
 // The one readback of a sequence: its loss and hits.
@@ -152,7 +181,7 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
     forward_layers(c, Sweep::Forward);
     final_norm(n);
     Tensor l = lg.rows(0, n);
-    be_.linear_fwd(hnorm_.rows(0, n), params_.lm_head, nullptr, l);
+    be_.linear_fwd(hnorm_.rows(0, n), lm_head_, nullptr, l);
     be_.copy(out + c.begin * V, Tier::Host, l.data, be_.tier(), l.bytes());
   }
   cache_.clear();
@@ -183,7 +212,7 @@ void Model::decode(const int32_t* ids, int64_t n, float* out) {
   forward_layers(c, Sweep::Forward);  // every layer's K/V of these tokens go into the pages
   final_norm(n);
   Tensor logits(decode_logits_.data(), DType::F32, {1, cfg_.vocab}, be_.tier());
-  be_.linear_fwd(hnorm_.rows(n - 1, 1), params_.lm_head, nullptr, logits);
+  be_.linear_fwd(hnorm_.rows(n - 1, 1), lm_head_, nullptr, logits);
   be_.copy(out, Tier::Host, logits.data, be_.tier(), logits.bytes());
   decoded_ += n;
 }
@@ -210,7 +239,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     forward_layers(c, backward ? Sweep::ForwardKVOnlyLast : Sweep::Forward);
     if (!backward) {
       final_norm(n);
-      be_.lm_head_xent_acc(hnorm_.rows(0, n), params_.lm_head, inputs_.targets(n), 1.0f, nullptr, nullptr, sums_t_);
+      be_.lm_head_xent_acc(hnorm_.rows(0, n), lm_head_, inputs_.targets(n), 1.0f, nullptr, nullptr, sums_t_);
       if (after_chunk) {
         read_sums(st);
         after_chunk(c, st);
@@ -235,8 +264,11 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     LayerBuffers buf = layer_plan_.view(n);
     final_norm(n);
     Tensor dh = dh_.rows(0, n), dhn = buf.g.da;  // (n, d) scratch, free until the layers' backward
-    be_.lm_head_xent_acc(hnorm_.rows(0, n), params_.lm_head, inputs_.targets(n), scale, &dhn, &g.lm_head, sums_t_);
-    be_.rmsnorm_bwd(h_.back().rows(0, n), params_.final_norm, rstd_final_.rows(0, n), dhn, dh, false, g.final_norm);
+    // (under LoRA a frozen lm_head has no gradient, and a frozen final norm's goes to scratch)
+    Tensor* dw_head = g.lm_head.empty() ? nullptr : &g.lm_head;
+    be_.lm_head_xent_acc(hnorm_.rows(0, n), lm_head_, inputs_.targets(n), scale, &dhn, dw_head, sums_t_);
+    be_.rmsnorm_bwd(h_.back().rows(0, n), final_norm_, rstd_final_.rows(0, n), dhn, dh, false,
+                    g.final_norm.empty() ? buf.discard : g.final_norm);
     const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
     cache_.begin_pass(top_down_, c.begin, true);
     for (int64_t l = L - 1; l >= 0; --l) {
@@ -246,12 +278,12 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
       buf.acts.o = att_o_[li].rows(0, n);
       buf.acts.lse = att_lse_[li].rows(0, n);
       // recompute the internals but attention (the top layer's are still there)
-      if (l + 1 < L) layer_forward(ctx, params_.layers[li], h_in, h_out, buf, LayerPass::SavedAttention);
-      layer_backward(ctx, params_.layers[li], g.layers[li], h_in, dh, buf);
+      if (l + 1 < L) layer_forward(ctx, layers_[li], h_in, h_out, buf, LayerPass::SavedAttention);
+      layer_backward(ctx, layers_[li], grad_layers_[li], h_in, dh, buf);
       // no remaining (earlier) chunk reads these tokens' K/V or their gradients
       cache_.release_from(l, first_free);
     }
-    be_.embedding_bwd(inputs_.ids(n), dh, g.embed);
+    if (!g.embed.empty()) be_.embedding_bwd(inputs_.ids(n), dh, g.embed);
     cache_.docs().release_from(first_free);
   }
   read_sums(st);

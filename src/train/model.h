@@ -41,12 +41,17 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const ChunkPlan& plan() const { return plan_; }
   Params& params() { return params_; }
+  // What the optimizer updates: params(), or with LoRA (plan.lora) the adapters' set (model/lora.h),
+  // whose layout grads() then has too (the frozen base has no gradients).
+  Params& trainable() { return train_ ? *train_ : params_; }
   Params& grads() { return *grads_; }
   Backend& backend() { return be_; }
   void enable_grads();  // allocates the gradient buffer (tag grads), zeroed
   // Parameters from / to host memory (load and save through them when the backend is a device).
   void upload_params(const Params& host);
   void download_params(Params& host) const;
+  void upload_trainable(const Params& host);  // LoRA's set (with LoRA off: upload_params)
+  void download_trainable(Params& host) const;
 
   // One sequence of N tokens. Loss = mean cross-entropy over its targets; grads accumulate
   // weight * dLoss/dparam (weight = 1 / accumulated sequences). The host waits for the device
@@ -88,7 +93,12 @@ class Model {
   Backend& be_;
   ChunkPlan plan_;
   Params params_;
+  std::unique_ptr<Params> train_;  // LoRA's trainable set (tag weights); null without LoRA
   std::unique_ptr<Params> grads_;
+  // the tensors the sweeps compute with: params_', or with LoRA the base's with adapters bound and
+  // trainable norms / embedding from train_; and the gradients' per-layer views
+  std::vector<LayerParams> layers_, grad_layers_;
+  Tensor embed_, final_norm_, lm_head_;
   std::vector<float> inv_freq_;
   float attention_scaling_ = 1.0f;
   KVCache cache_;        // K/V, KV-gradient and document pages (tags kv, kv_grad, data)

@@ -21,8 +21,8 @@ Optimizer::Optimizer(const OptimConfig& c, Params& params, Params& grads, Backen
   OOMB_CHECK(c.weight_decay >= 0, "--weight-decay: must be >= 0, got {}", c.weight_decay);
   OOMB_CHECK(c.warmup_steps >= 0, "--warmup-steps: must be >= 0, got {}", c.warmup_steps);
   if (c.kind == "adamw") {
-    m_ = std::make_unique<Params>(params.config(), be.tier(), Tag::Optimizer);
-    v_ = std::make_unique<Params>(params.config(), be.tier(), Tag::Optimizer);
+    m_ = std::make_unique<Params>(params.config(), params.specs(), be.tier(), Tag::Optimizer);
+    v_ = std::make_unique<Params>(params.config(), params.specs(), be.tier(), Tag::Optimizer);
   }
 }
 
