@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test test-fast demo demo-text fuzz bench clean
+.PHONY: all deps configure build test test-fast test-asan demo demo-text fuzz bench clean
 
 all: build
 
@@ -25,6 +25,20 @@ test: build
 test-fast: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow
 
+# the CPU suite built with AddressSanitizer and UndefinedBehaviorSanitizer in its own build directory
+# (CUDA and fuzzers off; the fuzzers have their own sanitizers): any report fails the test that made
+# it. The tests labelled slow are left out unless ASAN_CTEST_ARGS says otherwise (ASAN_CTEST_ARGS=).
+ASAN_BUILD ?= build-asan
+ASAN_CTEST_ARGS ?= -LE slow
+SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DOOMB_CUDA=OFF -DOOMB_FUZZ=OFF \
+	  -DCMAKE_CXX_FLAGS="$(SANITIZE)" -DCMAKE_EXE_LINKER_FLAGS="$(SANITIZE)" > $(ASAN_BUILD).configure.log 2>&1 \
+	  || (cat $(ASAN_BUILD).configure.log; exit 1)
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L cpu $(ASAN_CTEST_ARGS)
+
 # the embedded default: a tiny model learning a long-range recall task (about two minutes on 2 cores)
 demo: build
 	@./$(BUILD)/oomb train
@@ -42,4 +56,4 @@ fuzz: build
 	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/$$n.corpus tests/fuzz/corpus/$$n || exit 1; done
 
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log
+	rm -rf $(BUILD) $(BUILD).configure.log $(ASAN_BUILD) $(ASAN_BUILD).configure.log

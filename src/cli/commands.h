@@ -22,5 +22,6 @@ Command add_plan(CLI::App& app);
 Command add_tokenize(CLI::App& app);
 Command add_generate(CLI::App& app);
 Command add_merge(CLI::App& app);
+Command add_eval(CLI::App& app);
 
 }  // namespace oomb::cli

@@ -110,6 +110,49 @@ int64_t need_of(const MemoryPlan& m, bool host) {
 
 }  // namespace
 
+std::string what_fits(int64_t N, int64_t C, bool is_host, int64_t bytes,
+                      const std::function<MemoryPlan(int64_t, int64_t)>& plan_for) {
+  auto fits = [&](int64_t n, int64_t c) {
+    try {
+      return need_of(plan_for(n, std::min(c, n)), is_host) <= bytes;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  int64_t lo = 0, hi = N;  // the longest sequence at this C
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid, C) ? lo : hi) = mid;
+  }
+  int64_t clo = 0, chi = C;  // the largest chunk at this N
+  while (chi - clo > 1) {
+    const int64_t mid = clo + (chi - clo) / 2;
+    (fits(N, mid) ? clo : chi) = mid;
+  }
+  std::string fit;
+  if (lo > 0) fit = fmt::format("at most N = {} fits at C = {}", lo, std::min(C, lo));
+  if (clo > 0) fit += fmt::format("{}C = {} fits at N = {}", fit.empty() ? "" : "; ", clo, N);
+  if (fit.empty()) fit = "no length fits";
+  return fit;
+}
+
+OutOfMemoryAdvice plan_advice(int64_t N, int64_t C, std::function<MemoryPlan(int64_t, int64_t)> plan_for) {
+  return [=](Tier tier, Tag, int64_t bytes, int64_t in_use) {
+    const bool host = tier != Tier::Device;
+    const int64_t held = host ? Accountant::global().total(Tier::Host).current +
+                                    Accountant::global().total(Tier::Pinned).current
+                              : in_use;
+    const int64_t cap = host ? 0 : Accountant::global().capacity(Tier::Device);
+    // the device: its capacity; the host: what it holds and the largest block it still gives
+    const int64_t within = cap > 0 ? cap : host ? held + largest_host_block(bytes) : held + bytes - 1;
+    const MemoryPlan m = plan_for(N, C);
+    return fmt::format("oomb plan: this run (N = {}, C = {}) needs {} in {}{}; within {}: {}", N, C,
+                       format_bytes(need_of(m, host)), host ? "host and pinned memory" : "device memory",
+                       cap > 0 ? fmt::format(" (--device-memory {})", cap) : "", format_bytes(within),
+                       what_fits(N, C, host, within, plan_for));
+  };
+}
+
 void check_plan_fits(const MemoryPlan& m, int64_t N, int64_t C, const Limit& host, const Limit& device,
                      const std::function<MemoryPlan(int64_t, int64_t)>& plan_for, bool force, std::ostream* warn) {
   for (const bool is_host : {false, true}) {
@@ -122,27 +165,7 @@ void check_plan_fits(const MemoryPlan& m, int64_t N, int64_t C, const Limit& hos
       const int64_t b = is_host ? m.get(Tier::Host, Tag(i)) + m.get(Tier::Pinned, Tag(i)) : m.get(Tier::Device, Tag(i));
       if (b > most) most = b, biggest = Tag(i);
     }
-    auto fits = [&](int64_t n, int64_t c) {
-      try {
-        return need_of(plan_for(n, std::min(c, n)), is_host) <= lim.bytes;
-      } catch (const Error&) {
-        return false;
-      }
-    };
-    int64_t lo = 0, hi = N;  // the longest sequence at this C
-    while (hi - lo > 1) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      (fits(mid, C) ? lo : hi) = mid;
-    }
-    int64_t clo = 0, chi = C;  // the largest chunk at this N
-    while (chi - clo > 1) {
-      const int64_t mid = clo + (chi - clo) / 2;
-      (fits(N, mid) ? clo : chi) = mid;
-    }
-    std::string fit;
-    if (lo > 0) fit = fmt::format("at most N = {} fits at C = {}", lo, std::min(C, lo));
-    if (clo > 0) fit += fmt::format("{}C = {} fits at N = {}", fit.empty() ? "" : "; ", clo, N);
-    if (fit.empty()) fit = "no length fits";
+    const std::string fit = what_fits(N, C, is_host, lim.bytes, plan_for);
     const std::string msg = fmt::format(
         "{} memory: the plan needs {} at N = {}, C = {} ({} the most: {}), more than {} ({}); {} (see oomb plan)",
         is_host ? "host" : "device", format_bytes(need), N, C, tag_name(biggest), format_bytes(most), lim.what,

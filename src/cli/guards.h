@@ -41,4 +41,15 @@ void check_plan_fits(const MemoryPlan& m, int64_t N, int64_t C, const Limit& hos
                      const std::function<MemoryPlan(int64_t N, int64_t C)>& plan_for, bool force,
                      std::ostream* warn);
 
+// What the plan says fits within `bytes` of host + pinned (is_host) or device memory: the largest N
+// at chunk C and the largest C at length N ("at most N = 4096 fits at C = 512; C = 128 fits at N = 8192").
+std::string what_fits(int64_t N, int64_t C, bool is_host, int64_t bytes,
+                      const std::function<MemoryPlan(int64_t N, int64_t C)>& plan_for);
+
+// The advice an out-of-memory error gets (core/memory.h set_out_of_memory_advice) once a command
+// knows its plan: what the run (N, C) needs in the tier that ran out, and what would fit within what
+// the tier had (the device's capacity, or what the host held when it gave out). plan_for must stay
+// valid while the command runs.
+OutOfMemoryAdvice plan_advice(int64_t N, int64_t C, std::function<MemoryPlan(int64_t N, int64_t C)> plan_for);
+
 }  // namespace oomb::cli

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -11,7 +12,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("oomb ") + OOMB_VERSION);
   const std::vector<oomb::cli::Command> cmds = {oomb::cli::add_init(app), oomb::cli::add_train(app),
                                                   oomb::cli::add_plan(app), oomb::cli::add_tokenize(app),
-                                                  oomb::cli::add_generate(app), oomb::cli::add_merge(app)};
+                                                  oomb::cli::add_generate(app), oomb::cli::add_merge(app),
+                                                  oomb::cli::add_eval(app)};
   if (argc > 1 && argv[1][0] != '-') {  // the first word names the command: say so when it names none
     std::string names;
     bool known = false;
@@ -25,9 +27,21 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  for (const auto& c : cmds) oomb::cli::add_config_flag(c.sub);
+  oomb::cli::ExpandedArgs ex;
+  try {  // --config FILE: the file's flags join the arguments (cli/config_file.h)
+    ex = oomb::cli::expand_config(app, std::vector<std::string>(argv, argv + argc));
+  } catch (const oomb::Error& e) {
+    std::cerr << "oomb: error: " << e.what() << std::endl;
+    return 2;
+  }
+  std::vector<char*> args;
+  for (std::string& s : ex.args) args.push_back(s.data());
   try {
-    app.parse(argc, argv);
+    app.parse(int(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
+    if (!ex.config.empty() && e.get_exit_code() != 0)
+      std::cerr << "oomb: note: flags were also read from --config " << ex.config << std::endl;
     return app.exit(e);
   }
   try {

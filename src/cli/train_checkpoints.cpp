@@ -89,7 +89,9 @@ fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt)
   st.epoch = int64_t(pos / (unsigned __int128)stream_size_);
   st.epoch_position = int64_t(pos % (unsigned __int128)stream_size_);
   st.next_lr = double(lr_at(optim_, done));
-  const fs::path p = save_checkpoint(f_.dir, st, model, opt);
+  std::map<std::string, std::string> extra;
+  if (!f_.config_toml.empty()) extra["config.toml"] = f_.config_toml;
+  const fs::path p = save_checkpoint(f_.dir, st, model, opt, extra);
   prune_checkpoints(f_.dir, done, f_.keep_last);
   log_ << fmt::format("checkpoint {} written ({:.2f} s)", p.string(),
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count())

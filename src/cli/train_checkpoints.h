@@ -18,6 +18,7 @@ namespace oomb::cli {
 struct CheckpointFlags {
   std::string dir, resume;  // --checkpoint-dir, --resume DIR|auto
   int64_t save_every = 0, keep_last = 0;
+  std::string config_toml;  // the run's resolved flags, saved in each checkpoint as config.toml
   bool any() const { return !dir.empty() || !resume.empty() || save_every > 0 || keep_last > 0; }
 };
 void add_checkpoint_flags(CLI::App* c, CheckpointFlags& f);

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "cli/guards.h"
 #include "cli/lora_flags.h"
 #include "cli/memory_report.h"
@@ -32,6 +33,7 @@ namespace {
 struct TrainArgs {
   std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "f32", precision = "fp32";
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
+  std::string tensorboard;
   int64_t eos_id = -1, offload_group = 0, device_memory = 0;
   double peak_tflops = 0;
   bool shuffle = false, doc_mask = false, split_special = false, force = false;
@@ -107,6 +109,7 @@ void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPl
                format_bytes(m.total(Tier::Device)), format_bytes(m.get(Tier::Device, Tag::KV)),
                format_bytes(m.get(Tier::Device, Tag::KVGrad)));
   }
+  set_out_of_memory_advice(plan_advice(a.seq_len, plan.chunk, plan_for));
   check_plan_fits(m, a.seq_len, plan.chunk, {available_host_memory(), "the host's available memory (MemAvailable)"},
                   dev, plan_for, a.force, &std::cout);
 }
@@ -142,7 +145,8 @@ std::unique_ptr<PackedTokens> open_data(const TrainArgs& a, const ModelConfig& c
 
 // Refuses outputs that would overwrite an input, before anything is opened for writing.
 void check_paths(const TrainArgs& a) {
-  refuse_aliasing({{"--out", a.out, true}, {"--metrics", a.metrics}, {"--checkpoint-dir", a.ckpt.dir, true}},
+  refuse_aliasing({{"--out", a.out, true}, {"--metrics", a.metrics}, {"--checkpoint-dir", a.ckpt.dir, true},
+                   {"--tensorboard", a.tensorboard, true}},
                   {{"--model", a.model}, {"--data", a.data, true}, {"--tokenizer", a.tokenizer}});
 }
 
@@ -262,6 +266,7 @@ int run_demo(TrainArgs& a, Backend& be) {
   with_host_params(model, [&](Params& p) { init_params(p, a.seed); }, true);
   TrainOptions o{a.seq_len, a.steps, a.grad_accum, a.log_every ? a.log_every : 100, a.optim, a.metrics};
   o.peak_flops = peak_flops(a);
+  o.tensorboard_dir = a.tensorboard;
   o.optim.lr = a.lr;
   o.optim.grad_clip = a.given("--grad-clip") ? a.grad_clip : 1.0f;
   const StepStats last = train(model, task, o, std::cout);
@@ -338,6 +343,8 @@ Command add_train(CLI::App& app) {
                  "K/V, at most a layer's pages)")->check(count());
   c->add_option("--out", a->out, "Save the trained model here (HF format, the loaded dtype) after the last step");
   c->add_option("--metrics", a->metrics, "Write one JSON line of metrics per step to this file");
+  c->add_option("--tensorboard", a->tensorboard, "Write TensorBoard event files (loss, lr, grad norm, tokens/s, MFU, "
+                 "memory per tier) into this directory");
   c->add_flag("--force", a->force, "Run even when the plan exceeds the memory the machine has, and replace a "
               "different model in --out");
   c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)")->check(count());
@@ -347,6 +354,7 @@ Command add_train(CLI::App& app) {
   add_lora_flags(c, a->lora, true);
   a->cmd = c;
   return {c, [a] {
+            a->ckpt.config_toml = resolved_config(*a->cmd);
             check_paths(*a);
             auto be = make_backend(a->device, a->device_memory);
             const LoraConfig lora = lora_config(a->lora, a->cmd);
@@ -365,6 +373,7 @@ Command add_train(CLI::App& app) {
                            a->log_every ? a->log_every : 1, a->optim, a->metrics};
             o.optim.lr = a->given("--lr") ? a->lr : 1e-4f;
             o.peak_flops = peak_flops(*a);
+            o.tensorboard_dir = a->tensorboard;
             o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
             a->seq_len = o.seq_len;
             OOMB_CHECK(!lora.on() || !a->ckpt.any(), "--checkpoint-dir / --resume with LoRA: not supported yet (a "

@@ -1,5 +1,6 @@
 #include "core/memory.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
@@ -13,6 +14,19 @@ constexpr std::string_view kTagNames[kNumTags] = {"weights", "grads",     "optim
                                                   "kv_grad", "page_meta", "workspace", "data",      "io"};
 DeviceAllocator g_device_alloc, g_pinned_alloc;
 bool g_device_is_host = false;
+OutOfMemoryAdvice g_oom_advice;
+
+// The exception, with the command's advice (called with no lock held: it may read the accountant).
+OutOfMemory out_of_memory(std::string msg, Tier tier, Tag tag, int64_t bytes, int64_t in_use) {
+  if (g_oom_advice) {
+    try {
+      const std::string advice = g_oom_advice(tier, tag, bytes, in_use);
+      if (!advice.empty()) msg += "\n  " + advice;
+    } catch (const std::exception&) {  // the advice is extra: the error itself must still come out
+    }
+  }
+  return OutOfMemory(msg, tier, tag, bytes, in_use);
+}
 
 }  // namespace
 
@@ -33,13 +47,30 @@ Accountant& Accountant::global() {
   return a;
 }
 
+void set_out_of_memory_advice(OutOfMemoryAdvice f) { g_oom_advice = std::move(f); }
+
+int64_t largest_host_block(int64_t up_to) {
+  int64_t lo = 0, hi = up_to;
+  while (hi - lo > std::max<int64_t>(4096, hi / 64)) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    void* p = std::malloc(size_t(mid));  // a probe, freed at once and never touched: not accounted
+    std::free(p);
+    (p != nullptr ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 void Accountant::on_alloc(Tier tier, Tag tag, size_t bytes) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::unique_lock<std::mutex> l(mu_);
   const int64_t cap = cap_[int(tier)];
-  OOMB_CHECK(cap == 0 || total_[int(tier)].current + int64_t(bytes) <= cap,
-             "{} memory: {} more for {} exceeds {} {} ({} in use: {})", tier_name(tier),
-             format_bytes(int64_t(bytes)), tag_name(tag), cap_flag_[int(tier)], cap,
-             format_bytes(total_[int(tier)].current), report_locked(tier));
+  if (cap != 0 && total_[int(tier)].current + int64_t(bytes) > cap) {
+    const int64_t in_use = total_[int(tier)].current;
+    std::string msg = fmt::format("{} memory: {} more for {} exceeds {} {} ({} in use: {})", tier_name(tier),
+                                  format_bytes(int64_t(bytes)), tag_name(tag), cap_flag_[int(tier)], cap,
+                                  format_bytes(in_use), report_locked(tier));
+    l.unlock();
+    throw out_of_memory(std::move(msg), tier, tag, int64_t(bytes), in_use);
+  }
   ++allocations_;
   auto& c = c_[int(tier)][int(tag)];
   c.current += int64_t(bytes);
@@ -53,6 +84,16 @@ void Accountant::on_free(Tier tier, Tag tag, size_t bytes) {
   std::lock_guard<std::mutex> l(mu_);
   c_[int(tier)][int(tag)].current -= int64_t(bytes);
   total_[int(tier)].current -= int64_t(bytes);
+}
+
+void Accountant::on_failed(Tier tier, Tag tag, size_t bytes, int64_t tag_peak_before, int64_t total_peak_before) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto& c = c_[int(tier)][int(tag)];
+  auto& t = total_[int(tier)];
+  c.current -= int64_t(bytes);
+  t.current -= int64_t(bytes);
+  c.peak = std::max(tag_peak_before, c.current);
+  t.peak = std::max(total_peak_before, t.current);
 }
 
 MemCounter Accountant::get(Tier tier, Tag tag) const {
@@ -119,20 +160,35 @@ void set_device_memory_is_host(bool yes) { g_device_is_host = yes; }
 
 Buffer::Buffer(Tier tier, Tag tag, size_t bytes) : bytes_(bytes), tier_(tier), tag_(tag) {
   if (bytes == 0) return;
-  Accountant::global().on_alloc(tier, tag, bytes);  // first: a capacity refusal allocates nothing
+  OOMB_CHECK(tier != Tier::Device || g_device_alloc.alloc != nullptr,
+             "no device backend is initialised (allocating {} for {})", format_bytes(int64_t(bytes)), tag_name(tag));
+  Accountant& acc = Accountant::global();
+  const int64_t tag_peak = acc.get(tier, tag).peak, total_peak = acc.total(tier).peak;
+  acc.on_alloc(tier, tag, bytes);  // first: a capacity refusal allocates nothing
+  std::string why;
   try {
     if (tier == Tier::Device) {
-      OOMB_CHECK(g_device_alloc.alloc != nullptr, "no device backend is initialised (allocating {} for {})",
-                 format_bytes(int64_t(bytes)), tag_name(tag));
       p_ = g_device_alloc.alloc(bytes);
     } else if (tier == Tier::Pinned && g_pinned_alloc.alloc != nullptr) {
       p_ = g_pinned_alloc.alloc(bytes);
     } else {
-      p_ = zeroed_host_alloc(bytes, tag_name(tag));
+      p_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+      if (p_ != nullptr) std::memset(p_, 0, bytes);
     }
+    if (p_ == nullptr) why = "the allocator returned no memory";
+  } catch (const Error& e) {  // a device allocator's own error
+    why = e.what();
   } catch (...) {
-    Accountant::global().on_free(tier, tag, bytes);
+    acc.on_failed(tier, tag, bytes, tag_peak, total_peak);
     throw;
+  }
+  if (p_ == nullptr) {  // out of memory in this tier
+    acc.on_failed(tier, tag, bytes, tag_peak, total_peak);
+    const int64_t used = acc.total(tier).current;
+    throw out_of_memory(fmt::format("{} memory: allocating {} for {} failed with {} in use (peaks: {}): {}",
+                                    tier_name(tier), format_bytes(int64_t(bytes)), tag_name(tag), format_bytes(used),
+                                    acc.report(tier), why),
+                        tier, tag, int64_t(bytes), used);
   }
 }
 

@@ -4,9 +4,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
+
+#include "core/error.h"
 
 namespace oomb {
 
@@ -30,6 +33,9 @@ class Accountant {
   static Accountant& global();
   void on_alloc(Tier tier, Tag tag, size_t bytes);
   void on_free(Tier tier, Tag tag, size_t bytes);
+  // An allocation counted by on_alloc that the allocator then failed: uncounted, the peaks as they
+  // were before it (a failed allocation is no peak).
+  void on_failed(Tier tier, Tag tag, size_t bytes, int64_t tag_peak_before, int64_t total_peak_before);
   MemCounter get(Tier tier, Tag tag) const;
   MemCounter total(Tier tier) const;  // all tags; peak is the peak of the sum
   int64_t allocations() const;        // buffers allocated so far (a steady-state step adds none)
@@ -65,6 +71,25 @@ void set_device_memory_is_host(bool yes);
 void* zeroed_host_alloc(size_t bytes, std::string_view what);
 // Memory the host's code (the CPU kernels) may read and write directly.
 inline bool host_addressable(Tier t) { return t != Tier::Device || device_memory_is_host(); }
+
+// Out of memory: a tier's capacity (--device-memory) refused an allocation, or the tier's allocator
+// failed. The message names the tier, the tag and the bytes, then the advice a command installed
+// (set_out_of_memory_advice: what `oomb plan` says would fit, cli/guards.h plan_advice), computed
+// when the allocation fails, while the command's objects still exist.
+struct OutOfMemory : Error {
+  OutOfMemory(const std::string& msg, Tier t, Tag g, int64_t b, int64_t used)
+      : Error(msg), tier(t), tag(g), bytes(b), in_use(used) {}
+  Tier tier;
+  Tag tag;
+  int64_t bytes;   // the allocation refused
+  int64_t in_use;  // the tier's accounted bytes when it was refused
+};
+
+using OutOfMemoryAdvice = std::function<std::string(Tier tier, Tag tag, int64_t bytes, int64_t in_use)>;
+void set_out_of_memory_advice(OutOfMemoryAdvice f);  // empty: none
+// The largest block below up_to bytes the host's allocator gives now (found by allocating and at
+// once freeing, untouched, within 1/64 of it): what an out-of-memory advice reckons is left.
+int64_t largest_host_block(int64_t up_to);
 
 // An owned, tagged allocation, zero-filled. Host memory is 64-byte aligned; device memory comes
 // from the allocator a device backend installs (which must zero it too).

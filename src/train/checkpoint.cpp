@@ -88,7 +88,8 @@ bool alive(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno !=
 
 std::string checkpoint_name(int64_t step) { return fmt::format("step-{:06}", step); }
 
-fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& model, const Optimizer& opt) {
+fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& model, const Optimizer& opt,
+                         const std::map<std::string, std::string>& extra) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   OOMB_CHECK(!ec, "--checkpoint-dir {}: cannot create: {}", dir.string(), ec.message());
@@ -112,6 +113,11 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
     t.insert(t.end(), v.begin(), v.end());
     save_safetensors(out.staging() / kOptimizerFile, t, {{"oomb", "AdamW moments"}});
     test_delay();
+  }
+  for (const auto& [name, text] : extra) {
+    OOMB_CHECK(name != kCheckpointStateFile && !fs::exists(out.staging() / name), "checkpoint: {} is written already",
+               name);
+    write_file_atomic(out.staging() / name, text);
   }
   state.adam_step = opt.adam_step();
   state.files.clear();

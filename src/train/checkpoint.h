@@ -13,6 +13,7 @@
 // names before its files go.
 #pragma once
 #include <filesystem>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -27,11 +28,12 @@ namespace oomb {
 std::string checkpoint_name(int64_t step);
 
 // Writes DIR/step-NNNNNN (state.step) from the model's parameters and the optimizer's moments, as
-// a unit; fills state.files. Replaces an existing checkpoint of the same step as a whole.
+// a unit; fills state.files. Replaces an existing checkpoint of the same step as a whole. `extra`
+// (name -> text) are written beside the others, e.g. the run's resolved flags as config.toml.
 // OOMB_TEST_CKPT_DELAY_MS (test only) sleeps that long after each file, so tests can kill a writer
 // in the middle of a checkpoint.
 std::filesystem::path save_checkpoint(const std::filesystem::path& dir, CheckpointState state, Model& model,
-                                      const Optimizer& opt);
+                                      const Optimizer& opt, const std::map<std::string, std::string>& extra = {});
 
 // A checkpoint's state, after checking that it is complete: state.json is there and valid, and every
 // file it lists exists with the size it lists. Errors name the directory and the file.

@@ -96,6 +96,10 @@ LossStats Model::forward_backward(const ChunkReader& read, int64_t N, float weig
 
 LossStats Model::evaluate(const ChunkReader& read, int64_t N) { return run(read, N, 1.0f, false); }
 
+LossStats Model::evaluate(const ChunkReader& read, int64_t N, const ChunkObserver& after_chunk) {
+  return run(read, N, 1.0f, false, after_chunk);
+}
+
 static ChunkReader array_reader(const int32_t* ids, const int32_t* targets) {
   return [=](int64_t t0, int64_t n, int32_t* i, int32_t* t) {
     std::memcpy(i, ids + t0, size_t(n) * 4);
@@ -260,7 +264,8 @@ void Model::end_decode() {
   decoded_ = decode_max_ = 0;
 }
 
-LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool backward) {
+LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool backward,
+                     const ChunkObserver& after_chunk) {
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
   const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;
   sync_compute_weights();
@@ -281,6 +286,10 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     if (!backward) {
       final_norm(n);
       be_.lm_head_xent_acc(hnorm_.rows(0, n), lm_head_, inputs_.targets(n), 1.0f, nullptr, nullptr, sums_t_);
+      if (after_chunk) {
+        read_sums(st);
+        after_chunk(c, st);
+      }
     }
   }
   if (!backward) {

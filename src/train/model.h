@@ -13,6 +13,7 @@
 // Each pass announces the order in which layers read their pages (KVCache::begin_pass), which
 // is what the offloaded cache prefetches on. One chunk of C = N tokens is full-sequence training.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,10 @@ class Model {
   // once, at the end, for the loss.
   LossStats forward_backward(const ChunkReader& read, int64_t N, float weight);
   LossStats evaluate(const ChunkReader& read, int64_t N);
+  // The same, calling after_chunk after every chunk with the chunk and the sums of the sequence so
+  // far (one host wait per chunk: oomb eval's loss by position).
+  using ChunkObserver = std::function<void(ChunkSpan c, const LossStats& so_far)>;
+  LossStats evaluate(const ChunkReader& read, int64_t N, const ChunkObserver& after_chunk);
   // Logits of every position of a sequence of N tokens: out (N, V), host memory, fp32.
   void logits(const int32_t* ids, int64_t N, float* out);
   // The same over whole arrays (tests, small inputs).
@@ -79,7 +84,8 @@ class Model {
 
  private:
   enum class Sweep { Forward, ForwardKVOnlyLast, Recompute };
-  LossStats run(const ChunkReader& read, int64_t N, float weight, bool backward);
+  LossStats run(const ChunkReader& read, int64_t N, float weight, bool backward,
+                const ChunkObserver& after_chunk = {});
   LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads, bool choose);
   void forward_layers(ChunkSpan c, Sweep sweep);
   void final_norm(int64_t n);

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <chrono>
 #include <cstring>
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 
 #include "core/atomic_file.h"
 #include "core/resident.h"
+#include "train/tensorboard.h"
 
 namespace oomb {
 
@@ -29,6 +31,22 @@ nlohmann::json memory_json() {
     j[std::string(tier_name(tier))] = t;
   }
   return j;
+}
+
+// A step's scalars for TensorBoard: the --metrics figures, memory per tier in MiB.
+static std::vector<std::pair<std::string, float>> tensorboard_values(const StepStats& st, bool mfu) {
+  std::vector<std::pair<std::string, float>> v = {
+      {"train/loss", float(st.loss)},          {"train/accuracy", float(st.accuracy)},
+      {"train/lr", st.lr},                     {"train/grad_norm", float(st.grad_norm)},
+      {"perf/tokens_per_s", float(st.tokens_per_s)}, {"perf/tflops", float(st.tflops)}};
+  if (mfu) v.emplace_back("perf/mfu", float(st.mfu));
+  for (Tier tier : kTiers) {
+    const MemCounter c = Accountant::global().total(tier);
+    if (c.peak == 0) continue;
+    v.emplace_back(fmt::format("memory/{}_MiB", tier_name(tier)), float(double(c.current) / 1048576.0));
+    v.emplace_back(fmt::format("memory/{}_peak_MiB", tier_name(tier)), float(double(c.peak) / 1048576.0));
+  }
+  return v;
 }
 
 // "42s", "7m05s", "3h02m": a duration for the progress line.
@@ -77,6 +95,8 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   if (hooks.begin) hooks.begin(opt);
   std::ofstream metrics;
   if (!o.metrics_path.empty()) open_metrics(metrics, o.metrics_path, o.start_step);
+  std::unique_ptr<TensorBoardWriter> tb;
+  if (!o.tensorboard_dir.empty()) tb = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
   const int64_t N = o.seq_len;
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
@@ -129,6 +149,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       OOMB_CHECK(metrics.good(), "--metrics {}: cannot write step {}'s line{}", o.metrics_path, k,
                  errno ? std::string(": ") + std::strerror(errno) : "");
     }
+    if (tb) tb->scalars(k, tensorboard_values(st, o.peak_flops > 0));
     if (k % o.log_every == 0 || k + 1 == o.steps || k == o.start_step) {
       const MemCounter host = Accountant::global().total(Tier::Host), dev = Accountant::global().total(Tier::Device),
                        pinned = Accountant::global().total(Tier::Pinned);

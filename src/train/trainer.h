@@ -18,6 +18,7 @@ struct TrainOptions {
   int64_t log_every = 1;   // progress line every k steps (and the last)
   OptimConfig optim;
   std::string metrics_path;  // JSON lines, one per step; empty = none
+  std::string tensorboard_dir;  // TensorBoard event file per run (train/tensorboard.h); empty = none
   double peak_flops = 0;     // the device's peak FLOP/s for MFU; 0 = unknown (no MFU reported)
   // A resumed run's first step (from 0). --metrics then keeps the file's lines of earlier steps and
   // continues it (the lines of later steps, written by the interrupted run, are dropped: they are

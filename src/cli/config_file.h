@@ -1,0 +1,28 @@
+// --config FILE for every subcommand: flags from a TOML file (read with CLI11's own TOML reader,
+// CLI::ConfigTOML), one key per flag without its dashes ("seq-len = 4096", "shuffle = true",
+// "lengths = [1024, 4096]"). A flag given on the command line wins over the file. (CLI11 2.1's
+// set_config reads a file for the main app only, so the file's flags are put into the arguments
+// here, before parsing: every check and message of the flag itself applies to them.) A key that is
+// no flag of the command, a section, or a file that does not read is an error naming the file and
+// the key.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace oomb::cli {
+
+void add_config_flag(CLI::App* sub);
+
+struct ExpandedArgs {
+  std::vector<std::string> args;  // argv with the file's flags after the command's name
+  std::string config;             // the file read, empty when none
+};
+// args = argv; args[1] names a subcommand of app (main.cpp has checked it).
+ExpandedArgs expand_config(const CLI::App& app, const std::vector<std::string>& args);
+
+// The flags a parsed subcommand was given (by the command line or a --config file), as TOML that
+// --config reads back: what a checkpoint keeps as config.toml.
+std::string resolved_config(const CLI::App& sub);
+
+}  // namespace oomb::cli

@@ -1,0 +1,176 @@
+// oomb eval: a model on held-out data (the train command's data flags), chunk-recurrent like
+// training: mean loss, perplexity, accuracy and the loss by position (train/eval.h); or, with
+// --passkey, passkey retrieval over lengths x depths (train/passkey_eval.h). A table on stdout, or
+// JSON (--json on stdout, --out FILE.json written atomically); tools/plot_eval.py draws the JSON.
+#include <filesystem>
+#include <fmt/format.h>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "cli/commands.h"
+#include "cli/guards.h"
+#include "core/atomic_file.h"
+#include "data/eos.h"
+#include "data/open_data.h"
+#include "hf/checkpoint.h"
+#include "train/eval.h"
+#include "train/passkey_eval.h"
+
+namespace oomb::cli {
+
+namespace {
+struct EvalArgs {
+  std::string model, data, data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict";
+  std::string device = "cpu", out;
+  int64_t eos_id = -1, seq_len = 2048, chunk = 1024, page = 128, windows = 0, buckets = 16, trials = 4;
+  int digits = 5;
+  bool split_special = false, json = false, passkey = false;
+  std::vector<int64_t> lengths{1024, 4096};
+  std::vector<double> depths{0, 0.25, 0.5, 0.75, 1};
+  uint64_t seed = 0;
+};
+
+std::filesystem::path tokenizer_file(const EvalArgs& a) {
+  namespace fs = std::filesystem;
+  if (a.tokenizer.empty()) return fs::path(a.model) / "tokenizer.json";
+  return fs::is_directory(a.tokenizer) ? fs::path(a.tokenizer) / "tokenizer.json" : fs::path(a.tokenizer);
+}
+
+std::unique_ptr<Model> load_model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, const std::string& dir) {
+  auto m = std::make_unique<Model>(cfg, be, plan);
+  if (be.tier() == Tier::Host) {
+    load_weights(dir, cfg, m->params());
+  } else {
+    Params host(cfg, Tier::Host, Tag::IO);
+    load_weights(dir, cfg, host);
+    m->upload_params(host);
+  }
+  return m;
+}
+
+std::unique_ptr<Backend> backend(const std::string& device) {
+  if (device == "cpu") return make_cpu_backend();
+  if (device == "sim") return make_sim_backend();
+  OOMB_CHECK(device == "cuda", "--device: '{}' is not one of cpu, sim, cuda", device);
+  std::string why;
+  auto be = make_cuda_backend(&why);
+  OOMB_CHECK(be != nullptr, "--device cuda: {}", why);
+  return be;
+}
+
+void emit(const EvalArgs& a, const nlohmann::json& j, const std::string& table) {
+  if (!a.out.empty()) write_file_atomic(a.out, j.dump(2) + "\n");
+  if (a.json) {
+    std::cout << j.dump(2) << std::endl;
+  } else {
+    std::cout << table;
+    if (!a.out.empty()) std::cout << "wrote " << a.out << " (plot: tools/plot_eval.py " << a.out << ")" << std::endl;
+  }
+}
+
+int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be) {
+  OOMB_CHECK(!a.data.empty(), "--data is required (or --passkey)");
+  const int64_t N = a.seq_len, C = eval_chunk_size(N, a.buckets, a.chunk);
+  std::ostream* log = a.json ? &std::cerr : &std::cout;
+  DataOptions d;
+  d.format = a.data_format;
+  d.corpus.text_field = a.text_field;
+  d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);
+  const auto tp = tokenizer_file(a);
+  if (!a.tokenizer.empty() || std::filesystem::exists(tp)) d.tokenizer = tp;
+  d.split_special = a.split_special;
+  int32_t eos = -1;
+  if (a.eos_id >= 0) {
+    OOMB_CHECK(a.eos_id < cfg.vocab, "--eos-id {}: beyond the model's vocabulary ({})", a.eos_id, cfg.vocab);
+    eos = int32_t(a.eos_id);
+  } else {
+    eos = resolve_eos(a.model, cfg.vocab).id;
+  }
+  d.packing = {eos, false, 0, false};
+  d.log = log;
+  auto data = open_training_data(a.data, cfg.vocab, d);
+  const int64_t fit = std::max<int64_t>(1, (data->stream_size() - 1) / N);
+  const int64_t W = a.windows > 0 ? a.windows : fit;
+  if (W > fit || N + 1 > data->stream_size())
+    *log << fmt::format("note: {} windows of {} tokens are more than the data's {} tokens: windows wrap around", W, N,
+                        data->stream_size())
+         << std::endl;
+  auto model = load_model(cfg, be, ChunkPlan{C, a.page}, a.model);
+  *log << fmt::format("oomb eval: {} on {}, {} windows of {} tokens, chunks of {}, {} buckets", a.model,
+                      data->describe(), W, N, C, a.buckets)
+       << std::endl;
+  const EvalResult r = evaluate_by_position(*model, *data, N, W, a.buckets, log);
+  nlohmann::json j = to_json(r);
+  j["model"] = a.model, j["data"] = a.data;
+  emit(a, j,
+       fmt::format("loss {:.4f}  perplexity {:.3f}  accuracy {:.2f}%  ({} targets)\nloss by position:\n{}", r.loss(),
+                   r.perplexity(), 100 * r.accuracy(), r.targets, format_table(r)));
+  return 0;
+}
+
+int run_passkey_cmd(const EvalArgs& a, const ModelConfig& cfg, Backend& be) {
+  std::optional<Tokenizer> tok;
+  const auto tp = tokenizer_file(a);
+  if (!a.tokenizer.empty() || std::filesystem::exists(tp)) {
+    OOMB_CHECK(std::filesystem::exists(tp), "--tokenizer: {} does not exist", tp.string());
+    tok = Tokenizer::load(tp);
+  }
+  const PasskeyPrompts prompts = tok ? PasskeyPrompts::text(&*tok, a.digits) : PasskeyPrompts::tokens(cfg.vocab, a.digits);
+  const int64_t longest = *std::max_element(a.lengths.begin(), a.lengths.end()) + prompts.answer_tokens();
+  auto model = load_model(cfg, be, ChunkPlan{std::min(a.chunk, longest), a.page}, a.model);
+  std::ostream* log = a.json ? &std::cerr : &std::cout;
+  *log << "oomb eval --passkey: " << a.model << ", " << prompts.describe() << ", " << a.trials << " prompts per cell"
+       << std::endl;
+  const PasskeyResult r = run_passkey(*model, prompts, a.lengths, a.depths, a.trials, a.seed, log);
+  nlohmann::json j = to_json(r, tok ? "text" : "tokens");
+  j["model"] = a.model;
+  emit(a, j, "passkey accuracy (rows: prompt length; columns: depth of the key)\n" + format_table(r));
+  return 0;
+}
+}  // namespace
+
+Command add_eval(CLI::App& app) {
+  auto a = std::make_shared<EvalArgs>();
+  CLI::App* c = app.add_subcommand("eval", "Evaluate a model: held-out loss, perplexity and loss by position, or "
+                                   "passkey retrieval (--passkey)");
+  c->add_option("--model", a->model, "Hugging Face model directory")->required();
+  c->add_option("--data", a->data, "Held-out data, as oomb train reads it (token files or text)");
+  c->add_option("--data-format", a->data_format, "auto, u32, u16 (nanoGPT), llmc, text or jsonl")
+      ->check(CLI::IsMember({"auto", "u32", "u16", "llmc", "text", "jsonl"}))->capture_default_str();
+  c->add_option("--tokenizer", a->tokenizer, "tokenizer.json or a directory with one (default: --model's)");
+  c->add_option("--text-field", a->text_field, "JSON-lines data: the field holding the text")->capture_default_str();
+  c->add_option("--utf8-errors", a->utf8_errors, "Text data: strict or replace")
+      ->check(CLI::IsMember({"strict", "replace"}))->capture_default_str();
+  c->add_flag("--split-special-tokens", a->split_special, "Text data: special tokens in the text stay plain text");
+  c->add_option("--eos-id", a->eos_id, "Token ending each document (default: the model's eos_token_id)")
+      ->check(count(true));
+  c->add_option("--seq-len", a->seq_len, "Tokens per window N")->check(count())->capture_default_str();
+  c->add_option("--windows", a->windows, "Windows to score (default: every whole window of the data)")->check(count());
+  c->add_option("--buckets", a->buckets, "Loss by position: N cut into this many equal buckets")
+      ->check(count())->capture_default_str();
+  c->add_option("--chunk-size", a->chunk, "Largest chunk C (the chunk is the largest C dividing N / buckets)")
+      ->check(count())->capture_default_str();
+  c->add_option("--page-size", a->page, "Tokens per KV page")->check(count())->capture_default_str();
+  c->add_option("--device", a->device, "cpu, sim or cuda")->capture_default_str();
+  c->add_flag("--json", a->json, "Print the result as JSON (progress goes to stderr)");
+  c->add_option("--out", a->out, "Write the result as JSON to this file (tools/plot_eval.py FILE draws it)");
+  c->add_flag("--passkey", a->passkey, "Passkey retrieval instead of held-out loss");
+  c->add_option("--lengths", a->lengths, "--passkey: prompt lengths in tokens")->delimiter(',')->check(count())
+      ->capture_default_str();
+  c->add_option("--depths", a->depths, "--passkey: depths of the key in the filler, 0 (start) to 1 (end)")
+      ->delimiter(',')->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  c->add_option("--trials", a->trials, "--passkey: prompts (keys) per length and depth")->check(count())
+      ->capture_default_str();
+  c->add_option("--digits", a->digits, "--passkey: digits of the key")->check(CLI::Range(1, 18))->capture_default_str();
+  c->add_option("--seed", a->seed, "--passkey: seed of the keys and filler")->capture_default_str();
+  return {c, [a] {
+            refuse_aliasing({{"--out", a->out}}, {{"--model", a->model}, {"--data", a->data, true},
+                                                  {"--tokenizer", a->tokenizer}});
+            const ModelConfig cfg = load_config(a->model);
+            auto be = backend(a->device);
+            return a->passkey ? run_passkey_cmd(*a, cfg, *be) : run_loss(*a, cfg, *be);
+          }};
+}
+
+}  // namespace oomb::cli

@@ -1,0 +1,79 @@
+#include "train/eval.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <limits>
+
+#include "core/error.h"
+
+namespace oomb {
+
+static double mean(double sum, int64_t n) { return n > 0 ? sum / double(n) : std::numeric_limits<double>::quiet_NaN(); }
+
+double PositionBucket::loss() const { return mean(loss_sum, targets); }
+double EvalResult::loss() const { return mean(loss_sum, targets); }
+double EvalResult::perplexity() const { return std::exp(loss()); }
+double EvalResult::accuracy() const { return mean(double(correct), targets); }
+
+int64_t eval_chunk_size(int64_t N, int64_t buckets, int64_t max_chunk) {
+  OOMB_CHECK(buckets >= 1 && buckets <= N, "--buckets {}: must be between 1 and --seq-len ({})", buckets, N);
+  OOMB_CHECK(N % buckets == 0, "--buckets {}: must divide --seq-len {} (each bucket is N / buckets positions)",
+             buckets, N);
+  const int64_t width = N / buckets;
+  for (int64_t c = std::min(max_chunk, width); c > 1; --c)
+    if (width % c == 0) return c;
+  return 1;
+}
+
+EvalResult evaluate_by_position(Model& model, TokenSource& data, int64_t N, int64_t windows, int64_t buckets,
+                                std::ostream* log) {
+  const int64_t C = model.plan().chunk, width = N / buckets;
+  OOMB_CHECK(N % buckets == 0 && width % C == 0, "eval: the chunk size {} must divide the bucket width {}", C, width);
+  OOMB_CHECK(windows >= 1, "eval: at least one window, got {}", windows);
+  EvalResult r;
+  r.seq_len = N, r.windows = windows, r.chunk = C;
+  r.buckets.resize(size_t(buckets));
+  for (int64_t b = 0; b < buckets; ++b) r.buckets[size_t(b)].begin = b * width, r.buckets[size_t(b)].end = (b + 1) * width;
+  for (int64_t w = 0; w < windows; ++w) {
+    const ChunkReader read = [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); };
+    LossStats prev;
+    const LossStats st = model.evaluate(read, N, [&](ChunkSpan c, const LossStats& s) {
+      PositionBucket& b = r.buckets[size_t(c.begin / width)];
+      b.loss_sum += s.loss_sum - prev.loss_sum;
+      b.targets += s.targets - prev.targets;
+      b.correct += s.correct - prev.correct;
+      prev = s;
+    });
+    r.loss_sum += st.loss_sum, r.targets += st.targets, r.correct += st.correct;
+    if (log)
+      *log << fmt::format("window {}/{}: loss {:.4f} over {} targets", w + 1, windows,
+                          mean(st.loss_sum, st.targets), st.targets)
+           << std::endl;
+  }
+  OOMB_CHECK(r.targets > 0, "eval: the data gave no targets to score");
+  return r;
+}
+
+// JSON has no NaN: an empty bucket's loss is null.
+static nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+nlohmann::json to_json(const EvalResult& r) {
+  nlohmann::json b = nlohmann::json::array();
+  for (const PositionBucket& x : r.buckets)
+    b.push_back({{"begin", x.begin}, {"end", x.end}, {"loss", number(x.loss())}, {"targets", x.targets},
+                 {"accuracy", number(mean(double(x.correct), x.targets))}});
+  return {{"seq_len", r.seq_len},       {"windows", r.windows},   {"chunk_size", r.chunk},
+          {"targets", r.targets},       {"loss", number(r.loss())}, {"perplexity", number(r.perplexity())},
+          {"accuracy", number(r.accuracy())}, {"loss_by_position", b}};
+}
+
+std::string format_table(const EvalResult& r) {
+  std::string s = fmt::format("{:>9} {:>9} {:>9} {:>9} {:>9}\n", "from", "to", "targets", "loss", "accuracy");
+  for (const PositionBucket& b : r.buckets)
+    s += fmt::format("{:>9} {:>9} {:>9} {:>9.4f} {:>8.1f}%\n", b.begin, b.end, b.targets, b.loss(),
+                     100 * mean(double(b.correct), b.targets));
+  return s;
+}
+
+}  // namespace oomb

@@ -1,0 +1,47 @@
+// Held-out evaluation (oomb eval): mean loss, perplexity and accuracy over windows of N tokens,
+// run chunk-recurrently like training (so it reaches any length training reaches), and the loss
+// by position: the N positions cut into equal buckets, each bucket's mean loss over every window.
+// Each bucket is a whole number of chunks (eval_chunk_size), so the model's running sums, read
+// after every chunk, give each bucket's sums exactly.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <vector>
+
+#include "data/token_source.h"
+#include "train/model.h"
+
+namespace oomb {
+
+struct PositionBucket {
+  int64_t begin = 0, end = 0;  // positions [begin, end) of the window
+  double loss_sum = 0;
+  int64_t targets = 0, correct = 0;
+  double loss() const;  // mean, NaN when the bucket has no targets
+};
+
+struct EvalResult {
+  int64_t seq_len = 0, windows = 0, chunk = 0;
+  double loss_sum = 0;
+  int64_t targets = 0, correct = 0;
+  std::vector<PositionBucket> buckets;
+  double loss() const;        // mean cross-entropy (nats per target)
+  double perplexity() const;  // exp(loss)
+  double accuracy() const;    // argmax hits per target
+};
+
+// The largest chunk size <= max_chunk dividing N / buckets (N must be a multiple of buckets;
+// the error names --buckets).
+int64_t eval_chunk_size(int64_t N, int64_t buckets, int64_t max_chunk);
+
+// Windows 0 .. windows-1 of N tokens from data; the model's chunk must be eval_chunk_size's.
+// Progress (one line per window) goes to log when given.
+EvalResult evaluate_by_position(Model& model, TokenSource& data, int64_t N, int64_t windows, int64_t buckets,
+                                std::ostream* log = nullptr);
+
+nlohmann::json to_json(const EvalResult& r);
+// A table of the buckets for people.
+std::string format_table(const EvalResult& r);
+
+}  // namespace oomb
