@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "model/chunk_inputs.h"
 #include "model/layer.h"
+#include "model/param_store.h"
 #include "model/params.h"
 
 namespace oomb {
@@ -70,9 +71,15 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   ChunkPlan used = plan;
   used.chunk = C;
   MemoryPlan m;
-  m.at(dev, Tag::Weights) = P * 4;
-  m.at(dev, Tag::Grads) = P * 4;
-  m.at(dev, Tag::Optimizer) = optimizer == "adamw" ? 2 * P * 4 : 0;
+  // the masters and gradients where they live; offloaded, the device's slots and head beside them
+  const Tier params_home = plan.offload_params ? Tier::Pinned : dev;
+  m.at(params_home, Tag::Weights) = P * 4;
+  m.at(params_home, Tag::Grads) = P * 4;
+  m.at(params_home, Tag::Optimizer) = optimizer == "adamw" ? 2 * P * 4 : 0;
+  if (plan.offload_params) {
+    m.at(dev, Tag::Weights) += ParamStore::device_bytes(cfg);
+    m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);
+  }
   m.at(dev, Tag::Activations) = LayerPlan::bytes(cfg, C) + saved_bytes(cfg, C) + saved_attention_bytes(cfg, C);
   m.at(dev, Tag::Workspace) = int64_t(workspace_bytes);
   m.at(Tier::Pinned, Tag::Workspace) += int64_t(pinned_workspace_bytes);

@@ -26,6 +26,9 @@ struct ChunkPlan {
   // groups of offload_group pages (0: the default, KVCache::group_for).
   bool offload_kv = false;
   int64_t offload_group = 0;
+  // --offload params: master weights, gradients and optimizer moments in pinned host memory; the
+  // device holds two layer slots and the head (ParamStore).
+  bool offload_params = false;
 };
 
 struct MemoryPlan {

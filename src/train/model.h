@@ -1,6 +1,6 @@
 // A decoder-only model (Llama / Qwen2 / Mistral) trained chunk-recurrently (design notes:
 // shared/DESIGN.md, section 2), and the chunk schedule that runs it. Its parts, each with one
-// job: the parameters (model/params), the KV cache with its residency (kv/kv_cache), the chunk
+// job: the parameters and where they live (model/param_store), the KV cache with its residency (kv/kv_cache), the chunk
 // inputs (model/chunk_inputs), one layer's math (model/layer) and the memory plan
 // (model/memory_plan). The schedule:
 //   forward sweep, chunks in order: every layer attends over its earlier pages and writes its
@@ -23,7 +23,7 @@
 #include "hf/config.h"
 #include "model/layer.h"
 #include "model/memory_plan.h"
-#include "model/params.h"
+#include "model/param_store.h"
 
 namespace oomb {
 
@@ -39,11 +39,15 @@ class Model {
   ~Model();
   const ModelConfig& config() const { return cfg_; }
   const ChunkPlan& plan() const { return plan_; }
-  Params& params() { return params_; }
-  Params& grads() { return *grads_; }
+  // The fp32 masters and gradients: in the backend's memory, or in pinned host memory with
+  // --offload params (ChunkPlan::offload_params).
+  Params& params() { return store_.weights(); }
+  Params& grads() { return store_.grads(); }
+  ParamStore& store() { return store_; }
   Backend& backend() { return be_; }
   void enable_grads();  // allocates the gradient buffer (tag grads), zeroed
-  // Parameters from / to host memory (load and save through them when the backend is a device).
+  void zero_grads();    // every gradient := 0 (between steps)
+  // Parameters from / to host memory (load and save through them when the masters are on a device).
   void upload_params(const Params& host);
   void download_params(Params& host) const;
 
@@ -81,8 +85,7 @@ class Model {
   ModelConfig cfg_;
   Backend& be_;
   ChunkPlan plan_;
-  Params params_;
-  std::unique_ptr<Params> grads_;
+  ParamStore store_;     // masters, gradients, the device's layer slots (tags weights, grads)
   std::vector<float> inv_freq_;
   float attention_scaling_ = 1.0f;
   KVCache cache_;        // K/V, KV-gradient and document pages (tags kv, kv_grad, data)
