@@ -378,3 +378,53 @@ TEST(Cli, TrainOnTextWithDocumentMasksAndShuffling) {
 }
 
 }  // namespace
+
+// LoRA through the CLI: train adapters, save them in PEFT's format, continue from them with --lora,
+// merge them; the merged model's loss is the adapted model's. Flag errors name the flag.
+TEST(Cli, LoraTrainContinueAndMerge) {
+  const auto dir = temp_dir();
+  const auto m = (dir / "m").string(), a1 = (dir / "a1").string(), a2 = (dir / "a2").string(),
+             merged = (dir / "merged").string(), data = (dir / "t.bin").string();
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny-qwen2 --seed 3 --out {}", m)).code, 0);
+  write_tokens(dir / "t.bin", 400, 128, 1);
+  const std::string common = fmt::format("--model {} --data {} --seq-len 32 --chunk-size 16 --lr 1e-2", m, data);
+  CmdResult r = oomb_cmd(dir, fmt::format("train {} --steps 3 --lora-rank 4 --lora-alpha 8 --lora-targets q,v,down "
+                                          "--out {}", common, a1));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("LoRA: rank 4, alpha 8, on q_proj, v_proj, down_proj"));
+  const auto cfg = nlohmann::json::parse(read_text(std::filesystem::path(a1) / "adapter_config.json"));
+  EXPECT_EQ(cfg["r"], 4);
+  EXPECT_EQ(cfg["peft_type"], "LORA");
+  r = oomb_cmd(dir, fmt::format("train {} --steps 2 --lora {} --out {}", common, a1, a2));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = oomb_cmd(dir, fmt::format("merge --model {} --lora {} --out {}", m, a2, merged));
+  ASSERT_EQ(r.code, 0) << r.out;
+  // the merged model computes what base + adapter compute: one step of SGD at a tiny lr prints the loss
+  auto first_loss = [&](const std::string& args) {
+    const CmdResult s = oomb_cmd(dir, fmt::format("train --data {} --seq-len 32 --chunk-size 16 --steps 1 "
+                                                  "--optimizer sgd --lr 1e-9 {}", data, args));
+    EXPECT_EQ(s.code, 0) << s.out;
+    const auto at = s.out.find("loss ");
+    return at == std::string::npos ? -1.0 : std::stod(s.out.substr(at + 5));
+  };
+  const double adapted = first_loss(fmt::format("--model {} --lora {}", m, a2)),
+               plain = first_loss(fmt::format("--model {}", merged)), base = first_loss(fmt::format("--model {}", m));
+  EXPECT_NEAR(plain, adapted, 1e-4 * adapted);
+  EXPECT_NE(adapted, base) << "the adapter changed nothing";
+  // bad input, named
+  EXPECT_THAT(oomb_cmd(dir, fmt::format("train {} --steps 1 --lora-rank 4 --lora-targets q,wq", common)).out,
+              HasSubstr("--lora-targets: 'wq' is not a module LoRA can adapt"));
+  EXPECT_THAT(oomb_cmd(dir, fmt::format("train {} --steps 1 --lora-rank 0", common)).out,
+              HasSubstr("--lora-rank: must be at least 1"));
+  EXPECT_THAT(oomb_cmd(dir, fmt::format("train {} --steps 1 --lora-alpha 4", common)).out,
+              HasSubstr("--lora-alpha needs --lora-rank"));
+  EXPECT_THAT(oomb_cmd(dir, fmt::format("train {} --steps 1 --lora {} --lora-rank 8", common, a1)).out,
+              HasSubstr("--lora-rank 8 disagrees with --lora"));
+  EXPECT_THAT(oomb_cmd(dir, fmt::format("train {} --steps 1 --lora {}", common, dir.string())).out,
+              HasSubstr("no adapter_config.json"));
+  // plan: LoRA beside full fine-tuning
+  r = oomb_cmd(dir, "plan --preset qwen3-8b --seq-len 131072 --lora-rank 16");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("full fine-tuning, for comparison"));
+  EXPECT_THAT(r.out, HasSubstr("LoRA saves"));
+}

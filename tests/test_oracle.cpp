@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "hf/checkpoint.h"
+#include "hf/peft.h"
 #include "train/model.h"
 #include "hf/safetensors.h"
 #include "model_fixture.h"
@@ -26,7 +27,19 @@ struct Case {
   int64_t chunk = 0;  // 0: the whole sequence
   int64_t page = 128;
   DType dtype = DType::F32;  // of the checkpoint both sides load
+  LoraConfig lora;           // rank > 0: a LoRA adapter (random A and B) trains on the frozen model
 };
+
+// A PEFT adapter for c.lora with every tensor random (B too, so every path carries signal).
+void write_random_adapter(const std::filesystem::path& dir, const ModelConfig& cfg, const Case& c) {
+  Params base(cfg, Tier::Host, Tag::IO), t(cfg, lora_layout(cfg, c.lora), Tier::Host, Tag::IO);
+  load_weights(dir / "model", cfg, base);
+  init_lora(t, base, 5);
+  const std::vector<float> r = randn(size_t(t.flat().numel()), 6, 0.2f);
+  for (const ParamSpec& s : t.specs())
+    for (int64_t i = 0; i < s.numel(); ++i) t.view(s).f()[i] += r[size_t(s.offset + i)];
+  save_adapter(dir / "adapter", cfg, c.lora, t, (dir / "model").string());
+}
 
 void check_against_oracle(const Case& c) {
   SCOPED_TRACE(c.name);
@@ -41,6 +54,10 @@ void check_against_oracle(const Case& c) {
     extra = " --expect-rounded-from " + (dir / "model_f32").string();
   }
   const auto toks = write_tokens(dir / "tokens.bin", c.N + 1, cfg.vocab, 12);
+  if (c.lora.on()) {
+    write_random_adapter(dir, cfg, c);
+    extra += " --lora " + (dir / "adapter").string();
+  }
   const std::string cmd = fmt::format("{} {}/tests/oracle/torch_oracle.py --model {} --tokens {} --out {}{} > {} 2>&1",
                                       torch_python(), source_dir().string(), (dir / "model").string(),
                                       (dir / "tokens.bin").string(), (dir / "oracle.safetensors").string(), extra,
@@ -49,8 +66,11 @@ void check_against_oracle(const Case& c) {
 
   auto be = make_cpu_backend();
   const ModelConfig loaded = load_config(dir / "model");
-  Model model(loaded, *be, ChunkPlan{c.chunk > 0 ? c.chunk : c.N, c.page});
+  ChunkPlan plan{c.chunk > 0 ? c.chunk : c.N, c.page};
+  plan.lora = c.lora;
+  Model model(loaded, *be, plan);
   load_weights(dir / "model", loaded, model.params());
+  if (c.lora.on()) load_adapter(dir / "adapter", model.params(), model.trainable());
   model.enable_grads();
   std::vector<int32_t> ids(toks.begin(), toks.end() - 1), targets(toks.begin() + 1, toks.end());
   const LossStats ls = model.forward_backward(ids.data(), targets.data(), c.N, 1.0f);
@@ -88,6 +108,28 @@ class Oracle : public ::testing::Test {
 json with(json j, const json& patch) {
   j.merge_patch(patch);
   return j;
+}
+
+// LoRA: non-zero A and B loaded from a PEFT directory, every adapter gradient (and, LongLoRA-style,
+// the trainable embeddings and norms), full-sequence and chunked, rsLoRA, tied and untied.
+TEST_F(Oracle, LoraAdaptersEmbeddingsAndNorms) {
+  auto lora = [](const char* targets, bool rs, bool embed_norms) {
+    LoraConfig l;
+    l.rank = 3;
+    l.alpha = 5;
+    l.rslora = rs;
+    l.train_embeddings_norms = embed_norms;
+    parse_lora_targets(targets, l);
+    return l;
+  };
+  const json qwen3 = tiny_config_json("qwen3", 2);
+  check_against_oracle({"lora_llama_all", tiny_config_json("llama", 2), 21, 0, 128, DType::F32,
+                        lora("all", false, false)});
+  check_against_oracle({"lora_llama_all_C5_P4", tiny_config_json("llama", 2), 21, 5, 4, DType::F32,
+                        lora("all", false, false)});
+  check_against_oracle({"lora_qwen2_tied_qv_rs_emb", with(tiny_config_json("qwen2", 1), {{"tie_word_embeddings", true}}),
+                        19, 6, 4, DType::F32, lora("q,v", true, true)});
+  check_against_oracle({"lora_qwen3_o_down_emb", qwen3, 17, 0, 128, DType::F32, lora("o,down,k", false, true)});
 }
 
 TEST_F(Oracle, LlamaKvHeadRatios) {

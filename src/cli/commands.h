@@ -21,5 +21,6 @@ Command add_train(CLI::App& app);
 Command add_plan(CLI::App& app);
 Command add_tokenize(CLI::App& app);
 Command add_generate(CLI::App& app);
+Command add_merge(CLI::App& app);
 
 }  // namespace oomb::cli

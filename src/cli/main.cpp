@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("oomb ") + OOMB_VERSION);
   const std::vector<oomb::cli::Command> cmds = {oomb::cli::add_init(app), oomb::cli::add_train(app),
                                                   oomb::cli::add_plan(app), oomb::cli::add_tokenize(app),
-                                                  oomb::cli::add_generate(app)};
+                                                  oomb::cli::add_generate(app), oomb::cli::add_merge(app)};
   if (argc > 1 && argv[1][0] != '-') {  // the first word names the command: say so when it names none
     std::string names;
     bool known = false;

@@ -1,10 +1,12 @@
 // oomb plan: the memory each tag will take at its peak for a model, N, C and page size, without
 // running anything. `oomb train --metrics` reports the measured peaks under the same names.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <iostream>
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/lora_flags.h"
 #include "cli/memory_report.h"
 #include "model/init.h"
 #include "model/sweep_plan.h"
@@ -17,6 +19,8 @@ struct PlanArgs {
   std::string model, preset, optimizer = "adamw", device, kv_grad_dtype = "f32", kv_dtype = "f32", offload;
   int64_t seq_len = 0, chunk = 0, page = 128, offload_group = 0;
   bool json = false, doc_mask = false;
+  LoraFlags lora;
+  CLI::App* cmd = nullptr;
 };
 }  // namespace
 
@@ -41,6 +45,8 @@ Command add_plan(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_flag("--doc-mask", a->doc_mask, "Documents masked as oomb train --doc-mask (their ids take 4 B a token)");
   c->add_flag("--json", a->json, "Print one JSON object instead of a table");
+  add_lora_flags(c, a->lora, false);
+  a->cmd = c;
   return {c, [a] {
             OOMB_CHECK(a->model.empty() != a->preset.empty(), "give exactly one of --model and --preset");
             const ModelConfig cfg = a->model.empty() ? preset_config(a->preset) : load_config(a->model);
@@ -53,11 +59,15 @@ Command add_plan(CLI::App& app) {
             const std::string device = !a->device.empty() ? a->device : offload ? "cuda" : "cpu";
             OOMB_CHECK(!offload || device != "cpu", "--offload {}: the cpu backend has no device memory to offload from "
                        "(use --device sim or cuda)", a->offload);
-            const WorkspaceShape wss = workspace_shape(cfg, plan.chunk);
-            const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) : make_cpu_backend()->workspace_bytes(wss);
-            const MemoryPlan m =
-                plan_memory(cfg, plan, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
-                            device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
+            plan.lora = lora_config(a->lora, a->cmd);
+            OOMB_CHECK(!plan.offload_params || !plan.lora.on(), "--offload params: not with LoRA (--lora-rank) yet");
+            auto plan_for = [&](const ChunkPlan& p) {
+              const WorkspaceShape wss = workspace_shape(cfg, p.chunk, p.lora);
+              const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) : make_cpu_backend()->workspace_bytes(wss);
+              return plan_memory(cfg, p, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
+                                 device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
+            };
+            const MemoryPlan m = plan_for(plan);
             const SweepTraffic chunk = chunk_order_traffic(cfg, a->seq_len, plan.chunk, 1),
                                layer = layer_order_traffic(cfg, a->seq_len, plan.chunk, 1);
             if (a->json) {
@@ -77,15 +87,31 @@ Command add_plan(CLI::App& app) {
                                                                                       a->seq_len))
                                                      : "",
                                      plan.offload_params ? ", params offloaded (two layer slots on the device)" : "");
-            std::cout << plan_table(m);
-            if (plan.offload_params) {
-              std::cout << "bytes moved between host and device per step (one sequence), by sweep order:\n";
-              for (const auto& [name, t] : {std::pair{"chunk (runs)", chunk}, {"layer (planned, not built)", layer}})
-                std::cout << fmt::format("  {:<27} weights {}, grads {}, activations {}: {}; host memory beyond the "
-                                         "plan {}\n", name, format_bytes(t.weights), format_bytes(t.grads),
-                                         format_bytes(t.activations), format_bytes(t.total()),
-                                         format_bytes(t.host_bytes));
+            if (!plan.lora.on()) {
+              std::cout << plan_table(m);
+              if (plan.offload_params) {
+                std::cout << "bytes moved between host and device per step (one sequence), by sweep order:\n";
+                for (const auto& [name, t] : {std::pair{"chunk (runs)", chunk}, {"layer (planned, not built)", layer}})
+                  std::cout << fmt::format("  {:<27} weights {}, grads {}, activations {}: {}; host memory beyond the "
+                                           "plan {}\n", name, format_bytes(t.weights), format_bytes(t.grads),
+                                           format_bytes(t.activations), format_bytes(t.total()),
+                                           format_bytes(t.host_bytes));
+              }
+              return 0;
             }
+            ChunkPlan full = plan;
+            full.lora = {};
+            const MemoryPlan mf = plan_for(full);
+            std::cout << fmt::format("LoRA rank {} on {} ({} trainable parameters{}): the base frozen, no gradients or "
+                                     "moments for it\n",
+                                     plan.lora.rank, fmt::join(plan.lora.target_names(), ", "),
+                                     lora_param_count(cfg, plan.lora),
+                                     plan.lora.train_embeddings_norms ? ", embeddings and norms included" : "")
+                      << plan_table(m) << "\nfull fine-tuning, for comparison:\n" << plan_table(mf)
+                      << fmt::format("LoRA saves {} ({:.0f}% of full fine-tuning's {})\n",
+                                     format_bytes(mf.total() - m.total()),
+                                     100.0 * double(mf.total() - m.total()) / double(mf.total()),
+                                     format_bytes(mf.total()));
             return 0;
           }};
 }

@@ -4,11 +4,13 @@
 #include <functional>
 #include <fstream>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <iostream>
 #include <memory>
 
 #include "cli/commands.h"
 #include "cli/guards.h"
+#include "cli/lora_flags.h"
 #include "cli/memory_report.h"
 #include "cli/train_checkpoints.h"
 #include "core/resident.h"
@@ -19,6 +21,7 @@
 #include "data/open_data.h"
 #include "data/repeat_task.h"
 #include "hf/checkpoint.h"
+#include "hf/peft.h"
 #include "model/init.h"
 #include "train/trainer.h"
 
@@ -38,6 +41,7 @@ struct TrainArgs {
   float lr = 0;         // default when not given: per mode
   uint64_t seed = 0;
   CheckpointFlags ckpt;
+  LoraFlags lora;
   CLI::App* cmd = nullptr;
   bool given(const char* flag) const { return cmd->count(flag) > 0; }
 };
@@ -87,7 +91,7 @@ void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPl
   auto plan_for = [&](int64_t n, int64_t c) {
     ChunkPlan p = plan;
     p.chunk = std::min(c, n);
-    return plan_memory(cfg, p, n, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p.chunk)), be.tier(),
+    return plan_memory(cfg, p, n, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p.chunk, p.lora)), be.tier(),
                        be.pinned_workspace_bytes());
   };
   const MemoryPlan m = plan_for(a.seq_len, plan.chunk);
@@ -330,10 +334,14 @@ Command add_train(CLI::App& app) {
   c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)")->check(count());
   c->add_option("--seed", a->seed, "Seed of --shuffle, and of the demo's model and task")->capture_default_str();
   add_checkpoint_flags(c, a->ckpt);
+  add_lora_flags(c, a->lora, true);
   a->cmd = c;
   return {c, [a] {
             check_paths(*a);
             auto be = make_backend(a->device, a->device_memory);
+            const LoraConfig lora = lora_config(a->lora, a->cmd);
+            OOMB_CHECK(!lora.on() || !(a->model.empty() && a->data.empty()),
+                       "--lora-rank / --lora need --model and --data (the built-in demo trains every parameter)");
             if (a->model.empty() && a->data.empty()) return run_demo(*a, *be);
             OOMB_CHECK(!a->model.empty(), "--model is required with --data");
             OOMB_CHECK(!a->data.empty(), "--data is required with --model");
@@ -349,7 +357,10 @@ Command add_train(CLI::App& app) {
             o.peak_flops = peak_flops(*a);
             o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
             a->seq_len = o.seq_len;
-            const ChunkPlan plan = chunk_plan(*a, a->doc_mask ? eos : -1);
+            OOMB_CHECK(!lora.on() || !a->ckpt.any(), "--checkpoint-dir / --resume with LoRA: not supported yet (a "
+                       "LoRA run saves its adapter with --out)");
+            ChunkPlan plan = chunk_plan(*a, a->doc_mask ? eos : -1);
+            plan.lora = lora;
             check_memory_fits(*a, cfg, plan, *be);
             auto data = open_data(*a, cfg, eos);
             note_wrapping(o.seq_len, *data);
@@ -363,6 +374,19 @@ Command add_train(CLI::App& app) {
               with_host_params(model, [&](Params& p) { dtype = load_weights(a->model, cfg, p); }, true);
               ckpt.set_weights_dtype(std::string(dtype_name(dtype)));
             }
+            if (lora.on()) {  // the adapters: from --lora DIR, or B = 0 and A as PEFT initialises it
+              Params host(cfg, lora_layout(cfg, lora), Tier::Host, Tag::IO);
+              with_host_params(model, [&](Params& base) {
+                if (!a->lora.dir.empty()) load_adapter(a->lora.dir, base, host);
+                else init_lora(host, base, a->seed);
+              }, false);
+              model.upload_trainable(host);
+              std::cout << fmt::format("LoRA: rank {}, alpha {}{}, on {} ({} trainable parameters of {}){}", lora.rank,
+                                       lora.alpha, lora.rslora ? " (rsLoRA)" : "",
+                                       fmt::join(lora.target_names(), ", "), lora_param_count(cfg, lora),
+                                       param_count(cfg), lora.train_embeddings_norms ? "; embeddings and norms train" : "")
+                        << std::endl;
+            }
             o.start_step = ckpt.start_step();
             std::cout << fmt::format("oomb train: {} ({}, {} parameters, {}) on {}, {} tokens per step, {} steps",
                                      a->model, cfg.architecture, param_count(cfg), dtype_name(dtype),
@@ -371,7 +395,13 @@ Command add_train(CLI::App& app) {
                       << std::endl;
             train(model, *data, o, std::cout, {}, ckpt.hooks(model));
             if (const int sig = ckpt.finish()) return 128 + sig;  // stopped by SIGINT/SIGTERM, checkpoint written
-            if (!a->out.empty()) {
+            if (!a->out.empty() && lora.on()) {
+              Params host(cfg, lora_layout(cfg, lora), Tier::Host, Tag::IO);
+              model.download_trainable(host);
+              save_adapter(a->out, cfg, lora, host, a->model);
+              std::cout << "saved " << a->out << " (a PEFT LoRA adapter; `oomb merge` writes the merged model)"
+                        << std::endl;
+            } else if (!a->out.empty()) {
               with_host_params(model, [&](Params& p) { save_model(a->out, cfg, p, dtype, a->model); }, false);
               std::cout << "saved " << a->out << " (" << dtype_name(dtype) << ")" << std::endl;
             }

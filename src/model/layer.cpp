@@ -1,5 +1,6 @@
 #include "model/layer.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace oomb {
@@ -53,11 +54,46 @@ void fold_groups(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, Fn fn
   fn(with_own_blocks(ctx, plan, n > 0 ? ctx.prefix->acquire(n - 1) : std::span<const KVBlock>{}, with_grads), a);
   if (n > 0) ctx.prefix->release(n - 1);
 }
+
+enum LoraSlot { kQ, kK, kV, kO, kGate, kUp, kDown };
+
+// LoRA beside a frozen linear (nothing where the slot has no adapter): y (T, out) += s (x A^T) B^T.
+void lora_fwd(Backend& be, const LayerParams& p, int t, const Tensor& x, Tensor& y, LayerBuffers& plan) {
+  const LoraPair& l = p.lora[t];
+  if (l.a.empty()) return;
+  Tensor u = plan.lora_u.rows(0, x.dim(0)), z(plan.lora_z.data, DType::F32, {y.dim(0), y.dim(1)}, y.tier);
+  be.linear_fwd(x, l.a, nullptr, u);  // u = s x A^T (T, r)
+  be.scale(u, p.lora_scale);
+  be.linear_fwd(u, l.b, nullptr, z);  // z = u B^T (T, out)
+  be.add(y, z);
+}
+
+// Its backward from dy (T, out): u = s x A^T (recomputed); du = s dy B; dB += dy^T u;
+// dA += du^T x; dx += du A.
+void lora_bwd(Backend& be, const LayerParams& p, LayerParams& g, int t, const Tensor& x, const Tensor& dy, Tensor* dx,
+              LayerBuffers& plan) {
+  const LoraPair& l = p.lora[t];
+  if (l.a.empty()) return;
+  Tensor u = plan.lora_u.rows(0, x.dim(0)), du = plan.lora_du.rows(0, x.dim(0));
+  be.linear_fwd(x, l.a, nullptr, u);
+  be.scale(u, p.lora_scale);
+  be.linear_bwd(u, l.b, dy, &du, false, &g.lora[t].b, nullptr);
+  be.scale(du, p.lora_scale);
+  be.linear_bwd(x, l.a, du, dx, true, &g.lora[t].a, nullptr);
+}
+
+// A norm's weight gradient, or, where the norm is frozen (LoRA), scratch nobody reads.
+Tensor& norm_grad(Tensor& g, LayerBuffers& plan) { return g.empty() ? plan.discard : g; }
 }  // namespace
 
-LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier) {
+// The widest output a LoRA adapter writes: q, k, v, o, gate, up or down.
+static int64_t lora_widest(const ModelConfig& c) {
+  return std::max({c.heads * c.head_dim, c.kv_heads * c.head_dim, c.hidden, c.intermediate});
+}
+
+LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank) {
   const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
-  arena_ = Arena(tier, Tag::Activations, size_t(bytes(c, T)));
+  arena_ = Arena(tier, Tag::Activations, size_t(bytes(c, T, lora_rank)));
   auto f = [&](std::initializer_list<int64_t> s) { return arena_.take(DType::F32, s); };
   LayerBuffers& b = all_;
   LayerActs& A = b.acts;
@@ -93,6 +129,12 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier) {
   b.dk = f({T, G, D});
   b.dv = f({T, G, D});
   b.run_sum = f({T, H});
+  if (lora_rank > 0) {
+    b.lora_u = f({T, lora_rank});
+    b.lora_du = f({T, lora_rank});
+    b.lora_z = f({T, lora_widest(c)});
+    b.discard = f({std::max(d, D)});
+  }
 }
 
 LayerBuffers LayerBuffers::first(int64_t T) const {
@@ -100,16 +142,20 @@ LayerBuffers LayerBuffers::first(int64_t T) const {
   for (Tensor* t : {&r.acts.a, &r.acts.rstd1, &r.acts.q, &r.acts.o, &r.acts.lse, &r.acts.hmid, &r.acts.b,
                     &r.acts.rstd2, &r.acts.gate, &r.acts.up, &r.acts.act, &r.g.dq, &r.g.dattn, &r.g.da, &r.g.db,
                     &r.g.dgate, &r.g.dup, &r.g.dact, &r.k, &r.v, &r.dk, &r.dv, &r.run_sum, &r.acts.q_raw,
-                    &r.acts.k_raw, &r.acts.rstd_q, &r.acts.rstd_k, &r.g.dq_raw, &r.g.dk_raw})
+                    &r.acts.k_raw, &r.acts.rstd_q, &r.acts.rstd_k, &r.g.dq_raw, &r.g.dk_raw, &r.lora_u,
+                    &r.lora_du, &r.lora_z})
     *t = t->rows(0, T);
   return r;
 }
 
-int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T) {
+int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank) {
   const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
   auto n = [](std::initializer_list<int64_t> s) { return int64_t(Arena::need(DType::F32, s)); };
   const int64_t qk_norm = c.qk_norm ? 2 * n({T, H, D}) + 2 * n({T, G, D}) + n({T, H}) + n({T, G}) : 0;
-  return 5 * n({T, d}) + 2 * n({T}) + 4 * n({T, H, D}) + 2 * n({T, H}) + 6 * n({T, I}) + 4 * n({T, G, D}) + qk_norm;
+  const int64_t lora =
+      lora_rank > 0 ? 2 * n({T, lora_rank}) + n({T, lora_widest(c)}) + n({std::max(d, D)}) : 0;
+  return 5 * n({T, d}) + 2 * n({T}) + 4 * n({T, H, D}) + 2 * n({T, H}) + 6 * n({T, I}) + 4 * n({T, G, D}) + qk_norm +
+         lora;
 }
 
 void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan,
@@ -121,7 +167,9 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   const bool qk = !p.q_norm.empty();  // Qwen3: q, k = per-head rmsnorm(proj(a)) before RoPE
   Tensor k2 = flat2(qk ? A.k_raw : plan.k), v2 = flat2(plan.v);
   be.linear_fwd(A.a, p.wk, opt(p.bk), k2);
+  lora_fwd(be, p, kK, A.a, k2, plan);
   be.linear_fwd(A.a, p.wv, opt(p.bv), v2);
+  lora_fwd(be, p, kV, A.a, v2, plan);
   if (qk) {
     Tensor kn = heads2(plan.k), rk = flat1(A.rstd_k);
     be.rmsnorm_fwd(heads2(A.k_raw), p.k_norm, eps, kn, rk);
@@ -134,6 +182,7 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   if (pass == LayerPass::KVOnly) return;
   Tensor q2 = flat2(qk ? A.q_raw : A.q);
   be.linear_fwd(A.a, p.wq, opt(p.bq), q2);
+  lora_fwd(be, p, kQ, A.a, q2, plan);
   if (qk) {
     Tensor qn = heads2(A.q), rq = flat1(A.rstd_q);
     be.rmsnorm_fwd(heads2(A.q_raw), p.q_norm, eps, qn, rq);
@@ -143,12 +192,16 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
     fold_groups(ctx, plan, false,
                 [&](std::span<const KVBlock> blocks, const AttnArgs& a) { be.attention_fwd(A.q, blocks, a, A.o, A.lse); });
   be.linear_fwd(flat2(A.o), p.wo, opt(p.bo), A.hmid);
+  lora_fwd(be, p, kO, flat2(A.o), A.hmid, plan);
   be.add(A.hmid, h_in);
   be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
   be.linear_fwd(A.b, p.wgate, opt(p.bgate), A.gate);
+  lora_fwd(be, p, kGate, A.b, A.gate, plan);
   be.linear_fwd(A.b, p.wup, opt(p.bup), A.up);
+  lora_fwd(be, p, kUp, A.b, A.up, plan);
   be.swiglu_fwd(A.gate, A.up, A.act);
   be.linear_fwd(A.act, p.wdown, opt(p.bdown), h_out);
+  lora_fwd(be, p, kDown, A.act, h_out, plan);
   be.add(h_out, A.hmid);
 }
 
@@ -158,14 +211,20 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   LayerActs& A = plan.acts;
   LayerGradScratch& S = plan.g;
   // MLP: h_out = hmid + down(swiglu(gate(b), up(b))), b = norm2(hmid)
-  be.linear_bwd(A.act, p.wdown, dh, &S.dact, false, &g.wdown, opt(g.bdown));
+  // (frozen weights under LoRA have no gradient tensors: opt(g.w) is null, and lora_bwd adds the
+  // adapters' part of each input gradient)
+  be.linear_bwd(A.act, p.wdown, dh, &S.dact, false, opt(g.wdown), opt(g.bdown));
+  lora_bwd(be, p, g, kDown, A.act, dh, &S.dact, plan);
   be.swiglu_bwd(A.gate, A.up, S.dact, S.dgate, S.dup);
-  be.linear_bwd(A.b, p.wgate, S.dgate, &S.db, false, &g.wgate, opt(g.bgate));
-  be.linear_bwd(A.b, p.wup, S.dup, &S.db, true, &g.wup, opt(g.bup));
-  be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, g.mlp_norm);  // dh := dL/dhmid
+  be.linear_bwd(A.b, p.wgate, S.dgate, &S.db, false, opt(g.wgate), opt(g.bgate));
+  lora_bwd(be, p, g, kGate, A.b, S.dgate, &S.db, plan);
+  be.linear_bwd(A.b, p.wup, S.dup, &S.db, true, opt(g.wup), opt(g.bup));
+  lora_bwd(be, p, g, kUp, A.b, S.dup, &S.db, plan);
+  be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, plan));  // dh := dL/dhmid
   // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in)
   Tensor dattn2 = flat2(S.dattn);
-  be.linear_bwd(flat2(A.o), p.wo, dh, &dattn2, false, &g.wo, opt(g.bo));
+  be.linear_bwd(flat2(A.o), p.wo, dh, &dattn2, false, opt(g.wo), opt(g.bo));
+  lora_bwd(be, p, g, kO, flat2(A.o), dh, &dattn2, plan);
   // dK/dV of the chunk's own tokens start from what later chunks accumulated in their pages
   if (ctx.cache) {
     ctx.cache->own_grads(ctx.layer, ctx.attn.q_idx0, plan.dk, plan.dv);
@@ -181,15 +240,18 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   Tensor dq = S.dq, dk = plan.dk;  // gradients of the projections' outputs
   if (!p.q_norm.empty()) {  // through Qwen3's per-head norms
     Tensor dqr = heads2(S.dq_raw), dkr = heads2(S.dk_raw);
-    be.rmsnorm_bwd(heads2(A.q_raw), p.q_norm, flat1(A.rstd_q), heads2(S.dq), dqr, false, g.q_norm);
-    be.rmsnorm_bwd(heads2(A.k_raw), p.k_norm, flat1(A.rstd_k), heads2(plan.dk), dkr, false, g.k_norm);
+    be.rmsnorm_bwd(heads2(A.q_raw), p.q_norm, flat1(A.rstd_q), heads2(S.dq), dqr, false, norm_grad(g.q_norm, plan));
+    be.rmsnorm_bwd(heads2(A.k_raw), p.k_norm, flat1(A.rstd_k), heads2(plan.dk), dkr, false, norm_grad(g.k_norm, plan));
     dq = S.dq_raw, dk = S.dk_raw;
   }
   // q, k were rotated in place; the projections' backward needs only their input a
-  be.linear_bwd(A.a, p.wq, flat2(dq), &S.da, false, &g.wq, opt(g.bq));
-  be.linear_bwd(A.a, p.wk, flat2(dk), &S.da, true, &g.wk, opt(g.bk));
-  be.linear_bwd(A.a, p.wv, flat2(plan.dv), &S.da, true, &g.wv, opt(g.bv));
-  be.rmsnorm_bwd(h_in, p.attn_norm, A.rstd1, S.da, dh, true, g.attn_norm);  // dh := dL/dh_in
+  be.linear_bwd(A.a, p.wq, flat2(dq), &S.da, false, opt(g.wq), opt(g.bq));
+  lora_bwd(be, p, g, kQ, A.a, flat2(dq), &S.da, plan);
+  be.linear_bwd(A.a, p.wk, flat2(dk), &S.da, true, opt(g.wk), opt(g.bk));
+  lora_bwd(be, p, g, kK, A.a, flat2(dk), &S.da, plan);
+  be.linear_bwd(A.a, p.wv, flat2(plan.dv), &S.da, true, opt(g.wv), opt(g.bv));
+  lora_bwd(be, p, g, kV, A.a, flat2(plan.dv), &S.da, plan);
+  be.rmsnorm_bwd(h_in, p.attn_norm, A.rstd1, S.da, dh, true, norm_grad(g.attn_norm, plan));  // dh := dL/dh_in
 }
 
 }  // namespace oomb

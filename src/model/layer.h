@@ -35,6 +35,9 @@ struct LayerBuffers {
   Tensor k, v;    // (T, G, D) this chunk's K (after RoPE) and V
   Tensor dk, dv;  // (T, G, D) their gradients
   Tensor run_sum;  // (T, H) attention's running denominator while groups of pages fold in
+  // LoRA (rank r > 0 only): x A^T scaled (T, r), its gradient (T, r), the adapter's output
+  // (T * widest out, viewed as (T, out)), and where frozen norms' weight gradients go (unread)
+  Tensor lora_u, lora_du, lora_z, discard;
   LayerBuffers first(int64_t T) const;  // views of the first T tokens
 };
 
@@ -42,8 +45,8 @@ struct LayerBuffers {
 // sequence (earlier tokens' K/V live in pages, tagged kv and kv_grad).
 class LayerPlan {
  public:
-  LayerPlan(const ModelConfig& c, int64_t T, Tier tier);
-  static int64_t bytes(const ModelConfig& c, int64_t T);
+  LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank = 0);
+  static int64_t bytes(const ModelConfig& c, int64_t T, int64_t lora_rank = 0);
   LayerBuffers view(int64_t T) const { return all_.first(T); }
 
  private:

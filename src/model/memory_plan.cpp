@@ -40,8 +40,12 @@ static void check_plan_size(const ModelConfig& c, int64_t N, int64_t C, int64_t 
   OOMB_CHECK(i128(P) * 64 < limit, "memory plan: {} parameters overflow the plan's byte counts", P);
 }
 
-WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk) {
-  return {c.vocab, chunk, c.heads, c.head_dim, param_count(c)};
+int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan) {
+  return plan.lora.on() ? lora_param_count(cfg, plan.lora) : param_count(cfg);
+}
+
+WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk, const LoraConfig& lora) {
+  return {c.vocab, chunk, c.heads, c.head_dim, lora.on() ? lora_param_count(c, lora) : param_count(c)};
 }
 
 KVCacheOptions kv_cache_options(const ModelConfig& c, const ChunkPlan& p) {
@@ -71,16 +75,19 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   ChunkPlan used = plan;
   used.chunk = C;
   MemoryPlan m;
-  // the masters and gradients where they live; offloaded, the device's slots and head beside them
+  // the masters and what trains (LoRA: a set of its own beside the frozen base) where they live;
+  // offloaded, the device's layer slots and head beside them
+  const int64_t Pt = trainable_count(cfg, plan);
   const Tier params_home = plan.offload_params ? Tier::Pinned : dev;
-  m.at(params_home, Tag::Weights) = P * 4;
-  m.at(params_home, Tag::Grads) = P * 4;
-  m.at(params_home, Tag::Optimizer) = optimizer == "adamw" ? 2 * P * 4 : 0;
+  m.at(params_home, Tag::Weights) = P * 4 + (plan.lora.on() ? Pt * 4 : 0);
+  m.at(params_home, Tag::Grads) = Pt * 4;
+  m.at(params_home, Tag::Optimizer) = optimizer == "adamw" ? 2 * Pt * 4 : 0;
   if (plan.offload_params) {
     m.at(dev, Tag::Weights) += ParamStore::device_bytes(cfg);
     m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);
   }
-  m.at(dev, Tag::Activations) = LayerPlan::bytes(cfg, C) + saved_bytes(cfg, C) + saved_attention_bytes(cfg, C);
+  m.at(dev, Tag::Activations) =
+      LayerPlan::bytes(cfg, C, plan.lora.rank) + saved_bytes(cfg, C) + saved_attention_bytes(cfg, C);
   m.at(dev, Tag::Workspace) = int64_t(workspace_bytes);
   m.at(Tier::Pinned, Tag::Workspace) += int64_t(pinned_workspace_bytes);
   const KVCacheOptions kvo = kv_cache_options(cfg, used);

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "kv/kv_cache.h"
 #include "hf/config.h"
+#include "model/lora.h"
 
 namespace oomb {
 
@@ -29,7 +30,12 @@ struct ChunkPlan {
   // --offload params: master weights, gradients and optimizer moments in pinned host memory; the
   // device holds two layer slots and the head (ParamStore).
   bool offload_params = false;
+  // LoRA (--lora-rank > 0): the base frozen (no gradients, no moments); adapters train
+  LoraConfig lora;
 };
+
+// Parameters the optimizer updates: every one, or LoRA's trainable set.
+int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan);
 
 struct MemoryPlan {
   std::array<std::array<int64_t, kNumTags>, kNumTiers> bytes{};
@@ -40,7 +46,7 @@ struct MemoryPlan {
 };
 
 // What the backend's workspace depends on, for a model and chunks of at most `chunk` tokens.
-WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk);
+WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk, const LoraConfig& lora = {});
 
 // The KV cache's options for a model and plan.
 KVCacheOptions kv_cache_options(const ModelConfig& cfg, const ChunkPlan& plan);

@@ -27,7 +27,7 @@ Tensor rebase(const Tensor& t, const float* from, float* to, Tier tier) {
 }
 
 LayerParams rebase(const LayerParams& p, const float* from, float* to, Tier tier) {
-  LayerParams r;
+  LayerParams r = p;
   for (auto f : kLayerFields) r.*f = rebase(p.*f, from, to, tier);
   return r;
 }
@@ -51,58 +51,60 @@ int64_t ParamStore::head_numel(const ModelConfig& c) {
 
 int64_t ParamStore::device_bytes(const ModelConfig& c) { return (2 * layer_numel(c) + head_numel(c)) * 4; }
 
-ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload)
-    : cfg_(c),
-      be_(be),
-      offload_(offload),
-      weights_(c, offload ? Tier::Pinned : be.tier(), Tag::Weights) {
+ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload) : cfg_(c), be_(be), offload_(offload) {
   OOMB_CHECK(!offload || be.tier() == Tier::Device,
              "--offload params: the {} backend has no device memory to offload from (use --device sim or cuda)",
              be.name());
-  OOMB_CHECK(layer_offset(c, c.layers) == weights_.get("model.norm.weight").f() - weights_.flat().f(),
-             "param store: the flat layout is not embedding, layers, norm");
-  head_ = {weights_.embed, weights_.final_norm, weights_.lm_head};
-  if (!offload) return;
-  const int64_t n = layer_numel(c), E = c.vocab * c.hidden;
-  const Tier D = Tier::Device;
-  wslots_ = Buffer(D, Tag::Weights, size_t(2 * n) * 4);
-  whead_ = Buffer(D, Tag::Weights, size_t(head_numel(c)) * 4);
-  const float* host = weights_.flat().f();
-  for (int s = 0; s < 2; ++s) {
-    wview_[s] = rebase(weights_.layers[0], host + layer_offset(c, 0), wslots_.as<float>() + s * n, D);
-    in_[s] = be.new_event();
-    used_[s] = be.new_event();
-  }
-  float* dh = whead_.as<float>();
-  head_.embed = rebase(weights_.embed, host, dh, D);
-  head_.final_norm = rebase(weights_.final_norm, host + E + c.layers * n, dh + E, D);
-  head_.lm_head = c.tie_word_embeddings ? head_.embed : rebase(weights_.lm_head, host + E + c.layers * n, dh + E, D);
-  grad_zero_.assign(size_t(c.layers), true);
 }
 
 ParamStore::~ParamStore() { be_.synchronize(); }
 
-void ParamStore::enable_grads() {
-  if (grads_) return;
-  grads_ = std::make_unique<Params>(cfg_, home(), Tag::Grads);
-  ghead_ = {grads_->embed, grads_->final_norm, grads_->lm_head};
+void ParamStore::bind(Params& weights, ParamViews views) {
+  weights_ = &weights;
+  w_ = std::move(views);
   if (!offload_) return;
+  const ModelConfig& c = cfg_;
+  OOMB_CHECK(weights.flat().tier == Tier::Pinned && weights.flat().numel() == param_count(c) &&
+                 layer_offset(c, c.layers) == weights.get("model.norm.weight").f() - weights.flat().f(),
+             "param store: offloaded masters must be the whole model in pinned memory, laid out embedding, layers, norm");
+  const int64_t n = layer_numel(c), E = c.vocab * c.hidden;
+  const Tier D = Tier::Device;
+  wslots_ = Buffer(D, Tag::Weights, size_t(2 * n) * 4);
+  whead_ = Buffer(D, Tag::Weights, size_t(head_numel(c)) * 4);
+  const float* host = weights.flat().f();
+  for (int s = 0; s < 2; ++s) {
+    wview_[s] = rebase(weights.layers[0], host + layer_offset(c, 0), wslots_.as<float>() + s * n, D);
+    in_[s] = be_.new_event();
+    used_[s] = be_.new_event();
+  }
+  float* dh = whead_.as<float>();
+  const float* tail = host + E + c.layers * n;
+  w_ = {{}, rebase(weights.embed, host, dh, D), rebase(weights.final_norm, tail, dh + E, D), {}};
+  w_.lm_head = c.tie_word_embeddings ? w_.embed : rebase(weights.lm_head, tail, dh + E, D);
+  grad_zero_.assign(size_t(c.layers), true);
+}
+
+void ParamStore::bind_grads(Params& grads, ParamViews views) {
+  grads_ = &grads;
+  g_ = std::move(views);
+  if (!offload_) return;
+  OOMB_CHECK(grads.flat().tier == Tier::Pinned && grads.flat().numel() == param_count(cfg_),
+             "param store: offloaded gradients must be the whole model in pinned memory");
   const int64_t n = layer_numel(cfg_), E = cfg_.vocab * cfg_.hidden;
   const Tier D = Tier::Device;
   gslots_ = Buffer(D, Tag::Grads, size_t(2 * n) * 4);
   ghead_buf_ = Buffer(D, Tag::Grads, size_t(head_numel(cfg_)) * 4);
-  const float* host = grads_->flat().f();
+  const float* host = grads.flat().f();
   for (int s = 0; s < 2; ++s)
-    gview_[s] = rebase(grads_->layers[0], host + layer_offset(cfg_, 0), gslots_.as<float>() + s * n, D);
+    gview_[s] = rebase(grads.layers[0], host + layer_offset(cfg_, 0), gslots_.as<float>() + s * n, D);
   float* dh = ghead_buf_.as<float>();
   const float* tail = host + E + cfg_.layers * n;
-  ghead_.embed = rebase(grads_->embed, host, dh, D);
-  ghead_.final_norm = rebase(grads_->final_norm, tail, dh + E, D);
-  ghead_.lm_head = cfg_.tie_word_embeddings ? ghead_.embed : rebase(grads_->lm_head, tail, dh + E, D);
+  g_ = {{}, rebase(grads.embed, host, dh, D), rebase(grads.final_norm, tail, dh + E, D), {}};
+  g_.lm_head = cfg_.tie_word_embeddings ? g_.embed : rebase(grads.lm_head, tail, dh + E, D);
 }
 
 void ParamStore::zero_grads() {
-  OOMB_CHECK(grads_ != nullptr, "param store: zero_grads needs enable_grads() first");
+  OOMB_CHECK(grads_ != nullptr, "param store: zero_grads needs gradients bound first");
   if (!offload_) return be_.zero(grads_->flat());
   std::memset(grads_->flat().data, 0, grads_->flat().bytes());  // pinned host memory, no copy in flight
   grad_zero_.assign(grad_zero_.size(), true);
@@ -115,7 +117,7 @@ void ParamStore::head_copy(float* dev, Params& host, bool in) {
   float* h = host.flat().f();
   float* h_tail = h + E + cfg_.layers * layer_numel(cfg_);
   const Tier D = Tier::Device, P = Tier::Pinned;
-  (&host == &weights_ ? traffic_.weights_in : in ? traffic_.grads_in : traffic_.grads_out) += (E + tail) * 4;
+  (&host == weights_ ? traffic_.weights_in : in ? traffic_.grads_in : traffic_.grads_out) += (E + tail) * 4;
   if (in) {
     be_.copy_async(dev, D, h, P, size_t(E) * 4, Stream::Copy);
     be_.copy_async(dev + E, D, h_tail, P, size_t(tail) * 4, Stream::Copy);
@@ -129,9 +131,9 @@ void ParamStore::begin_sequence(bool grads) {
   seq_grads_ = grads;
   if (!offload_) return;
   holds_[0] = holds_[1] = -1;  // the masters may have changed
-  head_copy(whead_.as<float>(), weights_, true);
+  head_copy(whead_.as<float>(), *weights_, true);
   if (grads) {
-    OOMB_CHECK(grads_ != nullptr, "param store: a sequence with gradients needs enable_grads() first");
+    OOMB_CHECK(grads_ != nullptr, "param store: a sequence with gradients needs gradients bound first");
     if (head_grad_zero_)
       be_.fill_zero_async(ghead_buf_.data(), ghead_buf_.bytes(), Stream::Copy);
     else
@@ -156,7 +158,7 @@ void ParamStore::begin_pass(std::span<const int64_t> order, bool grads) {
   order_.assign(order.begin(), order.end());
   pos_ = 0;
   pass_grads_ = grads;
-  OOMB_CHECK(!grads || grads_ != nullptr, "param store: a pass with gradients needs enable_grads() first");
+  OOMB_CHECK(!grads || grads_ != nullptr, "param store: a pass with gradients needs gradients bound first");
   if (!offload_ || order_.empty()) return;
   base_ = holds_[1] == order_[0] ? 1 : 0;  // a slot that already holds the first layer keeps it
   fetch(0);
@@ -172,7 +174,7 @@ void ParamStore::fetch(size_t pos) {
   const Tier D = Tier::Device, P = Tier::Pinned;
   be_.wait(Stream::Copy, *used_[s]);
   if (holds_[s] != l) {
-    be_.copy_async(wslots_.as<float>() + s * n, D, weights_.flat().f() + layer_offset(cfg_, l), P, bytes, Stream::Copy);
+    be_.copy_async(wslots_.as<float>() + s * n, D, weights_->flat().f() + layer_offset(cfg_, l), P, bytes, Stream::Copy);
     holds_[s] = l;
     traffic_.weights_in += int64_t(bytes);
   }
@@ -188,7 +190,7 @@ void ParamStore::fetch(size_t pos) {
 
 const LayerParams& ParamStore::acquire(int64_t l) {
   OOMB_CHECK(pos_ < order_.size() && order_[pos_] == l, "param store: layer {} acquired out of the pass's order", l);
-  if (!offload_) return weights_.layers[size_t(l)];
+  if (!offload_) return w_.layers[size_t(l)];
   const int64_t s = slot(pos_);
   if (!dropped("in")) be_.wait(Stream::Compute, *in_[s]);
   return wview_[s];
@@ -197,7 +199,7 @@ const LayerParams& ParamStore::acquire(int64_t l) {
 LayerParams& ParamStore::grads_of(int64_t l) {
   OOMB_CHECK(pass_grads_ && pos_ < order_.size() && order_[pos_] == l,
              "param store: layer {}'s gradients outside a pass with gradients", l);
-  return offload_ ? gview_[slot(pos_)] : grads_->layers[size_t(l)];
+  return offload_ ? gview_[slot(pos_)] : g_.layers[size_t(l)];
 }
 
 void ParamStore::release(int64_t l) {

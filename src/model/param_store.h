@@ -1,10 +1,14 @@
 // Where a model's parameters live, and the views its layers compute with (design notes:
 // shared/DESIGN.md, section 10; MegaTrain, arXiv 2604.05091).
 //
-// Resident (default): the fp32 master weights and gradients (and the optimizer's moments, which
-// the optimizer allocates beside them) in the backend's memory; every view points into them.
+// The model owns the masters and gradients (Params) and binds them here with the views it computes
+// with (with LoRA, the base's layers with adapters bound).
 //
-// Offloaded (--offload params): the masters, gradients and moments live in pinned host memory.
+// Resident (default): the fp32 masters and gradients (and the optimizer's moments, which the
+// optimizer allocates beside them) in the backend's memory; the views are handed back as bound.
+//
+// Offloaded (--offload params; full fine-tuning only): the masters, gradients and moments live in
+// pinned host memory.
 // The device holds two layer slots of weights and two of gradients (double-buffered: the layer
 // computing and the next one arriving on the copy stream) and the head (embedding, final norm,
 // lm_head) with its gradients. A pass announces its layer order (begin_pass); acquire(l) waits for
@@ -27,30 +31,37 @@
 
 namespace oomb {
 
+// What the layers compute with: every layer's tensors and the head's.
+struct ParamViews {
+  std::vector<LayerParams> layers;
+  Tensor embed, final_norm, lm_head;
+};
+
 class ParamStore {
  public:
   ParamStore(const ModelConfig& c, Backend& be, bool offload);
   ~ParamStore();
   bool offloaded() const { return offload_; }
-  Tier home() const { return weights_.flat().tier; }  // the masters' tier
-  Params& weights() { return weights_; }
-  const Params& weights() const { return weights_; }
-  Params& grads() { return *grads_; }
-  bool has_grads() const { return grads_ != nullptr; }
-  void enable_grads();  // gradients (tag grads) in the home tier, zeroed; device slots when offloaded
-  void zero_grads();    // between sequences only
+  // The tier the masters, gradients and moments live in: the backend's, or pinned host memory.
+  static Tier home(const Backend& be, bool offload) { return offload ? Tier::Pinned : be.tier(); }
+  // The masters (in home()) and the views over them; offloaded, the same layout bound to the
+  // device's slots and head (allocated here, tags weights and grads).
+  void bind(Params& weights, ParamViews views);
+  void bind_grads(Params& grads, ParamViews views);
+  void zero_grads();  // between sequences only
 
   // A sequence begins: the masters may have changed since the last (loading, an optimizer step);
   // the head's weights arrive (and its gradients when grads). end_sequence: the head's gradients
   // leave and the host waits for every copy, so the masters and gradients may be read or written.
   void begin_sequence(bool grads);
   void end_sequence();
-  const Tensor& embed() const { return head_.embed; }
-  const Tensor& final_norm() const { return head_.final_norm; }
-  const Tensor& lm_head() const { return head_.lm_head; }
-  Tensor& grad_embed() { return ghead_.embed; }
-  Tensor& grad_final_norm() { return ghead_.final_norm; }
-  Tensor& grad_lm_head() { return ghead_.lm_head; }
+  const Tensor& embed() const { return w_.embed; }
+  const Tensor& final_norm() const { return w_.final_norm; }
+  const Tensor& lm_head() const { return w_.lm_head; }
+  // the head's gradients (empty where a tensor is frozen, under LoRA)
+  Tensor& grad_embed() { return g_.embed; }
+  Tensor& grad_final_norm() { return g_.final_norm; }
+  Tensor& grad_lm_head() { return g_.lm_head; }
 
   // A pass over layers in `order` (with their gradients when grads); then for each in that order:
   // acquire, compute (grads_of: the acquired layer's gradients), release.
@@ -76,9 +87,6 @@ class ParamStore {
   static void drop_wait_for_test(const char* which);
 
  private:
-  struct Head {
-    Tensor embed, final_norm, lm_head;
-  };
   int64_t slot(size_t pos) const { return int64_t((base_ + pos) & 1); }
   void fetch(size_t pos);
   void head_copy(float* dev, Params& host, bool in);
@@ -86,9 +94,9 @@ class ParamStore {
   ModelConfig cfg_;
   Backend& be_;
   bool offload_;
-  Params weights_;
-  std::unique_ptr<Params> grads_;
-  Head head_, ghead_;  // what the model computes with: views of the masters, or of the device head
+  Params* weights_ = nullptr;
+  Params* grads_ = nullptr;
+  ParamViews w_, g_;  // what the model computes with: its views, or (offloaded) the device head's
   // offloaded only
   Buffer wslots_, gslots_, whead_, ghead_buf_;  // device: 2 layer slots each, the head
   LayerParams wview_[2], gview_[2];             // the slots' views (every layer has the same layout)

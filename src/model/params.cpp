@@ -51,10 +51,14 @@ int64_t param_count(const ModelConfig& c) {
   return s.back().offset + s.back().numel();
 }
 
-Params::Params(const ModelConfig& c, Tier tier, Tag tag) : cfg_(c), specs_(param_layout(c)) {
-  const int64_t n = specs_.back().offset + specs_.back().numel();
+Params::Params(const ModelConfig& c, Tier tier, Tag tag) : Params(c, param_layout(c), tier, tag) {}
+
+Params::Params(const ModelConfig& c, std::vector<ParamSpec> specs, Tier tier, Tag tag)
+    : cfg_(c), specs_(std::move(specs)) {
+  const int64_t n = specs_.empty() ? 0 : specs_.back().offset + specs_.back().numel();
   buf_ = Buffer(tier, tag, size_t(n) * 4);
   flat_ = Tensor(buf_.data(), DType::F32, {n}, tier);
+  auto get = [this](const std::string& name) { return find(name); };
   embed = get("model.embed_tokens.weight");
   final_norm = get("model.norm.weight");
   lm_head = c.tie_word_embeddings ? embed : get("lm_head.weight");
@@ -95,10 +99,16 @@ Tensor Params::view(const ParamSpec& s) const {
   return t;
 }
 
-Tensor Params::get(const std::string& name) const {
+Tensor Params::find(const std::string& name) const {
   for (const auto& s : specs_)
     if (s.name == name) return view(s);
-  fail("model has no parameter '{}'", name);
+  return {};
+}
+
+Tensor Params::get(const std::string& name) const {
+  Tensor t = find(name);
+  OOMB_CHECK(!t.empty(), "model has no parameter '{}'", name);
+  return t;
 }
 
 }  // namespace oomb

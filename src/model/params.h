@@ -19,21 +19,33 @@ struct ParamSpec {
 std::vector<ParamSpec> param_layout(const ModelConfig& c);
 int64_t param_count(const ModelConfig& c);
 
+// LoRA's slots of a layer (model/lora.h), by target: q, k, v, o, gate, up, down.
+inline constexpr int kLoraTargets = 7;
+struct LoraPair {
+  Tensor a, b;  // A (r, in), B (out, r); empty: the linear is not adapted
+};
+
 struct LayerParams {
   Tensor attn_norm, wq, bq, wk, bk, wv, bv, wo, bo;
   Tensor q_norm, k_norm;  // Qwen3: (D) each; empty otherwise
   Tensor mlp_norm, wgate, bgate, wup, bup, wdown, bdown;
+  LoraPair lora[kLoraTargets];  // adapters (weights, or their gradients in a gradient set)
+  float lora_scale = 0.0f;
 };
 
 class Params {
  public:
   Params(const ModelConfig& c, Tier tier, Tag tag);
+  // Any layout (LoRA's trainable set, model/lora.h): the named views (embed, norms, layers' tensors)
+  // are bound where the layout holds them and empty otherwise.
+  Params(const ModelConfig& c, std::vector<ParamSpec> specs, Tier tier, Tag tag);
   const ModelConfig& config() const { return cfg_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
   Tensor& flat() { return flat_; }
   const Tensor& flat() const { return flat_; }
   Tensor view(const ParamSpec& s) const;
   Tensor get(const std::string& name) const;  // throws naming the parameter
+  Tensor find(const std::string& name) const;  // empty when the layout has no such tensor
 
   Tensor embed, final_norm, lm_head;  // lm_head aliases embed when embeddings are tied
   std::vector<LayerParams> layers;

@@ -18,12 +18,13 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
     : cfg_(cfg),
       be_(be),
       plan_(plan),
+      params_(cfg, ParamStore::home(be, plan.offload_params), Tag::Weights),
       store_(cfg, be, plan.offload_params),
       cache_(checked_options(cfg, plan), be),
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
       saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk))),
       saved_attn_(be.tier(), Tag::Activations, size_t(saved_attention_bytes(cfg, plan.chunk))),
-      layer_plan_(cfg, plan.chunk, be.tier()),
+      layer_plan_(cfg, plan.chunk, be.tier(), plan.lora.rank),
       sums_(be.tier(), Tag::Data, 16) {
   inv_freq_ = rope_inv_freq(cfg, &attention_scaling_);
   const int64_t C = plan.chunk;
@@ -37,18 +38,38 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
   }
   sums_t_ = Tensor(sums_.data(), DType::F64, {2}, be.tier());
   for (int64_t l = 0; l < cfg.layers; ++l) bottom_up_.push_back(l), top_down_.push_back(cfg.layers - 1 - l);
+  layers_ = params_.layers;
+  embed_ = params_.embed, final_norm_ = params_.final_norm, lm_head_ = params_.lm_head;
+  if (plan.lora.on()) {
+    check_lora(plan.lora);
+    train_ = std::make_unique<Params>(cfg, lora_layout(cfg, plan.lora), be.tier(), Tag::Weights);
+    layers_ = lora_layers(params_.layers, *train_, cfg, plan.lora);
+    if (!train_->embed.empty()) embed_ = train_->embed;
+    if (!train_->final_norm.empty()) final_norm_ = train_->final_norm;
+    if (cfg.tie_word_embeddings) lm_head_ = embed_;
+  }
+  OOMB_CHECK(!plan.offload_params || !plan.lora.on(), "--offload params: not with LoRA (--lora-rank) yet");
+  store_.bind(params_, {layers_, embed_, final_norm_, lm_head_});
 }
 
 Model::~Model() { be_.synchronize(); }
 
 void Model::enable_grads() {
-  store_.enable_grads();
+  if (grads_) return;
+  if (!train_) {
+    grads_ = std::make_unique<Params>(cfg_, ParamStore::home(be_, plan_.offload_params), Tag::Grads);
+    grad_layers_ = grads_->layers;
+  } else {
+    grads_ = std::make_unique<Params>(cfg_, train_->specs(), be_.tier(), Tag::Grads);
+    grad_layers_ = lora_layers({}, *grads_, cfg_, plan_.lora);
+  }
+  store_.bind_grads(*grads_, {grad_layers_, grads_->embed, grads_->final_norm, grads_->lm_head});
 }
 
 void Model::zero_grads() { store_.zero_grads(); }
 
 LossStats Model::forward_backward(const ChunkReader& read, int64_t N, float weight) {
-  OOMB_CHECK(store_.has_grads(), "model: forward_backward needs enable_grads() first");
+  OOMB_CHECK(grads_ != nullptr, "model: forward_backward needs enable_grads() first");
   return run(read, N, weight, true);
 }
 
@@ -70,15 +91,25 @@ LossStats Model::evaluate(const int32_t* ids, const int32_t* targets, int64_t N)
 }
 
 void Model::upload_params(const Params& host) {
-  const Params& p = store_.weights();
-  OOMB_CHECK(host.flat().numel() == p.flat().numel(), "model: parameters of another shape");
-  be_.copy(p.flat().data, p.flat().tier, host.flat().data, Tier::Host, p.flat().bytes());
+  OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
+  be_.copy(params_.flat().data, params_.flat().tier, host.flat().data, Tier::Host, params_.flat().bytes());
 }
 
 void Model::download_params(Params& host) const {
-  const Params& p = store_.weights();
-  OOMB_CHECK(host.flat().numel() == p.flat().numel(), "model: parameters of another shape");
-  be_.copy(host.flat().data, Tier::Host, p.flat().data, p.flat().tier, p.flat().bytes());
+  OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
+  be_.copy(host.flat().data, Tier::Host, params_.flat().data, params_.flat().tier, params_.flat().bytes());
+}
+
+void Model::upload_trainable(const Params& host) {
+  if (!train_) return upload_params(host);
+  OOMB_CHECK(host.flat().numel() == train_->flat().numel(), "model: a LoRA set of another shape");
+  be_.copy(train_->flat().data, be_.tier(), host.flat().data, Tier::Host, train_->flat().bytes());
+}
+
+void Model::download_trainable(Params& host) const {
+  if (!train_) return download_params(host);
+  OOMB_CHECK(host.flat().numel() == train_->flat().numel(), "model: a LoRA set of another shape");
+  be_.copy(host.flat().data, Tier::Host, train_->flat().data, be_.tier(), train_->flat().bytes());
 }
 
 // The layer's view of the chunk: when it attends, the blocks of every page before the chunk
@@ -237,10 +268,11 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     LayerBuffers buf = layer_plan_.view(n);
     final_norm(n);
     Tensor dh = dh_.rows(0, n), dhn = buf.g.da;  // (n, d) scratch, free until the layers' backward
-    be_.lm_head_xent_acc(hnorm_.rows(0, n), store_.lm_head(), inputs_.targets(n), scale, &dhn,
-                         &store_.grad_lm_head(), sums_t_);
+    // (under LoRA a frozen lm_head has no gradient, and a frozen final norm's goes to scratch)
+    Tensor* dw_head = store_.grad_lm_head().empty() ? nullptr : &store_.grad_lm_head();
+    be_.lm_head_xent_acc(hnorm_.rows(0, n), store_.lm_head(), inputs_.targets(n), scale, &dhn, dw_head, sums_t_);
     be_.rmsnorm_bwd(h_.back().rows(0, n), store_.final_norm(), rstd_final_.rows(0, n), dhn, dh, false,
-                    store_.grad_final_norm());
+                    store_.grad_final_norm().empty() ? buf.discard : store_.grad_final_norm());
     const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
     cache_.begin_pass(top_down_, c.begin, true);
     store_.begin_pass(top_down_, true);
@@ -258,7 +290,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
       // no remaining (earlier) chunk reads these tokens' K/V or their gradients
       cache_.release_from(l, first_free);
     }
-    be_.embedding_bwd(inputs_.ids(n), dh, store_.grad_embed());
+    if (!store_.grad_embed().empty()) be_.embedding_bwd(inputs_.ids(n), dh, store_.grad_embed());
     cache_.docs().release_from(first_free);
   }
   read_sums(st);

@@ -25,8 +25,8 @@ Optimizer::Optimizer(const OptimConfig& c, Params& params, Params& grads, Backen
              tier_name(grads.flat().tier));
   if (home != be.tier()) host_ = make_cpu_backend();
   if (c.kind == "adamw") {
-    m_ = std::make_unique<Params>(params.config(), home, Tag::Optimizer);
-    v_ = std::make_unique<Params>(params.config(), home, Tag::Optimizer);
+    m_ = std::make_unique<Params>(params.config(), params.specs(), home, Tag::Optimizer);
+    v_ = std::make_unique<Params>(params.config(), params.specs(), home, Tag::Optimizer);
   }
 }
 

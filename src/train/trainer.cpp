@@ -73,7 +73,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   model.enable_grads();
   OptimConfig oc = o.optim;
   oc.total_steps = o.steps;
-  Optimizer opt(oc, model.params(), model.grads(), model.backend());
+  Optimizer opt(oc, model.trainable(), model.grads(), model.backend());
   if (hooks.begin) hooks.begin(opt);
   std::ofstream metrics;
   if (!o.metrics_path.empty()) open_metrics(metrics, o.metrics_path, o.start_step);

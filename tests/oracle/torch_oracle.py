@@ -566,6 +566,43 @@ def load_params(c, store, model_dir):
     return specs, params
 
 
+def load_lora(path, params):
+    """A PEFT LoRA adapter directory: adapter_config.json (r, lora_alpha, use_rslora) and
+    adapter_model.safetensors. Returns (scale, adapters {module path: (A, B)}, trainable {name:
+    tensor}): every adapter tensor and every PEFT modules_to_save tensor (base_model.model.NAME,
+    which replaces the base's NAME in `params`), float64 and differentiated."""
+    cfg_path = os.path.join(path, "adapter_config.json")
+    try:
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+        r, alpha = int(cfg["r"]), float(cfg["lora_alpha"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        fail(f"{cfg_path}: cannot read r and lora_alpha: {e}")
+    scale = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
+    st = os.path.join(path, "adapter_model.safetensors")
+    header, start = _read_st_header(st)
+    adapters, trainable = {}, {}
+    prefix = "base_model.model."
+    for key in sorted(header):
+        if not key.startswith(prefix):
+            fail(f"{st}: tensor '{key}' does not start with {prefix}")
+        t = torch.from_numpy(_load_st_tensor(st, header, start, key)).requires_grad_(True)
+        trainable[key if ".lora_" in key else key[len(prefix):]] = t
+        if ".lora_A.weight" in key or ".lora_B.weight" in key:
+            module = key[len(prefix):].rsplit(".lora_", 1)[0]  # model.layers.0.self_attn.q_proj
+            a, b = adapters.get(module, (None, None))
+            adapters[module] = (t, b) if ".lora_A." in key else (a, t)
+        else:
+            name = key[len(prefix):]
+            if name not in params:
+                fail(f"{st}: tensor '{key}' names no parameter of the model")
+            params[name] = t  # trained in place of the base's
+    for module, (a, b) in adapters.items():
+        if a is None or b is None:
+            fail(f"{st}: {module} has only one of lora_A and lora_B")
+    return scale, adapters, trainable
+
+
 def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
@@ -580,8 +617,9 @@ def rotate_half(x):
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
-def forward_loss(c, P, inputs, targets, positions, segments):
-    """inputs/targets/positions/segments: int64 numpy [N]. Returns scalar float64 loss."""
+def forward_loss(c, P, inputs, targets, positions, segments, lora=None):
+    """inputs/targets/positions/segments: int64 numpy [N]. Returns scalar float64 loss. lora:
+    (scale, {module path: (A, B)}) adds scale * (x A^T) B^T to each adapted linear."""
     N = inputs.shape[0]
     hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv
     rep = nh // nkv
@@ -597,15 +635,25 @@ def forward_loss(c, P, inputs, targets, positions, segments):
     for li in range(c.n_layers):
         pre = f"model.layers.{li}."
         g = lambda n: P.get(pre + n)  # noqa: E731
+
+        def linear(x, w, b=None, module=None, pre=pre):
+            y = x @ w.t()
+            if b is not None:
+                y = y + b
+            if lora is not None and module is not None and (pre + module) in lora[1]:
+                a_, b_ = lora[1][pre + module]
+                y = y + lora[0] * ((x @ a_.t()) @ b_.t())
+            return y
+
         win = c.windows[li]
         if win not in masks:
             masks[win] = base_mask if win is None else base_mask & ((ii - jj) < win)
         allowed = masks[win]
 
         h = rms_norm(x, g("input_layernorm.weight"), c.eps)
-        q = linear(h, g("self_attn.q_proj.weight"), g("self_attn.q_proj.bias"))
-        k = linear(h, g("self_attn.k_proj.weight"), g("self_attn.k_proj.bias"))
-        v = linear(h, g("self_attn.v_proj.weight"), g("self_attn.v_proj.bias"))
+        q = linear(h, g("self_attn.q_proj.weight"), g("self_attn.q_proj.bias"), "self_attn.q_proj")
+        k = linear(h, g("self_attn.k_proj.weight"), g("self_attn.k_proj.bias"), "self_attn.k_proj")
+        v = linear(h, g("self_attn.v_proj.weight"), g("self_attn.v_proj.bias"), "self_attn.v_proj")
         q = q.view(N, nh, hd)
         k = k.view(N, nkv, hd)
         if c.family == "qwen3":  # q_norm / k_norm over head_dim, before RoPE
@@ -623,12 +671,12 @@ def forward_loss(c, P, inputs, targets, positions, segments):
         s = s.masked_fill(~allowed, float("-inf"))
         a = torch.softmax(s, dim=-1)
         o = (a @ v).transpose(0, 1).reshape(N, nh * hd)
-        x = x + linear(o, g("self_attn.o_proj.weight"), g("self_attn.o_proj.bias"))
+        x = x + linear(o, g("self_attn.o_proj.weight"), g("self_attn.o_proj.bias"), "self_attn.o_proj")
 
         h = rms_norm(x, g("post_attention_layernorm.weight"), c.eps)
-        gate = linear(h, g("mlp.gate_proj.weight"), g("mlp.gate_proj.bias"))
-        up = linear(h, g("mlp.up_proj.weight"), g("mlp.up_proj.bias"))
-        x = x + linear(F.silu(gate) * up, g("mlp.down_proj.weight"), g("mlp.down_proj.bias"))
+        gate = linear(h, g("mlp.gate_proj.weight"), g("mlp.gate_proj.bias"), "mlp.gate_proj")
+        up = linear(h, g("mlp.up_proj.weight"), g("mlp.up_proj.bias"), "mlp.up_proj")
+        x = x + linear(F.silu(gate) * up, g("mlp.down_proj.weight"), g("mlp.down_proj.bias"), "mlp.down_proj")
 
     x = rms_norm(x, P["model.norm.weight"], c.eps)
     w_out = P["model.embed_tokens.weight"] if c.tied else P["lm_head.weight"]
@@ -711,19 +759,23 @@ def run(args):
     if args.expect_rounded_from:
         check_rounding(store, WeightStore(args.expect_rounded_from), [n for n, _ in specs], args)
 
+    lora, wrt = None, {n: P[n] for n, _ in specs}
+    if args.lora:  # the adapters (and PEFT's modules_to_save) train; the rest is frozen
+        scale, adapters, wrt = load_lora(args.lora, P)
+        lora = (scale, adapters)
     torch.set_grad_enabled(True)
-    loss = forward_loss(c, P, inputs, targets, positions, segments)
+    loss = forward_loss(c, P, inputs, targets, positions, segments, lora)
     if not torch.isfinite(loss):
         fail(f"{args.model}: loss is not finite ({loss.item()})")
-    order = [n for n, _ in specs]
-    grads = torch.autograd.grad(loss, [P[n] for n in order], allow_unused=True)
+    order = list(wrt)
+    grads = torch.autograd.grad(loss, [wrt[n] for n in order], allow_unused=True)
     out = [("loss", np.array([loss.item()], dtype=np.float64))]
     n_params = 0
     for name, gr in zip(order, grads):
         if gr is None:
-            gr = torch.zeros_like(P[name])
+            gr = torch.zeros_like(wrt[name])
         out.append(("grad." + name, gr.detach().numpy()))
-        n_params += P[name].numel()
+        n_params += wrt[name].numel()
     write_safetensors(args.out, out)
     print(json.dumps({"loss": loss.item(), "n_params": n_params, "n_tokens": int(N)}))
 
@@ -735,6 +787,8 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="output .safetensors (F64)")
     ap.add_argument("--doc-ids", dest="doc_ids", default=None,
                     help="raw LE uint32/int32 document ids, N of them")
+    ap.add_argument("--lora", default=None,
+                    help="a PEFT LoRA adapter directory: its tensors train (gradients of those only)")
     ap.add_argument("--expect-rounded-from", dest="expect_rounded_from", default=None,
                     help="dir of an F32 checkpoint: --model's BF16/F16 tensors must be torch's rounding of it")
     args = ap.parse_args(argv)

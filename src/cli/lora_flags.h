@@ -1,0 +1,24 @@
+// LoRA's flags, shared by oomb train and oomb plan (model/lora.h, hf/peft.h).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "model/lora.h"
+
+namespace oomb::cli {
+
+struct LoraFlags {
+  int64_t rank = 0;
+  double alpha = 16, dropout = 0;
+  std::string targets = "q,v", dir;
+  bool rslora = false, train_embeddings_norms = false;
+};
+
+// --lora-rank, --lora-alpha, --lora-targets, --lora-dropout, --rslora, --train-embeddings-norms;
+// with_dir: --lora DIR (continue from a PEFT adapter).
+void add_lora_flags(CLI::App* c, LoraFlags& f, bool with_dir);
+// The run's LoRA: off without --lora-rank or --lora; from the adapter's adapter_config.json with
+// --lora DIR (a --lora-* flag that disagrees with it is an error naming both values).
+LoraConfig lora_config(const LoraFlags& f, const CLI::App* cmd);
+
+}  // namespace oomb::cli

@@ -1,0 +1,45 @@
+// oomb merge: a base model and a PEFT LoRA adapter made one Hugging Face model directory,
+// W + s B A for every adapted linear (trainable embeddings and norms replaced), in the base's dtype.
+#include <fmt/format.h>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/guards.h"
+#include "hf/checkpoint.h"
+#include "hf/peft.h"
+
+namespace oomb::cli {
+
+namespace {
+struct MergeArgs {
+  std::string model, lora, out;
+  bool force = false;
+};
+}  // namespace
+
+Command add_merge(CLI::App& app) {
+  auto a = std::make_shared<MergeArgs>();
+  CLI::App* c = app.add_subcommand("merge", "Merge a LoRA adapter (PEFT format) into its base model");
+  c->add_option("--model", a->model, "The base model's Hugging Face directory")->required();
+  c->add_option("--lora", a->lora, "The adapter's directory (adapter_config.json, adapter_model.safetensors)")
+      ->required();
+  c->add_option("--out", a->out, "Where the merged model goes (Hugging Face format, the base's dtype)")->required();
+  c->add_flag("--force", a->force, "Replace a different model in --out");
+  return {c, [a] {
+            const ModelConfig cfg = load_config(a->model);
+            check_model_out("--out", a->out, cfg, a->force);
+            const LoraConfig lc = load_adapter_config(a->lora);
+            Params base(cfg, Tier::Host, Tag::IO), adapter(cfg, lora_layout(cfg, lc), Tier::Host, Tag::IO);
+            const DType dtype = load_weights(a->model, cfg, base);
+            load_adapter(a->lora, base, adapter);
+            merge_adapter(base, adapter, lc);
+            save_model(a->out, cfg, base, dtype, a->model);
+            std::cout << fmt::format("merged {} (rank {}, {} tensors) into {} -> {} ({})", a->lora, lc.rank,
+                                     adapter.specs().size(), a->model, a->out, dtype_name(dtype))
+                      << std::endl;
+            return 0;
+          }};
+}
+
+}  // namespace oomb::cli

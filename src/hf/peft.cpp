@@ -1,0 +1,169 @@
+#include "hf/peft.h"
+
+#include <fmt/format.h>
+#include <fstream>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "hf/safetensors.h"
+
+namespace oomb {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* kConfigFile = "adapter_config.json";
+constexpr const char* kWeightsFile = "adapter_model.safetensors";
+constexpr const char* kPrefix = "base_model.model.";
+
+bool is_adapter(const std::string& name) { return name.starts_with(kPrefix) && name.find(".lora_") != std::string::npos; }
+
+// PEFT's modules_to_save names for the trainable base tensors (LongLoRA's embeddings and norms).
+std::vector<std::string> modules_to_save(const ModelConfig& cfg) {
+  std::vector<std::string> m{"embed_tokens", "input_layernorm", "post_attention_layernorm", "norm"};
+  if (cfg.qk_norm) m.insert(m.end(), {"q_norm", "k_norm"});
+  return m;
+}
+}  // namespace
+
+std::string peft_key(const std::string& name) { return is_adapter(name) ? name : kPrefix + name; }
+
+LoraConfig load_adapter_config(const fs::path& dir) {
+  const fs::path file = dir / kConfigFile;
+  std::ifstream in(file);
+  OOMB_CHECK(in.good(), "--lora {}: no {} (a PEFT LoRA adapter directory holds {} and {})", dir.string(), kConfigFile,
+             kConfigFile, kWeightsFile);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON: {}", file.string(), e.what());
+  }
+  OOMB_CHECK(j.is_object(), "{}: not a JSON object", file.string());
+  auto field = [&](const char* k) -> const nlohmann::json& {
+    OOMB_CHECK(j.contains(k), "{}: field '{}' is missing", file.string(), k);
+    return j[k];
+  };
+  OOMB_CHECK(field("peft_type").is_string() && field("peft_type") == "LORA", "{}: peft_type is {}, not \"LORA\"",
+             file.string(), field("peft_type").dump());
+  LoraConfig c;
+  OOMB_CHECK(field("r").is_number_integer() && field("r").get<int64_t>() > 0, "{}: r must be a positive integer, got {}",
+             file.string(), field("r").dump());
+  c.rank = field("r").get<int64_t>();
+  OOMB_CHECK(field("lora_alpha").is_number() && field("lora_alpha").get<double>() > 0,
+             "{}: lora_alpha must be a positive number, got {}", file.string(), field("lora_alpha").dump());
+  c.alpha = field("lora_alpha").get<double>();
+  c.rslora = j.value("use_rslora", false);
+  const auto& tm = field("target_modules");
+  std::string list;
+  if (tm.is_string()) {
+    list = tm.get<std::string>();
+  } else {
+    OOMB_CHECK(tm.is_array(), "{}: target_modules must be a list or a string, got {}", file.string(), tm.dump());
+    for (const auto& t : tm) {
+      OOMB_CHECK(t.is_string(), "{}: target_modules holds {}, not a name", file.string(), t.dump());
+      list += (list.empty() ? "" : ",") + t.get<std::string>();
+    }
+  }
+  parse_lora_targets(list, c, file.string() + ": target_modules");
+  OOMB_CHECK(j.value("lora_dropout", 0.0) == 0.0, "{}: lora_dropout {} is not supported (0 only)", file.string(),
+             j["lora_dropout"].dump());
+  OOMB_CHECK(j.value("bias", std::string("none")) == "none", "{}: bias \"{}\" is not supported (\"none\" only)",
+             file.string(), j.value("bias", std::string()));
+  for (const char* k : {"rank_pattern", "alpha_pattern"})
+    OOMB_CHECK(!j.contains(k) || j[k].is_null() || j[k].empty(), "{}: {} (per-module ranks) is not supported",
+               file.string(), k);
+  OOMB_CHECK(!j.value("fan_in_fan_out", false), "{}: fan_in_fan_out is not supported", file.string());
+  c.train_embeddings_norms = j.contains("modules_to_save") && j["modules_to_save"].is_array() &&
+                             !j["modules_to_save"].empty();
+  return c;
+}
+
+void load_adapter(const fs::path& dir, const Params& base, Params& trainable) {
+  const fs::path file = dir / kWeightsFile;
+  OOMB_CHECK(fs::exists(file), "--lora {}: no {}", dir.string(), kWeightsFile);
+  const SafetensorsModel st = SafetensorsModel::open(file);
+  std::set<std::string> wanted;
+  for (const ParamSpec& s : trainable.specs()) {
+    const std::string key = peft_key(s.name);
+    wanted.insert(key);
+    Tensor t = trainable.view(s);
+    if (!is_adapter(s.name) && !st.find(key)) {  // a trainable base tensor the adapter does not carry
+      const Tensor from = base.get(s.name);
+      std::copy(from.f(), from.f() + s.numel(), t.f());
+      continue;
+    }
+    const TensorInfo* info = st.find(key);
+    OOMB_CHECK(info != nullptr, "{}: tensor '{}' is missing (the adapter's targets or rank differ from --lora-targets"
+               " / --lora-rank, or it was made for another model)", file.string(), key);
+    OOMB_CHECK(info->shape == s.shape, "{}: tensor '{}' is {}, the model needs {}: an adapter for another model?",
+               file.string(), key, fmt::format("({})", fmt::join(info->shape, ", ")),
+               fmt::format("({})", fmt::join(s.shape, ", ")));
+    st.read_f32(key, t.f(), s.shape);
+  }
+  for (const std::string& n : st.names())
+    OOMB_CHECK(wanted.count(n), "{}: tensor '{}' is not part of this adapter's layout (another target, or a module "
+               "this engine does not train)", file.string(), n);
+}
+
+void save_adapter(const fs::path& dir, const ModelConfig& cfg, const LoraConfig& c, const Params& trainable,
+                  const std::string& base_model) {
+  OOMB_CHECK(trainable.flat().tier == Tier::Host, "save_adapter: host parameters");
+  std::vector<SaveTensor> tensors;
+  for (const ParamSpec& s : trainable.specs())
+    tensors.push_back({peft_key(s.name), DType::F32, s.shape, trainable.view(s).data});
+  nlohmann::json j = {{"peft_type", "LORA"},
+                      {"task_type", "CAUSAL_LM"},
+                      {"base_model_name_or_path", base_model},
+                      {"r", c.rank},
+                      {"lora_alpha", c.alpha},
+                      {"lora_dropout", 0.0},
+                      {"use_rslora", c.rslora},
+                      {"target_modules", c.target_names()},
+                      {"bias", "none"},
+                      {"fan_in_fan_out", false},
+                      {"inference_mode", true},
+                      {"init_lora_weights", true},
+                      {"modules_to_save", c.train_embeddings_norms ? nlohmann::json(modules_to_save(cfg))
+                                                                   : nlohmann::json(nullptr)},
+                      {"rank_pattern", nlohmann::json::object()},
+                      {"alpha_pattern", nlohmann::json::object()},
+                      {"use_dora", false},
+                      {"revision", nullptr}};
+  AtomicDir out(dir);
+  save_safetensors(out.staging() / kWeightsFile, tensors, {{"format", "pt"}});
+  write_file_atomic(out.staging() / kConfigFile, j.dump(2) + "\n");
+  out.commit();
+}
+
+void merge_adapter(Params& base, const Params& trainable, const LoraConfig& c) {
+  OOMB_CHECK(base.flat().tier == Tier::Host && trainable.flat().tier == Tier::Host, "merge_adapter: host parameters");
+  const ModelConfig& cfg = base.config();
+  const float s = c.scale();
+  static const char* const kWeight[kLoraTargets] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                    "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+                                                    "mlp.down_proj"};
+  for (int64_t l = 0; l < cfg.layers; ++l)
+    for (int t = 0; t < kLoraTargets; ++t) {
+      if (!c.targets[t]) continue;
+      Tensor w = base.get(fmt::format("model.layers.{}.{}.weight", l, kWeight[t]));
+      const Tensor a = trainable.get(lora_name(l, t, false)), b = trainable.get(lora_name(l, t, true));
+      const int64_t out = w.dim(0), in = w.dim(1), r = a.dim(0);
+      for (int64_t i = 0; i < out; ++i)  // W[i, j] += s sum_k B[i, k] A[k, j], k in order
+        for (int64_t j = 0; j < in; ++j) {
+          double acc = 0;
+          for (int64_t k = 0; k < r; ++k) acc += double(b.f()[i * r + k]) * double(a.f()[k * in + j]);
+          w.f()[i * in + j] += float(double(s) * acc);
+        }
+    }
+  for (const ParamSpec& sp : trainable.specs())
+    if (!is_adapter(sp.name)) {
+      Tensor dst = base.get(sp.name);
+      const Tensor src = trainable.view(sp);
+      std::copy(src.f(), src.f() + sp.numel(), dst.f());
+    }
+}
+
+}  // namespace oomb

@@ -1,0 +1,124 @@
+#include "model/lora.h"
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace oomb {
+
+float LoraConfig::scale() const {
+  return float(rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank));
+}
+
+std::vector<std::string> LoraConfig::target_names() const {
+  std::vector<std::string> r;
+  for (int i = 0; i < kLoraTargets; ++i)
+    if (targets[i]) r.push_back(kLoraModules[i]);
+  return r;
+}
+
+void parse_lora_targets(const std::string& list, LoraConfig& c, const std::string& flag) {
+  for (bool& t : c.targets) t = false;
+  std::stringstream ss(list);
+  std::string item;
+  static const char* shorts[kLoraTargets] = {"q", "k", "v", "o", "gate", "up", "down"};
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    if (item == "all" || item == "all-linear") {
+      for (bool& t : c.targets) t = true;
+      continue;
+    }
+    bool found = false;
+    for (int i = 0; i < kLoraTargets; ++i)
+      if (item == shorts[i] || item == kLoraModules[i]) c.targets[i] = found = true;
+    OOMB_CHECK(found, "{}: '{}' is not a module LoRA can adapt (q, k, v, o, gate, up, down, their PEFT names "
+               "q_proj .. down_proj, or all)", flag, item);
+  }
+}
+
+void check_lora(const LoraConfig& c) {
+  OOMB_CHECK(c.rank > 0, "--lora-rank: must be at least 1, got {}", c.rank);
+  OOMB_CHECK(c.alpha > 0 && std::isfinite(c.alpha), "--lora-alpha: must be positive, got {}", c.alpha);
+  OOMB_CHECK(!c.target_names().empty(), "--lora-targets: names no module");
+}
+
+std::string lora_name(int64_t layer, int target, bool b) {
+  const bool attn = target < 4;
+  return "base_model.model.model.layers." + std::to_string(layer) + (attn ? ".self_attn." : ".mlp.") +
+         kLoraModules[target] + (b ? ".lora_B.weight" : ".lora_A.weight");
+}
+
+std::vector<int64_t> lora_shape(const ModelConfig& cfg, const LoraConfig& c, int target, bool b) {
+  const int64_t d = cfg.hidden, qd = cfg.heads * cfg.head_dim, kd = cfg.kv_heads * cfg.head_dim,
+                I = cfg.intermediate;
+  //                      q   k   v   o   gate up  down
+  const int64_t in[] = {d, d, d, qd, d, d, I}, out[] = {qd, kd, kd, d, I, I, d};
+  return b ? std::vector<int64_t>{out[target], c.rank} : std::vector<int64_t>{c.rank, in[target]};
+}
+
+std::vector<ParamSpec> lora_layout(const ModelConfig& cfg, const LoraConfig& c) {
+  std::vector<ParamSpec> s;
+  int64_t off = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    ParamSpec p{std::move(name), std::move(shape), off};
+    off += p.numel();
+    s.push_back(std::move(p));
+  };
+  for (int64_t l = 0; l < cfg.layers; ++l)
+    for (int t = 0; t < kLoraTargets; ++t)
+      if (c.targets[t]) {
+        add(lora_name(l, t, false), lora_shape(cfg, c, t, false));
+        add(lora_name(l, t, true), lora_shape(cfg, c, t, true));
+      }
+  if (c.train_embeddings_norms)
+    for (const ParamSpec& p : param_layout(cfg)) {
+      const bool norm = p.name.find("norm.weight") != std::string::npos || p.name.find("layernorm") != std::string::npos;
+      if (norm || p.name == "model.embed_tokens.weight") add(p.name, p.shape);
+    }
+  return s;
+}
+
+int64_t lora_param_count(const ModelConfig& cfg, const LoraConfig& c) {
+  const auto s = lora_layout(cfg, c);
+  return s.empty() ? 0 : s.back().offset + s.back().numel();
+}
+
+std::vector<LayerParams> lora_layers(const std::vector<LayerParams>& base, const Params& trainable,
+                                     const ModelConfig& cfg, const LoraConfig& c) {
+  std::vector<LayerParams> r = base;
+  r.resize(size_t(cfg.layers));
+  for (int64_t l = 0; l < cfg.layers; ++l) {
+    LayerParams& L = r[size_t(l)];
+    for (int t = 0; t < kLoraTargets; ++t)
+      if (c.targets[t]) L.lora[t] = {trainable.get(lora_name(l, t, false)), trainable.get(lora_name(l, t, true))};
+    L.lora_scale = c.scale();
+    const LayerParams& T = trainable.layers[size_t(l)];  // the norms, where they train
+    for (auto [dst, src] : {std::pair{&L.attn_norm, &T.attn_norm}, {&L.mlp_norm, &T.mlp_norm},
+                            {&L.q_norm, &T.q_norm}, {&L.k_norm, &T.k_norm}})
+      if (!src->empty() || base.empty()) *dst = *src;
+  }
+  return r;
+}
+
+void init_lora(Params& trainable, const Params& base, uint64_t seed) {
+  OOMB_CHECK(trainable.flat().tier == Tier::Host && base.flat().tier == Tier::Host, "init_lora: host parameters");
+  std::mt19937_64 rng(seed);
+  for (const ParamSpec& s : trainable.specs()) {
+    Tensor t = trainable.view(s);
+    float* p = t.f();
+    if (s.name.ends_with(".lora_A.weight")) {  // kaiming_uniform(a = sqrt(5)): U(-1/sqrt(in), 1/sqrt(in))
+      const float bound = float(1.0 / std::sqrt(double(s.shape[1])));
+      std::uniform_real_distribution<float> u(-bound, bound);
+      for (int64_t i = 0; i < s.numel(); ++i) p[i] = u(rng);
+    } else if (s.name.ends_with(".lora_B.weight")) {
+      for (int64_t i = 0; i < s.numel(); ++i) p[i] = 0.0f;
+    } else {  // a trainable base tensor starts from the base's values
+      const Tensor from = base.get(s.name);
+      std::copy(from.f(), from.f() + s.numel(), p);
+    }
+  }
+}
+
+}  // namespace oomb

@@ -1,0 +1,54 @@
+// LoRA (arXiv 2106.09685) as PEFT defines it: a frozen base linear y = x W^T + b gains
+// s * (x A^T) B^T with A (r, in), B (out, r) trainable, s = alpha / r (rsLoRA: alpha / sqrt(r)).
+// B starts at zero and A as PEFT initialises it (kaiming-uniform: U(-1/sqrt(in), 1/sqrt(in))), so
+// training starts from the base model. Optionally (LongLoRA) the embeddings and every norm train
+// too. The trainable tensors live in one flat Params of their own (lora_layout): adapters by PEFT's
+// names, trainable base tensors by their Hugging Face names.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hf/config.h"
+#include "model/params.h"
+
+namespace oomb {
+
+// The linear layers LoRA may adapt (LayerParams::lora's order), by PEFT's module names.
+inline constexpr const char* kLoraModules[kLoraTargets] = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                           "gate_proj", "up_proj", "down_proj"};
+
+struct LoraConfig {
+  int64_t rank = 0;  // 0: no LoRA (full fine-tuning)
+  double alpha = 16;
+  bool targets[kLoraTargets] = {};  // by kLoraModules' index
+  bool rslora = false;
+  bool train_embeddings_norms = false;  // LongLoRA: embeddings and norms trainable too
+  bool on() const { return rank > 0; }
+  float scale() const;
+  std::vector<std::string> target_names() const;  // PEFT's module names, in kLoraModules' order
+};
+
+// Parses --lora-targets: a comma list of q,k,v,o,gate,up,down (or PEFT's q_proj, ...), or all.
+// Throws naming the flag and the unknown name.
+void parse_lora_targets(const std::string& list, LoraConfig& c, const std::string& flag = "--lora-targets");
+// Checks rank, alpha and targets, naming the flag.
+void check_lora(const LoraConfig& c);
+
+// PEFT's name of an adapter tensor: base_model.model.model.layers.L.self_attn.q_proj.lora_A.weight
+std::string lora_name(int64_t layer, int target, bool b);
+// The trainable layout: every adapter (A then B, layers in order, targets in kLoraModules' order),
+// then, with train_embeddings_norms, the embedding and every norm (an untied lm_head stays frozen).
+std::vector<ParamSpec> lora_layout(const ModelConfig& cfg, const LoraConfig& c);
+int64_t lora_param_count(const ModelConfig& cfg, const LoraConfig& c);
+// The shape PEFT gives an adapter: A (r, in), B (out, r).
+std::vector<int64_t> lora_shape(const ModelConfig& cfg, const LoraConfig& c, int target, bool b);
+
+// Binds the adapters of `trainable` (a Params of lora_layout) into each layer's LoRA slots, and,
+// with train_embeddings_norms, its norms over the base ones. `base` gives the frozen rest.
+std::vector<LayerParams> lora_layers(const std::vector<LayerParams>& base, const Params& trainable,
+                                     const ModelConfig& cfg, const LoraConfig& c);
+// A as PEFT initialises it (seeded), B zero; trainable base tensors copied from `base`.
+void init_lora(Params& trainable, const Params& base, uint64_t seed);
+
+}  // namespace oomb

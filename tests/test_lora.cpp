@@ -1,0 +1,323 @@
+// LoRA against PEFT's own code: tests/fixtures/hf/{llama,qwen2}/lora/ hold adapters made and saved
+// by PEFT (tools/golden_hf.py, on the GPU machine) with their loss, logits and every adapter
+// gradient computed by PEFT in float64. Then PEFT's file format (names, shapes, config) against
+// the files PEFT wrote, the frozen base, the merged model, the memory saving and bad input.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "backend/backend.h"
+#include "data/repeat_task.h"
+#include "hf/checkpoint.h"
+#include "hf/peft.h"
+#include "hf/safetensors.h"
+#include "model/init.h"
+#include "model/memory_plan.h"
+#include "model_fixture.h"
+#include "test_util.h"
+#include "train/model.h"
+#include "train/trainer.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fixture(const std::string& model) { return source_dir() / "tests/fixtures/hf" / model; }
+
+std::vector<double> f64(const SafetensorsFile& f, const std::string& name) {
+  const TensorInfo* t = f.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  std::vector<double> v(size_t(t->numel()));
+  f.read_raw(*t, v.data());
+  return v;
+}
+
+double rel(const float* a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+// The model of a fixture with its PEFT adapter loaded, on the CPU.
+struct Loaded {
+  ModelConfig cfg;
+  LoraConfig lora;
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::unique_ptr<Model> m;
+  Loaded(const std::string& name, int64_t C, int64_t N) {
+    const fs::path dir = fixture(name);
+    cfg = load_config(dir);
+    lora = load_adapter_config(dir / "lora");
+    ChunkPlan plan{std::min(C, N), 16};
+    plan.lora = lora;
+    m = std::make_unique<Model>(cfg, *be, plan);
+    load_weights(dir, cfg, m->params());
+    load_adapter(dir / "lora", m->params(), m->trainable());
+  }
+};
+
+std::vector<int32_t> fixture_ids(const SafetensorsFile& ref) {
+  const TensorInfo* it = ref.find("input_ids");
+  std::vector<int64_t> ids64(size_t(it->numel()));
+  ref.read_raw(*it, ids64.data());
+  return {ids64.begin(), ids64.end()};
+}
+
+class LoraPeft : public ::testing::TestWithParam<const char*> {};
+
+}  // namespace
+
+// Loss, logits and every adapter gradient against PEFT's float64 (the base frozen: PEFT computes no
+// gradient for it and oomb allocates none), full-sequence and chunked.
+TEST_P(LoraPeft, LossLogitsAndEveryAdapterGradient) {
+  const fs::path dir = fixture(GetParam());
+  if (!fs::exists(dir / "lora/reference.safetensors"))
+    OOMB_MISSING_REFERENCE(fmt::format("{} is missing: made by `python3 tools/golden_hf.py` where PEFT exists",
+                                       (dir / "lora").string()));
+  const SafetensorsFile ref = SafetensorsFile::open(dir / "lora/reference.safetensors");
+  std::vector<int32_t> ids = fixture_ids(SafetensorsFile::open(dir / "reference.safetensors"));
+  const int64_t N = int64_t(ids.size());
+  std::vector<int32_t> targets(ids.begin() + 1, ids.end());
+  targets.push_back(-1);
+  const double loss = f64(ref, "loss").at(0);
+  for (int64_t C : {N, int64_t(7)}) {
+    SCOPED_TRACE(fmt::format("{} C={}", GetParam(), C));
+    Loaded L(GetParam(), C, N);
+    L.m->enable_grads();
+    EXPECT_EQ(L.m->grads().flat().numel(), lora_param_count(L.cfg, L.lora)) << "gradients only for the adapters";
+    const LossStats ls = L.m->forward_backward(ids.data(), targets.data(), N, 1.0f);
+    const double got = ls.loss_sum / double(ls.targets);
+    EXPECT_NEAR(got, loss, 1e-7 * loss);  // measured <= 1.7e-8
+    double worst = 0;
+    int n = 0;
+    for (const ParamSpec& s : L.m->grads().specs()) {
+      const auto want = f64(ref, "grad/" + s.name);
+      ASSERT_EQ(int64_t(want.size()), s.numel()) << s.name;
+      const double e = rel(L.m->grads().view(s).f(), want);
+      EXPECT_LE(e, 1e-5) << s.name;  // measured <= 1.6e-6 (fp32 against float64)
+      worst = std::max(worst, e), ++n;
+    }
+    EXPECT_EQ(n, int(ref.tensors().size()) - 2) << "every adapter tensor PEFT differentiated";
+    std::vector<float> lg(size_t(N * L.cfg.vocab));
+    L.m->logits(ids.data(), N, lg.data());
+    const double le = rel(lg.data(), f64(ref, "logits"));
+    EXPECT_LE(le, 2e-6);  // measured <= 7.0e-7
+    std::cout << fmt::format("[ lora     ] {} C={}: loss {:.6f} (PEFT {:.6f}, rel. error {:.1e}), {} adapter gradients, "
+                             "worst rel. error {:.2e}, logits {:.2e}\n", GetParam(), C, got, loss,
+                             std::abs(got - loss) / loss, n, worst, le);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, LoraPeft, ::testing::Values("llama", "qwen2"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// An adapter oomb saves is PEFT's file: the same tensor names, shapes and dtype as the file PEFT
+// wrote, the same values, and the same config fields PEFT reads.
+TEST_P(LoraPeft, SavedAdapterIsPeftsFormat) {
+  const fs::path dir = fixture(GetParam());
+  if (!fs::exists(dir / "lora/adapter_config.json"))
+    OOMB_MISSING_REFERENCE(fmt::format("{} is missing", (dir / "lora").string()));
+  Loaded L(GetParam(), 8, 8);
+  const fs::path out = temp_dir("_peft") / "adapter";
+  save_adapter(out, L.cfg, L.lora, L.m->trainable(), dir.string());
+  const SafetensorsFile theirs = SafetensorsFile::open(dir / "lora/adapter_model.safetensors");
+  const SafetensorsFile ours = SafetensorsFile::open(out / "adapter_model.safetensors");
+  ASSERT_EQ(ours.tensors().size(), theirs.tensors().size());
+  for (const TensorInfo& t : theirs.tensors()) {
+    const TensorInfo* o = ours.find(t.name);
+    ASSERT_NE(o, nullptr) << t.name;
+    EXPECT_EQ(o->shape, t.shape) << t.name;
+    EXPECT_EQ(o->dtype, t.dtype) << t.name;
+    std::vector<char> a(t.end - t.begin), b(o->end - o->begin);
+    theirs.read_raw(t, a.data());
+    ours.read_raw(*o, b.data());
+    EXPECT_EQ(a, b) << t.name;
+  }
+  nlohmann::json pj, oj;
+  std::ifstream(dir / "lora/adapter_config.json") >> pj;
+  std::ifstream(out / "adapter_config.json") >> oj;
+  for (const char* k : {"peft_type", "task_type", "r", "lora_alpha", "use_rslora", "lora_dropout", "bias",
+                        "fan_in_fan_out", "modules_to_save"})
+    EXPECT_EQ(oj.at(k), pj.at(k)) << k;
+  auto sorted = [](nlohmann::json j) {
+    auto v = j.get<std::vector<std::string>>();
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  EXPECT_EQ(sorted(oj.at("target_modules")), sorted(pj.at("target_modules")));
+  // and it loads back to the same numbers
+  Params back(L.cfg, lora_layout(L.cfg, load_adapter_config(out)), Tier::Host, Tag::IO);
+  load_adapter(out, L.m->params(), back);
+  EXPECT_EQ(std::memcmp(back.flat().data, L.m->trainable().flat().data, back.flat().bytes()), 0);
+}
+
+// The merged model (W + s B A) computes what base + adapter compute.
+TEST_P(LoraPeft, MergedModelEqualsBasePlusAdapter) {
+  const fs::path dir = fixture(GetParam());
+  if (!fs::exists(dir / "lora/adapter_config.json"))
+    OOMB_MISSING_REFERENCE(fmt::format("{} is missing", (dir / "lora").string()));
+  std::vector<int32_t> ids = fixture_ids(SafetensorsFile::open(dir / "reference.safetensors"));
+  const int64_t N = int64_t(ids.size());
+  Loaded L(GetParam(), N, N);
+  std::vector<float> want(size_t(N * L.cfg.vocab)), got(want.size());
+  L.m->logits(ids.data(), N, want.data());
+  Params merged(L.cfg, Tier::Host, Tag::IO);
+  load_weights(dir, L.cfg, merged);
+  merge_adapter(merged, L.m->trainable(), L.lora);
+  const fs::path out = temp_dir("_merged") / "m";
+  save_model(out, L.cfg, merged, DType::F32, dir);
+  auto be = make_cpu_backend();
+  Model plain(L.cfg, *be, {N, 16});
+  load_weights(out, L.cfg, plain.params());
+  plain.logits(ids.data(), N, got.data());
+  const double e = rel_error(got, want);
+  EXPECT_LE(e, 3e-6);  // measured <= 6.7e-7: the same function, the adapter's product summed into W once
+  EXPECT_GT(rel_error(want, [&] {  // and the adapter does change the model (B is not zero here)
+              std::vector<float> base(want.size());
+              Model b(L.cfg, *be, {N, 16});
+              load_weights(dir, L.cfg, b.params());
+              b.logits(ids.data(), N, base.data());
+              return base;
+            }()), 1e-3);
+  std::cout << fmt::format("[ lora     ] {}: merged model's logits against base + adapter: rel. error {:.2e}\n",
+                           GetParam(), e);
+}
+
+// Training with fresh adapters (B = 0) starts from the base model's loss bit for bit, never moves a
+// base weight, and holds gradients and AdamW moments for the adapters alone: the accountant's
+// peaks equal the plan's, which are the formulas written here.
+TEST(Lora, TrainsAdaptersOnlyFromTheBaseAndAsPlanned) {
+  const fs::path dir = temp_dir("_lora_train");
+  const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("qwen2", 2), 7);
+  LoraConfig lc;
+  lc.rank = 3;
+  lc.alpha = 6;
+  parse_lora_targets("q,k,v,o,gate,up,down", lc);
+  const int64_t N = 96;
+  ChunkPlan plan{32, 16};
+  plan.lora = lc;
+  auto be = make_cpu_backend();
+  Params base0(cfg, Tier::Host, Tag::IO);
+  load_weights(dir, cfg, base0);
+  double base_loss = 0;
+  RepeatTask task(3, cfg.vocab);
+  std::vector<int32_t> ids(N), tg(N);
+  task.window(0, N, ids.data(), tg.data());
+  {
+    Model plain(cfg, *be, {32, 16});
+    load_weights(dir, cfg, plain.params());
+    const LossStats ls = plain.evaluate(ids.data(), tg.data(), N);
+    base_loss = ls.loss_sum / double(ls.targets);
+  }
+  Accountant& acc = Accountant::global();
+  acc.reset_peaks();
+  {
+    Model m(cfg, *be, plan);
+    load_weights(dir, cfg, m.params());
+    init_lora(m.trainable(), m.params(), 11);
+    const LossStats first = m.evaluate(ids.data(), tg.data(), N);
+    EXPECT_EQ(first.loss_sum / double(first.targets), base_loss) << "B = 0: the adapters add exactly nothing";
+    TrainOptions o{N, 4, 1, 100, {}, ""};
+    o.optim.lr = 1e-2f;
+    std::ostringstream log;
+    const StepStats st = train(m, task, o, log);
+    EXPECT_LT(st.loss, base_loss) << "the adapters learn";
+    EXPECT_EQ(std::memcmp(m.params().flat().data, base0.flat().data, base0.flat().bytes()), 0) << "a base weight moved";
+    const int64_t Pt = lora_param_count(cfg, lc);
+    int64_t want_pt = 0;  // the formula: r (in + out) per adapted linear and layer
+    const int64_t d = cfg.hidden, qd = cfg.heads * cfg.head_dim, kd = cfg.kv_heads * cfg.head_dim,
+                  I = cfg.intermediate;
+    for (auto [in, out] : {std::pair{d, qd}, {d, kd}, {d, kd}, {qd, d}, {d, I}, {d, I}, {I, d}})
+      want_pt += cfg.layers * lc.rank * (in + out);
+    EXPECT_EQ(Pt, want_pt);
+    const MemoryPlan pm =
+        plan_memory(cfg, plan, N, "adamw", be->workspace_bytes(workspace_shape(cfg, plan.chunk, lc)));
+    EXPECT_EQ(acc.get(Tier::Host, Tag::Grads).peak, Pt * 4);
+    EXPECT_EQ(acc.get(Tier::Host, Tag::Optimizer).peak, 2 * Pt * 4);
+    EXPECT_EQ(acc.get(Tier::Host, Tag::Weights).peak, (param_count(cfg) + Pt) * 4);
+    for (int i = 0; i < kNumTags; ++i)
+      if (Tag(i) != Tag::IO)
+        EXPECT_EQ(acc.get(Tier::Host, Tag(i)).peak, pm.get(Tier::Host, Tag(i))) << tag_name(Tag(i)) << ": plan";
+    std::cout << fmt::format("[ lora     ] {} trainable of {} parameters; grads {} B, optimizer {} B (full fine-tuning: "
+                             "{} B, {} B); loss {:.4f} -> {:.4f}\n", Pt, param_count(cfg), Pt * 4, 2 * Pt * 4,
+                             param_count(cfg) * 4, 2 * param_count(cfg) * 4, base_loss, st.loss);
+  }
+}
+
+// --train-embeddings-norms: the embedding's and norms' gradients are full fine-tuning's of the same
+// function (the model with the adapter merged), which the float64 oracle checks elsewhere.
+TEST(Lora, TrainableEmbeddingsAndNormsGetFullFineTuningsGradients) {
+  const fs::path dir = fixture("qwen2");
+  if (!fs::exists(dir / "lora/adapter_config.json")) OOMB_MISSING_REFERENCE("tests/fixtures/hf/qwen2/lora is missing");
+  const ModelConfig cfg = load_config(dir);
+  LoraConfig lc = load_adapter_config(dir / "lora");
+  lc.train_embeddings_norms = true;
+  std::vector<int32_t> ids = fixture_ids(SafetensorsFile::open(dir / "reference.safetensors"));
+  const int64_t N = int64_t(ids.size());
+  std::vector<int32_t> tg(ids.begin() + 1, ids.end());
+  tg.push_back(-1);
+  auto be = make_cpu_backend();
+  ChunkPlan plan{13, 16};
+  plan.lora = lc;
+  Model m(cfg, *be, plan);
+  load_weights(dir, cfg, m.params());
+  load_adapter(dir / "lora", m.params(), m.trainable());  // PEFT's file has no embeddings: the base's
+  m.enable_grads();
+  m.forward_backward(ids.data(), tg.data(), N, 1.0f);
+  Params merged(cfg, Tier::Host, Tag::IO);
+  load_weights(dir, cfg, merged);
+  merge_adapter(merged, m.trainable(), lc);
+  Model full(cfg, *be, {13, 16});
+  std::memcpy(full.params().flat().data, merged.flat().data, merged.flat().bytes());
+  full.enable_grads();
+  full.forward_backward(ids.data(), tg.data(), N, 1.0f);
+  int n = 0;
+  double worst = 0;
+  for (const ParamSpec& s : m.grads().specs()) {
+    if (s.name.find(".lora_") != std::string::npos) continue;
+    const Tensor g = m.grads().view(s), want = full.grads().get(s.name);
+    const double e = rel_error(g.f(), want.f(), size_t(s.numel()));
+    EXPECT_LE(e, 1e-5) << s.name;  // measured <= 1.1e-6: merged weights round once more
+    worst = std::max(worst, e), ++n;
+  }
+  EXPECT_EQ(n, 2 * cfg.layers + 2) << "the embedding, the final norm and two norms per layer";
+  std::cout << fmt::format("[ lora     ] trainable embeddings and norms: {} tensors, worst rel. error against full "
+                           "fine-tuning {:.2e}\n", n, worst);
+}
+
+TEST(Lora, BadInputIsNamed) {
+  LoraConfig c;
+  EXPECT_NE(error_of([&] { parse_lora_targets("q,qkv", c); }).find("--lora-targets: 'qkv'"), std::string::npos);
+  c.rank = 0;
+  parse_lora_targets("q", c);
+  EXPECT_NE(error_of([&] { check_lora(c); }).find("--lora-rank"), std::string::npos);
+  // an adapter made for another model: qwen2's (kv dim 8) on llama's shape (kv dim 16)
+  if (!fs::exists(fixture("qwen2") / "lora/adapter_config.json")) return;
+  const ModelConfig llama = load_config(fixture("llama"));
+  const LoraConfig q2 = load_adapter_config(fixture("qwen2") / "lora");
+  Params base(llama, Tier::Host, Tag::IO), t(llama, lora_layout(llama, q2), Tier::Host, Tag::IO);
+  const std::string e = error_of([&] { load_adapter(fixture("qwen2") / "lora", base, t); });
+  EXPECT_NE(e.find("adapter_model.safetensors: tensor '"), std::string::npos) << e;
+  EXPECT_NE(e.find("another model"), std::string::npos) << e;
+  // a config this engine cannot train, named with the file
+  const fs::path bad = temp_dir("_badlora");
+  nlohmann::json j;
+  std::ifstream(fixture("qwen2") / "lora/adapter_config.json") >> j;
+  j["lora_dropout"] = 0.1;
+  std::ofstream(bad / "adapter_config.json") << j.dump();
+  const std::string e2 = error_of([&] { load_adapter_config(bad); });
+  EXPECT_NE(e2.find("adapter_config.json: lora_dropout 0.1"), std::string::npos) << e2;
+  j["lora_dropout"] = 0.0;
+  j["target_modules"] = {"q_proj", "w_pack"};
+  std::ofstream(bad / "adapter_config.json") << j.dump();
+  const std::string e3 = error_of([&] { load_adapter_config(bad); });
+  EXPECT_NE(e3.find("target_modules: 'w_pack'"), std::string::npos) << e3;
+}
