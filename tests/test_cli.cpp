@@ -150,6 +150,7 @@ TEST(Cli, OffloadErrorsNameTheFlag) {
   for (const Bad& b : {
            Bad{"--offload kv", "--offload kv: the cpu backend has no device memory to offload from"},
            Bad{"--offload params", "--offload params: the cpu backend has no device memory to offload from"},
+           Bad{"--device sim --offload params --lora-rank 4", "--offload params: not with LoRA (--lora-rank) yet"},
            Bad{"--device sim --offload kv --offload-group 17", "--offload-group 17: larger than a layer's 16 pages"},
            Bad{"--device sim --offload kv --offload-group 4 --device-memory 300000",
                "--device-memory 300000: too small for --offload kv: two groups of 4 pages"},
@@ -170,6 +171,8 @@ TEST(Cli, OffloadErrorsNameTheFlag) {
   EXPECT_THAT(r.out, HasSubstr("--offload-group 17: larger than a layer's 16 pages"));
   r = oomb_cmd(dir, fmt::format("plan --model {} --seq-len 512 --offload kv --device cpu", m));
   EXPECT_THAT(r.out, HasSubstr("--offload kv: the cpu backend has no device memory"));
+  r = oomb_cmd(dir, fmt::format("plan --model {} --seq-len 512 --offload params --lora-rank 4", m));
+  EXPECT_THAT(r.out, HasSubstr("--offload params: not with LoRA (--lora-rank) yet"));
 }
 
 // Saving after --offload params (and kv,params) writes the same files as without it: the trained
