@@ -79,7 +79,7 @@ step() {  # name, time limit (s), command...: log to $W/name.log, its result lin
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "TIMEOUT after ${t}s" >> "$W/$name.log"
   echo "rc=$rc" >> "$W/$name.log"
   { echo "== $name (rc=$rc, $((SECONDS - t0)) s)"
-    grep -aE "^\[ (parity|cuda|hf|peft) |PASSED|FAILED|SKIPPED|Failure|rel. error|Error|error:|TIMEOUT|\| |loss |ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$W/$name.log" | tail -60
+    grep -aE "^\[ (parity|cuda|hf|peft|tboard) |PASSED|FAILED|SKIPPED|Failure|rel. error|Error|error:|TIMEOUT|\| |loss |ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$W/$name.log" | tail -60
   } | tee -a "$OUT/summary.txt"
   pack
   return $rc
@@ -100,6 +100,8 @@ if [ "$phase" != bench ]; then
   step hf_golden 90 "$W/bin/test_hf_golden"
   # a LoRA adapter oomb saved, loaded by PEFT itself (issue 13)
   step peft_check 90 python3 tools/peft_check.py --oomb "$W/bin/oomb"
+  # oomb's TensorBoard event files, read by the tensorboard package (issue 12)
+  step tensorboard_check 60 python3 tools/tensorboard_check.py --oomb "$W/bin/oomb"
   step gemm_layout 90 "$W/bin/test_gemm_layout"
   step cuda_device 120 "$W/bin/test_cuda_device"
   step cuda_ops 180 "$W/bin/test_cuda_ops"

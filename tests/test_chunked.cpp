@@ -15,6 +15,12 @@ using namespace oomb;
 using namespace oomb::testing;
 
 namespace {
+double g_worst_loss = 0;  // the largest relative loss difference seen by the chunked-vs-full checks
+double loss_gap(double a, double b) {
+  const double e = std::abs(a - b) / std::abs(b);
+  g_worst_loss = std::max(g_worst_loss, e);
+  return e;
+}
 
 struct ChunkRun {
   double loss;
@@ -67,10 +73,10 @@ TEST(Chunked, EqualsFullSequenceOverTheGrid) {
             if (C <= 0 || C > N) continue;
             SCOPED_TRACE(fmt::format("{} G={} N={} C={} P={}", arch, G, N, C, P));
             const ChunkRun r = run(dir, toks, N, {C, P});
-            EXPECT_NEAR(r.loss, full.loss, 1e-6 * std::abs(full.loss));
+            EXPECT_LE(loss_gap(r.loss, full.loss), 1e-7);  // measured <= 2.0e-8
             for (const ParamSpec& s : specs.specs()) {
               const double e = rel_error(r.grads.data() + s.offset, full.grads.data() + s.offset, size_t(s.numel()));
-              EXPECT_LE(e, 1e-5) << s.name;
+              EXPECT_LE(e, 1e-5) << s.name;  // measured <= 1.9e-6 (printed below)
               worst = std::max(worst, e);
             }
             ++cases;
@@ -93,11 +99,11 @@ TEST(Chunked, Qwen3EqualsFullSequence) {
     for (auto [C, P] : {std::pair<int64_t, int64_t>{13, 16}, {29, 7}, {N / 2, 64}}) {
       SCOPED_TRACE(fmt::format("N={} C={} P={}", N, C, P));
       const ChunkRun r = run(dir, toks, N, {C, P});
-      EXPECT_NEAR(r.loss, full.loss, 1e-6 * std::abs(full.loss));
+      EXPECT_LE(loss_gap(r.loss, full.loss), 1e-7);  // measured <= 1.3e-8
       worst = std::max(worst, rel_error(r.grads, full.grads));
     }
   }
-  EXPECT_LE(worst, 1e-5);
+  EXPECT_LE(worst, 4e-6);  // measured 8.1e-7 (printed below)
   std::cout << fmt::format("[ chunked  ] qwen3: worst whole-gradient rel. error vs full sequence {:.2e}\n", worst);
 }
 
@@ -116,8 +122,8 @@ TEST(Chunked, SlidingWindowKeepsFewerGradientPages) {
     Accountant::global().reset_peaks();
     const int64_t before = Accountant::global().get(Tier::Host, Tag::KVGrad).current;
     const ChunkRun r = run(dir, toks, N, {C, P}, false);
-    EXPECT_NEAR(r.loss, full.loss, 1e-6 * std::abs(full.loss));
-    EXPECT_LE(rel_error(r.grads, full.grads), 1e-5);
+    EXPECT_LE(loss_gap(r.loss, full.loss), 1e-7);  // measured <= 8.0e-9
+    EXPECT_LE(rel_error(r.grads, full.grads), 3e-6);  // measured <= 6.7e-7
     const int64_t measured = Accountant::global().get(Tier::Host, Tag::KVGrad).peak - before;
     const MemoryPlan plan = plan_memory(cfg, {C, P}, N, "sgd", 0);
     EXPECT_EQ(measured, plan.get(Tier::Host, Tag::KVGrad));
@@ -138,10 +144,10 @@ TEST(Chunked, Bf16GradientPagesStayCloseAndTakeHalfTheBytes) {
   double worst = 0;
   for (int64_t C : {13, 32}) {
     const ChunkRun r = run(dir, toks, N, {C, 16, DType::BF16});
-    EXPECT_NEAR(r.loss, full.loss, 1e-6 * std::abs(full.loss));  // the forward does not read gradient pages
+    EXPECT_LE(loss_gap(r.loss, full.loss), 1e-7);  // measured <= 1.9e-9: the forward reads no gradient page
     worst = std::max(worst, rel_error(r.grads, full.grads));
   }
-  EXPECT_LE(worst, 1e-2);  // bf16 keeps 8 bits of mantissa; each page is rounded once per chunk
+  EXPECT_LE(worst, 4e-3);  // measured 1.0e-3: bf16 keeps 8 bits of mantissa; each page rounded once per chunk
   EXPECT_GT(worst, 1e-7);  // and it does round: the pages are really bf16
   std::cout << fmt::format("[ chunked  ] bf16 gradient pages: worst whole-gradient rel. error {:.2e}\n", worst);
   const ModelConfig cfg = load_config(dir);
@@ -169,16 +175,16 @@ TEST(Chunked, Bf16KvPagesEqualFullSequenceAndTakeHalfTheBytes) {
       ChunkPlan plan{C, P};
       plan.kv_dtype = DType::BF16;
       const ChunkRun r = run(dir, toks, N, plan);
-      EXPECT_NEAR(r.loss, full.loss, 1e-6 * std::abs(full.loss));
+      EXPECT_LE(loss_gap(r.loss, full.loss), 1e-7);  // measured <= 1.6e-8
       worst_chunked = std::max(worst_chunked, rel_error(r.grads, full.grads));
     }
     worst_vs_f32 = std::max(worst_vs_f32, rel_error(full.grads, full32.grads));
     worst_loss_vs_f32 = std::max(worst_loss_vs_f32, std::abs(full.loss - full32.loss) / full32.loss);
   }
-  EXPECT_LE(worst_chunked, 1e-5);
-  EXPECT_LE(worst_vs_f32, 2e-2);   // K and V carry 8 bits of mantissa
+  EXPECT_LE(worst_chunked, 5e-6);  // measured 1.2e-6
+  EXPECT_LE(worst_vs_f32, 1e-2);   // measured 3.3e-3: K and V carry 8 bits of mantissa
   EXPECT_GT(worst_vs_f32, 1e-7);   // and they are rounded: the pages really are bf16
-  EXPECT_LE(worst_loss_vs_f32, 1e-3);
+  EXPECT_LE(worst_loss_vs_f32, 5e-5);  // measured 9.5e-6
   std::cout << fmt::format("[ chunked  ] bf16 K/V pages: chunked vs full-sequence (both bf16) worst gradient rel. "
                            "error {:.2e}; vs f32 K/V: gradient {:.2e}, loss {:.2e}\n",
                            worst_chunked, worst_vs_f32, worst_loss_vs_f32);

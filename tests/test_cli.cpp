@@ -151,6 +151,7 @@ TEST(Cli, OffloadErrorsNameTheFlag) {
            Bad{"--offload kv", "--offload kv: the cpu backend has no device memory to offload from"},
            Bad{"--offload params", "--offload params: the cpu backend has no device memory to offload from"},
            Bad{"--device sim --offload params --lora-rank 4", "--offload params: not with LoRA (--lora-rank) yet"},
+           Bad{"--device sim --offload params --precision bf16", "--offload params: not with --precision bf16 yet"},
            Bad{"--device sim --offload kv --offload-group 17", "--offload-group 17: larger than a layer's 16 pages"},
            Bad{"--device sim --offload kv --offload-group 4 --device-memory 300000",
                "--device-memory 300000: too small for --offload kv: two groups of 4 pages"},
@@ -412,7 +413,7 @@ TEST(Cli, LoraTrainContinueAndMerge) {
   };
   const double adapted = first_loss(fmt::format("--model {} --lora {}", m, a2)),
                plain = first_loss(fmt::format("--model {}", merged)), base = first_loss(fmt::format("--model {}", m));
-  EXPECT_NEAR(plain, adapted, 1e-4 * adapted);
+  EXPECT_NEAR(plain, adapted, 1e-4 * adapted);  // the progress line's 4 decimals
   EXPECT_NE(adapted, base) << "the adapter changed nothing";
   // bad input, named
   EXPECT_THAT(oomb_cmd(dir, fmt::format("train {} --steps 1 --lora-rank 4 --lora-targets q,wq", common)).out,

@@ -344,7 +344,7 @@ TEST(CpuOptim, AdamWMatchesTheDecoupledUpdate) {
       pi *= 1 - 1e-2 * 0.1;
       pi -= 1e-2 * (mi / (1 - std::pow(0.9, s))) / (std::sqrt(vi / (1 - std::pow(0.95, s))) + 1e-8);
     }
-    EXPECT_NEAR(p[size_t(i)], pi, 1e-6);
+    EXPECT_NEAR(p[size_t(i)], pi, 2e-7);  // measured <= 4.0e-8: fp32 against the formula in double
   }
   std::vector<float> q = p0;
   Tensor Qp = Tensor::f32(q.data(), {n});

@@ -47,7 +47,7 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
   auto gpu = make_cuda_backend(&why);
   if (!gpu) GTEST_SKIP() << why;
   auto cpu = make_cpu_backend();
-  double worst = 0, worst_bf16 = 0;
+  double worst = 0, worst_bf16 = 0, worst_loss = 0;
   int cases = 0;
   for (std::string arch : {"llama", "qwen2", "qwen3"})
     for (int64_t G : {int64_t(1), int64_t(2), int64_t(4)}) {
@@ -61,7 +61,8 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
         SCOPED_TRACE(fmt::format("{} G={} C={} P={} kv_grad={} doc_sep={} kv={}", arch, G, plan.chunk, plan.page_size,
                                  dtype_name(plan.kv_grad_dtype), plan.doc_sep, dtype_name(plan.kv_dtype)));
         const Step c = step(*cpu, dir, ids, tg, plan), g = step(*gpu, dir, ids, tg, plan);
-        EXPECT_NEAR(g.loss, c.loss, 1e-5 * c.loss);
+        EXPECT_NEAR(g.loss, c.loss, 1e-5 * c.loss);  // not yet measured on a GPU: printed below from now on
+        worst_loss = std::max(worst_loss, std::abs(g.loss - c.loss) / c.loss);
         // bf16 K/V: both round the same bits, but a value within ~1e-7 of a rounding midpoint may
         // round apart (one bf16 ulp, 4e-3), so a looser bound than f32's
         const bool f32 = plan.kv_grad_dtype == DType::F32 && plan.kv_dtype == DType::F32;
@@ -81,7 +82,7 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
       }
     }
   std::cout << fmt::format("[ cuda     ] {} configurations, worst gradient rel. error vs CPU: fp32 {:.2e}, with bf16 "
-                           "K/V or gradient pages {:.2e}\n", cases, worst, worst_bf16);
+                           "K/V or gradient pages {:.2e}; loss {:.1e}\n", cases, worst, worst_bf16, worst_loss);
 }
 
 TEST(CudaModel, AdamWStepsTrackTheCpu) {
@@ -110,7 +111,9 @@ TEST(CudaModel, AdamWStepsTrackTheCpu) {
     m.download_params(host);
     params.emplace_back(host.flat().f(), host.flat().f() + host.flat().numel());
   }
-  EXPECT_LE(rel_error(params[1], params[0]), 1e-5);
+  const double e = rel_error(params[1], params[0]);
+  EXPECT_LE(e, 1e-5);  // not yet measured on a GPU: printed from now on
+  std::cout << fmt::format("[ cuda     ] 5 AdamW steps: parameters rel. error vs CPU {:.2e}\n", e);
 }
 
 // --offload kv on the GPU: pages in pinned host memory, streamed through the device on the copy

@@ -108,5 +108,5 @@ TEST(ModelLogits, AgreeWithTheFusedLoss) {
     for (int v = 0; v < 61; ++v) s += std::exp(double(r[v]) - mx);
     loss += mx + std::log(s) - double(r[tg[size_t(t)]]);
   }
-  EXPECT_NEAR(loss, ev.loss_sum, 1e-5 * ev.loss_sum);
+  EXPECT_NEAR(loss, ev.loss_sum, 1e-11 * ev.loss_sum);  // measured 6.8e-13: the same fp32 logits, summed in f64
 }

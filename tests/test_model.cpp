@@ -110,6 +110,7 @@ TEST(Model, GradAccumulationAveragesConsecutiveWindows) {
   const std::vector<float> p0 = sgd_step(m, data, 16, 2);  // one step over windows 0 and 1
   const float* p1 = m.model->params().flat().f();
   for (size_t i = 0; i < p0.size(); ++i)
+    // the formula in fp32, a few ulps of the parameter apart
     ASSERT_NEAR(p1[i], p0[i] - 0.5f * 0.5f * (g[0][i] + g[1][i]), 1e-6f * (1 + std::abs(p0[i]))) << i;
 }
 

@@ -133,7 +133,9 @@ def make_bf16(name, d, model_cls, ids):
     """PyTorch's own bf16 on the GPU, the yardstick of FlashAttention's error rule (oomb's bf16 error
     against float64 at most twice PyTorch's): DIR/reference_bf16.safetensors holds, for the same ids,
     pure/loss F64 (1) and pure/grad/NAME F32 (every parameter in bf16, eager attention), and
-    autocast/loss, autocast/grad/NAME (float32 weights under torch.autocast(bfloat16))."""
+    autocast/loss, autocast/grad/NAME (float32 weights under torch.autocast(bfloat16)); and, since one
+    loss is one draw of the rounding, 16 more sequences: seqs/input_ids I64 (16, N), their float64
+    losses seqs/loss64 and PyTorch's seqs/pure_loss, seqs/autocast_loss F64 (16)."""
     if not torch.cuda.is_available():
         print(f"{name}: no GPU, so no bf16 reference")
         return
@@ -151,6 +153,26 @@ def make_bf16(name, d, model_cls, ids):
         out[mode + "/loss"] = loss.detach().double().reshape(1).cpu()
         for pname, p in m.named_parameters():
             out[f"{mode}/grad/{pname}"] = p.grad.detach().float().cpu().contiguous()
+    g = torch.Generator().manual_seed(7)
+    vocab = model_cls.config_class.from_pretrained(d).vocab_size
+    seqs = torch.randint(0, vocab, (16, ids.shape[1]), generator=g)
+    ref = load_f64(model_cls, d)
+    ref.train(False)
+    pure = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").cuda().to(torch.bfloat16)
+    auto = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").cuda()
+    l64, lp, la = [], [], []
+    with torch.no_grad():
+        for s in seqs:
+            x = s[None]
+            l64.append(F.cross_entropy(ref(input_ids=x, use_cache=False).logits[0][:-1], s[1:]).item())
+            xc = x.cuda()
+            lp.append(F.cross_entropy(pure(input_ids=xc, use_cache=False).logits[0][:-1].float(), xc[0, 1:]).item())
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                lg = auto(input_ids=xc, use_cache=False).logits[0]
+            la.append(F.cross_entropy(lg[:-1].float(), xc[0, 1:]).item())
+    out["seqs/input_ids"] = seqs.to(torch.int64).contiguous()
+    for k, v in (("seqs/loss64", l64), ("seqs/pure_loss", lp), ("seqs/autocast_loss", la)):
+        out[k] = torch.tensor(v, dtype=torch.float64)
     save_file(out, os.path.join(d, "reference_bf16.safetensors"),
               metadata={"transformers": transformers.__version__, "torch": torch.__version__,
                         "device": torch.cuda.get_device_name()})

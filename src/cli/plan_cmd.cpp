@@ -16,7 +16,8 @@ namespace oomb::cli {
 
 namespace {
 struct PlanArgs {
-  std::string model, preset, optimizer = "adamw", device, kv_grad_dtype = "f32", kv_dtype = "f32", offload;
+  std::string model, preset, optimizer = "adamw", device, kv_grad_dtype = "f32", kv_dtype = "f32", offload,
+      precision = "fp32";
   int64_t seq_len = 0, chunk = 0, page = 128, offload_group = 0;
   bool json = false, doc_mask = false;
   LoraFlags lora;
@@ -43,6 +44,8 @@ Command add_plan(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
+  c->add_option("--precision", a->precision, "fp32 or bf16 (as oomb train)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   c->add_flag("--doc-mask", a->doc_mask, "Documents masked as oomb train --doc-mask (their ids take 4 B a token)");
   c->add_flag("--json", a->json, "Print one JSON object instead of a table");
   add_lora_flags(c, a->lora, false);
@@ -53,6 +56,7 @@ Command add_plan(CLI::App& app) {
             ChunkPlan plan{std::min(a->chunk > 0 ? a->chunk : 1024, a->seq_len), a->page,
                            dtype_parse(a->kv_grad_dtype)};
             plan.kv_dtype = dtype_parse(a->kv_dtype);
+            plan.precision = a->precision == "bf16" ? DType::BF16 : DType::F32;
             if (a->doc_mask) plan.doc_sep = 0;  // any separator: the plan needs only whether there is one
             set_offload(a->offload, a->offload_group, a->seq_len, plan);
             const bool offload = plan.offload_kv || plan.offload_params;
@@ -61,6 +65,8 @@ Command add_plan(CLI::App& app) {
                        "(use --device sim or cuda)", a->offload);
             plan.lora = lora_config(a->lora, a->cmd);
             OOMB_CHECK(!plan.offload_params || !plan.lora.on(), "--offload params: not with LoRA (--lora-rank) yet");
+            OOMB_CHECK(!plan.offload_params || plan.precision == DType::F32,
+                       "--offload params: not with --precision bf16 yet");
             auto plan_for = [&](const ChunkPlan& p) {
               const WorkspaceShape wss = workspace_shape(cfg, p.chunk, p.lora);
               const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) : make_cpu_backend()->workspace_bytes(wss);

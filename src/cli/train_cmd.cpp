@@ -30,7 +30,7 @@ namespace oomb::cli {
 namespace {
 
 struct TrainArgs {
-  std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "f32";
+  std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "f32", precision = "fp32";
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
   int64_t eos_id = -1, offload_group = 0, device_memory = 0;
   double peak_tflops = 0;
@@ -71,6 +71,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int64_t device_
 ChunkPlan chunk_plan(const TrainArgs& a, int32_t doc_sep = -1) {
   ChunkPlan p{std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page, dtype_parse(a.kv_grad_dtype), doc_sep};
   p.kv_dtype = dtype_parse(a.kv_dtype);
+  p.precision = a.precision == "bf16" ? DType::BF16 : DType::F32;
   set_offload(a.offload, a.offload_group, a.seq_len, p);
   return p;
 }
@@ -178,6 +179,7 @@ nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const Chunk
           {"--chunk-size", plan.chunk},
           {"--page-size", plan.page_size},
           {"--kv-dtype", a.kv_dtype},
+          {"--precision", a.precision},
           {"--kv-grad-dtype", a.kv_grad_dtype},
           {"--doc-mask", a.doc_mask},
           {"--shuffle", a.shuffle},
@@ -316,6 +318,9 @@ Command add_train(CLI::App& app) {
   c->add_option("--page-size", a->page, "Tokens per KV page (demo 64)")->check(count())->capture_default_str();
   c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32, or bf16 for half the bytes")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
+  c->add_option("--precision", a->precision, "fp32, or bf16: every matmul reads bf16 values and accumulates in fp32 "
+                 "(master weights, moments, norms, softmax, loss and the residual stream stay fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32, or bf16 for half the bytes (K and V rounded to bf16)")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_option("--device", a->device, "cpu, cuda, or sim (the CPU kernels on simulated device memory with a copy "

@@ -82,6 +82,19 @@ void lora_bwd(Backend& be, const LayerParams& p, LayerParams& g, int t, const Te
   be.linear_bwd(x, l.a, du, dx, true, &g.lora[t].a, nullptr);
 }
 
+// --precision bf16: x rounded in place to bf16 values where it feeds a matmul (nothing otherwise).
+void to_bf16(const LayerCtx& ctx, Tensor& x) {
+  if (ctx.bf16) ctx.be.round_bf16(x);
+}
+void to_bf16(const LayerCtx& ctx, Tensor&& x) { to_bf16(ctx, x); }
+// A residual-stream gradient for a matmul: itself in fp32, or its bf16 copy (the stream stays fp32).
+const Tensor& dy_for_matmul(const LayerCtx& ctx, const Tensor& dh, LayerBuffers& plan) {
+  if (!ctx.bf16) return dh;
+  ctx.be.copy(plan.dy16.data, plan.dy16.tier, dh.data, dh.tier, dh.bytes());
+  ctx.be.round_bf16(plan.dy16);
+  return plan.dy16;
+}
+
 // A norm's weight gradient, or, where the norm is frozen (LoRA), scratch nobody reads.
 Tensor& norm_grad(Tensor& g, LayerBuffers& plan) { return g.empty() ? plan.discard : g; }
 }  // namespace
@@ -91,9 +104,9 @@ static int64_t lora_widest(const ModelConfig& c) {
   return std::max({c.heads * c.head_dim, c.kv_heads * c.head_dim, c.hidden, c.intermediate});
 }
 
-LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank) {
+LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank, bool bf16) {
   const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
-  arena_ = Arena(tier, Tag::Activations, size_t(bytes(c, T, lora_rank)));
+  arena_ = Arena(tier, Tag::Activations, size_t(bytes(c, T, lora_rank, bf16)));
   auto f = [&](std::initializer_list<int64_t> s) { return arena_.take(DType::F32, s); };
   LayerBuffers& b = all_;
   LayerActs& A = b.acts;
@@ -135,6 +148,7 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_ra
     b.lora_z = f({T, lora_widest(c)});
     b.discard = f({std::max(d, D)});
   }
+  if (bf16) b.dy16 = f({T, d});
 }
 
 LayerBuffers LayerBuffers::first(int64_t T) const {
@@ -143,19 +157,19 @@ LayerBuffers LayerBuffers::first(int64_t T) const {
                     &r.acts.rstd2, &r.acts.gate, &r.acts.up, &r.acts.act, &r.g.dq, &r.g.dattn, &r.g.da, &r.g.db,
                     &r.g.dgate, &r.g.dup, &r.g.dact, &r.k, &r.v, &r.dk, &r.dv, &r.run_sum, &r.acts.q_raw,
                     &r.acts.k_raw, &r.acts.rstd_q, &r.acts.rstd_k, &r.g.dq_raw, &r.g.dk_raw, &r.lora_u,
-                    &r.lora_du, &r.lora_z})
+                    &r.lora_du, &r.lora_z, &r.dy16})
     *t = t->rows(0, T);
   return r;
 }
 
-int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank) {
+int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, bool bf16) {
   const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
   auto n = [](std::initializer_list<int64_t> s) { return int64_t(Arena::need(DType::F32, s)); };
   const int64_t qk_norm = c.qk_norm ? 2 * n({T, H, D}) + 2 * n({T, G, D}) + n({T, H}) + n({T, G}) : 0;
   const int64_t lora =
       lora_rank > 0 ? 2 * n({T, lora_rank}) + n({T, lora_widest(c)}) + n({std::max(d, D)}) : 0;
   return 5 * n({T, d}) + 2 * n({T}) + 4 * n({T, H, D}) + 2 * n({T, H}) + 6 * n({T, I}) + 4 * n({T, G, D}) + qk_norm +
-         lora;
+         lora + (bf16 ? n({T, d}) : 0);
 }
 
 void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan,
@@ -164,6 +178,7 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   LayerActs& A = plan.acts;
   const float eps = float(ctx.cfg.rms_norm_eps);
   be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
+  to_bf16(ctx, A.a);  // (--precision bf16: each matmul's inputs are bf16 values, here and below)
   const bool qk = !p.q_norm.empty();  // Qwen3: q, k = per-head rmsnorm(proj(a)) before RoPE
   Tensor k2 = flat2(qk ? A.k_raw : plan.k), v2 = flat2(plan.v);
   be.linear_fwd(A.a, p.wk, opt(p.bk), k2);
@@ -188,18 +203,23 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
     be.rmsnorm_fwd(heads2(A.q_raw), p.q_norm, eps, qn, rq);
   }
   be.rope_fwd(A.q, ctx.pos, ctx.rope);
-  if (pass != LayerPass::SavedAttention)  // o (T, H, D), lse (T, H) over earlier pages + own K/V
+  to_bf16(ctx, A.q);
+  if (pass != LayerPass::SavedAttention) {  // o (T, H, D), lse (T, H) over earlier pages + own K/V
     fold_groups(ctx, plan, false,
                 [&](std::span<const KVBlock> blocks, const AttnArgs& a) { be.attention_fwd(A.q, blocks, a, A.o, A.lse); });
+    to_bf16(ctx, A.o);
+  }
   be.linear_fwd(flat2(A.o), p.wo, opt(p.bo), A.hmid);
   lora_fwd(be, p, kO, flat2(A.o), A.hmid, plan);
   be.add(A.hmid, h_in);
   be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
+  to_bf16(ctx, A.b);
   be.linear_fwd(A.b, p.wgate, opt(p.bgate), A.gate);
   lora_fwd(be, p, kGate, A.b, A.gate, plan);
   be.linear_fwd(A.b, p.wup, opt(p.bup), A.up);
   lora_fwd(be, p, kUp, A.b, A.up, plan);
   be.swiglu_fwd(A.gate, A.up, A.act);
+  to_bf16(ctx, A.act);
   be.linear_fwd(A.act, p.wdown, opt(p.bdown), h_out);
   lora_fwd(be, p, kDown, A.act, h_out, plan);
   be.add(h_out, A.hmid);
@@ -213,9 +233,12 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   // MLP: h_out = hmid + down(swiglu(gate(b), up(b))), b = norm2(hmid)
   // (frozen weights under LoRA have no gradient tensors: opt(g.w) is null, and lora_bwd adds the
   // adapters' part of each input gradient)
-  be.linear_bwd(A.act, p.wdown, dh, &S.dact, false, opt(g.wdown), opt(g.bdown));
-  lora_bwd(be, p, g, kDown, A.act, dh, &S.dact, plan);
+  const Tensor& dh_out = dy_for_matmul(ctx, dh, plan);
+  be.linear_bwd(A.act, p.wdown, dh_out, &S.dact, false, opt(g.wdown), opt(g.bdown));
+  lora_bwd(be, p, g, kDown, A.act, dh_out, &S.dact, plan);
   be.swiglu_bwd(A.gate, A.up, S.dact, S.dgate, S.dup);
+  to_bf16(ctx, S.dgate);
+  to_bf16(ctx, S.dup);
   be.linear_bwd(A.b, p.wgate, S.dgate, &S.db, false, opt(g.wgate), opt(g.bgate));
   lora_bwd(be, p, g, kGate, A.b, S.dgate, &S.db, plan);
   be.linear_bwd(A.b, p.wup, S.dup, &S.db, true, opt(g.wup), opt(g.bup));
@@ -223,8 +246,10 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, plan));  // dh := dL/dhmid
   // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in)
   Tensor dattn2 = flat2(S.dattn);
-  be.linear_bwd(flat2(A.o), p.wo, dh, &dattn2, false, opt(g.wo), opt(g.bo));
-  lora_bwd(be, p, g, kO, flat2(A.o), dh, &dattn2, plan);
+  const Tensor& dh_mid = dy_for_matmul(ctx, dh, plan);
+  be.linear_bwd(flat2(A.o), p.wo, dh_mid, &dattn2, false, opt(g.wo), opt(g.bo));
+  lora_bwd(be, p, g, kO, flat2(A.o), dh_mid, &dattn2, plan);
+  to_bf16(ctx, S.dattn);  // dO feeds attention's backward matmuls
   // dK/dV of the chunk's own tokens start from what later chunks accumulated in their pages
   if (ctx.cache) {
     ctx.cache->own_grads(ctx.layer, ctx.attn.q_idx0, plan.dk, plan.dv);
@@ -245,6 +270,9 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
     dq = S.dq_raw, dk = S.dk_raw;
   }
   // q, k were rotated in place; the projections' backward needs only their input a
+  to_bf16(ctx, dq);
+  to_bf16(ctx, dk);
+  to_bf16(ctx, plan.dv);
   be.linear_bwd(A.a, p.wq, flat2(dq), &S.da, false, opt(g.wq), opt(g.bq));
   lora_bwd(be, p, g, kQ, A.a, flat2(dq), &S.da, plan);
   be.linear_bwd(A.a, p.wk, flat2(dk), &S.da, true, opt(g.wk), opt(g.bk));

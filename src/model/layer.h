@@ -38,6 +38,7 @@ struct LayerBuffers {
   // LoRA (rank r > 0 only): x A^T scaled (T, r), its gradient (T, r), the adapter's output
   // (T * widest out, viewed as (T, out)), and where frozen norms' weight gradients go (unread)
   Tensor lora_u, lora_du, lora_z, discard;
+  Tensor dy16;  // --precision bf16: a residual-stream gradient rounded for a matmul (T, d)
   LayerBuffers first(int64_t T) const;  // views of the first T tokens
 };
 
@@ -45,8 +46,8 @@ struct LayerBuffers {
 // sequence (earlier tokens' K/V live in pages, tagged kv and kv_grad).
 class LayerPlan {
  public:
-  LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank = 0);
-  static int64_t bytes(const ModelConfig& c, int64_t T, int64_t lora_rank = 0);
+  LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank = 0, bool bf16 = false);
+  static int64_t bytes(const ModelConfig& c, int64_t T, int64_t lora_rank = 0, bool bf16 = false);
   LayerBuffers view(int64_t T) const { return all_.first(T); }
 
  private:
@@ -69,6 +70,7 @@ struct LayerCtx {
   int64_t layer = 0;
   int64_t block = 64;  // tokens per block of the chunk's own K/V handed to attention
   bool kv_bf16 = false;  // round K (after RoPE) and V to bf16 values (bf16 K/V pages)
+  bool bf16 = false;     // --precision bf16: round what feeds a matmul to bf16 values (ChunkPlan)
 };
 
 // How much of the layer a forward pass runs: all of it; only until K/V exist (the forward sweep's

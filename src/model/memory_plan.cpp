@@ -76,18 +76,20 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   used.chunk = C;
   MemoryPlan m;
   // the masters and what trains (LoRA: a set of its own beside the frozen base) where they live;
-  // offloaded, the device's layer slots and head beside them
+  // offloaded, the device's layer slots and head beside them; --precision bf16's copy on the device
   const int64_t Pt = trainable_count(cfg, plan);
   const Tier params_home = plan.offload_params ? Tier::Pinned : dev;
   m.at(params_home, Tag::Weights) = P * 4 + (plan.lora.on() ? Pt * 4 : 0);
   m.at(params_home, Tag::Grads) = Pt * 4;
   m.at(params_home, Tag::Optimizer) = optimizer == "adamw" ? 2 * Pt * 4 : 0;
+  m.at(dev, Tag::Weights) += plan.precision == DType::BF16 ? P * 4 : 0;
   if (plan.offload_params) {
     m.at(dev, Tag::Weights) += ParamStore::device_bytes(cfg);
     m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);
   }
   m.at(dev, Tag::Activations) =
-      LayerPlan::bytes(cfg, C, plan.lora.rank) + saved_bytes(cfg, C) + saved_attention_bytes(cfg, C);
+      LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16) + saved_bytes(cfg, C) +
+      saved_attention_bytes(cfg, C);
   m.at(dev, Tag::Workspace) = int64_t(workspace_bytes);
   m.at(Tier::Pinned, Tag::Workspace) += int64_t(pinned_workspace_bytes);
   const KVCacheOptions kvo = kv_cache_options(cfg, used);

@@ -32,6 +32,11 @@ struct ChunkPlan {
   bool offload_params = false;
   // LoRA (--lora-rank > 0): the base frozen (no gradients, no moments); adapters train
   LoraConfig lora;
+  // --precision bf16: every matmul reads bf16 values (the weight matrices' rounded copy, tag
+  // weights; activations and gradients rounded where they feed a matmul; K/V bf16) and
+  // accumulates in fp32; norms, softmax, LSE, loss, the residual stream, master weights, moments
+  // and gradient accumulation stay fp32.
+  DType precision = DType::F32;
 };
 
 // Parameters the optimizer updates: every one, or LoRA's trainable set.

@@ -24,7 +24,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
       saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk))),
       saved_attn_(be.tier(), Tag::Activations, size_t(saved_attention_bytes(cfg, plan.chunk))),
-      layer_plan_(cfg, plan.chunk, be.tier(), plan.lora.rank),
+      layer_plan_(cfg, plan.chunk, be.tier(), plan.lora.rank, plan.precision == DType::BF16),
       sums_(be.tier(), Tag::Data, 16) {
   inv_freq_ = rope_inv_freq(cfg, &attention_scaling_);
   const int64_t C = plan.chunk;
@@ -38,18 +38,45 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
   }
   sums_t_ = Tensor(sums_.data(), DType::F64, {2}, be.tier());
   for (int64_t l = 0; l < cfg.layers; ++l) bottom_up_.push_back(l), top_down_.push_back(cfg.layers - 1 - l);
+  OOMB_CHECK(plan.precision == DType::F32 || plan.precision == DType::BF16, "--precision: {} is not one of fp32, "
+             "bf16", dtype_name(plan.precision));
   layers_ = params_.layers;
   embed_ = params_.embed, final_norm_ = params_.final_norm, lm_head_ = params_.lm_head;
+  if (plan.precision == DType::BF16) {  // the matmuls read the weight matrices' bf16 copy
+    w16_ = std::make_unique<Params>(cfg, be.tier(), Tag::Weights);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const LayerParams& w = w16_->layers[l];
+      LayerParams& L = layers_[l];
+      L.wq = w.wq, L.wk = w.wk, L.wv = w.wv, L.wo = w.wo, L.wgate = w.wgate, L.wup = w.wup, L.wdown = w.wdown;
+    }
+    lm_head_ = w16_->lm_head;
+  }
   if (plan.lora.on()) {
     check_lora(plan.lora);
     train_ = std::make_unique<Params>(cfg, lora_layout(cfg, plan.lora), be.tier(), Tag::Weights);
-    layers_ = lora_layers(params_.layers, *train_, cfg, plan.lora);
+    layers_ = lora_layers(layers_, *train_, cfg, plan.lora);
     if (!train_->embed.empty()) embed_ = train_->embed;
     if (!train_->final_norm.empty()) final_norm_ = train_->final_norm;
-    if (cfg.tie_word_embeddings) lm_head_ = embed_;
+    if (cfg.tie_word_embeddings && !w16_) lm_head_ = embed_;
+    OOMB_CHECK(!(w16_ && !train_->embed.empty() && cfg.tie_word_embeddings), "--precision bf16 with "
+               "--train-embeddings-norms on tied embeddings: not supported yet");
   }
   OOMB_CHECK(!plan.offload_params || !plan.lora.on(), "--offload params: not with LoRA (--lora-rank) yet");
+  OOMB_CHECK(!plan.offload_params || plan.precision == DType::F32, "--offload params: not with --precision bf16 yet");
   store_.bind(params_, {layers_, embed_, final_norm_, lm_head_});
+}
+
+void Model::sync_compute_weights() {
+  if (!w16_) return;
+  be_.copy(w16_->flat().data, be_.tier(), params_.flat().data, be_.tier(), params_.flat().bytes());
+  for (const ParamSpec& s : w16_->specs())
+    if (s.shape.size() == 2 && s.name != "model.embed_tokens.weight") {
+      Tensor t = w16_->view(s);
+      be_.round_bf16(t);
+    } else if (s.name == "model.embed_tokens.weight" && cfg_.tie_word_embeddings) {
+      Tensor t = w16_->view(s);  // tied: the lm_head's matmul reads it (the lookup reads params_')
+      be_.round_bf16(t);
+    }
 }
 
 Model::~Model() { be_.synchronize(); }
@@ -125,7 +152,8 @@ LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads)
   if (attends) ctx.prefix = &cache_.prefix(l, c.begin, with_grads);
   if (with_grads) ctx.cache = &cache_;
   ctx.layer = l;
-  ctx.kv_bf16 = plan_.kv_dtype == DType::BF16;
+  ctx.kv_bf16 = plan_.kv_dtype == DType::BF16 || plan_.precision == DType::BF16;
+  ctx.bf16 = plan_.precision == DType::BF16;
   return ctx;
 }
 
@@ -159,6 +187,7 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
 void Model::final_norm(int64_t n) {
   Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n);
   be_.rmsnorm_fwd(h_.back().rows(0, n), store_.final_norm(), float(cfg_.rms_norm_eps), hn, rstd);
+  if (plan_.precision == DType::BF16) be_.round_bf16(hn);  // it feeds the lm_head's matmul
 }
 
 // The one readback of a sequence: its loss and hits.
@@ -171,6 +200,7 @@ void Model::read_sums(LossStats& st) {
 
 void Model::logits(const int32_t* ids, int64_t N, float* out) {
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
+  sync_compute_weights();
   const int64_t C = plan_.chunk, V = cfg_.vocab;
   Arena tile(be_.tier(), Tag::Workspace, Arena::need(DType::F32, {C, V}));
   Tensor lg = tile.take(DType::F32, {C, V});
@@ -196,6 +226,7 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
 void Model::begin_decode(int64_t max_tokens) {
   OOMB_CHECK(max_tokens > 0, "generate: the sequence must hold at least one token, got {}", max_tokens);
   OOMB_CHECK(plan_.doc_sep < 0, "generate: --doc-mask does not apply to generation");
+  sync_compute_weights();
   cache_.begin_sequence(max_tokens, std::min(plan_.chunk, max_tokens), false);
   inputs_.begin_sequence();
   store_.begin_sequence(false);
@@ -233,6 +264,7 @@ void Model::end_decode() {
 LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool backward) {
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
   const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;
+  sync_compute_weights();
   cache_.begin_sequence(N, std::min(C, N), backward);
   inputs_.begin_sequence();
   store_.begin_sequence(backward);

@@ -93,6 +93,8 @@ class Model {
   ChunkPlan plan_;
   Params params_;
   std::unique_ptr<Params> train_;  // LoRA's trainable set (tag weights); null without LoRA
+  std::unique_ptr<Params> w16_;    // --precision bf16: the weight matrices rounded to bf16 values
+  void sync_compute_weights();     // w16_ from params_ (before each pass: the optimizer moved them)
   std::unique_ptr<Params> grads_;
   // the tensors the sweeps compute with: params_', or with LoRA the base's with adapters bound and
   // trainable norms / embedding from train_; and the gradients' per-layer views

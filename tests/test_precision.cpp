@@ -1,0 +1,183 @@
+// --precision bf16 against FlashAttention's rule: for the loss and every gradient of a small model,
+// |oomb bf16 - float64| <= 2 x |PyTorch bf16 - float64|. The float64 reference and PyTorch's own
+// bf16 results (autocast: float32 weights, bf16 matmuls; and pure: every tensor in bf16) were made
+// by transformers on the GPU machine (tools/golden_hf.py) and are committed with the fixtures.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <cmath>
+
+#include "backend/backend.h"
+#include "hf/checkpoint.h"
+#include "hf/safetensors.h"
+#include "test_util.h"
+#include "model/memory_plan.h"
+#include "train/model.h"
+#include "train/optimizer.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<double> as_f64(const SafetensorsFile& f, const std::string& name) {
+  const TensorInfo* t = f.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  std::vector<double> v(size_t(t->numel()));
+  if (t->dtype == DType::F64) {
+    f.read_raw(*t, v.data());
+  } else {
+    EXPECT_EQ(t->dtype, DType::F32) << name;
+    std::vector<float> w(v.size());
+    f.read_raw(*t, w.data());
+    std::copy(w.begin(), w.end(), v.begin());
+  }
+  return v;
+}
+
+template <typename T>
+double rel(const T* a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += b[i] * b[i];
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-300);
+}
+
+}  // namespace
+
+// The rule, applied where it measures something. Per gradient tensor: within twice the larger of
+// PyTorch's two bf16 errors (pure bf16 and autocast; the smallest tensors here, 8 to 32 values,
+// some with a near-zero true gradient such as a k bias, scatter widely for every implementation).
+// The whole gradient (every parameter): within twice pure bf16's. The loss: one scalar per sequence
+// is one draw of the rounding (the weights' rounding alone moves llama's loss by 3.4e-4, PyTorch's
+// total is 1.1e-5 after cancellation), so it is held to the rule over the three models' sequences
+// (root mean square).
+TEST(Bf16Budget, LossAndEveryGradientWithinTwiceTorchsBf16Error) {
+  double loss_sq = 0, torch_loss_sq = 0;
+  int models = 0;
+  for (const char* name : {"llama", "qwen2", "qwen3"}) {
+    const fs::path dir = source_dir() / "tests/fixtures/hf" / name;
+    if (!fs::exists(dir / "reference_bf16.safetensors"))
+      OOMB_MISSING_REFERENCE(fmt::format("{} is missing: made by `python3 tools/golden_hf.py` on a GPU machine",
+                                         (dir / "reference_bf16.safetensors").string()));
+    const SafetensorsFile ref = SafetensorsFile::open(dir / "reference.safetensors"),
+                          torch16 = SafetensorsFile::open(dir / "reference_bf16.safetensors");
+    const TensorInfo* it = ref.find("input_ids");
+    std::vector<int64_t> ids64(size_t(it->numel()));
+    ref.read_raw(*it, ids64.data());
+    std::vector<int32_t> ids(ids64.begin(), ids64.end()), targets(ids.begin() + 1, ids.end());
+    targets.push_back(-1);
+    const int64_t N = int64_t(ids.size());
+    const double loss64 = as_f64(ref, "loss").at(0);
+    const ModelConfig cfg = load_config(dir);
+    auto be = make_cpu_backend();
+    for (int64_t C : {N, int64_t(7)}) {
+      SCOPED_TRACE(fmt::format("{} C={}", name, C));
+      ChunkPlan plan{C, 16};
+      plan.precision = DType::BF16;
+      Model m(cfg, *be, plan);
+      load_weights(dir, cfg, m.params());
+      m.enable_grads();
+      const LossStats ls = m.forward_backward(ids.data(), targets.data(), N, 1.0f);
+      const double ours_loss = std::abs(ls.loss_sum / double(ls.targets) - loss64) / loss64;
+      const double pure_loss = std::abs(as_f64(torch16, "pure/loss").at(0) - loss64) / loss64;
+      const double auto_loss = std::abs(as_f64(torch16, "autocast/loss").at(0) - loss64) / loss64;
+      if (C == N) loss_sq += ours_loss * ours_loss, torch_loss_sq += pure_loss * pure_loss, ++models;
+      double worst_ratio = 0, num = 0, den = 0, pnum = 0;
+      int n = 0;
+      for (const ParamSpec& s : m.grads().specs()) {
+        const auto want = as_f64(ref, "grad/" + s.name);
+        const float* g = m.grads().view(s).f();
+        const double ours = rel(g, want);
+        const auto a16 = as_f64(torch16, "autocast/grad/" + s.name), p16 = as_f64(torch16, "pure/grad/" + s.name);
+        const double torch_err = std::max(rel(a16.data(), want), rel(p16.data(), want));
+        EXPECT_LE(ours, 2 * torch_err) << s.name << ": PyTorch's bf16 error " << torch_err;
+        worst_ratio = std::max(worst_ratio, ours / torch_err);
+        for (size_t i = 0; i < want.size(); ++i)
+          num += (g[i] - want[i]) * (g[i] - want[i]), pnum += (p16[i] - want[i]) * (p16[i] - want[i]),
+              den += want[i] * want[i];
+        ++n;
+      }
+      const double whole = std::sqrt(num / den), whole_pure = std::sqrt(pnum / den);
+      EXPECT_LE(whole, 2 * whole_pure) << "the whole gradient";
+      EXPECT_GT(whole, 1e-4) << "no bf16 rounding happened (fp32's error is ~1e-6, test_hf_golden)";
+      std::cout << fmt::format("[ bf16     ] {} C={}: loss rel. error {:.1e} (PyTorch pure bf16 {:.1e}, autocast "
+                               "{:.1e}); whole gradient {:.2e} (pure bf16 {:.2e}); {} tensors, worst ratio to "
+                               "PyTorch's {:.2f}\n", name, C, ours_loss, pure_loss, auto_loss, whole, whole_pure, n,
+                               worst_ratio);
+    }
+  }
+  // where the fixtures carry 16 more sequences per model (tools/golden_hf.py since 2026-11-24), the
+  // loss is held to the rule over all of them too
+  for (const char* name : {"llama", "qwen2", "qwen3"}) {
+    const fs::path dir = source_dir() / "tests/fixtures/hf" / name;
+    const SafetensorsFile t16 = SafetensorsFile::open(dir / "reference_bf16.safetensors");
+    const TensorInfo* seqs = t16.find("seqs/input_ids");
+    if (!seqs) continue;
+    std::vector<int64_t> all(size_t(seqs->numel()));
+    t16.read_raw(*seqs, all.data());
+    const auto l64 = as_f64(t16, "seqs/loss64"), lp = as_f64(t16, "seqs/pure_loss");
+    const ModelConfig cfg = load_config(dir);
+    auto be = make_cpu_backend();
+    ChunkPlan plan{seqs->shape[1], 16};
+    plan.precision = DType::BF16;
+    Model m(cfg, *be, plan);
+    load_weights(dir, cfg, m.params());
+    for (size_t k = 0; k < l64.size(); ++k) {
+      const int64_t N = seqs->shape[1];
+      std::vector<int32_t> ids(all.begin() + int64_t(k) * N, all.begin() + int64_t(k + 1) * N),
+          tg(ids.begin() + 1, ids.end());
+      tg.push_back(-1);
+      const LossStats ls = m.evaluate(ids.data(), tg.data(), N);
+      const double e = std::abs(ls.loss_sum / double(ls.targets) - l64[k]) / l64[k], ep = std::abs(lp[k] - l64[k]) / l64[k];
+      loss_sq += e * e, torch_loss_sq += ep * ep, ++models;
+    }
+  }
+  const double rms = std::sqrt(loss_sq / models), torch_rms = std::sqrt(torch_loss_sq / models);
+  EXPECT_LE(rms, 2 * torch_rms) << "the loss over the three sequences";
+  std::cout << fmt::format("[ bf16     ] loss over {} sequences: rms rel. error {:.2e} (PyTorch pure bf16 {:.2e})\n",
+                           models, rms, torch_rms);
+}
+
+// --precision bf16 trains (the loss falls: the bf16 weight copy follows the optimizer's fp32
+// masters), and the accountant's peaks equal the plan's (the copy: tag weights, 4 bytes a parameter
+// in this reference; a (C, d) gradient scratch: tag activations).
+TEST(Bf16Budget, TrainsAsPlanned) {
+  const fs::path dir = source_dir() / "tests/fixtures/hf/qwen2";
+  const ModelConfig cfg = load_config(dir);
+  const SafetensorsFile ref = SafetensorsFile::open(dir / "reference.safetensors");
+  const TensorInfo* it = ref.find("input_ids");
+  std::vector<int64_t> ids64(size_t(it->numel()));
+  ref.read_raw(*it, ids64.data());
+  std::vector<int32_t> ids(ids64.begin(), ids64.end()), tg(ids.begin() + 1, ids.end());
+  tg.push_back(-1);
+  const int64_t N = int64_t(ids.size());
+  ChunkPlan plan{16, 8};
+  plan.precision = DType::BF16;
+  Accountant& acc = Accountant::global();
+  acc.reset_peaks();
+  auto be = make_cpu_backend();
+  double first = 0, last = 0;
+  {
+    Model m(cfg, *be, plan);
+    load_weights(dir, cfg, m.params());
+    m.enable_grads();
+    OptimConfig oc;
+    oc.lr = 3e-3f, oc.total_steps = 6;
+    Optimizer opt(oc, m.trainable(), m.grads(), *be);
+    for (int k = 0; k < 6; ++k) {
+      be->zero(m.grads().flat());
+      const LossStats ls = m.forward_backward(ids.data(), tg.data(), N, 1.0f);
+      (k == 0 ? first : last) = ls.loss_sum / double(ls.targets);
+      opt.step(k, nullptr);
+    }
+    const MemoryPlan pm = plan_memory(cfg, plan, N, "adamw", be->workspace_bytes(workspace_shape(cfg, plan.chunk)));
+    for (int i = 0; i < kNumTags; ++i)
+      if (Tag(i) != Tag::IO)
+        EXPECT_EQ(acc.get(Tier::Host, Tag(i)).peak, pm.get(Tier::Host, Tag(i))) << tag_name(Tag(i));
+    EXPECT_EQ(pm.get(Tier::Host, Tag::Weights), 2 * param_count(cfg) * 4);
+  }
+  EXPECT_LT(last, first);
+  std::cout << fmt::format("[ bf16     ] 6 AdamW steps at --precision bf16: loss {:.4f} -> {:.4f}\n", first, last);
+}
