@@ -33,7 +33,7 @@ void load_for_training(Model& m, const std::filesystem::path& dir) {
 
 std::vector<float> host_grads(Model& m) {
   std::vector<float> g(static_cast<size_t>(m.grads().flat().numel()));
-  m.backend().copy(g.data(), Tier::Host, m.grads().flat().data, m.backend().tier(), g.size() * 4);
+  m.backend().copy(g.data(), Tier::Host, m.grads().flat().data, m.grads().flat().tier, g.size() * 4);
   return g;
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <sstream>
 
 #include "backend/backend.h"
@@ -97,7 +98,7 @@ TEST(Cli, PlanPredictsTheMeasuredPeaks) {
   }
 }
 
-// The simulated device, with and without --offload kv: every (tier, tag) peak equals the plan.
+// The simulated device, with and without --offload kv and params: every (tier, tag) peak equals the plan.
 TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
   const auto dir = temp_dir();
   const auto m = (dir / "m").string();
@@ -105,7 +106,8 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
   write_tokens(dir / "t.bin", 600, 128, 1);
   for (const char* flags : {"--device sim", "--device sim --offload kv --offload-group 3",
                             "--device sim --offload kv --kv-dtype bf16 --kv-grad-dtype bf16",
-                            "--device sim --offload kv --offload-group 2 --doc-mask --eos-id 5"}) {
+                            "--device sim --offload kv --offload-group 2 --doc-mask --eos-id 5",
+                            "--device sim --offload params", "--device sim --offload kv,params --offload-group 2"}) {
     SCOPED_TRACE(flags);
     const std::string shape = "--seq-len 512 --chunk-size 96 --page-size 32";
     std::string plan_flags = flags;  // the plan needs no separator id, only whether documents are masked
@@ -147,6 +149,9 @@ TEST(Cli, OffloadErrorsNameTheFlag) {
   };
   for (const Bad& b : {
            Bad{"--offload kv", "--offload kv: the cpu backend has no device memory to offload from"},
+           Bad{"--offload params", "--offload params: the cpu backend has no device memory to offload from"},
+           Bad{"--device sim --offload params --lora-rank 4", "--offload params: not with LoRA (--lora-rank) yet"},
+           Bad{"--device sim --offload params --precision bf16", "--offload params: not with --precision bf16 yet"},
            Bad{"--device sim --offload kv --offload-group 17", "--offload-group 17: larger than a layer's 16 pages"},
            Bad{"--device sim --offload kv --offload-group 4 --device-memory 300000",
                "--device-memory 300000: too small for --offload kv: two groups of 4 pages"},
@@ -167,6 +172,38 @@ TEST(Cli, OffloadErrorsNameTheFlag) {
   EXPECT_THAT(r.out, HasSubstr("--offload-group 17: larger than a layer's 16 pages"));
   r = oomb_cmd(dir, fmt::format("plan --model {} --seq-len 512 --offload kv --device cpu", m));
   EXPECT_THAT(r.out, HasSubstr("--offload kv: the cpu backend has no device memory"));
+  r = oomb_cmd(dir, fmt::format("plan --model {} --seq-len 512 --offload params --lora-rank 4", m));
+  EXPECT_THAT(r.out, HasSubstr("--offload params: not with LoRA (--lora-rank) yet"));
+}
+
+// Saving after --offload params (and kv,params) writes the same files as without it: the trained
+// model (--out) and a checkpoint (weights, AdamW's moments, state.json), byte for byte.
+TEST(Cli, SavingAfterOffloadParamsWritesTheSameFiles) {
+  const auto dir = temp_dir();
+  const auto m = (dir / "m").string();
+  ASSERT_EQ(oomb_cmd(dir, "init --preset tiny-qwen2 --out " + m).code, 0);
+  write_tokens(dir / "t.bin", 600, 128, 1);
+  std::vector<std::map<std::string, std::string>> files;
+  for (const char* offload : {"", "--offload params", "--offload kv,params --offload-group 1"}) {
+    SCOPED_TRACE(offload);
+    const auto run = dir / fmt::format("run{}", files.size());
+    const CmdResult r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 96 --chunk-size 32 "
+                                                  "--page-size 16 --steps 3 --grad-accum 2 --lr 1e-2 --device sim {} "
+                                                  "--out {}/out --checkpoint-dir {}/ckpt --save-every 3",
+                                                  m, dir.string(), offload, run.string(), run.string()));
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::map<std::string, std::string> f;
+    for (const char* sub : {"out", "ckpt/step-000003"})
+      for (const auto& e : std::filesystem::directory_iterator(run / sub))
+        f[std::string(sub) + "/" + e.path().filename().string()] = read_text(e.path());
+    files.push_back(f);
+  }
+  ASSERT_GE(files[0].size(), 6u);  // config.json and model.safetensors; + optimizer.safetensors, state.json
+  for (size_t i = 1; i < files.size(); ++i)
+    for (const auto& [name, bytes] : files[0]) {
+      ASSERT_TRUE(files[i].count(name)) << name;
+      EXPECT_TRUE(files[i].at(name) == bytes) << name << " differs with offload case " << i;
+    }
 }
 
 // oomb generate: greedy ids from token ids, the same on the simulated device, reproducible samples

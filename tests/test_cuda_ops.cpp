@@ -381,10 +381,12 @@ TEST(CudaOps, LossReductionsAndOptimizers) {
     report("sum_squares", std::abs(G.sum_squares(y.d) - C.sum_squares(y.h)) / C.sum_squares(y.h), 1e-12);  // measured <= 5.9e-14
     const Backend::AdamW a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
     C.adamw_step(y.h, x.h, m.h, v.h, a), G.adamw_step(y.d, x.d, m.d, v.d, a);
-    report("adamw_step", err(y), 5e-8);  // measured <= 3.9e-9
-    report("adamw moments", err(m) + err(v), 1e-6);  // measured <= 7.7e-8
+    // no FMA contraction in the kernels (3.9e-9, 7.7e-8 and 4.0e-9 were measured with it): the
+    // host's AdamW and SGD (--offload params) must give the device's bits
+    report("adamw_step", err(y), 0.0);
+    report("adamw moments", err(m) + err(v), 0.0);
     C.sgd_step(y.h, x.h, 0.5f), G.sgd_step(y.d, x.d, 0.5f);
-    report("sgd_step", err(y), 5e-8);  // measured <= 4.0e-9
+    report("sgd_step", err(y), 0.0);
     G.zero(y.d);
     for (float f : y.device_f32()) ASSERT_EQ(f, 0.0f);
     // cast f32 -> bf16 -> f32 and round_bf16: the same bits on both (one rounding rule)

@@ -48,9 +48,9 @@ void set_offload(const std::string& list, int64_t group, int64_t N, ChunkPlan& p
     if (name == "kv")
       plan.offload_kv = true;
     else if (name == "params")
-      fail("--offload params: parameters in host memory are not built yet (only kv)");
+      plan.offload_params = true;
     else
-      fail("--offload: '{}' is not one of kv", name);
+      fail("--offload: '{}' is not one of kv, params", name);
     if (comma == std::string::npos) break;
     at = comma + 1;
   }

@@ -9,6 +9,7 @@
 #include "cli/lora_flags.h"
 #include "cli/memory_report.h"
 #include "model/init.h"
+#include "model/sweep_plan.h"
 #include "train/model.h"
 
 namespace oomb::cli {
@@ -36,7 +37,8 @@ Command add_plan(CLI::App& app) {
   c->add_option("--optimizer", a->optimizer, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
   c->add_option("--device", a->device, "cpu, sim or cuda (default cpu; cuda with --offload)")
       ->check(CLI::IsMember({"cpu", "sim", "cuda"}));
-  c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory");
+  c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory; params: master weights, "
+                 "gradients and AdamW moments in pinned host memory; kv,params: both");
   c->add_option("--offload-group", a->offload_group, "Pages per group streamed through the device (default ~4 MiB)")
       ->check(count());
   c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32 or bf16")
@@ -60,10 +62,14 @@ Command add_plan(CLI::App& app) {
             if (a->doc_mask) plan.doc_sep = 0;  // any separator: the plan needs only whether there is one
             set_offload(a->offload, a->offload_group, a->seq_len, plan);
             set_sparse(a->sparse, cfg, plan);
-            const std::string device = !a->device.empty() ? a->device : plan.offload_kv ? "cuda" : "cpu";
-            OOMB_CHECK(!plan.offload_kv || device != "cpu",
-                       "--offload kv: the cpu backend has no device memory to offload from (use --device sim or cuda)");
+            const bool offload = plan.offload_kv || plan.offload_params;
+            const std::string device = !a->device.empty() ? a->device : offload ? "cuda" : "cpu";
+            OOMB_CHECK(!offload || device != "cpu", "--offload {}: the cpu backend has no device memory to offload from "
+                       "(use --device sim or cuda)", a->offload);
             plan.lora = lora_config(a->lora, a->cmd);
+            OOMB_CHECK(!plan.offload_params || !plan.lora.on(), "--offload params: not with LoRA (--lora-rank) yet");
+            OOMB_CHECK(!plan.offload_params || plan.precision == DType::F32,
+                       "--offload params: not with --precision bf16 yet");
             auto plan_for = [&](const ChunkPlan& p) {
               const WorkspaceShape wss = workspace_shape(cfg, p.chunk, p.lora);
               const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) : make_cpu_backend()->workspace_bytes(wss);
@@ -71,17 +77,25 @@ Command add_plan(CLI::App& app) {
                                  device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
             };
             const MemoryPlan m = plan_for(plan);
+            const SweepTraffic chunk = chunk_order_traffic(cfg, a->seq_len, plan.chunk, 1),
+                               layer = layer_order_traffic(cfg, a->seq_len, plan.chunk, 1);
             if (a->json) {
-              std::cout << plan_json(m).dump() << std::endl;
+              nlohmann::json j = plan_json(m);
+              if (plan.offload_params)
+                for (const auto& [name, t] : {std::pair{"chunk", chunk}, {"layer", layer}})
+                  j["sweep"][name] = {{"weights", t.weights}, {"grads", t.grads}, {"activations", t.activations},
+                                      {"total", t.total()}, {"host_bytes", t.host_bytes}};
+              std::cout << j.dump() << std::endl;
               return 0;
             }
-            std::cout << fmt::format("{} ({} parameters), N = {}, C = {}, page = {} tokens, kv {}, kv_grad {}, {}, {}{}\n",
+            std::cout << fmt::format("{} ({} parameters), N = {}, C = {}, page = {} tokens, kv {}, kv_grad {}, {}, {}{}{}\n",
                                      a->model.empty() ? a->preset : a->model, param_count(cfg), a->seq_len,
                                      plan.chunk, plan.page_size, a->kv_dtype, a->kv_grad_dtype, a->optimizer, device,
                                      plan.offload_kv ? fmt::format(", kv offloaded in groups of {} pages",
                                                                    KVCache::group_for(kv_cache_options(cfg, plan),
                                                                                       a->seq_len))
-                                                     : "");
+                                                     : "",
+                                     plan.offload_params ? ", params offloaded (two layer slots on the device)" : "");
             if (!plan.lora.on()) {
               std::cout << plan_table(m);
             } else {
@@ -111,6 +125,14 @@ Command add_plan(CLI::App& app) {
                                        plan.sparse.pages, plan.sparse.tile,
                                        plan.sparse.shared ? ", shared by every head" : " per kv head group",
                                        plan.sparse.sinks);
+            }
+            if (plan.offload_params) {
+              std::cout << "bytes moved between host and device per step (one sequence), by sweep order:\n";
+              for (const auto& [name, t] : {std::pair{"chunk (runs)", chunk}, {"layer (planned, not built)", layer}})
+                std::cout << fmt::format("  {:<27} weights {}, grads {}, activations {}: {}; host memory beyond the "
+                                         "plan {}\n", name, format_bytes(t.weights), format_bytes(t.grads),
+                                         format_bytes(t.activations), format_bytes(t.total()),
+                                         format_bytes(t.host_bytes));
             }
             return 0;
           }};

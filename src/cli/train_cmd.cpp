@@ -159,10 +159,11 @@ void note_wrapping(int64_t N, const PackedTokens& data) {
             << std::endl;
 }
 
-// Runs fn on the model's parameters in host memory: the parameters themselves on the CPU; on a
-// device, a host copy (tag io) downloaded first, or uploaded after when fn writes them.
+// Runs fn on the model's parameters in host memory: the masters themselves on the CPU and with
+// --offload params (pinned host memory); on a device, a host copy (tag io) downloaded first, or
+// uploaded after when fn writes them.
 void with_host_params(Model& model, const std::function<void(Params&)>& fn, bool writes) {
-  if (model.backend().tier() == Tier::Host) return fn(model.params());
+  if (model.params().flat().tier != Tier::Device) return fn(model.params());
   Params host(model.config(), Tier::Host, Tag::IO);
   if (!writes) model.download_params(host);
   fn(host);
@@ -338,7 +339,8 @@ Command add_train(CLI::App& app) {
   c->add_option("--device-memory", a->device_memory, "With --device sim: the device's capacity in bytes")
       ->check(count());
   c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory, streamed through the "
-                 "device in groups of pages");
+                 "device in groups of pages; params: master weights, gradients and AdamW moments in pinned host "
+                 "memory, layers streamed through two device slots; kv,params: both");
   c->add_option("--offload-group", a->offload_group, "With --offload kv: pages per group (default about 4 MiB of "
                  "K/V, at most a layer's pages)")->check(count());
   c->add_option("--out", a->out, "Save the trained model here (HF format, the loaded dtype) after the last step");

@@ -24,6 +24,16 @@ ModelConfig make(Arch arch, int64_t d, int64_t I, int64_t L, int64_t H, int64_t 
   return c;
 }
 
+// Llama 3.1's RoPE scaling (rope_type llama3)
+ModelConfig llama31(ModelConfig c) {
+  c.rope.type = "llama3";
+  c.rope.factor = 8;
+  c.rope.low_freq_factor = 1;
+  c.rope.high_freq_factor = 4;
+  c.rope.original_max_position_embeddings = 8192;
+  return c;
+}
+
 struct Preset {
   const char* name;
   std::function<ModelConfig()> make;
@@ -43,16 +53,8 @@ const std::vector<Preset>& presets() {
       {"qwen3-4b", [] { return make(Arch::Qwen3, 2560, 9728, 36, 32, 8, 151936, true, 1e6, 1e-6, 40960, 128); }},
       {"qwen3-8b", [] { return make(Arch::Qwen3, 4096, 12288, 36, 32, 8, 151936, false, 1e6, 1e-6, 40960, 128); }},
       {"llama-3-8b", [] { return make(Arch::Llama, 4096, 14336, 32, 32, 8, 128256, false, 500000, 1e-5, 8192); }},
-      {"llama-3.1-8b",
-       [] {
-         ModelConfig c = make(Arch::Llama, 4096, 14336, 32, 32, 8, 128256, false, 500000, 1e-5, 131072);
-         c.rope.type = "llama3";
-         c.rope.factor = 8;
-         c.rope.low_freq_factor = 1;
-         c.rope.high_freq_factor = 4;
-         c.rope.original_max_position_embeddings = 8192;
-         return c;
-       }},
+      {"llama-3.1-8b", [] { return llama31(make(Arch::Llama, 4096, 14336, 32, 32, 8, 128256, false, 500000, 1e-5, 131072)); }},
+      {"llama-3.1-70b", [] { return llama31(make(Arch::Llama, 8192, 28672, 80, 64, 8, 128256, false, 500000, 1e-5, 131072)); }},
   };
   return p;
 }

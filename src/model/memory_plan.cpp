@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "model/chunk_inputs.h"
 #include "model/layer.h"
+#include "model/param_store.h"
 #include "model/params.h"
 
 namespace oomb {
@@ -76,10 +77,18 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   ChunkPlan used = plan;
   used.chunk = C;
   MemoryPlan m;
-  const int64_t Pt = trainable_count(cfg, plan);  // LoRA: a set of its own beside the frozen base
-  m.at(dev, Tag::Weights) = P * 4 + (plan.lora.on() ? Pt * 4 : 0) + (plan.precision == DType::BF16 ? P * 4 : 0);
-  m.at(dev, Tag::Grads) = Pt * 4;
-  m.at(dev, Tag::Optimizer) = optimizer == "adamw" ? 2 * Pt * 4 : 0;
+  // the masters and what trains (LoRA: a set of its own beside the frozen base) where they live;
+  // offloaded, the device's layer slots and head beside them; --precision bf16's copy on the device
+  const int64_t Pt = trainable_count(cfg, plan);
+  const Tier params_home = plan.offload_params ? Tier::Pinned : dev;
+  m.at(params_home, Tag::Weights) = P * 4 + (plan.lora.on() ? Pt * 4 : 0);
+  m.at(params_home, Tag::Grads) = Pt * 4;
+  m.at(params_home, Tag::Optimizer) = optimizer == "adamw" ? 2 * Pt * 4 : 0;
+  m.at(dev, Tag::Weights) += plan.precision == DType::BF16 ? P * 4 : 0;
+  if (plan.offload_params) {
+    m.at(dev, Tag::Weights) += ParamStore::device_bytes(cfg);
+    m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);
+  }
   m.at(dev, Tag::Activations) =
       LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16) + saved_bytes(cfg, C) +
       saved_attention_bytes(cfg, C);

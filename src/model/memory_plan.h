@@ -31,6 +31,9 @@ struct ChunkPlan {
   // --sparse-pages K (and --sparse-tile, --sink-pages, --sparse-shared): page-sparse attention
   // (kv/sparse_select); off by default.
   SparseOptions sparse;
+  // --offload params: master weights, gradients and optimizer moments in pinned host memory; the
+  // device holds two layer slots and the head (ParamStore).
+  bool offload_params = false;
   // LoRA (--lora-rank > 0): the base frozen (no gradients, no moments); adapters train
   LoraConfig lora;
   // --precision bf16: every matmul reads bf16 values (the weight matrices' rounded copy, tag

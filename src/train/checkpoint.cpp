@@ -47,17 +47,18 @@ std::vector<SaveTensor> tensors_of(const Params& p, const char* suffix) {
   return t;
 }
 
-// p's values in host memory: p itself on a host backend, else a copy (tag io) in `copy`.
+// p's values in host memory: p itself when it is there (a host backend, --offload params), else a
+// copy (tag io) in `copy`.
 const Params& on_host(const Params& p, Backend& be, std::unique_ptr<Params>& copy) {
-  if (be.tier() == Tier::Host) return p;
+  if (p.flat().tier != Tier::Device) return p;
   copy = std::make_unique<Params>(p.config(), Tier::Host, Tag::IO);
   be.copy(copy->flat().data, Tier::Host, p.flat().data, be.tier(), p.flat().bytes());
   return *copy;
 }
 
-// Loads into `dst` (in be's memory) through `load`, which fills host parameters.
+// Loads into `dst` (in be's memory, or the host's) through `load`, which fills host parameters.
 void into(Params& dst, Backend& be, const std::function<void(Params&)>& load) {
-  if (be.tier() == Tier::Host) return load(dst);
+  if (dst.flat().tier != Tier::Device) return load(dst);
   Params host(dst.config(), Tier::Host, Tag::IO);
   load(host);
   be.copy(dst.flat().data, be.tier(), host.flat().data, Tier::Host, dst.flat().bytes());
@@ -191,7 +192,7 @@ void load_checkpoint(const fs::path& step_dir, const CheckpointState& st, Model&
   Backend& be = model.backend();
   into(model.params(), be, [&](Params& w) { load_weights(step_dir, model.config(), w); });
   if (!opt.exp_avg()) return;
-  if (be.tier() == Tier::Host) {
+  if (opt.exp_avg()->flat().tier != Tier::Device) {  // a host backend, or --offload params
     load_moments(step_dir, st, *opt.exp_avg(), *opt.exp_avg_sq());
   } else {
     Params m(model.config(), Tier::Host, Tag::IO), v(model.config(), Tier::Host, Tag::IO);

@@ -18,7 +18,8 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
     : cfg_(cfg),
       be_(be),
       plan_(plan),
-      params_(cfg, be.tier(), Tag::Weights),
+      params_(cfg, ParamStore::home(be, plan.offload_params), Tag::Weights),
+      store_(cfg, be, plan.offload_params),
       cache_(checked_options(cfg, plan), be),
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
       saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk))),
@@ -61,6 +62,9 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
                "--train-embeddings-norms on tied embeddings: not supported yet");
   }
   if (plan.sparse.on()) sparse_ = std::make_unique<SparseSelector>(plan.sparse, cache_.options().kv, be);
+  OOMB_CHECK(!plan.offload_params || !plan.lora.on(), "--offload params: not with LoRA (--lora-rank) yet");
+  OOMB_CHECK(!plan.offload_params || plan.precision == DType::F32, "--offload params: not with --precision bf16 yet");
+  store_.bind(params_, {layers_, embed_, final_norm_, lm_head_});
 }
 
 void Model::sync_compute_weights() {
@@ -81,13 +85,16 @@ Model::~Model() { be_.synchronize(); }
 void Model::enable_grads() {
   if (grads_) return;
   if (!train_) {
-    grads_ = std::make_unique<Params>(cfg_, be_.tier(), Tag::Grads);
+    grads_ = std::make_unique<Params>(cfg_, ParamStore::home(be_, plan_.offload_params), Tag::Grads);
     grad_layers_ = grads_->layers;
   } else {
     grads_ = std::make_unique<Params>(cfg_, train_->specs(), be_.tier(), Tag::Grads);
     grad_layers_ = lora_layers({}, *grads_, cfg_, plan_.lora);
   }
+  store_.bind_grads(*grads_, {grad_layers_, grads_->embed, grads_->final_norm, grads_->lm_head});
 }
+
+void Model::zero_grads() { store_.zero_grads(); }
 
 LossStats Model::forward_backward(const ChunkReader& read, int64_t N, float weight) {
   OOMB_CHECK(grads_ != nullptr, "model: forward_backward needs enable_grads() first");
@@ -117,12 +124,12 @@ LossStats Model::evaluate(const int32_t* ids, const int32_t* targets, int64_t N)
 
 void Model::upload_params(const Params& host) {
   OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
-  be_.copy(params_.flat().data, be_.tier(), host.flat().data, Tier::Host, params_.flat().bytes());
+  be_.copy(params_.flat().data, params_.flat().tier, host.flat().data, Tier::Host, params_.flat().bytes());
 }
 
 void Model::download_params(Params& host) const {
   OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
-  be_.copy(host.flat().data, Tier::Host, params_.flat().data, be_.tier(), params_.flat().bytes());
+  be_.copy(host.flat().data, Tier::Host, params_.flat().data, params_.flat().tier, params_.flat().bytes());
 }
 
 void Model::upload_trainable(const Params& host) {
@@ -175,15 +182,17 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
     cache_.begin_pass(std::span<const int64_t>(bottom_up_).first(size_t(attending)), c.begin, false);
   LayerBuffers buf = layer_plan_.view(n);
   Tensor h0 = h_[0].rows(0, n);
-  be_.embedding_fwd(inputs_.ids(n), embed_, h0);
+  store_.begin_pass(bottom_up_, false);
+  be_.embedding_fwd(inputs_.ids(n), store_.embed(), h0);
   for (int64_t l = 0; l < L; ++l) {
     const size_t li = size_t(l);
     const LayerCtx ctx = layer_ctx(l, c, l < attending, false, write);
     buf.acts.o = att_o_[li].rows(0, n);
     buf.acts.lse = att_lse_[li].rows(0, n);
     Tensor h_out = h_[li + 1].rows(0, n);
-    layer_forward(ctx, layers_[li], h_[li].rows(0, n), h_out, buf,
+    layer_forward(ctx, store_.acquire(l), h_[li].rows(0, n), h_out, buf,
                   l < attending ? LayerPass::Full : LayerPass::KVOnly);
+    store_.release(l);
     if (write) cache_.write(l, c.begin, buf.k, buf.v);
   }
 }
@@ -191,7 +200,7 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
 // hnorm, rstd_final := the final RMSNorm of the last layer's output
 void Model::final_norm(int64_t n) {
   Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n);
-  be_.rmsnorm_fwd(h_.back().rows(0, n), final_norm_, float(cfg_.rms_norm_eps), hn, rstd);
+  be_.rmsnorm_fwd(h_.back().rows(0, n), store_.final_norm(), float(cfg_.rms_norm_eps), hn, rstd);
   if (plan_.precision == DType::BF16) be_.round_bf16(hn);  // it feeds the lm_head's matmul
 }
 
@@ -214,6 +223,7 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
   cache_.begin_sequence(N, std::min(C, N), false);
   if (sparse_) sparse_->begin_sequence(N, C, false);
   inputs_.begin_sequence();
+  store_.begin_sequence(false);
   for (int64_t t = 0; t < chunk_count(N, C); ++t) {
     const ChunkSpan c = chunk_span(N, C, t);
     const int64_t n = c.size();
@@ -221,9 +231,10 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
     forward_layers(c, Sweep::Forward);
     final_norm(n);
     Tensor l = lg.rows(0, n);
-    be_.linear_fwd(hnorm_.rows(0, n), lm_head_, nullptr, l);
+    be_.linear_fwd(hnorm_.rows(0, n), store_.lm_head(), nullptr, l);
     be_.copy(out + c.begin * V, Tier::Host, l.data, be_.tier(), l.bytes());
   }
+  store_.end_sequence();
   cache_.clear();
 }
 
@@ -234,6 +245,7 @@ void Model::begin_decode(int64_t max_tokens) {
   cache_.begin_sequence(max_tokens, std::min(plan_.chunk, max_tokens), false);
   if (sparse_) sparse_->begin_sequence(max_tokens, plan_.chunk, false);
   inputs_.begin_sequence();
+  store_.begin_sequence(false);
   if (decode_logits_.bytes() == 0) decode_logits_ = Buffer(be_.tier(), Tag::Workspace, size_t(cfg_.vocab) * 4);
   decoded_ = 0;
   decode_max_ = max_tokens;
@@ -254,12 +266,13 @@ void Model::decode(const int32_t* ids, int64_t n, float* out) {
   forward_layers(c, Sweep::Forward);  // every layer's K/V of these tokens go into the pages
   final_norm(n);
   Tensor logits(decode_logits_.data(), DType::F32, {1, cfg_.vocab}, be_.tier());
-  be_.linear_fwd(hnorm_.rows(n - 1, 1), lm_head_, nullptr, logits);
+  be_.linear_fwd(hnorm_.rows(n - 1, 1), store_.lm_head(), nullptr, logits);
   be_.copy(out, Tier::Host, logits.data, be_.tier(), logits.bytes());
   decoded_ += n;
 }
 
 void Model::end_decode() {
+  store_.end_sequence();
   cache_.clear();
   decoded_ = decode_max_ = 0;
 }
@@ -272,6 +285,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
   cache_.begin_sequence(N, std::min(C, N), backward);
   if (sparse_) sparse_->begin_sequence(N, C, backward);
   inputs_.begin_sequence();
+  store_.begin_sequence(backward);
   be_.zero(sums_t_);
   LossStats st;
 
@@ -285,7 +299,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     forward_layers(c, backward && !sparse_ ? Sweep::ForwardKVOnlyLast : Sweep::Forward);
     if (!backward) {
       final_norm(n);
-      be_.lm_head_xent_acc(hnorm_.rows(0, n), lm_head_, inputs_.targets(n), 1.0f, nullptr, nullptr, sums_t_);
+      be_.lm_head_xent_acc(hnorm_.rows(0, n), store_.lm_head(), inputs_.targets(n), 1.0f, nullptr, nullptr, sums_t_);
       if (after_chunk) {
         read_sums(st);
         after_chunk(c, st);
@@ -294,12 +308,12 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
   }
   if (!backward) {
     read_sums(st);
-    cache_.clear();
+    store_.end_sequence();
+  cache_.clear();
     return st;
   }
   OOMB_CHECK(st.targets > 0, "model: the sequence has no targets to train on");
   const float scale = weight / float(st.targets);
-  Params& g = *grads_;
 
   // Backward sweep, chunks in reverse.
   for (int64_t t = T - 1; t >= 0; --t) {
@@ -311,12 +325,13 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     final_norm(n);
     Tensor dh = dh_.rows(0, n), dhn = buf.g.da;  // (n, d) scratch, free until the layers' backward
     // (under LoRA a frozen lm_head has no gradient, and a frozen final norm's goes to scratch)
-    Tensor* dw_head = g.lm_head.empty() ? nullptr : &g.lm_head;
-    be_.lm_head_xent_acc(hnorm_.rows(0, n), lm_head_, inputs_.targets(n), scale, &dhn, dw_head, sums_t_);
-    be_.rmsnorm_bwd(h_.back().rows(0, n), final_norm_, rstd_final_.rows(0, n), dhn, dh, false,
-                    g.final_norm.empty() ? buf.discard : g.final_norm);
+    Tensor* dw_head = store_.grad_lm_head().empty() ? nullptr : &store_.grad_lm_head();
+    be_.lm_head_xent_acc(hnorm_.rows(0, n), store_.lm_head(), inputs_.targets(n), scale, &dhn, dw_head, sums_t_);
+    be_.rmsnorm_bwd(h_.back().rows(0, n), store_.final_norm(), rstd_final_.rows(0, n), dhn, dh, false,
+                    store_.grad_final_norm().empty() ? buf.discard : store_.grad_final_norm());
     const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
     if (!sparse_) cache_.begin_pass(top_down_, c.begin, true);
+    store_.begin_pass(top_down_, true);
     for (int64_t l = L - 1; l >= 0; --l) {
       const size_t li = size_t(l);
       const LayerCtx ctx = layer_ctx(l, c, true, true, false);
@@ -324,15 +339,18 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
       buf.acts.o = att_o_[li].rows(0, n);
       buf.acts.lse = att_lse_[li].rows(0, n);
       // recompute the internals but attention (the top layer's are still there)
-      if (l + 1 < L) layer_forward(ctx, layers_[li], h_in, h_out, buf, LayerPass::SavedAttention);
-      layer_backward(ctx, layers_[li], grad_layers_[li], h_in, dh, buf);
+      const LayerParams& p = store_.acquire(l);
+      if (l + 1 < L) layer_forward(ctx, p, h_in, h_out, buf, LayerPass::SavedAttention);
+      layer_backward(ctx, p, store_.grads_of(l), h_in, dh, buf);
+      store_.release(l);
       // no remaining (earlier) chunk reads these tokens' K/V or their gradients
       cache_.release_from(l, first_free);
     }
-    if (!g.embed.empty()) be_.embedding_bwd(inputs_.ids(n), dh, g.embed);
+    if (!store_.grad_embed().empty()) be_.embedding_bwd(inputs_.ids(n), dh, store_.grad_embed());
     cache_.docs().release_from(first_free);
   }
   read_sums(st);
+  store_.end_sequence();
   cache_.clear();
   return st;
 }

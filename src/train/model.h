@@ -1,6 +1,6 @@
 // A decoder-only model (Llama / Qwen2 / Mistral) trained chunk-recurrently (design notes:
 // shared/DESIGN.md, section 2), and the chunk schedule that runs it. Its parts, each with one
-// job: the parameters (model/params), the KV cache with its residency (kv/kv_cache), the chunk
+// job: the parameters (model/params) and where they live (model/param_store), the KV cache with its residency (kv/kv_cache), the chunk
 // inputs (model/chunk_inputs), one layer's math (model/layer) and the memory plan
 // (model/memory_plan). The schedule:
 //   forward sweep, chunks in order: every layer attends over its earlier pages and writes its
@@ -10,8 +10,8 @@
 //     internals except attention, runs its backward (dK/dV of every page read accumulate in place
 //     into gradient pages; the chunk's own dK/dV start from its gradient pages), and frees the
 //     pages no earlier chunk reads.
-// Each pass announces the order in which layers read their pages (KVCache::begin_pass), which
-// is what the offloaded cache prefetches on. One chunk of C = N tokens is full-sequence training.
+// Each pass announces the order in which layers read their pages (KVCache::begin_pass) and their
+// weights (ParamStore::begin_pass), which is what the offloaded cache and store prefetch on. One chunk of C = N tokens is full-sequence training.
 #pragma once
 #include <functional>
 #include <memory>
@@ -24,6 +24,7 @@
 #include "hf/config.h"
 #include "model/layer.h"
 #include "model/memory_plan.h"
+#include "model/param_store.h"
 #include "model/params.h"
 
 namespace oomb {
@@ -40,6 +41,8 @@ class Model {
   ~Model();
   const ModelConfig& config() const { return cfg_; }
   const ChunkPlan& plan() const { return plan_; }
+  // The fp32 masters: in the backend's memory, or in pinned host memory with --offload params
+  // (ChunkPlan::offload_params), where gradients and the optimizer's moments live too.
   Params& params() { return params_; }
   // What the optimizer updates: params(), or with LoRA (plan.lora) the adapters' set (model/lora.h),
   // whose layout grads() then has too (the frozen base has no gradients).
@@ -47,7 +50,9 @@ class Model {
   Params& grads() { return *grads_; }
   Backend& backend() { return be_; }
   void enable_grads();  // allocates the gradient buffer (tag grads), zeroed
-  // Parameters from / to host memory (load and save through them when the backend is a device).
+  void zero_grads();    // every gradient := 0 (between steps)
+  const ParamStore& store() const { return store_; }
+  // Parameters from / to host memory (load and save through them when the masters are on a device).
   void upload_params(const Params& host);
   void download_params(Params& host) const;
   void upload_trainable(const Params& host);  // LoRA's set (with LoRA off: upload_params)
@@ -103,6 +108,7 @@ class Model {
   // trainable norms / embedding from train_; and the gradients' per-layer views
   std::vector<LayerParams> layers_, grad_layers_;
   Tensor embed_, final_norm_, lm_head_;
+  ParamStore store_;     // hands the sweeps those views, or with --offload params the device's slots
   std::vector<float> inv_freq_;
   float attention_scaling_ = 1.0f;
   KVCache cache_;        // K/V, KV-gradient and document pages (tags kv, kv_grad, data)

@@ -1,5 +1,7 @@
 // Optimizers over the flat parameter buffer: AdamW (fp32 master weights and moments, decoupled
 // weight decay on matrices only) and plain SGD; global-norm clipping; warmup + cosine schedule.
+// The update runs where the parameters are: on the backend, or, when they live in host memory
+// (--offload params), on the host CPU (the CPU backend's ops, whose bits equal every backend's).
 #pragma once
 #include <string>
 
@@ -34,7 +36,7 @@ class Optimizer {
   // The name of the first gradient tensor (in the checkpoint's order) holding NaN or Inf; "" if none.
   std::string first_nonfinite() const;
   static double grad_norm(Params& grads, Backend& be);
-  // AdamW's state (checkpoints): the moments in the backend's memory (null for SGD) and the
+  // AdamW's state (checkpoints): the moments beside the parameters (null for SGD) and the
   // bias-correction count (updates made; steps skipped by skip_nonfinite do not count).
   Params* exp_avg() const { return m_.get(); }
   Params* exp_avg_sq() const { return v_.get(); }
@@ -47,6 +49,8 @@ class Optimizer {
   Params& p_;
   Params& g_;
   Backend& be_;
+  std::unique_ptr<Backend> host_;  // the host CPU, when the parameters are in host memory
+  Backend& ops() const { return host_ ? *host_ : be_; }
   std::unique_ptr<Params> m_, v_;  // AdamW moments (tag optimizer)
   int64_t t_ = 0;
 };

@@ -103,8 +103,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   StepStats st;
   for (int64_t k = o.start_step; k < o.steps; ++k) {
     const auto t0 = clock::now();
-    Backend& be = model.backend();
-    be.zero(model.grads().flat());
+    model.zero_grads();
     double loss_sum = 0;
     int64_t counted = 0, correct = 0;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/cpu_adamw.h"
 #include "backend/cpu/cpu_ops.h"
 
 namespace oomb {
@@ -156,26 +157,12 @@ class CpuBackend : public Backend {
     return s;
   }
 
-  // Decoupled weight decay (AdamW): p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)
+  // Decoupled weight decay (AdamW): p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)  (cpu_adamw.h)
   void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamW& a) override {
     cpu::check_f32("adamw_step", "param", p, -1);
     OOMB_CHECK(g.numel() == p.numel() && m.numel() == p.numel() && v.numel() == p.numel(),
                "adamw_step: param, grad and moments differ in size");
-    const int64_t n = p.numel();
-    const double bc1 = 1.0 - std::pow(double(a.beta1), double(a.step));
-    const double bc2 = 1.0 - std::pow(double(a.beta2), double(a.step));
-    const float step_size = float(a.lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
-#pragma omp parallel for if (n >= cpu::kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-      const float gi = g.f()[i];
-      float& mi = m.f()[i];
-      float& vi = v.f()[i];
-      mi = a.beta1 * mi + (1.0f - a.beta1) * gi;
-      vi = a.beta2 * vi + (1.0f - a.beta2) * gi * gi;
-      float& pi = p.f()[i];
-      pi -= a.lr * a.weight_decay * pi;
-      pi -= step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + a.eps);
-    }
+    cpu::adamw(p.f(), g.f(), m.f(), v.f(), p.numel(), a);
   }
   void sgd_step(Tensor& p, const Tensor& g, float lr) override {
     cpu::check_f32("sgd_step", "param", p, -1);

@@ -263,11 +263,11 @@ class CudaBackend final : public Backend {
 
   void copy(void* dst, Tier dt, const void* src, Tier st, size_t bytes) override {
     if (bytes == 0 || dst == src) return;
-    const cudaMemcpyKind kind = dt == Tier::Host ? (st == Tier::Host ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
-                                                 : (st == Tier::Host ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
-    cuda_check(cudaMemcpyAsync(dst, src, bytes, kind, stream_), "copy");
+    // pinned memory is host memory (--offload params keeps the masters there): unified addressing
+    // tells the sides apart
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "copy");
     // the host may read what arrived, or reuse what it sent, once this returns
-    if (kind != cudaMemcpyDeviceToDevice) cuda_check(cudaStreamSynchronize(stream_), "copy");
+    if (dt != Tier::Device || st != Tier::Device) cuda_check(cudaStreamSynchronize(stream_), "copy");
   }
   void fill_zero(void* dst, size_t bytes) override {
     if (bytes > 0) cuda_check(cudaMemsetAsync(dst, 0, bytes, stream_), "fill_zero");

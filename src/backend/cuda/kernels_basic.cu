@@ -185,19 +185,21 @@ __global__ void adamw_k(float* p, const float* g, float* m, float* v, int64_t n,
                         float eps, float wd, float step_size, float inv_sqrt_bc2) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
+  // Each operation rounded as written (no FMA contraction): the same bits as the host's AdamW
+  // (backend/cpu/cpu_adamw.cpp), so the update may run on either side of --offload params.
   const float gi = g[i];
-  const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-  const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+  const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(__fsub_rn(1.0f, beta1), gi));
+  const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, beta2), gi), gi));
   m[i] = mi, v[i] = vi;
   float pi = p[i];
-  pi -= lr * wd * pi;
-  pi -= step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+  pi = __fsub_rn(pi, __fmul_rn(__fmul_rn(lr, wd), pi));
+  pi = __fsub_rn(pi, __fdiv_rn(__fmul_rn(step_size, mi), __fadd_rn(__fmul_rn(__fsqrt_rn(vi), inv_sqrt_bc2), eps)));
   p[i] = pi;
 }
 
 __global__ void sgd_k(float* p, const float* g, float lr, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) p[i] -= lr * g[i];
+  if (i < n) p[i] = __fsub_rn(p[i], __fmul_rn(lr, g[i]));  // no FMA: the host's bits
 }
 
 }  // namespace

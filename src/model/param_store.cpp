@@ -1,0 +1,222 @@
+#include "model/param_store.h"
+
+#include <cstring>
+#include <string>
+
+namespace oomb {
+
+namespace {
+
+std::string g_dropped_wait;  // tests only
+bool dropped(const char* which) { return !g_dropped_wait.empty() && g_dropped_wait == which; }
+
+constexpr Tensor LayerParams::* kLayerFields[] = {
+    &LayerParams::attn_norm, &LayerParams::wq,     &LayerParams::bq,    &LayerParams::wk,
+    &LayerParams::bk,        &LayerParams::wv,     &LayerParams::bv,    &LayerParams::wo,
+    &LayerParams::bo,        &LayerParams::q_norm, &LayerParams::k_norm, &LayerParams::mlp_norm,
+    &LayerParams::wgate,     &LayerParams::bgate,  &LayerParams::wup,   &LayerParams::bup,
+    &LayerParams::wdown,     &LayerParams::bdown};
+
+// t, which lies in a range starting at `from`, moved to the same place in a range starting at `to`.
+Tensor rebase(const Tensor& t, const float* from, float* to, Tier tier) {
+  if (t.empty()) return t;
+  Tensor r = t;
+  r.data = to + (t.f() - from);
+  r.tier = tier;
+  return r;
+}
+
+LayerParams rebase(const LayerParams& p, const float* from, float* to, Tier tier) {
+  LayerParams r = p;
+  for (auto f : kLayerFields) r.*f = rebase(p.*f, from, to, tier);
+  return r;
+}
+
+}  // namespace
+
+void ParamStore::drop_wait_for_test(const char* which) { g_dropped_wait = which ? which : ""; }
+
+int64_t ParamStore::layer_offset(const ModelConfig& c, int64_t l) {
+  return c.vocab * c.hidden + l * layer_numel(c);  // the layers follow the embedding (param_layout)
+}
+
+int64_t ParamStore::layer_numel(const ModelConfig& c) {
+  if (c.layers == 0) return 0;
+  return (param_count(c) - head_numel(c)) / c.layers;
+}
+
+int64_t ParamStore::head_numel(const ModelConfig& c) {
+  return c.vocab * c.hidden * (c.tie_word_embeddings ? 1 : 2) + c.hidden;
+}
+
+int64_t ParamStore::device_bytes(const ModelConfig& c) { return (2 * layer_numel(c) + head_numel(c)) * 4; }
+
+ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload) : cfg_(c), be_(be), offload_(offload) {
+  OOMB_CHECK(!offload || be.tier() == Tier::Device,
+             "--offload params: the {} backend has no device memory to offload from (use --device sim or cuda)",
+             be.name());
+}
+
+ParamStore::~ParamStore() { be_.synchronize(); }
+
+void ParamStore::bind(Params& weights, ParamViews views) {
+  weights_ = &weights;
+  w_ = std::move(views);
+  if (!offload_) return;
+  const ModelConfig& c = cfg_;
+  OOMB_CHECK(weights.flat().tier == Tier::Pinned && weights.flat().numel() == param_count(c) &&
+                 layer_offset(c, c.layers) == weights.get("model.norm.weight").f() - weights.flat().f(),
+             "param store: offloaded masters must be the whole model in pinned memory, laid out embedding, layers, norm");
+  const int64_t n = layer_numel(c), E = c.vocab * c.hidden;
+  const Tier D = Tier::Device;
+  wslots_ = Buffer(D, Tag::Weights, size_t(2 * n) * 4);
+  whead_ = Buffer(D, Tag::Weights, size_t(head_numel(c)) * 4);
+  const float* host = weights.flat().f();
+  for (int s = 0; s < 2; ++s) {
+    wview_[s] = rebase(weights.layers[0], host + layer_offset(c, 0), wslots_.as<float>() + s * n, D);
+    in_[s] = be_.new_event();
+    used_[s] = be_.new_event();
+  }
+  float* dh = whead_.as<float>();
+  const float* tail = host + E + c.layers * n;
+  w_ = {{}, rebase(weights.embed, host, dh, D), rebase(weights.final_norm, tail, dh + E, D), {}};
+  w_.lm_head = c.tie_word_embeddings ? w_.embed : rebase(weights.lm_head, tail, dh + E, D);
+  grad_zero_.assign(size_t(c.layers), true);
+}
+
+void ParamStore::bind_grads(Params& grads, ParamViews views) {
+  grads_ = &grads;
+  g_ = std::move(views);
+  if (!offload_) return;
+  OOMB_CHECK(grads.flat().tier == Tier::Pinned && grads.flat().numel() == param_count(cfg_),
+             "param store: offloaded gradients must be the whole model in pinned memory");
+  const int64_t n = layer_numel(cfg_), E = cfg_.vocab * cfg_.hidden;
+  const Tier D = Tier::Device;
+  gslots_ = Buffer(D, Tag::Grads, size_t(2 * n) * 4);
+  ghead_buf_ = Buffer(D, Tag::Grads, size_t(head_numel(cfg_)) * 4);
+  const float* host = grads.flat().f();
+  for (int s = 0; s < 2; ++s)
+    gview_[s] = rebase(grads.layers[0], host + layer_offset(cfg_, 0), gslots_.as<float>() + s * n, D);
+  float* dh = ghead_buf_.as<float>();
+  const float* tail = host + E + cfg_.layers * n;
+  g_ = {{}, rebase(grads.embed, host, dh, D), rebase(grads.final_norm, tail, dh + E, D), {}};
+  g_.lm_head = cfg_.tie_word_embeddings ? g_.embed : rebase(grads.lm_head, tail, dh + E, D);
+}
+
+void ParamStore::zero_grads() {
+  OOMB_CHECK(grads_ != nullptr, "param store: zero_grads needs gradients bound first");
+  if (!offload_) return be_.zero(grads_->flat());
+  std::memset(grads_->flat().data, 0, grads_->flat().bytes());  // pinned host memory, no copy in flight
+  grad_zero_.assign(grad_zero_.size(), true);
+  head_grad_zero_ = true;
+}
+
+// The head's two host ranges (embedding; final norm and lm_head) to or from one device range.
+void ParamStore::head_copy(float* dev, Params& host, bool in) {
+  const int64_t E = cfg_.vocab * cfg_.hidden, tail = head_numel(cfg_) - E;
+  float* h = host.flat().f();
+  float* h_tail = h + E + cfg_.layers * layer_numel(cfg_);
+  const Tier D = Tier::Device, P = Tier::Pinned;
+  (&host == weights_ ? traffic_.weights_in : in ? traffic_.grads_in : traffic_.grads_out) += (E + tail) * 4;
+  if (in) {
+    be_.copy_async(dev, D, h, P, size_t(E) * 4, Stream::Copy);
+    be_.copy_async(dev + E, D, h_tail, P, size_t(tail) * 4, Stream::Copy);
+  } else {
+    be_.copy_async(h, P, dev, D, size_t(E) * 4, Stream::Copy);
+    be_.copy_async(h_tail, P, dev + E, D, size_t(tail) * 4, Stream::Copy);
+  }
+}
+
+void ParamStore::begin_sequence(bool grads) {
+  seq_grads_ = grads;
+  if (!offload_) return;
+  holds_[0] = holds_[1] = -1;  // the masters may have changed
+  head_copy(whead_.as<float>(), *weights_, true);
+  if (grads) {
+    OOMB_CHECK(grads_ != nullptr, "param store: a sequence with gradients needs gradients bound first");
+    if (head_grad_zero_)
+      be_.fill_zero_async(ghead_buf_.data(), ghead_buf_.bytes(), Stream::Copy);
+    else
+      head_copy(ghead_buf_.as<float>(), *grads_, true);
+  }
+  be_.record(*in_[0], Stream::Copy);
+  be_.wait(Stream::Compute, *in_[0]);
+}
+
+void ParamStore::end_sequence() {
+  if (!offload_) return;
+  if (seq_grads_) {
+    be_.record(*used_[0], Stream::Compute);
+    be_.wait(Stream::Copy, *used_[0]);
+    head_copy(ghead_buf_.as<float>(), *grads_, false);
+    head_grad_zero_ = false;
+  }
+  if (!dropped("sync")) be_.synchronize();
+}
+
+void ParamStore::begin_pass(std::span<const int64_t> order, bool grads) {
+  order_.assign(order.begin(), order.end());
+  pos_ = 0;
+  pass_grads_ = grads;
+  OOMB_CHECK(!grads || grads_ != nullptr, "param store: a pass with gradients needs gradients bound first");
+  if (!offload_ || order_.empty()) return;
+  base_ = holds_[1] == order_[0] ? 1 : 0;  // a slot that already holds the first layer keeps it
+  fetch(0);
+  if (order_.size() > 1) fetch(1);
+}
+
+// The layer at position pos of the pass into its slot, once the compute stream is done with the
+// slot's previous layer: its weights (unless the slot holds them already) and, in a pass with
+// gradients, what the host's gradients hold (or zero).
+void ParamStore::fetch(size_t pos) {
+  const int64_t s = slot(pos), l = order_[pos], n = layer_numel(cfg_);
+  const size_t bytes = size_t(n) * 4;
+  const Tier D = Tier::Device, P = Tier::Pinned;
+  be_.wait(Stream::Copy, *used_[s]);
+  if (holds_[s] != l) {
+    be_.copy_async(wslots_.as<float>() + s * n, D, weights_->flat().f() + layer_offset(cfg_, l), P, bytes, Stream::Copy);
+    holds_[s] = l;
+    traffic_.weights_in += int64_t(bytes);
+  }
+  if (pass_grads_) {
+    float* g = gslots_.as<float>() + s * n;
+    if (grad_zero_[size_t(l)])
+      be_.fill_zero_async(g, bytes, Stream::Copy);
+    else
+      be_.copy_async(g, D, grads_->flat().f() + layer_offset(cfg_, l), P, bytes, Stream::Copy), traffic_.grads_in += int64_t(bytes);
+  }
+  be_.record(*in_[s], Stream::Copy);
+}
+
+const LayerParams& ParamStore::acquire(int64_t l) {
+  OOMB_CHECK(pos_ < order_.size() && order_[pos_] == l, "param store: layer {} acquired out of the pass's order", l);
+  if (!offload_) return w_.layers[size_t(l)];
+  const int64_t s = slot(pos_);
+  if (!dropped("in")) be_.wait(Stream::Compute, *in_[s]);
+  return wview_[s];
+}
+
+LayerParams& ParamStore::grads_of(int64_t l) {
+  OOMB_CHECK(pass_grads_ && pos_ < order_.size() && order_[pos_] == l,
+             "param store: layer {}'s gradients outside a pass with gradients", l);
+  return offload_ ? gview_[slot(pos_)] : g_.layers[size_t(l)];
+}
+
+void ParamStore::release(int64_t l) {
+  OOMB_CHECK(pos_ < order_.size() && order_[pos_] == l, "param store: layer {} released out of the pass's order", l);
+  if (offload_) {
+    const int64_t s = slot(pos_), n = layer_numel(cfg_);
+    be_.record(*used_[s], Stream::Compute);
+    if (pass_grads_) {  // the layer's gradients go back once its backward is done
+      be_.wait(Stream::Copy, *used_[s]);
+      be_.copy_async(grads_->flat().f() + layer_offset(cfg_, l), Tier::Pinned, gslots_.as<float>() + s * n,
+                     Tier::Device, size_t(n) * 4, Stream::Copy);
+      grad_zero_[size_t(l)] = false;
+      traffic_.grads_out += n * 4;
+    }
+  }
+  ++pos_;
+  if (offload_ && pos_ + 1 < order_.size()) fetch(pos_ + 1);
+}
+
+}  // namespace oomb

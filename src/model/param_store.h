@@ -1,0 +1,114 @@
+// Where a model's parameters live, and the views its layers compute with (design notes:
+// shared/DESIGN.md, section 10; MegaTrain, arXiv 2604.05091).
+//
+// The model owns the masters and gradients (Params) and binds them here with the views it computes
+// with (with LoRA, the base's layers with adapters bound).
+//
+// Resident (default): the fp32 masters and gradients (and the optimizer's moments, which the
+// optimizer allocates beside them) in the backend's memory; the views are handed back as bound.
+//
+// Offloaded (--offload params; full fine-tuning only): the masters, gradients and moments live in
+// pinned host memory.
+// The device holds two layer slots of weights and two of gradients (double-buffered: the layer
+// computing and the next one arriving on the copy stream) and the head (embedding, final norm,
+// lm_head) with its gradients. A pass announces its layer order (begin_pass); acquire(l) waits for
+// layer l's copy and returns the same LayerParams views bound to its slot; release(l) sends the
+// layer's gradients out (backward) and starts the copy of the layer two ahead into the freed slot.
+// A layer's gradients accumulate in its device slot while it is there, starting from what the host
+// holds (or zero, without a copy, while the host's are known to be zero), so the result is bitwise
+// the resident run's. The head arrives once per sequence and its gradients leave at its end.
+//
+// Flat ranges: layer l is one contiguous range of the flat layout (layer_offset, layer_numel); the
+// head is two (the embedding first; the final norm and an untied lm_head last), one after the
+// other on the device.
+#pragma once
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/params.h"
+
+namespace oomb {
+
+// What the layers compute with: every layer's tensors and the head's.
+struct ParamViews {
+  std::vector<LayerParams> layers;
+  Tensor embed, final_norm, lm_head;
+};
+
+class ParamStore {
+ public:
+  ParamStore(const ModelConfig& c, Backend& be, bool offload);
+  ~ParamStore();
+  bool offloaded() const { return offload_; }
+  // The tier the masters, gradients and moments live in: the backend's, or pinned host memory.
+  static Tier home(const Backend& be, bool offload) { return offload ? Tier::Pinned : be.tier(); }
+  // The masters (in home()) and the views over them; offloaded, the same layout bound to the
+  // device's slots and head (allocated here, tags weights and grads).
+  void bind(Params& weights, ParamViews views);
+  void bind_grads(Params& grads, ParamViews views);
+  void zero_grads();  // between sequences only
+
+  // A sequence begins: the masters may have changed since the last (loading, an optimizer step);
+  // the head's weights arrive (and its gradients when grads). end_sequence: the head's gradients
+  // leave and the host waits for every copy, so the masters and gradients may be read or written.
+  void begin_sequence(bool grads);
+  void end_sequence();
+  const Tensor& embed() const { return w_.embed; }
+  const Tensor& final_norm() const { return w_.final_norm; }
+  const Tensor& lm_head() const { return w_.lm_head; }
+  // the head's gradients (empty where a tensor is frozen, under LoRA)
+  Tensor& grad_embed() { return g_.embed; }
+  Tensor& grad_final_norm() { return g_.final_norm; }
+  Tensor& grad_lm_head() { return g_.lm_head; }
+
+  // A pass over layers in `order` (with their gradients when grads); then for each in that order:
+  // acquire, compute (grads_of: the acquired layer's gradients), release.
+  void begin_pass(std::span<const int64_t> order, bool grads);
+  const LayerParams& acquire(int64_t l);
+  LayerParams& grads_of(int64_t l);
+  void release(int64_t l);
+
+  static int64_t layer_offset(const ModelConfig& c, int64_t l);
+  static int64_t layer_numel(const ModelConfig& c);
+  static int64_t head_numel(const ModelConfig& c);
+  // Device bytes an offloaded store holds (tags weights and grads, each): two layer slots + the head.
+  static int64_t device_bytes(const ModelConfig& c);
+
+  // Bytes copied between the host and the device so far (zero fills not counted).
+  struct Traffic {
+    int64_t weights_in = 0, grads_in = 0, grads_out = 0;
+  };
+  const Traffic& traffic() const { return traffic_; }
+
+  // Tests only: skip one of the store's waits ("in": a layer's arrival before it computes; "sync":
+  // the host's wait for the copies at the end of a sequence), to show that the tests catch it.
+  static void drop_wait_for_test(const char* which);
+
+ private:
+  int64_t slot(size_t pos) const { return int64_t((base_ + pos) & 1); }
+  void fetch(size_t pos);
+  void head_copy(float* dev, Params& host, bool in);
+
+  ModelConfig cfg_;
+  Backend& be_;
+  bool offload_;
+  Params* weights_ = nullptr;
+  Params* grads_ = nullptr;
+  ParamViews w_, g_;  // what the model computes with: its views, or (offloaded) the device head's
+  // offloaded only
+  Buffer wslots_, gslots_, whead_, ghead_buf_;  // device: 2 layer slots each, the head
+  LayerParams wview_[2], gview_[2];             // the slots' views (every layer has the same layout)
+  std::unique_ptr<Event> in_[2], used_[2];
+  int64_t holds_[2] = {-1, -1};  // the layer whose current weights a slot holds
+  std::vector<bool> grad_zero_;  // per layer: the host's gradients are zero
+  bool head_grad_zero_ = true, seq_grads_ = false;
+  Traffic traffic_;
+  // the pass
+  std::vector<int64_t> order_;
+  size_t pos_ = 0, base_ = 0;
+  bool pass_grads_ = false;
+};
+
+}  // namespace oomb

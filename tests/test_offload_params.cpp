@@ -1,0 +1,337 @@
+// --offload params on the simulated device: master weights, gradients and AdamW moments in pinned
+// host memory, every layer streamed through two device slots (the host CPU updating them) give
+// the losses, gradients, updated weights and moments bit for bit of the run with everything on
+// the device, over several steps of AdamW and SGD with gradient accumulation and clipping, with
+// and without --offload kv and an injected copy delay; skipping one of the store's waits breaks
+// that. The device's memory does not grow with depth (2..16 layers) but for each layer's saved
+// activations, and the plan equals every (tier, tag) peak. A plan that does not fit the host is
+// refused naming the tag and the bytes. The host AdamW equals the formula, element by element.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <omp.h>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include "backend/cpu/cpu_adamw.h"
+#include "cli/guards.h"
+#include "data/repeat_task.h"
+#include "model/init.h"
+#include "model/sweep_plan.h"
+#include "train/model.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
+#include "model_fixture.h"
+#include "test_util.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+
+namespace {
+
+std::vector<int32_t> tokens(int64_t n, uint64_t seed, int64_t vocab) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  uint64_t x = seed * 2654435761ULL + 1;
+  for (auto& v : t) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    v = int32_t((x >> 33) % uint64_t(vocab));
+  }
+  return t;
+}
+
+std::vector<float> on_host(Backend& be, const Params& p) {
+  std::vector<float> v(static_cast<size_t>(p.flat().numel()));
+  be.copy(v.data(), Tier::Host, p.flat().data, p.flat().tier, v.size() * 4);
+  return v;
+}
+
+struct Trained {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> grads;  // per step, before the update
+  std::vector<float> weights, exp_avg, exp_avg_sq;  // after the last step
+};
+
+// `steps` optimizer steps of `accum` sequences of N tokens each, as the trainer runs them.
+Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPlan& plan, const std::string& opt,
+                int64_t N, int steps, int accum) {
+  const ModelConfig cfg = load_config(dir);
+  Model m(cfg, be, plan);
+  load_for_training(m, dir);
+  OptimConfig oc;
+  oc.kind = opt;
+  oc.lr = 2e-2f;
+  oc.weight_decay = opt == "adamw" ? 0.1f : 0.0f;
+  oc.grad_clip = 0.5f;  // clipped every step here: the scale runs where the gradients are
+  oc.warmup_steps = 1;
+  oc.total_steps = steps;
+  Optimizer o(oc, m.params(), m.grads(), be);
+  Trained r;
+  for (int k = 0; k < steps; ++k) {
+    m.zero_grads();
+    double loss = 0;
+    for (int micro = 0; micro < accum; ++micro) {
+      const auto t = tokens(N + 1, uint64_t(k * accum + micro), cfg.vocab);
+      const std::vector<int32_t> ids(t.begin(), t.end() - 1), tg(t.begin() + 1, t.end());
+      loss += m.forward_backward(ids.data(), tg.data(), N, 1.0f / float(accum)).loss_sum;
+    }
+    r.losses.push_back(loss);
+    r.grads.push_back(on_host(be, m.grads()));
+    o.step(k, nullptr);
+  }
+  r.weights = on_host(be, m.params());
+  if (o.exp_avg()) r.exp_avg = on_host(be, *o.exp_avg()), r.exp_avg_sq = on_host(be, *o.exp_avg_sq());
+  return r;
+}
+
+bool same(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+// Where two runs first differ, or "" when they are bit for bit the same.
+std::string difference(const Trained& a, const Trained& b) {
+  for (size_t k = 0; k < a.losses.size(); ++k) {
+    if (std::memcmp(&a.losses[k], &b.losses[k], sizeof(double)) != 0)
+      return fmt::format("step {}: loss {} vs {}", k, a.losses[k], b.losses[k]);
+    if (!same(a.grads[k], b.grads[k]))
+      return fmt::format("step {}: gradients differ (rel. error {:.2e})", k, rel_error(a.grads[k], b.grads[k]));
+  }
+  if (!same(a.weights, b.weights)) return fmt::format("weights differ (rel. error {:.2e})", rel_error(a.weights, b.weights));
+  if (!same(a.exp_avg, b.exp_avg) || !same(a.exp_avg_sq, b.exp_avg_sq)) return "AdamW moments differ";
+  return "";
+}
+
+ChunkPlan plan_of(bool kv, bool params) {
+  ChunkPlan p{13, 8};
+  p.offload_kv = kv;
+  p.offload_group = kv ? 2 : 0;
+  p.offload_params = params;
+  return p;
+}
+
+class OffloadParams : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    models_ = new std::vector<std::filesystem::path>;
+    const std::filesystem::path root = temp_dir("_offload_params");
+    // untied with biases (2 layers), tied (3 layers: the slots' parity moves between passes),
+    // Qwen3's q/k norms (1 layer: a pass of one)
+    nlohmann::json qwen2 = tiny_config_json("qwen2", 2), llama = tiny_config_json("llama", 1),
+                   qwen3 = tiny_config_json("qwen3", 2);
+    llama["num_hidden_layers"] = 3;
+    llama["tie_word_embeddings"] = true;
+    qwen3["num_hidden_layers"] = 1;
+    int seed = 11;
+    for (auto& [name, j] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"qwen2", qwen2}, {"llama-tied", llama}, {"qwen3", qwen3}}) {
+      models_->push_back(root / name);
+      write_tiny_model(models_->back(), j, uint64_t(seed++));
+    }
+  }
+  static void TearDownTestSuite() { delete models_; }
+  void TearDown() override { ParamStore::drop_wait_for_test(nullptr); }
+  static std::vector<std::filesystem::path>* models_;
+};
+std::vector<std::filesystem::path>* OffloadParams::models_ = nullptr;
+
+TEST_F(OffloadParams, BitwiseIdenticalToResidentParameters) {
+  const int64_t N = 37;  // chunks of 13: 11, 13, 13
+  int compared = 0;
+  for (const auto& dir : *models_)
+    for (const std::string opt : {"adamw", "sgd"})
+      for (const int64_t delay : {int64_t(0), int64_t(200)}) {
+        auto sim = make_sim_backend(0, delay);
+        const Trained ref = train_steps(*sim, dir, plan_of(false, false), opt, N, 3, 2);
+        for (const bool kv : {false, true}) {
+          SCOPED_TRACE(fmt::format("{} {} delay {} us, --offload {}", dir.filename().string(), opt, delay,
+                                   kv ? "kv,params" : "params"));
+          const Trained off = train_steps(*sim, dir, plan_of(kv, true), opt, N, 3, 2);
+          EXPECT_EQ(difference(ref, off), "");
+          ++compared;
+        }
+      }
+  std::cout << fmt::format("[ offload  ] {} offloaded runs of 3 steps x 2 sequences equal the resident run bit for bit\n",
+                           compared);
+}
+
+// Skipping the wait for a layer's arrival, or the host's wait for the copies at the end of a
+// sequence, gives another result (with a copy delay, the copies are still under way).
+TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
+  const auto& dir = models_->front();
+  auto sim = make_sim_backend(0, 2000);
+  const Trained ref = train_steps(*sim, dir, plan_of(false, false), "adamw", 37, 2, 1);
+  for (const char* wait : {"in", "sync"}) {
+    ParamStore::drop_wait_for_test(wait);
+    const Trained off = train_steps(*sim, dir, plan_of(false, true), "adamw", 37, 2, 1);
+    ParamStore::drop_wait_for_test(nullptr);
+    const std::string diff = difference(ref, off);
+    EXPECT_NE(diff, "") << "without the '" << wait << "' wait the result is still the same";
+    std::cout << fmt::format("[ offload  ] without the '{}' wait: {}\n", wait, diff);
+  }
+}
+
+// The bytes the store copies equal the planner's count for the chunk order (4 and 5 layers, 3
+// chunks, 2 sequences a step, 2 steps), and the layer order moves fewer at these shapes.
+TEST(OffloadParamsTraffic, PlannerCountsTheBytesMoved) {
+  for (const int64_t L : {4, 5}) {
+    SCOPED_TRACE(fmt::format("{} layers", L));
+    nlohmann::json j = tiny_config_json("qwen2", 2);
+    j["num_hidden_layers"] = L;
+    const ModelConfig cfg = parse_config(j, "traffic test config");
+    auto sim = make_sim_backend();
+    Model m(cfg, *sim, plan_of(false, true));
+    init_params(m.params(), 3);
+    m.enable_grads();
+    const int64_t N = 37, steps = 2, accum = 2;
+    for (int64_t k = 0; k < steps; ++k) {
+      m.zero_grads();
+      for (int64_t micro = 0; micro < accum; ++micro) {
+        const auto t = tokens(N + 1, uint64_t(k * accum + micro), cfg.vocab);
+        const std::vector<int32_t> ids(t.begin(), t.end() - 1), tg(t.begin() + 1, t.end());
+        m.forward_backward(ids.data(), tg.data(), N, 0.5f);
+      }
+    }
+    const ParamStore::Traffic& got = m.store().traffic();
+    const SweepTraffic want = chunk_order_traffic(cfg, N, 13, accum);
+    EXPECT_EQ(got.weights_in, steps * want.weights);
+    EXPECT_EQ(got.grads_in + got.grads_out, steps * want.grads);
+    const SweepTraffic layer = layer_order_traffic(cfg, N, 13, accum);
+    std::cout << fmt::format("[ traffic  ] {} layers, N = {}, C = 13: weights in {} B, gradients in {} B and out {} B "
+                             "per 2 steps; the layer order would move {} B a step\n",
+                             L, N, got.weights_in, got.grads_in, got.grads_out, layer.total());
+  }
+}
+
+// Models of 2, 4, 8 and 16 layers (same width, same N) with --offload kv,params: every device tag
+// but activations peaks at the same bytes; activations grow by each layer's saved input (C x d)
+// and attention output and LSE (C x H x D, C x H), nothing else; the weights and gradients on the
+// device are two layer slots and the head; the plan equals every (tier, tag) peak.
+TEST(OffloadParamsMemory, DeviceMemoryIndependentOfDepth) {
+  const int64_t N = 256, C = 64;
+  ChunkPlan plan{C, 16};
+  plan.offload_kv = true;
+  plan.offload_group = 2;
+  plan.offload_params = true;
+  Accountant& acc = Accountant::global();
+  std::map<std::string, int64_t> first;
+  int64_t first_layers = 0, first_act = 0;
+  for (const int64_t L : {2, 4, 8, 16}) {
+    SCOPED_TRACE(fmt::format("{} layers", L));
+    nlohmann::json j = tiny_config_json("llama", 1);
+    j["num_hidden_layers"] = L;
+    const ModelConfig cfg = parse_config(j, "depth test config");
+    acc.reset_peaks();
+    MemoryPlan pred;
+    {
+      auto be = make_sim_backend();
+      Model m(cfg, *be, plan);
+      init_params(m.params(), 1);  // the masters are in host memory: no copy
+      RepeatTask task(2, cfg.vocab);
+      TrainOptions o{N, 2, 1, 1, {}, ""};
+      std::ostringstream log;
+      train(m, task, o, log);
+      pred = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(workspace_shape(cfg, C)), Tier::Device);
+    }
+    std::map<std::string, int64_t> device;
+    for (Tier tier : kTiers)
+      for (int i = 0; i < kNumTags; ++i) {
+        if (Tag(i) == Tag::IO) continue;
+        const int64_t peak = acc.get(tier, Tag(i)).peak;
+        EXPECT_EQ(peak, pred.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i)) << ": plan";
+        if (tier == Tier::Device && Tag(i) != Tag::Activations) device[std::string(tag_name(Tag(i)))] = peak;
+      }
+    // two layer slots and the head (embedding, lm_head, final norm), from the parameter counts
+    nlohmann::json j1 = j, j2 = j;
+    j1["num_hidden_layers"] = 1, j2["num_hidden_layers"] = 2;
+    const int64_t P1 = param_count(parse_config(j1, "1")), layer = param_count(parse_config(j2, "2")) - P1;
+    EXPECT_EQ(acc.get(Tier::Device, Tag::Weights).peak, (2 * layer + P1 - layer) * 4);
+    EXPECT_EQ(acc.get(Tier::Device, Tag::Grads).peak, (2 * layer + P1 - layer) * 4);
+    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Optimizer).peak, 2 * param_count(cfg) * 4);
+    const int64_t act = acc.get(Tier::Device, Tag::Activations).peak;
+    std::cout << fmt::format("[ memory   ] {:>2} layers ({:>7} parameters): device {:>8} B (weights {} B, "
+                             "activations {} B), pinned {:>9} B\n",
+                             L, param_count(cfg), pred.total(Tier::Device), acc.get(Tier::Device, Tag::Weights).peak,
+                             act, pred.total(Tier::Pinned));
+    if (first.empty()) {
+      first = device, first_layers = L, first_act = act;
+      continue;
+    }
+    EXPECT_EQ(device, first) << "a device tag other than activations grew with depth";
+    const int64_t per_layer = C * cfg.hidden * 4 + C * cfg.heads * cfg.head_dim * 4 + C * cfg.heads * 4;
+    EXPECT_EQ(act - first_act, (L - first_layers) * per_layer);
+  }
+}
+
+// The host check counts pinned memory: a 70B shape whose masters, gradients and moments (1.1 TB)
+// exceed the host is refused before it starts, naming the tag and its bytes.
+TEST(OffloadParamsMemory, HostThatCannotHoldTheParametersIsRefused) {
+  const ModelConfig cfg = preset_config("llama-3.1-70b");
+  ChunkPlan plan{4096, 128};
+  plan.offload_kv = plan.offload_params = true;
+  auto plan_for = [&](int64_t n, int64_t c) {
+    ChunkPlan p = plan;
+    p.chunk = c;
+    return plan_memory(cfg, p, n, "adamw", cuda_workspace_bytes(workspace_shape(cfg, c)), Tier::Device,
+                       cuda_pinned_workspace_bytes());
+  };
+  const MemoryPlan m = plan_for(32768, 4096);
+  const int64_t moments = 2 * param_count(cfg) * 4;
+  EXPECT_EQ(m.get(Tier::Pinned, Tag::Optimizer), moments);
+  const std::string e = error_of([&] {
+    cli::check_plan_fits(m, 32768, 4096, {int64_t(512) << 30, "MemAvailable"}, {}, plan_for,
+                         false, nullptr);
+  });
+  EXPECT_NE(e.find("host memory"), std::string::npos) << e;
+  EXPECT_NE(e.find(fmt::format("optimizer the most: {}", format_bytes(moments))), std::string::npos) << e;
+  EXPECT_NE(e.find("no length fits"), std::string::npos) << e;
+  std::cout << "[ refused  ] " << e << "\n";
+}
+
+// The host AdamW (vectorized, every core) against the update written out element by element,
+// as the CUDA kernel writes it, on one thread and on all: the same bits.
+TEST(HostAdamW, EqualsTheFormulaOnAnyThreadCount) {
+  const int64_t n = (int64_t(1) << 17) + 13;  // past the parallel threshold, and an odd tail
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const size_t count = static_cast<size_t>(n);
+  std::vector<float> p(count), g(count), m(count), v(count);
+  for (size_t i = 0; i < count; ++i) {
+    p[i] = nd(rng), g[i] = nd(rng), m[i] = 0.1f * nd(rng);
+    v[i] = std::abs(0.01f * nd(rng));
+  }
+  const int threads = omp_get_max_threads();
+  for (const int t : {1, threads}) {
+    std::vector<float> P = p, M = m, V = v, rp = p, rm = m, rv = v;
+    for (int64_t step = 1; step <= 3; ++step) {
+      const Backend::AdamW a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step};
+      omp_set_num_threads(t);
+      cpu::adamw(P.data(), g.data(), M.data(), V.data(), n, a);
+      omp_set_num_threads(threads);
+      const double bc1 = 1.0 - std::pow(double(0.9f), double(step)), bc2 = 1.0 - std::pow(double(0.95f), double(step));
+      const float step_size = float(1e-3f / bc1), inv = float(1.0 / std::sqrt(bc2));
+      for (size_t i = 0; i < size_t(n); ++i) {
+        volatile float mi = 0.9f * rm[i];  // volatile: each product rounded on its own
+        mi = mi + (1.0f - 0.9f) * g[i];
+        volatile float gg = (1.0f - 0.95f) * g[i];
+        gg = gg * g[i];
+        volatile float vi = 0.95f * rv[i];
+        vi = vi + gg;
+        rm[i] = mi, rv[i] = vi;
+        volatile float decay = 1e-3f * 0.1f;
+        decay = decay * rp[i];
+        float pi = rp[i] - decay;
+        volatile float num = step_size * mi;
+        volatile float den = std::sqrt(float(vi)) * inv;
+        den = den + 1e-8f;
+        pi -= num / den;
+        rp[i] = pi;
+      }
+    }
+    EXPECT_TRUE(same(P, rp)) << t << " threads: weights, rel. error " << rel_error(P, rp);
+    EXPECT_TRUE(same(M, rm) && same(V, rv)) << t << " threads: moments";
+  }
+}
+
+}  // namespace
