@@ -25,18 +25,6 @@ using ::testing::HasSubstr;
 
 namespace {
 
-struct CmdResult {
-  int code;
-  std::string out;
-};
-
-CmdResult oomb_cmd(const std::filesystem::path& dir, const std::string& args) {
-  const auto log = dir / "cmd.log";
-  const std::string cmd = fmt::format("{}/oomb {} > {} 2>&1", binary_dir().string(), args, log.string());
-  const int rc = std::system(cmd.c_str());
-  return {WEXITSTATUS(rc), read_text(log)};
-}
-
 TEST(Cli, InitThenTrainWithTheStableFlags) {
   const auto dir = temp_dir();
   const auto m = (dir / "m").string();

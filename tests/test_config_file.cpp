@@ -18,18 +18,6 @@ using ::testing::HasSubstr;
 
 namespace {
 
-struct CmdResult {
-  int code;
-  std::string out;
-};
-
-CmdResult oomb_cmd(const std::filesystem::path& dir, const std::string& args) {
-  const auto log = dir / "cmd.log";
-  const std::string cmd = fmt::format("{}/oomb {} > {} 2>&1", binary_dir().string(), args, log.string());
-  const int rc = std::system(cmd.c_str());
-  return {WEXITSTATUS(rc), read_text(log)};
-}
-
 // Each step's loss, gradient norm and lr, as the metrics file holds them.
 std::vector<std::string> steps_of(const std::filesystem::path& metrics) {
   std::vector<std::string> out;

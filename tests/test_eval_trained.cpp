@@ -22,18 +22,6 @@ using ::testing::HasSubstr;
 
 namespace {
 
-struct CmdResult {
-  int code;
-  std::string out;
-};
-
-CmdResult oomb_cmd(const std::filesystem::path& dir, const std::string& args) {
-  const auto log = dir / "cmd.log";
-  const std::string cmd = fmt::format("{}/oomb {} > {} 2>&1", binary_dir().string(), args, log.string());
-  const int rc = std::system(cmd.c_str());
-  return {WEXITSTATUS(rc), read_text(log)};
-}
-
 // The demo's task through the CLI: held-out repeat windows (every target kept) scored by position.
 TEST(EvalCli, RepeatTaskLossDropsInTheRepeatedHalfOnlyAfterTraining) {
   const auto dir = temp_dir();

@@ -36,18 +36,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct CmdResult {
-  int code;
-  std::string out;
-};
-
-CmdResult oomb_cmd(const fs::path& dir, const std::string& args) {
-  const auto log = dir / "cmd.log";
-  const std::string cmd = fmt::format("{}/oomb {} > {} 2>&1", binary_dir().string(), args, log.string());
-  const int rc = std::system(cmd.c_str());
-  return {WEXITSTATUS(rc), read_text(log)};
-}
-
 // Every file under the paths (recursively) and a hash of its bytes: inputs must come out unchanged.
 std::map<std::string, size_t> hashes(const std::vector<fs::path>& paths) {
   std::map<std::string, size_t> h;

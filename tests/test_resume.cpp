@@ -35,18 +35,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct CmdResult {
-  int code;
-  std::string out;
-};
-
-CmdResult oomb_cmd(const fs::path& dir, const std::string& args) {
-  const auto log = dir / "cmd.log";
-  const std::string cmd = fmt::format("{}/oomb {} > {} 2>&1", binary_dir().string(), args, log.string());
-  const int rc = std::system(cmd.c_str());
-  return {WEXITSTATUS(rc), read_text(log)};
-}
-
 // `oomb ARGS` (words split at spaces) as a child process, its output into `log`, with
 // OOMB_TEST_CKPT_DELAY_MS=delay_ms when delay_ms > 0.
 pid_t spawn(const std::string& args, const fs::path& log, int delay_ms = 0) {

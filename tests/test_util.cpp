@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <sys/wait.h>
+#include <fmt/format.h>
 #include <fstream>
 #include <sstream>
 
@@ -125,6 +127,13 @@ bool torch_available(std::string* why) {
 bool under_ci() {
   const char* e = std::getenv("CI");
   return e && (std::string(e) == "true" || std::string(e) == "1");
+}
+
+CmdResult oomb_cmd(const std::filesystem::path& dir, const std::string& args) {
+  const auto log = dir / "cmd.log";
+  const std::string cmd = fmt::format("{}/oomb {} > {} 2>&1", binary_dir().string(), args, log.string());
+  const int rc = std::system(cmd.c_str());
+  return {WEXITSTATUS(rc), read_text(log)};
 }
 
 }  // namespace oomb::testing

@@ -44,6 +44,13 @@ std::string npm_missing_reason(const std::string& name);
 std::string torch_python();
 // Whether torch_python() imports torch (checked once); when not, *why says what is missing.
 bool torch_available(std::string* why);
+// The oomb binary run with `args` (stdout and stderr into dir/cmd.log): its exit code and output.
+struct CmdResult {
+  int code;
+  std::string out;
+};
+CmdResult oomb_cmd(const std::filesystem::path& dir, const std::string& args);
+
 // True when the environment variable CI is "true" (or "1"): a missing external reference
 // (PyTorch, the npm tokenizer packages) is then a failure, not a skip.
 bool under_ci();
