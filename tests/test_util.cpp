@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <fmt/format.h>
 #include <fstream>
 #include <sstream>
@@ -59,7 +60,9 @@ Vec numgrad(const std::function<double(const Vec&)>& f, Vec x, double eps) {
 
 std::filesystem::path temp_dir(const std::string& hint) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "test";
+  // outside a test (a suite's set-up, shared by the processes ctest runs side by side): per process
+  std::string name = info ? std::string(info->test_suite_name()) + "." + info->name()
+                          : "suite_setup_" + std::to_string(::getpid());
   for (auto& c : name)
     if (c == '/') c = '_';
   auto p = binary_dir() / "tmp" / (name + hint);

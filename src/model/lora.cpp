@@ -60,12 +60,7 @@ std::vector<int64_t> lora_shape(const ModelConfig& cfg, const LoraConfig& c, int
 
 std::vector<ParamSpec> lora_layout(const ModelConfig& cfg, const LoraConfig& c) {
   std::vector<ParamSpec> s;
-  int64_t off = 0;
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
-    ParamSpec p{std::move(name), std::move(shape), off};
-    off += p.numel();
-    s.push_back(std::move(p));
-  };
+  auto add = [&](std::string name, std::vector<int64_t> shape) { add_spec(s, std::move(name), std::move(shape)); };
   for (int64_t l = 0; l < cfg.layers; ++l)
     for (int t = 0; t < kLoraTargets; ++t)
       if (c.targets[t]) {

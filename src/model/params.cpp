@@ -8,14 +8,14 @@ int64_t ParamSpec::numel() const {
   return n;
 }
 
+void add_spec(std::vector<ParamSpec>& layout, std::string name, std::vector<int64_t> shape) {
+  const int64_t off = layout.empty() ? 0 : layout.back().offset + layout.back().numel();
+  layout.push_back({std::move(name), std::move(shape), off});
+}
+
 std::vector<ParamSpec> param_layout(const ModelConfig& c) {
   std::vector<ParamSpec> s;
-  int64_t off = 0;
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
-    ParamSpec p{std::move(name), std::move(shape), off};
-    off += p.numel();
-    s.push_back(std::move(p));
-  };
+  auto add = [&](std::string name, std::vector<int64_t> shape) { add_spec(s, std::move(name), std::move(shape)); };
   const int64_t d = c.hidden, qd = c.heads * c.head_dim, kd = c.kv_heads * c.head_dim, I = c.intermediate;
   add("model.embed_tokens.weight", {c.vocab, d});
   for (int64_t l = 0; l < c.layers; ++l) {

@@ -16,6 +16,8 @@ struct ParamSpec {
   int64_t numel() const;
 };
 
+// Appends a tensor to a layout, right after the last one.
+void add_spec(std::vector<ParamSpec>& layout, std::string name, std::vector<int64_t> shape);
 std::vector<ParamSpec> param_layout(const ModelConfig& c);
 int64_t param_count(const ModelConfig& c);
 
