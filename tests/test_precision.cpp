@@ -11,6 +11,7 @@
 #include "hf/checkpoint.h"
 #include "hf/safetensors.h"
 #include "test_util.h"
+#include "model/bf16_weights.h"
 #include "model/memory_plan.h"
 #include "train/model.h"
 #include "train/optimizer.h"
@@ -141,8 +142,9 @@ TEST(Bf16Budget, LossAndEveryGradientWithinTwiceTorchsBf16Error) {
 }
 
 // --precision bf16 trains (the loss falls: the bf16 weight copy follows the optimizer's fp32
-// masters), and the accountant's peaks equal the plan's (the copy: tag weights, 4 bytes a parameter
-// in this reference; a (C, d) gradient scratch: tag activations).
+// masters), and the accountant's peaks equal the plan's (the weight matrices' bf16 copy: tag
+// weights, 2 bytes a value; the matmul operands' bf16 scratch: tag activations; the CPU's fp32
+// scratch for widening them: tag workspace).
 TEST(Bf16Budget, TrainsAsPlanned) {
   const fs::path dir = source_dir() / "tests/fixtures/hf/qwen2";
   const ModelConfig cfg = load_config(dir);
@@ -172,11 +174,18 @@ TEST(Bf16Budget, TrainsAsPlanned) {
       (k == 0 ? first : last) = ls.loss_sum / double(ls.targets);
       opt.step(k, nullptr);
     }
-    const MemoryPlan pm = plan_memory(cfg, plan, N, "adamw", be->workspace_bytes(workspace_shape(cfg, plan.chunk)));
+    const MemoryPlan pm = plan_memory(cfg, plan, N, "adamw", be->workspace_bytes(workspace_shape(cfg, plan)));
     for (int i = 0; i < kNumTags; ++i)
       if (Tag(i) != Tag::IO)
         EXPECT_EQ(acc.get(Tier::Host, Tag(i)).peak, pm.get(Tier::Host, Tag(i))) << tag_name(Tag(i));
-    EXPECT_EQ(pm.get(Tier::Host, Tag::Weights), 2 * param_count(cfg) * 4);
+    // the fp32 masters and the bf16 copy of the matrices (each from a 256-byte boundary)
+    int64_t values = 0, matrices = 0;
+    for (const ParamSpec& s : param_layout(cfg))
+      if (s.shape.size() == 2 && (s.name != "model.embed_tokens.weight" || cfg.tie_word_embeddings))
+        values += s.numel(), ++matrices;
+    EXPECT_EQ(pm.get(Tier::Host, Tag::Weights), param_count(cfg) * 4 + Bf16Weights::bytes(cfg));
+    EXPECT_GE(Bf16Weights::bytes(cfg), 2 * values);
+    EXPECT_LT(Bf16Weights::bytes(cfg), 2 * values + 256 * matrices);
   }
   EXPECT_LT(last, first);
   std::cout << fmt::format("[ bf16     ] 6 AdamW steps at --precision bf16: loss {:.4f} -> {:.4f}\n", first, last);

@@ -39,7 +39,9 @@ struct LayerBuffers {
   // LoRA (rank r > 0 only): x A^T scaled (T, r), its gradient (T, r), the adapter's output
   // (T * widest out, viewed as (T, out)), and where frozen norms' weight gradients go (unread)
   Tensor lora_u, lora_du, lora_z, discard;
-  Tensor dy16;  // --precision bf16: a residual-stream gradient rounded for a matmul (T, d)
+  // --precision bf16: (T, max(d, H D, I)) bf16 each: a matmul's input and its output's gradient,
+  // cast for the GEMM (viewed (T, width) of the tensor cast)
+  Tensor x16, dy16;
   LayerBuffers first(int64_t T) const;  // views of the first T tokens
 };
 
@@ -77,7 +79,7 @@ struct LayerCtx {
   bool sparse_choose = false;
   int64_t block = 64;  // tokens per block of the chunk's own K/V handed to attention
   bool kv_bf16 = false;  // round K (after RoPE) and V to bf16 values (bf16 K/V pages)
-  bool bf16 = false;     // --precision bf16: round what feeds a matmul to bf16 values (ChunkPlan)
+  bool bf16 = false;     // --precision bf16: the base's matmuls read bf16 tensors (ChunkPlan)
 };
 
 // How much of the layer a forward pass runs: all of it; only until K/V exist (the forward sweep's

@@ -1,6 +1,7 @@
 #include "model/memory_plan.h"
 
 #include "core/error.h"
+#include "model/bf16_weights.h"
 #include "model/chunk_inputs.h"
 #include "model/layer.h"
 #include "model/param_store.h"
@@ -44,8 +45,13 @@ int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan) {
   return plan.lora.on() ? lora_param_count(cfg, plan.lora) : param_count(cfg);
 }
 
-WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk, const LoraConfig& lora) {
-  return {c.vocab, chunk, c.heads, c.head_dim, lora.on() ? lora_param_count(c, lora) : param_count(c)};
+WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk, const LoraConfig& lora, DType precision) {
+  const int64_t params = lora.on() ? lora_param_count(c, lora) : param_count(c);
+  return {c.vocab, chunk, c.heads, c.head_dim, params, precision == DType::BF16, c.hidden, c.intermediate};
+}
+
+WorkspaceShape workspace_shape(const ModelConfig& c, const ChunkPlan& plan) {
+  return workspace_shape(c, plan.chunk, plan.lora, plan.precision);
 }
 
 KVCacheOptions kv_cache_options(const ModelConfig& c, const ChunkPlan& p) {
@@ -84,7 +90,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   m.at(params_home, Tag::Weights) = P * 4 + (plan.lora.on() ? Pt * 4 : 0);
   m.at(params_home, Tag::Grads) = Pt * 4;
   m.at(params_home, Tag::Optimizer) = optimizer == "adamw" ? 2 * Pt * 4 : 0;
-  m.at(dev, Tag::Weights) += plan.precision == DType::BF16 ? P * 4 : 0;
+  m.at(dev, Tag::Weights) += plan.precision == DType::BF16 ? Bf16Weights::bytes(cfg) : 0;
   if (plan.offload_params) {
     m.at(dev, Tag::Weights) += ParamStore::device_bytes(cfg);
     m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);

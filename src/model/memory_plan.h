@@ -36,10 +36,11 @@ struct ChunkPlan {
   bool offload_params = false;
   // LoRA (--lora-rank > 0): the base frozen (no gradients, no moments); adapters train
   LoraConfig lora;
-  // --precision bf16: every matmul reads bf16 values (the weight matrices' rounded copy, tag
-  // weights; activations and gradients rounded where they feed a matmul; K/V bf16) and
-  // accumulates in fp32; norms, softmax, LSE, loss, the residual stream, master weights, moments
-  // and gradient accumulation stay fp32.
+  // --precision bf16: every matmul of the base model reads bf16 tensors (the weight matrices' bf16
+  // copy, model/bf16_weights, tag weights; activations and gradients cast where they feed a
+  // matmul; K/V, q, the attention output and its gradient rounded to bf16 values) and accumulates
+  // in fp32; norms, softmax, LSE, loss, the residual stream, LoRA's adapters, master weights,
+  // moments and gradient accumulation stay fp32.
   DType precision = DType::F32;
 };
 
@@ -54,8 +55,12 @@ struct MemoryPlan {
   int64_t total() const;  // every tier
 };
 
-// What the backend's workspace depends on, for a model and chunks of at most `chunk` tokens.
-WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk, const LoraConfig& lora = {});
+// What the backend's workspace depends on, for a model and chunks of at most `chunk` tokens, with
+// fp32 or bf16 matmuls (--precision).
+WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk, const LoraConfig& lora = {},
+                               DType precision = DType::F32);
+// The same for a plan: its chunk, LoRA and precision.
+WorkspaceShape workspace_shape(const ModelConfig& cfg, const ChunkPlan& plan);
 
 // The KV cache's options for a model and plan.
 KVCacheOptions kv_cache_options(const ModelConfig& cfg, const ChunkPlan& plan);
