@@ -99,7 +99,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // against). The unrounded f32 linear must differ, or nothing was rounded.
 TEST_F(Fixture, Bf16LinearIsTheF32LinearOnRoundedValues) {
   // the last shape widens on every thread (T * in >= 32K elements)
-  for (auto [T, in, out] : std::vector<std::array<int64_t, 3>>{{1, 5, 3}, {7, 33, 65}, {67, 128, 96}, {300, 256, 200}}) {
+  for (auto [T, in, out] :
+       std::vector<std::array<int64_t, 3>>{{1, 5, 3}, {7, 33, 65}, {67, 128, 96}, {300, 256, 200}}) {
     SCOPED_TRACE(fmt::format("T={} in={} out={}", T, in, out));
     Rounded x(randn(size_t(T * in), 1)), w(randn(size_t(out * in), 2, 0.1f)), dy(randn(size_t(T * out), 3));
     std::vector<float> bias = randn(size_t(out), 4);
@@ -113,7 +114,8 @@ TEST_F(Fixture, Bf16LinearIsTheF32LinearOnRoundedValues) {
     be->linear_fwd(Tensor::f32(x.raw.data(), {T, in}), Tensor::f32(w.raw.data(), {out, in}), &B, YR);
     EXPECT_FALSE(same_bits(y16, yraw)) << "the unrounded inputs give the same bits: nothing was rounded";
     for (bool acc : {false, true}) {  // dx overwritten or accumulated; dw and db accumulate
-      std::vector<float> dx16 = randn(size_t(T * in), 5), dw16 = randn(size_t(out * in), 6), db16 = randn(size_t(out), 7);
+      std::vector<float> dx16 = randn(size_t(T * in), 5), dw16 = randn(size_t(out * in), 6),
+                         db16 = randn(size_t(out), 7);
       std::vector<float> dx32 = dx16, dw32 = dw16, db32 = db16;
       Tensor DX16 = Tensor::f32(dx16.data(), {T, in}), DW16 = Tensor::f32(dw16.data(), {out, in}),
              DB16 = Tensor::f32(db16.data(), {out});

@@ -89,20 +89,23 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
 
 // --precision bf16 on CUDA against the CPU's bf16 policy. Both round the same values at the same
 // points (the weight copy, every matmul operand, q, o, dO, K/V, the loss's gradient tile), so they
-// differ by fp32 summation order (~1e-6, CudaOps) and by the values that this moves across a bf16
-// rounding midpoint: about 1e-6 / 3.9e-3 = 3e-4 of the values at each rounding point, each off by
-// one bf16 ulp (2^-8 = 3.9e-3), which moves a tensor by ~sqrt(3e-4) x 3.9e-3 = 7e-5. A gradient
-// passes ~15 such points in these two-layer models: a few 1e-4, so 2e-3 per tensor (measured
-// against at least 1e-3 of the largest tensor's gradient: a k bias has a true gradient of zero
-// and only noise to compare), five times below bf16's own error against float64 (~1e-2,
-// test_precision). The control: the CPU's fp32 step differs from the GPU's bf16 step by more.
-// The loss: 2e-4. Two CUDA runs give the same bits. Not yet measured on a GPU: printed.
+// differ by fp32 summation order (~1e-6 per op, CudaOps) and by the values this moves across a
+// bf16 rounding midpoint, each then one bf16 ulp (2^-8) apart, which later layers amplify. The
+// CPU shows the size of that: chunked against full-sequence training under the same bf16 policy
+// (which reorders only attention's sums) differ by up to 2.9e-4 in the whole gradient and 1.5e-3
+// in a tensor (these models, measured 2026-11-24). The GPU reorders every sum, so the bounds are a
+// few times that: 3e-3 for the whole gradient, 1e-2 per tensor (measured against at least 1e-3 of
+// the largest tensor's gradient). bf16's own error is larger: the CPU's fp32 step differs from its
+// bf16 step by 1.2e-2 to 1.7e-2 in the whole gradient (these plans), and the GPU's bf16 step must
+// stay more than 5e-3 from it (the control: a GPU path that computed in fp32 would fail). The loss:
+// 1e-4 (chunked against full: 3e-10; bf16 against float64: 1e-5 to 5e-4, test_precision). Two
+// CUDA runs give the same bits. Not yet measured on a GPU: printed.
 TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
   std::string why;
   auto gpu = make_cuda_backend(&why);
   if (!gpu) GTEST_SKIP() << why;
   auto cpu = make_cpu_backend();
-  double worst = 0, worst_loss = 0, least_control = INFINITY;
+  double worst = 0, worst_whole = 0, worst_loss = 0, least_control = INFINITY;
   for (std::string arch : {"llama", "qwen2", "qwen3"}) {
     const auto dir = temp_dir("_" + arch);
     write_tiny_model(dir, tiny_config_json(arch, 2), 71);
@@ -114,14 +117,14 @@ TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
       const Step f32 = step(*cpu, dir, ids, tg, plan);
       plan.precision = DType::BF16;
       const Step c = step(*cpu, dir, ids, tg, plan), g = step(*gpu, dir, ids, tg, plan);
-      EXPECT_NEAR(g.loss, c.loss, 2e-4 * c.loss);
+      EXPECT_NEAR(g.loss, c.loss, 1e-4 * c.loss);
       worst_loss = std::max(worst_loss, std::abs(g.loss - c.loss) / c.loss);
       const ModelConfig cfg = load_config(dir);
       Params specs(cfg, Tier::Host, Tag::Workspace);
       double largest = 0;
       for (const ParamSpec& s : specs.specs()) {
         double n = 0;
-        for (int64_t i = 0; i < s.numel(); ++i) n += double(c.grads[size_t(s.offset + i)]) * c.grads[size_t(s.offset + i)];
+        for (int64_t i = s.offset; i < s.offset + s.numel(); ++i) n += double(c.grads[size_t(i)]) * c.grads[size_t(i)];
         largest = std::max(largest, std::sqrt(n));
       }
       for (const ParamSpec& s : specs.specs()) {
@@ -131,19 +134,22 @@ TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
           num += (a - b) * (a - b), den += b * b;
         }
         const double e = std::sqrt(num) / std::max(std::sqrt(den), 1e-3 * largest);
-        EXPECT_LE(e, 2e-3) << s.name;
+        EXPECT_LE(e, 1e-2) << s.name;
         worst = std::max(worst, e);
       }
-      const double control = rel_error(g.grads, f32.grads);
-      EXPECT_GT(control, 2e-3) << "the GPU's bf16 step is as close to fp32 as to the CPU's bf16 policy";
+      const double whole = rel_error(g.grads, c.grads), control = rel_error(g.grads, f32.grads);
+      EXPECT_LE(whole, 3e-3) << "the whole gradient";
+      worst_whole = std::max(worst_whole, whole);
+      EXPECT_GT(control, 5e-3) << "the GPU's bf16 step is about as close to the fp32 step as to the bf16 policy";
       least_control = std::min(least_control, control);
       const Step again = step(*gpu, dir, ids, tg, plan);
       EXPECT_EQ(std::memcmp(again.grads.data(), g.grads.data(), g.grads.size() * 4), 0) << "not deterministic";
       EXPECT_EQ(again.loss, g.loss);
     }
   }
-  std::cout << fmt::format("[ cuda     ] --precision bf16: worst gradient rel. error vs the CPU's bf16 policy {:.2e}, "
-                           "loss {:.1e}; the control (CPU fp32) at least {:.2e}\n", worst, worst_loss, least_control);
+  std::cout << fmt::format("[ cuda     ] --precision bf16 vs the CPU's bf16 policy: worst tensor rel. error {:.2e}, "
+                           "whole gradient {:.2e}, loss {:.1e}; the control (CPU fp32) at least {:.2e}\n", worst,
+                           worst_whole, worst_loss, least_control);
 }
 
 TEST(CudaModel, AdamWStepsTrackTheCpu) {

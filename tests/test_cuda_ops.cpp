@@ -182,7 +182,8 @@ TEST(CudaOps, Bf16LinearAgainstTheCpusBf16Path) {
     G.linear_fwd(x.d, w.d, nullptr, y.d);
     const double control = rel_error(y.device_f32(), yf.host_f32());
     EXPECT_GT(control, 30 * tol) << "bf16 rounding should move y by far more than the bound";
-    std::cout << fmt::format("[ parity   ] {:<14} rel. error {:.2e} (the control: fp32 inputs)\n", "bf16 linear", control);
+    std::cout << fmt::format("[ parity   ] {:<14} rel. error {:.2e} (the control: fp32 inputs)\n", "bf16 linear",
+                             control);
   }
   // rows of a bf16 activation start 2-byte aligned where the width is odd: such plans too
   Pair x(DType::BF16, {9, 33}), w(DType::BF16, {40, 33}), y(DType::F32, {8, 40}), dy(DType::BF16, {9, 40}),
