@@ -86,7 +86,8 @@ TEST(Cli, PlanPredictsTheMeasuredPeaks) {
   }
 }
 
-// The simulated device, with and without --offload kv and params: every (tier, tag) peak equals the plan.
+// The simulated device, with and without --offload kv and params, and --precision bf16: every
+// (tier, tag) peak equals the plan.
 TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
   const auto dir = temp_dir();
   const auto m = (dir / "m").string();
@@ -95,7 +96,8 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
   for (const char* flags : {"--device sim", "--device sim --offload kv --offload-group 3",
                             "--device sim --offload kv --kv-dtype bf16 --kv-grad-dtype bf16",
                             "--device sim --offload kv --offload-group 2 --doc-mask --eos-id 5",
-                            "--device sim --offload params", "--device sim --offload kv,params --offload-group 2"}) {
+                            "--device sim --offload params", "--device sim --offload kv,params --offload-group 2",
+                            "--device sim --precision bf16", "--device sim --offload kv --precision bf16"}) {
     SCOPED_TRACE(flags);
     const std::string shape = "--seq-len 512 --chunk-size 96 --page-size 32";
     std::string plan_flags = flags;  // the plan needs no separator id, only whether documents are masked

@@ -32,13 +32,18 @@ std::string missing() {
 
 // mpirun -np P prog args: every rank single-threaded (the ranks share the cores), root allowed
 // (containers), oversubscribed (more ranks than cores).
-CmdResult mpirun(int np, const std::string& prog_and_args) {
-  const auto log = temp_dir("dist") / "mpirun.log";
+// launch: what follows `mpirun --oversubscribe` (-np P prog args, or MPMD's `-np 1 a : -np 1 b`).
+CmdResult mpirun_line(const std::string& launch) {
+  const auto dir = temp_dir("dist");
+  const auto log = dir / "mpirun.log";
   const std::string cmd = fmt::format(
-      "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
-      "{} --oversubscribe -np {} {} > {} 2>&1", kMpirun, np, prog_and_args, log.string());
+      "cd {} && OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
+      "{} --oversubscribe {} > {} 2>&1", dir.string(), kMpirun, launch, log.string());
   const int rc = std::system(cmd.c_str());
   return {WEXITSTATUS(rc), read_text(log)};
+}
+CmdResult mpirun(int np, const std::string& prog_and_args) {
+  return mpirun_line(fmt::format("-np {} {}", np, prog_and_args));
 }
 
 // The figure a dist_check line names ("name value (bound b)"), or -1 when absent.
@@ -104,4 +109,49 @@ TEST(Dist, CheckFailsWithoutTheGradientSum) {
   std::cout << r.out;
   EXPECT_NE(r.code, 0);
   EXPECT_GT(figure(r.out, "grad_rel_err"), 1e-2);
+}
+
+// oomb train under mpirun: bad layouts and faults end with an error naming the flag or the call,
+// never a hang (ctest's TIMEOUT is the only clock here).
+TEST(Dist, WorldSizeMustBeSpTimesDp) {
+  NEED_MPI();
+  const CmdResult r = mpirun(2, (binary_dir() / "oomb").string() + " train --steps 1 --seq-len 128 --sp 4");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--sp 4 x --dp 1 = 4 ranks, but mpirun started 2"), std::string::npos) << r.out;
+}
+
+TEST(Dist, HeadsAndChunkMustDivide) {
+  NEED_MPI();
+  CmdResult r = mpirun(4, (binary_dir() / "oomb").string() + " train --steps 1 --seq-len 128 --sp 4");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--sp 4: each rank takes heads / 4 and kv heads / 4"), std::string::npos) << r.out;
+  r = mpirun(2, (binary_dir() / "oomb").string() + " train --steps 1 --seq-len 126 --chunk-size 63 --sp 2");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--chunk-size 63: not divisible by --sp 2"), std::string::npos) << r.out;
+}
+
+TEST(Dist, RanksWithOtherFlagsAreNamed) {
+  NEED_MPI();
+  const std::string oomb = (binary_dir() / "oomb").string();
+  const CmdResult r = mpirun_line(fmt::format("-np 1 {0} train --dp 2 --seq-len 128 --steps 2 : -np 1 {0} train "
+                                              "--dp 2 --seq-len 128 --steps 3", oomb));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("rank 1 runs with other flags than rank 0: rank 0 has `steps=2`, rank 1 has `steps=3`"),
+            std::string::npos) << r.out;
+}
+
+TEST(Dist, CollectiveTimesOutNamingTheCall) {
+  NEED_MPI();
+  const CmdResult r =
+      mpirun(2, (binary_dir() / "dist_check").string() + " --dp 2 --stall-rank 1 --dist-timeout 2");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("not finished after 2 s (--dist-timeout)"), std::string::npos) << r.out;
+}
+
+TEST(Dist, RankDyingMidStepEndsTheJob) {
+  NEED_MPI();
+  const CmdResult r = mpirun(2, (binary_dir() / "dist_check").string() + " --sp 2 --die-rank 1");
+  EXPECT_NE(r.code, 0);
+  // mpirun names the rank that died (its exit code 9) and ends the others
+  EXPECT_NE(r.out.find("exited with non-zero status"), std::string::npos) << r.out;
 }

@@ -11,7 +11,8 @@
 // waiting in a collective).
 static int fail_run(const char* what) {
   if (oomb::mpi_active()) {
-    std::cerr << "oomb: error: rank " << oomb::mpi_rank() << ": " << what << std::endl;
+    // one write per line, so that the ranks' lines do not interleave
+    std::cerr << ("oomb: error: rank " + std::to_string(oomb::mpi_rank()) + ": " + what + "\n") << std::flush;
     oomb::mpi_abort(1);
   }
   std::cerr << "oomb: error: " << what << std::endl;

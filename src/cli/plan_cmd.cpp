@@ -75,7 +75,7 @@ Command add_plan(CLI::App& app) {
             OOMB_CHECK(!plan.offload_params || plan.precision == DType::F32,
                        "--offload params: not with --precision bf16 yet");
             auto plan_for = [&](const ChunkPlan& p) {
-              const WorkspaceShape wss = workspace_shape(cfg, p.chunk, p.lora, p.sp);
+              const WorkspaceShape wss = workspace_shape(cfg, p);
               const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) : make_cpu_backend()->workspace_bytes(wss);
               return plan_memory(cfg, p, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
                                  device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
@@ -125,7 +125,7 @@ Command add_plan(CLI::App& app) {
                                        format_bytes(mf.total()));
             }
             if (plan.sparse.on()) {  // what sparse attention is for: a device that barely grows with N
-              const WorkspaceShape wss = workspace_shape(cfg, plan.chunk, plan.lora, plan.sp);
+              const WorkspaceShape wss = workspace_shape(cfg, plan);
               const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) : make_cpu_backend()->workspace_bytes(wss);
               const double per_token = device_bytes_per_token(
                   cfg, plan, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,

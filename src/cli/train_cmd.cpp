@@ -100,7 +100,7 @@ void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPl
   auto plan_for = [&](int64_t n, int64_t c) {
     ChunkPlan p = plan;
     p.chunk = std::min(c, n);
-    return plan_memory(cfg, p, n, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p.chunk, p.lora, p.sp)), be.tier(),
+    return plan_memory(cfg, p, n, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p)), be.tier(),
                        be.pinned_workspace_bytes());
   };
   const MemoryPlan m = plan_for(a.seq_len, plan.chunk);
@@ -227,7 +227,7 @@ int64_t full_sequence_reach(const ModelConfig& cfg, const ChunkPlan& plan, int64
   auto fits = [&](int64_t n) {
     ChunkPlan full = plan;
     full.chunk = n;
-    return plan_memory(cfg, full, n, "adamw", be.workspace_bytes(workspace_shape(cfg, n))).total() <= bytes;
+    return plan_memory(cfg, full, n, "adamw", be.workspace_bytes(workspace_shape(cfg, full))).total() <= bytes;
   };
   while (fits(hi * 2)) hi *= 2;
   for (hi *= 2; hi - lo > 1;) {
@@ -251,12 +251,11 @@ int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
   const ChunkPlan plan = chunk_plan(a, cfg);
   check_model_out("--out", a.out, cfg, a.force);
   check_memory_fits(a, cfg, plan, be);
-  const MemoryPlan mem = plan_memory(cfg, plan, a.seq_len, "adamw",
-                                     be.workspace_bytes(workspace_shape(cfg, plan.chunk, {}, plan.sp)));
+  const MemoryPlan mem = plan_memory(cfg, plan, a.seq_len, "adamw", be.workspace_bytes(workspace_shape(cfg, plan)));
   ChunkPlan full_plan = plan;
   full_plan.chunk = a.seq_len;
   full_plan.sp = 1;
-  const MemoryPlan full = plan_memory(cfg, full_plan, a.seq_len, "adamw", be.workspace_bytes(workspace_shape(cfg, a.seq_len)));
+  const MemoryPlan full = plan_memory(cfg, full_plan, a.seq_len, "adamw", be.workspace_bytes(workspace_shape(cfg, full_plan)));
   std::cout << fmt::format(
                    "oomb demo (no --model/--data given; see `oomb train --help`)\n"
                    "A {}-parameter, {}-layer model learns a long-range task: the second half of every {}-token\n"

@@ -116,17 +116,19 @@ void lora_bwd(Backend& be, const LayerParams& p, LayerParams& g, int t, const Te
   be.linear_bwd(x, l.a, du, dx, true, &g.lora[t].a, nullptr);
 }
 
-// --precision bf16: x rounded in place to bf16 values where it feeds a matmul (nothing otherwise).
+// --precision bf16: x (f32) rounded in place to bf16 values, where attention reads it as f32.
 void to_bf16(const LayerCtx& ctx, Tensor& x) {
   if (ctx.bf16) ctx.be.round_bf16(x);
 }
-void to_bf16(const LayerCtx& ctx, Tensor&& x) { to_bf16(ctx, x); }
-// A residual-stream gradient for a matmul: itself in fp32, or its bf16 copy (the stream stays fp32).
-const Tensor& dy_for_matmul(const LayerCtx& ctx, const Tensor& dh, LayerBuffers& plan) {
-  if (!ctx.bf16) return dh;
-  ctx.be.copy(plan.dy16.data, plan.dy16.tier, dh.data, dh.tier, dh.bytes());
-  ctx.be.round_bf16(plan.dy16);
-  return plan.dy16;
+// A matmul's operand x (T, n) f32: itself, or under --precision bf16 its bf16 copy, cast into
+// `to` (plan.x16 or plan.dy16). x itself stays fp32 (LoRA's adapters read it: they run in fp32).
+Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
+  if (!ctx.bf16) return x;
+  Tensor t(to.data, DType::BF16, {x.dim(0), x.dim(1)}, to.tier);
+  OOMB_CHECK(x.ndim == 2 && t.numel() <= to.numel(), "layer: {} does not fit the bf16 matmul scratch {}",
+             x.shape_str(), to.shape_str());
+  ctx.be.cast(x, t);
+  return t;
 }
 
 // --sp: the all-to-all between the token side (t, h, D) and the attention side (T, h/P, D); with
@@ -150,6 +152,8 @@ Tensor& norm_grad(Tensor& g, LayerBuffers& plan) { return g.empty() ? plan.disca
 static int64_t lora_widest(const ModelConfig& c) {
   return std::max({c.heads * c.head_dim, c.kv_heads * c.head_dim, c.hidden, c.intermediate});
 }
+// The widest matmul operand row (--precision bf16's scratch): d, H D or I (G D <= H D).
+static int64_t matmul_width(const ModelConfig& c) { return std::max({c.hidden, c.heads * c.head_dim, c.intermediate}); }
 
 LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank, bool bf16, int64_t sp)
     : sp_(sp) {
@@ -209,7 +213,10 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_ra
     b.lora_z = f({t, lora_widest(c)});
     b.discard = f({std::max(d, D)});
   }
-  if (bf16) b.dy16 = f({t, d});
+  if (bf16) {
+    b.x16 = arena_.take(DType::BF16, {t, matmul_width(c)});
+    b.dy16 = arena_.take(DType::BF16, {t, matmul_width(c)});
+  }
 }
 
 LayerBuffers LayerBuffers::first(int64_t T, int64_t P) const {
@@ -219,7 +226,7 @@ LayerBuffers LayerBuffers::first(int64_t T, int64_t P) const {
   for (Tensor* t : {&r.acts.a, &r.acts.rstd1, &r.acts.hmid, &r.acts.b, &r.acts.rstd2, &r.acts.gate, &r.acts.up,
                     &r.acts.act, &r.g.da, &r.g.db, &r.g.dgate, &r.g.dup, &r.g.dact, &r.acts.q_raw, &r.acts.k_raw,
                     &r.acts.rstd_q, &r.acts.rstd_k, &r.g.dq_raw, &r.g.dk_raw, &r.lora_u, &r.lora_du, &r.lora_z,
-                    &r.dy16, &r.q_loc, &r.o_loc, &r.dattn_loc, &r.k_loc, &r.v_loc, &r.dq_loc, &r.dk_loc, &r.dv_loc})
+                    &r.x16, &r.dy16, &r.q_loc, &r.o_loc, &r.dattn_loc, &r.k_loc, &r.v_loc, &r.dq_loc, &r.dk_loc, &r.dv_loc})
     *t = t->rows(0, T / P);  // the token side: this rank's tokens
   return r;
 }
@@ -231,9 +238,10 @@ int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, boo
   const int64_t qk_norm = c.qk_norm ? 2 * n({t, H, D}) + 2 * n({t, G, D}) + n({t, H}) + n({t, G}) : 0;
   const int64_t lora =
       lora_rank > 0 ? 2 * n({t, lora_rank}) + n({t, lora_widest(c)}) + n({std::max(d, D)}) : 0;
+  const int64_t bf16_scratch = bf16 ? 2 * int64_t(Arena::need(DType::BF16, {t, matmul_width(c)})) : 0;
   const int64_t exchange = sp > 1 ? 3 * n({t, H, D}) + 2 * n({t, G, D}) : 0;
   return 5 * n({t, d}) + 2 * n({t}) + 4 * n({T, Ha, D}) + 2 * n({T, Ha}) + 6 * n({t, I}) + 4 * n({T, Ga, D}) +
-         qk_norm + lora + (bf16 ? n({t, d}) : 0) + exchange;
+         qk_norm + lora + bf16_scratch + exchange;
 }
 
 void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan,
@@ -242,12 +250,14 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   LayerActs& A = plan.acts;
   const float eps = float(ctx.cfg.rms_norm_eps);
   be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
-  to_bf16(ctx, A.a);  // (--precision bf16: each matmul's inputs are bf16 values, here and below)
+  // (--precision bf16: each matmul of the base reads bf16 operands, cast here and below; LoRA's
+  // adapters read the fp32 tensors)
+  const Tensor a = for_matmul(ctx, A.a, plan.x16);  // (T, d), read by k, v and q
   const bool qk = !p.q_norm.empty();  // Qwen3: q, k = per-head rmsnorm(proj(a)) before RoPE
   Tensor k2 = flat2(qk ? A.k_raw : plan.k_loc), v2 = flat2(plan.v_loc);
-  be.linear_fwd(A.a, p.wk, opt(p.bk), k2);
+  be.linear_fwd(a, p.wk, opt(p.bk), k2);
   lora_fwd(be, p, kK, A.a, k2, plan);
-  be.linear_fwd(A.a, p.wv, opt(p.bv), v2);
+  be.linear_fwd(a, p.wv, opt(p.bv), v2);
   lora_fwd(be, p, kV, A.a, v2, plan);
   if (qk) {
     Tensor kn = heads2(plan.k_loc), rk = flat1(A.rstd_k);
@@ -262,7 +272,7 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   to_heads(ctx, plan.v_loc, plan.v);
   if (pass == LayerPass::KVOnly) return;
   Tensor q2 = flat2(qk ? A.q_raw : plan.q_loc);
-  be.linear_fwd(A.a, p.wq, opt(p.bq), q2);
+  be.linear_fwd(a, p.wq, opt(p.bq), q2);
   lora_fwd(be, p, kQ, A.a, q2, plan);
   if (qk) {
     Tensor qn = heads2(plan.q_loc), rq = flat1(A.rstd_q);
@@ -277,21 +287,20 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
              Tensor o = A.o.rows(q0, n), lse = A.lse.rows(q0, n);
              be.attention_fwd(A.q.rows(q0, n), blocks, a, o, lse);
            });
-    to_bf16(ctx, A.o);
+    to_bf16(ctx, A.o);  // attention's backward reads o too: the bf16 values, kept in f32
   }
   to_tokens(ctx, A.o, plan.o_loc);  // --sp: o (T, H/P, D) -> (t, H, D)
-  be.linear_fwd(flat2(plan.o_loc), p.wo, opt(p.bo), A.hmid);
+  be.linear_fwd(for_matmul(ctx, flat2(plan.o_loc), plan.x16), p.wo, opt(p.bo), A.hmid);
   lora_fwd(be, p, kO, flat2(plan.o_loc), A.hmid, plan);
   be.add(A.hmid, h_in);
   be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
-  to_bf16(ctx, A.b);
-  be.linear_fwd(A.b, p.wgate, opt(p.bgate), A.gate);
+  const Tensor b = for_matmul(ctx, A.b, plan.x16);  // (T, d), read by gate and up
+  be.linear_fwd(b, p.wgate, opt(p.bgate), A.gate);
   lora_fwd(be, p, kGate, A.b, A.gate, plan);
-  be.linear_fwd(A.b, p.wup, opt(p.bup), A.up);
+  be.linear_fwd(b, p.wup, opt(p.bup), A.up);
   lora_fwd(be, p, kUp, A.b, A.up, plan);
   be.swiglu_fwd(A.gate, A.up, A.act);
-  to_bf16(ctx, A.act);
-  be.linear_fwd(A.act, p.wdown, opt(p.bdown), h_out);
+  be.linear_fwd(for_matmul(ctx, A.act, plan.x16), p.wdown, opt(p.bdown), h_out);
   lora_fwd(be, p, kDown, A.act, h_out, plan);
   be.add(h_out, A.hmid);
 }
@@ -304,22 +313,22 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   // MLP: h_out = hmid + down(swiglu(gate(b), up(b))), b = norm2(hmid)
   // (frozen weights under LoRA have no gradient tensors: opt(g.w) is null, and lora_bwd adds the
   // adapters' part of each input gradient)
-  const Tensor& dh_out = dy_for_matmul(ctx, dh, plan);
-  be.linear_bwd(A.act, p.wdown, dh_out, &S.dact, false, opt(g.wdown), opt(g.bdown));
-  lora_bwd(be, p, g, kDown, A.act, dh_out, &S.dact, plan);
+  // (--precision bf16: each matmul's input and output gradient cast to bf16, as in the forward)
+  be.linear_bwd(for_matmul(ctx, A.act, plan.x16), p.wdown, for_matmul(ctx, dh, plan.dy16), &S.dact, false,
+                opt(g.wdown), opt(g.bdown));
+  lora_bwd(be, p, g, kDown, A.act, dh, &S.dact, plan);
   be.swiglu_bwd(A.gate, A.up, S.dact, S.dgate, S.dup);
-  to_bf16(ctx, S.dgate);
-  to_bf16(ctx, S.dup);
-  be.linear_bwd(A.b, p.wgate, S.dgate, &S.db, false, opt(g.wgate), opt(g.bgate));
+  const Tensor b = for_matmul(ctx, A.b, plan.x16);
+  be.linear_bwd(b, p.wgate, for_matmul(ctx, S.dgate, plan.dy16), &S.db, false, opt(g.wgate), opt(g.bgate));
   lora_bwd(be, p, g, kGate, A.b, S.dgate, &S.db, plan);
-  be.linear_bwd(A.b, p.wup, S.dup, &S.db, true, opt(g.wup), opt(g.bup));
+  be.linear_bwd(b, p.wup, for_matmul(ctx, S.dup, plan.dy16), &S.db, true, opt(g.wup), opt(g.bup));
   lora_bwd(be, p, g, kUp, A.b, S.dup, &S.db, plan);
   be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, plan));  // dh := dL/dhmid
   // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in)
   Tensor dattn2 = flat2(plan.dattn_loc);
-  const Tensor& dh_mid = dy_for_matmul(ctx, dh, plan);
-  be.linear_bwd(flat2(plan.o_loc), p.wo, dh_mid, &dattn2, false, opt(g.wo), opt(g.bo));
-  lora_bwd(be, p, g, kO, flat2(plan.o_loc), dh_mid, &dattn2, plan);
+  be.linear_bwd(for_matmul(ctx, flat2(plan.o_loc), plan.x16), p.wo, for_matmul(ctx, dh, plan.dy16), &dattn2, false,
+                opt(g.wo), opt(g.bo));
+  lora_bwd(be, p, g, kO, flat2(plan.o_loc), dh, &dattn2, plan);
   to_bf16(ctx, plan.dattn_loc);  // dO feeds attention's backward matmuls
   to_heads(ctx, plan.dattn_loc, S.dattn);  // --sp: dO (t, H, D) -> (T, H/P, D)
   // dK/dV of the chunk's own tokens start from what later chunks accumulated in their pages
@@ -349,14 +358,12 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
     dq = S.dq_raw, dk = S.dk_raw;
   }
   // q, k were rotated in place; the projections' backward needs only their input a
-  to_bf16(ctx, dq);
-  to_bf16(ctx, dk);
-  to_bf16(ctx, plan.dv_loc);
-  be.linear_bwd(A.a, p.wq, flat2(dq), &S.da, false, opt(g.wq), opt(g.bq));
+  const Tensor a = for_matmul(ctx, A.a, plan.x16);
+  be.linear_bwd(a, p.wq, for_matmul(ctx, flat2(dq), plan.dy16), &S.da, false, opt(g.wq), opt(g.bq));
   lora_bwd(be, p, g, kQ, A.a, flat2(dq), &S.da, plan);
-  be.linear_bwd(A.a, p.wk, flat2(dk), &S.da, true, opt(g.wk), opt(g.bk));
+  be.linear_bwd(a, p.wk, for_matmul(ctx, flat2(dk), plan.dy16), &S.da, true, opt(g.wk), opt(g.bk));
   lora_bwd(be, p, g, kK, A.a, flat2(dk), &S.da, plan);
-  be.linear_bwd(A.a, p.wv, flat2(plan.dv_loc), &S.da, true, opt(g.wv), opt(g.bv));
+  be.linear_bwd(a, p.wv, for_matmul(ctx, flat2(plan.dv_loc), plan.dy16), &S.da, true, opt(g.wv), opt(g.bv));
   lora_bwd(be, p, g, kV, A.a, flat2(plan.dv_loc), &S.da, plan);
   be.rmsnorm_bwd(h_in, p.attn_norm, A.rstd1, S.da, dh, true, norm_grad(g.attn_norm, plan));  // dh := dL/dh_in
 }

@@ -43,7 +43,9 @@ struct LayerBuffers {
   // LoRA (rank r > 0 only): x A^T scaled (T, r), its gradient (T, r), the adapter's output
   // (T * widest out, viewed as (T, out)), and where frozen norms' weight gradients go (unread)
   Tensor lora_u, lora_du, lora_z, discard;
-  Tensor dy16;  // --precision bf16: a residual-stream gradient rounded for a matmul (T, d)
+  // --precision bf16: (T, max(d, H D, I)) bf16 each: a matmul's input and its output's gradient,
+  // cast for the GEMM (viewed (T, width) of the tensor cast)
+  Tensor x16, dy16;
   // The token side of what crosses the all-to-all (P > 1; P = 1: the same tensors as the
   // attention side's): q, o, dO (t, H, D), k, v (t, G, D); dq, dk, dv reuse q's, k's, v's memory.
   Tensor q_loc, o_loc, dattn_loc, k_loc, v_loc, dq_loc, dk_loc, dv_loc;
@@ -86,7 +88,7 @@ struct LayerCtx {
   bool sparse_choose = false;
   int64_t block = 64;  // tokens per block of the chunk's own K/V handed to attention
   bool kv_bf16 = false;  // round K (after RoPE) and V to bf16 values (bf16 K/V pages)
-  bool bf16 = false;     // --precision bf16: round what feeds a matmul to bf16 values (ChunkPlan)
+  bool bf16 = false;     // --precision bf16: the base's matmuls read bf16 tensors (ChunkPlan)
   SeqParallel* sp = nullptr;  // --sp P > 1: the all-to-all between the token and attention sides
 };
 

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "dist/grad_sync.h"
 #include "dist/ulysses.h"
+#include "model/bf16_weights.h"
 #include "model/chunk_inputs.h"
 #include "model/layer.h"
 #include "model/param_store.h"
@@ -46,8 +47,15 @@ int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan) {
   return plan.lora.on() ? lora_param_count(cfg, plan.lora) : param_count(cfg);
 }
 
-WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk, const LoraConfig& lora, int64_t sp) {
-  return {c.vocab, chunk, c.heads / sp, c.head_dim, lora.on() ? lora_param_count(c, lora) : param_count(c), chunk / sp};
+WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk, const LoraConfig& lora, DType precision,
+                               int64_t sp) {
+  const int64_t params = lora.on() ? lora_param_count(c, lora) : param_count(c);
+  return {c.vocab, chunk, c.heads / sp, c.head_dim, params, precision == DType::BF16, c.hidden, c.intermediate,
+          chunk / sp};
+}
+
+WorkspaceShape workspace_shape(const ModelConfig& c, const ChunkPlan& plan) {
+  return workspace_shape(c, plan.chunk, plan.lora, plan.precision, plan.sp);
 }
 
 ModelConfig attention_side(const ModelConfig& cfg, int64_t sp) {
@@ -100,7 +108,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   const bool sharded = plan.zero > 0 && plan.ranks > 1;
   m.at(params_home, Tag::Optimizer) =
       optimizer != "adamw" ? 0 : 2 * 4 * (sharded ? Shard::of(Pt, int(plan.rank), int(plan.ranks)).held() : Pt);
-  m.at(dev, Tag::Weights) += plan.precision == DType::BF16 ? P * 4 : 0;
+  m.at(dev, Tag::Weights) += plan.precision == DType::BF16 ? Bf16Weights::bytes(cfg) : 0;
   if (plan.offload_params) {
     m.at(dev, Tag::Weights) += ParamStore::device_bytes(cfg);
     m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);

@@ -36,10 +36,11 @@ struct ChunkPlan {
   bool offload_params = false;
   // LoRA (--lora-rank > 0): the base frozen (no gradients, no moments); adapters train
   LoraConfig lora;
-  // --precision bf16: every matmul reads bf16 values (the weight matrices' rounded copy, tag
-  // weights; activations and gradients rounded where they feed a matmul; K/V bf16) and
-  // accumulates in fp32; norms, softmax, LSE, loss, the residual stream, master weights, moments
-  // and gradient accumulation stay fp32.
+  // --precision bf16: every matmul of the base model reads bf16 tensors (the weight matrices' bf16
+  // copy, model/bf16_weights, tag weights; activations and gradients cast where they feed a
+  // matmul; K/V, q, the attention output and its gradient rounded to bf16 values) and accumulates
+  // in fp32; norms, softmax, LSE, loss, the residual stream, LoRA's adapters, master weights,
+  // moments and gradient accumulation stay fp32.
   DType precision = DType::F32;
   // --sp P: the ranks sharing each chunk (Ulysses, dist/ulysses.h); the plan is one rank's. Each
   // holds C/P tokens outside attention and H/P heads (G/P kv heads: its K/V and gradient pages) in it.
@@ -64,8 +65,12 @@ struct MemoryPlan {
   int64_t total() const;  // every tier
 };
 
-// What the backend's workspace depends on, for a model and chunks of at most `chunk` tokens.
-WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk, const LoraConfig& lora = {}, int64_t sp = 1);
+// What the backend's workspace depends on, for a model and chunks of at most `chunk` tokens, with
+// fp32 or bf16 matmuls (--precision), on one of sp ranks sharing each chunk (--sp).
+WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk, const LoraConfig& lora = {},
+                               DType precision = DType::F32, int64_t sp = 1);
+// The same for a plan: its chunk, LoRA, precision and sp.
+WorkspaceShape workspace_shape(const ModelConfig& cfg, const ChunkPlan& plan);
 
 // The KV cache's options for a model and plan.
 KVCacheOptions kv_cache_options(const ModelConfig& cfg, const ChunkPlan& plan);

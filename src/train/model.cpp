@@ -59,7 +59,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
   layers_ = params_.layers;
   embed_ = params_.embed, final_norm_ = params_.final_norm, lm_head_ = params_.lm_head;
   if (plan.precision == DType::BF16) {  // the matmuls read the weight matrices' bf16 copy
-    w16_ = std::make_unique<Params>(cfg, be.tier(), Tag::Weights);
+    w16_ = std::make_unique<Bf16Weights>(cfg, be.tier());
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LayerParams& w = w16_->layers[l];
       LayerParams& L = layers_[l];
@@ -84,16 +84,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
 }
 
 void Model::sync_compute_weights() {
-  if (!w16_) return;
-  be_.copy(w16_->flat().data, be_.tier(), params_.flat().data, be_.tier(), params_.flat().bytes());
-  for (const ParamSpec& s : w16_->specs())
-    if (s.shape.size() == 2 && s.name != "model.embed_tokens.weight") {
-      Tensor t = w16_->view(s);
-      be_.round_bf16(t);
-    } else if (s.name == "model.embed_tokens.weight" && cfg_.tie_word_embeddings) {
-      Tensor t = w16_->view(s);  // tied: the lm_head's matmul reads it (the lookup reads params_')
-      be_.round_bf16(t);
-    }
+  if (w16_) w16_->sync(be_, params_);
 }
 
 Model::~Model() { be_.synchronize(); }
@@ -219,11 +210,16 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   }
 }
 
-// hnorm, rstd_final := the final RMSNorm of the last layer's output
-void Model::final_norm(int64_t n) {
+// hnorm, rstd_final := the final RMSNorm of the last layer's output. Returns the lm_head's input
+// (n, d): hnorm, or with --precision bf16 its bf16 copy, in the layer plan's matmul scratch (free
+// between the layers' passes).
+Tensor Model::final_norm(int64_t n) {
   Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n);
   be_.rmsnorm_fwd(h_.back().rows(0, n), store_.final_norm(), float(cfg_.rms_norm_eps), hn, rstd);
-  if (plan_.precision == DType::BF16) be_.round_bf16(hn);  // it feeds the lm_head's matmul
+  if (plan_.precision != DType::BF16) return hn;
+  Tensor h16(layer_plan_.view(n).x16.data, DType::BF16, {n, cfg_.hidden}, be_.tier());
+  be_.cast(hn, h16);
+  return h16;
 }
 
 // The one readback of a sequence: its loss and hits.
@@ -253,9 +249,9 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
     const int64_t n = c.size();
     inputs_.load(read, c, true, cache_.docs());
     forward_layers(c, Sweep::Forward);
-    final_norm(n);
+    const Tensor hn = final_norm(n);
     Tensor l = lg.rows(0, n);
-    be_.linear_fwd(hnorm_.rows(0, n), store_.lm_head(), nullptr, l);
+    be_.linear_fwd(hn, store_.lm_head(), nullptr, l);
     be_.copy(out + c.begin * V, Tier::Host, l.data, be_.tier(), l.bytes());
   }
   store_.end_sequence();
@@ -289,9 +285,9 @@ void Model::decode(const int32_t* ids, int64_t n, float* out) {
   };
   inputs_.load(read, c, true, cache_.docs());
   forward_layers(c, Sweep::Forward);  // every layer's K/V of these tokens go into the pages
-  final_norm(n);
+  const Tensor hn = final_norm(n);
   Tensor logits(decode_logits_.data(), DType::F32, {1, cfg_.vocab}, be_.tier());
-  be_.linear_fwd(hnorm_.rows(n - 1, 1), store_.lm_head(), nullptr, logits);
+  be_.linear_fwd(hn.rows(n - 1, 1), store_.lm_head(), nullptr, logits);
   be_.copy(out, Tier::Host, logits.data, be_.tier(), logits.bytes());
   decoded_ += n;
 }
@@ -323,8 +319,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     // the page metadata as the forward sweep sees it
     forward_layers(c, backward && !sparse_ ? Sweep::ForwardKVOnlyLast : Sweep::Forward);
     if (!backward) {
-      final_norm(local(n));
-      be_.lm_head_xent_acc(hnorm_.rows(0, local(n)), store_.lm_head(), mine(inputs_.targets(n), n), 1.0f, nullptr,
+      be_.lm_head_xent_acc(final_norm(local(n)), store_.lm_head(), mine(inputs_.targets(n), n), 1.0f, nullptr,
                            nullptr, sums_t_);
       if (after_chunk) {
         read_sums(st);
@@ -349,12 +344,11 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     forward_layers(c, Sweep::Recompute);  // keeps each layer's input, attention output and LSE
     LayerBuffers buf = layer_plan_.view(n);
     const int64_t tn = local(n);  // this rank's tokens
-    final_norm(tn);
+    const Tensor hn = final_norm(tn);
     Tensor dh = dh_.rows(0, tn), dhn = buf.g.da;  // (tn, d) scratch, free until the layers' backward
     // (under LoRA a frozen lm_head has no gradient, and a frozen final norm's goes to scratch)
     Tensor* dw_head = store_.grad_lm_head().empty() ? nullptr : &store_.grad_lm_head();
-    be_.lm_head_xent_acc(hnorm_.rows(0, tn), store_.lm_head(), mine(inputs_.targets(n), n), scale, &dhn, dw_head,
-                         sums_t_);
+    be_.lm_head_xent_acc(hn, store_.lm_head(), mine(inputs_.targets(n), n), scale, &dhn, dw_head, sums_t_);
     be_.rmsnorm_bwd(h_.back().rows(0, tn), store_.final_norm(), rstd_final_.rows(0, tn), dhn, dh, false,
                     store_.grad_final_norm().empty() ? buf.discard : store_.grad_final_norm());
     const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk

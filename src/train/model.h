@@ -22,6 +22,7 @@
 #include "kv/kv_cache.h"
 #include "model/chunk_inputs.h"
 #include "hf/config.h"
+#include "model/bf16_weights.h"
 #include "model/layer.h"
 #include "model/memory_plan.h"
 #include "model/param_store.h"
@@ -97,7 +98,7 @@ class Model {
                 const ChunkObserver& after_chunk = {});
   LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads, bool choose);
   void forward_layers(ChunkSpan c, Sweep sweep);
-  void final_norm(int64_t n);
+  Tensor final_norm(int64_t n);
   void read_sums(LossStats& st);
 
   ModelConfig cfg_;
@@ -111,8 +112,8 @@ class Model {
   Tensor mine(const Tensor& t, int64_t n) const { return t.rows(sp_rank_ * local(n), local(n)); }
   Params params_;
   std::unique_ptr<Params> train_;  // LoRA's trainable set (tag weights); null without LoRA
-  std::unique_ptr<Params> w16_;    // --precision bf16: the weight matrices rounded to bf16 values
-  void sync_compute_weights();     // w16_ from params_ (before each pass: the optimizer moved them)
+  std::unique_ptr<Bf16Weights> w16_;  // --precision bf16: the weight matrices' bf16 copy
+  void sync_compute_weights();        // w16_ from params_ (before each pass: the optimizer moved them)
   std::unique_ptr<Params> grads_;
   // the tensors the sweeps compute with: params_', or with LoRA the base's with adapters bound and
   // trainable norms / embedding from train_; and the gradients' per-layer views

@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
       if (!measure) return;
       measured = peaks();
       planned = plan_memory(cfg, p, N, oc.kind,
-                            be_run->workspace_bytes(workspace_shape(cfg, p.chunk, p.lora, p.sp)), be_run->tier(),
+                            be_run->workspace_bytes(workspace_shape(cfg, p)), be_run->tier(),
                             be_run->pinned_workspace_bytes());
     };
     train_dist(a.dist.zero, &losses, &w_dist, true);
