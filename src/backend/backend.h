@@ -58,6 +58,8 @@ struct WorkspaceShape {
   int64_t vocab = 0;
   int64_t chunk = 256;
   int64_t heads = 0, head_dim = 0, params = 0;
+  int64_t loss_rows = 0;  // tokens the loss scores per chunk (--sp: chunk / P); 0: chunk
+  int64_t scored() const { return loss_rows > 0 ? loss_rows : chunk; }
 };
 
 class Backend {

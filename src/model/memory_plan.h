@@ -41,7 +41,17 @@ struct ChunkPlan {
   // accumulates in fp32; norms, softmax, LSE, loss, the residual stream, master weights, moments
   // and gradient accumulation stay fp32.
   DType precision = DType::F32;
+  // --sp P: the ranks sharing each chunk (Ulysses, dist/ulysses.h); the plan is one rank's. Each
+  // holds C/P tokens outside attention and H/P heads (G/P kv heads: its K/V and gradient pages) in it.
+  int64_t sp = 1;
+  // --dp, --zero: this rank among `ranks` (sp x dp); with zero >= 1 its optimizer holds its shard's
+  // moments only (dist/grad_sync.h), and the gradient collectives stage through host memory.
+  int64_t ranks = 1, rank = 0;
+  int zero = 0;
 };
+
+// What one rank of --sp P sees inside attention: the model with H/P heads and G/P kv heads.
+ModelConfig attention_side(const ModelConfig& cfg, int64_t sp);
 
 // Parameters the optimizer updates: every one, or LoRA's trainable set.
 int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan);
@@ -55,7 +65,7 @@ struct MemoryPlan {
 };
 
 // What the backend's workspace depends on, for a model and chunks of at most `chunk` tokens.
-WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk, const LoraConfig& lora = {});
+WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk, const LoraConfig& lora = {}, int64_t sp = 1);
 
 // The KV cache's options for a model and plan.
 KVCacheOptions kv_cache_options(const ModelConfig& cfg, const ChunkPlan& plan);
@@ -69,6 +79,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
 
 // Per chunk of C tokens (tag activations): each layer's input h_0..h_L, dh, the final norm's
 // output and rstd; and each layer's attention output and LSE, kept from the recompute sweep.
+// (--sp P: saved_bytes of C/P tokens, saved_attention_bytes of attention_side(cfg, P).)
 int64_t saved_bytes(const ModelConfig& cfg, int64_t C);
 int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C);
 

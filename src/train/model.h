@@ -37,7 +37,11 @@ struct LossStats {
 
 class Model {
  public:
-  Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan);
+  // sp: the group of plan.sp ranks sharing each sequence (--sp; dist/ulysses.h): each rank embeds,
+  // projects and scores C/P of every chunk's tokens, attends with H/P heads over all of them, and
+  // its pages hold G/P kv heads; the loss sums are summed over the group, so every rank returns the
+  // sequence's loss. Null: one rank.
+  Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* sp = nullptr);
   ~Model();
   const ModelConfig& config() const { return cfg_; }
   const ChunkPlan& plan() const { return plan_; }
@@ -99,6 +103,12 @@ class Model {
   ModelConfig cfg_;
   Backend& be_;
   ChunkPlan plan_;
+  ModelConfig att_cfg_;  // attention_side(cfg_, plan_.sp): this rank's heads and kv heads
+  std::unique_ptr<SeqParallel> sp_;  // --sp P > 1: the all-to-all; null with one rank
+  int64_t sp_rank_ = 0;
+  // this rank's rows of a chunk of n tokens (its token side): [sp_rank_ n / P, (sp_rank_ + 1) n / P)
+  int64_t local(int64_t n) const { return n / plan_.sp; }
+  Tensor mine(const Tensor& t, int64_t n) const { return t.rows(sp_rank_ * local(n), local(n)); }
   Params params_;
   std::unique_ptr<Params> train_;  // LoRA's trainable set (tag weights); null without LoRA
   std::unique_ptr<Params> w16_;    // --precision bf16: the weight matrices rounded to bf16 values

@@ -87,7 +87,7 @@ class CpuBackend : public Backend {
 
   // the logits tile (tile x V fp32) and its per-row losses (tile fp64)
   size_t workspace_bytes(const WorkspaceShape& s) const override {
-    const int64_t rows = std::clamp<int64_t>(s.chunk, 1, kLossTile);
+    const int64_t rows = std::clamp<int64_t>(s.scored(), 1, kLossTile);
     return size_t(rows * s.vocab) * 4 + size_t(rows) * 8;
   }
 
