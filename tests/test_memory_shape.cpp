@@ -35,7 +35,7 @@ Peaks one_step(const ModelConfig& cfg, int64_t N, const ChunkPlan& plan, MemoryP
   for (int i = 0; i < kNumTags; ++i) EXPECT_EQ(acc.get(Tier::Host, Tag(i)).current, 0) << "leftover " << tag_name(Tag(i));
   acc.reset_peaks();
   Peaks p;
-  *predicted = train_for_peaks(cfg, plan, N, false);
+  *predicted = oomb::testing::train_for_peaks(cfg, plan, N, false);
   for (int i = 0; i < kNumTags; ++i) p.by_tag[std::string(tag_name(Tag(i)))] = acc.get(Tier::Host, Tag(i)).peak;
   return p;
 }
@@ -89,7 +89,7 @@ TEST(MemoryShape, OffloadKeepsTheDeviceFlat) {
     SCOPED_TRACE(fmt::format("N={}", N));
     acc.reset_peaks();
     MemoryPlan pred;
-    pred = train_for_peaks(cfg, plan, N, true);
+    pred = oomb::testing::train_for_peaks(cfg, plan, N, true);
     std::map<std::string, int64_t> device;
     for (Tier tier : kTiers)
       for (int i = 0; i < kNumTags; ++i) {

@@ -224,7 +224,7 @@ TEST(OffloadParamsMemory, DeviceMemoryIndependentOfDepth) {
     const ModelConfig cfg = parse_config(j, "depth test config");
     acc.reset_peaks();
     MemoryPlan pred;
-    pred = train_for_peaks(cfg, plan, N, true, 2);  // (the masters are in host memory: no copy)
+    pred = oomb::testing::train_for_peaks(cfg, plan, N, true, 2);  // (the masters are in host memory: no copy)
     std::map<std::string, int64_t> device;
     for (Tier tier : kTiers)
       for (int i = 0; i < kNumTags; ++i) {

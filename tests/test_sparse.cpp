@@ -574,7 +574,7 @@ TEST(SparseMemory, DeviceGrowsByTheMetadataAlone) {
       SCOPED_TRACE(fmt::format("{} N={}", page_score_name(score), N));
       acc.reset_peaks();
       MemoryPlan pred;
-      pred = train_for_peaks(cfg, plan, N, true);
+      pred = oomb::testing::train_for_peaks(cfg, plan, N, true);
       for (Tier tier : kTiers)
         for (int i = 0; i < kNumTags; ++i) {
           if (Tag(i) == Tag::IO) continue;
