@@ -89,17 +89,20 @@ TEST_F(Sweep, LayerOrderIsBitwiseTheChunkOrder) {
                            compared);
 }
 
-// Documents (their ids read back by every layer), bf16 K/V and gradient pages, and C = N.
-TEST_F(Sweep, LayerOrderIsBitwiseTheChunkOrderWithDocumentsAndBf16Pages) {
+// Documents (their ids read back by every layer), bf16 K/V and gradient pages, C = N, and
+// --precision bf16 (parameters resident: --offload params does not take it yet).
+TEST_F(Sweep, LayerOrderIsBitwiseTheChunkOrderWithDocumentsAndBf16) {
   for (const auto& dir : *models_) {
     auto sim = make_sim_backend(0, 100);
-    for (const int variant : {0, 1, 2}) {
+    for (const int variant : {0, 1, 2, 3}) {
       SCOPED_TRACE(fmt::format("{} variant {}", dir.filename().string(), variant));
-      ChunkPlan chunk = plan_of(SweepOrder::Chunk, true, true), layer = plan_of(SweepOrder::Layer, true, true);
+      ChunkPlan chunk = plan_of(SweepOrder::Chunk, true, variant != 3),
+                layer = plan_of(SweepOrder::Layer, true, variant != 3);
       for (ChunkPlan* p : {&chunk, &layer}) {
         if (variant == 0) p->doc_sep = 3;
         if (variant == 1) p->kv_dtype = p->kv_grad_dtype = DType::BF16;
         if (variant == 2) p->chunk = kN, p->offload_group = 0;
+        if (variant == 3) p->precision = DType::BF16;
       }
       EXPECT_EQ(difference(train_steps(*sim, dir, chunk, "adamw", kN, 2, 2), train_steps(*sim, dir, layer, "adamw", kN, 2, 2)), "");
     }
@@ -119,6 +122,29 @@ TEST_F(Sweep, LayerOrderIsBitwiseTheChunkOrderWithSparseAttention) {
       chunk.sparse = layer.sparse = sparse_options(2, 4, 1, false, "mean", 13, cfg.kv_heads);
       EXPECT_EQ(difference(train_steps(*sim, dir, chunk, "adamw", kN, 2, 2), train_steps(*sim, dir, layer, "adamw", kN, 2, 2)), "");
     }
+  }
+}
+
+// A model planned for the layer order evaluates and gives logits through the chunk order, with its
+// fewer device buffers: the chunk-order model's bits.
+TEST_F(Sweep, EvaluationOfALayerOrderModelIsTheChunkOrders) {
+  for (const auto& dir : *models_) {
+    SCOPED_TRACE(dir.filename().string());
+    auto sim = make_sim_backend();
+    const ModelConfig cfg = load_config(dir);
+    const auto t = step_tokens(kN + 1, 7, cfg.vocab);
+    const std::vector<int32_t> ids(t.begin(), t.end() - 1), tg(t.begin() + 1, t.end());
+    double loss[2];
+    std::vector<float> logits[2];
+    for (int i = 0; i < 2; ++i) {
+      Model m(cfg, *sim, plan_of(i ? SweepOrder::Layer : SweepOrder::Chunk, true, true));
+      load_for_training(m, dir);
+      loss[i] = m.evaluate(ids.data(), tg.data(), kN).loss_sum;
+      logits[i].resize(size_t(kN * cfg.vocab));
+      m.logits(ids.data(), kN, logits[i].data());
+    }
+    EXPECT_EQ(loss[0], loss[1]);
+    EXPECT_TRUE(logits[0] == logits[1]);
   }
 }
 
