@@ -5,7 +5,7 @@ Qwen2.5-0.5B-, 1.5B- and 7B-shaped models. Columns: N, tokens/s, MFU, peak devic
 
     python3 bench/cuda_step.py --oomb gpu-bundle/oomb [--models 0.5b,1.5b,7b] [--lengths 8192,32768,131072]
                                [--chunks 4096,8192] [--budget 500] [--per-run 300] [--out DIR]
-                               [--table FILE.md] [--jsonl FILE.jsonl]
+                               [--table FILE.md] [--jsonl FILE.jsonl] [--precision bf16|fp32]
 
 Every configuration runs in its own process under a time limit, and the whole run ends within
 --budget seconds (points it cannot reach say so); a run that does not finish says why (timeout,
@@ -15,7 +15,9 @@ line (oomb at one chunk size, or Hugging Face) that runs out of memory or time s
 longer lengths of that model, and an oomb point whose time, scaled as N^2 from the last one
 measured, would not fit in what is left of the budget is skipped and says so. oomb points
 whose `oomb plan` exceeds the GPU's memory are skipped without running (oomb keeps float32
-weights, gradients and AdamW moments on the device: 16 bytes a parameter, 119 GiB for 7B).
+weights, gradients and AdamW moments on the device: 16 bytes a parameter, 119 GiB for 7B, and
+with --precision bf16, the default here, a bf16 copy of the weight matrices beside them: the
+matmuls run as bf16 GEMMs with fp32 accumulation; the table's line says which).
 
 oomb steps: 2 for N <= 32K (the row is the second, warm step), 1 beyond (its step time dwarfs
 the warm-up). Hugging Face: one warm-up step, then one timed step; the model is built from its
@@ -157,6 +159,8 @@ def main():
     ap.add_argument("--jsonl", default=None, help="append one JSON object per row here as they come")
     ap.add_argument("--no-hf", action="store_true", help="oomb only")
     ap.add_argument("--no-oomb", action="store_true", help="Hugging Face only")
+    ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"],
+                    help="oomb's --precision: bf16 (bf16 GEMMs on cuBLASLt, fp32 accumulation) or fp32")
     a = ap.parse_args()
     for mk in a.models.split(","):
         if mk not in PRESETS:
@@ -199,6 +203,7 @@ def main():
              dict(model=mk, line=line, N=n, C=c or None, tokens_per_s=tps, mfu=(flops * tps / n / peak) if tps and peak else None,
                   peak_bytes=mem_b, note=note, device=name, commit=commit, **extra))
 
+    oomb_line = "oomb " + a.precision  # the table's line: oomb bf16 or oomb fp32
     lengths = sorted(int(x) for x in a.lengths.split(","))
     chunks = [int(x) for x in a.chunks.split(",")] if not a.no_oomb else []
     hf_env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
@@ -216,7 +221,7 @@ def main():
         for n in lengths:
             for c in chunks:
                 rc, out, err = run([a.oomb, "plan", "--preset", preset, "--seq-len", str(n), "--chunk-size",
-                                    str(min(c, n)), "--json"], 30)
+                                    str(min(c, n)), "--precision", a.precision, "--json"], 30)
                 try:
                     plans[n, min(c, n)] = json.loads(out.strip().splitlines()[-1])["total"] if rc == 0 else None
                 except (ValueError, IndexError, KeyError):
@@ -250,23 +255,23 @@ def main():
                     continue
                 done.add(c)
                 if not fits(n, c):
-                    row(mk, "oomb", n, c, note=f"skipped: oomb plan needs {plans[n, c] / 2**30:.0f} GiB, the GPU has "
+                    row(mk, oomb_line, n, c, note=f"skipped: oomb plan needs {plans[n, c] / 2**30:.0f} GiB, the GPU has "
                         f"{mem / 2**30:.0f}")
                     continue
                 if init_error:
-                    row(mk, "oomb", n, c, note=init_error)
+                    row(mk, oomb_line, n, c, note=init_error)
                     continue
                 if c0 in oomb_stopped:
-                    row(mk, "oomb", n, c, note=f"stopped: {oomb_stopped[c0]} at a shorter N")
+                    row(mk, oomb_line, n, c, note=f"stopped: {oomb_stopped[c0]} at a shorter N")
                     continue
                 if left() < 30:
-                    row(mk, "oomb", n, c, note="budget spent")
+                    row(mk, oomb_line, n, c, note="budget spent")
                     continue
                 if c0 in oomb_last:  # N^2 from the last measured length: an upper bound (linear layers go as N)
                     n0, s0 = oomb_last[c0]
                     guess = s0 * (n / n0) ** 2 * steps + 15
                     if guess > min(a.per_run, left()):
-                        row(mk, "oomb", n, c, note=f"skipped: ~{guess:.0f} s expected (from N={n0}), "
+                        row(mk, oomb_line, n, c, note=f"skipped: ~{guess:.0f} s expected (from N={n0}), "
                             f"{min(a.per_run, left()):.0f} s left")
                         continue
                 toks = os.path.join(a.out, f"tokens_{n}.bin")
@@ -281,7 +286,8 @@ def main():
                 t = time.time()
                 rc, out, err = run([a.oomb, "train", "--device", "cuda", "--model", mdir, "--data", toks,
                                     "--data-format", "u32", "--seq-len", str(n), "--chunk-size", str(c),
-                                    "--steps", str(steps), "--optimizer", "adamw", "--metrics", met],
+                                    "--steps", str(steps), "--optimizer", "adamw", "--precision", a.precision,
+                                    "--metrics", met],
                                    min(a.per_run, left() - 5))
                 wall = time.time() - t
                 lines = []
@@ -300,11 +306,11 @@ def main():
                     dev = j.get("memory", {}).get("device", {}).get("total", {}).get("peak", 0)
                     note = (f"step {len(lines)} of {steps}, then {why}" if why else
                             "one step, its warm-up included" if steps == 1 else "")
-                    row(mk, "oomb", n, c, j["tokens_per_s"], flops, dev, note, step_s=j["tokens"] / j["tokens_per_s"],
+                    row(mk, oomb_line, n, c, j["tokens_per_s"], flops, dev, note, step_s=j["tokens"] / j["tokens_per_s"],
                         wall_s=wall, oomb_mfu=j.get("mfu"), loss=j.get("loss"))
                     oomb_last[c0] = (n, j["tokens"] / j["tokens_per_s"])
                 else:
-                    row(mk, "oomb", n, c, note=why or "no metrics written", wall_s=wall)
+                    row(mk, oomb_line, n, c, note=why or "no metrics written", wall_s=wall)
                 if why in ("timeout", "out of memory"):
                     oomb_stopped[c0] = why
 

@@ -8,7 +8,8 @@
 #              tests under compute-sanitizer memcheck and the lab's check under racecheck
 #     bench    offload's slowdown (bench/offload.py --device cuda), then bench/cuda_step.py with
 #              what is left of the time (options passed on, e.g.
-#              --models 1.5b,7b --lengths 8192,32768)
+#              --models 1.5b,7b --lengths 8192,32768; oomb trains --precision bf16 there unless
+#              --precision fp32 is passed)
 #     all      tests, then bench (the default); --quick: tests only
 #
 # GPU_SESSION_SKIP="name ..." leaves out the steps so named (e.g. golden_hf once the fixtures are

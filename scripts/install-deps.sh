@@ -9,6 +9,7 @@ PKGS=(build-essential cmake ninja-build pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev libboost-dev
       libpcre2-dev libutf8proc-dev libonig-dev
       clang libclang-rt-14-dev
+      libopenmpi-dev openmpi-bin
       python3 python3-torch python3-numpy python3-matplotlib
       bible-kjv)
 command -v npm > /dev/null || PKGS+=(nodejs npm)

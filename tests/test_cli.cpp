@@ -86,8 +86,8 @@ TEST(Cli, PlanPredictsTheMeasuredPeaks) {
   }
 }
 
-// The simulated device, with and without --offload kv and params, and --sweep layer (also on the
-// CPU): every (tier, tag) peak equals the plan.
+// The simulated device, with and without --offload kv and params, --precision bf16, and --sweep
+// layer (also on the CPU): every (tier, tag) peak equals the plan.
 TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
   const auto dir = temp_dir();
   const auto m = (dir / "m").string();
@@ -97,7 +97,8 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
                             "--device sim --offload kv --kv-dtype bf16 --kv-grad-dtype bf16",
                             "--device sim --offload kv --offload-group 2 --doc-mask --eos-id 5",
                             "--device sim --offload params", "--device sim --offload kv,params --offload-group 2",
-                            "--sweep layer", "--device sim --sweep layer",
+                            "--device sim --precision bf16", "--device sim --offload kv --precision bf16",
+                            "--sweep layer", "--device sim --sweep layer --precision bf16",
                             "--device sim --offload kv,params --offload-group 2 --sweep layer --doc-mask --eos-id 5"}) {
     SCOPED_TRACE(flags);
     const std::string shape = "--seq-len 512 --chunk-size 96 --page-size 32";
@@ -128,7 +129,7 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
 // --sweep auto takes the order that moves fewer bytes (the plan's counts): the chunk order with
 // resident parameters (it moves none), the layer order with --offload params over several chunks;
 // the plan and the train banner name it, and a tied model's layer order (an array more) plans and
-// measures the same peaks.
+// measures the same peaks. --sweep layer with --sp is refused, naming both.
 TEST(Cli, SweepAutoTakesTheOrderThatMovesFewerBytes) {
   const auto dir = temp_dir();
   write_tokens(dir / "t.bin", 600, 128, 1);
@@ -159,9 +160,12 @@ TEST(Cli, SweepAutoTakesTheOrderThatMovesFewerBytes) {
         }
     }
   }
-  const CmdResult r = oomb_cmd(dir, fmt::format("plan --model {}/tiny --seq-len 512 --sweep diagonal", dir.string()));
+  CmdResult r = oomb_cmd(dir, fmt::format("plan --model {}/tiny --seq-len 512 --sweep diagonal", dir.string()));
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr("--sweep"));
+  r = oomb_cmd(dir, fmt::format("plan --model {}/tiny --seq-len 512 --sp 2 --sweep layer", dir.string()));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--sweep layer with --sp 2: not supported yet"));
 }
 
 // --offload kv's bad input: a backend without device memory, a group larger than a layer's

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <iostream>
 
@@ -75,6 +77,114 @@ TEST_F(Fixture, LinearRejectsMismatchedShapes) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("linear_fwd:"), std::string::npos) << e.what();
   }
+}
+
+// ---- bf16 matmul operands (--precision bf16) ----
+// A bf16 operand and the f32 tensor of the same values (each rounded once, to nearest even).
+struct Rounded {
+  std::vector<uint16_t> h;
+  std::vector<float> f, raw;  // the rounded values, and the values before rounding
+  explicit Rounded(std::vector<float> v) : raw(std::move(v)) {
+    for (float x : raw) h.push_back(f32_to_bf16(x)), f.push_back(bf16_to_f32(h.back()));
+  }
+  Tensor bf16(std::initializer_list<int64_t> dims) { return Tensor(h.data(), DType::BF16, dims); }
+  Tensor f32(std::initializer_list<int64_t> dims) { return Tensor::f32(f.data(), dims); }
+};
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+// The CPU widens bf16 operands exactly and runs the same sgemm: a bf16-tensor linear gives the
+// bits of the f32 linear on the rounded values (the reference the CUDA bf16 GEMMs are checked
+// against). The unrounded f32 linear must differ, or nothing was rounded.
+TEST_F(Fixture, Bf16LinearIsTheF32LinearOnRoundedValues) {
+  // the last shape widens on every thread (T * in >= 32K elements)
+  for (auto [T, in, out] :
+       std::vector<std::array<int64_t, 3>>{{1, 5, 3}, {7, 33, 65}, {67, 128, 96}, {300, 256, 200}}) {
+    SCOPED_TRACE(fmt::format("T={} in={} out={}", T, in, out));
+    Rounded x(randn(size_t(T * in), 1)), w(randn(size_t(out * in), 2, 0.1f)), dy(randn(size_t(T * out), 3));
+    std::vector<float> bias = randn(size_t(out), 4);
+    Tensor B = Tensor::f32(bias.data(), {out});
+    std::vector<float> y16(size_t(T * out)), y32(y16.size()), yraw(y16.size());
+    Tensor Y16 = Tensor::f32(y16.data(), {T, out}), Y32 = Tensor::f32(y32.data(), {T, out});
+    be->linear_fwd(x.bf16({T, in}), w.bf16({out, in}), &B, Y16);
+    be->linear_fwd(x.f32({T, in}), w.f32({out, in}), &B, Y32);
+    EXPECT_TRUE(same_bits(y16, y32)) << "y: rel. error " << rel_error(y16, y32);
+    Tensor YR = Tensor::f32(yraw.data(), {T, out});
+    be->linear_fwd(Tensor::f32(x.raw.data(), {T, in}), Tensor::f32(w.raw.data(), {out, in}), &B, YR);
+    EXPECT_FALSE(same_bits(y16, yraw)) << "the unrounded inputs give the same bits: nothing was rounded";
+    for (bool acc : {false, true}) {  // dx overwritten or accumulated; dw and db accumulate
+      std::vector<float> dx16 = randn(size_t(T * in), 5), dw16 = randn(size_t(out * in), 6),
+                         db16 = randn(size_t(out), 7);
+      std::vector<float> dx32 = dx16, dw32 = dw16, db32 = db16;
+      Tensor DX16 = Tensor::f32(dx16.data(), {T, in}), DW16 = Tensor::f32(dw16.data(), {out, in}),
+             DB16 = Tensor::f32(db16.data(), {out});
+      Tensor DX32 = Tensor::f32(dx32.data(), {T, in}), DW32 = Tensor::f32(dw32.data(), {out, in}),
+             DB32 = Tensor::f32(db32.data(), {out});
+      be->linear_bwd(x.bf16({T, in}), w.bf16({out, in}), dy.bf16({T, out}), &DX16, acc, &DW16, &DB16);
+      be->linear_bwd(x.f32({T, in}), w.f32({out, in}), dy.f32({T, out}), &DX32, acc, &DW32, &DB32);
+      EXPECT_TRUE(same_bits(dx16, dx32)) << "dx: rel. error " << rel_error(dx16, dx32);
+      EXPECT_TRUE(same_bits(dw16, dw32)) << "dw: rel. error " << rel_error(dw16, dw32);
+      EXPECT_TRUE(same_bits(db16, db32)) << "db: rel. error " << rel_error(db16, db32);
+    }
+  }
+  // one dtype per GEMM, named
+  std::vector<float> a(12, 1.0f), c(12);
+  std::vector<uint16_t> h(12, 0x3f80);
+  Tensor X16(h.data(), DType::BF16, {3, 4}), W32 = Tensor::f32(a.data(), {3, 4}), Y = Tensor::f32(c.data(), {3, 3});
+  EXPECT_NE(error_of([&] { be->linear_fwd(X16, W32, nullptr, Y); }).find("linear_fwd: w (f32) and x (bf16) must share"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { be->linear_bwd(W32, W32, Tensor(h.data(), DType::BF16, {3, 3}), nullptr, false, nullptr,
+                                          nullptr); }).find("linear_bwd: dy (bf16) and x (f32) must share"),
+            std::string::npos);
+  Tensor Y16(h.data(), DType::BF16, {3, 3});
+  EXPECT_NE(error_of([&] { be->linear_fwd(X16, X16, nullptr, Y16); }).find("linear_fwd: y must be f32, got bf16"),
+            std::string::npos);
+}
+
+// The fused loss with bf16 h and w: the logits and the loss are the f32 path's on the rounded
+// values, bit for bit; dh and dw come from the logits' gradient rounded to bf16, checked against
+// float64 written here with that rounding (and the bound is below what skipping it gives).
+TEST_F(Fixture, Bf16FusedLossRoundsTheLogitsGradient) {
+  const int64_t T = 300, d = 64, V = 97;  // two tiles: 256 + 44 rows
+  Rounded h(randn(size_t(T * d), 11, 0.5f)), w(randn(size_t(V * d), 12, 0.5f));
+  std::vector<int32_t> tg(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) tg[size_t(t)] = t % 13 == 4 ? -1 : int32_t((t * 29) % V);
+  Tensor TG = Tensor::i32(tg.data(), {T});
+  const float scale = 0.125f;
+  std::vector<float> dh16(size_t(T * d)), dw16(size_t(V * d), 0.0f), dh32 = dh16, dw32 = dw16;
+  Tensor DH16 = Tensor::f32(dh16.data(), {T, d}), DW16 = Tensor::f32(dw16.data(), {V, d});
+  Tensor DH32 = Tensor::f32(dh32.data(), {T, d}), DW32 = Tensor::f32(dw32.data(), {V, d});
+  int64_t hits16 = 0, hits32 = 0;
+  const double l16 = be->lm_head_xent(h.bf16({T, d}), w.bf16({V, d}), TG, scale, &DH16, &DW16, &hits16);
+  const double l32 = be->lm_head_xent(h.f32({T, d}), w.f32({V, d}), TG, scale, &DH32, &DW32, &hits32);
+  EXPECT_EQ(std::memcmp(&l16, &l32, sizeof l16), 0) << l16 << " vs " << l32;
+  EXPECT_EQ(hits16, hits32);
+  // float64 on the rounded values; the gradient (softmax - onehot) * scale rounded to bf16
+  Vec dh(dh16.size(), 0.0), dw(dw16.size(), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    if (tg[size_t(t)] < 0) continue;
+    Vec lg(size_t(V), 0.0);
+    double m = -1e300, z = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      for (int64_t i = 0; i < d; ++i) lg[size_t(v)] += double(h.f[size_t(t * d + i)]) * w.f[size_t(v * d + i)];
+      m = std::max(m, lg[size_t(v)]);
+    }
+    for (double l : lg) z += std::exp(l - m);
+    for (int64_t v = 0; v < V; ++v) {
+      const float p = float(std::exp(lg[size_t(v)] - m) / z) * scale - (v == tg[size_t(t)] ? scale : 0.0f);
+      const double p16 = bf16_to_f32(f32_to_bf16(p));
+      for (int64_t i = 0; i < d; ++i) {
+        dh[size_t(t * d + i)] += p16 * w.f[size_t(v * d + i)];
+        dw[size_t(v * d + i)] += p16 * h.f[size_t(t * d + i)];
+      }
+    }
+  }
+  expect_close(dh16, dh, 6e-7, "bf16 xent dh");  // measured 1.4e-7
+  expect_close(dw16, dw, 8e-7, "bf16 xent dw");  // measured 2.0e-7
+  const double skipped = std::max(rel_error(dh32, to_f(dh)), rel_error(dw32, to_f(dw)));
+  std::cout << fmt::format("[ error    ] {:<32} {:.2e}\n", "without the rounding", skipped);
+  EXPECT_GT(skipped, 1e-4) << "the rounding changes too little for this test to see it";  // measured 1.1e-3
 }
 
 // ---- embedding ----

@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "hf/checkpoint.h"
 #include "hf/safetensors.h"
 #include "test_util.h"
+#include "model/bf16_weights.h"
 #include "model/memory_plan.h"
 #include "train/model.h"
 #include "train/optimizer.h"
@@ -141,8 +144,9 @@ TEST(Bf16Budget, LossAndEveryGradientWithinTwiceTorchsBf16Error) {
 }
 
 // --precision bf16 trains (the loss falls: the bf16 weight copy follows the optimizer's fp32
-// masters), and the accountant's peaks equal the plan's (the copy: tag weights, 4 bytes a parameter
-// in this reference; a (C, d) gradient scratch: tag activations).
+// masters), and the accountant's peaks equal the plan's (the weight matrices' bf16 copy: tag
+// weights, 2 bytes a value; the matmul operands' bf16 scratch: tag activations; the CPU's fp32
+// scratch for widening them: tag workspace).
 TEST(Bf16Budget, TrainsAsPlanned) {
   const fs::path dir = source_dir() / "tests/fixtures/hf/qwen2";
   const ModelConfig cfg = load_config(dir);
@@ -172,12 +176,63 @@ TEST(Bf16Budget, TrainsAsPlanned) {
       (k == 0 ? first : last) = ls.loss_sum / double(ls.targets);
       opt.step(k, nullptr);
     }
-    const MemoryPlan pm = plan_memory(cfg, plan, N, "adamw", be->workspace_bytes(workspace_shape(cfg, plan.chunk)));
+    const MemoryPlan pm = plan_memory(cfg, plan, N, "adamw", be->workspace_bytes(workspace_shape(cfg, plan)));
     for (int i = 0; i < kNumTags; ++i)
       if (Tag(i) != Tag::IO)
         EXPECT_EQ(acc.get(Tier::Host, Tag(i)).peak, pm.get(Tier::Host, Tag(i))) << tag_name(Tag(i));
-    EXPECT_EQ(pm.get(Tier::Host, Tag::Weights), 2 * param_count(cfg) * 4);
+    // the fp32 masters and the bf16 copy of the matrices (each from a 256-byte boundary)
+    int64_t values = 0, matrices = 0;
+    for (const ParamSpec& s : param_layout(cfg))
+      if (s.shape.size() == 2 && (s.name != "model.embed_tokens.weight" || cfg.tie_word_embeddings))
+        values += s.numel(), ++matrices;
+    EXPECT_EQ(pm.get(Tier::Host, Tag::Weights), param_count(cfg) * 4 + Bf16Weights::bytes(cfg));
+    EXPECT_GE(Bf16Weights::bytes(cfg), 2 * values);
+    EXPECT_LT(Bf16Weights::bytes(cfg), 2 * values + 256 * matrices);
   }
   EXPECT_LT(last, first);
   std::cout << fmt::format("[ bf16     ] 6 AdamW steps at --precision bf16: loss {:.4f} -> {:.4f}\n", first, last);
+}
+
+// The bf16 weight copy: every matrix a matmul reads, bf16, of its master's shape, at a 256-byte
+// offset from the first, none overlapping, within the planned bytes; sync rounds each master value
+// to nearest even (core/dtype's rule).
+TEST(Bf16Budget, WeightCopyLayoutAndSync) {
+  for (const char* name : {"llama", "qwen2"}) {
+    SCOPED_TRACE(name);
+    const ModelConfig cfg = load_config(source_dir() / "tests/fixtures/hf" / name);
+    auto be = make_cpu_backend();
+    Params masters(cfg, Tier::Host, Tag::IO);
+    const auto r = randn(size_t(masters.flat().numel()), 5);
+    std::copy(r.begin(), r.end(), masters.flat().f());
+    Bf16Weights w16(cfg, Tier::Host);
+    w16.sync(*be, masters);
+    std::vector<std::pair<const Tensor*, Tensor>> pairs{
+        {&w16.lm_head, cfg.tie_word_embeddings ? masters.embed : masters.lm_head}};
+    for (size_t l = 0; l < masters.layers.size(); ++l) {
+      const LayerParams &c = w16.layers[l], &m = masters.layers[l];
+      for (auto [a, b] : {std::pair{&c.wq, &m.wq}, {&c.wk, &m.wk}, {&c.wv, &m.wv}, {&c.wo, &m.wo},
+                          {&c.wgate, &m.wgate}, {&c.wup, &m.wup}, {&c.wdown, &m.wdown}})
+        pairs.push_back({a, *b});
+      EXPECT_TRUE(c.attn_norm.empty() && c.bq.empty()) << "norms and biases stay fp32";
+    }
+    uintptr_t first = UINTPTR_MAX;
+    for (const auto& [c, m] : pairs) first = std::min(first, reinterpret_cast<uintptr_t>(c->data));
+    std::vector<std::pair<uintptr_t, uintptr_t>> spans;
+    for (const auto& [c, m] : pairs) {
+      ASSERT_EQ(c->dtype, DType::BF16);
+      ASSERT_EQ(c->shape_str(), m.shape_str());
+      const uintptr_t at = reinterpret_cast<uintptr_t>(c->data) - first;
+      EXPECT_EQ(at % 256, 0u) << c->shape_str();
+      spans.push_back({at, at + c->bytes()});
+      const uint16_t* h = c->as<uint16_t>();
+      for (int64_t i = 0; i < m.numel(); ++i)
+        if (h[i] != f32_to_bf16(m.f()[i])) {
+          ADD_FAILURE() << "value " << i << " of a " << m.shape_str() << " matrix";
+          break;
+        }
+    }
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first) << "overlap";
+    EXPECT_LE(int64_t(spans.back().second), Bf16Weights::bytes(cfg));
+  }
 }

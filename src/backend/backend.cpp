@@ -9,8 +9,12 @@ size_t cuda_pinned_workspace_bytes() { return 2 * (size_t(1) << 20); }
 size_t cuda_workspace_bytes(const WorkspaceShape& s) {
   constexpr size_t kGemmWorkspace = size_t(32) << 20, kTables = 2 * (size_t(1) << 20);
   constexpr int64_t kSumChunk = int64_t(1) << 16;  // cuda::k::kSumChunk
-  const size_t tile = size_t(std::clamp<int64_t>(s.chunk, 1, 256));
-  const size_t loss = (tile * 12 + 255) / 256 * 256 + tile * size_t(s.vocab) * 4 + 16;
+  const size_t tile = size_t(std::clamp<int64_t>(s.scored(), 1, 256));
+  // row losses and hits, the logits tile (fp32) and with bf16 matmuls its gradient as bf16, each
+  // from a 256-byte boundary (cuda_backend.cpp's loss_tile); then the call's (2) f64 sums
+  size_t loss = (tile * 12 + 255) / 256 * 256 + tile * size_t(s.vocab) * 4;
+  if (s.bf16) loss = (loss + 255) / 256 * 256 + tile * size_t(s.vocab) * 2;
+  loss += 16;
   const size_t dsum = size_t(std::max<int64_t>(s.chunk * s.heads, 1)) * 4;  // attention backward: (C, H)
   const size_t partials = size_t((s.params + kSumChunk - 1) / kSumChunk) * 8;
   const size_t rope = size_t(s.head_dim / 2) * 4;

@@ -54,10 +54,16 @@ class Event {
 
 // What a backend's workspace depends on: the vocabulary, the longest chunk, the query heads and
 // head dim (attention scratch), and the parameter count (the gradient norm's partial sums).
+// With bf16 matmuls (--precision bf16) also the widths of the linear layers: the CPU widens bf16
+// operands into fp32 scratch, CUDA rounds the loss tile's gradient into a bf16 tile.
 struct WorkspaceShape {
   int64_t vocab = 0;
   int64_t chunk = 256;
   int64_t heads = 0, head_dim = 0, params = 0;
+  bool bf16 = false;                      // the matmuls read bf16 operands
+  int64_t hidden = 0, intermediate = 0;   // d, I (read when bf16)
+  int64_t loss_rows = 0;  // tokens per chunk outside attention (the loss, the matmuls; --sp: chunk / P); 0: chunk
+  int64_t scored() const { return loss_rows > 0 ? loss_rows : chunk; }
 };
 
 class Backend {
@@ -66,9 +72,11 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual Tier tier() const = 0;
 
-  // y (T, out) = x (T, in) . w^T (out, in) [+ b (out)]
+  // y (T, out) = x (T, in) . w^T (out, in) [+ b (out)].  x and w: both f32 or both bf16 (a bf16
+  // GEMM with fp32 accumulation); y, b f32.
   virtual void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) = 0;
   // dx (T, in) = dy . w (or += when dx_accumulate);  dw += dy^T . x;  db += sum_t dy.  Null = skip.
+  // x, w, dy: all f32 or all bf16; dx, dw, db f32 (weight gradients accumulate in fp32, beta = 1).
   virtual void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool dx_accumulate,
                           Tensor* dw, Tensor* db) = 0;
 
@@ -113,6 +121,8 @@ class Backend {
 
   // Fused lm_head + cross-entropy, tiled over tokens (never more than tile x V logits).
   // h: (T, d), w: (V, d), targets: (T) i32 (< 0 = ignored; every id < V, checked by the caller).
+  // h and w both f32, or both bf16: then the logits' gradient is rounded to bf16 before the two
+  // backward matmuls too (every matmul input bf16); logits, softmax and loss stay fp32.
   // sums: (2) f64 in this backend's memory, += {the summed loss over targets, argmax hits}; the
   // host reads it once per step. If dh: dh = scale * dloss/dh;  if dw: dw += scale * dloss/dw.
   virtual void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,

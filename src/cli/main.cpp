@@ -5,6 +5,19 @@
 #include "cli/commands.h"
 #include "cli/config_file.h"
 #include "core/error.h"
+#include "dist/mpi_comm.h"
+
+// An error under mpirun: every rank prints it with its rank, then the job ends (no rank is left
+// waiting in a collective).
+static int fail_run(const char* what) {
+  if (oomb::mpi_active()) {
+    // one write per line, so that the ranks' lines do not interleave
+    std::cerr << ("oomb: error: rank " + std::to_string(oomb::mpi_rank()) + ": " + what + "\n") << std::flush;
+    oomb::mpi_abort(1);
+  }
+  std::cerr << "oomb: error: " << what << std::endl;
+  return 1;
+}
 
 int main(int argc, char** argv) {
   CLI::App app{"oomb: chunk-recurrent long-context LLM training", "oomb"};
@@ -48,11 +61,9 @@ int main(int argc, char** argv) {
     for (const auto& c : cmds)
       if (c.sub->parsed()) return c.run();
   } catch (const oomb::Error& e) {
-    std::cerr << "oomb: error: " << e.what() << std::endl;
-    return 1;
+    return fail_run(e.what());
   } catch (const std::exception& e) {  // e.g. std::bad_alloc, std::filesystem::filesystem_error
-    std::cerr << "oomb: error: " << e.what() << std::endl;
-    return 1;
+    return fail_run(e.what());
   }
   return 0;
 }

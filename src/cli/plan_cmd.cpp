@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/lora_flags.h"
+#include "cli/dist_flags.h"
 #include "cli/memory_report.h"
 #include "cli/sweep_flag.h"
 #include "core/resident.h"
@@ -24,6 +25,7 @@ struct PlanArgs {
   bool json = false, doc_mask = false;
   SparseFlags sparse;
   LoraFlags lora;
+  DistOptions dist;
   CLI::App* cmd = nullptr;
 };
 }  // namespace
@@ -54,6 +56,7 @@ Command add_plan(CLI::App& app) {
   add_sweep_flag(c, a->sweep);
   c->add_flag("--json", a->json, "Print one JSON object instead of a table");
   add_lora_flags(c, a->lora, false);
+  add_dist_flags(c, a->dist, false);
   a->cmd = c;
   return {c, [a] {
             OOMB_CHECK(a->model.empty() != a->preset.empty(), "give exactly one of --model and --preset");
@@ -65,6 +68,7 @@ Command add_plan(CLI::App& app) {
             if (a->doc_mask) plan.doc_sep = 0;  // any separator: the plan needs only whether there is one
             set_offload(a->offload, a->offload_group, a->seq_len, plan);
             set_sparse(a->sparse, cfg, plan);
+            set_dist(a->dist, 0, plan);
             const bool offload = plan.offload_kv || plan.offload_params;
             const std::string device = !a->device.empty() ? a->device : offload ? "cuda" : "cpu";
             OOMB_CHECK(!offload || device != "cpu", "--offload {}: the cpu backend has no device memory to offload from "
@@ -74,7 +78,7 @@ Command add_plan(CLI::App& app) {
             OOMB_CHECK(!plan.offload_params || plan.precision == DType::F32,
                        "--offload params: not with --precision bf16 yet");
             auto plan_for = [&](const ChunkPlan& p) {
-              const WorkspaceShape wss = workspace_shape(cfg, p.chunk, p.lora);
+              const WorkspaceShape wss = workspace_shape(cfg, p);
               const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) : make_cpu_backend()->workspace_bytes(wss);
               return plan_memory(cfg, p, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
                                  device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
@@ -98,7 +102,14 @@ Command add_plan(CLI::App& app) {
                                                                    KVCache::group_for(kv_cache_options(cfg, plan),
                                                                                       a->seq_len))
                                                      : "",
-                                     plan.offload_params ? ", params offloaded (two layer slots on the device)" : "");
+                                     plan.offload_params ? ", params offloaded (two layer slots on the device)" : "")
+                      << (plan.ranks > 1 ? fmt::format("per rank, of {} ranks (--sp {} x --dp {}{}): each holds {} of "
+                                                       "every chunk's tokens, {} heads and {} kv heads in attention\n",
+                                                       plan.ranks, plan.sp, a->dist.dp,
+                                                       plan.zero ? fmt::format(", --zero {}", plan.zero) : "",
+                                                       plan.chunk / plan.sp, cfg.heads / plan.sp,
+                                                       cfg.kv_heads / plan.sp)
+                                         : "");
             if (!plan.lora.on()) {
               std::cout << plan_table(m);
             } else {
@@ -117,7 +128,7 @@ Command add_plan(CLI::App& app) {
                                        format_bytes(mf.total()));
             }
             if (plan.sparse.on()) {  // what sparse attention is for: a device that barely grows with N
-              const WorkspaceShape wss = workspace_shape(cfg, plan.chunk, plan.lora);
+              const WorkspaceShape wss = workspace_shape(cfg, plan);
               const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) : make_cpu_backend()->workspace_bytes(wss);
               const double per_token = device_bytes_per_token(
                   cfg, plan, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,

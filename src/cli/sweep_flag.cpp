@@ -17,6 +17,11 @@ std::string set_sweep(const std::string& flag, const ModelConfig& cfg, int64_t N
                       const std::function<MemoryPlan(const ChunkPlan&)>& plan_for, ChunkPlan& plan) {
   const SweepChoice s = sweep_traffic(cfg, plan, N);
   auto moved = [](const SweepTraffic& t) { return format_bytes(t.total()); };
+  if (plan.sp > 1) {  // the layer order keeps whole chunks' layer outputs (not split between ranks yet)
+    OOMB_CHECK(flag != "layer", "--sweep layer with --sp {}: not supported yet (use --sweep chunk, or --dp)", plan.sp);
+    plan.sweep = SweepOrder::Chunk;
+    return fmt::format("sweep chunk (--sweep {} with --sp {}: the layer order does not take --sp yet)", flag, plan.sp);
+  }
   if (flag != "auto") {
     OOMB_CHECK(flag == "chunk" || flag == "layer", "--sweep: '{}' is not one of chunk, layer, auto", flag);
     plan.sweep = flag == "layer" ? SweepOrder::Layer : SweepOrder::Chunk;

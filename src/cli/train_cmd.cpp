@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_file.h"
+#include "cli/dist_flags.h"
 #include "cli/guards.h"
 #include "cli/lora_flags.h"
 #include "cli/memory_report.h"
@@ -46,6 +47,8 @@ struct TrainArgs {
   CheckpointFlags ckpt;
   SparseFlags sparse;
   LoraFlags lora;
+  DistOptions dist;
+  int64_t rank = 0;  // this process's rank (mpirun)
   CLI::App* cmd = nullptr;
   bool given(const char* flag) const { return cmd->count(flag) > 0; }
 };
@@ -78,6 +81,7 @@ ChunkPlan chunk_plan(const TrainArgs& a, const ModelConfig& cfg, int32_t doc_sep
   p.precision = a.precision == "bf16" ? DType::BF16 : DType::F32;
   set_offload(a.offload, a.offload_group, a.seq_len, p);
   set_sparse(a.sparse, cfg, p);
+  set_dist(a.dist, a.rank, p);
   return p;
 }
 
@@ -95,7 +99,7 @@ Limit device_limit(const TrainArgs& a) {
 // banner prints.
 std::string resolve_sweep(const TrainArgs& a, const ModelConfig& cfg, ChunkPlan& plan, const Backend& be) {
   return set_sweep(a.sweep, cfg, a.seq_len, available_host_memory(), [&](const ChunkPlan& p) {
-    return plan_memory(cfg, p, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p.chunk, p.lora)),
+    return plan_memory(cfg, p, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p)),
                        be.tier(), be.pinned_workspace_bytes());
   }, plan);
 }
@@ -106,7 +110,7 @@ void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPl
   auto plan_for = [&](int64_t n, int64_t c) {
     ChunkPlan p = plan;
     p.chunk = std::min(c, n);
-    return plan_memory(cfg, p, n, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p.chunk, p.lora)), be.tier(),
+    return plan_memory(cfg, p, n, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p)), be.tier(),
                        be.pinned_workspace_bytes());
   };
   const MemoryPlan m = plan_for(a.seq_len, plan.chunk);
@@ -233,7 +237,7 @@ int64_t full_sequence_reach(const ModelConfig& cfg, const ChunkPlan& plan, int64
   auto fits = [&](int64_t n) {
     ChunkPlan full = plan;
     full.chunk = n;
-    return plan_memory(cfg, full, n, "adamw", be.workspace_bytes(workspace_shape(cfg, n))).total() <= bytes;
+    return plan_memory(cfg, full, n, "adamw", be.workspace_bytes(workspace_shape(cfg, full))).total() <= bytes;
   };
   while (fits(hi * 2)) hi *= 2;
   for (hi *= 2; hi - lo > 1;) {
@@ -243,7 +247,7 @@ int64_t full_sequence_reach(const ModelConfig& cfg, const ChunkPlan& plan, int64
   return lo;
 }
 
-int run_demo(TrainArgs& a, Backend& be) {
+int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
   OOMB_CHECK(!a.ckpt.any(), "--checkpoint-dir, --save-every, --keep-last and --resume need --model and --data (the "
              "built-in demo does not checkpoint)");
   RepeatTask task(a.seed + 1, 128);
@@ -258,10 +262,11 @@ int run_demo(TrainArgs& a, Backend& be) {
   const std::string sweep = resolve_sweep(a, cfg, plan, be);
   check_model_out("--out", a.out, cfg, a.force);
   check_memory_fits(a, cfg, plan, be);
-  const MemoryPlan mem = plan_memory(cfg, plan, a.seq_len, "adamw", be.workspace_bytes(workspace_shape(cfg, plan.chunk)));
+  const MemoryPlan mem = plan_memory(cfg, plan, a.seq_len, "adamw", be.workspace_bytes(workspace_shape(cfg, plan)));
   ChunkPlan full_plan = plan;
   full_plan.chunk = a.seq_len;
-  const MemoryPlan full = plan_memory(cfg, full_plan, a.seq_len, "adamw", be.workspace_bytes(workspace_shape(cfg, a.seq_len)));
+  full_plan.sp = 1;
+  const MemoryPlan full = plan_memory(cfg, full_plan, a.seq_len, "adamw", be.workspace_bytes(workspace_shape(cfg, full_plan)));
   std::cout << fmt::format(
                    "oomb demo (no --model/--data given; see `oomb train --help`)\n"
                    "A {}-parameter, {}-layer model learns a long-range task: the second half of every {}-token\n"
@@ -275,9 +280,10 @@ int run_demo(TrainArgs& a, Backend& be) {
                    full_sequence_reach(cfg, plan, mem.total(), be))
             << std::endl;
   if (a.given("--sweep")) std::cout << sweep << std::endl;
-  Model model(cfg, be, plan);
+  Model model(cfg, be, plan, &dist.sp());
   with_host_params(model, [&](Params& p) { init_params(p, a.seed); }, true);
   TrainOptions o{a.seq_len, a.steps, a.grad_accum, a.log_every ? a.log_every : 100, a.optim, a.metrics};
+  o.dist = &dist;
   o.peak_flops = peak_flops(a);
   o.tensorboard_dir = a.tensorboard;
   o.optim.lr = a.lr;
@@ -298,7 +304,8 @@ int run_demo(TrainArgs& a, Backend& be) {
                            last.loss)
             << std::endl;
   std::cout << "memory peaks (host): " << Accountant::global().report(Tier::Host) << std::endl;
-  if (!a.out.empty()) with_host_params(model, [&](Params& p) { save_model(a.out, cfg, p, DType::F32); }, false);
+  if (!a.out.empty() && dist.leader())
+    with_host_params(model, [&](Params& p) { save_model(a.out, cfg, p, DType::F32); }, false);
   return 0;
 }
 
@@ -367,15 +374,22 @@ Command add_train(CLI::App& app) {
   add_checkpoint_flags(c, a->ckpt);
   add_sparse_flags(c, a->sparse);
   add_lora_flags(c, a->lora, true);
+  add_dist_flags(c, a->dist, true);
   a->cmd = c;
   return {c, [a] {
             a->ckpt.config_toml = resolved_config(*a->cmd);
+            Dist dist(a->dist);  // the ranks mpirun started (MPI), or this process alone
+            a->rank = dist.rank();
+            if (!dist.leader()) std::cout.rdbuf(nullptr);  // rank 0 alone prints (errors: every rank)
+            dist.check_same_flags(a->ckpt.config_toml);
+            OOMB_CHECK(dist.size() == 1 || !a->ckpt.any(), "--checkpoint-dir / --resume with {} ranks: not supported "
+                       "yet (save the model with --out)", dist.size());
             check_paths(*a);
             auto be = make_backend(a->device, a->device_memory);
             const LoraConfig lora = lora_config(a->lora, a->cmd);
             OOMB_CHECK(!lora.on() || !(a->model.empty() && a->data.empty()),
                        "--lora-rank / --lora need --model and --data (the built-in demo trains every parameter)");
-            if (a->model.empty() && a->data.empty()) return run_demo(*a, *be);
+            if (a->model.empty() && a->data.empty()) return run_demo(*a, *be, dist);
             OOMB_CHECK(!a->model.empty(), "--model is required with --data");
             OOMB_CHECK(!a->data.empty(), "--data is required with --model");
             const ModelConfig cfg = load_config(a->model);
@@ -401,7 +415,8 @@ Command add_train(CLI::App& app) {
             note_wrapping(o.seq_len, *data);
             RunCheckpoints ckpt(a->ckpt, a->ckpt.any() ? run_state(*a, o, plan, eos, cfg, *data) : CheckpointState{},
                                 o.optim, o.seq_len, o.grad_accum, data->stream_size(), std::cout);
-            Model model(cfg, *be, plan);
+            Model model(cfg, *be, plan, &dist.sp());
+            o.dist = &dist;
             DType dtype = DType::F32;
             if (ckpt.resuming()) {  // the weights come from the checkpoint (load_checkpoint, when training starts)
               dtype = dtype_parse(ckpt.weights_dtype());
@@ -431,6 +446,7 @@ Command add_train(CLI::App& app) {
             if (a->given("--sweep") || plan.offload_params) std::cout << sweep << std::endl;
             train(model, *data, o, std::cout, {}, ckpt.hooks(model));
             if (const int sig = ckpt.finish()) return 128 + sig;  // stopped by SIGINT/SIGTERM, checkpoint written
+            if (!dist.leader()) return 0;  // the ranks hold the same weights: rank 0 saves
             if (!a->out.empty() && lora.on()) {
               Params host(cfg, lora_layout(cfg, lora), Tier::Host, Tag::IO);
               model.download_trainable(host);

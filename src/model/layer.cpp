@@ -116,17 +116,32 @@ void lora_bwd(Backend& be, const LayerParams& p, LayerParams& g, int t, const Te
   be.linear_bwd(x, l.a, du, dx, true, &g.lora[t].a, nullptr);
 }
 
-// --precision bf16: x rounded in place to bf16 values where it feeds a matmul (nothing otherwise).
+// --precision bf16: x (f32) rounded in place to bf16 values, where attention reads it as f32.
 void to_bf16(const LayerCtx& ctx, Tensor& x) {
   if (ctx.bf16) ctx.be.round_bf16(x);
 }
-void to_bf16(const LayerCtx& ctx, Tensor&& x) { to_bf16(ctx, x); }
-// A residual-stream gradient for a matmul: itself in fp32, or its bf16 copy (the stream stays fp32).
-const Tensor& dy_for_matmul(const LayerCtx& ctx, const Tensor& dh, LayerBuffers& plan) {
-  if (!ctx.bf16) return dh;
-  ctx.be.copy(plan.dy16.data, plan.dy16.tier, dh.data, dh.tier, dh.bytes());
-  ctx.be.round_bf16(plan.dy16);
-  return plan.dy16;
+// A matmul's operand x (T, n) f32: itself, or under --precision bf16 its bf16 copy, cast into
+// `to` (plan.x16 or plan.dy16). x itself stays fp32 (LoRA's adapters read it: they run in fp32).
+Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
+  if (!ctx.bf16) return x;
+  Tensor t(to.data, DType::BF16, {x.dim(0), x.dim(1)}, to.tier);
+  OOMB_CHECK(x.ndim == 2 && t.numel() <= to.numel(), "layer: {} does not fit the bf16 matmul scratch {}",
+             x.shape_str(), to.shape_str());
+  ctx.be.cast(x, t);
+  return t;
+}
+
+// --sp: the all-to-all between the token side (t, h, D) and the attention side (T, h/P, D); with
+// one rank both are the same tensor and nothing moves.
+void to_heads(const LayerCtx& ctx, const Tensor& loc, Tensor& att) {
+  if (loc.data == att.data) return;
+  OOMB_CHECK(ctx.sp != nullptr, "layer: token and attention sides differ without --sp");
+  ctx.sp->to_heads(loc, att);
+}
+void to_tokens(const LayerCtx& ctx, const Tensor& att, Tensor& loc) {
+  if (loc.data == att.data) return;
+  OOMB_CHECK(ctx.sp != nullptr, "layer: token and attention sides differ without --sp");
+  ctx.sp->to_tokens(att, loc);
 }
 
 // A norm's weight gradient, or, where the norm is frozen (LoRA), scratch nobody reads.
@@ -137,73 +152,96 @@ Tensor& norm_grad(Tensor& g, LayerBuffers& plan) { return g.empty() ? plan.disca
 static int64_t lora_widest(const ModelConfig& c) {
   return std::max({c.heads * c.head_dim, c.kv_heads * c.head_dim, c.hidden, c.intermediate});
 }
+// The widest matmul operand row (--precision bf16's scratch): d, H D or I (G D <= H D).
+static int64_t matmul_width(const ModelConfig& c) { return std::max({c.hidden, c.heads * c.head_dim, c.intermediate}); }
 
-LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank, bool bf16) {
+LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank, bool bf16, int64_t sp)
+    : sp_(sp) {
   const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
-  arena_ = Arena(tier, Tag::Activations, size_t(bytes(c, T, lora_rank, bf16)));
+  OOMB_CHECK(sp >= 1 && T % sp == 0 && H % sp == 0 && G % sp == 0, "layer plan: {} tokens, {} heads and {} kv heads "
+             "are not divisible by --sp {}", T, H, G, sp);
+  const int64_t t = T / sp, Ha = H / sp, Ga = G / sp;  // the token side's tokens, the attention side's heads
+  arena_ = Arena(tier, Tag::Activations, size_t(bytes(c, T, lora_rank, bf16, sp)));
   auto f = [&](std::initializer_list<int64_t> s) { return arena_.take(DType::F32, s); };
   LayerBuffers& b = all_;
   LayerActs& A = b.acts;
-  A.a = f({T, d});
-  A.rstd1 = f({T});
-  A.q = f({T, H, D});
-  A.o = f({T, H, D});
-  A.lse = f({T, H});
-  A.hmid = f({T, d});
-  A.b = f({T, d});
-  A.rstd2 = f({T});
-  A.gate = f({T, I});
-  A.up = f({T, I});
-  A.act = f({T, I});
+  A.a = f({t, d});
+  A.rstd1 = f({t});
+  A.q = f({T, Ha, D});
+  A.o = f({T, Ha, D});
+  A.lse = f({T, Ha});
+  A.hmid = f({t, d});
+  A.b = f({t, d});
+  A.rstd2 = f({t});
+  A.gate = f({t, I});
+  A.up = f({t, I});
+  A.act = f({t, I});
   LayerGradScratch& g = b.g;
-  g.dq = f({T, H, D});
-  g.dattn = f({T, H, D});
-  g.da = f({T, d});
-  g.db = f({T, d});
-  g.dgate = f({T, I});
-  g.dup = f({T, I});
-  g.dact = f({T, I});
+  g.dq = f({T, Ha, D});
+  g.dattn = f({T, Ha, D});
+  g.da = f({t, d});
+  g.db = f({t, d});
+  g.dgate = f({t, I});
+  g.dup = f({t, I});
+  g.dact = f({t, I});
   if (c.qk_norm) {
-    A.q_raw = f({T, H, D});
-    A.k_raw = f({T, G, D});
-    A.rstd_q = f({T, H});
-    A.rstd_k = f({T, G});
-    g.dq_raw = f({T, H, D});
-    g.dk_raw = f({T, G, D});
+    A.q_raw = f({t, H, D});
+    A.k_raw = f({t, G, D});
+    A.rstd_q = f({t, H});
+    A.rstd_k = f({t, G});
+    g.dq_raw = f({t, H, D});
+    g.dk_raw = f({t, G, D});
   }
-  b.k = f({T, G, D});
-  b.v = f({T, G, D});
-  b.dk = f({T, G, D});
-  b.dv = f({T, G, D});
-  b.run_sum = f({T, H});
+  b.k = f({T, Ga, D});
+  b.v = f({T, Ga, D});
+  b.dk = f({T, Ga, D});
+  b.dv = f({T, Ga, D});
+  b.run_sum = f({T, Ha});
+  if (sp > 1) {
+    b.q_loc = b.dq_loc = f({t, H, D});
+    b.o_loc = f({t, H, D});
+    b.dattn_loc = f({t, H, D});
+    b.k_loc = b.dk_loc = f({t, G, D});
+    b.v_loc = b.dv_loc = f({t, G, D});
+  } else {
+    b.q_loc = A.q, b.o_loc = A.o, b.dattn_loc = g.dattn, b.k_loc = b.k, b.v_loc = b.v;
+    b.dq_loc = g.dq, b.dk_loc = b.dk, b.dv_loc = b.dv;
+  }
   if (lora_rank > 0) {
-    b.lora_u = f({T, lora_rank});
-    b.lora_du = f({T, lora_rank});
-    b.lora_z = f({T, lora_widest(c)});
+    b.lora_u = f({t, lora_rank});
+    b.lora_du = f({t, lora_rank});
+    b.lora_z = f({t, lora_widest(c)});
     b.discard = f({std::max(d, D)});
   }
-  if (bf16) b.dy16 = f({T, d});
+  if (bf16) {
+    b.x16 = arena_.take(DType::BF16, {t, matmul_width(c)});
+    b.dy16 = arena_.take(DType::BF16, {t, matmul_width(c)});
+  }
 }
 
-LayerBuffers LayerBuffers::first(int64_t T) const {
+LayerBuffers LayerBuffers::first(int64_t T, int64_t P) const {
   LayerBuffers r = *this;
-  for (Tensor* t : {&r.acts.a, &r.acts.rstd1, &r.acts.q, &r.acts.o, &r.acts.lse, &r.acts.hmid, &r.acts.b,
-                    &r.acts.rstd2, &r.acts.gate, &r.acts.up, &r.acts.act, &r.g.dq, &r.g.dattn, &r.g.da, &r.g.db,
-                    &r.g.dgate, &r.g.dup, &r.g.dact, &r.k, &r.v, &r.dk, &r.dv, &r.run_sum, &r.acts.q_raw,
-                    &r.acts.k_raw, &r.acts.rstd_q, &r.acts.rstd_k, &r.g.dq_raw, &r.g.dk_raw, &r.lora_u,
-                    &r.lora_du, &r.lora_z, &r.dy16})
-    *t = t->rows(0, T);
+  for (Tensor* t : {&r.acts.q, &r.acts.o, &r.acts.lse, &r.g.dq, &r.g.dattn, &r.k, &r.v, &r.dk, &r.dv, &r.run_sum})
+    *t = t->rows(0, T);  // the attention side: every token
+  for (Tensor* t : {&r.acts.a, &r.acts.rstd1, &r.acts.hmid, &r.acts.b, &r.acts.rstd2, &r.acts.gate, &r.acts.up,
+                    &r.acts.act, &r.g.da, &r.g.db, &r.g.dgate, &r.g.dup, &r.g.dact, &r.acts.q_raw, &r.acts.k_raw,
+                    &r.acts.rstd_q, &r.acts.rstd_k, &r.g.dq_raw, &r.g.dk_raw, &r.lora_u, &r.lora_du, &r.lora_z,
+                    &r.x16, &r.dy16, &r.q_loc, &r.o_loc, &r.dattn_loc, &r.k_loc, &r.v_loc, &r.dq_loc, &r.dk_loc, &r.dv_loc})
+    *t = t->rows(0, T / P);  // the token side: this rank's tokens
   return r;
 }
 
-int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, bool bf16) {
+int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, bool bf16, int64_t sp) {
   const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
+  const int64_t t = T / sp, Ha = H / sp, Ga = G / sp;
   auto n = [](std::initializer_list<int64_t> s) { return int64_t(Arena::need(DType::F32, s)); };
-  const int64_t qk_norm = c.qk_norm ? 2 * n({T, H, D}) + 2 * n({T, G, D}) + n({T, H}) + n({T, G}) : 0;
+  const int64_t qk_norm = c.qk_norm ? 2 * n({t, H, D}) + 2 * n({t, G, D}) + n({t, H}) + n({t, G}) : 0;
   const int64_t lora =
-      lora_rank > 0 ? 2 * n({T, lora_rank}) + n({T, lora_widest(c)}) + n({std::max(d, D)}) : 0;
-  return 5 * n({T, d}) + 2 * n({T}) + 4 * n({T, H, D}) + 2 * n({T, H}) + 6 * n({T, I}) + 4 * n({T, G, D}) + qk_norm +
-         lora + (bf16 ? n({T, d}) : 0);
+      lora_rank > 0 ? 2 * n({t, lora_rank}) + n({t, lora_widest(c)}) + n({std::max(d, D)}) : 0;
+  const int64_t bf16_scratch = bf16 ? 2 * int64_t(Arena::need(DType::BF16, {t, matmul_width(c)})) : 0;
+  const int64_t exchange = sp > 1 ? 3 * n({t, H, D}) + 2 * n({t, G, D}) : 0;
+  return 5 * n({t, d}) + 2 * n({t}) + 4 * n({T, Ha, D}) + 2 * n({T, Ha}) + 6 * n({t, I}) + 4 * n({T, Ga, D}) +
+         qk_norm + lora + bf16_scratch + exchange;
 }
 
 void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan,
@@ -212,52 +250,57 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   LayerActs& A = plan.acts;
   const float eps = float(ctx.cfg.rms_norm_eps);
   be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
-  to_bf16(ctx, A.a);  // (--precision bf16: each matmul's inputs are bf16 values, here and below)
+  // (--precision bf16: each matmul of the base reads bf16 operands, cast here and below; LoRA's
+  // adapters read the fp32 tensors)
+  const Tensor a = for_matmul(ctx, A.a, plan.x16);  // (T, d), read by k, v and q
   const bool qk = !p.q_norm.empty();  // Qwen3: q, k = per-head rmsnorm(proj(a)) before RoPE
-  Tensor k2 = flat2(qk ? A.k_raw : plan.k), v2 = flat2(plan.v);
-  be.linear_fwd(A.a, p.wk, opt(p.bk), k2);
+  Tensor k2 = flat2(qk ? A.k_raw : plan.k_loc), v2 = flat2(plan.v_loc);
+  be.linear_fwd(a, p.wk, opt(p.bk), k2);
   lora_fwd(be, p, kK, A.a, k2, plan);
-  be.linear_fwd(A.a, p.wv, opt(p.bv), v2);
+  be.linear_fwd(a, p.wv, opt(p.bv), v2);
   lora_fwd(be, p, kV, A.a, v2, plan);
   if (qk) {
-    Tensor kn = heads2(plan.k), rk = flat1(A.rstd_k);
+    Tensor kn = heads2(plan.k_loc), rk = flat1(A.rstd_k);
     be.rmsnorm_fwd(heads2(A.k_raw), p.k_norm, eps, kn, rk);
   }
-  be.rope_fwd(plan.k, ctx.pos, ctx.rope);
+  be.rope_fwd(plan.k_loc, ctx.pos, ctx.rope);
   if (ctx.kv_bf16) {  // the values bf16 pages will hold, for this chunk's own attention too
-    be.round_bf16(plan.k);
-    be.round_bf16(plan.v);
+    be.round_bf16(plan.k_loc);
+    be.round_bf16(plan.v_loc);
   }
+  to_heads(ctx, plan.k_loc, plan.k);  // --sp: k, v (t, G, D) -> (T, G/P, D)
+  to_heads(ctx, plan.v_loc, plan.v);
   if (pass == LayerPass::KVOnly) return;
-  Tensor q2 = flat2(qk ? A.q_raw : A.q);
-  be.linear_fwd(A.a, p.wq, opt(p.bq), q2);
+  Tensor q2 = flat2(qk ? A.q_raw : plan.q_loc);
+  be.linear_fwd(a, p.wq, opt(p.bq), q2);
   lora_fwd(be, p, kQ, A.a, q2, plan);
   if (qk) {
-    Tensor qn = heads2(A.q), rq = flat1(A.rstd_q);
+    Tensor qn = heads2(plan.q_loc), rq = flat1(A.rstd_q);
     be.rmsnorm_fwd(heads2(A.q_raw), p.q_norm, eps, qn, rq);
   }
-  be.rope_fwd(A.q, ctx.pos, ctx.rope);
-  to_bf16(ctx, A.q);
+  be.rope_fwd(plan.q_loc, ctx.pos, ctx.rope);
+  to_bf16(ctx, plan.q_loc);
+  to_heads(ctx, plan.q_loc, A.q);  // --sp: q (t, H, D) -> (T, H/P, D)
   if (pass != LayerPass::SavedAttention) {  // o (T, H, D), lse (T, H) over earlier pages + own K/V
     attend(ctx, plan, false, sparse_runs(ctx, A.q, ctx.sparse_choose),
            [&](int64_t q0, int64_t n, std::span<const KVBlock> blocks, const AttnArgs& a) {
              Tensor o = A.o.rows(q0, n), lse = A.lse.rows(q0, n);
              be.attention_fwd(A.q.rows(q0, n), blocks, a, o, lse);
            });
-    to_bf16(ctx, A.o);
+    to_bf16(ctx, A.o);  // attention's backward reads o too: the bf16 values, kept in f32
   }
-  be.linear_fwd(flat2(A.o), p.wo, opt(p.bo), A.hmid);
-  lora_fwd(be, p, kO, flat2(A.o), A.hmid, plan);
+  to_tokens(ctx, A.o, plan.o_loc);  // --sp: o (T, H/P, D) -> (t, H, D)
+  be.linear_fwd(for_matmul(ctx, flat2(plan.o_loc), plan.x16), p.wo, opt(p.bo), A.hmid);
+  lora_fwd(be, p, kO, flat2(plan.o_loc), A.hmid, plan);
   be.add(A.hmid, h_in);
   be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
-  to_bf16(ctx, A.b);
-  be.linear_fwd(A.b, p.wgate, opt(p.bgate), A.gate);
+  const Tensor b = for_matmul(ctx, A.b, plan.x16);  // (T, d), read by gate and up
+  be.linear_fwd(b, p.wgate, opt(p.bgate), A.gate);
   lora_fwd(be, p, kGate, A.b, A.gate, plan);
-  be.linear_fwd(A.b, p.wup, opt(p.bup), A.up);
+  be.linear_fwd(b, p.wup, opt(p.bup), A.up);
   lora_fwd(be, p, kUp, A.b, A.up, plan);
   be.swiglu_fwd(A.gate, A.up, A.act);
-  to_bf16(ctx, A.act);
-  be.linear_fwd(A.act, p.wdown, opt(p.bdown), h_out);
+  be.linear_fwd(for_matmul(ctx, A.act, plan.x16), p.wdown, opt(p.bdown), h_out);
   lora_fwd(be, p, kDown, A.act, h_out, plan);
   be.add(h_out, A.hmid);
 }
@@ -270,23 +313,24 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   // MLP: h_out = hmid + down(swiglu(gate(b), up(b))), b = norm2(hmid)
   // (frozen weights under LoRA have no gradient tensors: opt(g.w) is null, and lora_bwd adds the
   // adapters' part of each input gradient)
-  const Tensor& dh_out = dy_for_matmul(ctx, dh, plan);
-  be.linear_bwd(A.act, p.wdown, dh_out, &S.dact, false, opt(g.wdown), opt(g.bdown));
-  lora_bwd(be, p, g, kDown, A.act, dh_out, &S.dact, plan);
+  // (--precision bf16: each matmul's input and output gradient cast to bf16, as in the forward)
+  be.linear_bwd(for_matmul(ctx, A.act, plan.x16), p.wdown, for_matmul(ctx, dh, plan.dy16), &S.dact, false,
+                opt(g.wdown), opt(g.bdown));
+  lora_bwd(be, p, g, kDown, A.act, dh, &S.dact, plan);
   be.swiglu_bwd(A.gate, A.up, S.dact, S.dgate, S.dup);
-  to_bf16(ctx, S.dgate);
-  to_bf16(ctx, S.dup);
-  be.linear_bwd(A.b, p.wgate, S.dgate, &S.db, false, opt(g.wgate), opt(g.bgate));
+  const Tensor b = for_matmul(ctx, A.b, plan.x16);
+  be.linear_bwd(b, p.wgate, for_matmul(ctx, S.dgate, plan.dy16), &S.db, false, opt(g.wgate), opt(g.bgate));
   lora_bwd(be, p, g, kGate, A.b, S.dgate, &S.db, plan);
-  be.linear_bwd(A.b, p.wup, S.dup, &S.db, true, opt(g.wup), opt(g.bup));
+  be.linear_bwd(b, p.wup, for_matmul(ctx, S.dup, plan.dy16), &S.db, true, opt(g.wup), opt(g.bup));
   lora_bwd(be, p, g, kUp, A.b, S.dup, &S.db, plan);
   be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, plan));  // dh := dL/dhmid
   // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in)
-  Tensor dattn2 = flat2(S.dattn);
-  const Tensor& dh_mid = dy_for_matmul(ctx, dh, plan);
-  be.linear_bwd(flat2(A.o), p.wo, dh_mid, &dattn2, false, opt(g.wo), opt(g.bo));
-  lora_bwd(be, p, g, kO, flat2(A.o), dh_mid, &dattn2, plan);
-  to_bf16(ctx, S.dattn);  // dO feeds attention's backward matmuls
+  Tensor dattn2 = flat2(plan.dattn_loc);
+  be.linear_bwd(for_matmul(ctx, flat2(plan.o_loc), plan.x16), p.wo, for_matmul(ctx, dh, plan.dy16), &dattn2, false,
+                opt(g.wo), opt(g.bo));
+  lora_bwd(be, p, g, kO, flat2(plan.o_loc), dh, &dattn2, plan);
+  to_bf16(ctx, plan.dattn_loc);  // dO feeds attention's backward matmuls
+  to_heads(ctx, plan.dattn_loc, S.dattn);  // --sp: dO (t, H, D) -> (T, H/P, D)
   // dK/dV of the chunk's own tokens start from what later chunks accumulated in their pages
   if (ctx.cache) {
     ctx.cache->own_grads(ctx.layer, ctx.attn.q_idx0, plan.dk, plan.dv);
@@ -299,25 +343,28 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
            Tensor dq = S.dq.rows(q0, n);
            be.attention_bwd(A.q.rows(q0, n), A.o.rows(q0, n), A.lse.rows(q0, n), S.dattn.rows(q0, n), blocks, a, dq);
          });
-  be.rope_bwd(S.dq, ctx.pos, ctx.rope);
-  be.rope_bwd(plan.dk, ctx.pos, ctx.rope);
-  Tensor dq = S.dq, dk = plan.dk;  // gradients of the projections' outputs
+  to_tokens(ctx, S.dq, plan.dq_loc);  // --sp: dq, dk, dv (T, h/P, D) -> (t, h, D)
+  to_tokens(ctx, plan.dk, plan.dk_loc);
+  to_tokens(ctx, plan.dv, plan.dv_loc);
+  be.rope_bwd(plan.dq_loc, ctx.pos, ctx.rope);
+  be.rope_bwd(plan.dk_loc, ctx.pos, ctx.rope);
+  Tensor dq = plan.dq_loc, dk = plan.dk_loc;  // gradients of the projections' outputs
   if (!p.q_norm.empty()) {  // through Qwen3's per-head norms
     Tensor dqr = heads2(S.dq_raw), dkr = heads2(S.dk_raw);
-    be.rmsnorm_bwd(heads2(A.q_raw), p.q_norm, flat1(A.rstd_q), heads2(S.dq), dqr, false, norm_grad(g.q_norm, plan));
-    be.rmsnorm_bwd(heads2(A.k_raw), p.k_norm, flat1(A.rstd_k), heads2(plan.dk), dkr, false, norm_grad(g.k_norm, plan));
+    be.rmsnorm_bwd(heads2(A.q_raw), p.q_norm, flat1(A.rstd_q), heads2(plan.dq_loc), dqr, false,
+                   norm_grad(g.q_norm, plan));
+    be.rmsnorm_bwd(heads2(A.k_raw), p.k_norm, flat1(A.rstd_k), heads2(plan.dk_loc), dkr, false,
+                   norm_grad(g.k_norm, plan));
     dq = S.dq_raw, dk = S.dk_raw;
   }
   // q, k were rotated in place; the projections' backward needs only their input a
-  to_bf16(ctx, dq);
-  to_bf16(ctx, dk);
-  to_bf16(ctx, plan.dv);
-  be.linear_bwd(A.a, p.wq, flat2(dq), &S.da, false, opt(g.wq), opt(g.bq));
+  const Tensor a = for_matmul(ctx, A.a, plan.x16);
+  be.linear_bwd(a, p.wq, for_matmul(ctx, flat2(dq), plan.dy16), &S.da, false, opt(g.wq), opt(g.bq));
   lora_bwd(be, p, g, kQ, A.a, flat2(dq), &S.da, plan);
-  be.linear_bwd(A.a, p.wk, flat2(dk), &S.da, true, opt(g.wk), opt(g.bk));
+  be.linear_bwd(a, p.wk, for_matmul(ctx, flat2(dk), plan.dy16), &S.da, true, opt(g.wk), opt(g.bk));
   lora_bwd(be, p, g, kK, A.a, flat2(dk), &S.da, plan);
-  be.linear_bwd(A.a, p.wv, flat2(plan.dv), &S.da, true, opt(g.wv), opt(g.bv));
-  lora_bwd(be, p, g, kV, A.a, flat2(plan.dv), &S.da, plan);
+  be.linear_bwd(a, p.wv, for_matmul(ctx, flat2(plan.dv_loc), plan.dy16), &S.da, true, opt(g.wv), opt(g.bv));
+  lora_bwd(be, p, g, kV, A.a, flat2(plan.dv_loc), &S.da, plan);
   be.rmsnorm_bwd(h_in, p.attn_norm, A.rstd1, S.da, dh, true, norm_grad(g.attn_norm, plan));  // dh := dL/dh_in
 }
 

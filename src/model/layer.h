@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "dist/ulysses.h"
 #include "kv/kv_cache.h"
 #include "kv/sparse_select.h"
 #include "hf/config.h"
@@ -14,9 +15,12 @@
 namespace oomb {
 
 // Per-layer activations of one pass over T tokens (recomputed in backward from the layer input).
+// With sequence parallelism (--sp P) a rank holds t = T/P of the tokens with every head outside
+// attention (the token side: (t, d), (t, H, D)), and every token with H/P heads inside it (the
+// attention side: q, o, lse, k, v and their gradients, (T, H/P, D)); P = 1: t = T, one side.
 struct LayerActs {
-  Tensor a, rstd1;       // attn-norm output (T, d), its rstd (T)
-  Tensor q, o, lse;      // (T, H, D) after RoPE, attention output (T, H, D), (T, H)
+  Tensor a, rstd1;       // attn-norm output (t, d), its rstd (t)
+  Tensor q, o, lse;      // attention side: (T, H, D) after RoPE, attention output (T, H, D), (T, H)
   Tensor hmid;           // h + attention (T, d)
   Tensor b, rstd2;       // mlp-norm output (T, d), (T)
   Tensor gate, up, act;  // (T, I)
@@ -39,29 +43,36 @@ struct LayerBuffers {
   // LoRA (rank r > 0 only): x A^T scaled (T, r), its gradient (T, r), the adapter's output
   // (T * widest out, viewed as (T, out)), and where frozen norms' weight gradients go (unread)
   Tensor lora_u, lora_du, lora_z, discard;
-  Tensor dy16;  // --precision bf16: a residual-stream gradient rounded for a matmul (T, d)
-  LayerBuffers first(int64_t T) const;  // views of the first T tokens
+  // --precision bf16: (T, max(d, H D, I)) bf16 each: a matmul's input and its output's gradient,
+  // cast for the GEMM (viewed (T, width) of the tensor cast)
+  Tensor x16, dy16;
+  // The token side of what crosses the all-to-all (P > 1; P = 1: the same tensors as the
+  // attention side's): q, o, dO (t, H, D), k, v (t, G, D); dq, dk, dv reuse q's, k's, v's memory.
+  Tensor q_loc, o_loc, dattn_loc, k_loc, v_loc, dq_loc, dk_loc, dv_loc;
+  LayerBuffers first(int64_t T, int64_t P = 1) const;  // views of the first T tokens (T/P on the token side)
 };
 
 // The static plan for chunks of up to T tokens, all tagged activations: it does not grow with the
 // sequence (earlier tokens' K/V live in pages, tagged kv and kv_grad).
 class LayerPlan {
  public:
-  LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank = 0, bool bf16 = false);
-  static int64_t bytes(const ModelConfig& c, int64_t T, int64_t lora_rank = 0, bool bf16 = false);
-  LayerBuffers view(int64_t T) const { return all_.first(T); }
+  // sp: the ranks sharing each chunk (P; T divisible by P, the heads and kv heads too).
+  LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank = 0, bool bf16 = false, int64_t sp = 1);
+  static int64_t bytes(const ModelConfig& c, int64_t T, int64_t lora_rank = 0, bool bf16 = false, int64_t sp = 1);
+  LayerBuffers view(int64_t T) const { return all_.first(T, sp_); }
 
  private:
   Arena arena_;
   LayerBuffers all_;
+  int64_t sp_ = 1;
 };
 
 struct LayerCtx {
   const ModelConfig& cfg;
   Backend& be;
   RopeTable rope;
-  Tensor pos;  // (T) i32 RoPE positions
-  AttnArgs attn;  // attn.q_idx0: sequence index of the chunk's first token
+  Tensor pos;  // (t) i32 RoPE positions of the token side's tokens
+  AttnArgs attn;  // attn.q_idx0: sequence index of the chunk's first token (attention side: every token)
   // K/V blocks of earlier tokens (pages), in groups; in backward their dk/dv are accumulated into.
   // Null: no earlier tokens.
   PrefixBlocks* prefix = nullptr;
@@ -77,7 +88,8 @@ struct LayerCtx {
   bool sparse_choose = false;
   int64_t block = 64;  // tokens per block of the chunk's own K/V handed to attention
   bool kv_bf16 = false;  // round K (after RoPE) and V to bf16 values (bf16 K/V pages)
-  bool bf16 = false;     // --precision bf16: round what feeds a matmul to bf16 values (ChunkPlan)
+  bool bf16 = false;     // --precision bf16: the base's matmuls read bf16 tensors (ChunkPlan)
+  SeqParallel* sp = nullptr;  // --sp P > 1: the all-to-all between the token and attention sides
 };
 
 // How much of the layer a forward pass runs: all of it; only until K/V exist (the forward sweep's

@@ -1,7 +1,10 @@
 #include "model/memory_plan.h"
 
 #include "core/error.h"
+#include "dist/grad_sync.h"
+#include "dist/ulysses.h"
 #include "model/activation_store.h"
+#include "model/bf16_weights.h"
 #include "model/chunk_inputs.h"
 #include "model/layer.h"
 #include "model/param_store.h"
@@ -45,8 +48,26 @@ int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan) {
   return plan.lora.on() ? lora_param_count(cfg, plan.lora) : param_count(cfg);
 }
 
-WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk, const LoraConfig& lora) {
-  return {c.vocab, chunk, c.heads, c.head_dim, lora.on() ? lora_param_count(c, lora) : param_count(c)};
+WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk, const LoraConfig& lora, DType precision,
+                               int64_t sp) {
+  const int64_t params = lora.on() ? lora_param_count(c, lora) : param_count(c);
+  return {c.vocab, chunk, c.heads / sp, c.head_dim, params, precision == DType::BF16, c.hidden, c.intermediate,
+          chunk / sp};
+}
+
+WorkspaceShape workspace_shape(const ModelConfig& c, const ChunkPlan& plan) {
+  return workspace_shape(c, plan.chunk, plan.lora, plan.precision, plan.sp);
+}
+
+ModelConfig attention_side(const ModelConfig& cfg, int64_t sp) {
+  OOMB_CHECK(sp >= 1, "--sp: must be at least 1, got {}", sp);
+  OOMB_CHECK(cfg.heads % sp == 0 && cfg.kv_heads % sp == 0, "--sp {}: each rank takes heads / {} and kv heads / "
+             "{} in attention, but the model has {} heads and {} kv heads (use an --sp dividing both)", sp, sp, sp,
+             cfg.heads, cfg.kv_heads);
+  ModelConfig a = cfg;
+  a.heads /= sp;
+  a.kv_heads /= sp;
+  return a;
 }
 
 KVCacheOptions kv_cache_options(const ModelConfig& c, const ChunkPlan& p) {
@@ -85,10 +106,11 @@ bool recomputes_tied_head(const ModelConfig& cfg, const ChunkPlan& plan) {
 
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
                        size_t workspace_bytes, Tier dev, size_t pinned_workspace_bytes) {
-  const int64_t P = param_count(cfg), C = std::min(plan.chunk, N);
+  const int64_t P = param_count(cfg), C = std::min(plan.chunk, N), sp = plan.sp;
   check_plan_size(cfg, N, C, P);
   ChunkPlan used = plan;
   used.chunk = C;
+  const ModelConfig att = attention_side(cfg, sp);  // what this rank's attention and pages hold
   MemoryPlan m;
   // the masters and what trains (LoRA: a set of its own beside the frozen base) where they live;
   // offloaded, the device's layer slots and head beside them; --precision bf16's copy on the device
@@ -96,15 +118,17 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   const Tier params_home = plan.offload_params ? Tier::Pinned : dev;
   m.at(params_home, Tag::Weights) = P * 4 + (plan.lora.on() ? Pt * 4 : 0);
   m.at(params_home, Tag::Grads) = Pt * 4;
-  m.at(params_home, Tag::Optimizer) = optimizer == "adamw" ? 2 * Pt * 4 : 0;
-  m.at(dev, Tag::Weights) += plan.precision == DType::BF16 ? P * 4 : 0;
+  const bool sharded = plan.zero > 0 && plan.ranks > 1;
+  m.at(params_home, Tag::Optimizer) =
+      optimizer != "adamw" ? 0 : 2 * 4 * (sharded ? Shard::of(Pt, int(plan.rank), int(plan.ranks)).held() : Pt);
+  m.at(dev, Tag::Weights) += plan.precision == DType::BF16 ? Bf16Weights::bytes(cfg) : 0;
   if (plan.offload_params) {
     m.at(dev, Tag::Weights) += ParamStore::device_bytes(cfg);
     m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);
   }
   m.at(dev, Tag::Activations) =
-      LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16) + saved_bytes(cfg, C, plan.sweep) +
-      saved_attention_bytes(cfg, C, plan.sweep);
+      LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp) +
+      saved_bytes(cfg, C / sp, plan.sweep) + saved_attention_bytes(att, C, plan.sweep);
   if (plan.sweep == SweepOrder::Layer) {  // every layer's output of every chunk, and their device slots
     const int64_t arrays = ActivationStore::arrays(cfg, recomputes_tied_head(cfg, plan));
     m.at(ActivationStore::home(dev), Tag::Activations) += ActivationStore::host_bytes(cfg, arrays, N);
@@ -112,7 +136,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   }
   m.at(dev, Tag::Workspace) = int64_t(workspace_bytes);
   m.at(Tier::Pinned, Tag::Workspace) += int64_t(pinned_workspace_bytes);
-  const KVCacheOptions kvo = kv_cache_options(cfg, used);
+  m.at(Tier::Host, Tag::Workspace) += SeqParallel::host_bytes(C / sp * cfg.heads * cfg.head_dim, sp, dev) +
+                                      GradSync::host_bytes(Pt, int(plan.ranks), plan.zero, params_home);
+  const KVCacheOptions kvo = kv_cache_options(att, used);
   const KVCache::Bytes kv = KVCache::plan(kvo, N, C, true);
   const Tier home = plan.offload_kv ? Tier::Pinned : dev;
   m.at(dev, Tag::KV) += kv.device_kv;

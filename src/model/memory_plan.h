@@ -42,14 +42,25 @@ struct ChunkPlan {
   bool offload_params = false;
   // LoRA (--lora-rank > 0): the base frozen (no gradients, no moments); adapters train
   LoraConfig lora;
-  // --precision bf16: every matmul reads bf16 values (the weight matrices' rounded copy, tag
-  // weights; activations and gradients rounded where they feed a matmul; K/V bf16) and
-  // accumulates in fp32; norms, softmax, LSE, loss, the residual stream, master weights, moments
-  // and gradient accumulation stay fp32.
+  // --precision bf16: every matmul of the base model reads bf16 tensors (the weight matrices' bf16
+  // copy, model/bf16_weights, tag weights; activations and gradients cast where they feed a
+  // matmul; K/V, q, the attention output and its gradient rounded to bf16 values) and accumulates
+  // in fp32; norms, softmax, LSE, loss, the residual stream, LoRA's adapters, master weights,
+  // moments and gradient accumulation stay fp32.
   DType precision = DType::F32;
   // --sweep chunk or layer (--sweep auto is resolved to one of them before a plan is made)
   SweepOrder sweep = SweepOrder::Chunk;
+  // --sp P: the ranks sharing each chunk (Ulysses, dist/ulysses.h); the plan is one rank's. Each
+  // holds C/P tokens outside attention and H/P heads (G/P kv heads: its K/V and gradient pages) in it.
+  int64_t sp = 1;
+  // --dp, --zero: this rank among `ranks` (sp x dp); with zero >= 1 its optimizer holds its shard's
+  // moments only (dist/grad_sync.h), and the gradient collectives stage through host memory.
+  int64_t ranks = 1, rank = 0;
+  int zero = 0;
 };
+
+// What one rank of --sp P sees inside attention: the model with H/P heads and G/P kv heads.
+ModelConfig attention_side(const ModelConfig& cfg, int64_t sp);
 
 // The layer order computes the lm_head's gradient again beside the embedding's when the two are
 // one tensor (a tied embedding that trains), so that the additions come in the chunk order's order.
@@ -69,8 +80,12 @@ struct MemoryPlan {
   int64_t total() const;  // every tier
 };
 
-// What the backend's workspace depends on, for a model and chunks of at most `chunk` tokens.
-WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk, const LoraConfig& lora = {});
+// What the backend's workspace depends on, for a model and chunks of at most `chunk` tokens, with
+// fp32 or bf16 matmuls (--precision), on one of sp ranks sharing each chunk (--sp).
+WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk, const LoraConfig& lora = {},
+                               DType precision = DType::F32, int64_t sp = 1);
+// The same for a plan: its chunk, LoRA, precision and sp.
+WorkspaceShape workspace_shape(const ModelConfig& cfg, const ChunkPlan& plan);
 
 // The KV cache's options for a model and plan.
 KVCacheOptions kv_cache_options(const ModelConfig& cfg, const ChunkPlan& plan);
@@ -86,6 +101,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
 // output and rstd; and each layer's attention output and LSE, kept from the recompute sweep. The
 // layer order keeps two layer inputs (h_0 and a scratch output; the rest is in host memory), no dh,
 // and one layer's attention output.
+// (--sp P: saved_bytes of C/P tokens, saved_attention_bytes of attention_side(cfg, P).)
 int64_t saved_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep = SweepOrder::Chunk);
 int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep = SweepOrder::Chunk);
 

@@ -48,6 +48,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
     LayerBuffers buf = layer_plan_.view(n);
     buf.acts.o = att_o_[0].rows(0, n);
     buf.acts.lse = att_lse_[0].rows(0, n);
+    buf.o_loc = buf.acts.o;  // one rank (the layer order is refused with --sp)
     return buf;
   };
   auto embedded = [&](int64_t n) {  // h_0 of the loaded chunk
@@ -88,11 +89,10 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
     const ChunkSpan c = chunk_span(N, C, t);
     const int64_t n = c.size();
     inputs_.load(read, c, false, cache_.docs());
-    const Tensor h = acts_->in(0);
-    final_norm(h);
+    const Tensor h = acts_->in(0), hn = final_norm(h);
     LayerBuffers buf = layer_buffers(n);
     Tensor dhn = buf.g.da, dh = acts_->out();
-    be_.lm_head_xent_acc(hnorm_.rows(0, n), store_.lm_head(), inputs_.targets(n), scale, &dhn, dw_head,
+    be_.lm_head_xent_acc(hn, store_.lm_head(), inputs_.targets(n), scale, &dhn, dw_head,
                          head_later ? pass_sums_ : sums_t_);
     be_.rmsnorm_bwd(h, store_.final_norm(), rstd_final_.rows(0, n), dhn, dh, false,
                     store_.grad_final_norm().empty() ? buf.discard : store_.grad_final_norm());
@@ -120,8 +120,8 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
       cache_.release_from(l, first_free);  // no earlier chunk reads them
       if (l == 0) {
         if (head_later) {  // the chunk's lm_head part, then its embedding part, as the chunk order adds them
-          final_norm(acts_->in(1));
-          be_.lm_head_xent_acc(hnorm_.rows(0, n), store_.lm_head(), inputs_.targets(n), scale, nullptr,
+          const Tensor hn = final_norm(acts_->in(1));
+          be_.lm_head_xent_acc(hn, store_.lm_head(), inputs_.targets(n), scale, nullptr,
                                &store_.grad_lm_head(), sums_t_);
         }
         if (!store_.grad_embed().empty()) be_.embedding_bwd(inputs_.ids(n), dh, store_.grad_embed());

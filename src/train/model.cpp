@@ -14,33 +14,51 @@ static KVCacheOptions checked_options(const ModelConfig& cfg, const ChunkPlan& p
   return kv_cache_options(cfg, plan);
 }
 
-Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
+// --sp P: a chunk's tokens and the model's heads split between the P ranks.
+static ModelConfig checked_sp(const ModelConfig& cfg, const ChunkPlan& plan, const Comm* sp) {
+  OOMB_CHECK(plan.sp == (sp ? sp->size() : 1), "model: --sp {} but a group of {} ranks", plan.sp,
+             sp ? sp->size() : 1);
+  OOMB_CHECK(plan.chunk % plan.sp == 0, "--chunk-size {}: not divisible by --sp {} (each rank takes C / {} of "
+             "every chunk's tokens)", plan.chunk, plan.sp, plan.sp);
+  OOMB_CHECK(plan.sp == 1 || !plan.sparse.shared, "--sparse-shared with --sp {}: the shared choice sums over every "
+             "head, which the ranks split; use per-group selection (drop --sparse-shared)", plan.sp);
+  OOMB_CHECK(plan.sp == 1 || plan.sweep == SweepOrder::Chunk, "--sweep layer with --sp {}: not supported yet (the "
+             "layer order keeps whole chunks' layer outputs; use --sweep chunk, or --dp)", plan.sp);
+  return attention_side(cfg, plan.sp);
+}
+
+Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* sp)
     : cfg_(cfg),
       be_(be),
       plan_(plan),
+      att_cfg_(checked_sp(cfg, plan, sp)),
       params_(cfg, ParamStore::home(be, plan.offload_params), Tag::Weights),
       store_(cfg, be, plan.offload_params),
-      cache_(checked_options(cfg, plan), be),
+      cache_(checked_options(att_cfg_, plan), be),
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
-      saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk, plan.sweep))),
-      saved_attn_(be.tier(), Tag::Activations, size_t(saved_attention_bytes(cfg, plan.chunk, plan.sweep))),
-      layer_plan_(cfg, plan.chunk, be.tier(), plan.lora.rank, plan.precision == DType::BF16),
+      saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk / plan.sp, plan.sweep))),
+      saved_attn_(be.tier(), Tag::Activations, size_t(saved_attention_bytes(att_cfg_, plan.chunk, plan.sweep))),
+      layer_plan_(cfg, plan.chunk, be.tier(), plan.lora.rank, plan.precision == DType::BF16, plan.sp),
       sums_(be.tier(), Tag::Data, size_t(loss_sums_bytes(cfg, plan))) {
   inv_freq_ = rope_inv_freq(cfg, &attention_scaling_);
-  const int64_t C = plan.chunk;
+  const int64_t C = plan.chunk, Cl = C / plan.sp;
+  if (plan.sp > 1) {
+    sp_ = std::make_unique<SeqParallel>(*sp, be, Cl * cfg.heads * cfg.head_dim);
+    sp_rank_ = sp->rank();
+  }
   const bool layer_order = plan.sweep == SweepOrder::Layer;
   // the layer order keeps layer inputs in host memory: here only h_0 and a scratch, alternating
   for (int64_t l = 0; l <= cfg.layers; ++l) {
-    const Tensor t = layer_order && l >= 2 ? h_[size_t(l % 2)] : saved_.take(DType::F32, {C, cfg.hidden});
+    const Tensor t = layer_order && l >= 2 ? h_[size_t(l % 2)] : saved_.take(DType::F32, {Cl, cfg.hidden});
     h_.push_back(t);
   }
-  if (!layer_order) dh_ = saved_.take(DType::F32, {C, cfg.hidden});
-  hnorm_ = saved_.take(DType::F32, {C, cfg.hidden});
-  rstd_final_ = saved_.take(DType::F32, {C});
+  if (!layer_order) dh_ = saved_.take(DType::F32, {Cl, cfg.hidden});
+  hnorm_ = saved_.take(DType::F32, {Cl, cfg.hidden});
+  rstd_final_ = saved_.take(DType::F32, {Cl});
   for (int64_t l = 0; l < cfg.layers; ++l) {
     const bool fresh = !layer_order || l == 0;
-    const Tensor o = fresh ? saved_attn_.take(DType::F32, {C, cfg.heads, cfg.head_dim}) : att_o_[0];
-    const Tensor lse = fresh ? saved_attn_.take(DType::F32, {C, cfg.heads}) : att_lse_[0];
+    const Tensor o = fresh ? saved_attn_.take(DType::F32, {C, att_cfg_.heads, cfg.head_dim}) : att_o_[0];
+    const Tensor lse = fresh ? saved_attn_.take(DType::F32, {C, att_cfg_.heads}) : att_lse_[0];
     att_o_.push_back(o);
     att_lse_.push_back(lse);
   }
@@ -54,7 +72,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
   layers_ = params_.layers;
   embed_ = params_.embed, final_norm_ = params_.final_norm, lm_head_ = params_.lm_head;
   if (plan.precision == DType::BF16) {  // the matmuls read the weight matrices' bf16 copy
-    w16_ = std::make_unique<Params>(cfg, be.tier(), Tag::Weights);
+    w16_ = std::make_unique<Bf16Weights>(cfg, be.tier());
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LayerParams& w = w16_->layers[l];
       LayerParams& L = layers_[l];
@@ -79,16 +97,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan)
 }
 
 void Model::sync_compute_weights() {
-  if (!w16_) return;
-  be_.copy(w16_->flat().data, be_.tier(), params_.flat().data, be_.tier(), params_.flat().bytes());
-  for (const ParamSpec& s : w16_->specs())
-    if (s.shape.size() == 2 && s.name != "model.embed_tokens.weight") {
-      Tensor t = w16_->view(s);
-      be_.round_bf16(t);
-    } else if (s.name == "model.embed_tokens.weight" && cfg_.tie_word_embeddings) {
-      Tensor t = w16_->view(s);  // tied: the lm_head's matmul reads it (the lookup reads params_')
-      be_.round_bf16(t);
-    }
+  if (w16_) w16_->sync(be_, params_);
 }
 
 Model::~Model() { be_.synchronize(); }
@@ -166,7 +175,9 @@ LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads,
   attn.q_idx0 = c.begin;
   attn.q_doc = inputs_.doc();
   attn.window = size_t(l) < cfg_.layer_window.size() ? cfg_.layer_window[size_t(l)] : 0;
-  LayerCtx ctx{cfg_, be_, RopeTable{inv_freq_.data(), attention_scaling_}, inputs_.pos(c.size()), attn};
+  LayerCtx ctx{cfg_, be_, RopeTable{inv_freq_.data(), attention_scaling_}, mine(inputs_.pos(c.size()), c.size()),
+               attn};
+  ctx.sp = sp_.get();
   if (attends && sparse_ && c.begin > 0) {
     ctx.sparse = sparse_.get();
     ctx.sparse_cache = &cache_;
@@ -191,41 +202,52 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   const int64_t attending = sweep == Sweep::ForwardKVOnlyLast ? L - 1 : L;
   if (!sparse_)  // sparse attention reads the pages it chose, layer by layer
     cache_.begin_pass(std::span<const int64_t>(bottom_up_).first(size_t(attending)), c.begin, false);
+  OOMB_CHECK(n % plan_.sp == 0, "--sp {}: a chunk of {} tokens does not split evenly (--seq-len and --chunk-size "
+             "must be multiples of --sp)", plan_.sp, n);
+  const int64_t t = local(n);  // this rank's tokens (all of them with one rank)
   LayerBuffers buf = layer_plan_.view(n);
-  Tensor h0 = h_[0].rows(0, n);
+  Tensor h0 = h_[0].rows(0, t);
   store_.begin_pass(bottom_up_, false);
-  be_.embedding_fwd(inputs_.ids(n), store_.embed(), h0);
+  be_.embedding_fwd(mine(inputs_.ids(n), n), store_.embed(), h0);
   for (int64_t l = 0; l < L; ++l) {
     const size_t li = size_t(l);
     const LayerCtx ctx = layer_ctx(l, c, l < attending, false, write);
     buf.acts.o = att_o_[li].rows(0, n);
     buf.acts.lse = att_lse_[li].rows(0, n);
-    Tensor h_out = h_[li + 1].rows(0, n);
-    layer_forward(ctx, store_.acquire(l), h_[li].rows(0, n), h_out, buf,
+    if (!sp_) buf.o_loc = buf.acts.o;  // one rank: the two sides are one tensor
+    Tensor h_out = h_[li + 1].rows(0, t);
+    layer_forward(ctx, store_.acquire(l), h_[li].rows(0, t), h_out, buf,
                   l < attending ? LayerPass::Full : LayerPass::KVOnly);
     store_.release(l);
     if (write) cache_.write(l, c.begin, buf.k, buf.v);
   }
 }
 
-// hnorm, rstd_final := the final RMSNorm of the last layer's output h (n, d)
-void Model::final_norm(const Tensor& h) {
+// hnorm, rstd_final := the final RMSNorm of the last layer's output h (n, d). Returns the lm_head's
+// input (n, d): hnorm, or with --precision bf16 its bf16 copy, in the layer plan's matmul scratch
+// (free between the layers' passes).
+Tensor Model::final_norm(const Tensor& h) {
   const int64_t n = h.dim(0);
   Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n);
   be_.rmsnorm_fwd(h, store_.final_norm(), float(cfg_.rms_norm_eps), hn, rstd);
-  if (plan_.precision == DType::BF16) be_.round_bf16(hn);  // it feeds the lm_head's matmul
+  if (plan_.precision != DType::BF16) return hn;
+  Tensor h16(layer_plan_.view(n).x16.data, DType::BF16, {n, cfg_.hidden}, be_.tier());
+  be_.cast(hn, h16);
+  return h16;
 }
 
 // The one readback of a sequence: its loss and hits.
 void Model::read_sums(LossStats& st) {
   double s[2];
   be_.copy(s, Tier::Host, sums_.data(), be_.tier(), sizeof s);
+  if (sp_) sp_->comm().all_reduce_sum(s, 2);  // every rank scored its own tokens
   st.loss_sum = s[0];
   st.correct = int64_t(s[1]);
 }
 
 void Model::logits(const int32_t* ids, int64_t N, float* out) {
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
+  OOMB_CHECK(!sp_, "logits: not with --sp (each rank holds only its tokens' logits)");
   sync_compute_weights();
   const int64_t C = plan_.chunk, V = cfg_.vocab;
   Arena tile(be_.tier(), Tag::Workspace, Arena::need(DType::F32, {C, V}));
@@ -241,9 +263,9 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
     const int64_t n = c.size();
     inputs_.load(read, c, true, cache_.docs());
     forward_layers(c, Sweep::Forward);
-    final_norm(h_.back().rows(0, n));
+    const Tensor hn = final_norm(h_.back().rows(0, n));
     Tensor l = lg.rows(0, n);
-    be_.linear_fwd(hnorm_.rows(0, n), store_.lm_head(), nullptr, l);
+    be_.linear_fwd(hn, store_.lm_head(), nullptr, l);
     be_.copy(out + c.begin * V, Tier::Host, l.data, be_.tier(), l.bytes());
   }
   store_.end_sequence();
@@ -253,6 +275,7 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
 void Model::begin_decode(int64_t max_tokens) {
   OOMB_CHECK(max_tokens > 0, "generate: the sequence must hold at least one token, got {}", max_tokens);
   OOMB_CHECK(plan_.doc_sep < 0, "generate: --doc-mask does not apply to generation");
+  OOMB_CHECK(!sp_, "generate: not with --sp");
   sync_compute_weights();
   cache_.begin_sequence(max_tokens, std::min(plan_.chunk, max_tokens), false);
   if (sparse_) sparse_->begin_sequence(max_tokens, plan_.chunk, false);
@@ -276,9 +299,9 @@ void Model::decode(const int32_t* ids, int64_t n, float* out) {
   };
   inputs_.load(read, c, true, cache_.docs());
   forward_layers(c, Sweep::Forward);  // every layer's K/V of these tokens go into the pages
-  final_norm(h_.back().rows(0, n));
+  const Tensor hn = final_norm(h_.back().rows(0, n));
   Tensor logits(decode_logits_.data(), DType::F32, {1, cfg_.vocab}, be_.tier());
-  be_.linear_fwd(hnorm_.rows(n - 1, 1), store_.lm_head(), nullptr, logits);
+  be_.linear_fwd(hn.rows(n - 1, 1), store_.lm_head(), nullptr, logits);
   be_.copy(out, Tier::Host, logits.data, be_.tier(), logits.bytes());
   decoded_ += n;
 }
@@ -311,8 +334,8 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     // the page metadata as the forward sweep sees it
     forward_layers(c, backward && !sparse_ ? Sweep::ForwardKVOnlyLast : Sweep::Forward);
     if (!backward) {
-      final_norm(h_.back().rows(0, n));
-      be_.lm_head_xent_acc(hnorm_.rows(0, n), store_.lm_head(), inputs_.targets(n), 1.0f, nullptr, nullptr, sums_t_);
+      be_.lm_head_xent_acc(final_norm(h_.back().rows(0, local(n))), store_.lm_head(), mine(inputs_.targets(n), n), 1.0f, nullptr,
+                           nullptr, sums_t_);
       if (after_chunk) {
         read_sums(st);
         after_chunk(c, st);
@@ -335,12 +358,13 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     inputs_.load(read, c, false, cache_.docs());
     forward_layers(c, Sweep::Recompute);  // keeps each layer's input, attention output and LSE
     LayerBuffers buf = layer_plan_.view(n);
-    final_norm(h_.back().rows(0, n));
-    Tensor dh = dh_.rows(0, n), dhn = buf.g.da;  // (n, d) scratch, free until the layers' backward
+    const int64_t tn = local(n);  // this rank's tokens
+    const Tensor hn = final_norm(h_.back().rows(0, tn));
+    Tensor dh = dh_.rows(0, tn), dhn = buf.g.da;  // (tn, d) scratch, free until the layers' backward
     // (under LoRA a frozen lm_head has no gradient, and a frozen final norm's goes to scratch)
     Tensor* dw_head = store_.grad_lm_head().empty() ? nullptr : &store_.grad_lm_head();
-    be_.lm_head_xent_acc(hnorm_.rows(0, n), store_.lm_head(), inputs_.targets(n), scale, &dhn, dw_head, sums_t_);
-    be_.rmsnorm_bwd(h_.back().rows(0, n), store_.final_norm(), rstd_final_.rows(0, n), dhn, dh, false,
+    be_.lm_head_xent_acc(hn, store_.lm_head(), mine(inputs_.targets(n), n), scale, &dhn, dw_head, sums_t_);
+    be_.rmsnorm_bwd(h_.back().rows(0, tn), store_.final_norm(), rstd_final_.rows(0, tn), dhn, dh, false,
                     store_.grad_final_norm().empty() ? buf.discard : store_.grad_final_norm());
     const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
     if (!sparse_) cache_.begin_pass(top_down_, c.begin, true);
@@ -348,9 +372,10 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     for (int64_t l = L - 1; l >= 0; --l) {
       const size_t li = size_t(l);
       const LayerCtx ctx = layer_ctx(l, c, true, true, false);
-      Tensor h_in = h_[li].rows(0, n), h_out = h_[li + 1].rows(0, n);
+      Tensor h_in = h_[li].rows(0, tn), h_out = h_[li + 1].rows(0, tn);
       buf.acts.o = att_o_[li].rows(0, n);
       buf.acts.lse = att_lse_[li].rows(0, n);
+      if (!sp_) buf.o_loc = buf.acts.o;
       // recompute the internals but attention (the top layer's are still there)
       const LayerParams& p = store_.acquire(l);
       if (l + 1 < L) layer_forward(ctx, p, h_in, h_out, buf, LayerPass::SavedAttention);
@@ -359,7 +384,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
       // no remaining (earlier) chunk reads these tokens' K/V or their gradients
       cache_.release_from(l, first_free);
     }
-    if (!store_.grad_embed().empty()) be_.embedding_bwd(inputs_.ids(n), dh, store_.grad_embed());
+    if (!store_.grad_embed().empty()) be_.embedding_bwd(mine(inputs_.ids(n), n), dh, store_.grad_embed());
     cache_.docs().release_from(first_free);
   }
   read_sums(st);

@@ -25,6 +25,7 @@
 #include "model/activation_store.h"
 #include "model/chunk_inputs.h"
 #include "hf/config.h"
+#include "model/bf16_weights.h"
 #include "model/layer.h"
 #include "model/memory_plan.h"
 #include "model/param_store.h"
@@ -40,7 +41,11 @@ struct LossStats {
 
 class Model {
  public:
-  Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan);
+  // sp: the group of plan.sp ranks sharing each sequence (--sp; dist/ulysses.h): each rank embeds,
+  // projects and scores C/P of every chunk's tokens, attends with H/P heads over all of them, and
+  // its pages hold G/P kv heads; the loss sums are summed over the group, so every rank returns the
+  // sequence's loss. Null: one rank.
+  Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* sp = nullptr);
   ~Model();
   const ModelConfig& config() const { return cfg_; }
   const ChunkPlan& plan() const { return plan_; }
@@ -102,16 +107,22 @@ class Model {
   LossStats run_layer_major(const ChunkReader& read, int64_t N, float weight);  // train/layer_sweep.cpp
   LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads, bool choose);
   void forward_layers(ChunkSpan c, Sweep sweep);
-  void final_norm(const Tensor& h);
+  Tensor final_norm(const Tensor& h);
   void read_sums(LossStats& st);
 
   ModelConfig cfg_;
   Backend& be_;
   ChunkPlan plan_;
+  ModelConfig att_cfg_;  // attention_side(cfg_, plan_.sp): this rank's heads and kv heads
+  std::unique_ptr<SeqParallel> sp_;  // --sp P > 1: the all-to-all; null with one rank
+  int64_t sp_rank_ = 0;
+  // this rank's rows of a chunk of n tokens (its token side): [sp_rank_ n / P, (sp_rank_ + 1) n / P)
+  int64_t local(int64_t n) const { return n / plan_.sp; }
+  Tensor mine(const Tensor& t, int64_t n) const { return t.rows(sp_rank_ * local(n), local(n)); }
   Params params_;
   std::unique_ptr<Params> train_;  // LoRA's trainable set (tag weights); null without LoRA
-  std::unique_ptr<Params> w16_;    // --precision bf16: the weight matrices rounded to bf16 values
-  void sync_compute_weights();     // w16_ from params_ (before each pass: the optimizer moved them)
+  std::unique_ptr<Bf16Weights> w16_;  // --precision bf16: the weight matrices' bf16 copy
+  void sync_compute_weights();        // w16_ from params_ (before each pass: the optimizer moved them)
   std::unique_ptr<Params> grads_;
   // the tensors the sweeps compute with: params_', or with LoRA the base's with adapters bound and
   // trainable norms / embedding from train_; and the gradients' per-layer views

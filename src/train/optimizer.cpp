@@ -13,8 +13,8 @@ float lr_at(const OptimConfig& c, int64_t k) {
   return float(c.lr * (c.min_lr_ratio + (1.0 - c.min_lr_ratio) * cosine));
 }
 
-Optimizer::Optimizer(const OptimConfig& c, Params& params, Params& grads, Backend& be)
-    : c_(c), p_(params), g_(grads), be_(be) {
+Optimizer::Optimizer(const OptimConfig& c, Params& params, Params& grads, Backend& be, OptimShard shard)
+    : c_(c), p_(params), g_(grads), be_(be), shard_(shard) {
   OOMB_CHECK(c.kind == "adamw" || c.kind == "sgd", "--optimizer: '{}' is not one of adamw, sgd", c.kind);
   OOMB_CHECK(c.lr > 0 && std::isfinite(c.lr), "--lr: must be positive, got {}", c.lr);
   OOMB_CHECK(c.grad_clip >= 0, "--grad-clip: must be >= 0 (0 disables), got {}", c.grad_clip);
@@ -24,11 +24,16 @@ Optimizer::Optimizer(const OptimConfig& c, Params& params, Params& grads, Backen
   OOMB_CHECK(grads.flat().tier == home, "optimizer: parameters in {} memory but gradients in {}", tier_name(home),
              tier_name(grads.flat().tier));
   if (home != be.tier()) host_ = make_cpu_backend();
-  if (c.kind == "adamw") {
+  if (c.kind == "adamw" && shard.on()) {
+    const size_t b = size_t(shard.range.held()) * 4;
+    ms_ = Buffer(home, Tag::Optimizer, b);
+    vs_ = Buffer(home, Tag::Optimizer, b);
+  } else if (c.kind == "adamw") {
     m_ = std::make_unique<Params>(params.config(), params.specs(), home, Tag::Optimizer);
     v_ = std::make_unique<Params>(params.config(), params.specs(), home, Tag::Optimizer);
   }
 }
+
 
 double Optimizer::grad_norm(Params& grads, Backend& be) { return std::sqrt(be.sum_squares(grads.flat())); }
 
@@ -42,15 +47,23 @@ std::string Optimizer::first_nonfinite() const {
 
 double Optimizer::step(int64_t k, float* lr_used) {
   Backend& be = ops();
-  const double norm = grad_norm(g_, be);
+  double norm;
+  if (shard_.norm_comm) {  // zero 2: each rank holds its shard's gradient sum
+    double ss = shard_.range.size() > 0 ? be.sum_squares(range(g_.flat())) : 0.0;
+    shard_.norm_comm->all_reduce_sum(&ss, 1);
+    norm = std::sqrt(ss);
+  } else {
+    norm = grad_norm(g_, be);
+  }
   if (!std::isfinite(norm)) {
     if (c_.skip_nonfinite) return norm;  // the parameters and moments stay as they were
     fail("step {}: the gradient norm is {}: tensor '{}' holds a non-finite gradient (the run diverged: try a "
          "lower --lr, or --skip-nonfinite to skip such steps)", k, norm, first_nonfinite());
   }
-  if (c_.grad_clip > 0 && norm > c_.grad_clip) be.scale(g_.flat(), float(c_.grad_clip / (norm + 1e-6)));
   const float lr = lr_at(c_, k);
   if (lr_used) *lr_used = lr;
+  if (shard_.on()) return step_shard(norm, lr), norm;
+  if (c_.grad_clip > 0 && norm > c_.grad_clip) be.scale(g_.flat(), float(c_.grad_clip / (norm + 1e-6)));
   if (c_.kind == "sgd") {
     be.sgd_step(p_.flat(), g_.flat(), lr);
     return norm;
@@ -62,6 +75,31 @@ double Optimizer::step(int64_t k, float* lr_used) {
     be.adamw_step(p, g, m, v, {lr, c_.beta1, c_.beta2, c_.eps, wd, t_});
   }
   return norm;
+}
+
+// The same update on the shard [lo, hi) alone: clipping, SGD, and AdamW per tensor's part in it
+// (elementwise, so each element gets the bits the whole update gives it).
+void Optimizer::step_shard(double norm, float lr) {
+  Backend& be = ops();
+  const Shard& r = shard_.range;
+  if (r.size() == 0) {
+    if (c_.kind == "adamw") ++t_;
+    return;
+  }
+  Tensor g = range(g_.flat()), p = range(p_.flat());
+  if (c_.grad_clip > 0 && norm > c_.grad_clip) be.scale(g, float(c_.grad_clip / (norm + 1e-6)));
+  if (c_.kind == "sgd") return be.sgd_step(p, g, lr);
+  ++t_;
+  const Tier home = p_.flat().tier;
+  const Tensor m(ms_.data(), DType::F32, {r.size()}, home), v(vs_.data(), DType::F32, {r.size()}, home);
+  for (const ParamSpec& s : p_.specs()) {
+    const int64_t a = std::max(s.offset, r.lo), b = std::min(s.offset + s.numel(), r.hi);
+    if (a >= b) continue;
+    Tensor pt = p_.flat().rows(a, b - a), gt = g_.flat().rows(a, b - a), mt = m.rows(a - r.lo, b - a),
+           vt = v.rows(a - r.lo, b - a);
+    const float wd = s.shape.size() >= 2 ? c_.weight_decay : 0.0f;
+    be.adamw_step(pt, gt, mt, vt, {lr, c_.beta1, c_.beta2, c_.eps, wd, t_});
+  }
 }
 
 }  // namespace oomb

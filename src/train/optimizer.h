@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "dist/grad_sync.h"
 #include "model/params.h"
 
 namespace oomb {
@@ -26,9 +27,18 @@ struct OptimConfig {
 // then cosine from lr to lr * min_lr_ratio over the remaining steps.
 float lr_at(const OptimConfig& c, int64_t step);
 
+// With ZeRO (--zero 1, 2) an optimizer updates only its rank's shard [lo, hi) of the flat buffers
+// and holds moments for that shard alone; norm_comm (zero 2: each rank holds only its shard's
+// gradient sum) adds the shards' squares into the global norm.
+struct OptimShard {
+  Shard range;              // empty (hi = 0): every parameter
+  Comm* norm_comm = nullptr;
+  bool on() const { return range.hi > 0; }
+};
+
 class Optimizer {
  public:
-  Optimizer(const OptimConfig& c, Params& params, Params& grads, Backend& be);
+  Optimizer(const OptimConfig& c, Params& params, Params& grads, Backend& be, OptimShard shard = {});
   // Clips the gradients (if configured) and updates the parameters. Returns the pre-clip norm. A
   // non-finite norm stops the run naming the step and the first tensor holding it, or, with
   // skip_nonfinite, leaves the parameters as they are and returns the norm (NaN or Inf).
@@ -36,7 +46,7 @@ class Optimizer {
   // The name of the first gradient tensor (in the checkpoint's order) holding NaN or Inf; "" if none.
   std::string first_nonfinite() const;
   static double grad_norm(Params& grads, Backend& be);
-  // AdamW's state (checkpoints): the moments beside the parameters (null for SGD) and the
+  // AdamW's state (checkpoints): the moments beside the parameters (null for SGD or a shard) and the
   // bias-correction count (updates made; steps skipped by skip_nonfinite do not count).
   Params* exp_avg() const { return m_.get(); }
   Params* exp_avg_sq() const { return v_.get(); }
@@ -52,7 +62,11 @@ class Optimizer {
   std::unique_ptr<Backend> host_;  // the host CPU, when the parameters are in host memory
   Backend& ops() const { return host_ ? *host_ : be_; }
   std::unique_ptr<Params> m_, v_;  // AdamW moments (tag optimizer)
+  OptimShard shard_;
+  Buffer ms_, vs_;                 // a shard's moments (tag optimizer)
   int64_t t_ = 0;
+  void step_shard(double norm, float lr);
+  Tensor range(const Tensor& flat) const { return flat.rows(shard_.range.lo, shard_.range.size()); }
 };
 
 }  // namespace oomb

@@ -104,12 +104,20 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   model.enable_grads();
   OptimConfig oc = o.optim;
   oc.total_steps = o.steps;
-  Optimizer opt(oc, model.trainable(), model.grads(), model.backend());
+  Dist single;
+  Dist& dist = o.dist ? *o.dist : single;
+  const int64_t dp = dist.options().dp, dp_rank = dist.dp_rank();
+  const int zero = dist.size() > 1 ? dist.options().zero : 0;
+  GradSync sync(dist.world(), model.backend(), model.grads().flat().numel(), zero);
+  OptimShard shard;
+  if (zero > 0) shard = {sync.shard(), zero == 2 ? &dist.world() : nullptr};
+  Optimizer opt(oc, model.trainable(), model.grads(), model.backend(), shard);
   if (hooks.begin) hooks.begin(opt);
+  const bool lead = dist.leader();  // the one rank that logs and writes
   std::ofstream metrics;
-  if (!o.metrics_path.empty()) open_metrics(metrics, o.metrics_path, o.start_step);
+  if (!o.metrics_path.empty() && lead) open_metrics(metrics, o.metrics_path, o.start_step);
   std::unique_ptr<TensorBoardWriter> tb;
-  if (!o.tensorboard_dir.empty()) tb = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
+  if (!o.tensorboard_dir.empty() && lead) tb = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
   const int64_t N = o.seq_len;
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
@@ -121,29 +129,34 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     double loss_sum = 0;
     int64_t counted = 0, correct = 0;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-      const int64_t w = k * o.grad_accum + micro;
-      // the loss is the mean over this window's targets, averaged over accumulated windows
+      const int64_t w = (k * o.grad_accum + micro) * dp + dp_rank;
+      // the loss is the mean over this window's targets, averaged over accumulated windows (of every dp rank)
       const LossStats ls = model.forward_backward(
           [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); }, N,
-          1.0f / float(o.grad_accum));
+          1.0f / float(o.grad_accum * dp));
       loss_sum += ls.loss_sum / double(ls.targets);
       counted += ls.targets;
       correct += ls.correct;
     }
+    sync.reduce(model.grads().flat());  // summed over ranks (zero 2: this rank's shard of the sum)
+    double sums[3] = {loss_sum, double(counted), double(correct)};
+    dist.dp().all_reduce_sum(sums, 3);  // the sp ranks of a group already agree
+    loss_sum = sums[0], counted = int64_t(sums[1]), correct = int64_t(sums[2]);
     st.step = k;
-    st.loss = loss_sum / double(o.grad_accum);
+    st.loss = loss_sum / double(o.grad_accum * dp);
     if (!std::isfinite(st.loss) && !oc.skip_nonfinite)
       fail("step {}: the loss is {} (the run diverged, or the data or weights hold it: try a lower --lr, or "
            "--skip-nonfinite to skip such steps)", k, st.loss);
     st.accuracy = double(correct) / double(counted);
     st.grad_norm = std::isfinite(st.loss) ? opt.step(k, &st.lr) : std::numeric_limits<double>::quiet_NaN();
     st.skipped = !std::isfinite(st.grad_norm);
+    if (!st.skipped) sync.gather(model.trainable().flat());  // zero 1, 2: every rank's updated shard
     if (st.skipped) log << fmt::format("step {}: skipped (loss {}, gradient norm {}; --skip-nonfinite)", k + 1,
                                        st.loss, st.grad_norm) << std::endl;
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
-    st.tokens = N * o.grad_accum;
+    st.tokens = N * o.grad_accum * dp;
     st.tokens_per_s = double(st.tokens) / dt;
-    st.tflops = train_flops(model.config(), N) * double(o.grad_accum) / dt / 1e12;
+    st.tflops = train_flops(model.config(), N) * double(o.grad_accum * dp) / dt / 1e12;
     st.mfu = o.peak_flops > 0 ? st.tflops * 1e12 / o.peak_flops : 0.0;
     st.elapsed_s = std::chrono::duration<double>(clock::now() - t_start).count();
     if (metrics.is_open()) {
@@ -166,7 +179,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
                  errno ? std::string(": ") + std::strerror(errno) : "");
     }
     if (tb) tb->scalars(k, tensorboard_values(st, o.peak_flops > 0));
-    if (k % o.log_every == 0 || k + 1 == o.steps || k == o.start_step) {
+    if (lead && (k % o.log_every == 0 || k + 1 == o.steps || k == o.start_step)) {
       const MemCounter host = Accountant::global().total(Tier::Host), dev = Accountant::global().total(Tier::Device),
                        pinned = Accountant::global().total(Tier::Pinned);
       log << fmt::format("step {:>5}/{} | loss {:.4f} | acc {:5.1f}% | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s{} | mem {}{}",

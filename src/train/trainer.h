@@ -7,6 +7,7 @@
 #include <string>
 
 #include "data/token_source.h"
+#include "dist/dist.h"
 #include "train/model.h"
 #include "train/optimizer.h"
 
@@ -24,6 +25,9 @@ struct TrainOptions {
   // continues it (the lines of later steps, written by the interrupted run, are dropped: they are
   // trained again).
   int64_t start_step = 0;
+  // The ranks (--sp, --dp, --zero; dist/dist.h): dp rank d takes windows (k * grad_accum + i) * dp + d,
+  // gradients are summed over every rank, rank 0 alone logs and writes. Null: one rank.
+  Dist* dist = nullptr;
 };
 
 // Checkpointing's places in the loop.

@@ -19,11 +19,11 @@ class CpuBackend : public Backend {
   Tier tier() const override { return tier_; }
 
   void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
-    cpu::linear_fwd(x, w, b, y);
+    cpu::linear_fwd(x, w, b, y, widen(cpu::widen_elems({&x, &w})));
   }
   void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool acc, Tensor* dw,
                   Tensor* db) override {
-    cpu::linear_bwd(x, w, dy, dx, acc, dw, db);
+    cpu::linear_bwd(x, w, dy, dx, acc, dw, db, widen(cpu::widen_elems({&x, &w, &dy})));
   }
   void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) override {
     cpu::embedding_fwd(ids, table, out);
@@ -68,20 +68,28 @@ class CpuBackend : public Backend {
     const int64_t V = w.dim(0), rows = std::clamp<int64_t>(h.dim(0), 1, kLossTile);
     if (logits_.dim(1) != V || logits_.dim(0) < rows) {  // grown to the longest chunk seen (at most the tile)
       logits_buf_.reset();
-      logits_buf_ = Buffer(tier_, Tag::Workspace, workspace_bytes({V, rows}));
+      logits_buf_ = Buffer(tier_, Tag::Workspace, size_t(rows * V) * 4 + size_t(rows) * 8);
       logits_ = Tensor(logits_buf_.data(), DType::F32, {rows, V}, tier_);
       row_loss_ = Tensor(logits_buf_.as<char>() + size_t(rows * V) * 4, DType::F64, {rows}, tier_);
     }
     int64_t correct = 0;
-    const double loss = cpu::lm_head_xent(h, w, targets, scale, dh, dw, &correct, logits_, row_loss_);
+    float* wide = widen(cpu::lm_head_widen_elems(h, w, kLossTile));
+    const double loss = cpu::lm_head_xent(h, w, targets, scale, dh, dw, &correct, logits_, row_loss_, wide);
     sums.as<double>()[0] += loss;
     sums.as<double>()[1] += double(correct);
   }
 
-  // the logits tile (tile x V fp32) and its per-row losses (tile fp64)
+  // the logits tile (tile x V fp32) and its per-row losses (tile fp64); with bf16 matmuls the fp32
+  // scratch their widened operands take at the most: a linear's backward (x, w, dy; the widest is
+  // d <-> max(H D, I)) or the loss (the lm_head's w and a tile of h)
   size_t workspace_bytes(const WorkspaceShape& s) const override {
-    const int64_t rows = std::clamp<int64_t>(s.chunk, 1, kLossTile);
-    return size_t(rows * s.vocab) * 4 + size_t(rows) * 8;
+    const int64_t rows = std::clamp<int64_t>(s.scored(), 1, kLossTile);
+    int64_t wide = 0;
+    if (s.bf16) {
+      const int64_t d = s.hidden, X = std::max(s.heads * s.head_dim, s.intermediate), T = s.scored();
+      wide = std::max(T * (d + X) + d * X, s.vocab * d + rows * d);
+    }
+    return size_t(rows * s.vocab) * 4 + size_t(rows) * 8 + size_t(wide) * 4;
   }
 
   void copy(void* dst, Tier dst_tier, const void* src, Tier src_tier, size_t bytes) override {
@@ -179,6 +187,15 @@ class CpuBackend : public Backend {
   static constexpr int64_t kLossTile = 256;
   Buffer logits_buf_;
   Tensor logits_, row_loss_;
+  // fp32 scratch for bf16 matmul operands (tag workspace), grown to the largest call seen
+  Buffer widen_buf_;
+  float* widen(int64_t elems) {
+    if (widen_buf_.bytes() < size_t(elems) * 4) {
+      widen_buf_.reset();  // the old one first: the peak is the larger buffer alone
+      widen_buf_ = Buffer(tier_, Tag::Workspace, size_t(elems) * 4);
+    }
+    return widen_buf_.as<float>();
+  }
 };
 
 }  // namespace oomb

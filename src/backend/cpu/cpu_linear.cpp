@@ -1,4 +1,5 @@
-// Linear layers and embeddings on the CPU: OpenBLAS sgemm, row-major, HF weight layout (out, in).
+// Linear layers and embeddings on the CPU: OpenBLAS sgemm, row-major, HF weight layout (out, in);
+// bf16 operands are widened exactly to fp32 first.
 #include <cblas.h>
 
 #include <algorithm>
@@ -21,10 +22,39 @@ void check_same_shape(const char* op, const char* a_name, const Tensor& a, const
              b.shape_str());
 }
 
+void check_matmul(const char* op, const char* what, const Tensor& t, int ndim, const char* like_name,
+                  const Tensor* like) {
+  OOMB_CHECK(!t.empty(), "{}: {} is empty", op, what);
+  OOMB_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, "{}: {} must be f32 or bf16, got {}", op, what,
+             dtype_name(t.dtype));
+  OOMB_CHECK(!like || t.dtype == like->dtype, "{}: {} ({}) and {} ({}) must share one dtype", op, what,
+             dtype_name(t.dtype), like_name, dtype_name(like->dtype));
+  OOMB_CHECK(host_addressable(t.tier), "{}: {} must be in host memory for the CPU backend", op, what);
+  OOMB_CHECK(ndim < 0 || t.ndim == ndim, "{}: {} must have {} dims, got {}", op, what, ndim, t.shape_str());
+}
+
+const float* widened(const Tensor& t, float*& scratch) {
+  if (t.dtype == DType::F32) return t.f();
+  float* out = scratch;
+  const uint16_t* s = t.as<uint16_t>();
+  const int64_t n = t.numel();
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(s[i]);
+  scratch += n;
+  return out;
+}
+
+int64_t widen_elems(std::initializer_list<const Tensor*> operands) {
+  int64_t n = 0;
+  for (const Tensor* t : operands)
+    if (t->dtype == DType::BF16) n += t->numel();
+  return n;
+}
+
 // x: (T, in), w: (out, in), b: (out), y: (T, out)
-void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
-  check_f32("linear_fwd", "x", x, 2);
-  check_f32("linear_fwd", "w", w, 2);
+void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, float* widen) {
+  check_matmul("linear_fwd", "x", x, 2);
+  check_matmul("linear_fwd", "w", w, 2, "x", &x);
   check_f32("linear_fwd", "y", y, 2);
   const int64_t T = x.dim(0), in = x.dim(1), out = w.dim(0);
   OOMB_CHECK(w.dim(1) == in && y.dim(0) == T && y.dim(1) == out, "linear_fwd: shapes x {} w {} y {} do not fit",
@@ -41,34 +71,44 @@ void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
     beta = 1.0f;
   }
   if (T == 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(out), int(in), 1.0f, x.f(), int(in), w.f(),
-              int(in), beta, y.f(), int(out));
+  const float* xf = widened(x, widen);
+  const float* wf = widened(w, widen);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(out), int(in), 1.0f, xf, int(in), wf, int(in),
+              beta, y.f(), int(out));
 }
 
+// Every bf16 operand is widened (also one a null output does not read): the scratch a call takes
+// depends on its shapes and dtypes only, which is what the workspace plan counts.
 void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool dx_accumulate, Tensor* dw,
-                Tensor* db) {
-  check_f32("linear_bwd", "x", x, 2);
-  check_f32("linear_bwd", "w", w, 2);
-  check_f32("linear_bwd", "dy", dy, 2);
+                Tensor* db, float* widen) {
+  check_matmul("linear_bwd", "x", x, 2);
+  check_matmul("linear_bwd", "w", w, 2, "x", &x);
+  check_matmul("linear_bwd", "dy", dy, 2, "x", &x);
   const int64_t T = x.dim(0), in = x.dim(1), out = w.dim(0);
   OOMB_CHECK(w.dim(1) == in && dy.dim(0) == T && dy.dim(1) == out, "linear_bwd: shapes x {} w {} dy {} do not fit",
              x.shape_str(), w.shape_str(), dy.shape_str());
-  if (T == 0) return;
-  if (dx) {  // dx (T, in) = dy (T, out) . w (out, in)
+  if (dx) {
+    check_f32("linear_bwd", "dx", *dx, 2);
     check_same_shape("linear_bwd", "dx", *dx, "x", x);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(in), int(out), 1.0f, dy.f(), int(out), w.f(),
-                int(in), dx_accumulate ? 1.0f : 0.0f, dx->f(), int(in));
   }
-  if (dw) {  // dw (out, in) += dy^T (out, T) . x (T, in)
+  if (dw) {
+    check_f32("linear_bwd", "dw", *dw, 2);
     check_same_shape("linear_bwd", "dw", *dw, "w", w);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(out), int(in), int(T), 1.0f, dy.f(), int(out), x.f(),
-                int(in), 1.0f, dw->f(), int(in));
   }
+  if (T == 0) return;
+  const float* xf = widened(x, widen);
+  const float* wf = widened(w, widen);
+  const float* dyp = widened(dy, widen);
+  if (dx)  // dx (T, in) = dy (T, out) . w (out, in)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(in), int(out), 1.0f, dyp, int(out), wf,
+                int(in), dx_accumulate ? 1.0f : 0.0f, dx->f(), int(in));
+  if (dw)  // dw (out, in) += dy^T (out, T) . x (T, in)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(out), int(in), int(T), 1.0f, dyp, int(out), xf, int(in),
+                1.0f, dw->f(), int(in));
   if (db) {
     check_f32("linear_bwd", "db", *db, 1);
     OOMB_CHECK(db->dim(0) == out, "linear_bwd: db {} does not match out {}", db->shape_str(), out);
     float* dbp = db->f();
-    const float* dyp = dy.f();
 #pragma omp parallel for if (T * out >= kParallelMin)
     for (int64_t o = 0; o < out; ++o) {
       double s = 0;

@@ -8,11 +8,16 @@
 
 namespace oomb::cpu {
 
-// h: (T, d), w: (V, d), targets: (T) i32, logits workspace: (tile, V), row_losses: (tile) f64
+int64_t lm_head_widen_elems(const Tensor& h, const Tensor& w, int64_t tile) {
+  return h.dtype == DType::BF16 ? w.numel() + std::min(tile, h.dim(0)) * h.dim(1) : 0;
+}
+
+// h: (T, d), w: (V, d), targets: (T) i32, logits workspace: (tile, V), row_losses: (tile) f64.
+// bf16 h and w: w widened once, h a tile at a time; the logits' gradient rounded to bf16 values.
 double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
-                    int64_t* correct, Tensor& logits, Tensor& row_losses) {
-  check_f32("lm_head_xent", "h", h, 2);
-  check_f32("lm_head_xent", "w", w, 2);
+                    int64_t* correct, Tensor& logits, Tensor& row_losses, float* widen) {
+  check_matmul("lm_head_xent", "h", h, 2);
+  check_matmul("lm_head_xent", "w", w, 2, "h", &h);
   check_f32("lm_head_xent", "logits workspace", logits, 2);
   const int64_t T = h.dim(0), d = h.dim(1), V = w.dim(0), tile = logits.dim(0);
   OOMB_CHECK(w.dim(1) == d, "lm_head_xent: w {} does not fit h {}", w.shape_str(), h.shape_str());
@@ -20,8 +25,14 @@ double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, flo
   OOMB_CHECK(row_losses.dtype == DType::F64 && row_losses.numel() >= tile, "lm_head_xent: row-loss workspace too small");
   OOMB_CHECK(targets.dtype == DType::I32 && targets.ndim == 1 && targets.dim(0) == T,
              "lm_head_xent: targets must be ({}) i32, got {}", T, targets.shape_str());
-  if (dh) check_same_shape("lm_head_xent", "dh", *dh, "h", h);
-  if (dw) check_same_shape("lm_head_xent", "dw", *dw, "w", w);
+  if (dh) {
+    check_f32("lm_head_xent", "dh", *dh, 2);
+    check_same_shape("lm_head_xent", "dh", *dh, "h", h);
+  }
+  if (dw) {
+    check_f32("lm_head_xent", "dw", *dw, 2);
+    check_same_shape("lm_head_xent", "dw", *dw, "w", w);
+  }
   const int32_t* tg = targets.as<int32_t>();
   for (int64_t t = 0; t < T; ++t)
     OOMB_CHECK(tg[t] < V, "lm_head_xent: target id {} at position {} is outside the vocabulary (size {})", tg[t], t,
@@ -29,11 +40,15 @@ double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, flo
   double loss = 0;
   int64_t hits = 0;
   double* row_loss = row_losses.as<double>();  // summed in row order below: thread-count independent
+  const bool bf16 = h.dtype == DType::BF16;
+  const float* wf = widened(w, widen);
   for (int64_t t0 = 0; t0 < T; t0 += tile) {
     const int64_t n = std::min(tile, T - t0);
     float* lg = logits.f();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(V), int(d), 1.0f, h.f() + t0 * d, int(d), w.f(),
-                int(d), 0.0f, lg, int(V));
+    float* tile_scratch = widen;
+    const float* hf = widened(h.rows(t0, n), tile_scratch);  // (n, d)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(V), int(d), 1.0f, hf, int(d), wf, int(d), 0.0f,
+                lg, int(V));
 #pragma omp parallel for reduction(+ : hits) if (n * V >= kParallelMin)
     for (int64_t r = 0; r < n; ++r) {
       float* row = lg + r * V;
@@ -54,14 +69,16 @@ double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, flo
       hits += arg == y;
       for (int64_t v = 0; v < V; ++v) row[v] = float(std::exp(double(row[v]) - lse)) * scale;
       row[y] -= scale;
+      if (bf16)  // the backward matmuls' input, as the bf16 GEMMs read it
+        for (int64_t v = 0; v < V; ++v) row[v] = bf16_to_f32(f32_to_bf16(row[v]));
     }
     for (int64_t r = 0; r < n; ++r) loss += row_loss[r];
     if (dh)  // dh (n, d) = dlogits (n, V) . w (V, d)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(d), int(V), 1.0f, lg, int(V), w.f(), int(d),
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(d), int(V), 1.0f, lg, int(V), wf, int(d),
                   0.0f, dh->f() + t0 * d, int(d));
     if (dw)  // dw (V, d) += dlogits^T (V, n) . h (n, d)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(V), int(d), int(n), 1.0f, lg, int(V), h.f() + t0 * d,
-                  int(d), 1.0f, dw->f(), int(d));
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(V), int(d), int(n), 1.0f, lg, int(V), hf, int(d), 1.0f,
+                  dw->f(), int(d));
   }
   if (correct) *correct = hits;
   return loss;

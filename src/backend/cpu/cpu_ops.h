@@ -1,14 +1,21 @@
 // The CPU reference ops (fp32, OpenBLAS GEMM, OpenMP loops). CpuBackend forwards to these.
 #pragma once
+#include <initializer_list>
 #include <span>
 
 #include "backend/backend.h"
 
 namespace oomb::cpu {
 
-void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
+// The matmuls take f32 or bf16 operands (Backend::linear_fwd); bf16 ones are widened exactly into
+// `widen`, fp32 scratch of matmul_widen_elems, and the same sgemm runs on the same values.
+void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, float* widen);
 void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool dx_accumulate, Tensor* dw,
-                Tensor* db);
+                Tensor* db, float* widen);
+// Elements of fp32 scratch the widened operands take: the bf16 ones among these, whole.
+int64_t widen_elems(std::initializer_list<const Tensor*> operands);
+// Elements the loss widens with bf16 h and w: w, and one tile of h's rows.
+int64_t lm_head_widen_elems(const Tensor& h, const Tensor& w, int64_t tile);
 void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out);
 void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable);
 void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd);
@@ -22,9 +29,10 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
                    std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq);
 void page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means);
 void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& scores);
-// logits: a (tile x V) f32 and row_losses a (tile) f64 workspace the caller owns
+// logits: a (tile x V) f32 and row_losses a (tile) f64 workspace the caller owns; widen: fp32
+// scratch of lm_head_widen_elems (bf16 h and w)
 double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
-                    int64_t* correct, Tensor& logits, Tensor& row_losses);
+                    int64_t* correct, Tensor& logits, Tensor& row_losses, float* widen);
 
 // Loops with less work than this (in elements touched) run on one thread: a parallel region costs
 // more than it saves there, and far more when other processes share the cores.
@@ -32,6 +40,11 @@ constexpr int64_t kParallelMin = 1 << 15;
 
 // Validation helpers shared by the ops: errors start with the op's name.
 void check_f32(const char* op, const char* what, const Tensor& t, int ndim);
+// A matmul operand: f32 or bf16, of `like`'s dtype when given (errors name both tensors).
+void check_matmul(const char* op, const char* what, const Tensor& t, int ndim, const char* like_name = nullptr,
+                  const Tensor* like = nullptr);
+// t as fp32: itself, or (bf16) widened exactly into scratch, which advances past it.
+const float* widened(const Tensor& t, float*& scratch);
 void check_same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name, const Tensor& b);
 
 }  // namespace oomb::cpu

@@ -1,5 +1,6 @@
 // The CUDA backend: every Backend op on one stream, fp32 storage and compute (the CPU reference's
-// arithmetic, so the two agree op by op), cuBLASLt GEMMs and oomb's own kernels (kernels.h).
+// arithmetic, so the two agree op by op) but for the matmuls, which take bf16 operands too
+// (--precision bf16), cuBLASLt GEMMs and oomb's own kernels (kernels.h).
 // Deterministic: no atomics anywhere; reductions in a fixed order.
 #include <cuda_runtime.h>
 
@@ -28,6 +29,15 @@ void check(const char* op, const char* what, const Tensor& t, int ndim, DType dt
   OOMB_CHECK(t.dtype == dt, "{}: {} must be {}, got {}", op, what, dtype_name(dt), dtype_name(t.dtype));
   OOMB_CHECK(t.tier == Tier::Device, "{}: {} must be in device memory for the CUDA backend", op, what);
   OOMB_CHECK(ndim < 0 || t.ndim == ndim, "{}: {} must have {} dims, got {}", op, what, ndim, t.shape_str());
+}
+// A GEMM's input: f32 or bf16, of `like`'s dtype when given (cuBLASLt takes A and B of one type).
+void check_matmul(const char* op, const char* what, const Tensor& t, int ndim, const char* like_name = nullptr,
+                  const Tensor* like = nullptr) {
+  OOMB_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, "{}: {} must be f32 or bf16, got {}", op, what,
+             dtype_name(t.dtype));
+  OOMB_CHECK(!like || t.dtype == like->dtype, "{}: {} ({}) and {} ({}) must share one dtype", op, what,
+             dtype_name(t.dtype), like_name, dtype_name(like->dtype));
+  check(op, what, t, ndim, t.dtype);
 }
 void check_same(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
   bool same = a.ndim == b.ndim;
@@ -73,9 +83,10 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
   Tier tier() const override { return Tier::Device; }
 
+  // x, w: f32 (fp32 GEMM) or bf16 (bf16 GEMM, fp32 accumulation); y, b fp32
   void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
-    check("linear_fwd", "x", x, 2);
-    check("linear_fwd", "w", w, 2);
+    check_matmul("linear_fwd", "x", x, 2);
+    check_matmul("linear_fwd", "w", w, 2, "x", &x);
     check("linear_fwd", "y", y, 2);
     const int64_t T = x.dim(0), in = x.dim(1), out = w.dim(0);
     OOMB_CHECK(w.dim(1) == in && y.dim(0) == T && y.dim(1) == out, "linear_fwd: shapes x {} w {} y {} do not fit",
@@ -84,31 +95,39 @@ class CudaBackend final : public Backend {
       check("linear_fwd", "b", *b, 1);
       OOMB_CHECK(b->dim(0) == out, "linear_fwd: bias {} does not match out {}", b->shape_str(), out);
     }
-    gemm_->run(false, true, T, out, in, x.f(), in, w.f(), in, y.f(), out, 1.0f, 0.0f, b ? b->f() : nullptr);
+    const bool bf16 = x.dtype == DType::BF16;
+    gemm_->run(false, true, T, out, in, x.data, in, w.data, in, y.f(), out, 1.0f, 0.0f, b ? b->f() : nullptr, bf16);
     launched("linear_fwd");
   }
+  // x, w, dy: all f32 or all bf16; dx, dw, db fp32 (dw accumulates, beta = 1)
   void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool acc, Tensor* dw,
                   Tensor* db) override {
-    check("linear_bwd", "x", x, 2);
-    check("linear_bwd", "w", w, 2);
-    check("linear_bwd", "dy", dy, 2);
+    check_matmul("linear_bwd", "x", x, 2);
+    check_matmul("linear_bwd", "w", w, 2, "x", &x);
+    check_matmul("linear_bwd", "dy", dy, 2, "x", &x);
     const int64_t T = x.dim(0), in = x.dim(1), out = w.dim(0);
     OOMB_CHECK(w.dim(1) == in && dy.dim(0) == T && dy.dim(1) == out, "linear_bwd: shapes x {} w {} dy {} do not fit",
                x.shape_str(), w.shape_str(), dy.shape_str());
-    if (T == 0) return;
-    if (dx) {  // dx (T, in) = dy (T, out) . w (out, in)
+    if (dx) {
+      check("linear_bwd", "dx", *dx, 2);
       check_same("linear_bwd", "dx", *dx, "x", x);
-      gemm_->run(false, false, T, in, out, dy.f(), out, w.f(), in, dx->f(), in, 1.0f, acc ? 1.0f : 0.0f);
     }
-    if (dw) {  // dw (out, in) += dy^T . x
+    if (dw) {
+      check("linear_bwd", "dw", *dw, 2);
       check_same("linear_bwd", "dw", *dw, "w", w);
-      gemm_->run(true, false, out, in, T, dy.f(), out, x.f(), in, dw->f(), in, 1.0f, 1.0f);
     }
     if (db) {
       check("linear_bwd", "db", *db, 1);
       OOMB_CHECK(db->dim(0) == out, "linear_bwd: db {} does not match out {}", db->shape_str(), out);
-      cuda::k::column_sums(dy.f(), db->f(), T, out, stream_);
     }
+    if (T == 0) return;
+    const bool bf16 = x.dtype == DType::BF16;
+    if (dx)  // dx (T, in) = dy (T, out) . w (out, in)
+      gemm_->run(false, false, T, in, out, dy.data, out, w.data, in, dx->f(), in, 1.0f, acc ? 1.0f : 0.0f, nullptr,
+                 bf16);
+    if (dw)  // dw (out, in) += dy^T . x
+      gemm_->run(true, false, out, in, T, dy.data, out, x.data, in, dw->f(), in, 1.0f, 1.0f, nullptr, bf16);
+    if (db) cuda::k::column_sums(dy.data, bf16, db->f(), T, out, stream_);
     launched("linear_bwd");
   }
 
@@ -222,40 +241,52 @@ class CudaBackend final : public Backend {
   void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
                         Tensor& sums) override {
     const char* op = "lm_head_xent";
-    check(op, "h", h, 2);
-    check(op, "w", w, 2);
+    check_matmul(op, "h", h, 2);
+    check_matmul(op, "w", w, 2, "h", &h);
     check(op, "targets", targets, 1, DType::I32);
     check(op, "sums", sums, 1, DType::F64);
     const int64_t T = h.dim(0), d = h.dim(1), V = w.dim(0);
     OOMB_CHECK(w.dim(1) == d && targets.dim(0) == T && sums.dim(0) == 2, "{}: w {} / targets {} / sums {} do not fit h {}",
                op, w.shape_str(), targets.shape_str(), sums.shape_str(), h.shape_str());
-    if (dh) check_same(op, "dh", *dh, "h", h);
-    if (dw) check_same(op, "dw", *dw, "w", w);
+    if (dh) {
+      check(op, "dh", *dh, 2);
+      check_same(op, "dh", *dh, "h", h);
+    }
+    if (dw) {
+      check(op, "dw", *dw, 2);
+      check_same(op, "dw", *dw, "w", w);
+    }
     // targets were checked on the host before upload (every id < V); with OOMB_CUDA_SYNC, again here
     if (sync_each_) check_ids(op, targets, V, true);
     const int64_t tile = std::clamp<int64_t>(T, 1, kLossTile);  // the buffer grows to the longest chunk seen
-    // the row losses (fp64) first, so they are 8-byte aligned whatever tile * V is; then the hits,
-    // then the logits from the next 256-byte boundary
-    const size_t head = (size_t(tile) * 12 + 255) / 256 * 256;
-    char* buf = static_cast<char*>(logits_.get(head + size_t(tile * V) * 4));
+    const bool bf16 = h.dtype == DType::BF16;
+    const LossTile at = loss_tile(tile, V, bf16);
+    char* buf = static_cast<char*>(logits_.get(at.bytes));
     double* row_loss = reinterpret_cast<double*>(buf);
     int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + tile);
-    float* logits = reinterpret_cast<float*>(buf + head);
+    float* logits = reinterpret_cast<float*>(buf + at.logits);
+    // bf16: the backward GEMMs read the tile's gradient rounded to bf16 (the CPU rounds it alike)
+    void* dl16 = buf + at.logits16;
+    const void* dlogits = bf16 ? dl16 : static_cast<const void*>(logits);
     double* call = xent_call_.as<double>();  // this call's sums, added in row order as on the CPU
     cuda_check(cudaMemsetAsync(call, 0, 16, stream_), op);
+    const size_t row_bytes = size_t(d) * dtype_size(h.dtype);
     for (int64_t t0 = 0; t0 < T; t0 += tile) {
       const int64_t n = std::min(tile, T - t0);
-      gemm_->run(false, true, n, V, d, h.f() + t0 * d, d, w.f(), d, logits, V, 1.0f, 0.0f);
+      const void* ht = static_cast<const char*>(h.data) + size_t(t0) * row_bytes;  // (n, d)
+      gemm_->run(false, true, n, V, d, ht, d, w.data, d, logits, V, 1.0f, 0.0f, nullptr, bf16);
       cuda::k::xent_rows(logits, targets.as<int32_t>() + t0, scale, n, V, row_loss, row_hit, stream_);
       cuda::k::xent_accumulate(row_loss, row_hit, n, call, stream_);
-      if (dh) gemm_->run(false, false, n, d, V, logits, V, w.f(), d, dh->f() + t0 * d, d, 1.0f, 0.0f);
-      if (dw) gemm_->run(true, false, V, d, n, logits, V, h.f() + t0 * d, d, dw->f(), d, 1.0f, 1.0f);
+      if (bf16 && (dh || dw)) cuda::k::cast(logits, false, dl16, true, n * V, stream_);
+      if (dh) gemm_->run(false, false, n, d, V, dlogits, V, w.data, d, dh->f() + t0 * d, d, 1.0f, 0.0f, nullptr, bf16);
+      if (dw) gemm_->run(true, false, V, d, n, dlogits, V, ht, d, dw->f(), d, 1.0f, 1.0f, nullptr, bf16);
       launched(op);
     }
     cuda::k::add_f64(sums.as<double>(), call, 2, stream_);
     launched(op);
   }
-  // the row losses (fp64) and hits (i32) of a tile, its logits (tile x V fp32), and cuBLASLt's workspace
+  // the loss tile (loss_tile: row losses, hits, logits, and with bf16 matmuls their bf16 gradient),
+  // cuBLASLt's workspace and the rest (cuda_workspace_bytes)
   size_t workspace_bytes(const WorkspaceShape& s) const override {
     return cuda_workspace_bytes(s);
   }
@@ -352,6 +383,21 @@ class CudaBackend final : public Backend {
  private:
   static constexpr int64_t kLossTile = 256;
   static constexpr size_t kGemmWorkspace = size_t(32) << 20;
+
+  // The loss tile's scratch: the row losses (fp64) first, so they are 8-byte aligned whatever
+  // tile * V is; then the hits; the logits (fp32) from the next 256-byte boundary; with bf16
+  // matmuls their gradient as bf16 from the boundary after. cuda_workspace_bytes counts the same.
+  struct LossTile {
+    size_t logits, logits16, bytes;
+  };
+  static LossTile loss_tile(int64_t tile, int64_t V, bool bf16) {
+    LossTile t;
+    t.logits = (size_t(tile) * 12 + 255) / 256 * 256;
+    t.bytes = t.logits + size_t(tile * V) * 4;
+    t.logits16 = (t.bytes + 255) / 256 * 256;
+    if (bf16) t.bytes = t.logits16 + size_t(tile * V) * 2;
+    return t;
+  }
 
   // A kernel's fault surfaces at the next sync, named after whichever op syncs; OOMB_CUDA_SYNC=1
   // waits after every op so that the op which faulted names it (debugging, slower).

@@ -37,18 +37,18 @@ LtLayout lt_layout(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t ld
   return l;
 }
 
-// The largest power of two from 4 to 256 that divides the address.
-static int alignment(const void* p) {
+int lt_alignment(const void* p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   int al = 256;
-  while (al > 4 && a % uintptr_t(al) != 0) al /= 2;
+  while (al > 2 && a % uintptr_t(al) != 0) al /= 2;
   return al;
 }
 
 Gemm::Plan& Gemm::plan(const Key& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
-  const auto [ta, tb, M, N, K, lda, ldb, ldc, bias, align_a, align_b, align_c] = key;
+  const auto [ta, tb, M, N, K, lda, ldb, ldc, bias, align_a, align_b, align_c, bf16] = key;
+  const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;  // A, B; C and D are fp32
   Plan p;
   cublasLtMatmulPreference_t pref = nullptr;
   auto cleanup = [&] {
@@ -68,8 +68,8 @@ Gemm::Plan& Gemm::plan(const Key& key) {
       const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
       lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "EPILOGUE");
     }
-    lt_check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, uint64_t(l.a_rows), uint64_t(l.a_cols), l.a_ld), "layout A");
-    lt_check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, uint64_t(l.b_rows), uint64_t(l.b_cols), l.b_ld), "layout B");
+    lt_check(cublasLtMatrixLayoutCreate(&p.a, in, uint64_t(l.a_rows), uint64_t(l.a_cols), l.a_ld), "layout A");
+    lt_check(cublasLtMatrixLayoutCreate(&p.b, in, uint64_t(l.b_rows), uint64_t(l.b_cols), l.b_ld), "layout B");
     lt_check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(l.c_rows), uint64_t(l.c_cols), l.c_ld), "layout C");
     lt_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     const uint64_t ws = ws_bytes_;
@@ -94,7 +94,8 @@ Gemm::Plan& Gemm::plan(const Key& key) {
                "cublasLtMatmulAlgoGetHeuristic");
       p.epilogue = false;
     }
-    OOMB_CHECK(found > 0, "cuBLASLt: no algorithm for a {}x{}x{} fp32 GEMM", M, N, K);
+    OOMB_CHECK(found > 0, "cuBLASLt: no algorithm for a {}x{}x{} {} GEMM (alignments {}, {}, {} bytes)", M, N, K,
+               bf16 ? "bf16" : "fp32", align_a, align_b, align_c);
     p.algo = res.algo;
     cublasLtMatmulPreferenceDestroy(pref);
   } catch (...) {
@@ -104,10 +105,10 @@ Gemm::Plan& Gemm::plan(const Key& key) {
   return plans_.emplace(key, p).first->second;
 }
 
-void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-               int64_t ldb, float* C, int64_t ldc, float alpha, float beta, const float* bias) {
+void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const void* B,
+               int64_t ldb, float* C, int64_t ldc, float alpha, float beta, const float* bias, bool bf16) {
   if (M == 0 || N == 0) return;
-  const bool aligned_bias = bias && alignment(bias) >= 16;
+  const bool aligned_bias = bias && lt_alignment(bias) >= 16;
   if (K == 0) {  // cuBLASLt wants K > 0; op(A) op(B) is zero
     OOMB_CHECK(beta == 1.0f || beta == 0.0f, "GEMM: K = 0 with beta {}", beta);
     OOMB_CHECK(!bias || ldc == N, "GEMM: a bias needs contiguous rows of C");
@@ -118,7 +119,8 @@ void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
     if (bias) k::add_rows(C, bias, M, N, stream_);
     return;
   }
-  Plan& p = plan({ta, tb, M, N, K, lda, ldb, ldc, aligned_bias, alignment(A), alignment(B), alignment(C)});
+  Plan& p =
+      plan({ta, tb, M, N, K, lda, ldb, ldc, aligned_bias, lt_alignment(A), lt_alignment(B), lt_alignment(C), bf16});
   OOMB_CHECK(!bias || p.epilogue || ldc == N, "GEMM: a bias needs contiguous rows of C");
   if (p.epilogue)
     lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "BIAS_POINTER");

@@ -1,10 +1,13 @@
-// Row-major fp32 GEMMs on cuBLASLt: C (M, N) = alpha op(A) op(B) + beta C [+ bias (N) per row],
+// Row-major GEMMs on cuBLASLt: C (M, N) = alpha op(A) op(B) + beta C [+ bias (N) per row],
 // where op(A) is (M, K) (A stored (M, K), or (K, M) when ta) and op(B) is (K, N) (B stored (K, N),
-// or (N, K) when tb). fp32 compute without TF32, to match the CPU reference op by op. Plans
-// (descriptors and the heuristic's algorithm) are built once per shape and pointer alignment
-// (parameters are slices of one flat buffer, aligned to as little as 4 bytes) and cached. The
-// bias goes through cuBLASLt's epilogue when it is 16-byte aligned and the heuristic offers an
-// algorithm with it, else through a kernel.
+// or (N, K) when tb); leading dimensions in elements. A and B both fp32 (fp32 compute without
+// TF32, to match the CPU reference op by op) or both bf16 (tensor cores, CUBLAS_COMPUTE_32F: fp32
+// accumulation); C, D, the bias, alpha and beta fp32 always. Plans (descriptors and the
+// heuristic's first algorithm: deterministic, where timing candidates could pick another one from
+// run to run and change the bits) are built once per shape, dtype and pointer alignment (fp32
+// parameters are slices of one flat buffer, aligned to as little as 4 bytes; bf16 rows to 2) and
+// cached. The bias goes through cuBLASLt's epilogue when it is 16-byte aligned and the heuristic
+// offers an algorithm with it, else through a kernel.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -24,6 +27,8 @@ struct LtLayout {
   int64_t a_rows, a_cols, a_ld, b_rows, b_cols, b_ld, c_rows, c_cols, c_ld;
 };
 LtLayout lt_layout(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc);
+// The alignment a plan is made for: the largest power of two from 2 to 256 dividing the address.
+int lt_alignment(const void* p);
 
 class Gemm {
  public:
@@ -31,8 +36,9 @@ class Gemm {
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
-  void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-           int64_t ldb, float* C, int64_t ldc, float alpha, float beta, const float* bias = nullptr);
+  // bf16: A and B hold bf16 (else fp32)
+  void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const void* B, int64_t ldb,
+           float* C, int64_t ldc, float alpha, float beta, const float* bias = nullptr, bool bf16 = false);
 
  private:
   struct Plan {
@@ -41,7 +47,8 @@ class Gemm {
     cublasLtMatmulAlgo_t algo{};
     bool epilogue = false;  // the bias goes through the epilogue (else through a kernel after)
   };
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, int, int>;
+  // ta, tb, M, N, K, lda, ldb, ldc, bias, alignment of A, B, C, bf16
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, int, int, bool>;
   Plan& plan(const Key& k);
   cudaStream_t stream_;
   cublasLtHandle_t lt_ = nullptr;

@@ -40,8 +40,8 @@ void sum_squares_chunks(const float* x, int64_t n, double* partial, cudaStream_t
 constexpr int64_t kSumChunk = 1 << 16;
 // y (T, out) += b (out) on every row
 void add_rows(float* y, const float* b, int64_t T, int64_t out, cudaStream_t s);
-// db (out) += sum_t dy (T, out)
-void column_sums(const float* dy, float* db, int64_t T, int64_t out, cudaStream_t s);
+// db (out) += sum_t dy (T, out), dy f32 or bf16 (dy_bf16), summed in fp64 in token order
+void column_sums(const void* dy, bool dy_bf16, float* db, int64_t T, int64_t out, cudaStream_t s);
 
 // AdamW with the CPU backend's formula; step_size = lr / bc1, inv_sqrt_bc2 = 1 / sqrt(bc2)
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,

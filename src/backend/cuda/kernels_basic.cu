@@ -173,11 +173,15 @@ __global__ void add_rows_k(float* y, const float* b, int64_t T, int64_t out) {
   if (i < T * out) y[i] += b[i % out];
 }
 
-__global__ void column_sums_k(const float* dy, float* db, int64_t T, int64_t out) {
+__device__ inline float widen(float x) { return x; }
+__device__ inline float widen(uint16_t h) { return from_bf16(h); }
+
+template <typename In>  // float, or uint16_t holding bf16
+__global__ void column_sums_k(const In* dy, float* db, int64_t T, int64_t out) {
   const int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (o >= out) return;
   double s = 0;
-  for (int64_t t = 0; t < T; ++t) s += dy[t * out + o];
+  for (int64_t t = 0; t < T; ++t) s += widen(dy[t * out + o]);
   db[o] += float(s);
 }
 
@@ -259,8 +263,10 @@ void sum_squares_chunks(const float* x, int64_t n, double* partial, cudaStream_t
 void add_rows(float* y, const float* b, int64_t T, int64_t out, cudaStream_t s) {
   if (T * out > 0) add_rows_k<<<blocks_for(T * out), kThreads, 0, s>>>(y, b, T, out);
 }
-void column_sums(const float* dy, float* db, int64_t T, int64_t out, cudaStream_t s) {
-  if (out > 0) column_sums_k<<<blocks_for(out), kThreads, 0, s>>>(dy, db, T, out);
+void column_sums(const void* dy, bool dy_bf16, float* db, int64_t T, int64_t out, cudaStream_t s) {
+  if (out <= 0) return;
+  if (dy_bf16) column_sums_k<<<blocks_for(out), kThreads, 0, s>>>(static_cast<const uint16_t*>(dy), db, T, out);
+  else column_sums_k<<<blocks_for(out), kThreads, 0, s>>>(static_cast<const float*>(dy), db, T, out);
 }
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
            float wd, float step_size, float inv_sqrt_bc2, cudaStream_t s) {

@@ -1,0 +1,26 @@
+#include "cli/dist_flags.h"
+
+namespace oomb::cli {
+
+void add_dist_flags(CLI::App* c, DistOptions& o, bool with_timeout) {
+  c->add_option("--sp", o.sp, "Sequence parallelism (Ulysses): ranks sharing each sequence, each holding 1/sp of "
+                "every chunk's tokens and of the heads in attention (its K/V pages: kv heads / sp); run under "
+                "`mpirun -np sp*dp`")->capture_default_str();
+  c->add_option("--dp", o.dp, "Data parallelism: sequences trained side by side, gradients summed")
+      ->capture_default_str();
+  c->add_option("--zero", o.zero, "0: every rank holds all optimizer state; 1: AdamW's moments sharded over the "
+                "ranks; 2: gradients reduce-scattered too")->capture_default_str();
+  if (with_timeout)
+    c->add_option("--dist-timeout", o.timeout_s, "Seconds a collective call waits for the other ranks before the "
+                  "run stops with an error naming the call")->capture_default_str();
+}
+
+void set_dist(const DistOptions& o, int64_t rank, ChunkPlan& plan) {
+  check_dist_options(o);
+  plan.sp = o.sp;
+  plan.ranks = o.sp * o.dp;
+  plan.rank = rank;
+  plan.zero = o.zero;
+}
+
+}  // namespace oomb::cli

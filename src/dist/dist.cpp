@@ -1,0 +1,69 @@
+#include "dist/dist.h"
+
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+#include "dist/mpi_comm.h"
+
+namespace oomb {
+
+void check_dist_options(const DistOptions& o) {
+  OOMB_CHECK(o.sp >= 1, "--sp: must be at least 1, got {}", o.sp);
+  OOMB_CHECK(o.dp >= 1, "--dp: must be at least 1, got {}", o.dp);
+  OOMB_CHECK(o.zero >= 0 && o.zero <= 2, "--zero: {} is not one of 0, 1, 2 (ZeRO-3's per-layer gathering is not "
+             "built yet)", o.zero);
+  OOMB_CHECK(o.timeout_s > 0, "--dist-timeout: must be positive, got {}", o.timeout_s);
+}
+
+Dist::Dist() : world_(make_single_comm()) { make_groups(); }
+
+static std::unique_ptr<Comm> world_for(const DistOptions& o) {
+  check_dist_options(o);
+  if (launched_by_mpi()) return mpi_world(o.timeout_s);
+  OOMB_CHECK(o.sp * o.dp == 1, "--sp {} --dp {}: {} ranks, but this process was not started by mpirun (run "
+             "`mpirun -np {} oomb train ...`)", o.sp, o.dp, o.sp * o.dp, o.sp * o.dp);
+  return make_single_comm();
+}
+
+Dist::Dist(const DistOptions& o) : Dist(o, world_for(o)) {}
+
+Dist::Dist(const DistOptions& o, std::unique_ptr<Comm> world) : o_(o), world_(std::move(world)) {
+  check_dist_options(o);
+  OOMB_CHECK(int64_t(world_->size()) == o.sp * o.dp, "--sp {} x --dp {} = {} ranks, but mpirun started {} (-np must "
+             "equal sp x dp)", o.sp, o.dp, o.sp * o.dp, world_->size());
+  make_groups();
+}
+
+Dist::~Dist() = default;
+
+void Dist::make_groups() {
+  sp_ = world_->split(dp_rank(), sp_rank());
+  dp_ = world_->split(sp_rank(), dp_rank());
+}
+
+void Dist::check_same_flags(const std::string& text) {
+  uint64_t n = text.size();
+  world_->broadcast(&n, sizeof n, 0);
+  std::string root = rank() == 0 ? text : std::string(n, '\0');
+  world_->broadcast(root.data(), n, 0);
+  double differs = root != text ? 1.0 : 0.0;
+  world_->all_reduce_max(&differs, 1);
+  if (differs == 0) return;
+  if (root == text)
+    fail("the ranks run with different flags (another rank names the difference); every rank must get the same "
+         "command line");
+  std::istringstream a(root), b(text);
+  std::string la, lb;
+  while (true) {
+    const bool ga = bool(std::getline(a, la)), gb = bool(std::getline(b, lb));
+    if (!ga && !gb) break;
+    if (!ga) la = "(nothing)";
+    if (!gb) lb = "(nothing)";
+    if (la != lb) break;
+  }
+  fail("rank {} runs with other flags than rank 0: rank 0 has `{}`, rank {} has `{}`", rank(), la, rank(), lb);
+}
+
+}  // namespace oomb

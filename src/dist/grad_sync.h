@@ -1,0 +1,42 @@
+// The collectives of an optimizer step over every rank, on the flat parameter and gradient
+// buffers in a backend's memory (host memory directly; a device's through host staging, tag
+// workspace):
+//   --zero 0  gradients summed over every rank (the sp ranks' partial sums, the dp ranks' sequences);
+//   --zero 1  the same, then each rank updates its shard and the shards are gathered;
+//   --zero 2  gradients reduce-scattered: each rank receives only its shard's sum.
+#pragma once
+#include "backend/backend.h"
+#include "core/memory.h"
+#include "dist/comm.h"
+
+namespace oomb {
+
+// Rank r's range [lo, hi) of n elements split over P ranks: blocks of ceil(n / P) rounded up to 16.
+struct Shard {
+  int64_t lo = 0, hi = 0, block = 0;
+  static Shard of(int64_t n, int rank, int ranks);
+  int64_t size() const { return hi - lo; }
+  int64_t held() const { return size() > 0 ? size() : 1; }  // what a shard's buffers hold (at least 1)
+};
+
+class GradSync {
+ public:
+  GradSync(Comm& world, Backend& be, int64_t n, int zero);
+  // Host bytes (tag workspace) of the staging for n elements over P ranks.
+  static int64_t host_bytes(int64_t n, int ranks, int zero, Tier home);
+  const Shard& shard() const { return shard_; }
+  // grads (n): the sum over ranks (zero 0, 1), or at [lo, hi) this rank's shard of it (zero 2).
+  void reduce(const Tensor& grads);
+  // params (n): every rank's shard gathered (zero 1, 2: after each rank updated its own).
+  void gather(const Tensor& params);
+
+ private:
+  Comm& comm_;
+  Backend& be_;
+  int64_t n_;
+  int zero_;
+  Shard shard_;
+  Buffer stage_;  // (P * block) floats: a device's or a padded copy
+};
+
+}  // namespace oomb

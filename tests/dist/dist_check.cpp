@@ -1,0 +1,287 @@
+// Run under `mpirun -np P` by test_dist: one distributed run (--sp, --dp, --zero, chunking,
+// --doc-mask, offload) against the single-rank run of the same windows, which rank 0 also runs.
+// Prints one line per figure ("name value"); exits 1 when a figure exceeds its bound, 0 otherwise.
+//   gradient check  the gradients of one step, summed over the ranks, against the single rank's
+//   training check  --steps steps of the trainer (AdamW): every loss and the final weights
+//   memory          this rank's peak per (tier, tag) against its plan; kv and kv_grad against the
+//                   single rank's peaks / sp
+// Faults for test_dist: --skip-reduce (no gradient sum: the check must fail), --die-rank r (rank r
+// exits mid-step), --stall-rank r (rank r sleeps past --dist-timeout).
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <fmt/format.h>
+#include <iostream>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include "dist/dist.h"
+#include "dist/grad_sync.h"
+#include "dist/mpi_comm.h"
+#include "model/init.h"
+#include "model_fixture.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+using namespace oomb;
+
+namespace {
+struct Args {
+  DistOptions dist;
+  int64_t seq = 256, chunk = 64, page = 16, steps = 3, accum = 1, kv_heads = 2;
+  std::string arch = "llama", device = "cpu", offload;
+  bool doc_mask = false, skip_reduce = false;
+  int die_rank = -1, stall_rank = -1;
+};
+
+// Windows of pseudo-random ids with an EOS (id 0) about every 29 tokens; window w, token i.
+class Windows final : public TokenSource {
+ public:
+  explicit Windows(int64_t vocab) : vocab_(vocab) {}
+  void read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* tg) override {
+    for (int64_t i = 0; i < n; ++i) {
+      ids[i] = id(w, t0 + i);
+      tg[i] = t0 + i + 1 < N + 1 ? id(w, t0 + i + 1) : -1;
+    }
+  }
+  std::string describe() const override { return "dist_check windows"; }
+
+ private:
+  int32_t id(int64_t w, int64_t i) const {
+    uint64_t h = uint64_t(w) * 0x9E3779B97F4A7C15ull + uint64_t(i) * 0xBF58476D1CE4E5B9ull + 12345;
+    h ^= h >> 31, h *= 0x94D049BB133111EBull, h ^= h >> 29;
+    return h % 29 == 0 ? 0 : int32_t(1 + h % uint64_t(vocab_ - 1));
+  }
+  int64_t vocab_;
+};
+
+ChunkPlan plan_of(const Args& a, int64_t sp, int64_t ranks, int64_t rank, int zero) {
+  ChunkPlan p;
+  p.chunk = a.chunk;
+  p.page_size = a.page;
+  p.doc_sep = a.doc_mask ? 0 : -1;
+  p.offload_kv = a.offload == "kv" || a.offload == "kv,params";
+  p.offload_params = a.offload == "params" || a.offload == "kv,params";
+  p.sp = sp, p.ranks = ranks, p.rank = rank, p.zero = zero;
+  return p;
+}
+
+std::unique_ptr<Backend> backend(const Args& a) { return a.device == "sim" ? make_sim_backend() : make_cpu_backend(); }
+
+void init(Model& m, uint64_t seed) {
+  Params host(m.config(), Tier::Host, Tag::IO);
+  init_params(host, seed, 0.15f);
+  m.upload_params(host);
+}
+
+std::vector<float> download(Model& m, const Tensor& flat) {
+  std::vector<float> v(size_t(flat.numel()));
+  m.backend().copy(v.data(), Tier::Host, flat.data, flat.tier, v.size() * 4);
+  return v;
+}
+
+// The worst relative error over the tensors of a layout.
+double worst_by_tensor(const std::vector<float>& got, const std::vector<float>& want, const Params& layout,
+                       std::string* where) {
+  double worst = 0;
+  for (const ParamSpec& s : layout.specs()) {
+    const double e = testing::rel_error(got.data() + s.offset, want.data() + s.offset, size_t(s.numel()));
+    if (e > worst) worst = e, *where = s.name;
+  }
+  return worst;
+}
+
+struct Peaks {
+  std::array<std::array<int64_t, kNumTags>, kNumTiers> b{};
+};
+Peaks peaks() {
+  Peaks p;
+  for (Tier t : kTiers)
+    for (int i = 0; i < kNumTags; ++i) p.b[size_t(t)][size_t(i)] = Accountant::global().get(t, Tag(i)).peak;
+  return p;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"dist_check"};
+  app.add_option("--sp", a.dist.sp);
+  app.add_option("--dp", a.dist.dp);
+  app.add_option("--zero", a.dist.zero);
+  app.add_option("--dist-timeout", a.dist.timeout_s);
+  app.add_option("--seq-len", a.seq);
+  app.add_option("--chunk-size", a.chunk);
+  app.add_option("--page-size", a.page);
+  app.add_option("--steps", a.steps);
+  app.add_option("--grad-accum", a.accum);
+  app.add_option("--kv-heads", a.kv_heads);
+  app.add_option("--arch", a.arch);
+  app.add_option("--device", a.device);
+  app.add_option("--offload", a.offload);
+  app.add_flag("--doc-mask", a.doc_mask);
+  app.add_flag("--skip-reduce", a.skip_reduce);
+  app.add_option("--die-rank", a.die_rank);
+  app.add_option("--stall-rank", a.stall_rank);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    Dist dist(a.dist);
+    const int R = dist.size(), r = dist.rank();
+    const int64_t dp = a.dist.dp, N = a.seq;
+    const ModelConfig cfg = parse_config(testing::tiny_config_json(a.arch, a.kv_heads), "dist_check");
+    Windows data(cfg.vocab);
+    const uint64_t seed = 7;
+    bool ok = true;
+    auto report = [&](const std::string& name, double v, double bound) {
+      if (r == 0) std::cout << fmt::format("{} {:.3e} (bound {:.0e})", name, v, bound) << std::endl;
+      ok = ok && v <= bound;
+    };
+
+    // 1. One step's gradients, summed over the ranks, against the single rank's.
+    std::vector<float> g_dist, g_ref;
+    double loss_dist = 0, loss_ref = 0;
+    {
+      auto be = backend(a);  // each run its own backend, so that its workspace counts in its own peaks only
+      Model m(cfg, *be, plan_of(a, a.dist.sp, R, r, 0), &dist.sp());
+      init(m, seed);
+      m.enable_grads();
+      for (int64_t i = 0; i < a.accum; ++i) {
+        const int64_t w = i * dp + dist.dp_rank();
+        if (r == a.stall_rank) std::this_thread::sleep_for(std::chrono::duration<double>(a.dist.timeout_s * 3));
+        const LossStats ls = m.forward_backward(
+            [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); }, N,
+            1.0f / float(a.accum * dp));
+        if (r == a.die_rank) _exit(9);
+        loss_dist += ls.loss_sum / double(ls.targets);
+      }
+      dist.dp().all_reduce_sum(&loss_dist, 1);
+      loss_dist /= double(a.accum * dp);
+      GradSync sync(dist.world(), *be, m.grads().flat().numel(), 0);
+      if (!a.skip_reduce) sync.reduce(m.grads().flat());
+      g_dist = download(m, m.grads().flat());
+    }
+    if (r == 0) {  // (a backend of its own: its workspace must not count in this rank's peaks below)
+      auto be_ref = backend(a);
+      Model ref(cfg, *be_ref, plan_of(a, 1, 1, 0, 0));
+      init(ref, seed);
+      ref.enable_grads();
+      for (int64_t w = 0; w < a.accum * dp; ++w) {
+        const LossStats ls = ref.forward_backward(
+            [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); }, N,
+            1.0f / float(a.accum * dp));
+        loss_ref += ls.loss_sum / double(ls.targets);
+      }
+      loss_ref /= double(a.accum * dp);
+      g_ref = download(ref, ref.grads().flat());
+      std::string where;
+      const double e = worst_by_tensor(g_dist, g_ref, ref.grads(), &where);
+      report("loss_rel_err", std::abs(loss_dist - loss_ref) / std::abs(loss_ref), 1e-6);
+      report("grad_rel_err", e, 1e-6);
+      std::cout << "grad_worst_tensor " << where << std::endl;
+    }
+
+    // 2. The trainer: every step's loss and the final weights; this rank's memory against its plan.
+    OptimConfig oc;
+    oc.lr = 3e-3f;
+    oc.weight_decay = 0.01f;
+    Accountant::global().reset_peaks();
+    std::vector<double> losses;
+    std::vector<float> w_dist;
+    Peaks measured;
+    MemoryPlan planned;
+    auto train_dist = [&](int zero, std::vector<double>* ls, std::vector<float>* w, bool measure) {
+      auto be_run = backend(a);
+      const ChunkPlan p = plan_of(a, a.dist.sp, R, r, zero);
+      DistOptions o_zero = a.dist;
+      o_zero.zero = zero;
+      Dist d(o_zero, dist.world().split(0, r));  // the same ranks, this run's --zero
+      Model m(cfg, *be_run, p, &d.sp());
+      init(m, seed);
+      TrainOptions o{N, a.steps, a.accum, 1000, oc, ""};
+      o.dist = &d;
+      std::ostringstream quiet;
+      train(m, data, o, quiet, [&](const StepStats& s) { ls->push_back(s.loss); });
+      *w = download(m, m.params().flat());
+      if (!measure) return;
+      measured = peaks();
+      planned = plan_memory(cfg, p, N, oc.kind,
+                            be_run->workspace_bytes(workspace_shape(cfg, p)), be_run->tier(),
+                            be_run->pinned_workspace_bytes());
+    };
+    train_dist(a.dist.zero, &losses, &w_dist, true);
+    double mismatches = 0;
+    std::string first;
+    for (Tier t : kTiers)
+      for (int i = 0; i < kNumTags; ++i)
+        if (Tag(i) != Tag::IO && measured.b[size_t(t)][size_t(i)] != planned.get(t, Tag(i))) {
+          if (first.empty())
+            first = fmt::format("rank {} {}/{}: measured {} planned {}", r, tier_name(t), tag_name(Tag(i)),
+                                measured.b[size_t(t)][size_t(i)], planned.get(t, Tag(i)));
+          ++mismatches;
+        }
+    if (!first.empty()) std::cerr << "plan mismatch: " << first << std::endl;
+    dist.world().all_reduce_sum(&mismatches, 1);
+    report("plan_mismatches", mismatches, 0);
+    // this rank's kv, kv_grad and optimizer bytes, for rank 0 to set beside the single rank's
+    const Tier dev = a.device == "sim" ? Tier::Device : Tier::Host, kv_home = a.offload.find("kv") != std::string::npos ? Tier::Pinned : dev;
+    const Tier opt_home = a.offload.find("params") != std::string::npos ? Tier::Pinned : dev;
+    std::vector<double> mine = {double(measured.b[size_t(kv_home)][size_t(Tag::KV)]),
+                                double(measured.b[size_t(kv_home)][size_t(Tag::KVGrad)]),
+                                double(measured.b[size_t(opt_home)][size_t(Tag::Optimizer)])};
+    std::vector<double> all(mine.size() * size_t(R));
+    dist.world().all_gather(mine.data(), all.data(), mine.size() * 8);
+
+    if (a.dist.zero > 0) {  // sharded AdamW updates each element as the whole update does: equal bits
+      std::vector<double> l0;
+      std::vector<float> w0;
+      train_dist(0, &l0, &w0, false);
+      double differ = 0;
+      for (size_t i = 0; i < w0.size(); ++i) differ += w0[i] != w_dist[i];
+      dist.world().all_reduce_sum(&differ, 1);
+      report(fmt::format("zero{}_vs_zero0_weights_differing", a.dist.zero), differ, a.dist.zero == 1 ? 0 : 1e9);
+    }
+    if (r == 0) {
+      Accountant::global().reset_peaks();
+      auto be = backend(a);
+      Model ref(cfg, *be, plan_of(a, 1, 1, 0, 0));
+      init(ref, seed);
+      TrainOptions o{N, a.steps, a.accum * dp, 1000, oc, ""};
+      std::vector<double> ref_losses;
+      std::ostringstream quiet;
+      train(ref, data, o, quiet, [&](const StepStats& s) { ref_losses.push_back(s.loss); });
+      const Peaks single = peaks();
+      double worst = 0;
+      for (size_t k = 0; k < losses.size(); ++k)
+        worst = std::max(worst, std::abs(losses[k] - ref_losses[k]) / std::abs(ref_losses[k]));
+      report("train_loss_rel_err", worst, 1e-6);
+      std::string where;
+      // AdamW divides by sqrt(v): where a gradient is near zero, its fp32 rounding (the ranks sum in
+      // another order) moves the update by much more than 1e-6 of itself; measured up to 2.4e-5
+      report("weights_rel_err", worst_by_tensor(w_dist, download(ref, ref.params().flat()), ref.params(), &where),
+             1e-4);
+      const double kv1 = double(single.b[size_t(kv_home)][size_t(Tag::KV)]),
+                   kg1 = double(single.b[size_t(kv_home)][size_t(Tag::KVGrad)]),
+                   op1 = double(single.b[size_t(opt_home)][size_t(Tag::Optimizer)]);
+      double kv_off = 0, opt_off = 0;
+      for (int q = 0; q < R; ++q) {
+        const double* x = all.data() + 3 * q;
+        kv_off = std::max({kv_off, std::abs(x[0] * double(a.dist.sp) - kv1) / kv1,
+                           std::abs(x[1] * double(a.dist.sp) - kg1) / kg1});
+        if (a.dist.zero > 0) opt_off = std::max(opt_off, std::abs(x[2] * double(R) - op1) / op1);
+      }
+      std::cout << fmt::format("kv_bytes single {} rank0 {} | kv_grad single {} rank0 {} | optimizer single {} "
+                               "rank0 {}", kv1, all[0], kg1, all[1], op1, all[2])
+                << std::endl;
+      report("kv_per_rank_vs_single_over_sp", kv_off, 0);
+      if (a.dist.zero > 0) report("optimizer_per_rank_vs_single_over_ranks", opt_off, 0.01);
+    }
+    double bad = ok ? 0 : 1;
+    dist.world().all_reduce_max(&bad, 1);
+    if (r == 0) std::cout << (bad == 0 ? "PASS" : "FAIL") << std::endl;
+    return bad == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "dist_check: error: " << e.what() << std::endl;
+    std::cerr.flush();
+    oomb::mpi_abort(1);
+  }
+}
