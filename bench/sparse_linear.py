@@ -63,6 +63,8 @@ def main():
                 print(json.dumps(rec), flush=True)
                 out.write(json.dumps(rec) + "\n")
         for name, ts in lines.items():
+            if len(ts) < 2:  # one length: no ratio
+                continue
             (n0, c0), (n1, c1) = ts[0], ts[-1]
             rec = {"line": name, "N": f"{n0} -> {n1}", "cpu_ratio": round(c1 / c0, 2), "N_ratio": n1 / n0}
             print(json.dumps(rec), flush=True)

@@ -86,8 +86,8 @@ TEST(Cli, PlanPredictsTheMeasuredPeaks) {
   }
 }
 
-// The simulated device, with and without --offload kv and params, --precision bf16, and --sweep
-// layer (also on the CPU): every (tier, tag) peak equals the plan.
+// The simulated device, with and without --offload kv and params, --precision bf16, dense and sparse
+// (mean and quest scores), and --sweep layer (also on the CPU): every (tier, tag) peak equals the plan.
 TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
   const auto dir = temp_dir();
   const auto m = (dir / "m").string();
@@ -98,6 +98,8 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
                             "--device sim --offload kv --offload-group 2 --doc-mask --eos-id 5",
                             "--device sim --offload params", "--device sim --offload kv,params --offload-group 2",
                             "--device sim --precision bf16", "--device sim --offload kv --precision bf16",
+                            "--device sim --sparse-pages 2 --sparse-tile 32",
+                            "--device sim --offload kv --sparse-pages 2 --sparse-tile 48 --sparse-score quest",
                             "--sweep layer", "--device sim --sweep layer --precision bf16",
                             "--device sim --offload kv,params --offload-group 2 --sweep layer --doc-mask --eos-id 5"}) {
     SCOPED_TRACE(flags);
@@ -115,7 +117,8 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
       if (!line.empty()) last = line;
     const auto mem = nlohmann::json::parse(last)["memory"];
     for (const char* tier : {"host", "device", "pinned"})
-      for (const char* tag : {"weights", "grads", "optimizer", "activations", "kv", "kv_grad", "workspace", "data"}) {
+      for (const char* tag :
+           {"weights", "grads", "optimizer", "activations", "kv", "kv_grad", "page_meta", "workspace", "data"}) {
         const int64_t measured = mem[tier].contains(tag) ? mem[tier][tag]["peak"].get<int64_t>() : 0;
         EXPECT_EQ(measured, plan[tier][tag].get<int64_t>()) << tier << " " << tag;
       }
@@ -287,7 +290,8 @@ TEST(Cli, ErrorsNameTheFlagOrFile) {
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr("beyond the model's vocabulary (128)"));
   for (const char* bad : {"--lr -1", "--lr nan", "--grad-clip -1", "--seq-len 0", "--steps 0", "--chunk-size 0",
-                          "--page-size 0", "--grad-accum 0"}) {
+                          "--page-size 0", "--grad-accum 0", "--sparse-score bogus --sparse-pages 2",
+                          "--sparse-score quest"}) {
     r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin {}", m, dir.string(), bad));
     EXPECT_NE(r.code, 0) << bad;
     EXPECT_THAT(r.out, HasSubstr(std::string(bad).substr(0, std::string(bad).find(' ')))) << bad;

@@ -432,6 +432,70 @@ TEST(CudaOps, SparsePageMetadataAndScores) {
     G.page_scores(q.d, 16, md, sc.d);
     report(S == 1 ? "page_scores shared" : "page_scores", err(sc), 1e-5);  // not yet measured on a GPU
   }
+  // Quest's min/max (bit for bit: the same comparisons, rounded down / up) and its scores
+  Pair minmax(DType::BF16, {pages, 2, Gk, D});
+  minmax.upload();
+  for (Backend* b : {&C, &G}) {
+    const bool dev = b == &G;
+    Tensor m = dev ? minmax.d : minmax.h;
+    b->page_key_minmax(dev ? k1.d : k1.h, 21, P, m);
+    b->page_key_minmax(dev ? k2.d : k2.h, 61, P, m);
+  }
+  EXPECT_EQ(minmax.download(), std::vector<char>(minmax.host.begin(), minmax.host.end() - 1)) << "page_key_minmax";
+  for (int64_t S : {Gk, int64_t(1)}) {
+    Pair sc(DType::F32, {(T + 15) / 16, S, 6});
+    const Tensor mh = minmax.h.rows(0, 6), md = minmax.d.rows(0, 6);
+    C.page_quest_scores(q.h, 16, mh, sc.h);
+    G.page_quest_scores(q.d, 16, md, sc.d);
+    report(S == 1 ? "quest shared" : "quest scores", err(sc), 1e-5);  // not yet measured on a GPU
+  }
+}
+
+// Top K on the device gives the CPU's choice bit for bit: random scores with many ties, NaNs,
+// infinities and both zeros, rows longer than a block, fewer candidates than K, and a real run's
+// scores (page_scores of random q against random means).
+TEST(CudaOps, PageTopKEqualsTheCpu) {
+  REQUIRE_GPU();
+  Backend &C = *backends().cpu, &G = *backends().cuda;
+  const float specials[] = {std::nanf(""), -INFINITY, INFINITY, -0.0f, 0.0f};
+  struct Case {
+    int64_t tiles, S, pages, K, first;
+  };
+  const Case cases[] = {{3, 4, 1000, 64, 1}, {2, 1, 7, 3, 0}, {5, 2, 300, 17, 3},
+                        {1, 3, 2500, 256, 1}, {2, 2, 10, 16, 1}, {1, 1, 40, 5, 40}};
+  uint64_t x = 11;
+  int rows = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("tiles {} S {} pages {} K {} first {}", c.tiles, c.S, c.pages, c.K, c.first));
+    Pair sc(DType::F32, {c.tiles, c.S, c.pages}), chosen(DType::I32, {c.tiles, c.S, c.K});
+    for (int64_t i = 0; i < sc.h.numel(); ++i) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      const int r = int((x >> 33) % 16);
+      sc.h.f()[i] = r < 5 ? specials[r] : float(r % 5) - 2.0f;  // 5 numbers and 5 specials: ties everywhere
+    }
+    sc.upload();
+    chosen.upload();
+    C.page_topk(sc.h, c.first, chosen.h);
+    G.page_topk(sc.d, c.first, chosen.d);
+    EXPECT_EQ(chosen.download(), std::vector<char>(chosen.host.begin(), chosen.host.end() - 1)) << "page_topk";
+    rows += int(c.tiles * c.S);
+  }
+  {  // scores as a run makes them: few ties, every value distinct in practice
+    const int64_t T = 64, H = 4, Gk = 2, D = 16, pages = 700, K = 32;
+    Pair q(DType::F32, {T, H, D}), means(DType::BF16, {pages, Gk, D}), sc(DType::F32, {T / 16, Gk, pages}),
+        chosen(DType::I32, {T / 16, Gk, K});
+    q.randn(41);
+    const auto r = randn(size_t(pages * Gk * D), 42);
+    for (size_t i = 0; i < r.size(); ++i) means.h.as<uint16_t>()[i] = f32_to_bf16(r[i]);
+    means.upload();
+    C.page_scores(q.h, 16, means.h, sc.h);
+    sc.upload();  // both choose from the CPU's scores: the op, not the scores, is compared
+    C.page_topk(sc.h, 1, chosen.h);
+    G.page_topk(sc.d, 1, chosen.d);
+    EXPECT_EQ(chosen.download(), std::vector<char>(chosen.host.begin(), chosen.host.end() - 1)) << "page_topk, scores";
+    rows += int(T / 16 * Gk);
+  }
+  std::cout << fmt::format("[ parity   ] page_topk      {} rows, the CPU's choice bit for bit\n", rows);
 }
 
 TEST(CudaOps, LossReductionsAndOptimizers) {
@@ -551,6 +615,11 @@ TEST(CudaOps, BadInputIsNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("must be in device memory"), std::string::npos) << e.what();
   }
+  Pair sc(DType::F32, {2, 1, 8}), chosen(DType::I32, {2, 2, 4});  // chosen's groups do not match
+  EXPECT_EQ(error_of([&] { G.page_topk(sc.d, 0, chosen.d); }), "page_topk: chosen (2, 2, 4) must be (2, 1, K >= 1)");
+  Pair chosen1(DType::I32, {2, 1, 4});
+  EXPECT_EQ(error_of([&] { G.page_topk(sc.d, 9, chosen1.d); }),
+            "page_topk: first page 9 outside the 8 pages of scores");
   Pair ids(DType::I32, {2}), table(DType::F32, {3, 4}), out(DType::F32, {2, 4});
   ids.h.as<int32_t>()[1] = 9;
   ids.upload();

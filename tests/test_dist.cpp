@@ -33,17 +33,17 @@ std::string missing() {
 // mpirun -np P prog args: every rank single-threaded (the ranks share the cores), root allowed
 // (containers), oversubscribed (more ranks than cores).
 // launch: what follows `mpirun --oversubscribe` (-np P prog args, or MPMD's `-np 1 a : -np 1 b`).
-CmdResult mpirun_line(const std::string& launch) {
+CmdResult mpirun_line(const std::string& launch, const std::string& env = "") {
   const auto dir = temp_dir("dist");
   const auto log = dir / "mpirun.log";
   const std::string cmd = fmt::format(
-      "cd {} && OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
-      "{} --oversubscribe {} > {} 2>&1", dir.string(), kMpirun, launch, log.string());
+      "cd {} && {} OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
+      "{} --oversubscribe {} > {} 2>&1", dir.string(), env, kMpirun, launch, log.string());
   const int rc = std::system(cmd.c_str());
   return {WEXITSTATUS(rc), read_text(log)};
 }
-CmdResult mpirun(int np, const std::string& prog_and_args) {
-  return mpirun_line(fmt::format("-np {} {}", np, prog_and_args));
+CmdResult mpirun(int np, const std::string& prog_and_args, const std::string& env = "") {
+  return mpirun_line(fmt::format("-np {} {}", np, prog_and_args), env);
 }
 
 // The figure a dist_check line names ("name value (bound b)"), or -1 when absent.
@@ -53,8 +53,8 @@ double figure(const std::string& out, const std::string& name) {
   return std::stod(m[2]);
 }
 
-CmdResult expect_equal_to_single_rank(int np, const std::string& args) {
-  const CmdResult r = mpirun(np, (binary_dir() / "dist_check").string() + " " + args);
+CmdResult expect_equal_to_single_rank(int np, const std::string& args, const std::string& env = "") {
+  const CmdResult r = mpirun(np, (binary_dir() / "dist_check").string() + " " + args, env);
   SCOPED_TRACE("mpirun -np " + std::to_string(np) + " dist_check " + args + "\n" + r.out);
   std::cout << "[np " << np << " " << args << "]\n" << r.out;
   EXPECT_EQ(r.code, 0);
@@ -100,6 +100,17 @@ TEST(Dist, ZeroOneAndTwo) {
 TEST(Dist, CombinedSpDpZeroChunkedOffloadParams) {
   NEED_MPI();
   expect_equal_to_single_rank(4, "--sp 2 --dp 2 --zero 1 --doc-mask --device sim --offload kv,params");
+}
+
+// On a device the gradients and parameters cross through host staging a piece at a time: pieces of
+// 1000 floats (OOMB_GRAD_SYNC_PIECE) make a tiny model take that path many times over.
+TEST(Dist, DeviceStagingInPieces) {
+  NEED_MPI();
+  for (int z : {0, 1, 2}) {
+    const CmdResult r = expect_equal_to_single_rank(
+        2, fmt::format("--dp 2 --zero {} --device sim", z), "OOMB_GRAD_SYNC_PIECE=1000");
+    if (z == 1) EXPECT_EQ(figure(r.out, "zero1_vs_zero0_weights_differing"), 0);
+  }
 }
 
 // Negative control: without the gradients' sum over ranks the check must fail.

@@ -118,6 +118,20 @@ class Backend {
   //   scores[i][s][p] = sum over tile i's queries t, heads h of group s (all heads when S = 1) of
   //                     q[t, h] . means[p, h / (H / G)]
   virtual void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& scores) = 0;
+  // Quest's metadata (--sparse-score quest): minmax (pages, 2, G, D) bf16, [p][0] the per-dimension
+  // min and [p][1] the max of page p's keys written so far, min rounded down to bf16 and max up (so
+  // they bound every key). Rows of page p before t0 keep theirs: a page with none starts afresh.
+  virtual void page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Tensor& minmax) = 0;
+  // scores (tiles, S, pages) f32 of Quest's upper bound against minmax (pages, 2, G, D) bf16:
+  //   scores[i][s][p] = sum over tile i's queries t, heads h of group s (all when S = 1), dims d of
+  //                     max(q[t,h,d] * min[p,g,d], q[t,h,d] * max[p,g,d]),  g = h / (H / G)
+  // computed as sum_d (sum of q's positive parts) * max + (sum of its negative parts) * min (the
+  // same since min <= max), so a tile costs what the mean score costs.
+  virtual void page_quest_scores(const Tensor& q, int64_t tile, const Tensor& minmax, Tensor& scores) = 0;
+  // chosen (tiles, S, K) int32: per row of scores (tiles, S, pages) f32 the K pages of [first, pages)
+  // scoring highest (score descending, ties to the lower page, NaN counting as -inf, -0 as +0),
+  // in ascending page order; with fewer than K candidates, all of them, then -1.
+  virtual void page_topk(const Tensor& scores, int64_t first, Tensor& chosen) = 0;
 
   // Fused lm_head + cross-entropy, tiled over tokens (never more than tile x V logits).
   // h: (T, d), w: (V, d), targets: (T) i32 (< 0 = ignored; every id < V, checked by the caller).

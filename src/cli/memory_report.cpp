@@ -67,12 +67,13 @@ void add_sparse_flags(CLI::App* c, SparseFlags& f) {
   c->add_option("--sink-pages", f.sinks, "With --sparse-pages: the first S pages, always read (default 1)");
   c->add_flag("--sparse-shared", f.shared, "With --sparse-pages: one choice for every head (scores summed over heads, "
               "OOMB's way; default: one per kv head group)");
-  c->add_option("--sparse-score", f.score, "With --sparse-pages: the page score: mean (q . the page's mean key)");
+  c->add_option("--sparse-score", f.score, "With --sparse-pages: the page score: mean (q . the page's mean key, "
+                "the default) or quest (Quest's upper bound from each page's per-dimension min and max keys)");
 }
 
 void set_sparse(const SparseFlags& f, const ModelConfig& cfg, ChunkPlan& plan) {
-  OOMB_CHECK(f.pages >= 0 || (f.tile == 128 && f.sinks == 1 && !f.shared),
-             "--sparse-tile, --sink-pages and --sparse-shared: only with --sparse-pages");
+  OOMB_CHECK(f.pages >= 0 || (f.tile == 128 && f.sinks == 1 && !f.shared && f.score == "mean"),
+             "--sparse-tile, --sink-pages, --sparse-shared and --sparse-score: only with --sparse-pages");
   plan.sparse = sparse_options(f.pages, f.tile, f.sinks, f.shared, f.score, plan.chunk, cfg.kv_heads);
 }
 

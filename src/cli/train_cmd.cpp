@@ -443,6 +443,14 @@ Command add_train(CLI::App& app) {
                                      data->describe(), o.seq_len * o.grad_accum, o.steps)
                       << (a->doc_mask ? fmt::format("; attention within documents ended by token {}", eos) : "")
                       << std::endl;
+            if (dist.size() > 1)  // the ranks' layout, once (rank 0 alone prints)
+              std::cout << fmt::format("{} ranks ({}): --sp {} x --dp {}{}; each rank holds {} of every chunk's {} "
+                                       "tokens, {} of {} heads and {} of {} kv heads in attention", dist.size(),
+                                       dist.world().name(), a->dist.sp, a->dist.dp,
+                                       a->dist.zero ? fmt::format(", --zero {}", a->dist.zero) : "",
+                                       plan.chunk / plan.sp, plan.chunk, cfg.heads / plan.sp, cfg.heads,
+                                       cfg.kv_heads / plan.sp, cfg.kv_heads)
+                        << std::endl;
             if (a->given("--sweep") || plan.offload_params) std::cout << sweep << std::endl;
             train(model, *data, o, std::cout, {}, ckpt.hooks(model));
             if (const int sig = ckpt.finish()) return 128 + sig;  // stopped by SIGINT/SIGTERM, checkpoint written

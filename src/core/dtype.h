@@ -29,6 +29,21 @@ inline uint16_t f32_to_bf16(float f) {  // round to nearest even; NaN stays NaN
   u += 0x7fffu + ((u >> 16) & 1u);
   return uint16_t(u >> 16);
 }
+// Directed rounding to bf16 (NaN stays NaN): the largest bf16 <= f, and the smallest >= f.
+inline uint16_t f32_to_bf16_down(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  const bool inexact = (u & 0xffffu) != 0, negative = (u >> 31) != 0;
+  return uint16_t((u >> 16) + (inexact && negative ? 1 : 0));  // truncation rounds toward zero
+}
+inline uint16_t f32_to_bf16_up(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  const bool inexact = (u & 0xffffu) != 0, negative = (u >> 31) != 0;
+  return uint16_t((u >> 16) + (inexact && !negative ? 1 : 0));
+}
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 

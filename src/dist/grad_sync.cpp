@@ -1,11 +1,24 @@
 #include "dist/grad_sync.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
 
 namespace oomb {
+
+// Staging moves at most this many floats per collective call (64 MiB), so host memory for it stays
+// small beside the gradients themselves. OOMB_GRAD_SYNC_PIECE (tests) sets a smaller piece, so that
+// small models take the many-piece path too.
+int64_t grad_sync_piece() {
+  static const int64_t piece = [] {
+    const char* e = std::getenv("OOMB_GRAD_SYNC_PIECE");
+    const int64_t v = e ? std::atoll(e) : 0;
+    return v > 0 ? v : int64_t(1) << 24;
+  }();
+  return piece;
+}
 
 Shard Shard::of(int64_t n, int rank, int ranks) {
   Shard s;
@@ -15,12 +28,12 @@ Shard Shard::of(int64_t n, int rank, int ranks) {
   return s;
 }
 
-// zero 0 on host memory needs nothing; a device's gradients pass through a copy; a shard's
-// collectives take every rank's padded block and this rank's own.
+// zero 0 on host memory needs nothing; a device's gradients pass through a piece at a time; a
+// shard's collectives take a piece of every rank's block and this rank's own.
 int64_t GradSync::host_bytes(int64_t n, int ranks, int zero, Tier home) {
   if (ranks == 1 || (zero == 0 && home != Tier::Device)) return 0;
-  if (zero == 0) return n * 4;
-  return Shard::of(n, 0, ranks).block * (ranks + 1) * 4;
+  if (zero == 0) return std::min(n, grad_sync_piece()) * 4;
+  return std::min(Shard::of(n, 0, ranks).block, grad_sync_piece()) * (ranks + 1) * 4;
 }
 
 GradSync::GradSync(Comm& world, Backend& be, int64_t n, int zero)
@@ -34,34 +47,54 @@ void GradSync::reduce(const Tensor& g) {
   OOMB_CHECK(g.numel() == n_ && g.dtype == DType::F32, "grad sync: expected {} f32 gradients, got {}", n_,
              g.shape_str());
   if (comm_.size() == 1) return;
-  const size_t bytes = size_t(n_) * 4;
+  char* gd = static_cast<char*>(g.data);
   if (zero_ < 2) {
     if (g.tier != Tier::Device) return comm_.all_reduce_sum(static_cast<float*>(g.data), size_t(n_));
-    be_.copy(stage_.data(), Tier::Host, g.data, g.tier, bytes);
-    comm_.all_reduce_sum(stage_.as<float>(), size_t(n_));
-    be_.copy(g.data, g.tier, stage_.data(), Tier::Host, bytes);
+    for (int64_t at = 0; at < n_; at += grad_sync_piece()) {
+      const size_t bytes = size_t(std::min(grad_sync_piece(), n_ - at)) * 4;
+      be_.copy(stage_.data(), Tier::Host, gd + at * 4, g.tier, bytes);
+      comm_.all_reduce_sum(stage_.as<float>(), bytes / 4);
+      be_.copy(gd + at * 4, g.tier, stage_.data(), Tier::Host, bytes);
+    }
     return;
   }
-  // zero 2: the padded buffer's block r summed over ranks lands in this rank's [lo, hi)
-  float* s = stage_.as<float>();
-  be_.copy(s, Tier::Host, g.data, g.tier, bytes);
-  std::fill(s + n_, s + shard_.block * comm_.size(), 0.0f);
-  float* mine = s + shard_.block * comm_.size();
-  comm_.reduce_scatter_sum(s, mine, size_t(shard_.block));
-  if (shard_.size() > 0)
-    be_.copy(static_cast<char*>(g.data) + shard_.lo * 4, g.tier, mine, Tier::Host, size_t(shard_.size()) * 4);
+  // zero 2: piece [o, o + s) of every rank's block, summed over ranks, lands in this rank's block
+  const int P = comm_.size();
+  const int64_t B = shard_.block, s = std::min(B, grad_sync_piece());
+  float* send = stage_.as<float>();
+  float* mine = send + s * P;
+  for (int64_t o = 0; o < B; o += s) {
+    const int64_t len = std::min(s, B - o);
+    for (int j = 0; j < P; ++j) {
+      const int64_t lo = std::min(n_, j * B + o), hi = std::min(n_, j * B + o + len);
+      if (hi > lo) be_.copy(send + j * len, Tier::Host, gd + lo * 4, g.tier, size_t(hi - lo) * 4);
+      std::fill(send + j * len + (hi - lo), send + (j + 1) * len, 0.0f);
+    }
+    comm_.reduce_scatter_sum(send, mine, size_t(len));
+    const int64_t lo = std::min(shard_.hi, shard_.lo + o), hi = std::min(shard_.hi, shard_.lo + o + len);
+    if (hi > lo) be_.copy(gd + lo * 4, g.tier, mine, Tier::Host, size_t(hi - lo) * 4);
+  }
 }
 
 void GradSync::gather(const Tensor& p) {
   OOMB_CHECK(p.numel() == n_ && p.dtype == DType::F32, "grad sync: expected {} f32 parameters, got {}", n_,
              p.shape_str());
   if (comm_.size() == 1 || zero_ == 0) return;
-  float* s = stage_.as<float>();
-  float* mine = s + shard_.block * comm_.size();
-  if (shard_.size() > 0)
-    be_.copy(mine, Tier::Host, static_cast<const char*>(p.data) + shard_.lo * 4, p.tier, size_t(shard_.size()) * 4);
-  comm_.all_gather(mine, s, size_t(shard_.block) * 4);
-  be_.copy(p.data, p.tier, s, Tier::Host, size_t(n_) * 4);
+  const int P = comm_.size();
+  const int64_t B = shard_.block, s = std::min(B, grad_sync_piece());
+  float* all = stage_.as<float>();
+  float* mine = all + s * P;
+  char* pd = static_cast<char*>(p.data);
+  for (int64_t o = 0; o < B; o += s) {
+    const int64_t len = std::min(s, B - o);
+    const int64_t lo = std::min(shard_.hi, shard_.lo + o), hi = std::min(shard_.hi, shard_.lo + o + len);
+    if (hi > lo) be_.copy(mine, Tier::Host, pd + lo * 4, p.tier, size_t(hi - lo) * 4);
+    comm_.all_gather(mine, all, size_t(len) * 4);
+    for (int j = 0; j < P; ++j) {
+      const int64_t a = std::min(n_, j * B + o), b = std::min(n_, j * B + o + len);
+      if (b > a && j != comm_.rank()) be_.copy(pd + a * 4, p.tier, all + j * len, Tier::Host, size_t(b - a) * 4);
+    }
+  }
 }
 
 }  // namespace oomb

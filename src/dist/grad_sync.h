@@ -19,6 +19,8 @@ struct Shard {
   int64_t held() const { return size() > 0 ? size() : 1; }  // what a shard's buffers hold (at least 1)
 };
 
+int64_t grad_sync_piece();  // floats per staged collective call
+
 class GradSync {
  public:
   GradSync(Comm& world, Backend& be, int64_t n, int zero);

@@ -342,7 +342,7 @@ KVCache::KVCache(const KVCacheOptions& o, Backend& be)
       kv_(o.kv, be, Tag::KV, o.offload ? Tier::Pinned : be.tier()),
       grad_(o.grad, be, Tag::KVGrad, o.offload ? Tier::Pinned : be.tier()),
       docs_(std::max<int64_t>(o.kv.page_size, 1), be),
-      meta_(o.kv, be) {
+      meta_(o.kv, be, o.score) {
   OOMB_CHECK(!o.offload || be.tier() == Tier::Device,
              "--offload kv: the {} backend has no device memory to offload from (use --device sim or cuda)",
              be.name());

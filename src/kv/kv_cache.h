@@ -30,6 +30,7 @@ struct KVCacheOptions {
   int64_t group = 0;      // pages per group streamed through the device (offload)
   int64_t chunk = 0;      // C: tokens of the largest chunk written at once
   bool meta = false;      // page metadata for sparse attention (--sparse-pages)
+  PageScore score = PageScore::Mean;  // which metadata (--sparse-score)
   int64_t sparse_pages = 0;  // sparse: the most earlier pages one query tile reads (0: dense)
   std::vector<int64_t> windows;  // per layer: a sliding window (0 or absent: full attention)
   // --sweep layer: the backward takes one layer over every chunk at a time, so only one layer's

@@ -1,16 +1,13 @@
 #include "kv/sparse_select.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 
 namespace oomb {
 
 SparseOptions sparse_options(int64_t pages_given, int64_t tile, int64_t sinks, bool shared, const std::string& score,
                              int64_t chunk, int64_t kv_heads) {
   SparseOptions o;
-  OOMB_CHECK(score == "mean", "--sparse-score: '{}' is not a known score (known: mean)", score);
-  o.score = score;
+  o.score = page_score_parse(score);
   if (pages_given < 0) return o;  // not given: dense attention
   OOMB_CHECK(pages_given >= 1, "--sparse-pages: must be at least 1 (the earlier pages each query tile reads), got {}",
              pages_given);
@@ -47,10 +44,10 @@ SparseSelector::Bytes SparseSelector::plan(const SparseOptions& o, const KVShape
   Bytes b;
   if (!o.on()) return b;
   const int64_t tiles = tiles_of(std::min(C, N), o.tile), S = o.sets(kv.kv_heads);
-  const int64_t scores = tiles * S * kv.pages_for(N) * 4;
-  b.backend = scores;
-  if (backend_tier != Tier::Host) b.host += scores;  // the scores' host copy, which top-K reads
-  b.host += tiles * S * (1 + o.sinks + o.pages) * 4;  // one layer's choice (no record)
+  const int64_t chosen = tiles * S * o.pages * 4;
+  b.backend = tiles * S * kv.pages_for(N) * 4 + chosen;  // scores, top-K
+  if (backend_tier != Tier::Host) b.host += chosen;        // top-K's host copy
+  b.host += tiles * S * (1 + o.sinks + o.pages) * 4;       // one layer's choice (no record)
   if (record) b.host += record_slots(o, kv, N, C) * 4;
   return b;
 }
@@ -67,7 +64,8 @@ void SparseSelector::begin_sequence(int64_t N, int64_t C, bool record) {
   };
   const int64_t score_bytes = tiles * S * kv_.pages_for(N) * 4;
   resize(scores_, be_.tier(), score_bytes);
-  if (be_.tier() != Tier::Host) resize(scores_host_, Tier::Host, score_bytes);
+  resize(chosen_, be_.tier(), tiles * S * o_.pages * 4);
+  if (be_.tier() != Tier::Host) resize(chosen_host_, Tier::Host, tiles * S * o_.pages * 4);
   resize(scratch_, Tier::Host, tiles * S * stride() * 4);
   resize(record_buf_, Tier::Host, record ? record_slots(o_, kv_, N, C) * 4 : 0);
   N_ = N, C_ = C, record_ = record && record_buf_.bytes() > 0;
@@ -85,7 +83,6 @@ void SparseSelector::begin_sequence(int64_t N, int64_t C, bool record) {
   run_pages_.reserve(most);
   run_heads_.reserve(most);
   runs_.reserve(size_t(tiles));
-  order_.reserve(size_t(kv_.pages_for(N)));
 }
 
 int32_t* SparseSelector::slots(int64_t l, int64_t begin, int64_t T) {
@@ -98,43 +95,42 @@ int32_t* SparseSelector::slots(int64_t l, int64_t begin, int64_t T) {
   return record_buf_.as<int32_t>() + chunk_slot_[t] + l * tiles_of(n, o_.tile) * o_.sets(kv_.kv_heads) * stride();
 }
 
-std::span<const SparseRun> SparseSelector::choose(int64_t l, int64_t begin, const Tensor& q, const Tensor& means,
+std::span<const SparseRun> SparseSelector::choose(int64_t l, int64_t begin, const Tensor& q, const Tensor& meta,
                                                   int64_t first) {
-  const int64_t T = q.dim(0), np = means.dim(0), S = o_.sets(kv_.kv_heads), tiles = tiles_of(T, o_.tile);
+  const int64_t T = q.dim(0), np = meta.dim(0), S = o_.sets(kv_.kv_heads), tiles = tiles_of(T, o_.tile), K = o_.pages;
   OOMB_CHECK(np <= pages_ && tiles <= tiles_of(C_, o_.tile), "sparse attention: {} pages and {} tiles exceed the sequence's plan",
              np, tiles);
   int32_t* slot = slots(l, begin, T);
-  const float* sc = nullptr;
-  if (np > first) {  // score every page (the candidates are [first, np))
-    Tensor dev(scores_.data(), DType::F32, {tiles, S, np}, be_.tier());
-    be_.page_scores(q, o_.tile, means, dev);
-    sc = dev.f();
-    if (be_.tier() != Tier::Host) {  // top-K runs on the host
-      be_.copy(scores_host_.data(), Tier::Host, dev.data, be_.tier(), dev.bytes());
-      sc = scores_host_.as<float>();
+  const int64_t rest0 = std::max(first, std::min(o_.sinks, np));  // the first candidate that is not a sink
+  const int32_t* top = nullptr;  // (tiles, S, K): the chosen candidates, where there are more than K
+  if (np - rest0 > K) {
+    Tensor scores(scores_.data(), DType::F32, {tiles, S, np}, be_.tier());
+    Tensor chosen(chosen_.data(), DType::I32, {tiles, S, K}, be_.tier());
+    if (o_.score == PageScore::Quest)
+      be_.page_quest_scores(q, o_.tile, meta, scores);
+    else
+      be_.page_scores(q, o_.tile, meta, scores);
+    be_.page_topk(scores, rest0, chosen);
+    top = chosen.as<int32_t>();
+    if (be_.tier() != Tier::Host) {  // the runs are built on the host: only the indices come down
+      be_.copy(chosen_host_.data(), Tier::Host, chosen.data, be_.tier(), chosen.bytes());
+      top = chosen_host_.as<int32_t>();
     }
   }
-  const int64_t rest0 = std::max(first, std::min(o_.sinks, np));  // the first candidate that is not a sink
   for (int64_t i = 0; i < tiles; ++i)
     for (int64_t s = 0; s < S; ++s) {
       int32_t* out = slot + (i * S + s) * stride();
       int32_t n = 0;
       for (int64_t p = first; p < rest0; ++p) out[1 + n++] = int32_t(p);  // sinks
-      order_.clear();
-      for (int64_t p = rest0; p < np; ++p) order_.push_back(p);
-      if (int64_t(order_.size()) > o_.pages) {
-        const float* row = sc + (i * S + s) * np;
-        auto key = [&](int64_t p) {
-          const float v = row[p];
-          return std::isnan(v) ? -std::numeric_limits<float>::infinity() : v;
-        };
-        // higher score first, ties to the lower page: a strict total order, so the choice is deterministic
-        auto before = [&](int64_t a, int64_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); };
-        std::nth_element(order_.begin(), order_.begin() + o_.pages - 1, order_.end(), before);
-        order_.resize(size_t(o_.pages));
-        std::sort(order_.begin(), order_.end());
-      }
-      for (int64_t p : order_) out[1 + n++] = int32_t(p);
+      if (top)
+        for (int64_t j = 0; j < K; ++j) {  // ascending
+          const int32_t p = top[(i * S + s) * K + j];
+          OOMB_CHECK(p >= rest0 && p < np, "sparse attention: page_topk chose page {} outside the candidates [{}, {})", p,
+                     rest0, np);
+          out[1 + n++] = p;
+        }
+      else
+        for (int64_t p = rest0; p < np; ++p) out[1 + n++] = int32_t(p);
       out[0] = n;
     }
   return runs(slot, T);

@@ -85,7 +85,7 @@ std::span<const SparseRun> sparse_runs(const LayerCtx& ctx, const Tensor& q, boo
   if (!choose) return ctx.sparse->recall(ctx.layer, begin, T);
   const KVCacheOptions& o = ctx.sparse_cache->options();
   const int64_t np = o.kv.pages_for(begin);
-  return ctx.sparse->choose(ctx.layer, begin, q, ctx.sparse_cache->page_meta().means(ctx.layer, np),
+  return ctx.sparse->choose(ctx.layer, begin, q, ctx.sparse_cache->page_meta().meta(ctx.layer, np),
                             o.first_page(ctx.layer, begin));
 }
 

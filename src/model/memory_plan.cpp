@@ -80,6 +80,7 @@ KVCacheOptions kv_cache_options(const ModelConfig& c, const ChunkPlan& p) {
   o.chunk = p.chunk;
   o.windows = c.layer_window;
   o.meta = p.sparse.on();
+  o.score = p.sparse.score;
   o.sparse_pages = p.sparse.on() ? p.sparse.most_pages(c.kv_heads) : 0;
   o.layer_major = p.sweep == SweepOrder::Layer;
   return o;
@@ -148,7 +149,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
     m.at(home, Tag::KVGrad) += kv.home_kv_grad;
   }
   if (plan.sparse.on()) {  // page metadata (kept on the device), the page scores, the recorded choice
-    m.at(dev, Tag::PageMeta) += PageMeta::bytes(kvo.kv, N);
+    m.at(dev, Tag::PageMeta) += PageMeta::bytes(kvo.kv, N, kvo.score);
     const SparseSelector::Bytes sb = SparseSelector::plan(plan.sparse, kvo.kv, N, C, true, dev);
     m.at(dev, Tag::PageMeta) += sb.backend;
     m.at(Tier::Host, Tag::PageMeta) += sb.host;

@@ -50,6 +50,13 @@ class CpuBackend : public Backend {
   void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& scores) override {
     cpu::page_scores(q, tile, means, scores);
   }
+  void page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Tensor& minmax) override {
+    cpu::page_key_minmax(k, t0, page_size, minmax);
+  }
+  void page_quest_scores(const Tensor& q, int64_t tile, const Tensor& minmax, Tensor& scores) override {
+    cpu::page_quest_scores(q, tile, minmax, scores);
+  }
+  void page_topk(const Tensor& scores, int64_t first, Tensor& chosen) override { cpu::page_topk(scores, first, chosen); }
   void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
                      Tensor& lse) override {
     cpu::attention_fwd(q, blocks, a, o, lse);

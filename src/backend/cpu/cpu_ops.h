@@ -29,6 +29,9 @@ void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Te
                    std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq);
 void page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means);
 void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& scores);
+void page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Tensor& minmax);
+void page_quest_scores(const Tensor& q, int64_t tile, const Tensor& minmax, Tensor& scores);
+void page_topk(const Tensor& scores, int64_t first, Tensor& chosen);
 // logits: a (tile x V) f32 and row_losses a (tile) f64 workspace the caller owns; widen: fp32
 // scratch of lm_head_widen_elems (bf16 h and w)
 double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,

@@ -1,7 +1,9 @@
-// Sparse attention's page metadata and page scores (--sparse-pages), CPU reference.
-// Both run in a fixed order (no reduction depends on the thread count), so the choice they feed
+// Sparse attention's page metadata, page scores and top-K (--sparse-pages), CPU reference.
+// Each runs in a fixed order (no reduction depends on the thread count), so the choice they feed
 // is deterministic.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -15,6 +17,21 @@ void check_means(const char* op, const Tensor& means, int64_t G, int64_t D) {
              means.shape_str());
   OOMB_CHECK(means.dim(1) == G && means.dim(2) == D, "{}: means {} do not fit (G={}, D={})", op, means.shape_str(), G,
              D);
+}
+void check_minmax(const char* op, const Tensor& mm, int64_t G, int64_t D) {
+  OOMB_CHECK(!mm.empty() && mm.dtype == DType::BF16 && mm.ndim == 4 && host_addressable(mm.tier),
+             "{}: minmax must be a host (pages, 2, G, D) bf16 tensor, got {} {}", op, dtype_name(mm.dtype),
+             mm.shape_str());
+  OOMB_CHECK(mm.dim(1) == 2 && mm.dim(2) == G && mm.dim(3) == D, "{}: minmax {} does not fit (2, G={}, D={})", op,
+             mm.shape_str(), G, D);
+}
+
+// The score tensor of q (T, H, D) cut into tiles against metadata of `pages` pages and G kv heads.
+void check_scores(const char* op, const Tensor& q, int64_t tile, int64_t G, int64_t pages, const Tensor& scores) {
+  OOMB_CHECK(tile > 0, "{}: tile must be positive, got {}", op, tile);
+  const int64_t tiles = (q.dim(0) + tile - 1) / tile, S = scores.dim(1);
+  OOMB_CHECK(scores.dim(0) == tiles && (S == G || S == 1) && scores.dim(2) == pages,
+             "{}: scores {} must be ({}, {} or 1, {})", op, scores.shape_str(), tiles, G, pages);
 }
 }  // namespace
 
@@ -51,10 +68,8 @@ void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& sco
              "page_scores: means {} do not fit q {}", means.shape_str(), q.shape_str());
   const int64_t G = means.dim(1), pages = means.dim(0);
   check_means("page_scores", means, G, D);
-  OOMB_CHECK(tile > 0, "page_scores: tile must be positive, got {}", tile);
+  check_scores("page_scores", q, tile, G, pages, scores);
   const int64_t tiles = (T + tile - 1) / tile, S = scores.dim(1);
-  OOMB_CHECK(scores.dim(0) == tiles && (S == G || S == 1) && scores.dim(2) == pages,
-             "page_scores: scores {} must be ({}, {} or 1, {})", scores.shape_str(), tiles, G, pages);
   const int64_t group = H / G;
   std::vector<float> qs(size_t(G * D));  // per kv head: the tile's queries of its heads, summed
   for (int64_t i = 0; i < tiles; ++i) {
@@ -74,6 +89,118 @@ void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& sco
       }
       if (S == 1) scores.f()[i * pages + p] = shared;
     }
+  }
+}
+
+// k: (T, G, D) f32 of tokens [t0, t0 + T); minmax: (pages, 2, G, D) bf16
+void page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Tensor& minmax) {
+  check_f32("page_key_minmax", "k", k, 3);
+  const int64_t T = k.dim(0), G = k.dim(1), D = k.dim(2), P = page_size, GD = G * D;
+  check_minmax("page_key_minmax", minmax, G, D);
+  OOMB_CHECK(P > 0 && t0 >= 0, "page_key_minmax: page size {} and t0 {} must be positive", P, t0);
+  OOMB_CHECK(T == 0 || (t0 + T - 1) / P < minmax.dim(0),
+             "page_key_minmax: tokens [{}, {}) reach past the {} pages of minmax", t0, t0 + T, minmax.dim(0));
+  uint16_t* m = minmax.as<uint16_t>();
+  std::vector<float> a(static_cast<size_t>(GD)), b(static_cast<size_t>(GD));
+  for (int64_t i = 0; i < T;) {  // page by page
+    const int64_t t = t0 + i, p = t / P, r = t % P, n = std::min(P - r, T - i);
+    uint16_t *lo = m + p * 2 * GD, *hi = lo + GD;
+    // rows in order, then the page's earlier bounds: the device's comparisons in the device's order
+    std::copy(k.f() + i * GD, k.f() + (i + 1) * GD, a.begin());
+    std::copy(k.f() + i * GD, k.f() + (i + 1) * GD, b.begin());
+    for (int64_t j = 1; j < n; ++j)
+      for (int64_t e = 0; e < GD; ++e) {
+        const float x = k.f()[(i + j) * GD + e];
+        a[size_t(e)] = x < a[size_t(e)] ? x : a[size_t(e)];
+        b[size_t(e)] = x > b[size_t(e)] ? x : b[size_t(e)];
+      }
+    for (int64_t e = 0; e < GD; ++e) {
+      float &mn = a[size_t(e)], &mx = b[size_t(e)];
+      if (r > 0) {  // the page's earlier rows: their bounds are bf16 values, exact in f32
+        const float a0 = bf16_to_f32(lo[e]), b0 = bf16_to_f32(hi[e]);
+        mn = a0 < mn ? a0 : mn;
+        mx = b0 > mx ? b0 : mx;
+      }
+      lo[e] = f32_to_bf16_down(mn);
+      hi[e] = f32_to_bf16_up(mx);
+    }
+    i += n;
+  }
+}
+
+// q: (T, H, D) f32; minmax: (pages, 2, G, D) bf16; scores: (tiles, S, pages) f32, S = G or 1
+void page_quest_scores(const Tensor& q, int64_t tile, const Tensor& minmax, Tensor& scores) {
+  check_f32("page_quest_scores", "q", q, 3);
+  check_f32("page_quest_scores", "scores", scores, 3);
+  const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2);
+  OOMB_CHECK(minmax.ndim == 4 && minmax.dim(2) > 0 && H % minmax.dim(2) == 0,
+             "page_quest_scores: minmax {} does not fit q {}", minmax.shape_str(), q.shape_str());
+  const int64_t G = minmax.dim(2), pages = minmax.dim(0), GD = G * D;
+  check_minmax("page_quest_scores", minmax, G, D);
+  check_scores("page_quest_scores", q, tile, G, pages, scores);
+  const int64_t tiles = (T + tile - 1) / tile, S = scores.dim(1), group = H / G;
+  // per kv head: the sums of the positive and of the other parts of its heads' queries in the tile
+  std::vector<float> qp(static_cast<size_t>(GD)), qn(static_cast<size_t>(GD));
+  for (int64_t i = 0; i < tiles; ++i) {
+    std::fill(qp.begin(), qp.end(), 0.0f);
+    std::fill(qn.begin(), qn.end(), 0.0f);
+    for (int64_t t = i * tile; t < std::min(T, i * tile + tile); ++t)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const float v = q.f()[(t * H + h) * D + d];
+          const size_t e = size_t((h / group) * D + d);
+          if (v > 0)
+            qp[e] += v;
+          else
+            qn[e] += v;
+        }
+    const uint16_t* m = minmax.as<uint16_t>();
+#pragma omp parallel for schedule(static) if (pages * GD >= kParallelMin)
+    for (int64_t p = 0; p < pages; ++p) {
+      const uint16_t *lo = m + p * 2 * GD, *hi = lo + GD;
+      float shared = 0;
+      for (int64_t g = 0; g < G; ++g) {
+        float s = 0;
+        for (int64_t d = g * D; d < (g + 1) * D; ++d)
+          s += qp[size_t(d)] * bf16_to_f32(hi[d]) + qn[size_t(d)] * bf16_to_f32(lo[d]);
+        if (S == G) scores.f()[(i * S + g) * pages + p] = s;
+        shared += s;  // kv heads in order
+      }
+      if (S == 1) scores.f()[i * pages + p] = shared;
+    }
+  }
+}
+
+// scores: (tiles, S, pages) f32; chosen: (tiles, S, K) int32
+void page_topk(const Tensor& scores, int64_t first, Tensor& chosen) {
+  check_f32("page_topk", "scores", scores, 3);
+  const int64_t rows = scores.dim(0) * scores.dim(1), pages = scores.dim(2);
+  OOMB_CHECK(!chosen.empty() && chosen.dtype == DType::I32 && chosen.ndim == 3 && host_addressable(chosen.tier) &&
+                 chosen.dim(0) == scores.dim(0) && chosen.dim(1) == scores.dim(1) && chosen.dim(2) >= 1,
+             "page_topk: chosen must be a host ({}, {}, K >= 1) int32 tensor, got {} {}", scores.dim(0), scores.dim(1),
+             dtype_name(chosen.dtype), chosen.shape_str());
+  OOMB_CHECK(first >= 0 && first <= pages && pages <= std::numeric_limits<int32_t>::max(),
+             "page_topk: first page {} outside the {} pages of scores", first, pages);
+  const int64_t K = chosen.dim(2);
+#pragma omp parallel for schedule(static) if (rows * pages >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    static thread_local std::vector<int64_t> order;  // the candidates
+    order.clear();
+    for (int64_t p = first; p < pages; ++p) order.push_back(p);
+    const float* row = scores.f() + r * pages;
+    if (int64_t(order.size()) > K) {
+      auto key = [&](int64_t p) {
+        const float v = row[p];
+        return std::isnan(v) ? -std::numeric_limits<float>::infinity() : v;
+      };
+      // higher score first, ties to the lower page: a strict total order, so the choice is deterministic
+      auto before = [&](int64_t a, int64_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); };
+      std::nth_element(order.begin(), order.begin() + K - 1, order.end(), before);
+      order.resize(size_t(K));
+      std::sort(order.begin(), order.end());
+    }
+    int32_t* out = chosen.as<int32_t>() + r * K;
+    for (int64_t j = 0; j < K; ++j) out[j] = j < int64_t(order.size()) ? int32_t(order[size_t(j)]) : -1;
   }
 }
 

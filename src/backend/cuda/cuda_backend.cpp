@@ -237,6 +237,44 @@ class CudaBackend final : public Backend {
     cuda::k::page_scores(q.f(), tile, means.as<uint16_t>(), scores.f(), T, H, G, D, pages, S, stream_);
     launched("page_scores");
   }
+  void page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Tensor& minmax) override {
+    check("page_key_minmax", "k", k, 3);
+    check("page_key_minmax", "minmax", minmax, 4, DType::BF16);
+    OOMB_CHECK(minmax.dim(1) == 2 && minmax.dim(2) == k.dim(1) && minmax.dim(3) == k.dim(2) && page_size > 0 &&
+                   t0 >= 0 && (k.dim(0) == 0 || (t0 + k.dim(0) - 1) / page_size < minmax.dim(0)),
+               "page_key_minmax: k {} at token {} does not fit minmax {} (page size {})", k.shape_str(), t0,
+               minmax.shape_str(), page_size);
+    cuda::k::page_key_minmax(k.f(), t0, page_size, minmax.as<uint16_t>(), k.dim(0), k.dim(1), k.dim(2), stream_);
+    launched("page_key_minmax");
+  }
+  void page_quest_scores(const Tensor& q, int64_t tile, const Tensor& minmax, Tensor& scores) override {
+    check("page_quest_scores", "q", q, 3);
+    check("page_quest_scores", "minmax", minmax, 4, DType::BF16);
+    check("page_quest_scores", "scores", scores, 3);
+    const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2), G = minmax.dim(2), pages = minmax.dim(0);
+    OOMB_CHECK(tile > 0 && G > 0 && H % G == 0 && minmax.dim(1) == 2 && minmax.dim(3) == D,
+               "page_quest_scores: minmax {} does not fit q {}", minmax.shape_str(), q.shape_str());
+    const int64_t S = scores.dim(1);
+    OOMB_CHECK(scores.dim(0) == (T + tile - 1) / tile && (S == G || S == 1) && scores.dim(2) == pages,
+               "page_quest_scores: scores {} must be ({}, {} or 1, {})", scores.shape_str(), (T + tile - 1) / tile, G,
+               pages);
+    OOMB_CHECK(2 * (S == 1 ? G : 1) * D * 4 <= 48 * 1024, "page_quest_scores: {} kv heads of dim {} exceed shared memory",
+               G, D);
+    cuda::k::page_quest_scores(q.f(), tile, minmax.as<uint16_t>(), scores.f(), T, H, G, D, pages, S, stream_);
+    launched("page_quest_scores");
+  }
+  void page_topk(const Tensor& scores, int64_t first, Tensor& chosen) override {
+    check("page_topk", "scores", scores, 3);
+    check("page_topk", "chosen", chosen, 3, DType::I32);
+    const int64_t tiles = scores.dim(0), S = scores.dim(1), pages = scores.dim(2), K = chosen.dim(2);
+    OOMB_CHECK(chosen.dim(0) == tiles && chosen.dim(1) == S && K >= 1, "page_topk: chosen {} must be ({}, {}, K >= 1)",
+               chosen.shape_str(), tiles, S);
+    OOMB_CHECK(first >= 0 && first <= pages && pages <= INT32_MAX,
+               "page_topk: first page {} outside the {} pages of scores", first, pages);
+    OOMB_CHECK(S <= 65535, "page_topk: {} groups exceed the grid (65535)", S);
+    cuda::k::page_topk(scores.f(), tiles, S, pages, first, chosen.as<int32_t>(), K, stream_);
+    launched("page_topk");
+  }
 
   void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
                         Tensor& sums) override {

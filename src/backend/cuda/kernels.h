@@ -99,5 +99,17 @@ void page_key_means(const float* k, int64_t t0, int64_t page_size, uint16_t* mea
 // the tile's summed queries live in shared memory (G x D floats when S = 1, else D)
 void page_scores(const float* q, int64_t tile, const uint16_t* means, float* scores, int64_t T, int64_t H, int64_t G,
                  int64_t D, int64_t pages, int64_t S, cudaStream_t s);
+// Quest's metadata: k (T, G, D) f32 folded into minmax (pages, 2, G, D) bf16, each page's
+// per-dimension min (rounded down) and max (rounded up) over its rows so far (Backend::page_key_minmax).
+void page_key_minmax(const float* k, int64_t t0, int64_t page_size, uint16_t* minmax, int64_t T, int64_t G, int64_t D,
+                     cudaStream_t s);
+// scores (tiles, S, pages) f32 of Quest's bound from q (T, H, D) and minmax (Backend::page_quest_scores);
+// the tile's summed positive and other parts of q in shared memory (2 x G x D floats when S = 1, else 2 x D)
+void page_quest_scores(const float* q, int64_t tile, const uint16_t* minmax, float* scores, int64_t T, int64_t H,
+                       int64_t G, int64_t D, int64_t pages, int64_t S, cudaStream_t s);
+// chosen (tiles, S, K) int32: each row's top K of scores (tiles, S, pages) f32 over [first, pages),
+// ascending (Backend::page_topk); a block per row, 32 ints of shared memory
+void page_topk(const float* scores, int64_t tiles, int64_t S, int64_t pages, int64_t first, int32_t* chosen, int64_t K,
+               cudaStream_t s);
 
 }  // namespace oomb::cuda::k
