@@ -109,19 +109,21 @@ TEST_F(Sweep, LayerOrderIsBitwiseTheChunkOrderWithDocumentsAndBf16) {
   }
 }
 
-// Page-sparse attention: each layer's choice depends only on its own earlier chunks' pages, so the
-// layer order chooses what the chunk order chooses.
+// Page-sparse attention (mean and quest scores): each layer's choice depends only on its own earlier
+// chunks' pages, so the layer order chooses what the chunk order chooses.
 TEST_F(Sweep, LayerOrderIsBitwiseTheChunkOrderWithSparseAttention) {
   for (const auto& dir : *models_) {
     const ModelConfig cfg = load_config(dir);
     auto sim = make_sim_backend(0, 100);
-    for (const bool kv : {false, true}) {
-      SCOPED_TRACE(fmt::format("{} offload kv {}", dir.filename().string(), kv));
-      ChunkPlan chunk = plan_of(SweepOrder::Chunk, kv, true), layer = plan_of(SweepOrder::Layer, kv, true);
-      chunk.page_size = layer.page_size = 4;
-      chunk.sparse = layer.sparse = sparse_options(2, 4, 1, false, "mean", 13, cfg.kv_heads);
-      EXPECT_EQ(difference(train_steps(*sim, dir, chunk, "adamw", kN, 2, 2), train_steps(*sim, dir, layer, "adamw", kN, 2, 2)), "");
-    }
+    for (const bool kv : {false, true})
+      for (const std::string score : {"mean", "quest"}) {
+        SCOPED_TRACE(fmt::format("{} offload kv {}, score {}", dir.filename().string(), kv, score));
+        ChunkPlan chunk = plan_of(SweepOrder::Chunk, kv, true), layer = plan_of(SweepOrder::Layer, kv, true);
+        chunk.page_size = layer.page_size = 4;
+        chunk.sparse = layer.sparse = sparse_options(2, 4, 1, false, score, 13, cfg.kv_heads);
+        EXPECT_EQ(difference(train_steps(*sim, dir, chunk, "adamw", kN, 2, 2),
+                             train_steps(*sim, dir, layer, "adamw", kN, 2, 2)), "");
+      }
   }
 }
 
