@@ -103,6 +103,16 @@ if [ "$phase" != bench ]; then
   step peft_check 90 python3 tools/peft_check.py --oomb "$W/bin/oomb"
   # oomb's TensorBoard event files, read by the tensorboard package (issue 12)
   step tensorboard_check 60 python3 tools/tensorboard_check.py --oomb "$W/bin/oomb"
+  # issue 14: two ranks sharing the one GPU over the MPI path give one rank's losses (where the
+  # device machine has an mpirun; the bundle carries libmpi for oomb itself, not Open MPI's launcher)
+  if command -v mpirun > /dev/null; then
+    step dist_mpi_sp2 120 sh -c "A='train --device cuda --steps 3 --seq-len 512 --chunk-size 128 --log-every 1';
+      '$W/bin/oomb' \$A | grep -o 'loss [0-9.]*' > '$W/loss1.txt' &&
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 '$W/bin/oomb' \$A --sp 2 |
+      grep -o 'loss [0-9.]*' > '$W/loss2.txt' && cat '$W/loss1.txt' '$W/loss2.txt' && cmp '$W/loss1.txt' '$W/loss2.txt'"
+  else
+    echo "dist_mpi_sp2: skipped: the device machine has no mpirun" | tee -a "$OUT/summary.txt"
+  fi
   step gemm_layout 90 "$W/bin/test_gemm_layout"
   step cuda_device 120 "$W/bin/test_cuda_device"
   step cuda_ops 180 "$W/bin/test_cuda_ops"

@@ -7,6 +7,9 @@
 #include "model/init.h"
 #include "model/params.h"
 #include "hf/safetensors.h"
+#include "data/repeat_task.h"
+#include "train/trainer.h"
+#include <sstream>
 
 namespace oomb::testing {
 
@@ -64,6 +67,24 @@ std::vector<int32_t> write_tokens(const std::filesystem::path& path, int64_t n, 
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(reinterpret_cast<const char*>(raw.data()), std::streamsize(raw.size() * 4));
   return ids;
+}
+
+MemoryPlan train_for_peaks(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, bool sim, int64_t steps) {
+  auto be = sim ? make_sim_backend() : make_cpu_backend();
+  Model m(cfg, *be, plan);
+  if (m.params().flat().tier != Tier::Device) {
+    init_params(m.params(), 1);
+  } else {
+    Params host(cfg, Tier::Host, Tag::IO);
+    init_params(host, 1);
+    m.upload_params(host);
+  }
+  RepeatTask task(2, cfg.vocab);
+  TrainOptions o{N, steps, 1, 1, {}, ""};
+  std::ostringstream log;
+  train(m, task, o, log);
+  return plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(workspace_shape(cfg, plan)), be->tier(),
+                     be->pinned_workspace_bytes());
 }
 
 }  // namespace oomb::testing

@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "hf/config.h"
+#include "model/memory_plan.h"
 #include "train/model.h"
 
 namespace oomb::testing {
@@ -21,6 +22,11 @@ ModelConfig write_tiny_model(const std::filesystem::path& dir, const nlohmann::j
 void load_for_training(Model& m, const std::filesystem::path& dir);
 // m's gradients, copied to the host.
 std::vector<float> host_grads(Model& m);
+// `steps` training steps of N tokens (the repeat task, seed 2) of a model initialised with seed 1
+// on a fresh backend (the simulated device, or the CPU), for the accountant's peaks; returns the
+// plan of that run (workspace from the backend that ran). The masters are initialised in place
+// where the host can write them, else through a host copy (tag io).
+MemoryPlan train_for_peaks(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, bool sim, int64_t steps = 1);
 // N + 1 random token ids < vocab, written as raw uint32 to path; returns them.
 std::vector<int32_t> write_tokens(const std::filesystem::path& path, int64_t n_plus_1, int64_t vocab, uint64_t seed);
 

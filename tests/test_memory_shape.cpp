@@ -35,16 +35,7 @@ Peaks one_step(const ModelConfig& cfg, int64_t N, const ChunkPlan& plan, MemoryP
   for (int i = 0; i < kNumTags; ++i) EXPECT_EQ(acc.get(Tier::Host, Tag(i)).current, 0) << "leftover " << tag_name(Tag(i));
   acc.reset_peaks();
   Peaks p;
-  {
-    auto be = make_cpu_backend();
-    Model m(cfg, *be, plan);
-    init_params(m.params(), 1);
-    RepeatTask task(2, cfg.vocab);
-    TrainOptions o{N, 1, 1, 1, {}, ""};
-    std::ostringstream log;
-    train(m, task, o, log);
-    *predicted = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(workspace_shape(cfg, plan.chunk)));
-  }
+  *predicted = train_for_peaks(cfg, plan, N, false);
   for (int i = 0; i < kNumTags; ++i) p.by_tag[std::string(tag_name(Tag(i)))] = acc.get(Tier::Host, Tag(i)).peak;
   return p;
 }
@@ -98,18 +89,7 @@ TEST(MemoryShape, OffloadKeepsTheDeviceFlat) {
     SCOPED_TRACE(fmt::format("N={}", N));
     acc.reset_peaks();
     MemoryPlan pred;
-    {
-      auto be = make_sim_backend();
-      Model m(cfg, *be, plan);
-      Params host(cfg, Tier::Host, Tag::IO);
-      init_params(host, 1);
-      m.upload_params(host);
-      RepeatTask task(2, cfg.vocab);
-      TrainOptions o{N, 1, 1, 1, {}, ""};
-      std::ostringstream log;
-      train(m, task, o, log);
-      pred = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(workspace_shape(cfg, plan.chunk)), Tier::Device);
-    }
+    pred = train_for_peaks(cfg, plan, N, true);
     std::map<std::string, int64_t> device;
     for (Tier tier : kTiers)
       for (int i = 0; i < kNumTags; ++i) {

@@ -158,16 +158,7 @@ TEST(OffloadParamsMemory, DeviceMemoryIndependentOfDepth) {
     const ModelConfig cfg = parse_config(j, "depth test config");
     acc.reset_peaks();
     MemoryPlan pred;
-    {
-      auto be = make_sim_backend();
-      Model m(cfg, *be, plan);
-      init_params(m.params(), 1);  // the masters are in host memory: no copy
-      RepeatTask task(2, cfg.vocab);
-      TrainOptions o{N, 2, 1, 1, {}, ""};
-      std::ostringstream log;
-      train(m, task, o, log);
-      pred = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(workspace_shape(cfg, C)), Tier::Device);
-    }
+    pred = train_for_peaks(cfg, plan, N, true, 2);  // (the masters are in host memory: no copy)
     std::map<std::string, int64_t> device;
     for (Tier tier : kTiers)
       for (int i = 0; i < kNumTags; ++i) {

@@ -574,18 +574,7 @@ TEST(SparseMemory, DeviceGrowsByTheMetadataAlone) {
       SCOPED_TRACE(fmt::format("{} N={}", page_score_name(score), N));
       acc.reset_peaks();
       MemoryPlan pred;
-      {
-        auto be = make_sim_backend();
-        Model m(cfg, *be, plan);
-        Params host(cfg, Tier::Host, Tag::IO);
-        init_params(host, 1);
-        m.upload_params(host);
-        RepeatTask task(2, cfg.vocab);
-        TrainOptions o{N, 1, 1, 1, {}, ""};
-        std::ostringstream log;
-        train(m, task, o, log);
-        pred = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(workspace_shape(cfg, plan.chunk)), Tier::Device);
-      }
+      pred = train_for_peaks(cfg, plan, N, true);
       for (Tier tier : kTiers)
         for (int i = 0; i < kNumTags; ++i) {
           if (Tag(i) == Tag::IO) continue;

@@ -157,7 +157,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     st.tokens = N * o.grad_accum * dp;
     st.tokens_per_s = double(st.tokens) / dt;
     st.tflops = train_flops(model.config(), N) * double(o.grad_accum * dp) / dt / 1e12;
-    st.mfu = o.peak_flops > 0 ? st.tflops * 1e12 / o.peak_flops : 0.0;
+    st.mfu = o.peak_flops > 0 ? st.tflops * 1e12 / (o.peak_flops * dist.size()) : 0.0;  // per device
     st.elapsed_s = std::chrono::duration<double>(clock::now() - t_start).count();
     if (metrics.is_open()) {
       nlohmann::json j = {{"step", k},         {"loss", st.loss},     {"accuracy", st.accuracy}, {"skipped", st.skipped},
