@@ -87,7 +87,7 @@ TEST(Cli, PlanPredictsTheMeasuredPeaks) {
 }
 
 // The simulated device, with and without --offload kv and params, --precision bf16, dense and sparse
-// (mean and quest scores): every (tier, tag) peak equals the plan.
+// (mean and quest scores), and --sweep layer (also on the CPU): every (tier, tag) peak equals the plan.
 TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
   const auto dir = temp_dir();
   const auto m = (dir / "m").string();
@@ -99,7 +99,9 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
                             "--device sim --offload params", "--device sim --offload kv,params --offload-group 2",
                             "--device sim --precision bf16", "--device sim --offload kv --precision bf16",
                             "--device sim --sparse-pages 2 --sparse-tile 32",
-                            "--device sim --offload kv --sparse-pages 2 --sparse-tile 48 --sparse-score quest"}) {
+                            "--device sim --offload kv --sparse-pages 2 --sparse-tile 48 --sparse-score quest",
+                            "--sweep layer", "--device sim --sweep layer --precision bf16",
+                            "--device sim --offload kv,params --offload-group 2 --sweep layer --doc-mask --eos-id 5"}) {
     SCOPED_TRACE(flags);
     const std::string shape = "--seq-len 512 --chunk-size 96 --page-size 32";
     std::string plan_flags = flags;  // the plan needs no separator id, only whether documents are masked
@@ -125,6 +127,48 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
       EXPECT_LT(mem["device"]["kv"]["peak"].get<int64_t>(), mem["pinned"]["kv"]["peak"].get<int64_t>());
     }
   }
+}
+
+// --sweep auto takes the order that moves fewer bytes (the plan's counts): the chunk order with
+// resident parameters (it moves none), the layer order with --offload params over several chunks;
+// the plan and the train banner name it, and a tied model's layer order (an array more) plans and
+// measures the same peaks. --sweep layer with --sp is refused, naming both.
+TEST(Cli, SweepAutoTakesTheOrderThatMovesFewerBytes) {
+  const auto dir = temp_dir();
+  write_tokens(dir / "t.bin", 600, 128, 1);
+  for (const char* preset : {"tiny", "tiny-qwen2"}) {
+    const auto m = (dir / preset).string();
+    ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset {} --out {}", preset, m)).code, 0);
+    for (const char* flags : {"--device sim", "--device sim --offload params"}) {
+      SCOPED_TRACE(fmt::format("{} {}", preset, flags));
+      const std::string shape = "--seq-len 512 --chunk-size 96 --page-size 32 --sweep auto";
+      CmdResult r = oomb_cmd(dir, fmt::format("plan --model {} {} {} --json", m, shape, flags));
+      ASSERT_EQ(r.code, 0) << r.out;
+      const auto plan = nlohmann::json::parse(r.out);
+      const auto& sw = plan["sweep"];
+      const std::string want = sw["layer"]["total"].get<int64_t>() < sw["chunk"]["total"].get<int64_t>() ? "layer" : "chunk";
+      EXPECT_EQ(sw["order"], want);
+      EXPECT_EQ(want, std::string(flags).find("params") != std::string::npos ? "layer" : "chunk");
+      r = oomb_cmd(dir, fmt::format("plan --model {} {} {}", m, shape, flags));
+      EXPECT_THAT(r.out, HasSubstr("sweep auto -> " + want));
+      r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin {} {} --steps 1 --metrics {}/m.jsonl", m,
+                                    dir.string(), shape, flags, dir.string()));
+      ASSERT_EQ(r.code, 0) << r.out;
+      EXPECT_THAT(r.out, HasSubstr("sweep auto -> " + want));
+      const auto mem = nlohmann::json::parse(read_text(dir / "m.jsonl"))["memory"];
+      for (const char* tier : {"host", "device", "pinned"})
+        for (const char* tag : {"weights", "grads", "optimizer", "activations", "kv", "kv_grad", "workspace", "data"}) {
+          const int64_t measured = mem[tier].contains(tag) ? mem[tier][tag]["peak"].get<int64_t>() : 0;
+          EXPECT_EQ(measured, plan[tier][tag].get<int64_t>()) << tier << " " << tag;
+        }
+    }
+  }
+  CmdResult r = oomb_cmd(dir, fmt::format("plan --model {}/tiny --seq-len 512 --sweep diagonal", dir.string()));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--sweep"));
+  r = oomb_cmd(dir, fmt::format("plan --model {}/tiny --seq-len 512 --sp 2 --sweep layer", dir.string()));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--sweep layer with --sp 2: not supported yet"));
 }
 
 // --offload kv's bad input: a backend without device memory, a group larger than a layer's

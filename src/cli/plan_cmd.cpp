@@ -9,6 +9,8 @@
 #include "cli/lora_flags.h"
 #include "cli/dist_flags.h"
 #include "cli/memory_report.h"
+#include "cli/sweep_flag.h"
+#include "core/resident.h"
 #include "model/init.h"
 #include "model/sweep_plan.h"
 #include "train/model.h"
@@ -18,7 +20,7 @@ namespace oomb::cli {
 namespace {
 struct PlanArgs {
   std::string model, preset, optimizer = "adamw", device, kv_grad_dtype = "f32", kv_dtype = "f32", offload,
-      precision = "fp32";
+      precision = "fp32", sweep = "chunk";
   int64_t seq_len = 0, chunk = 0, page = 128, offload_group = 0;
   bool json = false, doc_mask = false;
   SparseFlags sparse;
@@ -51,6 +53,7 @@ Command add_plan(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   c->add_flag("--doc-mask", a->doc_mask, "Documents masked as oomb train --doc-mask (their ids take 4 B a token)");
   add_sparse_flags(c, a->sparse);
+  add_sweep_flag(c, a->sweep);
   c->add_flag("--json", a->json, "Print one JSON object instead of a table");
   add_lora_flags(c, a->lora, false);
   add_dist_flags(c, a->dist, false);
@@ -80,15 +83,15 @@ Command add_plan(CLI::App& app) {
               return plan_memory(cfg, p, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
                                  device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
             };
+            const std::string sweep_line = set_sweep(a->sweep, cfg, a->seq_len, available_host_memory(), plan_for, plan);
             const MemoryPlan m = plan_for(plan);
-            const SweepTraffic chunk = chunk_order_traffic(cfg, a->seq_len, plan.chunk, 1),
-                               layer = layer_order_traffic(cfg, a->seq_len, plan.chunk, 1);
+            const SweepChoice sweep = sweep_traffic(cfg, plan, a->seq_len);
             if (a->json) {
               nlohmann::json j = plan_json(m);
-              if (plan.offload_params)
-                for (const auto& [name, t] : {std::pair{"chunk", chunk}, {"layer", layer}})
-                  j["sweep"][name] = {{"weights", t.weights}, {"grads", t.grads}, {"activations", t.activations},
-                                      {"total", t.total()}, {"host_bytes", t.host_bytes}};
+              j["sweep"]["order"] = sweep_name(plan.sweep);
+              for (const auto& [name, t] : {std::pair{"chunk", sweep.chunk}, {"layer", sweep.layer}})
+                j["sweep"][name] = {{"weights", t.weights}, {"grads", t.grads}, {"activations", t.activations},
+                                    {"total", t.total()}, {"host_bytes", t.host_bytes}};
               std::cout << j.dump() << std::endl;
               return 0;
             }
@@ -137,13 +140,16 @@ Command add_plan(CLI::App& app) {
                                        plan.sparse.shared ? ", shared by every head" : " per kv head group",
                                        plan.sparse.sinks);
             }
-            if (plan.offload_params) {
+            if (plan.offload_params || a->cmd->count("--sweep") > 0) {
+              std::cout << sweep_line << "\n";
               std::cout << "bytes moved between host and device per step (one sequence), by sweep order:\n";
-              for (const auto& [name, t] : {std::pair{"chunk (runs)", chunk}, {"layer (planned, not built)", layer}})
-                std::cout << fmt::format("  {:<27} weights {}, grads {}, activations {}: {}; host memory beyond the "
-                                         "plan {}\n", name, format_bytes(t.weights), format_bytes(t.grads),
-                                         format_bytes(t.activations), format_bytes(t.total()),
-                                         format_bytes(t.host_bytes));
+              for (const auto& [name, t] : {std::pair{"chunk", sweep.chunk}, {"layer", sweep.layer}})
+                std::cout << fmt::format("  {:<6} weights {}, grads {}, activations {}: {}{}\n", name,
+                                         format_bytes(t.weights), format_bytes(t.grads), format_bytes(t.activations),
+                                         format_bytes(t.total()),
+                                         std::string(name) == "layer"
+                                             ? fmt::format("; its host arrays {}", format_bytes(t.host_bytes))
+                                             : "");
             }
             return 0;
           }};

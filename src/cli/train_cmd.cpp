@@ -14,6 +14,7 @@
 #include "cli/guards.h"
 #include "cli/lora_flags.h"
 #include "cli/memory_report.h"
+#include "cli/sweep_flag.h"
 #include "cli/train_checkpoints.h"
 #include "core/resident.h"
 #ifdef OOMB_HAVE_CUDA
@@ -34,7 +35,7 @@ namespace {
 struct TrainArgs {
   std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "f32", precision = "fp32";
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
-  std::string tensorboard;
+  std::string tensorboard, sweep = "chunk";
   int64_t eos_id = -1, offload_group = 0, device_memory = 0;
   double peak_tflops = 0;
   bool shuffle = false, doc_mask = false, split_special = false, force = false;
@@ -92,6 +93,15 @@ Limit device_limit(const TrainArgs& a) {
     return {int64_t(cuda::free_memory()) + Accountant::global().total(Tier::Device).current, "the GPU's free memory"};
 #endif
   return {};
+}
+
+// --sweep into the plan (auto: by the bytes moved and the host's available memory); the line the
+// banner prints.
+std::string resolve_sweep(const TrainArgs& a, const ModelConfig& cfg, ChunkPlan& plan, const Backend& be) {
+  return set_sweep(a.sweep, cfg, a.seq_len, available_host_memory(), [&](const ChunkPlan& p) {
+    return plan_memory(cfg, p, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p)),
+                       be.tier(), be.pinned_workspace_bytes());
+  }, plan);
 }
 
 // Refuses, before any work, a run whose plan exceeds the host's available memory or the device's
@@ -248,7 +258,8 @@ int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
   if (!a.given("--steps")) a.steps = 800;
   if (!a.given("--lr")) a.lr = 1e-3f;
   if (!a.given("--warmup-steps")) a.optim.warmup_steps = 30;
-  const ChunkPlan plan = chunk_plan(a, cfg);
+  ChunkPlan plan = chunk_plan(a, cfg);
+  const std::string sweep = resolve_sweep(a, cfg, plan, be);
   check_model_out("--out", a.out, cfg, a.force);
   check_memory_fits(a, cfg, plan, be);
   const MemoryPlan mem = plan_memory(cfg, plan, a.seq_len, "adamw", be.workspace_bytes(workspace_shape(cfg, plan)));
@@ -268,7 +279,8 @@ int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
                    format_bytes(full.total()), format_bytes(mem.total()),
                    full_sequence_reach(cfg, plan, mem.total(), be))
             << std::endl;
-  Model model(cfg, be, chunk_plan(a, cfg), &dist.sp());
+  if (a.given("--sweep")) std::cout << sweep << std::endl;
+  Model model(cfg, be, plan, &dist.sp());
   with_host_params(model, [&](Params& p) { init_params(p, a.seed); }, true);
   TrainOptions o{a.seq_len, a.steps, a.grad_accum, a.log_every ? a.log_every : 100, a.optim, a.metrics};
   o.dist = &dist;
@@ -358,6 +370,7 @@ Command add_train(CLI::App& app) {
               "different model in --out");
   c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)")->check(count());
   c->add_option("--seed", a->seed, "Seed of --shuffle, and of the demo's model and task")->capture_default_str();
+  add_sweep_flag(c, a->sweep);
   add_checkpoint_flags(c, a->ckpt);
   add_sparse_flags(c, a->sparse);
   add_lora_flags(c, a->lora, true);
@@ -396,6 +409,7 @@ Command add_train(CLI::App& app) {
                        "LoRA run saves its adapter with --out)");
             ChunkPlan plan = chunk_plan(*a, cfg, a->doc_mask ? eos : -1);
             plan.lora = lora;
+            const std::string sweep = resolve_sweep(*a, cfg, plan, *be);
             check_memory_fits(*a, cfg, plan, *be);
             auto data = open_data(*a, cfg, eos);
             note_wrapping(o.seq_len, *data);
@@ -437,6 +451,7 @@ Command add_train(CLI::App& app) {
                                        plan.chunk / plan.sp, plan.chunk, cfg.heads / plan.sp, cfg.heads,
                                        cfg.kv_heads / plan.sp, cfg.kv_heads)
                         << std::endl;
+            if (a->given("--sweep") || plan.offload_params) std::cout << sweep << std::endl;
             train(model, *data, o, std::cout, {}, ckpt.hooks(model));
             if (const int sig = ckpt.finish()) return 128 + sig;  // stopped by SIGINT/SIGTERM, checkpoint written
             if (!dist.leader()) return 0;  // the ranks hold the same weights: rank 0 saves

@@ -33,6 +33,9 @@ struct KVCacheOptions {
   PageScore score = PageScore::Mean;  // which metadata (--sparse-score)
   int64_t sparse_pages = 0;  // sparse: the most earlier pages one query tile reads (0: dense)
   std::vector<int64_t> windows;  // per layer: a sliding window (0 or absent: full attention)
+  // --sweep layer: the backward takes one layer over every chunk at a time, so only one layer's
+  // gradient pages exist at once (the chunk order holds every layer's)
+  bool layer_major = false;
   int64_t window(int64_t layer) const { return size_t(layer) < windows.size() ? windows[size_t(layer)] : 0; }
   // The first page a chunk starting at token `begin` reads in `layer`: pages wholly behind every
   // query's window are neither read nor given gradient pages.
@@ -83,7 +86,8 @@ class KVCache {
   const PagedKV& kv() const { return kv_; }
   const PagedKV& kv_grad() const { return grad_; }
 
-  // Gradient pages a sequence of N tokens in chunks of C needs at once (layers together).
+  // Gradient pages a sequence of N tokens in chunks of C needs at once (layers together; with
+  // layer_major, the layer that needs the most).
   static int64_t grad_pages(const KVCacheOptions& o, int64_t N, int64_t C);
   // Bytes by (tier, tag) the cache holds for a sequence of N tokens whose last chunk has C tokens.
   struct Bytes {

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "dist/grad_sync.h"
 #include "dist/ulysses.h"
+#include "model/activation_store.h"
 #include "model/bf16_weights.h"
 #include "model/chunk_inputs.h"
 #include "model/layer.h"
@@ -81,15 +82,27 @@ KVCacheOptions kv_cache_options(const ModelConfig& c, const ChunkPlan& p) {
   o.meta = p.sparse.on();
   o.score = p.sparse.score;
   o.sparse_pages = p.sparse.on() ? p.sparse.most_pages(c.kv_heads) : 0;
+  o.layer_major = p.sweep == SweepOrder::Layer;
   return o;
 }
 
-int64_t saved_bytes(const ModelConfig& c, int64_t C) {
-  return (c.layers + 3) * int64_t(Arena::need(DType::F32, {C, c.hidden})) + int64_t(Arena::need(DType::F32, {C}));
+int64_t saved_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep) {
+  const int64_t rows = sweep == SweepOrder::Layer ? 3 : c.layers + 3;
+  return rows * int64_t(Arena::need(DType::F32, {C, c.hidden})) + int64_t(Arena::need(DType::F32, {C}));
 }
 
-int64_t saved_attention_bytes(const ModelConfig& c, int64_t C) {
-  return c.layers * int64_t(Arena::need(DType::F32, {C, c.heads, c.head_dim}) + Arena::need(DType::F32, {C, c.heads}));
+int64_t saved_attention_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep) {
+  const int64_t layers = sweep == SweepOrder::Layer ? 1 : c.layers;
+  return layers * int64_t(Arena::need(DType::F32, {C, c.heads, c.head_dim}) + Arena::need(DType::F32, {C, c.heads}));
+}
+
+int64_t loss_sums_bytes(const ModelConfig& cfg, const ChunkPlan& plan) {
+  return recomputes_tied_head(cfg, plan) ? 32 : 16;
+}
+
+bool recomputes_tied_head(const ModelConfig& cfg, const ChunkPlan& plan) {
+  return plan.sweep == SweepOrder::Layer && cfg.tie_word_embeddings &&
+         (!plan.lora.on() || plan.lora.train_embeddings_norms);
 }
 
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
@@ -115,8 +128,13 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
     m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);
   }
   m.at(dev, Tag::Activations) =
-      LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp) + saved_bytes(cfg, C / sp) +
-      saved_attention_bytes(att, C);
+      LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp) +
+      saved_bytes(cfg, C / sp, plan.sweep) + saved_attention_bytes(att, C, plan.sweep);
+  if (plan.sweep == SweepOrder::Layer) {  // every layer's output of every chunk, and their device slots
+    const int64_t arrays = ActivationStore::arrays(cfg, recomputes_tied_head(cfg, plan));
+    m.at(ActivationStore::home(dev), Tag::Activations) += ActivationStore::host_bytes(cfg, arrays, N);
+    m.at(dev, Tag::Activations) += ActivationStore::device_bytes(cfg, C);
+  }
   m.at(dev, Tag::Workspace) = int64_t(workspace_bytes);
   m.at(Tier::Pinned, Tag::Workspace) += int64_t(pinned_workspace_bytes);
   m.at(Tier::Host, Tag::Workspace) += SeqParallel::host_bytes(C / sp * cfg.heads * cfg.head_dim, sp, dev) +
@@ -138,7 +156,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   }
   const bool docs = plan.doc_sep >= 0;
   // the chunk inputs, every page's document ids, and the (2) f64 loss sums read once per step
-  m.at(dev, Tag::Data) = int64_t(ChunkInputs::device_bytes(C, docs)) + kv.device_data + 16;
+  m.at(dev, Tag::Data) = int64_t(ChunkInputs::device_bytes(C, docs)) + kv.device_data + loss_sums_bytes(cfg, plan);
   if (dev != Tier::Host) {
     m.at(Tier::Pinned, Tag::Data) += int64_t(ChunkInputs::staging_bytes(C, docs, dev));
     if (docs) m.at(Tier::Host, Tag::Data) += kv.device_data;  // the documents' host mirror

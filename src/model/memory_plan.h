@@ -12,6 +12,12 @@
 
 namespace oomb {
 
+// The order of a training step's work (--sweep): chunk by chunk through every layer (each pass
+// over a chunk streams every layer's weights), or layer by layer over every chunk, each layer's
+// outputs for every chunk kept in host memory (model/activation_store; each layer's weights cross
+// once per pass). Both give the same bits (train/layer_sweep.cpp).
+enum class SweepOrder { Chunk, Layer };
+
 struct ChunkPlan {
   int64_t chunk = 0;                  // C, tokens per chunk
   int64_t page_size = 128;            // P, tokens per KV page
@@ -42,6 +48,8 @@ struct ChunkPlan {
   // in fp32; norms, softmax, LSE, loss, the residual stream, LoRA's adapters, master weights,
   // moments and gradient accumulation stay fp32.
   DType precision = DType::F32;
+  // --sweep chunk or layer (--sweep auto is resolved to one of them before a plan is made)
+  SweepOrder sweep = SweepOrder::Chunk;
   // --sp P: the ranks sharing each chunk (Ulysses, dist/ulysses.h); the plan is one rank's. Each
   // holds C/P tokens outside attention and H/P heads (G/P kv heads: its K/V and gradient pages) in it.
   int64_t sp = 1;
@@ -53,6 +61,13 @@ struct ChunkPlan {
 
 // What one rank of --sp P sees inside attention: the model with H/P heads and G/P kv heads.
 ModelConfig attention_side(const ModelConfig& cfg, int64_t sp);
+
+// The layer order computes the lm_head's gradient again beside the embedding's when the two are
+// one tensor (a tied embedding that trains), so that the additions come in the chunk order's order.
+bool recomputes_tied_head(const ModelConfig& cfg, const ChunkPlan& plan);
+// The (2) f64 loss sums a sequence adds into (tag data), and a second pair for the loss pass whose
+// sums the recomputed head adds instead.
+int64_t loss_sums_bytes(const ModelConfig& cfg, const ChunkPlan& plan);
 
 // Parameters the optimizer updates: every one, or LoRA's trainable set.
 int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan);
@@ -83,9 +98,11 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
                        size_t workspace_bytes, Tier backend_tier = Tier::Host, size_t pinned_workspace_bytes = 0);
 
 // Per chunk of C tokens (tag activations): each layer's input h_0..h_L, dh, the final norm's
-// output and rstd; and each layer's attention output and LSE, kept from the recompute sweep.
+// output and rstd; and each layer's attention output and LSE, kept from the recompute sweep. The
+// layer order keeps two layer inputs (h_0 and a scratch output; the rest is in host memory), no dh,
+// and one layer's attention output.
 // (--sp P: saved_bytes of C/P tokens, saved_attention_bytes of attention_side(cfg, P).)
-int64_t saved_bytes(const ModelConfig& cfg, int64_t C);
-int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C);
+int64_t saved_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep = SweepOrder::Chunk);
+int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep = SweepOrder::Chunk);
 
 }  // namespace oomb

@@ -1,5 +1,8 @@
 #include "model/sweep_plan.h"
 
+#include <algorithm>
+
+#include "model/activation_store.h"
 #include "model/chunk_inputs.h"
 #include "model/param_store.h"
 
@@ -19,17 +22,35 @@ SweepTraffic chunk_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int
   return s;
 }
 
-SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum) {
+SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t /*C*/, int64_t accum, bool tied_head) {
   const int64_t L = c.layers, W = ParamStore::layer_numel(c) * 4, H = ParamStore::head_numel(c) * 4,
-                act = N * c.hidden * 4;
+                act = N * c.hidden * 4, kept = std::min<int64_t>(L, 2);
   SweepTraffic s;
   for (int64_t seq = 0; seq < accum; ++seq) {
-    s.weights += 2 * L * W + H;
+    s.weights += (2 * L - kept) * W + H;
     s.grads += (seq == 0 ? 0 : L * W + H) + L * W + H;
-    s.activations += (5 * L + 1) * act;
+    s.activations += (5 * L - 1 + (tied_head ? 1 : 0)) * act;
   }
-  s.host_bytes = (L + 2) * act;
+  s.host_bytes = ActivationStore::host_bytes(c, ActivationStore::arrays(c, tied_head), N);
   return s;
 }
+
+SweepChoice sweep_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N) {
+  ChunkPlan layer = plan;
+  layer.sweep = SweepOrder::Layer;
+  SweepChoice s{chunk_order_traffic(c, N, plan.chunk, 1),
+                layer_order_traffic(c, N, plan.chunk, 1, recomputes_tied_head(c, layer))};
+  if (!plan.offload_params) {  // resident weights and gradients do not move
+    s.chunk = {};
+    s.layer.weights = s.layer.grads = 0;
+  }
+  return s;
+}
+
+SweepOrder choose_sweep(const SweepChoice& s, bool layer_fits_host) {
+  return layer_fits_host && s.layer.total() < s.chunk.total() ? SweepOrder::Layer : SweepOrder::Chunk;
+}
+
+const char* sweep_name(SweepOrder s) { return s == SweepOrder::Layer ? "layer" : "chunk"; }
 
 }  // namespace oomb

@@ -1,33 +1,48 @@
-// Bytes one optimizer step moves between host and device with --offload params, for the two sweep
-// orders, and the host memory each needs beyond the memory plan (issue 18; MegaTrain, ALST).
+// Bytes one optimizer step moves between host and device, for the two sweep orders (--sweep; issue
+// 18; MegaTrain, ALST), and the host memory the layer order's arrays take. Each count equals what
+// the stores copy (ParamStore::traffic, ActivationStore::traffic; test_offload_params, test_sweep).
 //
-// chunk order (what Model runs): every pass over a chunk streams every layer through the slots:
-//   the forward sweep's T passes, then per chunk of the backward sweep a recompute pass and a
-//   backward pass; a pass finds the two layers the previous pass ended with still in the slots
+// chunk order: with --offload params every pass over a chunk streams every layer through the
+//   slots: the forward sweep's T passes, then per chunk of the backward sweep a recompute pass and
+//   a backward pass; a pass finds the two layers the previous pass ended with still in the slots
 //   only at the recompute/backward turns (exact for L >= 4 layers; fewer layers reuse more).
 //   Gradients come in for every layer and chunk but the step's first (zero fills), go out for
 //   every layer and chunk; the head crosses once per sequence each way (its gradients in from the
-//   second sequence of an accumulated step on). Host: nothing beyond the plan.
-// layer order (--sweep layer, planned, not built): each layer's weights cross once per sweep
-//   (forward, backward) and its gradients once (in too from the second sequence on); each layer's
-//   input for every chunk goes out in the forward sweep and comes back for the next layer and for
-//   the backward, and dh of every chunk crosses between layers (out and in): (5L + 1) x N x d x 4
-//   bytes of activations. Host: the L + 1 layer inputs and dh of every token, (L + 2) x N x d x 4.
+//   second sequence of an accumulated step on). No activations move. Resident parameters: nothing.
+// layer order (--sweep layer): each layer's weights cross once per sweep (forward, backward; the
+//   backward finds the forward's last two layers in the slots) and its gradients once (in too
+//   from the second sequence on). Activations: the forward sweep sends out every layer's output
+//   (L x N x d x 4 bytes) and reads back every input but the embedding's (L - 1); the loss reads
+//   the top array and writes dh (2); the backward reads each layer's input but the first (L - 1)
+//   and dh (L) and writes dh (L - 1): 5L - 1 arrays' worth, one more when a tied head is computed
+//   again at layer 0. Host: L arrays of N x d x 4 bytes (L + 1 with a tied head), in the plan.
 #pragma once
 #include <cstdint>
 
 #include "hf/config.h"
+#include "model/memory_plan.h"
 
 namespace oomb {
 
 struct SweepTraffic {
   int64_t weights = 0, grads = 0, activations = 0;  // bytes moved per optimizer step
-  int64_t host_bytes = 0;                           // host memory beyond the memory plan
+  int64_t host_bytes = 0;                           // the layer order's host arrays (in its plan)
   int64_t total() const { return weights + grads + activations; }
 };
 
-// A step of `accum` sequences of N tokens in chunks of C.
+// A step of `accum` sequences of N tokens in chunks of C, parameters offloaded (--offload params).
 SweepTraffic chunk_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum);
-SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum);
+// tied_head: recomputes_tied_head (one more array of host memory and of activations moved).
+SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum, bool tied_head);
+
+// The two orders' traffic for a plan (its offload_params decides whether weights move), and
+// --sweep auto's choice: the layer order when it moves fewer bytes and its plan fits the host
+// (layer_fits_host), else the chunk order.
+struct SweepChoice {
+  SweepTraffic chunk, layer;
+};
+SweepChoice sweep_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N);
+SweepOrder choose_sweep(const SweepChoice& s, bool layer_fits_host);
+const char* sweep_name(SweepOrder s);
 
 }  // namespace oomb

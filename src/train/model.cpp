@@ -22,6 +22,8 @@ static ModelConfig checked_sp(const ModelConfig& cfg, const ChunkPlan& plan, con
              "every chunk's tokens)", plan.chunk, plan.sp, plan.sp);
   OOMB_CHECK(plan.sp == 1 || !plan.sparse.shared, "--sparse-shared with --sp {}: the shared choice sums over every "
              "head, which the ranks split; use per-group selection (drop --sparse-shared)", plan.sp);
+  OOMB_CHECK(plan.sp == 1 || plan.sweep == SweepOrder::Chunk, "--sweep layer with --sp {}: not supported yet (the "
+             "layer order keeps whole chunks' layer outputs; use --sweep chunk, or --dp)", plan.sp);
   return attention_side(cfg, plan.sp);
 }
 
@@ -34,25 +36,36 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
       store_(cfg, be, plan.offload_params),
       cache_(checked_options(att_cfg_, plan), be),
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
-      saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk / plan.sp))),
-      saved_attn_(be.tier(), Tag::Activations, size_t(saved_attention_bytes(att_cfg_, plan.chunk))),
+      saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk / plan.sp, plan.sweep))),
+      saved_attn_(be.tier(), Tag::Activations, size_t(saved_attention_bytes(att_cfg_, plan.chunk, plan.sweep))),
       layer_plan_(cfg, plan.chunk, be.tier(), plan.lora.rank, plan.precision == DType::BF16, plan.sp),
-      sums_(be.tier(), Tag::Data, 16) {
+      sums_(be.tier(), Tag::Data, size_t(loss_sums_bytes(cfg, plan))) {
   inv_freq_ = rope_inv_freq(cfg, &attention_scaling_);
   const int64_t C = plan.chunk, Cl = C / plan.sp;
   if (plan.sp > 1) {
     sp_ = std::make_unique<SeqParallel>(*sp, be, Cl * cfg.heads * cfg.head_dim);
     sp_rank_ = sp->rank();
   }
-  for (int64_t l = 0; l <= cfg.layers; ++l) h_.push_back(saved_.take(DType::F32, {Cl, cfg.hidden}));
-  dh_ = saved_.take(DType::F32, {Cl, cfg.hidden});
+  const bool layer_order = plan.sweep == SweepOrder::Layer;
+  // the layer order keeps layer inputs in host memory: here only h_0 and a scratch, alternating
+  for (int64_t l = 0; l <= cfg.layers; ++l) {
+    const Tensor t = layer_order && l >= 2 ? h_[size_t(l % 2)] : saved_.take(DType::F32, {Cl, cfg.hidden});
+    h_.push_back(t);
+  }
+  if (!layer_order) dh_ = saved_.take(DType::F32, {Cl, cfg.hidden});
   hnorm_ = saved_.take(DType::F32, {Cl, cfg.hidden});
   rstd_final_ = saved_.take(DType::F32, {Cl});
   for (int64_t l = 0; l < cfg.layers; ++l) {
-    att_o_.push_back(saved_attn_.take(DType::F32, {C, att_cfg_.heads, cfg.head_dim}));
-    att_lse_.push_back(saved_attn_.take(DType::F32, {C, att_cfg_.heads}));
+    const bool fresh = !layer_order || l == 0;
+    const Tensor o = fresh ? saved_attn_.take(DType::F32, {C, att_cfg_.heads, cfg.head_dim}) : att_o_[0];
+    const Tensor lse = fresh ? saved_attn_.take(DType::F32, {C, att_cfg_.heads}) : att_lse_[0];
+    att_o_.push_back(o);
+    att_lse_.push_back(lse);
   }
   sums_t_ = Tensor(sums_.data(), DType::F64, {2}, be.tier());
+  tied_head_ = recomputes_tied_head(cfg, plan);
+  if (tied_head_) pass_sums_ = Tensor(sums_.as<double>() + 2, DType::F64, {2}, be.tier());
+  if (layer_order) acts_ = std::make_unique<ActivationStore>(cfg, be, C, ActivationStore::arrays(cfg, tied_head_));
   for (int64_t l = 0; l < cfg.layers; ++l) bottom_up_.push_back(l), top_down_.push_back(cfg.layers - 1 - l);
   OOMB_CHECK(plan.precision == DType::F32 || plan.precision == DType::BF16, "--precision: {} is not one of fp32, "
              "bf16", dtype_name(plan.precision));
@@ -210,12 +223,13 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   }
 }
 
-// hnorm, rstd_final := the final RMSNorm of the last layer's output. Returns the lm_head's input
-// (n, d): hnorm, or with --precision bf16 its bf16 copy, in the layer plan's matmul scratch (free
-// between the layers' passes).
-Tensor Model::final_norm(int64_t n) {
+// hnorm, rstd_final := the final RMSNorm of the last layer's output h (n, d). Returns the lm_head's
+// input (n, d): hnorm, or with --precision bf16 its bf16 copy, in the layer plan's matmul scratch
+// (free between the layers' passes).
+Tensor Model::final_norm(const Tensor& h) {
+  const int64_t n = h.dim(0);
   Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n);
-  be_.rmsnorm_fwd(h_.back().rows(0, n), store_.final_norm(), float(cfg_.rms_norm_eps), hn, rstd);
+  be_.rmsnorm_fwd(h, store_.final_norm(), float(cfg_.rms_norm_eps), hn, rstd);
   if (plan_.precision != DType::BF16) return hn;
   Tensor h16(layer_plan_.view(n).x16.data, DType::BF16, {n, cfg_.hidden}, be_.tier());
   be_.cast(hn, h16);
@@ -249,7 +263,7 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
     const int64_t n = c.size();
     inputs_.load(read, c, true, cache_.docs());
     forward_layers(c, Sweep::Forward);
-    const Tensor hn = final_norm(n);
+    const Tensor hn = final_norm(h_.back().rows(0, n));
     Tensor l = lg.rows(0, n);
     be_.linear_fwd(hn, store_.lm_head(), nullptr, l);
     be_.copy(out + c.begin * V, Tier::Host, l.data, be_.tier(), l.bytes());
@@ -285,7 +299,7 @@ void Model::decode(const int32_t* ids, int64_t n, float* out) {
   };
   inputs_.load(read, c, true, cache_.docs());
   forward_layers(c, Sweep::Forward);  // every layer's K/V of these tokens go into the pages
-  const Tensor hn = final_norm(n);
+  const Tensor hn = final_norm(h_.back().rows(0, n));
   Tensor logits(decode_logits_.data(), DType::F32, {1, cfg_.vocab}, be_.tier());
   be_.linear_fwd(hn.rows(n - 1, 1), store_.lm_head(), nullptr, logits);
   be_.copy(out, Tier::Host, logits.data, be_.tier(), logits.bytes());
@@ -301,6 +315,7 @@ void Model::end_decode() {
 LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool backward,
                      const ChunkObserver& after_chunk) {
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
+  if (backward && acts_) return run_layer_major(read, N, weight);
   const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;
   sync_compute_weights();
   cache_.begin_sequence(N, std::min(C, N), backward);
@@ -319,7 +334,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     // the page metadata as the forward sweep sees it
     forward_layers(c, backward && !sparse_ ? Sweep::ForwardKVOnlyLast : Sweep::Forward);
     if (!backward) {
-      be_.lm_head_xent_acc(final_norm(local(n)), store_.lm_head(), mine(inputs_.targets(n), n), 1.0f, nullptr,
+      be_.lm_head_xent_acc(final_norm(h_.back().rows(0, local(n))), store_.lm_head(), mine(inputs_.targets(n), n), 1.0f, nullptr,
                            nullptr, sums_t_);
       if (after_chunk) {
         read_sums(st);
@@ -344,7 +359,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     forward_layers(c, Sweep::Recompute);  // keeps each layer's input, attention output and LSE
     LayerBuffers buf = layer_plan_.view(n);
     const int64_t tn = local(n);  // this rank's tokens
-    const Tensor hn = final_norm(tn);
+    const Tensor hn = final_norm(h_.back().rows(0, tn));
     Tensor dh = dh_.rows(0, tn), dhn = buf.g.da;  // (tn, d) scratch, free until the layers' backward
     // (under LoRA a frozen lm_head has no gradient, and a frozen final norm's goes to scratch)
     Tensor* dw_head = store_.grad_lm_head().empty() ? nullptr : &store_.grad_lm_head();

@@ -12,6 +12,8 @@
 //     pages no earlier chunk reads.
 // Each pass announces the order in which layers read their pages (KVCache::begin_pass) and their
 // weights (ParamStore::begin_pass), which is what the offloaded cache and store prefetch on. One chunk of C = N tokens is full-sequence training.
+// With --sweep layer (ChunkPlan::sweep) a training step runs layer by layer instead, with the same
+// bits (train/layer_sweep.cpp); evaluation and generation always run the chunk order.
 #pragma once
 #include <functional>
 #include <memory>
@@ -20,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "kv/kv_cache.h"
+#include "model/activation_store.h"
 #include "model/chunk_inputs.h"
 #include "hf/config.h"
 #include "model/bf16_weights.h"
@@ -87,6 +90,11 @@ class Model {
   void end_decode();
 
   const KVCache& kv_cache() const { return cache_; }
+  // The layer order's host arrays (null in the chunk order): their traffic (tests, benchmarks).
+  const ActivationStore* activations() const { return acts_.get(); }
+  // Tests only: "tied-head" adds a tied embedding's lm_head gradient in the layer order's loss pass
+  // (as a plain layer order would) instead of beside the embedding's, to show that the tests see it.
+  static void layer_sweep_fault_for_test(const char* which);
   // Sparse attention's selector (null when dense): the choices of the last sequence (tests).
   const SparseSelector* sparse() const { return sparse_.get(); }
   const PagedKV& kv() const { return cache_.kv(); }
@@ -96,9 +104,10 @@ class Model {
   enum class Sweep { Forward, ForwardKVOnlyLast, Recompute };
   LossStats run(const ChunkReader& read, int64_t N, float weight, bool backward,
                 const ChunkObserver& after_chunk = {});
+  LossStats run_layer_major(const ChunkReader& read, int64_t N, float weight);  // train/layer_sweep.cpp
   LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads, bool choose);
   void forward_layers(ChunkSpan c, Sweep sweep);
-  Tensor final_norm(int64_t n);
+  Tensor final_norm(const Tensor& h);
   void read_sums(LossStats& st);
 
   ModelConfig cfg_;
@@ -130,8 +139,14 @@ class Model {
   LayerPlan layer_plan_;
   Buffer sums_;          // (2) f64: loss and hits of the sequence so far (tag data)
   Tensor dh_, hnorm_, rstd_final_, sums_t_;
-  std::vector<Tensor> h_;               // layers + 1 of (C, d)
-  std::vector<Tensor> att_o_, att_lse_;  // layers of (C, H, D) and (C, H)
+  std::vector<Tensor> h_;               // layers + 1 of (C, d) (the layer order: two, alternating)
+  std::vector<Tensor> att_o_, att_lse_;  // layers of (C, H, D) and (C, H) (the layer order: one)
+  // the layer order: the host arrays, the chunks in order and reversed, the loss pass's sums when
+  // the tied head's are added later (tied_head_)
+  std::unique_ptr<ActivationStore> acts_;
+  std::vector<int64_t> chunks_up_, chunks_down_;
+  Tensor pass_sums_;
+  bool tied_head_ = false;
   std::vector<int64_t> bottom_up_, top_down_;  // layer orders of the passes
   int64_t decoded_ = 0, decode_max_ = 0;      // incremental decoding: tokens so far, capacity
   Buffer decode_logits_;                      // (V) fp32 logits of the last token (tag workspace)

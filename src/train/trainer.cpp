@@ -18,6 +18,19 @@
 
 namespace oomb {
 
+namespace {
+// Bytes copied between host and device so far by the parameter store (--offload params) and the
+// layer order's activation store (model/sweep_plan counts the same).
+struct Moved {
+  int64_t weights = 0, grads = 0, activations = 0;
+};
+Moved moved(const Model& m) {
+  const ParamStore::Traffic& p = m.store().traffic();
+  const ActivationStore* a = m.activations();
+  return {p.weights_in, p.grads_in + p.grads_out, a ? a->traffic().in + a->traffic().out : 0};
+}
+}  // namespace
+
 nlohmann::json memory_json() {
   nlohmann::json j = nlohmann::json::object();
   for (Tier tier : kTiers) {
@@ -111,6 +124,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   StepStats st;
   for (int64_t k = o.start_step; k < o.steps; ++k) {
     const auto t0 = clock::now();
+    const Moved moved0 = moved(model);
     model.zero_grads();
     double loss_sum = 0;
     int64_t counted = 0, correct = 0;
@@ -151,6 +165,9 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
                           {"tokens_per_s", st.tokens_per_s}, {"elapsed_s", st.elapsed_s},
                           {"tflops", st.tflops},
                           {"memory", memory_json()}};
+      const Moved m = moved(model);  // bytes the stores copied between host and device in this step
+      j["moved"] = {{"weights", m.weights - moved0.weights}, {"grads", m.grads - moved0.grads},
+                    {"activations", m.activations - moved0.activations}};
       // what the process holds, beside the accountant's figures (libraries, allocator slack, runtimes)
       const ResidentMemory rss = resident_memory();
       j["rss"] = {{"current", rss.current}, {"peak", rss.peak}};

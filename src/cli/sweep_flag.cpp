@@ -1,0 +1,45 @@
+#include "cli/sweep_flag.h"
+
+#include <fmt/format.h>
+
+#include "model/sweep_plan.h"
+
+namespace oomb::cli {
+
+void add_sweep_flag(CLI::App* c, std::string& sweep) {
+  c->add_option("--sweep", sweep, "Order of a training step: chunk (each chunk through every layer), layer (each "
+                "layer over every chunk, its outputs kept in host memory: each layer's weights cross once per pass "
+                "with --offload params), or auto (the one that moves fewer bytes and fits the host); the same bits")
+      ->check(CLI::IsMember({"chunk", "layer", "auto"}))->capture_default_str();
+}
+
+std::string set_sweep(const std::string& flag, const ModelConfig& cfg, int64_t N, int64_t host_available,
+                      const std::function<MemoryPlan(const ChunkPlan&)>& plan_for, ChunkPlan& plan) {
+  const SweepChoice s = sweep_traffic(cfg, plan, N);
+  auto moved = [](const SweepTraffic& t) { return format_bytes(t.total()); };
+  if (plan.sp > 1) {  // the layer order keeps whole chunks' layer outputs (not split between ranks yet)
+    OOMB_CHECK(flag != "layer", "--sweep layer with --sp {}: not supported yet (use --sweep chunk, or --dp)", plan.sp);
+    plan.sweep = SweepOrder::Chunk;
+    return fmt::format("sweep chunk (--sweep {} with --sp {}: the layer order does not take --sp yet)", flag, plan.sp);
+  }
+  if (flag != "auto") {
+    OOMB_CHECK(flag == "chunk" || flag == "layer", "--sweep: '{}' is not one of chunk, layer, auto", flag);
+    plan.sweep = flag == "layer" ? SweepOrder::Layer : SweepOrder::Chunk;
+    return fmt::format("sweep {}: {} moved per sequence between host and device (the {} order: {})", flag,
+                       moved(plan.sweep == SweepOrder::Layer ? s.layer : s.chunk),
+                       plan.sweep == SweepOrder::Layer ? "chunk" : "layer",
+                       moved(plan.sweep == SweepOrder::Layer ? s.chunk : s.layer));
+  }
+  ChunkPlan layer = plan;
+  layer.sweep = SweepOrder::Layer;
+  const MemoryPlan m = plan_for(layer);
+  const int64_t host = m.total(Tier::Host) + m.total(Tier::Pinned);
+  const bool fits = host <= host_available;
+  plan.sweep = choose_sweep(s, fits);
+  return fmt::format("sweep auto -> {}: per sequence the chunk order moves {}, the layer order {} (its host memory "
+                     "{}, {} the {} available)",
+                     sweep_name(plan.sweep), moved(s.chunk), moved(s.layer), format_bytes(host),
+                     fits ? "within" : "beyond", format_bytes(host_available));
+}
+
+}  // namespace oomb::cli

@@ -1,0 +1,140 @@
+// The layer-major training step (--sweep layer; issue 18, MegaTrain + ALST): the chunk order's
+// arithmetic, taken layer by layer so that each layer's weights cross the host-device link once per
+// pass. What one layer hands the next for every chunk lives in host memory (model/activation_store):
+//   forward sweep, layer l = 0..L-1, chunks in order: h_l (the embedding's lookup for l = 0, else
+//     array l-1) -> layer l (attention over the earlier pages, K/V written into pages) -> array l;
+//   the loss, chunks in reverse: array L-1 -> final norm, fused lm_head + cross-entropy -> dh,
+//     written over array L-1 (or into array L when the embedding is tied);
+//   backward sweep, layer l = L-1..0, chunks in reverse: layer l recomputed from its input
+//     (attention included), its backward from dh (dK/dV of the pages read accumulate into gradient
+//     pages, which the later chunks of the same layer filled first), dh written back for layer
+//     l-1; at layer 0 the embedding's gradient. A layer's pages are freed chunk by chunk, so only
+//     one layer's gradient pages exist at once.
+// Every accumulation happens in the chunk order's order: a layer's weight gradients and gradient
+// pages take the chunks from the last; the final norm's and lm_head's gradients and the loss sums
+// take the chunks from the last in the loss pass. A tied embedding is one gradient tensor for the
+// lm_head and the embedding, which the chunk order adds into alternately (chunk t's lm_head part,
+// then its embedding part); here the loss pass leaves it alone and layer 0's pass computes each
+// chunk's lm_head part again just before its embedding part (one more lm_head forward per chunk).
+#include "train/model.h"
+
+#include <numeric>
+#include <string>
+
+namespace oomb {
+
+namespace {
+std::string g_fault;  // tests only
+}  // namespace
+
+void Model::layer_sweep_fault_for_test(const char* which) { g_fault = which ? which : ""; }
+
+LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weight) {
+  const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;
+  OOMB_CHECK(tied_head_ == (!store_.grad_lm_head().empty() && store_.grad_lm_head().data == store_.grad_embed().data),
+             "model: the layer order's plan of the tied head does not match the gradients");
+  sync_compute_weights();
+  cache_.begin_sequence(N, std::min(C, N), true);
+  if (sparse_) sparse_->begin_sequence(N, C, true);
+  inputs_.begin_sequence();
+  store_.begin_sequence(true);
+  acts_->begin_sequence(N);
+  be_.zero(sums_t_);
+  chunks_up_.resize(size_t(T));
+  std::iota(chunks_up_.begin(), chunks_up_.end(), int64_t(0));
+  chunks_down_.assign(chunks_up_.rbegin(), chunks_up_.rend());
+  LossStats st;
+  auto layer_buffers = [&](int64_t n) {
+    LayerBuffers buf = layer_plan_.view(n);
+    buf.acts.o = att_o_[0].rows(0, n);
+    buf.acts.lse = att_lse_[0].rows(0, n);
+    buf.o_loc = buf.acts.o;  // one rank (the layer order is refused with --sp)
+    return buf;
+  };
+  auto embedded = [&](int64_t n) {  // h_0 of the loaded chunk
+    Tensor h0 = h_[0].rows(0, n);
+    be_.embedding_fwd(inputs_.ids(n), store_.embed(), h0);
+    return h0;
+  };
+
+  // Forward sweep: layer by layer, each over every chunk in order.
+  store_.begin_pass(bottom_up_, false);
+  for (int64_t l = 0; l < L; ++l) {
+    const LayerParams& p = store_.acquire(l);
+    if (l == 0) acts_->begin_pass(chunks_up_, {}, 0);
+    else acts_->begin_pass(chunks_up_, {l - 1}, l);
+    for (const int64_t t : chunks_up_) {
+      const ChunkSpan c = chunk_span(N, C, t);
+      const int64_t n = c.size();
+      const int64_t counted = inputs_.load(read, c, l == 0, cache_.docs());  // documents derived once
+      if (l == 0) st.targets += counted;
+      const Tensor h_in = l == 0 ? embedded(n) : acts_->in(0);
+      Tensor h_out = acts_->out();
+      LayerBuffers buf = layer_buffers(n);
+      layer_forward(layer_ctx(l, c, true, false, true), p, h_in, h_out, buf, LayerPass::Full);
+      cache_.write(l, c.begin, buf.k, buf.v);
+      acts_->next();
+    }
+    store_.release(l);
+  }
+  OOMB_CHECK(st.targets > 0, "model: the sequence has no targets to train on");
+  const float scale = weight / float(st.targets);
+
+  // The loss, chunks in reverse: dh of the last layer's output for every chunk.
+  const int64_t top = L - 1, dh_array = tied_head_ ? L : L - 1;
+  const bool head_later = tied_head_ && g_fault != "tied-head";
+  Tensor* dw_head = store_.grad_lm_head().empty() || head_later ? nullptr : &store_.grad_lm_head();
+  acts_->begin_pass(chunks_down_, {top}, dh_array);
+  for (const int64_t t : chunks_down_) {
+    const ChunkSpan c = chunk_span(N, C, t);
+    const int64_t n = c.size();
+    inputs_.load(read, c, false, cache_.docs());
+    const Tensor h = acts_->in(0), hn = final_norm(h);
+    LayerBuffers buf = layer_buffers(n);
+    Tensor dhn = buf.g.da, dh = acts_->out();
+    be_.lm_head_xent_acc(hn, store_.lm_head(), inputs_.targets(n), scale, &dhn, dw_head,
+                         head_later ? pass_sums_ : sums_t_);
+    be_.rmsnorm_bwd(h, store_.final_norm(), rstd_final_.rows(0, n), dhn, dh, false,
+                    store_.grad_final_norm().empty() ? buf.discard : store_.grad_final_norm());
+    acts_->next();
+  }
+
+  // Backward sweep: layer by layer from the top, each over every chunk in reverse.
+  store_.begin_pass(top_down_, true);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const LayerParams& p = store_.acquire(l);
+    LayerParams& g = store_.grads_of(l);
+    if (l > 0) acts_->begin_pass(chunks_down_, {l - 1, dh_array}, dh_array, 1);  // dh updated in place
+    else if (tied_head_) acts_->begin_pass(chunks_down_, {dh_array, top}, -1);
+    else acts_->begin_pass(chunks_down_, {dh_array}, -1);
+    for (const int64_t t : chunks_down_) {
+      const ChunkSpan c = chunk_span(N, C, t);
+      const int64_t n = c.size();
+      inputs_.load(read, c, false, cache_.docs());
+      const Tensor h_in = l == 0 ? embedded(n) : acts_->in(0);
+      Tensor dh = acts_->in(l == 0 ? 0 : 1), scratch = h_[1].rows(0, n);
+      LayerBuffers buf = layer_buffers(n);
+      layer_forward(layer_ctx(l, c, true, false, false), p, h_in, scratch, buf, LayerPass::Full);
+      layer_backward(layer_ctx(l, c, true, true, false), p, g, h_in, dh, buf);
+      const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
+      cache_.release_from(l, first_free);  // no earlier chunk reads them
+      if (l == 0) {
+        if (head_later) {  // the chunk's lm_head part, then its embedding part, as the chunk order adds them
+          const Tensor hn = final_norm(acts_->in(1));
+          be_.lm_head_xent_acc(hn, store_.lm_head(), inputs_.targets(n), scale, nullptr,
+                               &store_.grad_lm_head(), sums_t_);
+        }
+        if (!store_.grad_embed().empty()) be_.embedding_bwd(inputs_.ids(n), dh, store_.grad_embed());
+        cache_.docs().release_from(first_free);
+      }
+      acts_->next();
+    }
+    store_.release(l);
+  }
+  read_sums(st);
+  store_.end_sequence();
+  cache_.clear();
+  return st;
+}
+
+}  // namespace oomb

@@ -1,0 +1,32 @@
+// Optimizer steps run as the trainer runs them, recording every step's loss and gradients and the
+// final weights and moments, and the first bit where two such runs differ (test_offload_params,
+// test_sweep: runs that must be bitwise identical).
+#pragma once
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/memory_plan.h"
+#include "model/params.h"
+
+namespace oomb::testing {
+
+struct Trained {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> grads;  // per step, before the update
+  std::vector<float> weights, exp_avg, exp_avg_sq;  // after the last step
+};
+
+// n deterministic token ids < vocab (seeded); with sep >= 0 every 11th token (from the 7th) is sep,
+// so that --doc-mask sees several documents.
+std::vector<int32_t> step_tokens(int64_t n, uint64_t seed, int64_t vocab, int32_t sep = -1);
+std::vector<float> on_host(Backend& be, const Params& p);
+// `steps` optimizer steps (opt: adamw or sgd; lr 2e-2, clipping at 0.5, one warmup step) of `accum`
+// sequences of N tokens each, for the model in dir.
+Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPlan& plan, const std::string& opt,
+                    int64_t N, int steps, int accum);
+// Where two runs first differ, or "" when they are bit for bit the same.
+std::string difference(const Trained& a, const Trained& b);
+
+}  // namespace oomb::testing
