@@ -30,7 +30,7 @@ RunCheckpoints::RunCheckpoints(const CheckpointFlags& f, CheckpointState now, co
     std::error_code ec;
     OOMB_CHECK(!fs::exists(f_.dir, ec) || fs::is_directory(f_.dir, ec), "--checkpoint-dir {}: exists and is not a "
                "directory", f_.dir);
-    if (fs::exists(f_.dir, ec)) remove_stale_checkpoint_files(f_.dir);
+    if (fs::exists(f_.dir, ec) && leader()) remove_stale_checkpoint_files(f_.dir);
   }
   if (f_.resume.empty()) return;
   if (f_.resume == "auto") {
@@ -66,7 +66,12 @@ TrainHooks RunCheckpoints::hooks(Model& model) {
   h.after_step = [this, &model](int64_t done, Optimizer& opt) {
     fs::path written;
     if (f_.save_every > 0 && done % f_.save_every == 0) written = write(done, model, opt);
-    const int sig = signals_ ? signals_->pending() : 0;
+    int sig = signals_ ? signals_->pending() : 0;
+    if (dist_ && dist_->size() > 1) {  // every rank stops after the same step when any was signalled
+      double s = sig;
+      dist_->world().all_reduce_max(&s, 1);
+      sig = int(s);
+    }
     if (!sig) return false;
     if (written.empty()) written = write(done, model, opt);
     stopped_by_ = sig;
@@ -80,11 +85,14 @@ TrainHooks RunCheckpoints::hooks(Model& model) {
 }
 
 fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt) {
+  const int64_t dp = dist_ ? dist_->options().dp : 1;
+  const fs::path dir = fs::path(f_.dir) / checkpoint_name(done);
+  if (!leader()) return dir;  // the ranks hold the same weights and moments: rank 0 writes them
   const auto t0 = std::chrono::steady_clock::now();
   CheckpointState st = now_;
   st.weights_dtype = weights_dtype();
   st.step = done;
-  st.windows = done * accum_;
+  st.windows = done * accum_ * dp;
   const unsigned __int128 pos = (unsigned __int128)(st.windows) * (unsigned __int128)(N_);
   st.epoch = int64_t(pos / (unsigned __int128)stream_size_);
   st.epoch_position = int64_t(pos % (unsigned __int128)stream_size_);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/stop_signals.h"
+#include "dist/dist.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -41,6 +42,9 @@ class RunCheckpoints {
   // begin: loads the checkpoint resumed from and, with --checkpoint-dir, catches SIGINT/SIGTERM;
   // after_step: writes checkpoints (every --save-every steps, and on a signal, then stops).
   TrainHooks hooks(Model& model);
+  // Several ranks (their weights and moments the same on every rank: --zero 0): rank 0 alone writes
+  // and prunes; a signal any rank caught stops every rank after the same step.
+  void set_dist(Dist* d) { dist_ = d; }
   // After training: the signal that stopped it (0 if none); the handlers are removed.
   int finish();
 
@@ -55,6 +59,8 @@ class RunCheckpoints {
   std::filesystem::path from_;  // the checkpoint resumed from; empty: a fresh start
   std::unique_ptr<StopSignals> signals_;
   int stopped_by_ = 0;
+  Dist* dist_ = nullptr;
+  bool leader() const { return !dist_ || dist_->leader(); }
 };
 
 }  // namespace oomb::cli

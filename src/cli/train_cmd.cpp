@@ -209,7 +209,8 @@ nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const Chunk
           {"--shuffle", a.shuffle},
           {"--seed", a.seed},
           {"--eos-id", eos},
-          {"--device", a.device}};
+          {"--device", a.device},
+          {"--dp", a.dist.dp}};  // windows per step: grad_accum x dp
 }
 
 // This run as a checkpoint at step 0 describes it (train/checkpoint_state.h).
@@ -382,8 +383,9 @@ Command add_train(CLI::App& app) {
             a->rank = dist.rank();
             if (!dist.leader()) std::cout.rdbuf(nullptr);  // rank 0 alone prints (errors: every rank)
             dist.check_same_flags(a->ckpt.config_toml);
-            OOMB_CHECK(dist.size() == 1 || !a->ckpt.any(), "--checkpoint-dir / --resume with {} ranks: not supported "
-                       "yet (save the model with --out)", dist.size());
+            OOMB_CHECK(dist.size() == 1 || a->dist.zero == 0 || !a->ckpt.any(), "--checkpoint-dir / --resume with "
+                       "--zero {}: not supported yet (the moments are sharded; checkpoints work with --zero 0)",
+                       a->dist.zero);
             check_paths(*a);
             auto be = make_backend(a->device, a->device_memory);
             const LoraConfig lora = lora_config(a->lora, a->cmd);
@@ -415,6 +417,7 @@ Command add_train(CLI::App& app) {
             note_wrapping(o.seq_len, *data);
             RunCheckpoints ckpt(a->ckpt, a->ckpt.any() ? run_state(*a, o, plan, eos, cfg, *data) : CheckpointState{},
                                 o.optim, o.seq_len, o.grad_accum, data->stream_size(), std::cout);
+            ckpt.set_dist(&dist);
             Model model(cfg, *be, plan, &dist.sp());
             o.dist = &dist;
             DType dtype = DType::F32;
