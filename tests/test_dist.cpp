@@ -43,6 +43,9 @@ CmdResult mpirun_line(const std::string& launch, const std::string& env = "") {
   const auto log = dir / "mpirun.log";
   const std::string cmd = fmt::format(
       "cd {} && {} OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
+      // Open MPI's plugins stay loaded to the end, so that LeakSanitizer (make test-asan) can name
+      // the library of what they keep, which tests/lsan_suppressions.txt lists
+      "OMPI_MCA_mca_base_component_disable_dlclose=1 "
       "{} --oversubscribe {} > {} 2>&1", dir.string(), env, kMpirun, launch, log.string());
   const int rc = std::system(cmd.c_str());
   return {WEXITSTATUS(rc), read_text(log)};

@@ -76,8 +76,9 @@ class CpuBackend : public Backend {
     if (logits_.dim(1) != V || logits_.dim(0) < rows) {  // grown to the longest chunk seen (at most the tile)
       logits_buf_.reset();
       logits_buf_ = Buffer(tier_, Tag::Workspace, size_t(rows * V) * 4 + size_t(rows) * 8);
-      logits_ = Tensor(logits_buf_.data(), DType::F32, {rows, V}, tier_);
-      row_loss_ = Tensor(logits_buf_.as<char>() + size_t(rows * V) * 4, DType::F64, {rows}, tier_);
+      // the f64 row losses first, so that they are 8-byte aligned whatever rows x V is (UBSan)
+      row_loss_ = Tensor(logits_buf_.data(), DType::F64, {rows}, tier_);
+      logits_ = Tensor(logits_buf_.as<char>() + size_t(rows) * 8, DType::F32, {rows, V}, tier_);
     }
     int64_t correct = 0;
     float* wide = widen(cpu::lm_head_widen_elems(h, w, kLossTile));
