@@ -15,6 +15,7 @@ void add_sweep_flag(CLI::App* c, std::string& sweep) {
 
 std::string set_sweep(const std::string& flag, const ModelConfig& cfg, int64_t N, int64_t host_available,
                       const std::function<MemoryPlan(const ChunkPlan&)>& plan_for, ChunkPlan& plan) {
+  plan_for(plan);  // the plan's bounds first: a size that would overflow is refused, naming the flag
   const SweepChoice s = sweep_traffic(cfg, plan, N);
   auto moved = [](const SweepTraffic& t) { return format_bytes(t.total()); };
   if (plan.sp > 1) {  // the layer order keeps whole chunks' layer outputs (not split between ranks yet)
