@@ -37,7 +37,6 @@ test-asan: deps
 	  || (cat $(ASAN_BUILD).configure.log; exit 1)
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
-	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan_suppressions.txt \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L cpu $(ASAN_CTEST_ARGS)
 
 # the embedded default: a tiny model learning a long-range recall task (about two minutes on 2 cores)
