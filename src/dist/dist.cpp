@@ -1,5 +1,6 @@
 #include "dist/dist.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -15,6 +16,14 @@ void check_dist_options(const DistOptions& o) {
   OOMB_CHECK(o.zero >= 0 && o.zero <= 2, "--zero: {} is not one of 0, 1, 2 (ZeRO-3's per-layer gathering is not "
              "built yet)", o.zero);
   OOMB_CHECK(o.timeout_s > 0, "--dist-timeout: must be positive, got {}", o.timeout_s);
+}
+
+// Open MPI's, PMIx's and Slurm's (PMI) markers of a rank a launcher started; one definition for
+// builds with and without MPI.
+bool launched_by_mpi() {
+  for (const char* k : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (std::getenv(k)) return true;
+  return false;
 }
 
 Dist::Dist() : world_(make_single_comm()) { make_groups(); }

@@ -12,9 +12,6 @@
 namespace oomb {
 
 namespace {
-// Open MPI's, PMIx's and Slurm's markers of a launched rank.
-bool env(const char* k) { return std::getenv(k) != nullptr; }
-
 class MpiComm final : public Comm {
  public:
   MpiComm(MPI_Comm c, double timeout_s, bool owned) : c_(c), timeout_(timeout_s), owned_(owned) {
@@ -110,10 +107,6 @@ void finalise() {
 }  // namespace
 
 bool mpi_built() { return true; }
-
-bool launched_by_mpi() {
-  return env("OMPI_COMM_WORLD_SIZE") || env("PMIX_RANK") || env("PMI_RANK") || env("PMI_SIZE");
-}
 
 bool mpi_active() {
   int init = 0, fin = 0;

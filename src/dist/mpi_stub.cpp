@@ -7,9 +7,6 @@
 namespace oomb {
 
 bool mpi_built() { return false; }
-bool launched_by_mpi() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
-}
 bool mpi_active() { return false; }
 int mpi_rank() { return 0; }
 std::unique_ptr<Comm> mpi_world(double) {

@@ -50,6 +50,13 @@ struct LayerBuffers {
   // attention side's): q, o, dO (t, H, D), k, v (t, G, D); dq, dk, dv reuse q's, k's, v's memory.
   Tensor q_loc, o_loc, dattn_loc, k_loc, v_loc, dq_loc, dk_loc, dv_loc;
   LayerBuffers first(int64_t T, int64_t P = 1) const;  // views of the first T tokens (T/P on the token side)
+  // The attention output and LSE kept elsewhere (the model's saved attention): acts.o and
+  // acts.lse become those views, and with one rank the token side's o too (the same tensor).
+  void keep_attention_in(const Tensor& o, const Tensor& lse) {
+    if (o_loc.data == acts.o.data) o_loc = o;
+    acts.o = o;
+    acts.lse = lse;
+  }
 };
 
 // The static plan for chunks of up to T tokens, all tagged activations: it does not grow with the

@@ -46,9 +46,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
   LossStats st;
   auto layer_buffers = [&](int64_t n) {
     LayerBuffers buf = layer_plan_.view(n);
-    buf.acts.o = att_o_[0].rows(0, n);
-    buf.acts.lse = att_lse_[0].rows(0, n);
-    buf.o_loc = buf.acts.o;  // one rank (the layer order is refused with --sp)
+    buf.keep_attention_in(att_o_[0].rows(0, n), att_lse_[0].rows(0, n));
     return buf;
   };
   auto embedded = [&](int64_t n) {  // h_0 of the loaded chunk

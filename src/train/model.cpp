@@ -212,9 +212,7 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   for (int64_t l = 0; l < L; ++l) {
     const size_t li = size_t(l);
     const LayerCtx ctx = layer_ctx(l, c, l < attending, false, write);
-    buf.acts.o = att_o_[li].rows(0, n);
-    buf.acts.lse = att_lse_[li].rows(0, n);
-    if (!sp_) buf.o_loc = buf.acts.o;  // one rank: the two sides are one tensor
+    buf.keep_attention_in(att_o_[li].rows(0, n), att_lse_[li].rows(0, n));
     Tensor h_out = h_[li + 1].rows(0, t);
     layer_forward(ctx, store_.acquire(l), h_[li].rows(0, t), h_out, buf,
                   l < attending ? LayerPass::Full : LayerPass::KVOnly);
@@ -373,9 +371,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
       const size_t li = size_t(l);
       const LayerCtx ctx = layer_ctx(l, c, true, true, false);
       Tensor h_in = h_[li].rows(0, tn), h_out = h_[li + 1].rows(0, tn);
-      buf.acts.o = att_o_[li].rows(0, n);
-      buf.acts.lse = att_lse_[li].rows(0, n);
-      if (!sp_) buf.o_loc = buf.acts.o;
+      buf.keep_attention_in(att_o_[li].rows(0, n), att_lse_[li].rows(0, n));
       // recompute the internals but attention (the top layer's are still there)
       const LayerParams& p = store_.acquire(l);
       if (l + 1 < L) layer_forward(ctx, p, h_in, h_out, buf, LayerPass::SavedAttention);
