@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "backend/backend.h"
@@ -230,6 +231,59 @@ TEST(Dist, RankDyingMidStepEndsTheJob) {
 // Checkpoints with several ranks (--zero 0): rank 0 writes the same files a single rank writes (its
 // weights within 1e-6 of the single rank's, --grad-accum 2 against --dp 2), a resumed run on two
 // ranks ends bit for bit where the uninterrupted one did, and --zero 1 is refused, naming it.
+// oomb eval on several ranks: --sp splits each chunk's tokens, --dp the windows; the loss, the
+// targets and every bucket of the loss by position equal one rank's (the sums differ only by the
+// ranks' order of addition).
+TEST(Dist, EvalOnRanksEqualsOneRank) {
+  NEED_MPI();
+  const auto dir = temp_dir("dist_eval");
+  const std::string oomb = (binary_dir() / "oomb").string();
+  ASSERT_EQ(std::system(fmt::format("{} init --preset tiny --out {}/m > /dev/null", oomb, dir.string()).c_str()), 0);
+  write_tokens(dir / "tokens.bin", 4096, 120, 5);
+  const std::string eval = fmt::format("{} eval --model {}/m --data {}/tokens.bin --seq-len 256 --buckets 4 "
+                                       "--chunk-size 32 --page-size 16 --windows 6 --json", oomb, dir.string(),
+                                       dir.string());
+  auto parse = [](const CmdResult& r) {
+    const size_t at = r.out.find("{\n");
+    EXPECT_NE(at, std::string::npos) << r.out;
+    return nlohmann::json::parse(r.out.substr(at == std::string::npos ? 0 : at), nullptr, false);
+  };
+  const CmdResult one = run_cmd_in(dir, "OMP_NUM_THREADS=1 " + eval + " 2> /dev/null");
+  ASSERT_EQ(one.code, 0) << one.out;
+  const nlohmann::json ref = parse(one);
+  ASSERT_FALSE(ref.is_discarded()) << one.out;
+  for (const auto& [np, flags] : {std::pair{2, "--sp 2"}, {3, "--dp 3"}, {4, "--sp 2 --dp 2"}}) {
+    const CmdResult r = mpirun(np, eval + " " + flags + " 2> /dev/null");
+    SCOPED_TRACE(flags + std::string("\n") + r.out);
+    ASSERT_EQ(r.code, 0);
+    const nlohmann::json got = parse(r);
+    ASSERT_FALSE(got.is_discarded());
+    EXPECT_EQ(got["targets"], ref["targets"]);
+    EXPECT_EQ(got["windows"], ref["windows"]);
+    double worst = std::abs(got["loss"].get<double>() - ref["loss"].get<double>()) / ref["loss"].get<double>();
+    for (size_t b = 0; b < 4; ++b) {
+      const auto& x = got["loss_by_position"][b];
+      const auto& y = ref["loss_by_position"][b];
+      EXPECT_EQ(x["targets"], y["targets"]);
+      EXPECT_EQ(x["accuracy"], y["accuracy"]);
+      worst = std::max(worst, std::abs(x["loss"].get<double>() - y["loss"].get<double>()) / y["loss"].get<double>());
+    }
+    std::cout << fmt::format("eval {}: loss {:.6f} (one rank {:.6f}), worst bucket rel. error {:.2e}", flags,
+                             got["loss"].get<double>(), ref["loss"].get<double>(), worst)
+              << std::endl;
+    EXPECT_LE(worst, 1e-6);
+  }
+  // control: fewer windows change the figures this compares
+  std::string four = eval;
+  four.replace(four.find("--windows 6"), 11, "--windows 4");
+  const CmdResult fewer = mpirun(2, four + " --dp 2 2> /dev/null");
+  ASSERT_EQ(fewer.code, 0) << fewer.out;
+  EXPECT_NE(parse(fewer)["loss"], ref["loss"]);
+  const CmdResult passkey = mpirun(2, fmt::format("{} eval --model {}/m --passkey --sp 2", oomb, dir.string()));
+  EXPECT_NE(passkey.code, 0);
+  EXPECT_NE(passkey.out.find("--passkey with --sp/--dp: not supported"), std::string::npos) << passkey.out;
+}
+
 TEST(Dist, CheckpointsWrittenByRankZeroAndResumed) {
   NEED_MPI();
   const auto dir = temp_dir("dist_ckpt");

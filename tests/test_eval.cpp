@@ -127,3 +127,32 @@ TEST(Passkey, TextPromptsWithARealTokenizer) {
 }
 
 }  // namespace
+
+// oomb eval --lora: a trained adapter on its base scores as the merged model (oomb merge) does,
+// within fp32 rounding (W x + s B (A x) against (W + s B A) x); the base alone scores otherwise.
+TEST(Eval, LoraAdapterOnItsBaseScoresAsTheMergedModel) {
+  const auto dir = temp_dir();
+  const std::string d = dir.string();
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --seed 3 --out {}/m", d)).code, 0);
+  write_tokens(dir / "t.bin", 4000, 120, 4);
+  CmdResult r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 128 --chunk-size 32 --steps 4 "
+                                          "--lr 5e-3 --lora-rank 4 --lora-targets q,v,down --out {0}/a", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("merge --model {0}/m --lora {0}/a --out {0}/merged", d)).code, 0);
+  const std::string eval = fmt::format("eval --data {}/t.bin --seq-len 128 --buckets 2 --chunk-size 32 --windows 3 --json",
+                                       d);
+  auto loss = [&](const std::string& args) {
+    const CmdResult e = oomb_cmd(dir, eval + " " + args);
+    EXPECT_EQ(e.code, 0) << e.out;
+    const size_t at = e.out.find("{\n");
+    const auto j = nlohmann::json::parse(e.out.substr(at == std::string::npos ? 0 : at), nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << e.out;
+    return j.is_discarded() ? 0.0 : j["loss"].get<double>();
+  };
+  const double adapted = loss(fmt::format("--model {0}/m --lora {0}/a", d)), merged = loss(fmt::format("--model {}/merged", d)),
+               base = loss(fmt::format("--model {}/m", d));
+  std::cout << fmt::format("eval loss: base + adapter {:.7f}, merged {:.7f}, base alone {:.7f}", adapted, merged, base)
+            << std::endl;
+  EXPECT_NEAR(adapted, merged, 1e-5 * merged);
+  EXPECT_GT(std::abs(adapted - base), 1e-3 * base);  // control: the adapter changed the model
+}

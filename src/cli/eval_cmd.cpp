@@ -9,20 +9,26 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/dist_flags.h"
 #include "cli/guards.h"
 #include "core/atomic_file.h"
 #include "data/eos.h"
 #include "data/open_data.h"
 #include "hf/checkpoint.h"
+#include "hf/peft.h"
 #include "train/eval.h"
 #include "train/passkey_eval.h"
+#ifdef OOMB_HAVE_CUDA
+#include "backend/cuda/cuda_device.h"
+#endif
 
 namespace oomb::cli {
 
 namespace {
 struct EvalArgs {
   std::string model, data, data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict";
-  std::string device = "cpu", out;
+  std::string device = "cpu", out, lora;
+  DistOptions dist;
   int64_t eos_id = -1, seq_len = 2048, chunk = 1024, page = 128, windows = 0, buckets = 16, trials = 4;
   int digits = 5;
   bool split_special = false, json = false, passkey = false;
@@ -37,22 +43,33 @@ std::filesystem::path tokenizer_file(const EvalArgs& a) {
   return fs::is_directory(a.tokenizer) ? fs::path(a.tokenizer) / "tokenizer.json" : fs::path(a.tokenizer);
 }
 
-std::unique_ptr<Model> load_model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, const std::string& dir) {
-  auto m = std::make_unique<Model>(cfg, be, plan);
-  if (be.tier() == Tier::Host) {
-    load_weights(dir, cfg, m->params());
-  } else {
-    Params host(cfg, Tier::Host, Tag::IO);
-    load_weights(dir, cfg, host);
-    m->upload_params(host);
+// The model of --model, with --lora's adapter on it, on --sp's ranks (the plan is this rank's).
+std::unique_ptr<Model> load_model(const EvalArgs& a, const ModelConfig& cfg, Backend& be, ChunkPlan plan,
+                                  Dist& dist) {
+  if (!a.lora.empty()) plan.lora = load_adapter_config(a.lora);
+  set_dist(a.dist, dist.rank(), plan);
+  plan.device_comm = dist.device_comm();
+  auto m = std::make_unique<Model>(cfg, be, plan, &dist.tensor_sp());
+  Params host(cfg, Tier::Host, Tag::IO);
+  Params& base = be.tier() == Tier::Host ? m->params() : host;
+  load_weights(a.model, cfg, base);
+  if (&base == &host) m->upload_params(host);
+  if (plan.lora.on()) {  // the adapter over the frozen base (its trainable embeddings and norms too)
+    Params adapter(cfg, lora_layout(cfg, plan.lora), Tier::Host, Tag::IO);
+    load_adapter(a.lora, base, adapter);
+    m->upload_trainable(adapter);
   }
   return m;
 }
 
+// Each rank takes GPU local_rank mod the GPUs visible.
 std::unique_ptr<Backend> backend(const std::string& device) {
   if (device == "cpu") return make_cpu_backend();
   if (device == "sim") return make_sim_backend();
   OOMB_CHECK(device == "cuda", "--device: '{}' is not one of cpu, sim, cuda", device);
+#ifdef OOMB_HAVE_CUDA
+  if (const int gpus = cuda::device_count(); gpus > 1) cuda::use_device(local_rank() % gpus);
+#endif
   std::string why;
   auto be = make_cuda_backend(&why);
   OOMB_CHECK(be != nullptr, "--device cuda: {}", why);
@@ -69,10 +86,11 @@ void emit(const EvalArgs& a, const nlohmann::json& j, const std::string& table) 
   }
 }
 
-int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be) {
+int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist) {
   OOMB_CHECK(!a.data.empty(), "--data is required (or --passkey)");
   const int64_t N = a.seq_len, C = eval_chunk_size(N, a.buckets, a.chunk);
-  std::ostream* log = a.json ? &std::cerr : &std::cout;
+  static std::ostream quiet(nullptr);  // ranks other than 0 say nothing
+  std::ostream* log = !dist.leader() ? &quiet : a.json ? &std::cerr : &std::cout;
   DataOptions d;
   d.format = a.data_format;
   d.corpus.text_field = a.text_field;
@@ -96,13 +114,23 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be) {
     *log << fmt::format("note: {} windows of {} tokens are more than the data's {} tokens: windows wrap around", W, N,
                         data->stream_size())
          << std::endl;
-  auto model = load_model(cfg, be, ChunkPlan{C, a.page}, a.model);
-  *log << fmt::format("oomb eval: {} on {}, {} windows of {} tokens, chunks of {}, {} buckets", a.model,
-                      data->describe(), W, N, C, a.buckets)
+  auto model = load_model(a, cfg, be, ChunkPlan{C, a.page}, dist);
+  *log << fmt::format("oomb eval: {}{} on {}, {} windows of {} tokens, chunks of {}, {} buckets", a.model,
+                      a.lora.empty() ? "" : " with the adapter " + a.lora, data->describe(), W, N, C, a.buckets)
+       << (dist.size() > 1 ? fmt::format("; {} ranks: --sp {} x --dp {}", dist.size(), a.dist.sp, a.dist.dp) : "")
        << std::endl;
-  const EvalResult r = evaluate_by_position(*model, *data, N, W, a.buckets, log);
+  // dp rank d scores windows d, d + dp, ...; the sums are added over the dp group
+  EvalResult r = evaluate_by_position(*model, *data, N, W, a.buckets, log, dist.dp_rank(), a.dist.dp);
+  if (a.dist.dp > 1) {
+    std::vector<double> sums = eval_sums(r);
+    dist.dp().all_reduce_sum(sums.data(), sums.size());
+    set_eval_sums(r, sums);
+  }
+  OOMB_CHECK(r.targets > 0, "eval: the data gave no targets to score");
+  if (!dist.leader()) return 0;
   nlohmann::json j = to_json(r);
   j["model"] = a.model, j["data"] = a.data;
+  if (!a.lora.empty()) j["lora"] = a.lora;
   emit(a, j,
        fmt::format("loss {:.4f}  perplexity {:.3f}  accuracy {:.2f}%  ({} targets)\nloss by position:\n{}", r.loss(),
                    r.perplexity(), 100 * r.accuracy(), r.targets, format_table(r)));
@@ -118,13 +146,15 @@ int run_passkey_cmd(const EvalArgs& a, const ModelConfig& cfg, Backend& be) {
   }
   const PasskeyPrompts prompts = tok ? PasskeyPrompts::text(&*tok, a.digits) : PasskeyPrompts::tokens(cfg.vocab, a.digits);
   const int64_t longest = *std::max_element(a.lengths.begin(), a.lengths.end()) + prompts.answer_tokens();
-  auto model = load_model(cfg, be, ChunkPlan{std::min(a.chunk, longest), a.page}, a.model);
+  Dist one;  // (refused with several ranks: decoding reads every position's logits)
+  auto model = load_model(a, cfg, be, ChunkPlan{std::min(a.chunk, longest), a.page}, one);
   std::ostream* log = a.json ? &std::cerr : &std::cout;
   *log << "oomb eval --passkey: " << a.model << ", " << prompts.describe() << ", " << a.trials << " prompts per cell"
        << std::endl;
   const PasskeyResult r = run_passkey(*model, prompts, a.lengths, a.depths, a.trials, a.seed, log);
   nlohmann::json j = to_json(r, tok ? "text" : "tokens");
   j["model"] = a.model;
+  if (!a.lora.empty()) j["lora"] = a.lora;
   emit(a, j, "passkey accuracy (rows: prompt length; columns: depth of the key)\n" + format_table(r));
   return 0;
 }
@@ -164,12 +194,21 @@ Command add_eval(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--digits", a->digits, "--passkey: digits of the key")->check(CLI::Range(1, 18))->capture_default_str();
   c->add_option("--seed", a->seed, "--passkey: seed of the keys and filler")->capture_default_str();
+  c->add_option("--lora", a->lora, "A PEFT LoRA adapter directory (oomb train's --out with LoRA, or a checkpoint of "
+                "a LoRA run) evaluated on --model as its base");
+  add_dist_flags(c, a->dist, true);
   return {c, [a] {
             refuse_aliasing({{"--out", a->out}}, {{"--model", a->model}, {"--data", a->data, true},
                                                   {"--tokenizer", a->tokenizer}});
             const ModelConfig cfg = load_config(a->model);
+            OOMB_CHECK(a->dist.zero == 0, "--zero: evaluation has no optimizer state to shard");
+            Dist dist(a->dist);  // the ranks mpirun started, or this process alone
+            if (!dist.leader()) std::cout.rdbuf(nullptr);  // rank 0 alone prints (errors: every rank)
+            OOMB_CHECK(!a->passkey || dist.size() == 1, "--passkey with --sp/--dp: not supported (greedy decoding "
+                       "reads every position's logits, which --sp splits over the ranks); run it on one rank");
             auto be = backend(a->device);
-            return a->passkey ? run_passkey_cmd(*a, cfg, *be) : run_loss(*a, cfg, *be);
+            dist.attach(*be);
+            return a->passkey ? run_passkey_cmd(*a, cfg, *be) : run_loss(*a, cfg, *be, dist);
           }};
 }
 

@@ -115,4 +115,17 @@ void SeqParallel::to_tokens(const Tensor& att, Tensor& loc) {
   be_.copy(loc.data, loc.tier, B, Tier::Host, loc.bytes());
 }
 
+void SeqParallel::sum_to_host(const void* sums, double* out, int n) {
+  const size_t bytes = size_t(n) * sizeof(double);
+  if (device_ && size() > 1) {
+    OOMB_CHECK(bytes <= a_.bytes(), "sp sum_to_host: {} bytes exceed the staging's {}", bytes, a_.bytes());
+    be_.copy(a_.data(), Tier::Device, sums, be_.tier(), bytes);
+    comm_.all_reduce_sum(a_.as<double>(), size_t(n));
+    be_.copy(out, Tier::Host, a_.data(), Tier::Device, bytes);
+    return;
+  }
+  be_.copy(out, Tier::Host, sums, be_.tier(), bytes);
+  comm_.all_reduce_sum(out, size_t(n));
+}
+
 }  // namespace oomb

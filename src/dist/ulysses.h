@@ -27,6 +27,9 @@ class SeqParallel {
   void to_heads(const Tensor& loc, Tensor& att);
   // att: (T, h/P, D) -> loc: (T/P, h, D)
   void to_tokens(const Tensor& att, Tensor& loc);
+  // out (n, host) := the sum over the group of each rank's sums (n doubles in the backend's memory);
+  // over a group on device memory, summed in the device staging first
+  void sum_to_host(const void* sums, double* out, int n);
 
  private:
   Comm& comm_;

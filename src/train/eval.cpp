@@ -27,7 +27,7 @@ int64_t eval_chunk_size(int64_t N, int64_t buckets, int64_t max_chunk) {
 }
 
 EvalResult evaluate_by_position(Model& model, TokenSource& data, int64_t N, int64_t windows, int64_t buckets,
-                                std::ostream* log) {
+                                std::ostream* log, int64_t first, int64_t stride) {
   const int64_t C = model.plan().chunk, width = N / buckets;
   OOMB_CHECK(N % buckets == 0 && width % C == 0, "eval: the chunk size {} must divide the bucket width {}", C, width);
   OOMB_CHECK(windows >= 1, "eval: at least one window, got {}", windows);
@@ -35,7 +35,7 @@ EvalResult evaluate_by_position(Model& model, TokenSource& data, int64_t N, int6
   r.seq_len = N, r.windows = windows, r.chunk = C;
   r.buckets.resize(size_t(buckets));
   for (int64_t b = 0; b < buckets; ++b) r.buckets[size_t(b)].begin = b * width, r.buckets[size_t(b)].end = (b + 1) * width;
-  for (int64_t w = 0; w < windows; ++w) {
+  for (int64_t w = first; w < windows; w += stride) {
     const ChunkReader read = [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); };
     LossStats prev;
     const LossStats st = model.evaluate(read, N, [&](ChunkSpan c, const LossStats& s) {
@@ -51,8 +51,22 @@ EvalResult evaluate_by_position(Model& model, TokenSource& data, int64_t N, int6
                           mean(st.loss_sum, st.targets), st.targets)
            << std::endl;
   }
-  OOMB_CHECK(r.targets > 0, "eval: the data gave no targets to score");
   return r;
+}
+
+std::vector<double> eval_sums(const EvalResult& r) {
+  std::vector<double> v = {r.loss_sum, double(r.targets), double(r.correct)};
+  for (const PositionBucket& b : r.buckets) v.insert(v.end(), {b.loss_sum, double(b.targets), double(b.correct)});
+  return v;
+}
+
+void set_eval_sums(EvalResult& r, const std::vector<double>& v) {
+  OOMB_CHECK(v.size() == 3 * (r.buckets.size() + 1), "eval: {} sums for {} buckets", v.size(), r.buckets.size());
+  r.loss_sum = v[0], r.targets = int64_t(v[1]), r.correct = int64_t(v[2]);
+  for (size_t i = 0; i < r.buckets.size(); ++i) {
+    PositionBucket& b = r.buckets[i];
+    b.loss_sum = v[3 * i + 3], b.targets = int64_t(v[3 * i + 4]), b.correct = int64_t(v[3 * i + 5]);
+  }
 }
 
 // JSON has no NaN: an empty bucket's loss is null.

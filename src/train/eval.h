@@ -36,9 +36,13 @@ struct EvalResult {
 int64_t eval_chunk_size(int64_t N, int64_t buckets, int64_t max_chunk);
 
 // Windows 0 .. windows-1 of N tokens from data; the model's chunk must be eval_chunk_size's.
-// Progress (one line per window) goes to log when given.
+// Progress (one line per window) goes to log when given. With several data-parallel ranks, rank
+// `first` of `stride` scores windows first, first + stride, ... (EvalResult::add sums the ranks').
 EvalResult evaluate_by_position(Model& model, TokenSource& data, int64_t N, int64_t windows, int64_t buckets,
-                                std::ostream* log = nullptr);
+                                std::ostream* log = nullptr, int64_t first = 0, int64_t stride = 1);
+// The sums of a result (loss, targets, correct: overall, then per bucket) in one flat vector, and back.
+std::vector<double> eval_sums(const EvalResult& r);
+void set_eval_sums(EvalResult& r, const std::vector<double>& sums);
 
 nlohmann::json to_json(const EvalResult& r);
 // A table of the buckets for people.

@@ -237,8 +237,8 @@ Tensor Model::final_norm(const Tensor& h) {
 // The one readback of a sequence: its loss and hits.
 void Model::read_sums(LossStats& st) {
   double s[2];
-  be_.copy(s, Tier::Host, sums_.data(), be_.tier(), sizeof s);
-  if (sp_) sp_->comm().all_reduce_sum(s, 2);  // every rank scored its own tokens
+  if (sp_) sp_->sum_to_host(sums_.data(), s, 2);  // every rank scored its own tokens
+  else be_.copy(s, Tier::Host, sums_.data(), be_.tier(), sizeof s);
   st.loss_sum = s[0];
   st.correct = int64_t(s[1]);
 }
