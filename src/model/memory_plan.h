@@ -42,11 +42,12 @@ struct ChunkPlan {
   bool offload_params = false;
   // LoRA (--lora-rank > 0): the base frozen (no gradients, no moments); adapters train
   LoraConfig lora;
-  // --precision bf16: every matmul of the base model reads bf16 tensors (the weight matrices' bf16
-  // copy, model/bf16_weights, tag weights; activations and gradients cast where they feed a
-  // matmul; K/V, q, the attention output and its gradient rounded to bf16 values) and accumulates
-  // in fp32; norms, softmax, LSE, loss, the residual stream, LoRA's adapters, master weights,
-  // moments and gradient accumulation stay fp32.
+  // --precision bf16: every matmul reads bf16 tensors (the weight matrices' bf16 copy,
+  // model/bf16_weights, tag weights, and LoRA's adapters' likewise; activations and gradients cast
+  // where they feed a matmul; K/V, q, the attention output and its gradient rounded to bf16 values)
+  // and accumulates in fp32; norms, softmax, LSE, loss, the residual stream, master weights,
+  // moments and gradient accumulation stay fp32. With --offload params the layers' bf16 images
+  // cross to the device (ParamStore), the fp32 masters stay on the host.
   DType precision = DType::F32;
   // --sweep chunk or layer (--sweep auto is resolved to one of them before a plan is made)
   SweepOrder sweep = SweepOrder::Chunk;

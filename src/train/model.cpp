@@ -33,7 +33,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
       plan_(plan),
       att_cfg_(checked_sp(cfg, plan, sp)),
       params_(cfg, ParamStore::home(be, plan.offload_params), Tag::Weights),
-      store_(cfg, be, plan.offload_params),
+      store_(cfg, be, plan.offload_params, plan.precision == DType::BF16),
       cache_(checked_options(att_cfg_, plan), be),
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
       saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk / plan.sp, plan.sweep))),
@@ -71,7 +71,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
              "bf16", dtype_name(plan.precision));
   layers_ = params_.layers;
   embed_ = params_.embed, final_norm_ = params_.final_norm, lm_head_ = params_.lm_head;
-  if (plan.precision == DType::BF16) {  // the matmuls read the weight matrices' bf16 copy
+  if (plan.precision == DType::BF16 && !plan.offload_params) {  // the matmuls read the weight matrices' bf16 copy
     w16_ = std::make_unique<Bf16Weights>(cfg, be.tier());
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LayerParams& w = w16_->layers[l];
@@ -89,15 +89,21 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
     if (cfg.tie_word_embeddings && !w16_) lm_head_ = embed_;
     OOMB_CHECK(!(w16_ && !train_->embed.empty() && cfg.tie_word_embeddings), "--precision bf16 with "
                "--train-embeddings-norms on tied embeddings: not supported yet");
+    if (w16_) {  // the adapters' GEMMs read their bf16 copy too (PEFT under autocast)
+      a16_ = std::make_unique<Bf16Weights>(cfg, plan.lora, be.tier());
+      for (size_t l = 0; l < layers_.size(); ++l)
+        for (int t = 0; t < kLoraTargets; ++t)
+          if (!a16_->layers[l].lora[t].a.empty()) layers_[l].lora[t] = a16_->layers[l].lora[t];
+    }
   }
   if (plan.sparse.on()) sparse_ = std::make_unique<SparseSelector>(plan.sparse, cache_.options().kv, be);
   OOMB_CHECK(!plan.offload_params || !plan.lora.on(), "--offload params: not with LoRA (--lora-rank) yet");
-  OOMB_CHECK(!plan.offload_params || plan.precision == DType::F32, "--offload params: not with --precision bf16 yet");
   store_.bind(params_, {layers_, embed_, final_norm_, lm_head_});
 }
 
 void Model::sync_compute_weights() {
   if (w16_) w16_->sync(be_, params_);
+  if (a16_) a16_->sync(be_, *train_);
 }
 
 Model::~Model() { be_.synchronize(); }

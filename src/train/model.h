@@ -121,8 +121,10 @@ class Model {
   Tensor mine(const Tensor& t, int64_t n) const { return t.rows(sp_rank_ * local(n), local(n)); }
   Params params_;
   std::unique_ptr<Params> train_;  // LoRA's trainable set (tag weights); null without LoRA
-  std::unique_ptr<Bf16Weights> w16_;  // --precision bf16: the weight matrices' bf16 copy
-  void sync_compute_weights();        // w16_ from params_ (before each pass: the optimizer moved them)
+  // --precision bf16: the weight matrices' bf16 copy (parameters resident; offloaded, the store
+  // holds it), and with LoRA the adapters' (a16_)
+  std::unique_ptr<Bf16Weights> w16_, a16_;
+  void sync_compute_weights();  // w16_ from params_, a16_ from train_ (before each pass: the optimizer moved them)
   std::unique_ptr<Params> grads_;
   // the tensors the sweeps compute with: params_', or with LoRA the base's with adapters bound and
   // trainable norms / embedding from train_; and the gradients' per-layer views
