@@ -17,12 +17,15 @@
 #include "hf/peft.h"
 #include "hf/safetensors.h"
 #include "model/bf16_weights.h"
+#include "model/frozen_base.h"
 #include "model/init.h"
 #include "model/memory_plan.h"
 #include "model_fixture.h"
 #include "test_util.h"
 #include "train/model.h"
+#include "train/optimizer.h"
 #include "train/trainer.h"
+#include "train_steps.h"
 
 using namespace oomb;
 using namespace oomb::testing;
@@ -372,6 +375,95 @@ TEST(Lora, Bf16AdaptersComputeWithTheirBf16Copy) {
                              same_loss ? "same" : "other", same_grads ? "bit for bit the same" : "differ",
                              rel_error(grads[0], grads[1]));
   }
+}
+
+// LoRA with --precision bf16 on the simulated device: the frozen base's fp32 masters stay in
+// pinned host memory and the device holds its bf16 matrices and fp32 rest (model/frozen_base).
+// 3 AdamW steps give the CPU's bits (each step's loss and adapter gradients, the adapters and
+// moments after); the plan equals every (tier, tag) peak; the device's weights are the masters'
+// fp32 bytes less than keeping them resident beside the bf16 copy, as the plan says for Qwen2.5-7B.
+TEST(Lora, Bf16OnADeviceKeepsTheBaseMastersOnTheHost) {
+  const fs::path dir = temp_dir("_lora_frozen");
+  const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("qwen2", 2), 17);
+  LoraConfig lc;
+  lc.rank = 4;
+  lc.alpha = 8;
+  parse_lora_targets("all", lc);
+  const int64_t N = 37;
+  ChunkPlan plan{13, 8};
+  plan.lora = lc;
+  plan.precision = DType::BF16;
+  Params base(cfg, Tier::Host, Tag::IO), adapters(cfg, lora_layout(cfg, lc), Tier::Host, Tag::IO);
+  load_weights(dir, cfg, base);
+  init_lora(adapters, base, 18);
+  const auto noise = randn(size_t(adapters.flat().numel()), 19);
+  for (const ParamSpec& sp : adapters.specs())  // B nonzero: A has a gradient from the first step
+    if (sp.name.ends_with(".lora_B.weight"))
+      for (int64_t i = sp.offset; i < sp.offset + sp.numel(); ++i) adapters.flat().f()[i] = 0.05f * noise[size_t(i)];
+  struct Run {
+    std::vector<double> losses;
+    std::vector<float> grads, trained, moments;
+  };
+  Accountant& acc = Accountant::global();
+  MemoryPlan pm;
+  auto run = [&](Backend& be) {
+    Run r;
+    Model m(cfg, be, plan);
+    load_for_training(m, dir);
+    m.upload_trainable(adapters);
+    OptimConfig oc;
+    oc.lr = 1e-2f, oc.total_steps = 3, oc.grad_clip = 0.5f;
+    Optimizer opt(oc, m.trainable(), m.grads(), be);
+    RepeatTask task(3, cfg.vocab);
+    std::vector<int32_t> ids(N), tg(N);
+    task.window(0, N, ids.data(), tg.data());
+    for (int k = 0; k < 3; ++k) {
+      m.zero_grads();
+      r.losses.push_back(m.forward_backward(ids.data(), tg.data(), N, 1.0f).loss_sum);
+      const std::vector<float> g = host_grads(m);
+      r.grads.insert(r.grads.end(), g.begin(), g.end());
+      opt.step(k, nullptr);
+    }
+    r.trained = on_host(be, m.trainable());
+    r.moments = on_host(be, *opt.exp_avg_sq());
+    pm = plan_memory(cfg, plan, N, "adamw", be.workspace_bytes(workspace_shape(cfg, plan)), be.tier(),
+                     be.pinned_workspace_bytes());
+    return r;
+  };
+  Run on_cpu;
+  {
+    auto cpu = make_cpu_backend();  // (gone before the peaks are counted: its workspace is the host's)
+    on_cpu = run(*cpu);
+  }
+  acc.reset_peaks();
+  auto sim = make_sim_backend();
+  const Run on_sim = run(*sim);
+  EXPECT_EQ(std::memcmp(on_cpu.losses.data(), on_sim.losses.data(), on_cpu.losses.size() * 8), 0);
+  EXPECT_EQ(on_cpu.grads, on_sim.grads) << "rel. error " << rel_error(on_cpu.grads, on_sim.grads);
+  EXPECT_EQ(on_cpu.trained, on_sim.trained);
+  EXPECT_EQ(on_cpu.moments, on_sim.moments);
+  EXPECT_LT(on_sim.losses.back(), on_sim.losses.front()) << "the adapters learn";
+  for (Tier tier : kTiers)
+    for (int i = 0; i < kNumTags; ++i) {
+      if (Tag(i) == Tag::IO) continue;
+      EXPECT_EQ(acc.get(tier, Tag(i)).peak, pm.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i));
+    }
+  const int64_t P = param_count(cfg), Pt = lora_param_count(cfg, lc), copies = Bf16Weights::adapter_bytes(cfg, lc);
+  const int64_t dev = acc.get(Tier::Device, Tag::Weights).peak, resident = (P + Pt) * 4 + Bf16Weights::bytes(cfg) + copies;
+  EXPECT_EQ(dev, Pt * 4 + FrozenBase::device_bytes(cfg) + copies);
+  EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, P * 4 + FrozenBase::staging_bytes(cfg));
+  EXPECT_LT(dev, resident - Bf16Weights::bytes(cfg)) << "the device keeps about the bf16 copy, not the masters";
+  const ModelConfig q7 = preset_config("qwen2.5-7b");
+  LoraConfig l7 = lc;
+  l7.rank = 16;
+  ChunkPlan p7{4096, 128};
+  p7.lora = l7, p7.precision = DType::BF16;
+  const int64_t w7 = plan_memory(q7, p7, 131072, "adamw", 0, Tier::Device).get(Tier::Device, Tag::Weights),
+                r7 = (param_count(q7) + lora_param_count(q7, l7)) * 4 + Bf16Weights::bytes(q7) +
+                     Bf16Weights::adapter_bytes(q7, l7);
+  std::cout << fmt::format("[ lora bf16] simulated device = CPU bit for bit over 3 steps; device weights {} B (masters "
+                           "resident beside the copy: {} B); Qwen2.5-7B, rank 16: {} of the device's weights "
+                           "(resident masters: {})\n", dev, resident, format_bytes(w7), format_bytes(r7));
 }
 
 TEST(Lora, TrainableEmbeddingsAndNormsGetFullFineTuningsGradients) {

@@ -6,6 +6,7 @@
 #include "model/activation_store.h"
 #include "model/bf16_weights.h"
 #include "model/chunk_inputs.h"
+#include "model/frozen_base.h"
 #include "model/layer.h"
 #include "model/param_store.h"
 #include "model/params.h"
@@ -42,6 +43,10 @@ static void check_plan_size(const ModelConfig& c, int64_t N, int64_t C, int64_t 
   OOMB_CHECK(act < limit, "--chunk-size {}: a chunk's activations would take more than 2^62 bytes (the plan's "
              "sizes would overflow)", C);
   OOMB_CHECK(i128(P) * 64 < limit, "memory plan: {} parameters overflow the plan's byte counts", P);
+}
+
+bool frozen_base_on_host(const ChunkPlan& plan, Tier backend_tier) {
+  return plan.lora.on() && plan.precision == DType::BF16 && backend_tier == Tier::Device && !plan.offload_params;
 }
 
 int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan) {
@@ -122,13 +127,16 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   // offloaded, the device's layer slots and head beside them; --precision bf16's copy on the device
   const int64_t Pt = trainable_count(cfg, plan);
   const Tier params_home = plan.offload_params ? Tier::Pinned : dev;
-  m.at(params_home, Tag::Weights) = P * 4 + (plan.lora.on() ? Pt * 4 : 0);
+  const bool frozen = frozen_base_on_host(plan, dev);  // (LoRA, bf16: the base's masters pinned)
+  m.at(frozen ? Tier::Pinned : params_home, Tag::Weights) = P * 4 + (frozen ? FrozenBase::staging_bytes(cfg) : 0);
+  m.at(params_home, Tag::Weights) += plan.lora.on() ? Pt * 4 : 0;
+  if (frozen) m.at(dev, Tag::Weights) += FrozenBase::device_bytes(cfg);
   m.at(params_home, Tag::Grads) = Pt * 4;
   const bool sharded = plan.zero > 0 && plan.ranks > 1;
   m.at(params_home, Tag::Optimizer) =
       optimizer != "adamw" ? 0 : 2 * 4 * (sharded ? Shard::of(Pt, int(plan.rank), int(plan.ranks)).held() : Pt);
   const bool bf16 = plan.precision == DType::BF16;
-  if (bf16 && !plan.offload_params) m.at(dev, Tag::Weights) += Bf16Weights::bytes(cfg);
+  if (bf16 && !plan.offload_params && !frozen) m.at(dev, Tag::Weights) += Bf16Weights::bytes(cfg);
   if (bf16 && plan.lora.on()) m.at(dev, Tag::Weights) += Bf16Weights::adapter_bytes(cfg, plan.lora);
   if (plan.offload_params) {  // (bf16: the slots and head hold images, cast into pinned host memory)
     m.at(dev, Tag::Weights) += ParamStore::device_weight_bytes(cfg, bf16);
