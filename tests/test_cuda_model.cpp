@@ -1,6 +1,7 @@
 // A whole chunk-recurrent training step on CUDA against the CPU reference: the loss and every
 // gradient, over Llama/Qwen2, kv ratios, chunk and page sizes, document masks and bf16 gradient
-// pages, and --precision bf16 against the CPU's bf16 policy (LoRA's adapters too); the same bits on a second run; and a
+// pages, and --precision bf16 against the CPU's bf16 policy (LoRA's adapters too; offloaded parameters
+// against resident); the same bits on a second run; and a
 // few AdamW steps through the trainer. Skips without a GPU.
 #include <gtest/gtest.h>
 
