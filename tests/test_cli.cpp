@@ -98,10 +98,12 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
                             "--device sim --offload kv --offload-group 2 --doc-mask --eos-id 5",
                             "--device sim --offload params", "--device sim --offload kv,params --offload-group 2",
                             "--device sim --precision bf16", "--device sim --offload kv --precision bf16",
+                            "--device sim --offload params --precision bf16", "--device sim --lora-rank 4 --precision bf16",
                             "--device sim --sparse-pages 2 --sparse-tile 32",
                             "--device sim --offload kv --sparse-pages 2 --sparse-tile 48 --sparse-score quest",
                             "--sweep layer", "--device sim --sweep layer --precision bf16",
-                            "--device sim --offload kv,params --offload-group 2 --sweep layer --doc-mask --eos-id 5"}) {
+                            "--device sim --offload kv,params --offload-group 2 --sweep layer --doc-mask --eos-id 5",
+                            "--device sim --offload kv,params --offload-group 2 --sweep layer --precision bf16"}) {
     SCOPED_TRACE(flags);
     const std::string shape = "--seq-len 512 --chunk-size 96 --page-size 32";
     std::string plan_flags = flags;  // the plan needs no separator id, only whether documents are masked
@@ -188,7 +190,7 @@ TEST(Cli, OffloadErrorsNameTheFlag) {
            Bad{"--offload kv", "--offload kv: the cpu backend has no device memory to offload from"},
            Bad{"--offload params", "--offload params: the cpu backend has no device memory to offload from"},
            Bad{"--device sim --offload params --lora-rank 4", "--offload params: not with LoRA (--lora-rank) yet"},
-           Bad{"--device sim --offload params --precision bf16", "--offload params: not with --precision bf16 yet"},
+           Bad{"--lora-rank 100 --precision bf16", "--lora-rank 100 with --precision bf16: at most"},
            Bad{"--device sim --offload kv --offload-group 17", "--offload-group 17: larger than a layer's 16 pages"},
            Bad{"--device sim --offload kv --offload-group 4 --device-memory 300000",
                "--device-memory 300000: too small for --offload kv: two groups of 4 pages"},

@@ -16,12 +16,16 @@
 #include "hf/checkpoint.h"
 #include "hf/peft.h"
 #include "hf/safetensors.h"
+#include "model/bf16_weights.h"
+#include "model/frozen_base.h"
 #include "model/init.h"
 #include "model/memory_plan.h"
 #include "model_fixture.h"
 #include "test_util.h"
 #include "train/model.h"
+#include "train/optimizer.h"
 #include "train/trainer.h"
+#include "train_steps.h"
 
 using namespace oomb;
 using namespace oomb::testing;
@@ -36,7 +40,13 @@ std::vector<double> f64(const SafetensorsFile& f, const std::string& name) {
   EXPECT_NE(t, nullptr) << name;
   if (!t) return {};
   std::vector<double> v(size_t(t->numel()));
-  f.read_raw(*t, v.data());
+  if (t->dtype == DType::F32) {  // (PyTorch's bf16 gradients are stored as f32)
+    std::vector<float> w(v.size());
+    f.read_raw(*t, w.data());
+    std::copy(w.begin(), w.end(), v.begin());
+  } else {
+    f.read_raw(*t, v.data());
+  }
   return v;
 }
 
@@ -52,12 +62,13 @@ struct Loaded {
   LoraConfig lora;
   std::unique_ptr<Backend> be = make_cpu_backend();
   std::unique_ptr<Model> m;
-  Loaded(const std::string& name, int64_t C, int64_t N) {
+  Loaded(const std::string& name, int64_t C, int64_t N, DType precision = DType::F32) {
     const fs::path dir = fixture(name);
     cfg = load_config(dir);
     lora = load_adapter_config(dir / "lora");
     ChunkPlan plan{std::min(C, N), 16};
     plan.lora = lora;
+    plan.precision = precision;
     m = std::make_unique<Model>(cfg, *be, plan);
     load_weights(dir, cfg, m->params());
     load_adapter(dir / "lora", m->params(), m->trainable());
@@ -113,6 +124,61 @@ TEST_P(LoraPeft, LossLogitsAndEveryAdapterGradient) {
     std::cout << fmt::format("[ lora     ] {} C={}: loss {:.6f} (PEFT {:.6f}, rel. error {:.1e}), {} adapter gradients, "
                              "worst rel. error {:.2e}, logits {:.2e}\n", GetParam(), C, got, loss,
                              std::abs(got - loss) / loss, n, worst, le);
+  }
+}
+
+// --precision bf16: the adapters' GEMMs read bf16 operands as the base's do (PEFT under autocast),
+// so the adapter gradients carry bf16's error. The bound is FlashAttention's rule, taken from the
+// same model's weight gradients: an adapter gradient is made of the same bf16 operands as a base
+// weight gradient (dB = s dy^T u, dA = s (dy B)^T x against dW = dy^T x, one rounding more in u or
+// du), so the whole adapter gradient stays within twice PyTorch's whole bf16 error on the base's
+// gradients (the worse of pure bf16 and autocast; tests/fixtures/hf/*/reference_bf16), and each
+// tensor within four times (tensors of 64 to 512 values scatter more than the whole). Control:
+// bf16's error is over ten times fp32's (measured <= 1.6e-6 above): the rounding happened.
+TEST_P(LoraPeft, Bf16GradientsWithinTwiceTorchsBf16Error) {
+  const fs::path dir = fixture(GetParam());
+  if (!fs::exists(dir / "lora/reference.safetensors") || !fs::exists(dir / "reference_bf16.safetensors"))
+    OOMB_MISSING_REFERENCE(fmt::format("{}/lora or reference_bf16 is missing: made by `python3 tools/golden_hf.py`",
+                                       dir.string()));
+  const SafetensorsFile ref = SafetensorsFile::open(dir / "lora/reference.safetensors"),
+                        base = SafetensorsFile::open(dir / "reference.safetensors"),
+                        t16 = SafetensorsFile::open(dir / "reference_bf16.safetensors");
+  // PyTorch's bf16 error on the base model's whole gradient (every parameter)
+  double torch_err = 0;
+  for (const char* mode : {"pure", "autocast"}) {
+    double num = 0, den = 0;
+    for (const ParamSpec& s : param_layout(load_config(dir))) {
+      const auto want = f64(base, "grad/" + s.name), got = f64(t16, std::string(mode) + "/grad/" + s.name);
+      for (size_t i = 0; i < want.size(); ++i) num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
+    }
+    torch_err = std::max(torch_err, std::sqrt(num / den));
+  }
+  std::vector<int32_t> ids = fixture_ids(base);
+  const int64_t N = int64_t(ids.size());
+  std::vector<int32_t> targets(ids.begin() + 1, ids.end());
+  targets.push_back(-1);
+  const double loss = f64(ref, "loss").at(0);
+  for (int64_t C : {N, int64_t(7)}) {
+    SCOPED_TRACE(fmt::format("{} C={}", GetParam(), C));
+    Loaded L(GetParam(), C, N, DType::BF16);
+    L.m->enable_grads();
+    const LossStats ls = L.m->forward_backward(ids.data(), targets.data(), N, 1.0f);
+    const double loss_err = std::abs(ls.loss_sum / double(ls.targets) - loss) / loss;
+    double num = 0, den = 0, worst = 0;
+    for (const ParamSpec& s : L.m->grads().specs()) {
+      const auto want = f64(ref, "grad/" + s.name);
+      const float* g = L.m->grads().view(s).f();
+      const double e = rel(g, want);
+      EXPECT_LE(e, 4 * torch_err) << s.name;
+      worst = std::max(worst, e);
+      for (size_t i = 0; i < want.size(); ++i) num += (g[i] - want[i]) * (g[i] - want[i]), den += want[i] * want[i];
+    }
+    const double whole = std::sqrt(num / den);
+    EXPECT_LE(whole, 2 * torch_err) << "the whole adapter gradient";
+    EXPECT_GT(whole, 10 * 1.6e-6) << "no bf16 rounding happened";
+    std::cout << fmt::format("[ lora bf16] {} C={}: loss rel. error {:.1e}; whole adapter gradient {:.2e}, worst "
+                             "tensor {:.2e} (PyTorch bf16 on the base's whole gradient {:.2e})\n", GetParam(), C,
+                             loss_err, whole, worst, torch_err);
   }
 }
 
@@ -195,6 +261,8 @@ TEST_P(LoraPeft, MergedModelEqualsBasePlusAdapter) {
 // base weight, and holds gradients and AdamW moments for the adapters alone: the accountant's
 // peaks equal the plan's, which are the formulas written here.
 TEST(Lora, TrainsAdaptersOnlyFromTheBaseAndAsPlanned) {
+  for (const DType precision : {DType::F32, DType::BF16}) {
+  SCOPED_TRACE(dtype_name(precision));
   const fs::path dir = temp_dir("_lora_train");
   const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("qwen2", 2), 7);
   LoraConfig lc;
@@ -204,6 +272,7 @@ TEST(Lora, TrainsAdaptersOnlyFromTheBaseAndAsPlanned) {
   const int64_t N = 96;
   ChunkPlan plan{32, 16};
   plan.lora = lc;
+  plan.precision = precision;  // bf16: the base's and the adapters' bf16 copies beside their masters
   auto be = make_cpu_backend();
   Params base0(cfg, Tier::Host, Tag::IO);
   load_weights(dir, cfg, base0);
@@ -212,7 +281,9 @@ TEST(Lora, TrainsAdaptersOnlyFromTheBaseAndAsPlanned) {
   std::vector<int32_t> ids(N), tg(N);
   task.window(0, N, ids.data(), tg.data());
   {
-    Model plain(cfg, *be, {32, 16});
+    ChunkPlan plain_plan{32, 16};
+    plain_plan.precision = precision;
+    Model plain(cfg, *be, plain_plan);
     load_weights(dir, cfg, plain.params());
     const LossStats ls = plain.evaluate(ids.data(), tg.data(), N);
     base_loss = ls.loss_sum / double(ls.targets);
@@ -238,22 +309,163 @@ TEST(Lora, TrainsAdaptersOnlyFromTheBaseAndAsPlanned) {
     for (auto [in, out] : {std::pair{d, qd}, {d, kd}, {d, kd}, {qd, d}, {d, I}, {d, I}, {I, d}})
       want_pt += cfg.layers * lc.rank * (in + out);
     EXPECT_EQ(Pt, want_pt);
-    const MemoryPlan pm =
-        plan_memory(cfg, plan, N, "adamw", be->workspace_bytes(workspace_shape(cfg, plan.chunk, lc)));
+    const MemoryPlan pm = plan_memory(cfg, plan, N, "adamw", be->workspace_bytes(workspace_shape(cfg, plan)));
     EXPECT_EQ(acc.get(Tier::Host, Tag::Grads).peak, Pt * 4);
     EXPECT_EQ(acc.get(Tier::Host, Tag::Optimizer).peak, 2 * Pt * 4);
-    EXPECT_EQ(acc.get(Tier::Host, Tag::Weights).peak, (param_count(cfg) + Pt) * 4);
+    const int64_t copies = precision == DType::BF16 ? Bf16Weights::bytes(cfg) + Bf16Weights::adapter_bytes(cfg, lc) : 0;
+    EXPECT_EQ(acc.get(Tier::Host, Tag::Weights).peak, (param_count(cfg) + Pt) * 4 + copies);
+    if (precision == DType::BF16) {
+      EXPECT_GE(Bf16Weights::adapter_bytes(cfg, lc), Pt * 2);
+    }
     for (int i = 0; i < kNumTags; ++i)
       if (Tag(i) != Tag::IO)
         EXPECT_EQ(acc.get(Tier::Host, Tag(i)).peak, pm.get(Tier::Host, Tag(i))) << tag_name(Tag(i)) << ": plan";
-    std::cout << fmt::format("[ lora     ] {} trainable of {} parameters; grads {} B, optimizer {} B (full fine-tuning: "
-                             "{} B, {} B); loss {:.4f} -> {:.4f}\n", Pt, param_count(cfg), Pt * 4, 2 * Pt * 4,
-                             param_count(cfg) * 4, 2 * param_count(cfg) * 4, base_loss, st.loss);
+    std::cout << fmt::format("[ lora     ] {}: {} trainable of {} parameters; grads {} B, optimizer {} B (full "
+                             "fine-tuning: {} B, {} B), bf16 copies {} B; loss {:.4f} -> {:.4f}\n",
+                             dtype_name(precision), Pt, param_count(cfg), Pt * 4, 2 * Pt * 4, param_count(cfg) * 4,
+                             2 * param_count(cfg) * 4, copies, base_loss, st.loss);
+  }
   }
 }
 
 // --train-embeddings-norms: the embedding's and norms' gradients are full fine-tuning's of the same
 // function (the model with the adapter merged), which the float64 oracle checks elsewhere.
+// --precision bf16: the adapters' GEMMs read the adapters' bf16 copy. Moving every adapter master by
+// one unit in its last place (where that keeps its bf16 value) leaves the loss and every gradient
+// bit for bit as they were; in fp32 (the control) the same move changes them.
+TEST(Lora, Bf16AdaptersComputeWithTheirBf16Copy) {
+  if (!fs::exists(fixture("qwen2") / "lora/adapter_config.json")) OOMB_MISSING_REFERENCE("tests/fixtures/hf/qwen2/lora is missing");
+  std::vector<int32_t> ids = fixture_ids(SafetensorsFile::open(fixture("qwen2") / "reference.safetensors"));
+  const int64_t N = int64_t(ids.size());
+  std::vector<int32_t> tg(ids.begin() + 1, ids.end());
+  tg.push_back(-1);
+  for (const DType precision : {DType::BF16, DType::F32}) {
+    double loss[2];
+    std::vector<float> grads[2];
+    int64_t moved = 0;
+    for (int move = 0; move < 2; ++move) {
+      Loaded L("qwen2", 13, N, precision);
+      if (move) {
+        Tensor& t = L.m->trainable().flat();
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          uint32_t bits;
+          std::memcpy(&bits, t.f() + i, 4);
+          float up;
+          ++bits;
+          std::memcpy(&up, &bits, 4);
+          if (f32_to_bf16(up) == f32_to_bf16(t.f()[i])) t.f()[i] = up, ++moved;
+        }
+      }
+      L.m->enable_grads();
+      const LossStats ls = L.m->forward_backward(ids.data(), tg.data(), N, 1.0f);
+      loss[move] = ls.loss_sum;
+      const Tensor& g = L.m->grads().flat();
+      grads[move].assign(g.f(), g.f() + g.numel());
+    }
+    const bool same_loss = std::memcmp(&loss[0], &loss[1], sizeof(double)) == 0,
+               same_grads = std::memcmp(grads[0].data(), grads[1].data(), grads[0].size() * 4) == 0;
+    EXPECT_GT(moved, int64_t(grads[0].size()) / 2);
+    if (precision == DType::BF16) {
+      EXPECT_TRUE(same_loss && same_grads) << "the adapters' GEMMs read the fp32 masters";
+    } else {
+      EXPECT_FALSE(same_loss && same_grads) << "control: fp32 adapters see the move";
+    }
+    std::cout << fmt::format("[ lora bf16] {} of {} adapter values moved by one ulp, {}: loss {}, gradients {} (rel. "
+                             "{:.1e})\n", moved, grads[0].size(), dtype_name(precision),
+                             same_loss ? "same" : "other", same_grads ? "bit for bit the same" : "differ",
+                             rel_error(grads[0], grads[1]));
+  }
+}
+
+// LoRA with --precision bf16 on the simulated device: the frozen base's fp32 masters stay in
+// pinned host memory and the device holds its bf16 matrices and fp32 rest (model/frozen_base).
+// 3 AdamW steps give the CPU's bits (each step's loss and adapter gradients, the adapters and
+// moments after); the plan equals every (tier, tag) peak; the device's weights are the masters'
+// fp32 bytes less than keeping them resident beside the bf16 copy, as the plan says for Qwen2.5-7B.
+TEST(Lora, Bf16OnADeviceKeepsTheBaseMastersOnTheHost) {
+  const fs::path dir = temp_dir("_lora_frozen");
+  const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("qwen2", 2), 17);
+  LoraConfig lc;
+  lc.rank = 4;
+  lc.alpha = 8;
+  parse_lora_targets("all", lc);
+  const int64_t N = 37;
+  ChunkPlan plan{13, 8};
+  plan.lora = lc;
+  plan.precision = DType::BF16;
+  Params base(cfg, Tier::Host, Tag::IO), adapters(cfg, lora_layout(cfg, lc), Tier::Host, Tag::IO);
+  load_weights(dir, cfg, base);
+  init_lora(adapters, base, 18);
+  const auto noise = randn(size_t(adapters.flat().numel()), 19);
+  for (const ParamSpec& sp : adapters.specs())  // B nonzero: A has a gradient from the first step
+    if (sp.name.ends_with(".lora_B.weight"))
+      for (int64_t i = sp.offset; i < sp.offset + sp.numel(); ++i) adapters.flat().f()[i] = 0.05f * noise[size_t(i)];
+  struct Run {
+    std::vector<double> losses;
+    std::vector<float> grads, trained, moments;
+  };
+  Accountant& acc = Accountant::global();
+  MemoryPlan pm;
+  auto run = [&](Backend& be) {
+    Run r;
+    Model m(cfg, be, plan);
+    load_for_training(m, dir);
+    m.upload_trainable(adapters);
+    OptimConfig oc;
+    oc.lr = 1e-2f, oc.total_steps = 3, oc.grad_clip = 0.5f;
+    Optimizer opt(oc, m.trainable(), m.grads(), be);
+    RepeatTask task(3, cfg.vocab);
+    std::vector<int32_t> ids(N), tg(N);
+    task.window(0, N, ids.data(), tg.data());
+    for (int k = 0; k < 3; ++k) {
+      m.zero_grads();
+      r.losses.push_back(m.forward_backward(ids.data(), tg.data(), N, 1.0f).loss_sum);
+      const std::vector<float> g = host_grads(m);
+      r.grads.insert(r.grads.end(), g.begin(), g.end());
+      opt.step(k, nullptr);
+    }
+    r.trained = on_host(be, m.trainable());
+    r.moments = on_host(be, *opt.exp_avg_sq());
+    pm = plan_memory(cfg, plan, N, "adamw", be.workspace_bytes(workspace_shape(cfg, plan)), be.tier(),
+                     be.pinned_workspace_bytes());
+    return r;
+  };
+  Run on_cpu;
+  {
+    auto cpu = make_cpu_backend();  // (gone before the peaks are counted: its workspace is the host's)
+    on_cpu = run(*cpu);
+  }
+  acc.reset_peaks();
+  auto sim = make_sim_backend();
+  const Run on_sim = run(*sim);
+  EXPECT_EQ(std::memcmp(on_cpu.losses.data(), on_sim.losses.data(), on_cpu.losses.size() * 8), 0);
+  EXPECT_EQ(on_cpu.grads, on_sim.grads) << "rel. error " << rel_error(on_cpu.grads, on_sim.grads);
+  EXPECT_EQ(on_cpu.trained, on_sim.trained);
+  EXPECT_EQ(on_cpu.moments, on_sim.moments);
+  EXPECT_LT(on_sim.losses.back(), on_sim.losses.front()) << "the adapters learn";
+  for (Tier tier : kTiers)
+    for (int i = 0; i < kNumTags; ++i) {
+      if (Tag(i) == Tag::IO) continue;
+      EXPECT_EQ(acc.get(tier, Tag(i)).peak, pm.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i));
+    }
+  const int64_t P = param_count(cfg), Pt = lora_param_count(cfg, lc), copies = Bf16Weights::adapter_bytes(cfg, lc);
+  const int64_t dev = acc.get(Tier::Device, Tag::Weights).peak, resident = (P + Pt) * 4 + Bf16Weights::bytes(cfg) + copies;
+  EXPECT_EQ(dev, Pt * 4 + FrozenBase::device_bytes(cfg) + copies);
+  EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, P * 4 + FrozenBase::staging_bytes(cfg));
+  EXPECT_LT(dev, resident - Bf16Weights::bytes(cfg)) << "the device keeps about the bf16 copy, not the masters";
+  const ModelConfig q7 = preset_config("qwen2.5-7b");
+  LoraConfig l7 = lc;
+  l7.rank = 16;
+  ChunkPlan p7{4096, 128};
+  p7.lora = l7, p7.precision = DType::BF16;
+  const int64_t w7 = plan_memory(q7, p7, 131072, "adamw", 0, Tier::Device).get(Tier::Device, Tag::Weights),
+                r7 = (param_count(q7) + lora_param_count(q7, l7)) * 4 + Bf16Weights::bytes(q7) +
+                     Bf16Weights::adapter_bytes(q7, l7);
+  std::cout << fmt::format("[ lora bf16] simulated device = CPU bit for bit over 3 steps; device weights {} B (masters "
+                           "resident beside the copy: {} B); Qwen2.5-7B, rank 16: {} of the device's weights "
+                           "(resident masters: {})\n", dev, resident, format_bytes(w7), format_bytes(r7));
+}
+
 TEST(Lora, TrainableEmbeddingsAndNormsGetFullFineTuningsGradients) {
   const fs::path dir = fixture("qwen2");
   if (!fs::exists(dir / "lora/adapter_config.json")) OOMB_MISSING_REFERENCE("tests/fixtures/hf/qwen2/lora is missing");

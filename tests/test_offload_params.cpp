@@ -90,6 +90,46 @@ TEST_F(OffloadParams, BitwiseIdenticalToResidentParameters) {
                            compared);
 }
 
+// --precision bf16 with --offload params: the slots hold each layer's image (bf16 matrices, fp32
+// norms and biases) cast on the host from the fp32 masters, which stay there. 3 AdamW steps of 2
+// accumulated sequences give the losses, gradients, weights and moments bit for bit of the resident
+// bf16 run on the simulated device (with a copy delay; also --offload kv,params), which equals the
+// CPU's; the fp32 offloaded run differs from it (the control), and so does a bf16 run that skips
+// the wait for a layer's arrival.
+TEST_F(OffloadParams, Bf16BitwiseIdenticalToResidentParameters) {
+  const int64_t N = 37;
+  int compared = 0;
+  for (const auto& dir : *models_) {
+    auto bf16 = [](ChunkPlan p) {
+      p.precision = DType::BF16;
+      return p;
+    };
+    auto cpu = make_cpu_backend();
+    auto sim = make_sim_backend(0, 200);
+    const Trained on_cpu = train_steps(*cpu, dir, bf16(plan_of(false, false)), "adamw", N, 3, 2);
+    const Trained ref = train_steps(*sim, dir, bf16(plan_of(false, false)), "adamw", N, 3, 2);
+    EXPECT_EQ(difference(on_cpu, ref), "") << dir.filename() << ": the simulated device against the CPU";
+    for (const bool kv : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} --offload {} --precision bf16", dir.filename().string(), kv ? "kv,params" : "params"));
+      EXPECT_EQ(difference(ref, train_steps(*sim, dir, bf16(plan_of(kv, true)), "adamw", N, 3, 2)), "");
+      ++compared;
+    }
+    const std::string fp32 = difference(ref, train_steps(*sim, dir, plan_of(false, true), "adamw", N, 3, 2));
+    EXPECT_NE(fp32, "") << "control: fp32 offloaded parameters give bf16's bits";
+    if (dir == models_->front()) {
+      auto slow = make_sim_backend(0, 2000);
+      ParamStore::drop_wait_for_test("in");
+      const std::string early = difference(ref, train_steps(*slow, dir, bf16(plan_of(false, true)), "adamw", N, 3, 2));
+      ParamStore::drop_wait_for_test(nullptr);
+      EXPECT_NE(early, "") << "without the 'in' wait the bf16 images still arrive in time";
+      std::cout << fmt::format("[ offload  ] bf16: fp32 offloaded against bf16 resident: {}; without the 'in' wait: {}\n",
+                               fp32, early);
+    }
+  }
+  std::cout << fmt::format("[ offload  ] {} bf16 offloaded runs of 3 AdamW steps x 2 sequences equal the resident bf16 "
+                           "run (and the CPU's) bit for bit\n", compared);
+}
+
 // Skipping the wait for a layer's arrival, or the host's wait for the copies at the end of a
 // sequence, gives another result (with a copy delay, the copies are still under way).
 TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
@@ -108,14 +148,19 @@ TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
 
 // The bytes the store copies equal the planner's count for the chunk order (4 and 5 layers, 3
 // chunks, 2 sequences a step, 2 steps), and the layer order moves fewer at these shapes.
+// With --precision bf16 the weights cross as the layers' images and the head's bf16 lm_head.
 TEST(OffloadParamsTraffic, PlannerCountsTheBytesMoved) {
+  int64_t fp32_weights = 0;
+  for (const bool bf16 : {false, true})
   for (const int64_t L : {4, 5}) {
-    SCOPED_TRACE(fmt::format("{} layers", L));
+    SCOPED_TRACE(fmt::format("{} layers{}", L, bf16 ? ", bf16" : ""));
     nlohmann::json j = tiny_config_json("qwen2", 2);
     j["num_hidden_layers"] = L;
     const ModelConfig cfg = parse_config(j, "traffic test config");
     auto sim = make_sim_backend();
-    Model m(cfg, *sim, plan_of(false, true));
+    ChunkPlan plan = plan_of(false, true);
+    plan.precision = bf16 ? DType::BF16 : DType::F32;
+    Model m(cfg, *sim, plan);
     init_params(m.params(), 3);
     m.enable_grads();
     const int64_t N = 37, steps = 2, accum = 2;
@@ -128,13 +173,48 @@ TEST(OffloadParamsTraffic, PlannerCountsTheBytesMoved) {
       }
     }
     const ParamStore::Traffic& got = m.store().traffic();
-    const SweepTraffic want = chunk_order_traffic(cfg, N, 13, accum);
+    const SweepTraffic want = chunk_order_traffic(cfg, N, 13, accum, bf16);
     EXPECT_EQ(got.weights_in, steps * want.weights);
     EXPECT_EQ(got.grads_in + got.grads_out, steps * want.grads);
-    const SweepTraffic layer = layer_order_traffic(cfg, N, 13, accum, false);
-    std::cout << fmt::format("[ traffic  ] {} layers, N = {}, C = 13: weights in {} B, gradients in {} B and out {} B "
+    const SweepTraffic layer = layer_order_traffic(cfg, N, 13, accum, false, bf16);
+    if (L == 4 && !bf16) fp32_weights = got.weights_in;
+    if (L == 4 && bf16) {
+      EXPECT_LT(got.weights_in, fp32_weights * 6 / 10) << "bf16 weights: about half fp32's bytes";
+    }
+    std::cout << fmt::format("[ traffic  ] {} layers{}, N = {}, C = 13: weights in {} B, gradients in {} B and out {} B "
                              "per 2 steps; the layer order would move {} B a step\n",
-                             L, N, got.weights_in, got.grads_in, got.grads_out, layer.total());
+                             L, bf16 ? " (bf16)" : "", N, got.weights_in, got.grads_in, got.grads_out, layer.total());
+  }
+}
+
+// --precision bf16 with --offload kv,params: the device's weights are two layer images and the
+// head (fp32 embedding and final norm, bf16 lm_head), the pinned host holds the fp32 masters and
+// every layer's image; the plan equals every (tier, tag) peak, for 2 and 4 layers.
+TEST(OffloadParamsMemory, Bf16PlanEqualsThePeaks) {
+  ChunkPlan plan{64, 16};
+  plan.offload_kv = plan.offload_params = true;
+  plan.offload_group = 2;
+  plan.precision = DType::BF16;
+  Accountant& acc = Accountant::global();
+  for (const int64_t L : {2, 4}) {
+    SCOPED_TRACE(fmt::format("{} layers", L));
+    nlohmann::json j = tiny_config_json("qwen2", 2);
+    j["num_hidden_layers"] = L;
+    const ModelConfig cfg = parse_config(j, "bf16 memory test config");
+    acc.reset_peaks();
+    const MemoryPlan pred = oomb::testing::train_for_peaks(cfg, plan, 256, true, 2);
+    for (Tier tier : kTiers)
+      for (int i = 0; i < kNumTags; ++i) {
+        if (Tag(i) == Tag::IO) continue;
+        EXPECT_EQ(acc.get(tier, Tag(i)).peak, pred.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i));
+      }
+    const int64_t dev_w = acc.get(Tier::Device, Tag::Weights).peak;
+    EXPECT_EQ(dev_w, 2 * ParamStore::layer_image_bytes(cfg) + ParamStore::head_image_bytes(cfg));
+    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, param_count(cfg) * 4 + ParamStore::host_image_bytes(cfg));
+    EXPECT_LT(ParamStore::layer_image_bytes(cfg), ParamStore::layer_numel(cfg) * 4 * 6 / 10);
+    std::cout << fmt::format("[ memory   ] bf16, {} layers: device weights {} B (fp32 offloaded: {} B), a layer's "
+                             "image {} B (fp32: {} B)\n", L, dev_w, ParamStore::device_bytes(cfg),
+                             ParamStore::layer_image_bytes(cfg), ParamStore::layer_numel(cfg) * 4);
   }
 }
 

@@ -1,7 +1,8 @@
 // --sweep layer (train/layer_sweep.cpp) against the chunk order: every step's loss and gradients,
 // the final weights and AdamW moments bit for bit, over several steps of AdamW and SGD with two
 // sequences accumulated per step, on the CPU and on the simulated device with a copy delay, with
-// parameters resident, --offload params and kv,params, --doc-mask, bf16 pages, sparse attention,
+// parameters resident, --offload params and kv,params, --doc-mask, bf16 pages, --precision bf16
+// (resident and offloaded), sparse attention,
 // sliding windows, a tied embedding and a one-layer model. Skipping the activation store's wait,
 // or adding a tied head's gradient in the loss pass (as a plain layer order would), breaks it. The
 // bytes the stores copy equal the planner's counts; the device's memory does not depend on depth
@@ -90,11 +91,12 @@ TEST_F(Sweep, LayerOrderIsBitwiseTheChunkOrder) {
 }
 
 // Documents (their ids read back by every layer), bf16 K/V and gradient pages, C = N, and
-// --precision bf16 (parameters resident: --offload params does not take it yet).
+// --precision bf16 with parameters resident (variant 3) and offloaded (4: the slots hold the
+// layers' bf16 images).
 TEST_F(Sweep, LayerOrderIsBitwiseTheChunkOrderWithDocumentsAndBf16) {
   for (const auto& dir : *models_) {
     auto sim = make_sim_backend(0, 100);
-    for (const int variant : {0, 1, 2, 3}) {
+    for (const int variant : {0, 1, 2, 3, 4}) {
       SCOPED_TRACE(fmt::format("{} variant {}", dir.filename().string(), variant));
       ChunkPlan chunk = plan_of(SweepOrder::Chunk, true, variant != 3),
                 layer = plan_of(SweepOrder::Layer, true, variant != 3);
@@ -102,7 +104,7 @@ TEST_F(Sweep, LayerOrderIsBitwiseTheChunkOrderWithDocumentsAndBf16) {
         if (variant == 0) p->doc_sep = 3;
         if (variant == 1) p->kv_dtype = p->kv_grad_dtype = DType::BF16;
         if (variant == 2) p->chunk = kN, p->offload_group = 0;
-        if (variant == 3) p->precision = DType::BF16;
+        if (variant >= 3) p->precision = DType::BF16;
       }
       EXPECT_EQ(difference(train_steps(*sim, dir, chunk, "adamw", kN, 2, 2), train_steps(*sim, dir, layer, "adamw", kN, 2, 2)), "");
     }
@@ -177,16 +179,19 @@ TEST_F(Sweep, SkippingTheWaitOrAddingTheTiedHeadEarlyBreaksIt) {
 // The bytes each store copies equal the planner's count for the layer order (1, 2, 4 and 5 layers,
 // untied and tied; 3 chunks, 2 sequences a step, 2 steps), and the layer order moves fewer than
 // the chunk order at these shapes.
+// With --precision bf16 the weights cross as the layers' images and the head's bf16 lm_head.
 TEST(SweepTraffic, PlannerCountsTheBytesMoved) {
+  for (const bool bf16 : {false, true})
   for (const bool tied : {false, true})
     for (const int64_t L : {1, 2, 4, 5}) {
-      SCOPED_TRACE(fmt::format("{} layers{}", L, tied ? ", tied" : ""));
+      SCOPED_TRACE(fmt::format("{} layers{}{}", L, tied ? ", tied" : "", bf16 ? ", bf16" : ""));
       nlohmann::json j = tiny_config_json("qwen2", 2);
       j["num_hidden_layers"] = L;
       j["tie_word_embeddings"] = tied;
       const ModelConfig cfg = parse_config(j, "traffic test config");
       auto sim = make_sim_backend();
-      const ChunkPlan plan = plan_of(SweepOrder::Layer, false, true);
+      ChunkPlan plan = plan_of(SweepOrder::Layer, false, true);
+      plan.precision = bf16 ? DType::BF16 : DType::F32;
       Model m(cfg, *sim, plan);
       init_params(m.params(), 3);
       m.enable_grads();
@@ -201,17 +206,17 @@ TEST(SweepTraffic, PlannerCountsTheBytesMoved) {
       }
       const ParamStore::Traffic& got = m.store().traffic();
       const ActivationStore::Traffic& acts = m.activations()->traffic();
-      const SweepTraffic want = layer_order_traffic(cfg, kN, 13, accum, tied);
+      const SweepTraffic want = layer_order_traffic(cfg, kN, 13, accum, tied, bf16);
       EXPECT_EQ(want.host_bytes, ActivationStore::host_bytes(cfg, L + tied, kN));
       EXPECT_EQ(got.weights_in, steps * want.weights);
       EXPECT_EQ(got.grads_in + got.grads_out, steps * want.grads);
       EXPECT_EQ(acts.in + acts.out, steps * want.activations);
-      const SweepTraffic chunk = chunk_order_traffic(cfg, kN, 13, accum);
+      const SweepTraffic chunk = chunk_order_traffic(cfg, kN, 13, accum, bf16);
       EXPECT_LT(want.total(), chunk.total());
-      std::cout << fmt::format("[ traffic  ] {} layers{}, N = {}, C = 13, 2 sequences: layer order {} B a step (weights "
-                               "{}, grads {}, activations {}), chunk order {} B\n",
-                               L, tied ? " tied" : "", kN, want.total(), want.weights, want.grads, want.activations,
-                               chunk.total());
+      std::cout << fmt::format("[ traffic  ] {} layers{}{}, N = {}, C = 13, 2 sequences: layer order {} B a step "
+                               "(weights {}, grads {}, activations {}), chunk order {} B\n",
+                               L, tied ? " tied" : "", bf16 ? " bf16" : "", kN, want.total(), want.weights, want.grads,
+                               want.activations, chunk.total());
     }
 }
 

@@ -75,8 +75,6 @@ Command add_plan(CLI::App& app) {
                        "(use --device sim or cuda)", a->offload);
             plan.lora = lora_config(a->lora, a->cmd);
             OOMB_CHECK(!plan.offload_params || !plan.lora.on(), "--offload params: not with LoRA (--lora-rank) yet");
-            OOMB_CHECK(!plan.offload_params || plan.precision == DType::F32,
-                       "--offload params: not with --precision bf16 yet");
             auto plan_for = [&](const ChunkPlan& p) {
               const WorkspaceShape wss = workspace_shape(cfg, p);
               const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) : make_cpu_backend()->workspace_bytes(wss);

@@ -363,8 +363,8 @@ Command add_train(CLI::App& app) {
   c->add_option("--page-size", a->page, "Tokens per KV page (demo 64)")->check(count())->capture_default_str();
   c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32, or bf16 for half the bytes")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
-  c->add_option("--precision", a->precision, "fp32, or bf16: every matmul reads bf16 values and accumulates in fp32 "
-                 "(master weights, moments, norms, softmax, loss and the residual stream stay fp32)")
+  c->add_option("--precision", a->precision, "fp32, or bf16: every matmul (LoRA's adapters too) reads bf16 values and "
+                 "accumulates in fp32 (master weights, moments, norms, softmax, loss and the residual stream stay fp32)")
       ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32, or bf16 for half the bytes (K and V rounded to bf16)")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();

@@ -91,37 +91,12 @@ std::span<const SparseRun> sparse_runs(const LayerCtx& ctx, const Tensor& q, boo
 
 enum LoraSlot { kQ, kK, kV, kO, kGate, kUp, kDown };
 
-// LoRA beside a frozen linear (nothing where the slot has no adapter): y (T, out) += s (x A^T) B^T.
-void lora_fwd(Backend& be, const LayerParams& p, int t, const Tensor& x, Tensor& y, LayerBuffers& plan) {
-  const LoraPair& l = p.lora[t];
-  if (l.a.empty()) return;
-  Tensor u = plan.lora_u.rows(0, x.dim(0)), z(plan.lora_z.data, DType::F32, {y.dim(0), y.dim(1)}, y.tier);
-  be.linear_fwd(x, l.a, nullptr, u);  // u = s x A^T (T, r)
-  be.scale(u, p.lora_scale);
-  be.linear_fwd(u, l.b, nullptr, z);  // z = u B^T (T, out)
-  be.add(y, z);
-}
-
-// Its backward from dy (T, out): u = s x A^T (recomputed); du = s dy B; dB += dy^T u;
-// dA += du^T x; dx += du A.
-void lora_bwd(Backend& be, const LayerParams& p, LayerParams& g, int t, const Tensor& x, const Tensor& dy, Tensor* dx,
-              LayerBuffers& plan) {
-  const LoraPair& l = p.lora[t];
-  if (l.a.empty()) return;
-  Tensor u = plan.lora_u.rows(0, x.dim(0)), du = plan.lora_du.rows(0, x.dim(0));
-  be.linear_fwd(x, l.a, nullptr, u);
-  be.scale(u, p.lora_scale);
-  be.linear_bwd(u, l.b, dy, &du, false, &g.lora[t].b, nullptr);
-  be.scale(du, p.lora_scale);
-  be.linear_bwd(x, l.a, du, dx, true, &g.lora[t].a, nullptr);
-}
-
 // --precision bf16: x (f32) rounded in place to bf16 values, where attention reads it as f32.
 void to_bf16(const LayerCtx& ctx, Tensor& x) {
   if (ctx.bf16) ctx.be.round_bf16(x);
 }
 // A matmul's operand x (T, n) f32: itself, or under --precision bf16 its bf16 copy, cast into
-// `to` (plan.x16 or plan.dy16). x itself stays fp32 (LoRA's adapters read it: they run in fp32).
+// `to` (plan.x16, plan.dy16 or plan.lora_u16). x itself stays fp32.
 Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
   if (!ctx.bf16) return x;
   Tensor t(to.data, DType::BF16, {x.dim(0), x.dim(1)}, to.tier);
@@ -129,6 +104,36 @@ Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
              x.shape_str(), to.shape_str());
   ctx.be.cast(x, t);
   return t;
+}
+
+// LoRA beside a frozen linear (nothing where the slot has no adapter): y (T, out) += s (x A^T) B^T.
+// x: the base matmul's operand (T, in), f32 or under --precision bf16 its bf16 copy; then A and B
+// are the adapters' bf16 copy and u is cast to bf16 for the second GEMM (PEFT under autocast:
+// every adapter GEMM reads bf16 operands, accumulating in fp32).
+void lora_fwd(const LayerCtx& ctx, const LayerParams& p, int t, const Tensor& x, Tensor& y, LayerBuffers& plan) {
+  const LoraPair& l = p.lora[t];
+  if (l.a.empty()) return;
+  Backend& be = ctx.be;
+  Tensor u = plan.lora_u.rows(0, x.dim(0)), z(plan.lora_z.data, DType::F32, {y.dim(0), y.dim(1)}, y.tier);
+  be.linear_fwd(x, l.a, nullptr, u);  // u = s x A^T (T, r)
+  be.scale(u, p.lora_scale);
+  be.linear_fwd(for_matmul(ctx, u, plan.lora_u16), l.b, nullptr, z);  // z = u B^T (T, out)
+  be.add(y, z);
+}
+
+// Its backward from dy (T, out) (f32, or bf16 as x): u = s x A^T (recomputed); du = s dy B;
+// dB += dy^T u; dA += du^T x; dx += du A. (bf16: u, then du, cast into the same (T, r) scratch.)
+void lora_bwd(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, int t, const Tensor& x, const Tensor& dy,
+              Tensor* dx, LayerBuffers& plan) {
+  const LoraPair& l = p.lora[t];
+  if (l.a.empty()) return;
+  Backend& be = ctx.be;
+  Tensor u = plan.lora_u.rows(0, x.dim(0)), du = plan.lora_du.rows(0, x.dim(0));
+  be.linear_fwd(x, l.a, nullptr, u);
+  be.scale(u, p.lora_scale);
+  be.linear_bwd(for_matmul(ctx, u, plan.lora_u16), l.b, dy, &du, false, &g.lora[t].b, nullptr);
+  be.scale(du, p.lora_scale);
+  be.linear_bwd(x, l.a, for_matmul(ctx, du, plan.lora_u16), dx, true, &g.lora[t].a, nullptr);
 }
 
 // --sp: the all-to-all between the token side (t, h, D) and the attention side (T, h/P, D); with
@@ -216,6 +221,7 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_ra
   if (bf16) {
     b.x16 = arena_.take(DType::BF16, {t, matmul_width(c)});
     b.dy16 = arena_.take(DType::BF16, {t, matmul_width(c)});
+    if (lora_rank > 0) b.lora_u16 = arena_.take(DType::BF16, {t, lora_rank});
   }
 }
 
@@ -226,7 +232,7 @@ LayerBuffers LayerBuffers::first(int64_t T, int64_t P) const {
   for (Tensor* t : {&r.acts.a, &r.acts.rstd1, &r.acts.hmid, &r.acts.b, &r.acts.rstd2, &r.acts.gate, &r.acts.up,
                     &r.acts.act, &r.g.da, &r.g.db, &r.g.dgate, &r.g.dup, &r.g.dact, &r.acts.q_raw, &r.acts.k_raw,
                     &r.acts.rstd_q, &r.acts.rstd_k, &r.g.dq_raw, &r.g.dk_raw, &r.lora_u, &r.lora_du, &r.lora_z,
-                    &r.x16, &r.dy16, &r.q_loc, &r.o_loc, &r.dattn_loc, &r.k_loc, &r.v_loc, &r.dq_loc, &r.dk_loc, &r.dv_loc})
+                    &r.x16, &r.dy16, &r.lora_u16, &r.q_loc, &r.o_loc, &r.dattn_loc, &r.k_loc, &r.v_loc, &r.dq_loc, &r.dk_loc, &r.dv_loc})
     *t = t->rows(0, T / P);  // the token side: this rank's tokens
   return r;
 }
@@ -238,7 +244,9 @@ int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, boo
   const int64_t qk_norm = c.qk_norm ? 2 * n({t, H, D}) + 2 * n({t, G, D}) + n({t, H}) + n({t, G}) : 0;
   const int64_t lora =
       lora_rank > 0 ? 2 * n({t, lora_rank}) + n({t, lora_widest(c)}) + n({std::max(d, D)}) : 0;
-  const int64_t bf16_scratch = bf16 ? 2 * int64_t(Arena::need(DType::BF16, {t, matmul_width(c)})) : 0;
+  const int64_t bf16_scratch = bf16 ? 2 * int64_t(Arena::need(DType::BF16, {t, matmul_width(c)})) +
+                                           (lora_rank > 0 ? int64_t(Arena::need(DType::BF16, {t, lora_rank})) : 0)
+                                     : 0;
   const int64_t exchange = sp > 1 ? 3 * n({t, H, D}) + 2 * n({t, G, D}) : 0;
   return 5 * n({t, d}) + 2 * n({t}) + 4 * n({T, Ha, D}) + 2 * n({T, Ha}) + 6 * n({t, I}) + 4 * n({T, Ga, D}) +
          qk_norm + lora + bf16_scratch + exchange;
@@ -250,15 +258,15 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   LayerActs& A = plan.acts;
   const float eps = float(ctx.cfg.rms_norm_eps);
   be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
-  // (--precision bf16: each matmul of the base reads bf16 operands, cast here and below; LoRA's
-  // adapters read the fp32 tensors)
+  // (--precision bf16: each matmul reads bf16 operands, cast here and below; LoRA's adapters read
+  // the same ones as their base linear)
   const Tensor a = for_matmul(ctx, A.a, plan.x16);  // (T, d), read by k, v and q
   const bool qk = !p.q_norm.empty();  // Qwen3: q, k = per-head rmsnorm(proj(a)) before RoPE
   Tensor k2 = flat2(qk ? A.k_raw : plan.k_loc), v2 = flat2(plan.v_loc);
   be.linear_fwd(a, p.wk, opt(p.bk), k2);
-  lora_fwd(be, p, kK, A.a, k2, plan);
+  lora_fwd(ctx, p, kK, a, k2, plan);
   be.linear_fwd(a, p.wv, opt(p.bv), v2);
-  lora_fwd(be, p, kV, A.a, v2, plan);
+  lora_fwd(ctx, p, kV, a, v2, plan);
   if (qk) {
     Tensor kn = heads2(plan.k_loc), rk = flat1(A.rstd_k);
     be.rmsnorm_fwd(heads2(A.k_raw), p.k_norm, eps, kn, rk);
@@ -273,7 +281,7 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   if (pass == LayerPass::KVOnly) return;
   Tensor q2 = flat2(qk ? A.q_raw : plan.q_loc);
   be.linear_fwd(a, p.wq, opt(p.bq), q2);
-  lora_fwd(be, p, kQ, A.a, q2, plan);
+  lora_fwd(ctx, p, kQ, a, q2, plan);
   if (qk) {
     Tensor qn = heads2(plan.q_loc), rq = flat1(A.rstd_q);
     be.rmsnorm_fwd(heads2(A.q_raw), p.q_norm, eps, qn, rq);
@@ -290,18 +298,20 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
     to_bf16(ctx, A.o);  // attention's backward reads o too: the bf16 values, kept in f32
   }
   to_tokens(ctx, A.o, plan.o_loc);  // --sp: o (T, H/P, D) -> (t, H, D)
-  be.linear_fwd(for_matmul(ctx, flat2(plan.o_loc), plan.x16), p.wo, opt(p.bo), A.hmid);
-  lora_fwd(be, p, kO, flat2(plan.o_loc), A.hmid, plan);
+  const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16);  // (T, H D)
+  be.linear_fwd(o, p.wo, opt(p.bo), A.hmid);
+  lora_fwd(ctx, p, kO, o, A.hmid, plan);
   be.add(A.hmid, h_in);
   be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
   const Tensor b = for_matmul(ctx, A.b, plan.x16);  // (T, d), read by gate and up
   be.linear_fwd(b, p.wgate, opt(p.bgate), A.gate);
-  lora_fwd(be, p, kGate, A.b, A.gate, plan);
+  lora_fwd(ctx, p, kGate, b, A.gate, plan);
   be.linear_fwd(b, p.wup, opt(p.bup), A.up);
-  lora_fwd(be, p, kUp, A.b, A.up, plan);
+  lora_fwd(ctx, p, kUp, b, A.up, plan);
   be.swiglu_fwd(A.gate, A.up, A.act);
-  be.linear_fwd(for_matmul(ctx, A.act, plan.x16), p.wdown, opt(p.bdown), h_out);
-  lora_fwd(be, p, kDown, A.act, h_out, plan);
+  const Tensor act = for_matmul(ctx, A.act, plan.x16);  // (T, I)
+  be.linear_fwd(act, p.wdown, opt(p.bdown), h_out);
+  lora_fwd(ctx, p, kDown, act, h_out, plan);
   be.add(h_out, A.hmid);
 }
 
@@ -314,21 +324,23 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   // (frozen weights under LoRA have no gradient tensors: opt(g.w) is null, and lora_bwd adds the
   // adapters' part of each input gradient)
   // (--precision bf16: each matmul's input and output gradient cast to bf16, as in the forward)
-  be.linear_bwd(for_matmul(ctx, A.act, plan.x16), p.wdown, for_matmul(ctx, dh, plan.dy16), &S.dact, false,
-                opt(g.wdown), opt(g.bdown));
-  lora_bwd(be, p, g, kDown, A.act, dh, &S.dact, plan);
+  const Tensor act = for_matmul(ctx, A.act, plan.x16), dh_out = for_matmul(ctx, dh, plan.dy16);
+  be.linear_bwd(act, p.wdown, dh_out, &S.dact, false, opt(g.wdown), opt(g.bdown));
+  lora_bwd(ctx, p, g, kDown, act, dh_out, &S.dact, plan);
   be.swiglu_bwd(A.gate, A.up, S.dact, S.dgate, S.dup);
   const Tensor b = for_matmul(ctx, A.b, plan.x16);
-  be.linear_bwd(b, p.wgate, for_matmul(ctx, S.dgate, plan.dy16), &S.db, false, opt(g.wgate), opt(g.bgate));
-  lora_bwd(be, p, g, kGate, A.b, S.dgate, &S.db, plan);
-  be.linear_bwd(b, p.wup, for_matmul(ctx, S.dup, plan.dy16), &S.db, true, opt(g.wup), opt(g.bup));
-  lora_bwd(be, p, g, kUp, A.b, S.dup, &S.db, plan);
+  const Tensor dgate = for_matmul(ctx, S.dgate, plan.dy16);
+  be.linear_bwd(b, p.wgate, dgate, &S.db, false, opt(g.wgate), opt(g.bgate));
+  lora_bwd(ctx, p, g, kGate, b, dgate, &S.db, plan);
+  const Tensor dup = for_matmul(ctx, S.dup, plan.dy16);
+  be.linear_bwd(b, p.wup, dup, &S.db, true, opt(g.wup), opt(g.bup));
+  lora_bwd(ctx, p, g, kUp, b, dup, &S.db, plan);
   be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, plan));  // dh := dL/dhmid
   // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in)
   Tensor dattn2 = flat2(plan.dattn_loc);
-  be.linear_bwd(for_matmul(ctx, flat2(plan.o_loc), plan.x16), p.wo, for_matmul(ctx, dh, plan.dy16), &dattn2, false,
-                opt(g.wo), opt(g.bo));
-  lora_bwd(be, p, g, kO, flat2(plan.o_loc), dh, &dattn2, plan);
+  const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16), dhmid = for_matmul(ctx, dh, plan.dy16);
+  be.linear_bwd(o, p.wo, dhmid, &dattn2, false, opt(g.wo), opt(g.bo));
+  lora_bwd(ctx, p, g, kO, o, dhmid, &dattn2, plan);
   to_bf16(ctx, plan.dattn_loc);  // dO feeds attention's backward matmuls
   to_heads(ctx, plan.dattn_loc, S.dattn);  // --sp: dO (t, H, D) -> (T, H/P, D)
   // dK/dV of the chunk's own tokens start from what later chunks accumulated in their pages
@@ -359,12 +371,15 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   }
   // q, k were rotated in place; the projections' backward needs only their input a
   const Tensor a = for_matmul(ctx, A.a, plan.x16);
-  be.linear_bwd(a, p.wq, for_matmul(ctx, flat2(dq), plan.dy16), &S.da, false, opt(g.wq), opt(g.bq));
-  lora_bwd(be, p, g, kQ, A.a, flat2(dq), &S.da, plan);
-  be.linear_bwd(a, p.wk, for_matmul(ctx, flat2(dk), plan.dy16), &S.da, true, opt(g.wk), opt(g.bk));
-  lora_bwd(be, p, g, kK, A.a, flat2(dk), &S.da, plan);
-  be.linear_bwd(a, p.wv, for_matmul(ctx, flat2(plan.dv_loc), plan.dy16), &S.da, true, opt(g.wv), opt(g.bv));
-  lora_bwd(be, p, g, kV, A.a, flat2(plan.dv_loc), &S.da, plan);
+  const Tensor dq16 = for_matmul(ctx, flat2(dq), plan.dy16);
+  be.linear_bwd(a, p.wq, dq16, &S.da, false, opt(g.wq), opt(g.bq));
+  lora_bwd(ctx, p, g, kQ, a, dq16, &S.da, plan);
+  const Tensor dk16 = for_matmul(ctx, flat2(dk), plan.dy16);
+  be.linear_bwd(a, p.wk, dk16, &S.da, true, opt(g.wk), opt(g.bk));
+  lora_bwd(ctx, p, g, kK, a, dk16, &S.da, plan);
+  const Tensor dv16 = for_matmul(ctx, flat2(plan.dv_loc), plan.dy16);
+  be.linear_bwd(a, p.wv, dv16, &S.da, true, opt(g.wv), opt(g.bv));
+  lora_bwd(ctx, p, g, kV, a, dv16, &S.da, plan);
   be.rmsnorm_bwd(h_in, p.attn_norm, A.rstd1, S.da, dh, true, norm_grad(g.attn_norm, plan));  // dh := dL/dh_in
 }
 

@@ -44,8 +44,9 @@ struct LayerBuffers {
   // (T * widest out, viewed as (T, out)), and where frozen norms' weight gradients go (unread)
   Tensor lora_u, lora_du, lora_z, discard;
   // --precision bf16: (T, max(d, H D, I)) bf16 each: a matmul's input and its output's gradient,
-  // cast for the GEMM (viewed (T, width) of the tensor cast)
-  Tensor x16, dy16;
+  // cast for the GEMM (viewed (T, width) of the tensor cast); with LoRA also (T, r) bf16: the
+  // adapter's inner product x A^T (forward) or its gradient (backward), cast for its second GEMM
+  Tensor x16, dy16, lora_u16;
   // The token side of what crosses the all-to-all (P > 1; P = 1: the same tensors as the
   // attention side's): q, o, dO (t, H, D), k, v (t, G, D); dq, dk, dv reuse q's, k's, v's memory.
   Tensor q_loc, o_loc, dattn_loc, k_loc, v_loc, dq_loc, dk_loc, dv_loc;

@@ -98,7 +98,8 @@ std::vector<LayerParams> lora_layers(const std::vector<LayerParams>& base, const
 }
 
 void init_lora(Params& trainable, const Params& base, uint64_t seed) {
-  OOMB_CHECK(trainable.flat().tier == Tier::Host && base.flat().tier == Tier::Host, "init_lora: host parameters");
+  OOMB_CHECK(trainable.flat().tier != Tier::Device && base.flat().tier != Tier::Device,
+             "init_lora: host parameters (plain or pinned)");
   std::mt19937_64 rng(seed);
   for (const ParamSpec& s : trainable.specs()) {
     Tensor t = trainable.view(s);

@@ -6,6 +6,7 @@
 #include "model/activation_store.h"
 #include "model/bf16_weights.h"
 #include "model/chunk_inputs.h"
+#include "model/frozen_base.h"
 #include "model/layer.h"
 #include "model/param_store.h"
 #include "model/params.h"
@@ -44,6 +45,10 @@ static void check_plan_size(const ModelConfig& c, int64_t N, int64_t C, int64_t 
   OOMB_CHECK(i128(P) * 64 < limit, "memory plan: {} parameters overflow the plan's byte counts", P);
 }
 
+bool frozen_base_on_host(const ChunkPlan& plan, Tier backend_tier) {
+  return plan.lora.on() && plan.precision == DType::BF16 && backend_tier == Tier::Device && !plan.offload_params;
+}
+
 int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan) {
   return plan.lora.on() ? lora_param_count(cfg, plan.lora) : param_count(cfg);
 }
@@ -51,6 +56,11 @@ int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan) {
 WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk, const LoraConfig& lora, DType precision,
                                int64_t sp) {
   const int64_t params = lora.on() ? lora_param_count(c, lora) : param_count(c);
+  // bf16 adapters' operands fit the scratch the base's widest bf16 matmul takes (the CPU widens
+  // x, w and dy: T (in + r) + r in <= T (d + X) + d X when r <= min(d, X))
+  const int64_t widest = std::min(c.hidden, std::max(c.heads * c.head_dim, c.intermediate));
+  OOMB_CHECK(precision != DType::BF16 || !lora.on() || lora.rank <= widest, "--lora-rank {} with --precision bf16: "
+             "at most {} (the hidden size or the widest projection, whichever is smaller)", lora.rank, widest);
   return {c.vocab, chunk, c.heads / sp, c.head_dim, params, precision == DType::BF16, c.hidden, c.intermediate,
           chunk / sp};
 }
@@ -117,15 +127,21 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   // offloaded, the device's layer slots and head beside them; --precision bf16's copy on the device
   const int64_t Pt = trainable_count(cfg, plan);
   const Tier params_home = plan.offload_params ? Tier::Pinned : dev;
-  m.at(params_home, Tag::Weights) = P * 4 + (plan.lora.on() ? Pt * 4 : 0);
+  const bool frozen = frozen_base_on_host(plan, dev);  // (LoRA, bf16: the base's masters pinned)
+  m.at(frozen ? Tier::Pinned : params_home, Tag::Weights) = P * 4 + (frozen ? FrozenBase::staging_bytes(cfg) : 0);
+  m.at(params_home, Tag::Weights) += plan.lora.on() ? Pt * 4 : 0;
+  if (frozen) m.at(dev, Tag::Weights) += FrozenBase::device_bytes(cfg);
   m.at(params_home, Tag::Grads) = Pt * 4;
   const bool sharded = plan.zero > 0 && plan.ranks > 1;
   m.at(params_home, Tag::Optimizer) =
       optimizer != "adamw" ? 0 : 2 * 4 * (sharded ? Shard::of(Pt, int(plan.rank), int(plan.ranks)).held() : Pt);
-  m.at(dev, Tag::Weights) += plan.precision == DType::BF16 ? Bf16Weights::bytes(cfg) : 0;
-  if (plan.offload_params) {
-    m.at(dev, Tag::Weights) += ParamStore::device_bytes(cfg);
+  const bool bf16 = plan.precision == DType::BF16;
+  if (bf16 && !plan.offload_params && !frozen) m.at(dev, Tag::Weights) += Bf16Weights::bytes(cfg);
+  if (bf16 && plan.lora.on()) m.at(dev, Tag::Weights) += Bf16Weights::adapter_bytes(cfg, plan.lora);
+  if (plan.offload_params) {  // (bf16: the slots and head hold images, cast into pinned host memory)
+    m.at(dev, Tag::Weights) += ParamStore::device_weight_bytes(cfg, bf16);
     m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);
+    if (bf16) m.at(Tier::Pinned, Tag::Weights) += ParamStore::host_image_bytes(cfg);
   }
   m.at(dev, Tag::Activations) =
       LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp) +

@@ -42,11 +42,13 @@ struct ChunkPlan {
   bool offload_params = false;
   // LoRA (--lora-rank > 0): the base frozen (no gradients, no moments); adapters train
   LoraConfig lora;
-  // --precision bf16: every matmul of the base model reads bf16 tensors (the weight matrices' bf16
-  // copy, model/bf16_weights, tag weights; activations and gradients cast where they feed a
-  // matmul; K/V, q, the attention output and its gradient rounded to bf16 values) and accumulates
-  // in fp32; norms, softmax, LSE, loss, the residual stream, LoRA's adapters, master weights,
-  // moments and gradient accumulation stay fp32.
+  // --precision bf16: every matmul reads bf16 tensors (the weight matrices' bf16 copy,
+  // model/bf16_weights, tag weights, and LoRA's adapters' likewise; activations and gradients cast
+  // where they feed a matmul; K/V, q, the attention output and its gradient rounded to bf16 values)
+  // and accumulates in fp32; norms, softmax, LSE, loss, the residual stream, master weights,
+  // moments and gradient accumulation stay fp32. With --offload params the layers' bf16 images
+  // cross to the device (ParamStore), the fp32 masters stay on the host; with LoRA on a device the
+  // frozen base's fp32 masters stay on the host too (frozen_base_on_host).
   DType precision = DType::F32;
   // --sweep chunk or layer (--sweep auto is resolved to one of them before a plan is made)
   SweepOrder sweep = SweepOrder::Chunk;
@@ -70,6 +72,10 @@ bool recomputes_tied_head(const ModelConfig& cfg, const ChunkPlan& plan);
 // The (2) f64 loss sums a sequence adds into (tag data), and a second pair for the loss pass whose
 // sums the recomputed head adds instead.
 int64_t loss_sums_bytes(const ModelConfig& cfg, const ChunkPlan& plan);
+
+// LoRA with --precision bf16 on a device (parameters not offloaded): the frozen base's fp32 masters
+// stay in pinned host memory, the device holds its bf16 matrices and fp32 rest (model/frozen_base).
+bool frozen_base_on_host(const ChunkPlan& plan, Tier backend_tier);
 
 // Parameters the optimizer updates: every one, or LoRA's trainable set.
 int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan);

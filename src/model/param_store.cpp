@@ -1,7 +1,10 @@
 #include "model/param_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+
+#include "core/dtype.h"
 
 namespace oomb {
 
@@ -51,7 +54,46 @@ int64_t ParamStore::head_numel(const ModelConfig& c) {
 
 int64_t ParamStore::device_bytes(const ModelConfig& c) { return (2 * layer_numel(c) + head_numel(c)) * 4; }
 
-ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload) : cfg_(c), be_(be), offload_(offload) {
+static int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
+
+// Layer 0's tensors in the layout's order (every layer has the same): a matrix (2-D) bf16, the
+// rest fp32, each from a 256-byte boundary of the image.
+std::vector<ParamStore::ImagePart> ParamStore::image_parts(const ModelConfig& c, int64_t* bytes) {
+  std::vector<ImagePart> parts;
+  const int64_t first = layer_offset(c, 0);
+  int64_t at = 0;
+  for (const ParamSpec& s : param_layout(c)) {
+    if (!s.name.starts_with("model.layers.0.")) continue;
+    const bool matrix = s.shape.size() == 2;
+    parts.push_back({s.offset - first, at, s.numel(), matrix});
+    at = align256(at + s.numel() * (matrix ? 2 : 4));
+  }
+  *bytes = at;
+  return parts;
+}
+
+int64_t ParamStore::layer_image_bytes(const ModelConfig& c) {
+  int64_t n = 0;
+  image_parts(c, &n);
+  return n;
+}
+
+// the device head under bf16: embedding (E fp32), final norm (d fp32), lm_head (V x d bf16)
+static int64_t head_norm_at(const ModelConfig& c) { return align256(c.vocab * c.hidden * 4); }
+static int64_t head_lm_at(const ModelConfig& c) { return align256(head_norm_at(c) + c.hidden * 4); }
+int64_t ParamStore::head_image_bytes(const ModelConfig& c) { return head_lm_at(c) + c.vocab * c.hidden * 2; }
+int64_t ParamStore::head_image_copied(const ModelConfig& c) { return c.vocab * c.hidden * 6 + c.hidden * 4; }
+
+int64_t ParamStore::device_weight_bytes(const ModelConfig& c, bool bf16) {
+  return bf16 ? 2 * layer_image_bytes(c) + head_image_bytes(c) : device_bytes(c);
+}
+
+int64_t ParamStore::host_image_bytes(const ModelConfig& c) {
+  return c.layers * layer_image_bytes(c) + c.vocab * c.hidden * 2;
+}
+
+ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16)
+    : cfg_(c), be_(be), offload_(offload), bf16_(offload && bf16) {
   OOMB_CHECK(!offload || be.tier() == Tier::Device,
              "--offload params: the {} backend has no device memory to offload from (use --device sim or cuda)",
              be.name());
@@ -67,6 +109,7 @@ void ParamStore::bind(Params& weights, ParamViews views) {
   OOMB_CHECK(weights.flat().tier == Tier::Pinned && weights.flat().numel() == param_count(c) &&
                  layer_offset(c, c.layers) == weights.get("model.norm.weight").f() - weights.flat().f(),
              "param store: offloaded masters must be the whole model in pinned memory, laid out embedding, layers, norm");
+  if (bf16_) return bind_images();
   const int64_t n = layer_numel(c), E = c.vocab * c.hidden;
   const Tier D = Tier::Device;
   wslots_ = Buffer(D, Tag::Weights, size_t(2 * n) * 4);
@@ -82,6 +125,62 @@ void ParamStore::bind(Params& weights, ParamViews views) {
   w_ = {{}, rebase(weights.embed, host, dh, D), rebase(weights.final_norm, tail, dh + E, D), {}};
   w_.lm_head = c.tie_word_embeddings ? w_.embed : rebase(weights.lm_head, tail, dh + E, D);
   grad_zero_.assign(size_t(c.layers), true);
+}
+
+void ParamStore::bind_images() {
+  const ModelConfig& c = cfg_;
+  parts_ = image_parts(c, &image_bytes_);
+  const Tier D = Tier::Device;
+  wslots_ = Buffer(D, Tag::Weights, size_t(2 * image_bytes_));
+  whead_ = Buffer(D, Tag::Weights, size_t(head_image_bytes(c)));
+  himages_ = Buffer(Tier::Pinned, Tag::Weights, size_t(host_image_bytes(c)));
+  const float* layer0 = weights_->flat().f() + layer_offset(c, 0);
+  for (int s = 0; s < 2; ++s) {
+    LayerParams& v = wview_[s];
+    v = weights_->layers[0];
+    for (auto f : kLayerFields) {
+      Tensor& t = v.*f;
+      if (t.empty()) continue;
+      const int64_t off = t.f() - layer0;
+      auto part = std::find_if(parts_.begin(), parts_.end(), [&](const ImagePart& p) { return p.master == off; });
+      OOMB_CHECK(part != parts_.end() && part->numel == t.numel(), "param store: a layer tensor {} outside the image",
+                 t.shape_str());
+      t.data = wslots_.as<char>() + s * image_bytes_ + part->at;
+      t.dtype = part->bf16 ? DType::BF16 : DType::F32;
+      t.tier = D;
+    }
+    in_[s] = be_.new_event();
+    used_[s] = be_.new_event();
+  }
+  char* h = whead_.as<char>();
+  w_ = {{}, Tensor(h, DType::F32, {c.vocab, c.hidden}, D), Tensor(h + head_norm_at(c), DType::F32, {c.hidden}, D),
+        Tensor(h + head_lm_at(c), DType::BF16, {c.vocab, c.hidden}, D)};
+  grad_zero_.assign(size_t(c.layers), true);
+}
+
+// Every layer's image and the lm_head's bf16 copy from the masters (pinned host memory, no copy
+// in flight): the values core/dtype's rounding gives, as Backend::cast.
+void ParamStore::cast_images() {
+  const ModelConfig& c = cfg_;
+  const float* m = weights_->flat().f();
+  char* h = himages_.as<char>();
+  for (int64_t l = 0; l < c.layers; ++l)
+    for (const ImagePart& p : parts_) {
+      const float* src = m + layer_offset(c, l) + p.master;
+      char* dst = h + l * image_bytes_ + p.at;
+      if (!p.bf16) {
+        std::memcpy(dst, src, size_t(p.numel) * 4);
+        continue;
+      }
+      uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+#pragma omp parallel for if (p.numel >= (1 << 16))
+      for (int64_t i = 0; i < p.numel; ++i) d16[i] = f32_to_bf16(src[i]);
+    }
+  const float* lm = c.tie_word_embeddings ? weights_->embed.f() : weights_->lm_head.f();
+  uint16_t* d16 = reinterpret_cast<uint16_t*>(h + c.layers * image_bytes_);
+  const int64_t n = c.vocab * c.hidden;
+#pragma omp parallel for if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) d16[i] = f32_to_bf16(lm[i]);
 }
 
 void ParamStore::bind_grads(Params& grads, ParamViews views) {
@@ -131,7 +230,19 @@ void ParamStore::begin_sequence(bool grads) {
   seq_grads_ = grads;
   if (!offload_) return;
   holds_[0] = holds_[1] = -1;  // the masters may have changed
-  head_copy(whead_.as<float>(), *weights_, true);
+  if (bf16_) {  // the images cast again; the head: embedding and final norm, then the lm_head's copy
+    cast_images();
+    const int64_t E = cfg_.vocab * cfg_.hidden, d = cfg_.hidden;
+    char* h = whead_.as<char>();
+    const Tier D = Tier::Device, P = Tier::Pinned;
+    be_.copy_async(h, D, weights_->embed.data, P, size_t(E) * 4, Stream::Copy);
+    be_.copy_async(h + head_norm_at(cfg_), D, weights_->final_norm.data, P, size_t(d) * 4, Stream::Copy);
+    be_.copy_async(h + head_lm_at(cfg_), D, himages_.as<char>() + cfg_.layers * image_bytes_, P, size_t(E) * 2,
+                   Stream::Copy);
+    traffic_.weights_in += head_image_copied(cfg_);
+  } else {
+    head_copy(whead_.as<float>(), *weights_, true);
+  }
   if (grads) {
     OOMB_CHECK(grads_ != nullptr, "param store: a sequence with gradients needs gradients bound first");
     if (head_grad_zero_)
@@ -173,7 +284,12 @@ void ParamStore::fetch(size_t pos) {
   const size_t bytes = size_t(n) * 4;
   const Tier D = Tier::Device, P = Tier::Pinned;
   be_.wait(Stream::Copy, *used_[s]);
-  if (holds_[s] != l) {
+  if (holds_[s] != l && bf16_) {  // the layer's image
+    be_.copy_async(wslots_.as<char>() + s * image_bytes_, D, himages_.as<char>() + l * image_bytes_, P,
+                   size_t(image_bytes_), Stream::Copy);
+    holds_[s] = l;
+    traffic_.weights_in += image_bytes_;
+  } else if (holds_[s] != l) {
     be_.copy_async(wslots_.as<float>() + s * n, D, weights_->flat().f() + layer_offset(cfg_, l), P, bytes, Stream::Copy);
     holds_[s] = l;
     traffic_.weights_in += int64_t(bytes);

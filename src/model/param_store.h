@@ -21,6 +21,14 @@
 // Flat ranges: layer l is one contiguous range of the flat layout (layer_offset, layer_numel); the
 // head is two (the embedding first; the final norm and an untied lm_head last), one after the
 // other on the device.
+//
+// Offloaded with --precision bf16: what crosses to the device is what the layers compute with. A
+// pinned host image per layer (its tensors in the layout's order, the matrices bf16 and the norms
+// and biases fp32, each from a 256-byte boundary: layer_image_bytes) is cast from the masters on
+// the host when a sequence begins, and a weight slot holds one image (one copy, half the bytes of
+// fp32); the head on the device is the embedding and final norm (fp32, from the masters) and the
+// lm_head's bf16 copy (from a pinned host copy; the embedding's when tied). The masters, gradients
+// (fp32 slots, as without bf16) and moments stay on the host.
 #pragma once
 #include <memory>
 #include <span>
@@ -39,7 +47,7 @@ struct ParamViews {
 
 class ParamStore {
  public:
-  ParamStore(const ModelConfig& c, Backend& be, bool offload);
+  ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16 = false);
   ~ParamStore();
   bool offloaded() const { return offload_; }
   // The tier the masters, gradients and moments live in: the backend's, or pinned host memory.
@@ -75,6 +83,15 @@ class ParamStore {
   static int64_t head_numel(const ModelConfig& c);
   // Device bytes an offloaded store holds (tags weights and grads, each): two layer slots + the head.
   static int64_t device_bytes(const ModelConfig& c);
+  // --precision bf16, offloaded: one layer's image (bf16 matrices, fp32 norms and biases, padding
+  // included); the head's bytes on the device (fp32 embedding and final norm, bf16 lm_head,
+  // padding included) and those of it that cross (no padding); the device's weight bytes (two
+  // image slots and the head) and the pinned host images' (every layer's and the lm_head's).
+  static int64_t layer_image_bytes(const ModelConfig& c);
+  static int64_t head_image_bytes(const ModelConfig& c);
+  static int64_t head_image_copied(const ModelConfig& c);
+  static int64_t device_weight_bytes(const ModelConfig& c, bool bf16);
+  static int64_t host_image_bytes(const ModelConfig& c);
 
   // Bytes copied between the host and the device so far (zero fills not counted).
   struct Traffic {
@@ -90,16 +107,29 @@ class ParamStore {
   int64_t slot(size_t pos) const { return int64_t((base_ + pos) & 1); }
   void fetch(size_t pos);
   void head_copy(float* dev, Params& host, bool in);
+  void bind_images();     // bf16: the images' layout, buffers and views
+  void cast_images();     // bf16: the host images from the masters
 
   ModelConfig cfg_;
   Backend& be_;
   bool offload_;
+  bool bf16_;  // offloaded with --precision bf16: the slots hold images
   Params* weights_ = nullptr;
   Params* grads_ = nullptr;
   ParamViews w_, g_;  // what the model computes with: its views, or (offloaded) the device head's
   // offloaded only
   Buffer wslots_, gslots_, whead_, ghead_buf_;  // device: 2 layer slots each, the head
   LayerParams wview_[2], gview_[2];             // the slots' views (every layer has the same layout)
+  // bf16: every layer's image and the lm_head's bf16 copy (pinned), and where each of a layer's
+  // tensors sits in its image: (master's offset in the layer's range, byte offset, numel, bf16)
+  Buffer himages_;
+  struct ImagePart {
+    int64_t master = 0, at = 0, numel = 0;
+    bool bf16 = false;
+  };
+  static std::vector<ImagePart> image_parts(const ModelConfig& c, int64_t* bytes);
+  std::vector<ImagePart> parts_;
+  int64_t image_bytes_ = 0;
   std::unique_ptr<Event> in_[2], used_[2];
   int64_t holds_[2] = {-1, -1};  // the layer whose current weights a slot holds
   std::vector<bool> grad_zero_;  // per layer: the host's gradients are zero

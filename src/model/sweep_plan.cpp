@@ -8,26 +8,37 @@
 
 namespace oomb {
 
-SweepTraffic chunk_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum) {
+// A layer's and the head's weights as they cross: fp32, or (bf16) their images
+static int64_t layer_weights(const ModelConfig& c, bool bf16) {
+  return bf16 ? ParamStore::layer_image_bytes(c) : ParamStore::layer_numel(c) * 4;
+}
+static int64_t head_weights(const ModelConfig& c, bool bf16) {
+  return bf16 ? ParamStore::head_image_copied(c) : ParamStore::head_numel(c) * 4;
+}
+
+SweepTraffic chunk_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum, bool bf16) {
   const int64_t T = chunk_count(N, C), L = c.layers, W = ParamStore::layer_numel(c) * 4,
-                H = ParamStore::head_numel(c) * 4, kept = std::min<int64_t>(L, 2);
+                H = ParamStore::head_numel(c) * 4, kept = std::min<int64_t>(L, 2), W16 = layer_weights(c, bf16),
+                H16 = head_weights(c, bf16);
   // forward passes, the first recompute pass, backward passes, the later recompute passes
   const int64_t layer_copies = T * L + L + T * (L - kept) + (T - 1) * (L - kept);
   SweepTraffic s;
   for (int64_t seq = 0; seq < accum; ++seq) {
-    s.weights += layer_copies * W + H;
+    s.weights += layer_copies * W16 + H16;
     s.grads += (seq == 0 ? T - 1 : T) * L * W + (seq == 0 ? 0 : H);  // in
     s.grads += T * L * W + H;                                        // out
   }
   return s;
 }
 
-SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t /*C*/, int64_t accum, bool tied_head) {
+SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t /*C*/, int64_t accum, bool tied_head,
+                                 bool bf16) {
   const int64_t L = c.layers, W = ParamStore::layer_numel(c) * 4, H = ParamStore::head_numel(c) * 4,
-                act = N * c.hidden * 4, kept = std::min<int64_t>(L, 2);
+                act = N * c.hidden * 4, kept = std::min<int64_t>(L, 2), W16 = layer_weights(c, bf16),
+                H16 = head_weights(c, bf16);
   SweepTraffic s;
   for (int64_t seq = 0; seq < accum; ++seq) {
-    s.weights += (2 * L - kept) * W + H;
+    s.weights += (2 * L - kept) * W16 + H16;
     s.grads += (seq == 0 ? 0 : L * W + H) + L * W + H;
     s.activations += (5 * L - 1 + (tied_head ? 1 : 0)) * act;
   }
@@ -38,8 +49,9 @@ SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t /*C*/,
 SweepChoice sweep_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N) {
   ChunkPlan layer = plan;
   layer.sweep = SweepOrder::Layer;
-  SweepChoice s{chunk_order_traffic(c, N, plan.chunk, 1),
-                layer_order_traffic(c, N, plan.chunk, 1, recomputes_tied_head(c, layer))};
+  const bool bf16 = plan.precision == DType::BF16;
+  SweepChoice s{chunk_order_traffic(c, N, plan.chunk, 1, bf16),
+                layer_order_traffic(c, N, plan.chunk, 1, recomputes_tied_head(c, layer), bf16)};
   if (!plan.offload_params) {  // resident weights and gradients do not move
     s.chunk = {};
     s.layer.weights = s.layer.grads = 0;

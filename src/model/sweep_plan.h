@@ -31,9 +31,12 @@ struct SweepTraffic {
 };
 
 // A step of `accum` sequences of N tokens in chunks of C, parameters offloaded (--offload params).
-SweepTraffic chunk_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum);
+// bf16 (--precision bf16): the weights cross as the layers' images and the head's bf16 lm_head
+// (ParamStore::layer_image_bytes, head_image_copied); gradients stay fp32.
+SweepTraffic chunk_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum, bool bf16 = false);
 // tied_head: recomputes_tied_head (one more array of host memory and of activations moved).
-SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum, bool tied_head);
+SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum, bool tied_head,
+                                 bool bf16 = false);
 
 // The two orders' traffic for a plan (its offload_params decides whether weights move), and
 // --sweep auto's choice: the layer order when it moves fewer bytes and its plan fits the host

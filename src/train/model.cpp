@@ -32,8 +32,9 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
       be_(be),
       plan_(plan),
       att_cfg_(checked_sp(cfg, plan, sp)),
-      params_(cfg, ParamStore::home(be, plan.offload_params), Tag::Weights),
-      store_(cfg, be, plan.offload_params),
+      params_(cfg, frozen_base_on_host(plan, be.tier()) ? Tier::Pinned : ParamStore::home(be, plan.offload_params),
+              Tag::Weights),
+      store_(cfg, be, plan.offload_params, plan.precision == DType::BF16),
       cache_(checked_options(att_cfg_, plan), be),
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
       saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk / plan.sp, plan.sweep))),
@@ -71,7 +72,11 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
              "bf16", dtype_name(plan.precision));
   layers_ = params_.layers;
   embed_ = params_.embed, final_norm_ = params_.final_norm, lm_head_ = params_.lm_head;
-  if (plan.precision == DType::BF16) {  // the matmuls read the weight matrices' bf16 copy
+  if (frozen_base_on_host(plan, be.tier())) {  // the base as it computes: bf16 matrices, fp32 rest
+    frozen_ = std::make_unique<FrozenBase>(cfg, be.tier());
+    layers_ = frozen_->layers;
+    embed_ = frozen_->embed, final_norm_ = frozen_->final_norm, lm_head_ = frozen_->lm_head;
+  } else if (plan.precision == DType::BF16 && !plan.offload_params) {  // the matmuls read the weight matrices' bf16 copy
     w16_ = std::make_unique<Bf16Weights>(cfg, be.tier());
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LayerParams& w = w16_->layers[l];
@@ -86,18 +91,27 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
     layers_ = lora_layers(layers_, *train_, cfg, plan.lora);
     if (!train_->embed.empty()) embed_ = train_->embed;
     if (!train_->final_norm.empty()) final_norm_ = train_->final_norm;
-    if (cfg.tie_word_embeddings && !w16_) lm_head_ = embed_;
-    OOMB_CHECK(!(w16_ && !train_->embed.empty() && cfg.tie_word_embeddings), "--precision bf16 with "
+    const bool bf16 = w16_ || frozen_;
+    if (cfg.tie_word_embeddings && !bf16) lm_head_ = embed_;
+    OOMB_CHECK(!(bf16 && !train_->embed.empty() && cfg.tie_word_embeddings), "--precision bf16 with "
                "--train-embeddings-norms on tied embeddings: not supported yet");
+    if (bf16) {  // the adapters' GEMMs read their bf16 copy too (PEFT under autocast)
+      a16_ = std::make_unique<Bf16Weights>(cfg, plan.lora, be.tier());
+      for (size_t l = 0; l < layers_.size(); ++l)
+        for (int t = 0; t < kLoraTargets; ++t)
+          if (!a16_->layers[l].lora[t].a.empty()) layers_[l].lora[t] = a16_->layers[l].lora[t];
+    }
   }
   if (plan.sparse.on()) sparse_ = std::make_unique<SparseSelector>(plan.sparse, cache_.options().kv, be);
   OOMB_CHECK(!plan.offload_params || !plan.lora.on(), "--offload params: not with LoRA (--lora-rank) yet");
-  OOMB_CHECK(!plan.offload_params || plan.precision == DType::F32, "--offload params: not with --precision bf16 yet");
   store_.bind(params_, {layers_, embed_, final_norm_, lm_head_});
 }
 
 void Model::sync_compute_weights() {
   if (w16_) w16_->sync(be_, params_);
+  if (frozen_ && base_dirty_) frozen_->sync(be_, params_);
+  base_dirty_ = false;
+  if (a16_) a16_->sync(be_, *train_);
 }
 
 Model::~Model() { be_.synchronize(); }
@@ -144,6 +158,7 @@ LossStats Model::evaluate(const int32_t* ids, const int32_t* targets, int64_t N)
 
 void Model::upload_params(const Params& host) {
   OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
+  base_dirty_ = true;
   be_.copy(params_.flat().data, params_.flat().tier, host.flat().data, Tier::Host, params_.flat().bytes());
 }
 

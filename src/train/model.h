@@ -26,6 +26,7 @@
 #include "model/chunk_inputs.h"
 #include "hf/config.h"
 #include "model/bf16_weights.h"
+#include "model/frozen_base.h"
 #include "model/layer.h"
 #include "model/memory_plan.h"
 #include "model/param_store.h"
@@ -51,7 +52,10 @@ class Model {
   const ChunkPlan& plan() const { return plan_; }
   // The fp32 masters: in the backend's memory, or in pinned host memory with --offload params
   // (ChunkPlan::offload_params), where gradients and the optimizer's moments live too.
-  Params& params() { return params_; }
+  Params& params() {  // (writable: the frozen base's device copy is made again before the next pass)
+    base_dirty_ = true;
+    return params_;
+  }
   // What the optimizer updates: params(), or with LoRA (plan.lora) the adapters' set (model/lora.h),
   // whose layout grads() then has too (the frozen base has no gradients).
   Params& trainable() { return train_ ? *train_ : params_; }
@@ -121,8 +125,14 @@ class Model {
   Tensor mine(const Tensor& t, int64_t n) const { return t.rows(sp_rank_ * local(n), local(n)); }
   Params params_;
   std::unique_ptr<Params> train_;  // LoRA's trainable set (tag weights); null without LoRA
-  std::unique_ptr<Bf16Weights> w16_;  // --precision bf16: the weight matrices' bf16 copy
-  void sync_compute_weights();        // w16_ from params_ (before each pass: the optimizer moved them)
+  // --precision bf16: the weight matrices' bf16 copy (parameters resident; offloaded, the store
+  // holds it), and with LoRA the adapters' (a16_)
+  std::unique_ptr<Bf16Weights> w16_, a16_;
+  // LoRA with --precision bf16 on a device: the frozen base the layers compute with, the masters
+  // pinned (frozen_base_on_host); made again from them when they may have changed (base_dirty_)
+  std::unique_ptr<FrozenBase> frozen_;
+  bool base_dirty_ = true;
+  void sync_compute_weights();  // w16_ from params_, a16_ from train_ (before each pass: the optimizer moved them)
   std::unique_ptr<Params> grads_;
   // the tensors the sweeps compute with: params_', or with LoRA the base's with adapters bound and
   // trainable norms / embedding from train_; and the gradients' per-layer views

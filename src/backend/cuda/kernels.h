@@ -16,7 +16,8 @@ void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t
 // y (T, d) = x * rstd * w;  rstd (T)
 void rmsnorm_fwd(const float* x, const float* w, float eps, float* y, float* rstd, int64_t T, int64_t d,
                  cudaStream_t s);
-// dx (T, d) = (or +=) rstd (dy w - x rstd^2 mean(dy w x));  dw (d) += sum_t dy x rstd
+// dx (T, d) = (or +=) rstd (dy w - x rstd^2 mean(dy w x));  dw (d) += sum_t dy x rstd (fp64, two
+// fixed-order passes: 32 lanes of rows each in order, then the lanes in order)
 void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, bool dx_accumulate,
                  float* dw, int64_t T, int64_t d, cudaStream_t s);
 
@@ -40,7 +41,7 @@ void sum_squares_chunks(const float* x, int64_t n, double* partial, cudaStream_t
 constexpr int64_t kSumChunk = 1 << 16;
 // y (T, out) += b (out) on every row
 void add_rows(float* y, const float* b, int64_t T, int64_t out, cudaStream_t s);
-// db (out) += sum_t dy (T, out), dy f32 or bf16 (dy_bf16), summed in fp64 in token order
+// db (out) += sum_t dy (T, out), dy f32 or bf16 (dy_bf16), summed in fp64 as rmsnorm_bwd's dw
 void column_sums(const void* dy, bool dy_bf16, float* db, int64_t T, int64_t out, cudaStream_t s);
 
 // AdamW with the CPU backend's formula; step_size = lr / bc1, inv_sqrt_bc2 = 1 / sqrt(bc2)

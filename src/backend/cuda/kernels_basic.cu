@@ -80,13 +80,29 @@ __global__ void rmsnorm_bwd_dx_k(const float* x, const float* w, const float* rs
   }
 }
 
-// one thread per column, tokens in order
+// Column sums over T rows in two fixed-order passes, for blocks of (32 columns, kRowLanes lanes of
+// rows): pass 1, lane y sums rows y, y + kRowLanes, ... in order (a warp reads 32 adjacent columns
+// of a row); pass 2, lane 0 adds the lanes' sums in lane order. The same order on every run, and
+// kRowLanes times the parallelism of one thread per column.
+constexpr int kRowLanes = 32;
+__device__ inline double lanes_total(double s, double (*part)[33]) {
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  double r = 0;
+  if (threadIdx.y == 0)
+    for (int y = 0; y < kRowLanes; ++y) r += part[y][threadIdx.x];
+  return r;  // lane 0's threads hold their column's total
+}
+
+// dw (d) += sum_t dy[t, i] x[t, i] rstd[t]; x, dy: (T, d); grid: d / 32 blocks of (32, kRowLanes)
 __global__ void rmsnorm_bwd_dw_k(const float* x, const float* rstd, const float* dy, float* dw, int64_t T, int64_t d) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= d) return;
+  __shared__ double part[kRowLanes][33];
+  const int64_t i = int64_t(blockIdx.x) * 32 + threadIdx.x;
   double s = 0;
-  for (int64_t t = 0; t < T; ++t) s += double(dy[t * d + i]) * x[t * d + i] * rstd[t];
-  dw[i] += float(s);
+  if (i < d)
+    for (int64_t t = threadIdx.y; t < T; t += kRowLanes) s += double(dy[t * d + i]) * x[t * d + i] * rstd[t];
+  const double r = lanes_total(s, part);
+  if (threadIdx.y == 0 && i < d) dw[i] += float(r);
 }
 
 // thread per (t, i < D/2); heads in a loop
@@ -176,13 +192,16 @@ __global__ void add_rows_k(float* y, const float* b, int64_t T, int64_t out) {
 __device__ inline float widen(float x) { return x; }
 __device__ inline float widen(uint16_t h) { return from_bf16(h); }
 
+// db (out) += sum_t dy[t, o]; dy: (T, out); grid: out / 32 blocks of (32, kRowLanes), as above
 template <typename In>  // float, or uint16_t holding bf16
 __global__ void column_sums_k(const In* dy, float* db, int64_t T, int64_t out) {
-  const int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (o >= out) return;
+  __shared__ double part[kRowLanes][33];
+  const int64_t o = int64_t(blockIdx.x) * 32 + threadIdx.x;
   double s = 0;
-  for (int64_t t = 0; t < T; ++t) s += widen(dy[t * out + o]);
-  db[o] += float(s);
+  if (o < out)
+    for (int64_t t = threadIdx.y; t < T; t += kRowLanes) s += widen(dy[t * out + o]);
+  const double r = lanes_total(s, part);
+  if (threadIdx.y == 0 && o < out) db[o] += float(r);
 }
 
 __global__ void adamw_k(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
@@ -222,7 +241,7 @@ void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float*
                  float* dw, int64_t T, int64_t d, cudaStream_t s) {
   if (T == 0) return;
   rmsnorm_bwd_dx_k<<<unsigned(T), kThreads, 0, s>>>(x, w, rstd, dy, dx, dx_accumulate, d);
-  rmsnorm_bwd_dw_k<<<blocks_for(d), kThreads, 0, s>>>(x, rstd, dy, dw, T, d);
+  rmsnorm_bwd_dw_k<<<blocks_for(d, 32), dim3(32, kRowLanes), 0, s>>>(x, rstd, dy, dw, T, d);
 }
 void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bool inverse, int64_t T, int64_t H,
           int64_t D, cudaStream_t s) {
@@ -265,8 +284,9 @@ void add_rows(float* y, const float* b, int64_t T, int64_t out, cudaStream_t s) 
 }
 void column_sums(const void* dy, bool dy_bf16, float* db, int64_t T, int64_t out, cudaStream_t s) {
   if (out <= 0) return;
-  if (dy_bf16) column_sums_k<<<blocks_for(out), kThreads, 0, s>>>(static_cast<const uint16_t*>(dy), db, T, out);
-  else column_sums_k<<<blocks_for(out), kThreads, 0, s>>>(static_cast<const float*>(dy), db, T, out);
+  const dim3 lanes(32, kRowLanes);
+  if (dy_bf16) column_sums_k<<<blocks_for(out, 32), lanes, 0, s>>>(static_cast<const uint16_t*>(dy), db, T, out);
+  else column_sums_k<<<blocks_for(out, 32), lanes, 0, s>>>(static_cast<const float*>(dy), db, T, out);
 }
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
            float wd, float step_size, float inv_sqrt_bc2, cudaStream_t s) {
