@@ -122,6 +122,18 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
         const int64_t measured = mem[tier].contains(tag) ? mem[tier][tag]["peak"].get<int64_t>() : 0;
         EXPECT_EQ(measured, plan[tier][tag].get<int64_t>()) << tier << " " << tag;
       }
+    // --metrics' bytes of K/V and gradient pages moved in a step (one sequence): the plan's count for
+    // the order run, or at most it with sparse attention
+    const auto moved = nlohmann::json::parse(last)["moved"];
+    const auto& sw = plan["sweep"][std::string(flags).find("--sweep layer") != std::string::npos ? "layer" : "chunk"];
+    const bool offload_kv = std::string(flags).find("--offload kv") != std::string::npos;
+    EXPECT_EQ(moved["kv"].get<int64_t>() > 0, offload_kv);
+    for (const char* what : {"kv", "kv_grads"}) {
+      if (sw["kv_exact"].get<bool>())
+        EXPECT_EQ(moved[what].get<int64_t>(), sw[what].get<int64_t>()) << what;
+      else
+        EXPECT_LE(moved[what].get<int64_t>(), sw[what].get<int64_t>()) << what;
+    }
     if (std::string(flags).find("--offload-group") != std::string::npos) {  // smaller than a layer
       EXPECT_GT(mem["pinned"]["kv"]["peak"].get<int64_t>(), 0);
       EXPECT_LT(mem["device"]["kv"]["peak"].get<int64_t>(), mem["pinned"]["kv"]["peak"].get<int64_t>());

@@ -91,6 +91,7 @@ Command add_plan(CLI::App& app) {
               j["sweep"]["order"] = sweep_name(plan.sweep);
               for (const auto& [name, t] : {std::pair{"chunk", sweep.chunk}, {"layer", sweep.layer}})
                 j["sweep"][name] = {{"weights", t.weights}, {"grads", t.grads}, {"activations", t.activations},
+                                    {"kv", t.kv}, {"kv_grads", t.kv_grads}, {"kv_exact", t.kv_exact},
                                     {"total", t.total()}, {"host_bytes", t.host_bytes}};
               std::cout << j.dump() << std::endl;
               return 0;
@@ -144,9 +145,12 @@ Command add_plan(CLI::App& app) {
               std::cout << sweep_line << "\n";
               std::cout << "bytes moved between host and device per step (one sequence), by sweep order:\n";
               for (const auto& [name, t] : {std::pair{"chunk", sweep.chunk}, {"layer", sweep.layer}})
-                std::cout << fmt::format("  {:<6} weights {}, grads {}, activations {}: {}{}\n", name,
+                std::cout << fmt::format("  {:<6} weights {}, grads {}, activations {}{}: {}{}{}\n", name,
                                          format_bytes(t.weights), format_bytes(t.grads), format_bytes(t.activations),
-                                         format_bytes(t.total()),
+                                         plan.offload_kv ? fmt::format(", kv pages {}, kv_grad pages {}",
+                                                                       format_bytes(t.kv), format_bytes(t.kv_grads))
+                                                         : "",
+                                         t.kv_exact ? "" : "at most ", format_bytes(t.total()),
                                          std::string(name) == "layer"
                                              ? fmt::format("; its host arrays {}", format_bytes(t.host_bytes))
                                              : "");

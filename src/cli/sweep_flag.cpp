@@ -17,7 +17,7 @@ std::string set_sweep(const std::string& flag, const ModelConfig& cfg, int64_t N
                       const std::function<MemoryPlan(const ChunkPlan&)>& plan_for, ChunkPlan& plan) {
   plan_for(plan);  // the plan's bounds first: a size that would overflow is refused, naming the flag
   const SweepChoice s = sweep_traffic(cfg, plan, N);
-  auto moved = [](const SweepTraffic& t) { return format_bytes(t.total()); };
+  auto moved = [](const SweepTraffic& t) { return (t.kv_exact ? "" : "at most ") + format_bytes(t.total()); };
   if (plan.sp > 1) {  // the layer order keeps whole chunks' layer outputs (not split between ranks yet)
     OOMB_CHECK(flag != "layer", "--sweep layer with --sp {}: not supported yet (use --sweep chunk, or --dp)", plan.sp);
     plan.sweep = SweepOrder::Chunk;
