@@ -36,10 +36,10 @@ int64_t GradSync::host_bytes(int64_t n, int ranks, int zero, Tier home) {
   return std::min(Shard::of(n, 0, ranks).block, grad_sync_piece()) * (ranks + 1) * 4;
 }
 
-GradSync::GradSync(Comm& world, Backend& be, int64_t n, int zero)
+GradSync::GradSync(Comm& world, Backend& be, int64_t n, int zero, Tier home)
     : comm_(world), be_(be), n_(n), zero_(zero), shard_(Shard::of(n, world.rank(), world.size())) {
   if (zero == 0) shard_ = {0, n, n};
-  if (const int64_t b = host_bytes(n, world.size(), zero, be.tier()); b > 0)
+  if (const int64_t b = host_bytes(n, world.size(), zero, home); b > 0)
     stage_ = Buffer(Tier::Host, Tag::Workspace, size_t(b));
 }
 

@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
       }
       dist.dp().all_reduce_sum(&loss_dist, 1);
       loss_dist /= double(a.accum * dp);
-      GradSync sync(dist.world(), *be, m.grads().flat().numel(), 0);
+      GradSync sync(dist.world(), *be, m.grads().flat().numel(), 0, m.grads().flat().tier);
       if (!a.skip_reduce) sync.reduce(m.grads().flat());
       g_dist = download(m, m.grads().flat());
     }
