@@ -18,11 +18,6 @@ std::string set_sweep(const std::string& flag, const ModelConfig& cfg, int64_t N
   plan_for(plan);  // the plan's bounds first: a size that would overflow is refused, naming the flag
   const SweepChoice s = sweep_traffic(cfg, plan, N);
   auto moved = [](const SweepTraffic& t) { return (t.kv_exact ? "" : "at most ") + format_bytes(t.total()); };
-  if (plan.sp > 1) {  // the layer order keeps whole chunks' layer outputs (not split between ranks yet)
-    OOMB_CHECK(flag != "layer", "--sweep layer with --sp {}: not supported yet (use --sweep chunk, or --dp)", plan.sp);
-    plan.sweep = SweepOrder::Chunk;
-    return fmt::format("sweep chunk (--sweep {} with --sp {}: the layer order does not take --sp yet)", flag, plan.sp);
-  }
   if (flag != "auto") {
     OOMB_CHECK(flag == "chunk" || flag == "layer", "--sweep: '{}' is not one of chunk, layer, auto", flag);
     plan.sweep = flag == "layer" ? SweepOrder::Layer : SweepOrder::Chunk;

@@ -54,8 +54,9 @@ SweepTraffic kv_order_traffic(const ModelConfig& c, const ChunkPlan& plan, int64
 SweepChoice sweep_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N) {
   ChunkPlan layer = plan;
   layer.sweep = SweepOrder::Layer;
+  // (--sp P: each rank moves every layer's weights and its own N / P rows of the activations)
   SweepChoice s{chunk_order_traffic(c, N, plan.chunk, 1),
-                layer_order_traffic(c, N, plan.chunk, 1, recomputes_tied_head(c, layer))};
+                layer_order_traffic(c, N / plan.sp, plan.chunk / plan.sp, 1, recomputes_tied_head(c, layer))};
   if (!plan.offload_params) {  // resident weights and gradients do not move
     s.chunk = {};
     s.layer.weights = s.layer.grads = 0;
