@@ -125,7 +125,7 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
     // --metrics' bytes of K/V and gradient pages moved in a step (one sequence): the plan's count for
     // the order run, or at most it with sparse attention
     const auto moved = nlohmann::json::parse(last)["moved"];
-    const auto& sw = plan["sweep"][std::string(flags).find("--sweep layer") != std::string::npos ? "layer" : "chunk"];
+    const auto& sw = plan["sweep"][plan["sweep"]["order"].get<std::string>()];  // the order the run takes
     const bool offload_kv = std::string(flags).find("--offload kv") != std::string::npos;
     EXPECT_EQ(moved["kv"].get<int64_t>() > 0, offload_kv);
     for (const char* what : {"kv", "kv_grads"}) {
@@ -144,7 +144,8 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
 // --sweep auto takes the order that moves fewer bytes (the plan's counts): the chunk order with
 // resident parameters (it moves none), the layer order with --offload params over several chunks;
 // the plan and the train banner name it, and a tied model's layer order (an array more) plans and
-// measures the same peaks. --sweep layer plans with --sp (test_dist runs it).
+// measures the same peaks. --sweep layer plans with --sp (test_dist runs it). Without --sweep:
+// auto with --offload params, chunk otherwise.
 TEST(Cli, SweepAutoTakesTheOrderThatMovesFewerBytes) {
   const auto dir = temp_dir();
   write_tokens(dir / "t.bin", 600, 128, 1);
@@ -181,6 +182,16 @@ TEST(Cli, SweepAutoTakesTheOrderThatMovesFewerBytes) {
   r = oomb_cmd(dir, fmt::format("plan --model {}/tiny --seq-len 512 --sp 2 --sweep layer", dir.string()));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("sweep layer:"));
+  // --sweep not given: auto with --offload params (the plan and the train banner say so), else chunk
+  const std::string shape = fmt::format("--model {}/tiny --seq-len 512 --chunk-size 96 --page-size 32 --device sim",
+                                        dir.string());
+  r = oomb_cmd(dir, "plan " + shape + " --offload params");
+  EXPECT_THAT(r.out, HasSubstr("sweep auto -> layer"));
+  r = oomb_cmd(dir, fmt::format("train {} --data {}/t.bin --steps 1 --offload params", shape, dir.string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("sweep auto -> layer"));
+  r = oomb_cmd(dir, "plan " + shape + " --offload kv --json");
+  EXPECT_EQ(nlohmann::json::parse(r.out)["sweep"]["order"], "chunk");
 }
 
 // --offload kv's bad input: a backend without device memory, a group larger than a layer's

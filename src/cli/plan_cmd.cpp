@@ -83,7 +83,8 @@ Command add_plan(CLI::App& app) {
               return plan_memory(cfg, p, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
                                  device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
             };
-            const std::string sweep_line = set_sweep(a->sweep, cfg, a->seq_len, available_host_memory(), plan_for, plan);
+            const std::string sweep_line = set_sweep(a->sweep, a->cmd->count("--sweep") > 0, cfg, a->seq_len,
+                                                   available_host_memory(), plan_for, plan);
             const MemoryPlan m = plan_for(plan);
             const SweepChoice sweep = sweep_traffic(cfg, plan, a->seq_len);
             if (a->json) {
