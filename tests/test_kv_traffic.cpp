@@ -4,12 +4,14 @@
 // window, bf16 pages, one layer; a second sequence moves the same), and the other order's count
 // differs. With sparse attention the plan is an upper bound; the measured bytes are the same in
 // both orders and equal a count made here from the recorded choices of pages.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 #include <algorithm>
 #include <functional>
 #include <set>
+#include <tuple>
 
 #include "kv/kv_traffic.h"
 #include "model/init.h"
@@ -102,6 +104,31 @@ TEST(KVTraffic, PlanEqualsMeasuredDense) {
     EXPECT_NE(got[1].kv_in, 2 * want[0].kv_in) << k.name;
     EXPECT_EQ(got[0].grads(), got[1].grads()) << k.name << ": the backward reads the same pages in both orders";
   }
+}
+
+// Full attention is counted in closed form; a window wider than the sequence takes the chunk by
+// chunk count of sliding windows, which must give the same bytes. Absurd sizes are refused, naming
+// --seq-len, instead of overflowing or counting for hours.
+TEST(KVTraffic, ClosedFormEqualsTheCountByChunk) {
+  const ModelConfig cfg = config(3, false);
+  for (const SweepOrder order : {SweepOrder::Chunk, SweepOrder::Layer})
+    for (const auto [N, C, P] : {std::tuple{37, 13, 8}, {4096, 512, 128}, {1000, 1000, 16}, {999, 100, 7}}) {
+      SCOPED_TRACE(fmt::format("N {} C {} P {} {}", N, C, P, sweep_name(order)));
+      KVCacheOptions o = kv_cache_options(cfg, plan_of(order, C, P)), wide = o;
+      wide.windows.assign(3, 1 << 30);
+      const bool layer = order == SweepOrder::Layer;
+      const KVTraffic a = plan_kv_traffic(o, {}, N, C, layer).bytes, b = plan_kv_traffic(wide, {}, N, C, layer).bytes;
+      EXPECT_EQ(show(a), show(b));
+      wide.windows.assign(3, 64);  // negative control: a window that chunks reach past reads less
+      if (N > C + 64) EXPECT_LT(plan_kv_traffic(wide, {}, N, C, layer).bytes.kv_in, a.kv_in);
+    }
+  const KVCacheOptions o = kv_cache_options(cfg, plan_of(SweepOrder::Chunk, 1024, 128));
+  EXPECT_THAT(error_of([&] { plan_kv_traffic(o, {}, int64_t(1) << 40, 1024, false); }),
+              ::testing::HasSubstr("--seq-len 1099511627776: the K/V pages' traffic of a step would be more than 2^62"));
+  KVCacheOptions w = o;
+  w.windows.assign(3, 4096);
+  EXPECT_THAT(error_of([&] { plan_kv_traffic(w, {}, int64_t(1) << 40, 1024, false); }),
+              ::testing::HasSubstr("--seq-len 1099511627776 in chunks of 1024"));
 }
 
 // Layer order: parameters and pages offloaded together, the sweep plan's totals against every

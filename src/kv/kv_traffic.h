@@ -21,6 +21,9 @@
 // tile its own run, each kv head group choosing different full pages, every gradient page the
 // dense backward would find), and `exact` is false. Both orders read the same runs, so the bound
 // does not change --sweep auto's choice.
+//
+// Full attention is summed in closed form; sliding windows and sparse attention chunk by chunk (at
+// most 2^26 chunks x layers). A step beyond 2^62 bytes is refused, naming --seq-len.
 #pragma once
 #include <cstdint>
 
