@@ -16,6 +16,7 @@
 //   the top array and writes dh (2); the backward reads each layer's input but the first (L - 1)
 //   and dh (L) and writes dh (L - 1): 5L - 1 arrays' worth, one more when a tied head is computed
 //   again at layer 0. Host: L arrays of N x d x 4 bytes (L + 1 with a tied head), in the plan.
+//   (--sp P: one rank's figures, its N / P rows of the activations; sweep_traffic passes them.)
 // --offload kv adds the K/V and gradient pages' traffic (kv/kv_traffic.h) to both: the same
 //   pages, but the layer order's forward reads the last layer's prefix too (dense); with sparse
 //   attention an upper bound, the same for both orders.
