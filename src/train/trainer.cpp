@@ -110,7 +110,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   Dist& dist = o.dist ? *o.dist : single;
   const int64_t dp = dist.options().dp, dp_rank = dist.dp_rank();
   const int zero = dist.size() > 1 ? dist.options().zero : 0;
-  GradSync sync(dist.world(), model.backend(), model.grads().flat().numel(), zero, model.grads().flat().tier);
+  GradSync sync(dist.tensor_world(), model.backend(), model.grads().flat().numel(), zero, model.grads().flat().tier);
   OptimShard shard;
   if (zero > 0) shard = {sync.shard(), zero == 2 ? &dist.world() : nullptr};
   Optimizer opt(oc, model.trainable(), model.grads(), model.backend(), shard);
