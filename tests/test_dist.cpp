@@ -119,11 +119,13 @@ TEST(Dist, ZeroOneAndTwo) {
 // --sweep layer with --sp: each rank keeps its token slice of every layer's output and runs the
 // all-to-alls per (layer, chunk); the chunk order's bits on the same ranks, within 1e-6 of one rank,
 // the plan equal to every rank's peaks. Untied on the CPU; tied (the lm_head's gradient computed
-// again at layer 0) with --doc-mask and everything offloaded on the simulated device.
+// again at layer 0) with --doc-mask and everything offloaded on the simulated device; over NCCL's
+// code path (the group on device memory, --comm sim-device).
 TEST(Dist, LayerSweepWithSequenceParallel) {
   NEED_MPI();
   for (const char* args : {"--sp 2 --sweep layer",
-                           "--sp 2 --sweep layer --tie --doc-mask --device sim --offload kv,params"}) {
+                           "--sp 2 --sweep layer --tie --doc-mask --device sim --offload kv,params",
+                           "--sp 2 --sweep layer --device sim --comm sim-device"}) {
     const CmdResult r = expect_equal_to_single_rank(2, args);
     EXPECT_EQ(figure(r.out, "layer_vs_chunk_order_differing"), 0) << args;
   }
