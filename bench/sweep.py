@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """--sweep chunk against --sweep layer with --offload params: time per step and the bytes moved
-between host and device, measured (the stores' counts in --metrics "moved") beside the planner's
+between host and device, measured (the stores' and the KV cache's counts in --metrics "moved")
+beside the planner's
 (`oomb plan --json`, "sweep"), for one model shape and several N.
 
 Each point is one `oomb train --device DEVICE --offload params --sweep ORDER` process of --steps
@@ -38,7 +39,8 @@ def run(args, model, data, N, sweep, work):
     return {"N": N, "sweep": sweep, "C": args.chunk, "sec_per_step": min(N / l["tokens_per_s"] for l in lines[1:]),
             "cpu_s_per_step": ((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)) / args.steps,
             "moved": moved, "moved_total": sum(moved.values()),
-            "planned": {k: planned[k] for k in ("weights", "grads", "activations")}, "planned_total": planned["total"],
+            "planned": {k: planned[k] for k in ("weights", "grads", "activations", "kv", "kv_grads")},
+            "planned_total": planned["total"],
             "losses": [l["loss"] for l in lines],
             "device_peak": last["memory"]["device"]["total"]["peak"],
             "pinned_peak": last["memory"]["pinned"]["total"]["peak"]}
@@ -83,13 +85,14 @@ def main():
     mib = lambda b: f"{b / 2**20:.1f} MiB"
     print(f"oomb init {args.shape}; --device {args.device} --offload {args.offload}, C = {args.chunk}, "
           f"copy delay {args.delay_us} us, {args.steps} steps (the fastest after the first), AdamW on the host\n")
-    print("| N | sweep | s/step (wall) | CPU s/step | moved per step (measured = planned) | weights | grads | activations | device peak | pinned peak |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| N | sweep | s/step (wall) | CPU s/step | moved per step (measured = planned) | weights | grads | activations | kv pages | kv_grad pages | device peak | pinned peak |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         same = "=" if r["moved_total"] == r["planned_total"] else f"!= {mib(r['planned_total'])}"
         m = r["moved"]
         print(f"| {r['N']} | {r['sweep']} | {r['sec_per_step']:.2f} | {r['cpu_s_per_step']:.2f} | {mib(r['moved_total'])} ({same}) | "
-              f"{mib(m['weights'])} | {mib(m['grads'])} | {mib(m['activations'])} | {mib(r['device_peak'])} | "
+              f"{mib(m['weights'])} | {mib(m['grads'])} | {mib(m['activations'])} | {mib(m['kv'])} | "
+              f"{mib(m['kv_grads'])} | {mib(r['device_peak'])} | "
               f"{mib(r['pinned_peak'])} |")
 
 

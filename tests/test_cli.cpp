@@ -124,6 +124,18 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
         const int64_t measured = mem[tier].contains(tag) ? mem[tier][tag]["peak"].get<int64_t>() : 0;
         EXPECT_EQ(measured, plan[tier][tag].get<int64_t>()) << tier << " " << tag;
       }
+    // --metrics' bytes of K/V and gradient pages moved in a step (one sequence): the plan's count for
+    // the order run, or at most it with sparse attention
+    const auto moved = nlohmann::json::parse(last)["moved"];
+    const auto& sw = plan["sweep"][plan["sweep"]["order"].get<std::string>()];  // the order the run takes
+    const bool offload_kv = std::string(flags).find("--offload kv") != std::string::npos;
+    EXPECT_EQ(moved["kv"].get<int64_t>() > 0, offload_kv);
+    for (const char* what : {"kv", "kv_grads"}) {
+      if (sw["kv_exact"].get<bool>())
+        EXPECT_EQ(moved[what].get<int64_t>(), sw[what].get<int64_t>()) << what;
+      else
+        EXPECT_LE(moved[what].get<int64_t>(), sw[what].get<int64_t>()) << what;
+    }
     if (std::string(flags).find("--offload-group") != std::string::npos) {  // smaller than a layer
       EXPECT_GT(mem["pinned"]["kv"]["peak"].get<int64_t>(), 0);
       EXPECT_LT(mem["device"]["kv"]["peak"].get<int64_t>(), mem["pinned"]["kv"]["peak"].get<int64_t>());
@@ -134,7 +146,8 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
 // --sweep auto takes the order that moves fewer bytes (the plan's counts): the chunk order with
 // resident parameters (it moves none), the layer order with --offload params over several chunks;
 // the plan and the train banner name it, and a tied model's layer order (an array more) plans and
-// measures the same peaks. --sweep layer with --sp is refused, naming both.
+// measures the same peaks. --sweep layer plans with --sp (test_dist runs it). Without --sweep:
+// auto with --offload params, chunk otherwise.
 TEST(Cli, SweepAutoTakesTheOrderThatMovesFewerBytes) {
   const auto dir = temp_dir();
   write_tokens(dir / "t.bin", 600, 128, 1);
@@ -169,8 +182,18 @@ TEST(Cli, SweepAutoTakesTheOrderThatMovesFewerBytes) {
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr("--sweep"));
   r = oomb_cmd(dir, fmt::format("plan --model {}/tiny --seq-len 512 --sp 2 --sweep layer", dir.string()));
-  EXPECT_NE(r.code, 0);
-  EXPECT_THAT(r.out, HasSubstr("--sweep layer with --sp 2: not supported yet"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("sweep layer:"));
+  // --sweep not given: auto with --offload params (the plan and the train banner say so), else chunk
+  const std::string shape = fmt::format("--model {}/tiny --seq-len 512 --chunk-size 96 --page-size 32 --device sim",
+                                        dir.string());
+  r = oomb_cmd(dir, "plan " + shape + " --offload params");
+  EXPECT_THAT(r.out, HasSubstr("sweep auto -> layer"));
+  r = oomb_cmd(dir, fmt::format("train {} --data {}/t.bin --steps 1 --offload params", shape, dir.string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("sweep auto -> layer"));
+  r = oomb_cmd(dir, "plan " + shape + " --offload kv --json");
+  EXPECT_EQ(nlohmann::json::parse(r.out)["sweep"]["order"], "chunk");
 }
 
 // --offload kv's bad input: a backend without device memory, a group larger than a layer's

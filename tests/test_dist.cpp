@@ -1,6 +1,7 @@
 // Many ranks on the CPU: tests/dist/dist_check under `mpirun -np 2` and `-np 4` (oversubscribed)
 // against the single-rank run (loss, every gradient, the weights after AdamW steps, per-rank
-// memory against the plan), and `oomb train`'s refusals and faults with several ranks.
+// memory against the plan; --sweep layer against the chunk order's bits), and `oomb train`'s
+// refusals and faults with several ranks.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -114,6 +115,32 @@ TEST(Dist, ZeroOneAndTwo) {
       EXPECT_EQ(figure(r.out, "zero1_vs_zero0_weights_differing"), 0);
     }
   }
+}
+
+// --sweep layer with --sp: each rank keeps its token slice of every layer's output and runs the
+// all-to-alls per (layer, chunk); the chunk order's bits on the same ranks, within 1e-6 of one rank,
+// the plan equal to every rank's peaks. Untied on the CPU; tied (the lm_head's gradient computed
+// again at layer 0) with --doc-mask and everything offloaded on the simulated device; over NCCL's
+// code path (the group on device memory, --comm sim-device).
+TEST(Dist, LayerSweepWithSequenceParallel) {
+  NEED_MPI();
+  for (const char* args : {"--sp 2 --sweep layer",
+                           "--sp 2 --sweep layer --tie --doc-mask --device sim --offload kv,params",
+                           "--sp 2 --sweep layer --device sim --comm sim-device"}) {
+    const CmdResult r = expect_equal_to_single_rank(2, args);
+    EXPECT_EQ(figure(r.out, "layer_vs_chunk_order_differing"), 0) << args;
+  }
+}
+
+// Negative control: a tied head's gradient added in the layer order's loss pass (as a plain layer
+// order would) is caught by the bitwise comparison with the chunk order.
+TEST(Dist, LayerSweepWithSequenceParallelSeesAFault) {
+  NEED_MPI();
+  const CmdResult r =
+      mpirun(2, (binary_dir() / "dist_check").string() + " --sp 2 --sweep layer --tie --layer-fault tied-head");
+  std::cout << r.out;
+  EXPECT_NE(r.code, 0);
+  EXPECT_GT(figure(r.out, "layer_vs_chunk_order_differing"), 0) << r.out;
 }
 
 TEST(Dist, CombinedSpDpZeroChunkedOffloadParams) {

@@ -81,7 +81,8 @@ Command add_plan(CLI::App& app) {
               return plan_memory(cfg, p, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
                                  device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
             };
-            const std::string sweep_line = set_sweep(a->sweep, cfg, a->seq_len, available_host_memory(), plan_for, plan);
+            const std::string sweep_line = set_sweep(a->sweep, a->cmd->count("--sweep") > 0, cfg, a->seq_len,
+                                                   available_host_memory(), plan_for, plan);
             const MemoryPlan m = plan_for(plan);
             const SweepChoice sweep = sweep_traffic(cfg, plan, a->seq_len);
             if (a->json) {
@@ -89,6 +90,7 @@ Command add_plan(CLI::App& app) {
               j["sweep"]["order"] = sweep_name(plan.sweep);
               for (const auto& [name, t] : {std::pair{"chunk", sweep.chunk}, {"layer", sweep.layer}})
                 j["sweep"][name] = {{"weights", t.weights}, {"grads", t.grads}, {"activations", t.activations},
+                                    {"kv", t.kv}, {"kv_grads", t.kv_grads}, {"kv_exact", t.kv_exact},
                                     {"total", t.total()}, {"host_bytes", t.host_bytes}};
               std::cout << j.dump() << std::endl;
               return 0;
@@ -142,9 +144,12 @@ Command add_plan(CLI::App& app) {
               std::cout << sweep_line << "\n";
               std::cout << "bytes moved between host and device per step (one sequence), by sweep order:\n";
               for (const auto& [name, t] : {std::pair{"chunk", sweep.chunk}, {"layer", sweep.layer}})
-                std::cout << fmt::format("  {:<6} weights {}, grads {}, activations {}: {}{}\n", name,
+                std::cout << fmt::format("  {:<6} weights {}, grads {}, activations {}{}: {}{}{}\n", name,
                                          format_bytes(t.weights), format_bytes(t.grads), format_bytes(t.activations),
-                                         format_bytes(t.total()),
+                                         plan.offload_kv ? fmt::format(", kv pages {}, kv_grad pages {}",
+                                                                       format_bytes(t.kv), format_bytes(t.kv_grads))
+                                                         : "",
+                                         t.kv_exact ? "" : "at most ", format_bytes(t.total()),
                                          std::string(name) == "layer"
                                              ? fmt::format("; its host arrays {}", format_bytes(t.host_bytes))
                                              : "");

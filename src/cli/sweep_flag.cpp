@@ -9,20 +9,18 @@ namespace oomb::cli {
 void add_sweep_flag(CLI::App* c, std::string& sweep) {
   c->add_option("--sweep", sweep, "Order of a training step: chunk (each chunk through every layer), layer (each "
                 "layer over every chunk, its outputs kept in host memory: each layer's weights cross once per pass "
-                "with --offload params), or auto (the one that moves fewer bytes and fits the host); the same bits")
-      ->check(CLI::IsMember({"chunk", "layer", "auto"}))->capture_default_str();
+                "with --offload params), or auto (the one that moves fewer bytes and fits the host); the same bits. "
+                "Default: chunk, or auto with --offload params")
+      ->check(CLI::IsMember({"chunk", "layer", "auto"}));
 }
 
-std::string set_sweep(const std::string& flag, const ModelConfig& cfg, int64_t N, int64_t host_available,
-                      const std::function<MemoryPlan(const ChunkPlan&)>& plan_for, ChunkPlan& plan) {
+std::string set_sweep(const std::string& given_flag, bool given, const ModelConfig& cfg, int64_t N,
+                      int64_t host_available, const std::function<MemoryPlan(const ChunkPlan&)>& plan_for,
+                      ChunkPlan& plan) {
+  const std::string flag = given ? given_flag : plan.offload_params ? "auto" : "chunk";
   plan_for(plan);  // the plan's bounds first: a size that would overflow is refused, naming the flag
   const SweepChoice s = sweep_traffic(cfg, plan, N);
-  auto moved = [](const SweepTraffic& t) { return format_bytes(t.total()); };
-  if (plan.sp > 1) {  // the layer order keeps whole chunks' layer outputs (not split between ranks yet)
-    OOMB_CHECK(flag != "layer", "--sweep layer with --sp {}: not supported yet (use --sweep chunk, or --dp)", plan.sp);
-    plan.sweep = SweepOrder::Chunk;
-    return fmt::format("sweep chunk (--sweep {} with --sp {}: the layer order does not take --sp yet)", flag, plan.sp);
-  }
+  auto moved = [](const SweepTraffic& t) { return (t.kv_exact ? "" : "at most ") + format_bytes(t.total()); };
   if (flag != "auto") {
     OOMB_CHECK(flag == "chunk" || flag == "layer", "--sweep: '{}' is not one of chunk, layer, auto", flag);
     plan.sweep = flag == "layer" ? SweepOrder::Layer : SweepOrder::Chunk;

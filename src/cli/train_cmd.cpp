@@ -104,7 +104,7 @@ Limit device_limit(const TrainArgs& a) {
 // --sweep into the plan (auto: by the bytes moved and the host's available memory); the line the
 // banner prints.
 std::string resolve_sweep(const TrainArgs& a, const ModelConfig& cfg, ChunkPlan& plan, const Backend& be) {
-  return set_sweep(a.sweep, cfg, a.seq_len, available_host_memory(), [&](const ChunkPlan& p) {
+  return set_sweep(a.sweep, a.given("--sweep"), cfg, a.seq_len, available_host_memory(), [&](const ChunkPlan& p) {
     return plan_memory(cfg, p, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p)),
                        be.tier(), be.pinned_workspace_bytes());
   }, plan);

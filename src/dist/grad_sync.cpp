@@ -44,11 +44,11 @@ int64_t GradSync::device_bytes(int64_t n, int ranks, int zero, bool device_comm)
   return device_comm ? staging_bytes(n, ranks, zero, Tier::Device, true) : 0;
 }
 
-GradSync::GradSync(Comm& world, Backend& be, int64_t n, int zero)
+GradSync::GradSync(Comm& world, Backend& be, int64_t n, int zero, Tier home)
     : comm_(world), be_(be), n_(n), zero_(zero), shard_(Shard::of(n, world.rank(), world.size())),
       st_(world.on_device() ? Tier::Device : Tier::Host) {
   if (zero == 0) shard_ = {0, n, n};
-  if (const int64_t b = staging_bytes(n, world.size(), zero, be.tier(), world.on_device()); b > 0)
+  if (const int64_t b = staging_bytes(n, world.size(), zero, home, world.on_device()); b > 0)
     stage_ = Buffer(st_, Tag::Workspace, size_t(b));
 }
 

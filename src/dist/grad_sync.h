@@ -23,7 +23,8 @@ int64_t grad_sync_piece();  // floats per staged collective call
 
 class GradSync {
  public:
-  GradSync(Comm& world, Backend& be, int64_t n, int zero);
+  // home: the tier of the gradients it is given (the backend's, or pinned with --offload params)
+  GradSync(Comm& world, Backend& be, int64_t n, int zero, Tier home);
   // Host and device bytes (tag workspace) of the staging for n elements over P ranks; device_comm:
   // the group reads device memory (NCCL).
   static int64_t host_bytes(int64_t n, int ranks, int zero, Tier home, bool device_comm = false);

@@ -209,6 +209,7 @@ class KVCache::Streamed final : public PrefixBlocks {
                      Stream::Copy);
       be_.copy_async(c_.grad_.v(it.layer, p, 0, rows).data, Tier::Pinned, gp + size_t(P) * rb, Tier::Device,
                      size_t(rows) * rb, Stream::Copy);
+      traffic_.grads_out += 2 * rows * int64_t(rb);
     }
   }
 
@@ -233,6 +234,7 @@ class KVCache::Streamed final : public PrefixBlocks {
                      Stream::Copy);
       be_.copy_async(c_.kv_.v(l, p, r, len).data, Tier::Pinned, vs.rows(i, len).data, Tier::Device, size_t(len) * rb,
                      Stream::Copy);
+      traffic_.kv_out += 2 * len * int64_t(rb);
     });
     be_.record(*staged_[s], Stream::Copy);
   }
@@ -248,10 +250,12 @@ class KVCache::Streamed final : public PrefixBlocks {
     for_page_rows(o.grad.page_size, t0, T, [&](int64_t p, int64_t r, int64_t i, int64_t len) {
       for (auto [dst, src] : {std::pair{gk.rows(i, len).data, c_.grad_.has(l, p) ? c_.grad_.k(l, p, r, len).data : nullptr},
                               std::pair{gv.rows(i, len).data, c_.grad_.has(l, p) ? c_.grad_.v(l, p, r, len).data : nullptr}}) {
-        if (src)
+        if (src) {
           be_.copy_async(dst, Tier::Device, src, Tier::Pinned, size_t(len) * rb, Stream::Copy);
-        else  // nothing was accumulated for these tokens
+          traffic_.grads_in += len * int64_t(rb);
+        } else {  // nothing was accumulated for these tokens
           be_.fill_zero_async(dst, size_t(len) * rb, Stream::Copy);
+        }
       }
     });
     be_.record(*own_in_, Stream::Copy);
@@ -260,6 +264,8 @@ class KVCache::Streamed final : public PrefixBlocks {
     be_.cast(gv, dv);
     be_.record(*own_used_, Stream::Compute);
   }
+
+  const KVTraffic& traffic() const { return traffic_; }
 
   void finish() {
     be_.synchronize();
@@ -306,6 +312,7 @@ class KVCache::Streamed final : public PrefixBlocks {
                      Stream::Copy);
       be_.copy_async(kp + size_t(P) * rb, Tier::Device, c_.kv_.v(it.layer, p, 0, rows).data, Tier::Pinned,
                      size_t(rows) * rb, Stream::Copy);
+      traffic_.kv_in += 2 * rows * int64_t(rb);
       if (!it.grads) continue;
       char* gp = grad_page(s, j);
       if (c_.grad_.ensure(it.layer, p, false)) {  // a new gradient page starts at zero
@@ -316,6 +323,7 @@ class KVCache::Streamed final : public PrefixBlocks {
                        Stream::Copy);
         be_.copy_async(gp + size_t(P) * grb, Tier::Device, c_.grad_.v(it.layer, p, 0, rows).data, Tier::Pinned,
                        size_t(rows) * grb, Stream::Copy);
+        traffic_.grads_in += 2 * rows * int64_t(grb);
       }
     }
     be_.record(*arrived_[s], Stream::Copy);
@@ -332,6 +340,7 @@ class KVCache::Streamed final : public PrefixBlocks {
   int64_t count_ = 0;
   uint64_t writes_ = 0;
   std::vector<KVBlock> blocks_;
+  KVTraffic traffic_;
 };
 
 // ---- the cache ----
@@ -399,6 +408,11 @@ void KVCache::clear() {
   if (streamed_) streamed_->finish();
   for (int64_t l = 0; l < o_.kv.layers; ++l) release_from(l, 0);
   docs_.clear();
+}
+
+const KVTraffic& KVCache::traffic() const {
+  static const KVTraffic none;
+  return streamed_ ? streamed_->traffic() : none;
 }
 
 void KVCache::begin_pass(std::span<const int64_t> layers, int64_t end, bool grads) {

@@ -42,6 +42,15 @@ struct KVCacheOptions {
   int64_t first_page(int64_t layer, int64_t begin) const;
 };
 
+// Bytes an offloaded cache copied between pinned host memory and the device (zero fills not
+// counted): K/V pages in (prefix reads) and out (a chunk's new K/V), gradient pages in (those that
+// already hold something, and the chunk's own rows) and out (after a group's backward).
+struct KVTraffic {
+  int64_t kv_in = 0, kv_out = 0, grads_in = 0, grads_out = 0;
+  int64_t kv() const { return kv_in + kv_out; }
+  int64_t grads() const { return grads_in + grads_out; }
+};
+
 // The earlier tokens' blocks of one layer, visited in groups: acquire(i) makes group i resident
 // (waiting for its copies), release(i) hands its slot back (sending its gradient pages out).
 class PrefixBlocks {
@@ -80,6 +89,9 @@ class KVCache {
   void own_grads(int64_t l, int64_t t0, Tensor& dk, Tensor& dv);
   // Layer l's K/V and gradient pages from first_page on: no remaining chunk reads them.
   void release_from(int64_t l, int64_t first_page);
+
+  // Bytes copied so far (offloaded; zero when resident): kv/kv_traffic plans the same counts.
+  const KVTraffic& traffic() const;
 
   PagedDocs& docs() { return docs_; }
   const PageMeta& page_meta() const { return meta_; }  // with options().meta

@@ -146,10 +146,10 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   m.at(dev, Tag::Activations) =
       LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp) +
       saved_bytes(cfg, C / sp, plan.sweep) + saved_attention_bytes(att, C, plan.sweep);
-  if (plan.sweep == SweepOrder::Layer) {  // every layer's output of every chunk, and their device slots
+  if (plan.sweep == SweepOrder::Layer) {  // every layer's output of this rank's rows, and their device slots
     const int64_t arrays = ActivationStore::arrays(cfg, recomputes_tied_head(cfg, plan));
-    m.at(ActivationStore::home(dev), Tag::Activations) += ActivationStore::host_bytes(cfg, arrays, N);
-    m.at(dev, Tag::Activations) += ActivationStore::device_bytes(cfg, C);
+    m.at(ActivationStore::home(dev), Tag::Activations) += ActivationStore::host_bytes(cfg, arrays, N / sp);
+    m.at(dev, Tag::Activations) += ActivationStore::device_bytes(cfg, C / sp);
   }
   m.at(dev, Tag::Workspace) = int64_t(workspace_bytes);
   m.at(Tier::Pinned, Tag::Workspace) += int64_t(pinned_workspace_bytes);

@@ -1,7 +1,9 @@
 #include "model/sweep_plan.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "kv/kv_traffic.h"
 #include "model/activation_store.h"
 #include "model/chunk_inputs.h"
 #include "model/param_store.h"
@@ -46,15 +48,36 @@ SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t /*C*/,
   return s;
 }
 
+SweepTraffic kv_order_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N, SweepOrder order) {
+  const int64_t C = std::min(plan.chunk, N);
+  ChunkPlan p = plan;
+  p.chunk = C;
+  p.sweep = order;
+  const KVTrafficPlan k =
+      plan_kv_traffic(kv_cache_options(attention_side(c, plan.sp), p), plan.sparse, N, C, order == SweepOrder::Layer);
+  SweepTraffic s;
+  s.kv = k.bytes.kv();
+  s.kv_grads = k.bytes.grads();
+  s.kv_exact = k.exact;
+  return s;
+}
+
 SweepChoice sweep_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N) {
   ChunkPlan layer = plan;
   layer.sweep = SweepOrder::Layer;
   const bool bf16 = plan.precision == DType::BF16;
+  // (--sp P: each rank moves every layer's weights and its own N / P rows of the activations)
   SweepChoice s{chunk_order_traffic(c, N, plan.chunk, 1, bf16),
-                layer_order_traffic(c, N, plan.chunk, 1, recomputes_tied_head(c, layer), bf16)};
+                layer_order_traffic(c, N / plan.sp, plan.chunk / plan.sp, 1, recomputes_tied_head(c, layer), bf16)};
   if (!plan.offload_params) {  // resident weights and gradients do not move
     s.chunk = {};
     s.layer.weights = s.layer.grads = 0;
+  }
+  for (auto [t, order] : {std::pair{&s.chunk, SweepOrder::Chunk}, std::pair{&s.layer, SweepOrder::Layer}}) {
+    const SweepTraffic k = kv_order_traffic(c, plan, N, order);
+    t->kv = k.kv;
+    t->kv_grads = k.kv_grads;
+    t->kv_exact = k.kv_exact;
   }
   return s;
 }

@@ -16,6 +16,10 @@
 //   the top array and writes dh (2); the backward reads each layer's input but the first (L - 1)
 //   and dh (L) and writes dh (L - 1): 5L - 1 arrays' worth, one more when a tied head is computed
 //   again at layer 0. Host: L arrays of N x d x 4 bytes (L + 1 with a tied head), in the plan.
+//   (--sp P: one rank's figures, its N / P rows of the activations; sweep_traffic passes them.)
+// --offload kv adds the K/V and gradient pages' traffic (kv/kv_traffic.h) to both: the same
+//   pages, but the layer order's forward reads the last layer's prefix too (dense); with sparse
+//   attention an upper bound, the same for both orders.
 #pragma once
 #include <cstdint>
 
@@ -26,8 +30,10 @@ namespace oomb {
 
 struct SweepTraffic {
   int64_t weights = 0, grads = 0, activations = 0;  // bytes moved per optimizer step
+  int64_t kv = 0, kv_grads = 0;                     // K/V pages and gradient pages (--offload kv)
+  bool kv_exact = true;                             // false: sparse attention's upper bound
   int64_t host_bytes = 0;                           // the layer order's host arrays (in its plan)
-  int64_t total() const { return weights + grads + activations; }
+  int64_t total() const { return weights + grads + activations + kv + kv_grads; }
 };
 
 // A step of `accum` sequences of N tokens in chunks of C, parameters offloaded (--offload params).
@@ -38,7 +44,11 @@ SweepTraffic chunk_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int
 SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum, bool tied_head,
                                  bool bf16 = false);
 
-// The two orders' traffic for a plan (its offload_params decides whether weights move), and
+// The K/V pages' traffic of one sequence in an order (zero unless plan.offload_kv).
+SweepTraffic kv_order_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N, SweepOrder order);
+
+// The two orders' traffic for a plan (its offload_params decides whether weights move, its
+// offload_kv whether pages do), and
 // --sweep auto's choice: the layer order when it moves fewer bytes and its plan fits the host
 // (layer_fits_host), else the chunk order.
 struct SweepChoice {

@@ -16,6 +16,9 @@
 // lm_head and the embedding, which the chunk order adds into alternately (chunk t's lm_head part,
 // then its embedding part); here the loss pass leaves it alone and layer 0's pass computes each
 // chunk's lm_head part again just before its embedding part (one more lm_head forward per chunk).
+// With --sp P each rank keeps its own C / P rows of every chunk (N / P rows per array; chunks of
+// C / P in the store) and runs the chunk order's all-to-alls inside each (layer, chunk), in the
+// same order on every rank.
 #include "train/model.h"
 
 #include <numeric>
@@ -31,6 +34,8 @@ void Model::layer_sweep_fault_for_test(const char* which) { g_fault = which ? wh
 
 LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weight) {
   const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;
+  OOMB_CHECK(N % plan_.sp == 0, "--sp {}: a sequence of {} tokens does not split evenly (--seq-len and --chunk-size "
+             "must be multiples of --sp)", plan_.sp, N);
   OOMB_CHECK(tied_head_ == (!store_.grad_lm_head().empty() && store_.grad_lm_head().data == store_.grad_embed().data),
              "model: the layer order's plan of the tied head does not match the gradients");
   sync_compute_weights();
@@ -38,7 +43,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
   if (sparse_) sparse_->begin_sequence(N, C, true);
   inputs_.begin_sequence();
   store_.begin_sequence(true);
-  acts_->begin_sequence(N);
+  acts_->begin_sequence(N / plan_.sp);  // this rank's rows
   be_.zero(sums_t_);
   chunks_up_.resize(size_t(T));
   std::iota(chunks_up_.begin(), chunks_up_.end(), int64_t(0));
@@ -49,9 +54,9 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
     buf.keep_attention_in(att_o_[0].rows(0, n), att_lse_[0].rows(0, n));
     return buf;
   };
-  auto embedded = [&](int64_t n) {  // h_0 of the loaded chunk
-    Tensor h0 = h_[0].rows(0, n);
-    be_.embedding_fwd(inputs_.ids(n), store_.embed(), h0);
+  auto embedded = [&](int64_t n) {  // h_0 of this rank's rows of the loaded chunk
+    Tensor h0 = h_[0].rows(0, local(n));
+    be_.embedding_fwd(mine(inputs_.ids(n), n), store_.embed(), h0);
     return h0;
   };
 
@@ -90,9 +95,9 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
     const Tensor h = acts_->in(0), hn = final_norm(h);
     LayerBuffers buf = layer_buffers(n);
     Tensor dhn = buf.g.da, dh = acts_->out();
-    be_.lm_head_xent_acc(hn, store_.lm_head(), inputs_.targets(n), scale, &dhn, dw_head,
+    be_.lm_head_xent_acc(hn, store_.lm_head(), mine(inputs_.targets(n), n), scale, &dhn, dw_head,
                          head_later ? pass_sums_ : sums_t_);
-    be_.rmsnorm_bwd(h, store_.final_norm(), rstd_final_.rows(0, n), dhn, dh, false,
+    be_.rmsnorm_bwd(h, store_.final_norm(), rstd_final_.rows(0, local(n)), dhn, dh, false,
                     store_.grad_final_norm().empty() ? buf.discard : store_.grad_final_norm());
     acts_->next();
   }
@@ -110,7 +115,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
       const int64_t n = c.size();
       inputs_.load(read, c, false, cache_.docs());
       const Tensor h_in = l == 0 ? embedded(n) : acts_->in(0);
-      Tensor dh = acts_->in(l == 0 ? 0 : 1), scratch = h_[1].rows(0, n);
+      Tensor dh = acts_->in(l == 0 ? 0 : 1), scratch = h_[1].rows(0, local(n));
       LayerBuffers buf = layer_buffers(n);
       layer_forward(layer_ctx(l, c, true, false, false), p, h_in, scratch, buf, LayerPass::Full);
       layer_backward(layer_ctx(l, c, true, true, false), p, g, h_in, dh, buf);
@@ -119,10 +124,10 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
       if (l == 0) {
         if (head_later) {  // the chunk's lm_head part, then its embedding part, as the chunk order adds them
           const Tensor hn = final_norm(acts_->in(1));
-          be_.lm_head_xent_acc(hn, store_.lm_head(), inputs_.targets(n), scale, nullptr,
+          be_.lm_head_xent_acc(hn, store_.lm_head(), mine(inputs_.targets(n), n), scale, nullptr,
                                &store_.grad_lm_head(), sums_t_);
         }
-        if (!store_.grad_embed().empty()) be_.embedding_bwd(inputs_.ids(n), dh, store_.grad_embed());
+        if (!store_.grad_embed().empty()) be_.embedding_bwd(mine(inputs_.ids(n), n), dh, store_.grad_embed());
         cache_.docs().release_from(first_free);
       }
       acts_->next();

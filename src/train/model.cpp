@@ -22,8 +22,6 @@ static ModelConfig checked_sp(const ModelConfig& cfg, const ChunkPlan& plan, con
              "every chunk's tokens)", plan.chunk, plan.sp, plan.sp);
   OOMB_CHECK(plan.sp == 1 || !plan.sparse.shared, "--sparse-shared with --sp {}: the shared choice sums over every "
              "head, which the ranks split; use per-group selection (drop --sparse-shared)", plan.sp);
-  OOMB_CHECK(plan.sp == 1 || plan.sweep == SweepOrder::Chunk, "--sweep layer with --sp {}: not supported yet (the "
-             "layer order keeps whole chunks' layer outputs; use --sweep chunk, or --dp)", plan.sp);
   return attention_side(cfg, plan.sp);
 }
 
@@ -66,7 +64,8 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
   sums_t_ = Tensor(sums_.data(), DType::F64, {2}, be.tier());
   tied_head_ = recomputes_tied_head(cfg, plan);
   if (tied_head_) pass_sums_ = Tensor(sums_.as<double>() + 2, DType::F64, {2}, be.tier());
-  if (layer_order) acts_ = std::make_unique<ActivationStore>(cfg, be, C, ActivationStore::arrays(cfg, tied_head_));
+  // (--sp: this rank's rows of every chunk, C / P of each)
+  if (layer_order) acts_ = std::make_unique<ActivationStore>(cfg, be, Cl, ActivationStore::arrays(cfg, tied_head_));
   for (int64_t l = 0; l < cfg.layers; ++l) bottom_up_.push_back(l), top_down_.push_back(cfg.layers - 1 - l);
   OOMB_CHECK(plan.precision == DType::F32 || plan.precision == DType::BF16, "--precision: {} is not one of fp32, "
              "bf16", dtype_name(plan.precision));

@@ -19,15 +19,17 @@
 namespace oomb {
 
 namespace {
-// Bytes copied between host and device so far by the parameter store (--offload params) and the
-// layer order's activation store (model/sweep_plan counts the same).
+// Bytes copied between host and device so far by the parameter store (--offload params), the
+// layer order's activation store and the offloaded KV cache (--offload kv; model/sweep_plan counts
+// the same).
 struct Moved {
-  int64_t weights = 0, grads = 0, activations = 0;
+  int64_t weights = 0, grads = 0, activations = 0, kv = 0, kv_grads = 0;
 };
 Moved moved(const Model& m) {
   const ParamStore::Traffic& p = m.store().traffic();
   const ActivationStore* a = m.activations();
-  return {p.weights_in, p.grads_in + p.grads_out, a ? a->traffic().in + a->traffic().out : 0};
+  const KVTraffic& k = m.kv_cache().traffic();
+  return {p.weights_in, p.grads_in + p.grads_out, a ? a->traffic().in + a->traffic().out : 0, k.kv(), k.grads()};
 }
 }  // namespace
 
@@ -108,7 +110,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   Dist& dist = o.dist ? *o.dist : single;
   const int64_t dp = dist.options().dp, dp_rank = dist.dp_rank();
   const int zero = dist.size() > 1 ? dist.options().zero : 0;
-  GradSync sync(dist.tensor_world(), model.backend(), model.grads().flat().numel(), zero);
+  GradSync sync(dist.tensor_world(), model.backend(), model.grads().flat().numel(), zero, model.grads().flat().tier);
   OptimShard shard;
   if (zero > 0) shard = {sync.shard(), zero == 2 ? &dist.world() : nullptr};
   Optimizer opt(oc, model.trainable(), model.grads(), model.backend(), shard);
@@ -167,7 +169,8 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
                           {"memory", memory_json()}};
       const Moved m = moved(model);  // bytes the stores copied between host and device in this step
       j["moved"] = {{"weights", m.weights - moved0.weights}, {"grads", m.grads - moved0.grads},
-                    {"activations", m.activations - moved0.activations}};
+                    {"activations", m.activations - moved0.activations}, {"kv", m.kv - moved0.kv},
+                    {"kv_grads", m.kv_grads - moved0.kv_grads}};
       // what the process holds, beside the accountant's figures (libraries, allocator slack, runtimes)
       const ResidentMemory rss = resident_memory();
       j["rss"] = {{"current", rss.current}, {"peak", rss.peak}};

@@ -2,14 +2,19 @@
 // --doc-mask, offload) against the single-rank run of the same windows, which rank 0 also runs.
 // Prints one line per figure ("name value"); exits 1 when a figure exceeds its bound, 0 otherwise.
 //   gradient check  the gradients of one step, summed over the ranks, against the single rank's
+//   --sweep layer   the same step in the chunk order on the same ranks: the same bits (loss and
+//                   every gradient), and the single rank's run in the layer order as above
 //   training check  --steps steps of the trainer (AdamW): every loss and the final weights
 //   memory          this rank's peak per (tier, tag) against its plan; kv and kv_grad against the
 //                   single rank's peaks / sp
 // Faults for test_dist: --skip-reduce (no gradient sum: the check must fail), --die-rank r (rank r
-// exits mid-step), --stall-rank r (rank r sleeps past --dist-timeout).
+// exits mid-step), --stall-rank r (rank r sleeps past --dist-timeout), --layer-fault tied-head (the
+// layer order adds a tied head's gradient in its loss pass: the bits differ from the chunk order's).
+// --tie: the embedding tied to the lm_head.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fmt/format.h>
 #include <iostream>
 #include <sstream>
@@ -33,8 +38,8 @@ namespace {
 struct Args {
   DistOptions dist;
   int64_t seq = 256, chunk = 64, page = 16, steps = 3, accum = 1, kv_heads = 2;
-  std::string arch = "llama", device = "cpu", offload;
-  bool doc_mask = false, skip_reduce = false, sim_device_comm = false;
+  std::string arch = "llama", device = "cpu", offload, sweep = "chunk", layer_fault;
+  bool doc_mask = false, skip_reduce = false, tie = false, sim_device_comm = false;
   int die_rank = -1, stall_rank = -1;
 };
 
@@ -67,6 +72,7 @@ ChunkPlan plan_of(const Args& a, int64_t sp, int64_t ranks, int64_t rank, int ze
   p.offload_kv = a.offload == "kv" || a.offload == "kv,params";
   p.offload_params = a.offload == "params" || a.offload == "kv,params";
   p.sp = sp, p.ranks = ranks, p.rank = rank, p.zero = zero;
+  p.sweep = a.sweep == "layer" ? SweepOrder::Layer : SweepOrder::Chunk;
   p.device_comm = device_comm;
   return p;
 }
@@ -168,6 +174,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", a.device);
   app.add_option("--offload", a.offload);
   app.add_flag("--doc-mask", a.doc_mask);
+  app.add_option("--sweep", a.sweep)->check(CLI::IsMember({"chunk", "layer"}));
+  app.add_flag("--tie", a.tie);
+  app.add_option("--layer-fault", a.layer_fault);
   app.add_flag("--skip-reduce", a.skip_reduce);
   app.add_option("--die-rank", a.die_rank);
   app.add_option("--stall-rank", a.stall_rank);
@@ -184,7 +193,10 @@ int main(int argc, char** argv) {
     Dist dist(a.dist);
     const int R = dist.size(), r = dist.rank();
     const int64_t dp = a.dist.dp, N = a.seq;
-    const ModelConfig cfg = parse_config(testing::tiny_config_json(a.arch, a.kv_heads), "dist_check");
+    nlohmann::json cj = testing::tiny_config_json(a.arch, a.kv_heads);
+    cj["tie_word_embeddings"] = a.tie;
+    const ModelConfig cfg = parse_config(cj, "dist_check");
+    if (!a.layer_fault.empty()) Model::layer_sweep_fault_for_test(a.layer_fault.c_str());
     Windows data(cfg.vocab);
     const uint64_t seed = 7;
     bool ok = true;
@@ -214,9 +226,36 @@ int main(int argc, char** argv) {
       }
       dist.dp().all_reduce_sum(&loss_dist, 1);
       loss_dist /= double(a.accum * dp);
-      GradSync sync(d.tensor_world(), *be, m.grads().flat().numel(), 0);
+      GradSync sync(d.tensor_world(), *be, m.grads().flat().numel(), 0, m.grads().flat().tier);
       if (!a.skip_reduce) sync.reduce(m.grads().flat());
       g_dist = download(m, m.grads().flat());
+    }
+    if (a.sweep == "layer") {  // the same ranks and windows in the chunk order: the same bits
+      auto be = backend(a);
+      Dist d(a.dist, dist.world().split(0, r));
+      attach(d, *be, a);
+      ChunkPlan chunk = plan_of(a, a.dist.sp, R, r, 0, d.device_comm());
+      chunk.sweep = SweepOrder::Chunk;
+      Model m(cfg, *be, chunk, &d.tensor_sp());
+      init(m, seed);
+      m.enable_grads();
+      double loss = 0;
+      for (int64_t i = 0; i < a.accum; ++i) {
+        const int64_t w = i * dp + dist.dp_rank();
+        const LossStats ls = m.forward_backward(
+            [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); }, N,
+            1.0f / float(a.accum * dp));
+        loss += ls.loss_sum / double(ls.targets);
+      }
+      dist.dp().all_reduce_sum(&loss, 1);
+      loss /= double(a.accum * dp);
+      GradSync sync(d.tensor_world(), *be, m.grads().flat().numel(), 0, m.grads().flat().tier);
+      if (!a.skip_reduce) sync.reduce(m.grads().flat());
+      const std::vector<float> g_chunk = download(m, m.grads().flat());
+      double differ = loss == loss_dist ? 0 : 1;
+      for (size_t i = 0; i < g_chunk.size(); ++i) differ += std::memcmp(&g_chunk[i], &g_dist[i], 4) != 0;
+      dist.world().all_reduce_sum(&differ, 1);
+      report("layer_vs_chunk_order_differing", differ, 0);
     }
     if (r == 0) {  // (a backend of its own: its workspace must not count in this rank's peaks below)
       auto be_ref = backend(a);
