@@ -383,9 +383,6 @@ Command add_train(CLI::App& app) {
             a->rank = dist.rank();
             if (!dist.leader()) std::cout.rdbuf(nullptr);  // rank 0 alone prints (errors: every rank)
             dist.check_same_flags(a->ckpt.config_toml);
-            OOMB_CHECK(dist.size() == 1 || a->dist.zero == 0 || !a->ckpt.any(), "--checkpoint-dir / --resume with "
-                       "--zero {}: not supported yet (the moments are sharded; checkpoints work with --zero 0)",
-                       a->dist.zero);
             check_paths(*a);
             auto be = make_backend(a->device, a->device_memory);
             const LoraConfig lora = lora_config(a->lora, a->cmd);
