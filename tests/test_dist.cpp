@@ -3,6 +3,7 @@
 // memory against the plan), and `oomb train`'s refusals and faults with several ranks.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
@@ -257,7 +258,8 @@ void bump_float(const std::filesystem::path& p, int64_t at, float delta) {
 // (OOMB_GRAD_SYNC_PIECE: many pieces on the tiny model), and a resumed run, each rank reading its
 // shard, repeats the uninterrupted run's later losses and files bit for bit. --zero 1's math is
 // --zero 0's bit for bit, so its files are --zero 0's, and a checkpoint resumes under either layout.
-// --zero 2 sums the gradient norm's squares by shard (another order), so its files are its own.
+// --zero 2 sums the gradient norm's squares by shard (another order) and --sp sums the gradients in
+// another order, so their files need not be --zero 0's (printed, not asserted); 4 ranks: --sp 2 --dp 2.
 // Negative controls: one moment changed in the first rank's shard, or the last rank's, and the
 // resumed run's files differ.
 TEST(Dist, CheckpointsWithShardedMoments) {
@@ -270,7 +272,8 @@ TEST(Dist, CheckpointsWithShardedMoments) {
                                       "--save-every 2 --log-every 1 --dp 2", oomb, dir.string(), dir.string());
   const std::string piece = "OOMB_GRAD_SYNC_PIECE=1000";
   auto train = [&](const std::string& flags, const std::string& out, const std::string& resume = "") {
-    const CmdResult r = mpirun(2, fmt::format("{} {} --checkpoint-dir {}/{} --metrics {}/{}.jsonl{}", run, flags,
+    const int np = flags.find("--sp 2") != std::string::npos ? 4 : 2;
+    const CmdResult r = mpirun(np, fmt::format("{} {} --checkpoint-dir {}/{} --metrics {}/{}.jsonl{}", run, flags,
                                               dir.string(), out, dir.string(), out,
                                               resume.empty() ? "" : " --resume " + (dir / resume).string()), piece);
     EXPECT_EQ(r.code, 0) << flags << " " << out << "\n" << r.out;
@@ -283,9 +286,12 @@ TEST(Dist, CheckpointsWithShardedMoments) {
            file(x, step, "optimizer.safetensors") == file(y, step, "optimizer.safetensors");
   };
   train("--zero 0", "z0");
-  for (const char* layout : {"--zero 1", "--zero 2", "--zero 1 --device sim --offload params"}) {
+  for (const char* layout : {"--zero 1", "--zero 2", "--zero 1 --device sim --offload params", "--zero 2 --sp 2"}) {
     SCOPED_TRACE(layout);
-    const std::string u = fmt::format("u{}", layout[7]) + (std::string(layout).size() > 8 ? "sim" : ""), r = u + "r";
+    std::string u = "u";  // "u1", "u1devicesimoffloadparams", ...
+    for (const char* c = layout + 7; *c; ++c)
+      if (std::isalnum(static_cast<unsigned char>(*c))) u += *c;
+    const std::string r = u + "r";
     train(layout, u);
     train(layout, r, u + "/step-000002");
     EXPECT_FALSE(file(u, 4, "optimizer.safetensors").empty());
