@@ -31,7 +31,7 @@ Shard Shard::of(int64_t n, int rank, int ranks) {
 // zero 0 on host memory needs nothing; a device's gradients pass through a piece at a time; a
 // shard's collectives take a piece of every rank's block and this rank's own.
 int64_t GradSync::host_bytes(int64_t n, int ranks, int zero, Tier home) {
-  if (ranks == 1 || (zero == 0 && home != Tier::Device)) return 0;
+  if (ranks == 1 || zero == 3 || (zero == 0 && home != Tier::Device)) return 0;
   if (zero == 0) return std::min(n, grad_sync_piece()) * 4;
   return std::min(Shard::of(n, 0, ranks).block, grad_sync_piece()) * (ranks + 1) * 4;
 }
@@ -46,7 +46,7 @@ GradSync::GradSync(Comm& world, Backend& be, int64_t n, int zero)
 void GradSync::reduce(const Tensor& g) {
   OOMB_CHECK(g.numel() == n_ && g.dtype == DType::F32, "grad sync: expected {} f32 gradients, got {}", n_,
              g.shape_str());
-  if (comm_.size() == 1) return;
+  if (comm_.size() == 1 || zero_ == 3) return;
   char* gd = static_cast<char*>(g.data);
   if (zero_ < 2) {
     if (g.tier != Tier::Device) return comm_.all_reduce_sum(static_cast<float*>(g.data), size_t(n_));
@@ -79,7 +79,7 @@ void GradSync::reduce(const Tensor& g) {
 void GradSync::gather(const Tensor& p) {
   OOMB_CHECK(p.numel() == n_ && p.dtype == DType::F32, "grad sync: expected {} f32 parameters, got {}", n_,
              p.shape_str());
-  if (comm_.size() == 1 || zero_ == 0) return;
+  if (comm_.size() == 1 || zero_ == 0 || zero_ == 3) return;
   const int P = comm_.size();
   const int64_t B = shard_.block, s = std::min(B, grad_sync_piece());
   float* all = stage_.as<float>();

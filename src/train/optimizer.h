@@ -29,7 +29,8 @@ float lr_at(const OptimConfig& c, int64_t step);
 
 // With ZeRO (--zero 1, 2) an optimizer updates only its rank's shard [lo, hi) of the flat buffers
 // and holds moments for that shard alone; norm_comm (zero 2: each rank holds only its shard's
-// gradient sum) adds the shards' squares into the global norm.
+// gradient sum) adds the shards' squares into the global norm. --zero 3: no range (the buffers are
+// the rank's packed shards, model/param_shards.h, updated whole), norm_comm set.
 struct OptimShard {
   Shard range;              // empty (hi = 0): every parameter
   Comm* norm_comm = nullptr;
