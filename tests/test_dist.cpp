@@ -152,8 +152,9 @@ TEST(Dist, ZeroThreeCheckFailsWithoutTheReduceScatter) {
 }
 
 // --zero 3's refusals name the flags; `oomb plan --zero 3` gives one rank's bytes: its pinned
-// weights, gradients and moments half of --zero 0's on two ranks (within 1%).
-TEST(Dist, ZeroThreeRefusalsAndPlan) {
+// weights, gradients and moments half of --zero 0's on two ranks (within 1%); --out saves every
+// rank's shards gathered: the weights of --zero 0's --out within 1e-4, not the initial ones.
+TEST(Dist, ZeroThreeRefusalsPlanAndOut) {
   NEED_MPI();
   const std::string oomb = (binary_dir() / "oomb").string();
   CmdResult r = mpirun(2, oomb + " train --steps 1 --seq-len 128 --dp 2 --zero 3");
@@ -183,6 +184,23 @@ TEST(Dist, ZeroThreeRefusalsAndPlan) {
     std::cout << "oomb plan --dp 2, pinned " << tag << ": --zero 0 " << z0 << " B, --zero 3 " << z3 << " B" << std::endl;
     EXPECT_LE(std::abs(z3 * 2 - z0) / z0, 0.01) << tag;
   }
+  const std::string run = fmt::format("{} train --model {}/m --data {}/tokens.bin --steps 2 --seq-len 128 --chunk-size 64 "
+                                      "--dp 2 --device sim --offload params", oomb, dir.string(), dir.string());
+  for (int z : {0, 3}) {
+    r = mpirun(2, fmt::format("{} --zero {} --out {}/out{}", run, z, dir.string(), z));
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  const ModelConfig cfg = load_config((dir / "m").string());
+  auto weights = [&](const std::string& name) {
+    Params w(cfg, Tier::Host, Tag::IO);
+    load_weights((dir / name).string(), cfg, w);
+    return std::vector<float>(w.flat().as<float>(), w.flat().as<float>() + w.flat().numel());
+  };
+  const double e = rel_error(weights("out3"), weights("out0")), moved = rel_error(weights("out3"), weights("m"));
+  std::cout << "--out after 2 steps, --zero 3 against --zero 0: rel. error " << e << " (against the initial weights "
+            << moved << ")" << std::endl;
+  EXPECT_LE(e, 1e-4);
+  EXPECT_GT(moved, 1e-4);
 }
 
 // On a device the gradients and parameters cross through host staging a piece at a time: pieces of
