@@ -110,6 +110,10 @@ if [ "$phase" != bench ]; then
       '$W/bin/oomb' \$A | grep -o 'loss [0-9.]*' > '$W/loss1.txt' &&
       OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 '$W/bin/oomb' \$A --sp 2 |
       grep -o 'loss [0-9.]*' > '$W/loss2.txt' && cat '$W/loss1.txt' '$W/loss2.txt' && cmp '$W/loss1.txt' '$W/loss2.txt'"
+    # two ranks sharing the one GPU over MPI (host staging): loss, gradients, weights and per-rank
+    # memory against one rank (tests/dist/dist_check.cpp); NCCL needs a GPU per rank
+    step dist_check_gpu_sp2 120 sh -c "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+      mpirun --oversubscribe -np 2 '$W/bin/dist_check' --sp 2 --device cuda --comm mpi"
   else
     echo "dist_mpi_sp2: skipped: the device machine has no mpirun" | tee -a "$OUT/summary.txt"
   fi

@@ -11,6 +11,8 @@
 #include <regex>
 #include <tuple>
 
+#include "backend/backend.h"
+#include "dist/nccl_comm.h"
 #include "hf/checkpoint.h"
 #include "hf/config.h"
 #include "model/params.h"
@@ -214,6 +216,46 @@ TEST(Dist, DeviceStagingInPieces) {
       EXPECT_EQ(figure(r.out, "zero1_vs_zero0_weights_differing"), 0);
     }
   }
+}
+
+// NCCL's code path without NCCL: on --device sim, MPI's group presented as taking device memory.
+// Ulysses packs on the device and sends from device staging, gradients are summed in place and
+// shards staged on the device, and the plan puts that staging in the device's workspace.
+TEST(Dist, DeviceMemoryGroupOnSim) {
+  NEED_MPI();
+  expect_equal_to_single_rank(2, "--sp 2 --device sim --comm sim-device");
+  expect_equal_to_single_rank(4, "--sp 2 --dp 2 --zero 2 --doc-mask --device sim --comm sim-device --offload kv",
+                              "OOMB_GRAD_SYNC_PIECE=1000");
+  for (int z : {0, 1})
+    expect_equal_to_single_rank(2, fmt::format("--dp 2 --zero {} --device sim --comm sim-device", z),
+                                "OOMB_GRAD_SYNC_PIECE=1000");
+}
+
+// One GPU shared by two ranks over the MPI path (host staging): the one-GPU check.
+TEST(Dist, TwoRanksSharingOneGpuOverMpi) {
+  NEED_MPI();
+  std::string why;
+  if (!make_cuda_backend(&why)) GTEST_SKIP() << "no GPU: " << why;
+  expect_equal_to_single_rank(2, "--sp 2 --device cuda --comm mpi");
+  expect_equal_to_single_rank(2, "--dp 2 --zero 2 --device cuda --comm mpi", "OOMB_GRAD_SYNC_PIECE=1000");
+}
+
+// NCCL, GPU to GPU: Ulysses' exchanges packed on the device, gradients summed and shards gathered
+// without host staging. NCCL needs a GPU per rank.
+TEST(Dist, NcclTwoRanksOnTwoGpus) {
+  NEED_MPI();
+  if (const std::string why = nccl_unavailable(2); !why.empty()) GTEST_SKIP() << why;
+  expect_equal_to_single_rank(2, "--sp 2 --device cuda --comm nccl");
+  expect_equal_to_single_rank(2, "--dp 2 --zero 2 --device cuda --comm nccl", "OOMB_GRAD_SYNC_PIECE=1000");
+  expect_equal_to_single_rank(2, "--dp 2 --zero 1 --device cuda --comm nccl");
+}
+
+// --comm nccl where NCCL cannot serve (the CPU backend here): an error naming the flag and why.
+TEST(Dist, NcclRefusedNamingWhy) {
+  NEED_MPI();
+  const CmdResult r = mpirun(2, (binary_dir() / "dist_check").string() + " --sp 2 --comm nccl");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("--comm nccl: the cpu backend is not a GPU's"), std::string::npos) << r.out;
 }
 
 // Negative control: without the gradients' sum over ranks the check must fail.

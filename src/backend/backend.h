@@ -163,6 +163,15 @@ class Backend {
     copy(dst, dst_tier, src, src_tier, bytes);
   }
   virtual void fill_zero_async(void* dst, size_t bytes, Stream s) { fill_zero(dst, bytes); }
+  // rows x width bytes: row i from src + i spitch to dst + i dpitch, both in tier t, on the compute stream
+  virtual void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
+                         Tier t) {
+    for (size_t i = 0; i < rows; ++i)
+      copy(static_cast<char*>(dst) + i * dpitch, t, static_cast<const char*>(src) + i * spitch, t, width);
+  }
+  // The CUDA stream (cudaStream_t) behind s, for a library that issues work on it (NCCL); null on a
+  // backend without one.
+  virtual void* native_stream(Stream s) { return nullptr; }
   virtual std::unique_ptr<Event> new_event() { return std::make_unique<Event>(); }
   virtual void record(Event& e, Stream s) {}             // e marks the work issued on s so far
   virtual void wait(Stream s, const Event& e) {}         // later work on s waits for e (no host wait)

@@ -13,6 +13,8 @@ void add_dist_flags(CLI::App* c, DistOptions& o, bool with_timeout) {
                 "gathered just in time into --offload params' device slots (needs --offload params; no checkpoints "
                 "yet). Checkpoints hold the same files whatever --zero 0..2")
       ->capture_default_str();
+  c->add_option("--comm", o.comm, "What tensors cross ranks over: nccl (GPU to GPU; needs --device cuda, NCCL, a GPU "
+                "per rank), mpi (through host memory), or auto (nccl where it can, else mpi)")->capture_default_str();
   if (with_timeout)
     c->add_option("--dist-timeout", o.timeout_s, "Seconds a collective call waits for the other ranks before the "
                   "run stops with an error naming the call")->capture_default_str();
@@ -24,6 +26,7 @@ void set_dist(const DistOptions& o, int64_t rank, ChunkPlan& plan) {
   plan.ranks = o.sp * o.dp;
   plan.rank = rank;
   plan.zero = o.zero;
+  plan.device_comm = o.comm == "nccl";  // a run decides auto once it sees its GPUs (Dist::attach)
 }
 
 }  // namespace oomb::cli

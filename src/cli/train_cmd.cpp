@@ -49,6 +49,7 @@ struct TrainArgs {
   LoraFlags lora;
   DistOptions dist;
   int64_t rank = 0;  // this process's rank (mpirun)
+  bool device_comm = false;  // the ranks' tensors cross over NCCL (Dist::attach)
   CLI::App* cmd = nullptr;
   bool given(const char* flag) const { return cmd->count(flag) > 0; }
 };
@@ -62,11 +63,15 @@ double peak_flops(const TrainArgs& a) {
   return 0.0;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int64_t device_memory) {
+// local_rank: this process among the ranks on its node; each takes GPU local_rank mod the GPUs visible.
+std::unique_ptr<Backend> make_backend(const std::string& device, int64_t device_memory, int local_rank = 0) {
   OOMB_CHECK(device_memory == 0 || device == "sim", "--device-memory: only for --device sim");
   if (device == "cpu") return make_cpu_backend();
   if (device == "sim") return make_sim_backend(device_memory);
   OOMB_CHECK(device == "cuda", "--device: '{}' is not one of cpu, sim, cuda", device);
+#ifdef OOMB_HAVE_CUDA
+  if (const int gpus = cuda::device_count(); gpus > 1) cuda::use_device(local_rank % gpus);
+#endif
   std::string why;
   auto be = make_cuda_backend(&why);
   OOMB_CHECK(be != nullptr, "--device cuda: {}", why);
@@ -82,6 +87,7 @@ ChunkPlan chunk_plan(const TrainArgs& a, const ModelConfig& cfg, int32_t doc_sep
   set_offload(a.offload, a.offload_group, a.seq_len, p);
   set_sparse(a.sparse, cfg, p);
   set_dist(a.dist, a.rank, p);
+  p.device_comm = a.device_comm;
   return p;
 }
 
@@ -281,7 +287,7 @@ int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
                    full_sequence_reach(cfg, plan, mem.total(), be))
             << std::endl;
   if (a.given("--sweep")) std::cout << sweep << std::endl;
-  Model model(cfg, be, plan, &dist.sp(), &dist.world());
+  Model model(cfg, be, plan, &dist.tensor_sp(), &dist.world());
   with_host_params(model, [&](Params& p) { init_params(p, a.seed); }, true);
   TrainOptions o{a.seq_len, a.steps, a.grad_accum, a.log_every ? a.log_every : 100, a.optim, a.metrics};
   o.dist = &dist;
@@ -384,7 +390,9 @@ Command add_train(CLI::App& app) {
             if (!dist.leader()) std::cout.rdbuf(nullptr);  // rank 0 alone prints (errors: every rank)
             dist.check_same_flags(a->ckpt.config_toml);
             check_paths(*a);
-            auto be = make_backend(a->device, a->device_memory);
+            auto be = make_backend(a->device, a->device_memory, local_rank());
+            dist.attach(*be);
+            a->device_comm = dist.device_comm();
             const LoraConfig lora = lora_config(a->lora, a->cmd);
             OOMB_CHECK(!lora.on() || !(a->model.empty() && a->data.empty()),
                        "--lora-rank / --lora need --model and --data (the built-in demo trains every parameter)");
@@ -417,7 +425,7 @@ Command add_train(CLI::App& app) {
             ckpt.set_dist(&dist);
             OOMB_CHECK(!zero3(plan) || !a->ckpt.any(), "--checkpoint-dir / --resume with --zero 3: not supported yet "
                        "(the weights are sharded too; checkpoints work with --zero 0, 1, 2)");
-            Model model(cfg, *be, plan, &dist.sp(), &dist.world());
+            Model model(cfg, *be, plan, &dist.tensor_sp(), &dist.world());
             o.dist = &dist;
             DType dtype = DType::F32;
             if (ckpt.resuming()) {  // the weights come from the checkpoint (load_checkpoint, when training starts)
@@ -448,7 +456,7 @@ Command add_train(CLI::App& app) {
             if (dist.size() > 1)  // the ranks' layout, once (rank 0 alone prints)
               std::cout << fmt::format("{} ranks ({}): --sp {} x --dp {}{}; each rank holds {} of every chunk's {} "
                                        "tokens, {} of {} heads and {} of {} kv heads in attention", dist.size(),
-                                       dist.world().name(), a->dist.sp, a->dist.dp,
+                                       dist.device_comm() ? "tensors over nccl" : dist.world().name(), a->dist.sp, a->dist.dp,
                                        a->dist.zero ? fmt::format(", --zero {}", a->dist.zero) : "",
                                        plan.chunk / plan.sp, plan.chunk, cfg.heads / plan.sp, cfg.heads,
                                        cfg.kv_heads / plan.sp, cfg.kv_heads)

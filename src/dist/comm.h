@@ -1,6 +1,6 @@
 // Collective communication between the ranks of a run (design: shared/DESIGN.md; issue: many GPUs).
-// A Comm is a group of ranks; every call is collective over the group, on host memory, and
-// returns when this rank's part is done. An implementation runs on an existing engine: MPI (Open
+// A Comm is a group of ranks; every call is collective over the group, on host memory (or, where
+// on_device(), on the backend's device memory: NCCL), and returns when this rank's part is done. An implementation runs on an existing engine: MPI (Open
 // MPI) between processes; the single-rank group costs nothing. A call that does not finish within
 // the group's timeout throws, naming the call, its size and the rank (a rank that died or stalls,
 // or ranks that disagree on their flags, never hang a run).
@@ -30,7 +30,9 @@ class Comm {
   virtual void barrier() = 0;
   // The ranks with the same color, ordered by key (MPI_Comm_split).
   virtual std::unique_ptr<Comm> split(int color, int key) = 0;
-  virtual std::string name() const = 0;  // "mpi", "single"
+  virtual std::string name() const = 0;  // "mpi", "single", "nccl"
+  // The calls take device memory, ordered after the work on the backend's compute stream (NCCL).
+  virtual bool on_device() const { return false; }
 };
 
 // One rank alone: every collective is a copy or nothing.

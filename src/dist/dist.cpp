@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "dist/mpi_comm.h"
+#include "dist/nccl_comm.h"
 
 namespace oomb {
 
@@ -15,7 +16,17 @@ void check_dist_options(const DistOptions& o) {
   OOMB_CHECK(o.dp >= 1, "--dp: must be at least 1, got {}", o.dp);
   OOMB_CHECK(o.zero >= 0 && o.zero <= 3, "--zero: {} is not one of 0, 1, 2, 3", o.zero);
   OOMB_CHECK(o.timeout_s > 0, "--dist-timeout: must be positive, got {}", o.timeout_s);
+  OOMB_CHECK(o.comm == "auto" || o.comm == "mpi" || o.comm == "nccl", "--comm: '{}' is not one of auto, mpi, nccl",
+             o.comm);
 }
+
+static int env_int(std::initializer_list<const char*> keys, int otherwise) {
+  for (const char* k : keys)
+    if (const char* v = std::getenv(k)) return std::atoi(v);
+  return otherwise;
+}
+int local_rank() { return env_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0); }
+int local_ranks() { return env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1); }
 
 // Open MPI's, PMIx's and Slurm's (PMI) markers of a rank a launcher started; one definition for
 // builds with and without MPI.
@@ -44,7 +55,31 @@ Dist::Dist(const DistOptions& o, std::unique_ptr<Comm> world) : o_(o), world_(st
   make_groups();
 }
 
-Dist::~Dist() = default;
+Dist::~Dist() {  // the NCCL groups before the MPI groups they were started over
+  dev_sp_.reset();
+  dev_world_.reset();
+}
+
+void Dist::attach(Backend& be) {
+  if (size() == 1 || o_.comm == "mpi" || (o_.comm == "auto" && be.name() != "cuda")) return;
+  std::string why = be.name() != "cuda" ? fmt::format("the {} backend is not a GPU's (NCCL needs --device cuda)",
+                                                      be.name())
+                                        : nccl_unavailable(local_ranks());
+  double unable = why.empty() ? 0.0 : 1.0;
+  world_->all_reduce_max(&unable, 1);  // every rank decides the same
+  if (unable > 0) {
+    if (o_.comm == "auto") return;
+    fail("--comm nccl: {}", why.empty() ? "another rank cannot use NCCL (it names why)" : why);
+  }
+  use_device_comm(nccl_comm(*world_, be, o_.timeout_s));
+}
+
+void Dist::use_device_comm(std::unique_ptr<Comm> world) {
+  OOMB_CHECK(world->on_device() && world->size() == size() && world->rank() == rank(),
+             "dist: a device group must hold this run's ranks in order");
+  dev_world_ = std::move(world);
+  dev_sp_ = dev_world_->split(dp_rank(), sp_rank());
+}
 
 void Dist::make_groups() {
   sp_ = world_->split(dp_rank(), sp_rank());

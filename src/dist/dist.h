@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/backend.h"
 #include "dist/comm.h"
 
 namespace oomb {
@@ -14,10 +15,15 @@ struct DistOptions {
   int64_t dp = 1;            // --dp: sequences in parallel (gradients averaged)
   int zero = 0;              // --zero 0..3: optimizer state (1), gradients (2), parameters (3) sharded over every rank
   double timeout_s = 300;    // --dist-timeout: seconds before a collective call gives up
+  std::string comm = "auto"; // --comm auto|mpi|nccl: what the tensors cross ranks over
 };
 
-// Checks the flags alone (sp, dp >= 1, zero in 0..3): errors name the flag.
+// Checks the flags alone (sp, dp >= 1, zero in 0..3, comm): errors name the flag.
 void check_dist_options(const DistOptions& o);
+// This process among the ranks on its node, from the launcher's environment (Open MPI, MPICH,
+// Slurm); 0 and 1 without one.
+int local_rank();
+int local_ranks();
 
 class Dist {
  public:
@@ -39,6 +45,18 @@ class Dist {
   Comm& world() { return *world_; }
   Comm& sp() { return *sp_; }
   Comm& dp() { return *dp_; }
+  // Once the backend exists: the groups the tensors (Ulysses' exchanges, gradients, shards) cross
+  // ranks over. With --comm nccl, or auto on CUDA where NCCL is built and loads and every rank on a
+  // node has its own GPU: NCCL groups on device memory; otherwise the MPI groups (host staging).
+  // Every rank decides the same: one rank unable makes auto fall back everywhere, and nccl fail
+  // everywhere naming why.
+  void attach(Backend& be);
+  // The tensors over `world`, a group on device memory: attach's NCCL group, or in tests MPI's
+  // presented as one on --device sim (whose device memory the host can read).
+  void use_device_comm(std::unique_ptr<Comm> world);
+  Comm& tensor_world() { return dev_world_ ? *dev_world_ : *world_; }
+  Comm& tensor_sp() { return dev_sp_ ? *dev_sp_ : *sp_; }
+  bool device_comm() const { return dev_world_ != nullptr; }
   // Every rank runs with the same flags: `text` (the resolved flags, one per line) from each rank is
   // compared with rank 0's; a difference is an error on every rank naming the first line that differs.
   void check_same_flags(const std::string& text);
@@ -47,6 +65,7 @@ class Dist {
   void make_groups();
   DistOptions o_;
   std::unique_ptr<Comm> world_, sp_, dp_;
+  std::unique_ptr<Comm> dev_world_, dev_sp_;  // NCCL (attach)
 };
 
 }  // namespace oomb

@@ -28,19 +28,28 @@ Shard Shard::of(int64_t n, int rank, int ranks) {
   return s;
 }
 
-// zero 0 on host memory needs nothing; a device's gradients pass through a piece at a time; a
-// shard's collectives take a piece of every rank's block and this rank's own.
-int64_t GradSync::host_bytes(int64_t n, int ranks, int zero, Tier home) {
-  if (ranks == 1 || zero == 3 || (zero == 0 && home != Tier::Device)) return 0;
+// zero 0 where the group reads the gradients' memory needs nothing; a device's gradients pass
+// through a piece at a time; a shard's collectives take a piece of every rank's block and this
+// rank's own.
+static int64_t staging_bytes(int64_t n, int ranks, int zero, Tier home, bool device_comm) {
+  const bool direct = home != Tier::Device || device_comm;
+  if (ranks == 1 || zero == 3 || (zero == 0 && direct)) return 0;
   if (zero == 0) return std::min(n, grad_sync_piece()) * 4;
   return std::min(Shard::of(n, 0, ranks).block, grad_sync_piece()) * (ranks + 1) * 4;
 }
+int64_t GradSync::host_bytes(int64_t n, int ranks, int zero, Tier home, bool device_comm) {
+  return device_comm ? 0 : staging_bytes(n, ranks, zero, home, false);
+}
+int64_t GradSync::device_bytes(int64_t n, int ranks, int zero, bool device_comm) {
+  return device_comm ? staging_bytes(n, ranks, zero, Tier::Device, true) : 0;
+}
 
 GradSync::GradSync(Comm& world, Backend& be, int64_t n, int zero)
-    : comm_(world), be_(be), n_(n), zero_(zero), shard_(Shard::of(n, world.rank(), world.size())) {
+    : comm_(world), be_(be), n_(n), zero_(zero), shard_(Shard::of(n, world.rank(), world.size())),
+      st_(world.on_device() ? Tier::Device : Tier::Host) {
   if (zero == 0) shard_ = {0, n, n};
-  if (const int64_t b = host_bytes(n, world.size(), zero, be.tier()); b > 0)
-    stage_ = Buffer(Tier::Host, Tag::Workspace, size_t(b));
+  if (const int64_t b = staging_bytes(n, world.size(), zero, be.tier(), world.on_device()); b > 0)
+    stage_ = Buffer(st_, Tag::Workspace, size_t(b));
 }
 
 void GradSync::reduce(const Tensor& g) {
@@ -49,7 +58,8 @@ void GradSync::reduce(const Tensor& g) {
   if (comm_.size() == 1 || zero_ == 3) return;
   char* gd = static_cast<char*>(g.data);
   if (zero_ < 2) {
-    if (g.tier != Tier::Device) return comm_.all_reduce_sum(static_cast<float*>(g.data), size_t(n_));
+    if (g.tier != Tier::Device || comm_.on_device())
+      return comm_.all_reduce_sum(static_cast<float*>(g.data), size_t(n_));
     for (int64_t at = 0; at < n_; at += grad_sync_piece()) {
       const size_t bytes = size_t(std::min(grad_sync_piece(), n_ - at)) * 4;
       be_.copy(stage_.data(), Tier::Host, gd + at * 4, g.tier, bytes);
@@ -67,12 +77,17 @@ void GradSync::reduce(const Tensor& g) {
     const int64_t len = std::min(s, B - o);
     for (int j = 0; j < P; ++j) {
       const int64_t lo = std::min(n_, j * B + o), hi = std::min(n_, j * B + o + len);
-      if (hi > lo) be_.copy(send + j * len, Tier::Host, gd + lo * 4, g.tier, size_t(hi - lo) * 4);
-      std::fill(send + j * len + (hi - lo), send + (j + 1) * len, 0.0f);
+      if (hi > lo) be_.copy(send + j * len, st_, gd + lo * 4, g.tier, size_t(hi - lo) * 4);
+      if (hi - lo < len) {  // past the end of the last shard: zeros
+        float* pad = send + j * len + std::max<int64_t>(hi - lo, 0);
+        const size_t bytes = size_t(len - std::max<int64_t>(hi - lo, 0)) * 4;
+        if (st_ == Tier::Host) std::memset(pad, 0, bytes);
+        else be_.fill_zero(pad, bytes);
+      }
     }
     comm_.reduce_scatter_sum(send, mine, size_t(len));
     const int64_t lo = std::min(shard_.hi, shard_.lo + o), hi = std::min(shard_.hi, shard_.lo + o + len);
-    if (hi > lo) be_.copy(gd + lo * 4, g.tier, mine, Tier::Host, size_t(hi - lo) * 4);
+    if (hi > lo) be_.copy(gd + lo * 4, g.tier, mine, st_, size_t(hi - lo) * 4);
   }
 }
 
@@ -88,11 +103,11 @@ void GradSync::gather(const Tensor& p) {
   for (int64_t o = 0; o < B; o += s) {
     const int64_t len = std::min(s, B - o);
     const int64_t lo = std::min(shard_.hi, shard_.lo + o), hi = std::min(shard_.hi, shard_.lo + o + len);
-    if (hi > lo) be_.copy(mine, Tier::Host, pd + lo * 4, p.tier, size_t(hi - lo) * 4);
+    if (hi > lo) be_.copy(mine, st_, pd + lo * 4, p.tier, size_t(hi - lo) * 4);
     comm_.all_gather(mine, all, size_t(len) * 4);
     for (int j = 0; j < P; ++j) {
       const int64_t a = std::min(n_, j * B + o), b = std::min(n_, j * B + o + len);
-      if (b > a && j != comm_.rank()) be_.copy(pd + a * 4, p.tier, all + j * len, Tier::Host, size_t(b - a) * 4);
+      if (b > a && j != comm_.rank()) be_.copy(pd + a * 4, p.tier, all + j * len, st_, size_t(b - a) * 4);
     }
   }
 }

@@ -1,6 +1,6 @@
 // The collectives of an optimizer step over every rank, on the flat parameter and gradient
 // buffers in a backend's memory (host memory directly; a device's through host staging, tag
-// workspace):
+// workspace, or directly and on device staging when the group reads device memory, NCCL):
 //   --zero 0  gradients summed over every rank (the sp ranks' partial sums, the dp ranks' sequences);
 //   --zero 1  the same, then each rank updates its shard and the shards are gathered;
 //   --zero 2  gradients reduce-scattered: each rank receives only its shard's sum;
@@ -25,8 +25,10 @@ int64_t grad_sync_piece();  // floats per staged collective call
 class GradSync {
  public:
   GradSync(Comm& world, Backend& be, int64_t n, int zero);
-  // Host bytes (tag workspace) of the staging for n elements over P ranks.
-  static int64_t host_bytes(int64_t n, int ranks, int zero, Tier home);
+  // Host and device bytes (tag workspace) of the staging for n elements over P ranks; device_comm:
+  // the group reads device memory (NCCL).
+  static int64_t host_bytes(int64_t n, int ranks, int zero, Tier home, bool device_comm = false);
+  static int64_t device_bytes(int64_t n, int ranks, int zero, bool device_comm);
   const Shard& shard() const { return shard_; }
   // grads (n): the sum over ranks (zero 0, 1), or at [lo, hi) this rank's shard of it (zero 2).
   void reduce(const Tensor& grads);
@@ -39,6 +41,7 @@ class GradSync {
   int64_t n_;
   int zero_;
   Shard shard_;
+  Tier st_;       // the staging's memory: the host's, or the device's for a group on device memory
   Buffer stage_;  // (P * block) floats: a device's or a padded copy
 };
 

@@ -7,15 +7,18 @@
 namespace oomb {
 
 SeqParallel::SeqParallel(Comm& comm, Backend& be, int64_t max_elems)
-    : comm_(comm), be_(be), host_(be.tier() == Tier::Host) {
+    : comm_(comm), be_(be), host_(be.tier() == Tier::Host), device_(comm.on_device()) {
   if (comm.size() == 1) return;
-  a_ = Buffer(Tier::Host, Tag::Workspace, size_t(max_elems) * 4);
-  if (!host_) b_ = Buffer(Tier::Host, Tag::Workspace, size_t(max_elems) * 4);
+  a_ = Buffer(device_ ? Tier::Device : Tier::Host, Tag::Workspace, size_t(max_elems) * 4);
+  if (!host_ && !device_) b_ = Buffer(Tier::Host, Tag::Workspace, size_t(max_elems) * 4);
 }
 
-int64_t SeqParallel::host_bytes(int64_t max_elems, int64_t P, Tier backend_tier) {
-  if (P == 1) return 0;
+int64_t SeqParallel::host_bytes(int64_t max_elems, int64_t P, Tier backend_tier, bool device_comm) {
+  if (P == 1 || device_comm) return 0;
   return (backend_tier == Tier::Host ? 1 : 2) * max_elems * 4;
+}
+int64_t SeqParallel::device_bytes(int64_t max_elems, int64_t P, bool device_comm) {
+  return P > 1 && device_comm ? max_elems * 4 : 0;
 }
 
 namespace {
@@ -49,6 +52,17 @@ void unpack(const char* recv, char* loc, const Split& s) {
       std::memcpy(loc + (size_t(i) * size_t(s.P) + size_t(j)) * s.piece(),
                   recv + size_t(j) * s.block() + size_t(i) * s.piece(), s.piece());
 }
+// The same two on the device's memory: one strided copy per rank's block.
+void pack_on(Backend& be, const char* loc, char* send, const Split& s) {
+  for (int64_t j = 0; j < s.P; ++j)
+    be.copy_rows(send + size_t(j) * s.block(), s.piece(), loc + size_t(j) * s.piece(), size_t(s.P) * s.piece(),
+                 s.piece(), size_t(s.t), Tier::Device);
+}
+void unpack_on(Backend& be, const char* recv, char* loc, const Split& s) {
+  for (int64_t j = 0; j < s.P; ++j)
+    be.copy_rows(loc + size_t(j) * s.piece(), size_t(s.P) * s.piece(), recv + size_t(j) * s.block(), s.piece(),
+                 s.piece(), size_t(s.t), Tier::Device);
+}
 }  // namespace
 
 void SeqParallel::to_heads(const Tensor& loc, Tensor& att) {
@@ -59,6 +73,11 @@ void SeqParallel::to_heads(const Tensor& loc, Tensor& att) {
   }
   OOMB_CHECK(loc.bytes() <= a_.bytes(), "sp to_heads: {} bytes exceed the staging's {}", loc.bytes(), a_.bytes());
   char* A = static_cast<char*>(a_.data());
+  if (device_) {  // NCCL: packed on the device, sent GPU to GPU
+    pack_on(be_, static_cast<const char*>(loc.data), A, s);
+    comm_.all_to_all(A, att.data, s.block());
+    return;
+  }
   if (host_) {
     pack(static_cast<const char*>(loc.data), A, s);
     comm_.all_to_all(A, att.data, s.block());
@@ -79,6 +98,11 @@ void SeqParallel::to_tokens(const Tensor& att, Tensor& loc) {
   }
   OOMB_CHECK(att.bytes() <= a_.bytes(), "sp to_tokens: {} bytes exceed the staging's {}", att.bytes(), a_.bytes());
   char* A = static_cast<char*>(a_.data());
+  if (device_) {
+    comm_.all_to_all(att.data, A, s.block());
+    unpack_on(be_, A, static_cast<char*>(loc.data), s);
+    return;
+  }
   if (host_) {
     comm_.all_to_all(att.data, A, s.block());
     unpack(A, static_cast<char*>(loc.data), s);

@@ -2,7 +2,8 @@
 // P ranks sharing a chunk of T tokens: outside attention rank r holds tokens [r T/P, (r+1) T/P)
 // with every head; attention takes all T tokens with heads [r h/P, (r+1) h/P). One all-to-all
 // switches between the two. Tensors live in the backend's memory; MPI reads host memory, so a
-// device backend's tensors pass through host staging (tag workspace).
+// device backend's tensors pass through host staging (tag workspace); a group on device memory
+// (NCCL) takes them from a device staging buffer, packed there by strided copies.
 #pragma once
 #include "backend/backend.h"
 #include "core/memory.h"
@@ -14,8 +15,10 @@ class SeqParallel {
  public:
   // Staging for tensors of up to max_elems f32 elements.
   SeqParallel(Comm& comm, Backend& be, int64_t max_elems);
-  // Host bytes (tag workspace) of the staging: one buffer on a host backend, two on a device.
-  static int64_t host_bytes(int64_t max_elems, int64_t P, Tier backend_tier);
+  // Host bytes (tag workspace) of the staging: one buffer on a host backend, two on a device, none
+  // for a group on device memory; device bytes: that group's one buffer.
+  static int64_t host_bytes(int64_t max_elems, int64_t P, Tier backend_tier, bool device_comm = false);
+  static int64_t device_bytes(int64_t max_elems, int64_t P, bool device_comm);
   int64_t size() const { return comm_.size(); }
   int64_t rank() const { return comm_.rank(); }
   Comm& comm() { return comm_; }
@@ -28,7 +31,8 @@ class SeqParallel {
  private:
   Comm& comm_;
   Backend& be_;
-  bool host_;  // the backend's memory is host memory
+  bool host_;    // the backend's memory is host memory
+  bool device_;  // the group reads device memory (NCCL)
   Buffer a_, b_;
 };
 

@@ -57,6 +57,8 @@ struct ChunkPlan {
   // moments only (dist/grad_sync.h), and the gradient collectives stage through host memory.
   int64_t ranks = 1, rank = 0;
   int zero = 0;
+  // the tensors cross ranks over a group on device memory (NCCL): device staging, none on the host
+  bool device_comm = false;
 };
 
 // --zero 3 on several ranks: masters, gradients and moments sharded per parameter range

@@ -21,6 +21,9 @@
 #include "dist/dist.h"
 #include "dist/grad_sync.h"
 #include "dist/mpi_comm.h"
+#ifdef OOMB_HAVE_CUDA
+#include "backend/cuda/cuda_device.h"
+#endif
 #include "model/init.h"
 #include "model/param_shards.h"
 #include "model_fixture.h"
@@ -34,7 +37,7 @@ struct Args {
   DistOptions dist;
   int64_t seq = 256, chunk = 64, page = 16, steps = 3, accum = 1, kv_heads = 2;
   std::string arch = "llama", device = "cpu", offload;
-  bool doc_mask = false, skip_reduce = false;
+  bool doc_mask = false, skip_reduce = false, sim_device_comm = false;
   int die_rank = -1, stall_rank = -1;
 };
 
@@ -59,7 +62,7 @@ class Windows final : public TokenSource {
   int64_t vocab_;
 };
 
-ChunkPlan plan_of(const Args& a, int64_t sp, int64_t ranks, int64_t rank, int zero) {
+ChunkPlan plan_of(const Args& a, int64_t sp, int64_t ranks, int64_t rank, int zero, bool device_comm = false) {
   ChunkPlan p;
   p.chunk = a.chunk;
   p.page_size = a.page;
@@ -67,10 +70,54 @@ ChunkPlan plan_of(const Args& a, int64_t sp, int64_t ranks, int64_t rank, int ze
   p.offload_kv = a.offload == "kv" || a.offload == "kv,params";
   p.offload_params = a.offload == "params" || a.offload == "kv,params";
   p.sp = sp, p.ranks = ranks, p.rank = rank, p.zero = zero;
+  p.device_comm = device_comm;
   return p;
 }
 
-std::unique_ptr<Backend> backend(const Args& a) { return a.device == "sim" ? make_sim_backend() : make_cpu_backend(); }
+// A group's calls presented as taking device memory (Comm::on_device): with --device sim, whose
+// device memory the host reads, MPI's group takes NCCL's code path (device staging, strided packs,
+// the plan's device bytes) without NCCL. --comm sim-device.
+class OnDevice final : public Comm {
+ public:
+  explicit OnDevice(std::unique_ptr<Comm> c) : c_(std::move(c)) {}
+  int rank() const override { return c_->rank(); }
+  int size() const override { return c_->size(); }
+  bool on_device() const override { return true; }
+  std::string name() const override { return c_->name() + " (as on device)"; }
+  void all_to_all(const void* s, void* r, size_t b) override { c_->all_to_all(s, r, b); }
+  void all_gather(const void* s, void* r, size_t b) override { c_->all_gather(s, r, b); }
+  void all_reduce_sum(float* d, size_t n) override { c_->all_reduce_sum(d, n); }
+  void all_reduce_sum(double* d, size_t n) override { c_->all_reduce_sum(d, n); }
+  void all_reduce_max(double* d, size_t n) override { c_->all_reduce_max(d, n); }
+  void reduce_scatter_sum(const float* s, float* r, size_t n) override { c_->reduce_scatter_sum(s, r, n); }
+  void broadcast(void* d, size_t b, int root) override { c_->broadcast(d, b, root); }
+  void barrier() override { c_->barrier(); }
+  std::unique_ptr<Comm> split(int color, int key) override {
+    return std::make_unique<OnDevice>(c_->split(color, key));
+  }
+
+ private:
+  std::unique_ptr<Comm> c_;
+};
+
+// The tensors of a run over --comm: attach's choice, or MPI's group as on device (sim-device).
+void attach(Dist& d, Backend& be, const Args& a) {
+  if (a.sim_device_comm) return d.use_device_comm(std::make_unique<OnDevice>(d.world().split(0, d.rank())));
+  d.attach(be);
+}
+
+// cpu, sim, or cuda (each rank on GPU local rank mod the GPUs visible)
+std::unique_ptr<Backend> backend(const Args& a) {
+  if (a.device == "sim") return make_sim_backend();
+  if (a.device != "cuda") return make_cpu_backend();
+#ifdef OOMB_HAVE_CUDA
+  if (const int gpus = cuda::device_count(); gpus > 1) cuda::use_device(local_rank() % gpus);
+#endif
+  std::string why;
+  auto be = make_cuda_backend(&why);
+  OOMB_CHECK(be != nullptr, "--device cuda: {}", why);
+  return be;
+}
 
 void init(Model& m, uint64_t seed) {
   Params host(m.config(), Tier::Host, Tag::IO);
@@ -121,6 +168,7 @@ int main(int argc, char** argv) {
   app.add_option("--dp", a.dist.dp);
   app.add_option("--zero", a.dist.zero);
   app.add_option("--dist-timeout", a.dist.timeout_s);
+  app.add_option("--comm", a.dist.comm);
   app.add_option("--seq-len", a.seq);
   app.add_option("--chunk-size", a.chunk);
   app.add_option("--page-size", a.page);
@@ -135,6 +183,14 @@ int main(int argc, char** argv) {
   app.add_option("--die-rank", a.die_rank);
   app.add_option("--stall-rank", a.stall_rank);
   CLI11_PARSE(app, argc, argv);
+  if (a.dist.comm == "sim-device") {
+    a.sim_device_comm = true;
+    a.dist.comm = "mpi";
+    if (a.device != "sim") {
+      std::cerr << "dist_check: --comm sim-device needs --device sim" << std::endl;
+      return 2;
+    }
+  }
   try {
     Dist dist(a.dist);
     const int R = dist.size(), r = dist.rank();
@@ -155,7 +211,9 @@ int main(int argc, char** argv) {
     double loss_dist = 0, loss_ref = 0;
     {
       auto be = backend(a);  // each run its own backend, so that its workspace counts in its own peaks only
-      Model m(cfg, *be, plan_of(a, a.dist.sp, R, r, z3 ? 3 : 0), &dist.sp(), &dist.world());
+      Dist d(a.dist, dist.world().split(0, r));  // the same ranks, their tensors over --comm on this backend
+      attach(d, *be, a);
+      Model m(cfg, *be, plan_of(a, a.dist.sp, R, r, z3 ? 3 : 0, d.device_comm()), &d.tensor_sp(), &d.world());
       init(m, seed);
       m.enable_grads();
       for (int64_t i = 0; i < a.accum; ++i) {
@@ -169,9 +227,9 @@ int main(int argc, char** argv) {
       }
       dist.dp().all_reduce_sum(&loss_dist, 1);
       loss_dist /= double(a.accum * dp);
-      GradSync sync(dist.world(), *be, m.grads().flat().numel(), 0);
+      GradSync sync(d.tensor_world(), *be, m.grads().flat().numel(), 0);
       if (!a.skip_reduce && !z3) sync.reduce(m.grads().flat());  // (--zero 3: the store reduced them)
-      g_dist = whole(m, m.grads().flat(), dist.world());
+      g_dist = whole(m, m.grads().flat(), d.world());
     }
     if (r == 0) {  // (a backend of its own: its workspace must not count in this rank's peaks below)
       auto be_ref = backend(a);
@@ -204,11 +262,12 @@ int main(int argc, char** argv) {
     MemoryPlan planned;
     auto train_dist = [&](int zero, std::vector<double>* ls, std::vector<float>* w, bool measure) {
       auto be_run = backend(a);
-      const ChunkPlan p = plan_of(a, a.dist.sp, R, r, zero);
       DistOptions o_zero = a.dist;
       o_zero.zero = zero;
       Dist d(o_zero, dist.world().split(0, r));  // the same ranks, this run's --zero
-      Model m(cfg, *be_run, p, &d.sp(), &d.world());
+      attach(d, *be_run, a);
+      const ChunkPlan p = plan_of(a, a.dist.sp, R, r, zero, d.device_comm());
+      Model m(cfg, *be_run, p, &d.tensor_sp(), &d.world());
       init(m, seed);
       TrainOptions o{N, a.steps, a.accum, 1000, oc, ""};
       o.dist = &d;
@@ -236,7 +295,7 @@ int main(int argc, char** argv) {
     dist.world().all_reduce_sum(&mismatches, 1);
     report("plan_mismatches", mismatches, 0);
     // this rank's kv, kv_grad and optimizer bytes, for rank 0 to set beside the single rank's
-    const Tier dev = a.device == "sim" ? Tier::Device : Tier::Host, kv_home = a.offload.find("kv") != std::string::npos ? Tier::Pinned : dev;
+    const Tier dev = a.device != "cpu" ? Tier::Device : Tier::Host, kv_home = a.offload.find("kv") != std::string::npos ? Tier::Pinned : dev;
     const Tier opt_home = a.offload.find("params") != std::string::npos ? Tier::Pinned : dev;
     std::vector<double> mine = {double(measured.b[size_t(kv_home)][size_t(Tag::KV)]),
                                 double(measured.b[size_t(kv_home)][size_t(Tag::KVGrad)]),

@@ -20,6 +20,20 @@ bool device_available(std::string* why) {
   return true;
 }
 
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+void use_device(int index) {
+  const cudaError_t e = cudaSetDevice(index);
+  OOMB_CHECK(e == cudaSuccess, "cudaSetDevice({}) failed: {}", index, cudaGetErrorString(e));
+}
+
 // Zero-filled, as host buffers are (gradients and optimizer moments rely on it).
 static void* device_alloc(size_t bytes) {
   void* p = nullptr;

@@ -5,6 +5,8 @@
 
 namespace oomb::cuda {
 bool device_available(std::string* why);  // false with the reason when no GPU can be used
+int device_count();                       // GPUs visible (0 when none or no driver)
+void use_device(int index);               // this process's GPU from now on (before any other CUDA call)
 void install_device_allocator();          // Buffer(Tier::Device, ...) allocates with cudaMalloc
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
