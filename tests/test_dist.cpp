@@ -129,13 +129,15 @@ TEST(Dist, CombinedSpDpZeroChunkedOffloadParams) {
 // pieces of 1000 floats: the loss and every gradient (every rank's shards gathered) within 1e-6 of
 // the single rank's, AdamW's losses and weights as for the other layouts, every rank's peaks per
 // (tier, tag) its plan, and each rank's pinned weights, gradients and moments 1/P of the single
-// rank's within 1% (each range's shard is rounded up to 16 floats).
+// rank's within 1% (each range's shard is rounded up to 16 floats); with the tensors' group on
+// device memory (NCCL's path, --comm sim-device) too, the layers' gathers staying on the MPI world.
 TEST(Dist, ZeroThree) {
   NEED_MPI();
   for (const auto& [np, args] :
        {std::pair{2, "--dp 2 --grad-accum 2 --zero 3 --device sim --offload params"},
         {2, "--sp 2 --zero 3 --device sim --offload params"},
-        {4, "--sp 2 --dp 2 --zero 3 --doc-mask --device sim --offload kv,params"}}) {
+        {4, "--sp 2 --dp 2 --zero 3 --doc-mask --device sim --offload kv,params"},
+        {2, "--sp 2 --zero 3 --device sim --offload params --comm sim-device"}}) {
     const CmdResult r = expect_equal_to_single_rank(np, args, "OOMB_GRAD_SYNC_PIECE=1000");
     EXPECT_LE(figure(r.out, "optimizer_per_rank_vs_single_over_ranks"), 0.01) << r.out;
     EXPECT_GE(figure(r.out, "weights_grads_per_rank_vs_single_over_ranks"), 0) << r.out;
