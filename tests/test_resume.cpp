@@ -139,6 +139,50 @@ TEST(Resume, FromEveryCheckpointEqualsTheUninterruptedRun) {
             << std::endl;
 }
 
+// A LoRA run's checkpoints hold its trainable set as a PEFT adapter directory (not the frozen base)
+// and the adapters' moments; resumed from each, every later step and the final adapter equal the
+// uninterrupted run's bit for bit. Another base, or the LoRA flags left off, is refused, named.
+TEST(Resume, LoraCheckpointsHoldTheAdapterAndResumeBitForBit) {
+  const auto dir = temp_dir();
+  make_inputs(dir);
+  const std::string d = dir.string(),
+                    train = train_args(dir, 6) + " --lora-rank 4 --lora-alpha 8 --lora-targets q,v,down "
+                                                 "--train-embeddings-norms";
+  CmdResult r = oomb_cmd(dir, train + fmt::format(" --checkpoint-dir {0}/ck --save-every 2 --metrics {0}/ref.jsonl "
+                                                  "--out {0}/ref", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto ref = read_metrics(dir / "ref.jsonl");
+  ASSERT_EQ(ref.size(), 6u);
+  const fs::path ck2 = dir / "ck" / checkpoint_name(2);
+  for (const char* f : {"adapter_config.json", "adapter_model.safetensors", "optimizer.safetensors", "state.json"})
+    EXPECT_TRUE(fs::exists(ck2 / f)) << f;
+  EXPECT_FALSE(fs::exists(ck2 / "model.safetensors")) << "the frozen base is --model's, not the checkpoint's";
+  for (int k : {2, 4}) {
+    SCOPED_TRACE(fmt::format("resumed from step {}", k));
+    const fs::path ck = dir / "ck" / checkpoint_name(k);
+    r = oomb_cmd(dir, train + fmt::format(" --resume {} --metrics {}/r{}.jsonl --out {}/r{}", ck.string(), d, k, d, k));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto got = read_metrics(dir / fmt::format("r{}.jsonl", k));
+    EXPECT_EQ(got.size(), size_t(6 - k));
+    expect_same_steps(got, ref, "resumed LoRA run");
+    EXPECT_TRUE(same_file(dir / fmt::format("r{}", k) / "adapter_model.safetensors",
+                          dir / "ref" / "adapter_model.safetensors"));
+  }
+  // control: the adapter changed between checkpoints (the equality above is not of untouched files)
+  EXPECT_FALSE(same_file(ck2 / "adapter_model.safetensors", dir / "ck" / checkpoint_name(4) / "adapter_model.safetensors"));
+  // another base of the same shape
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --seed 6 --out {}/m2", d)).code, 0);
+  std::string other = train;
+  other.replace(other.find(d + "/m "), d.size() + 3, d + "/m2 ");
+  r = oomb_cmd(dir, other + fmt::format(" --resume {}", ck2.string()));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("holds other base weights than the run that wrote it"));
+  // the LoRA flags left off
+  r = oomb_cmd(dir, train_args(dir, 6) + fmt::format(" --resume {}", ck2.string()));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--lora-rank is not recorded here but 4 in the checkpoint"));
+}
+
 TEST(Resume, AnotherRunIsRefusedNamingTheDifference) {
   const auto dir = temp_dir();
   make_inputs(dir);

@@ -44,7 +44,9 @@ RunCheckpoints::RunCheckpoints(const CheckpointFlags& f, CheckpointState now, co
     from_ = f_.resume;
   }
   saved_ = open_checkpoint(from_);
-  check_same_run(saved_, now_, from_.string());
+  CheckpointState cmp = now_;  // a LoRA base's fingerprint is known once loaded (set_lora_base checks it)
+  if (saved_.flags.contains("--model")) cmp.flags["--model"] = saved_.flags["--model"];
+  check_same_run(saved_, cmp, from_.string());
   const double lr = double(lr_at(optim_, saved_.step));
   OOMB_CHECK(lr == saved_.next_lr, "cannot resume from {}: the learning-rate schedule gives {} at step {}, the "
              "checkpoint says {} (written by another version of oomb?)", from_.string(), lr, saved_.step,
@@ -52,6 +54,17 @@ RunCheckpoints::RunCheckpoints(const CheckpointFlags& f, CheckpointState now, co
 }
 
 RunCheckpoints::~RunCheckpoints() = default;
+
+void RunCheckpoints::set_lora_base(std::string model, const std::string& fingerprint) {
+  base_model_ = std::move(model);
+  const std::string mine = "base weights " + fingerprint;  // (state.json's flags are keyed by flag names)
+  now_.flags["--model"] = mine;
+  if (!resuming()) return;
+  const std::string saved = saved_.flags.value("--model", std::string("not recorded"));
+  OOMB_CHECK(saved == mine, "cannot resume from {}: --model {} holds other base weights than the run that wrote it "
+             "({} here, {} in the checkpoint); a LoRA checkpoint holds only the adapters, so the base must be the "
+             "same", from_.string(), base_model_, mine, saved);
+}
 
 TrainHooks RunCheckpoints::hooks(Model& model) {
   TrainHooks h;
@@ -90,7 +103,7 @@ fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt)
   if (!leader()) {  // rank 0 writes (the ranks hold the same weights); --zero 1, 2: the others send their moments
     CheckpointState st;
     st.step = done;
-    return save_checkpoint(f_.dir, st, model, opt, {}, world);
+    return save_checkpoint(f_.dir, st, model, opt, {}, "", world);
   }
   const auto t0 = std::chrono::steady_clock::now();
   CheckpointState st = now_;
@@ -103,7 +116,7 @@ fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt)
   st.next_lr = double(lr_at(optim_, done));
   std::map<std::string, std::string> extra;
   if (!f_.config_toml.empty()) extra["config.toml"] = f_.config_toml;
-  const fs::path p = save_checkpoint(f_.dir, st, model, opt, extra, world);
+  const fs::path p = save_checkpoint(f_.dir, st, model, opt, extra, base_model_, world);
   prune_checkpoints(f_.dir, done, f_.keep_last);
   log_ << fmt::format("checkpoint {} written ({:.2f} s)", p.string(),
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count())

@@ -39,6 +39,9 @@ class RunCheckpoints {
   // The dtype the run's model was loaded in: --model's, or the checkpoint's record of it.
   const std::string& weights_dtype() const { return resuming() ? saved_.weights_dtype : now_.weights_dtype; }
   void set_weights_dtype(std::string d) { now_.weights_dtype = std::move(d); }  // a fresh run's, once loaded
+  // A LoRA run: its frozen base (--model, named in the adapters written) and a fingerprint of the
+  // base's values as loaded; resuming, it must equal the checkpoint's (the base is not in it).
+  void set_lora_base(std::string model, const std::string& fingerprint);
   // begin: loads the checkpoint resumed from and, with --checkpoint-dir, catches SIGINT/SIGTERM;
   // after_step: writes checkpoints (every --save-every steps, and on a signal, then stops).
   TrainHooks hooks(Model& model);
@@ -58,6 +61,7 @@ class RunCheckpoints {
   int64_t N_, accum_, stream_size_;
   std::ostream& log_;
   std::filesystem::path from_;  // the checkpoint resumed from; empty: a fresh start
+  std::string base_model_;      // LoRA: --model
   std::unique_ptr<StopSignals> signals_;
   int stopped_by_ = 0;
   Dist* dist_ = nullptr;

@@ -194,7 +194,7 @@ void with_host_params(Model& model, const std::function<void(Params&)>& fn, bool
 // each. (--offload and --offload-group give the same bits; the flags that only decide which tokens
 // are read, such as --data-format or --tokenizer, are covered by the data's fingerprint.)
 nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const ChunkPlan& plan, int32_t eos) {
-  return {{"--seq-len", o.seq_len},
+  nlohmann::json f = {{"--seq-len", o.seq_len},
           {"--grad-accum", o.grad_accum},
           {"--optimizer", o.optim.kind},
           {"--lr", flag_value(o.optim.lr)},
@@ -217,6 +217,14 @@ nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const Chunk
           {"--eos-id", eos},
           {"--device", a.device},
           {"--dp", a.dist.dp}};  // windows per step: grad_accum x dp
+  if (plan.lora.on()) {  // (with the base weights' fingerprint: RunCheckpoints::set_lora_base)
+    f["--lora-rank"] = plan.lora.rank;
+    f["--lora-alpha"] = plan.lora.alpha;
+    f["--lora-targets"] = fmt::format("{}", fmt::join(plan.lora.target_names(), ","));
+    f["--rslora"] = plan.lora.rslora;
+    f["--train-embeddings-norms"] = plan.lora.train_embeddings_norms;
+  }
+  return f;
 }
 
 // This run as a checkpoint at step 0 describes it (train/checkpoint_state.h).
@@ -412,8 +420,6 @@ Command add_train(CLI::App& app) {
             o.tensorboard_dir = a->tensorboard;
             o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
             a->seq_len = o.seq_len;
-            OOMB_CHECK(!lora.on() || !a->ckpt.any(), "--checkpoint-dir / --resume with LoRA: not supported yet (a "
-                       "LoRA run saves its adapter with --out)");
             ChunkPlan plan = chunk_plan(*a, cfg, a->doc_mask ? eos : -1);
             plan.lora = lora;
             const std::string sweep = resolve_sweep(*a, cfg, plan, *be);
@@ -428,13 +434,21 @@ Command add_train(CLI::App& app) {
             Model model(cfg, *be, plan, &dist.tensor_sp(), &dist.world());
             o.dist = &dist;
             DType dtype = DType::F32;
-            if (ckpt.resuming()) {  // the weights come from the checkpoint (load_checkpoint, when training starts)
+            if (ckpt.resuming() && !lora.on()) {  // the weights come from the checkpoint (load_checkpoint, at the start)
               dtype = dtype_parse(ckpt.weights_dtype());
-            } else {
-              with_host_params(model, [&](Params& p) { dtype = load_weights(a->model, cfg, p); }, true);
+            } else {  // (LoRA: the frozen base is --model's; a checkpoint holds the adapters)
+              std::string base_fingerprint;
+              with_host_params(model, [&](Params& p) {
+                dtype = load_weights(a->model, cfg, p);
+                if (lora.on() && a->ckpt.any()) base_fingerprint = params_fingerprint(p);
+              }, true);
               ckpt.set_weights_dtype(std::string(dtype_name(dtype)));
+              if (lora.on() && a->ckpt.any()) ckpt.set_lora_base(a->model, base_fingerprint);
             }
-            if (lora.on()) {  // the adapters: from --lora DIR, or B = 0 and A as PEFT initialises it
+            if (lora.on() && ckpt.resuming()) {
+              std::cout << fmt::format("LoRA: rank {}, alpha {}; the adapters come from the checkpoint", lora.rank,
+                                       lora.alpha) << std::endl;
+            } else if (lora.on()) {  // the adapters: from --lora DIR, or B = 0 and A as PEFT initialises it
               Params host(cfg, lora_layout(cfg, lora), Tier::Host, Tag::IO);
               with_host_params(model, [&](Params& base) {
                 if (!a->lora.dir.empty()) load_adapter(a->lora.dir, base, host);

@@ -82,6 +82,10 @@ LoraConfig load_adapter_config(const fs::path& dir) {
 }
 
 void load_adapter(const fs::path& dir, const Params& base, Params& trainable) {
+  load_adapter_tensors(dir, &base, trainable);
+}
+
+void load_adapter_tensors(const fs::path& dir, const Params* base, Params& trainable) {
   const fs::path file = dir / kWeightsFile;
   OOMB_CHECK(fs::exists(file), "--lora {}: no {}", dir.string(), kWeightsFile);
   const SafetensorsModel st = SafetensorsModel::open(file);
@@ -91,7 +95,8 @@ void load_adapter(const fs::path& dir, const Params& base, Params& trainable) {
     wanted.insert(key);
     Tensor t = trainable.view(s);
     if (!is_adapter(s.name) && !st.find(key)) {  // a trainable base tensor the adapter does not carry
-      const Tensor from = base.get(s.name);
+      OOMB_CHECK(base != nullptr, "{}: tensor '{}' is missing", file.string(), key);
+      const Tensor from = base->get(s.name);
       std::copy(from.f(), from.f() + s.numel(), t.f());
       continue;
     }
@@ -110,6 +115,13 @@ void load_adapter(const fs::path& dir, const Params& base, Params& trainable) {
 
 void save_adapter(const fs::path& dir, const ModelConfig& cfg, const LoraConfig& c, const Params& trainable,
                   const std::string& base_model) {
+  AtomicDir out(dir);
+  write_adapter_files(out.staging(), cfg, c, trainable, base_model);
+  out.commit();
+}
+
+void write_adapter_files(const fs::path& dir, const ModelConfig& cfg, const LoraConfig& c, const Params& trainable,
+                         const std::string& base_model) {
   OOMB_CHECK(trainable.flat().tier == Tier::Host, "save_adapter: host parameters");
   std::vector<SaveTensor> tensors;
   for (const ParamSpec& s : trainable.specs())
@@ -132,10 +144,8 @@ void save_adapter(const fs::path& dir, const ModelConfig& cfg, const LoraConfig&
                       {"alpha_pattern", nlohmann::json::object()},
                       {"use_dora", false},
                       {"revision", nullptr}};
-  AtomicDir out(dir);
-  save_safetensors(out.staging() / kWeightsFile, tensors, {{"format", "pt"}});
-  write_file_atomic(out.staging() / kConfigFile, j.dump(2) + "\n");
-  out.commit();
+  save_safetensors(dir / kWeightsFile, tensors, {{"format", "pt"}});
+  write_file_atomic(dir / kConfigFile, j.dump(2) + "\n");
 }
 
 void merge_adapter(Params& base, const Params& trainable, const LoraConfig& c) {

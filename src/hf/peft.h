@@ -19,6 +19,11 @@ LoraConfig load_adapter_config(const std::filesystem::path& dir);
 // tensor of the layout by name and shape, and none besides; an adapter made for another model
 // shows as a tensor of another shape, named with both shapes.
 void load_adapter(const std::filesystem::path& dir, const Params& base, Params& trainable);
+// The same with the trainable base tensors the adapter does not carry an error (base null).
+void load_adapter_tensors(const std::filesystem::path& dir, const Params* base, Params& trainable);
+// The adapter's two files (adapter_config.json, adapter_model.safetensors) into an existing DIR.
+void write_adapter_files(const std::filesystem::path& dir, const ModelConfig& cfg, const LoraConfig& c,
+                         const Params& trainable, const std::string& base_model);
 // Writes DIR as one unit (core/atomic_file.h AtomicDir); base_model goes in base_model_name_or_path.
 void save_adapter(const std::filesystem::path& dir, const ModelConfig& cfg, const LoraConfig& c,
                   const Params& trainable, const std::string& base_model);

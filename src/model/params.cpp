@@ -1,5 +1,7 @@
 #include "model/params.h"
 
+#include <bit>
+
 namespace oomb {
 
 int64_t ParamSpec::numel() const {
@@ -109,6 +111,26 @@ Tensor Params::get(const std::string& name) const {
   Tensor t = find(name);
   OOMB_CHECK(!t.empty(), "model has no parameter '{}'", name);
   return t;
+}
+
+std::string params_fingerprint(const Params& host) {
+  OOMB_CHECK(host.flat().tier != Tier::Device, "params_fingerprint: host parameters");
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](uint64_t x, int bytes) {
+    for (int i = 0; i < bytes; ++i, x >>= 8) h = (h ^ (x & 0xff)) * 0x100000001b3ull;
+  };
+  const float* x = host.flat().f();
+  const int64_t n = host.flat().numel(), block = 1024, blocks = 256;
+  mix(uint64_t(n), 8);
+  auto range = [&](int64_t at, int64_t len) {
+    for (int64_t i = at; i < at + len; ++i) mix(std::bit_cast<uint32_t>(x[i]), 4);
+  };
+  if (n <= block * blocks) {
+    range(0, n);
+  } else {
+    for (int64_t b = 0; b < blocks; ++b) range((n - block) / (blocks - 1) * b, block);
+  }
+  return fmt::format("{:016x}", h);
 }
 
 }  // namespace oomb

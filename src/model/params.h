@@ -20,6 +20,11 @@ struct ParamSpec {
 void add_spec(std::vector<ParamSpec>& layout, std::string name, std::vector<int64_t> shape);
 std::vector<ParamSpec> param_layout(const ModelConfig& c);
 int64_t param_count(const ModelConfig& c);
+// A fingerprint of host parameters' values (16 hex digits, FNV-1a 64 over the count and 256 evenly
+// spaced blocks of 1024 floats: every value up to 256K): a LoRA checkpoint keeps its frozen base's,
+// so a resumed run finds another base without the base in the checkpoint.
+class Params;
+std::string params_fingerprint(const Params& host);
 
 // LoRA's slots of a layer (model/lora.h), by target: q, k, v, o, gate, up, down.
 inline constexpr int kLoraTargets = 7;

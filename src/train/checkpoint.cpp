@@ -20,6 +20,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "hf/checkpoint.h"
+#include "hf/peft.h"
 #include "hf/safetensors.h"
 
 namespace oomb {
@@ -31,6 +32,8 @@ namespace {
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kExpAvg = ".exp_avg";
 constexpr const char* kExpAvgSq = ".exp_avg_sq";
+constexpr const char* kAdapterWeights = "adapter_model.safetensors";  // a LoRA run's (hf/peft.h)
+constexpr const char* kAdapterConfig = "adapter_config.json";
 
 // OOMB_TEST_CKPT_DELAY_MS: for tests only, a pause after each file of a checkpoint, so that a test
 // can kill the writer in the middle of one. Unset (or 0) in every real run.
@@ -52,7 +55,7 @@ std::vector<SaveTensor> tensors_of(const Params& p, const char* suffix) {
 // copy (tag io) in `copy`.
 const Params& on_host(const Params& p, Backend& be, std::unique_ptr<Params>& copy) {
   if (p.flat().tier != Tier::Device) return p;
-  copy = std::make_unique<Params>(p.config(), Tier::Host, Tag::IO);
+  copy = std::make_unique<Params>(p.config(), p.specs(), Tier::Host, Tag::IO);
   be.copy(copy->flat().data, Tier::Host, p.flat().data, be.tier(), p.flat().bytes());
   return *copy;
 }
@@ -60,7 +63,7 @@ const Params& on_host(const Params& p, Backend& be, std::unique_ptr<Params>& cop
 // Loads into `dst` (in be's memory, or the host's) through `load`, which fills host parameters.
 void into(Params& dst, Backend& be, const std::function<void(Params&)>& load) {
   if (dst.flat().tier != Tier::Device) return load(dst);
-  Params host(dst.config(), Tier::Host, Tag::IO);
+  Params host(dst.config(), dst.specs(), Tier::Host, Tag::IO);
   load(host);
   be.copy(dst.flat().data, be.tier(), host.flat().data, Tier::Host, dst.flat().bytes());
 }
@@ -116,7 +119,8 @@ bool alive(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno !=
 std::string checkpoint_name(int64_t step) { return fmt::format("step-{:06}", step); }
 
 fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& model, const Optimizer& opt,
-                         const std::map<std::string, std::string>& extra, Comm* world) {
+                         const std::map<std::string, std::string>& extra, const std::string& base_model,
+                         Comm* world) {
   const bool sharded = !opt.exp_avg_shard().empty();  // AdamW's moments split between the ranks
   OOMB_CHECK(!sharded || world, "checkpoint: a sharded optimizer's moments need its ranks to gather them");
   if (world && world->rank() != 0) {  // rank 0 writes
@@ -130,7 +134,13 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
   const fs::path target = dir / checkpoint_name(state.step);
   AtomicDir out(target);
   Backend& be = model.backend();
-  {  // the weights: fp32 masters as a Hugging Face model directory
+  if (const LoraConfig& lora = model.plan().lora; lora.on()) {
+    // the trainable set as a PEFT adapter directory; the frozen base stays --model's
+    Params host(model.config(), model.trainable().specs(), Tier::Host, Tag::IO);
+    model.download_trainable(host);
+    write_adapter_files(out.staging(), model.config(), lora, host, base_model);
+    test_delay();
+  } else {  // the weights: fp32 masters as a Hugging Face model directory
     std::unique_ptr<Params> copy;
     save_safetensors_dir(out.staging(), tensors_of(on_host(model.params(), be, copy), ""));
     test_delay();
@@ -192,9 +202,13 @@ CheckpointState open_checkpoint(const fs::path& step_dir) {
   const int64_t named = step_of(step_dir.filename().string());
   OOMB_CHECK(named < 0 || named == st.step, "{}: {} says step {}, the directory's name step {}", d,
              kCheckpointStateFile, st.step, named);
-  OOMB_CHECK(st.files.count("config.json"), "{}: {} does not list config.json", d, kCheckpointStateFile);
-  OOMB_CHECK(st.files.count("model.safetensors") || st.files.count("model.safetensors.index.json"),
-             "{}: {} lists no model.safetensors (nor an index)", d, kCheckpointStateFile);
+  if (st.files.count(kAdapterWeights)) {  // a LoRA run's: its adapter
+    OOMB_CHECK(st.files.count(kAdapterConfig), "{}: {} does not list {}", d, kCheckpointStateFile, kAdapterConfig);
+  } else {
+    OOMB_CHECK(st.files.count("config.json"), "{}: {} does not list config.json", d, kCheckpointStateFile);
+    OOMB_CHECK(st.files.count("model.safetensors") || st.files.count("model.safetensors.index.json"),
+               "{}: {} lists no model.safetensors (nor an index)", d, kCheckpointStateFile);
+  }
   for (const auto& [name, bytes] : st.files) {
     const fs::path p = step_dir / name;
     OOMB_CHECK(fs::is_regular_file(p, ec), "{}: {} is missing ({} lists it, {} bytes)", d, name,
@@ -268,7 +282,18 @@ void load_checkpoint_tensors(const fs::path& step_dir, const CheckpointState& st
 
 void load_checkpoint(const fs::path& step_dir, const CheckpointState& st, Model& model, Optimizer& opt) {
   Backend& be = model.backend();
-  into(model.params(), be, [&](Params& w) { load_weights(step_dir, model.config(), w); });
+  const bool adapter = st.files.count(kAdapterWeights) > 0;
+  if (model.plan().lora.on()) {  // the adapters; the frozen base is --model's, loaded already
+    OOMB_CHECK(adapter, "{}: holds a whole model, not a LoRA adapter: it was written by a run without --lora-rank",
+               step_dir.string());
+    Params host(model.config(), model.trainable().specs(), Tier::Host, Tag::IO);
+    load_adapter_tensors(step_dir, nullptr, host);
+    model.upload_trainable(host);
+  } else {
+    OOMB_CHECK(!adapter, "{}: holds a LoRA adapter, not a whole model: resume it with the --lora-* flags it was "
+               "written with", step_dir.string());
+    into(model.params(), be, [&](Params& w) { load_weights(step_dir, model.config(), w); });
+  }
   if (!opt.exp_avg_shard().empty()) {
     load_moment_shard(step_dir, st, opt, be);
   } else if (!opt.exp_avg()) {
@@ -276,7 +301,8 @@ void load_checkpoint(const fs::path& step_dir, const CheckpointState& st, Model&
   } else if (opt.exp_avg()->flat().tier != Tier::Device) {  // a host backend, or --offload params
     load_moments(step_dir, st, *opt.exp_avg(), *opt.exp_avg_sq());
   } else {
-    Params m(model.config(), Tier::Host, Tag::IO), v(model.config(), Tier::Host, Tag::IO);
+    const auto& specs = opt.exp_avg()->specs();
+    Params m(model.config(), specs, Tier::Host, Tag::IO), v(model.config(), specs, Tier::Host, Tag::IO);
     load_moments(step_dir, st, m, v);
     be.copy(opt.exp_avg()->flat().data, be.tier(), m.flat().data, Tier::Host, m.flat().bytes());
     be.copy(opt.exp_avg_sq()->flat().data, be.tier(), v.flat().data, Tier::Host, v.flat().bytes());

@@ -6,6 +6,9 @@
 //                                     (fp32; absent for SGD)
 //   state.json                        step, data position, schedule, the run's configuration and the
 //                                     other files' sizes (train/checkpoint_state.h), written last
+// A LoRA run's checkpoint holds its trainable set as a PEFT adapter directory instead of the weights
+// (adapter_config.json + adapter_model.safetensors, hf/peft.h: loadable by PEFT, `--lora DIR` and
+// `oomb merge`); the frozen base is --model's, and the moments are the adapters'.
 // A checkpoint is written into a staging directory beside it (core/atomic_file.h AtomicDir: every
 // file and the directory fsynced), then renamed into place: a crash at any moment leaves the
 // earlier checkpoints as they were and no step-* directory that is not complete. Older checkpoints
@@ -31,14 +34,14 @@ std::string checkpoint_name(int64_t step);
 // a unit; fills state.files. Replaces an existing checkpoint of the same step as a whole. `extra`
 // (name -> text) are written beside the others, e.g. the run's resolved flags as config.toml.
 // OOMB_TEST_CKPT_DELAY_MS (test only) sleeps that long after each file, so tests can kill a writer
-// in the middle of a checkpoint.
+// in the middle of a checkpoint. base_model: a LoRA adapter's base_model_name_or_path.
 // Several ranks (`world`): rank 0 writes; the weights are its own (every rank holds them all). With
 // a sharded optimizer (--zero 1, 2) every rank calls this: each rank's moments reach rank 0 in
 // pieces of grad_sync_piece() floats (a broadcast from the shard's rank), written as they come, so
 // the files are those of one optimizer holding every moment. Other ranks return the path unwritten.
 std::filesystem::path save_checkpoint(const std::filesystem::path& dir, CheckpointState state, Model& model,
                                       const Optimizer& opt, const std::map<std::string, std::string>& extra = {},
-                                      Comm* world = nullptr);
+                                      const std::string& base_model = "", Comm* world = nullptr);
 
 // A checkpoint's state, after checking that it is complete: state.json is there and valid, and every
 // file it lists exists with the size it lists. Errors name the directory and the file.
@@ -48,8 +51,9 @@ CheckpointState open_checkpoint(const std::filesystem::path& step_dir);
 // and, when the moments are given, AdamW's moments.
 void load_checkpoint_tensors(const std::filesystem::path& step_dir, const CheckpointState& state,
                              const ModelConfig& cfg, Params& weights, Params* exp_avg, Params* exp_avg_sq);
-// The same into a model and its optimizer (through host copies on a device), with the bias-correction count.
-// A sharded optimizer (--zero 1, 2) reads its range of each moment tensor alone.
+// The same into a model and its optimizer (through host copies on a device), with the bias-correction count;
+// a LoRA model's adapters (its base is not in the checkpoint). A sharded optimizer (--zero 1, 2) reads its
+// range of each moment tensor alone.
 void load_checkpoint(const std::filesystem::path& step_dir, const CheckpointState& state, Model& model,
                      Optimizer& opt);
 
