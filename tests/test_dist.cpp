@@ -4,10 +4,14 @@
 // refusals and faults with several ranks.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "dist/nccl_comm.h"
@@ -148,6 +152,89 @@ TEST(Dist, CombinedSpDpZeroChunkedOffloadParams) {
   expect_equal_to_single_rank(4, "--sp 2 --dp 2 --zero 1 --doc-mask --device sim --offload kv,params");
 }
 
+// --zero 3: masters, gradients and moments sharded per range, each layer gathered just in time into
+// the parameter store's slots (--offload params, simulated device), the collectives' staging in
+// pieces of 1000 floats: the loss and every gradient (every rank's shards gathered) within 1e-6 of
+// the single rank's, AdamW's losses and weights as for the other layouts, every rank's peaks per
+// (tier, tag) its plan, and each rank's pinned weights, gradients and moments 1/P of the single
+// rank's within 1% (each range's shard is rounded up to 16 floats); with the tensors' group on
+// device memory (NCCL's path, --comm sim-device) too, the layers' gathers staying on the MPI world.
+TEST(Dist, ZeroThree) {
+  NEED_MPI();
+  for (const auto& [np, args] :
+       {std::pair{2, "--dp 2 --grad-accum 2 --zero 3 --device sim --offload params"},
+        {2, "--sp 2 --zero 3 --device sim --offload params"},
+        {4, "--sp 2 --dp 2 --zero 3 --doc-mask --device sim --offload kv,params"},
+        {2, "--sp 2 --zero 3 --device sim --offload params --comm sim-device"}}) {
+    const CmdResult r = expect_equal_to_single_rank(np, args, "OOMB_GRAD_SYNC_PIECE=1000");
+    EXPECT_LE(figure(r.out, "optimizer_per_rank_vs_single_over_ranks"), 0.01) << r.out;
+    EXPECT_GE(figure(r.out, "weights_grads_per_rank_vs_single_over_ranks"), 0) << r.out;
+    EXPECT_LE(figure(r.out, "weights_grads_per_rank_vs_single_over_ranks"), 0.01) << r.out;
+  }
+}
+
+// Negative control: --zero 3 without the reduce-scatter of the layers' and head's gradients.
+TEST(Dist, ZeroThreeCheckFailsWithoutTheReduceScatter) {
+  NEED_MPI();
+  const CmdResult r =
+      mpirun(2, (binary_dir() / "dist_check").string() + " --dp 2 --zero 3 --device sim --offload params --skip-reduce");
+  std::cout << r.out;
+  EXPECT_NE(r.code, 0);
+  EXPECT_GT(figure(r.out, "grad_rel_err"), 1e-2);
+}
+
+// --zero 3's refusals name the flags; `oomb plan --zero 3` gives one rank's bytes: its pinned
+// weights, gradients and moments half of --zero 0's on two ranks (within 1%); --out saves every
+// rank's shards gathered: the weights of --zero 0's --out within 1e-4, not the initial ones.
+TEST(Dist, ZeroThreeRefusalsPlanAndOut) {
+  NEED_MPI();
+  const std::string oomb = (binary_dir() / "oomb").string();
+  CmdResult r = mpirun(2, oomb + " train --steps 1 --seq-len 128 --dp 2 --zero 3");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--zero 3: needs --offload params"), std::string::npos) << r.out;
+  r = mpirun(2, oomb + " train --steps 1 --seq-len 128 --dp 2 --zero 3 --device sim --offload params --sweep layer");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--sweep layer with --zero 3: not supported yet"), std::string::npos) << r.out;
+  const auto dir = temp_dir("z3ck");
+  ASSERT_EQ(std::system(fmt::format("{} init --preset tiny --out {}/m > /dev/null", oomb, dir.string()).c_str()), 0);
+  write_tokens(dir / "tokens.bin", 4096, 120, 5);
+  r = mpirun(2, fmt::format("{} train --model {}/m --data {}/tokens.bin --steps 1 --seq-len 128 --dp 2 --zero 3 --device "
+                            "sim --offload params --checkpoint-dir {}/c", oomb, dir.string(), dir.string(), dir.string()));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--checkpoint-dir / --resume with --zero 3: not supported yet"), std::string::npos) << r.out;
+  auto pinned = [&](int zero, const std::string& tag) {
+    const auto dir = temp_dir("z3plan");
+    const CmdResult p = run_cmd_in(dir, fmt::format("{} plan --preset tiny --seq-len 1024 --dp 2 --zero {} --device sim "
+                                                    "--offload params --json", oomb, zero));
+    EXPECT_EQ(p.code, 0) << p.out;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(p.out, m, std::regex("\"pinned\":\\{[^}]*\"" + tag + "\":([0-9]+)"))) << p.out;
+    return m.size() > 1 ? std::stod(m[1]) : -1.0;
+  };
+  for (const char* tag : {"weights", "grads", "optimizer"}) {
+    const double z0 = pinned(0, tag), z3 = pinned(3, tag);
+    std::cout << "oomb plan --dp 2, pinned " << tag << ": --zero 0 " << z0 << " B, --zero 3 " << z3 << " B" << std::endl;
+    EXPECT_LE(std::abs(z3 * 2 - z0) / z0, 0.01) << tag;
+  }
+  const std::string run = fmt::format("{} train --model {}/m --data {}/tokens.bin --steps 2 --seq-len 128 --chunk-size 64 "
+                                      "--dp 2 --device sim --offload params", oomb, dir.string(), dir.string());
+  for (int z : {0, 3}) {
+    r = mpirun(2, fmt::format("{} --zero {} --out {}/out{}", run, z, dir.string(), z));
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  const ModelConfig cfg = load_config((dir / "m").string());
+  auto weights = [&](const std::string& name) {
+    Params w(cfg, Tier::Host, Tag::IO);
+    load_weights((dir / name).string(), cfg, w);
+    return std::vector<float>(w.flat().as<float>(), w.flat().as<float>() + w.flat().numel());
+  };
+  const double e = rel_error(weights("out3"), weights("out0")), moved = rel_error(weights("out3"), weights("m"));
+  std::cout << "--out after 2 steps, --zero 3 against --zero 0: rel. error " << e << " (against the initial weights "
+            << moved << ")" << std::endl;
+  EXPECT_LE(e, 1e-4);
+  EXPECT_GT(moved, 1e-4);
+}
+
 // On a device the gradients and parameters cross through host staging a piece at a time: pieces of
 // 1000 floats (OOMB_GRAD_SYNC_PIECE) make a tiny model take that path many times over.
 TEST(Dist, DeviceStagingInPieces) {
@@ -255,9 +342,6 @@ TEST(Dist, RankDyingMidStepEndsTheJob) {
   EXPECT_NE(r.out.find("exited with non-zero status"), std::string::npos) << r.out;
 }
 
-// Checkpoints with several ranks (--zero 0): rank 0 writes the same files a single rank writes (its
-// weights within 1e-6 of the single rank's, --grad-accum 2 against --dp 2), a resumed run on two
-// ranks ends bit for bit where the uninterrupted one did, and --zero 1 is refused, naming it.
 // oomb eval on several ranks: --sp splits each chunk's tokens, --dp the windows; the loss, the
 // targets and every bucket of the loss by position equal one rank's (the sums differ only by the
 // ranks' order of addition).
@@ -311,6 +395,9 @@ TEST(Dist, EvalOnRanksEqualsOneRank) {
   EXPECT_NE(passkey.out.find("--passkey with --sp/--dp: not supported"), std::string::npos) << passkey.out;
 }
 
+// Checkpoints with several ranks (--zero 0): rank 0 writes the same files a single rank writes (its
+// weights within 1e-6 of the single rank's, --grad-accum 2 against --dp 2), and a resumed run on two
+// ranks ends bit for bit where the uninterrupted one did.
 TEST(Dist, CheckpointsWrittenByRankZeroAndResumed) {
   NEED_MPI();
   const auto dir = temp_dir("dist_ckpt");
@@ -345,7 +432,99 @@ TEST(Dist, CheckpointsWrittenByRankZeroAndResumed) {
                                                 run, dir.string(), dir.string()));
   EXPECT_NE(other.code, 0);
   EXPECT_NE(other.out.find("--dp"), std::string::npos) << other.out;
-  CmdResult z1 = mpirun(2, run + " --dp 2 --zero 1 --checkpoint-dir " + (dir / "d").string());
-  EXPECT_NE(z1.code, 0);
-  EXPECT_NE(z1.out.find("--checkpoint-dir / --resume with --zero 1: not supported yet"), std::string::npos) << z1.out;
+}
+
+namespace {
+// The "loss" of every line of a --metrics file, as written (JSON doubles round-trip: equal text is equal bits).
+std::vector<std::string> metric_losses(const std::filesystem::path& p) {
+  std::vector<std::string> v;
+  const std::string t = read_text(p);
+  const std::regex loss("\"loss\":([^,}]+)");
+  for (auto it = std::sregex_iterator(t.begin(), t.end(), loss); it != std::sregex_iterator(); ++it)
+    v.push_back((*it)[1]);
+  return v;
+}
+
+// Adds `delta` to the float at byte `at` of a safetensors file's data section (at < 0: from its end).
+void bump_float(const std::filesystem::path& p, int64_t at, float delta) {
+  std::string b = read_text(p);
+  uint64_t header = 0;
+  std::memcpy(&header, b.data(), 8);
+  const size_t off = at >= 0 ? size_t(8 + header + uint64_t(at)) : size_t(int64_t(b.size()) + at);
+  float x;
+  std::memcpy(&x, b.data() + off, 4);
+  x += delta;
+  std::memcpy(b.data() + off, &x, 4);
+  std::ofstream(p, std::ios::binary | std::ios::trunc).write(b.data(), std::streamsize(b.size()));
+}
+}  // namespace
+
+// Checkpoints with AdamW's moments sharded (--zero 1, 2): rank 0 writes the files one optimizer
+// holding every moment writes, each rank's shard reaching it in pieces of 1000 floats
+// (OOMB_GRAD_SYNC_PIECE: many pieces on the tiny model), and a resumed run, each rank reading its
+// shard, repeats the uninterrupted run's later losses and files bit for bit. --zero 1's math is
+// --zero 0's bit for bit, so its files are --zero 0's, and a checkpoint resumes under either layout.
+// --zero 2 sums the gradient norm's squares by shard (another order) and --sp sums the gradients in
+// another order, so their files need not be --zero 0's (printed, not asserted); 4 ranks: --sp 2 --dp 2.
+// Negative controls: one moment changed in the first rank's shard, or the last rank's, and the
+// resumed run's files differ.
+TEST(Dist, CheckpointsWithShardedMoments) {
+  NEED_MPI();
+  const auto dir = temp_dir("dist_ckpt_zero");
+  const std::string oomb = (binary_dir() / "oomb").string();
+  ASSERT_EQ(std::system(fmt::format("{} init --preset tiny --out {}/m > /dev/null", oomb, dir.string()).c_str()), 0);
+  write_tokens(dir / "tokens.bin", 4096, 120, 5);
+  const std::string run = fmt::format("{} train --model {}/m --data {}/tokens.bin --seq-len 256 --chunk-size 64 --steps 4 "
+                                      "--save-every 2 --log-every 1 --dp 2", oomb, dir.string(), dir.string());
+  const std::string piece = "OOMB_GRAD_SYNC_PIECE=1000";
+  auto train = [&](const std::string& flags, const std::string& out, const std::string& resume = "") {
+    const int np = flags.find("--sp 2") != std::string::npos ? 4 : 2;
+    const CmdResult r = mpirun(np, fmt::format("{} {} --checkpoint-dir {}/{} --metrics {}/{}.jsonl{}", run, flags,
+                                              dir.string(), out, dir.string(), out,
+                                              resume.empty() ? "" : " --resume " + (dir / resume).string()), piece);
+    EXPECT_EQ(r.code, 0) << flags << " " << out << "\n" << r.out;
+  };
+  auto file = [&](const std::string& run_dir, int step, const char* name) {
+    return read_text(dir / run_dir / fmt::format("step-{:06}", step) / name);
+  };
+  auto same_files = [&](const std::string& x, const std::string& y, int step) {
+    return file(x, step, "model.safetensors") == file(y, step, "model.safetensors") &&
+           file(x, step, "optimizer.safetensors") == file(y, step, "optimizer.safetensors");
+  };
+  train("--zero 0", "z0");
+  for (const char* layout : {"--zero 1", "--zero 2", "--zero 1 --device sim --offload params", "--zero 2 --sp 2"}) {
+    SCOPED_TRACE(layout);
+    std::string u = "u";  // "u1", "u1devicesimoffloadparams", ...
+    for (const char* c = layout + 7; *c; ++c)
+      if (std::isalnum(static_cast<unsigned char>(*c))) u += *c;
+    const std::string r = u + "r";
+    train(layout, u);
+    train(layout, r, u + "/step-000002");
+    EXPECT_FALSE(file(u, 4, "optimizer.safetensors").empty());
+    EXPECT_TRUE(same_files(r, u, 4)) << "resumed from step 2: other step-4 files";
+    const std::vector<std::string> lu = metric_losses(dir / (u + ".jsonl")), lr = metric_losses(dir / (r + ".jsonl"));
+    ASSERT_EQ(lu.size(), 4u);
+    ASSERT_EQ(lr.size(), 2u);
+    EXPECT_EQ(lr[0], lu[2]);
+    EXPECT_EQ(lr[1], lu[3]);
+    const bool as_zero0 = same_files(u, "z0", 2) && same_files(u, "z0", 4);
+    std::cout << layout << ": resumed run's losses " << lr[0] << ", " << lr[1] << " (uninterrupted " << lu[2] << ", "
+              << lu[3] << "); files equal --zero 0's: " << (as_zero0 ? "yes" : "no") << std::endl;
+    if (std::string(layout) == "--zero 1") {
+      EXPECT_TRUE(as_zero0);
+    }
+  }
+  // one layout's checkpoint resumed under another: --zero 1 from --zero 0's, and --zero 0 from --zero 1's
+  train("--zero 1", "x1", "z0/step-000002");
+  train("--zero 0", "x0", "u1/step-000002");
+  EXPECT_TRUE(same_files("x1", "z0", 4));
+  EXPECT_TRUE(same_files("x0", "z0", 4));
+  // negative controls: the first moment of rank 0's shard, then the last of rank 1's, changed
+  for (const auto& [name, at, delta] : {std::tuple{"n0", int64_t(0), 1e-3f}, {"n1", int64_t(-4), 1.0f}}) {
+    std::filesystem::create_directories(dir / name);
+    std::filesystem::copy(dir / "u1/step-000002", dir / name / "step-000002", std::filesystem::copy_options::recursive);
+    bump_float(dir / name / "step-000002/optimizer.safetensors", at, delta);
+    train("--zero 1", std::string(name) + "r", std::string(name) + "/step-000002");
+    EXPECT_FALSE(same_files(std::string(name) + "r", "u1", 4)) << name << ": a changed moment went unnoticed";
+  }
 }

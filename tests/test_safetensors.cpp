@@ -474,6 +474,47 @@ TEST(Safetensors, SaveRejectsBadInputAndKeepsTheOldFile) {
   EXPECT_EQ(out, (std::vector<float>{1, 2}));
 }
 
+// SafetensorsWriter, fed in pieces that cut across tensors, writes save_safetensors' bytes; a piece
+// past the end or a commit short of it is an error that leaves no file (nor a temp) behind.
+TEST(Safetensors, WriterInPiecesEqualsWholeSave) {
+  auto dir = temp_dir();
+  std::vector<float> a(37), b(3 * 5);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(i) * 0.25f - 3;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = -float(i) / 7;
+  const std::vector<SaveTensor> ts = {{"a.exp_avg", DType::F32, {37}, a.data()}, {"b.exp_avg", DType::F32, {3, 5}, b.data()}};
+  save_safetensors(dir / "whole.safetensors", ts, {{"oomb", "AdamW moments"}});
+  std::vector<float> all(a);
+  all.insert(all.end(), b.begin(), b.end());
+  std::vector<SaveTensor> layout = ts;
+  for (SaveTensor& t : layout) t.data = nullptr;  // not read
+  SafetensorsWriter w(dir / "pieces.safetensors", layout, {{"oomb", "AdamW moments"}});
+  for (size_t at = 0; at < all.size(); at += 10) w.write(all.data() + at, std::min<size_t>(10, all.size() - at) * 4);
+  w.commit();
+  EXPECT_EQ(read_text(dir / "pieces.safetensors"), read_text(dir / "whole.safetensors"));
+  {  // negative controls: one value different gives another file; short and long writes are refused
+    all[40] += 1;
+    SafetensorsWriter x(dir / "other.safetensors", layout, {{"oomb", "AdamW moments"}});
+    x.write(all.data(), all.size() * 4);
+    x.commit();
+    EXPECT_NE(read_text(dir / "other.safetensors"), read_text(dir / "whole.safetensors"));
+  }
+  EXPECT_THAT(error_of([&] {
+                SafetensorsWriter x(dir / "short.safetensors", layout);
+                x.write(all.data(), 8);
+                x.commit();
+              }),
+              HasSubstr("the tensors' last 200 bytes were never written"));
+  EXPECT_THAT(error_of([&] {
+                SafetensorsWriter x(dir / "long.safetensors", layout);
+                x.write(all.data(), all.size() * 4);
+                x.write(all.data(), 4);
+              }),
+              HasSubstr("4 bytes written past the tensors' end"));
+  EXPECT_FALSE(fs::exists(dir / "short.safetensors"));
+  EXPECT_FALSE(fs::exists(dir / "long.safetensors"));
+  EXPECT_FALSE(has_temp_files(dir));
+}
+
 TEST(Safetensors, ReadFailsCleanlyWhenFileShrinks) {
   auto dir = temp_dir();
   std::vector<float> v(64, 1.0f);

@@ -99,8 +99,12 @@ TrainHooks RunCheckpoints::hooks(Model& model) {
 
 fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt) {
   const int64_t dp = dist_ ? dist_->options().dp : 1;
-  const fs::path dir = fs::path(f_.dir) / checkpoint_name(done);
-  if (!leader()) return dir;  // the ranks hold the same weights and moments: rank 0 writes them
+  Comm* world = dist_ && dist_->size() > 1 ? &dist_->world() : nullptr;
+  if (!leader()) {  // rank 0 writes (the ranks hold the same weights); --zero 1, 2: the others send their moments
+    CheckpointState st;
+    st.step = done;
+    return save_checkpoint(f_.dir, st, model, opt, {}, "", world);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   CheckpointState st = now_;
   st.weights_dtype = weights_dtype();
@@ -112,7 +116,7 @@ fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt)
   st.next_lr = double(lr_at(optim_, done));
   std::map<std::string, std::string> extra;
   if (!f_.config_toml.empty()) extra["config.toml"] = f_.config_toml;
-  const fs::path p = save_checkpoint(f_.dir, st, model, opt, extra, base_model_);
+  const fs::path p = save_checkpoint(f_.dir, st, model, opt, extra, base_model_, world);
   prune_checkpoints(f_.dir, done, f_.keep_last);
   log_ << fmt::format("checkpoint {} written ({:.2f} s)", p.string(),
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count())

@@ -45,8 +45,9 @@ class RunCheckpoints {
   // begin: loads the checkpoint resumed from and, with --checkpoint-dir, catches SIGINT/SIGTERM;
   // after_step: writes checkpoints (every --save-every steps, and on a signal, then stops).
   TrainHooks hooks(Model& model);
-  // Several ranks (their weights and moments the same on every rank: --zero 0): rank 0 alone writes
-  // and prunes; a signal any rank caught stops every rank after the same step.
+  // Several ranks: rank 0 alone writes (the weights are the same on every rank; --zero 1, 2: each
+  // rank's shard of the moments reaches it in pieces) and prunes; every rank loads (its shard of the
+  // moments); a signal any rank caught stops every rank after the same step.
   void set_dist(Dist* d) { dist_ = d; }
   // After training: the signal that stopped it (0 if none); the handlers are removed.
   int finish();

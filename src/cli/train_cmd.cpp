@@ -183,7 +183,7 @@ void note_wrapping(int64_t N, const PackedTokens& data) {
 // --offload params (pinned host memory); on a device, a host copy (tag io) downloaded first, or
 // uploaded after when fn writes them.
 void with_host_params(Model& model, const std::function<void(Params&)>& fn, bool writes) {
-  if (model.params().flat().tier != Tier::Device) return fn(model.params());
+  if (model.params().flat().tier != Tier::Device && !model.sharded()) return fn(model.params());
   Params host(model.config(), Tier::Host, Tag::IO);
   if (!writes) model.download_params(host);
   fn(host);
@@ -295,7 +295,7 @@ int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
                    full_sequence_reach(cfg, plan, mem.total(), be))
             << std::endl;
   if (a.given("--sweep")) std::cout << sweep << std::endl;
-  Model model(cfg, be, plan, &dist.tensor_sp());
+  Model model(cfg, be, plan, &dist.tensor_sp(), &dist.world());
   with_host_params(model, [&](Params& p) { init_params(p, a.seed); }, true);
   TrainOptions o{a.seq_len, a.steps, a.grad_accum, a.log_every ? a.log_every : 100, a.optim, a.metrics};
   o.dist = &dist;
@@ -319,8 +319,8 @@ int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
                            last.loss)
             << std::endl;
   std::cout << "memory peaks (host): " << Accountant::global().report(Tier::Host) << std::endl;
-  if (!a.out.empty() && dist.leader())
-    with_host_params(model, [&](Params& p) { save_model(a.out, cfg, p, DType::F32); }, false);
+  if (!a.out.empty() && (dist.leader() || model.sharded()))  // --zero 3: every rank takes part in the gather
+    with_host_params(model, [&](Params& p) { if (dist.leader()) save_model(a.out, cfg, p, DType::F32); }, false);
   return 0;
 }
 
@@ -397,9 +397,6 @@ Command add_train(CLI::App& app) {
             a->rank = dist.rank();
             if (!dist.leader()) std::cout.rdbuf(nullptr);  // rank 0 alone prints (errors: every rank)
             dist.check_same_flags(a->ckpt.config_toml);
-            OOMB_CHECK(dist.size() == 1 || a->dist.zero == 0 || !a->ckpt.any(), "--checkpoint-dir / --resume with "
-                       "--zero {}: not supported yet (the moments are sharded; checkpoints work with --zero 0)",
-                       a->dist.zero);
             check_paths(*a);
             auto be = make_backend(a->device, a->device_memory, local_rank());
             dist.attach(*be);
@@ -432,7 +429,9 @@ Command add_train(CLI::App& app) {
             RunCheckpoints ckpt(a->ckpt, a->ckpt.any() ? run_state(*a, o, plan, eos, cfg, *data) : CheckpointState{},
                                 o.optim, o.seq_len, o.grad_accum, data->stream_size(), std::cout);
             ckpt.set_dist(&dist);
-            Model model(cfg, *be, plan, &dist.tensor_sp());
+            OOMB_CHECK(!zero3(plan) || !a->ckpt.any(), "--checkpoint-dir / --resume with --zero 3: not supported yet "
+                       "(the weights are sharded too; checkpoints work with --zero 0, 1, 2)");
+            Model model(cfg, *be, plan, &dist.tensor_sp(), &dist.world());
             o.dist = &dist;
             DType dtype = DType::F32;
             if (ckpt.resuming() && !lora.on()) {  // the weights come from the checkpoint (load_checkpoint, at the start)
@@ -479,6 +478,13 @@ Command add_train(CLI::App& app) {
             if (a->given("--sweep") || plan.offload_params) std::cout << sweep << std::endl;
             train(model, *data, o, std::cout, {}, ckpt.hooks(model));
             if (const int sig = ckpt.finish()) return 128 + sig;  // stopped by SIGINT/SIGTERM, checkpoint written
+            if (model.sharded() && !a->out.empty()) {  // --zero 3: every rank's shards gathered by every rank
+              Params host(cfg, Tier::Host, Tag::IO);
+              model.download_params(host);
+              if (dist.leader()) save_model(a->out, cfg, host, dtype, a->model);
+              std::cout << "saved " << a->out << " (" << dtype_name(dtype) << ")" << std::endl;
+              return 0;
+            }
             if (!dist.leader()) return 0;  // the ranks hold the same weights: rank 0 saves
             if (!a->out.empty() && lora.on()) {
               Params host(cfg, lora_layout(cfg, lora), Tier::Host, Tag::IO);

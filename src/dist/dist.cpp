@@ -14,8 +14,7 @@ namespace oomb {
 void check_dist_options(const DistOptions& o) {
   OOMB_CHECK(o.sp >= 1, "--sp: must be at least 1, got {}", o.sp);
   OOMB_CHECK(o.dp >= 1, "--dp: must be at least 1, got {}", o.dp);
-  OOMB_CHECK(o.zero >= 0 && o.zero <= 2, "--zero: {} is not one of 0, 1, 2 (ZeRO-3's per-layer gathering is not "
-             "built yet)", o.zero);
+  OOMB_CHECK(o.zero >= 0 && o.zero <= 3, "--zero: {} is not one of 0, 1, 2, 3", o.zero);
   OOMB_CHECK(o.timeout_s > 0, "--dist-timeout: must be positive, got {}", o.timeout_s);
   OOMB_CHECK(o.comm == "auto" || o.comm == "mpi" || o.comm == "nccl", "--comm: '{}' is not one of auto, mpi, nccl",
              o.comm);

@@ -13,12 +13,12 @@ namespace oomb {
 struct DistOptions {
   int64_t sp = 1;            // --sp: ranks sharing a sequence (Ulysses)
   int64_t dp = 1;            // --dp: sequences in parallel (gradients averaged)
-  int zero = 0;              // --zero 0|1|2: optimizer state (1), and gradients (2), sharded over every rank
+  int zero = 0;              // --zero 0..3: optimizer state (1), gradients (2), parameters (3) sharded over every rank
   double timeout_s = 300;    // --dist-timeout: seconds before a collective call gives up
   std::string comm = "auto"; // --comm auto|mpi|nccl: what the tensors cross ranks over
 };
 
-// Checks the flags alone (sp, dp >= 1, zero in 0..2, comm): errors name the flag.
+// Checks the flags alone (sp, dp >= 1, zero in 0..3, comm): errors name the flag.
 void check_dist_options(const DistOptions& o);
 // This process among the ranks on its node, from the launcher's environment (Open MPI, MPICH,
 // Slurm); 0 and 1 without one.

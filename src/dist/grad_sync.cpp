@@ -33,7 +33,7 @@ Shard Shard::of(int64_t n, int rank, int ranks) {
 // rank's own.
 static int64_t staging_bytes(int64_t n, int ranks, int zero, Tier home, bool device_comm) {
   const bool direct = home != Tier::Device || device_comm;
-  if (ranks == 1 || (zero == 0 && direct)) return 0;
+  if (ranks == 1 || zero == 3 || (zero == 0 && direct)) return 0;
   if (zero == 0) return std::min(n, grad_sync_piece()) * 4;
   return std::min(Shard::of(n, 0, ranks).block, grad_sync_piece()) * (ranks + 1) * 4;
 }
@@ -55,7 +55,7 @@ GradSync::GradSync(Comm& world, Backend& be, int64_t n, int zero, Tier home)
 void GradSync::reduce(const Tensor& g) {
   OOMB_CHECK(g.numel() == n_ && g.dtype == DType::F32, "grad sync: expected {} f32 gradients, got {}", n_,
              g.shape_str());
-  if (comm_.size() == 1) return;
+  if (comm_.size() == 1 || zero_ == 3) return;
   char* gd = static_cast<char*>(g.data);
   if (zero_ < 2) {
     if (g.tier != Tier::Device || comm_.on_device())
@@ -94,7 +94,7 @@ void GradSync::reduce(const Tensor& g) {
 void GradSync::gather(const Tensor& p) {
   OOMB_CHECK(p.numel() == n_ && p.dtype == DType::F32, "grad sync: expected {} f32 parameters, got {}", n_,
              p.shape_str());
-  if (comm_.size() == 1 || zero_ == 0) return;
+  if (comm_.size() == 1 || zero_ == 0 || zero_ == 3) return;
   const int P = comm_.size();
   const int64_t B = shard_.block, s = std::min(B, grad_sync_piece());
   float* all = stage_.as<float>();

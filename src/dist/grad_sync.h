@@ -3,7 +3,8 @@
 // workspace, or directly and on device staging when the group reads device memory, NCCL):
 //   --zero 0  gradients summed over every rank (the sp ranks' partial sums, the dp ranks' sequences);
 //   --zero 1  the same, then each rank updates its shard and the shards are gathered;
-//   --zero 2  gradients reduce-scattered: each rank receives only its shard's sum.
+//   --zero 2  gradients reduce-scattered: each rank receives only its shard's sum;
+//   --zero 3  nothing here: the parameter store reduces and gathers per layer (model/param_store.h).
 #pragma once
 #include "backend/backend.h"
 #include "core/memory.h"

@@ -363,7 +363,7 @@ void SafetensorsModel::read_f32(std::string_view name, float* dst, const std::ve
 namespace {
 
 // Byte sizes of the tensors, after checking names, shapes and data pointers.
-std::vector<uint64_t> check_inputs(std::span<const SaveTensor> ts, const std::string& where) {
+std::vector<uint64_t> check_inputs(std::span<const SaveTensor> ts, const std::string& where, bool need_data = true) {
   std::set<std::string_view> seen;
   std::vector<uint64_t> sizes;
   uint64_t total = 0;
@@ -376,7 +376,7 @@ std::vector<uint64_t> check_inputs(std::span<const SaveTensor> ts, const std::st
       OOMB_CHECK(!__builtin_mul_overflow(n, uint64_t(d), &n), "{}: tensor '{}': byte size of shape {} overflows",
                  where, t.name, shape_str(t.shape));
     }
-    OOMB_CHECK(n == 0 || t.data != nullptr, "{}: tensor '{}' has null data for {} bytes", where, t.name, n);
+    OOMB_CHECK(n == 0 || !need_data || t.data != nullptr, "{}: tensor '{}' has null data for {} bytes", where, t.name, n);
     OOMB_CHECK(!__builtin_add_overflow(total, n, &total), "{}: total size overflows", where);
     sizes.push_back(n);
   }
@@ -496,6 +496,29 @@ void save_safetensors_dir(const fs::path& dir, std::span<const SaveTensor> tenso
   idx.write(index.data(), index.size());
   idx.commit();
   remove_stale(dir, keep, where);
+}
+
+SafetensorsWriter::SafetensorsWriter(const fs::path& path, std::span<const SaveTensor> layout,
+                                     const std::map<std::string, std::string>& metadata)
+    : where_("save_safetensors: " + path.string()) {
+  const std::vector<uint64_t> sizes = check_inputs(layout, where_, false);
+  for (uint64_t s : sizes) left_ += s;
+  f_ = std::make_unique<AtomicFile>(path);
+  const std::string header = make_header(layout, sizes, metadata, where_);
+  f_->write(header.data(), header.size());
+}
+
+SafetensorsWriter::~SafetensorsWriter() = default;
+
+void SafetensorsWriter::write(const void* data, uint64_t bytes) {
+  OOMB_CHECK(bytes <= left_, "{}: {} bytes written past the tensors' end", where_, bytes - left_);
+  f_->write(data, bytes);
+  left_ -= bytes;
+}
+
+void SafetensorsWriter::commit() {
+  OOMB_CHECK(left_ == 0, "{}: the tensors' last {} bytes were never written", where_, left_);
+  f_->commit();
 }
 
 }  // namespace oomb

@@ -95,4 +95,22 @@ void save_safetensors(const std::filesystem::path& path, std::span<const SaveTen
 void save_safetensors_dir(const std::filesystem::path& dir, std::span<const SaveTensor> tensors,
                           uint64_t max_shard_bytes = 5ull << 30);
 
+// One file whose tensors' bytes arrive in order, a piece at a time (data too large to hold at once,
+// or gathered from many ranks): the layout's data pointers are not read. Atomic as save_safetensors;
+// commit checks that exactly the layout's bytes were written.
+class AtomicFile;
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::filesystem::path& path, std::span<const SaveTensor> layout,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  void write(const void* data, uint64_t bytes);
+  void commit();
+
+ private:
+  std::unique_ptr<AtomicFile> f_;
+  std::string where_;
+  uint64_t left_ = 0;
+};
+
 }  // namespace oomb

@@ -8,6 +8,7 @@
 #include "model/chunk_inputs.h"
 #include "model/frozen_base.h"
 #include "model/layer.h"
+#include "model/param_shards.h"
 #include "model/param_store.h"
 #include "model/params.h"
 
@@ -115,8 +116,16 @@ bool recomputes_tied_head(const ModelConfig& cfg, const ChunkPlan& plan) {
          (!plan.lora.on() || plan.lora.train_embeddings_norms);
 }
 
+void check_zero3(const ChunkPlan& p) {
+  if (!zero3(p)) return;
+  OOMB_CHECK(p.offload_params, "--zero 3: needs --offload params (each layer is gathered into the parameter store's "
+             "device slots just in time)");
+  OOMB_CHECK(p.sweep == SweepOrder::Chunk, "--sweep layer with --zero 3: not supported yet (use --sweep chunk)");
+}
+
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
                        size_t workspace_bytes, Tier dev, size_t pinned_workspace_bytes) {
+  check_zero3(plan);
   const int64_t P = param_count(cfg), C = std::min(plan.chunk, N), sp = plan.sp;
   check_plan_size(cfg, N, C, P);
   ChunkPlan used = plan;
@@ -136,6 +145,12 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   m.at(params_home, Tag::Optimizer) =
       optimizer != "adamw" ? 0 : 2 * 4 * (sharded ? Shard::of(Pt, int(plan.rank), int(plan.ranks)).held() : Pt);
   const bool bf16 = plan.precision == DType::BF16;
+  if (zero3(plan)) {  // this rank's shards of every range; the gathers' and reductions' staging
+    const int64_t S = ParamShards::of(cfg, int(plan.rank), int(plan.ranks)).numel;
+    m.at(params_home, Tag::Weights) = m.at(params_home, Tag::Grads) = S * 4;
+    m.at(params_home, Tag::Optimizer) = optimizer != "adamw" ? 0 : 2 * 4 * S;
+    m.at(Tier::Host, Tag::Workspace) += ParamStore::zero3_host_bytes(cfg, int(plan.ranks), dev);
+  }
   if (bf16 && !plan.offload_params && !frozen) m.at(dev, Tag::Weights) += Bf16Weights::bytes(cfg);
   if (bf16 && plan.lora.on()) m.at(dev, Tag::Weights) += Bf16Weights::adapter_bytes(cfg, plan.lora);
   if (plan.offload_params) {  // (bf16: the slots and head hold images, cast into pinned host memory)

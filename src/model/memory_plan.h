@@ -63,6 +63,12 @@ struct ChunkPlan {
   bool device_comm = false;
 };
 
+// --zero 3 on several ranks: masters, gradients and moments sharded per parameter range
+// (model/param_shards.h), layers gathered just in time (model/param_store.h). Needs --offload params
+// and the chunk order; check_zero3 refuses anything else, naming the flags.
+inline bool zero3(const ChunkPlan& p) { return p.zero == 3 && p.ranks > 1; }
+void check_zero3(const ChunkPlan& p);
+
 // What one rank of --sp P sees inside attention: the model with H/P heads and G/P kv heads.
 ModelConfig attention_side(const ModelConfig& cfg, int64_t sp);
 

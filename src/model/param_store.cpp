@@ -1,6 +1,7 @@
 #include "model/param_store.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 
@@ -11,6 +12,7 @@ namespace oomb {
 namespace {
 
 std::string g_dropped_wait;  // tests only
+bool g_skip_reduce = false;   // tests only
 bool dropped(const char* which) { return !g_dropped_wait.empty() && g_dropped_wait == which; }
 
 constexpr Tensor LayerParams::* kLayerFields[] = {
@@ -38,6 +40,7 @@ LayerParams rebase(const LayerParams& p, const float* from, float* to, Tier tier
 }  // namespace
 
 void ParamStore::drop_wait_for_test(const char* which) { g_dropped_wait = which ? which : ""; }
+void ParamStore::skip_reduce_for_test(bool skip) { g_skip_reduce = skip; }
 
 int64_t ParamStore::layer_offset(const ModelConfig& c, int64_t l) {
   return c.vocab * c.hidden + l * layer_numel(c);  // the layers follow the embedding (param_layout)
@@ -92,11 +95,57 @@ int64_t ParamStore::host_image_bytes(const ModelConfig& c) {
   return c.layers * layer_image_bytes(c) + c.vocab * c.hidden * 2;
 }
 
-ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16)
-    : cfg_(c), be_(be), offload_(offload), bf16_(offload && bf16) {
+// --zero 3's ranges: a layer, the embedding, the tail (the final norm and an untied lm_head).
+static std::array<int64_t, 3> zero3_ranges(const ModelConfig& c) {
+  const int64_t E = c.vocab * c.hidden;
+  return {ParamStore::layer_numel(c), E, ParamStore::head_numel(c) - E};
+}
+
+int64_t ParamStore::zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev) {
+  int64_t b = 0, most = 0;
+  for (int64_t n : zero3_ranges(c)) {
+    b += GradSync::host_bytes(n, ranks, 2, dev);
+    most = std::max(most, Shard::of(n, 0, ranks).block);
+  }
+  return b + most * 4;
+}
+
+ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16, Comm* world)
+    : cfg_(c), be_(be), offload_(offload), bf16_(offload && bf16), world_(world) {
+  OOMB_CHECK(!(bf16_ && world_), "--zero 3 with --precision bf16: not supported yet (the gathered shards are fp32; "
+             "use --precision fp32, or --zero 2)");
   OOMB_CHECK(!offload || be.tier() == Tier::Device,
              "--offload params: the {} backend has no device memory to offload from (use --device sim or cuda)",
              be.name());
+  if (!world_) return;
+  OOMB_CHECK(offload, "--zero 3: needs --offload params (the layers are gathered into the parameter store's device "
+             "slots)");
+  const int P = world->size();
+  shards_ = ParamShards::of(c, world->rank(), P);
+  const std::array<int64_t, 3> n = zero3_ranges(c);
+  sync_layer_ = std::make_unique<GradSync>(*world, be, n[0], 2);
+  sync_embed_ = std::make_unique<GradSync>(*world, be, n[1], 2);
+  sync_tail_ = std::make_unique<GradSync>(*world, be, n[2], 2);
+  int64_t most = 0;
+  for (int64_t x : n) most = std::max(most, Shard::of(x, 0, P).block);
+  sum_ = Buffer(Tier::Host, Tag::Workspace, size_t(most) * 4);
+}
+
+void ParamStore::gather_into(float* dev, const ParamShards::Range& r, GradSync& sync) {
+  if (r.size > 0)
+    be_.copy(dev + r.mine, Tier::Device, weights_->flat().f() + r.at, Tier::Pinned, size_t(r.size) * 4);
+  sync.gather(Tensor(dev, DType::F32, {r.n}, Tier::Device));
+  traffic_.weights_in += r.n * 4;
+}
+
+void ParamStore::reduce_from(float* dev, const ParamShards::Range& r, GradSync& sync) {
+  if (!g_skip_reduce) sync.reduce(Tensor(dev, DType::F32, {r.n}, Tier::Device));
+  traffic_.grads_out += r.n * 4;
+  if (r.size == 0) return;
+  be_.copy(sum_.data(), Tier::Host, dev + r.mine, Tier::Device, size_t(r.size) * 4);
+  float* g = grads_->flat().f() + r.at;
+  const float* x = sum_.as<float>();
+  for (int64_t i = 0; i < r.size; ++i) g[i] += x[i];
 }
 
 ParamStore::~ParamStore() { be_.synchronize(); }
@@ -106,24 +155,22 @@ void ParamStore::bind(Params& weights, ParamViews views) {
   w_ = std::move(views);
   if (!offload_) return;
   const ModelConfig& c = cfg_;
-  OOMB_CHECK(weights.flat().tier == Tier::Pinned && weights.flat().numel() == param_count(c) &&
-                 layer_offset(c, c.layers) == weights.get("model.norm.weight").f() - weights.flat().f(),
-             "param store: offloaded masters must be the whole model in pinned memory, laid out embedding, layers, norm");
+  if (world_)
+    OOMB_CHECK(weights.flat().tier == Tier::Pinned && weights.flat().numel() == shards_.numel,
+               "param store: --zero 3's masters must be this rank's shards in pinned memory");
+  else
+    OOMB_CHECK(weights.flat().tier == Tier::Pinned && weights.flat().numel() == param_count(c) &&
+                   layer_offset(c, c.layers) == weights.get("model.norm.weight").f() - weights.flat().f(),
+               "param store: offloaded masters must be the whole model in pinned memory, laid out embedding, layers, norm");
   if (bf16_) return bind_images();
-  const int64_t n = layer_numel(c), E = c.vocab * c.hidden;
   const Tier D = Tier::Device;
-  wslots_ = Buffer(D, Tag::Weights, size_t(2 * n) * 4);
+  wslots_ = Buffer(D, Tag::Weights, size_t(2 * layer_numel(c)) * 4);
   whead_ = Buffer(D, Tag::Weights, size_t(head_numel(c)) * 4);
-  const float* host = weights.flat().f();
   for (int s = 0; s < 2; ++s) {
-    wview_[s] = rebase(weights.layers[0], host + layer_offset(c, 0), wslots_.as<float>() + s * n, D);
     in_[s] = be_.new_event();
     used_[s] = be_.new_event();
   }
-  float* dh = whead_.as<float>();
-  const float* tail = host + E + c.layers * n;
-  w_ = {{}, rebase(weights.embed, host, dh, D), rebase(weights.final_norm, tail, dh + E, D), {}};
-  w_.lm_head = c.tie_word_embeddings ? w_.embed : rebase(weights.lm_head, tail, dh + E, D);
+  device_views(weights, wslots_, whead_, wview_, w_);
   grad_zero_.assign(size_t(c.layers), true);
 }
 
@@ -183,23 +230,40 @@ void ParamStore::cast_images() {
   for (int64_t i = 0; i < n; ++i) d16[i] = f32_to_bf16(lm[i]);
 }
 
+// The device slots' and head's views: as the masters' (rebased), or under --zero 3, whose shards
+// hold no whole tensor, from a one-layer model's layout (vocabulary 1) and the head's shapes.
+void ParamStore::device_views(const Params& host, Buffer& slots, Buffer& head, LayerParams* view, ParamViews& out) {
+  const ModelConfig& c = cfg_;
+  const int64_t n = layer_numel(c), E = c.vocab * c.hidden;
+  const Tier D = Tier::Device;
+  std::unique_ptr<Params> one;
+  const LayerParams* layer0 = host.layers.empty() ? nullptr : &host.layers[0];
+  const float* base = host.flat().f() + layer_offset(c, 0);
+  if (world_) {
+    ModelConfig c1 = c;
+    c1.layers = 1, c1.vocab = 1;
+    one = std::make_unique<Params>(c1, Tier::Host, Tag::IO);
+    layer0 = &one->layers[0];
+    base = one->flat().f() + layer_offset(c1, 0);
+    OOMB_CHECK(layer_numel(c1) == n, "param store: a one-layer model's layer has {} values, not {}", layer_numel(c1), n);
+  }
+  for (int s = 0; s < 2 && layer0; ++s) view[s] = rebase(*layer0, base, slots.as<float>() + s * n, D);
+  float* dh = head.as<float>();
+  out = {{}, Tensor(dh, DType::F32, {c.vocab, c.hidden}, D), Tensor(dh + E, DType::F32, {c.hidden}, D), {}};
+  out.lm_head = c.tie_word_embeddings ? out.embed : Tensor(dh + E + c.hidden, DType::F32, {c.vocab, c.hidden}, D);
+}
+
 void ParamStore::bind_grads(Params& grads, ParamViews views) {
   grads_ = &grads;
   g_ = std::move(views);
   if (!offload_) return;
-  OOMB_CHECK(grads.flat().tier == Tier::Pinned && grads.flat().numel() == param_count(cfg_),
-             "param store: offloaded gradients must be the whole model in pinned memory");
-  const int64_t n = layer_numel(cfg_), E = cfg_.vocab * cfg_.hidden;
-  const Tier D = Tier::Device;
-  gslots_ = Buffer(D, Tag::Grads, size_t(2 * n) * 4);
-  ghead_buf_ = Buffer(D, Tag::Grads, size_t(head_numel(cfg_)) * 4);
-  const float* host = grads.flat().f();
-  for (int s = 0; s < 2; ++s)
-    gview_[s] = rebase(grads.layers[0], host + layer_offset(cfg_, 0), gslots_.as<float>() + s * n, D);
-  float* dh = ghead_buf_.as<float>();
-  const float* tail = host + E + cfg_.layers * n;
-  g_ = {{}, rebase(grads.embed, host, dh, D), rebase(grads.final_norm, tail, dh + E, D), {}};
-  g_.lm_head = cfg_.tie_word_embeddings ? g_.embed : rebase(grads.lm_head, tail, dh + E, D);
+  OOMB_CHECK(grads.flat().tier == Tier::Pinned &&
+                 grads.flat().numel() == (world_ ? shards_.numel : param_count(cfg_)),
+             "param store: offloaded gradients must be the whole model (--zero 3: this rank's shards) in pinned memory");
+  if (world_) std::memset(grads.flat().data, 0, grads.flat().bytes());  // added into from the first release
+  gslots_ = Buffer(Tier::Device, Tag::Grads, size_t(2 * layer_numel(cfg_)) * 4);
+  ghead_buf_ = Buffer(Tier::Device, Tag::Grads, size_t(head_numel(cfg_)) * 4);
+  device_views(grads, gslots_, ghead_buf_, gview_, g_);
 }
 
 void ParamStore::zero_grads() {
@@ -230,7 +294,14 @@ void ParamStore::begin_sequence(bool grads) {
   seq_grads_ = grads;
   if (!offload_) return;
   holds_[0] = holds_[1] = -1;  // the masters may have changed
-  if (bf16_) {  // the images cast again; the head: embedding and final norm, then the lm_head's copy
+  if (world_) {  // every rank's shards of the head's ranges; its gradients from zero
+    const int64_t E = cfg_.vocab * cfg_.hidden;
+    be_.synchronize();
+    gather_into(whead_.as<float>(), shards_.embed(), *sync_embed_);
+    gather_into(whead_.as<float>() + E, shards_.tail(), *sync_tail_);
+    OOMB_CHECK(!grads || grads_ != nullptr, "param store: a sequence with gradients needs gradients bound first");
+    if (grads) be_.fill_zero_async(ghead_buf_.data(), ghead_buf_.bytes(), Stream::Copy);
+  } else if (bf16_) {  // the images cast again; the head: embedding and final norm, then the lm_head's copy
     cast_images();
     const int64_t E = cfg_.vocab * cfg_.hidden, d = cfg_.hidden;
     char* h = whead_.as<char>();
@@ -243,7 +314,7 @@ void ParamStore::begin_sequence(bool grads) {
   } else {
     head_copy(whead_.as<float>(), *weights_, true);
   }
-  if (grads) {
+  if (!world_ && grads) {
     OOMB_CHECK(grads_ != nullptr, "param store: a sequence with gradients needs gradients bound first");
     if (head_grad_zero_)
       be_.fill_zero_async(ghead_buf_.data(), ghead_buf_.bytes(), Stream::Copy);
@@ -256,7 +327,13 @@ void ParamStore::begin_sequence(bool grads) {
 
 void ParamStore::end_sequence() {
   if (!offload_) return;
-  if (seq_grads_) {
+  if (world_ && seq_grads_) {  // the head's gradients summed over every rank into this rank's shards
+    const int64_t E = cfg_.vocab * cfg_.hidden;
+    be_.synchronize();
+    reduce_from(ghead_buf_.as<float>(), shards_.embed(), *sync_embed_);
+    reduce_from(ghead_buf_.as<float>() + E, shards_.tail(), *sync_tail_);
+    head_grad_zero_ = false;
+  } else if (seq_grads_) {
     be_.record(*used_[0], Stream::Compute);
     be_.wait(Stream::Copy, *used_[0]);
     head_copy(ghead_buf_.as<float>(), *grads_, false);
@@ -283,6 +360,13 @@ void ParamStore::fetch(size_t pos) {
   const int64_t s = slot(pos), l = order_[pos], n = layer_numel(cfg_);
   const size_t bytes = size_t(n) * 4;
   const Tier D = Tier::Device, P = Tier::Pinned;
+  if (world_) {  // --zero 3: the layer's shards gathered once the device is done with the slot
+    be_.synchronize();
+    if (holds_[s] != l) gather_into(wslots_.as<float>() + s * n, shards_.layer(l), *sync_layer_), holds_[s] = l;
+    if (pass_grads_) be_.fill_zero_async(gslots_.as<float>() + s * n, bytes, Stream::Copy);
+    be_.record(*in_[s], Stream::Copy);
+    return;
+  }
   be_.wait(Stream::Copy, *used_[s]);
   if (holds_[s] != l && bf16_) {  // the layer's image
     be_.copy_async(wslots_.as<char>() + s * image_bytes_, D, himages_.as<char>() + l * image_bytes_, P,
@@ -320,7 +404,10 @@ LayerParams& ParamStore::grads_of(int64_t l) {
 
 void ParamStore::release(int64_t l) {
   OOMB_CHECK(pos_ < order_.size() && order_[pos_] == l, "param store: layer {} released out of the pass's order", l);
-  if (offload_) {
+  if (offload_ && world_ && pass_grads_) {  // --zero 3: summed over every rank into this rank's shard
+    be_.synchronize();
+    reduce_from(gslots_.as<float>() + slot(pos_) * layer_numel(cfg_), shards_.layer(l), *sync_layer_);
+  } else if (offload_) {
     const int64_t s = slot(pos_), n = layer_numel(cfg_);
     be_.record(*used_[s], Stream::Compute);
     if (pass_grads_) {  // the layer's gradients go back once its backward is done

@@ -18,6 +18,14 @@
 // holds (or zero, without a copy, while the host's are known to be zero), so the result is bitwise
 // the resident run's. The head arrives once per sequence and its gradients leave at its end.
 //
+// --zero 3 (world given; offloaded only): the masters, gradients and moments in pinned memory are
+// this rank's shards of every range (model/param_shards.h). A layer's fetch waits for the device,
+// puts this rank's shard into the slot and gathers the others' (all-gather through host staging,
+// grad_sync.h); its gradient slot starts at zero; release reduce-scatters the slot's gradients over
+// every rank and adds this rank's part of the sum into its shard (fp32, across chunks and
+// sequences). The head's ranges alike, once per sequence. The collectives block the host: no
+// overlap of copies with compute in this mode yet.
+//
 // Flat ranges: layer l is one contiguous range of the flat layout (layer_offset, layer_numel); the
 // head is two (the embedding first; the final norm and an untied lm_head last), one after the
 // other on the device.
@@ -35,6 +43,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "dist/grad_sync.h"
+#include "model/param_shards.h"
 #include "model/params.h"
 
 namespace oomb {
@@ -47,7 +57,7 @@ struct ParamViews {
 
 class ParamStore {
  public:
-  ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16 = false);
+  ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16 = false, Comm* zero3_world = nullptr);
   ~ParamStore();
   bool offloaded() const { return offload_; }
   // The tier the masters, gradients and moments live in: the backend's, or pinned host memory.
@@ -92,6 +102,10 @@ class ParamStore {
   static int64_t head_image_copied(const ModelConfig& c);
   static int64_t device_weight_bytes(const ModelConfig& c, bool bf16);
   static int64_t host_image_bytes(const ModelConfig& c);
+  // --zero 3: host bytes (tag workspace) of the gathers' and reductions' staging.
+  static int64_t zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev);
+  // Tests only: --zero 3 without the gradients' reduce-scatter (each rank keeps its own part).
+  static void skip_reduce_for_test(bool skip);
 
   // Bytes copied between the host and the device so far (zero fills not counted).
   struct Traffic {
@@ -109,11 +123,19 @@ class ParamStore {
   void head_copy(float* dev, Params& host, bool in);
   void bind_images();     // bf16: the images' layout, buffers and views
   void cast_images();     // bf16: the host images from the masters
+  // --zero 3: range r's shards gathered into dev (r.n floats); dev's gradients reduced into the shard
+  void device_views(const Params& host, Buffer& slots, Buffer& head, LayerParams* view, ParamViews& out);
+  void gather_into(float* dev, const ParamShards::Range& r, GradSync& sync);
+  void reduce_from(float* dev, const ParamShards::Range& r, GradSync& sync);
 
   ModelConfig cfg_;
   Backend& be_;
   bool offload_;
   bool bf16_;  // offloaded with --precision bf16: the slots hold images
+  Comm* world_ = nullptr;  // --zero 3
+  ParamShards shards_;
+  std::unique_ptr<GradSync> sync_layer_, sync_embed_, sync_tail_;
+  Buffer sum_;  // host: a shard's part of a reduced sum
   Params* weights_ = nullptr;
   Params* grads_ = nullptr;
   ParamViews w_, g_;  // what the model computes with: its views, or (offloaded) the device head's

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -67,6 +68,31 @@ void into(Params& dst, Backend& be, const std::function<void(Params&)>& load) {
   be.copy(dst.flat().data, be.tier(), host.flat().data, Tier::Host, dst.flat().bytes());
 }
 
+// A sharded optimizer's (--zero 1, 2) AdamW moment in flat order: rank j's block broadcast from rank j
+// a piece at a time; rank 0 writes each piece as it arrives (out), the others only send theirs.
+void stream_moment(const Tensor& mine, int64_t n, Comm& world, Backend& be, SafetensorsWriter* out) {
+  const int P = world.size();
+  const int64_t piece = std::min(Shard::of(n, 0, P).block, grad_sync_piece());
+  Buffer stage(Tier::Host, Tag::IO, size_t(piece) * 4);
+  for (int j = 0; j < P; ++j) {
+    const Shard s = Shard::of(n, j, P);
+    for (int64_t o = 0; o < s.size(); o += piece) {
+      const size_t bytes = size_t(std::min(piece, s.size() - o)) * 4;
+      if (j == world.rank()) be.copy(stage.data(), Tier::Host, mine.f() + o, mine.tier, bytes);
+      world.broadcast(stage.data(), bytes, j);
+      if (out) out->write(stage.data(), bytes);
+    }
+  }
+}
+
+void stream_moments(const Optimizer& opt, Comm& world, Backend& be, SafetensorsWriter* out) {
+  const int64_t n = opt.params().flat().numel();
+  OOMB_CHECK(opt.shard().range.size() == Shard::of(n, world.rank(), world.size()).size(),
+             "checkpoint: the optimizer's shard is not this rank's block of {} ranks", world.size());
+  stream_moment(opt.exp_avg_shard(), n, world, be, out);
+  stream_moment(opt.exp_avg_sq_shard(), n, world, be, out);
+}
+
 void fsync_dir(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
@@ -93,7 +119,14 @@ bool alive(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno !=
 std::string checkpoint_name(int64_t step) { return fmt::format("step-{:06}", step); }
 
 fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& model, const Optimizer& opt,
-                         const std::map<std::string, std::string>& extra, const std::string& base_model) {
+                         const std::map<std::string, std::string>& extra, const std::string& base_model,
+                         Comm* world) {
+  const bool sharded = !opt.exp_avg_shard().empty();  // AdamW's moments split between the ranks
+  OOMB_CHECK(!sharded || world, "checkpoint: a sharded optimizer's moments need its ranks to gather them");
+  if (world && world->rank() != 0) {  // rank 0 writes
+    if (sharded) stream_moments(opt, *world, model.backend(), nullptr);
+    return dir / checkpoint_name(state.step);
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   OOMB_CHECK(!ec, "--checkpoint-dir {}: cannot create: {}", dir.string(), ec.message());
@@ -122,6 +155,19 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
     const std::vector<SaveTensor> v = tensors_of(on_host(*opt.exp_avg_sq(), be, v_copy), kExpAvgSq);
     t.insert(t.end(), v.begin(), v.end());
     save_safetensors(out.staging() / kOptimizerFile, t, {{"oomb", "AdamW moments"}});
+    test_delay();
+  } else if (sharded) {  // the same file, its data gathered from every rank's shard in flat order
+    const std::vector<ParamSpec>& specs = opt.params().specs();
+    std::vector<SaveTensor> t;
+    for (const char* suffix : {kExpAvg, kExpAvgSq})
+      for (size_t i = 0; i < specs.size(); ++i) {
+        OOMB_CHECK(specs[i].offset == (i ? specs[i - 1].offset + specs[i - 1].numel() : 0),
+                   "checkpoint: the flat layout has a gap before '{}'", specs[i].name);
+        t.push_back({specs[i].name + suffix, DType::F32, specs[i].shape, nullptr});
+      }
+    SafetensorsWriter w(out.staging() / kOptimizerFile, t, {{"oomb", "AdamW moments"}});
+    stream_moments(opt, *world, be, &w);
+    w.commit();
     test_delay();
   }
   for (const auto& [name, text] : extra) {
@@ -194,6 +240,39 @@ static void load_moments(const fs::path& step_dir, const CheckpointState& st, Pa
   }
 }
 
+// A sharded optimizer's range [lo, hi) of each moment tensor from optimizer.safetensors.
+static void load_moment_shard(const fs::path& step_dir, const CheckpointState& st, Optimizer& opt, Backend& be) {
+  const fs::path file = step_dir / kOptimizerFile;
+  OOMB_CHECK(st.files.count(kOptimizerFile), "{}: {} is missing: the checkpoint holds no AdamW moments",
+             step_dir.string(), kOptimizerFile);
+  const SafetensorsFile f = SafetensorsFile::open(file);
+  const std::vector<ParamSpec>& specs = opt.params().specs();
+  OOMB_CHECK(f.tensors().size() == 2 * specs.size(), "{}: holds {} tensors; this model's AdamW moments are {}",
+             file.string(), f.tensors().size(), 2 * specs.size());
+  const Shard& r = opt.shard().range;
+  for (auto [dst, suffix] : {std::pair{opt.exp_avg_shard(), kExpAvg}, {opt.exp_avg_sq_shard(), kExpAvgSq}}) {
+    Buffer host;
+    if (dst.tier == Tier::Device) host = Buffer(Tier::Host, Tag::IO, size_t(r.held()) * 4);
+    float* x = host.data() ? host.as<float>() : dst.f();
+    for (const ParamSpec& s : specs) {
+      const int64_t a = std::max(s.offset, r.lo), b = std::min(s.offset + s.numel(), r.hi);
+      if (a >= b) continue;
+      const std::string name = s.name + suffix;
+      const TensorInfo* t = f.find(name);
+      OOMB_CHECK(t, "{}: tensor '{}' not found", file.string(), name);
+      OOMB_CHECK(t->dtype == DType::F32 && t->shape == s.shape, "{}: tensor '{}' is {} {}, expected F32 {}",
+                 file.string(), name, dtype_safetensors_name(t->dtype), fmt::join(t->shape, "x"), fmt::join(s.shape, "x"));
+      float* y = x + (a - r.lo);
+      f.read_range(*t, uint64_t(a - s.offset) * 4, uint64_t(b - a) * 4, y);
+      for (int64_t i = 0; i < b - a; ++i)
+        if (!std::isfinite(y[i]) || (suffix == kExpAvgSq && y[i] < 0)) [[unlikely]]
+          fail("{}: tensor '{}' holds {} at flat index {}; the checkpoint is damaged", file.string(), name, y[i],
+               a - s.offset + i);
+    }
+    if (host.data()) be.copy(dst.data, dst.tier, x, Tier::Host, size_t(r.size()) * 4);
+  }
+}
+
 void load_checkpoint_tensors(const fs::path& step_dir, const CheckpointState& st, const ModelConfig& cfg,
                              Params& weights, Params* exp_avg, Params* exp_avg_sq) {
   load_weights(step_dir, cfg, weights);
@@ -215,8 +294,11 @@ void load_checkpoint(const fs::path& step_dir, const CheckpointState& st, Model&
                "written with", step_dir.string());
     into(model.params(), be, [&](Params& w) { load_weights(step_dir, model.config(), w); });
   }
-  if (!opt.exp_avg()) return;
-  if (opt.exp_avg()->flat().tier != Tier::Device) {  // a host backend, or --offload params
+  if (!opt.exp_avg_shard().empty()) {
+    load_moment_shard(step_dir, st, opt, be);
+  } else if (!opt.exp_avg()) {
+    return;
+  } else if (opt.exp_avg()->flat().tier != Tier::Device) {  // a host backend, or --offload params
     load_moments(step_dir, st, *opt.exp_avg(), *opt.exp_avg_sq());
   } else {
     const auto& specs = opt.exp_avg()->specs();

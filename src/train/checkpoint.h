@@ -35,9 +35,13 @@ std::string checkpoint_name(int64_t step);
 // (name -> text) are written beside the others, e.g. the run's resolved flags as config.toml.
 // OOMB_TEST_CKPT_DELAY_MS (test only) sleeps that long after each file, so tests can kill a writer
 // in the middle of a checkpoint. base_model: a LoRA adapter's base_model_name_or_path.
+// Several ranks (`world`): rank 0 writes; the weights are its own (every rank holds them all). With
+// a sharded optimizer (--zero 1, 2) every rank calls this: each rank's moments reach rank 0 in
+// pieces of grad_sync_piece() floats (a broadcast from the shard's rank), written as they come, so
+// the files are those of one optimizer holding every moment. Other ranks return the path unwritten.
 std::filesystem::path save_checkpoint(const std::filesystem::path& dir, CheckpointState state, Model& model,
                                       const Optimizer& opt, const std::map<std::string, std::string>& extra = {},
-                                      const std::string& base_model = "");
+                                      const std::string& base_model = "", Comm* world = nullptr);
 
 // A checkpoint's state, after checking that it is complete: state.json is there and valid, and every
 // file it lists exists with the size it lists. Errors name the directory and the file.
@@ -48,7 +52,8 @@ CheckpointState open_checkpoint(const std::filesystem::path& step_dir);
 void load_checkpoint_tensors(const std::filesystem::path& step_dir, const CheckpointState& state,
                              const ModelConfig& cfg, Params& weights, Params* exp_avg, Params* exp_avg_sq);
 // The same into a model and its optimizer (through host copies on a device), with the bias-correction count;
-// a LoRA model's adapters (its base is not in the checkpoint).
+// a LoRA model's adapters (its base is not in the checkpoint). A sharded optimizer (--zero 1, 2) reads its
+// range of each moment tensor alone.
 void load_checkpoint(const std::filesystem::path& step_dir, const CheckpointState& state, Model& model,
                      Optimizer& opt);
 

@@ -1,5 +1,6 @@
 #include "train/model.h"
 
+#include "model/param_shards.h"
 #include "model/rope.h"
 
 #include <algorithm>
@@ -25,14 +26,29 @@ static ModelConfig checked_sp(const ModelConfig& cfg, const ChunkPlan& plan, con
   return attention_side(cfg, plan.sp);
 }
 
-Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* sp)
+// --zero 3 on several ranks: every rank's communicator, and the layout of this rank's shards.
+static Comm* checked_zero3(const ChunkPlan& plan, Comm* world) {
+  check_zero3(plan);
+  if (!zero3(plan)) return nullptr;
+  OOMB_CHECK(world && world->size() == plan.ranks && world->rank() == plan.rank,
+             "model: --zero 3 needs the world of {} ranks", plan.ranks);
+  return world;
+}
+
+static std::vector<ParamSpec> master_layout(const ModelConfig& cfg, const ChunkPlan& plan) {
+  return zero3(plan) ? ParamShards::of(cfg, int(plan.rank), int(plan.ranks)).layout(cfg) : param_layout(cfg);
+}
+
+Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* sp, Comm* world)
     : cfg_(cfg),
       be_(be),
       plan_(plan),
       att_cfg_(checked_sp(cfg, plan, sp)),
-      params_(cfg, frozen_base_on_host(plan, be.tier()) ? Tier::Pinned : ParamStore::home(be, plan.offload_params),
+      world_(checked_zero3(plan, world)),
+      params_(cfg, master_layout(cfg, plan),
+              frozen_base_on_host(plan, be.tier()) ? Tier::Pinned : ParamStore::home(be, plan.offload_params),
               Tag::Weights),
-      store_(cfg, be, plan.offload_params, plan.precision == DType::BF16),
+      store_(cfg, be, plan.offload_params, plan.precision == DType::BF16, world_),
       cache_(checked_options(att_cfg_, plan), be),
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
       saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk / plan.sp, plan.sweep))),
@@ -118,7 +134,8 @@ Model::~Model() { be_.synchronize(); }
 void Model::enable_grads() {
   if (grads_) return;
   if (!train_) {
-    grads_ = std::make_unique<Params>(cfg_, ParamStore::home(be_, plan_.offload_params), Tag::Grads);
+    grads_ = std::make_unique<Params>(cfg_, master_layout(cfg_, plan_), ParamStore::home(be_, plan_.offload_params),
+                                      Tag::Grads);
     grad_layers_ = grads_->layers;
   } else {
     grads_ = std::make_unique<Params>(cfg_, train_->specs(), be_.tier(), Tag::Grads);
@@ -156,12 +173,20 @@ LossStats Model::evaluate(const int32_t* ids, const int32_t* targets, int64_t N)
 }
 
 void Model::upload_params(const Params& host) {
+  if (world_) {
+    OOMB_CHECK(host.flat().numel() == param_count(cfg_), "model: parameters of another shape");
+    return ParamShards::of(cfg_, world_->rank(), world_->size()).pack(host.flat().f(), params_.flat().f());
+  }
   OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
   base_dirty_ = true;
   be_.copy(params_.flat().data, params_.flat().tier, host.flat().data, Tier::Host, params_.flat().bytes());
 }
 
 void Model::download_params(Params& host) const {
+  if (world_) {
+    OOMB_CHECK(host.flat().numel() == param_count(cfg_), "model: parameters of another shape");
+    return ParamShards::gather(cfg_, *world_, params_.flat().f(), host.flat().f());
+  }
   OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
   be_.copy(host.flat().data, Tier::Host, params_.flat().data, params_.flat().tier, params_.flat().bytes());
 }

@@ -45,8 +45,10 @@ class Model {
   // sp: the group of plan.sp ranks sharing each sequence (--sp; dist/ulysses.h): each rank embeds,
   // projects and scores C/P of every chunk's tokens, attends with H/P heads over all of them, and
   // its pages hold G/P kv heads; the loss sums are summed over the group, so every rank returns the
-  // sequence's loss. Null: one rank.
-  Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* sp = nullptr);
+  // sequence's loss. Null: one rank. world: every rank (plan.ranks of them), needed by --zero 3
+  // (plan.zero): the masters, gradients and moments are this rank's shards (model/param_shards.h),
+  // each layer gathered just in time by the parameter store.
+  Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* sp = nullptr, Comm* world = nullptr);
   ~Model();
   const ModelConfig& config() const { return cfg_; }
   const ChunkPlan& plan() const { return plan_; }
@@ -64,7 +66,10 @@ class Model {
   void enable_grads();  // allocates the gradient buffer (tag grads), zeroed
   void zero_grads();    // every gradient := 0 (between steps)
   const ParamStore& store() const { return store_; }
+  bool sharded() const { return world_ != nullptr; }  // --zero 3: params() and grads() are this rank's shards
   // Parameters from / to host memory (load and save through them when the masters are on a device).
+  // --zero 3: upload takes this rank's shards of the whole model; download gathers every rank's
+  // (collective: every rank calls it).
   void upload_params(const Params& host);
   void download_params(Params& host) const;
   void upload_trainable(const Params& host);  // LoRA's set (with LoRA off: upload_params)
@@ -118,6 +123,7 @@ class Model {
   Backend& be_;
   ChunkPlan plan_;
   ModelConfig att_cfg_;  // attention_side(cfg_, plan_.sp): this rank's heads and kv heads
+  Comm* world_ = nullptr;             // --zero 3 only
   std::unique_ptr<SeqParallel> sp_;  // --sp P > 1: the all-to-all; null with one rank
   int64_t sp_rank_ = 0;
   // this rank's rows of a chunk of n tokens (its token side): [sp_rank_ n / P, (sp_rank_ + 1) n / P)

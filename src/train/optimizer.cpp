@@ -48,8 +48,8 @@ std::string Optimizer::first_nonfinite() const {
 double Optimizer::step(int64_t k, float* lr_used) {
   Backend& be = ops();
   double norm;
-  if (shard_.norm_comm) {  // zero 2: each rank holds its shard's gradient sum
-    double ss = shard_.range.size() > 0 ? be.sum_squares(range(g_.flat())) : 0.0;
+  if (shard_.norm_comm) {  // zero 2: each rank holds its shard's gradient sum (zero 3: all it holds is its shard)
+    double ss = !shard_.on() ? be.sum_squares(g_.flat()) : shard_.range.size() > 0 ? be.sum_squares(range(g_.flat())) : 0.0;
     shard_.norm_comm->all_reduce_sum(&ss, 1);
     norm = std::sqrt(ss);
   } else {

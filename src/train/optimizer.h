@@ -29,7 +29,8 @@ float lr_at(const OptimConfig& c, int64_t step);
 
 // With ZeRO (--zero 1, 2) an optimizer updates only its rank's shard [lo, hi) of the flat buffers
 // and holds moments for that shard alone; norm_comm (zero 2: each rank holds only its shard's
-// gradient sum) adds the shards' squares into the global norm.
+// gradient sum) adds the shards' squares into the global norm. --zero 3: no range (the buffers are
+// the rank's packed shards, model/param_shards.h, updated whole), norm_comm set.
 struct OptimShard {
   Shard range;              // empty (hi = 0): every parameter
   Comm* norm_comm = nullptr;
@@ -50,6 +51,12 @@ class Optimizer {
   // bias-correction count (updates made; steps skipped by skip_nonfinite do not count).
   Params* exp_avg() const { return m_.get(); }
   Params* exp_avg_sq() const { return v_.get(); }
+  // Sharded (--zero 1, 2): this rank's range of the flat layout and AdamW's moments for it alone
+  // (shard().range.size() values each, in the parameters' memory; empty for SGD).
+  const OptimShard& shard() const { return shard_; }
+  Tensor exp_avg_shard() const { return shard_moment(ms_); }
+  Tensor exp_avg_sq_shard() const { return shard_moment(vs_); }
+  const Params& params() const { return p_; }
   int64_t adam_step() const { return t_; }
   void set_adam_step(int64_t t) { t_ = t; }
   const OptimConfig& config() const { return c_; }
@@ -66,6 +73,9 @@ class Optimizer {
   Buffer ms_, vs_;                 // a shard's moments (tag optimizer)
   int64_t t_ = 0;
   void step_shard(double norm, float lr);
+  Tensor shard_moment(const Buffer& b) const {
+    return b.data() ? Tensor(b.data(), DType::F32, {shard_.range.size()}, p_.flat().tier) : Tensor();
+  }
   Tensor range(const Tensor& flat) const { return flat.rows(shard_.range.lo, shard_.range.size()); }
 };
 

@@ -110,9 +110,12 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   Dist& dist = o.dist ? *o.dist : single;
   const int64_t dp = dist.options().dp, dp_rank = dist.dp_rank();
   const int zero = dist.size() > 1 ? dist.options().zero : 0;
+  OOMB_CHECK((zero == 3) == model.sharded(), "train: --zero {} but a model {}built for --zero 3", zero,
+             model.sharded() ? "" : "not ");
   GradSync sync(dist.tensor_world(), model.backend(), model.grads().flat().numel(), zero, model.grads().flat().tier);
   OptimShard shard;
-  if (zero > 0) shard = {sync.shard(), zero == 2 ? &dist.world() : nullptr};
+  if (zero == 3) shard = {{}, &dist.world()};  // the model's buffers are this rank's packed shards
+  else if (zero > 0) shard = {sync.shard(), zero == 2 ? &dist.world() : nullptr};
   Optimizer opt(oc, model.trainable(), model.grads(), model.backend(), shard);
   if (hooks.begin) hooks.begin(opt);
   const bool lead = dist.leader();  // the one rank that logs and writes
@@ -152,7 +155,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     st.accuracy = double(correct) / double(counted);
     st.grad_norm = std::isfinite(st.loss) ? opt.step(k, &st.lr) : std::numeric_limits<double>::quiet_NaN();
     st.skipped = !std::isfinite(st.grad_norm);
-    if (!st.skipped) sync.gather(model.trainable().flat());  // zero 1, 2: every rank's updated shard
+    if (!st.skipped) sync.gather(model.trainable().flat());  // zero 1, 2: every rank's updated shard (3: per layer)
     if (st.skipped) log << fmt::format("step {}: skipped (loss {}, gradient norm {}; --skip-nonfinite)", k + 1,
                                        st.loss, st.grad_norm) << std::endl;
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();

@@ -6,11 +6,13 @@
 //                   every gradient), and the single rank's run in the layer order as above
 //   training check  --steps steps of the trainer (AdamW): every loss and the final weights
 //   memory          this rank's peak per (tier, tag) against its plan; kv and kv_grad against the
-//                   single rank's peaks / sp
-// Faults for test_dist: --skip-reduce (no gradient sum: the check must fail), --die-rank r (rank r
-// exits mid-step), --stall-rank r (rank r sleeps past --dist-timeout), --layer-fault tied-head (the
-// layer order adds a tied head's gradient in its loss pass: the bits differ from the chunk order's).
-// --tie: the embedding tied to the lm_head.
+//                   single rank's peaks / sp; the optimizer's (--zero 1..3), and the masters' and
+//                   gradients' in pinned memory (--zero 3), against the single rank's / ranks
+// --zero 3: the gradients and weights are this rank's shards, gathered for the comparisons.
+// Faults for test_dist: --skip-reduce (no gradient sum, nor --zero 3's reduce-scatter: the check
+// must fail), --die-rank r (rank r exits mid-step), --stall-rank r (rank r sleeps past --dist-timeout),
+// --layer-fault tied-head (the layer order adds a tied head's gradient in its loss pass: the bits
+// differ from the chunk order's). --tie: the embedding tied to the lm_head.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -28,6 +30,7 @@
 #include "backend/cuda/cuda_device.h"
 #endif
 #include "model/init.h"
+#include "model/param_shards.h"
 #include "model_fixture.h"
 #include "test_util.h"
 #include "train/trainer.h"
@@ -134,6 +137,14 @@ std::vector<float> download(Model& m, const Tensor& flat) {
   return v;
 }
 
+// The whole flat layout: the buffer itself, or (--zero 3) every rank's shards of it gathered.
+std::vector<float> whole(Model& m, const Tensor& flat, Comm& world) {
+  if (!m.sharded()) return download(m, flat);
+  std::vector<float> v(size_t(param_count(m.config())));
+  ParamShards::gather(m.config(), world, flat.f(), v.data());
+  return v;
+}
+
 // The worst relative error over the tensors of a layout.
 double worst_by_tensor(const std::vector<float>& got, const std::vector<float>& want, const Params& layout,
                        std::string* where) {
@@ -192,6 +203,8 @@ int main(int argc, char** argv) {
   try {
     Dist dist(a.dist);
     const int R = dist.size(), r = dist.rank();
+    const bool z3 = a.dist.zero == 3;
+    if (z3 && a.skip_reduce) ParamStore::skip_reduce_for_test(true);
     const int64_t dp = a.dist.dp, N = a.seq;
     nlohmann::json cj = testing::tiny_config_json(a.arch, a.kv_heads);
     cj["tie_word_embeddings"] = a.tie;
@@ -212,7 +225,7 @@ int main(int argc, char** argv) {
       auto be = backend(a);  // each run its own backend, so that its workspace counts in its own peaks only
       Dist d(a.dist, dist.world().split(0, r));  // the same ranks, their tensors over --comm on this backend
       attach(d, *be, a);
-      Model m(cfg, *be, plan_of(a, a.dist.sp, R, r, 0, d.device_comm()), &d.tensor_sp());
+      Model m(cfg, *be, plan_of(a, a.dist.sp, R, r, z3 ? 3 : 0, d.device_comm()), &d.tensor_sp(), &d.world());
       init(m, seed);
       m.enable_grads();
       for (int64_t i = 0; i < a.accum; ++i) {
@@ -227,8 +240,8 @@ int main(int argc, char** argv) {
       dist.dp().all_reduce_sum(&loss_dist, 1);
       loss_dist /= double(a.accum * dp);
       GradSync sync(d.tensor_world(), *be, m.grads().flat().numel(), 0, m.grads().flat().tier);
-      if (!a.skip_reduce) sync.reduce(m.grads().flat());
-      g_dist = download(m, m.grads().flat());
+      if (!a.skip_reduce && !z3) sync.reduce(m.grads().flat());  // (--zero 3: the store reduced them)
+      g_dist = whole(m, m.grads().flat(), d.world());
     }
     if (a.sweep == "layer") {  // the same ranks and windows in the chunk order: the same bits
       auto be = backend(a);
@@ -293,13 +306,13 @@ int main(int argc, char** argv) {
       Dist d(o_zero, dist.world().split(0, r));  // the same ranks, this run's --zero
       attach(d, *be_run, a);
       const ChunkPlan p = plan_of(a, a.dist.sp, R, r, zero, d.device_comm());
-      Model m(cfg, *be_run, p, &d.tensor_sp());
+      Model m(cfg, *be_run, p, &d.tensor_sp(), &d.world());
       init(m, seed);
       TrainOptions o{N, a.steps, a.accum, 1000, oc, ""};
       o.dist = &d;
       std::ostringstream quiet;
       train(m, data, o, quiet, [&](const StepStats& s) { ls->push_back(s.loss); });
-      *w = download(m, m.params().flat());
+      *w = whole(m, m.params().flat(), d.world());
       if (!measure) return;
       measured = peaks();
       planned = plan_memory(cfg, p, N, oc.kind,
@@ -325,7 +338,9 @@ int main(int argc, char** argv) {
     const Tier opt_home = a.offload.find("params") != std::string::npos ? Tier::Pinned : dev;
     std::vector<double> mine = {double(measured.b[size_t(kv_home)][size_t(Tag::KV)]),
                                 double(measured.b[size_t(kv_home)][size_t(Tag::KVGrad)]),
-                                double(measured.b[size_t(opt_home)][size_t(Tag::Optimizer)])};
+                                double(measured.b[size_t(opt_home)][size_t(Tag::Optimizer)]),
+                                double(measured.b[size_t(opt_home)][size_t(Tag::Weights)]),
+                                double(measured.b[size_t(opt_home)][size_t(Tag::Grads)])};
     std::vector<double> all(mine.size() * size_t(R));
     dist.world().all_gather(mine.data(), all.data(), mine.size() * 8);
 
@@ -337,6 +352,7 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < w0.size(); ++i) differ += w0[i] != w_dist[i];
       dist.world().all_reduce_sum(&differ, 1);
       report(fmt::format("zero{}_vs_zero0_weights_differing", a.dist.zero), differ, a.dist.zero == 1 ? 0 : 1e9);
+      if (r == 0) std::cout << fmt::format("(of {} weights)", w0.size()) << std::endl;
     }
     if (r == 0) {
       Accountant::global().reset_peaks();
@@ -359,19 +375,28 @@ int main(int argc, char** argv) {
              1e-4);
       const double kv1 = double(single.b[size_t(kv_home)][size_t(Tag::KV)]),
                    kg1 = double(single.b[size_t(kv_home)][size_t(Tag::KVGrad)]),
-                   op1 = double(single.b[size_t(opt_home)][size_t(Tag::Optimizer)]);
-      double kv_off = 0, opt_off = 0;
+                   op1 = double(single.b[size_t(opt_home)][size_t(Tag::Optimizer)]),
+                   w1 = double(single.b[size_t(opt_home)][size_t(Tag::Weights)]),
+                   g1 = double(single.b[size_t(opt_home)][size_t(Tag::Grads)]);
+      double kv_off = 0, opt_off = 0, params_off = 0;
+      const size_t F = mine.size();
       for (int q = 0; q < R; ++q) {
-        const double* x = all.data() + 3 * q;
+        const double* x = all.data() + F * size_t(q);
         kv_off = std::max({kv_off, std::abs(x[0] * double(a.dist.sp) - kv1) / kv1,
                            std::abs(x[1] * double(a.dist.sp) - kg1) / kg1});
         if (a.dist.zero > 0) opt_off = std::max(opt_off, std::abs(x[2] * double(R) - op1) / op1);
+        if (z3) params_off = std::max({params_off, std::abs(x[3] * double(R) - w1) / w1, std::abs(x[4] * double(R) - g1) / g1});
       }
+      if (z3)
+        std::cout << fmt::format("{} weights single {} rank0 {} | {} grads single {} rank0 {}", tier_name(opt_home), w1,
+                                 all[3], tier_name(opt_home), g1, all[4])
+                  << std::endl;
       std::cout << fmt::format("kv_bytes single {} rank0 {} | kv_grad single {} rank0 {} | optimizer single {} "
                                "rank0 {}", kv1, all[0], kg1, all[1], op1, all[2])
                 << std::endl;
       report("kv_per_rank_vs_single_over_sp", kv_off, 0);
       if (a.dist.zero > 0) report("optimizer_per_rank_vs_single_over_ranks", opt_off, 0.01);
+      if (z3) report("weights_grads_per_rank_vs_single_over_ranks", params_off, 0.01);
     }
     double bad = ok ? 0 : 1;
     dist.world().all_reduce_max(&bad, 1);
