@@ -352,22 +352,25 @@ TEST(Dist, EvalOnRanksEqualsOneRank) {
   ASSERT_EQ(std::system(fmt::format("{} init --preset tiny --out {}/m > /dev/null", oomb, dir.string()).c_str()), 0);
   write_tokens(dir / "tokens.bin", 4096, 120, 5);
   const std::string eval = fmt::format("{} eval --model {}/m --data {}/tokens.bin --seq-len 256 --buckets 4 "
-                                       "--chunk-size 32 --page-size 16 --windows 6 --json", oomb, dir.string(),
+                                       "--chunk-size 32 --page-size 16 --windows 6", oomb, dir.string(),
                                        dir.string());
-  auto parse = [](const CmdResult& r) {
-    const size_t at = r.out.find("{\n");
-    EXPECT_NE(at, std::string::npos) << r.out;
-    return nlohmann::json::parse(r.out.substr(at == std::string::npos ? 0 : at), nullptr, false);
+  // the result as --out writes it (stdout and the ranks' stderr interleave under mpirun)
+  int runs = 0;
+  auto result = [&](const CmdResult& r, const std::filesystem::path& out) {
+    EXPECT_EQ(r.code, 0) << r.out;
+    return nlohmann::json::parse(read_text(out), nullptr, false);
   };
-  const CmdResult one = run_cmd_in(dir, "OMP_NUM_THREADS=1 " + eval + " 2> /dev/null");
-  ASSERT_EQ(one.code, 0) << one.out;
-  const nlohmann::json ref = parse(one);
-  ASSERT_FALSE(ref.is_discarded()) << one.out;
+  auto on_ranks = [&](int np, const std::string& args) {
+    const auto out = dir / fmt::format("eval{}.json", runs++);
+    return result(mpirun(np, fmt::format("{} {} --out {}", eval, args, out.string())), out);
+  };
+  const auto ref_out = dir / "eval_one.json";
+  const nlohmann::json ref =
+      result(run_cmd_in(dir, fmt::format("OMP_NUM_THREADS=1 {} --out {}", eval, ref_out.string())), ref_out);
+  ASSERT_FALSE(ref.is_discarded());
   for (const auto& [np, flags] : {std::pair{2, "--sp 2"}, {3, "--dp 3"}, {4, "--sp 2 --dp 2"}}) {
-    const CmdResult r = mpirun(np, eval + " " + flags + " 2> /dev/null");
-    SCOPED_TRACE(flags + std::string("\n") + r.out);
-    ASSERT_EQ(r.code, 0);
-    const nlohmann::json got = parse(r);
+    SCOPED_TRACE(flags);
+    const nlohmann::json got = on_ranks(np, flags);
     ASSERT_FALSE(got.is_discarded());
     EXPECT_EQ(got["targets"], ref["targets"]);
     EXPECT_EQ(got["windows"], ref["windows"]);
@@ -387,9 +390,8 @@ TEST(Dist, EvalOnRanksEqualsOneRank) {
   // control: fewer windows change the figures this compares
   std::string four = eval;
   four.replace(four.find("--windows 6"), 11, "--windows 4");
-  const CmdResult fewer = mpirun(2, four + " --dp 2 2> /dev/null");
-  ASSERT_EQ(fewer.code, 0) << fewer.out;
-  EXPECT_NE(parse(fewer)["loss"], ref["loss"]);
+  const auto four_out = dir / "eval_four.json";
+  EXPECT_NE(result(mpirun(2, fmt::format("{} --dp 2 --out {}", four, four_out.string())), four_out)["loss"], ref["loss"]);
   const CmdResult passkey = mpirun(2, fmt::format("{} eval --model {}/m --passkey --sp 2", oomb, dir.string()));
   EXPECT_NE(passkey.code, 0);
   EXPECT_NE(passkey.out.find("--passkey with --sp/--dp: not supported"), std::string::npos) << passkey.out;

@@ -59,7 +59,8 @@ Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPl
 
 namespace {
 bool same(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+  // (empty vectors may hold no pointer: memcmp must not see it)
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
 }
 }  // namespace
 

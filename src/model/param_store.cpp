@@ -123,9 +123,9 @@ ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf1
   const int P = world->size();
   shards_ = ParamShards::of(c, world->rank(), P);
   const std::array<int64_t, 3> n = zero3_ranges(c);
-  sync_layer_ = std::make_unique<GradSync>(*world, be, n[0], 2);
-  sync_embed_ = std::make_unique<GradSync>(*world, be, n[1], 2);
-  sync_tail_ = std::make_unique<GradSync>(*world, be, n[2], 2);
+  sync_layer_ = std::make_unique<GradSync>(*world, be, n[0], 2, be.tier());
+  sync_embed_ = std::make_unique<GradSync>(*world, be, n[1], 2, be.tier());
+  sync_tail_ = std::make_unique<GradSync>(*world, be, n[2], 2, be.tier());
   int64_t most = 0;
   for (int64_t x : n) most = std::max(most, Shard::of(x, 0, P).block);
   sum_ = Buffer(Tier::Host, Tag::Workspace, size_t(most) * 4);
