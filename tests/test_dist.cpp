@@ -259,6 +259,9 @@ TEST(Dist, DeviceMemoryGroupOnSim) {
   for (int z : {0, 1})
     expect_equal_to_single_rank(2, fmt::format("--dp 2 --zero {} --device sim --comm sim-device", z),
                                 "OOMB_GRAD_SYNC_PIECE=1000");
+  // pinned gradients (--offload params) cross over MPI's group, not the device group
+  expect_equal_to_single_rank(2, "--dp 2 --zero 1 --device sim --comm sim-device --offload kv,params",
+                              "OOMB_GRAD_SYNC_PIECE=1000");
 }
 
 // One GPU shared by two ranks over the MPI path (host staging): the one-GPU check.

@@ -169,10 +169,11 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   m.at(dev, Tag::Workspace) = int64_t(workspace_bytes);
   m.at(Tier::Pinned, Tag::Workspace) += int64_t(pinned_workspace_bytes);
   const int64_t exchanged = C / sp * cfg.heads * cfg.head_dim;  // one Ulysses all-to-all's elements
+  const bool grads_comm = plan.device_comm && params_home == Tier::Device;  // (pinned gradients cross over MPI)
   m.at(Tier::Host, Tag::Workspace) += SeqParallel::host_bytes(exchanged, sp, dev, plan.device_comm) +
-                                      GradSync::host_bytes(Pt, int(plan.ranks), plan.zero, params_home, plan.device_comm);
+                                      GradSync::host_bytes(Pt, int(plan.ranks), plan.zero, params_home, grads_comm);
   m.at(dev, Tag::Workspace) += SeqParallel::device_bytes(exchanged, sp, plan.device_comm) +
-                               GradSync::device_bytes(Pt, int(plan.ranks), plan.zero, plan.device_comm);
+                               GradSync::device_bytes(Pt, int(plan.ranks), plan.zero, grads_comm);
   const KVCacheOptions kvo = kv_cache_options(att, used);
   const KVCache::Bytes kv = KVCache::plan(kvo, N, C, true);
   const Tier home = plan.offload_kv ? Tier::Pinned : dev;

@@ -239,7 +239,8 @@ int main(int argc, char** argv) {
       }
       dist.dp().all_reduce_sum(&loss_dist, 1);
       loss_dist /= double(a.accum * dp);
-      GradSync sync(d.tensor_world(), *be, m.grads().flat().numel(), 0, m.grads().flat().tier);
+      const Tier gt = m.grads().flat().tier;  // (pinned gradients cross over MPI's group, as the trainer's)
+      GradSync sync(gt == Tier::Device ? d.tensor_world() : d.world(), *be, m.grads().flat().numel(), 0, gt);
       if (!a.skip_reduce && !z3) sync.reduce(m.grads().flat());  // (--zero 3: the store reduced them)
       g_dist = whole(m, m.grads().flat(), d.world());
     }
