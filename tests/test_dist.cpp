@@ -75,6 +75,15 @@ double figure(const std::string& out, const std::string& name) {
   return std::stod(m[2]);
 }
 
+// DIR/m (oomb init --preset tiny) and DIR/tokens.bin (4096 ids below the preset's 128) for the
+// tests that run the oomb binary under mpirun.
+bool tiny_model_and_tokens(const std::string& oomb, const std::filesystem::path& dir) {
+  if (std::system(fmt::format("{} init --preset tiny --out {}/m > /dev/null", oomb, dir.string()).c_str()) != 0)
+    return false;
+  write_tokens(dir / "tokens.bin", 4096, 120, 5);
+  return true;
+}
+
 CmdResult expect_equal_to_single_rank(int np, const std::string& args, const std::string& env = "") {
   const CmdResult r = mpirun(np, (binary_dir() / "dist_check").string() + " " + args, env);
   SCOPED_TRACE("mpirun -np " + std::to_string(np) + " dist_check " + args + "\n" + r.out);
@@ -196,8 +205,7 @@ TEST(Dist, ZeroThreeRefusalsPlanAndOut) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("--sweep layer with --zero 3: not supported yet"), std::string::npos) << r.out;
   const auto dir = temp_dir("z3ck");
-  ASSERT_EQ(std::system(fmt::format("{} init --preset tiny --out {}/m > /dev/null", oomb, dir.string()).c_str()), 0);
-  write_tokens(dir / "tokens.bin", 4096, 120, 5);
+  ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
   r = mpirun(2, fmt::format("{} train --model {}/m --data {}/tokens.bin --steps 1 --seq-len 128 --dp 2 --zero 3 --device "
                             "sim --offload params --checkpoint-dir {}/c", oomb, dir.string(), dir.string(), dir.string()));
   EXPECT_NE(r.code, 0);
@@ -352,8 +360,7 @@ TEST(Dist, EvalOnRanksEqualsOneRank) {
   NEED_MPI();
   const auto dir = temp_dir("dist_eval");
   const std::string oomb = (binary_dir() / "oomb").string();
-  ASSERT_EQ(std::system(fmt::format("{} init --preset tiny --out {}/m > /dev/null", oomb, dir.string()).c_str()), 0);
-  write_tokens(dir / "tokens.bin", 4096, 120, 5);
+  ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
   const std::string eval = fmt::format("{} eval --model {}/m --data {}/tokens.bin --seq-len 256 --buckets 4 "
                                        "--chunk-size 32 --page-size 16 --windows 6", oomb, dir.string(),
                                        dir.string());
@@ -407,8 +414,7 @@ TEST(Dist, CheckpointsWrittenByRankZeroAndResumed) {
   NEED_MPI();
   const auto dir = temp_dir("dist_ckpt");
   const std::string oomb = (binary_dir() / "oomb").string();
-  ASSERT_EQ(std::system(fmt::format("{} init --preset tiny --out {}/m > /dev/null", oomb, dir.string()).c_str()), 0);
-  write_tokens(dir / "tokens.bin", 4096, 120, 5);  // the tiny preset has 128 ids
+  ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
   const std::string run = fmt::format("{} train --model {}/m --data {}/tokens.bin --seq-len 256 --chunk-size 64 --steps 4 "
                                       "--save-every 2 --log-every 1", oomb, dir.string(), dir.string());
   CmdResult single = run_cmd_in(dir, fmt::format("OMP_NUM_THREADS=1 {} --grad-accum 2 --checkpoint-dir {}/a", run,
@@ -477,8 +483,7 @@ TEST(Dist, CheckpointsWithShardedMoments) {
   NEED_MPI();
   const auto dir = temp_dir("dist_ckpt_zero");
   const std::string oomb = (binary_dir() / "oomb").string();
-  ASSERT_EQ(std::system(fmt::format("{} init --preset tiny --out {}/m > /dev/null", oomb, dir.string()).c_str()), 0);
-  write_tokens(dir / "tokens.bin", 4096, 120, 5);
+  ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
   const std::string run = fmt::format("{} train --model {}/m --data {}/tokens.bin --seq-len 256 --chunk-size 64 --steps 4 "
                                       "--save-every 2 --log-every 1 --dp 2", oomb, dir.string(), dir.string());
   const std::string piece = "OOMB_GRAD_SYNC_PIECE=1000";

@@ -1,5 +1,9 @@
 #include "backend/backend.h"
 
+#ifdef OOMB_HAVE_CUDA
+#include "backend/cuda/cuda_device.h"
+#endif
+
 #include <algorithm>
 
 namespace oomb {
@@ -30,6 +34,20 @@ double Backend::lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& tar
   copy(host, Tier::Host, buf.data(), tier(), 16);
   if (correct) *correct = int64_t(host[1]);
   return host[0];
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int64_t device_memory, int local_rank) {
+  OOMB_CHECK(device_memory == 0 || device == "sim", "--device-memory: only for --device sim");
+  if (device == "cpu") return make_cpu_backend();
+  if (device == "sim") return make_sim_backend(device_memory);
+  OOMB_CHECK(device == "cuda", "--device: '{}' is not one of cpu, sim, cuda", device);
+#ifdef OOMB_HAVE_CUDA
+  if (const int gpus = cuda::device_count(); gpus > 1) cuda::use_device(local_rank % gpus);
+#endif
+  std::string why;
+  auto be = make_cuda_backend(&why);
+  OOMB_CHECK(be != nullptr, "--device cuda: {}", why);
+  return be;
 }
 
 }  // namespace oomb

@@ -210,5 +210,8 @@ size_t cuda_pinned_workspace_bytes();  // the block tables' pinned staging
 std::unique_ptr<Backend> make_sim_backend(int64_t capacity = 0, int64_t copy_delay_us = -1);
 // Null when the build has no CUDA backend or no GPU is visible; `why` says which.
 std::unique_ptr<Backend> make_cuda_backend(std::string* why);
+// --device cpu|sim|cuda (errors name the flag): sim with --device-memory device_memory; cuda on GPU
+// local_rank mod the GPUs visible (one per rank of a node under mpirun).
+std::unique_ptr<Backend> make_backend(const std::string& device, int64_t device_memory = 0, int local_rank = 0);
 
 }  // namespace oomb

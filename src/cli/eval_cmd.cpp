@@ -18,9 +18,6 @@
 #include "hf/peft.h"
 #include "train/eval.h"
 #include "train/passkey_eval.h"
-#ifdef OOMB_HAVE_CUDA
-#include "backend/cuda/cuda_device.h"
-#endif
 
 namespace oomb::cli {
 
@@ -60,20 +57,6 @@ std::unique_ptr<Model> load_model(const EvalArgs& a, const ModelConfig& cfg, Bac
     m->upload_trainable(adapter);
   }
   return m;
-}
-
-// Each rank takes GPU local_rank mod the GPUs visible.
-std::unique_ptr<Backend> backend(const std::string& device) {
-  if (device == "cpu") return make_cpu_backend();
-  if (device == "sim") return make_sim_backend();
-  OOMB_CHECK(device == "cuda", "--device: '{}' is not one of cpu, sim, cuda", device);
-#ifdef OOMB_HAVE_CUDA
-  if (const int gpus = cuda::device_count(); gpus > 1) cuda::use_device(local_rank() % gpus);
-#endif
-  std::string why;
-  auto be = make_cuda_backend(&why);
-  OOMB_CHECK(be != nullptr, "--device cuda: {}", why);
-  return be;
 }
 
 void emit(const EvalArgs& a, const nlohmann::json& j, const std::string& table) {
@@ -206,7 +189,7 @@ Command add_eval(CLI::App& app) {
             if (!dist.leader()) std::cout.rdbuf(nullptr);  // rank 0 alone prints (errors: every rank)
             OOMB_CHECK(!a->passkey || dist.size() == 1, "--passkey with --sp/--dp: not supported (greedy decoding "
                        "reads every position's logits, which --sp splits over the ranks); run it on one rank");
-            auto be = backend(a->device);
+            auto be = make_backend(a->device, 0, local_rank());
             dist.attach(*be);
             return a->passkey ? run_passkey_cmd(*a, cfg, *be) : run_loss(*a, cfg, *be, dist);
           }};

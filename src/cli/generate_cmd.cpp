@@ -76,15 +76,7 @@ Command add_generate(CLI::App& app) {
             const std::vector<int32_t> prompt =
                 a->prompt.empty() ? parse_ids(a->prompt_ids, cfg.vocab) : tok->encode(a->prompt);
             OOMB_CHECK(!prompt.empty(), "--prompt: the text encodes to no tokens");
-            std::unique_ptr<Backend> be;
-            if (a->device == "cpu") be = make_cpu_backend();
-            else if (a->device == "sim") be = make_sim_backend();
-            else {
-              OOMB_CHECK(a->device == "cuda", "--device: '{}' is not one of cpu, sim, cuda", a->device);
-              std::string why;
-              be = make_cuda_backend(&why);
-              OOMB_CHECK(be != nullptr, "--device cuda: {}", why);
-            }
+            std::unique_ptr<Backend> be = make_backend(a->device);
             const int64_t total = int64_t(prompt.size()) + a->max_new;
             Model model(cfg, *be, ChunkPlan{std::min(a->chunk, total), 128});
             if (be->tier() == Tier::Host) {

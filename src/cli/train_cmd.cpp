@@ -63,21 +63,6 @@ double peak_flops(const TrainArgs& a) {
   return 0.0;
 }
 
-// local_rank: this process among the ranks on its node; each takes GPU local_rank mod the GPUs visible.
-std::unique_ptr<Backend> make_backend(const std::string& device, int64_t device_memory, int local_rank = 0) {
-  OOMB_CHECK(device_memory == 0 || device == "sim", "--device-memory: only for --device sim");
-  if (device == "cpu") return make_cpu_backend();
-  if (device == "sim") return make_sim_backend(device_memory);
-  OOMB_CHECK(device == "cuda", "--device: '{}' is not one of cpu, sim, cuda", device);
-#ifdef OOMB_HAVE_CUDA
-  if (const int gpus = cuda::device_count(); gpus > 1) cuda::use_device(local_rank % gpus);
-#endif
-  std::string why;
-  auto be = make_cuda_backend(&why);
-  OOMB_CHECK(be != nullptr, "--device cuda: {}", why);
-  return be;
-}
-
 // --chunk-size defaults to min(N, 1024): chunk-recurrent whenever the sequence is longer.
 // (CLI11 has already checked that every size flag given is positive.)
 ChunkPlan chunk_plan(const TrainArgs& a, const ModelConfig& cfg, int32_t doc_sep = -1) {

@@ -57,6 +57,9 @@ class Dist {
   Comm& tensor_world() { return dev_world_ ? *dev_world_ : *world_; }
   Comm& tensor_sp() { return dev_sp_ ? *dev_sp_ : *sp_; }
   bool device_comm() const { return dev_world_ != nullptr; }
+  // The world group for buffers in tier t: the tensors' group for device memory, MPI's for the
+  // host's (NCCL reads device memory only: pinned gradients under --offload params cross over MPI).
+  Comm& group_for(Tier t) { return t == Tier::Device ? tensor_world() : world(); }
   // Every rank runs with the same flags: `text` (the resolved flags, one per line) from each rank is
   // compared with rank 0's; a difference is an error on every rank naming the first line that differs.
   void check_same_flags(const std::string& text);

@@ -112,10 +112,8 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   const int zero = dist.size() > 1 ? dist.options().zero : 0;
   OOMB_CHECK((zero == 3) == model.sharded(), "train: --zero {} but a model {}built for --zero 3", zero,
              model.sharded() ? "" : "not ");
-  // gradients in device memory cross over the tensors' group (NCCL where it is); pinned ones (--offload
-  // params) over MPI's, which reads host memory
   const Tensor& g = model.grads().flat();
-  GradSync sync(g.tier == Tier::Device ? dist.tensor_world() : dist.world(), model.backend(), g.numel(), zero, g.tier);
+  GradSync sync(dist.group_for(g.tier), model.backend(), g.numel(), zero, g.tier);
   OptimShard shard;
   if (zero == 3) shard = {{}, &dist.world()};  // the model's buffers are this rank's packed shards
   else if (zero > 0) shard = {sync.shard(), zero == 2 ? &dist.world() : nullptr};

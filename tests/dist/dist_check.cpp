@@ -26,9 +26,6 @@
 #include "dist/dist.h"
 #include "dist/grad_sync.h"
 #include "dist/mpi_comm.h"
-#ifdef OOMB_HAVE_CUDA
-#include "backend/cuda/cuda_device.h"
-#endif
 #include "model/init.h"
 #include "model/param_shards.h"
 #include "model_fixture.h"
@@ -113,17 +110,7 @@ void attach(Dist& d, Backend& be, const Args& a) {
 }
 
 // cpu, sim, or cuda (each rank on GPU local rank mod the GPUs visible)
-std::unique_ptr<Backend> backend(const Args& a) {
-  if (a.device == "sim") return make_sim_backend();
-  if (a.device != "cuda") return make_cpu_backend();
-#ifdef OOMB_HAVE_CUDA
-  if (const int gpus = cuda::device_count(); gpus > 1) cuda::use_device(local_rank() % gpus);
-#endif
-  std::string why;
-  auto be = make_cuda_backend(&why);
-  OOMB_CHECK(be != nullptr, "--device cuda: {}", why);
-  return be;
-}
+std::unique_ptr<Backend> backend(const Args& a) { return make_backend(a.device, 0, local_rank()); }
 
 void init(Model& m, uint64_t seed) {
   Params host(m.config(), Tier::Host, Tag::IO);
@@ -239,8 +226,8 @@ int main(int argc, char** argv) {
       }
       dist.dp().all_reduce_sum(&loss_dist, 1);
       loss_dist /= double(a.accum * dp);
-      const Tier gt = m.grads().flat().tier;  // (pinned gradients cross over MPI's group, as the trainer's)
-      GradSync sync(gt == Tier::Device ? d.tensor_world() : d.world(), *be, m.grads().flat().numel(), 0, gt);
+      const Tier gt = m.grads().flat().tier;
+      GradSync sync(d.group_for(gt), *be, m.grads().flat().numel(), 0, gt);
       if (!a.skip_reduce && !z3) sync.reduce(m.grads().flat());  // (--zero 3: the store reduced them)
       g_dist = whole(m, m.grads().flat(), d.world());
     }
@@ -263,7 +250,7 @@ int main(int argc, char** argv) {
       }
       dist.dp().all_reduce_sum(&loss, 1);
       loss /= double(a.accum * dp);
-      GradSync sync(d.tensor_world(), *be, m.grads().flat().numel(), 0, m.grads().flat().tier);
+      GradSync sync(d.group_for(m.grads().flat().tier), *be, m.grads().flat().numel(), 0, m.grads().flat().tier);
       if (!a.skip_reduce) sync.reduce(m.grads().flat());
       const std::vector<float> g_chunk = download(m, m.grads().flat());
       double differ = loss == loss_dist ? 0 : 1;
