@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -440,3 +441,118 @@ TEST_F(Fixture, FusedLossAtModelWidth) {
 }
 
 }  // namespace
+
+// ---- the loss over vocabulary tiles ----
+// A vocabulary of three tiles (lm_head_vocab_tile: 6720, 6720, 6560 rows): the loss, hits and both
+// gradients against float64 written here; the tiles passed one by one from buffers of their own
+// (the offloaded lm_head's way) give lm_head_xent's bits, and a tile given the wrong v0 does not.
+TEST_F(Fixture, FusedLossOverVocabularyTiles) {
+  const int64_t T = 300, d = 16, V = 20000, Vt = lm_head_vocab_tile(V), K = (V + Vt - 1) / Vt;
+  ASSERT_EQ(K, 3);
+  auto h = to_f(randd(size_t(T * d), 91, 0.5)), w = to_f(randd(size_t(V * d), 92, 0.5));
+  std::vector<int32_t> tg(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) tg[size_t(t)] = t % 17 == 3 ? -1 : int32_t((t * 7919) % V);
+  auto logit = [&](int64_t t, int64_t v) {
+    double l = 0;
+    for (int64_t i = 0; i < d; ++i) l += double(h[size_t(t * d + i)]) * w[size_t(v * d + i)];
+    return l;
+  };
+  for (int64_t t = 0; t < T; t += 4) {  // every 4th row's target its argmax, in whichever tile it is
+    int64_t arg = 0;
+    for (int64_t v = 1; v < V; ++v)
+      if (logit(t, v) > logit(t, arg)) arg = v;
+    tg[size_t(t)] = int32_t(arg);
+  }
+  const float scale = 0.25f;
+  double loss = 0;
+  int64_t hits = 0;
+  Vec dh(h.size(), 0.0), dw(w.size(), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    if (tg[size_t(t)] < 0) continue;
+    Vec lg(size_t(V), 0.0);
+    double m = -1e300, z = 0;
+    int64_t arg = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      lg[size_t(v)] = logit(t, v);
+      if (lg[size_t(v)] > m) m = lg[size_t(v)], arg = v;
+    }
+    for (double l : lg) z += std::exp(l - m);
+    loss += m + std::log(z) - lg[size_t(tg[size_t(t)])];
+    hits += arg == tg[size_t(t)];
+    for (int64_t v = 0; v < V; ++v) {
+      const double p = std::exp(lg[size_t(v)] - m) / z - (v == tg[size_t(t)]);
+      for (int64_t i = 0; i < d; ++i) {
+        dh[size_t(t * d + i)] += scale * p * w[size_t(v * d + i)];
+        dw[size_t(v * d + i)] += scale * p * h[size_t(t * d + i)];
+      }
+    }
+  }
+  std::vector<float> dhg(h.size()), dwg(w.size(), 0.0f);
+  Tensor H = Tensor::f32(h.data(), {T, d}), W = Tensor::f32(w.data(), {V, d}), TG = Tensor::i32(tg.data(), {T});
+  Tensor DH = Tensor::f32(dhg.data(), {T, d}), DW = Tensor::f32(dwg.data(), {V, d});
+  int64_t got_hits = -1;
+  const double got = be->lm_head_xent(H, W, TG, scale, &DH, &DW, &got_hits);
+  const double le = std::abs(got - loss) / loss;
+  EXPECT_LE(le, 2e-9);
+  EXPECT_EQ(got_hits, hits);
+  EXPECT_GE(hits, T / 4);
+  std::cout << fmt::format("[ error    ] {:<32} {:.2e} (bound {:.1e}), hits {}\n", "xent loss, 3 vocab tiles", le,
+                           2e-9, got_hits);
+  expect_close(dhg, dh, 1e-6, "xent dh, 3 vocab tiles");
+  expect_close(dwg, dw, 1e-6, "xent dw, 3 vocab tiles");
+
+  // the tiles one by one from their own buffers, with the ops the model calls
+  auto tiled = [&](int64_t v0_shift, std::vector<float>& dh_out, std::vector<float>& dw_out) {
+    std::vector<double> st(size_t(T) * 4), sums(2, 0.0);
+    Tensor ST(st.data(), DType::F64, {T, 4}, Tier::Host), SUMS(sums.data(), DType::F64, {2}, Tier::Host);
+    std::vector<std::vector<float>> wt(static_cast<size_t>(K)), gt(static_cast<size_t>(K));
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t n = std::min(Vt, V - j * Vt);
+      wt[size_t(j)].assign(w.begin() + j * Vt * d, w.begin() + (j * Vt + n) * d);
+      gt[size_t(j)].assign(size_t(n * d), 0.0f);
+    }
+    auto v0_of = [&](int64_t j) { return j == 1 ? j * Vt + v0_shift : j * Vt; };
+    for (int64_t j = 0; j < K; ++j)
+      be->lm_head_xent_stats(H, Tensor::f32(wt[size_t(j)].data(), {int64_t(wt[size_t(j)].size()) / d, d}), v0_of(j),
+                             TG, ST);
+    be->lm_head_xent_loss(ST, TG, SUMS);
+    dh_out.assign(h.size(), 0.0f);
+    Tensor D = Tensor::f32(dh_out.data(), {T, d});
+    for (int64_t j = K - 1; j >= 0; --j) {
+      const int64_t n = int64_t(wt[size_t(j)].size()) / d;
+      Tensor G = Tensor::f32(gt[size_t(j)].data(), {n, d});
+      be->lm_head_xent_grad(H, Tensor::f32(wt[size_t(j)].data(), {n, d}), v0_of(j), TG, ST, scale, &D, j != K - 1, &G);
+    }
+    dw_out.clear();
+    for (auto& g : gt) dw_out.insert(dw_out.end(), g.begin(), g.end());
+    return sums[0];
+  };
+  std::vector<float> dh_t, dw_t;
+  const double l_t = tiled(0, dh_t, dw_t);
+  EXPECT_EQ(std::memcmp(&l_t, &got, sizeof got), 0) << l_t << " vs " << got;
+  EXPECT_EQ(std::memcmp(dh_t.data(), dhg.data(), dhg.size() * 4), 0) << "dh";
+  EXPECT_EQ(std::memcmp(dw_t.data(), dwg.data(), dwg.size() * 4), 0) << "dw";
+  std::vector<float> dh_bad, dw_bad;
+  const double l_bad = tiled(1, dh_bad, dw_bad);  // control: the second tile one row off
+  EXPECT_NE(std::memcmp(&l_bad, &got, sizeof got), 0) << "a tile's v0 one row off still gives the loss's bits";
+  EXPECT_NE(std::memcmp(dh_bad.data(), dhg.data(), dhg.size() * 4), 0) << "a tile's v0 one row off: dh";
+}
+
+// The argmax over tiles: equal logits (exact small integers) at ids 100 (tile 0) and 7000 (tile 1)
+// go to the lower id, so a target 100 hits and a target 7000 does not; a target elsewhere does not.
+TEST_F(Fixture, FusedLossArgmaxTiesAcrossTilesGoToTheLowerId) {
+  const int64_t d = 16, V = 20000;
+  ASSERT_LT(lm_head_vocab_tile(V), 7000);
+  ASSERT_GT(lm_head_vocab_tile(V), 100);
+  std::vector<float> w(size_t(V * d), 0.0f), h(size_t(3 * d), 0.0f);
+  w[size_t(100 * d)] = w[size_t(7000 * d)] = 2.0f;
+  for (int t = 0; t < 3; ++t) h[size_t(t * d)] = 1.0f;
+  for (const auto& [targets, want] : std::vector<std::pair<std::vector<int32_t>, int64_t>>{
+           {{100, 7000, 5}, 1}, {{7000, 7000, 100}, 1}, {{7000, 5, 6}, 0}, {{100, 100, 100}, 3}}) {
+    std::vector<int32_t> tg = targets;
+    int64_t hits = -1;
+    be->lm_head_xent(Tensor::f32(h.data(), {3, d}), Tensor::f32(w.data(), {V, d}), Tensor::i32(tg.data(), {3}), 1.0f,
+                     nullptr, nullptr, &hits);
+    EXPECT_EQ(hits, want) << fmt::format("targets {}", fmt::join(targets, ","));
+  }
+}

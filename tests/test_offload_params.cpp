@@ -37,6 +37,12 @@ bool same(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
+// A vocabulary of 20000: three lm_head tiles (lm_head_vocab_tile: 6720, 6720, 6560 rows).
+nlohmann::json wide_vocab(nlohmann::json j) {
+  j["vocab_size"] = 20000;
+  return j;
+}
+
 ChunkPlan plan_of(bool kv, bool params) {
   ChunkPlan p{13, 8};
   p.offload_kv = kv;
@@ -51,15 +57,19 @@ class OffloadParams : public ::testing::Test {
     models_ = new std::vector<std::filesystem::path>;
     const std::filesystem::path root = temp_dir("_offload_params");
     // untied with biases (2 layers), tied (3 layers: the slots' parity moves between passes),
-    // Qwen3's q/k norms (1 layer: a pass of one)
+    // Qwen3's q/k norms (1 layer: a pass of one); a vocabulary of three lm_head tiles, untied (the
+    // tiles stream through their slots) and tied (tiles of the embedding, which stays)
     nlohmann::json qwen2 = tiny_config_json("qwen2", 2), llama = tiny_config_json("llama", 1),
-                   qwen3 = tiny_config_json("qwen3", 2);
+                   qwen3 = tiny_config_json("qwen3", 2), wide = wide_vocab(tiny_config_json("qwen2", 2)),
+                   wide_tied = wide_vocab(tiny_config_json("llama", 1));
     llama["num_hidden_layers"] = 3;
     llama["tie_word_embeddings"] = true;
     qwen3["num_hidden_layers"] = 1;
+    wide_tied["tie_word_embeddings"] = true;
     int seed = 11;
     for (auto& [name, j] : std::vector<std::pair<std::string, nlohmann::json>>{
-             {"qwen2", qwen2}, {"llama-tied", llama}, {"qwen3", qwen3}}) {
+             {"qwen2", qwen2}, {"llama-tied", llama}, {"qwen3", qwen3}, {"qwen2-wide", wide},
+             {"llama-tied-wide", wide_tied}}) {
       models_->push_back(root / name);
       write_tiny_model(models_->back(), j, uint64_t(seed++));
     }
@@ -130,13 +140,14 @@ TEST_F(OffloadParams, Bf16BitwiseIdenticalToResidentParameters) {
                            "run (and the CPU's) bit for bit\n", compared);
 }
 
-// Skipping the wait for a layer's arrival, or the host's wait for the copies at the end of a
-// sequence, gives another result (with a copy delay, the copies are still under way).
+// Skipping the wait for a layer's arrival, for an lm_head tile's, or the host's wait for the copies
+// at the end of a sequence, gives another result (with a copy delay, the copies are still under way).
 TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
-  const auto& dir = models_->front();
+  const auto& dir = (*models_)[3];
+  ASSERT_TRUE(ParamStore::streams_head(load_config(dir), false));
   auto sim = make_sim_backend(0, 2000);
   const Trained ref = train_steps(*sim, dir, plan_of(false, false), "adamw", 37, 2, 1);
-  for (const char* wait : {"in", "sync"}) {
+  for (const char* wait : {"in", "head-in", "sync"}) {
     ParamStore::drop_wait_for_test(wait);
     const Trained off = train_steps(*sim, dir, plan_of(false, true), "adamw", 37, 2, 1);
     ParamStore::drop_wait_for_test(nullptr);
@@ -147,15 +158,17 @@ TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
 }
 
 // The bytes the store copies equal the planner's count for the chunk order (4 and 5 layers, 3
-// chunks, 2 sequences a step, 2 steps), and the layer order moves fewer at these shapes.
+// chunks, 2 sequences a step, 2 steps; and 4 layers with a vocabulary of three lm_head tiles, which
+// cross twice per chunk), and the layer order moves fewer at these shapes.
 // With --precision bf16 the weights cross as the layers' images and the head's bf16 lm_head.
 TEST(OffloadParamsTraffic, PlannerCountsTheBytesMoved) {
   int64_t fp32_weights = 0;
   for (const bool bf16 : {false, true})
-  for (const int64_t L : {4, 5}) {
-    SCOPED_TRACE(fmt::format("{} layers{}", L, bf16 ? ", bf16" : ""));
+  for (const auto& [L, wide] : {std::pair{int64_t(4), false}, {int64_t(5), false}, {int64_t(4), true}}) {
+    SCOPED_TRACE(fmt::format("{} layers{}{}", L, bf16 ? ", bf16" : "", wide ? ", 3 lm_head tiles" : ""));
     nlohmann::json j = tiny_config_json("qwen2", 2);
     j["num_hidden_layers"] = L;
+    if (wide) j = wide_vocab(j);
     const ModelConfig cfg = parse_config(j, "traffic test config");
     auto sim = make_sim_backend();
     ChunkPlan plan = plan_of(false, true);
@@ -177,13 +190,15 @@ TEST(OffloadParamsTraffic, PlannerCountsTheBytesMoved) {
     EXPECT_EQ(got.weights_in, steps * want.weights);
     EXPECT_EQ(got.grads_in + got.grads_out, steps * want.grads);
     const SweepTraffic layer = layer_order_traffic(cfg, N, 13, accum, false, bf16);
-    if (L == 4 && !bf16) fp32_weights = got.weights_in;
-    if (L == 4 && bf16) {
+    if (wide) EXPECT_GT(ParamStore::head_tiles_copied(cfg, 6, bf16), cfg.vocab * cfg.hidden * (bf16 ? 2 : 4) * 2);
+    if (L == 4 && !bf16 && !wide) fp32_weights = got.weights_in;
+    if (L == 4 && bf16 && !wide) {
       EXPECT_LT(got.weights_in, fp32_weights * 6 / 10) << "bf16 weights: about half fp32's bytes";
     }
-    std::cout << fmt::format("[ traffic  ] {} layers{}, N = {}, C = 13: weights in {} B, gradients in {} B and out {} B "
+    std::cout << fmt::format("[ traffic  ] {} layers{}{}, N = {}, C = 13: weights in {} B, gradients in {} B and out {} B "
                              "per 2 steps; the layer order would move {} B a step\n",
-                             L, bf16 ? " (bf16)" : "", N, got.weights_in, got.grads_in, got.grads_out, layer.total());
+                             L, bf16 ? " (bf16)" : "", wide ? " (3 lm_head tiles)" : "", N, got.weights_in,
+                             got.grads_in, got.grads_out, layer.total());
   }
 }
 
@@ -267,6 +282,47 @@ TEST(OffloadParamsMemory, DeviceMemoryIndependentOfDepth) {
     const int64_t per_layer = C * cfg.hidden * 4 + C * cfg.heads * cfg.head_dim * 4 + C * cfg.heads * 4;
     EXPECT_EQ(act - first_act, (L - first_layers) * per_layer);
   }
+}
+
+// A vocabulary of three lm_head tiles (20000 x 32), --offload kv,params: untied, the device holds
+// two tile slots of the lm_head's weights and two of its gradients instead of the whole lm_head and
+// its gradient, (V - 2 Vt) d x 4 bytes less of each than two layer slots and the whole head (from
+// the parameter counts); tied, the whole head as before (the tiles are the embedding's rows); fp32
+// and bf16; the plan equals every (tier, tag) peak.
+TEST(OffloadParamsMemory, StreamedLmHeadSavesItsTilesWorth) {
+  ChunkPlan plan{64, 16};
+  plan.offload_kv = plan.offload_params = true;
+  plan.offload_group = 2;
+  Accountant& acc = Accountant::global();
+  for (const bool tied : {false, true})
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE(fmt::format("{}{}", tied ? "tied" : "untied", bf16 ? ", bf16" : ""));
+      nlohmann::json j = wide_vocab(tiny_config_json("qwen2", 2));
+      j["tie_word_embeddings"] = tied;
+      const ModelConfig cfg = parse_config(j, "wide vocabulary test config");
+      const int64_t V = cfg.vocab, d = cfg.hidden, Vt = lm_head_vocab_tile(V);
+      ASSERT_EQ((V + Vt - 1) / Vt, 3);
+      EXPECT_EQ(ParamStore::streams_head(cfg, false), !tied);
+      plan.precision = bf16 ? DType::BF16 : DType::F32;
+      acc.reset_peaks();
+      const MemoryPlan pred = oomb::testing::train_for_peaks(cfg, plan, 256, true, 2);
+      for (Tier tier : kTiers)
+        for (int i = 0; i < kNumTags; ++i) {
+          if (Tag(i) == Tag::IO) continue;
+          EXPECT_EQ(acc.get(tier, Tag(i)).peak, pred.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i));
+        }
+      nlohmann::json j1 = j, j2 = j;
+      j1["num_hidden_layers"] = 1, j2["num_hidden_layers"] = 2;
+      const int64_t P1 = param_count(parse_config(j1, "1")), layer = param_count(parse_config(j2, "2")) - P1;
+      const int64_t whole = (2 * layer + P1 - layer) * 4, saved = tied ? 0 : (V - 2 * Vt) * d * 4;
+      const int64_t grads = acc.get(Tier::Device, Tag::Grads).peak, weights = acc.get(Tier::Device, Tag::Weights).peak;
+      EXPECT_EQ(grads, whole - saved);
+      if (!bf16) EXPECT_EQ(weights, whole - saved);
+      std::cout << fmt::format("[ memory   ] vocab {} ({} tiles of {}), d {}, {}{}: device weights {} B, gradients {} B "
+                               "({} B less of each than the whole head{})\n",
+                               V, 3, Vt, d, tied ? "tied" : "untied", bf16 ? ", bf16" : "", weights, grads, saved,
+                               bf16 ? "'s fp32 gradient" : "");
+    }
 }
 
 // The host check counts pinned memory: a 70B shape whose masters, gradients and moments (1.1 TB)

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <cstdlib>
 #include <map>
 
 #include "model/init.h"
@@ -38,10 +39,13 @@ class Sweep : public ::testing::Test {
   static void SetUpTestSuite() {
     models_ = new std::vector<std::filesystem::path>;
     const std::filesystem::path root = temp_dir("_sweep");
-    // untied with biases (2 layers), tied (3 layers), Qwen3's q/k norms (1 layer), and Qwen2 with
-    // a sliding window on its second layer (gradient pages differ by layer)
+    // untied with biases (2 layers), tied (3 layers), Qwen3's q/k norms (1 layer), Qwen2 with
+    // a sliding window on its second layer (gradient pages differ by layer), and a vocabulary of
+    // three lm_head tiles (offloaded, they stream through the store's tile slots)
     nlohmann::json qwen2 = tiny_config_json("qwen2", 2), llama = tiny_config_json("llama", 1),
-                   qwen3 = tiny_config_json("qwen3", 2), window = tiny_config_json("qwen2", 2);
+                   qwen3 = tiny_config_json("qwen3", 2), window = tiny_config_json("qwen2", 2),
+                   wide = tiny_config_json("qwen2", 2);
+    wide["vocab_size"] = 20000;
     llama["num_hidden_layers"] = 3;
     llama["tie_word_embeddings"] = true;
     qwen3["num_hidden_layers"] = 1;
@@ -50,7 +54,8 @@ class Sweep : public ::testing::Test {
     window["max_window_layers"] = 1;
     int seed = 21;
     for (auto& [name, j] : std::vector<std::pair<std::string, nlohmann::json>>{
-             {"qwen2", qwen2}, {"llama-tied", llama}, {"qwen3", qwen3}, {"qwen2-window", window}}) {
+             {"qwen2", qwen2}, {"llama-tied", llama}, {"qwen3", qwen3}, {"qwen2-window", window},
+             {"qwen2-wide", wide}}) {
       models_->push_back(root / name);
       write_tiny_model(models_->back(), j, uint64_t(seed++));
     }
@@ -177,17 +182,20 @@ TEST_F(Sweep, SkippingTheWaitOrAddingTheTiedHeadEarlyBreaksIt) {
 }
 
 // The bytes each store copies equal the planner's count for the layer order (1, 2, 4 and 5 layers,
-// untied and tied; 3 chunks, 2 sequences a step, 2 steps), and the layer order moves fewer than
-// the chunk order at these shapes.
+// untied and tied; 3 chunks, 2 sequences a step, 2 steps; and 4 layers untied with a vocabulary of
+// three lm_head tiles, which stream twice per chunk), and the layer order moves fewer than the
+// chunk order at these shapes.
 // With --precision bf16 the weights cross as the layers' images and the head's bf16 lm_head.
 TEST(SweepTraffic, PlannerCountsTheBytesMoved) {
   for (const bool bf16 : {false, true})
   for (const bool tied : {false, true})
-    for (const int64_t L : {1, 2, 4, 5}) {
+    for (const int64_t L : {1, 2, 4, 5, -4}) {  // -4: 4 layers, 3 lm_head tiles
+      if (L < 0 && tied) continue;
       SCOPED_TRACE(fmt::format("{} layers{}{}", L, tied ? ", tied" : "", bf16 ? ", bf16" : ""));
       nlohmann::json j = tiny_config_json("qwen2", 2);
-      j["num_hidden_layers"] = L;
+      j["num_hidden_layers"] = std::abs(L);
       j["tie_word_embeddings"] = tied;
+      if (L < 0) j["vocab_size"] = 20000;
       const ModelConfig cfg = parse_config(j, "traffic test config");
       auto sim = make_sim_backend();
       ChunkPlan plan = plan_of(SweepOrder::Layer, false, true);
@@ -207,7 +215,7 @@ TEST(SweepTraffic, PlannerCountsTheBytesMoved) {
       const ParamStore::Traffic& got = m.store().traffic();
       const ActivationStore::Traffic& acts = m.activations()->traffic();
       const SweepTraffic want = layer_order_traffic(cfg, kN, 13, accum, tied, bf16);
-      EXPECT_EQ(want.host_bytes, ActivationStore::host_bytes(cfg, L + tied, kN));
+      EXPECT_EQ(want.host_bytes, ActivationStore::host_bytes(cfg, std::abs(L) + tied, kN));
       EXPECT_EQ(got.weights_in, steps * want.weights);
       EXPECT_EQ(got.grads_in + got.grads_out, steps * want.grads);
       EXPECT_EQ(acts.in + acts.out, steps * want.activations);

@@ -13,23 +13,53 @@ size_t cuda_pinned_workspace_bytes() { return 2 * (size_t(1) << 20); }
 size_t cuda_workspace_bytes(const WorkspaceShape& s) {
   constexpr size_t kGemmWorkspace = size_t(32) << 20, kTables = 2 * (size_t(1) << 20);
   constexpr int64_t kSumChunk = int64_t(1) << 16;  // cuda::k::kSumChunk
-  const size_t tile = size_t(std::clamp<int64_t>(s.scored(), 1, 256));
-  // row losses and hits, the logits tile (fp32) and with bf16 matmuls its gradient as bf16, each
-  // from a 256-byte boundary (cuda_backend.cpp's loss_tile); then the call's (2) f64 sums
-  size_t loss = (tile * 12 + 255) / 256 * 256 + tile * size_t(s.vocab) * 4;
-  if (s.bf16) loss = (loss + 255) / 256 * 256 + tile * size_t(s.vocab) * 2;
-  loss += 16;
+  const size_t tile = size_t(std::clamp<int64_t>(s.scored(), 1, 256)), Vt = size_t(lm_head_vocab_tile(s.vocab));
+  // the logits tile (fp32, tile x Vt) and with bf16 matmuls its gradient as bf16, from a 256-byte
+  // boundary (cuda_backend.cpp's loss_tile)
+  size_t loss = tile * Vt * 4;
+  if (s.bf16) loss = (loss + 255) / 256 * 256 + tile * Vt * 2;
   const size_t dsum = size_t(std::max<int64_t>(s.chunk * s.heads, 1)) * 4;  // attention backward: (C, H)
   const size_t partials = size_t((s.params + kSumChunk - 1) / kSumChunk) * 8;
   const size_t rope = size_t(s.head_dim / 2) * 4;
   return loss + kGemmWorkspace + kTables + dsum + partials + rope;
 }
 
+int64_t lm_head_vocab_tile(int64_t vocab) {
+  constexpr int64_t kMostRows = 8192, kAlign = 64;
+  if (vocab <= kMostRows) return vocab;
+  const int64_t tiles = (vocab + kMostRows - 1) / kMostRows;
+  return ((vocab + tiles - 1) / tiles + kAlign - 1) / kAlign * kAlign;
+}
+
+void Backend::lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,
+                               Tensor* dw, Tensor& sums, Tensor& stats) {
+  OOMB_CHECK(w.ndim == 2 && (!dw || (dw->ndim == 2 && dw->dim(0) == w.dim(0))),
+             "lm_head_xent: w {} and dw must be (V, d)", w.shape_str());
+  const int64_t V = w.dim(0), Vt = lm_head_vocab_tile(V);
+  if (host_addressable(targets.tier) && targets.dtype == DType::I32)  // (a device's caller checks its ids)
+    for (int64_t t = 0; t < targets.numel(); ++t)
+      OOMB_CHECK(targets.as<int32_t>()[t] < V,
+                 "lm_head_xent: target id {} at position {} is outside the vocabulary (size {})",
+                 targets.as<int32_t>()[t], t, V);
+  for (int64_t v0 = 0; v0 < V; v0 += Vt) lm_head_xent_stats(h, w.rows(v0, std::min(Vt, V - v0)), v0, targets, stats);
+  lm_head_xent_loss(stats, targets, sums);
+  if (!dh && !dw) return;
+  const int64_t last = (V - 1) / Vt * Vt;
+  for (int64_t v0 = last; v0 >= 0; v0 -= Vt) {  // in reverse (the model's order: model/param_store.h)
+    const int64_t n = std::min(Vt, V - v0);
+    Tensor dwt = dw ? dw->rows(v0, n) : Tensor();
+    lm_head_xent_grad(h, w.rows(v0, n), v0, targets, stats, scale, dh, v0 != last, dw ? &dwt : nullptr);
+  }
+}
+
 double Backend::lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,
                              Tensor* dw, int64_t* correct) {
-  Buffer buf(tier(), Tag::Workspace, 16);
+  OOMB_CHECK(h.ndim == 2, "lm_head_xent: h must be (T, d), got {}", h.shape_str());
+  Buffer buf(tier(), Tag::Workspace, 16 + size_t(h.dim(0)) * 32);
   Tensor sums(buf.data(), DType::F64, {2}, tier());
-  lm_head_xent_acc(h, w, targets, scale, dh, dw, sums);
+  Tensor stats(buf.as<double>() + 2, DType::F64, {h.dim(0), 4}, tier());
+  fill_zero(buf.data(), 16);
+  lm_head_xent_acc(h, w, targets, scale, dh, dw, sums, stats);
   double host[2];
   copy(host, Tier::Host, buf.data(), tier(), 16);
   if (correct) *correct = int64_t(host[1]);

@@ -133,19 +133,32 @@ class Backend {
   // in ascending page order; with fewer than K candidates, all of them, then -1.
   virtual void page_topk(const Tensor& scores, int64_t first, Tensor& chosen) = 0;
 
-  // Fused lm_head + cross-entropy, tiled over tokens (never more than tile x V logits).
-  // h: (T, d), w: (V, d), targets: (T) i32 (< 0 = ignored; every id < V, checked by the caller).
-  // h and w both f32, or both bf16: then the logits' gradient is rounded to bf16 before the two
-  // backward matmuls too (every matmul input bf16); logits, softmax and loss stay fp32.
-  // sums: (2) f64 in this backend's memory, += {the summed loss over targets, argmax hits}; the
-  // host reads it once per step. If dh: dh = scale * dloss/dh;  if dw: dw += scale * dloss/dw.
-  virtual void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,
-                                Tensor* dw, Tensor& sums) = 0;
+  // lm_head + cross-entropy over vocabulary tiles: w is rows [v0, v0 + Vt) of the lm_head (V, d),
+  // so the tiles need not be in memory together; each call tiles its tokens too (never more than
+  // 256 x Vt logits). h: (T, d), w: (Vt, d), targets: (T) i32 (< 0 = ignored; every id < V,
+  // checked by the caller). h and w both f32, or both bf16 (then the logits' gradient is rounded to
+  // bf16 before the two backward matmuls); logits, softmax and loss fp32, sums of exp fp64.
+  // stats: (T, 4) f64 per row {max logit, sum of exp(logit - max), target logit, argmax id}.
+  // Pass 1, every tile in ascending v0 (v0 = 0 starts the rows afresh): logits (T, Vt) = h . w^T
+  // merged into stats (the argmax's ties go to the lower id).
+  virtual void lm_head_xent_stats(const Tensor& h, const Tensor& w, int64_t v0, const Tensor& targets,
+                                  Tensor& stats) = 0;
+  // sums: (2) f64 in this backend's memory += {sum over rows with a target of lse - target logit,
+  // argmax hits}, rows in order; lse = max + log(sum). The host reads it once per step.
+  virtual void lm_head_xent_loss(const Tensor& stats, const Tensor& targets, Tensor& sums) = 0;
+  // Pass 2, per tile after pass 1: dl (T, Vt) = scale * (exp(logits - lse) - onehot(targets));
+  // dh (T, d) = dl . w (+= when dh_accumulate: every tile but the first);  dw (Vt, d) += dl^T . h.
+  virtual void lm_head_xent_grad(const Tensor& h, const Tensor& w, int64_t v0, const Tensor& targets,
+                                 const Tensor& stats, float scale, Tensor* dh, bool dh_accumulate, Tensor* dw) = 0;
+  // The three over the whole w (V, d) in tiles of lm_head_vocab_tile(V): pass 1, the loss, pass 2
+  // (if dh or dw) with the tiles in reverse. stats: (T, 4) f64 in this backend's memory.
+  void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,
+                        Tensor* dw, Tensor& sums, Tensor& stats);
   // The same, returning the loss and hits at once (a host sync; tests and one-off calls).
   double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
                       int64_t* correct);
   // Bytes of workspace (tag workspace) the backend holds at its peak for a model of this shape:
-  // the loss tile (min(256, chunk) x V logits) and the backend's own scratch.
+  // the loss tile (min(256, chunk) x lm_head_vocab_tile(V) logits) and the backend's own scratch.
   virtual size_t workspace_bytes(const WorkspaceShape& s) const = 0;
   // Bytes of pinned host memory (tag workspace) the backend holds for itself (staging).
   virtual size_t pinned_workspace_bytes() const { return 0; }
@@ -197,9 +210,15 @@ class Backend {
   virtual void sgd_step(Tensor& param, const Tensor& grad, float lr) = 0;
 };
 
+// Rows of the lm_head in one loss tile (a function of the vocabulary only, so that every run of a
+// model, its lm_head on the device or streamed in from host memory, sums in the same order):
+// ceil(V / k) rounded up to 64 rows, k = ceil(V / 8192) tiles. 8192 rows of a 7B model's
+// d = 3584 are 117 MB fp32 (the lm_head is 2.18 GB), and a 256-token tile's GEMMs against them
+// (256 x 8192 x d) are still large enough to keep a GPU's tensor cores busy.
+int64_t lm_head_vocab_tile(int64_t vocab);
 std::unique_ptr<Backend> make_cpu_backend();
 // The workspace (device bytes) the CUDA backend holds, for plans made without a GPU: the loss
-// tile, cuBLASLt's workspace, the loss sums, the attention's block tables and backward row sums,
+// tile, cuBLASLt's workspace, the attention's block tables and backward row sums,
 // the gradient norm's partial sums and the RoPE table.
 size_t cuda_workspace_bytes(const WorkspaceShape& s);
 size_t cuda_pinned_workspace_bytes();  // the block tables' pinned staging

@@ -99,7 +99,8 @@ KVCacheOptions kv_cache_options(const ModelConfig& c, const ChunkPlan& p) {
 
 int64_t saved_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep) {
   const int64_t rows = sweep == SweepOrder::Layer ? 3 : c.layers + 3;
-  return rows * int64_t(Arena::need(DType::F32, {C, c.hidden})) + int64_t(Arena::need(DType::F32, {C}));
+  return rows * int64_t(Arena::need(DType::F32, {C, c.hidden})) + int64_t(Arena::need(DType::F32, {C})) +
+         int64_t(Arena::need(DType::F64, {C, 4}));  // the final norm's rstd, the loss's row statistics
 }
 
 int64_t saved_attention_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep) {
@@ -154,8 +155,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   if (bf16 && !plan.offload_params && !frozen) m.at(dev, Tag::Weights) += Bf16Weights::bytes(cfg);
   if (bf16 && plan.lora.on()) m.at(dev, Tag::Weights) += Bf16Weights::adapter_bytes(cfg, plan.lora);
   if (plan.offload_params) {  // (bf16: the slots and head hold images, cast into pinned host memory)
-    m.at(dev, Tag::Weights) += ParamStore::device_weight_bytes(cfg, bf16);
-    m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);
+    m.at(dev, Tag::Weights) += ParamStore::device_weight_bytes(cfg, bf16, zero3(plan));
+    m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg, zero3(plan));
     if (bf16) m.at(Tier::Pinned, Tag::Weights) += ParamStore::host_image_bytes(cfg);
   }
   m.at(dev, Tag::Activations) =

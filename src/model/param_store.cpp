@@ -55,7 +55,37 @@ int64_t ParamStore::head_numel(const ModelConfig& c) {
   return c.vocab * c.hidden * (c.tie_word_embeddings ? 1 : 2) + c.hidden;
 }
 
-int64_t ParamStore::device_bytes(const ModelConfig& c) { return (2 * layer_numel(c) + head_numel(c)) * 4; }
+int64_t ParamStore::vocab_tiles(const ModelConfig& c) {
+  const int64_t Vt = lm_head_vocab_tile(c.vocab);
+  return c.vocab > 0 ? (c.vocab + Vt - 1) / Vt : 0;
+}
+
+// (two tiles or fewer: the slots would hold the whole lm_head)
+bool ParamStore::streams_head(const ModelConfig& c, bool zero3) {
+  return !c.tie_word_embeddings && !zero3 && vocab_tiles(c) > 2;
+}
+
+static int64_t tile_numel(const ModelConfig& c) { return lm_head_vocab_tile(c.vocab) * c.hidden; }
+
+int64_t ParamStore::head_tile_slots(const ModelConfig& c, bool zero3) { return streams_head(c, zero3) ? 2 : 0; }
+
+int64_t ParamStore::device_head_numel(const ModelConfig& c, bool zero3) {
+  return streams_head(c, zero3) ? c.vocab * c.hidden + c.hidden : head_numel(c);
+}
+
+int64_t ParamStore::device_bytes(const ModelConfig& c, bool zero3) {
+  return (2 * layer_numel(c) + device_head_numel(c, zero3) + head_tile_slots(c, zero3) * tile_numel(c)) * 4;
+}
+
+int64_t ParamStore::head_tiles_copied(const ModelConfig& c, int64_t passes, bool bf16) {
+  if (!streams_head(c, false) || passes <= 0) return 0;
+  const int64_t Vt = lm_head_vocab_tile(c.vocab), K = vocab_tiles(c), es = bf16 ? 2 : 4;
+  const int64_t all = c.vocab * c.hidden * es, first_two = 2 * Vt * c.hidden * es;
+  const int64_t last_two = (c.vocab - (K - 2) * Vt) * c.hidden * es;
+  int64_t b = all;  // the first pass (ascending): every tile
+  for (int64_t p = 1; p < passes; ++p) b += all - (p % 2 == 1 ? last_two : first_two);
+  return b;
+}
 
 static int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
@@ -81,14 +111,20 @@ int64_t ParamStore::layer_image_bytes(const ModelConfig& c) {
   return n;
 }
 
-// the device head under bf16: embedding (E fp32), final norm (d fp32), lm_head (V x d bf16)
+// the device head under bf16: embedding (E fp32), final norm (d fp32), the tied lm_head (V x d
+// bf16; an untied one streams through bf16 tile slots)
 static int64_t head_norm_at(const ModelConfig& c) { return align256(c.vocab * c.hidden * 4); }
 static int64_t head_lm_at(const ModelConfig& c) { return align256(head_norm_at(c) + c.hidden * 4); }
-int64_t ParamStore::head_image_bytes(const ModelConfig& c) { return head_lm_at(c) + c.vocab * c.hidden * 2; }
-int64_t ParamStore::head_image_copied(const ModelConfig& c) { return c.vocab * c.hidden * 6 + c.hidden * 4; }
+int64_t ParamStore::head_image_bytes(const ModelConfig& c) {
+  return streams_head(c, false) ? head_lm_at(c) : head_lm_at(c) + c.vocab * c.hidden * 2;
+}
+int64_t ParamStore::head_image_copied(const ModelConfig& c) {
+  return c.vocab * c.hidden * (streams_head(c, false) ? 4 : 6) + c.hidden * 4;
+}
 
-int64_t ParamStore::device_weight_bytes(const ModelConfig& c, bool bf16) {
-  return bf16 ? 2 * layer_image_bytes(c) + head_image_bytes(c) : device_bytes(c);
+int64_t ParamStore::device_weight_bytes(const ModelConfig& c, bool bf16, bool zero3) {
+  return bf16 ? 2 * layer_image_bytes(c) + head_image_bytes(c) + head_tile_slots(c, false) * tile_numel(c) * 2
+              : device_bytes(c, zero3);
 }
 
 int64_t ParamStore::host_image_bytes(const ModelConfig& c) {
@@ -117,6 +153,11 @@ ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf1
   OOMB_CHECK(!offload || be.tier() == Tier::Device,
              "--offload params: the {} backend has no device memory to offload from (use --device sim or cuda)",
              be.name());
+  tile_rows_ = lm_head_vocab_tile(c.vocab);
+  tiles_ = vocab_tiles(c);
+  streams_ = offload && streams_head(c, world != nullptr);
+  tile_slots_ = head_tile_slots(c, world != nullptr) * (offload ? 1 : 0);
+  for (int s = 0; s < tile_slots_; ++s) tin_[s] = be.new_event(), tused_[s] = be.new_event();
   if (!world_) return;
   OOMB_CHECK(offload, "--zero 3: needs --offload params (the layers are gathered into the parameter store's device "
              "slots)");
@@ -165,7 +206,9 @@ void ParamStore::bind(Params& weights, ParamViews views) {
   if (bf16_) return bind_images();
   const Tier D = Tier::Device;
   wslots_ = Buffer(D, Tag::Weights, size_t(2 * layer_numel(c)) * 4);
-  whead_ = Buffer(D, Tag::Weights, size_t(head_numel(c)) * 4);
+  whead_ = Buffer(D, Tag::Weights, size_t(device_head_numel(c, world_ != nullptr)) * 4);
+  wtiles_ = Buffer(D, Tag::Weights, size_t(tile_slots_ * tile_numel(c)) * 4);
+  tile_grad_zero_.assign(size_t(tiles_), true);
   for (int s = 0; s < 2; ++s) {
     in_[s] = be_.new_event();
     used_[s] = be_.new_event();
@@ -180,6 +223,8 @@ void ParamStore::bind_images() {
   const Tier D = Tier::Device;
   wslots_ = Buffer(D, Tag::Weights, size_t(2 * image_bytes_));
   whead_ = Buffer(D, Tag::Weights, size_t(head_image_bytes(c)));
+  wtiles_ = Buffer(D, Tag::Weights, size_t(tile_slots_ * tile_numel(c)) * 2);
+  tile_grad_zero_.assign(size_t(tiles_), true);
   himages_ = Buffer(Tier::Pinned, Tag::Weights, size_t(host_image_bytes(c)));
   const float* layer0 = weights_->flat().f() + layer_offset(c, 0);
   for (int s = 0; s < 2; ++s) {
@@ -201,7 +246,7 @@ void ParamStore::bind_images() {
   }
   char* h = whead_.as<char>();
   w_ = {{}, Tensor(h, DType::F32, {c.vocab, c.hidden}, D), Tensor(h + head_norm_at(c), DType::F32, {c.hidden}, D),
-        Tensor(h + head_lm_at(c), DType::BF16, {c.vocab, c.hidden}, D)};
+        streams_ ? Tensor() : Tensor(h + head_lm_at(c), DType::BF16, {c.vocab, c.hidden}, D)};
   grad_zero_.assign(size_t(c.layers), true);
 }
 
@@ -250,19 +295,23 @@ void ParamStore::device_views(const Params& host, Buffer& slots, Buffer& head, L
   for (int s = 0; s < 2 && layer0; ++s) view[s] = rebase(*layer0, base, slots.as<float>() + s * n, D);
   float* dh = head.as<float>();
   out = {{}, Tensor(dh, DType::F32, {c.vocab, c.hidden}, D), Tensor(dh + E, DType::F32, {c.hidden}, D), {}};
-  out.lm_head = c.tie_word_embeddings ? out.embed : Tensor(dh + E + c.hidden, DType::F32, {c.vocab, c.hidden}, D);
+  out.lm_head = c.tie_word_embeddings ? out.embed
+                : streams_         ? Tensor()  // in tiles
+                                   : Tensor(dh + E + c.hidden, DType::F32, {c.vocab, c.hidden}, D);
 }
 
 void ParamStore::bind_grads(Params& grads, ParamViews views) {
   grads_ = &grads;
   g_ = std::move(views);
+  head_grad_ = !g_.lm_head.empty();
   if (!offload_) return;
   OOMB_CHECK(grads.flat().tier == Tier::Pinned &&
                  grads.flat().numel() == (world_ ? shards_.numel : param_count(cfg_)),
              "param store: offloaded gradients must be the whole model (--zero 3: this rank's shards) in pinned memory");
   if (world_) std::memset(grads.flat().data, 0, grads.flat().bytes());  // added into from the first release
   gslots_ = Buffer(Tier::Device, Tag::Grads, size_t(2 * layer_numel(cfg_)) * 4);
-  ghead_buf_ = Buffer(Tier::Device, Tag::Grads, size_t(head_numel(cfg_)) * 4);
+  ghead_buf_ = Buffer(Tier::Device, Tag::Grads, size_t(device_head_numel(cfg_, world_ != nullptr)) * 4);
+  gtiles_ = Buffer(Tier::Device, Tag::Grads, size_t(tile_slots_ * tile_numel(cfg_)) * 4);
   device_views(grads, gslots_, ghead_buf_, gview_, g_);
 }
 
@@ -271,12 +320,13 @@ void ParamStore::zero_grads() {
   if (!offload_) return be_.zero(grads_->flat());
   std::memset(grads_->flat().data, 0, grads_->flat().bytes());  // pinned host memory, no copy in flight
   grad_zero_.assign(grad_zero_.size(), true);
+  tile_grad_zero_.assign(tile_grad_zero_.size(), true);
   head_grad_zero_ = true;
 }
 
 // The head's two host ranges (embedding; final norm and lm_head) to or from one device range.
 void ParamStore::head_copy(float* dev, Params& host, bool in) {
-  const int64_t E = cfg_.vocab * cfg_.hidden, tail = head_numel(cfg_) - E;
+  const int64_t E = cfg_.vocab * cfg_.hidden, tail = device_head_numel(cfg_, world_ != nullptr) - E;
   float* h = host.flat().f();
   float* h_tail = h + E + cfg_.layers * layer_numel(cfg_);
   const Tier D = Tier::Device, P = Tier::Pinned;
@@ -294,6 +344,7 @@ void ParamStore::begin_sequence(bool grads) {
   seq_grads_ = grads;
   if (!offload_) return;
   holds_[0] = holds_[1] = -1;  // the masters may have changed
+  tholds_[0] = tholds_[1] = -1;
   if (world_) {  // every rank's shards of the head's ranges; its gradients from zero
     const int64_t E = cfg_.vocab * cfg_.hidden;
     be_.synchronize();
@@ -308,8 +359,9 @@ void ParamStore::begin_sequence(bool grads) {
     const Tier D = Tier::Device, P = Tier::Pinned;
     be_.copy_async(h, D, weights_->embed.data, P, size_t(E) * 4, Stream::Copy);
     be_.copy_async(h + head_norm_at(cfg_), D, weights_->final_norm.data, P, size_t(d) * 4, Stream::Copy);
-    be_.copy_async(h + head_lm_at(cfg_), D, himages_.as<char>() + cfg_.layers * image_bytes_, P, size_t(E) * 2,
-                   Stream::Copy);
+    if (!streams_)
+      be_.copy_async(h + head_lm_at(cfg_), D, himages_.as<char>() + cfg_.layers * image_bytes_, P, size_t(E) * 2,
+                     Stream::Copy);
     traffic_.weights_in += head_image_copied(cfg_);
   } else {
     head_copy(whead_.as<float>(), *weights_, true);
@@ -340,6 +392,82 @@ void ParamStore::end_sequence() {
     head_grad_zero_ = false;
   }
   if (!dropped("sync")) be_.synchronize();
+}
+
+int64_t ParamStore::head_tile_rows(int64_t j) const { return std::min(tile_rows_, cfg_.vocab - j * tile_rows_); }
+
+void ParamStore::begin_head(bool descending, bool grads) {
+  torder_.resize(size_t(tiles_));
+  for (int64_t j = 0; j < tiles_; ++j) torder_[size_t(j)] = descending ? tiles_ - 1 - j : j;
+  tpos_ = 0;
+  tgrads_ = grads && head_grad_;
+  OOMB_CHECK(!grads || grads_ != nullptr, "param store: the lm_head's gradients need gradients bound first");
+  if (!streams_ || tiles_ == 0) return;
+  tbase_ = tholds_[1] == torder_[0] ? 1 : 0;  // a slot holding the first tile keeps it
+  for (size_t p = 0; p < size_t(tile_slots_); ++p) tile_fetch(p);
+}
+
+// The tile at position pos of the head's pass into its slot, once the compute stream is done with
+// the slot's previous tile: its weights (unless there already) and, with gradients, the host's (or zero).
+void ParamStore::tile_fetch(size_t pos) {
+  const int64_t s = tile_slot(pos), j = torder_[pos], v0 = head_tile_v0(j), n = head_tile_rows(j) * cfg_.hidden;
+  const Tier D = Tier::Device, P = Tier::Pinned;
+  be_.wait(Stream::Copy, *tused_[s]);
+  if (tholds_[s] != j) {
+    const size_t es = bf16_ ? 2 : 4, bytes = size_t(n) * es;
+    const char* src = bf16_ ? himages_.as<char>() + cfg_.layers * image_bytes_ + size_t(v0 * cfg_.hidden) * 2
+                            : reinterpret_cast<const char*>(weights_->lm_head.f() + v0 * cfg_.hidden);
+    be_.copy_async(wtiles_.as<char>() + size_t(s * tile_numel(cfg_)) * es, D, src, P, bytes, Stream::Copy);
+    tholds_[s] = j;
+    traffic_.weights_in += int64_t(bytes);
+  }
+  if (tgrads_) {
+    float* g = gtiles_.as<float>() + s * tile_numel(cfg_);
+    if (tile_grad_zero_[size_t(j)]) {
+      be_.fill_zero_async(g, size_t(n) * 4, Stream::Copy);
+    } else {
+      be_.copy_async(g, D, grads_->lm_head.f() + v0 * cfg_.hidden, P, size_t(n) * 4, Stream::Copy);
+      traffic_.grads_in += n * 4;
+    }
+  }
+  be_.record(*tin_[s], Stream::Copy);
+}
+
+const Tensor& ParamStore::head_tile(int64_t j) {
+  OOMB_CHECK(tpos_ < torder_.size() && torder_[tpos_] == j, "param store: lm_head tile {} out of the pass's order", j);
+  const int64_t rows = head_tile_rows(j), d = cfg_.hidden;
+  if (!streams_) return tile_w_ = w_.lm_head.rows(head_tile_v0(j), rows);
+  const int64_t s = tile_slot(tpos_);
+  if (!dropped("head-in")) be_.wait(Stream::Compute, *tin_[s]);
+  const size_t es = bf16_ ? 2 : 4;
+  return tile_w_ = Tensor(wtiles_.as<char>() + size_t(s * tile_numel(cfg_)) * es, bf16_ ? DType::BF16 : DType::F32,
+                          {rows, d}, Tier::Device);
+}
+
+Tensor& ParamStore::head_grad_tile(int64_t j) {
+  OOMB_CHECK(tgrads_ && tpos_ < torder_.size() && torder_[tpos_] == j,
+             "param store: lm_head tile {}'s gradients outside a pass with gradients", j);
+  const int64_t rows = head_tile_rows(j);
+  if (!streams_) return tile_g_ = g_.lm_head.rows(head_tile_v0(j), rows);
+  return tile_g_ = Tensor(gtiles_.as<float>() + tile_slot(tpos_) * tile_numel(cfg_), DType::F32, {rows, cfg_.hidden},
+                          Tier::Device);
+}
+
+void ParamStore::release_head_tile(int64_t j) {
+  OOMB_CHECK(tpos_ < torder_.size() && torder_[tpos_] == j, "param store: lm_head tile {} released out of order", j);
+  if (streams_) {
+    const int64_t s = tile_slot(tpos_), n = head_tile_rows(j) * cfg_.hidden;
+    be_.record(*tused_[s], Stream::Compute);
+    if (tgrads_) {  // the tile's gradients go back once the compute stream is done with them
+      be_.wait(Stream::Copy, *tused_[s]);
+      be_.copy_async(grads_->lm_head.f() + head_tile_v0(j) * cfg_.hidden, Tier::Pinned,
+                     gtiles_.as<float>() + s * tile_numel(cfg_), Tier::Device, size_t(n) * 4, Stream::Copy);
+      tile_grad_zero_[size_t(j)] = false;
+      traffic_.grads_out += n * 4;
+    }
+  }
+  ++tpos_;
+  if (streams_ && tpos_ + size_t(tile_slots_) - 1 < torder_.size()) tile_fetch(tpos_ + size_t(tile_slots_) - 1);
 }
 
 void ParamStore::begin_pass(std::span<const int64_t> order, bool grads) {

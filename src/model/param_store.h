@@ -30,6 +30,17 @@
 // head is two (the embedding first; the final norm and an untied lm_head last), one after the
 // other on the device.
 //
+// The lm_head in vocabulary tiles (lm_head_vocab_tile(V) rows, the last shorter): the loss takes
+// them one at a time, ascending for its first pass and descending for the gradient pass
+// (begin_head, head_tile, head_grad_tile, release_head_tile). Resident, tied to the embedding, or
+// under --zero 3, or of two tiles or fewer, a tile is a view of the lm_head the device holds.
+// Offloaded, untied and of more than two tiles (streams_head), the device holds two tile slots of
+// weights and two of gradients instead of the lm_head (the layer slots' pattern: the tile after next arrives on the copy stream while a
+// tile computes; a slot that holds the next pass's first tile keeps it, so the gradient pass starts
+// with the two tiles the first pass ended with); a tile's gradient starts in its slot from what the
+// host holds (or zero) and leaves when the tile is released. bf16: the weight slots hold the
+// lm_head's bf16 copy's rows.
+//
 // Offloaded with --precision bf16: what crosses to the device is what the layers compute with. A
 // pinned host image per layer (its tensors in the layout's order, the matrices bf16 and the norms
 // and biases fp32, each from a 256-byte boundary: layer_image_bytes) is cast from the masters on
@@ -81,6 +92,18 @@ class ParamStore {
   Tensor& grad_final_norm() { return g_.final_norm; }
   Tensor& grad_lm_head() { return g_.lm_head; }
 
+  // The lm_head's vocabulary tiles: tile j is rows [j Vt, j Vt + head_tile_rows(j)). A pass over
+  // every tile, ascending or descending (with their gradients when grads); then for each in that
+  // order: head_tile, compute (head_grad_tile: its gradient, when the lm_head has one), release.
+  int64_t head_tiles() const { return tiles_; }
+  int64_t head_tile_v0(int64_t j) const { return j * tile_rows_; }
+  int64_t head_tile_rows(int64_t j) const;
+  bool head_has_grad() const { return head_grad_; }
+  void begin_head(bool descending, bool grads);
+  const Tensor& head_tile(int64_t j);
+  Tensor& head_grad_tile(int64_t j);
+  void release_head_tile(int64_t j);
+
   // A pass over layers in `order` (with their gradients when grads); then for each in that order:
   // acquire, compute (grads_of: the acquired layer's gradients), release.
   void begin_pass(std::span<const int64_t> order, bool grads);
@@ -91,8 +114,22 @@ class ParamStore {
   static int64_t layer_offset(const ModelConfig& c, int64_t l);
   static int64_t layer_numel(const ModelConfig& c);
   static int64_t head_numel(const ModelConfig& c);
-  // Device bytes an offloaded store holds (tags weights and grads, each): two layer slots + the head.
-  static int64_t device_bytes(const ModelConfig& c);
+  // The lm_head's vocabulary tiles; offloaded, whether it streams through tile slots (untied, more
+  // than two tiles, not --zero 3), and their number (2 or 0).
+  static int64_t vocab_tiles(const ModelConfig& c);
+  static bool streams_head(const ModelConfig& c, bool zero3);
+  static int64_t head_tile_slots(const ModelConfig& c, bool zero3);
+  // The head's values an offloaded device holds besides tile slots: embedding, final norm (and an
+  // lm_head that does not stream).
+  static int64_t device_head_numel(const ModelConfig& c, bool zero3);
+  // Device bytes an offloaded store holds (tags weights and grads, each): two layer slots + the head
+  // (with streams_head: the embedding and final norm, and the lm_head's tile slots).
+  static int64_t device_bytes(const ModelConfig& c, bool zero3 = false);
+  // Bytes of a streamed lm_head's tiles that cross in `passes` head passes of one sequence (the
+  // loss: ascending, then descending, ...; fp32, or bf16 copies): every tile in the first; each
+  // later pass finds its first two tiles (the previous pass's last two) in the slots. 0 unless
+  // streams_head.
+  static int64_t head_tiles_copied(const ModelConfig& c, int64_t passes, bool bf16);
   // --precision bf16, offloaded: one layer's image (bf16 matrices, fp32 norms and biases, padding
   // included); the head's bytes on the device (fp32 embedding and final norm, bf16 lm_head,
   // padding included) and those of it that cross (no padding); the device's weight bytes (two
@@ -100,7 +137,7 @@ class ParamStore {
   static int64_t layer_image_bytes(const ModelConfig& c);
   static int64_t head_image_bytes(const ModelConfig& c);
   static int64_t head_image_copied(const ModelConfig& c);
-  static int64_t device_weight_bytes(const ModelConfig& c, bool bf16);
+  static int64_t device_weight_bytes(const ModelConfig& c, bool bf16, bool zero3 = false);
   static int64_t host_image_bytes(const ModelConfig& c);
   // --zero 3: host bytes (tag workspace) of the gathers' and reductions' staging.
   static int64_t zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev);
@@ -113,8 +150,9 @@ class ParamStore {
   };
   const Traffic& traffic() const { return traffic_; }
 
-  // Tests only: skip one of the store's waits ("in": a layer's arrival before it computes; "sync":
-  // the host's wait for the copies at the end of a sequence), to show that the tests catch it.
+  // Tests only: skip one of the store's waits ("in": a layer's arrival before it computes;
+  // "head-in": an lm_head tile's; "sync": the host's wait for the copies at the end of a
+  // sequence), to show that the tests catch it.
   static void drop_wait_for_test(const char* which);
 
  private:
@@ -157,6 +195,19 @@ class ParamStore {
   std::vector<bool> grad_zero_;  // per layer: the host's gradients are zero
   bool head_grad_zero_ = true, seq_grads_ = false;
   Traffic traffic_;
+  // the lm_head's tiles (streams_: through tile slots)
+  void tile_fetch(size_t pos);
+  int64_t tile_slot(size_t pos) const { return int64_t((tbase_ + pos) % size_t(tile_slots_)); }
+  bool streams_ = false, head_grad_ = false;
+  int64_t tile_rows_ = 0, tiles_ = 0, tile_slots_ = 0;
+  Buffer wtiles_, gtiles_;  // device: tile_slots_ tiles each (weights fp32 or bf16; gradients fp32)
+  std::unique_ptr<Event> tin_[2], tused_[2];
+  int64_t tholds_[2] = {-1, -1};       // the tile whose current weights a slot holds
+  std::vector<bool> tile_grad_zero_;   // per tile: the host's gradients are zero
+  std::vector<int64_t> torder_;
+  size_t tpos_ = 0, tbase_ = 0;
+  bool tgrads_ = false;
+  Tensor tile_w_, tile_g_;
   // the pass
   std::vector<int64_t> order_;
   size_t pos_ = 0, base_ = 0;

@@ -15,12 +15,22 @@ static int64_t layer_weights(const ModelConfig& c, bool bf16) {
   return bf16 ? ParamStore::layer_image_bytes(c) : ParamStore::layer_numel(c) * 4;
 }
 static int64_t head_weights(const ModelConfig& c, bool bf16) {
-  return bf16 ? ParamStore::head_image_copied(c) : ParamStore::head_numel(c) * 4;
+  return bf16 ? ParamStore::head_image_copied(c) : ParamStore::device_head_numel(c, false) * 4;
+}
+
+// A sequence of T chunks: the loss's 2 T passes over a streamed lm_head's tiles (every chunk: its
+// statistics, then its gradients); the tiles' gradients in for every chunk but the step's first
+// (first: zero fills), out for every chunk.
+static void head_tiles(SweepTraffic& s, const ModelConfig& c, int64_t T, bool first_seq, bool bf16) {
+  if (!ParamStore::streams_head(c, false)) return;
+  const int64_t G = c.vocab * c.hidden * 4;
+  s.weights += ParamStore::head_tiles_copied(c, 2 * T, bf16);
+  s.grads += (first_seq ? T - 1 : T) * G + T * G;
 }
 
 SweepTraffic chunk_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum, bool bf16) {
   const int64_t T = chunk_count(N, C), L = c.layers, W = ParamStore::layer_numel(c) * 4,
-                H = ParamStore::head_numel(c) * 4, kept = std::min<int64_t>(L, 2), W16 = layer_weights(c, bf16),
+                H = ParamStore::device_head_numel(c, false) * 4, kept = std::min<int64_t>(L, 2), W16 = layer_weights(c, bf16),
                 H16 = head_weights(c, bf16);
   // forward passes, the first recompute pass, backward passes, the later recompute passes
   const int64_t layer_copies = T * L + L + T * (L - kept) + (T - 1) * (L - kept);
@@ -29,13 +39,14 @@ SweepTraffic chunk_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int
     s.weights += layer_copies * W16 + H16;
     s.grads += (seq == 0 ? T - 1 : T) * L * W + (seq == 0 ? 0 : H);  // in
     s.grads += T * L * W + H;                                        // out
+    head_tiles(s, c, T, seq == 0, bf16);
   }
   return s;
 }
 
-SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t /*C*/, int64_t accum, bool tied_head,
+SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum, bool tied_head,
                                  bool bf16) {
-  const int64_t L = c.layers, W = ParamStore::layer_numel(c) * 4, H = ParamStore::head_numel(c) * 4,
+  const int64_t L = c.layers, W = ParamStore::layer_numel(c) * 4, H = ParamStore::device_head_numel(c, false) * 4,
                 act = N * c.hidden * 4, kept = std::min<int64_t>(L, 2), W16 = layer_weights(c, bf16),
                 H16 = head_weights(c, bf16);
   SweepTraffic s;
@@ -43,6 +54,7 @@ SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t /*C*/,
     s.weights += (2 * L - kept) * W16 + H16;
     s.grads += (seq == 0 ? 0 : L * W + H) + L * W + H;
     s.activations += (5 * L - 1 + (tied_head ? 1 : 0)) * act;
+    head_tiles(s, c, chunk_count(N, C), seq == 0, bf16);
   }
   s.host_bytes = ActivationStore::host_bytes(c, ActivationStore::arrays(c, tied_head), N);
   return s;

@@ -86,7 +86,6 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
   // The loss, chunks in reverse: dh of the last layer's output for every chunk.
   const int64_t top = L - 1, dh_array = tied_head_ ? L : L - 1;
   const bool head_later = tied_head_ && g_fault != "tied-head";
-  Tensor* dw_head = store_.grad_lm_head().empty() || head_later ? nullptr : &store_.grad_lm_head();
   acts_->begin_pass(chunks_down_, {top}, dh_array);
   for (const int64_t t : chunks_down_) {
     const ChunkSpan c = chunk_span(N, C, t);
@@ -95,8 +94,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
     const Tensor h = acts_->in(0), hn = final_norm(h);
     LayerBuffers buf = layer_buffers(n);
     Tensor dhn = buf.g.da, dh = acts_->out();
-    be_.lm_head_xent_acc(hn, store_.lm_head(), mine(inputs_.targets(n), n), scale, &dhn, dw_head,
-                         head_later ? pass_sums_ : sums_t_);
+    head_loss(hn, mine(inputs_.targets(n), n), scale, &dhn, !head_later, head_later ? pass_sums_ : sums_t_);
     be_.rmsnorm_bwd(h, store_.final_norm(), rstd_final_.rows(0, local(n)), dhn, dh, false,
                     store_.grad_final_norm().empty() ? buf.discard : store_.grad_final_norm());
     acts_->next();
@@ -124,8 +122,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
       if (l == 0) {
         if (head_later) {  // the chunk's lm_head part, then its embedding part, as the chunk order adds them
           const Tensor hn = final_norm(acts_->in(1));
-          be_.lm_head_xent_acc(hn, store_.lm_head(), mine(inputs_.targets(n), n), scale, nullptr,
-                               &store_.grad_lm_head(), sums_t_);
+          head_loss(hn, mine(inputs_.targets(n), n), scale, nullptr, true, sums_t_);
         }
         if (!store_.grad_embed().empty()) be_.embedding_bwd(mine(inputs_.ids(n), n), dh, store_.grad_embed());
         cache_.docs().release_from(first_free);

@@ -70,6 +70,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
   if (!layer_order) dh_ = saved_.take(DType::F32, {Cl, cfg.hidden});
   hnorm_ = saved_.take(DType::F32, {Cl, cfg.hidden});
   rstd_final_ = saved_.take(DType::F32, {Cl});
+  xent_stats_ = saved_.take(DType::F64, {Cl, 4});
   for (int64_t l = 0; l < cfg.layers; ++l) {
     const bool fresh = !layer_order || l == 0;
     const Tensor o = fresh ? saved_attn_.take(DType::F32, {C, att_cfg_.heads, cfg.head_dim}) : att_o_[0];
@@ -273,6 +274,42 @@ Tensor Model::final_norm(const Tensor& h) {
   return h16;
 }
 
+void Model::head_loss(const Tensor& hn, const Tensor& targets, float scale, Tensor* dh, bool dw, Tensor& sums) {
+  const int64_t K = store_.head_tiles();
+  Tensor stats = xent_stats_.rows(0, hn.dim(0));
+  store_.begin_head(false, false);
+  for (int64_t j = 0; j < K; ++j) {
+    be_.lm_head_xent_stats(hn, store_.head_tile(j), store_.head_tile_v0(j), targets, stats);
+    store_.release_head_tile(j);
+  }
+  be_.lm_head_xent_loss(stats, targets, sums);
+  dw = dw && store_.head_has_grad();  // (under LoRA a frozen lm_head has no gradient)
+  if (!dh && !dw) return;
+  store_.begin_head(true, dw);
+  for (int64_t j = K - 1; j >= 0; --j) {
+    const Tensor& w = store_.head_tile(j);
+    be_.lm_head_xent_grad(hn, w, store_.head_tile_v0(j), targets, stats, scale, dh, j != K - 1,
+                          dw ? &store_.head_grad_tile(j) : nullptr);
+    store_.release_head_tile(j);
+  }
+}
+
+void Model::head_logits(const Tensor& hn, float* out) {
+  const int64_t n = hn.dim(0), V = cfg_.vocab;
+  store_.begin_head(false, false);
+  for (int64_t j = 0; j < store_.head_tiles(); ++j) {
+    const Tensor& w = store_.head_tile(j);
+    const int64_t v0 = store_.head_tile_v0(j), Vt = w.dim(0);
+    Tensor l(logits_tile_.data(), DType::F32, {n, Vt}, be_.tier());
+    be_.linear_fwd(hn, w, nullptr, l);
+    if (Vt == V)  // one tile: the rows are contiguous
+      be_.copy(out, Tier::Host, l.data, be_.tier(), l.bytes());
+    else
+      for (int64_t r = 0; r < n; ++r) be_.copy(out + r * V + v0, Tier::Host, l.f() + r * Vt, be_.tier(), size_t(Vt) * 4);
+    store_.release_head_tile(j);
+  }
+}
+
 // The one readback of a sequence: its loss and hits.
 void Model::read_sums(LossStats& st) {
   double s[2];
@@ -287,8 +324,7 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
   OOMB_CHECK(!sp_, "logits: not with --sp (each rank holds only its tokens' logits)");
   sync_compute_weights();
   const int64_t C = plan_.chunk, V = cfg_.vocab;
-  Arena tile(be_.tier(), Tag::Workspace, Arena::need(DType::F32, {C, V}));
-  Tensor lg = tile.take(DType::F32, {C, V});
+  logits_tile_ = Buffer(be_.tier(), Tag::Workspace, size_t(C * lm_head_vocab_tile(V)) * 4);
   std::vector<int32_t> none(size_t(N), -1);
   const ChunkReader read = array_reader(ids, none.data());
   cache_.begin_sequence(N, std::min(C, N), false);
@@ -300,13 +336,11 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
     const int64_t n = c.size();
     inputs_.load(read, c, true, cache_.docs());
     forward_layers(c, Sweep::Forward);
-    const Tensor hn = final_norm(h_.back().rows(0, n));
-    Tensor l = lg.rows(0, n);
-    be_.linear_fwd(hn, store_.lm_head(), nullptr, l);
-    be_.copy(out + c.begin * V, Tier::Host, l.data, be_.tier(), l.bytes());
+    head_logits(final_norm(h_.back().rows(0, n)), out + c.begin * V);
   }
   store_.end_sequence();
   cache_.clear();
+  logits_tile_.reset();
 }
 
 void Model::begin_decode(int64_t max_tokens) {
@@ -318,7 +352,7 @@ void Model::begin_decode(int64_t max_tokens) {
   if (sparse_) sparse_->begin_sequence(max_tokens, plan_.chunk, false);
   inputs_.begin_sequence();
   store_.begin_sequence(false);
-  if (decode_logits_.bytes() == 0) decode_logits_ = Buffer(be_.tier(), Tag::Workspace, size_t(cfg_.vocab) * 4);
+  if (logits_tile_.bytes() == 0) logits_tile_ = Buffer(be_.tier(), Tag::Workspace, size_t(lm_head_vocab_tile(cfg_.vocab)) * 4);
   decoded_ = 0;
   decode_max_ = max_tokens;
 }
@@ -336,10 +370,7 @@ void Model::decode(const int32_t* ids, int64_t n, float* out) {
   };
   inputs_.load(read, c, true, cache_.docs());
   forward_layers(c, Sweep::Forward);  // every layer's K/V of these tokens go into the pages
-  const Tensor hn = final_norm(h_.back().rows(0, n));
-  Tensor logits(decode_logits_.data(), DType::F32, {1, cfg_.vocab}, be_.tier());
-  be_.linear_fwd(hn.rows(n - 1, 1), store_.lm_head(), nullptr, logits);
-  be_.copy(out, Tier::Host, logits.data, be_.tier(), logits.bytes());
+  head_logits(final_norm(h_.back().rows(0, n)).rows(n - 1, 1), out);
   decoded_ += n;
 }
 
@@ -371,8 +402,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     // the page metadata as the forward sweep sees it
     forward_layers(c, backward && !sparse_ ? Sweep::ForwardKVOnlyLast : Sweep::Forward);
     if (!backward) {
-      be_.lm_head_xent_acc(final_norm(h_.back().rows(0, local(n))), store_.lm_head(), mine(inputs_.targets(n), n), 1.0f, nullptr,
-                           nullptr, sums_t_);
+      head_loss(final_norm(h_.back().rows(0, local(n))), mine(inputs_.targets(n), n), 1.0f, nullptr, false, sums_t_);
       if (after_chunk) {
         read_sums(st);
         after_chunk(c, st);
@@ -398,9 +428,8 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     const int64_t tn = local(n);  // this rank's tokens
     const Tensor hn = final_norm(h_.back().rows(0, tn));
     Tensor dh = dh_.rows(0, tn), dhn = buf.g.da;  // (tn, d) scratch, free until the layers' backward
-    // (under LoRA a frozen lm_head has no gradient, and a frozen final norm's goes to scratch)
-    Tensor* dw_head = store_.grad_lm_head().empty() ? nullptr : &store_.grad_lm_head();
-    be_.lm_head_xent_acc(hn, store_.lm_head(), mine(inputs_.targets(n), n), scale, &dhn, dw_head, sums_t_);
+    // (under LoRA a frozen final norm's gradient goes to scratch)
+    head_loss(hn, mine(inputs_.targets(n), n), scale, &dhn, true, sums_t_);
     be_.rmsnorm_bwd(h_.back().rows(0, tn), store_.final_norm(), rstd_final_.rows(0, tn), dhn, dh, false,
                     store_.grad_final_norm().empty() ? buf.discard : store_.grad_final_norm());
     const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk

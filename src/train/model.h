@@ -117,6 +117,12 @@ class Model {
   LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads, bool choose);
   void forward_layers(ChunkSpan c, Sweep sweep);
   Tensor final_norm(const Tensor& h);
+  // The fused loss of hn (n, d) against the lm_head's vocabulary tiles (the param store's): the
+  // tiles ascending into the rows' statistics, the loss into sums, then (dh or dw) the tiles
+  // descending for dh (n, d) and the lm_head's gradient.
+  void head_loss(const Tensor& hn, const Tensor& targets, float scale, Tensor* dh, bool dw, Tensor& sums);
+  // logits (n, V) of hn (n, d) tile by tile, row r to out + r * V (host memory)
+  void head_logits(const Tensor& hn, float* out);
   void read_sums(LossStats& st);
 
   ModelConfig cfg_;
@@ -155,6 +161,7 @@ class Model {
   LayerPlan layer_plan_;
   Buffer sums_;          // (2) f64: loss and hits of the sequence so far (tag data)
   Tensor dh_, hnorm_, rstd_final_, sums_t_;
+  Tensor xent_stats_;  // (C / P, 4) f64: the loss's per-row statistics
   std::vector<Tensor> h_;               // layers + 1 of (C, d) (the layer order: two, alternating)
   std::vector<Tensor> att_o_, att_lse_;  // layers of (C, H, D) and (C, H) (the layer order: one)
   // the layer order: the host arrays, the chunks in order and reversed, the loss pass's sums when
@@ -165,7 +172,7 @@ class Model {
   bool tied_head_ = false;
   std::vector<int64_t> bottom_up_, top_down_;  // layer orders of the passes
   int64_t decoded_ = 0, decode_max_ = 0;      // incremental decoding: tokens so far, capacity
-  Buffer decode_logits_;                      // (V) fp32 logits of the last token (tag workspace)
+  Buffer logits_tile_;  // logits of one vocabulary tile: (C, Vt) in logits(), (1, Vt) decoding (tag workspace)
 };
 
 }  // namespace oomb

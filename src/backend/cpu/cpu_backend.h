@@ -66,38 +66,32 @@ class CpuBackend : public Backend {
     cpu::attention_bwd(q, o, lse, dout, blocks, a, dq);
   }
 
-  void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
-                        Tensor& sums) override {
-    OOMB_CHECK(sums.dtype == DType::F64 && sums.numel() == 2 && host_addressable(sums.tier),
-               "lm_head_xent: sums must be (2) f64 in the backend's memory, got {} {}", dtype_name(sums.dtype),
-               sums.shape_str());
-    // The logits tile is planned once per vocabulary size and reused (workspace tag).
-    const int64_t V = w.dim(0), rows = std::clamp<int64_t>(h.dim(0), 1, kLossTile);
-    if (logits_.dim(1) != V || logits_.dim(0) < rows) {  // grown to the longest chunk seen (at most the tile)
-      logits_buf_.reset();
-      logits_buf_ = Buffer(tier_, Tag::Workspace, size_t(rows * V) * 4 + size_t(rows) * 8);
-      // the f64 row losses first, so that they are 8-byte aligned whatever rows x V is (UBSan)
-      row_loss_ = Tensor(logits_buf_.data(), DType::F64, {rows}, tier_);
-      logits_ = Tensor(logits_buf_.as<char>() + size_t(rows) * 8, DType::F32, {rows, V}, tier_);
-    }
-    int64_t correct = 0;
-    float* wide = widen(cpu::lm_head_widen_elems(h, w, kLossTile));
-    const double loss = cpu::lm_head_xent(h, w, targets, scale, dh, dw, &correct, logits_, row_loss_, wide);
-    sums.as<double>()[0] += loss;
-    sums.as<double>()[1] += double(correct);
+  void lm_head_xent_stats(const Tensor& h, const Tensor& w, int64_t v0, const Tensor& targets,
+                          Tensor& stats) override {
+    cpu::lm_head_xent_stats(h, w, v0, targets, stats, logits_tile(h, w), widen(cpu::lm_head_widen_elems(h, w, kLossTile)));
+  }
+  void lm_head_xent_loss(const Tensor& stats, const Tensor& targets, Tensor& sums) override {
+    OOMB_CHECK(host_addressable(sums.tier) && host_addressable(stats.tier),
+               "lm_head_xent_loss: sums and stats must be in the backend's memory");
+    cpu::lm_head_xent_loss(stats, targets, sums);
+  }
+  void lm_head_xent_grad(const Tensor& h, const Tensor& w, int64_t v0, const Tensor& targets, const Tensor& stats,
+                         float scale, Tensor* dh, bool dh_accumulate, Tensor* dw) override {
+    cpu::lm_head_xent_grad(h, w, v0, targets, stats, scale, dh, dh_accumulate, dw, logits_tile(h, w),
+                           widen(cpu::lm_head_widen_elems(h, w, kLossTile)));
   }
 
-  // the logits tile (tile x V fp32) and its per-row losses (tile fp64); with bf16 matmuls the fp32
+  // the logits tile (min(256, tokens) x lm_head_vocab_tile(V) fp32); with bf16 matmuls the fp32
   // scratch their widened operands take at the most: a linear's backward (x, w, dy; the widest is
-  // d <-> max(H D, I)) or the loss (the lm_head's w and a tile of h)
+  // d <-> max(H D, I)) or the loss (a vocabulary tile of the lm_head and a tile of h)
   size_t workspace_bytes(const WorkspaceShape& s) const override {
-    const int64_t rows = std::clamp<int64_t>(s.scored(), 1, kLossTile);
+    const int64_t rows = std::clamp<int64_t>(s.scored(), 1, kLossTile), Vt = lm_head_vocab_tile(s.vocab);
     int64_t wide = 0;
     if (s.bf16) {
       const int64_t d = s.hidden, X = std::max(s.heads * s.head_dim, s.intermediate), T = s.scored();
-      wide = std::max(T * (d + X) + d * X, s.vocab * d + rows * d);
+      wide = std::max(T * (d + X) + d * X, Vt * d + rows * d);
     }
-    return size_t(rows * s.vocab) * 4 + size_t(rows) * 8 + size_t(wide) * 4;
+    return size_t(rows * Vt) * 4 + size_t(wide) * 4;
   }
 
   void copy(void* dst, Tier dst_tier, const void* src, Tier src_tier, size_t bytes) override {
@@ -193,8 +187,21 @@ class CpuBackend : public Backend {
 
  private:
   static constexpr int64_t kLossTile = 256;
+  // The loss's logits tile, grown to the most rows (at most kLossTile) and the widest vocabulary
+  // tile seen (workspace tag).
   Buffer logits_buf_;
-  Tensor logits_, row_loss_;
+  Tensor logits_;
+  Tensor& logits_tile(const Tensor& h, const Tensor& w) {
+    const int64_t rows = std::clamp<int64_t>(h.dim(0), 1, kLossTile), Vt = std::max<int64_t>(w.dim(0), 1);
+    if (logits_.empty() || logits_.dim(0) < rows || logits_.dim(1) < Vt) {
+      const int64_t r = logits_.empty() ? rows : std::max(rows, logits_.dim(0));
+      const int64_t v = logits_.empty() ? Vt : std::max(Vt, logits_.dim(1));
+      logits_buf_.reset();  // the old one first: the peak is the larger buffer alone
+      logits_buf_ = Buffer(tier_, Tag::Workspace, size_t(r * v) * 4);
+      logits_ = Tensor(logits_buf_.data(), DType::F32, {r, v}, tier_);
+    }
+    return logits_;
+  }
   // fp32 scratch for bf16 matmul operands (tag workspace), grown to the largest call seen
   Buffer widen_buf_;
   float* widen(int64_t elems) {

@@ -32,10 +32,13 @@ void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& sco
 void page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Tensor& minmax);
 void page_quest_scores(const Tensor& q, int64_t tile, const Tensor& minmax, Tensor& scores);
 void page_topk(const Tensor& scores, int64_t first, Tensor& chosen);
-// logits: a (tile x V) f32 and row_losses a (tile) f64 workspace the caller owns; widen: fp32
-// scratch of lm_head_widen_elems (bf16 h and w)
-double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
-                    int64_t* correct, Tensor& logits, Tensor& row_losses, float* widen);
+// The loss over vocabulary tiles (Backend::lm_head_xent_stats, _loss, _grad). logits: a (tile, >= Vt)
+// f32 workspace the caller owns; widen: fp32 scratch of lm_head_widen_elems (bf16 h and w).
+void lm_head_xent_stats(const Tensor& h, const Tensor& w, int64_t v0, const Tensor& targets, Tensor& stats,
+                        Tensor& logits, float* widen);
+void lm_head_xent_loss(const Tensor& stats, const Tensor& targets, Tensor& sums);
+void lm_head_xent_grad(const Tensor& h, const Tensor& w, int64_t v0, const Tensor& targets, const Tensor& stats,
+                       float scale, Tensor* dh, bool dh_accumulate, Tensor* dw, Tensor& logits, float* widen);
 
 // Loops with less work than this (in elements touched) run on one thread: a parallel region costs
 // more than it saves there, and far more when other processes share the cores.

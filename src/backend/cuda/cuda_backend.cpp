@@ -68,7 +68,6 @@ class CudaBackend final : public Backend {
       st.dev = Buffer(Tier::Device, Tag::Workspace, kTableStage);
       cuda_check(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming), "cuda backend");
     }
-    xent_call_ = Buffer(Tier::Device, Tag::Workspace, 16);
     gemm_ws_ = Buffer(Tier::Device, Tag::Workspace, kGemmWorkspace);
     gemm_ = std::make_unique<cuda::Gemm>(stream_, gemm_ws_.data(), kGemmWorkspace);
   }
@@ -276,16 +275,36 @@ class CudaBackend final : public Backend {
     launched("page_topk");
   }
 
-  void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
-                        Tensor& sums) override {
-    const char* op = "lm_head_xent";
-    check_matmul(op, "h", h, 2);
-    check_matmul(op, "w", w, 2, "h", &h);
+  void lm_head_xent_stats(const Tensor& h, const Tensor& w, int64_t v0, const Tensor& targets,
+                          Tensor& stats) override {
+    const char* op = "lm_head_xent_stats";
+    check_xent(op, h, w, v0, targets, stats);
+    const int64_t T = h.dim(0), d = h.dim(1), Vt = w.dim(0), tile = std::clamp<int64_t>(T, 1, kLossTile);
+    const bool bf16 = h.dtype == DType::BF16;
+    float* logits = reinterpret_cast<float*>(logits_.get(loss_tile(tile, Vt, bf16).bytes));
+    const size_t row_bytes = size_t(d) * dtype_size(h.dtype);
+    for (int64_t t0 = 0; t0 < T; t0 += tile) {
+      const int64_t n = std::min(tile, T - t0);
+      const void* ht = static_cast<const char*>(h.data) + size_t(t0) * row_bytes;  // (n, d)
+      gemm_->run(false, true, n, Vt, d, ht, d, w.data, d, logits, Vt, 1.0f, 0.0f, nullptr, bf16);
+      cuda::k::xent_stats(logits, Vt, targets.as<int32_t>() + t0, v0, Vt, n, stats.as<double>() + t0 * 4, stream_);
+      launched(op);
+    }
+  }
+  void lm_head_xent_loss(const Tensor& stats, const Tensor& targets, Tensor& sums) override {
+    const char* op = "lm_head_xent_loss";
     check(op, "targets", targets, 1, DType::I32);
+    check(op, "stats", stats, 2, DType::F64);
     check(op, "sums", sums, 1, DType::F64);
-    const int64_t T = h.dim(0), d = h.dim(1), V = w.dim(0);
-    OOMB_CHECK(w.dim(1) == d && targets.dim(0) == T && sums.dim(0) == 2, "{}: w {} / targets {} / sums {} do not fit h {}",
-               op, w.shape_str(), targets.shape_str(), sums.shape_str(), h.shape_str());
+    OOMB_CHECK(stats.dim(0) == targets.dim(0) && stats.dim(1) == 4 && sums.dim(0) == 2,
+               "{}: stats {} must be ({}, 4) and sums {} (2)", op, stats.shape_str(), targets.dim(0), sums.shape_str());
+    cuda::k::xent_loss(stats.as<double>(), targets.as<int32_t>(), targets.dim(0), sums.as<double>(), stream_);
+    launched(op);
+  }
+  void lm_head_xent_grad(const Tensor& h, const Tensor& w, int64_t v0, const Tensor& targets, const Tensor& stats,
+                         float scale, Tensor* dh, bool dh_accumulate, Tensor* dw) override {
+    const char* op = "lm_head_xent_grad";
+    check_xent(op, h, w, v0, targets, stats);
     if (dh) {
       check(op, "dh", *dh, 2);
       check_same(op, "dh", *dh, "h", h);
@@ -294,36 +313,45 @@ class CudaBackend final : public Backend {
       check(op, "dw", *dw, 2);
       check_same(op, "dw", *dw, "w", w);
     }
-    // targets were checked on the host before upload (every id < V); with OOMB_CUDA_SYNC, again here
-    if (sync_each_) check_ids(op, targets, V, true);
-    const int64_t tile = std::clamp<int64_t>(T, 1, kLossTile);  // the buffer grows to the longest chunk seen
+    const int64_t T = h.dim(0), d = h.dim(1), Vt = w.dim(0), tile = std::clamp<int64_t>(T, 1, kLossTile);
     const bool bf16 = h.dtype == DType::BF16;
-    const LossTile at = loss_tile(tile, V, bf16);
+    const LossTile at = loss_tile(tile, Vt, bf16);
     char* buf = static_cast<char*>(logits_.get(at.bytes));
-    double* row_loss = reinterpret_cast<double*>(buf);
-    int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + tile);
-    float* logits = reinterpret_cast<float*>(buf + at.logits);
+    float* logits = reinterpret_cast<float*>(buf);
     // bf16: the backward GEMMs read the tile's gradient rounded to bf16 (the CPU rounds it alike)
     void* dl16 = buf + at.logits16;
     const void* dlogits = bf16 ? dl16 : static_cast<const void*>(logits);
-    double* call = xent_call_.as<double>();  // this call's sums, added in row order as on the CPU
-    cuda_check(cudaMemsetAsync(call, 0, 16, stream_), op);
     const size_t row_bytes = size_t(d) * dtype_size(h.dtype);
     for (int64_t t0 = 0; t0 < T; t0 += tile) {
       const int64_t n = std::min(tile, T - t0);
       const void* ht = static_cast<const char*>(h.data) + size_t(t0) * row_bytes;  // (n, d)
-      gemm_->run(false, true, n, V, d, ht, d, w.data, d, logits, V, 1.0f, 0.0f, nullptr, bf16);
-      cuda::k::xent_rows(logits, targets.as<int32_t>() + t0, scale, n, V, row_loss, row_hit, stream_);
-      cuda::k::xent_accumulate(row_loss, row_hit, n, call, stream_);
-      if (bf16 && (dh || dw)) cuda::k::cast(logits, false, dl16, true, n * V, stream_);
-      if (dh) gemm_->run(false, false, n, d, V, dlogits, V, w.data, d, dh->f() + t0 * d, d, 1.0f, 0.0f, nullptr, bf16);
-      if (dw) gemm_->run(true, false, V, d, n, dlogits, V, ht, d, dw->f(), d, 1.0f, 1.0f, nullptr, bf16);
+      gemm_->run(false, true, n, Vt, d, ht, d, w.data, d, logits, Vt, 1.0f, 0.0f, nullptr, bf16);
+      cuda::k::xent_grad(logits, Vt, targets.as<int32_t>() + t0, v0, Vt, n, stats.as<double>() + t0 * 4, scale,
+                         stream_);
+      if (bf16) cuda::k::cast(logits, false, dl16, true, n * Vt, stream_);
+      if (dh)  // dh (n, d) (+)= dl (n, Vt) . w (Vt, d)
+        gemm_->run(false, false, n, d, Vt, dlogits, Vt, w.data, d, dh->f() + t0 * d, d, 1.0f,
+                   dh_accumulate ? 1.0f : 0.0f, nullptr, bf16);
+      if (dw)  // dw (Vt, d) += dl^T (Vt, n) . h (n, d)
+        gemm_->run(true, false, Vt, d, n, dlogits, Vt, ht, d, dw->f(), d, 1.0f, 1.0f, nullptr, bf16);
       launched(op);
     }
-    cuda::k::add_f64(sums.as<double>(), call, 2, stream_);
-    launched(op);
   }
-  // the loss tile (loss_tile: row losses, hits, logits, and with bf16 matmuls their bf16 gradient),
+  // h (T, d), w (Vt, d) both f32 or both bf16, targets (T) i32, stats (T, 4) f64
+  void check_xent(const char* op, const Tensor& h, const Tensor& w, int64_t v0, const Tensor& targets,
+                  const Tensor& stats) {
+    check_matmul(op, "h", h, 2);
+    check_matmul(op, "w", w, 2, "h", &h);
+    check(op, "targets", targets, 1, DType::I32);
+    check(op, "stats", stats, 2, DType::F64);
+    const int64_t T = h.dim(0);
+    OOMB_CHECK(w.dim(1) == h.dim(1) && targets.dim(0) == T && stats.dim(0) == T && stats.dim(1) == 4 && v0 >= 0,
+               "{}: w {} / targets {} / stats {} / v0 {} do not fit h {}", op, w.shape_str(), targets.shape_str(),
+               stats.shape_str(), v0, h.shape_str());
+    // targets were checked on the host before upload (every id < V); with OOMB_CUDA_SYNC, their sign here
+    if (sync_each_) check_ids(op, targets, INT32_MAX, true);
+  }
+  // the loss tile (loss_tile: the logits, and with bf16 matmuls their bf16 gradient),
   // cuBLASLt's workspace and the rest (cuda_workspace_bytes)
   size_t workspace_bytes(const WorkspaceShape& s) const override {
     return cuda_workspace_bytes(s);
@@ -429,18 +457,16 @@ class CudaBackend final : public Backend {
   static constexpr int64_t kLossTile = 256;
   static constexpr size_t kGemmWorkspace = size_t(32) << 20;
 
-  // The loss tile's scratch: the row losses (fp64) first, so they are 8-byte aligned whatever
-  // tile * V is; then the hits; the logits (fp32) from the next 256-byte boundary; with bf16
-  // matmuls their gradient as bf16 from the boundary after. cuda_workspace_bytes counts the same.
+  // The loss tile's scratch: the logits (fp32, tile x Vt); with bf16 matmuls their gradient as
+  // bf16 from the next 256-byte boundary. cuda_workspace_bytes counts the same.
   struct LossTile {
-    size_t logits, logits16, bytes;
+    size_t logits16, bytes;
   };
-  static LossTile loss_tile(int64_t tile, int64_t V, bool bf16) {
+  static LossTile loss_tile(int64_t tile, int64_t Vt, bool bf16) {
     LossTile t;
-    t.logits = (size_t(tile) * 12 + 255) / 256 * 256;
-    t.bytes = t.logits + size_t(tile * V) * 4;
+    t.bytes = size_t(tile * Vt) * 4;
     t.logits16 = (t.bytes + 255) / 256 * 256;
-    if (bf16) t.bytes = t.logits16 + size_t(tile * V) * 2;
+    if (bf16) t.bytes = t.logits16 + size_t(tile * Vt) * 2;
     return t;
   }
 
@@ -564,7 +590,6 @@ class CudaBackend final : public Backend {
   };
   TableStage table_stage_[2];
   int table_next_ = 0;
-  Buffer xent_call_;
 
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   const bool sync_each_ = std::getenv("OOMB_CUDA_SYNC") != nullptr;

@@ -49,15 +49,16 @@ void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, fl
            float wd, float step_size, float inv_sqrt_bc2, cudaStream_t s);
 void sgd(float* p, const float* g, float lr, int64_t n, cudaStream_t s);
 
-// One logits tile (n, V) of the fused lm_head + cross-entropy: per row with target y >= 0, the
-// loss lse - logit[y] (fp64), whether argmax == y, and in place the gradient
-// (softmax - onehot(y)) * scale; rows with y < 0 become zero with loss 0.
-void xent_rows(float* logits, const int32_t* targets, float scale, int64_t n, int64_t V, double* row_loss,
-               int32_t* row_hit, cudaStream_t s);
-// acc (2) f64 += {sum of row_loss, sum of row_hit} over n rows, in row order (one thread)
-void xent_accumulate(const double* row_loss, const int32_t* row_hit, int64_t n, double* acc, cudaStream_t s);
-// y (n) f64 += x (n)
-void add_f64(double* y, const double* x, int64_t n, cudaStream_t s);
+// The loss over vocabulary tiles (Backend::lm_head_xent_stats, _loss, _grad). logits: (n, ld), the
+// Vt columns of vocabulary tile [v0, v0 + Vt); stats: (n, 4) f64 per row {max, sum of exp(logit -
+// max), target logit, argmax}. xent_stats merges the tile into stats (v0 = 0 starts them);
+// xent_loss: acc (2) += {sum of lse - target logit, hits} over rows with a target, in row order
+// (one thread); xent_grad: the tile in place -> (softmax - onehot(y)) * scale, rows y < 0 zero.
+void xent_stats(const float* logits, int64_t ld, const int32_t* targets, int64_t v0, int64_t Vt, int64_t n,
+                double* stats, cudaStream_t s);
+void xent_loss(const double* stats, const int32_t* targets, int64_t n, double* acc, cudaStream_t s);
+void xent_grad(float* logits, int64_t ld, const int32_t* targets, int64_t v0, int64_t Vt, int64_t n,
+               const double* stats, float scale, cudaStream_t s);
 
 // Attention over a device table of KV blocks.
 struct AttnBlock {

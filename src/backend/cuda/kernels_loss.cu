@@ -1,4 +1,6 @@
-// The softmax cross-entropy of one logits tile (the fused lm_head + loss tiles its GEMMs around it).
+// The softmax cross-entropy of a logits tile (n, Vt) of the lm_head's vocabulary tile [v0, v0 + Vt)
+// (the loss tiles its GEMMs around these): pass 1 merges each row's statistics, the loss reads
+// them, pass 2 turns a recomputed tile into its gradient. The CPU's arithmetic (cpu_loss.cpp).
 #include <cfloat>
 
 #include "backend/cuda/kernels.h"
@@ -8,85 +10,114 @@ namespace oomb::cuda::k {
 namespace {
 
 constexpr int kThreads = 1024;
+enum : int { kMax = 0, kSum = 1, kTarget = 2, kArg = 3 };  // a stats row (T, 4) f64
 
-// logits: (n, V); grid n. The argmax is the first index of the maximum, as on the CPU.
-__global__ void xent_rows_k(float* logits, const int32_t* targets, float scale, int64_t V, double* row_loss,
-                            int32_t* row_hit) {
+// logits: (n, ld), the tile's Vt columns; stats: (n, 4); grid n. The argmax is the first index of
+// the tile's maximum, replacing the row's only when strictly greater (ties to the lower id).
+__global__ void xent_stats_k(const float* logits, int64_t ld, const int32_t* targets, int64_t v0, int64_t Vt,
+                             double* stats) {
   const int64_t r = blockIdx.x;
-  float* row = logits + r * V;
+  const float* row = logits + r * ld;
+  double* s = stats + r * 4;
   const int32_t y = targets[r];
   if (y < 0) {  // ignored target: no loss, no gradient
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) row[v] = 0.0f;
-    if (threadIdx.x == 0) row_loss[r] = 0.0, row_hit[r] = 0;
+    if (threadIdx.x == 0 && v0 == 0) s[kMax] = -INFINITY, s[kSum] = 0, s[kTarget] = 0, s[kArg] = -1;
     return;
   }
-  // argmax: per thread over its columns (ascending, strict >), then a (value, lowest index) tree;
-  // arg == V marks a thread without columns, which never wins (even against -inf or NaN logits)
+  // per thread over its columns (ascending, strict >), then a (value, lowest index) tree; arg == Vt
+  // marks a thread without columns, which never wins (even against -inf or NaN logits)
   float best = -FLT_MAX;
-  int64_t arg = V;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-    if (row[v] > best || arg == V) best = row[v], arg = v;
+  int64_t arg = Vt;
+  for (int64_t v = threadIdx.x; v < Vt; v += blockDim.x)
+    if (row[v] > best || arg == Vt) best = row[v], arg = v;
   __shared__ float bv[32];
   __shared__ int64_t bi[32];
+  __shared__ double part[32];
+  __shared__ float m_row;
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, o);
     const int64_t oi = __shfl_xor_sync(0xffffffffu, arg, o);
-    if (oi != V && (arg == V || ov > best || (ov == best && oi < arg))) best = ov, arg = oi;
+    if (oi != Vt && (arg == Vt || ov > best || (ov == best && oi < arg))) best = ov, arg = oi;
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   if (lane == 0) bv[warp] = best, bi[warp] = arg;
   __syncthreads();
   best = lane < nw ? bv[lane] : -FLT_MAX;
-  arg = lane < nw ? bi[lane] : V;
+  arg = lane < nw ? bi[lane] : Vt;
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, o);
     const int64_t oi = __shfl_xor_sync(0xffffffffu, arg, o);
-    if (oi != V && (arg == V || ov > best || (ov == best && oi < arg))) best = ov, arg = oi;
+    if (oi != Vt && (arg == Vt || ov > best || (ov == best && oi < arg))) best = ov, arg = oi;
   }
-  const float m = row[arg];
+  // thread 0 (warp 0 holds the block's argmax) merges the tile's maximum into the row's
+  const float m_old = float(s[kMax]);
+  const bool first = v0 == 0, higher = first || row[arg] > m_old;
+  if (threadIdx.x == 0) m_row = higher ? row[arg] : m_old;
+  __syncthreads();
+  const float m = m_row;
   // sum of exp(logit - max) in fp64, fixed tree
   double sum = 0;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) sum += exp(double(row[v] - m));
-  __shared__ double part[32];
+  for (int64_t v = threadIdx.x; v < Vt; v += blockDim.x) sum += exp(double(row[v] - m));
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   if (lane == 0) part[warp] = sum;
   __syncthreads();
   sum = lane < nw ? part[lane] : 0.0;
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  const double lse = double(m) + log(sum);
-  if (threadIdx.x == 0) row_loss[r] = lse - double(row[y]), row_hit[r] = arg == y;
-  __syncthreads();  // row[y] is read above before it is overwritten below
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+  if (threadIdx.x != 0) return;
+  if (higher) s[kArg] = double(v0 + arg);
+  s[kSum] = first ? sum : s[kSum] * exp(double(m_old) - double(m)) + sum;
+  s[kMax] = m;
+  if (first) s[kTarget] = 0;
+  if (y >= v0 && y < v0 + Vt) s[kTarget] = row[y - v0];
+}
+
+// acc (2) += {sum over rows with a target of lse - target logit, argmax hits}, rows in order
+__global__ void xent_loss_k(const double* stats, const int32_t* targets, int64_t n, double* acc) {
+  double loss = 0, hits = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const double* s = stats + r * 4;
+    if (targets[r] < 0) continue;
+    loss += double(float(s[kMax])) + log(s[kSum]) - s[kTarget];
+    hits += double(int64_t(s[kArg]) == targets[r]);
+  }
+  acc[0] += loss;
+  acc[1] += hits;
+}
+
+// logits (n, ld) in place -> (exp(logit - lse) - onehot(y)) * scale over the tile's Vt columns;
+// rows with y < 0 become zero; grid n
+__global__ void xent_grad_k(float* logits, int64_t ld, const int32_t* targets, int64_t v0, int64_t Vt,
+                            const double* stats, float scale) {
+  const int64_t r = blockIdx.x;
+  float* row = logits + r * ld;
+  const int32_t y = targets[r];
+  if (y < 0) {
+    for (int64_t v = threadIdx.x; v < Vt; v += blockDim.x) row[v] = 0.0f;
+    return;
+  }
+  const double* s = stats + r * 4;
+  const double lse = double(float(s[kMax])) + log(s[kSum]);
+  for (int64_t v = threadIdx.x; v < Vt; v += blockDim.x) {
     float g = float(exp(double(row[v]) - lse)) * scale;
-    if (v == y) g -= scale;
+    if (v0 + v == y) g -= scale;
     row[v] = g;
   }
 }
 
-__global__ void xent_accumulate_k(const double* row_loss, const int32_t* row_hit, int64_t n, double* acc) {
-  double loss = acc[0], hits = acc[1];
-  for (int64_t r = 0; r < n; ++r) loss += row_loss[r], hits += double(row_hit[r]);
-  acc[0] = loss;
-  acc[1] = hits;
-}
-
-__global__ void add_f64_k(double* y, const double* x, int64_t n) {
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] += x[i];
-}
-
 }  // namespace
 
-void xent_accumulate(const double* row_loss, const int32_t* row_hit, int64_t n, double* acc, cudaStream_t s) {
-  xent_accumulate_k<<<1, 1, 0, s>>>(row_loss, row_hit, n, acc);
+void xent_stats(const float* logits, int64_t ld, const int32_t* targets, int64_t v0, int64_t Vt, int64_t n,
+                double* stats, cudaStream_t s) {
+  if (n > 0) xent_stats_k<<<unsigned(n), kThreads, 0, s>>>(logits, ld, targets, v0, Vt, stats);
 }
 
-void add_f64(double* y, const double* x, int64_t n, cudaStream_t s) {
-  if (n > 0) add_f64_k<<<1, 32, 0, s>>>(y, x, n);
+void xent_loss(const double* stats, const int32_t* targets, int64_t n, double* acc, cudaStream_t s) {
+  xent_loss_k<<<1, 1, 0, s>>>(stats, targets, n, acc);
 }
 
-void xent_rows(float* logits, const int32_t* targets, float scale, int64_t n, int64_t V, double* row_loss,
-               int32_t* row_hit, cudaStream_t s) {
-  if (n > 0) xent_rows_k<<<unsigned(n), kThreads, 0, s>>>(logits, targets, scale, V, row_loss, row_hit);
+void xent_grad(float* logits, int64_t ld, const int32_t* targets, int64_t v0, int64_t Vt, int64_t n,
+               const double* stats, float scale, cudaStream_t s) {
+  if (n > 0) xent_grad_k<<<unsigned(n), kThreads, 0, s>>>(logits, ld, targets, v0, Vt, stats, scale);
 }
 
 }  // namespace oomb::cuda::k
