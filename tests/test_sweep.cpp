@@ -191,7 +191,9 @@ TEST(SweepTraffic, PlannerCountsTheBytesMoved) {
   for (const bool tied : {false, true})
     for (const int64_t L : {1, 2, 4, 5, -4}) {  // -4: 4 layers, 3 lm_head tiles
       if (L < 0 && tied) continue;
-      SCOPED_TRACE(fmt::format("{} layers{}{}", L, tied ? ", tied" : "", bf16 ? ", bf16" : ""));
+      const std::string what = fmt::format("{} layers{}{}{}", std::abs(L), tied ? " tied" : "", bf16 ? " bf16" : "",
+                                           L < 0 ? " (3 lm_head tiles)" : "");
+      SCOPED_TRACE(what);
       nlohmann::json j = tiny_config_json("qwen2", 2);
       j["num_hidden_layers"] = std::abs(L);
       j["tie_word_embeddings"] = tied;
@@ -221,10 +223,9 @@ TEST(SweepTraffic, PlannerCountsTheBytesMoved) {
       EXPECT_EQ(acts.in + acts.out, steps * want.activations);
       const SweepTraffic chunk = chunk_order_traffic(cfg, kN, 13, accum, bf16);
       EXPECT_LT(want.total(), chunk.total());
-      std::cout << fmt::format("[ traffic  ] {} layers{}{}, N = {}, C = 13, 2 sequences: layer order {} B a step "
+      std::cout << fmt::format("[ traffic  ] {}, N = {}, C = 13, 2 sequences: layer order {} B a step "
                                "(weights {}, grads {}, activations {}), chunk order {} B\n",
-                               L, tied ? " tied" : "", bf16 ? " bf16" : "", kN, want.total(), want.weights, want.grads,
-                               want.activations, chunk.total());
+                               what, kN, want.total(), want.weights, want.grads, want.activations, chunk.total());
     }
 }
 
