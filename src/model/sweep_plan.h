@@ -9,6 +9,10 @@
 //   Gradients come in for every layer and chunk but the step's first (zero fills), go out for
 //   every layer and chunk; the head crosses once per sequence each way (its gradients in from the
 //   second sequence of an accumulated step on). No activations move. Resident parameters: nothing.
+// Both orders, a streamed lm_head (ParamStore::streams_head): each chunk's loss is two passes over
+//   its tiles (statistics ascending, gradients descending); a pass finds its first two tiles in
+//   the slots but for a sequence's first (ParamStore::head_tiles_copied); the tiles' gradients go
+//   out every chunk and come in every chunk but the step's first.
 // layer order (--sweep layer): each layer's weights cross once per sweep (forward, backward; the
 //   backward finds the forward's last two layers in the slots) and its gradients once (in too
 //   from the second sequence on). Activations: the forward sweep sends out every layer's output
