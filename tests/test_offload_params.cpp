@@ -140,6 +140,48 @@ TEST_F(OffloadParams, Bf16BitwiseIdenticalToResidentParameters) {
                            "run (and the CPU's) bit for bit\n", compared);
 }
 
+// Evaluation, every position's logits and incremental decoding of the untied 3-tile model with the
+// lm_head streamed in tiles (--offload kv,params, a copy delay) give the resident run's loss and
+// logits bit for bit; skipping the wait for a tile's arrival does not (the control).
+TEST_F(OffloadParams, EvaluationLogitsAndDecodingStreamTheTiles) {
+  const auto& dir = (*models_)[3];
+  const ModelConfig cfg = load_config(dir);
+  ASSERT_TRUE(ParamStore::streams_head(cfg, false));
+  const int64_t N = 37, V = cfg.vocab;
+  const auto t = step_tokens(N + 1, 5, V);
+  const std::vector<int32_t> ids(t.begin(), t.end() - 1), tg(t.begin() + 1, t.end());
+  struct Out {
+    double loss;
+    std::vector<float> logits, decoded;
+  };
+  auto run = [&](bool offload, int64_t delay) {
+    auto sim = make_sim_backend(0, delay);
+    Model m(cfg, *sim, plan_of(offload, offload));
+    load_for_training(m, dir);
+    Out o;
+    o.loss = m.evaluate(ids.data(), tg.data(), N).loss_sum;
+    o.logits.resize(size_t(N * V));
+    m.logits(ids.data(), N, o.logits.data());
+    m.begin_decode(N);
+    o.decoded.resize(size_t(3 * V));
+    m.decode(ids.data(), 13, o.decoded.data());  // a prompt of one chunk, then one token at a time
+    m.decode(ids.data() + 13, 1, o.decoded.data() + V);
+    m.decode(ids.data() + 14, 1, o.decoded.data() + 2 * V);
+    return o;
+  };
+  const Out res = run(false, 0), off = run(true, 200);
+  EXPECT_EQ(std::memcmp(&res.loss, &off.loss, sizeof res.loss), 0) << res.loss << " vs " << off.loss;
+  EXPECT_TRUE(same(res.logits, off.logits)) << "logits, rel. error " << rel_error(res.logits, off.logits);
+  EXPECT_TRUE(same(res.decoded, off.decoded)) << "decoded logits, rel. error " << rel_error(res.decoded, off.decoded);
+  ParamStore::drop_wait_for_test("head-in");
+  const Out early = run(true, 2000);
+  ParamStore::drop_wait_for_test(nullptr);
+  EXPECT_FALSE(same(res.logits, early.logits)) << "control: without the 'head-in' wait the logits are the same";
+  std::cout << fmt::format("[ offload  ] 3 lm_head tiles streamed: evaluation loss {}, {} logits and 3 decoded "
+                           "positions equal the resident run's bit for bit; without the 'head-in' wait: loss {}\n",
+                           off.loss, res.logits.size(), early.loss);
+}
+
 // Skipping the wait for a layer's arrival, for an lm_head tile's, or the host's wait for the copies
 // at the end of a sequence, gives another result (with a copy delay, the copies are still under way).
 TEST_F(OffloadParams, SkippingAWaitBreaksIt) {

@@ -303,6 +303,8 @@ void ParamStore::device_views(const Params& host, Buffer& slots, Buffer& head, L
 void ParamStore::bind_grads(Params& grads, ParamViews views) {
   grads_ = &grads;
   g_ = std::move(views);
+  // whether the lm_head has a gradient (not under LoRA): the views' (--zero 3's shards have no
+  // whole tensor to view: the device's, below)
   head_grad_ = !g_.lm_head.empty();
   if (!offload_) return;
   OOMB_CHECK(grads.flat().tier == Tier::Pinned &&
@@ -313,6 +315,7 @@ void ParamStore::bind_grads(Params& grads, ParamViews views) {
   ghead_buf_ = Buffer(Tier::Device, Tag::Grads, size_t(device_head_numel(cfg_, world_ != nullptr)) * 4);
   gtiles_ = Buffer(Tier::Device, Tag::Grads, size_t(tile_slots_ * tile_numel(cfg_)) * 4);
   device_views(grads, gslots_, ghead_buf_, gview_, g_);
+  if (!streams_) head_grad_ = !g_.lm_head.empty();
 }
 
 void ParamStore::zero_grads() {
