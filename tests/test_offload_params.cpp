@@ -229,7 +229,13 @@ TEST_F(OffloadParams, LoraBitwiseIdenticalToResidentParameters) {
       load_for_training(m, dir);
       const auto t = step_tokens(N + 1, 1, cfg.vocab);
       m.forward_backward(t.data(), t.data() + 1, N, 1.0f);
-      const ParamStore::Traffic& got = m.store().traffic();
+      const ParamStore::Traffic got = m.store().traffic();
+      // the frozen base's bf16 images are cast once, not per sequence, until the base is touched
+      m.forward_backward(t.data(), t.data() + 1, N, 1.0f);
+      EXPECT_EQ(m.store().image_casts(), precision == DType::BF16 ? 1 : 0);
+      m.params();  // writable access: the base may change
+      m.forward_backward(t.data(), t.data() + 1, N, 1.0f);
+      EXPECT_EQ(m.store().image_casts(), precision == DType::BF16 ? 2 : 0);
       const SweepTraffic want = chunk_order_traffic(cfg, N, 13, 1, precision == DType::BF16);
       EXPECT_EQ(got.weights_in, want.weights);
       EXPECT_EQ(got.grads_in + got.grads_out, 0);

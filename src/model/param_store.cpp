@@ -346,7 +346,7 @@ void ParamStore::head_copy(float* dev, Params& host, bool in) {
   }
 }
 
-void ParamStore::begin_sequence(bool grads) {
+void ParamStore::begin_sequence(bool grads, bool masters_changed) {
   seq_grads_ = grads;
   if (!offload_) return;
   holds_[0] = holds_[1] = -1;  // the masters may have changed
@@ -359,7 +359,8 @@ void ParamStore::begin_sequence(bool grads) {
     OOMB_CHECK(!grads || grads_ != nullptr, "param store: a sequence with gradients needs gradients bound first");
     if (grads) be_.fill_zero_async(ghead_buf_.data(), ghead_buf_.bytes(), Stream::Copy);
   } else if (bf16_) {  // the images cast again; the head: embedding and final norm, then the lm_head's copy
-    cast_images();
+    if (masters_changed || !images_cast_) cast_images(), ++image_casts_;
+    images_cast_ = true;
     const int64_t E = cfg_.vocab * cfg_.hidden, d = cfg_.hidden;
     char* h = whead_.as<char>();
     const Tier D = Tier::Device, P = Tier::Pinned;

@@ -82,10 +82,11 @@ class ParamStore {
   void bind_grads(Params& grads, ParamViews views);
   void zero_grads();  // between sequences only
 
-  // A sequence begins: the masters may have changed since the last (loading, an optimizer step);
-  // the head's weights arrive (and its gradients when grads). end_sequence: the head's gradients
+  // A sequence begins: the masters may have changed since the last (loading, an optimizer step;
+  // masters_changed false: they have not, as a LoRA run's frozen base, so bf16's images are not
+  // cast again); the head's weights arrive (and its gradients when grads). end_sequence: the head's gradients
   // leave and the host waits for every copy, so the masters and gradients may be read or written.
-  void begin_sequence(bool grads);
+  void begin_sequence(bool grads, bool masters_changed = true);
   void end_sequence();
   const Tensor& embed() const { return w_.embed; }
   const Tensor& final_norm() const { return w_.final_norm; }
@@ -152,6 +153,8 @@ class ParamStore {
     int64_t weights_in = 0, grads_in = 0, grads_out = 0;
   };
   const Traffic& traffic() const { return traffic_; }
+  // bf16, offloaded: how many times the host images were cast from the masters
+  int64_t image_casts() const { return image_casts_; }
 
   // Tests only: skip one of the store's waits ("in": a layer's arrival before it computes;
   // "head-in": an lm_head tile's; "sync": the host's wait for the copies at the end of a
@@ -198,7 +201,8 @@ class ParamStore {
   std::unique_ptr<Event> in_[2], used_[2];
   int64_t holds_[2] = {-1, -1};  // the layer whose current weights a slot holds
   std::vector<bool> grad_zero_;  // per layer: the host's gradients are zero
-  bool head_grad_zero_ = true, seq_grads_ = false;
+  bool head_grad_zero_ = true, seq_grads_ = false, images_cast_ = false;
+  int64_t image_casts_ = 0;
   Traffic traffic_;
   // the lm_head's tiles (streams_: through tile slots)
   void tile_fetch(size_t pos);

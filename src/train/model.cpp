@@ -123,11 +123,13 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
   store_.bind(params_, {layers_, embed_, final_norm_, lm_head_});
 }
 
-void Model::sync_compute_weights() {
+bool Model::sync_compute_weights() {
+  const bool changed = !train_ || base_dirty_;  // (full fine-tuning: every optimizer step)
   if (w16_) w16_->sync(be_, params_);
   if (frozen_ && base_dirty_) frozen_->sync(be_, params_);
   base_dirty_ = false;
   if (a16_) a16_->sync(be_, *train_);
+  return changed;
 }
 
 Model::~Model() { be_.synchronize(); }
@@ -322,7 +324,7 @@ void Model::read_sums(LossStats& st) {
 void Model::logits(const int32_t* ids, int64_t N, float* out) {
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
   OOMB_CHECK(!sp_, "logits: not with --sp (each rank holds only its tokens' logits)");
-  sync_compute_weights();
+  const bool changed = sync_compute_weights();
   const int64_t C = plan_.chunk, V = cfg_.vocab;
   logits_tile_ = Buffer(be_.tier(), Tag::Workspace, size_t(C * lm_head_vocab_tile(V)) * 4);
   std::vector<int32_t> none(size_t(N), -1);
@@ -330,7 +332,7 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
   cache_.begin_sequence(N, std::min(C, N), false);
   if (sparse_) sparse_->begin_sequence(N, C, false);
   inputs_.begin_sequence();
-  store_.begin_sequence(false);
+  store_.begin_sequence(false, changed);
   for (int64_t t = 0; t < chunk_count(N, C); ++t) {
     const ChunkSpan c = chunk_span(N, C, t);
     const int64_t n = c.size();
@@ -347,11 +349,11 @@ void Model::begin_decode(int64_t max_tokens) {
   OOMB_CHECK(max_tokens > 0, "generate: the sequence must hold at least one token, got {}", max_tokens);
   OOMB_CHECK(plan_.doc_sep < 0, "generate: --doc-mask does not apply to generation");
   OOMB_CHECK(!sp_, "generate: not with --sp");
-  sync_compute_weights();
+  const bool changed = sync_compute_weights();
   cache_.begin_sequence(max_tokens, std::min(plan_.chunk, max_tokens), false);
   if (sparse_) sparse_->begin_sequence(max_tokens, plan_.chunk, false);
   inputs_.begin_sequence();
-  store_.begin_sequence(false);
+  store_.begin_sequence(false, changed);
   if (logits_tile_.bytes() == 0) logits_tile_ = Buffer(be_.tier(), Tag::Workspace, size_t(lm_head_vocab_tile(cfg_.vocab)) * 4);
   decoded_ = 0;
   decode_max_ = max_tokens;
@@ -385,11 +387,11 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
   if (backward && acts_) return run_layer_major(read, N, weight);
   const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;
-  sync_compute_weights();
+  const bool changed = sync_compute_weights();
   cache_.begin_sequence(N, std::min(C, N), backward);
   if (sparse_) sparse_->begin_sequence(N, C, backward);
   inputs_.begin_sequence();
-  store_.begin_sequence(backward);
+  store_.begin_sequence(backward, changed);
   be_.zero(sums_t_);
   LossStats st;
 
