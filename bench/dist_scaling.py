@@ -5,8 +5,8 @@ A 4-layer model with 8 heads and 4 kv heads (hidden 256) trains on random tokens
 with every core, P > 1 under `mpirun --oversubscribe -np P` with one OpenMP thread per rank (on a
 2-core machine P = 4 oversubscribes the cores 2x: the figure shows the communication's cost, not a
 speed-up). Per-rank bytes come from rank 0's --metrics line (the accountant), with the plan beside.
---head-chunks 1,2,4 runs each P > 1 with each --sp-head-chunks K (K must divide kv heads / P: e.g.
---ranks 2 --kv-heads 8 for K = 4).
+--head-chunks 1,2,4 runs each P > 1 with each --sp-head-chunks K that divides its kv heads / P
+(e.g. --ranks 2 --kv-heads 8 for K = 4); the others are skipped.
 
     python3 bench/dist_scaling.py [--build build] [--seq-len 16384] [--chunk 2048] [--steps 3]
                                   [--ranks 1,2,4] [--head-chunks 1] [--kv-heads 4]
@@ -42,7 +42,8 @@ def main():
     ncores = os.cpu_count()
     rows = []
     runs = [(P, K) for P in [int(x) for x in a.ranks.split(",")]
-            for K in ([1] if P == 1 else [int(x) for x in a.head_chunks.split(",")])]
+            for K in ([1] if P == 1 else [int(x) for x in a.head_chunks.split(",")])
+            if (int(a.kv_heads) // P) % K == 0]
     for P, K in runs:
         metrics = os.path.join(work, f"m{P}_{K}.jsonl")
         env = os.environ.copy()
