@@ -154,6 +154,7 @@ void ParamStore::bind(Params& weights, ParamViews views) {
   weights_ = &weights;
   w_ = std::move(views);
   if (!offload_) return;
+  adapters_ = w_.layers;
   const ModelConfig& c = cfg_;
   if (world_)
     OOMB_CHECK(weights.flat().tier == Tier::Pinned && weights.flat().numel() == shards_.numel,
@@ -257,6 +258,8 @@ void ParamStore::bind_grads(Params& grads, ParamViews views) {
   grads_ = &grads;
   g_ = std::move(views);
   if (!offload_) return;
+  frozen_base_ = grads.flat().tier == be_.tier();  // LoRA: the adapters' gradients, beside them
+  if (frozen_base_) return;
   OOMB_CHECK(grads.flat().tier == Tier::Pinned &&
                  grads.flat().numel() == (world_ ? shards_.numel : param_count(cfg_)),
              "param store: offloaded gradients must be the whole model (--zero 3: this rank's shards) in pinned memory");
@@ -268,7 +271,7 @@ void ParamStore::bind_grads(Params& grads, ParamViews views) {
 
 void ParamStore::zero_grads() {
   OOMB_CHECK(grads_ != nullptr, "param store: zero_grads needs gradients bound first");
-  if (!offload_) return be_.zero(grads_->flat());
+  if (!offload_ || frozen_base_) return be_.zero(grads_->flat());
   std::memset(grads_->flat().data, 0, grads_->flat().bytes());  // pinned host memory, no copy in flight
   grad_zero_.assign(grad_zero_.size(), true);
   head_grad_zero_ = true;
@@ -314,7 +317,7 @@ void ParamStore::begin_sequence(bool grads) {
   } else {
     head_copy(whead_.as<float>(), *weights_, true);
   }
-  if (!world_ && grads) {
+  if (!world_ && grads && !frozen_base_) {
     OOMB_CHECK(grads_ != nullptr, "param store: a sequence with gradients needs gradients bound first");
     if (head_grad_zero_)
       be_.fill_zero_async(ghead_buf_.data(), ghead_buf_.bytes(), Stream::Copy);
@@ -333,7 +336,7 @@ void ParamStore::end_sequence() {
     reduce_from(ghead_buf_.as<float>(), shards_.embed(), *sync_embed_);
     reduce_from(ghead_buf_.as<float>() + E, shards_.tail(), *sync_tail_);
     head_grad_zero_ = false;
-  } else if (seq_grads_) {
+  } else if (seq_grads_ && !frozen_base_) {
     be_.record(*used_[0], Stream::Compute);
     be_.wait(Stream::Copy, *used_[0]);
     head_copy(ghead_buf_.as<float>(), *grads_, false);
@@ -378,7 +381,7 @@ void ParamStore::fetch(size_t pos) {
     holds_[s] = l;
     traffic_.weights_in += int64_t(bytes);
   }
-  if (pass_grads_) {
+  if (pass_grads_ && !frozen_base_) {
     float* g = gslots_.as<float>() + s * n;
     if (grad_zero_[size_t(l)])
       be_.fill_zero_async(g, bytes, Stream::Copy);
@@ -393,13 +396,17 @@ const LayerParams& ParamStore::acquire(int64_t l) {
   if (!offload_) return w_.layers[size_t(l)];
   const int64_t s = slot(pos_);
   if (!dropped("in")) be_.wait(Stream::Compute, *in_[s]);
-  return wview_[s];
+  LayerParams& v = wview_[s];  // the slot's base tensors with this layer's adapters (LoRA)
+  const LayerParams& a = adapters_[size_t(l)];
+  std::copy(std::begin(a.lora), std::end(a.lora), std::begin(v.lora));
+  v.lora_scale = a.lora_scale;
+  return v;
 }
 
 LayerParams& ParamStore::grads_of(int64_t l) {
   OOMB_CHECK(pass_grads_ && pos_ < order_.size() && order_[pos_] == l,
              "param store: layer {}'s gradients outside a pass with gradients", l);
-  return offload_ ? gview_[slot(pos_)] : g_.layers[size_t(l)];
+  return offload_ && !frozen_base_ ? gview_[slot(pos_)] : g_.layers[size_t(l)];
 }
 
 void ParamStore::release(int64_t l) {
@@ -410,7 +417,7 @@ void ParamStore::release(int64_t l) {
   } else if (offload_) {
     const int64_t s = slot(pos_), n = layer_numel(cfg_);
     be_.record(*used_[s], Stream::Compute);
-    if (pass_grads_) {  // the layer's gradients go back once its backward is done
+    if (pass_grads_ && !frozen_base_) {  // the layer's gradients go back once its backward is done
       be_.wait(Stream::Copy, *used_[s]);
       be_.copy_async(grads_->flat().f() + layer_offset(cfg_, l), Tier::Pinned, gslots_.as<float>() + s * n,
                      Tier::Device, size_t(n) * 4, Stream::Copy);

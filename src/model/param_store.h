@@ -7,8 +7,11 @@
 // Resident (default): the fp32 masters and gradients (and the optimizer's moments, which the
 // optimizer allocates beside them) in the backend's memory; the views are handed back as bound.
 //
-// Offloaded (--offload params; full fine-tuning only): the masters, gradients and moments live in
-// pinned host memory.
+// Offloaded (--offload params): the masters, gradients and moments live in pinned host memory.
+// With LoRA the offloaded masters are the frozen base's: its layers stream through the weight
+// slots as without LoRA, each acquired layer bound to its adapters; the trainable set (adapters),
+// its gradients and moments stay in the backend's memory (bind_grads: a resident set), so no
+// gradient slot exists and nothing goes back to the host.
 // The device holds two layer slots of weights and two of gradients (double-buffered: the layer
 // computing and the next one arriving on the copy stream) and the head (embedding, final norm,
 // lm_head) with its gradients. A pass announces its layer order (begin_pass); acquire(l) waits for
@@ -131,6 +134,8 @@ class ParamStore {
   ModelConfig cfg_;
   Backend& be_;
   bool offload_;
+  bool frozen_base_ = false;  // offloaded, with gradients resident: LoRA's (the base has none)
+  std::vector<LayerParams> adapters_;  // offloaded: each layer's views as bound (LoRA: its adapters)
   bool bf16_;  // offloaded with --precision bf16: the slots hold images
   Comm* world_ = nullptr;  // --zero 3
   ParamShards shards_;

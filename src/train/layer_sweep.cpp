@@ -97,7 +97,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
     be_.lm_head_xent_acc(hn, store_.lm_head(), mine(inputs_.targets(n), n), scale, &dhn, dw_head,
                          head_later ? pass_sums_ : sums_t_);
     be_.rmsnorm_bwd(h, store_.final_norm(), rstd_final_.rows(0, local(n)), dhn, dh, false,
-                    store_.grad_final_norm().empty() ? buf.discard : store_.grad_final_norm());
+                    norm_grad(store_.grad_final_norm(), store_.final_norm(), buf));
     acts_->next();
   }
 

@@ -30,6 +30,7 @@ static ModelConfig checked_sp(const ModelConfig& cfg, const ChunkPlan& plan, con
 // --zero 3 on several ranks: every rank's communicator, and the layout of this rank's shards.
 static Comm* checked_zero3(const ChunkPlan& plan, Comm* world) {
   check_zero3(plan);
+  check_offload_params(plan);
   if (!zero3(plan)) return nullptr;
   OOMB_CHECK(world && world->size() == plan.ranks && world->rank() == plan.rank,
              "model: --zero 3 needs the world of {} ranks", plan.ranks);
@@ -114,7 +115,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
     layers_ = lora_layers(layers_, *train_, cfg, plan.lora);
     if (!train_->embed.empty()) embed_ = train_->embed;
     if (!train_->final_norm.empty()) final_norm_ = train_->final_norm;
-    const bool bf16 = w16_ || frozen_;
+    const bool bf16 = plan.precision == DType::BF16;
     if (cfg.tie_word_embeddings && !bf16) lm_head_ = embed_;
     OOMB_CHECK(!(bf16 && !train_->embed.empty() && cfg.tie_word_embeddings), "--precision bf16 with "
                "--train-embeddings-norms on tied embeddings: not supported yet");
@@ -126,7 +127,6 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
     }
   }
   if (plan.sparse.on()) sparse_ = std::make_unique<SparseSelector>(plan.sparse, cache_.options().kv, be);
-  OOMB_CHECK(!plan.offload_params || !plan.lora.on(), "--offload params: not with LoRA (--lora-rank) yet");
   store_.bind(params_, {layers_, embed_, final_norm_, lm_head_});
 }
 
@@ -423,7 +423,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     Tensor* dw_head = store_.grad_lm_head().empty() ? nullptr : &store_.grad_lm_head();
     be_.lm_head_xent_acc(hn, store_.lm_head(), mine(inputs_.targets(n), n), scale, &dhn, dw_head, sums_t_);
     be_.rmsnorm_bwd(h_.back().rows(0, tn), store_.final_norm(), rstd_final_.rows(0, tn), dhn, dh, false,
-                    store_.grad_final_norm().empty() ? buf.discard : store_.grad_final_norm());
+                    norm_grad(store_.grad_final_norm(), store_.final_norm(), buf));
     const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
     if (!sparse_) cache_.begin_pass(cache_down_, c.begin, true);
     store_.begin_pass(top_down_, true);
