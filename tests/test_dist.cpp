@@ -113,6 +113,93 @@ TEST(Dist, SequenceParallelFourRanksQwen3DocMaskOffload) {
   expect_equal_to_single_rank(4, "--sp 4 --kv-heads 4 --arch qwen3 --doc-mask --device sim --offload kv");
 }
 
+// --sp-head-chunks K: attention over each rank's heads in K groups of whole kv heads, through buffers
+// of H/(P K) heads. Besides the single rank's run (within 1e-6, the plan equal to every rank's
+// peaks), dist_check runs K = 1 on the same ranks: the same bits (the loss and every gradient of a
+// step; every training step's loss and the weights after them), and its peaks minus K's equal to
+// its plan minus K's for every (tier, tag). GQA (2 query heads per kv head, one kv head per group)
+// on the CPU with --doc-mask; four groups; the layer order; 4 ranks on the CPU and on the
+// simulated device with everything offloaded; Qwen3 (q/k norms) with the K/V pages offloaded;
+// NCCL's code path (device staging, strided packs).
+CmdResult expect_head_chunks_equal_to_one(int np, const std::string& args) {
+  const CmdResult r = expect_equal_to_single_rank(np, args);
+  SCOPED_TRACE(args + "\n" + r.out);
+  EXPECT_EQ(figure(r.out, "head_chunks_vs_one_differing"), 0);
+  EXPECT_EQ(figure(r.out, "head_chunks_vs_one_trained_differing"), 0);
+  EXPECT_EQ(figure(r.out, "head_chunk_saving_vs_plan_mismatches"), 0);
+  EXPECT_GT(figure(r.out, "head_chunk_saving_bytes"), 0);
+  return r;
+}
+
+TEST(Dist, HeadChunksGiveTheBitsOfOneGroup) {
+  NEED_MPI();
+  // the attention side's buffers of one layer plan, K = 1 against K = 2 (computed here from the
+  // shapes, not by the code under test): q, o, dq, dO (T, H/P, D), lse, run_sum (T, H/P), k, v, dk,
+  // dv (T, G/P, D), fp32, every size a multiple of the arenas' 64 bytes; T = 64 tokens (the chunk),
+  // H = 8, G = 4, D = 8, P = 2
+  const int64_t T = 64, Ha = 8 / 2, Ga = 4 / 2, D = 8;
+  const int64_t attention_side = 4 * (4 * T * Ha * D + 2 * T * Ha + 4 * T * Ga * D);
+  const CmdResult r = expect_head_chunks_equal_to_one(2, "--sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --doc-mask");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("head_chunk_saving host/activations ([0-9]+)"))) << r.out;
+  EXPECT_EQ(std::stoll(m[1]), attention_side / 2) << r.out;
+  // the Ulysses staging: one group's t H D floats instead of all heads' (t = T / P)
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("head_chunk_saving host/workspace ([0-9]+)"))) << r.out;
+  EXPECT_EQ(std::stoll(m[1]), 4 * (T / 2) * 8 * D / 2) << r.out;
+  expect_head_chunks_equal_to_one(2, "--sp 2 --heads 8 --kv-heads 8 --sp-head-chunks 4");
+  expect_head_chunks_equal_to_one(2, "--sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --sweep layer");
+}
+
+TEST(Dist, HeadChunksOffloadedOnFourRanksAndOverDeviceStaging) {
+  NEED_MPI();
+  expect_head_chunks_equal_to_one(4, "--sp 4 --heads 16 --kv-heads 8 --sp-head-chunks 2 --doc-mask");
+  expect_head_chunks_equal_to_one(
+      4, "--sp 4 --heads 8 --kv-heads 8 --sp-head-chunks 2 --doc-mask --device sim --offload kv,params");
+  expect_head_chunks_equal_to_one(2, "--sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --arch qwen3 --device sim "
+                                     "--offload kv");
+  expect_head_chunks_equal_to_one(2, "--sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --device sim --comm sim-device");
+}
+
+// The negative control: the exchange back putting group j's rows in another group's columns is
+// seen by the bitwise comparison (and by the single rank's).
+TEST(Dist, HeadChunksCheckSeesAWrongGrouping) {
+  NEED_MPI();
+  const CmdResult r = mpirun(2, (binary_dir() / "dist_check").string() +
+                                    " --sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --group-fault --steps 1");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_GT(figure(r.out, "head_chunks_vs_one_differing"), 0) << r.out;
+  EXPECT_GT(figure(r.out, "grad_rel_err"), 1e-3) << r.out;
+}
+
+// A K that does not split each rank's kv heads, K > 1 on one rank, K < 1 and sparse attention are
+// refused naming the flag and the numbers; oomb plan prints the groups and their saving.
+TEST(Dist, HeadChunksRefusalsAndPlan) {
+  NEED_MPI();
+  const std::string oomb = (binary_dir() / "oomb").string();
+  CmdResult r = mpirun(2, oomb + " train --steps 1 --seq-len 128 --sp 2 --sp-head-chunks 2");
+  EXPECT_NE(r.code, 0);
+  const std::string why = "--sp-head-chunks 2: each of the --sp 2 ranks attends with 1 kv heads (2 query heads), "
+                          "which do not split into 2 groups of whole kv heads (use a K dividing 1)";
+  EXPECT_NE(r.out.find(why), std::string::npos) << r.out;  // (every rank checks; the first to fail aborts the job)
+  r = run_cmd_in(temp_dir("dist"), oomb + " train --steps 1 --seq-len 128 --sp-head-chunks 2");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--sp-head-chunks 2: needs --sp 2 or more"), std::string::npos) << r.out;
+  r = run_cmd_in(temp_dir("dist"), oomb + " plan --preset tiny --seq-len 4096 --sp 2 --sp-head-chunks 0");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--sp-head-chunks: must be at least 1, got 0"), std::string::npos) << r.out;
+  r = run_cmd_in(temp_dir("dist"), oomb + " plan --preset qwen2.5-7b --seq-len 65536 --chunk-size 4096 --sp 2 "
+                 "--sp-head-chunks 2 --sparse-pages 8");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--sp-head-chunks 2 with --sparse-pages: not supported"), std::string::npos) << r.out;
+  r = run_cmd_in(temp_dir("dist"), oomb + " plan --preset qwen2.5-7b --seq-len 65536 --chunk-size 4096 --sp 2 "
+                 "--sp-head-chunks 2");
+  std::cout << r.out;
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("taken in 2 head groups of 7 heads and 1 kv heads (--sp-head-chunks)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("--sp-head-chunks 2: host activations"), std::string::npos) << r.out;
+}
+
 TEST(Dist, DataParallelAccumulated) {
   NEED_MPI();
   expect_equal_to_single_rank(2, "--dp 2 --grad-accum 2");

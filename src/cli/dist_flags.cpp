@@ -6,6 +6,10 @@ void add_dist_flags(CLI::App* c, DistOptions& o, bool with_timeout) {
   c->add_option("--sp", o.sp, "Sequence parallelism (Ulysses): ranks sharing each sequence, each holding 1/sp of "
                 "every chunk's tokens and of the heads in attention (its K/V pages: kv heads / sp); run under "
                 "`mpirun -np sp*dp`")->capture_default_str();
+  c->add_option("--sp-head-chunks", o.head_chunks, "With --sp: attention takes each rank's heads in this many "
+                "groups of whole kv heads (it must divide kv heads / sp), one group's all-to-all, attention and "
+                "all-to-all back at a time, so attention's buffers hold heads / (sp x K) heads (Untied Ulysses); "
+                "the same bits as 1, more all-to-alls in the backward")->capture_default_str();
   c->add_option("--dp", o.dp, "Data parallelism: sequences trained side by side, gradients summed")
       ->capture_default_str();
   c->add_option("--zero", o.zero, "0: every rank holds all optimizer state; 1: AdamW's moments sharded over the "
@@ -23,6 +27,7 @@ void add_dist_flags(CLI::App* c, DistOptions& o, bool with_timeout) {
 void set_dist(const DistOptions& o, int64_t rank, ChunkPlan& plan) {
   check_dist_options(o);
   plan.sp = o.sp;
+  plan.head_chunks = o.head_chunks;
   plan.ranks = o.sp * o.dp;
   plan.rank = rank;
   plan.zero = o.zero;

@@ -29,6 +29,14 @@ struct PlanArgs {
   DistOptions dist;
   CLI::App* cmd = nullptr;
 };
+
+// --sp-head-chunks K > 1: the head groups attention takes ("" for one).
+std::string head_groups(const ModelConfig& cfg, const ChunkPlan& plan) {
+  if (plan.head_chunks == 1) return "";
+  const ModelConfig g = attention_group(cfg, plan);
+  return fmt::format(", taken in {} head groups of {} heads and {} kv heads (--sp-head-chunks)", plan.head_chunks,
+                     g.heads, g.kv_heads);
+}
 }  // namespace
 
 Command add_plan(CLI::App& app) {
@@ -106,11 +114,11 @@ Command add_plan(CLI::App& app) {
                                                      : "",
                                      plan.offload_params ? ", params offloaded (two layer slots on the device)" : "")
                       << (plan.ranks > 1 ? fmt::format("per rank, of {} ranks (--sp {} x --dp {}{}): each holds {} of "
-                                                       "every chunk's tokens, {} heads and {} kv heads in attention\n",
+                                                       "every chunk's tokens, {} heads and {} kv heads in attention{}\n",
                                                        plan.ranks, plan.sp, a->dist.dp,
                                                        plan.zero ? fmt::format(", --zero {}", plan.zero) : "",
                                                        plan.chunk / plan.sp, cfg.heads / plan.sp,
-                                                       cfg.kv_heads / plan.sp)
+                                                       cfg.kv_heads / plan.sp, head_groups(cfg, plan))
                                          : "");
             if (!plan.lora.on()) {
               std::cout << plan_table(m);
@@ -128,6 +136,17 @@ Command add_plan(CLI::App& app) {
                                        format_bytes(mf.total() - m.total()),
                                        100.0 * double(mf.total() - m.total()) / double(mf.total()),
                                        format_bytes(mf.total()));
+            }
+            if (plan.head_chunks > 1) {  // what head groups are for: attention's buffers of fewer heads
+              ChunkPlan one = plan;
+              one.head_chunks = 1;
+              const MemoryPlan m1 = plan_for(one);
+              const Tier dev = device == "cpu" ? Tier::Host : Tier::Device;
+              std::cout << fmt::format("--sp-head-chunks {}: {} activations {} and {} in all per rank, against {} and {} "
+                                       "with 1 ({} less)\n", plan.head_chunks, tier_name(dev),
+                                       format_bytes(m.get(dev, Tag::Activations)), format_bytes(m.total()),
+                                       format_bytes(m1.get(dev, Tag::Activations)), format_bytes(m1.total()),
+                                       format_bytes(m1.total() - m.total()));
             }
             if (plan.sparse.on()) {  // what sparse attention is for: a device that barely grows with N
               const WorkspaceShape wss = workspace_shape(cfg, plan);

@@ -460,6 +460,9 @@ Command add_train(CLI::App& app) {
                                        a->dist.zero ? fmt::format(", --zero {}", a->dist.zero) : "",
                                        plan.chunk / plan.sp, plan.chunk, cfg.heads / plan.sp, cfg.heads,
                                        cfg.kv_heads / plan.sp, cfg.kv_heads)
+                        << (plan.head_chunks > 1 ? fmt::format(", taken in {} head groups (--sp-head-chunks)",
+                                                               plan.head_chunks)
+                                                 : "")
                         << std::endl;
             if (a->given("--sweep") || plan.offload_params) std::cout << sweep << std::endl;
             train(model, *data, o, std::cout, {}, ckpt.hooks(model));

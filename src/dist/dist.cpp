@@ -13,6 +13,7 @@ namespace oomb {
 
 void check_dist_options(const DistOptions& o) {
   OOMB_CHECK(o.sp >= 1, "--sp: must be at least 1, got {}", o.sp);
+  OOMB_CHECK(o.head_chunks >= 1, "--sp-head-chunks: must be at least 1, got {}", o.head_chunks);
   OOMB_CHECK(o.dp >= 1, "--dp: must be at least 1, got {}", o.dp);
   OOMB_CHECK(o.zero >= 0 && o.zero <= 3, "--zero: {} is not one of 0, 1, 2, 3", o.zero);
   OOMB_CHECK(o.timeout_s > 0, "--dist-timeout: must be positive, got {}", o.timeout_s);

@@ -12,6 +12,7 @@ namespace oomb {
 
 struct DistOptions {
   int64_t sp = 1;            // --sp: ranks sharing a sequence (Ulysses)
+  int64_t head_chunks = 1;   // --sp-head-chunks: attention over each rank's heads in this many groups
   int64_t dp = 1;            // --dp: sequences in parallel (gradients averaged)
   int zero = 0;              // --zero 0..3: optimizer state (1), gradients (2), parameters (3) sharded over every rank
   double timeout_s = 300;    // --dist-timeout: seconds before a collective call gives up

@@ -28,14 +28,19 @@ int64_t KVCacheOptions::first_page(int64_t layer, int64_t begin) const {
 // and so do the pages chunk t + 1 read that are not freed yet (those of chunk t's own tokens,
 // which start its dK/dV): the union of the two ranges. Full attention: every page before the last
 // chunk, pages(N - C). The layer order frees a layer's pages before the next layer's backward
-// starts: the most of one layer.
+// starts: the most of one layer (with --sp-head-chunks K, of one model layer: K cache layers).
 int64_t KVCache::grad_pages(const KVCacheOptions& o, int64_t N, int64_t C) {
   const int64_t P = o.grad.page_size, T = (N + C - 1) / C, full = o.grad.pages_for(N - std::min(C, N));
-  int64_t total = 0;
-  auto add = [&](int64_t pages) { total = o.layer_major ? std::max(total, pages) : total + pages; };
+  int64_t total = 0, layer = 0;  // layer: the model layer's so far
+  auto add = [&](int64_t l, int64_t pages) {
+    layer += pages;
+    if ((l + 1) % o.head_chunks != 0) return;
+    total = o.layer_major ? std::max(total, layer) : total + layer;
+    layer = 0;
+  };
   for (int64_t l = 0; l < o.grad.layers; ++l) {
     if (o.window(l) <= 0) {
-      add(full);
+      add(l, full);
       continue;
     }
     auto range = [&](int64_t t) {  // pages read by chunk t: [lo, hi)
@@ -52,7 +57,7 @@ int64_t KVCache::grad_pages(const KVCacheOptions& o, int64_t N, int64_t C) {
       }
       most = std::max(most, alive);
     }
-    add(most);
+    add(l, most);
   }
   return total;
 }

@@ -36,6 +36,9 @@ struct KVCacheOptions {
   // --sweep layer: the backward takes one layer over every chunk at a time, so only one layer's
   // gradient pages exist at once (the chunk order holds every layer's)
   bool layer_major = false;
+  // --sp-head-chunks K: the cache's layers come K per model layer (its kv head groups), so
+  // kv.layers = K x the model's; `windows` lists each of them
+  int64_t head_chunks = 1;
   int64_t window(int64_t layer) const { return size_t(layer) < windows.size() ? windows[size_t(layer)] : 0; }
   // The first page a chunk starting at token `begin` reads in `layer`: pages wholly behind every
   // query's window are neither read nor given gradient pages.

@@ -18,7 +18,8 @@ KVTrafficPlan plan_kv_traffic(const KVCacheOptions& o, const SparseOptions& spar
   const i128 kv_row = 2 * i128(o.kv.row_bytes()), grad_row = 2 * i128(o.grad.row_bytes());  // K and V
   const bool reads_last = layer_order || sparse.on();
   i128 kv_in = 0, grads_in = 0, grads_out = 0;
-  auto reads = [&](int64_t l) { return (l + 1 < L || reads_last ? 1 : 0) + 2; };
+  // (the model's last layer: the cache's last head_chunks layers, --sp-head-chunks)
+  auto reads = [&](int64_t l) { return (l + o.head_chunks < L || reads_last ? 1 : 0) + 2; };
   bool windows = false;
   for (int64_t l = 0; l < L; ++l) windows = windows || o.window(l) > 0;
   if (!windows && !sparse.on()) {

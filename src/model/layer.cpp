@@ -67,10 +67,18 @@ void fold_groups(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, Prefi
   if (n > 0) prefix->release(n - 1);
 }
 
-// Dense: every row over every earlier page. Sparse: each run of query rows over its chosen pages.
+// The cache's layer holding head group j's pages of this layer (--sp-head-chunks K: K per layer).
+int64_t cache_layer(const LayerCtx& ctx, int64_t j) { return ctx.layer * ctx.head_chunks + j; }
+
+// Dense: every row over every earlier page (of head group j's layer). Sparse: each run of query
+// rows over its chosen pages.
 template <typename Fn>
-void attend(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, std::span<const SparseRun> runs, Fn fn) {
-  if (!ctx.sparse) return fold_groups(ctx, plan, with_grads, ctx.prefix, 0, plan.k.dim(0), {}, fn);
+void attend(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, std::span<const SparseRun> runs, int64_t j,
+            Fn fn) {
+  if (!ctx.sparse) {
+    PrefixBlocks* prefix = ctx.pages ? &ctx.pages->prefix(cache_layer(ctx, j), ctx.attn.q_idx0, with_grads) : nullptr;
+    return fold_groups(ctx, plan, with_grads, prefix, 0, plan.k.dim(0), {}, fn);
+  }
   for (const SparseRun& r : runs) {
     PrefixBlocks* pb = r.pages.empty() ? nullptr
                                        : &ctx.sparse_cache->prefix_pages(ctx.layer, ctx.attn.q_idx0, with_grads, r.pages);
@@ -136,17 +144,25 @@ void lora_bwd(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, int t, 
   be.linear_bwd(x, l.a, for_matmul(ctx, du, plan.lora_u16), dx, true, &g.lora[t].a, nullptr);
 }
 
-// --sp: the all-to-all between the token side (t, h, D) and the attention side (T, h/P, D); with
-// one rank both are the same tensor and nothing moves.
-void to_heads(const LayerCtx& ctx, const Tensor& loc, Tensor& att) {
+// --sp: the all-to-all between the token side (t, h, D) and the attention side (T, h/(P K), D) of
+// head group j; with one rank both are the same tensor and nothing moves.
+void to_heads(const LayerCtx& ctx, const Tensor& loc, Tensor& att, int64_t j) {
   if (loc.data == att.data) return;
   OOMB_CHECK(ctx.sp != nullptr, "layer: token and attention sides differ without --sp");
-  ctx.sp->to_heads(loc, att);
+  ctx.sp->to_heads(loc, att, j, ctx.head_chunks);
 }
-void to_tokens(const LayerCtx& ctx, const Tensor& att, Tensor& loc) {
+void to_tokens(const LayerCtx& ctx, const Tensor& att, Tensor& loc, int64_t j) {
   if (loc.data == att.data) return;
   OOMB_CHECK(ctx.sp != nullptr, "layer: token and attention sides differ without --sp");
-  ctx.sp->to_tokens(att, loc);
+  ctx.sp->to_tokens(att, loc, j, ctx.head_chunks);
+}
+
+// The head groups' shapes agree: K groups of the attention side's kv heads make the model's.
+void check_groups(const LayerCtx& ctx, const LayerBuffers& plan) {
+  const int64_t K = ctx.head_chunks, P = ctx.sp ? ctx.sp->size() : 1;
+  OOMB_CHECK(K >= 1 && plan.k.dim(1) * K * P == ctx.cfg.kv_heads, "layer: {} kv heads in {} head groups of {} ranks "
+             "are not the model's {}", plan.k.dim(1), K, P, ctx.cfg.kv_heads);
+  OOMB_CHECK(K == 1 || !ctx.sparse, "layer: head groups with sparse attention");
 }
 
 }  // namespace
@@ -164,13 +180,17 @@ static int64_t lora_widest(const ModelConfig& c) {
 // The widest matmul operand row (--precision bf16's scratch): d, H D or I (G D <= H D).
 static int64_t matmul_width(const ModelConfig& c) { return std::max({c.hidden, c.heads * c.head_dim, c.intermediate}); }
 
-LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank, bool bf16, int64_t sp)
+LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank, bool bf16, int64_t sp,
+                     int64_t head_chunks)
     : sp_(sp) {
-  const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
+  const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate, K = head_chunks;
   OOMB_CHECK(sp >= 1 && T % sp == 0 && H % sp == 0 && G % sp == 0, "layer plan: {} tokens, {} heads and {} kv heads "
              "are not divisible by --sp {}", T, H, G, sp);
-  const int64_t t = T / sp, Ha = H / sp, Ga = G / sp;  // the token side's tokens, the attention side's heads
-  arena_ = Arena(tier, Tag::Activations, size_t(bytes(c, T, lora_rank, bf16, sp)));
+  OOMB_CHECK(K >= 1 && G % (sp * K) == 0 && (K == 1 || sp > 1), "layer plan: {} kv heads on --sp {} ranks do not "
+             "split into --sp-head-chunks {}", G, sp, K);
+  // the token side's tokens, the attention side's heads (one head group's)
+  const int64_t t = T / sp, Ha = H / (sp * K), Ga = G / (sp * K);
+  arena_ = Arena(tier, Tag::Activations, size_t(bytes(c, T, lora_rank, bf16, sp, K)));
   auto f = [&](std::initializer_list<int64_t> s) { return arena_.take(DType::F32, s); };
   LayerBuffers& b = all_;
   LayerActs& A = b.acts;
@@ -241,9 +261,10 @@ LayerBuffers LayerBuffers::first(int64_t T, int64_t P) const {
   return r;
 }
 
-int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, bool bf16, int64_t sp) {
+int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, bool bf16, int64_t sp,
+                         int64_t head_chunks) {
   const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
-  const int64_t t = T / sp, Ha = H / sp, Ga = G / sp;
+  const int64_t t = T / sp, Ha = H / (sp * head_chunks), Ga = G / (sp * head_chunks);
   auto n = [](std::initializer_list<int64_t> s) { return int64_t(Arena::need(DType::F32, s)); };
   const int64_t qk_norm = c.qk_norm ? 2 * n({t, H, D}) + 2 * n({t, G, D}) + n({t, H}) + n({t, G}) : 0;
   const int64_t lora =
@@ -260,6 +281,7 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
                    LayerPass pass) {
   Backend& be = ctx.be;
   LayerActs& A = plan.acts;
+  check_groups(ctx, plan);
   const float eps = float(ctx.cfg.rms_norm_eps);
   be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
   // (--precision bf16: each matmul reads bf16 operands, cast here and below; LoRA's adapters read
@@ -280,28 +302,42 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
     be.round_bf16(plan.k_loc);
     be.round_bf16(plan.v_loc);
   }
-  to_heads(ctx, plan.k_loc, plan.k);  // --sp: k, v (t, G, D) -> (T, G/P, D)
-  to_heads(ctx, plan.v_loc, plan.v);
+  if (pass != LayerPass::KVOnly) {
+    Tensor q2 = flat2(qk ? A.q_raw : plan.q_loc);
+    be.linear_fwd(a, p.wq, opt(p.bq), q2);
+    lora_fwd(ctx, p, kQ, a, q2, plan);
+    if (qk) {
+      Tensor qn = heads2(plan.q_loc), rq = flat1(A.rstd_q);
+      be.rmsnorm_fwd(heads2(A.q_raw), p.q_norm, eps, qn, rq);
+    }
+    be.rope_fwd(plan.q_loc, ctx.pos, ctx.rope);
+    to_bf16(ctx, plan.q_loc);
+  }
+  // Attention, head group by head group (one group: all of this rank's heads). The recompute
+  // before a backward with several groups exchanges no q, k, v: the backward exchanges each
+  // group's again, as it reaches it.
+  const bool exchange_qkv = pass != LayerPass::SavedAttention || ctx.head_chunks == 1;
+  for (int64_t j = 0; j < ctx.head_chunks; ++j) {
+    plan.keep_group(j);
+    if (exchange_qkv) {
+      to_heads(ctx, plan.k_loc, plan.k, j);  // --sp: k, v (t, G, D) -> (T, G/(P K), D)
+      to_heads(ctx, plan.v_loc, plan.v, j);
+    }
+    if (pass != LayerPass::KVOnly) {
+      if (exchange_qkv) to_heads(ctx, plan.q_loc, A.q, j);  // --sp: q (t, H, D) -> (T, H/(P K), D)
+      if (pass != LayerPass::SavedAttention) {  // o (T, H, D), lse (T, H) over earlier pages + own K/V
+        attend(ctx, plan, false, sparse_runs(ctx, A.q, ctx.sparse_choose), j,
+               [&](int64_t q0, int64_t n, std::span<const KVBlock> blocks, const AttnArgs& a) {
+                 Tensor o = A.o.rows(q0, n), lse = A.lse.rows(q0, n);
+                 be.attention_fwd(A.q.rows(q0, n), blocks, a, o, lse);
+               });
+        to_bf16(ctx, A.o);  // attention's backward reads o too: the bf16 values, kept in f32
+      }
+    }
+    if (ctx.kv_write) ctx.kv_write->write(cache_layer(ctx, j), ctx.attn.q_idx0, plan.k, plan.v);
+    if (pass != LayerPass::KVOnly) to_tokens(ctx, A.o, plan.o_loc, j);  // --sp: o (T, H/(P K), D) -> (t, H, D)
+  }
   if (pass == LayerPass::KVOnly) return;
-  Tensor q2 = flat2(qk ? A.q_raw : plan.q_loc);
-  be.linear_fwd(a, p.wq, opt(p.bq), q2);
-  lora_fwd(ctx, p, kQ, a, q2, plan);
-  if (qk) {
-    Tensor qn = heads2(plan.q_loc), rq = flat1(A.rstd_q);
-    be.rmsnorm_fwd(heads2(A.q_raw), p.q_norm, eps, qn, rq);
-  }
-  be.rope_fwd(plan.q_loc, ctx.pos, ctx.rope);
-  to_bf16(ctx, plan.q_loc);
-  to_heads(ctx, plan.q_loc, A.q);  // --sp: q (t, H, D) -> (T, H/P, D)
-  if (pass != LayerPass::SavedAttention) {  // o (T, H, D), lse (T, H) over earlier pages + own K/V
-    attend(ctx, plan, false, sparse_runs(ctx, A.q, ctx.sparse_choose),
-           [&](int64_t q0, int64_t n, std::span<const KVBlock> blocks, const AttnArgs& a) {
-             Tensor o = A.o.rows(q0, n), lse = A.lse.rows(q0, n);
-             be.attention_fwd(A.q.rows(q0, n), blocks, a, o, lse);
-           });
-    to_bf16(ctx, A.o);  // attention's backward reads o too: the bf16 values, kept in f32
-  }
-  to_tokens(ctx, A.o, plan.o_loc);  // --sp: o (T, H/P, D) -> (t, H, D)
   const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16);  // (T, H D)
   be.linear_fwd(o, p.wo, opt(p.bo), A.hmid);
   lora_fwd(ctx, p, kO, o, A.hmid, plan);
@@ -346,22 +382,35 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   be.linear_bwd(o, p.wo, dhmid, &dattn2, false, opt(g.wo), opt(g.bo));
   lora_bwd(ctx, p, g, kO, o, dhmid, &dattn2, plan);
   to_bf16(ctx, plan.dattn_loc);  // dO feeds attention's backward matmuls
-  to_heads(ctx, plan.dattn_loc, S.dattn);  // --sp: dO (t, H, D) -> (T, H/P, D)
-  // dK/dV of the chunk's own tokens start from what later chunks accumulated in their pages
-  if (ctx.cache) {
-    ctx.cache->own_grads(ctx.layer, ctx.attn.q_idx0, plan.dk, plan.dv);
-  } else {
-    be.zero(plan.dk);
-    be.zero(plan.dv);
+  check_groups(ctx, plan);
+  // head group by head group; with several, each group's q, k, v cross again (the recompute did
+  // not keep them). dq, dk, dv come back into q's, k's, v's token-side memory, in the group's own
+  // columns: the later groups' q, k, v are still there.
+  for (int64_t j = 0; j < ctx.head_chunks; ++j) {
+    plan.keep_group(j);
+    if (ctx.head_chunks > 1) {
+      to_heads(ctx, plan.q_loc, A.q, j);
+      to_heads(ctx, plan.k_loc, plan.k, j);
+      to_heads(ctx, plan.v_loc, plan.v, j);
+    }
+    to_heads(ctx, plan.dattn_loc, S.dattn, j);  // --sp: dO (t, H, D) -> (T, H/(P K), D)
+    // dK/dV of the chunk's own tokens start from what later chunks accumulated in their pages
+    if (ctx.cache) {
+      ctx.cache->own_grads(cache_layer(ctx, j), ctx.attn.q_idx0, plan.dk, plan.dv);
+    } else {
+      be.zero(plan.dk);
+      be.zero(plan.dv);
+    }
+    attend(ctx, plan, true, sparse_runs(ctx, A.q, false), j,
+           [&](int64_t q0, int64_t n, std::span<const KVBlock> blocks, const AttnArgs& a) {
+             Tensor dq = S.dq.rows(q0, n);
+             be.attention_bwd(A.q.rows(q0, n), A.o.rows(q0, n), A.lse.rows(q0, n), S.dattn.rows(q0, n), blocks, a,
+                              dq);
+           });
+    to_tokens(ctx, S.dq, plan.dq_loc, j);  // --sp: dq, dk, dv (T, h/(P K), D) -> (t, h, D)
+    to_tokens(ctx, plan.dk, plan.dk_loc, j);
+    to_tokens(ctx, plan.dv, plan.dv_loc, j);
   }
-  attend(ctx, plan, true, sparse_runs(ctx, A.q, false),
-         [&](int64_t q0, int64_t n, std::span<const KVBlock> blocks, const AttnArgs& a) {
-           Tensor dq = S.dq.rows(q0, n);
-           be.attention_bwd(A.q.rows(q0, n), A.o.rows(q0, n), A.lse.rows(q0, n), S.dattn.rows(q0, n), blocks, a, dq);
-         });
-  to_tokens(ctx, S.dq, plan.dq_loc);  // --sp: dq, dk, dv (T, h/P, D) -> (t, h, D)
-  to_tokens(ctx, plan.dk, plan.dk_loc);
-  to_tokens(ctx, plan.dv, plan.dv_loc);
   be.rope_bwd(plan.dq_loc, ctx.pos, ctx.rope);
   be.rope_bwd(plan.dk_loc, ctx.pos, ctx.rope);
   Tensor dq = plan.dq_loc, dk = plan.dk_loc;  // gradients of the projections' outputs

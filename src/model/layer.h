@@ -17,7 +17,9 @@ namespace oomb {
 // Per-layer activations of one pass over T tokens (recomputed in backward from the layer input).
 // With sequence parallelism (--sp P) a rank holds t = T/P of the tokens with every head outside
 // attention (the token side: (t, d), (t, H, D)), and every token with H/P heads inside it (the
-// attention side: q, o, lse, k, v and their gradients, (T, H/P, D)); P = 1: t = T, one side.
+// attention side: q, o, lse, k, v and their gradients, (T, H/P, D)); P = 1: t = T, one side. With
+// --sp-head-chunks K the attention side holds one head group at a time: H/(P K) heads, G/(P K) kv
+// heads (below, H and G on the attention side are those of one group).
 struct LayerActs {
   Tensor a, rstd1;       // attn-norm output (t, d), its rstd (t)
   Tensor q, o, lse;      // attention side: (T, H, D) after RoPE, attention output (T, H, D), (T, H)
@@ -56,22 +58,33 @@ struct LayerBuffers {
   // attention side's): q, o, dO (t, H, D), k, v (t, G, D); dq, dk, dv reuse q's, k's, v's memory.
   Tensor q_loc, o_loc, dattn_loc, k_loc, v_loc, dq_loc, dk_loc, dv_loc;
   LayerBuffers first(int64_t T, int64_t P = 1) const;  // views of the first T tokens (T/P on the token side)
-  // The attention output and LSE kept elsewhere (the model's saved attention): acts.o and
-  // acts.lse become those views, and with one rank the token side's o too (the same tensor).
-  void keep_attention_in(const Tensor& o, const Tensor& lse) {
-    if (o_loc.data == acts.o.data) o_loc = o;
-    acts.o = o;
-    acts.lse = lse;
+  // The attention output and LSE kept elsewhere (the model's saved attention): o[j], lse[j] of
+  // head group j < K, (C, H, D) and (C, H) each, of which the first T rows are used. acts.o and
+  // acts.lse become group 0's (and with one rank the token side's o too: the same tensor); the
+  // layer takes group j's as it reaches it (keep_group).
+  void keep_attention_in(const Tensor* o, const Tensor* lse, int64_t T) {
+    if (o_loc.data == acts.o.data) o_loc = o[0].rows(0, T);
+    kept_o = o, kept_lse = lse;
+    keep_group(0);
   }
+  void keep_group(int64_t j) {
+    if (!kept_o) return;
+    acts.o = kept_o[j].rows(0, acts.q.dim(0));
+    acts.lse = kept_lse[j].rows(0, acts.q.dim(0));
+  }
+  const Tensor *kept_o = nullptr, *kept_lse = nullptr;
 };
 
 // The static plan for chunks of up to T tokens, all tagged activations: it does not grow with the
 // sequence (earlier tokens' K/V live in pages, tagged kv and kv_grad).
 class LayerPlan {
  public:
-  // sp: the ranks sharing each chunk (P; T divisible by P, the heads and kv heads too).
-  LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank = 0, bool bf16 = false, int64_t sp = 1);
-  static int64_t bytes(const ModelConfig& c, int64_t T, int64_t lora_rank = 0, bool bf16 = false, int64_t sp = 1);
+  // sp: the ranks sharing each chunk (P; T divisible by P, the heads and kv heads too); head_chunks:
+  // K, the attention side sized for one group of H/(P K) heads (G/(P K) kv heads).
+  LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank = 0, bool bf16 = false, int64_t sp = 1,
+            int64_t head_chunks = 1);
+  static int64_t bytes(const ModelConfig& c, int64_t T, int64_t lora_rank = 0, bool bf16 = false, int64_t sp = 1,
+                       int64_t head_chunks = 1);
   LayerBuffers view(int64_t T) const { return all_.first(T, sp_); }
 
  private:
@@ -86,13 +99,20 @@ struct LayerCtx {
   RopeTable rope;
   Tensor pos;  // (t) i32 RoPE positions of the token side's tokens
   AttnArgs attn;  // attn.q_idx0: sequence index of the chunk's first token (attention side: every token)
-  // K/V blocks of earlier tokens (pages), in groups; in backward their dk/dv are accumulated into.
-  // Null: no earlier tokens.
-  PrefixBlocks* prefix = nullptr;
+  // The cache whose pages of earlier tokens attention reads (KVCache::prefix of layer `layer`, or
+  // with head groups of its cache layer layer K + j), in groups; in backward their dk/dv are
+  // accumulated into. Null: no earlier tokens.
+  KVCache* pages = nullptr;
   // The cache whose gradient pages hold what later chunks contributed to this chunk's dK/dV: the
   // backward starts from them (null: from zero, as in full-sequence training).
   KVCache* cache = nullptr;
+  // The cache the chunk's K/V go into (the forward sweep), each head group's once attention has
+  // read them (null: not written).
+  KVCache* kv_write = nullptr;
   int64_t layer = 0;
+  // --sp-head-chunks K: attention over this rank's heads in K groups, group j's pages the cache's
+  // layer layer K + j
+  int64_t head_chunks = 1;
   // Sparse attention (--sparse-pages): the selector and the cache its chosen pages come from
   // (null: every earlier page, through `prefix`). choose: the forward sweep chooses (and records)
   // from this chunk's queries; otherwise the recorded choice is read back.
@@ -110,7 +130,8 @@ struct LayerCtx {
 // recompute before a layer's backward, from the recompute sweep's saved attention).
 enum class LayerPass { Full, KVOnly, SavedAttention };
 
-// h_out (T, d) = layer(h_in); fills plan.acts, plan.k, plan.v.
+// h_out (T, d) = layer(h_in); fills plan.acts, plan.k, plan.v (with head groups: the last group's
+// q, k, v; the token side's q_loc, k_loc, v_loc hold every head).
 void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan,
                    LayerPass pass = LayerPass::Full);
 // dh: (T, d), in = dL/dh_out, out = dL/dh_in. Needs plan.acts of the same h_in. Grads accumulate into g.

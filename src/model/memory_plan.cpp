@@ -81,15 +81,34 @@ ModelConfig attention_side(const ModelConfig& cfg, int64_t sp) {
   return a;
 }
 
+ModelConfig attention_group(const ModelConfig& cfg, const ChunkPlan& plan) {
+  const int64_t K = plan.head_chunks, P = plan.sp;
+  OOMB_CHECK(K >= 1, "--sp-head-chunks: must be at least 1, got {}", K);
+  const ModelConfig a = attention_side(cfg, P);
+  if (K == 1) return a;
+  OOMB_CHECK(P > 1, "--sp-head-chunks {}: needs --sp 2 or more (head chunks split the heads each Ulysses rank "
+             "attends with)", K);
+  OOMB_CHECK(a.kv_heads % K == 0, "--sp-head-chunks {}: each of the --sp {} ranks attends with {} kv heads ({} query "
+             "heads), which do not split into {} groups of whole kv heads (use a K dividing {})", K, P, a.kv_heads,
+             a.heads, K, a.kv_heads);
+  OOMB_CHECK(!plan.sparse.on(), "--sp-head-chunks {} with --sparse-pages: not supported (the sparse choice is made "
+             "per layer over every kv head group at once; use --sp-head-chunks 1)", K);
+  return attention_side(cfg, P * K);
+}
+
 KVCacheOptions kv_cache_options(const ModelConfig& c, const ChunkPlan& p) {
+  const int64_t K = p.head_chunks;
+  OOMB_CHECK(K >= 1 && c.kv_heads % K == 0, "--sp-head-chunks {}: {} kv heads do not split into {} groups", K,
+             c.kv_heads, K);
   KVCacheOptions o;
-  o.kv = {c.layers, c.kv_heads, c.head_dim, p.page_size, p.kv_dtype};
-  o.grad = {c.layers, c.kv_heads, c.head_dim, p.page_size, p.kv_grad_dtype};
+  o.kv = {c.layers * K, c.kv_heads / K, c.head_dim, p.page_size, p.kv_dtype};
+  o.grad = {c.layers * K, c.kv_heads / K, c.head_dim, p.page_size, p.kv_grad_dtype};
+  o.head_chunks = K;
   o.docs = p.doc_sep >= 0;
   o.offload = p.offload_kv;
   o.group = p.offload_group;
   o.chunk = p.chunk;
-  o.windows = c.layer_window;
+  for (const int64_t w : c.layer_window) o.windows.insert(o.windows.end(), size_t(K), w);  // each group: its layer's
   o.meta = p.sparse.on();
   o.score = p.sparse.score;
   o.sparse_pages = p.sparse.on() ? p.sparse.most_pages(c.kv_heads) : 0;
@@ -103,8 +122,8 @@ int64_t saved_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep) {
          int64_t(Arena::need(DType::F64, {C, 4}));  // the final norm's rstd, the loss's row statistics
 }
 
-int64_t saved_attention_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep) {
-  const int64_t layers = sweep == SweepOrder::Layer ? 1 : c.layers;
+int64_t saved_attention_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep, int64_t groups) {
+  const int64_t layers = (sweep == SweepOrder::Layer ? 1 : c.layers) * groups;
   return layers * int64_t(Arena::need(DType::F32, {C, c.heads, c.head_dim}) + Arena::need(DType::F32, {C, c.heads}));
 }
 
@@ -140,6 +159,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   ChunkPlan used = plan;
   used.chunk = C;
   const ModelConfig att = attention_side(cfg, sp);  // what this rank's attention and pages hold
+  const ModelConfig grp = attention_group(cfg, plan);  // what one head group's attention holds
+  const int64_t K = plan.head_chunks;
   MemoryPlan m;
   // the masters and what trains (LoRA: a set of its own beside the frozen base) where they live;
   // offloaded, the device's layer slots and head beside them; --precision bf16's copy on the device
@@ -171,8 +192,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
     if (bf16) m.at(Tier::Pinned, Tag::Weights) += ParamStore::host_image_bytes(cfg);
   }
   m.at(dev, Tag::Activations) =
-      LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp) +
-      saved_bytes(cfg, C / sp, plan.sweep) + saved_attention_bytes(att, C, plan.sweep);
+      LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp, K) +
+      saved_bytes(cfg, C / sp, plan.sweep) + saved_attention_bytes(grp, C, plan.sweep, K);
   if (plan.sweep == SweepOrder::Layer) {  // every layer's output of this rank's rows, and their device slots
     const int64_t arrays = ActivationStore::arrays(cfg, recomputes_tied_head(cfg, plan));
     m.at(ActivationStore::home(dev), Tag::Activations) += ActivationStore::host_bytes(cfg, arrays, N / sp);
@@ -182,9 +203,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   m.at(Tier::Pinned, Tag::Workspace) += int64_t(pinned_workspace_bytes);
   const int64_t exchanged = C / sp * cfg.heads * cfg.head_dim;  // one Ulysses all-to-all's elements
   const bool grads_comm = plan.device_comm && train_home == Tier::Device;  // (pinned gradients cross over MPI)
-  m.at(Tier::Host, Tag::Workspace) += SeqParallel::host_bytes(exchanged, sp, dev, plan.device_comm) +
+  m.at(Tier::Host, Tag::Workspace) += SeqParallel::host_bytes(exchanged, sp, dev, plan.device_comm, K) +
                                       GradSync::host_bytes(Pt, int(plan.ranks), plan.zero, train_home, grads_comm);
-  m.at(dev, Tag::Workspace) += SeqParallel::device_bytes(exchanged, sp, plan.device_comm) +
+  m.at(dev, Tag::Workspace) += SeqParallel::device_bytes(exchanged, sp, plan.device_comm, K) +
                                GradSync::device_bytes(Pt, int(plan.ranks), plan.zero, grads_comm);
   const KVCacheOptions kvo = kv_cache_options(att, used);
   const KVCache::Bytes kv = KVCache::plan(kvo, N, C, true);

@@ -55,6 +55,11 @@ struct ChunkPlan {
   // --sp P: the ranks sharing each chunk (Ulysses, dist/ulysses.h); the plan is one rank's. Each
   // holds C/P tokens outside attention and H/P heads (G/P kv heads: its K/V and gradient pages) in it.
   int64_t sp = 1;
+  // --sp-head-chunks K: around attention each rank takes its H/P heads in K groups of whole kv heads
+  // (G/P divisible by K), one group's all-to-all, attention and all-to-all back at a time, through
+  // buffers of H/(P K) heads (Untied Ulysses); its pages of layer l and group j are the cache's
+  // layer l K + j. The bits of K = 1.
+  int64_t head_chunks = 1;
   // --dp, --zero: this rank among `ranks` (sp x dp); with zero >= 1 its optimizer holds its shard's
   // moments only (dist/grad_sync.h), and the gradient collectives stage through host memory.
   int64_t ranks = 1, rank = 0;
@@ -73,6 +78,10 @@ void check_offload_params(const ChunkPlan& p);
 
 // What one rank of --sp P sees inside attention: the model with H/P heads and G/P kv heads.
 ModelConfig attention_side(const ModelConfig& cfg, int64_t sp);
+// What one head group of --sp-head-chunks K attends with: H/(P K) heads and G/(P K) kv heads.
+// Refuses a K that does not split G/P into whole kv heads, K > 1 without --sp, and sparse
+// attention with K > 1, naming the flags and the numbers.
+ModelConfig attention_group(const ModelConfig& cfg, const ChunkPlan& plan);
 
 // The layer order computes the lm_head's gradient again beside the embedding's when the two are
 // one tensor (a tied embedding that trains), so that the additions come in the chunk order's order.
@@ -103,7 +112,9 @@ WorkspaceShape workspace_shape(const ModelConfig& cfg, int64_t chunk, const Lora
 // The same for a plan: its chunk, LoRA, precision and sp.
 WorkspaceShape workspace_shape(const ModelConfig& cfg, const ChunkPlan& plan);
 
-// The KV cache's options for a model and plan.
+// The KV cache's options for a model and plan. cfg: the heads the pages hold (attention_side's,
+// or the whole model's); with --sp-head-chunks K the cache has K layers of cfg's kv heads / K per
+// model layer.
 KVCacheOptions kv_cache_options(const ModelConfig& cfg, const ChunkPlan& plan);
 
 // Bytes per (tier, tag) that a Model with this plan on a backend of `backend_tier` allocates for
@@ -117,8 +128,10 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
 // output and rstd; and each layer's attention output and LSE, kept from the recompute sweep. The
 // layer order keeps two layer inputs (h_0 and a scratch output; the rest is in host memory), no dh,
 // and one layer's attention output.
-// (--sp P: saved_bytes of C/P tokens, saved_attention_bytes of attention_side(cfg, P).)
+// (--sp P: saved_bytes of C/P tokens, saved_attention_bytes of attention_group(cfg, plan): one
+// (C, H/(P K), D) and (C, H/(P K)) per layer and head group, `groups` = K of them.)
 int64_t saved_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep = SweepOrder::Chunk);
-int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep = SweepOrder::Chunk);
+int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep = SweepOrder::Chunk,
+                              int64_t groups = 1);
 
 }  // namespace oomb

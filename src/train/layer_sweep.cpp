@@ -51,7 +51,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
   LossStats st;
   auto layer_buffers = [&](int64_t n) {
     LayerBuffers buf = layer_plan_.view(n);
-    buf.keep_attention_in(att_o_[0].rows(0, n), att_lse_[0].rows(0, n));
+    keep_attention(buf, 0, n);  // (every layer's is layer 0's)
     return buf;
   };
   auto embedded = [&](int64_t n) {  // h_0 of this rank's rows of the loaded chunk
@@ -74,8 +74,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
       const Tensor h_in = l == 0 ? embedded(n) : acts_->in(0);
       Tensor h_out = acts_->out();
       LayerBuffers buf = layer_buffers(n);
-      layer_forward(layer_ctx(l, c, true, false, true), p, h_in, h_out, buf, LayerPass::Full);
-      cache_.write(l, c.begin, buf.k, buf.v);
+      layer_forward(layer_ctx(l, c, true, false, true), p, h_in, h_out, buf, LayerPass::Full);  // K/V written
       acts_->next();
     }
     store_.release(l);
@@ -118,7 +117,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
       layer_forward(layer_ctx(l, c, true, false, false), p, h_in, scratch, buf, LayerPass::Full);
       layer_backward(layer_ctx(l, c, true, true, false), p, g, h_in, dh, buf);
       const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
-      cache_.release_from(l, first_free);  // no earlier chunk reads them
+      release_pages(l, first_free);  // no earlier chunk reads them
       if (l == 0) {
         if (head_later) {  // the chunk's lm_head part, then its embedding part, as the chunk order adds them
           const Tensor hn = final_norm(acts_->in(1));

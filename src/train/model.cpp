@@ -23,6 +23,7 @@ static ModelConfig checked_sp(const ModelConfig& cfg, const ChunkPlan& plan, con
              "every chunk's tokens)", plan.chunk, plan.sp, plan.sp);
   OOMB_CHECK(plan.sp == 1 || !plan.sparse.shared, "--sparse-shared with --sp {}: the shared choice sums over every "
              "head, which the ranks split; use per-group selection (drop --sparse-shared)", plan.sp);
+  attention_group(cfg, plan);  // --sp-head-chunks: K splits the rank's kv heads (else a clear error)
   return attention_side(cfg, plan.sp);
 }
 
@@ -53,13 +54,15 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
       cache_(checked_options(att_cfg_, plan), be),
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
       saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk / plan.sp, plan.sweep))),
-      saved_attn_(be.tier(), Tag::Activations, size_t(saved_attention_bytes(att_cfg_, plan.chunk, plan.sweep))),
-      layer_plan_(cfg, plan.chunk, be.tier(), plan.lora.rank, plan.precision == DType::BF16, plan.sp),
+      saved_attn_(be.tier(), Tag::Activations,
+                  size_t(saved_attention_bytes(attention_group(cfg, plan), plan.chunk, plan.sweep, plan.head_chunks))),
+      layer_plan_(cfg, plan.chunk, be.tier(), plan.lora.rank, plan.precision == DType::BF16, plan.sp,
+                  plan.head_chunks),
       sums_(be.tier(), Tag::Data, size_t(loss_sums_bytes(cfg, plan))) {
   inv_freq_ = rope_inv_freq(cfg, &attention_scaling_);
   const int64_t C = plan.chunk, Cl = C / plan.sp;
   if (plan.sp > 1) {
-    sp_ = std::make_unique<SeqParallel>(*sp, be, Cl * cfg.heads * cfg.head_dim);
+    sp_ = std::make_unique<SeqParallel>(*sp, be, Cl * cfg.heads * cfg.head_dim, plan.head_chunks);
     sp_rank_ = sp->rank();
   }
   const bool layer_order = plan.sweep == SweepOrder::Layer;
@@ -72,10 +75,11 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
   hnorm_ = saved_.take(DType::F32, {Cl, cfg.hidden});
   rstd_final_ = saved_.take(DType::F32, {Cl});
   xent_stats_ = saved_.take(DType::F64, {Cl, 4});
-  for (int64_t l = 0; l < cfg.layers; ++l) {
-    const bool fresh = !layer_order || l == 0;
-    const Tensor o = fresh ? saved_attn_.take(DType::F32, {C, att_cfg_.heads, cfg.head_dim}) : att_o_[0];
-    const Tensor lse = fresh ? saved_attn_.take(DType::F32, {C, att_cfg_.heads}) : att_lse_[0];
+  const int64_t K = plan.head_chunks, Hg = att_cfg_.heads / K;  // head groups, each one's heads
+  for (int64_t l = 0; l < cfg.layers * K; ++l) {  // layer l / K's head group l % K
+    const bool fresh = !layer_order || l < K;
+    const Tensor o = fresh ? saved_attn_.take(DType::F32, {C, Hg, cfg.head_dim}) : att_o_[size_t(l % K)];
+    const Tensor lse = fresh ? saved_attn_.take(DType::F32, {C, Hg}) : att_lse_[size_t(l % K)];
     att_o_.push_back(o);
     att_lse_.push_back(lse);
   }
@@ -85,6 +89,10 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
   // (--sp: this rank's rows of every chunk, C / P of each)
   if (layer_order) acts_ = std::make_unique<ActivationStore>(cfg, be, Cl, ActivationStore::arrays(cfg, tied_head_));
   for (int64_t l = 0; l < cfg.layers; ++l) bottom_up_.push_back(l), top_down_.push_back(cfg.layers - 1 - l);
+  for (const int64_t l : bottom_up_)  // the cache's layers in the same orders: each layer's head groups
+    for (int64_t j = 0; j < K; ++j) cache_up_.push_back(l * K + j);
+  for (const int64_t l : top_down_)
+    for (int64_t j = 0; j < K; ++j) cache_down_.push_back(l * K + j);
   OOMB_CHECK(plan.precision == DType::F32 || plan.precision == DType::BF16, "--precision: {} is not one of fp32, "
              "bf16", dtype_name(plan.precision));
   layers_ = params_.layers;
@@ -209,9 +217,9 @@ void Model::download_trainable(Params& host) const {
 // The layer's view of the chunk: when it attends, the blocks of every page before the chunk
 // (partial pages cut at its first token) and, when with_grads, the gradient pages they
 // accumulate into; with_grads also starts the chunk's own dK/dV from its gradient pages.
-// Sparse: the chunk's query tiles read their chosen pages, chosen now (choose: the forward sweep)
-// or recalled from the forward sweep's record.
-LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads, bool choose) {
+// Sparse: the chunk's query tiles read their chosen pages, chosen now (the forward sweep) or
+// recalled from the forward sweep's record. The forward sweep also writes the chunk's K/V.
+LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads, bool forward_sweep) {
   AttnArgs attn;
   attn.scale = float(1.0 / std::sqrt(double(cfg_.head_dim)));
   attn.q_idx0 = c.begin;
@@ -223,15 +231,28 @@ LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads,
   if (attends && sparse_ && c.begin > 0) {
     ctx.sparse = sparse_.get();
     ctx.sparse_cache = &cache_;
-    ctx.sparse_choose = choose;
+    ctx.sparse_choose = forward_sweep;
   } else if (attends) {
-    ctx.prefix = &cache_.prefix(l, c.begin, with_grads);
+    ctx.pages = &cache_;
   }
   if (with_grads) ctx.cache = &cache_;
+  if (forward_sweep) ctx.kv_write = &cache_;
   ctx.layer = l;
+  ctx.head_chunks = plan_.head_chunks;
   ctx.kv_bf16 = plan_.kv_dtype == DType::BF16 || plan_.precision == DType::BF16;
   ctx.bf16 = plan_.precision == DType::BF16;
   return ctx;
+}
+
+// Layer l's saved attention output and LSE (one per head group) for a chunk of n tokens.
+void Model::keep_attention(LayerBuffers& buf, int64_t l, int64_t n) {
+  const size_t at = size_t(l * plan_.head_chunks);
+  buf.keep_attention_in(&att_o_[at], &att_lse_[at], n);
+}
+
+// Layer l's K/V and gradient pages (every head group's) from first_page on.
+void Model::release_pages(int64_t l, int64_t first_page) {
+  for (int64_t j = 0; j < plan_.head_chunks; ++j) cache_.release_from(l * plan_.head_chunks + j, first_page);
 }
 
 // Embedding and every layer of chunk c, keeping each layer's input in h_.
@@ -243,7 +264,8 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   const bool write = sweep != Sweep::Recompute;
   const int64_t attending = sweep == Sweep::ForwardKVOnlyLast ? L - 1 : L;
   if (!sparse_)  // sparse attention reads the pages it chose, layer by layer
-    cache_.begin_pass(std::span<const int64_t>(bottom_up_).first(size_t(attending)), c.begin, false);
+    cache_.begin_pass(std::span<const int64_t>(cache_up_).first(size_t(attending * plan_.head_chunks)), c.begin,
+                      false);
   OOMB_CHECK(n % plan_.sp == 0, "--sp {}: a chunk of {} tokens does not split evenly (--seq-len and --chunk-size "
              "must be multiples of --sp)", plan_.sp, n);
   const int64_t t = local(n);  // this rank's tokens (all of them with one rank)
@@ -254,12 +276,11 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   for (int64_t l = 0; l < L; ++l) {
     const size_t li = size_t(l);
     const LayerCtx ctx = layer_ctx(l, c, l < attending, false, write);
-    buf.keep_attention_in(att_o_[li].rows(0, n), att_lse_[li].rows(0, n));
+    keep_attention(buf, l, n);
     Tensor h_out = h_[li + 1].rows(0, t);
     layer_forward(ctx, store_.acquire(l), h_[li].rows(0, t), h_out, buf,
-                  l < attending ? LayerPass::Full : LayerPass::KVOnly);
+                  l < attending ? LayerPass::Full : LayerPass::KVOnly);  // (writes the K/V when `write`)
     store_.release(l);
-    if (write) cache_.write(l, c.begin, buf.k, buf.v);
   }
 }
 
@@ -435,20 +456,20 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     be_.rmsnorm_bwd(h_.back().rows(0, tn), store_.final_norm(), rstd_final_.rows(0, tn), dhn, dh, false,
                     norm_grad(store_.grad_final_norm(), store_.final_norm(), buf));
     const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
-    if (!sparse_) cache_.begin_pass(top_down_, c.begin, true);
+    if (!sparse_) cache_.begin_pass(cache_down_, c.begin, true);
     store_.begin_pass(top_down_, true);
     for (int64_t l = L - 1; l >= 0; --l) {
       const size_t li = size_t(l);
       const LayerCtx ctx = layer_ctx(l, c, true, true, false);
       Tensor h_in = h_[li].rows(0, tn), h_out = h_[li + 1].rows(0, tn);
-      buf.keep_attention_in(att_o_[li].rows(0, n), att_lse_[li].rows(0, n));
+      keep_attention(buf, l, n);
       // recompute the internals but attention (the top layer's are still there)
       const LayerParams& p = store_.acquire(l);
       if (l + 1 < L) layer_forward(ctx, p, h_in, h_out, buf, LayerPass::SavedAttention);
       layer_backward(ctx, p, store_.grads_of(l), h_in, dh, buf);
       store_.release(l);
       // no remaining (earlier) chunk reads these tokens' K/V or their gradients
-      cache_.release_from(l, first_free);
+      release_pages(l, first_free);
     }
     if (!store_.grad_embed().empty()) be_.embedding_bwd(mine(inputs_.ids(n), n), dh, store_.grad_embed());
     cache_.docs().release_from(first_free);

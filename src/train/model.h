@@ -114,7 +114,9 @@ class Model {
   LossStats run(const ChunkReader& read, int64_t N, float weight, bool backward,
                 const ChunkObserver& after_chunk = {});
   LossStats run_layer_major(const ChunkReader& read, int64_t N, float weight);  // train/layer_sweep.cpp
-  LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads, bool choose);
+  LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads, bool forward_sweep);
+  void keep_attention(LayerBuffers& buf, int64_t layer, int64_t n);
+  void release_pages(int64_t layer, int64_t first_page);
   void forward_layers(ChunkSpan c, Sweep sweep);
   Tensor final_norm(const Tensor& h);
   // The fused loss of hn (n, d) against the lm_head's vocabulary tiles (the param store's): the
@@ -165,7 +167,8 @@ class Model {
   Tensor dh_, hnorm_, rstd_final_, sums_t_;
   Tensor xent_stats_;  // (C / P, 4) f64: the loss's per-row statistics
   std::vector<Tensor> h_;               // layers + 1 of (C, d) (the layer order: two, alternating)
-  std::vector<Tensor> att_o_, att_lse_;  // layers of (C, H, D) and (C, H) (the layer order: one)
+  // layers x head groups of (C, H, D) and (C, H), layer l's group j at l K + j (the layer order: one layer's)
+  std::vector<Tensor> att_o_, att_lse_;
   // the layer order: the host arrays, the chunks in order and reversed, the loss pass's sums when
   // the tied head's are added later (tied_head_)
   std::unique_ptr<ActivationStore> acts_;
@@ -173,6 +176,7 @@ class Model {
   Tensor pass_sums_;
   bool tied_head_ = false;
   std::vector<int64_t> bottom_up_, top_down_;  // layer orders of the passes
+  std::vector<int64_t> cache_up_, cache_down_;  // the same over the cache's layers (K head groups per layer)
   int64_t decoded_ = 0, decode_max_ = 0;      // incremental decoding: tokens so far, capacity
   Buffer logits_tile_;  // logits of one vocabulary tile: (C, Vt) in logits(), (1, Vt) decoding (tag workspace)
 };

@@ -4,6 +4,9 @@
 //   gradient check  the gradients of one step, summed over the ranks, against the single rank's
 //   --sweep layer   the same step in the chunk order on the same ranks: the same bits (loss and
 //                   every gradient), and the single rank's run in the layer order as above
+//   --sp-head-chunks K > 1: the same step and training with K = 1 on the same ranks: the same bits
+//                   (loss, every gradient, every step's loss, the final weights), and this rank's
+//                   peaks at K = 1 minus those at K equal to the plans' difference, per (tier, tag)
 //   training check  --steps steps of the trainer (AdamW): every loss and the final weights
 //   memory          this rank's peak per (tier, tag) against its plan; kv and kv_grad against the
 //                   single rank's peaks / sp; the optimizer's (--zero 1..3), and the masters' and
@@ -12,7 +15,9 @@
 // Faults for test_dist: --skip-reduce (no gradient sum, nor --zero 3's reduce-scatter: the check
 // must fail), --die-rank r (rank r exits mid-step), --stall-rank r (rank r sleeps past --dist-timeout),
 // --layer-fault tied-head (the layer order adds a tied head's gradient in its loss pass: the bits
-// differ from the chunk order's). --tie: the embedding tied to the lm_head.
+// differ from the chunk order's), --group-fault (the head groups' exchange back puts group j's
+// rows in group K - 1 - j's columns: the bits differ from K = 1's). --tie: the embedding tied to
+// the lm_head.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -26,6 +31,7 @@
 #include "dist/dist.h"
 #include "dist/grad_sync.h"
 #include "dist/mpi_comm.h"
+#include "dist/ulysses.h"
 #include "model/init.h"
 #include "model/param_shards.h"
 #include "model_fixture.h"
@@ -37,9 +43,9 @@ using namespace oomb;
 namespace {
 struct Args {
   DistOptions dist;
-  int64_t seq = 256, chunk = 64, page = 16, steps = 3, accum = 1, kv_heads = 2;
+  int64_t seq = 256, chunk = 64, page = 16, steps = 3, accum = 1, kv_heads = 2, heads = 4;
   std::string arch = "llama", device = "cpu", offload, sweep = "chunk", layer_fault;
-  bool doc_mask = false, skip_reduce = false, tie = false, sim_device_comm = false;
+  bool doc_mask = false, skip_reduce = false, tie = false, sim_device_comm = false, group_fault = false;
   int die_rank = -1, stall_rank = -1;
 };
 
@@ -64,8 +70,11 @@ class Windows final : public TokenSource {
   int64_t vocab_;
 };
 
-ChunkPlan plan_of(const Args& a, int64_t sp, int64_t ranks, int64_t rank, int zero, bool device_comm = false) {
+// head_chunks: --sp-head-chunks (0: the flag's; a single rank takes 1)
+ChunkPlan plan_of(const Args& a, int64_t sp, int64_t ranks, int64_t rank, int zero, bool device_comm = false,
+                  int64_t head_chunks = 0) {
   ChunkPlan p;
+  p.head_chunks = sp == 1 ? 1 : head_chunks > 0 ? head_chunks : a.dist.head_chunks;
   p.chunk = a.chunk;
   p.page_size = a.page;
   p.doc_sep = a.doc_mask ? 0 : -1;
@@ -158,6 +167,8 @@ int main(int argc, char** argv) {
   Args a;
   CLI::App app{"dist_check"};
   app.add_option("--sp", a.dist.sp);
+  app.add_option("--sp-head-chunks", a.dist.head_chunks);
+  app.add_flag("--group-fault", a.group_fault);
   app.add_option("--dp", a.dist.dp);
   app.add_option("--zero", a.dist.zero);
   app.add_option("--dist-timeout", a.dist.timeout_s);
@@ -168,6 +179,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", a.steps);
   app.add_option("--grad-accum", a.accum);
   app.add_option("--kv-heads", a.kv_heads);
+  app.add_option("--heads", a.heads);
   app.add_option("--arch", a.arch);
   app.add_option("--device", a.device);
   app.add_option("--offload", a.offload);
@@ -195,8 +207,11 @@ int main(int argc, char** argv) {
     const int64_t dp = a.dist.dp, N = a.seq;
     nlohmann::json cj = testing::tiny_config_json(a.arch, a.kv_heads);
     cj["tie_word_embeddings"] = a.tie;
+    cj["num_attention_heads"] = a.heads;
     const ModelConfig cfg = parse_config(cj, "dist_check");
     if (!a.layer_fault.empty()) Model::layer_sweep_fault_for_test(a.layer_fault.c_str());
+    if (a.group_fault) SeqParallel::group_fault_for_test(true);
+    const int64_t K = a.dist.head_chunks;
     Windows data(cfg.vocab);
     const uint64_t seed = 7;
     bool ok = true;
@@ -206,15 +221,16 @@ int main(int argc, char** argv) {
     };
 
     // 1. One step's gradients, summed over the ranks, against the single rank's.
-    std::vector<float> g_dist, g_ref;
-    double loss_dist = 0, loss_ref = 0;
-    {
+    // (head_chunks: --sp-head-chunks of the run, 0: the flag's)
+    auto one_step = [&](int64_t head_chunks, double& loss, std::vector<float>& g) {
       auto be = backend(a);  // each run its own backend, so that its workspace counts in its own peaks only
       Dist d(a.dist, dist.world().split(0, r));  // the same ranks, their tensors over --comm on this backend
       attach(d, *be, a);
-      Model m(cfg, *be, plan_of(a, a.dist.sp, R, r, z3 ? 3 : 0, d.device_comm()), &d.tensor_sp(), &d.world());
+      Model m(cfg, *be, plan_of(a, a.dist.sp, R, r, z3 ? 3 : 0, d.device_comm(), head_chunks), &d.tensor_sp(),
+              &d.world());
       init(m, seed);
       m.enable_grads();
+      loss = 0;
       for (int64_t i = 0; i < a.accum; ++i) {
         const int64_t w = i * dp + dist.dp_rank();
         if (r == a.stall_rank) std::this_thread::sleep_for(std::chrono::duration<double>(a.dist.timeout_s * 3));
@@ -222,15 +238,18 @@ int main(int argc, char** argv) {
             [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); }, N,
             1.0f / float(a.accum * dp));
         if (r == a.die_rank) _exit(9);
-        loss_dist += ls.loss_sum / double(ls.targets);
+        loss += ls.loss_sum / double(ls.targets);
       }
-      dist.dp().all_reduce_sum(&loss_dist, 1);
-      loss_dist /= double(a.accum * dp);
+      dist.dp().all_reduce_sum(&loss, 1);
+      loss /= double(a.accum * dp);
       const Tier gt = m.grads().flat().tier;
       GradSync sync(d.group_for(gt), *be, m.grads().flat().numel(), 0, gt);
       if (!a.skip_reduce && !z3) sync.reduce(m.grads().flat());  // (--zero 3: the store reduced them)
-      g_dist = whole(m, m.grads().flat(), d.world());
-    }
+      g = whole(m, m.grads().flat(), d.world());
+    };
+    std::vector<float> g_dist, g_ref;
+    double loss_dist = 0, loss_ref = 0;
+    one_step(0, loss_dist, g_dist);
     if (a.sweep == "layer") {  // the same ranks and windows in the chunk order: the same bits
       auto be = backend(a);
       Dist d(a.dist, dist.world().split(0, r));
@@ -257,6 +276,17 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < g_chunk.size(); ++i) differ += std::memcmp(&g_chunk[i], &g_dist[i], 4) != 0;
       dist.world().all_reduce_sum(&differ, 1);
       report("layer_vs_chunk_order_differing", differ, 0);
+    }
+    if (K > 1) {  // the same ranks and windows with one head group: the same bits
+      double loss = 0;
+      std::vector<float> g_one;
+      one_step(1, loss, g_one);
+      double differ = loss == loss_dist ? 0 : 1;
+      for (size_t i = 0; i < g_one.size(); ++i) differ += std::memcmp(&g_one[i], &g_dist[i], 4) != 0;
+      dist.world().all_reduce_sum(&differ, 1);
+      report("head_chunks_vs_one_differing", differ, 0);
+      if (r == 0) std::cout << fmt::format("(loss and {} gradients, --sp-head-chunks {} against 1)", g_one.size(), K)
+                            << std::endl;
     }
     if (r == 0) {  // (a backend of its own: its workspace must not count in this rank's peaks below)
       auto be_ref = backend(a);
@@ -287,13 +317,14 @@ int main(int argc, char** argv) {
     std::vector<float> w_dist;
     Peaks measured;
     MemoryPlan planned;
-    auto train_dist = [&](int zero, std::vector<double>* ls, std::vector<float>* w, bool measure) {
+    auto train_dist = [&](int zero, std::vector<double>* ls, std::vector<float>* w, bool measure,
+                          int64_t head_chunks = 0) {
       auto be_run = backend(a);
       DistOptions o_zero = a.dist;
       o_zero.zero = zero;
       Dist d(o_zero, dist.world().split(0, r));  // the same ranks, this run's --zero
       attach(d, *be_run, a);
-      const ChunkPlan p = plan_of(a, a.dist.sp, R, r, zero, d.device_comm());
+      const ChunkPlan p = plan_of(a, a.dist.sp, R, r, zero, d.device_comm(), head_chunks);
       Model m(cfg, *be_run, p, &d.tensor_sp(), &d.world());
       init(m, seed);
       TrainOptions o{N, a.steps, a.accum, 1000, oc, ""};
@@ -332,6 +363,38 @@ int main(int argc, char** argv) {
     std::vector<double> all(mine.size() * size_t(R));
     dist.world().all_gather(mine.data(), all.data(), mine.size() * 8);
 
+    if (K > 1) {  // K = 1 on the same ranks: the same bits; its peaks minus K's = its plan minus K's
+      const Peaks at_k = measured;
+      const MemoryPlan plan_k = planned;
+      Accountant::global().reset_peaks();
+      std::vector<double> l1;
+      std::vector<float> w1;
+      train_dist(a.dist.zero, &l1, &w1, true, 1);
+      double differ = l1.size() == losses.size() ? 0 : 1;
+      for (size_t i = 0; i < l1.size() && i < losses.size(); ++i) differ += l1[i] != losses[i];
+      for (size_t i = 0; i < w1.size(); ++i) differ += std::memcmp(&w1[i], &w_dist[i], 4) != 0;
+      dist.world().all_reduce_sum(&differ, 1);
+      report("head_chunks_vs_one_trained_differing", differ, 0);
+      double off = 0;
+      int64_t saved = 0, saved_planned = 0;  // this rank's bytes, every tier and tag
+      for (Tier t : kTiers)
+        for (int i = 0; i < kNumTags; ++i) {
+          if (Tag(i) == Tag::IO) continue;
+          const int64_t got = measured.b[size_t(t)][size_t(i)] - at_k.b[size_t(t)][size_t(i)],
+                        want = planned.get(t, Tag(i)) - plan_k.get(t, Tag(i));
+          off += got != want;
+          saved += got, saved_planned += want;
+          if (got != 0 && r == 0)
+            std::cout << fmt::format("head_chunk_saving {}/{} {} (planned {})", tier_name(t), tag_name(Tag(i)), got,
+                                     want)
+                      << std::endl;
+        }
+      dist.world().all_reduce_sum(&off, 1);
+      report("head_chunk_saving_vs_plan_mismatches", off, 0);
+      if (r == 0)
+        std::cout << fmt::format("head_chunk_saving_bytes {} (planned {})", saved, saved_planned) << std::endl;
+      measured = at_k, planned = plan_k;
+    }
     if (a.dist.zero > 0) {  // sharded AdamW updates each element as the whole update does: equal bits
       std::vector<double> l0;
       std::vector<float> w0;
