@@ -120,7 +120,6 @@ void check_zero3(const ChunkPlan& p) {
   if (!zero3(p)) return;
   OOMB_CHECK(p.offload_params, "--zero 3: needs --offload params (each layer is gathered into the parameter store's "
              "device slots just in time)");
-  OOMB_CHECK(p.sweep == SweepOrder::Chunk, "--sweep layer with --zero 3: not supported yet (use --sweep chunk)");
 }
 
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
@@ -153,10 +152,11 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   }
   if (bf16 && !plan.offload_params && !frozen) m.at(dev, Tag::Weights) += Bf16Weights::bytes(cfg);
   if (bf16 && plan.lora.on()) m.at(dev, Tag::Weights) += Bf16Weights::adapter_bytes(cfg, plan.lora);
-  if (plan.offload_params) {  // (bf16: the slots and head hold images, cast into pinned host memory)
+  if (plan.offload_params) {  // (bf16: the slots and head hold images, cast into pinned host memory, or
+                              // under --zero 3 on the device from the gathered fp32 ranges)
     m.at(dev, Tag::Weights) += ParamStore::device_weight_bytes(cfg, bf16);
     m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);
-    if (bf16) m.at(Tier::Pinned, Tag::Weights) += ParamStore::host_image_bytes(cfg);
+    if (bf16 && !zero3(plan)) m.at(Tier::Pinned, Tag::Weights) += ParamStore::host_image_bytes(cfg);
   }
   m.at(dev, Tag::Activations) =
       LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp) +

@@ -64,8 +64,8 @@ struct ChunkPlan {
 };
 
 // --zero 3 on several ranks: masters, gradients and moments sharded per parameter range
-// (model/param_shards.h), layers gathered just in time (model/param_store.h). Needs --offload params
-// and the chunk order; check_zero3 refuses anything else, naming the flags.
+// (model/param_shards.h), layers gathered just in time (model/param_store.h). Needs --offload params;
+// check_zero3 refuses anything else, naming the flag.
 inline bool zero3(const ChunkPlan& p) { return p.zero == 3 && p.ranks > 1; }
 void check_zero3(const ChunkPlan& p);
 

@@ -112,8 +112,6 @@ int64_t ParamStore::zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev) 
 
 ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16, Comm* world)
     : cfg_(c), be_(be), offload_(offload), bf16_(offload && bf16), world_(world) {
-  OOMB_CHECK(!(bf16_ && world_), "--zero 3 with --precision bf16: not supported yet (the gathered shards are fp32; "
-             "use --precision fp32, or --zero 2)");
   OOMB_CHECK(!offload || be.tier() == Tier::Device,
              "--offload params: the {} backend has no device memory to offload from (use --device sim or cuda)",
              be.name());
@@ -148,6 +146,44 @@ void ParamStore::reduce_from(float* dev, const ParamShards::Range& r, GradSync& 
   for (int64_t i = 0; i < r.size; ++i) g[i] += x[i];
 }
 
+// --zero 3 with --precision bf16: the fp32 range gathered into the gradient slot's memory (free
+// while a layer arrives: the slot's last gradients are reduced and its next start at zero), then
+// cast into the image the layers compute with (Backend::cast: core/dtype's rounding, as the host
+// images' of one rank) on the compute stream.
+void ParamStore::layer_image_from_shards(int64_t l, int64_t s) {
+  OOMB_CHECK(gslots_.data() != nullptr, "--zero 3 with --precision bf16: the layers are gathered through the gradient slots; "
+             "bind gradients first (training)");
+  const Tier D = Tier::Device;
+  float* st = gslots_.as<float>() + s * layer_numel(cfg_);
+  gather_into(st, shards_.layer(l), *sync_layer_);
+  char* image = wslots_.as<char>() + s * image_bytes_;
+  for (const ImagePart& p : parts_) {
+    const Tensor src(st + p.master, DType::F32, {p.numel}, D);
+    Tensor dst(image + p.at, p.bf16 ? DType::BF16 : DType::F32, {p.numel}, D);
+    if (p.bf16) be_.cast(src, dst);
+    else be_.copy(dst.data, D, src.data, D, size_t(p.numel) * 4);
+  }
+}
+
+// The head's image (fp32 embedding and final norm, the lm_head's bf16 copy, or the embedding's when
+// tied) from the head's ranges gathered into its gradients' buffer.
+void ParamStore::head_image_from_shards() {
+  OOMB_CHECK(ghead_buf_.data() != nullptr, "--zero 3 with --precision bf16: the head is gathered through its gradients' "
+             "buffer; bind gradients first (training)");
+  const ModelConfig& c = cfg_;
+  const int64_t E = c.vocab * c.hidden;
+  const Tier D = Tier::Device;
+  float* st = ghead_buf_.as<float>();
+  gather_into(st, shards_.embed(), *sync_embed_);
+  gather_into(st + E, shards_.tail(), *sync_tail_);
+  char* h = whead_.as<char>();
+  be_.copy(h, D, st, D, size_t(E) * 4);
+  be_.copy(h + head_norm_at(c), D, st + E, D, size_t(c.hidden) * 4);
+  const Tensor lm(c.tie_word_embeddings ? st : st + E + c.hidden, DType::F32, {E}, D);
+  Tensor lm16(h + head_lm_at(c), DType::BF16, {E}, D);
+  be_.cast(lm, lm16);
+}
+
 ParamStore::~ParamStore() { be_.synchronize(); }
 
 void ParamStore::bind(Params& weights, ParamViews views) {
@@ -180,11 +216,12 @@ void ParamStore::bind_images() {
   const Tier D = Tier::Device;
   wslots_ = Buffer(D, Tag::Weights, size_t(2 * image_bytes_));
   whead_ = Buffer(D, Tag::Weights, size_t(head_image_bytes(c)));
-  himages_ = Buffer(Tier::Pinned, Tag::Weights, size_t(host_image_bytes(c)));
-  const float* layer0 = weights_->flat().f() + layer_offset(c, 0);
-  for (int s = 0; s < 2; ++s) {
+  if (!world_) himages_ = Buffer(Tier::Pinned, Tag::Weights, size_t(host_image_bytes(c)));
+  const LayerZero l0 = layer_zero(*weights_);
+  const float* layer0 = l0.base;
+  for (int s = 0; s < 2 && l0.layer; ++s) {
     LayerParams& v = wview_[s];
-    v = weights_->layers[0];
+    v = *l0.layer;
     for (auto f : kLayerFields) {
       Tensor& t = v.*f;
       if (t.empty()) continue;
@@ -230,24 +267,34 @@ void ParamStore::cast_images() {
   for (int64_t i = 0; i < n; ++i) d16[i] = f32_to_bf16(lm[i]);
 }
 
-// The device slots' and head's views: as the masters' (rebased), or under --zero 3, whose shards
-// hold no whole tensor, from a one-layer model's layout (vocabulary 1) and the head's shapes.
+// Layer 0's views as bound in `host` and where its range starts; under --zero 3, whose shards hold
+// no whole tensor, those of a one-layer model's layout (vocabulary 1), which has the same offsets.
+ParamStore::LayerZero ParamStore::layer_zero(const Params& host) const {
+  const ModelConfig& c = cfg_;
+  LayerZero z;
+  if (!world_) {
+    z.layer = host.layers.empty() ? nullptr : &host.layers[0];
+    z.base = host.flat().f() + layer_offset(c, 0);
+    return z;
+  }
+  ModelConfig c1 = c;
+  c1.layers = 1, c1.vocab = 1;
+  z.one = std::make_unique<Params>(c1, Tier::Host, Tag::IO);
+  z.layer = &z.one->layers[0];
+  z.base = z.one->flat().f() + layer_offset(c1, 0);
+  OOMB_CHECK(layer_numel(c1) == layer_numel(c), "param store: a one-layer model's layer has {} values, not {}",
+             layer_numel(c1), layer_numel(c));
+  return z;
+}
+
+// The device slots' and head's views: as the masters' (rebased), or under --zero 3 from a one-layer
+// model's layout (layer_zero) and the head's shapes.
 void ParamStore::device_views(const Params& host, Buffer& slots, Buffer& head, LayerParams* view, ParamViews& out) {
   const ModelConfig& c = cfg_;
   const int64_t n = layer_numel(c), E = c.vocab * c.hidden;
   const Tier D = Tier::Device;
-  std::unique_ptr<Params> one;
-  const LayerParams* layer0 = host.layers.empty() ? nullptr : &host.layers[0];
-  const float* base = host.flat().f() + layer_offset(c, 0);
-  if (world_) {
-    ModelConfig c1 = c;
-    c1.layers = 1, c1.vocab = 1;
-    one = std::make_unique<Params>(c1, Tier::Host, Tag::IO);
-    layer0 = &one->layers[0];
-    base = one->flat().f() + layer_offset(c1, 0);
-    OOMB_CHECK(layer_numel(c1) == n, "param store: a one-layer model's layer has {} values, not {}", layer_numel(c1), n);
-  }
-  for (int s = 0; s < 2 && layer0; ++s) view[s] = rebase(*layer0, base, slots.as<float>() + s * n, D);
+  const LayerZero l0 = layer_zero(host);
+  for (int s = 0; s < 2 && l0.layer; ++s) view[s] = rebase(*l0.layer, l0.base, slots.as<float>() + s * n, D);
   float* dh = head.as<float>();
   out = {{}, Tensor(dh, DType::F32, {c.vocab, c.hidden}, D), Tensor(dh + E, DType::F32, {c.hidden}, D), {}};
   out.lm_head = c.tie_word_embeddings ? out.embed : Tensor(dh + E + c.hidden, DType::F32, {c.vocab, c.hidden}, D);
@@ -294,7 +341,12 @@ void ParamStore::begin_sequence(bool grads) {
   seq_grads_ = grads;
   if (!offload_) return;
   holds_[0] = holds_[1] = -1;  // the masters may have changed
-  if (world_) {  // every rank's shards of the head's ranges; its gradients from zero
+  if (world_ && bf16_) {  // the head's ranges gathered into its gradients' buffer, then its image made there
+    be_.synchronize();
+    head_image_from_shards();
+    OOMB_CHECK(!grads || grads_ != nullptr, "param store: a sequence with gradients needs gradients bound first");
+    if (grads) be_.fill_zero_async(ghead_buf_.data(), ghead_buf_.bytes(), Stream::Compute);  // after the casts
+  } else if (world_) {  // every rank's shards of the head's ranges; its gradients from zero
     const int64_t E = cfg_.vocab * cfg_.hidden;
     be_.synchronize();
     gather_into(whead_.as<float>(), shards_.embed(), *sync_embed_);
@@ -362,8 +414,11 @@ void ParamStore::fetch(size_t pos) {
   const Tier D = Tier::Device, P = Tier::Pinned;
   if (world_) {  // --zero 3: the layer's shards gathered once the device is done with the slot
     be_.synchronize();
-    if (holds_[s] != l) gather_into(wslots_.as<float>() + s * n, shards_.layer(l), *sync_layer_), holds_[s] = l;
-    if (pass_grads_) be_.fill_zero_async(gslots_.as<float>() + s * n, bytes, Stream::Copy);
+    float* g = gslots_.as<float>() + s * n;
+    if (holds_[s] != l && bf16_) layer_image_from_shards(l, s);
+    else if (holds_[s] != l) gather_into(wslots_.as<float>() + s * n, shards_.layer(l), *sync_layer_);
+    holds_[s] = l;
+    if (pass_grads_) be_.fill_zero_async(g, bytes, bf16_ ? Stream::Compute : Stream::Copy);  // (bf16: after the casts)
     be_.record(*in_[s], Stream::Copy);
     return;
   }
@@ -400,6 +455,17 @@ LayerParams& ParamStore::grads_of(int64_t l) {
   OOMB_CHECK(pass_grads_ && pos_ < order_.size() && order_[pos_] == l,
              "param store: layer {}'s gradients outside a pass with gradients", l);
   return offload_ ? gview_[slot(pos_)] : g_.layers[size_t(l)];
+}
+
+void ParamStore::reduce_chunk(int64_t l) {
+  OOMB_CHECK(pass_grads_ && pos_ < order_.size() && order_[pos_] == l,
+             "param store: layer {}'s gradients reduced outside a pass with gradients", l);
+  if (!offload_ || !world_) return;
+  const int64_t n = layer_numel(cfg_);
+  float* g = gslots_.as<float>() + slot(pos_) * n;
+  be_.synchronize();
+  reduce_from(g, shards_.layer(l), *sync_layer_);
+  be_.fill_zero_async(g, size_t(n) * 4, Stream::Compute);
 }
 
 void ParamStore::release(int64_t l) {

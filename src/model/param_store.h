@@ -24,7 +24,8 @@
 // grad_sync.h); its gradient slot starts at zero; release reduce-scatters the slot's gradients over
 // every rank and adds this rank's part of the sum into its shard (fp32, across chunks and
 // sequences). The head's ranges alike, once per sequence. The collectives block the host: no
-// overlap of copies with compute in this mode yet.
+// overlap of copies with compute in this mode yet. The layer order (--sweep layer) gathers a layer
+// once per pass and reduces its gradients chunk by chunk (reduce_chunk).
 //
 // Flat ranges: layer l is one contiguous range of the flat layout (layer_offset, layer_numel); the
 // head is two (the embedding first; the final norm and an untied lm_head last), one after the
@@ -87,6 +88,11 @@ class ParamStore {
   const LayerParams& acquire(int64_t l);
   LayerParams& grads_of(int64_t l);
   void release(int64_t l);
+  // --zero 3, the layer order (one acquire for every chunk): the acquired layer's gradients so far
+  // (one chunk's) summed over every rank into this rank's shard, the slot zeroed; called after each
+  // chunk but the last (release reduces that one), so that the shard takes the chunks' sums one by
+  // one as in the chunk order, with its bits. Nothing otherwise.
+  void reduce_chunk(int64_t l);
 
   static int64_t layer_offset(const ModelConfig& c, int64_t l);
   static int64_t layer_numel(const ModelConfig& c);
@@ -125,6 +131,15 @@ class ParamStore {
   void cast_images();     // bf16: the host images from the masters
   // --zero 3: range r's shards gathered into dev (r.n floats); dev's gradients reduced into the shard
   void device_views(const Params& host, Buffer& slots, Buffer& head, LayerParams* view, ParamViews& out);
+  struct LayerZero {
+    std::unique_ptr<Params> one;  // --zero 3: a one-layer model whose layout gives the views
+    const LayerParams* layer = nullptr;
+    const float* base = nullptr;
+  };
+  LayerZero layer_zero(const Params& host) const;
+  // --zero 3 with bf16: layer l's image in slot s, the head's image, each from the gathered fp32 range
+  void layer_image_from_shards(int64_t l, int64_t s);
+  void head_image_from_shards();
   void gather_into(float* dev, const ParamShards::Range& r, GradSync& sync);
   void reduce_from(float* dev, const ParamShards::Range& r, GradSync& sync);
 
