@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "dtype_reference.h"
+#include "op_check_cases.h"
 #include "test_util.h"
 
 using namespace oomb;
@@ -599,6 +600,13 @@ TEST(CudaOps, CastAndRoundBf16AgainstTheIeeeDefinition) {
   EXPECT_EQ(bad, 0u);
 }
 
+// The same bad calls the CPU backend and the simulated device refuse (test_op_checks.cpp), with
+// the same messages: the checks are done once, for every backend.
+TEST(CudaOps, RefusesEveryBadCallAsTheOtherBackendsDo) {
+  REQUIRE_GPU();
+  for (const BadCall& c : bad_calls()) EXPECT_EQ(error_of([&] { c.call(*backends().cuda); }), c.message);
+}
+
 TEST(CudaOps, BadInputIsNamed) {
   REQUIRE_GPU();
   Backend& G = *backends().cuda;
@@ -613,7 +621,7 @@ TEST(CudaOps, BadInputIsNamed) {
     G.linear_fwd(x.h, w.h, nullptr, y.h);  // host memory given to the device backend
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("must be in device memory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("x is in host memory; the cuda backend computes on device memory"), std::string::npos) << e.what();
   }
   Pair sc(DType::F32, {2, 1, 8}), chosen(DType::I32, {2, 2, 4});  // chosen's groups do not match
   EXPECT_EQ(error_of([&] { G.page_topk(sc.d, 0, chosen.d); }), "page_topk: chosen (2, 2, 4) must be (2, 1, K >= 1)");

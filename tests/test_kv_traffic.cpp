@@ -112,7 +112,7 @@ TEST(KVTraffic, PlanEqualsMeasuredDense) {
 TEST(KVTraffic, ClosedFormEqualsTheCountByChunk) {
   const ModelConfig cfg = config(3, false);
   for (const SweepOrder order : {SweepOrder::Chunk, SweepOrder::Layer})
-    for (const auto [N, C, P] : {std::tuple{37, 13, 8}, {4096, 512, 128}, {1000, 1000, 16}, {999, 100, 7}}) {
+    for (const auto& [N, C, P] : {std::tuple{37, 13, 8}, {4096, 512, 128}, {1000, 1000, 16}, {999, 100, 7}}) {
       SCOPED_TRACE(fmt::format("N {} C {} P {} {}", N, C, P, sweep_name(order)));
       KVCacheOptions o = kv_cache_options(cfg, plan_of(order, C, P)), wide = o;
       wide.windows.assign(3, 1 << 30);
@@ -120,7 +120,9 @@ TEST(KVTraffic, ClosedFormEqualsTheCountByChunk) {
       const KVTraffic a = plan_kv_traffic(o, {}, N, C, layer).bytes, b = plan_kv_traffic(wide, {}, N, C, layer).bytes;
       EXPECT_EQ(show(a), show(b));
       wide.windows.assign(3, 64);  // negative control: a window that chunks reach past reads less
-      if (N > C + 64) EXPECT_LT(plan_kv_traffic(wide, {}, N, C, layer).bytes.kv_in, a.kv_in);
+      if (N > C + 64) {
+        EXPECT_LT(plan_kv_traffic(wide, {}, N, C, layer).bytes.kv_in, a.kv_in);
+      }
     }
   const KVCacheOptions o = kv_cache_options(cfg, plan_of(SweepOrder::Chunk, 1024, 128));
   EXPECT_THAT(error_of([&] { plan_kv_traffic(o, {}, int64_t(1) << 40, 1024, false); }),

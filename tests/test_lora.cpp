@@ -317,9 +317,11 @@ TEST(Lora, TrainsAdaptersOnlyFromTheBaseAndAsPlanned) {
     if (precision == DType::BF16) {
       EXPECT_GE(Bf16Weights::adapter_bytes(cfg, lc), Pt * 2);
     }
-    for (int i = 0; i < kNumTags; ++i)
-      if (Tag(i) != Tag::IO)
+    for (int i = 0; i < kNumTags; ++i) {
+      if (Tag(i) != Tag::IO) {
         EXPECT_EQ(acc.get(Tier::Host, Tag(i)).peak, pm.get(Tier::Host, Tag(i))) << tag_name(Tag(i)) << ": plan";
+      }
+    }
     std::cout << fmt::format("[ lora     ] {}: {} trainable of {} parameters; grads {} B, optimizer {} B (full "
                              "fine-tuning: {} B, {} B), bf16 copies {} B; loss {:.4f} -> {:.4f}\n",
                              dtype_name(precision), Pt, param_count(cfg), Pt * 4, 2 * Pt * 4, param_count(cfg) * 4,

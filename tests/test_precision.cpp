@@ -177,9 +177,11 @@ TEST(Bf16Budget, TrainsAsPlanned) {
       opt.step(k, nullptr);
     }
     const MemoryPlan pm = plan_memory(cfg, plan, N, "adamw", be->workspace_bytes(workspace_shape(cfg, plan)));
-    for (int i = 0; i < kNumTags; ++i)
-      if (Tag(i) != Tag::IO)
+    for (int i = 0; i < kNumTags; ++i) {
+      if (Tag(i) != Tag::IO) {
         EXPECT_EQ(acc.get(Tier::Host, Tag(i)).peak, pm.get(Tier::Host, Tag(i))) << tag_name(Tag(i));
+      }
+    }
     // the fp32 masters and the bf16 copy of the matrices (each from a 256-byte boundary)
     int64_t values = 0, matrices = 0;
     for (const ParamSpec& s : param_layout(cfg))

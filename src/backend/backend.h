@@ -1,6 +1,6 @@
 // The op interface every backend implements. Model code calls only these ops.
 // Shapes use T = tokens, d = hidden, H = query heads, G = kv heads, D = head dim, V = vocab.
-// Ops validate their inputs with errors that start with the op's name.
+// Ops check their inputs once, for every backend (op_checks.cpp), with errors that start with the op's name.
 #pragma once
 #include <memory>
 #include <span>
@@ -71,67 +71,73 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
   virtual Tier tier() const = 0;
+  // Whether the ops compute on memory of tier t (an op's tensors must all be in such memory).
+  virtual bool computes_on(Tier t) const { return t == tier(); }
+
+  // The ops. Each checks its inputs here, once for every backend (op_checks.cpp: shapes, dtypes,
+  // tiers; errors start with the op's name), then calls the backend's do_ op (protected, below),
+  // which checks only its own limits (grid sizes, shared memory).
 
   // y (T, out) = x (T, in) . w^T (out, in) [+ b (out)].  x and w: both f32 or both bf16 (a bf16
   // GEMM with fp32 accumulation); y, b f32.
-  virtual void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) = 0;
+  void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
   // dx (T, in) = dy . w (or += when dx_accumulate);  dw += dy^T . x;  db += sum_t dy.  Null = skip.
   // x, w, dy: all f32 or all bf16; dx, dw, db f32 (weight gradients accumulate in fp32, beta = 1).
-  virtual void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool dx_accumulate,
-                          Tensor* dw, Tensor* db) = 0;
+  void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool dx_accumulate,
+                          Tensor* dw, Tensor* db);
 
   // out (T, d) = table[ids];  ids: (T) i32
-  virtual void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
+  void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out);
   // dtable[ids[t]] += dout[t]
-  virtual void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable) = 0;
+  void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable);
 
   // y (T, d) = x * rstd * w;  rstd: (T) saved for backward
-  virtual void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) = 0;
+  void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd);
   // dx (T, d) = ... (or += when dx_accumulate);  dw += ...
-  virtual void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                           bool dx_accumulate, Tensor& dw) = 0;
+  void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
+                           bool dx_accumulate, Tensor& dw);
 
   // x: (T, H, D) rotated in place at positions pos: (T) i32 (rotate-half layout, as in HF Llama)
-  virtual void rope_fwd(Tensor& x, const Tensor& pos, const RopeTable& rope) = 0;
+  void rope_fwd(Tensor& x, const Tensor& pos, const RopeTable& rope);
   // dx: (T, H, D) in place: the transpose rotation
-  virtual void rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& rope) = 0;
+  void rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& rope);
 
   // out = silu(gate) * up;  all (T, I)
-  virtual void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
-  virtual void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
-                          Tensor& dup) = 0;
+  void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out);
+  void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
+                          Tensor& dup);
 
   // Causal GQA attention over KV blocks, online softmax. q, o: (T, H, D); lse: (T, H) fp32
-  virtual void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
-                             Tensor& lse) = 0;
+  void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
+                             Tensor& lse);
   // dq (T, H, D) = ...;  every block's dk, dv += its contribution (in place)
-  virtual void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
-                             std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) = 0;
+  void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                             std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq);
 
   // Sparse attention's page metadata (--sparse-pages). k: (T, G, D) f32, the keys (after RoPE) of
   // tokens [t0, t0 + T); means: (pages, G, D) bf16 with pages > (t0 + T - 1) / page_size: the mean
   // key of page p per kv head over the page's rows written so far. Rows of page p before t0 keep
   // their weight: means[p] = (means[p] * r + sum of the new rows) / (r + n), r = rows before t0.
-  virtual void page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means) = 0;
+  void page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means);
   // scores (tiles, S, pages) f32 against means (pages, G, D) bf16, q (T, H, D) f32 cut into tiles
   // of `tile` rows (the last may be shorter); S = G (per kv head group) or 1 (shared by every head):
   //   scores[i][s][p] = sum over tile i's queries t, heads h of group s (all heads when S = 1) of
   //                     q[t, h] . means[p, h / (H / G)]
-  virtual void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& scores) = 0;
+  void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& scores);
   // Quest's metadata (--sparse-score quest): minmax (pages, 2, G, D) bf16, [p][0] the per-dimension
   // min and [p][1] the max of page p's keys written so far, min rounded down to bf16 and max up (so
   // they bound every key). Rows of page p before t0 keep theirs: a page with none starts afresh.
-  virtual void page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Tensor& minmax) = 0;
+  void page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Tensor& minmax);
   // scores (tiles, S, pages) f32 of Quest's upper bound against minmax (pages, 2, G, D) bf16:
   //   scores[i][s][p] = sum over tile i's queries t, heads h of group s (all when S = 1), dims d of
   //                     max(q[t,h,d] * min[p,g,d], q[t,h,d] * max[p,g,d]),  g = h / (H / G)
   // computed as sum_d (sum of q's positive parts) * max + (sum of its negative parts) * min (the
   // same since min <= max), so a tile costs what the mean score costs.
-  virtual void page_quest_scores(const Tensor& q, int64_t tile, const Tensor& minmax, Tensor& scores) = 0;
+  void page_quest_scores(const Tensor& q, int64_t tile, const Tensor& minmax, Tensor& scores);
   // chosen (tiles, S, K) int32: per row of scores (tiles, S, pages) f32 the K pages of [first, pages)
   // scoring highest (score descending, ties to the lower page, NaN counting as -inf, -0 as +0),
   // in ascending page order; with fewer than K candidates, all of them, then -1.
-  virtual void page_topk(const Tensor& scores, int64_t first, Tensor& chosen) = 0;
+  void page_topk(const Tensor& scores, int64_t first, Tensor& chosen);
 
   // Fused lm_head + cross-entropy, tiled over tokens (never more than tile x V logits).
   // h: (T, d), w: (V, d), targets: (T) i32 (< 0 = ignored; every id < V, checked by the caller).
@@ -139,8 +145,8 @@ class Backend {
   // backward matmuls too (every matmul input bf16); logits, softmax and loss stay fp32.
   // sums: (2) f64 in this backend's memory, += {the summed loss over targets, argmax hits}; the
   // host reads it once per step. If dh: dh = scale * dloss/dh;  if dw: dw += scale * dloss/dw.
-  virtual void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,
-                                Tensor* dw, Tensor& sums) = 0;
+  void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,
+                                Tensor* dw, Tensor& sums);
   // The same, returning the loss and hits at once (a host sync; tests and one-off calls).
   double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
                       int64_t* correct);
@@ -178,23 +184,58 @@ class Backend {
   virtual void synchronize(const Event& e) {}            // the host waits for e
   virtual void synchronize() {}                          // the host waits for every stream
   // dst = src converted (f32 <-> bf16, round to nearest even; same dtype: a copy); equal numel.
-  virtual void cast(const Tensor& src, Tensor& dst) = 0;
+  void cast(const Tensor& src, Tensor& dst);
   // x (f32) rounded in place to the nearest bf16 value (ties to even), kept in f32.
-  virtual void round_bf16(Tensor& x) = 0;
+  void round_bf16(Tensor& x);
 
   // Elementwise and reductions over fp32 tensors.
-  virtual void add(Tensor& y, const Tensor& x) = 0;  // y += x; x f32 or bf16 (read as fp32)
-  virtual void zero(Tensor& y) = 0;
-  virtual void scale(Tensor& y, float s) = 0;
-  virtual double sum_squares(const Tensor& x) = 0;
+  void add(Tensor& y, const Tensor& x);  // y += x; x f32 or bf16 (read as fp32)
+  void zero(Tensor& y);
+  void scale(Tensor& y, float s);
+  double sum_squares(const Tensor& x);
 
   // Optimizer updates over flat fp32 tensors of equal length.
   struct AdamW {
     float lr, beta1, beta2, eps, weight_decay;
     int64_t step;  // 1-based, for bias correction
   };
-  virtual void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamW& a) = 0;
-  virtual void sgd_step(Tensor& param, const Tensor& grad, float lr) = 0;
+  void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamW& a);
+  void sgd_step(Tensor& param, const Tensor& grad, float lr);
+
+ protected:
+  // The ops as each backend computes them, called with inputs already checked (see above).
+  virtual void do_linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) = 0;
+  virtual void do_linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool dx_accumulate,
+                             Tensor* dw, Tensor* db) = 0;
+  virtual void do_embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
+  virtual void do_embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable) = 0;
+  virtual void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) = 0;
+  virtual void do_rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
+                              bool dx_accumulate, Tensor& dw) = 0;
+  virtual void do_rope_fwd(Tensor& x, const Tensor& pos, const RopeTable& rope) = 0;
+  virtual void do_rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& rope) = 0;
+  virtual void do_swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  virtual void do_swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
+                             Tensor& dup) = 0;
+  virtual void do_attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
+                                Tensor& lse) = 0;
+  virtual void do_attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                                std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) = 0;
+  virtual void do_page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means) = 0;
+  virtual void do_page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& scores) = 0;
+  virtual void do_page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Tensor& minmax) = 0;
+  virtual void do_page_quest_scores(const Tensor& q, int64_t tile, const Tensor& minmax, Tensor& scores) = 0;
+  virtual void do_page_topk(const Tensor& scores, int64_t first, Tensor& chosen) = 0;
+  virtual void do_lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,
+                                   Tensor* dw, Tensor& sums) = 0;
+  virtual void do_cast(const Tensor& src, Tensor& dst) = 0;
+  virtual void do_round_bf16(Tensor& x) = 0;
+  virtual void do_add(Tensor& y, const Tensor& x) = 0;
+  virtual void do_zero(Tensor& y) = 0;
+  virtual void do_scale(Tensor& y, float s) = 0;
+  virtual double do_sum_squares(const Tensor& x) = 0;
+  virtual void do_adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamW& a) = 0;
+  virtual void do_sgd_step(Tensor& param, const Tensor& grad, float lr) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

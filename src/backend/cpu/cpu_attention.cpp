@@ -21,34 +21,10 @@ struct Dims {
   int64_t T, H, G, D, group;
 };
 
-Dims check_attention(const char* op, const Tensor& q, std::span<const KVBlock> blocks, bool backward) {
-  check_f32(op, "q", q, 3);
-  Dims d{q.dim(0), q.dim(1), 0, q.dim(2), 0};
-  OOMB_CHECK(!blocks.empty() || d.T == 0, "{}: no KV blocks", op);
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    const KVBlock& kb = blocks[b];
-    OOMB_CHECK(!kb.k.empty() && (kb.k.dtype == DType::F32 || kb.k.dtype == DType::BF16) && kb.k.ndim == 3 &&
-                   host_addressable(kb.k.tier),
-               "{}: block {} k must be a host (len, G, D) tensor of f32 or bf16, got {} {}", op, b,
-               dtype_name(kb.k.dtype), kb.k.shape_str());
-    check_same_shape(op, "block v", kb.v, "block k", kb.k);
-    OOMB_CHECK(kb.v.dtype == kb.k.dtype, "{}: block {} v is {} but k is {}", op, b, dtype_name(kb.v.dtype),
-               dtype_name(kb.k.dtype));
-    if (b == 0) d.G = kb.k.dim(1);
-    OOMB_CHECK(kb.k.dim(1) == d.G && kb.k.dim(2) == d.D, "{}: block {} k {} does not fit q {} (G={}, D={})", op, b,
-               kb.k.shape_str(), q.shape_str(), d.G, d.D);
-    if (backward) {
-      check_same_shape(op, "block dk", kb.dk, "block k", kb.k);
-      check_same_shape(op, "block dv", kb.dv, "block k", kb.k);
-      OOMB_CHECK((kb.dk.dtype == DType::F32 || kb.dk.dtype == DType::BF16) && kb.dv.dtype == kb.dk.dtype,
-                 "{}: block {} gradients must be f32 or bf16, got {} and {}", op, b, dtype_name(kb.dk.dtype),
-                 dtype_name(kb.dv.dtype));
-    }
-  }
-  if (d.G > 0) {
-    OOMB_CHECK(d.H % d.G == 0, "{}: query heads {} not a multiple of kv heads {}", op, d.H, d.G);
-    d.group = d.H / d.G;
-  }
+// The shapes (checked once, op_checks.cpp): q (T, H, D), every block (len, G, D).
+Dims dims_of(const Tensor& q, std::span<const KVBlock> blocks) {
+  Dims d{q.dim(0), q.dim(1), blocks.empty() ? 0 : blocks[0].k.dim(1), q.dim(2), 0};
+  if (d.G > 0) d.group = d.H / d.G;
   return d;
 }
 
@@ -150,16 +126,7 @@ int64_t max_block(std::span<const KVBlock> blocks) {
 
 // q, o: (T, H, D); each block k, v: (L, G, D); lse: (T, H)
 void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o, Tensor& lse) {
-  const Dims d = check_attention("attention_fwd", q, blocks, false);
-  check_same_shape("attention_fwd", "o", o, "q", q);
-  check_f32("attention_fwd", "lse", lse, 2);
-  OOMB_CHECK(lse.dim(0) == d.T && lse.dim(1) == d.H, "attention_fwd: lse {} must be ({}, {})", lse.shape_str(), d.T,
-             d.H);
-  const bool folding = !a.first || !a.last;
-  if (folding) {
-    check_f32("attention_fwd", "run_sum", a.run_sum, 2);
-    check_same_shape("attention_fwd", "run_sum", a.run_sum, "lse", lse);
-  }
+  const Dims d = dims_of(q, blocks);
   const float ninf = -std::numeric_limits<float>::infinity();
   const int64_t bmax = max_block(blocks);
 #pragma omp parallel for collapse(2) schedule(dynamic, 16)
@@ -207,11 +174,7 @@ void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnA
 // P = exp(S - lse); dV += P^T dO; dP = dO V^T; dS = P (dP - Dsum); dQ = dS K scale; dK += dS^T Q scale
 void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
                    std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) {
-  const Dims d = check_attention("attention_bwd", q, blocks, true);
-  check_same_shape("attention_bwd", "o", o, "q", q);
-  check_same_shape("attention_bwd", "dout", dout, "q", q);
-  check_same_shape("attention_bwd", "dq", dq, "q", q);
-  check_f32("attention_bwd", "lse", lse, 2);
+  const Dims d = dims_of(q, blocks);
   const float* L = lse.f();
   const int64_t bmax = max_block(blocks);
   auto dsum = [&](int64_t t, int64_t h) {  // rowsum(dO * O)

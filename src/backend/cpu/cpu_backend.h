@@ -17,75 +17,7 @@ class CpuBackend : public Backend {
   explicit CpuBackend(Tier tier = Tier::Host) : tier_(tier) {}
   std::string_view name() const override { return "cpu"; }
   Tier tier() const override { return tier_; }
-
-  void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
-    cpu::linear_fwd(x, w, b, y, widen(cpu::widen_elems({&x, &w})));
-  }
-  void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool acc, Tensor* dw,
-                  Tensor* db) override {
-    cpu::linear_bwd(x, w, dy, dx, acc, dw, db, widen(cpu::widen_elems({&x, &w, &dy})));
-  }
-  void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) override {
-    cpu::embedding_fwd(ids, table, out);
-  }
-  void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable) override {
-    cpu::embedding_bwd(ids, dout, dtable);
-  }
-  void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) override {
-    cpu::rmsnorm_fwd(x, w, eps, y, rstd);
-  }
-  void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, bool acc,
-                   Tensor& dw) override {
-    cpu::rmsnorm_bwd(x, w, rstd, dy, dx, acc, dw);
-  }
-  void rope_fwd(Tensor& x, const Tensor& pos, const RopeTable& r) override { cpu::rope(x, pos, r, false); }
-  void rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& r) override { cpu::rope(dx, pos, r, true); }
-  void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) override { cpu::swiglu_fwd(gate, up, out); }
-  void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) override {
-    cpu::swiglu_bwd(gate, up, dout, dgate, dup);
-  }
-  void page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means) override {
-    cpu::page_key_means(k, t0, page_size, means);
-  }
-  void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& scores) override {
-    cpu::page_scores(q, tile, means, scores);
-  }
-  void page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Tensor& minmax) override {
-    cpu::page_key_minmax(k, t0, page_size, minmax);
-  }
-  void page_quest_scores(const Tensor& q, int64_t tile, const Tensor& minmax, Tensor& scores) override {
-    cpu::page_quest_scores(q, tile, minmax, scores);
-  }
-  void page_topk(const Tensor& scores, int64_t first, Tensor& chosen) override { cpu::page_topk(scores, first, chosen); }
-  void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
-                     Tensor& lse) override {
-    cpu::attention_fwd(q, blocks, a, o, lse);
-  }
-  void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
-                     std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) override {
-    cpu::attention_bwd(q, o, lse, dout, blocks, a, dq);
-  }
-
-  void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
-                        Tensor& sums) override {
-    OOMB_CHECK(sums.dtype == DType::F64 && sums.numel() == 2 && host_addressable(sums.tier),
-               "lm_head_xent: sums must be (2) f64 in the backend's memory, got {} {}", dtype_name(sums.dtype),
-               sums.shape_str());
-    // The logits tile is planned once per vocabulary size and reused (workspace tag).
-    const int64_t V = w.dim(0), rows = std::clamp<int64_t>(h.dim(0), 1, kLossTile);
-    if (logits_.dim(1) != V || logits_.dim(0) < rows) {  // grown to the longest chunk seen (at most the tile)
-      logits_buf_.reset();
-      logits_buf_ = Buffer(tier_, Tag::Workspace, size_t(rows * V) * 4 + size_t(rows) * 8);
-      // the f64 row losses first, so that they are 8-byte aligned whatever rows x V is (UBSan)
-      row_loss_ = Tensor(logits_buf_.data(), DType::F64, {rows}, tier_);
-      logits_ = Tensor(logits_buf_.as<char>() + size_t(rows) * 8, DType::F32, {rows, V}, tier_);
-    }
-    int64_t correct = 0;
-    float* wide = widen(cpu::lm_head_widen_elems(h, w, kLossTile));
-    const double loss = cpu::lm_head_xent(h, w, targets, scale, dh, dw, &correct, logits_, row_loss_, wide);
-    sums.as<double>()[0] += loss;
-    sums.as<double>()[1] += double(correct);
-  }
+  bool computes_on(Tier t) const override { return host_addressable(t); }
 
   // the logits tile (tile x V fp32) and its per-row losses (tile fp64); with bf16 matmuls the fp32
   // scratch their widened operands take at the most: a linear's backward (x, w, dy; the widest is
@@ -108,11 +40,75 @@ class CpuBackend : public Backend {
     if (bytes > 0) std::memset(dst, 0, bytes);
   }
 
-  void cast(const Tensor& src, Tensor& dst) override {
-    auto ok = [](DType t) { return t == DType::F32 || t == DType::BF16; };
-    OOMB_CHECK(ok(src.dtype) && ok(dst.dtype), "cast: src and dst must be f32 or bf16, got {} and {}",
-               dtype_name(src.dtype), dtype_name(dst.dtype));
-    OOMB_CHECK(src.numel() == dst.numel(), "cast: src {} and dst {} differ in size", src.shape_str(), dst.shape_str());
+
+ protected:
+  void do_linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
+    cpu::linear_fwd(x, w, b, y, widen(cpu::widen_elems({&x, &w})));
+  }
+  void do_linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool acc, Tensor* dw,
+                  Tensor* db) override {
+    cpu::linear_bwd(x, w, dy, dx, acc, dw, db, widen(cpu::widen_elems({&x, &w, &dy})));
+  }
+  void do_embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) override {
+    cpu::embedding_fwd(ids, table, out);
+  }
+  void do_embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable) override {
+    cpu::embedding_bwd(ids, dout, dtable);
+  }
+  void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) override {
+    cpu::rmsnorm_fwd(x, w, eps, y, rstd);
+  }
+  void do_rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, bool acc,
+                   Tensor& dw) override {
+    cpu::rmsnorm_bwd(x, w, rstd, dy, dx, acc, dw);
+  }
+  void do_rope_fwd(Tensor& x, const Tensor& pos, const RopeTable& r) override { cpu::rope(x, pos, r, false); }
+  void do_rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& r) override { cpu::rope(dx, pos, r, true); }
+  void do_swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) override { cpu::swiglu_fwd(gate, up, out); }
+  void do_swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) override {
+    cpu::swiglu_bwd(gate, up, dout, dgate, dup);
+  }
+  void do_page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means) override {
+    cpu::page_key_means(k, t0, page_size, means);
+  }
+  void do_page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& scores) override {
+    cpu::page_scores(q, tile, means, scores);
+  }
+  void do_page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Tensor& minmax) override {
+    cpu::page_key_minmax(k, t0, page_size, minmax);
+  }
+  void do_page_quest_scores(const Tensor& q, int64_t tile, const Tensor& minmax, Tensor& scores) override {
+    cpu::page_quest_scores(q, tile, minmax, scores);
+  }
+  void do_page_topk(const Tensor& scores, int64_t first, Tensor& chosen) override { cpu::page_topk(scores, first, chosen); }
+  void do_attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
+                     Tensor& lse) override {
+    cpu::attention_fwd(q, blocks, a, o, lse);
+  }
+  void do_attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                     std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) override {
+    cpu::attention_bwd(q, o, lse, dout, blocks, a, dq);
+  }
+
+  void do_lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
+                        Tensor& sums) override {
+    // The logits tile is planned once per vocabulary size and reused (workspace tag).
+    const int64_t V = w.dim(0), rows = std::clamp<int64_t>(h.dim(0), 1, kLossTile);
+    if (logits_.dim(1) != V || logits_.dim(0) < rows) {  // grown to the longest chunk seen (at most the tile)
+      logits_buf_.reset();
+      logits_buf_ = Buffer(tier_, Tag::Workspace, size_t(rows * V) * 4 + size_t(rows) * 8);
+      // the f64 row losses first, so that they are 8-byte aligned whatever rows x V is (UBSan)
+      row_loss_ = Tensor(logits_buf_.data(), DType::F64, {rows}, tier_);
+      logits_ = Tensor(logits_buf_.as<char>() + size_t(rows) * 8, DType::F32, {rows, V}, tier_);
+    }
+    int64_t correct = 0;
+    float* wide = widen(cpu::lm_head_widen_elems(h, w, kLossTile));
+    const double loss = cpu::lm_head_xent(h, w, targets, scale, dh, dw, &correct, logits_, row_loss_, wide);
+    sums.as<double>()[0] += loss;
+    sums.as<double>()[1] += double(correct);
+  }
+
+  void do_cast(const Tensor& src, Tensor& dst) override {
     const int64_t n = src.numel();
     if (src.dtype == dst.dtype) {
       if (n > 0 && src.data != dst.data) std::memcpy(dst.data, src.data, src.bytes());
@@ -128,19 +124,14 @@ class CpuBackend : public Backend {
       for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
     }
   }
-  void round_bf16(Tensor& x) override {
-    cpu::check_f32("round_bf16", "x", x, -1);
+  void do_round_bf16(Tensor& x) override {
     const int64_t n = x.numel();
     float* p = x.f();
 #pragma omp parallel for if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) p[i] = bf16_to_f32(f32_to_bf16(p[i]));
   }
 
-  void add(Tensor& y, const Tensor& x) override {
-    cpu::check_f32("add", "y", y, -1);
-    OOMB_CHECK(x.numel() == y.numel(), "add: x {} and y {} differ in size", x.shape_str(), y.shape_str());
-    OOMB_CHECK(x.dtype == DType::F32 || x.dtype == DType::BF16, "add: x must be f32 or bf16, got {}",
-               dtype_name(x.dtype));
+  void do_add(Tensor& y, const Tensor& x) override {
     const int64_t n = y.numel();
     if (x.dtype == DType::BF16) {
       const uint16_t* xb = x.as<uint16_t>();
@@ -151,14 +142,13 @@ class CpuBackend : public Backend {
 #pragma omp parallel for if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) y.f()[i] += x.f()[i];
   }
-  void zero(Tensor& y) override { std::fill_n(static_cast<char*>(y.data), y.bytes(), 0); }
-  void scale(Tensor& y, float s) override {
+  void do_zero(Tensor& y) override { std::fill_n(static_cast<char*>(y.data), y.bytes(), 0); }
+  void do_scale(Tensor& y, float s) override {
     const int64_t n = y.numel();
 #pragma omp parallel for if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) y.f()[i] *= s;
   }
-  double sum_squares(const Tensor& x) override {
-    cpu::check_f32("sum_squares", "x", x, -1);
+  double do_sum_squares(const Tensor& x) override {
     // fixed chunking so the sum does not depend on the thread count
     const int64_t n = x.numel(), chunk = 1 << 16, nc = (n + chunk - 1) / chunk;
     std::vector<double> part(size_t(nc), 0.0);
@@ -174,15 +164,10 @@ class CpuBackend : public Backend {
   }
 
   // Decoupled weight decay (AdamW): p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)  (cpu_adamw.h)
-  void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamW& a) override {
-    cpu::check_f32("adamw_step", "param", p, -1);
-    OOMB_CHECK(g.numel() == p.numel() && m.numel() == p.numel() && v.numel() == p.numel(),
-               "adamw_step: param, grad and moments differ in size");
+  void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamW& a) override {
     cpu::adamw(p.f(), g.f(), m.f(), v.f(), p.numel(), a);
   }
-  void sgd_step(Tensor& p, const Tensor& g, float lr) override {
-    cpu::check_f32("sgd_step", "param", p, -1);
-    OOMB_CHECK(g.numel() == p.numel(), "sgd_step: param and grad differ in size");
+  void do_sgd_step(Tensor& p, const Tensor& g, float lr) override {
     const int64_t n = p.numel();
 #pragma omp parallel for if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) p.f()[i] -= lr * g.f()[i];

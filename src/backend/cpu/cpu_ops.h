@@ -41,13 +41,8 @@ double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, flo
 // more than it saves there, and far more when other processes share the cores.
 constexpr int64_t kParallelMin = 1 << 15;
 
-// Validation helpers shared by the ops: errors start with the op's name.
-void check_f32(const char* op, const char* what, const Tensor& t, int ndim);
-// A matmul operand: f32 or bf16, of `like`'s dtype when given (errors name both tensors).
-void check_matmul(const char* op, const char* what, const Tensor& t, int ndim, const char* like_name = nullptr,
-                  const Tensor* like = nullptr);
+// The ops' inputs are checked once, for every backend, before they get here (op_checks.cpp).
 // t as fp32: itself, or (bf16) widened exactly into scratch, which advances past it.
 const float* widened(const Tensor& t, float*& scratch);
-void check_same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name, const Tensor& b);
 
 }  // namespace oomb::cpu

@@ -8,13 +8,7 @@ namespace oomb::cpu {
 
 // x, y: (T, d); w: (d); rstd: (T)
 void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
-  check_f32("rmsnorm_fwd", "x", x, 2);
-  check_f32("rmsnorm_fwd", "w", w, 1);
-  check_same_shape("rmsnorm_fwd", "y", y, "x", x);
-  check_f32("rmsnorm_fwd", "rstd", rstd, 1);
   const int64_t T = x.dim(0), d = x.dim(1);
-  OOMB_CHECK(w.dim(0) == d && rstd.dim(0) == T, "rmsnorm_fwd: w {} / rstd {} do not fit x {}", w.shape_str(),
-             rstd.shape_str(), x.shape_str());
 #pragma omp parallel for if (T * d >= kParallelMin)
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x.f() + t * d;
@@ -30,10 +24,6 @@ void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor&
 // y = x r w, r = (mean x^2 + eps)^-1/2:  dx = r (g - x r^2 mean(g x)),  g = dy w;  dw += sum_t dy x r
 void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
                  bool dx_accumulate, Tensor& dw) {
-  check_f32("rmsnorm_bwd", "x", x, 2);
-  check_same_shape("rmsnorm_bwd", "dy", dy, "x", x);
-  check_same_shape("rmsnorm_bwd", "dx", dx, "x", x);
-  check_same_shape("rmsnorm_bwd", "dw", dw, "w", w);
   const int64_t T = x.dim(0), d = x.dim(1);
   const float* wp = w.f();
 #pragma omp parallel for if (T * d >= kParallelMin)
@@ -61,13 +51,7 @@ void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Ten
 // x: (T, H, D) in place.  Rotate-half: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); inverse uses -s.
 // The angle is pos * inv_freq rounded to fp32 (as transformers computes it); cos/sin in double.
 void rope(Tensor& x, const Tensor& pos, const RopeTable& rope, bool inverse) {
-  const char* op = inverse ? "rope_bwd" : "rope_fwd";
-  check_f32(op, "x", x, 3);
-  OOMB_CHECK(pos.dtype == DType::I32 && pos.ndim == 1 && pos.dim(0) == x.dim(0), "{}: pos must be ({}) i32, got {}",
-             op, x.dim(0), pos.shape_str());
-  OOMB_CHECK(rope.inv_freq != nullptr, "{}: no inv_freq table", op);
   const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2), half = D / 2;
-  OOMB_CHECK(D % 2 == 0, "{}: head dim {} must be even", op, D);
   const double sgn = inverse ? -1.0 : 1.0;
 #pragma omp parallel for if (T * H * D >= kParallelMin)
   for (int64_t t = 0; t < T; ++t) {
@@ -90,9 +74,6 @@ static inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // gate, up, out: (T, I)
 void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) {
-  check_f32("swiglu_fwd", "gate", gate, -1);
-  check_same_shape("swiglu_fwd", "up", up, "gate", gate);
-  check_same_shape("swiglu_fwd", "out", out, "gate", gate);
   const int64_t n = gate.numel();
   const float *g = gate.f(), *u = up.f();
   float* o = out.f();
@@ -102,11 +83,6 @@ void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) {
 
 // d/dg [g sig(g)] = sig(g) (1 + g (1 - sig(g)))
 void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) {
-  check_f32("swiglu_bwd", "gate", gate, -1);
-  check_same_shape("swiglu_bwd", "up", up, "gate", gate);
-  check_same_shape("swiglu_bwd", "dout", dout, "gate", gate);
-  check_same_shape("swiglu_bwd", "dgate", dgate, "gate", gate);
-  check_same_shape("swiglu_bwd", "dup", dup, "gate", gate);
   const int64_t n = gate.numel();
   const float *g = gate.f(), *u = up.f(), *d = dout.f();
 #pragma omp parallel for if (n >= kParallelMin)

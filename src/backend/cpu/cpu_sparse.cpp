@@ -10,39 +10,11 @@
 
 namespace oomb::cpu {
 
-namespace {
-void check_means(const char* op, const Tensor& means, int64_t G, int64_t D) {
-  OOMB_CHECK(!means.empty() && means.dtype == DType::BF16 && means.ndim == 3 && host_addressable(means.tier),
-             "{}: means must be a host (pages, G, D) bf16 tensor, got {} {}", op, dtype_name(means.dtype),
-             means.shape_str());
-  OOMB_CHECK(means.dim(1) == G && means.dim(2) == D, "{}: means {} do not fit (G={}, D={})", op, means.shape_str(), G,
-             D);
-}
-void check_minmax(const char* op, const Tensor& mm, int64_t G, int64_t D) {
-  OOMB_CHECK(!mm.empty() && mm.dtype == DType::BF16 && mm.ndim == 4 && host_addressable(mm.tier),
-             "{}: minmax must be a host (pages, 2, G, D) bf16 tensor, got {} {}", op, dtype_name(mm.dtype),
-             mm.shape_str());
-  OOMB_CHECK(mm.dim(1) == 2 && mm.dim(2) == G && mm.dim(3) == D, "{}: minmax {} does not fit (2, G={}, D={})", op,
-             mm.shape_str(), G, D);
-}
-
-// The score tensor of q (T, H, D) cut into tiles against metadata of `pages` pages and G kv heads.
-void check_scores(const char* op, const Tensor& q, int64_t tile, int64_t G, int64_t pages, const Tensor& scores) {
-  OOMB_CHECK(tile > 0, "{}: tile must be positive, got {}", op, tile);
-  const int64_t tiles = (q.dim(0) + tile - 1) / tile, S = scores.dim(1);
-  OOMB_CHECK(scores.dim(0) == tiles && (S == G || S == 1) && scores.dim(2) == pages,
-             "{}: scores {} must be ({}, {} or 1, {})", op, scores.shape_str(), tiles, G, pages);
-}
-}  // namespace
+// Shapes, dtypes and page ranges are checked once, for every backend (op_checks.cpp).
 
 // k: (T, G, D) f32 of tokens [t0, t0 + T); means: (pages, G, D) bf16
 void page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means) {
-  check_f32("page_key_means", "k", k, 3);
   const int64_t T = k.dim(0), G = k.dim(1), D = k.dim(2), P = page_size;
-  check_means("page_key_means", means, G, D);
-  OOMB_CHECK(P > 0 && t0 >= 0, "page_key_means: page size {} and t0 {} must be positive", P, t0);
-  OOMB_CHECK(T == 0 || (t0 + T - 1) / P < means.dim(0), "page_key_means: tokens [{}, {}) reach past the {} pages of means",
-             t0, t0 + T, means.dim(0));
   uint16_t* m = means.as<uint16_t>();
   std::vector<double> sum(size_t(G * D));
   for (int64_t i = 0; i < T;) {  // page by page
@@ -61,14 +33,8 @@ void page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& mean
 
 // q: (T, H, D) f32; means: (pages, G, D) bf16; scores: (tiles, S, pages) f32, S = G or 1
 void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& scores) {
-  check_f32("page_scores", "q", q, 3);
-  check_f32("page_scores", "scores", scores, 3);
   const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2);
-  OOMB_CHECK(means.ndim == 3 && means.dim(1) > 0 && H % means.dim(1) == 0,
-             "page_scores: means {} do not fit q {}", means.shape_str(), q.shape_str());
   const int64_t G = means.dim(1), pages = means.dim(0);
-  check_means("page_scores", means, G, D);
-  check_scores("page_scores", q, tile, G, pages, scores);
   const int64_t tiles = (T + tile - 1) / tile, S = scores.dim(1);
   const int64_t group = H / G;
   std::vector<float> qs(size_t(G * D));  // per kv head: the tile's queries of its heads, summed
@@ -94,12 +60,7 @@ void page_scores(const Tensor& q, int64_t tile, const Tensor& means, Tensor& sco
 
 // k: (T, G, D) f32 of tokens [t0, t0 + T); minmax: (pages, 2, G, D) bf16
 void page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Tensor& minmax) {
-  check_f32("page_key_minmax", "k", k, 3);
   const int64_t T = k.dim(0), G = k.dim(1), D = k.dim(2), P = page_size, GD = G * D;
-  check_minmax("page_key_minmax", minmax, G, D);
-  OOMB_CHECK(P > 0 && t0 >= 0, "page_key_minmax: page size {} and t0 {} must be positive", P, t0);
-  OOMB_CHECK(T == 0 || (t0 + T - 1) / P < minmax.dim(0),
-             "page_key_minmax: tokens [{}, {}) reach past the {} pages of minmax", t0, t0 + T, minmax.dim(0));
   uint16_t* m = minmax.as<uint16_t>();
   std::vector<float> a(static_cast<size_t>(GD)), b(static_cast<size_t>(GD));
   for (int64_t i = 0; i < T;) {  // page by page
@@ -130,14 +91,8 @@ void page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Tensor& min
 
 // q: (T, H, D) f32; minmax: (pages, 2, G, D) bf16; scores: (tiles, S, pages) f32, S = G or 1
 void page_quest_scores(const Tensor& q, int64_t tile, const Tensor& minmax, Tensor& scores) {
-  check_f32("page_quest_scores", "q", q, 3);
-  check_f32("page_quest_scores", "scores", scores, 3);
   const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2);
-  OOMB_CHECK(minmax.ndim == 4 && minmax.dim(2) > 0 && H % minmax.dim(2) == 0,
-             "page_quest_scores: minmax {} does not fit q {}", minmax.shape_str(), q.shape_str());
   const int64_t G = minmax.dim(2), pages = minmax.dim(0), GD = G * D;
-  check_minmax("page_quest_scores", minmax, G, D);
-  check_scores("page_quest_scores", q, tile, G, pages, scores);
   const int64_t tiles = (T + tile - 1) / tile, S = scores.dim(1), group = H / G;
   // per kv head: the sums of the positive and of the other parts of its heads' queries in the tile
   std::vector<float> qp(static_cast<size_t>(GD)), qn(static_cast<size_t>(GD));
@@ -173,14 +128,7 @@ void page_quest_scores(const Tensor& q, int64_t tile, const Tensor& minmax, Tens
 
 // scores: (tiles, S, pages) f32; chosen: (tiles, S, K) int32
 void page_topk(const Tensor& scores, int64_t first, Tensor& chosen) {
-  check_f32("page_topk", "scores", scores, 3);
   const int64_t rows = scores.dim(0) * scores.dim(1), pages = scores.dim(2);
-  OOMB_CHECK(!chosen.empty() && chosen.dtype == DType::I32 && chosen.ndim == 3 && host_addressable(chosen.tier) &&
-                 chosen.dim(0) == scores.dim(0) && chosen.dim(1) == scores.dim(1) && chosen.dim(2) >= 1,
-             "page_topk: chosen must be a host ({}, {}, K >= 1) int32 tensor, got {} {}", scores.dim(0), scores.dim(1),
-             dtype_name(chosen.dtype), chosen.shape_str());
-  OOMB_CHECK(first >= 0 && first <= pages && pages <= std::numeric_limits<int32_t>::max(),
-             "page_topk: first page {} outside the {} pages of scores", first, pages);
   const int64_t K = chosen.dim(2);
 #pragma omp parallel for schedule(static) if (rows * pages >= kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {

@@ -1,0 +1,146 @@
+// Bad calls of every op, shared by the backends' tests (test_op_checks.cpp: cpu and sim;
+// test_cuda_ops.cpp: cuda). Every backend must refuse each with the message given here: the
+// checks are done once, for all of them, in Backend (src/backend/op_checks.cpp).
+#pragma once
+#include <algorithm>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace oomb::testing {
+
+// Tensors in the backend's own memory, alive as long as this is.
+struct OpMemory {
+  Backend& be;
+  std::deque<Buffer> bufs;
+  Tensor operator()(DType dt, std::initializer_list<int64_t> dims) {
+    Tensor t(nullptr, dt, dims, be.tier());
+    bufs.emplace_back(be.tier(), Tag::Workspace, std::max<size_t>(t.bytes(), 16));
+    t.data = bufs.back().data();
+    return t;
+  }
+};
+
+struct BadCall {
+  std::string message;  // what the error says, whole
+  std::function<void(Backend&)> call;
+};
+
+inline std::vector<BadCall> bad_calls() {
+  using D = DType;
+  std::vector<BadCall> c;
+  auto add = [&](std::string m, std::function<void(OpMemory&)> f) {
+    c.push_back({std::move(m), [f](Backend& be) {
+                   OpMemory t{be, {}};
+                   f(t);
+                 }});
+  };
+  add("linear_fwd: shapes x (2, 3) w (4, 5) y (2, 4) do not fit", [](OpMemory& t) {
+    Tensor y = t(D::F32, {2, 4});
+    t.be.linear_fwd(t(D::F32, {2, 3}), t(D::F32, {4, 5}), nullptr, y);
+  });
+  add("linear_fwd: w (f32) and x (bf16) must share one dtype", [](OpMemory& t) {
+    Tensor y = t(D::F32, {2, 4});
+    t.be.linear_fwd(t(D::BF16, {2, 3}), t(D::F32, {4, 3}), nullptr, y);
+  });
+  add("linear_fwd: bias (5) does not match out 4", [](OpMemory& t) {
+    Tensor y = t(D::F32, {2, 4}), b = t(D::F32, {5});
+    t.be.linear_fwd(t(D::F32, {2, 3}), t(D::F32, {4, 3}), &b, y);
+  });
+  add("linear_bwd: dx (3, 2) and x (2, 3) must have the same shape", [](OpMemory& t) {
+    Tensor dx = t(D::F32, {3, 2});
+    t.be.linear_bwd(t(D::F32, {2, 3}), t(D::F32, {4, 3}), t(D::F32, {2, 4}), &dx, false, nullptr, nullptr);
+  });
+  add("linear_bwd: dw must be f32, got bf16", [](OpMemory& t) {
+    Tensor dw = t(D::BF16, {4, 3});
+    t.be.linear_bwd(t(D::BF16, {2, 3}), t(D::BF16, {4, 3}), t(D::BF16, {2, 4}), nullptr, false, &dw, nullptr);
+  });
+  add("embedding_fwd: ids must be i32, got f32", [](OpMemory& t) {
+    Tensor out = t(D::F32, {2, 4});
+    t.be.embedding_fwd(t(D::F32, {2}), t(D::F32, {3, 4}), out);
+  });
+  add("embedding_bwd: dout (2, 5) must be (2, 4)", [](OpMemory& t) {
+    Tensor dtable = t(D::F32, {3, 4});
+    t.be.embedding_bwd(t(D::I32, {2}), t(D::F32, {2, 5}), dtable);
+  });
+  add("rmsnorm_fwd: y must be f32, got bf16", [](OpMemory& t) {
+    Tensor y = t(D::BF16, {2, 3}), rstd = t(D::F32, {2});
+    t.be.rmsnorm_fwd(t(D::F32, {2, 3}), t(D::F32, {3}), 1e-6f, y, rstd);
+  });
+  add("rmsnorm_bwd: w (3) / rstd (5) do not fit x (2, 3)", [](OpMemory& t) {
+    Tensor dx = t(D::F32, {2, 3}), dw = t(D::F32, {3});
+    t.be.rmsnorm_bwd(t(D::F32, {2, 3}), t(D::F32, {3}), t(D::F32, {5}), t(D::F32, {2, 3}), dx, false, dw);
+  });
+  add("rope_fwd: head dim 3 must be even", [](OpMemory& t) {
+    const float inv[2] = {1.0f, 0.5f};
+    Tensor x = t(D::F32, {2, 1, 3});
+    t.be.rope_fwd(x, t(D::I32, {2}), RopeTable{inv, 1.0f});
+  });
+  add("rope_bwd: pos must be (2) i32, got (3)", [](OpMemory& t) {
+    const float inv[2] = {1.0f, 0.5f};
+    Tensor x = t(D::F32, {2, 1, 4});
+    t.be.rope_bwd(x, t(D::I32, {3}), RopeTable{inv, 1.0f});
+  });
+  add("swiglu_bwd: dup (2, 4) and gate (2, 3) must have the same shape", [](OpMemory& t) {
+    Tensor g = t(D::F32, {2, 3}), dg = t(D::F32, {2, 3}), du = t(D::F32, {2, 4});
+    t.be.swiglu_bwd(g, g, g, dg, du);
+  });
+  add("attention_fwd: query heads 3 not a multiple of kv heads 2", [](OpMemory& t) {
+    Tensor q = t(D::F32, {2, 3, 4}), o = t(D::F32, {2, 3, 4}), lse = t(D::F32, {2, 3});
+    const KVBlock b{t(D::F32, {2, 2, 4}), t(D::F32, {2, 2, 4})};
+    t.be.attention_fwd(q, {&b, 1}, AttnArgs{}, o, lse);
+  });
+  add("attention_fwd: block 1 k (2, 1, 8) does not fit q (2, 2, 4) (G=1, D=4)", [](OpMemory& t) {
+    Tensor q = t(D::F32, {2, 2, 4}), o = t(D::F32, {2, 2, 4}), lse = t(D::F32, {2, 2});
+    const KVBlock b[2] = {{t(D::F32, {2, 1, 4}), t(D::F32, {2, 1, 4})}, {t(D::F32, {2, 1, 8}), t(D::F32, {2, 1, 8})}};
+    t.be.attention_fwd(q, b, AttnArgs{}, o, lse);
+  });
+  add("attention_bwd: block 0 gradients must be f32 or bf16, got f32 and bf16", [](OpMemory& t) {
+    Tensor q = t(D::F32, {2, 2, 4}), dq = t(D::F32, {2, 2, 4});
+    KVBlock b{t(D::F32, {2, 1, 4}), t(D::F32, {2, 1, 4})};
+    b.dk = t(D::F32, {2, 1, 4}), b.dv = t(D::BF16, {2, 1, 4});
+    t.be.attention_bwd(q, q, t(D::F32, {2, 2}), q, {&b, 1}, AttnArgs{}, dq);
+  });
+  add("page_key_means: tokens [6, 9) reach past the 2 pages of means", [](OpMemory& t) {
+    Tensor means = t(D::BF16, {2, 1, 4});
+    t.be.page_key_means(t(D::F32, {3, 1, 4}), 6, 4, means);
+  });
+  add("page_scores: scores (1, 1, 2) must be (2, 1 or 1, 3)", [](OpMemory& t) {
+    Tensor scores = t(D::F32, {1, 1, 2});
+    t.be.page_scores(t(D::F32, {4, 2, 4}), 2, t(D::BF16, {3, 1, 4}), scores);
+  });
+  add("page_quest_scores: minmax (3, 2, 1, 8) does not fit q (4, 2, 4)", [](OpMemory& t) {
+    Tensor scores = t(D::F32, {2, 1, 3});
+    t.be.page_quest_scores(t(D::F32, {4, 2, 4}), 2, t(D::BF16, {3, 2, 1, 8}), scores);
+  });
+  add("page_topk: first page 9 outside the 8 pages of scores", [](OpMemory& t) {
+    Tensor chosen = t(D::I32, {2, 1, 4});
+    t.be.page_topk(t(D::F32, {2, 1, 8}), 9, chosen);
+  });
+  add("lm_head_xent: w (5, 3) / targets (3) / sums (2) do not fit h (2, 3)", [](OpMemory& t) {
+    Tensor sums = t(D::F64, {2});
+    t.be.lm_head_xent_acc(t(D::F32, {2, 3}), t(D::F32, {5, 3}), t(D::I32, {3}), 1.0f, nullptr, nullptr, sums);
+  });
+  add("cast: src (4) and dst (3) differ in size", [](OpMemory& t) {
+    Tensor dst = t(D::BF16, {3});
+    t.be.cast(t(D::F32, {4}), dst);
+  });
+  add("add: x must be f32 or bf16, got i32", [](OpMemory& t) {
+    Tensor y = t(D::F32, {4});
+    t.be.add(y, t(D::I32, {4}));
+  });
+  add("adamw_step: m (3) and param (4) differ in size", [](OpMemory& t) {
+    Tensor p = t(D::F32, {4}), m = t(D::F32, {3}), v = t(D::F32, {4});
+    t.be.adamw_step(p, t(D::F32, {4}), m, v, {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1});
+  });
+  add("sgd_step: grad must be f32, got bf16", [](OpMemory& t) {
+    Tensor p = t(D::F32, {4});
+    t.be.sgd_step(p, t(D::BF16, {4}), 0.1f);
+  });
+  return c;
+}
+
+}  // namespace oomb::testing
