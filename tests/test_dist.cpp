@@ -168,13 +168,17 @@ TEST(Dist, CombinedSpDpZeroChunkedOffloadParams) {
 // (tier, tag) its plan, and each rank's pinned weights, gradients and moments 1/P of the single
 // rank's within 1% (each range's shard is rounded up to 16 floats); with the tensors' group on
 // device memory (NCCL's path, --comm sim-device) too, the layers' gathers staying on the MPI world.
+// Without --offload params the shards live in device memory (the same checks, the device's weights
+// and gradients less the slots and head 1/P of the single rank's).
 TEST(Dist, ZeroThree) {
   NEED_MPI();
   for (const auto& [np, args] :
        {std::pair{2, "--dp 2 --grad-accum 2 --zero 3 --device sim --offload params"},
         {2, "--sp 2 --zero 3 --device sim --offload params"},
         {4, "--sp 2 --dp 2 --zero 3 --doc-mask --device sim --offload kv,params"},
-        {2, "--sp 2 --zero 3 --device sim --offload params --comm sim-device"}}) {
+        {2, "--sp 2 --zero 3 --device sim --offload params --comm sim-device"},
+        {2, "--dp 2 --grad-accum 2 --zero 3 --device sim"},
+        {4, "--sp 2 --dp 2 --zero 3 --doc-mask --device sim --offload kv --comm sim-device"}}) {
     const CmdResult r = expect_equal_to_single_rank(np, args, "OOMB_GRAD_SYNC_PIECE=1000");
     EXPECT_LE(figure(r.out, "optimizer_per_rank_vs_single_over_ranks"), 0.01) << r.out;
     EXPECT_GE(figure(r.out, "weights_grads_per_rank_vs_single_over_ranks"), 0) << r.out;
@@ -185,12 +189,14 @@ TEST(Dist, ZeroThree) {
 // --zero 3 with --sweep layer: each layer gathered once per pass, its gradients reduce-scattered
 // chunk by chunk (4 chunks a sequence) as the chunk order does: the chunk order's bits on the same
 // ranks (loss and every gradient), within 1e-6 of one rank, the plan equal to every rank's peaks;
-// on two ranks, and on four with a tied head, --doc-mask and --offload kv,params.
+// on two ranks, on four with a tied head, --doc-mask and --offload kv,params, and on two with the
+// shards in device memory (no --offload params).
 TEST(Dist, ZeroThreeLayerSweep) {
   NEED_MPI();
   for (const auto& [np, args] :
        {std::pair{2, "--sp 2 --zero 3 --sweep layer --device sim --offload params"},
-        {4, "--sp 2 --dp 2 --zero 3 --sweep layer --tie --doc-mask --device sim --offload kv,params"}}) {
+        {4, "--sp 2 --dp 2 --zero 3 --sweep layer --tie --doc-mask --device sim --offload kv,params"},
+        {2, "--dp 2 --zero 3 --sweep layer --tie --device sim"}}) {
     const CmdResult r = expect_equal_to_single_rank(np, args, "OOMB_GRAD_SYNC_PIECE=1000");
     EXPECT_EQ(figure(r.out, "layer_vs_chunk_order_differing"), 0) << args;
     EXPECT_LE(figure(r.out, "weights_grads_per_rank_vs_single_over_ranks"), 0.01) << r.out;
@@ -214,31 +220,36 @@ TEST(Dist, ZeroThreeLayerSweepSeesOneReduction) {
 // there into the image the layers compute with (the bits one rank's host cast gives): the loss and
 // every gradient within 1e-6 of the single rank's bf16 run, AdamW's losses and weights as for fp32,
 // the plan equal to every rank's peaks (no pinned images); control: the fp32 run's gradients differ
-// from the bf16 ones by more than 1e-4. Two ranks, and four with the layer order and --offload kv,params.
+// from the bf16 ones by more than 1e-4. Two ranks, four with the layer order and --offload kv,params,
+// and two with the shards in device memory (against the single rank's resident bf16 run).
 // (No --sp here: with bf16, --sp is 2e-4 from one rank whatever --zero, --zero 0 too: the split's fp32
 // sums, 1e-7 apart, round to other bf16 values here and there.)
 TEST(Dist, ZeroThreeBf16) {
   NEED_MPI();
   for (const auto& [np, args] :
        {std::pair{2, "--dp 2 --grad-accum 2 --zero 3 --precision bf16 --device sim --offload params"},
-        {4, "--dp 4 --zero 3 --precision bf16 --sweep layer --doc-mask --device sim --offload kv,params"}}) {
+        {4, "--dp 4 --zero 3 --precision bf16 --sweep layer --doc-mask --device sim --offload kv,params"},
+        {2, "--dp 2 --zero 3 --precision bf16 --device sim"}}) {
     const CmdResult r = expect_equal_to_single_rank(np, args, "OOMB_GRAD_SYNC_PIECE=1000");
     EXPECT_GT(figure(r.out, "bf16_vs_fp32_grad_rel_err"), 1e-4) << r.out;
     EXPECT_LE(figure(r.out, "weights_grads_per_rank_vs_single_over_ranks"), 0.01) << r.out;
   }
 }
 
-// Negative control: --zero 3 without the reduce-scatter of the layers' and head's gradients.
+// Negative control: --zero 3 without the reduce-scatter of the layers' and head's gradients, the
+// shards pinned or on the device.
 TEST(Dist, ZeroThreeCheckFailsWithoutTheReduceScatter) {
   NEED_MPI();
-  const CmdResult r =
-      mpirun(2, (binary_dir() / "dist_check").string() + " --dp 2 --zero 3 --device sim --offload params --skip-reduce");
-  std::cout << r.out;
-  EXPECT_NE(r.code, 0);
-  EXPECT_GT(figure(r.out, "grad_rel_err"), 1e-2);
+  for (const char* offload : {" --offload params", ""}) {
+    const CmdResult r = mpirun(2, (binary_dir() / "dist_check").string() + " --dp 2 --zero 3 --device sim --skip-reduce" +
+                                      offload);
+    std::cout << r.out;
+    EXPECT_NE(r.code, 0) << offload;
+    EXPECT_GT(figure(r.out, "grad_rel_err"), 1e-2) << offload;
+  }
 }
 
-// --zero 3's refusal names the flag; `oomb plan --zero 3` gives one rank's bytes: its pinned
+// --zero 3's refusals (no device; LoRA) name why; `oomb plan --zero 3` gives one rank's bytes: its pinned
 // weights, gradients and moments half of --zero 0's on two ranks (within 1%); --out saves every
 // rank's shards gathered: the weights of --zero 0's --out within 1e-4, not the initial ones.
 TEST(Dist, ZeroThreeRefusalsPlanAndOut) {
@@ -246,9 +257,13 @@ TEST(Dist, ZeroThreeRefusalsPlanAndOut) {
   const std::string oomb = (binary_dir() / "oomb").string();
   CmdResult r = mpirun(2, oomb + " train --steps 1 --seq-len 128 --dp 2 --zero 3");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.out.find("--zero 3: needs --offload params"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--zero 3: needs a device (--device sim or cuda)"), std::string::npos) << r.out;
   const auto dir = temp_dir("z3ck");
   ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
+  r = mpirun(2, fmt::format("{} train --model {}/m --data {}/tokens.bin --steps 1 --seq-len 128 --dp 2 --zero 3 "
+                            "--device sim --lora-rank 4", oomb, dir.string(), dir.string()));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--zero 3: not with LoRA (--lora-rank) yet"), std::string::npos) << r.out;
   auto pinned = [&](int zero, const std::string& tag) {
     const auto dir = temp_dir("z3plan");
     const CmdResult p = run_cmd_in(dir, fmt::format("{} plan --preset tiny --seq-len 1024 --dp 2 --zero {} --device sim "
@@ -585,7 +600,8 @@ TEST(Dist, CheckpointsWithShardedMoments) {
 // either way; no chunk-by-chunk sums; the norm's order unused), so its step-2 and step-4 files are
 // --zero 0's byte for byte (and so --zero 1's: CheckpointsWithShardedMoments); resumed from step 2,
 // under --zero 3 and across layouts (--zero 3 from --zero 0's checkpoint; --zero 0 and --zero 1
-// from --zero 3's), the step-4 files and the losses are the uninterrupted run's. With 4 chunks a
+// from --zero 3's), the step-4 files and the losses are the uninterrupted run's; with the shards in
+// device memory (no --offload params) the same files, and resumed from the offloaded run's. With 4 chunks a
 // sequence and clipping (--zero 3's own bits): resumed from step 2 bit for bit; four ranks (--sp 2
 // --dp 2 --zero 3) from two ranks' checkpoint, and two from four ranks', within 1e-4 of the
 // uninterrupted run (--sp sums in another order). Negative controls: one moment changed in rank 0's
@@ -596,8 +612,8 @@ TEST(Dist, CheckpointsUnderZeroThree) {
   const std::string oomb = (binary_dir() / "oomb").string();
   ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
   const std::string base = fmt::format("{} train --model {}/m --data {}/tokens.bin --steps 4 --save-every 2 "
-                                       "--log-every 1 --device sim --offload params", oomb, dir.string(), dir.string());
-  const std::string run = base + " --dp 2";
+                                       "--log-every 1 --device sim", oomb, dir.string(), dir.string());
+  const std::string run = base + " --dp 2";  // (--offload params in each run's flags, or the shards on the device)
   auto train = [&](const std::string& flags, const std::string& out, const std::string& resume = "") {
     const int np = flags.find("--sp 2") != std::string::npos ? 4 : 2;
     const CmdResult r = mpirun(np, fmt::format("{} {} --checkpoint-dir {}/{} --metrics {}/{}.jsonl{}", run, flags,
@@ -629,7 +645,7 @@ TEST(Dist, CheckpointsUnderZeroThree) {
     return std::vector<float>(w.flat().as<float>(), w.flat().as<float>() + w.flat().numel());
   };
 
-  const std::string one = "--seq-len 128 --chunk-size 128 --grad-clip 0";
+  const std::string one = "--seq-len 128 --chunk-size 128 --grad-clip 0 --offload params";
   train(one + " --zero 0", "a0");
   train(one + " --zero 3", "a3");
   EXPECT_TRUE(same_files("a3", "a0", 2)) << "--zero 3's step-2 files are not --zero 0's";
@@ -662,6 +678,13 @@ TEST(Dist, CheckpointsUnderZeroThree) {
     EXPECT_GT(moved, 1e-4) << name;
   }
   EXPECT_EQ(file("a3", 4, "config.json"), file("s1", 4, "config.json"));
+  // the shards in device memory (no --offload params): the same files; resumed from the offloaded run's
+  const std::string one_dev = "--seq-len 128 --chunk-size 128 --grad-clip 0";
+  train(one_dev + " --zero 3", "a3d");
+  EXPECT_TRUE(same_files("a3d", "a0", 2) && same_files("a3d", "a0", 4)) << "device shards: not --zero 0's files";
+  train(one_dev + " --zero 3", "a3dr", "a3/step-000002");
+  EXPECT_TRUE(same_files("a3dr", "a0", 4));
+  EXPECT_TRUE(same_losses("a3dr", "a0"));
   train(one + " --zero 3", "a3r", "a3/step-000002");
   EXPECT_TRUE(same_files("a3r", "a3", 4));
   EXPECT_TRUE(same_losses("a3r", "a3"));
@@ -684,7 +707,7 @@ TEST(Dist, CheckpointsUnderZeroThree) {
     EXPECT_FALSE(same_files(std::string(name) + "r", "a3", 4)) << name << ": a changed moment went unnoticed";
   }
 
-  const std::string four = "--seq-len 256 --chunk-size 64";
+  const std::string four = "--seq-len 256 --chunk-size 64 --offload params";
   train(four + " --zero 3", "b2");
   train(four + " --zero 3", "b2r", "b2/step-000002");
   EXPECT_TRUE(same_files("b2r", "b2", 4));

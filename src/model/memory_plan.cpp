@@ -116,15 +116,16 @@ bool recomputes_tied_head(const ModelConfig& cfg, const ChunkPlan& plan) {
          (!plan.lora.on() || plan.lora.train_embeddings_norms);
 }
 
-void check_zero3(const ChunkPlan& p) {
+void check_zero3(const ChunkPlan& p, Tier dev) {
   if (!zero3(p)) return;
-  OOMB_CHECK(p.offload_params, "--zero 3: needs --offload params (each layer is gathered into the parameter store's "
-             "device slots just in time)");
+  OOMB_CHECK(dev == Tier::Device, "--zero 3: needs a device (--device sim or cuda): each layer is gathered into the "
+             "parameter store's device slots just in time");
+  OOMB_CHECK(!p.lora.on(), "--zero 3: not with LoRA (--lora-rank) yet");
 }
 
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
                        size_t workspace_bytes, Tier dev, size_t pinned_workspace_bytes) {
-  check_zero3(plan);
+  check_zero3(plan, dev);
   const int64_t P = param_count(cfg), C = std::min(plan.chunk, N), sp = plan.sp;
   check_plan_size(cfg, N, C, P);
   ChunkPlan used = plan;
@@ -148,12 +149,13 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
     const int64_t S = ParamShards::of(cfg, int(plan.rank), int(plan.ranks)).numel;
     m.at(params_home, Tag::Weights) = m.at(params_home, Tag::Grads) = S * 4;
     m.at(params_home, Tag::Optimizer) = optimizer != "adamw" ? 0 : 2 * 4 * S;
-    m.at(Tier::Host, Tag::Workspace) += ParamStore::zero3_host_bytes(cfg, int(plan.ranks), dev);
+    m.at(Tier::Host, Tag::Workspace) += ParamStore::zero3_host_bytes(cfg, int(plan.ranks), dev, params_home);
   }
-  if (bf16 && !plan.offload_params && !frozen) m.at(dev, Tag::Weights) += Bf16Weights::bytes(cfg);
+  const bool slots = plan.offload_params || zero3(plan);  // the parameter store's device slots
+  if (bf16 && !slots && !frozen) m.at(dev, Tag::Weights) += Bf16Weights::bytes(cfg);
   if (bf16 && plan.lora.on()) m.at(dev, Tag::Weights) += Bf16Weights::adapter_bytes(cfg, plan.lora);
-  if (plan.offload_params) {  // (bf16: the slots and head hold images, cast into pinned host memory, or
-                              // under --zero 3 on the device from the gathered fp32 ranges)
+  if (slots) {  // (bf16: the slots and head hold images, cast into pinned host memory, or under
+                // --zero 3 on the device from the gathered fp32 ranges)
     m.at(dev, Tag::Weights) += ParamStore::device_weight_bytes(cfg, bf16);
     m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);
     if (bf16 && !zero3(plan)) m.at(Tier::Pinned, Tag::Weights) += ParamStore::host_image_bytes(cfg);

@@ -64,10 +64,11 @@ struct ChunkPlan {
 };
 
 // --zero 3 on several ranks: masters, gradients and moments sharded per parameter range
-// (model/param_shards.h), layers gathered just in time (model/param_store.h). Needs --offload params;
-// check_zero3 refuses anything else, naming the flag.
+// (model/param_shards.h), layers gathered just in time into the parameter store's device slots
+// (model/param_store.h); the shards in pinned memory with --offload params, else in device memory.
+// Needs a device (backend tier `dev`) and full fine-tuning; check_zero3 refuses anything else.
 inline bool zero3(const ChunkPlan& p) { return p.zero == 3 && p.ranks > 1; }
-void check_zero3(const ChunkPlan& p);
+void check_zero3(const ChunkPlan& p, Tier dev);
 
 // What one rank of --sp P sees inside attention: the model with H/P heads and G/P kv heads.
 ModelConfig attention_side(const ModelConfig& cfg, int64_t sp);

@@ -101,23 +101,28 @@ static std::array<int64_t, 3> zero3_ranges(const ModelConfig& c) {
   return {ParamStore::layer_numel(c), E, ParamStore::head_numel(c) - E};
 }
 
-int64_t ParamStore::zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev) {
+int64_t ParamStore::zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev, Tier home) {
   int64_t b = 0, most = 0;
   for (int64_t n : zero3_ranges(c)) {
     b += GradSync::host_bytes(n, ranks, 2, dev);
     most = std::max(most, Shard::of(n, 0, ranks).block);
   }
-  return b + most * 4;
+  return b + (home == Tier::Device ? 0 : most * 4);  // (pinned shards: the sum's part added on the host)
 }
 
 ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16, Comm* world)
-    : cfg_(c), be_(be), offload_(offload), bf16_(offload && bf16), world_(world) {
+    : cfg_(c),
+      be_(be),
+      slots_(offload || world),
+      home_(home(be, offload)),
+      bf16_(slots_ && bf16),
+      world_(world) {
   OOMB_CHECK(!offload || be.tier() == Tier::Device,
              "--offload params: the {} backend has no device memory to offload from (use --device sim or cuda)",
              be.name());
   if (!world_) return;
-  OOMB_CHECK(offload, "--zero 3: needs --offload params (the layers are gathered into the parameter store's device "
-             "slots)");
+  OOMB_CHECK(be.tier() == Tier::Device, "--zero 3: needs a device (--device sim or cuda): the layers are gathered "
+             "into the parameter store's device slots");
   const int P = world->size();
   shards_ = ParamShards::of(c, world->rank(), P);
   const std::array<int64_t, 3> n = zero3_ranges(c);
@@ -126,12 +131,11 @@ ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf1
   sync_tail_ = std::make_unique<GradSync>(*world, be, n[2], 2, be.tier());
   int64_t most = 0;
   for (int64_t x : n) most = std::max(most, Shard::of(x, 0, P).block);
-  sum_ = Buffer(Tier::Host, Tag::Workspace, size_t(most) * 4);
+  if (home_ != Tier::Device) sum_ = Buffer(Tier::Host, Tag::Workspace, size_t(most) * 4);
 }
 
 void ParamStore::gather_into(float* dev, const ParamShards::Range& r, GradSync& sync) {
-  if (r.size > 0)
-    be_.copy(dev + r.mine, Tier::Device, weights_->flat().f() + r.at, Tier::Pinned, size_t(r.size) * 4);
+  if (r.size > 0) be_.copy(dev + r.mine, Tier::Device, weights_->flat().f() + r.at, home_, size_t(r.size) * 4);
   sync.gather(Tensor(dev, DType::F32, {r.n}, Tier::Device));
   traffic_.weights_in += r.n * 4;
 }
@@ -140,6 +144,10 @@ void ParamStore::reduce_from(float* dev, const ParamShards::Range& r, GradSync& 
   if (!g_skip_reduce) sync.reduce(Tensor(dev, DType::F32, {r.n}, Tier::Device));
   traffic_.grads_out += r.n * 4;
   if (r.size == 0) return;
+  if (home_ == Tier::Device) {  // the shard += this rank's part of the sum, on the device (the same fp32 adds)
+    Tensor g(grads_->flat().f() + r.at, DType::F32, {r.size}, Tier::Device);
+    return be_.add(g, Tensor(dev + r.mine, DType::F32, {r.size}, Tier::Device));
+  }
   be_.copy(sum_.data(), Tier::Host, dev + r.mine, Tier::Device, size_t(r.size) * 4);
   float* g = grads_->flat().f() + r.at;
   const float* x = sum_.as<float>();
@@ -189,11 +197,11 @@ ParamStore::~ParamStore() { be_.synchronize(); }
 void ParamStore::bind(Params& weights, ParamViews views) {
   weights_ = &weights;
   w_ = std::move(views);
-  if (!offload_) return;
+  if (!slots_) return;
   const ModelConfig& c = cfg_;
   if (world_)
-    OOMB_CHECK(weights.flat().tier == Tier::Pinned && weights.flat().numel() == shards_.numel,
-               "param store: --zero 3's masters must be this rank's shards in pinned memory");
+    OOMB_CHECK(weights.flat().tier == home_ && weights.flat().numel() == shards_.numel,
+               "param store: --zero 3's masters must be this rank's shards in {} memory", tier_name(home_));
   else
     OOMB_CHECK(weights.flat().tier == Tier::Pinned && weights.flat().numel() == param_count(c) &&
                    layer_offset(c, c.layers) == weights.get("model.norm.weight").f() - weights.flat().f(),
@@ -303,11 +311,11 @@ void ParamStore::device_views(const Params& host, Buffer& slots, Buffer& head, L
 void ParamStore::bind_grads(Params& grads, ParamViews views) {
   grads_ = &grads;
   g_ = std::move(views);
-  if (!offload_) return;
-  OOMB_CHECK(grads.flat().tier == Tier::Pinned &&
-                 grads.flat().numel() == (world_ ? shards_.numel : param_count(cfg_)),
-             "param store: offloaded gradients must be the whole model (--zero 3: this rank's shards) in pinned memory");
-  if (world_) std::memset(grads.flat().data, 0, grads.flat().bytes());  // added into from the first release
+  if (!slots_) return;
+  OOMB_CHECK(grads.flat().tier == home_ && grads.flat().numel() == (world_ ? shards_.numel : param_count(cfg_)),
+             "param store: the gradients must be the whole model (--zero 3: this rank's shards) in {} memory",
+             tier_name(home_));
+  if (world_) zero_home_grads();  // added into from the first release
   gslots_ = Buffer(Tier::Device, Tag::Grads, size_t(2 * layer_numel(cfg_)) * 4);
   ghead_buf_ = Buffer(Tier::Device, Tag::Grads, size_t(head_numel(cfg_)) * 4);
   device_views(grads, gslots_, ghead_buf_, gview_, g_);
@@ -315,10 +323,16 @@ void ParamStore::bind_grads(Params& grads, ParamViews views) {
 
 void ParamStore::zero_grads() {
   OOMB_CHECK(grads_ != nullptr, "param store: zero_grads needs gradients bound first");
-  if (!offload_) return be_.zero(grads_->flat());
-  std::memset(grads_->flat().data, 0, grads_->flat().bytes());  // pinned host memory, no copy in flight
+  if (!slots_) return be_.zero(grads_->flat());
+  zero_home_grads();
   grad_zero_.assign(grad_zero_.size(), true);
   head_grad_zero_ = true;
+}
+
+// The store's gradients from zero: in pinned memory (no copy in flight), or (--zero 3) the device's.
+void ParamStore::zero_home_grads() {
+  if (home_ == Tier::Device) return be_.zero(grads_->flat());
+  std::memset(grads_->flat().data, 0, grads_->flat().bytes());
 }
 
 // The head's two host ranges (embedding; final norm and lm_head) to or from one device range.
@@ -339,7 +353,7 @@ void ParamStore::head_copy(float* dev, Params& host, bool in) {
 
 void ParamStore::begin_sequence(bool grads) {
   seq_grads_ = grads;
-  if (!offload_) return;
+  if (!slots_) return;
   holds_[0] = holds_[1] = -1;  // the masters may have changed
   if (world_ && bf16_) {  // the head's ranges gathered into its gradients' buffer, then its image made there
     be_.synchronize();
@@ -378,7 +392,7 @@ void ParamStore::begin_sequence(bool grads) {
 }
 
 void ParamStore::end_sequence() {
-  if (!offload_) return;
+  if (!slots_) return;
   if (world_ && seq_grads_) {  // the head's gradients summed over every rank into this rank's shards
     const int64_t E = cfg_.vocab * cfg_.hidden;
     be_.synchronize();
@@ -399,7 +413,7 @@ void ParamStore::begin_pass(std::span<const int64_t> order, bool grads) {
   pos_ = 0;
   pass_grads_ = grads;
   OOMB_CHECK(!grads || grads_ != nullptr, "param store: a pass with gradients needs gradients bound first");
-  if (!offload_ || order_.empty()) return;
+  if (!slots_ || order_.empty()) return;
   base_ = holds_[1] == order_[0] ? 1 : 0;  // a slot that already holds the first layer keeps it
   fetch(0);
   if (order_.size() > 1) fetch(1);
@@ -445,7 +459,7 @@ void ParamStore::fetch(size_t pos) {
 
 const LayerParams& ParamStore::acquire(int64_t l) {
   OOMB_CHECK(pos_ < order_.size() && order_[pos_] == l, "param store: layer {} acquired out of the pass's order", l);
-  if (!offload_) return w_.layers[size_t(l)];
+  if (!slots_) return w_.layers[size_t(l)];
   const int64_t s = slot(pos_);
   if (!dropped("in")) be_.wait(Stream::Compute, *in_[s]);
   return wview_[s];
@@ -454,13 +468,13 @@ const LayerParams& ParamStore::acquire(int64_t l) {
 LayerParams& ParamStore::grads_of(int64_t l) {
   OOMB_CHECK(pass_grads_ && pos_ < order_.size() && order_[pos_] == l,
              "param store: layer {}'s gradients outside a pass with gradients", l);
-  return offload_ ? gview_[slot(pos_)] : g_.layers[size_t(l)];
+  return slots_ ? gview_[slot(pos_)] : g_.layers[size_t(l)];
 }
 
 void ParamStore::reduce_chunk(int64_t l) {
   OOMB_CHECK(pass_grads_ && pos_ < order_.size() && order_[pos_] == l,
              "param store: layer {}'s gradients reduced outside a pass with gradients", l);
-  if (!offload_ || !world_) return;
+  if (!slots_ || !world_) return;
   const int64_t n = layer_numel(cfg_);
   float* g = gslots_.as<float>() + slot(pos_) * n;
   be_.synchronize();
@@ -470,10 +484,10 @@ void ParamStore::reduce_chunk(int64_t l) {
 
 void ParamStore::release(int64_t l) {
   OOMB_CHECK(pos_ < order_.size() && order_[pos_] == l, "param store: layer {} released out of the pass's order", l);
-  if (offload_ && world_ && pass_grads_) {  // --zero 3: summed over every rank into this rank's shard
+  if (slots_ && world_ && pass_grads_) {  // --zero 3: summed over every rank into this rank's shard
     be_.synchronize();
     reduce_from(gslots_.as<float>() + slot(pos_) * layer_numel(cfg_), shards_.layer(l), *sync_layer_);
-  } else if (offload_) {
+  } else if (slots_) {
     const int64_t s = slot(pos_), n = layer_numel(cfg_);
     be_.record(*used_[s], Stream::Compute);
     if (pass_grads_) {  // the layer's gradients go back once its backward is done
@@ -485,7 +499,7 @@ void ParamStore::release(int64_t l) {
     }
   }
   ++pos_;
-  if (offload_ && pos_ + 1 < order_.size()) fetch(pos_ + 1);
+  if (slots_ && pos_ + 1 < order_.size()) fetch(pos_ + 1);
 }
 
 }  // namespace oomb

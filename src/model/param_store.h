@@ -18,8 +18,9 @@
 // holds (or zero, without a copy, while the host's are known to be zero), so the result is bitwise
 // the resident run's. The head arrives once per sequence and its gradients leave at its end.
 //
-// --zero 3 (world given; offloaded only): the masters, gradients and moments in pinned memory are
-// this rank's shards of every range (model/param_shards.h). A layer's fetch waits for the device,
+// --zero 3 (world given; needs a device): the masters, gradients and moments (pinned when
+// offloaded, else in device memory) are this rank's shards of every range (model/param_shards.h),
+// and the layers pass through the slots as offloaded ones do. A layer's fetch waits for the device,
 // puts this rank's shard into the slot and gathers the others' (all-gather through host staging,
 // grad_sync.h); its gradient slot starts at zero; release reduce-scatters the slot's gradients over
 // every rank and adds this rank's part of the sum into its shard (fp32, across chunks and
@@ -60,7 +61,7 @@ class ParamStore {
  public:
   ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16 = false, Comm* zero3_world = nullptr);
   ~ParamStore();
-  bool offloaded() const { return offload_; }
+  bool offloaded() const { return slots_ && home_ == Tier::Pinned; }
   // The tier the masters, gradients and moments live in: the backend's, or pinned host memory.
   static Tier home(const Backend& be, bool offload) { return offload ? Tier::Pinned : be.tier(); }
   // The masters (in home()) and the views over them; offloaded, the same layout bound to the
@@ -108,8 +109,8 @@ class ParamStore {
   static int64_t head_image_copied(const ModelConfig& c);
   static int64_t device_weight_bytes(const ModelConfig& c, bool bf16);
   static int64_t host_image_bytes(const ModelConfig& c);
-  // --zero 3: host bytes (tag workspace) of the gathers' and reductions' staging.
-  static int64_t zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev);
+  // --zero 3: host bytes (tag workspace) of the gathers' and reductions' staging, the shards in `home`.
+  static int64_t zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev, Tier home);
   // Tests only: --zero 3 without the gradients' reduce-scatter (each rank keeps its own part).
   static void skip_reduce_for_test(bool skip);
 
@@ -140,13 +141,15 @@ class ParamStore {
   // --zero 3 with bf16: layer l's image in slot s, the head's image, each from the gathered fp32 range
   void layer_image_from_shards(int64_t l, int64_t s);
   void head_image_from_shards();
+  void zero_home_grads();  // the gradients where they live (home_) from zero
   void gather_into(float* dev, const ParamShards::Range& r, GradSync& sync);
   void reduce_from(float* dev, const ParamShards::Range& r, GradSync& sync);
 
   ModelConfig cfg_;
   Backend& be_;
-  bool offload_;
-  bool bf16_;  // offloaded with --precision bf16: the slots hold images
+  bool slots_;  // the layers pass through device slots (offloaded, or --zero 3)
+  Tier home_;   // where the masters, gradients and moments live (home())
+  bool bf16_;   // slots with --precision bf16: the slots hold images
   Comm* world_ = nullptr;  // --zero 3
   ParamShards shards_;
   std::unique_ptr<GradSync> sync_layer_, sync_embed_, sync_tail_;

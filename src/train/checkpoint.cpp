@@ -95,13 +95,15 @@ void stream_moments(const Optimizer& opt, Comm& world, Backend& be, SafetensorsW
 }
 
 // --zero 3: the masters (or a moment) are this rank's packed parts of every range
-// (model/param_shards.h); every rank's streamed in flat order, into `full` or `out` on rank 0.
-void stream_packed(const Model& model, const Params& packed, Comm& world, float* full, SafetensorsWriter* out) {
-  OOMB_CHECK(packed.flat().tier != Tier::Device, "checkpoint: --zero 3's shards must be in host memory");
+// (model/param_shards.h; on the device: through a host copy, tag io); every rank's streamed in flat
+// order, into `full` or `out` on rank 0.
+void stream_packed(Model& model, const Params& packed, Comm& world, float* full, SafetensorsWriter* out) {
+  std::unique_ptr<Params> copy;
+  const Params& host = on_host(packed, model.backend(), copy);
   ParamShards::Sink sink;
   if (full) sink = [&](int64_t at, const float* x, int64_t n) { std::memcpy(full + at, x, size_t(n) * 4); };
   if (out) sink = [&](int64_t, const float* x, int64_t n) { out->write(x, uint64_t(n) * 4); };
-  ParamShards::stream(model.config(), world, packed.flat().f(), sink);
+  ParamShards::stream(model.config(), world, host.flat().f(), sink);
 }
 
 // optimizer.safetensors' layout: every parameter's two moments, in the flat layout's order (the
@@ -327,15 +329,19 @@ static void load_moment_shard(const fs::path& step_dir, const CheckpointState& s
   be.copy(v.data, v.tier, hv, Tier::Host, size_t(r.size()) * 4);
 }
 
-// --zero 3: this rank's part of every range (model/param_shards.h) of each moment tensor.
+// --zero 3: this rank's part of every range (model/param_shards.h) of each moment tensor (on the
+// device: through host copies).
 static void load_packed_moments(const fs::path& step_dir, const CheckpointState& st, const Model& model,
-                                Optimizer& opt) {
+                                Optimizer& opt, Backend& be) {
   const ModelConfig& c = model.config();
   std::vector<Segment> parts;
   for (const ParamShards::Range& r : ParamShards::of(c, int(model.plan().rank), int(model.plan().ranks)).ranges)
     parts.push_back({r.lo + r.mine, r.size, r.at});
-  OOMB_CHECK(opt.exp_avg()->flat().tier != Tier::Device, "checkpoint: --zero 3's moments must be in host memory");
-  load_moment_segments(step_dir, st, param_layout(c), parts, opt.exp_avg()->flat().f(), opt.exp_avg_sq()->flat().f());
+  Params& m = *opt.exp_avg();
+  Params& v = *opt.exp_avg_sq();
+  into(m, be, [&](Params& hm) {
+    into(v, be, [&](Params& hv) { load_moment_segments(step_dir, st, param_layout(c), parts, hm.flat().f(), hv.flat().f()); });
+  });
 }
 
 void load_checkpoint_tensors(const fs::path& step_dir, const CheckpointState& st, const ModelConfig& cfg,
@@ -366,7 +372,7 @@ void load_checkpoint(const fs::path& step_dir, const CheckpointState& st, Model&
     }
   }
   if (model.sharded() && opt.exp_avg()) {
-    load_packed_moments(step_dir, st, model, opt);
+    load_packed_moments(step_dir, st, model, opt, be);
   } else if (!opt.exp_avg_shard().empty()) {
     load_moment_shard(step_dir, st, opt, be);
   } else if (!opt.exp_avg()) {

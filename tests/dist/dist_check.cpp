@@ -30,6 +30,7 @@
 #include "dist/dist.h"
 #include "dist/grad_sync.h"
 #include "dist/mpi_comm.h"
+#include "model/bf16_weights.h"
 #include "model/init.h"
 #include "model/param_shards.h"
 #include "model_fixture.h"
@@ -343,7 +344,8 @@ int main(int argc, char** argv) {
     report("plan_mismatches", mismatches, 0);
     // this rank's kv, kv_grad and optimizer bytes, for rank 0 to set beside the single rank's
     const Tier dev = a.device != "cpu" ? Tier::Device : Tier::Host, kv_home = a.offload.find("kv") != std::string::npos ? Tier::Pinned : dev;
-    const Tier opt_home = a.offload.find("params") != std::string::npos ? Tier::Pinned : dev;
+    const bool offloaded = a.offload.find("params") != std::string::npos, bf16 = a.precision == "bf16";
+    const Tier opt_home = offloaded ? Tier::Pinned : dev;
     std::vector<double> mine = {double(measured.b[size_t(kv_home)][size_t(Tag::KV)]),
                                 double(measured.b[size_t(kv_home)][size_t(Tag::KVGrad)]),
                                 double(measured.b[size_t(opt_home)][size_t(Tag::Optimizer)]),
@@ -384,10 +386,15 @@ int main(int argc, char** argv) {
       const double kv1 = double(single.b[size_t(kv_home)][size_t(Tag::KV)]),
                    kg1 = double(single.b[size_t(kv_home)][size_t(Tag::KVGrad)]),
                    op1 = double(single.b[size_t(opt_home)][size_t(Tag::Optimizer)]),
-                   // (bf16 offloaded: less the single rank's pinned images, which --zero 3 does not keep)
+                   // (bf16: less the single rank's pinned images, or its device bf16 copy when not
+                   // offloaded, which --zero 3 does not keep)
                    w1 = double(single.b[size_t(opt_home)][size_t(Tag::Weights)]) -
-                        (z3 && a.precision == "bf16" ? double(ParamStore::host_image_bytes(cfg)) : 0.0),
+                        (z3 && bf16 ? double(offloaded ? ParamStore::host_image_bytes(cfg) : Bf16Weights::bytes(cfg))
+                                    : 0.0),
                    g1 = double(single.b[size_t(opt_home)][size_t(Tag::Grads)]);
+      // --zero 3 without --offload params: each rank's device slots and head beside its shards
+      const double slots_w = z3 && !offloaded ? double(ParamStore::device_weight_bytes(cfg, bf16)) : 0.0,
+                   slots_g = z3 && !offloaded ? double(ParamStore::device_bytes(cfg)) : 0.0;
       double kv_off = 0, opt_off = 0, params_off = 0;
       const size_t F = mine.size();
       for (int q = 0; q < R; ++q) {
@@ -395,7 +402,9 @@ int main(int argc, char** argv) {
         kv_off = std::max({kv_off, std::abs(x[0] * double(a.dist.sp) - kv1) / kv1,
                            std::abs(x[1] * double(a.dist.sp) - kg1) / kg1});
         if (a.dist.zero > 0) opt_off = std::max(opt_off, std::abs(x[2] * double(R) - op1) / op1);
-        if (z3) params_off = std::max({params_off, std::abs(x[3] * double(R) - w1) / w1, std::abs(x[4] * double(R) - g1) / g1});
+        if (z3)
+          params_off = std::max({params_off, std::abs((x[3] - slots_w) * double(R) - w1) / w1,
+                                 std::abs((x[4] - slots_g) * double(R) - g1) / g1});
       }
       if (z3)
         std::cout << fmt::format("{} weights single {} rank0 {} | {} grads single {} rank0 {}", tier_name(opt_home), w1,
