@@ -84,7 +84,7 @@ class Backend {
   // dx (T, in) = dy . w (or += when dx_accumulate);  dw += dy^T . x;  db += sum_t dy.  Null = skip.
   // x, w, dy: all f32 or all bf16; dx, dw, db f32 (weight gradients accumulate in fp32, beta = 1).
   void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool dx_accumulate,
-                          Tensor* dw, Tensor* db);
+                  Tensor* dw, Tensor* db);
 
   // out (T, d) = table[ids];  ids: (T) i32
   void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out);
@@ -95,7 +95,7 @@ class Backend {
   void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd);
   // dx (T, d) = ... (or += when dx_accumulate);  dw += ...
   void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                           bool dx_accumulate, Tensor& dw);
+                   bool dx_accumulate, Tensor& dw);
 
   // x: (T, H, D) rotated in place at positions pos: (T) i32 (rotate-half layout, as in HF Llama)
   void rope_fwd(Tensor& x, const Tensor& pos, const RopeTable& rope);
@@ -105,14 +105,14 @@ class Backend {
   // out = silu(gate) * up;  all (T, I)
   void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out);
   void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
-                          Tensor& dup);
+                  Tensor& dup);
 
   // Causal GQA attention over KV blocks, online softmax. q, o: (T, H, D); lse: (T, H) fp32
   void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
-                             Tensor& lse);
+                     Tensor& lse);
   // dq (T, H, D) = ...;  every block's dk, dv += its contribution (in place)
   void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
-                             std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq);
+                     std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq);
 
   // Sparse attention's page metadata (--sparse-pages). k: (T, G, D) f32, the keys (after RoPE) of
   // tokens [t0, t0 + T); means: (pages, G, D) bf16 with pages > (t0 + T - 1) / page_size: the mean
@@ -146,7 +146,7 @@ class Backend {
   // sums: (2) f64 in this backend's memory, += {the summed loss over targets, argmax hits}; the
   // host reads it once per step. If dh: dh = scale * dloss/dh;  if dw: dw += scale * dloss/dw.
   void lm_head_xent_acc(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh,
-                                Tensor* dw, Tensor& sums);
+                        Tensor* dw, Tensor& sums);
   // The same, returning the loss and hits at once (a host sync; tests and one-off calls).
   double lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& targets, float scale, Tensor* dh, Tensor* dw,
                       int64_t* correct);

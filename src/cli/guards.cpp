@@ -153,6 +153,13 @@ OutOfMemoryAdvice plan_advice(int64_t N, int64_t C, std::function<MemoryPlan(int
   };
 }
 
+Limit host_share(int64_t available, int ranks_here) {
+  OOMB_CHECK(ranks_here >= 1, "host memory: {} ranks on this node", ranks_here);
+  if (ranks_here == 1) return {available, "the host's available memory (MemAvailable)"};
+  return {available / ranks_here,
+          fmt::format("this rank's share of the host's available memory (MemAvailable / {} ranks on this node)", ranks_here)};
+}
+
 void check_plan_fits(const MemoryPlan& m, int64_t N, int64_t C, const Limit& host, const Limit& device,
                      const std::function<MemoryPlan(int64_t, int64_t)>& plan_for, bool force, std::ostream* warn) {
   for (const bool is_host : {false, true}) {

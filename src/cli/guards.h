@@ -37,6 +37,9 @@ struct Limit {
   int64_t bytes = 0;
   std::string what;  // "MemAvailable of /proc/meminfo", "--device-memory 1000000"
 };
+// One rank's share of the host's available memory (MemAvailable): the ranks on a node each hold
+// their plan at once, so each is held to available / ranks_here.
+Limit host_share(int64_t available, int ranks_here);
 void check_plan_fits(const MemoryPlan& m, int64_t N, int64_t C, const Limit& host, const Limit& device,
                      const std::function<MemoryPlan(int64_t N, int64_t C)>& plan_for, bool force,
                      std::ostream* warn);

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/lora_flags.h"
 #include "cli/dist_flags.h"
+#include "cli/guards.h"
 #include "cli/memory_report.h"
 #include "cli/sweep_flag.h"
 #include "core/resident.h"
@@ -81,8 +82,10 @@ Command add_plan(CLI::App& app) {
               return plan_memory(cfg, p, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
                                  device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
             };
-            const std::string sweep_line = set_sweep(a->sweep, a->cmd->count("--sweep") > 0, cfg, a->seq_len,
-                                                   available_host_memory(), plan_for, plan);
+            // auto's host check: the plan's ranks are taken to share this host, as under one mpirun here
+            const int64_t host = host_share(available_host_memory(), int(plan.ranks)).bytes;
+            const std::string sweep_line =
+                set_sweep(a->sweep, a->cmd->count("--sweep") > 0, cfg, a->seq_len, host, plan_for, plan);
             const MemoryPlan m = plan_for(plan);
             const SweepChoice sweep = sweep_traffic(cfg, plan, a->seq_len);
             if (a->json) {

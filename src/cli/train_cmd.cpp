@@ -86,10 +86,11 @@ Limit device_limit(const TrainArgs& a) {
   return {};
 }
 
-// --sweep into the plan (auto: by the bytes moved and the host's available memory); the line the
-// banner prints.
+// --sweep into the plan (auto: by the bytes moved and this rank's share of the host's available
+// memory); the line the banner prints.
 std::string resolve_sweep(const TrainArgs& a, const ModelConfig& cfg, ChunkPlan& plan, const Backend& be) {
-  return set_sweep(a.sweep, a.given("--sweep"), cfg, a.seq_len, available_host_memory(), [&](const ChunkPlan& p) {
+  const int64_t host = host_share(available_host_memory(), local_ranks()).bytes;
+  return set_sweep(a.sweep, a.given("--sweep"), cfg, a.seq_len, host, [&](const ChunkPlan& p) {
     return plan_memory(cfg, p, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p)),
                        be.tier(), be.pinned_workspace_bytes());
   }, plan);
@@ -115,7 +116,7 @@ void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPl
                format_bytes(m.get(Tier::Device, Tag::KVGrad)));
   }
   set_out_of_memory_advice(plan_advice(a.seq_len, plan.chunk, plan_for));
-  check_plan_fits(m, a.seq_len, plan.chunk, {available_host_memory(), "the host's available memory (MemAvailable)"},
+  check_plan_fits(m, a.seq_len, plan.chunk, host_share(available_host_memory(), local_ranks()),
                   dev, plan_for, a.force, &std::cout);
 }
 
