@@ -212,7 +212,8 @@ TEST(Cli, OffloadErrorsNameTheFlag) {
   for (const Bad& b : {
            Bad{"--offload kv", "--offload kv: the cpu backend has no device memory to offload from"},
            Bad{"--offload params", "--offload params: the cpu backend has no device memory to offload from"},
-           Bad{"--device sim --offload params --lora-rank 4", "--offload params: not with LoRA (--lora-rank) yet"},
+           Bad{"--device sim --offload params --lora-rank 4 --train-embeddings-norms",
+               "--offload params with --train-embeddings-norms: not supported yet"},
            Bad{"--lora-rank 100 --precision bf16", "--lora-rank 100 with --precision bf16: at most"},
            Bad{"--device sim --offload kv --offload-group 17", "--offload-group 17: larger than a layer's 16 pages"},
            Bad{"--device sim --offload kv --offload-group 4 --device-memory 300000",
@@ -234,42 +235,47 @@ TEST(Cli, OffloadErrorsNameTheFlag) {
   EXPECT_THAT(r.out, HasSubstr("--offload-group 17: larger than a layer's 16 pages"));
   r = oomb_cmd(dir, fmt::format("plan --model {} --seq-len 512 --offload kv --device cpu", m));
   EXPECT_THAT(r.out, HasSubstr("--offload kv: the cpu backend has no device memory"));
-  r = oomb_cmd(dir, fmt::format("plan --model {} --seq-len 512 --offload params --lora-rank 4", m));
-  EXPECT_THAT(r.out, HasSubstr("--offload params: not with LoRA (--lora-rank) yet"));
+  r = oomb_cmd(dir, fmt::format("plan --model {} --seq-len 512 --offload params --lora-rank 4 --train-embeddings-norms", m));
+  EXPECT_THAT(r.out, HasSubstr("--offload params with --train-embeddings-norms: not supported yet"));
 }
 
 // Saving after --offload params (and kv,params) writes the same files as without it: the trained
-// model (--out) and a checkpoint (weights, AdamW's moments, state.json), byte for byte.
+// model (--out) and a checkpoint (weights, AdamW's moments, state.json), byte for byte; with LoRA
+// (the frozen base streamed) the adapter and its checkpoint likewise.
 TEST(Cli, SavingAfterOffloadParamsWritesTheSameFiles) {
   const auto dir = temp_dir();
   const auto m = (dir / "m").string();
   ASSERT_EQ(oomb_cmd(dir, "init --preset tiny-qwen2 --out " + m).code, 0);
   write_tokens(dir / "t.bin", 600, 128, 1);
-  std::vector<std::map<std::string, std::string>> files;
-  for (const char* offload : {"", "--offload params", "--offload kv,params --offload-group 1"}) {
-    SCOPED_TRACE(offload);
-    const auto run = dir / fmt::format("run{}", files.size());
-    const CmdResult r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 96 --chunk-size 32 "
-                                                  "--page-size 16 --steps 3 --grad-accum 2 --lr 1e-2 --device sim {} "
-                                                  "--out {}/out --checkpoint-dir {}/ckpt --save-every 3",
-                                                  m, dir.string(), offload, run.string(), run.string()));
-    ASSERT_EQ(r.code, 0) << r.out;
-    std::map<std::string, std::string> f;
-    for (const char* sub : {"out", "ckpt/step-000003"})
-      for (const auto& e : std::filesystem::directory_iterator(run / sub))
-        f[std::string(sub) + "/" + e.path().filename().string()] = read_text(e.path());
-    files.push_back(f);
-  }
-  ASSERT_GE(files[0].size(), 6u);  // config.json and model.safetensors; + optimizer.safetensors, state.json
-  for (size_t i = 1; i < files.size(); ++i)
-    for (const auto& [name, bytes] : files[0]) {
-      ASSERT_TRUE(files[i].count(name)) << name;
-      // config.toml records the run's flags, --offload among them, and state.json its size: they
-      // differ by that alone (state.json's fields but the file list are compared in test_checkpoint)
-      if (name.ends_with("/config.toml") || name.ends_with("/state.json")) continue;
-      EXPECT_TRUE(files[i].at(name) == bytes) << name << " differs with offload case " << i;
+  for (const char* lora : {"", "--lora-rank 4 --lora-targets all"}) {
+    SCOPED_TRACE(lora);
+    std::vector<std::map<std::string, std::string>> files;
+    for (const char* offload : {"", "--offload params", "--offload kv,params --offload-group 1"}) {
+      SCOPED_TRACE(offload);
+      const auto run = dir / fmt::format("run{}{}", files.size(), *lora ? "-lora" : "");
+      const CmdResult r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 96 --chunk-size 32 "
+                                                    "--page-size 16 --steps 3 --grad-accum 2 --lr 1e-2 --device sim {} {} "
+                                                    "--out {}/out --checkpoint-dir {}/ckpt --save-every 3",
+                                                    m, dir.string(), offload, lora, run.string(), run.string()));
+      ASSERT_EQ(r.code, 0) << r.out;
+      std::map<std::string, std::string> f;
+      for (const char* sub : {"out", "ckpt/step-000003"})
+        for (const auto& e : std::filesystem::directory_iterator(run / sub))
+          f[std::string(sub) + "/" + e.path().filename().string()] = read_text(e.path());
+      files.push_back(f);
     }
-  EXPECT_NE(files[1].at("ckpt/step-000003/config.toml").find("offload"), std::string::npos);
+    ASSERT_GE(files[0].size(), 6u);  // config.json and model.safetensors; + optimizer.safetensors, state.json
+    for (size_t i = 1; i < files.size(); ++i)
+      for (const auto& [name, bytes] : files[0]) {
+        ASSERT_TRUE(files[i].count(name)) << name;
+        // config.toml records the run's flags, --offload among them, and state.json its size: they
+        // differ by that alone (state.json's fields but the file list are compared in test_checkpoint)
+        if (name.ends_with("/config.toml") || name.ends_with("/state.json")) continue;
+        EXPECT_TRUE(files[i].at(name) == bytes) << name << " differs with offload case " << i;
+      }
+    EXPECT_NE(files[1].at("ckpt/step-000003/config.toml").find("offload"), std::string::npos);
+    EXPECT_EQ(files[0].count("out/adapter_model.safetensors"), *lora ? 1u : 0u);
+  }
 }
 
 // oomb generate: greedy ids from token ids, the same on the simulated device, reproducible samples

@@ -19,7 +19,9 @@
 #include "backend/cpu/cpu_adamw.h"
 #include "cli/guards.h"
 #include "data/repeat_task.h"
+#include "model/bf16_weights.h"
 #include "model/init.h"
+#include "model/lora.h"
 #include "model/sweep_plan.h"
 #include "train/model.h"
 #include "train/optimizer.h"
@@ -130,6 +132,70 @@ TEST_F(OffloadParams, Bf16BitwiseIdenticalToResidentParameters) {
                            "run (and the CPU's) bit for bit\n", compared);
 }
 
+// LoRA with --offload params: the frozen base streams through the weight slots (fp32 layers, or
+// their bf16 images), each acquired layer bound to its adapters, which train in device memory with
+// their gradients and moments. 3 AdamW steps of 2 accumulated sequences give the adapters' losses,
+// gradients, weights and moments bit for bit of the resident LoRA run, fp32 and bf16, in the chunk
+// and the layer order, with --offload kv,params and a copy delay; no gradient crosses (the base
+// has none), the weights cross as the planner counts them; a run that skips the wait for a
+// layer's arrival differs (the control).
+TEST_F(OffloadParams, LoraBitwiseIdenticalToResidentParameters) {
+  const int64_t N = 37;
+  LoraConfig lora;
+  lora.rank = 4;
+  lora.alpha = 8;
+  parse_lora_targets("q,v,gate,down", lora);
+  int compared = 0;
+  for (const auto& dir : *models_)
+    for (const DType precision : {DType::F32, DType::BF16}) {
+      auto with = [&](ChunkPlan p, SweepOrder order) {
+        p.lora = lora;
+        p.precision = precision;
+        p.sweep = order;
+        return p;
+      };
+      auto sim = make_sim_backend(0, 200);
+      const Trained ref = train_steps(*sim, dir, with(plan_of(false, false), SweepOrder::Chunk), "adamw", N, 3, 2);
+      for (const bool kv : {false, true})
+        for (const SweepOrder order : {SweepOrder::Chunk, SweepOrder::Layer}) {
+          SCOPED_TRACE(fmt::format("{} {} --offload {} --sweep {}", dir.filename().string(), dtype_name(precision),
+                                   kv ? "kv,params" : "params", sweep_name(order)));
+          EXPECT_EQ(difference(ref, train_steps(*sim, dir, with(plan_of(kv, true), order), "adamw", N, 3, 2)), "");
+          ++compared;
+        }
+      if (dir != models_->front()) continue;
+      auto slow = make_sim_backend(0, 2000);
+      ParamStore::drop_wait_for_test("in");
+      const std::string early =
+          difference(ref, train_steps(*slow, dir, with(plan_of(false, true), SweepOrder::Chunk), "adamw", N, 3, 2));
+      ParamStore::drop_wait_for_test(nullptr);
+      EXPECT_NE(early, "") << "without the 'in' wait the streamed base still arrives in time";
+      // what crosses: the base's layers and head, no gradient
+      const ModelConfig cfg = load_config(dir);
+      const ChunkPlan plan = with(plan_of(false, true), SweepOrder::Chunk);
+      Model m(cfg, *sim, plan);
+      load_for_training(m, dir);
+      const auto t = step_tokens(N + 1, 1, cfg.vocab);
+      m.forward_backward(t.data(), t.data() + 1, N, 1.0f);
+      const ParamStore::Traffic got = m.store().traffic();
+      // the frozen base's bf16 images are cast once, not per sequence, until the base is touched
+      m.forward_backward(t.data(), t.data() + 1, N, 1.0f);
+      EXPECT_EQ(m.store().image_casts(), precision == DType::BF16 ? 1 : 0);
+      m.params();  // writable access: the base may change
+      m.forward_backward(t.data(), t.data() + 1, N, 1.0f);
+      EXPECT_EQ(m.store().image_casts(), precision == DType::BF16 ? 2 : 0);
+      const SweepTraffic want = chunk_order_traffic(cfg, N, 13, 1, precision == DType::BF16);
+      EXPECT_EQ(got.weights_in, want.weights);
+      EXPECT_EQ(got.grads_in + got.grads_out, 0);
+      EXPECT_EQ(sweep_traffic(cfg, plan, N).chunk.grads, 0);
+      EXPECT_EQ(sweep_traffic(cfg, plan, N).layer.grads, 0);
+      std::cout << fmt::format("[ offload  ] LoRA {}: without the 'in' wait: {}; a sequence moves {} B of base weights, "
+                               "0 B of gradients\n", dtype_name(precision), early, got.weights_in);
+    }
+  std::cout << fmt::format("[ offload  ] {} offloaded LoRA runs of 3 AdamW steps x 2 sequences equal the resident LoRA "
+                           "run bit for bit\n", compared);
+}
+
 // Skipping the wait for a layer's arrival, or the host's wait for the copies at the end of a
 // sequence, gives another result (with a copy delay, the copies are still under way).
 TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
@@ -215,6 +281,43 @@ TEST(OffloadParamsMemory, Bf16PlanEqualsThePeaks) {
     std::cout << fmt::format("[ memory   ] bf16, {} layers: device weights {} B (fp32 offloaded: {} B), a layer's "
                              "image {} B (fp32: {} B)\n", L, dev_w, ParamStore::device_bytes(cfg),
                              ParamStore::layer_image_bytes(cfg), ParamStore::layer_numel(cfg) * 4);
+  }
+}
+
+// LoRA with --offload kv,params (fp32 and bf16): the plan equals every (tier, tag) peak; the
+// device holds the streamed base's two layer slots and head, and the adapters with their
+// gradients and moments (no gradient slots); the pinned host holds the base's masters (and, bf16,
+// its images).
+TEST(OffloadParamsMemory, LoraPlanEqualsThePeaks) {
+  Accountant& acc = Accountant::global();
+  const ModelConfig cfg = parse_config(tiny_config_json("qwen2", 2), "LoRA memory test config");
+  for (const DType precision : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(precision));
+    ChunkPlan plan{64, 16};
+    plan.offload_kv = plan.offload_params = true;
+    plan.offload_group = 2;
+    plan.precision = precision;
+    plan.lora.rank = 4;
+    parse_lora_targets("all", plan.lora);
+    acc.reset_peaks();
+    const MemoryPlan pred = oomb::testing::train_for_peaks(cfg, plan, 256, true, 2);
+    for (Tier tier : kTiers)
+      for (int i = 0; i < kNumTags; ++i) {
+        if (Tag(i) == Tag::IO) continue;
+        EXPECT_EQ(acc.get(tier, Tag(i)).peak, pred.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i));
+      }
+    const bool bf16 = precision == DType::BF16;
+    const int64_t Pt = lora_param_count(cfg, plan.lora);
+    EXPECT_EQ(acc.get(Tier::Device, Tag::Grads).peak, Pt * 4);
+    EXPECT_EQ(acc.get(Tier::Device, Tag::Optimizer).peak, 2 * Pt * 4);
+    EXPECT_EQ(acc.get(Tier::Device, Tag::Weights).peak,
+              ParamStore::device_weight_bytes(cfg, bf16) + Pt * 4 + (bf16 ? Bf16Weights::adapter_bytes(cfg, plan.lora) : 0));
+    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, param_count(cfg) * 4 + (bf16 ? ParamStore::host_image_bytes(cfg) : 0));
+    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Grads).peak, 0);
+    std::cout << fmt::format("[ memory   ] LoRA {} with --offload kv,params: device weights {} B, gradients {} B, "
+                             "moments {} B; pinned weights {} B\n", dtype_name(precision),
+                             acc.get(Tier::Device, Tag::Weights).peak, acc.get(Tier::Device, Tag::Grads).peak,
+                             acc.get(Tier::Device, Tag::Optimizer).peak, acc.get(Tier::Pinned, Tag::Weights).peak);
   }
 }
 

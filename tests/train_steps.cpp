@@ -5,6 +5,8 @@
 
 #include "model_fixture.h"
 #include "test_util.h"
+#include "hf/checkpoint.h"
+#include "model/lora.h"
 #include "train/model.h"
 #include "train/optimizer.h"
 
@@ -31,6 +33,12 @@ Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPl
   const ModelConfig cfg = load_config(dir);
   Model m(cfg, be, plan);
   load_for_training(m, dir);
+  if (plan.lora.on()) {  // the adapters as PEFT starts them (B zero), on the loaded base
+    Params base(cfg, Tier::Host, Tag::IO), adapters(cfg, m.trainable().specs(), Tier::Host, Tag::IO);
+    load_weights(dir, cfg, base);
+    init_lora(adapters, base, 5);
+    m.upload_trainable(adapters);
+  }
   OptimConfig oc;
   oc.kind = opt;
   oc.lr = 2e-2f;
@@ -38,7 +46,7 @@ Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPl
   oc.grad_clip = 0.5f;  // clipped every step here: the scale runs where the gradients are
   oc.warmup_steps = 1;
   oc.total_steps = steps;
-  Optimizer o(oc, m.params(), m.grads(), be);
+  Optimizer o(oc, m.trainable(), m.grads(), be);
   Trained r;
   for (int k = 0; k < steps; ++k) {
     m.zero_grads();
@@ -52,7 +60,7 @@ Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPl
     r.grads.push_back(on_host(be, m.grads()));
     o.step(k, nullptr);
   }
-  r.weights = on_host(be, m.params());
+  r.weights = on_host(be, m.trainable());
   if (o.exp_avg()) r.exp_avg = on_host(be, *o.exp_avg()), r.exp_avg_sq = on_host(be, *o.exp_avg_sq());
   return r;
 }

@@ -23,7 +23,8 @@ struct Trained {
 std::vector<int32_t> step_tokens(int64_t n, uint64_t seed, int64_t vocab, int32_t sep = -1);
 std::vector<float> on_host(Backend& be, const Params& p);
 // `steps` optimizer steps (opt: adamw or sgd; lr 2e-2, clipping at 0.5, one warmup step) of `accum`
-// sequences of N tokens each, for the model in dir.
+// sequences of N tokens each, for the model in dir; with plan.lora, of the adapters (seeded A, B
+// zero) on the frozen base, and `weights` are the adapters'.
 Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPlan& plan, const std::string& opt,
                     int64_t N, int steps, int accum);
 // Where two runs first differ, or "" when they are bit for bit the same.

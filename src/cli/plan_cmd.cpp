@@ -75,7 +75,6 @@ Command add_plan(CLI::App& app) {
             OOMB_CHECK(!offload || device != "cpu", "--offload {}: the cpu backend has no device memory to offload from "
                        "(use --device sim or cuda)", a->offload);
             plan.lora = lora_config(a->lora, a->cmd);
-            OOMB_CHECK(!plan.offload_params || !plan.lora.on(), "--offload params: not with LoRA (--lora-rank) yet");
             auto plan_for = [&](const ChunkPlan& p) {
               const WorkspaceShape wss = workspace_shape(cfg, p);
               const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) : make_cpu_backend()->workspace_bytes(wss);

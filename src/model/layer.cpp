@@ -149,9 +149,13 @@ void to_tokens(const LayerCtx& ctx, const Tensor& att, Tensor& loc) {
   ctx.sp->to_tokens(att, loc);
 }
 
-// A norm's weight gradient, or, where the norm is frozen (LoRA), scratch nobody reads.
-Tensor& norm_grad(Tensor& g, LayerBuffers& plan) { return g.empty() ? plan.discard : g; }
 }  // namespace
+
+Tensor& norm_grad(Tensor& g, const Tensor& w, LayerBuffers& b) {
+  if (!g.empty()) return g;
+  b.discard_as = b.discard.rows(0, w.dim(0));
+  return b.discard_as;
+}
 
 // The widest output a LoRA adapter writes: q, k, v, o, gate, up or down.
 static int64_t lora_widest(const ModelConfig& c) {
@@ -335,7 +339,7 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   const Tensor dup = for_matmul(ctx, S.dup, plan.dy16);
   be.linear_bwd(b, p.wup, dup, &S.db, true, opt(g.wup), opt(g.bup));
   lora_bwd(ctx, p, g, kUp, b, dup, &S.db, plan);
-  be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, plan));  // dh := dL/dhmid
+  be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, p.mlp_norm, plan));  // dh := dL/dhmid
   // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in)
   Tensor dattn2 = flat2(plan.dattn_loc);
   const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16), dhmid = for_matmul(ctx, dh, plan.dy16);
@@ -364,9 +368,9 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   if (!p.q_norm.empty()) {  // through Qwen3's per-head norms
     Tensor dqr = heads2(S.dq_raw), dkr = heads2(S.dk_raw);
     be.rmsnorm_bwd(heads2(A.q_raw), p.q_norm, flat1(A.rstd_q), heads2(plan.dq_loc), dqr, false,
-                   norm_grad(g.q_norm, plan));
+                   norm_grad(g.q_norm, p.q_norm, plan));
     be.rmsnorm_bwd(heads2(A.k_raw), p.k_norm, flat1(A.rstd_k), heads2(plan.dk_loc), dkr, false,
-                   norm_grad(g.k_norm, plan));
+                   norm_grad(g.k_norm, p.k_norm, plan));
     dq = S.dq_raw, dk = S.dk_raw;
   }
   // q, k were rotated in place; the projections' backward needs only their input a
@@ -380,7 +384,7 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   const Tensor dv16 = for_matmul(ctx, flat2(plan.dv_loc), plan.dy16);
   be.linear_bwd(a, p.wv, dv16, &S.da, true, opt(g.wv), opt(g.bv));
   lora_bwd(ctx, p, g, kV, a, dv16, &S.da, plan);
-  be.rmsnorm_bwd(h_in, p.attn_norm, A.rstd1, S.da, dh, true, norm_grad(g.attn_norm, plan));  // dh := dL/dh_in
+  be.rmsnorm_bwd(h_in, p.attn_norm, A.rstd1, S.da, dh, true, norm_grad(g.attn_norm, p.attn_norm, plan));  // dh := dL/dh_in
 }
 
 }  // namespace oomb

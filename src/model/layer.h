@@ -34,6 +34,11 @@ struct LayerGradScratch {
   Tensor dgate, dup, dact;  // (T, I)
 };
 
+struct LayerBuffers;
+// A norm's weight gradient g, or, where the norm is frozen (LoRA: g empty), scratch nobody reads,
+// shaped as the norm's weight w.
+Tensor& norm_grad(Tensor& g, const Tensor& w, LayerBuffers& b);
+
 struct LayerBuffers {
   LayerActs acts;
   LayerGradScratch g;
@@ -42,7 +47,7 @@ struct LayerBuffers {
   Tensor run_sum;  // (T, H) attention's running denominator while groups of pages fold in
   // LoRA (rank r > 0 only): x A^T scaled (T, r), its gradient (T, r), the adapter's output
   // (T * widest out, viewed as (T, out)), and where frozen norms' weight gradients go (unread)
-  Tensor lora_u, lora_du, lora_z, discard;
+  Tensor lora_u, lora_du, lora_z, discard, discard_as;
   // --precision bf16: (T, max(d, H D, I)) bf16 each: a matmul's input and its output's gradient,
   // cast for the GEMM (viewed (T, width) of the tensor cast); with LoRA also (T, r) bf16: the
   // adapter's inner product x A^T (forward) or its gradient (backward), cast for its second GEMM

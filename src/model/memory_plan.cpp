@@ -120,12 +120,20 @@ void check_zero3(const ChunkPlan& p, Tier dev) {
   if (!zero3(p)) return;
   OOMB_CHECK(dev == Tier::Device, "--zero 3: needs a device (--device sim or cuda): each layer is gathered into the "
              "parameter store's device slots just in time");
-  OOMB_CHECK(!p.lora.on(), "--zero 3: not with LoRA (--lora-rank) yet");
+  OOMB_CHECK(!p.lora.on(), "--zero 3 with LoRA: not supported yet (the frozen base would be sharded; use --zero 2)");
+}
+
+void check_offload_params(const ChunkPlan& p) {
+  if (!p.offload_params || !p.lora.on()) return;
+  OOMB_CHECK(!p.lora.train_embeddings_norms, "--offload params with --train-embeddings-norms: not supported yet (the "
+             "streamed layers' norms are the frozen base's)");
+  OOMB_CHECK(!zero3(p), "--zero 3 with LoRA: not supported yet (the frozen base would be sharded; use --zero 2)");
 }
 
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
                        size_t workspace_bytes, Tier dev, size_t pinned_workspace_bytes) {
   check_zero3(plan, dev);
+  check_offload_params(plan);
   const int64_t P = param_count(cfg), C = std::min(plan.chunk, N), sp = plan.sp;
   check_plan_size(cfg, N, C, P);
   ChunkPlan used = plan;
@@ -134,15 +142,18 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   MemoryPlan m;
   // the masters and what trains (LoRA: a set of its own beside the frozen base) where they live;
   // offloaded, the device's layer slots and head beside them; --precision bf16's copy on the device
+  // (LoRA's trainable set, its gradients and moments stay in the backend's memory even when the
+  // frozen base is offloaded)
   const int64_t Pt = trainable_count(cfg, plan);
   const Tier params_home = plan.offload_params ? Tier::Pinned : dev;
+  const Tier train_home = plan.lora.on() ? dev : params_home;
   const bool frozen = frozen_base_on_host(plan, dev);  // (LoRA, bf16: the base's masters pinned)
   m.at(frozen ? Tier::Pinned : params_home, Tag::Weights) = P * 4 + (frozen ? FrozenBase::staging_bytes(cfg) : 0);
-  m.at(params_home, Tag::Weights) += plan.lora.on() ? Pt * 4 : 0;
+  m.at(train_home, Tag::Weights) += plan.lora.on() ? Pt * 4 : 0;
   if (frozen) m.at(dev, Tag::Weights) += FrozenBase::device_bytes(cfg);
-  m.at(params_home, Tag::Grads) = Pt * 4;
+  m.at(train_home, Tag::Grads) = Pt * 4;
   const bool sharded = plan.zero > 0 && plan.ranks > 1;
-  m.at(params_home, Tag::Optimizer) =
+  m.at(train_home, Tag::Optimizer) =
       optimizer != "adamw" ? 0 : 2 * 4 * (sharded ? Shard::of(Pt, int(plan.rank), int(plan.ranks)).held() : Pt);
   const bool bf16 = plan.precision == DType::BF16;
   if (zero3(plan)) {  // this rank's shards of every range; the gathers' and reductions' staging
@@ -157,7 +168,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   if (slots) {  // (bf16: the slots and head hold images, cast into pinned host memory, or under
                 // --zero 3 on the device from the gathered fp32 ranges)
     m.at(dev, Tag::Weights) += ParamStore::device_weight_bytes(cfg, bf16);
-    m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);
+    if (!plan.lora.on()) m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg);  // (LoRA: the base has none)
     if (bf16 && !zero3(plan)) m.at(Tier::Pinned, Tag::Weights) += ParamStore::host_image_bytes(cfg);
   }
   m.at(dev, Tag::Activations) =
@@ -171,9 +182,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   m.at(dev, Tag::Workspace) = int64_t(workspace_bytes);
   m.at(Tier::Pinned, Tag::Workspace) += int64_t(pinned_workspace_bytes);
   const int64_t exchanged = C / sp * cfg.heads * cfg.head_dim;  // one Ulysses all-to-all's elements
-  const bool grads_comm = plan.device_comm && params_home == Tier::Device;  // (pinned gradients cross over MPI)
+  const bool grads_comm = plan.device_comm && train_home == Tier::Device;  // (pinned gradients cross over MPI)
   m.at(Tier::Host, Tag::Workspace) += SeqParallel::host_bytes(exchanged, sp, dev, plan.device_comm) +
-                                      GradSync::host_bytes(Pt, int(plan.ranks), plan.zero, params_home, grads_comm);
+                                      GradSync::host_bytes(Pt, int(plan.ranks), plan.zero, train_home, grads_comm);
   m.at(dev, Tag::Workspace) += SeqParallel::device_bytes(exchanged, sp, plan.device_comm) +
                                GradSync::device_bytes(Pt, int(plan.ranks), plan.zero, grads_comm);
   const KVCacheOptions kvo = kv_cache_options(att, used);

@@ -198,6 +198,7 @@ void ParamStore::bind(Params& weights, ParamViews views) {
   weights_ = &weights;
   w_ = std::move(views);
   if (!slots_) return;
+  adapters_ = w_.layers;
   const ModelConfig& c = cfg_;
   if (world_)
     OOMB_CHECK(weights.flat().tier == home_ && weights.flat().numel() == shards_.numel,
@@ -312,6 +313,9 @@ void ParamStore::bind_grads(Params& grads, ParamViews views) {
   grads_ = &grads;
   g_ = std::move(views);
   if (!slots_) return;
+  // LoRA: the adapters' gradients, beside them (the pinned base has none)
+  frozen_base_ = home_ == Tier::Pinned && grads.flat().tier == be_.tier();
+  if (frozen_base_) return;
   OOMB_CHECK(grads.flat().tier == home_ && grads.flat().numel() == (world_ ? shards_.numel : param_count(cfg_)),
              "param store: the gradients must be the whole model (--zero 3: this rank's shards) in {} memory",
              tier_name(home_));
@@ -323,7 +327,7 @@ void ParamStore::bind_grads(Params& grads, ParamViews views) {
 
 void ParamStore::zero_grads() {
   OOMB_CHECK(grads_ != nullptr, "param store: zero_grads needs gradients bound first");
-  if (!slots_) return be_.zero(grads_->flat());
+  if (!slots_ || frozen_base_) return be_.zero(grads_->flat());
   zero_home_grads();
   grad_zero_.assign(grad_zero_.size(), true);
   head_grad_zero_ = true;
@@ -351,7 +355,7 @@ void ParamStore::head_copy(float* dev, Params& host, bool in) {
   }
 }
 
-void ParamStore::begin_sequence(bool grads) {
+void ParamStore::begin_sequence(bool grads, bool masters_changed) {
   seq_grads_ = grads;
   if (!slots_) return;
   holds_[0] = holds_[1] = -1;  // the masters may have changed
@@ -368,7 +372,8 @@ void ParamStore::begin_sequence(bool grads) {
     OOMB_CHECK(!grads || grads_ != nullptr, "param store: a sequence with gradients needs gradients bound first");
     if (grads) be_.fill_zero_async(ghead_buf_.data(), ghead_buf_.bytes(), Stream::Copy);
   } else if (bf16_) {  // the images cast again; the head: embedding and final norm, then the lm_head's copy
-    cast_images();
+    if (masters_changed || !images_cast_) cast_images(), ++image_casts_;
+    images_cast_ = true;
     const int64_t E = cfg_.vocab * cfg_.hidden, d = cfg_.hidden;
     char* h = whead_.as<char>();
     const Tier D = Tier::Device, P = Tier::Pinned;
@@ -380,7 +385,7 @@ void ParamStore::begin_sequence(bool grads) {
   } else {
     head_copy(whead_.as<float>(), *weights_, true);
   }
-  if (!world_ && grads) {
+  if (!world_ && grads && !frozen_base_) {
     OOMB_CHECK(grads_ != nullptr, "param store: a sequence with gradients needs gradients bound first");
     if (head_grad_zero_)
       be_.fill_zero_async(ghead_buf_.data(), ghead_buf_.bytes(), Stream::Copy);
@@ -399,7 +404,7 @@ void ParamStore::end_sequence() {
     reduce_from(ghead_buf_.as<float>(), shards_.embed(), *sync_embed_);
     reduce_from(ghead_buf_.as<float>() + E, shards_.tail(), *sync_tail_);
     head_grad_zero_ = false;
-  } else if (seq_grads_) {
+  } else if (seq_grads_ && !frozen_base_) {
     be_.record(*used_[0], Stream::Compute);
     be_.wait(Stream::Copy, *used_[0]);
     head_copy(ghead_buf_.as<float>(), *grads_, false);
@@ -447,7 +452,7 @@ void ParamStore::fetch(size_t pos) {
     holds_[s] = l;
     traffic_.weights_in += int64_t(bytes);
   }
-  if (pass_grads_) {
+  if (pass_grads_ && !frozen_base_) {
     float* g = gslots_.as<float>() + s * n;
     if (grad_zero_[size_t(l)])
       be_.fill_zero_async(g, bytes, Stream::Copy);
@@ -462,13 +467,17 @@ const LayerParams& ParamStore::acquire(int64_t l) {
   if (!slots_) return w_.layers[size_t(l)];
   const int64_t s = slot(pos_);
   if (!dropped("in")) be_.wait(Stream::Compute, *in_[s]);
-  return wview_[s];
+  LayerParams& v = wview_[s];  // the slot's base tensors with this layer's adapters (LoRA)
+  const LayerParams& a = adapters_[size_t(l)];
+  std::copy(std::begin(a.lora), std::end(a.lora), std::begin(v.lora));
+  v.lora_scale = a.lora_scale;
+  return v;
 }
 
 LayerParams& ParamStore::grads_of(int64_t l) {
   OOMB_CHECK(pass_grads_ && pos_ < order_.size() && order_[pos_] == l,
              "param store: layer {}'s gradients outside a pass with gradients", l);
-  return slots_ ? gview_[slot(pos_)] : g_.layers[size_t(l)];
+  return slots_ && !frozen_base_ ? gview_[slot(pos_)] : g_.layers[size_t(l)];
 }
 
 void ParamStore::reduce_chunk(int64_t l) {
@@ -490,7 +499,7 @@ void ParamStore::release(int64_t l) {
   } else if (slots_) {
     const int64_t s = slot(pos_), n = layer_numel(cfg_);
     be_.record(*used_[s], Stream::Compute);
-    if (pass_grads_) {  // the layer's gradients go back once its backward is done
+    if (pass_grads_ && !frozen_base_) {  // the layer's gradients go back once its backward is done
       be_.wait(Stream::Copy, *used_[s]);
       be_.copy_async(grads_->flat().f() + layer_offset(cfg_, l), Tier::Pinned, gslots_.as<float>() + s * n,
                      Tier::Device, size_t(n) * 4, Stream::Copy);

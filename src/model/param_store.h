@@ -7,8 +7,11 @@
 // Resident (default): the fp32 masters and gradients (and the optimizer's moments, which the
 // optimizer allocates beside them) in the backend's memory; the views are handed back as bound.
 //
-// Offloaded (--offload params; full fine-tuning only): the masters, gradients and moments live in
-// pinned host memory.
+// Offloaded (--offload params): the masters, gradients and moments live in pinned host memory.
+// With LoRA the offloaded masters are the frozen base's: its layers stream through the weight
+// slots as without LoRA, each acquired layer bound to its adapters; the trainable set (adapters),
+// its gradients and moments stay in the backend's memory (bind_grads: a resident set), so no
+// gradient slot exists and nothing goes back to the host.
 // The device holds two layer slots of weights and two of gradients (double-buffered: the layer
 // computing and the next one arriving on the copy stream) and the head (embedding, final norm,
 // lm_head) with its gradients. A pass announces its layer order (begin_pass); acquire(l) waits for
@@ -70,10 +73,11 @@ class ParamStore {
   void bind_grads(Params& grads, ParamViews views);
   void zero_grads();  // between sequences only
 
-  // A sequence begins: the masters may have changed since the last (loading, an optimizer step);
-  // the head's weights arrive (and its gradients when grads). end_sequence: the head's gradients
+  // A sequence begins: the masters may have changed since the last (loading, an optimizer step;
+  // masters_changed false: they have not, as a LoRA run's frozen base, so bf16's images are not
+  // cast again); the head's weights arrive (and its gradients when grads). end_sequence: the head's gradients
   // leave and the host waits for every copy, so the masters and gradients may be read or written.
-  void begin_sequence(bool grads);
+  void begin_sequence(bool grads, bool masters_changed = true);
   void end_sequence();
   const Tensor& embed() const { return w_.embed; }
   const Tensor& final_norm() const { return w_.final_norm; }
@@ -119,6 +123,8 @@ class ParamStore {
     int64_t weights_in = 0, grads_in = 0, grads_out = 0;
   };
   const Traffic& traffic() const { return traffic_; }
+  // bf16, offloaded: how many times the host images were cast from the masters
+  int64_t image_casts() const { return image_casts_; }
 
   // Tests only: skip one of the store's waits ("in": a layer's arrival before it computes; "sync":
   // the host's wait for the copies at the end of a sequence), to show that the tests catch it.
@@ -149,6 +155,8 @@ class ParamStore {
   Backend& be_;
   bool slots_;  // the layers pass through device slots (offloaded, or --zero 3)
   Tier home_;   // where the masters, gradients and moments live (home())
+  bool frozen_base_ = false;  // offloaded, with gradients resident: LoRA's (the base has none)
+  std::vector<LayerParams> adapters_;  // with slots: each layer's views as bound (LoRA: its adapters)
   bool bf16_;   // slots with --precision bf16: the slots hold images
   Comm* world_ = nullptr;  // --zero 3
   ParamShards shards_;
@@ -173,7 +181,8 @@ class ParamStore {
   std::unique_ptr<Event> in_[2], used_[2];
   int64_t holds_[2] = {-1, -1};  // the layer whose current weights a slot holds
   std::vector<bool> grad_zero_;  // per layer: the host's gradients are zero
-  bool head_grad_zero_ = true, seq_grads_ = false;
+  bool head_grad_zero_ = true, seq_grads_ = false, images_cast_ = false;
+  int64_t image_casts_ = 0;
   Traffic traffic_;
   // the pass
   std::vector<int64_t> order_;

@@ -22,8 +22,9 @@ SweepTraffic chunk_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int
   const int64_t T = chunk_count(N, C), L = c.layers, W = ParamStore::layer_numel(c) * 4,
                 H = ParamStore::head_numel(c) * 4, kept = std::min<int64_t>(L, 2), W16 = layer_weights(c, bf16),
                 H16 = head_weights(c, bf16);
-  // forward passes, the first recompute pass, backward passes, the later recompute passes
-  const int64_t layer_copies = T * L + L + T * (L - kept) + (T - 1) * (L - kept);
+  // forward passes, the first recompute pass, backward passes, the later recompute passes; with
+  // at most two layers each stays in its slot for the whole sequence
+  const int64_t layer_copies = L <= 2 ? L : T * L + L + T * (L - kept) + (T - 1) * (L - kept);
   SweepTraffic s;
   for (int64_t seq = 0; seq < accum; ++seq) {
     s.weights += layer_copies * W16 + H16;
@@ -73,6 +74,7 @@ SweepChoice sweep_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N
     s.chunk = {};
     s.layer.weights = s.layer.grads = 0;
   }
+  if (plan.lora.on()) s.chunk.grads = s.layer.grads = 0;  // the frozen base has none; LoRA's stay
   for (auto [t, order] : {std::pair{&s.chunk, SweepOrder::Chunk}, std::pair{&s.layer, SweepOrder::Layer}}) {
     const SweepTraffic k = kv_order_traffic(c, plan, N, order);
     t->kv = k.kv;

@@ -38,11 +38,11 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
              "must be multiples of --sp)", plan_.sp, N);
   OOMB_CHECK(tied_head_ == (!store_.grad_lm_head().empty() && store_.grad_lm_head().data == store_.grad_embed().data),
              "model: the layer order's plan of the tied head does not match the gradients");
-  sync_compute_weights();
+  const bool changed = sync_compute_weights();
   cache_.begin_sequence(N, std::min(C, N), true);
   if (sparse_) sparse_->begin_sequence(N, C, true);
   inputs_.begin_sequence();
-  store_.begin_sequence(true);
+  store_.begin_sequence(true, changed);
   acts_->begin_sequence(N / plan_.sp);  // this rank's rows
   be_.zero(sums_t_);
   chunks_up_.resize(size_t(T));
@@ -98,7 +98,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
     be_.lm_head_xent_acc(hn, store_.lm_head(), mine(inputs_.targets(n), n), scale, &dhn, dw_head,
                          head_later ? pass_sums_ : sums_t_);
     be_.rmsnorm_bwd(h, store_.final_norm(), rstd_final_.rows(0, local(n)), dhn, dh, false,
-                    store_.grad_final_norm().empty() ? buf.discard : store_.grad_final_norm());
+                    norm_grad(store_.grad_final_norm(), store_.final_norm(), buf));
     acts_->next();
   }
 

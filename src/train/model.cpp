@@ -29,6 +29,7 @@ static ModelConfig checked_sp(const ModelConfig& cfg, const ChunkPlan& plan, con
 // --zero 3 on several ranks: every rank's communicator, and the layout of this rank's shards.
 static Comm* checked_zero3(const ChunkPlan& plan, Tier dev, Comm* world) {
   check_zero3(plan, dev);
+  check_offload_params(plan);
   if (!zero3(plan)) return nullptr;
   OOMB_CHECK(world && world->size() == plan.ranks && world->rank() == plan.rank,
              "model: --zero 3 needs the world of {} ranks", plan.ranks);
@@ -106,7 +107,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
     layers_ = lora_layers(layers_, *train_, cfg, plan.lora);
     if (!train_->embed.empty()) embed_ = train_->embed;
     if (!train_->final_norm.empty()) final_norm_ = train_->final_norm;
-    const bool bf16 = w16_ || frozen_;
+    const bool bf16 = plan.precision == DType::BF16;
     if (cfg.tie_word_embeddings && !bf16) lm_head_ = embed_;
     OOMB_CHECK(!(bf16 && !train_->embed.empty() && cfg.tie_word_embeddings), "--precision bf16 with "
                "--train-embeddings-norms on tied embeddings: not supported yet");
@@ -118,15 +119,16 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
     }
   }
   if (plan.sparse.on()) sparse_ = std::make_unique<SparseSelector>(plan.sparse, cache_.options().kv, be);
-  OOMB_CHECK(!plan.offload_params || !plan.lora.on(), "--offload params: not with LoRA (--lora-rank) yet");
   store_.bind(params_, {layers_, embed_, final_norm_, lm_head_});
 }
 
-void Model::sync_compute_weights() {
+bool Model::sync_compute_weights() {
+  const bool changed = !train_ || base_dirty_;  // (full fine-tuning: every optimizer step)
   if (w16_) w16_->sync(be_, params_);
   if (frozen_ && base_dirty_) frozen_->sync(be_, params_);
   base_dirty_ = false;
   if (a16_) a16_->sync(be_, *train_);
+  return changed;
 }
 
 Model::~Model() { be_.synchronize(); }
@@ -293,7 +295,7 @@ void Model::read_sums(LossStats& st) {
 void Model::logits(const int32_t* ids, int64_t N, float* out) {
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
   OOMB_CHECK(!sp_, "logits: not with --sp (each rank holds only its tokens' logits)");
-  sync_compute_weights();
+  const bool changed = sync_compute_weights();
   const int64_t C = plan_.chunk, V = cfg_.vocab;
   Arena tile(be_.tier(), Tag::Workspace, Arena::need(DType::F32, {C, V}));
   Tensor lg = tile.take(DType::F32, {C, V});
@@ -302,7 +304,7 @@ void Model::logits(const int32_t* ids, int64_t N, float* out) {
   cache_.begin_sequence(N, std::min(C, N), false);
   if (sparse_) sparse_->begin_sequence(N, C, false);
   inputs_.begin_sequence();
-  store_.begin_sequence(false);
+  store_.begin_sequence(false, changed);
   for (int64_t t = 0; t < chunk_count(N, C); ++t) {
     const ChunkSpan c = chunk_span(N, C, t);
     const int64_t n = c.size();
@@ -321,11 +323,11 @@ void Model::begin_decode(int64_t max_tokens) {
   OOMB_CHECK(max_tokens > 0, "generate: the sequence must hold at least one token, got {}", max_tokens);
   OOMB_CHECK(plan_.doc_sep < 0, "generate: --doc-mask does not apply to generation");
   OOMB_CHECK(!sp_, "generate: not with --sp");
-  sync_compute_weights();
+  const bool changed = sync_compute_weights();
   cache_.begin_sequence(max_tokens, std::min(plan_.chunk, max_tokens), false);
   if (sparse_) sparse_->begin_sequence(max_tokens, plan_.chunk, false);
   inputs_.begin_sequence();
-  store_.begin_sequence(false);
+  store_.begin_sequence(false, changed);
   if (decode_logits_.bytes() == 0) decode_logits_ = Buffer(be_.tier(), Tag::Workspace, size_t(cfg_.vocab) * 4);
   decoded_ = 0;
   decode_max_ = max_tokens;
@@ -362,11 +364,11 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
   if (backward && acts_) return run_layer_major(read, N, weight);
   const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;
-  sync_compute_weights();
+  const bool changed = sync_compute_weights();
   cache_.begin_sequence(N, std::min(C, N), backward);
   if (sparse_) sparse_->begin_sequence(N, C, backward);
   inputs_.begin_sequence();
-  store_.begin_sequence(backward);
+  store_.begin_sequence(backward, changed);
   be_.zero(sums_t_);
   LossStats st;
 
@@ -410,7 +412,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     Tensor* dw_head = store_.grad_lm_head().empty() ? nullptr : &store_.grad_lm_head();
     be_.lm_head_xent_acc(hn, store_.lm_head(), mine(inputs_.targets(n), n), scale, &dhn, dw_head, sums_t_);
     be_.rmsnorm_bwd(h_.back().rows(0, tn), store_.final_norm(), rstd_final_.rows(0, tn), dhn, dh, false,
-                    store_.grad_final_norm().empty() ? buf.discard : store_.grad_final_norm());
+                    norm_grad(store_.grad_final_norm(), store_.final_norm(), buf));
     const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
     if (!sparse_) cache_.begin_pass(top_down_, c.begin, true);
     store_.begin_pass(top_down_, true);

@@ -140,7 +140,9 @@ class Model {
   // pinned (frozen_base_on_host); made again from them when they may have changed (base_dirty_)
   std::unique_ptr<FrozenBase> frozen_;
   bool base_dirty_ = true;
-  void sync_compute_weights();  // w16_ from params_, a16_ from train_ (before each pass: the optimizer moved them)
+  // w16_ from params_, a16_ from train_ (before each pass: the optimizer moved them); whether the
+  // masters may have changed since the last pass (false only for a frozen base left alone)
+  bool sync_compute_weights();
   std::unique_ptr<Params> grads_;
   // the tensors the sweeps compute with: params_', or with LoRA the base's with adapters bound and
   // trainable norms / embedding from train_; and the gradients' per-layer views
