@@ -255,13 +255,17 @@ TEST(Dist, CombinedSpDpZeroChunkedOffloadParams) {
 // (tier, tag) its plan, and each rank's pinned weights, gradients and moments 1/P of the single
 // rank's within 1% (each range's shard is rounded up to 16 floats); with the tensors' group on
 // device memory (NCCL's path, --comm sim-device) too, the layers' gathers staying on the MPI world.
+// Without --offload params the shards live in device memory (the same checks, the device's weights
+// and gradients less the slots and head 1/P of the single rank's).
 TEST(Dist, ZeroThree) {
   NEED_MPI();
   for (const auto& [np, args] :
        {std::pair{2, "--dp 2 --grad-accum 2 --zero 3 --device sim --offload params"},
         {2, "--sp 2 --zero 3 --device sim --offload params"},
         {4, "--sp 2 --dp 2 --zero 3 --doc-mask --device sim --offload kv,params"},
-        {2, "--sp 2 --zero 3 --device sim --offload params --comm sim-device"}}) {
+        {2, "--sp 2 --zero 3 --device sim --offload params --comm sim-device"},
+        {2, "--dp 2 --grad-accum 2 --zero 3 --device sim"},
+        {4, "--sp 2 --dp 2 --zero 3 --doc-mask --device sim --offload kv --comm sim-device"}}) {
     const CmdResult r = expect_equal_to_single_rank(np, args, "OOMB_GRAD_SYNC_PIECE=1000");
     EXPECT_LE(figure(r.out, "optimizer_per_rank_vs_single_over_ranks"), 0.01) << r.out;
     EXPECT_GE(figure(r.out, "weights_grads_per_rank_vs_single_over_ranks"), 0) << r.out;
@@ -269,17 +273,70 @@ TEST(Dist, ZeroThree) {
   }
 }
 
-// Negative control: --zero 3 without the reduce-scatter of the layers' and head's gradients.
-TEST(Dist, ZeroThreeCheckFailsWithoutTheReduceScatter) {
+// --zero 3 with --sweep layer: each layer gathered once per pass, its gradients reduce-scattered
+// chunk by chunk (4 chunks a sequence) as the chunk order does: the chunk order's bits on the same
+// ranks (loss and every gradient), within 1e-6 of one rank, the plan equal to every rank's peaks;
+// on two ranks, on four with a tied head, --doc-mask and --offload kv,params, and on two with the
+// shards in device memory (no --offload params).
+TEST(Dist, ZeroThreeLayerSweep) {
   NEED_MPI();
-  const CmdResult r =
-      mpirun(2, (binary_dir() / "dist_check").string() + " --dp 2 --zero 3 --device sim --offload params --skip-reduce");
-  std::cout << r.out;
-  EXPECT_NE(r.code, 0);
-  EXPECT_GT(figure(r.out, "grad_rel_err"), 1e-2);
+  for (const auto& [np, args] :
+       {std::pair{2, "--sp 2 --zero 3 --sweep layer --device sim --offload params"},
+        {4, "--sp 2 --dp 2 --zero 3 --sweep layer --tie --doc-mask --device sim --offload kv,params"},
+        {2, "--dp 2 --zero 3 --sweep layer --tie --device sim"}}) {
+    const CmdResult r = expect_equal_to_single_rank(np, args, "OOMB_GRAD_SYNC_PIECE=1000");
+    EXPECT_EQ(figure(r.out, "layer_vs_chunk_order_differing"), 0) << args;
+    EXPECT_LE(figure(r.out, "weights_grads_per_rank_vs_single_over_ranks"), 0.01) << r.out;
+  }
 }
 
-// --zero 3's refusals name the flags; `oomb plan --zero 3` gives one rank's bytes: its pinned
+// Negative control: the layer order reducing a layer's gradients once, summed over its chunks, gives
+// the same values (within 1e-6 of one rank) but not the chunk order's bits, and the check sees it.
+TEST(Dist, ZeroThreeLayerSweepSeesOneReduction) {
+  NEED_MPI();
+  const CmdResult r = mpirun(2, (binary_dir() / "dist_check").string() +
+                                    " --dp 2 --zero 3 --sweep layer --device sim --offload params --layer-fault reduce-once");
+  std::cout << r.out;
+  EXPECT_NE(r.code, 0);
+  EXPECT_GT(figure(r.out, "layer_vs_chunk_order_differing"), 0) << r.out;
+  EXPECT_GE(figure(r.out, "grad_rel_err"), 0) << r.out;
+  EXPECT_LE(figure(r.out, "grad_rel_err"), 1e-6) << r.out;
+}
+
+// --zero 3 with --precision bf16: each layer's fp32 range gathered into its gradient slot and cast
+// there into the image the layers compute with (the bits one rank's host cast gives): the loss and
+// every gradient within 1e-6 of the single rank's bf16 run, AdamW's losses and weights as for fp32,
+// the plan equal to every rank's peaks (no pinned images); control: the fp32 run's gradients differ
+// from the bf16 ones by more than 1e-4. Two ranks, four with the layer order and --offload kv,params,
+// and two with the shards in device memory (against the single rank's resident bf16 run).
+// (No --sp here: with bf16, --sp is 2e-4 from one rank whatever --zero, --zero 0 too: the split's fp32
+// sums, 1e-7 apart, round to other bf16 values here and there.)
+TEST(Dist, ZeroThreeBf16) {
+  NEED_MPI();
+  for (const auto& [np, args] :
+       {std::pair{2, "--dp 2 --grad-accum 2 --zero 3 --precision bf16 --device sim --offload params"},
+        {4, "--dp 4 --zero 3 --precision bf16 --sweep layer --doc-mask --device sim --offload kv,params"},
+        {2, "--dp 2 --zero 3 --precision bf16 --device sim"}}) {
+    const CmdResult r = expect_equal_to_single_rank(np, args, "OOMB_GRAD_SYNC_PIECE=1000");
+    EXPECT_GT(figure(r.out, "bf16_vs_fp32_grad_rel_err"), 1e-4) << r.out;
+    EXPECT_LE(figure(r.out, "weights_grads_per_rank_vs_single_over_ranks"), 0.01) << r.out;
+  }
+}
+
+// Negative control: --zero 3 without the reduce-scatter of the layers' and head's gradients, the
+// shards pinned or on the device.
+TEST(Dist, ZeroThreeCheckFailsWithoutTheReduceScatter) {
+  NEED_MPI();
+  for (const char* offload : {" --offload params", ""}) {
+    const CmdResult r = mpirun(2, (binary_dir() / "dist_check").string() + " --dp 2 --zero 3 --device sim --skip-reduce" +
+                                      offload);
+    std::cout << r.out;
+    EXPECT_NE(r.code, 0) << offload;
+    EXPECT_GT(figure(r.out, "grad_rel_err"), 1e-2) << offload;
+  }
+}
+
+// --zero 3's refusals (no device; LoRA) name why; `oomb plan --zero 3` gives one rank's bytes: its pinned
 // weights, gradients and moments half of --zero 0's on two ranks (within 1%); --out saves every
 // rank's shards gathered: the weights of --zero 0's --out within 1e-4, not the initial ones.
 TEST(Dist, ZeroThreeRefusalsPlanAndOut) {
@@ -287,16 +344,13 @@ TEST(Dist, ZeroThreeRefusalsPlanAndOut) {
   const std::string oomb = (binary_dir() / "oomb").string();
   CmdResult r = mpirun(2, oomb + " train --steps 1 --seq-len 128 --dp 2 --zero 3");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.out.find("--zero 3: needs --offload params"), std::string::npos) << r.out;
-  r = mpirun(2, oomb + " train --steps 1 --seq-len 128 --dp 2 --zero 3 --device sim --offload params --sweep layer");
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.out.find("--sweep layer with --zero 3: not supported yet"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--zero 3: needs a device (--device sim or cuda)"), std::string::npos) << r.out;
   const auto dir = temp_dir("z3ck");
   ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
-  r = mpirun(2, fmt::format("{} train --model {}/m --data {}/tokens.bin --steps 1 --seq-len 128 --dp 2 --zero 3 --device "
-                            "sim --offload params --checkpoint-dir {}/c", oomb, dir.string(), dir.string(), dir.string()));
+  r = mpirun(2, fmt::format("{} train --model {}/m --data {}/tokens.bin --steps 1 --seq-len 128 --dp 2 --zero 3 "
+                            "--device sim --lora-rank 4", oomb, dir.string(), dir.string()));
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.out.find("--checkpoint-dir / --resume with --zero 3: not supported yet"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--zero 3 with LoRA: not supported yet"), std::string::npos) << r.out;
   auto pinned = [&](int zero, const std::string& tag) {
     const auto dir = temp_dir("z3plan");
     const CmdResult p = run_cmd_in(dir, fmt::format("{} plan --preset tiny --seq-len 1024 --dp 2 --zero {} --device sim "
@@ -623,5 +677,137 @@ TEST(Dist, CheckpointsWithShardedMoments) {
     bump_float(dir / name / "step-000002/optimizer.safetensors", at, delta);
     train("--zero 1", std::string(name) + "r", std::string(name) + "/step-000002");
     EXPECT_FALSE(same_files(std::string(name) + "r", "u1", 4)) << name << ": a changed moment went unnoticed";
+  }
+}
+
+// Checkpoints under --zero 3: rank 0 gathers the masters range by range, and every rank's parts of
+// the moments reach it in flat order (pieces of 1000 floats), so the files are those one optimizer
+// writes; each rank reads back its parts. With one chunk a sequence and no clipping (--grad-clip 0)
+// --zero 3's arithmetic is --zero 0's bit for bit (two ranks' gradients summed by one addition
+// either way; no chunk-by-chunk sums; the norm's order unused), so its step-2 and step-4 files are
+// --zero 0's byte for byte (and so --zero 1's: CheckpointsWithShardedMoments); resumed from step 2,
+// under --zero 3 and across layouts (--zero 3 from --zero 0's checkpoint; --zero 0 and --zero 1
+// from --zero 3's), the step-4 files and the losses are the uninterrupted run's; with the shards in
+// device memory (no --offload params) the same files, and resumed from the offloaded run's. With 4 chunks a
+// sequence and clipping (--zero 3's own bits): resumed from step 2 bit for bit; four ranks (--sp 2
+// --dp 2 --zero 3) from two ranks' checkpoint, and two from four ranks', within 1e-4 of the
+// uninterrupted run (--sp sums in another order). Negative controls: one moment changed in rank 0's
+// part or in rank 1's, and the resumed run's files differ.
+TEST(Dist, CheckpointsUnderZeroThree) {
+  NEED_MPI();
+  const auto dir = temp_dir("dist_ckpt_zero3");
+  const std::string oomb = (binary_dir() / "oomb").string();
+  ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
+  const std::string base = fmt::format("{} train --model {}/m --data {}/tokens.bin --steps 4 --save-every 2 "
+                                       "--log-every 1 --device sim", oomb, dir.string(), dir.string());
+  const std::string run = base + " --dp 2";  // (--offload params in each run's flags, or the shards on the device)
+  auto train = [&](const std::string& flags, const std::string& out, const std::string& resume = "") {
+    const int np = flags.find("--sp 2") != std::string::npos ? 4 : 2;
+    const CmdResult r = mpirun(np, fmt::format("{} {} --checkpoint-dir {}/{} --metrics {}/{}.jsonl{}", run, flags,
+                                              dir.string(), out, dir.string(), out,
+                                              resume.empty() ? "" : " --resume " + (dir / resume).string()),
+                               "OOMB_GRAD_SYNC_PIECE=1000");
+    EXPECT_EQ(r.code, 0) << flags << " " << out << "\n" << r.out;
+  };
+  auto file = [&](const std::string& run_dir, int step, const char* name) {
+    return read_text(dir / run_dir / fmt::format("step-{:06}", step) / name);
+  };
+  auto same_files = [&](const std::string& x, const std::string& y, int step) {
+    return !file(x, step, "optimizer.safetensors").empty() &&
+           file(x, step, "model.safetensors") == file(y, step, "model.safetensors") &&
+           file(x, step, "optimizer.safetensors") == file(y, step, "optimizer.safetensors") &&
+           file(x, step, "config.json") == file(y, step, "config.json");
+  };
+  auto same_losses = [&](const std::string& resumed, const std::string& whole) {
+    const std::vector<std::string> lr = metric_losses(dir / (resumed + ".jsonl")),
+                                   lu = metric_losses(dir / (whole + ".jsonl"));
+    std::cout << resumed << ": losses of steps 3, 4 " << (lr.size() == 2 ? lr[0] + ", " + lr[1] : "?") << " ("
+              << whole << ": " << (lu.size() == 4 ? lu[2] + ", " + lu[3] : "?") << ")" << std::endl;
+    return lr.size() == 2 && lu.size() == 4 && lr[0] == lu[2] && lr[1] == lu[3];
+  };
+  const ModelConfig cfg = load_config((dir / "m").string());
+  auto weights = [&](const std::filesystem::path& p) {
+    Params w(cfg, Tier::Host, Tag::IO);
+    load_weights(p.string(), cfg, w);
+    return std::vector<float>(w.flat().as<float>(), w.flat().as<float>() + w.flat().numel());
+  };
+
+  const std::string one = "--seq-len 128 --chunk-size 128 --grad-clip 0 --offload params";
+  train(one + " --zero 0", "a0");
+  train(one + " --zero 3", "a3");
+  EXPECT_TRUE(same_files("a3", "a0", 2)) << "--zero 3's step-2 files are not --zero 0's";
+  EXPECT_TRUE(same_files("a3", "a0", 4)) << "--zero 3's step-4 files are not --zero 0's";
+  // One rank (--grad-accum 2: the same windows) adds the two windows' gradients inside its backward,
+  // not after: the same files but for those roundings (the safetensors headers and config.json byte
+  // for byte, the weights and moments within 1e-6), and --zero 3's moved from step 2's (control).
+  const CmdResult single = run_cmd_in(dir, fmt::format("OMP_NUM_THREADS=1 {} {} --grad-accum 2 --checkpoint-dir {}/s1",
+                                                       base, one, dir.string()));
+  ASSERT_EQ(single.code, 0) << single.out;
+  auto header = [&](const std::string& text) {
+    uint64_t n = 0;
+    if (text.size() >= 8) std::memcpy(&n, text.data(), 8);
+    return text.size() >= 8 + n ? text.substr(0, 8 + n) : std::string();
+  };
+  auto floats = [&](const std::string& text) {
+    const size_t h = header(text).size();
+    std::vector<float> v((text.size() - h) / 4);
+    if (!v.empty()) std::memcpy(v.data(), text.data() + h, v.size() * 4);
+    return v;
+  };
+  for (const char* name : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string z3 = file("a3", 4, name), s1 = file("s1", 4, name);
+    EXPECT_FALSE(header(z3).empty()) << name;
+    EXPECT_EQ(header(z3), header(s1)) << name;
+    const double e = rel_error(floats(z3), floats(s1)), moved = rel_error(floats(z3), floats(file("a3", 2, name)));
+    std::cout << "--zero 3 against one rank, step 4's " << name << ": rel. error " << e << " (byte-identical: "
+              << (z3 == s1 ? "yes" : "no") << "; against step 2's " << moved << ")" << std::endl;
+    EXPECT_LE(e, 1e-6) << name;
+    EXPECT_GT(moved, 1e-4) << name;
+  }
+  EXPECT_EQ(file("a3", 4, "config.json"), file("s1", 4, "config.json"));
+  // the shards in device memory (no --offload params): the same files; resumed from the offloaded run's
+  const std::string one_dev = "--seq-len 128 --chunk-size 128 --grad-clip 0";
+  train(one_dev + " --zero 3", "a3d");
+  EXPECT_TRUE(same_files("a3d", "a0", 2) && same_files("a3d", "a0", 4)) << "device shards: not --zero 0's files";
+  train(one_dev + " --zero 3", "a3dr", "a3/step-000002");
+  EXPECT_TRUE(same_files("a3dr", "a0", 4));
+  EXPECT_TRUE(same_losses("a3dr", "a0"));
+  train(one + " --zero 3", "a3r", "a3/step-000002");
+  EXPECT_TRUE(same_files("a3r", "a3", 4));
+  EXPECT_TRUE(same_losses("a3r", "a3"));
+  train(one + " --zero 3", "a3x", "a0/step-000002");  // --zero 0's checkpoint under --zero 3
+  EXPECT_TRUE(same_files("a3x", "a0", 4));
+  EXPECT_TRUE(same_losses("a3x", "a0"));
+  for (const char* z : {"0", "1"}) {  // --zero 3's checkpoint under --zero 0 and 1
+    const std::string out = std::string("a") + z + "x";
+    train(one + " --zero " + z, out, "a3/step-000002");
+    EXPECT_TRUE(same_files(out, "a0", 4)) << out;
+    EXPECT_TRUE(same_losses(out, "a0")) << out;
+  }
+  // negative controls: the first moment (rank 0's part of the embedding), then the last (rank 1's
+  // part of the tail), changed
+  for (const auto& [name, at, delta] : {std::tuple{"n0", int64_t(0), 1e-3f}, {"n1", int64_t(-4), 1.0f}}) {
+    std::filesystem::create_directories(dir / name);
+    std::filesystem::copy(dir / "a3/step-000002", dir / name / "step-000002", std::filesystem::copy_options::recursive);
+    bump_float(dir / name / "step-000002/optimizer.safetensors", at, delta);
+    train(one + " --zero 3", std::string(name) + "r", std::string(name) + "/step-000002");
+    EXPECT_FALSE(same_files(std::string(name) + "r", "a3", 4)) << name << ": a changed moment went unnoticed";
+  }
+
+  const std::string four = "--seq-len 256 --chunk-size 64 --offload params";
+  train(four + " --zero 3", "b2");
+  train(four + " --zero 3", "b2r", "b2/step-000002");
+  EXPECT_TRUE(same_files("b2r", "b2", 4));
+  EXPECT_TRUE(same_losses("b2r", "b2"));
+  train(four + " --zero 3 --sp 2", "b4");
+  train(four + " --zero 3 --sp 2", "b4x", "b2/step-000002");  // two ranks' checkpoint on four
+  train(four + " --zero 3", "b2x", "b4/step-000002");         // and four ranks' on two
+  for (const auto& [resumed, whole, from] : {std::tuple{"b4x", "b2", "b2"}, {"b2x", "b4", "b4"}}) {
+    const std::vector<float> got = weights(dir / resumed / "step-000004"), want = weights(dir / whole / "step-000004");
+    const double e = rel_error(got, want), moved = rel_error(got, weights(dir / from / "step-000002"));
+    std::cout << resumed << " against " << whole << " at step 4: rel. error " << e << " (against step 2's weights "
+              << moved << ")" << std::endl;
+    EXPECT_LE(e, 1e-4) << resumed;
+    EXPECT_GT(moved, 1e-4) << resumed;
   }
 }

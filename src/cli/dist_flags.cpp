@@ -14,8 +14,8 @@ void add_dist_flags(CLI::App* c, DistOptions& o, bool with_timeout) {
       ->capture_default_str();
   c->add_option("--zero", o.zero, "0: every rank holds all optimizer state; 1: AdamW's moments sharded over the "
                 "ranks; 2: gradients reduce-scattered too; 3: master weights, gradients and moments sharded, each layer "
-                "gathered just in time into --offload params' device slots (needs --offload params; no checkpoints "
-                "yet). Checkpoints hold the same files whatever --zero 0..2")
+                "gathered just in time into device slots (needs --device sim or cuda; the shards pinned with --offload "
+                "params, else on the device). Checkpoints hold the same files whatever --zero")
       ->capture_default_str();
   c->add_option("--comm", o.comm, "What tensors cross ranks over: nccl (GPU to GPU; needs --device cuda, NCCL, a GPU "
                 "per rank), mpi (through host memory), or auto (nccl where it can, else mpi)")->capture_default_str();

@@ -21,10 +21,12 @@ std::string set_sweep(const std::string& given_flag, bool given, const ModelConf
   plan_for(plan);  // the plan's bounds first: a size that would overflow is refused, naming the flag
   const SweepChoice s = sweep_traffic(cfg, plan, N);
   auto moved = [](const SweepTraffic& t) { return (t.kv_exact ? "" : "at most ") + format_bytes(t.total()); };
-  if (zero3(plan)) {  // the parameter store gathers layers in the chunk order only (not built for the layer order)
-    OOMB_CHECK(flag != "layer", "--sweep layer with --zero 3: not supported yet (use --sweep chunk)");
-    plan.sweep = SweepOrder::Chunk;
-    return fmt::format("sweep chunk (--sweep {} with --zero 3: the layer order does not take --zero 3 yet)", flag);
+  if (zero3(plan)) {  // (the byte counts below do not model --zero 3's collectives: auto is not decided by them)
+    plan.sweep = flag == "layer" ? SweepOrder::Layer : SweepOrder::Chunk;
+    if (flag == "layer")
+      return "sweep layer (--zero 3: each layer gathered once per pass, its gradients reduce-scattered chunk by chunk)";
+    return fmt::format("sweep chunk{}", flag == "auto" ? " (--sweep auto with --zero 3 takes the chunk order; "
+                       "--sweep layer gathers each layer once per pass)" : "");
   }
   if (flag != "auto") {
     OOMB_CHECK(flag == "chunk" || flag == "layer", "--sweep: '{}' is not one of chunk, layer, auto", flag);

@@ -415,8 +415,6 @@ Command add_train(CLI::App& app) {
             RunCheckpoints ckpt(a->ckpt, a->ckpt.any() ? run_state(*a, o, plan, eos, cfg, *data) : CheckpointState{},
                                 o.optim, o.seq_len, o.grad_accum, data->stream_size(), std::cout);
             ckpt.set_dist(&dist);
-            OOMB_CHECK(!zero3(plan) || !a->ckpt.any(), "--checkpoint-dir / --resume with --zero 3: not supported yet "
-                       "(the weights are sharded too; checkpoints work with --zero 0, 1, 2)");
             Model model(cfg, *be, plan, &dist.tensor_sp(), &dist.world());
             o.dist = &dist;
             DType dtype = DType::F32;

@@ -136,11 +136,11 @@ bool recomputes_tied_head(const ModelConfig& cfg, const ChunkPlan& plan) {
          (!plan.lora.on() || plan.lora.train_embeddings_norms);
 }
 
-void check_zero3(const ChunkPlan& p) {
+void check_zero3(const ChunkPlan& p, Tier dev) {
   if (!zero3(p)) return;
-  OOMB_CHECK(p.offload_params, "--zero 3: needs --offload params (each layer is gathered into the parameter store's "
-             "device slots just in time)");
-  OOMB_CHECK(p.sweep == SweepOrder::Chunk, "--sweep layer with --zero 3: not supported yet (use --sweep chunk)");
+  OOMB_CHECK(dev == Tier::Device, "--zero 3: needs a device (--device sim or cuda): each layer is gathered into the "
+             "parameter store's device slots just in time");
+  OOMB_CHECK(!p.lora.on(), "--zero 3 with LoRA: not supported yet (the frozen base would be sharded; use --zero 2)");
 }
 
 void check_offload_params(const ChunkPlan& p) {
@@ -152,7 +152,7 @@ void check_offload_params(const ChunkPlan& p) {
 
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
                        size_t workspace_bytes, Tier dev, size_t pinned_workspace_bytes) {
-  check_zero3(plan);
+  check_zero3(plan, dev);
   check_offload_params(plan);
   const int64_t P = param_count(cfg), C = std::min(plan.chunk, N), sp = plan.sp;
   check_plan_size(cfg, N, C, P);
@@ -182,14 +182,16 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
     const int64_t S = ParamShards::of(cfg, int(plan.rank), int(plan.ranks)).numel;
     m.at(params_home, Tag::Weights) = m.at(params_home, Tag::Grads) = S * 4;
     m.at(params_home, Tag::Optimizer) = optimizer != "adamw" ? 0 : 2 * 4 * S;
-    m.at(Tier::Host, Tag::Workspace) += ParamStore::zero3_host_bytes(cfg, int(plan.ranks), dev);
+    m.at(Tier::Host, Tag::Workspace) += ParamStore::zero3_host_bytes(cfg, int(plan.ranks), dev, params_home);
   }
-  if (bf16 && !plan.offload_params && !frozen) m.at(dev, Tag::Weights) += Bf16Weights::bytes(cfg);
+  const bool slots = plan.offload_params || zero3(plan);  // the parameter store's device slots
+  if (bf16 && !slots && !frozen) m.at(dev, Tag::Weights) += Bf16Weights::bytes(cfg);
   if (bf16 && plan.lora.on()) m.at(dev, Tag::Weights) += Bf16Weights::adapter_bytes(cfg, plan.lora);
-  if (plan.offload_params) {  // (bf16: the slots and head hold images, cast into pinned host memory)
+  if (slots) {  // (bf16: the slots and head hold images, cast into pinned host memory, or under
+                // --zero 3 on the device from the gathered fp32 ranges)
     m.at(dev, Tag::Weights) += ParamStore::device_weight_bytes(cfg, bf16, zero3(plan));
     if (!plan.lora.on()) m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg, zero3(plan));  // (LoRA: the base has none)
-    if (bf16) m.at(Tier::Pinned, Tag::Weights) += ParamStore::host_image_bytes(cfg);
+    if (bf16 && !zero3(plan)) m.at(Tier::Pinned, Tag::Weights) += ParamStore::host_image_bytes(cfg);
   }
   m.at(dev, Tag::Activations) =
       LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp, K) +

@@ -69,10 +69,11 @@ struct ChunkPlan {
 };
 
 // --zero 3 on several ranks: masters, gradients and moments sharded per parameter range
-// (model/param_shards.h), layers gathered just in time (model/param_store.h). Needs --offload params
-// and the chunk order; check_zero3 refuses anything else, naming the flags.
+// (model/param_shards.h), layers gathered just in time into the parameter store's device slots
+// (model/param_store.h); the shards in pinned memory with --offload params, else in device memory.
+// Needs a device (backend tier `dev`) and full fine-tuning; check_zero3 refuses anything else.
 inline bool zero3(const ChunkPlan& p) { return p.zero == 3 && p.ranks > 1; }
-void check_zero3(const ChunkPlan& p);
+void check_zero3(const ChunkPlan& p, Tier dev);
 // --offload params with LoRA streams the frozen base; refuses what it cannot take, naming the flags.
 void check_offload_params(const ChunkPlan& p);
 

@@ -57,4 +57,26 @@ void ParamShards::gather(const ModelConfig& c, Comm& world, const float* packed,
       std::memcpy(full + r.lo + r.mine, recv.as<float>() + j * most + r.at, size_t(r.size) * 4);
 }
 
+void ParamShards::stream(const ModelConfig& c, Comm& world, const float* packed, const Sink& sink) {
+  const int P = world.size();
+  std::vector<ParamShards> all;
+  int64_t most = 1;
+  for (int j = 0; j < P; ++j) {
+    all.push_back(of(c, j, P));
+    for (const Range& r : all.back().ranges) most = std::max(most, r.size);
+  }
+  const int64_t piece = std::min(most, grad_sync_piece());
+  Buffer stage(Tier::Host, Tag::IO, size_t(piece) * 4);
+  for (size_t i = 0; i < all[0].ranges.size(); ++i)
+    for (int j = 0; j < P; ++j) {
+      const Range& r = all[size_t(j)].ranges[i];
+      for (int64_t o = 0; o < r.size; o += piece) {
+        const int64_t n = std::min(piece, r.size - o);
+        if (j == world.rank()) std::memcpy(stage.data(), packed + r.at + o, size_t(n) * 4);
+        world.broadcast(stage.data(), size_t(n) * 4, j);
+        if (sink) sink(r.lo + r.mine + o, stage.as<float>(), n);
+      }
+    }
+}
+
 }  // namespace oomb

@@ -4,6 +4,7 @@
 // moments alike (model/param_store.h gathers a layer's shards into a device slot before it
 // computes, and reduce-scatters the slot's gradients into them after its backward).
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "dist/comm.h"
@@ -30,6 +31,13 @@ struct ParamShards {
   void pack(const float* full, float* packed) const;
   // full := every rank's packed parts (collective over `world`, whose ranks these shards are)
   static void gather(const ModelConfig& c, Comm& world, const float* packed, float* full);
+  // Every rank's packed parts in the flat layout's order (range by range, each range rank by rank),
+  // a piece of at most grad_sync_piece() floats at a time broadcast from the rank holding it (host
+  // staging, tag io): sink(at, x, n), when given, sees the flat layout's floats [at, at + n) in
+  // order. Collective over `world`; packed in host memory (pinned under --offload params). Rank 0
+  // gathers the whole model this way (checkpoints), holding no more than it writes.
+  using Sink = std::function<void(int64_t at, const float* x, int64_t n)>;
+  static void stream(const ModelConfig& c, Comm& world, const float* packed, const Sink& sink);
 };
 
 }  // namespace oomb

@@ -115,15 +115,15 @@ int64_t ParamStore::layer_image_bytes(const ModelConfig& c) {
 // bf16; an untied one streams through bf16 tile slots)
 static int64_t head_norm_at(const ModelConfig& c) { return align256(c.vocab * c.hidden * 4); }
 static int64_t head_lm_at(const ModelConfig& c) { return align256(head_norm_at(c) + c.hidden * 4); }
-int64_t ParamStore::head_image_bytes(const ModelConfig& c) {
-  return streams_head(c, false) ? head_lm_at(c) : head_lm_at(c) + c.vocab * c.hidden * 2;
+int64_t ParamStore::head_image_bytes(const ModelConfig& c, bool zero3) {
+  return streams_head(c, zero3) ? head_lm_at(c) : head_lm_at(c) + c.vocab * c.hidden * 2;
 }
 int64_t ParamStore::head_image_copied(const ModelConfig& c) {
   return c.vocab * c.hidden * (streams_head(c, false) ? 4 : 6) + c.hidden * 4;
 }
 
 int64_t ParamStore::device_weight_bytes(const ModelConfig& c, bool bf16, bool zero3) {
-  return bf16 ? 2 * layer_image_bytes(c) + head_image_bytes(c) + head_tile_slots(c, false) * tile_numel(c) * 2
+  return bf16 ? 2 * layer_image_bytes(c) + head_image_bytes(c, zero3) + head_tile_slots(c, zero3) * tile_numel(c) * 2
               : device_bytes(c, zero3);
 }
 
@@ -137,19 +137,22 @@ static std::array<int64_t, 3> zero3_ranges(const ModelConfig& c) {
   return {ParamStore::layer_numel(c), E, ParamStore::head_numel(c) - E};
 }
 
-int64_t ParamStore::zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev) {
+int64_t ParamStore::zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev, Tier home) {
   int64_t b = 0, most = 0;
   for (int64_t n : zero3_ranges(c)) {
     b += GradSync::host_bytes(n, ranks, 2, dev);
     most = std::max(most, Shard::of(n, 0, ranks).block);
   }
-  return b + most * 4;
+  return b + (home == Tier::Device ? 0 : most * 4);  // (pinned shards: the sum's part added on the host)
 }
 
 ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16, Comm* world)
-    : cfg_(c), be_(be), offload_(offload), bf16_(offload && bf16), world_(world) {
-  OOMB_CHECK(!(bf16_ && world_), "--zero 3 with --precision bf16: not supported yet (the gathered shards are fp32; "
-             "use --precision fp32, or --zero 2)");
+    : cfg_(c),
+      be_(be),
+      slots_(offload || world),
+      home_(home(be, offload)),
+      bf16_(slots_ && bf16),
+      world_(world) {
   OOMB_CHECK(!offload || be.tier() == Tier::Device,
              "--offload params: the {} backend has no device memory to offload from (use --device sim or cuda)",
              be.name());
@@ -159,8 +162,8 @@ ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf1
   tile_slots_ = head_tile_slots(c, world != nullptr) * (offload ? 1 : 0);
   for (int s = 0; s < tile_slots_; ++s) tin_[s] = be.new_event(), tused_[s] = be.new_event();
   if (!world_) return;
-  OOMB_CHECK(offload, "--zero 3: needs --offload params (the layers are gathered into the parameter store's device "
-             "slots)");
+  OOMB_CHECK(be.tier() == Tier::Device, "--zero 3: needs a device (--device sim or cuda): the layers are gathered "
+             "into the parameter store's device slots");
   const int P = world->size();
   shards_ = ParamShards::of(c, world->rank(), P);
   const std::array<int64_t, 3> n = zero3_ranges(c);
@@ -169,12 +172,11 @@ ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf1
   sync_tail_ = std::make_unique<GradSync>(*world, be, n[2], 2, be.tier());
   int64_t most = 0;
   for (int64_t x : n) most = std::max(most, Shard::of(x, 0, P).block);
-  sum_ = Buffer(Tier::Host, Tag::Workspace, size_t(most) * 4);
+  if (home_ != Tier::Device) sum_ = Buffer(Tier::Host, Tag::Workspace, size_t(most) * 4);
 }
 
 void ParamStore::gather_into(float* dev, const ParamShards::Range& r, GradSync& sync) {
-  if (r.size > 0)
-    be_.copy(dev + r.mine, Tier::Device, weights_->flat().f() + r.at, Tier::Pinned, size_t(r.size) * 4);
+  if (r.size > 0) be_.copy(dev + r.mine, Tier::Device, weights_->flat().f() + r.at, home_, size_t(r.size) * 4);
   sync.gather(Tensor(dev, DType::F32, {r.n}, Tier::Device));
   traffic_.weights_in += r.n * 4;
 }
@@ -183,10 +185,52 @@ void ParamStore::reduce_from(float* dev, const ParamShards::Range& r, GradSync& 
   if (!g_skip_reduce) sync.reduce(Tensor(dev, DType::F32, {r.n}, Tier::Device));
   traffic_.grads_out += r.n * 4;
   if (r.size == 0) return;
+  if (home_ == Tier::Device) {  // the shard += this rank's part of the sum, on the device (the same fp32 adds)
+    Tensor g(grads_->flat().f() + r.at, DType::F32, {r.size}, Tier::Device);
+    return be_.add(g, Tensor(dev + r.mine, DType::F32, {r.size}, Tier::Device));
+  }
   be_.copy(sum_.data(), Tier::Host, dev + r.mine, Tier::Device, size_t(r.size) * 4);
   float* g = grads_->flat().f() + r.at;
   const float* x = sum_.as<float>();
   for (int64_t i = 0; i < r.size; ++i) g[i] += x[i];
+}
+
+// --zero 3 with --precision bf16: the fp32 range gathered into the gradient slot's memory (free
+// while a layer arrives: the slot's last gradients are reduced and its next start at zero), then
+// cast into the image the layers compute with (Backend::cast: core/dtype's rounding, as the host
+// images' of one rank) on the compute stream.
+void ParamStore::layer_image_from_shards(int64_t l, int64_t s) {
+  OOMB_CHECK(gslots_.data() != nullptr, "--zero 3 with --precision bf16: the layers are gathered through the gradient slots; "
+             "bind gradients first (training)");
+  const Tier D = Tier::Device;
+  float* st = gslots_.as<float>() + s * layer_numel(cfg_);
+  gather_into(st, shards_.layer(l), *sync_layer_);
+  char* image = wslots_.as<char>() + s * image_bytes_;
+  for (const ImagePart& p : parts_) {
+    const Tensor src(st + p.master, DType::F32, {p.numel}, D);
+    Tensor dst(image + p.at, p.bf16 ? DType::BF16 : DType::F32, {p.numel}, D);
+    if (p.bf16) be_.cast(src, dst);
+    else be_.copy(dst.data, D, src.data, D, size_t(p.numel) * 4);
+  }
+}
+
+// The head's image (fp32 embedding and final norm, the lm_head's bf16 copy, or the embedding's when
+// tied) from the head's ranges gathered into its gradients' buffer.
+void ParamStore::head_image_from_shards() {
+  OOMB_CHECK(ghead_buf_.data() != nullptr, "--zero 3 with --precision bf16: the head is gathered through its gradients' "
+             "buffer; bind gradients first (training)");
+  const ModelConfig& c = cfg_;
+  const int64_t E = c.vocab * c.hidden;
+  const Tier D = Tier::Device;
+  float* st = ghead_buf_.as<float>();
+  gather_into(st, shards_.embed(), *sync_embed_);
+  gather_into(st + E, shards_.tail(), *sync_tail_);
+  char* h = whead_.as<char>();
+  be_.copy(h, D, st, D, size_t(E) * 4);
+  be_.copy(h + head_norm_at(c), D, st + E, D, size_t(c.hidden) * 4);
+  const Tensor lm(c.tie_word_embeddings ? st : st + E + c.hidden, DType::F32, {E}, D);
+  Tensor lm16(h + head_lm_at(c), DType::BF16, {E}, D);
+  be_.cast(lm, lm16);
 }
 
 ParamStore::~ParamStore() { be_.synchronize(); }
@@ -194,12 +238,12 @@ ParamStore::~ParamStore() { be_.synchronize(); }
 void ParamStore::bind(Params& weights, ParamViews views) {
   weights_ = &weights;
   w_ = std::move(views);
-  if (!offload_) return;
+  if (!slots_) return;
   adapters_ = w_.layers;
   const ModelConfig& c = cfg_;
   if (world_)
-    OOMB_CHECK(weights.flat().tier == Tier::Pinned && weights.flat().numel() == shards_.numel,
-               "param store: --zero 3's masters must be this rank's shards in pinned memory");
+    OOMB_CHECK(weights.flat().tier == home_ && weights.flat().numel() == shards_.numel,
+               "param store: --zero 3's masters must be this rank's shards in {} memory", tier_name(home_));
   else
     OOMB_CHECK(weights.flat().tier == Tier::Pinned && weights.flat().numel() == param_count(c) &&
                    layer_offset(c, c.layers) == weights.get("model.norm.weight").f() - weights.flat().f(),
@@ -223,14 +267,15 @@ void ParamStore::bind_images() {
   parts_ = image_parts(c, &image_bytes_);
   const Tier D = Tier::Device;
   wslots_ = Buffer(D, Tag::Weights, size_t(2 * image_bytes_));
-  whead_ = Buffer(D, Tag::Weights, size_t(head_image_bytes(c)));
+  whead_ = Buffer(D, Tag::Weights, size_t(head_image_bytes(c, world_ != nullptr)));
   wtiles_ = Buffer(D, Tag::Weights, size_t(tile_slots_ * tile_numel(c)) * 2);
   tile_grad_zero_.assign(size_t(tiles_), true);
-  himages_ = Buffer(Tier::Pinned, Tag::Weights, size_t(host_image_bytes(c)));
-  const float* layer0 = weights_->flat().f() + layer_offset(c, 0);
-  for (int s = 0; s < 2; ++s) {
+  if (!world_) himages_ = Buffer(Tier::Pinned, Tag::Weights, size_t(host_image_bytes(c)));
+  const LayerZero l0 = layer_zero(*weights_);
+  const float* layer0 = l0.base;
+  for (int s = 0; s < 2 && l0.layer; ++s) {
     LayerParams& v = wview_[s];
-    v = weights_->layers[0];
+    v = *l0.layer;
     for (auto f : kLayerFields) {
       Tensor& t = v.*f;
       if (t.empty()) continue;
@@ -276,24 +321,34 @@ void ParamStore::cast_images() {
   for (int64_t i = 0; i < n; ++i) d16[i] = f32_to_bf16(lm[i]);
 }
 
-// The device slots' and head's views: as the masters' (rebased), or under --zero 3, whose shards
-// hold no whole tensor, from a one-layer model's layout (vocabulary 1) and the head's shapes.
+// Layer 0's views as bound in `host` and where its range starts; under --zero 3, whose shards hold
+// no whole tensor, those of a one-layer model's layout (vocabulary 1), which has the same offsets.
+ParamStore::LayerZero ParamStore::layer_zero(const Params& host) const {
+  const ModelConfig& c = cfg_;
+  LayerZero z;
+  if (!world_) {
+    z.layer = host.layers.empty() ? nullptr : &host.layers[0];
+    z.base = host.flat().f() + layer_offset(c, 0);
+    return z;
+  }
+  ModelConfig c1 = c;
+  c1.layers = 1, c1.vocab = 1;
+  z.one = std::make_unique<Params>(c1, Tier::Host, Tag::IO);
+  z.layer = &z.one->layers[0];
+  z.base = z.one->flat().f() + layer_offset(c1, 0);
+  OOMB_CHECK(layer_numel(c1) == layer_numel(c), "param store: a one-layer model's layer has {} values, not {}",
+             layer_numel(c1), layer_numel(c));
+  return z;
+}
+
+// The device slots' and head's views: as the masters' (rebased), or under --zero 3 from a one-layer
+// model's layout (layer_zero) and the head's shapes.
 void ParamStore::device_views(const Params& host, Buffer& slots, Buffer& head, LayerParams* view, ParamViews& out) {
   const ModelConfig& c = cfg_;
   const int64_t n = layer_numel(c), E = c.vocab * c.hidden;
   const Tier D = Tier::Device;
-  std::unique_ptr<Params> one;
-  const LayerParams* layer0 = host.layers.empty() ? nullptr : &host.layers[0];
-  const float* base = host.flat().f() + layer_offset(c, 0);
-  if (world_) {
-    ModelConfig c1 = c;
-    c1.layers = 1, c1.vocab = 1;
-    one = std::make_unique<Params>(c1, Tier::Host, Tag::IO);
-    layer0 = &one->layers[0];
-    base = one->flat().f() + layer_offset(c1, 0);
-    OOMB_CHECK(layer_numel(c1) == n, "param store: a one-layer model's layer has {} values, not {}", layer_numel(c1), n);
-  }
-  for (int s = 0; s < 2 && layer0; ++s) view[s] = rebase(*layer0, base, slots.as<float>() + s * n, D);
+  const LayerZero l0 = layer_zero(host);
+  for (int s = 0; s < 2 && l0.layer; ++s) view[s] = rebase(*l0.layer, l0.base, slots.as<float>() + s * n, D);
   float* dh = head.as<float>();
   out = {{}, Tensor(dh, DType::F32, {c.vocab, c.hidden}, D), Tensor(dh + E, DType::F32, {c.hidden}, D), {}};
   out.lm_head = c.tie_word_embeddings ? out.embed
@@ -307,13 +362,14 @@ void ParamStore::bind_grads(Params& grads, ParamViews views) {
   // whether the lm_head has a gradient (not under LoRA): the views' (--zero 3's shards have no
   // whole tensor to view: the device's, below)
   head_grad_ = !g_.lm_head.empty();
-  if (!offload_) return;
-  frozen_base_ = grads.flat().tier == be_.tier();  // LoRA: the adapters' gradients, beside them
+  if (!slots_) return;
+  // LoRA: the adapters' gradients, beside them (the pinned base has none)
+  frozen_base_ = home_ == Tier::Pinned && grads.flat().tier == be_.tier();
   if (frozen_base_) return;
-  OOMB_CHECK(grads.flat().tier == Tier::Pinned &&
-                 grads.flat().numel() == (world_ ? shards_.numel : param_count(cfg_)),
-             "param store: offloaded gradients must be the whole model (--zero 3: this rank's shards) in pinned memory");
-  if (world_) std::memset(grads.flat().data, 0, grads.flat().bytes());  // added into from the first release
+  OOMB_CHECK(grads.flat().tier == home_ && grads.flat().numel() == (world_ ? shards_.numel : param_count(cfg_)),
+             "param store: the gradients must be the whole model (--zero 3: this rank's shards) in {} memory",
+             tier_name(home_));
+  if (world_) zero_home_grads();  // added into from the first release
   gslots_ = Buffer(Tier::Device, Tag::Grads, size_t(2 * layer_numel(cfg_)) * 4);
   ghead_buf_ = Buffer(Tier::Device, Tag::Grads, size_t(device_head_numel(cfg_, world_ != nullptr)) * 4);
   gtiles_ = Buffer(Tier::Device, Tag::Grads, size_t(tile_slots_ * tile_numel(cfg_)) * 4);
@@ -323,11 +379,17 @@ void ParamStore::bind_grads(Params& grads, ParamViews views) {
 
 void ParamStore::zero_grads() {
   OOMB_CHECK(grads_ != nullptr, "param store: zero_grads needs gradients bound first");
-  if (!offload_ || frozen_base_) return be_.zero(grads_->flat());
-  std::memset(grads_->flat().data, 0, grads_->flat().bytes());  // pinned host memory, no copy in flight
+  if (!slots_ || frozen_base_) return be_.zero(grads_->flat());
+  zero_home_grads();
   grad_zero_.assign(grad_zero_.size(), true);
   tile_grad_zero_.assign(tile_grad_zero_.size(), true);
   head_grad_zero_ = true;
+}
+
+// The store's gradients from zero: in pinned memory (no copy in flight), or (--zero 3) the device's.
+void ParamStore::zero_home_grads() {
+  if (home_ == Tier::Device) return be_.zero(grads_->flat());
+  std::memset(grads_->flat().data, 0, grads_->flat().bytes());
 }
 
 // The head's two host ranges (embedding; final norm and lm_head) to or from one device range.
@@ -348,10 +410,15 @@ void ParamStore::head_copy(float* dev, Params& host, bool in) {
 
 void ParamStore::begin_sequence(bool grads, bool masters_changed) {
   seq_grads_ = grads;
-  if (!offload_) return;
+  if (!slots_) return;
   holds_[0] = holds_[1] = -1;  // the masters may have changed
   tholds_[0] = tholds_[1] = -1;
-  if (world_) {  // every rank's shards of the head's ranges; its gradients from zero
+  if (world_ && bf16_) {  // the head's ranges gathered into its gradients' buffer, then its image made there
+    be_.synchronize();
+    head_image_from_shards();
+    OOMB_CHECK(!grads || grads_ != nullptr, "param store: a sequence with gradients needs gradients bound first");
+    if (grads) be_.fill_zero_async(ghead_buf_.data(), ghead_buf_.bytes(), Stream::Compute);  // after the casts
+  } else if (world_) {  // every rank's shards of the head's ranges; its gradients from zero
     const int64_t E = cfg_.vocab * cfg_.hidden;
     be_.synchronize();
     gather_into(whead_.as<float>(), shards_.embed(), *sync_embed_);
@@ -385,7 +452,7 @@ void ParamStore::begin_sequence(bool grads, bool masters_changed) {
 }
 
 void ParamStore::end_sequence() {
-  if (!offload_) return;
+  if (!slots_) return;
   if (world_ && seq_grads_) {  // the head's gradients summed over every rank into this rank's shards
     const int64_t E = cfg_.vocab * cfg_.hidden;
     be_.synchronize();
@@ -482,7 +549,7 @@ void ParamStore::begin_pass(std::span<const int64_t> order, bool grads) {
   pos_ = 0;
   pass_grads_ = grads;
   OOMB_CHECK(!grads || grads_ != nullptr, "param store: a pass with gradients needs gradients bound first");
-  if (!offload_ || order_.empty()) return;
+  if (!slots_ || order_.empty()) return;
   base_ = holds_[1] == order_[0] ? 1 : 0;  // a slot that already holds the first layer keeps it
   fetch(0);
   if (order_.size() > 1) fetch(1);
@@ -497,8 +564,11 @@ void ParamStore::fetch(size_t pos) {
   const Tier D = Tier::Device, P = Tier::Pinned;
   if (world_) {  // --zero 3: the layer's shards gathered once the device is done with the slot
     be_.synchronize();
-    if (holds_[s] != l) gather_into(wslots_.as<float>() + s * n, shards_.layer(l), *sync_layer_), holds_[s] = l;
-    if (pass_grads_) be_.fill_zero_async(gslots_.as<float>() + s * n, bytes, Stream::Copy);
+    float* g = gslots_.as<float>() + s * n;
+    if (holds_[s] != l && bf16_) layer_image_from_shards(l, s);
+    else if (holds_[s] != l) gather_into(wslots_.as<float>() + s * n, shards_.layer(l), *sync_layer_);
+    holds_[s] = l;
+    if (pass_grads_) be_.fill_zero_async(g, bytes, bf16_ ? Stream::Compute : Stream::Copy);  // (bf16: after the casts)
     be_.record(*in_[s], Stream::Copy);
     return;
   }
@@ -525,7 +595,7 @@ void ParamStore::fetch(size_t pos) {
 
 const LayerParams& ParamStore::acquire(int64_t l) {
   OOMB_CHECK(pos_ < order_.size() && order_[pos_] == l, "param store: layer {} acquired out of the pass's order", l);
-  if (!offload_) return w_.layers[size_t(l)];
+  if (!slots_) return w_.layers[size_t(l)];
   const int64_t s = slot(pos_);
   if (!dropped("in")) be_.wait(Stream::Compute, *in_[s]);
   LayerParams& v = wview_[s];  // the slot's base tensors with this layer's adapters (LoRA)
@@ -538,15 +608,26 @@ const LayerParams& ParamStore::acquire(int64_t l) {
 LayerParams& ParamStore::grads_of(int64_t l) {
   OOMB_CHECK(pass_grads_ && pos_ < order_.size() && order_[pos_] == l,
              "param store: layer {}'s gradients outside a pass with gradients", l);
-  return offload_ && !frozen_base_ ? gview_[slot(pos_)] : g_.layers[size_t(l)];
+  return slots_ && !frozen_base_ ? gview_[slot(pos_)] : g_.layers[size_t(l)];
+}
+
+void ParamStore::reduce_chunk(int64_t l) {
+  OOMB_CHECK(pass_grads_ && pos_ < order_.size() && order_[pos_] == l,
+             "param store: layer {}'s gradients reduced outside a pass with gradients", l);
+  if (!slots_ || !world_) return;
+  const int64_t n = layer_numel(cfg_);
+  float* g = gslots_.as<float>() + slot(pos_) * n;
+  be_.synchronize();
+  reduce_from(g, shards_.layer(l), *sync_layer_);
+  be_.fill_zero_async(g, size_t(n) * 4, Stream::Compute);
 }
 
 void ParamStore::release(int64_t l) {
   OOMB_CHECK(pos_ < order_.size() && order_[pos_] == l, "param store: layer {} released out of the pass's order", l);
-  if (offload_ && world_ && pass_grads_) {  // --zero 3: summed over every rank into this rank's shard
+  if (slots_ && world_ && pass_grads_) {  // --zero 3: summed over every rank into this rank's shard
     be_.synchronize();
     reduce_from(gslots_.as<float>() + slot(pos_) * layer_numel(cfg_), shards_.layer(l), *sync_layer_);
-  } else if (offload_) {
+  } else if (slots_) {
     const int64_t s = slot(pos_), n = layer_numel(cfg_);
     be_.record(*used_[s], Stream::Compute);
     if (pass_grads_ && !frozen_base_) {  // the layer's gradients go back once its backward is done
@@ -558,7 +639,7 @@ void ParamStore::release(int64_t l) {
     }
   }
   ++pos_;
-  if (offload_ && pos_ + 1 < order_.size()) fetch(pos_ + 1);
+  if (slots_ && pos_ + 1 < order_.size()) fetch(pos_ + 1);
 }
 
 }  // namespace oomb

@@ -21,13 +21,15 @@
 // holds (or zero, without a copy, while the host's are known to be zero), so the result is bitwise
 // the resident run's. The head arrives once per sequence and its gradients leave at its end.
 //
-// --zero 3 (world given; offloaded only): the masters, gradients and moments in pinned memory are
-// this rank's shards of every range (model/param_shards.h). A layer's fetch waits for the device,
+// --zero 3 (world given; needs a device): the masters, gradients and moments (pinned when
+// offloaded, else in device memory) are this rank's shards of every range (model/param_shards.h),
+// and the layers pass through the slots as offloaded ones do. A layer's fetch waits for the device,
 // puts this rank's shard into the slot and gathers the others' (all-gather through host staging,
 // grad_sync.h); its gradient slot starts at zero; release reduce-scatters the slot's gradients over
 // every rank and adds this rank's part of the sum into its shard (fp32, across chunks and
 // sequences). The head's ranges alike, once per sequence. The collectives block the host: no
-// overlap of copies with compute in this mode yet.
+// overlap of copies with compute in this mode yet. The layer order (--sweep layer) gathers a layer
+// once per pass and reduces its gradients chunk by chunk (reduce_chunk).
 //
 // Flat ranges: layer l is one contiguous range of the flat layout (layer_offset, layer_numel); the
 // head is two (the embedding first; the final norm and an untied lm_head last), one after the
@@ -73,7 +75,7 @@ class ParamStore {
  public:
   ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16 = false, Comm* zero3_world = nullptr);
   ~ParamStore();
-  bool offloaded() const { return offload_; }
+  bool offloaded() const { return slots_ && home_ == Tier::Pinned; }
   // The tier the masters, gradients and moments live in: the backend's, or pinned host memory.
   static Tier home(const Backend& be, bool offload) { return offload ? Tier::Pinned : be.tier(); }
   // The masters (in home()) and the views over them; offloaded, the same layout bound to the
@@ -114,6 +116,11 @@ class ParamStore {
   const LayerParams& acquire(int64_t l);
   LayerParams& grads_of(int64_t l);
   void release(int64_t l);
+  // --zero 3, the layer order (one acquire for every chunk): the acquired layer's gradients so far
+  // (one chunk's) summed over every rank into this rank's shard, the slot zeroed; called after each
+  // chunk but the last (release reduces that one), so that the shard takes the chunks' sums one by
+  // one as in the chunk order, with its bits. Nothing otherwise.
+  void reduce_chunk(int64_t l);
 
   static int64_t layer_offset(const ModelConfig& c, int64_t l);
   static int64_t layer_numel(const ModelConfig& c);
@@ -139,12 +146,12 @@ class ParamStore {
   // padding included) and those of it that cross (no padding); the device's weight bytes (two
   // image slots and the head) and the pinned host images' (every layer's and the lm_head's).
   static int64_t layer_image_bytes(const ModelConfig& c);
-  static int64_t head_image_bytes(const ModelConfig& c);
+  static int64_t head_image_bytes(const ModelConfig& c, bool zero3 = false);
   static int64_t head_image_copied(const ModelConfig& c);
   static int64_t device_weight_bytes(const ModelConfig& c, bool bf16, bool zero3 = false);
   static int64_t host_image_bytes(const ModelConfig& c);
-  // --zero 3: host bytes (tag workspace) of the gathers' and reductions' staging.
-  static int64_t zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev);
+  // --zero 3: host bytes (tag workspace) of the gathers' and reductions' staging, the shards in `home`.
+  static int64_t zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev, Tier home);
   // Tests only: --zero 3 without the gradients' reduce-scatter (each rank keeps its own part).
   static void skip_reduce_for_test(bool skip);
 
@@ -169,15 +176,26 @@ class ParamStore {
   void cast_images();     // bf16: the host images from the masters
   // --zero 3: range r's shards gathered into dev (r.n floats); dev's gradients reduced into the shard
   void device_views(const Params& host, Buffer& slots, Buffer& head, LayerParams* view, ParamViews& out);
+  struct LayerZero {
+    std::unique_ptr<Params> one;  // --zero 3: a one-layer model whose layout gives the views
+    const LayerParams* layer = nullptr;
+    const float* base = nullptr;
+  };
+  LayerZero layer_zero(const Params& host) const;
+  // --zero 3 with bf16: layer l's image in slot s, the head's image, each from the gathered fp32 range
+  void layer_image_from_shards(int64_t l, int64_t s);
+  void head_image_from_shards();
+  void zero_home_grads();  // the gradients where they live (home_) from zero
   void gather_into(float* dev, const ParamShards::Range& r, GradSync& sync);
   void reduce_from(float* dev, const ParamShards::Range& r, GradSync& sync);
 
   ModelConfig cfg_;
   Backend& be_;
-  bool offload_;
+  bool slots_;  // the layers pass through device slots (offloaded, or --zero 3)
+  Tier home_;   // where the masters, gradients and moments live (home())
   bool frozen_base_ = false;  // offloaded, with gradients resident: LoRA's (the base has none)
-  std::vector<LayerParams> adapters_;  // offloaded: each layer's views as bound (LoRA: its adapters)
-  bool bf16_;  // offloaded with --precision bf16: the slots hold images
+  std::vector<LayerParams> adapters_;  // with slots: each layer's views as bound (LoRA: its adapters)
+  bool bf16_;   // slots with --precision bf16: the slots hold images
   Comm* world_ = nullptr;  // --zero 3
   ParamShards shards_;
   std::unique_ptr<GradSync> sync_layer_, sync_embed_, sync_tail_;

@@ -22,6 +22,7 @@
 #include "hf/checkpoint.h"
 #include "hf/peft.h"
 #include "hf/safetensors.h"
+#include "model/param_shards.h"
 
 namespace oomb {
 
@@ -93,6 +94,31 @@ void stream_moments(const Optimizer& opt, Comm& world, Backend& be, SafetensorsW
   stream_moment(opt.exp_avg_sq_shard(), n, world, be, out);
 }
 
+// --zero 3: the masters (or a moment) are this rank's packed parts of every range
+// (model/param_shards.h; on the device: through a host copy, tag io); every rank's streamed in flat
+// order, into `full` or `out` on rank 0.
+void stream_packed(Model& model, const Params& packed, Comm& world, float* full, SafetensorsWriter* out) {
+  std::unique_ptr<Params> copy;
+  const Params& host = on_host(packed, model.backend(), copy);
+  ParamShards::Sink sink;
+  if (full) sink = [&](int64_t at, const float* x, int64_t n) { std::memcpy(full + at, x, size_t(n) * 4); };
+  if (out) sink = [&](int64_t, const float* x, int64_t n) { out->write(x, uint64_t(n) * 4); };
+  ParamShards::stream(model.config(), world, host.flat().f(), sink);
+}
+
+// optimizer.safetensors' layout: every parameter's two moments, in the flat layout's order (the
+// data streamed in after it)
+std::vector<SaveTensor> moments_layout(const std::vector<ParamSpec>& specs) {
+  std::vector<SaveTensor> t;
+  for (const char* suffix : {kExpAvg, kExpAvgSq})
+    for (size_t i = 0; i < specs.size(); ++i) {
+      OOMB_CHECK(specs[i].offset == (i ? specs[i - 1].offset + specs[i - 1].numel() : 0),
+                 "checkpoint: the flat layout has a gap before '{}'", specs[i].name);
+      t.push_back({specs[i].name + suffix, DType::F32, specs[i].shape, nullptr});
+    }
+  return t;
+}
+
 void fsync_dir(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
@@ -122,9 +148,18 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
                          const std::map<std::string, std::string>& extra, const std::string& base_model,
                          Comm* world) {
   const bool sharded = !opt.exp_avg_shard().empty();  // AdamW's moments split between the ranks
-  OOMB_CHECK(!sharded || world, "checkpoint: a sharded optimizer's moments need its ranks to gather them");
+  const bool zero3 = model.sharded();                   // the masters and moments both (--zero 3)
+  OOMB_CHECK(!(sharded || zero3) || world, "checkpoint: sharded weights or moments need their ranks to gather them");
   if (world && world->rank() != 0) {  // rank 0 writes
-    if (sharded) stream_moments(opt, *world, model.backend(), nullptr);
+    if (zero3) {  // the masters, then the moments, as rank 0 writes them
+      stream_packed(model, model.params(), *world, nullptr, nullptr);
+      if (opt.exp_avg()) {
+        stream_packed(model, *opt.exp_avg(), *world, nullptr, nullptr);
+        stream_packed(model, *opt.exp_avg_sq(), *world, nullptr, nullptr);
+      }
+    } else if (sharded) {
+      stream_moments(opt, *world, model.backend(), nullptr);
+    }
     return dir / checkpoint_name(state.step);
   }
   std::error_code ec;
@@ -140,16 +175,27 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
     model.download_trainable(host);
     write_adapter_files(out.staging(), model.config(), lora, host, base_model);
     test_delay();
-  } else {  // the weights: fp32 masters as a Hugging Face model directory
+  } else {  // the weights: fp32 masters as a Hugging Face model directory (--zero 3: gathered here)
     std::unique_ptr<Params> copy;
-    save_safetensors_dir(out.staging(), tensors_of(on_host(model.params(), be, copy), ""));
+    if (zero3) {
+      copy = std::make_unique<Params>(model.config(), Tier::Host, Tag::IO);
+      stream_packed(model, model.params(), *world, copy->flat().f(), nullptr);
+    }
+    save_safetensors_dir(out.staging(), tensors_of(zero3 ? *copy : on_host(model.params(), be, copy), ""));
     test_delay();
     ModelConfig saved = model.config();
     saved.torch_dtype = "float32";
     write_file_atomic(out.staging() / "config.json", config_to_json(saved).dump(2) + "\n");
     test_delay();
   }
-  if (opt.exp_avg()) {
+  if (opt.exp_avg() && zero3) {  // the same file as one optimizer's, every rank's parts in flat order
+    SafetensorsWriter w(out.staging() / kOptimizerFile, moments_layout(param_layout(model.config())),
+                        {{"oomb", "AdamW moments"}});
+    stream_packed(model, *opt.exp_avg(), *world, nullptr, &w);
+    stream_packed(model, *opt.exp_avg_sq(), *world, nullptr, &w);
+    w.commit();
+    test_delay();
+  } else if (opt.exp_avg()) {
     std::unique_ptr<Params> m_copy, v_copy;
     std::vector<SaveTensor> t = tensors_of(on_host(*opt.exp_avg(), be, m_copy), kExpAvg);
     const std::vector<SaveTensor> v = tensors_of(on_host(*opt.exp_avg_sq(), be, v_copy), kExpAvgSq);
@@ -157,15 +203,8 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
     save_safetensors(out.staging() / kOptimizerFile, t, {{"oomb", "AdamW moments"}});
     test_delay();
   } else if (sharded) {  // the same file, its data gathered from every rank's shard in flat order
-    const std::vector<ParamSpec>& specs = opt.params().specs();
-    std::vector<SaveTensor> t;
-    for (const char* suffix : {kExpAvg, kExpAvgSq})
-      for (size_t i = 0; i < specs.size(); ++i) {
-        OOMB_CHECK(specs[i].offset == (i ? specs[i - 1].offset + specs[i - 1].numel() : 0),
-                   "checkpoint: the flat layout has a gap before '{}'", specs[i].name);
-        t.push_back({specs[i].name + suffix, DType::F32, specs[i].shape, nullptr});
-      }
-    SafetensorsWriter w(out.staging() / kOptimizerFile, t, {{"oomb", "AdamW moments"}});
+    SafetensorsWriter w(out.staging() / kOptimizerFile, moments_layout(opt.params().specs()),
+                        {{"oomb", "AdamW moments"}});
     stream_moments(opt, *world, be, &w);
     w.commit();
     test_delay();
@@ -240,37 +279,69 @@ static void load_moments(const fs::path& step_dir, const CheckpointState& st, Pa
   }
 }
 
-// A sharded optimizer's range [lo, hi) of each moment tensor from optimizer.safetensors.
-static void load_moment_shard(const fs::path& step_dir, const CheckpointState& st, Optimizer& opt, Backend& be) {
+// A part of the flat layout a sharded optimizer holds: floats [lo, lo + n), at `at` in its buffers.
+struct Segment {
+  int64_t lo = 0, n = 0, at = 0;
+};
+
+// Segments [lo, lo + n) of each moment tensor of the flat layout `specs` from optimizer.safetensors
+// into exp_avg and exp_avg_sq (host memory) at each segment's `at`.
+static void load_moment_segments(const fs::path& step_dir, const CheckpointState& st,
+                                 const std::vector<ParamSpec>& specs, const std::vector<Segment>& segments,
+                                 float* exp_avg, float* exp_avg_sq) {
   const fs::path file = step_dir / kOptimizerFile;
   OOMB_CHECK(st.files.count(kOptimizerFile), "{}: {} is missing: the checkpoint holds no AdamW moments",
              step_dir.string(), kOptimizerFile);
   const SafetensorsFile f = SafetensorsFile::open(file);
-  const std::vector<ParamSpec>& specs = opt.params().specs();
   OOMB_CHECK(f.tensors().size() == 2 * specs.size(), "{}: holds {} tensors; this model's AdamW moments are {}",
              file.string(), f.tensors().size(), 2 * specs.size());
+  for (auto [x, suffix] : {std::pair{exp_avg, kExpAvg}, {exp_avg_sq, kExpAvgSq}})
+    for (const Segment& r : segments)
+      for (const ParamSpec& s : specs) {
+        const int64_t a = std::max(s.offset, r.lo), b = std::min(s.offset + s.numel(), r.lo + r.n);
+        if (a >= b) continue;
+        const std::string name = s.name + suffix;
+        const TensorInfo* t = f.find(name);
+        OOMB_CHECK(t, "{}: tensor '{}' not found", file.string(), name);
+        OOMB_CHECK(t->dtype == DType::F32 && t->shape == s.shape, "{}: tensor '{}' is {} {}, expected F32 {}",
+                   file.string(), name, dtype_safetensors_name(t->dtype), fmt::join(t->shape, "x"),
+                   fmt::join(s.shape, "x"));
+        float* y = x + r.at + (a - r.lo);
+        f.read_range(*t, uint64_t(a - s.offset) * 4, uint64_t(b - a) * 4, y);
+        for (int64_t i = 0; i < b - a; ++i)
+          if (!std::isfinite(y[i]) || (suffix == kExpAvgSq && y[i] < 0)) [[unlikely]]
+            fail("{}: tensor '{}' holds {} at flat index {}; the checkpoint is damaged", file.string(), name, y[i],
+                 a - s.offset + i);
+      }
+}
+
+// A sharded optimizer's range [lo, hi) of each moment tensor (--zero 1, 2).
+static void load_moment_shard(const fs::path& step_dir, const CheckpointState& st, Optimizer& opt, Backend& be) {
   const Shard& r = opt.shard().range;
-  for (auto [dst, suffix] : {std::pair{opt.exp_avg_shard(), kExpAvg}, {opt.exp_avg_sq_shard(), kExpAvgSq}}) {
-    Buffer host;
-    if (dst.tier == Tier::Device) host = Buffer(Tier::Host, Tag::IO, size_t(r.held()) * 4);
-    float* x = host.data() ? host.as<float>() : dst.f();
-    for (const ParamSpec& s : specs) {
-      const int64_t a = std::max(s.offset, r.lo), b = std::min(s.offset + s.numel(), r.hi);
-      if (a >= b) continue;
-      const std::string name = s.name + suffix;
-      const TensorInfo* t = f.find(name);
-      OOMB_CHECK(t, "{}: tensor '{}' not found", file.string(), name);
-      OOMB_CHECK(t->dtype == DType::F32 && t->shape == s.shape, "{}: tensor '{}' is {} {}, expected F32 {}",
-                 file.string(), name, dtype_safetensors_name(t->dtype), fmt::join(t->shape, "x"), fmt::join(s.shape, "x"));
-      float* y = x + (a - r.lo);
-      f.read_range(*t, uint64_t(a - s.offset) * 4, uint64_t(b - a) * 4, y);
-      for (int64_t i = 0; i < b - a; ++i)
-        if (!std::isfinite(y[i]) || (suffix == kExpAvgSq && y[i] < 0)) [[unlikely]]
-          fail("{}: tensor '{}' holds {} at flat index {}; the checkpoint is damaged", file.string(), name, y[i],
-               a - s.offset + i);
-    }
-    if (host.data()) be.copy(dst.data, dst.tier, x, Tier::Host, size_t(r.size()) * 4);
-  }
+  const Tensor m = opt.exp_avg_shard(), v = opt.exp_avg_sq_shard();
+  Buffer host;
+  if (m.tier == Tier::Device) host = Buffer(Tier::Host, Tag::IO, size_t(r.held()) * 8);
+  float* hm = host.data() ? host.as<float>() : m.f();
+  float* hv = host.data() ? host.as<float>() + r.held() : v.f();
+  load_moment_segments(step_dir, st, opt.params().specs(), {{r.lo, r.size(), 0}}, hm, hv);
+  if (!host.data()) return;
+  be.copy(m.data, m.tier, hm, Tier::Host, size_t(r.size()) * 4);
+  be.copy(v.data, v.tier, hv, Tier::Host, size_t(r.size()) * 4);
+}
+
+// --zero 3: this rank's part of every range (model/param_shards.h) of each moment tensor (on the
+// device: through host copies).
+static void load_packed_moments(const fs::path& step_dir, const CheckpointState& st, const Model& model,
+                                Optimizer& opt, Backend& be) {
+  const ModelConfig& c = model.config();
+  std::vector<Segment> parts;
+  for (const ParamShards::Range& r : ParamShards::of(c, int(model.plan().rank), int(model.plan().ranks)).ranges)
+    parts.push_back({r.lo + r.mine, r.size, r.at});
+  Params& m = *opt.exp_avg();
+  Params& v = *opt.exp_avg_sq();
+  into(m, be, [&](Params& hm) {
+    into(v, be, [&](Params& hv) { load_moment_segments(step_dir, st, param_layout(c), parts, hm.flat().f(), hv.flat().f()); });
+  });
 }
 
 void load_checkpoint_tensors(const fs::path& step_dir, const CheckpointState& st, const ModelConfig& cfg,
@@ -292,9 +363,17 @@ void load_checkpoint(const fs::path& step_dir, const CheckpointState& st, Model&
   } else {
     OOMB_CHECK(!adapter, "{}: holds a LoRA adapter, not a whole model: resume it with the --lora-* flags it was "
                "written with", step_dir.string());
-    into(model.params(), be, [&](Params& w) { load_weights(step_dir, model.config(), w); });
+    if (model.sharded()) {  // --zero 3: this rank's parts of the whole model
+      Params host(model.config(), Tier::Host, Tag::IO);
+      load_weights(step_dir, model.config(), host);
+      model.upload_params(host);
+    } else {
+      into(model.params(), be, [&](Params& w) { load_weights(step_dir, model.config(), w); });
+    }
   }
-  if (!opt.exp_avg_shard().empty()) {
+  if (model.sharded() && opt.exp_avg()) {
+    load_packed_moments(step_dir, st, model, opt, be);
+  } else if (!opt.exp_avg_shard().empty()) {
     load_moment_shard(step_dir, st, opt, be);
   } else if (!opt.exp_avg()) {
     return;

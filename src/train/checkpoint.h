@@ -38,7 +38,10 @@ std::string checkpoint_name(int64_t step);
 // Several ranks (`world`): rank 0 writes; the weights are its own (every rank holds them all). With
 // a sharded optimizer (--zero 1, 2) every rank calls this: each rank's moments reach rank 0 in
 // pieces of grad_sync_piece() floats (a broadcast from the shard's rank), written as they come, so
-// the files are those of one optimizer holding every moment. Other ranks return the path unwritten.
+// the files are those of one optimizer holding every moment. --zero 3 (a sharded model): the
+// masters reach rank 0 the same way, range by range (model/param_shards.h), into a host copy of the
+// whole model (tag io) that it writes as one rank would, then the moments as they come. Other ranks
+// return the path unwritten.
 std::filesystem::path save_checkpoint(const std::filesystem::path& dir, CheckpointState state, Model& model,
                                       const Optimizer& opt, const std::map<std::string, std::string>& extra = {},
                                       const std::string& base_model = "", Comm* world = nullptr);
@@ -53,7 +56,8 @@ void load_checkpoint_tensors(const std::filesystem::path& step_dir, const Checkp
                              const ModelConfig& cfg, Params& weights, Params* exp_avg, Params* exp_avg_sq);
 // The same into a model and its optimizer (through host copies on a device), with the bias-correction count;
 // a LoRA model's adapters (its base is not in the checkpoint). A sharded optimizer (--zero 1, 2) reads its
-// range of each moment tensor alone.
+// range of each moment tensor alone; --zero 3 its part of each range of the weights (through a host
+// copy of the whole model, as a fresh run loads --model) and of each moment tensor.
 void load_checkpoint(const std::filesystem::path& step_dir, const CheckpointState& state, Model& model,
                      Optimizer& opt);
 

@@ -127,6 +127,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
         cache_.docs().release_from(first_free);
       }
       acts_->next();
+      if (t != chunks_down_.back() && g_fault != "reduce-once") store_.reduce_chunk(l);  // --zero 3: as the chunk order
     }
     store_.release(l);
   }

@@ -28,8 +28,8 @@ static ModelConfig checked_sp(const ModelConfig& cfg, const ChunkPlan& plan, con
 }
 
 // --zero 3 on several ranks: every rank's communicator, and the layout of this rank's shards.
-static Comm* checked_zero3(const ChunkPlan& plan, Comm* world) {
-  check_zero3(plan);
+static Comm* checked_zero3(const ChunkPlan& plan, Tier dev, Comm* world) {
+  check_zero3(plan, dev);
   check_offload_params(plan);
   if (!zero3(plan)) return nullptr;
   OOMB_CHECK(world && world->size() == plan.ranks && world->rank() == plan.rank,
@@ -46,7 +46,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
       be_(be),
       plan_(plan),
       att_cfg_(checked_sp(cfg, plan, sp)),
-      world_(checked_zero3(plan, world)),
+      world_(checked_zero3(plan, be.tier(), world)),
       params_(cfg, master_layout(cfg, plan),
               frozen_base_on_host(plan, be.tier()) ? Tier::Pinned : ParamStore::home(be, plan.offload_params),
               Tag::Weights),
@@ -101,7 +101,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
     frozen_ = std::make_unique<FrozenBase>(cfg, be.tier());
     layers_ = frozen_->layers;
     embed_ = frozen_->embed, final_norm_ = frozen_->final_norm, lm_head_ = frozen_->lm_head;
-  } else if (plan.precision == DType::BF16 && !plan.offload_params) {  // the matmuls read the weight matrices' bf16 copy
+  } else if (plan.precision == DType::BF16 && !plan.offload_params && !world_) {  // the matmuls read the matrices' bf16 copy
     w16_ = std::make_unique<Bf16Weights>(cfg, be.tier());
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LayerParams& w = w16_->layers[l];
@@ -184,9 +184,14 @@ LossStats Model::evaluate(const int32_t* ids, const int32_t* targets, int64_t N)
 }
 
 void Model::upload_params(const Params& host) {
-  if (world_) {
+  if (world_) {  // (shards on the device: packed on the host first)
     OOMB_CHECK(host.flat().numel() == param_count(cfg_), "model: parameters of another shape");
-    return ParamShards::of(cfg_, world_->rank(), world_->size()).pack(host.flat().f(), params_.flat().f());
+    const Tensor& p = params_.flat();
+    Buffer stage(Tier::Host, Tag::IO, p.tier == Tier::Device ? p.bytes() : 0);
+    float* packed = p.tier == Tier::Device ? stage.as<float>() : p.f();
+    ParamShards::of(cfg_, world_->rank(), world_->size()).pack(host.flat().f(), packed);
+    if (p.tier == Tier::Device) be_.copy(p.data, p.tier, packed, Tier::Host, p.bytes());
+    return;
   }
   OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
   base_dirty_ = true;
@@ -194,9 +199,12 @@ void Model::upload_params(const Params& host) {
 }
 
 void Model::download_params(Params& host) const {
-  if (world_) {
+  if (world_) {  // (shards on the device: copied to the host first)
     OOMB_CHECK(host.flat().numel() == param_count(cfg_), "model: parameters of another shape");
-    return ParamShards::gather(cfg_, *world_, params_.flat().f(), host.flat().f());
+    const Tensor& p = params_.flat();
+    Buffer stage(Tier::Host, Tag::IO, p.tier == Tier::Device ? p.bytes() : 0);
+    if (p.tier == Tier::Device) be_.copy(stage.data(), Tier::Host, p.data, p.tier, p.bytes());
+    return ParamShards::gather(cfg_, *world_, p.tier == Tier::Device ? stage.as<float>() : p.f(), host.flat().f());
   }
   OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
   be_.copy(host.flat().data, Tier::Host, params_.flat().data, params_.flat().tier, params_.flat().bytes());

@@ -102,7 +102,9 @@ class Model {
   // The layer order's host arrays (null in the chunk order): their traffic (tests, benchmarks).
   const ActivationStore* activations() const { return acts_.get(); }
   // Tests only: "tied-head" adds a tied embedding's lm_head gradient in the layer order's loss pass
-  // (as a plain layer order would) instead of beside the embedding's, to show that the tests see it.
+  // (as a plain layer order would) instead of beside the embedding's; "reduce-once": --zero 3's
+  // layer order reduces a layer's gradients once for every chunk (ParamStore::reduce_chunk skipped);
+  // to show that the tests see it.
   static void layer_sweep_fault_for_test(const char* which);
   // Sparse attention's selector (null when dense): the choices of the last sequence (tests).
   const SparseSelector* sparse() const { return sparse_.get(); }

@@ -12,12 +12,15 @@
 //                   single rank's peaks / sp; the optimizer's (--zero 1..3), and the masters' and
 //                   gradients' in pinned memory (--zero 3), against the single rank's / ranks
 // --zero 3: the gradients and weights are this rank's shards, gathered for the comparisons.
+// --precision bf16: the single rank runs bf16 too; rank 0 also prints the fp32 single rank's
+// gradients against the run's (bf16_vs_fp32_grad_rel_err, a control test_dist bounds from below).
 // Faults for test_dist: --skip-reduce (no gradient sum, nor --zero 3's reduce-scatter: the check
 // must fail), --die-rank r (rank r exits mid-step), --stall-rank r (rank r sleeps past --dist-timeout),
 // --layer-fault tied-head (the layer order adds a tied head's gradient in its loss pass: the bits
-// differ from the chunk order's), --group-fault (the head groups' exchange back puts group j's
-// rows in group K - 1 - j's columns: the bits differ from K = 1's). --tie: the embedding tied to
-// the lm_head.
+// differ from the chunk order's), --layer-fault reduce-once (--zero 3's layer order reduces a
+// layer's gradients once, summed over its chunks, not chunk by chunk: the same values, other bits),
+// --group-fault (the head groups' exchange back puts group j's rows in group K - 1 - j's columns:
+// the bits differ from K = 1's). --tie: the embedding tied to the lm_head.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -32,6 +35,7 @@
 #include "dist/grad_sync.h"
 #include "dist/mpi_comm.h"
 #include "dist/ulysses.h"
+#include "model/bf16_weights.h"
 #include "model/init.h"
 #include "model/param_shards.h"
 #include "model_fixture.h"
@@ -44,7 +48,7 @@ namespace {
 struct Args {
   DistOptions dist;
   int64_t seq = 256, chunk = 64, page = 16, steps = 3, accum = 1, kv_heads = 2, heads = 4;
-  std::string arch = "llama", device = "cpu", offload, sweep = "chunk", layer_fault;
+  std::string arch = "llama", device = "cpu", offload, sweep = "chunk", layer_fault, precision = "fp32";
   bool doc_mask = false, skip_reduce = false, tie = false, sim_device_comm = false, group_fault = false;
   int die_rank = -1, stall_rank = -1;
 };
@@ -82,6 +86,7 @@ ChunkPlan plan_of(const Args& a, int64_t sp, int64_t ranks, int64_t rank, int ze
   p.offload_params = a.offload == "params" || a.offload == "kv,params";
   p.sp = sp, p.ranks = ranks, p.rank = rank, p.zero = zero;
   p.sweep = a.sweep == "layer" ? SweepOrder::Layer : SweepOrder::Chunk;
+  p.precision = a.precision == "bf16" ? DType::BF16 : DType::F32;
   p.device_comm = device_comm;
   return p;
 }
@@ -186,6 +191,7 @@ int main(int argc, char** argv) {
   app.add_flag("--doc-mask", a.doc_mask);
   app.add_option("--sweep", a.sweep)->check(CLI::IsMember({"chunk", "layer"}));
   app.add_flag("--tie", a.tie);
+  app.add_option("--precision", a.precision)->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--layer-fault", a.layer_fault);
   app.add_flag("--skip-reduce", a.skip_reduce);
   app.add_option("--die-rank", a.die_rank);
@@ -254,9 +260,9 @@ int main(int argc, char** argv) {
       auto be = backend(a);
       Dist d(a.dist, dist.world().split(0, r));
       attach(d, *be, a);
-      ChunkPlan chunk = plan_of(a, a.dist.sp, R, r, 0, d.device_comm());
+      ChunkPlan chunk = plan_of(a, a.dist.sp, R, r, z3 ? 3 : 0, d.device_comm());
       chunk.sweep = SweepOrder::Chunk;
-      Model m(cfg, *be, chunk, &d.tensor_sp());
+      Model m(cfg, *be, chunk, &d.tensor_sp(), &d.world());
       init(m, seed);
       m.enable_grads();
       double loss = 0;
@@ -270,8 +276,8 @@ int main(int argc, char** argv) {
       dist.dp().all_reduce_sum(&loss, 1);
       loss /= double(a.accum * dp);
       GradSync sync(d.group_for(m.grads().flat().tier), *be, m.grads().flat().numel(), 0, m.grads().flat().tier);
-      if (!a.skip_reduce) sync.reduce(m.grads().flat());
-      const std::vector<float> g_chunk = download(m, m.grads().flat());
+      if (!a.skip_reduce && !z3) sync.reduce(m.grads().flat());
+      const std::vector<float> g_chunk = whole(m, m.grads().flat(), d.world());
       double differ = loss == loss_dist ? 0 : 1;
       for (size_t i = 0; i < g_chunk.size(); ++i) differ += std::memcmp(&g_chunk[i], &g_dist[i], 4) != 0;
       dist.world().all_reduce_sum(&differ, 1);
@@ -288,24 +294,38 @@ int main(int argc, char** argv) {
       if (r == 0) std::cout << fmt::format("(loss and {} gradients, --sp-head-chunks {} against 1)", g_one.size(), K)
                             << std::endl;
     }
-    if (r == 0) {  // (a backend of its own: its workspace must not count in this rank's peaks below)
-      auto be_ref = backend(a);
-      Model ref(cfg, *be_ref, plan_of(a, 1, 1, 0, 0));
+    // The single rank's loss and gradients of the same windows, with the run's precision or fp32.
+    auto single_rank = [&](const Args& ra, double* loss, std::vector<float>* g) {
+      auto be_ref = backend(ra);  // (a backend of its own: its workspace must not count in this rank's peaks below)
+      Model ref(cfg, *be_ref, plan_of(ra, 1, 1, 0, 0));
       init(ref, seed);
       ref.enable_grads();
-      for (int64_t w = 0; w < a.accum * dp; ++w) {
+      for (int64_t w = 0; w < ra.accum * dp; ++w) {
         const LossStats ls = ref.forward_backward(
             [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); }, N,
-            1.0f / float(a.accum * dp));
-        loss_ref += ls.loss_sum / double(ls.targets);
+            1.0f / float(ra.accum * dp));
+        *loss += ls.loss_sum / double(ls.targets);
       }
-      loss_ref /= double(a.accum * dp);
-      g_ref = download(ref, ref.grads().flat());
+      *loss /= double(ra.accum * dp);
+      *g = download(ref, ref.grads().flat());
+    };
+    if (r == 0) {
+      single_rank(a, &loss_ref, &g_ref);
+      Params layout(cfg, Tier::Host, Tag::IO);
       std::string where;
-      const double e = worst_by_tensor(g_dist, g_ref, ref.grads(), &where);
+      const double e = worst_by_tensor(g_dist, g_ref, layout, &where);
       report("loss_rel_err", std::abs(loss_dist - loss_ref) / std::abs(loss_ref), 1e-6);
       report("grad_rel_err", e, 1e-6);
       std::cout << "grad_worst_tensor " << where << std::endl;
+      if (a.precision == "bf16") {  // control: bf16 is not fp32 (test_dist bounds it from below)
+        Args f = a;
+        f.precision = "fp32";
+        double loss32 = 0;
+        std::vector<float> g32;
+        single_rank(f, &loss32, &g32);
+        std::cout << fmt::format("bf16_vs_fp32_grad_rel_err {:.3e}", worst_by_tensor(g_dist, g32, layout, &where))
+                  << std::endl;
+      }
     }
 
     // 2. The trainer: every step's loss and the final weights; this rank's memory against its plan.
@@ -354,7 +374,8 @@ int main(int argc, char** argv) {
     report("plan_mismatches", mismatches, 0);
     // this rank's kv, kv_grad and optimizer bytes, for rank 0 to set beside the single rank's
     const Tier dev = a.device != "cpu" ? Tier::Device : Tier::Host, kv_home = a.offload.find("kv") != std::string::npos ? Tier::Pinned : dev;
-    const Tier opt_home = a.offload.find("params") != std::string::npos ? Tier::Pinned : dev;
+    const bool offloaded = a.offload.find("params") != std::string::npos, bf16 = a.precision == "bf16";
+    const Tier opt_home = offloaded ? Tier::Pinned : dev;
     std::vector<double> mine = {double(measured.b[size_t(kv_home)][size_t(Tag::KV)]),
                                 double(measured.b[size_t(kv_home)][size_t(Tag::KVGrad)]),
                                 double(measured.b[size_t(opt_home)][size_t(Tag::Optimizer)]),
@@ -427,8 +448,15 @@ int main(int argc, char** argv) {
       const double kv1 = double(single.b[size_t(kv_home)][size_t(Tag::KV)]),
                    kg1 = double(single.b[size_t(kv_home)][size_t(Tag::KVGrad)]),
                    op1 = double(single.b[size_t(opt_home)][size_t(Tag::Optimizer)]),
-                   w1 = double(single.b[size_t(opt_home)][size_t(Tag::Weights)]),
+                   // (bf16: less the single rank's pinned images, or its device bf16 copy when not
+                   // offloaded, which --zero 3 does not keep)
+                   w1 = double(single.b[size_t(opt_home)][size_t(Tag::Weights)]) -
+                        (z3 && bf16 ? double(offloaded ? ParamStore::host_image_bytes(cfg) : Bf16Weights::bytes(cfg))
+                                    : 0.0),
                    g1 = double(single.b[size_t(opt_home)][size_t(Tag::Grads)]);
+      // --zero 3 without --offload params: each rank's device slots and head beside its shards
+      const double slots_w = z3 && !offloaded ? double(ParamStore::device_weight_bytes(cfg, bf16)) : 0.0,
+                   slots_g = z3 && !offloaded ? double(ParamStore::device_bytes(cfg)) : 0.0;
       double kv_off = 0, opt_off = 0, params_off = 0;
       const size_t F = mine.size();
       for (int q = 0; q < R; ++q) {
@@ -436,7 +464,9 @@ int main(int argc, char** argv) {
         kv_off = std::max({kv_off, std::abs(x[0] * double(a.dist.sp) - kv1) / kv1,
                            std::abs(x[1] * double(a.dist.sp) - kg1) / kg1});
         if (a.dist.zero > 0) opt_off = std::max(opt_off, std::abs(x[2] * double(R) - op1) / op1);
-        if (z3) params_off = std::max({params_off, std::abs(x[3] * double(R) - w1) / w1, std::abs(x[4] * double(R) - g1) / g1});
+        if (z3)
+          params_off = std::max({params_off, std::abs((x[3] - slots_w) * double(R) - w1) / w1,
+                                 std::abs((x[4] - slots_g) * double(R) - g1) / g1});
       }
       if (z3)
         std::cout << fmt::format("{} weights single {} rank0 {} | {} grads single {} rank0 {}", tier_name(opt_home), w1,
