@@ -298,7 +298,9 @@ TEST(OffloadParamsTraffic, PlannerCountsTheBytesMoved) {
     EXPECT_EQ(got.weights_in, steps * want.weights);
     EXPECT_EQ(got.grads_in + got.grads_out, steps * want.grads);
     const SweepTraffic layer = layer_order_traffic(cfg, N, 13, accum, false, bf16);
-    if (wide) EXPECT_GT(ParamStore::head_tiles_copied(cfg, 6, bf16), cfg.vocab * cfg.hidden * (bf16 ? 2 : 4) * 2);
+    if (wide) {
+      EXPECT_GT(ParamStore::head_tiles_copied(cfg, 6, bf16), cfg.vocab * cfg.hidden * (bf16 ? 2 : 4) * 2);
+    }
     if (L == 4 && !bf16 && !wide) fp32_weights = got.weights_in;
     if (L == 4 && bf16 && !wide) {
       EXPECT_LT(got.weights_in, fp32_weights * 6 / 10) << "bf16 weights: about half fp32's bytes";
@@ -462,7 +464,9 @@ TEST(OffloadParamsMemory, StreamedLmHeadSavesItsTilesWorth) {
       const int64_t whole = (2 * layer + P1 - layer) * 4, saved = tied ? 0 : (V - 2 * Vt) * d * 4;
       const int64_t grads = acc.get(Tier::Device, Tag::Grads).peak, weights = acc.get(Tier::Device, Tag::Weights).peak;
       EXPECT_EQ(grads, whole - saved);
-      if (!bf16) EXPECT_EQ(weights, whole - saved);
+      if (!bf16) {
+        EXPECT_EQ(weights, whole - saved);
+      }
       std::cout << fmt::format("[ memory   ] vocab {} ({} tiles of {}), d {}, {}{}: device weights {} B, gradients {} B "
                                "({} B less of each than the whole head{})\n",
                                V, 3, Vt, d, tied ? "tied" : "untied", bf16 ? ", bf16" : "", weights, grads, saved,
