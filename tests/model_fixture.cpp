@@ -1,5 +1,7 @@
 #include "model_fixture.h"
 
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <random>
 
@@ -85,6 +87,15 @@ MemoryPlan train_for_peaks(const ModelConfig& cfg, const ChunkPlan& plan, int64_
   train(m, task, o, log);
   return plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(workspace_shape(cfg, plan)), be->tier(),
                      be->pinned_workspace_bytes());
+}
+
+void expect_peaks_equal(const MemoryPlan& plan) {
+  const Accountant& acc = Accountant::global();
+  for (Tier tier : kTiers)
+    for (int i = 0; i < kNumTags; ++i) {
+      if (Tag(i) == Tag::IO) continue;
+      EXPECT_EQ(acc.get(tier, Tag(i)).peak, plan.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i));
+    }
 }
 
 }  // namespace oomb::testing

@@ -27,6 +27,9 @@ std::vector<float> host_grads(Model& m);
 // plan of that run (workspace from the backend that ran). The masters are initialised in place
 // where the host can write them, else through a host copy (tag io).
 MemoryPlan train_for_peaks(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, bool sim, int64_t steps = 1);
+// Every (tier, tag) peak of the global accountant equals the plan's bytes (tag io, the tests' own
+// buffers, aside).
+void expect_peaks_equal(const MemoryPlan& plan);
 // N + 1 random token ids < vocab, written as raw uint32 to path; returns them.
 std::vector<int32_t> write_tokens(const std::filesystem::path& path, int64_t n_plus_1, int64_t vocab, uint64_t seed);
 

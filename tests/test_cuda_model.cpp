@@ -334,11 +334,7 @@ TEST(CudaModel, PlanEqualsEveryMeasuredPeak) {
         pred = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(workspace_shape(cfg, plan)),
                            Tier::Device, be->pinned_workspace_bytes());
       }
-      for (Tier tier : kTiers)
-        for (int i = 0; i < kNumTags; ++i) {
-          if (Tag(i) == Tag::IO) continue;
-          EXPECT_EQ(acc.get(tier, Tag(i)).peak, pred.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i));
-        }
+      expect_peaks_equal(pred);
       std::cout << fmt::format("[ cuda     ] plan N={} offload={} {}: device {} B, pinned {} B, as measured\n", N,
                                offload, dtype_name(precision), pred.total(Tier::Device), pred.total(Tier::Pinned));
     }

@@ -328,11 +328,7 @@ TEST(OffloadParamsMemory, Bf16PlanEqualsThePeaks) {
     const ModelConfig cfg = parse_config(j, "bf16 memory test config");
     acc.reset_peaks();
     const MemoryPlan pred = oomb::testing::train_for_peaks(cfg, plan, 256, true, 2);
-    for (Tier tier : kTiers)
-      for (int i = 0; i < kNumTags; ++i) {
-        if (Tag(i) == Tag::IO) continue;
-        EXPECT_EQ(acc.get(tier, Tag(i)).peak, pred.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i));
-      }
+    expect_peaks_equal(pred);
     const int64_t dev_w = acc.get(Tier::Device, Tag::Weights).peak;
     EXPECT_EQ(dev_w, 2 * ParamStore::layer_image_bytes(cfg) + ParamStore::head_image_bytes(cfg));
     EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, param_count(cfg) * 4 + ParamStore::host_image_bytes(cfg));
@@ -360,11 +356,7 @@ TEST(OffloadParamsMemory, LoraPlanEqualsThePeaks) {
     parse_lora_targets("all", plan.lora);
     acc.reset_peaks();
     const MemoryPlan pred = oomb::testing::train_for_peaks(cfg, plan, 256, true, 2);
-    for (Tier tier : kTiers)
-      for (int i = 0; i < kNumTags; ++i) {
-        if (Tag(i) == Tag::IO) continue;
-        EXPECT_EQ(acc.get(tier, Tag(i)).peak, pred.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i));
-      }
+    expect_peaks_equal(pred);
     const bool bf16 = precision == DType::BF16;
     const int64_t Pt = lora_param_count(cfg, plan.lora);
     EXPECT_EQ(acc.get(Tier::Device, Tag::Grads).peak, Pt * 4);
@@ -453,11 +445,7 @@ TEST(OffloadParamsMemory, StreamedLmHeadSavesItsTilesWorth) {
       plan.precision = bf16 ? DType::BF16 : DType::F32;
       acc.reset_peaks();
       const MemoryPlan pred = oomb::testing::train_for_peaks(cfg, plan, 256, true, 2);
-      for (Tier tier : kTiers)
-        for (int i = 0; i < kNumTags; ++i) {
-          if (Tag(i) == Tag::IO) continue;
-          EXPECT_EQ(acc.get(tier, Tag(i)).peak, pred.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i));
-        }
+      expect_peaks_equal(pred);
       nlohmann::json j1 = j, j2 = j;
       j1["num_hidden_layers"] = 1, j2["num_hidden_layers"] = 2;
       const int64_t P1 = param_count(parse_config(j1, "1")), layer = param_count(parse_config(j2, "2")) - P1;

@@ -575,11 +575,7 @@ TEST(SparseMemory, DeviceGrowsByTheMetadataAlone) {
       acc.reset_peaks();
       MemoryPlan pred;
       pred = oomb::testing::train_for_peaks(cfg, plan, N, true);
-      for (Tier tier : kTiers)
-        for (int i = 0; i < kNumTags; ++i) {
-          if (Tag(i) == Tag::IO) continue;
-          EXPECT_EQ(acc.get(tier, Tag(i)).peak, pred.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i));
-        }
+      expect_peaks_equal(pred);
       const int64_t device = acc.total(Tier::Device).peak, pages = (N + P - 1) / P, tiles = 512 / 128;
       EXPECT_EQ(acc.get(Tier::Device, Tag::PageMeta).peak, pages * meta_page + tiles * G * pages * 4 + tiles * G * K * 4);
       if (prev_N > 0) {
