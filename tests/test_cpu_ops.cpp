@@ -401,6 +401,40 @@ TEST_F(Fixture, RopeManyHeadsWideHeads) {
   }
 }
 
+// The loss written out in float64 over the rows with a target (tg < 0: none): the sum of
+// logsumexp - the target's logit, the rows whose argmax (ties to the lower id) is the target, and
+// both gradients, scale * (softmax - one-hot).
+struct XentReference {
+  double loss = 0;
+  int64_t hits = 0;
+  Vec dh, dw;
+};
+XentReference xent_reference(const std::vector<float>& h, const std::vector<float>& w, const std::vector<int32_t>& tg,
+                             int64_t d, int64_t V, float scale) {
+  XentReference r{0, 0, Vec(h.size(), 0.0), Vec(w.size(), 0.0)};
+  for (int64_t t = 0; t < int64_t(tg.size()); ++t) {
+    if (tg[size_t(t)] < 0) continue;
+    Vec lg(size_t(V), 0.0);
+    double m = -1e300, z = 0;
+    int64_t arg = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      for (int64_t i = 0; i < d; ++i) lg[size_t(v)] += double(h[size_t(t * d + i)]) * w[size_t(v * d + i)];
+      if (lg[size_t(v)] > m) m = lg[size_t(v)], arg = v;
+    }
+    for (double l : lg) z += std::exp(l - m);
+    r.loss += m + std::log(z) - lg[size_t(tg[size_t(t)])];
+    r.hits += arg == tg[size_t(t)];
+    for (int64_t v = 0; v < V; ++v) {
+      const double p = std::exp(lg[size_t(v)] - m) / z - (v == tg[size_t(t)]);
+      for (int64_t i = 0; i < d; ++i) {
+        r.dh[size_t(t * d + i)] += scale * p * w[size_t(v * d + i)];
+        r.dw[size_t(v * d + i)] += scale * p * h[size_t(t * d + i)];
+      }
+    }
+  }
+  return r;
+}
+
 // The fused loss at a real hidden width and an odd vocabulary, over two token tiles (256) and a
 // partial third: loss and both gradients against float64 written out (softmax - one-hot).
 TEST_F(Fixture, FusedLossAtModelWidth) {
@@ -409,26 +443,7 @@ TEST_F(Fixture, FusedLossAtModelWidth) {
   std::vector<int32_t> tg(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) tg[size_t(t)] = t % 11 == 5 ? -1 : int32_t((t * 37) % V);
   const float scale = 0.25f;
-  double loss = 0;
-  Vec dh(h.size(), 0.0), dw(w.size(), 0.0);
-  for (int64_t t = 0; t < T; ++t) {
-    if (tg[size_t(t)] < 0) continue;
-    Vec lg(size_t(V), 0.0);
-    double m = -1e300, z = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      for (int64_t i = 0; i < d; ++i) lg[size_t(v)] += double(h[size_t(t * d + i)]) * w[size_t(v * d + i)];
-      m = std::max(m, lg[size_t(v)]);
-    }
-    for (double l : lg) z += std::exp(l - m);
-    loss += m + std::log(z) - lg[size_t(tg[size_t(t)])];
-    for (int64_t v = 0; v < V; ++v) {
-      const double p = std::exp(lg[size_t(v)] - m) / z - (v == tg[size_t(t)]);
-      for (int64_t i = 0; i < d; ++i) {
-        dh[size_t(t * d + i)] += scale * p * w[size_t(v * d + i)];
-        dw[size_t(v * d + i)] += scale * p * h[size_t(t * d + i)];
-      }
-    }
-  }
+  const auto [loss, hits, dh, dw] = xent_reference(h, w, tg, d, V, scale);
   std::vector<float> dhg(h.size()), dwg(w.size(), 0.0f);
   Tensor H = Tensor::f32(h.data(), {T, d}), W = Tensor::f32(w.data(), {V, d}), TG = Tensor::i32(tg.data(), {T});
   Tensor DH = Tensor::f32(dhg.data(), {T, d}), DW = Tensor::f32(dwg.data(), {V, d});
@@ -464,29 +479,7 @@ TEST_F(Fixture, FusedLossOverVocabularyTiles) {
     tg[size_t(t)] = int32_t(arg);
   }
   const float scale = 0.25f;
-  double loss = 0;
-  int64_t hits = 0;
-  Vec dh(h.size(), 0.0), dw(w.size(), 0.0);
-  for (int64_t t = 0; t < T; ++t) {
-    if (tg[size_t(t)] < 0) continue;
-    Vec lg(size_t(V), 0.0);
-    double m = -1e300, z = 0;
-    int64_t arg = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      lg[size_t(v)] = logit(t, v);
-      if (lg[size_t(v)] > m) m = lg[size_t(v)], arg = v;
-    }
-    for (double l : lg) z += std::exp(l - m);
-    loss += m + std::log(z) - lg[size_t(tg[size_t(t)])];
-    hits += arg == tg[size_t(t)];
-    for (int64_t v = 0; v < V; ++v) {
-      const double p = std::exp(lg[size_t(v)] - m) / z - (v == tg[size_t(t)]);
-      for (int64_t i = 0; i < d; ++i) {
-        dh[size_t(t * d + i)] += scale * p * w[size_t(v * d + i)];
-        dw[size_t(v * d + i)] += scale * p * h[size_t(t * d + i)];
-      }
-    }
-  }
+  const auto [loss, hits, dh, dw] = xent_reference(h, w, tg, d, V, scale);
   std::vector<float> dhg(h.size()), dwg(w.size(), 0.0f);
   Tensor H = Tensor::f32(h.data(), {T, d}), W = Tensor::f32(w.data(), {V, d}), TG = Tensor::i32(tg.data(), {T});
   Tensor DH = Tensor::f32(dhg.data(), {T, d}), DW = Tensor::f32(dwg.data(), {V, d});
