@@ -3,6 +3,8 @@
 // had) and checks the guard's message, and that the inputs of every refused run are unchanged.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <functional>
 #include <signal.h>
 #include <poll.h>
 #include <sys/inotify.h>
@@ -306,14 +308,15 @@ TEST(Guards, NothingRunsBlind) {
   EXPECT_EQ(hashes({dir / "m", dir / "t.bin", dir / "bad.bin", dir / "short.bin"}), before);
 }
 
-TEST(Guards, PlanCheckNamesTierTagAndWhatFitsOrWarnsWithForce) {
-  const ModelConfig cfg = preset_config("tiny");
-  ChunkPlan plan{256, 64};
-  auto plan_for = [&](int64_t n, int64_t c) {
-    ChunkPlan p = plan;
-    p.chunk = c;
-    return plan_memory(cfg, p, n, "adamw", 1 << 20, Tier::Device);
+// The tiny preset's plan at (N, C) on a backend computing on `tier`: what check_plan_fits searches.
+static std::function<MemoryPlan(int64_t, int64_t)> tiny_plan_for(Tier tier) {
+  return [tier](int64_t n, int64_t c) {
+    return plan_memory(preset_config("tiny"), ChunkPlan{c, 64}, n, "adamw", 1 << 20, tier);
   };
+}
+
+TEST(Guards, PlanCheckNamesTierTagAndWhatFitsOrWarnsWithForce) {
+  const auto plan_for = tiny_plan_for(Tier::Device);
   const MemoryPlan m = plan_for(1 << 20, 256);
   const cli::Limit dev{m.total(Tier::Device) / 2, "--device-memory"};
   const std::string e = error_of([&] { cli::check_plan_fits(m, 1 << 20, 256, {}, dev, plan_for, false, nullptr); });
@@ -328,13 +331,7 @@ TEST(Guards, PlanCheckNamesTierTagAndWhatFitsOrWarnsWithForce) {
 // Ranks on one node share its memory: a plan that fits the whole of MemAvailable is refused when
 // each of 4 ranks on the node would hold it (the limit is the rank's quarter, named as such).
 TEST(Guards, RanksOnANodeShareItsHostMemory) {
-  const ModelConfig cfg = preset_config("tiny");
-  ChunkPlan plan{256, 64};
-  auto plan_for = [&](int64_t n, int64_t c) {
-    ChunkPlan p = plan;
-    p.chunk = c;
-    return plan_memory(cfg, p, n, "adamw", 1 << 20, Tier::Host);
-  };
+  const auto plan_for = tiny_plan_for(Tier::Host);
   const MemoryPlan m = plan_for(1 << 16, 256);
   const int64_t need = m.total(Tier::Host) + m.total(Tier::Pinned), available = need * 2;
   EXPECT_EQ(error_of([&] { cli::check_plan_fits(m, 1 << 16, 256, cli::host_share(available, 1), {}, plan_for, false, nullptr); }),
