@@ -221,7 +221,7 @@ def main():
         for n in lengths:
             for c in chunks:
                 rc, out, err = run([a.oomb, "plan", "--preset", preset, "--seq-len", str(n), "--chunk-size",
-                                    str(min(c, n)), "--precision", a.precision, "--json"], 30)
+                                    str(min(c, n)), "--device", "cuda", "--precision", a.precision, "--json"], 30)
                 try:
                     plans[n, min(c, n)] = json.loads(out.strip().splitlines()[-1])["total"] if rc == 0 else None
                 except (ValueError, IndexError, KeyError):

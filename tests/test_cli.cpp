@@ -197,6 +197,39 @@ TEST(Cli, SweepAutoTakesTheOrderThatMovesFewerBytes) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["sweep"]["order"], "chunk");
 }
 
+// --precision not given: bf16 on cuda (the plan's device is cuda with --offload), fp32 on cpu and
+// sim; the plan counts the same bytes as with the flag given, and the two precisions differ (bf16
+// images of the weights beside the fp32 masters). The train banner names the precision taken.
+TEST(Cli, PrecisionDefaultsToBf16OnCudaAndFp32Elsewhere) {
+  const auto dir = temp_dir();
+  const std::string shape = "plan --preset qwen2.5-0.5b --seq-len 8192 --chunk-size 2048 --json ";
+  auto plan = [&](const std::string& flags) {
+    const CmdResult r = oomb_cmd(dir, shape + flags);
+    EXPECT_EQ(r.code, 0) << flags << ": " << r.out;
+    return nlohmann::json::parse(r.out);
+  };
+  for (const char* device : {"--device cuda", "--offload kv", "--device cpu", "--device sim", ""}) {
+    SCOPED_TRACE(device);
+    const bool cuda = std::string(device).find("cpu") == std::string::npos &&
+                      std::string(device).find("sim") == std::string::npos && *device != '\0';
+    const nlohmann::json dflt = plan(device);
+    EXPECT_EQ(dflt["run"]["precision"], cuda ? "bf16" : "fp32");
+    const nlohmann::json given = plan(fmt::format("{} --precision {}", device, cuda ? "bf16" : "fp32"));
+    const nlohmann::json other = plan(fmt::format("{} --precision {}", device, cuda ? "fp32" : "bf16"));
+    EXPECT_EQ(dflt["total"], given["total"]);
+    EXPECT_NE(dflt["total"], other["total"]);
+  }
+  EXPECT_THAT(oomb_cmd(dir, "plan --preset qwen2.5-0.5b --seq-len 8192 --offload kv").out,
+              HasSubstr("adamw, cuda bf16, kv offloaded"));
+  const auto m = (dir / "m").string();
+  ASSERT_EQ(oomb_cmd(dir, "init --out " + m).code, 0);
+  write_tokens(dir / "t.bin", 600, 128, 1);
+  const CmdResult r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 256 --steps 1 --device sim",
+                                                m, dir.string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--device sim, --precision fp32"));
+}
+
 // --offload kv's bad input: a backend without device memory, a group larger than a layer's
 // pages, a device too small for two groups; each named before any step.
 TEST(Cli, OffloadErrorsNameTheFlag) {

@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 namespace oomb::cli {
 
@@ -11,6 +12,12 @@ CLI::Validator non_negative();
 // Whole numbers in int64 (1.. or 0..): "1e3", "1.5" and values beyond 2^63 - 1 are errors, not
 // truncated or saturated.
 CLI::Validator count(bool allow_zero = false);
+
+// --precision as given, else its default for the device: bf16 on cuda (tensor cores), fp32 elsewhere
+// (the CPU reference and the simulated device).
+inline std::string default_precision(const std::string& given, const std::string& device) {
+  return !given.empty() ? given : device == "cuda" ? "bf16" : "fp32";
+}
 
 struct Command {
   CLI::App* sub;

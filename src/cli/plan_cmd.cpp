@@ -21,7 +21,7 @@ namespace oomb::cli {
 namespace {
 struct PlanArgs {
   std::string model, preset, optimizer = "adamw", device, kv_grad_dtype = "f32", kv_dtype = "f32", offload,
-      precision = "fp32", sweep = "chunk";
+      precision, sweep = "chunk";  // precision: "" until the device is known (bf16 on cuda)
   int64_t seq_len = 0, chunk = 0, page = 128, offload_group = 0;
   bool json = false, doc_mask = false;
   SparseFlags sparse;
@@ -58,8 +58,8 @@ Command add_plan(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
-  c->add_option("--precision", a->precision, "fp32 or bf16 (as oomb train)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  c->add_option("--precision", a->precision, "fp32 or bf16 (as oomb train: default bf16 on cuda, fp32 elsewhere)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   c->add_flag("--doc-mask", a->doc_mask, "Documents masked as oomb train --doc-mask (their ids take 4 B a token)");
   add_sparse_flags(c, a->sparse);
   add_sweep_flag(c, a->sweep);
@@ -73,13 +73,14 @@ Command add_plan(CLI::App& app) {
             ChunkPlan plan{std::min(a->chunk > 0 ? a->chunk : 1024, a->seq_len), a->page,
                            dtype_parse(a->kv_grad_dtype)};
             plan.kv_dtype = dtype_parse(a->kv_dtype);
-            plan.precision = a->precision == "bf16" ? DType::BF16 : DType::F32;
             if (a->doc_mask) plan.doc_sep = 0;  // any separator: the plan needs only whether there is one
             set_offload(a->offload, a->offload_group, a->seq_len, plan);
             set_sparse(a->sparse, cfg, plan);
             set_dist(a->dist, 0, plan);
             const bool offload = plan.offload_kv || plan.offload_params;
             const std::string device = !a->device.empty() ? a->device : offload ? "cuda" : "cpu";
+            const std::string precision = default_precision(a->precision, device);
+            plan.precision = precision == "bf16" ? DType::BF16 : DType::F32;
             OOMB_CHECK(!offload || device != "cpu", "--offload {}: the cpu backend has no device memory to offload from "
                        "(use --device sim or cuda)", a->offload);
             plan.lora = lora_config(a->lora, a->cmd);
@@ -97,6 +98,7 @@ Command add_plan(CLI::App& app) {
             const SweepChoice sweep = sweep_traffic(cfg, plan, a->seq_len);
             if (a->json) {
               nlohmann::json j = plan_json(m);
+              j["run"] = {{"device", device}, {"precision", precision}};  // beside the tiers ("device" is one)
               j["sweep"]["order"] = sweep_name(plan.sweep);
               for (const auto& [name, t] : {std::pair{"chunk", sweep.chunk}, {"layer", sweep.layer}})
                 j["sweep"][name] = {{"weights", t.weights}, {"grads", t.grads}, {"activations", t.activations},
@@ -105,9 +107,10 @@ Command add_plan(CLI::App& app) {
               std::cout << j.dump() << std::endl;
               return 0;
             }
-            std::cout << fmt::format("{} ({} parameters), N = {}, C = {}, page = {} tokens, kv {}, kv_grad {}, {}, {}{}{}\n",
+            std::cout << fmt::format("{} ({} parameters), N = {}, C = {}, page = {} tokens, kv {}, kv_grad {}, {}, {} {}{}{}\n",
                                      a->model.empty() ? a->preset : a->model, param_count(cfg), a->seq_len,
                                      plan.chunk, plan.page_size, a->kv_dtype, a->kv_grad_dtype, a->optimizer, device,
+                                     precision,
                                      plan.offload_kv ? fmt::format(", kv offloaded in groups of {} pages",
                                                                    KVCache::group_for(kv_cache_options(cfg, plan),
                                                                                       a->seq_len))

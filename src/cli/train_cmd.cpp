@@ -33,7 +33,7 @@ namespace oomb::cli {
 namespace {
 
 struct TrainArgs {
-  std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "f32", precision = "fp32";
+  std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "f32", precision;  // precision: "" until resolved (bf16 on cuda, else fp32)
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
   std::string tensorboard, sweep = "chunk";
   int64_t eos_id = -1, offload_group = 0, device_memory = 0;
@@ -350,8 +350,9 @@ Command add_train(CLI::App& app) {
   c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32, or bf16 for half the bytes")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_option("--precision", a->precision, "fp32, or bf16: every matmul (LoRA's adapters too) reads bf16 values and "
-                 "accumulates in fp32 (master weights, moments, norms, softmax, loss and the residual stream stay fp32)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+                 "accumulates in fp32 (master weights, moments, norms, softmax, loss and the residual stream stay fp32); "
+                 "default bf16 on --device cuda, fp32 elsewhere")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32, or bf16 for half the bytes (K and V rounded to bf16)")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   c->add_option("--device", a->device, "cpu, cuda, or sim (the CPU kernels on simulated device memory with a copy "
@@ -378,6 +379,7 @@ Command add_train(CLI::App& app) {
   add_dist_flags(c, a->dist, true);
   a->cmd = c;
   return {c, [a] {
+            a->precision = default_precision(a->precision, a->device);
             a->ckpt.config_toml = resolved_config(*a->cmd);
             Dist dist(a->dist);  // the ranks mpirun started (MPI), or this process alone
             a->rank = dist.rank();
@@ -446,9 +448,10 @@ Command add_train(CLI::App& app) {
                         << std::endl;
             }
             o.start_step = ckpt.start_step();
-            std::cout << fmt::format("oomb train: {} ({}, {} parameters, {}) on {}, {} tokens per step, {} steps",
+            std::cout << fmt::format("oomb train: {} ({}, {} parameters, {}) on {}, {} tokens per step, {} steps; "
+                                     "--device {}, --precision {}",
                                      a->model, cfg.architecture, param_count(cfg), dtype_name(dtype),
-                                     data->describe(), o.seq_len * o.grad_accum, o.steps)
+                                     data->describe(), o.seq_len * o.grad_accum, o.steps, a->device, a->precision)
                       << (a->doc_mask ? fmt::format("; attention within documents ended by token {}", eos) : "")
                       << std::endl;
             if (dist.size() > 1)  // the ranks' layout, once (rank 0 alone prints)
