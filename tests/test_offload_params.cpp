@@ -313,8 +313,9 @@ TEST(OffloadParamsTraffic, PlannerCountsTheBytesMoved) {
 }
 
 // --precision bf16 with --offload kv,params: the device's weights are two layer images and the
-// head (fp32 embedding and final norm, bf16 lm_head), the pinned host holds the fp32 masters and
-// every layer's image; the plan equals every (tier, tag) peak, for 2 and 4 layers.
+// head (fp32 final norm, bf16 lm_head; the untied embedding stays on the host), the pinned host
+// holds the fp32 masters, every layer's image and the embedding rows' staging; the plan equals
+// every (tier, tag) peak, for 2 and 4 layers.
 TEST(OffloadParamsMemory, Bf16PlanEqualsThePeaks) {
   ChunkPlan plan{64, 16};
   plan.offload_kv = plan.offload_params = true;
@@ -331,7 +332,8 @@ TEST(OffloadParamsMemory, Bf16PlanEqualsThePeaks) {
     expect_peaks_equal(pred);
     const int64_t dev_w = acc.get(Tier::Device, Tag::Weights).peak;
     EXPECT_EQ(dev_w, 2 * ParamStore::layer_image_bytes(cfg) + ParamStore::head_image_bytes(cfg));
-    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, param_count(cfg) * 4 + ParamStore::host_image_bytes(cfg));
+    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, param_count(cfg) * 4 + ParamStore::host_image_bytes(cfg) +
+                                                            ParamStore::embed_staging_bytes(cfg, false, 64, Tag::Weights));
     EXPECT_LT(ParamStore::layer_image_bytes(cfg), ParamStore::layer_numel(cfg) * 4 * 6 / 10);
     std::cout << fmt::format("[ memory   ] bf16, {} layers: device weights {} B (fp32 offloaded: {} B), a layer's "
                              "image {} B (fp32: {} B)\n", L, dev_w, ParamStore::device_bytes(cfg),
@@ -363,8 +365,9 @@ TEST(OffloadParamsMemory, LoraPlanEqualsThePeaks) {
     EXPECT_EQ(acc.get(Tier::Device, Tag::Optimizer).peak, 2 * Pt * 4);
     EXPECT_EQ(acc.get(Tier::Device, Tag::Weights).peak,
               ParamStore::device_weight_bytes(cfg, bf16) + Pt * 4 + (bf16 ? Bf16Weights::adapter_bytes(cfg, plan.lora) : 0));
-    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, param_count(cfg) * 4 + (bf16 ? ParamStore::host_image_bytes(cfg) : 0));
-    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Grads).peak, 0);
+    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, param_count(cfg) * 4 + (bf16 ? ParamStore::host_image_bytes(cfg) : 0) +
+                                                            ParamStore::embed_staging_bytes(cfg, false, 64, Tag::Weights));
+    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Grads).peak, 0);  // (the frozen embedding's rows send no gradients)
     std::cout << fmt::format("[ memory   ] LoRA {} with --offload kv,params: device weights {} B, gradients {} B, "
                              "moments {} B; pinned weights {} B\n", dtype_name(precision),
                              acc.get(Tier::Device, Tag::Weights).peak, acc.get(Tier::Device, Tag::Grads).peak,
@@ -375,7 +378,8 @@ TEST(OffloadParamsMemory, LoraPlanEqualsThePeaks) {
 // Models of 2, 4, 8 and 16 layers (same width, same N) with --offload kv,params: every device tag
 // but activations peaks at the same bytes; activations grow by each layer's saved input (C x d)
 // and attention output and LSE (C x H x D, C x H), nothing else; the weights and gradients on the
-// device are two layer slots and the head; the plan equals every (tier, tag) peak.
+// device are two layer slots and the head but the embedding (untied: it stays on the host, its
+// rows staged in pinned memory); the plan equals every (tier, tag) peak.
 TEST(OffloadParamsMemory, DeviceMemoryIndependentOfDepth) {
   const int64_t N = 256, C = 64;
   ChunkPlan plan{C, 16};
@@ -401,12 +405,16 @@ TEST(OffloadParamsMemory, DeviceMemoryIndependentOfDepth) {
         EXPECT_EQ(peak, pred.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i)) << ": plan";
         if (tier == Tier::Device && Tag(i) != Tag::Activations) device[std::string(tag_name(Tag(i)))] = peak;
       }
-    // two layer slots and the head (embedding, lm_head, final norm), from the parameter counts
+    // two layer slots and the head (lm_head, final norm), from the parameter counts
     nlohmann::json j1 = j, j2 = j;
     j1["num_hidden_layers"] = 1, j2["num_hidden_layers"] = 2;
     const int64_t P1 = param_count(parse_config(j1, "1")), layer = param_count(parse_config(j2, "2")) - P1;
-    EXPECT_EQ(acc.get(Tier::Device, Tag::Weights).peak, (2 * layer + P1 - layer) * 4);
-    EXPECT_EQ(acc.get(Tier::Device, Tag::Grads).peak, (2 * layer + P1 - layer) * 4);
+    ASSERT_FALSE(cfg.tie_word_embeddings);
+    const int64_t embedding = cfg.vocab * cfg.hidden * 4, staged = C * cfg.hidden * 4 * 2;
+    EXPECT_EQ(acc.get(Tier::Device, Tag::Weights).peak, (2 * layer + P1 - layer) * 4 - embedding);
+    EXPECT_EQ(acc.get(Tier::Device, Tag::Grads).peak, (2 * layer + P1 - layer) * 4 - embedding);
+    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, param_count(cfg) * 4 + staged);
+    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Grads).peak, param_count(cfg) * 4 + staged);
     EXPECT_EQ(acc.get(Tier::Pinned, Tag::Optimizer).peak, 2 * param_count(cfg) * 4);
     const int64_t act = acc.get(Tier::Device, Tag::Activations).peak;
     std::cout << fmt::format("[ memory   ] {:>2} layers ({:>7} parameters): device {:>8} B (weights {} B, "
@@ -425,9 +433,10 @@ TEST(OffloadParamsMemory, DeviceMemoryIndependentOfDepth) {
 
 // A vocabulary of three lm_head tiles (20000 x 32), --offload kv,params: untied, the device holds
 // two tile slots of the lm_head's weights and two of its gradients instead of the whole lm_head and
-// its gradient, (V - 2 Vt) d x 4 bytes less of each than two layer slots and the whole head (from
-// the parameter counts); tied, the whole head as before (the tiles are the embedding's rows); fp32
-// and bf16; the plan equals every (tier, tag) peak.
+// its gradient, and no embedding (it stays on the host): (V - 2 Vt) d x 4 + V d x 4 bytes less of
+// each than two layer slots and the whole head (from the parameter counts); tied, the whole head as
+// before (the tiles are the embedding's rows, which stay on the device); fp32 and bf16; the plan
+// equals every (tier, tag) peak.
 TEST(OffloadParamsMemory, StreamedLmHeadSavesItsTilesWorth) {
   ChunkPlan plan{64, 16};
   plan.offload_kv = plan.offload_params = true;
@@ -449,7 +458,7 @@ TEST(OffloadParamsMemory, StreamedLmHeadSavesItsTilesWorth) {
       nlohmann::json j1 = j, j2 = j;
       j1["num_hidden_layers"] = 1, j2["num_hidden_layers"] = 2;
       const int64_t P1 = param_count(parse_config(j1, "1")), layer = param_count(parse_config(j2, "2")) - P1;
-      const int64_t whole = (2 * layer + P1 - layer) * 4, saved = tied ? 0 : (V - 2 * Vt) * d * 4;
+      const int64_t whole = (2 * layer + P1 - layer) * 4, saved = tied ? 0 : (V - 2 * Vt) * d * 4 + V * d * 4;
       const int64_t grads = acc.get(Tier::Device, Tag::Grads).peak, weights = acc.get(Tier::Device, Tag::Weights).peak;
       EXPECT_EQ(grads, whole - saved);
       if (!bf16) {

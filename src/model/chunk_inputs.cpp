@@ -59,6 +59,7 @@ int64_t ChunkInputs::load(const ChunkReader& read, ChunkSpan c, bool first_pass,
     std::copy(std::begin(stage_->a[s]), std::end(stage_->a[s]), h);
   }
   int32_t *ids = h[0], *tg = h[1], *pos = h[2], *doc = h[3];
+  host_ids_ = ids;
   read(c.begin, n, ids, tg);
   const int32_t sep = sep_;
   if (sep >= 0 && !first_pass) docs.read(c.begin, doc, n);  // derived in the forward sweep

@@ -43,6 +43,8 @@ class ChunkInputs {
   Tensor targets(int64_t n) const { return targets_.rows(0, n); }
   Tensor pos(int64_t n) const { return pos_.rows(0, n); }
   const int32_t* doc() const { return doc_.empty() ? nullptr : doc_.as<int32_t>(); }
+  // The loaded chunk's ids in host memory (valid until the load after next).
+  const int32_t* host_ids() const { return host_ids_; }
 
  private:
   struct Stage;
@@ -53,6 +55,7 @@ class ChunkInputs {
   Arena dev_;  // ids, targets, positions, documents (tag data)
   Tensor ids_, targets_, pos_, doc_;
   std::unique_ptr<Stage> stage_;
+  const int32_t* host_ids_ = nullptr;
   int32_t last_id_ = -1, last_doc_ = 0;  // the forward sweep's previous token and its document
 };
 

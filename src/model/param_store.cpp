@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend/cpu/cpu_ops.h"
 #include "core/dtype.h"
 
 namespace oomb {
@@ -69,8 +70,21 @@ static int64_t tile_numel(const ModelConfig& c) { return lm_head_vocab_tile(c.vo
 
 int64_t ParamStore::head_tile_slots(const ModelConfig& c, bool zero3) { return streams_head(c, zero3) ? 2 : 0; }
 
+// the embedding's values on an offloaded device (none when it stays on the host)
+static int64_t device_embed_numel(const ModelConfig& c, bool zero3) {
+  return ParamStore::embeds_on_host(c, zero3) ? 0 : c.vocab * c.hidden;
+}
+
+// the embedding (unless on the host), the final norm, and an untied lm_head that does not stream
 int64_t ParamStore::device_head_numel(const ModelConfig& c, bool zero3) {
-  return streams_head(c, zero3) ? c.vocab * c.hidden + c.hidden : head_numel(c);
+  const bool lm = !c.tie_word_embeddings && !streams_head(c, zero3);
+  return device_embed_numel(c, zero3) + c.hidden + (lm ? c.vocab * c.hidden : 0);
+}
+
+int64_t ParamStore::embed_staging_bytes(const ModelConfig& c, bool zero3, int64_t rows, Tag tag) {
+  if (!embeds_on_host(c, zero3)) return 0;
+  const int64_t row = tag == Tag::Data ? 4 : c.hidden * 4;
+  return tag == Tag::Weights || tag == Tag::Grads || tag == Tag::Data ? 2 * rows * row : 0;
 }
 
 int64_t ParamStore::device_bytes(const ModelConfig& c, bool zero3) {
@@ -111,15 +125,15 @@ int64_t ParamStore::layer_image_bytes(const ModelConfig& c) {
   return n;
 }
 
-// the device head under bf16: embedding (E fp32), final norm (d fp32), the tied lm_head (V x d
-// bf16; an untied one streams through bf16 tile slots)
-static int64_t head_norm_at(const ModelConfig& c) { return align256(c.vocab * c.hidden * 4); }
-static int64_t head_lm_at(const ModelConfig& c) { return align256(head_norm_at(c) + c.hidden * 4); }
+// the device head under bf16: embedding (E fp32, unless on the host), final norm (d fp32), the
+// lm_head (V x d bf16) unless it streams through bf16 tile slots
+static int64_t head_norm_at(const ModelConfig& c, bool zero3) { return align256(device_embed_numel(c, zero3) * 4); }
+static int64_t head_lm_at(const ModelConfig& c, bool zero3) { return align256(head_norm_at(c, zero3) + c.hidden * 4); }
 int64_t ParamStore::head_image_bytes(const ModelConfig& c, bool zero3) {
-  return streams_head(c, zero3) ? head_lm_at(c) : head_lm_at(c) + c.vocab * c.hidden * 2;
+  return head_lm_at(c, zero3) + (streams_head(c, zero3) ? 0 : c.vocab * c.hidden * 2);
 }
 int64_t ParamStore::head_image_copied(const ModelConfig& c) {
-  return c.vocab * c.hidden * (streams_head(c, false) ? 4 : 6) + c.hidden * 4;
+  return device_embed_numel(c, false) * 4 + c.hidden * 4 + (streams_head(c, false) ? 0 : c.vocab * c.hidden * 2);
 }
 
 int64_t ParamStore::device_weight_bytes(const ModelConfig& c, bool bf16, bool zero3) {
@@ -146,7 +160,7 @@ int64_t ParamStore::zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev, 
   return b + (home == Tier::Device ? 0 : most * 4);  // (pinned shards: the sum's part added on the host)
 }
 
-ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16, Comm* world)
+ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16, Comm* world, int64_t chunk_rows)
     : cfg_(c),
       be_(be),
       slots_(offload || world),
@@ -161,6 +175,13 @@ ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf1
   streams_ = offload && streams_head(c, world != nullptr);
   tile_slots_ = head_tile_slots(c, world != nullptr) * (offload ? 1 : 0);
   for (int s = 0; s < tile_slots_; ++s) tin_[s] = be.new_event(), tused_[s] = be.new_event();
+  host_embed_ = offload && embeds_on_host(c, world != nullptr);
+  rows_ = chunk_rows;
+  if (host_embed_) {
+    OOMB_CHECK(rows_ > 0, "param store: an embedding on the host needs the rows a chunk takes");
+    erows_ = Buffer(Tier::Pinned, Tag::Weights, size_t(embed_staging_bytes(c, false, rows_, Tag::Weights)));
+    for (int s = 0; s < 2; ++s) esent_[s] = be.new_event(), egot_[s] = be.new_event();
+  }
   if (!world_) return;
   OOMB_CHECK(be.tier() == Tier::Device, "--zero 3: needs a device (--device sim or cuda): the layers are gathered "
              "into the parameter store's device slots");
@@ -227,9 +248,9 @@ void ParamStore::head_image_from_shards() {
   gather_into(st + E, shards_.tail(), *sync_tail_);
   char* h = whead_.as<char>();
   be_.copy(h, D, st, D, size_t(E) * 4);
-  be_.copy(h + head_norm_at(c), D, st + E, D, size_t(c.hidden) * 4);
+  be_.copy(h + head_norm_at(c, world_ != nullptr), D, st + E, D, size_t(c.hidden) * 4);
   const Tensor lm(c.tie_word_embeddings ? st : st + E + c.hidden, DType::F32, {E}, D);
-  Tensor lm16(h + head_lm_at(c), DType::BF16, {E}, D);
+  Tensor lm16(h + head_lm_at(c, world_ != nullptr), DType::BF16, {E}, D);
   be_.cast(lm, lm16);
 }
 
@@ -291,8 +312,10 @@ void ParamStore::bind_images() {
     used_[s] = be_.new_event();
   }
   char* h = whead_.as<char>();
-  w_ = {{}, Tensor(h, DType::F32, {c.vocab, c.hidden}, D), Tensor(h + head_norm_at(c), DType::F32, {c.hidden}, D),
-        streams_ ? Tensor() : Tensor(h + head_lm_at(c), DType::BF16, {c.vocab, c.hidden}, D)};
+  const bool z3 = world_ != nullptr;
+  w_ = {{}, host_embed_ ? Tensor() : Tensor(h, DType::F32, {c.vocab, c.hidden}, D),
+        Tensor(h + head_norm_at(c, z3), DType::F32, {c.hidden}, D),
+        streams_ ? Tensor() : Tensor(h + head_lm_at(c, z3), DType::BF16, {c.vocab, c.hidden}, D)};
   grad_zero_.assign(size_t(c.layers), true);
 }
 
@@ -345,12 +368,13 @@ ParamStore::LayerZero ParamStore::layer_zero(const Params& host) const {
 // model's layout (layer_zero) and the head's shapes.
 void ParamStore::device_views(const Params& host, Buffer& slots, Buffer& head, LayerParams* view, ParamViews& out) {
   const ModelConfig& c = cfg_;
-  const int64_t n = layer_numel(c), E = c.vocab * c.hidden;
+  const int64_t n = layer_numel(c), E = device_embed_numel(c, world_ != nullptr);
   const Tier D = Tier::Device;
   const LayerZero l0 = layer_zero(host);
   for (int s = 0; s < 2 && l0.layer; ++s) view[s] = rebase(*l0.layer, l0.base, slots.as<float>() + s * n, D);
-  float* dh = head.as<float>();
-  out = {{}, Tensor(dh, DType::F32, {c.vocab, c.hidden}, D), Tensor(dh + E, DType::F32, {c.hidden}, D), {}};
+  float* dh = head.as<float>();  // [embedding (unless on the host)][final norm][lm_head (unless tied or in tiles)]
+  out = {{}, E ? Tensor(dh, DType::F32, {c.vocab, c.hidden}, D) : Tensor(), Tensor(dh + E, DType::F32, {c.hidden}, D),
+         {}};
   out.lm_head = c.tie_word_embeddings ? out.embed
                 : streams_         ? Tensor()  // in tiles
                                    : Tensor(dh + E + c.hidden, DType::F32, {c.vocab, c.hidden}, D);
@@ -370,6 +394,10 @@ void ParamStore::bind_grads(Params& grads, ParamViews views) {
              "param store: the gradients must be the whole model (--zero 3: this rank's shards) in {} memory",
              tier_name(home_));
   if (world_) zero_home_grads();  // added into from the first release
+  if (host_embed_) {
+    egrads_ = Buffer(Tier::Pinned, Tag::Grads, size_t(embed_staging_bytes(cfg_, false, rows_, Tag::Grads)));
+    eids_ = Buffer(Tier::Pinned, Tag::Data, size_t(embed_staging_bytes(cfg_, false, rows_, Tag::Data)));
+  }
   gslots_ = Buffer(Tier::Device, Tag::Grads, size_t(2 * layer_numel(cfg_)) * 4);
   ghead_buf_ = Buffer(Tier::Device, Tag::Grads, size_t(device_head_numel(cfg_, world_ != nullptr)) * 4);
   gtiles_ = Buffer(Tier::Device, Tag::Grads, size_t(tile_slots_ * tile_numel(cfg_)) * 4);
@@ -392,20 +420,66 @@ void ParamStore::zero_home_grads() {
   std::memset(grads_->flat().data, 0, grads_->flat().bytes());
 }
 
-// The head's two host ranges (embedding; final norm and lm_head) to or from one device range.
+// The head's two host ranges (embedding, unless it stays on the host; final norm and lm_head) to
+// or from one device range.
 void ParamStore::head_copy(float* dev, Params& host, bool in) {
-  const int64_t E = cfg_.vocab * cfg_.hidden, tail = device_head_numel(cfg_, world_ != nullptr) - E;
+  const int64_t E = device_embed_numel(cfg_, world_ != nullptr), tail = device_head_numel(cfg_, world_ != nullptr) - E;
   float* h = host.flat().f();
-  float* h_tail = h + E + cfg_.layers * layer_numel(cfg_);
+  float* h_tail = h + cfg_.vocab * cfg_.hidden + cfg_.layers * layer_numel(cfg_);
   const Tier D = Tier::Device, P = Tier::Pinned;
   (&host == weights_ ? traffic_.weights_in : in ? traffic_.grads_in : traffic_.grads_out) += (E + tail) * 4;
   if (in) {
-    be_.copy_async(dev, D, h, P, size_t(E) * 4, Stream::Copy);
+    if (E) be_.copy_async(dev, D, h, P, size_t(E) * 4, Stream::Copy);
     be_.copy_async(dev + E, D, h_tail, P, size_t(tail) * 4, Stream::Copy);
   } else {
-    be_.copy_async(h, P, dev, D, size_t(E) * 4, Stream::Copy);
+    if (E) be_.copy_async(h, P, dev, D, size_t(E) * 4, Stream::Copy);
     be_.copy_async(h_tail, P, dev + E, D, size_t(tail) * 4, Stream::Copy);
   }
+}
+
+void ParamStore::embed_fwd(const Tensor& ids, const int32_t* host_ids, Tensor& out) {
+  if (!host_embed_) return be_.embedding_fwd(ids, w_.embed, out);
+  const int64_t n = out.dim(0), d = cfg_.hidden;
+  OOMB_CHECK(ids.numel() == n && n <= rows_ && out.dtype == DType::F32 && out.dim(1) == d,
+             "param store: embed_fwd of {} ids into {} (at most {} rows of {})", ids.numel(), out.shape_str(), rows_, d);
+  const int s = enext_;
+  enext_ ^= 1;
+  be_.synchronize(*esent_[s]);  // the slot's copy (two chunks ago) is done
+  Tensor rows(erows_.as<float>() + s * rows_ * d, DType::F32, {n, d}, Tier::Pinned);
+  cpu::embedding_fwd(Tensor(const_cast<int32_t*>(host_ids), DType::I32, {n}, Tier::Host), weights_->embed, rows);
+  be_.copy_async(out.data, Tier::Device, rows.data, Tier::Pinned, size_t(n * d) * 4, Stream::Compute);
+  be_.record(*esent_[s], Stream::Compute);
+  traffic_.weights_in += n * d * 4;
+}
+
+void ParamStore::embed_bwd(const Tensor& ids, const int32_t* host_ids, const Tensor& dout) {
+  if (!host_embed_) {
+    if (!g_.embed.empty()) be_.embedding_bwd(ids, dout, g_.embed);
+    return;
+  }
+  if (!seq_grads_ || frozen_base_ || grads_ == nullptr) return;  // (LoRA: the embedding is frozen)
+  const int64_t n = dout.dim(0), d = cfg_.hidden;
+  OOMB_CHECK(ids.numel() == n && n <= rows_ && dout.dtype == DType::F32 && dout.dim(1) == d,
+             "param store: embed_bwd of {} ids from {} (at most {} rows of {})", ids.numel(), dout.shape_str(), rows_, d);
+  const int s = gnext_;
+  gnext_ ^= 1;
+  embed_flush(s);  // the slot's chunk two ago added first: the chunks' order
+  std::copy_n(host_ids, n, eids_.as<int32_t>() + s * rows_);
+  be_.copy_async(egrads_.as<float>() + s * rows_ * d, Tier::Pinned, dout.data, Tier::Device, size_t(n * d) * 4,
+                 Stream::Compute);
+  be_.record(*egot_[s], Stream::Compute);
+  epending_[s] = n;
+  traffic_.grads_out += n * d * 4;
+}
+
+void ParamStore::embed_flush(int s) {
+  const int64_t n = epending_[s], d = cfg_.hidden;
+  if (n == 0) return;
+  be_.synchronize(*egot_[s]);
+  const Tensor ids(eids_.as<int32_t>() + s * rows_, DType::I32, {n}, Tier::Pinned);
+  const Tensor dout(egrads_.as<float>() + s * rows_ * d, DType::F32, {n, d}, Tier::Pinned);
+  cpu::embedding_bwd(ids, dout, grads_->embed);
+  epending_[s] = 0;
 }
 
 void ParamStore::begin_sequence(bool grads, bool masters_changed) {
@@ -431,10 +505,10 @@ void ParamStore::begin_sequence(bool grads, bool masters_changed) {
     const int64_t E = cfg_.vocab * cfg_.hidden, d = cfg_.hidden;
     char* h = whead_.as<char>();
     const Tier D = Tier::Device, P = Tier::Pinned;
-    be_.copy_async(h, D, weights_->embed.data, P, size_t(E) * 4, Stream::Copy);
-    be_.copy_async(h + head_norm_at(cfg_), D, weights_->final_norm.data, P, size_t(d) * 4, Stream::Copy);
+    if (!host_embed_) be_.copy_async(h, D, weights_->embed.data, P, size_t(E) * 4, Stream::Copy);
+    be_.copy_async(h + head_norm_at(cfg_, world_ != nullptr), D, weights_->final_norm.data, P, size_t(d) * 4, Stream::Copy);
     if (!streams_)
-      be_.copy_async(h + head_lm_at(cfg_), D, himages_.as<char>() + cfg_.layers * image_bytes_, P, size_t(E) * 2,
+      be_.copy_async(h + head_lm_at(cfg_, world_ != nullptr), D, himages_.as<char>() + cfg_.layers * image_bytes_, P, size_t(E) * 2,
                      Stream::Copy);
     traffic_.weights_in += head_image_copied(cfg_);
   } else {
@@ -466,6 +540,8 @@ void ParamStore::end_sequence() {
     head_grad_zero_ = false;
   }
   if (!dropped("sync")) be_.synchronize();
+  embed_flush(gnext_);  // the older of the two first
+  embed_flush(gnext_ ^ 1);
 }
 
 int64_t ParamStore::head_tile_rows(int64_t j) const { return std::min(tile_rows_, cfg_.vocab - j * tile_rows_); }

@@ -46,11 +46,20 @@
 // host holds (or zero) and leaves when the tile is released. bf16: the weight slots hold the
 // lm_head's bf16 copy's rows.
 //
+// The embedding of an offloaded, untied model (not --zero 3: embeds_on_host) stays in host memory:
+// embed_fwd gathers the chunk's rows from the pinned masters on the host (core ops' CPU kernel)
+// and sends them into the layers' input on the compute stream, through two pinned staging slots
+// (a slot is written again once its copy two chunks ago is done); embed_bwd sends the chunk's
+// input gradients back into two more, and the host adds them into the embedding's gradients (the
+// same kernel, tokens in order) when the slot comes round again or the sequence ends: in chunk
+// order, the resident run's fp32 adds. The device then holds no V x d table of weights or
+// gradients; a tied embedding (the lm_head) stays on the device.
+//
 // Offloaded with --precision bf16: what crosses to the device is what the layers compute with. A
 // pinned host image per layer (its tensors in the layout's order, the matrices bf16 and the norms
 // and biases fp32, each from a 256-byte boundary: layer_image_bytes) is cast from the masters on
 // the host when a sequence begins, and a weight slot holds one image (one copy, half the bytes of
-// fp32); the head on the device is the embedding and final norm (fp32, from the masters) and the
+// fp32); the head on the device is the embedding (where it is there) and final norm (fp32, from the masters) and the
 // lm_head's bf16 copy (from a pinned host copy; the embedding's when tied). The masters, gradients
 // (fp32 slots, as without bf16) and moments stay on the host.
 #pragma once
@@ -73,7 +82,9 @@ struct ParamViews {
 
 class ParamStore {
  public:
-  ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16 = false, Comm* zero3_world = nullptr);
+  // chunk_rows: the most token rows embed_fwd / embed_bwd take at once (this rank's of a chunk)
+  ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16 = false, Comm* zero3_world = nullptr,
+             int64_t chunk_rows = 0);
   ~ParamStore();
   bool offloaded() const { return slots_ && home_ == Tier::Pinned; }
   // The tier the masters, gradients and moments live in: the backend's, or pinned host memory.
@@ -90,6 +101,12 @@ class ParamStore {
   // leave and the host waits for every copy, so the masters and gradients may be read or written.
   void begin_sequence(bool grads, bool masters_changed = true);
   void end_sequence();
+  // out = the embedding's rows for ids (ids in the backend's memory, host_ids the same on the
+  // host); embed_bwd adds dout's rows into the embedding's gradients (nothing where it has none).
+  // out, dout: (n, d)
+  void embed_fwd(const Tensor& ids, const int32_t* host_ids, Tensor& out);
+  void embed_bwd(const Tensor& ids, const int32_t* host_ids, const Tensor& dout);
+  bool embeds_on_host() const { return host_embed_; }
   const Tensor& embed() const { return w_.embed; }
   const Tensor& final_norm() const { return w_.final_norm; }
   const Tensor& lm_head() const { return w_.lm_head; }
@@ -133,6 +150,11 @@ class ParamStore {
   // The head's values an offloaded device holds besides tile slots: embedding, final norm (and an
   // lm_head that does not stream).
   static int64_t device_head_numel(const ModelConfig& c, bool zero3);
+  // Offloaded: whether the embedding stays in host memory (untied, not --zero 3), and the pinned
+  // staging that takes (two slots of `rows` rows each; tag weights: the gathered rows; with
+  // gradients, tag grads: their gradients, tag data: their ids).
+  static bool embeds_on_host(const ModelConfig& c, bool zero3) { return !c.tie_word_embeddings && !zero3; }
+  static int64_t embed_staging_bytes(const ModelConfig& c, bool zero3, int64_t rows, Tag tag);
   // Device bytes an offloaded store holds (tags weights and grads, each): two layer slots + the head
   // (with streams_head: the embedding and final norm, and the lm_head's tile slots).
   static int64_t device_bytes(const ModelConfig& c, bool zero3 = false);
@@ -186,6 +208,7 @@ class ParamStore {
   void layer_image_from_shards(int64_t l, int64_t s);
   void head_image_from_shards();
   void zero_home_grads();  // the gradients where they live (home_) from zero
+  void embed_flush(int s);  // embed_bwd's slot s added into the host's gradients (its copy done)
   void gather_into(float* dev, const ParamShards::Range& r, GradSync& sync);
   void reduce_from(float* dev, const ParamShards::Range& r, GradSync& sync);
 
@@ -222,6 +245,13 @@ class ParamStore {
   bool head_grad_zero_ = true, seq_grads_ = false, images_cast_ = false;
   int64_t image_casts_ = 0;
   Traffic traffic_;
+  // the embedding on the host (embeds_on_host, offloaded): staging slots of rows_ rows (pinned)
+  bool host_embed_ = false;
+  int64_t rows_ = 0;
+  Buffer erows_, egrads_, eids_;
+  std::unique_ptr<Event> esent_[2], egot_[2];
+  int enext_ = 0, gnext_ = 0;
+  int64_t epending_[2] = {0, 0};  // rows of gradients slot s holds, not yet added
   // the lm_head's tiles (streams_: through tile slots)
   void tile_fetch(size_t pos);
   int64_t tile_slot(size_t pos) const { return int64_t((tbase_ + pos) % size_t(tile_slots_)); }

@@ -18,6 +18,14 @@ static int64_t head_weights(const ModelConfig& c, bool bf16) {
   return bf16 ? ParamStore::head_image_copied(c) : ParamStore::device_head_numel(c, false) * 4;
 }
 
+// An embedding on the host (ParamStore::embeds_on_host): a sequence's N rows cross twice (the forward
+// sweep, then the recompute before the backward, in either order) and their gradients once.
+static void embed_rows(SweepTraffic& s, const ModelConfig& c, int64_t N) {
+  if (!ParamStore::embeds_on_host(c, false)) return;
+  s.weights += 2 * N * c.hidden * 4;
+  s.grads += N * c.hidden * 4;
+}
+
 // A sequence of T chunks: the loss's 2 T passes over a streamed lm_head's tiles (every chunk: its
 // statistics, then its gradients); the tiles' gradients in for every chunk but the step's first
 // (first: zero fills), out for every chunk.
@@ -41,6 +49,7 @@ SweepTraffic chunk_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int
     s.grads += (seq == 0 ? T - 1 : T) * L * W + (seq == 0 ? 0 : H);  // in
     s.grads += T * L * W + H;                                        // out
     head_tiles(s, c, T, seq == 0, bf16);
+    embed_rows(s, c, N);
   }
   return s;
 }
@@ -56,6 +65,7 @@ SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int
     s.grads += (seq == 0 ? 0 : L * W + H) + L * W + H;
     s.activations += (5 * L - 1 + (tied_head ? 1 : 0)) * act;
     head_tiles(s, c, chunk_count(N, C), seq == 0, bf16);
+    embed_rows(s, c, N);
   }
   s.host_bytes = ActivationStore::host_bytes(c, ActivationStore::arrays(c, tied_head), N);
   return s;
@@ -80,7 +90,7 @@ SweepChoice sweep_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N
   layer.sweep = SweepOrder::Layer;
   const bool bf16 = plan.precision == DType::BF16;
   // (--sp P: each rank moves every layer's weights and its own N / P rows of the activations)
-  SweepChoice s{chunk_order_traffic(c, N, plan.chunk, 1, bf16),
+  SweepChoice s{chunk_order_traffic(c, N / plan.sp, plan.chunk / plan.sp, 1, bf16),
                 layer_order_traffic(c, N / plan.sp, plan.chunk / plan.sp, 1, recomputes_tied_head(c, layer), bf16)};
   if (!plan.offload_params) {  // resident weights and gradients do not move
     s.chunk = {};

@@ -40,7 +40,8 @@ struct SweepTraffic {
   int64_t total() const { return weights + grads + activations + kv + kv_grads; }
 };
 
-// A step of `accum` sequences of N tokens in chunks of C, parameters offloaded (--offload params).
+// A step of `accum` sequences of N tokens in chunks of C, parameters offloaded (--offload params);
+// with --sp P one rank's: N / P tokens in chunks of C / P.
 // bf16 (--precision bf16): the weights cross as the layers' images and the head's bf16 lm_head
 // (ParamStore::layer_image_bytes, head_image_copied); gradients stay fp32.
 SweepTraffic chunk_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum, bool bf16 = false);

@@ -56,7 +56,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
   };
   auto embedded = [&](int64_t n) {  // h_0 of this rank's rows of the loaded chunk
     Tensor h0 = h_[0].rows(0, local(n));
-    be_.embedding_fwd(mine(inputs_.ids(n), n), store_.embed(), h0);
+    store_.embed_fwd(mine(inputs_.ids(n), n), my_host_ids(n), h0);
     return h0;
   };
 
@@ -123,7 +123,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
           const Tensor hn = final_norm(acts_->in(1));
           head_loss(hn, mine(inputs_.targets(n), n), scale, nullptr, true, sums_t_);
         }
-        if (!store_.grad_embed().empty()) be_.embedding_bwd(mine(inputs_.ids(n), n), dh, store_.grad_embed());
+        store_.embed_bwd(mine(inputs_.ids(n), n), my_host_ids(n), dh);
         cache_.docs().release_from(first_free);
       }
       acts_->next();

@@ -50,7 +50,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
       params_(cfg, master_layout(cfg, plan),
               frozen_base_on_host(plan, be.tier()) ? Tier::Pinned : ParamStore::home(be, plan.offload_params),
               Tag::Weights),
-      store_(cfg, be, plan.offload_params, plan.precision == DType::BF16, world_),
+      store_(cfg, be, plan.offload_params, plan.precision == DType::BF16, world_, plan.chunk / plan.sp),
       cache_(checked_options(att_cfg_, plan), be),
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
       saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk / plan.sp, plan.sweep))),
@@ -280,7 +280,7 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   LayerBuffers buf = layer_plan_.view(n);
   Tensor h0 = h_[0].rows(0, t);
   store_.begin_pass(bottom_up_, false);
-  be_.embedding_fwd(mine(inputs_.ids(n), n), store_.embed(), h0);
+  store_.embed_fwd(mine(inputs_.ids(n), n), my_host_ids(n), h0);
   for (int64_t l = 0; l < L; ++l) {
     const size_t li = size_t(l);
     const LayerCtx ctx = layer_ctx(l, c, l < attending, false, write);
@@ -479,7 +479,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
       // no remaining (earlier) chunk reads these tokens' K/V or their gradients
       release_pages(l, first_free);
     }
-    if (!store_.grad_embed().empty()) be_.embedding_bwd(mine(inputs_.ids(n), n), dh, store_.grad_embed());
+    store_.embed_bwd(mine(inputs_.ids(n), n), my_host_ids(n), dh);
     cache_.docs().release_from(first_free);
   }
   read_sums(st);

@@ -139,6 +139,7 @@ class Model {
   // this rank's rows of a chunk of n tokens (its token side): [sp_rank_ n / P, (sp_rank_ + 1) n / P)
   int64_t local(int64_t n) const { return n / plan_.sp; }
   Tensor mine(const Tensor& t, int64_t n) const { return t.rows(sp_rank_ * local(n), local(n)); }
+  const int32_t* my_host_ids(int64_t n) const { return inputs_.host_ids() + sp_rank_ * local(n); }
   Params params_;
   std::unique_ptr<Params> train_;  // LoRA's trainable set (tag weights); null without LoRA
   // --precision bf16: the weight matrices' bf16 copy (parameters resident; offloaded, the store

@@ -450,13 +450,17 @@ int main(int argc, char** argv) {
                    op1 = double(single.b[size_t(opt_home)][size_t(Tag::Optimizer)]),
                    // (bf16: less the single rank's pinned images, or its device bf16 copy when not
                    // offloaded, which --zero 3 does not keep)
-                   w1 = double(single.b[size_t(opt_home)][size_t(Tag::Weights)]) -
+                   // (offloaded: less the single rank's staging of the embedding's rows, which --zero 3
+                   // gathers onto the device instead)
+                   stage_w = offloaded ? double(ParamStore::embed_staging_bytes(cfg, false, a.chunk, Tag::Weights)) : 0,
+                   stage_g = offloaded ? double(ParamStore::embed_staging_bytes(cfg, false, a.chunk, Tag::Grads)) : 0,
+                   w1 = double(single.b[size_t(opt_home)][size_t(Tag::Weights)]) - stage_w -
                         (z3 && bf16 ? double(offloaded ? ParamStore::host_image_bytes(cfg) : Bf16Weights::bytes(cfg))
                                     : 0.0),
-                   g1 = double(single.b[size_t(opt_home)][size_t(Tag::Grads)]);
+                   g1 = double(single.b[size_t(opt_home)][size_t(Tag::Grads)]) - stage_g;
       // --zero 3 without --offload params: each rank's device slots and head beside its shards
-      const double slots_w = z3 && !offloaded ? double(ParamStore::device_weight_bytes(cfg, bf16)) : 0.0,
-                   slots_g = z3 && !offloaded ? double(ParamStore::device_bytes(cfg)) : 0.0;
+      const double slots_w = z3 && !offloaded ? double(ParamStore::device_weight_bytes(cfg, bf16, true)) : 0.0,
+                   slots_g = z3 && !offloaded ? double(ParamStore::device_bytes(cfg, true)) : 0.0;
       double kv_off = 0, opt_off = 0, params_off = 0;
       const size_t F = mine.size();
       for (int q = 0; q < R; ++q) {
