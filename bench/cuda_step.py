@@ -6,6 +6,7 @@ Qwen2.5-0.5B-, 1.5B- and 7B-shaped models. Columns: N, tokens/s, MFU, peak devic
     python3 bench/cuda_step.py --oomb gpu-bundle/oomb [--models 0.5b,1.5b,7b] [--lengths 8192,32768,131072]
                                [--chunks 4096,8192] [--budget 500] [--per-run 300] [--out DIR]
                                [--table FILE.md] [--jsonl FILE.jsonl] [--precision bf16|fp32]
+                               [--offloads none,params,kv,params]
 
 Every configuration runs in its own process under a time limit, and the whole run ends within
 --budget seconds (points it cannot reach say so); a run that does not finish says why (timeout,
@@ -17,7 +18,11 @@ measured, would not fit in what is left of the budget is skipped and says so. oo
 whose `oomb plan` exceeds the GPU's memory are skipped without running (oomb keeps float32
 weights, gradients and AdamW moments on the device: 16 bytes a parameter, 119 GiB for 7B, and
 with --precision bf16, the default here, a bf16 copy of the weight matrices beside them: the
-matmuls run as bf16 GEMMs with fp32 accumulation; the table's line says which).
+matmuls run as bf16 GEMMs with fp32 accumulation; the table's line says which). --offloads adds
+oomb lines with `--offload` (`params`: masters, gradients and moments in pinned host memory, the
+layers streamed through two device slots; `kv`; `kv,params`), each planned and measured the same way:
+a model that does not fit resident may fit offloaded, and the same model both ways gives the
+cost of streaming (separate values with `;` for lists: `none;params;kv,params`).
 
 oomb steps: 2 for N <= 32K (the row is the second, warm step), 1 beyond (its step time dwarfs
 the warm-up). Hugging Face: one warm-up step, then one timed step; the model is built from its
@@ -161,7 +166,13 @@ def main():
     ap.add_argument("--no-oomb", action="store_true", help="Hugging Face only")
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"],
                     help="oomb's --precision: bf16 (bf16 GEMMs on cuBLASLt, fp32 accumulation) or fp32")
+    ap.add_argument("--offloads", default="none",
+                    help="oomb lines by --offload, separated by ';' (none, params, kv, kv,params)")
     a = ap.parse_args()
+    offloads = ["" if o.strip() in ("", "none") else o.strip() for o in a.offloads.split(";")]
+    for o in offloads:
+        if o and any(x not in ("kv", "params") for x in o.split(",")):
+            ap.error(f"--offloads: unknown '{o}' (none, params, kv, kv,params; ';' between lines)")
     for mk in a.models.split(","):
         if mk not in PRESETS:
             ap.error(f"--models: unknown '{mk}' (known: {', '.join(PRESETS)})")
@@ -203,9 +214,11 @@ def main():
              dict(model=mk, line=line, N=n, C=c or None, tokens_per_s=tps, mfu=(flops * tps / n / peak) if tps and peak else None,
                   peak_bytes=mem_b, note=note, device=name, commit=commit, **extra))
 
-    oomb_line = "oomb " + a.precision  # the table's line: oomb bf16 or oomb fp32
+    # the table's lines: oomb bf16 or oomb fp32, then --offload X where one is given
+    line_of = lambda off: "oomb " + a.precision + (f" --offload {off}" if off else "")  # noqa: E731
     lengths = sorted(int(x) for x in a.lengths.split(","))
     chunks = [int(x) for x in a.chunks.split(",")] if not a.no_oomb else []
+    variants = [(c0, off) for off in offloads for c0 in chunks]
     hf_env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
                   TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false")
     for mk in a.models.split(","):
@@ -217,19 +230,22 @@ def main():
             json.dump(cfg, f, indent=1)
 
         # which oomb points fit the GPU, by oomb's own planner (no GPU needed)
-        plans = {}
+        plans = {}  # (N, C, offload): the device's bytes
         for n in lengths:
-            for c in chunks:
+            for c, off in variants:
                 rc, out, err = run([a.oomb, "plan", "--preset", preset, "--seq-len", str(n), "--chunk-size",
-                                    str(min(c, n)), "--device", "cuda", "--precision", a.precision, "--json"], 30)
+                                    str(min(c, n)), "--device", "cuda", "--precision", a.precision, "--json"]
+                                   + (["--offload", off] if off else []), 30)
                 try:
-                    plans[n, min(c, n)] = json.loads(out.strip().splitlines()[-1])["total"] if rc == 0 else None
-                except (ValueError, IndexError, KeyError):
-                    plans[n, min(c, n)] = None
-        fits = lambda n, c: not mem or plans.get((n, c)) is None or plans[n, c] <= 0.97 * mem  # noqa: E731
+                    j = json.loads(out.strip().splitlines()[-1]) if rc == 0 else None
+                    plans[n, min(c, n), off] = j["device"]["total"] if j else None
+                except (ValueError, IndexError, KeyError, TypeError):
+                    plans[n, min(c, n), off] = None
+        fits = lambda n, c, off: (not mem or plans.get((n, c, off)) is None  # noqa: E731
+                                  or plans[n, c, off] <= 0.97 * mem)
         mdir = os.path.join(a.out, mk)
         init_error = None
-        if chunks and any(fits(n, min(c, n)) for n in lengths for c in chunks):
+        if variants and any(fits(n, min(c, n), off) for n in lengths for c, off in variants):
             if not os.path.exists(os.path.join(mdir, "model.safetensors")):
                 if left() < 60:
                     init_error = "budget spent before oomb init"
@@ -249,26 +265,26 @@ def main():
             flops = train_flops(cfg, n)
             steps = 2 if n <= 32768 else 1
             done = set()
-            for c0 in chunks:
-                c = min(c0, n)
-                if c in done:
+            for c0, off in variants:
+                c, oomb_line, key = min(c0, n), line_of(off), (c0, off)
+                if (c, off) in done:
                     continue
-                done.add(c)
-                if not fits(n, c):
-                    row(mk, oomb_line, n, c, note=f"skipped: oomb plan needs {plans[n, c] / 2**30:.0f} GiB, the GPU has "
+                done.add((c, off))
+                if not fits(n, c, off):
+                    row(mk, oomb_line, n, c, note=f"skipped: oomb plan needs {plans[n, c, off] / 2**30:.0f} GiB, the GPU has "
                         f"{mem / 2**30:.0f}")
                     continue
                 if init_error:
                     row(mk, oomb_line, n, c, note=init_error)
                     continue
-                if c0 in oomb_stopped:
-                    row(mk, oomb_line, n, c, note=f"stopped: {oomb_stopped[c0]} at a shorter N")
+                if key in oomb_stopped:
+                    row(mk, oomb_line, n, c, note=f"stopped: {oomb_stopped[key]} at a shorter N")
                     continue
                 if left() < 30:
                     row(mk, oomb_line, n, c, note="budget spent")
                     continue
-                if c0 in oomb_last:  # N^2 from the last measured length: an upper bound (linear layers go as N)
-                    n0, s0 = oomb_last[c0]
+                if key in oomb_last:  # N^2 from the last measured length: an upper bound (linear layers go as N)
+                    n0, s0 = oomb_last[key]
                     guess = s0 * (n / n0) ** 2 * steps + 15
                     if guess > min(a.per_run, left()):
                         row(mk, oomb_line, n, c, note=f"skipped: ~{guess:.0f} s expected (from N={n0}), "
@@ -280,14 +296,14 @@ def main():
                     rng = random.Random(n)
                     with open(toks, "wb") as f:
                         array.array("I", (rng.randrange(DATA_VOCAB) for _ in range(n + 1))).tofile(f)
-                met = os.path.join(a.out, f"m_{mk}_{n}_{c}.jsonl")
+                met = os.path.join(a.out, f"m_{mk}_{n}_{c}_{off.replace(',', '-') or 'none'}.jsonl")
                 if os.path.exists(met):
                     os.remove(met)
                 t = time.time()
                 rc, out, err = run([a.oomb, "train", "--device", "cuda", "--model", mdir, "--data", toks,
                                     "--data-format", "u32", "--seq-len", str(n), "--chunk-size", str(c),
                                     "--steps", str(steps), "--optimizer", "adamw", "--precision", a.precision,
-                                    "--metrics", met],
+                                    "--metrics", met] + (["--offload", off] if off else []),
                                    min(a.per_run, left() - 5))
                 wall = time.time() - t
                 lines = []
@@ -308,11 +324,11 @@ def main():
                             "one step, its warm-up included" if steps == 1 else "")
                     row(mk, oomb_line, n, c, j["tokens_per_s"], flops, dev, note, step_s=j["tokens"] / j["tokens_per_s"],
                         wall_s=wall, oomb_mfu=j.get("mfu"), loss=j.get("loss"))
-                    oomb_last[c0] = (n, j["tokens"] / j["tokens_per_s"])
+                    oomb_last[key] = (n, j["tokens"] / j["tokens_per_s"])
                 else:
                     row(mk, oomb_line, n, c, note=why or "no metrics written", wall_s=wall)
                 if why in ("timeout", "out of memory"):
-                    oomb_stopped[c0] = why
+                    oomb_stopped[key] = why
 
             if a.no_hf:
                 continue
