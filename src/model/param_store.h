@@ -147,8 +147,8 @@ class ParamStore {
   static int64_t vocab_tiles(const ModelConfig& c);
   static bool streams_head(const ModelConfig& c, bool zero3);
   static int64_t head_tile_slots(const ModelConfig& c, bool zero3);
-  // The head's values an offloaded device holds besides tile slots: embedding, final norm (and an
-  // lm_head that does not stream).
+  // The head's values an offloaded device holds besides tile slots: the embedding (unless
+  // embeds_on_host), the final norm, and an untied lm_head that does not stream.
   static int64_t device_head_numel(const ModelConfig& c, bool zero3);
   // Offloaded: whether the embedding stays in host memory (untied, not --zero 3), and the pinned
   // staging that takes (two slots of `rows` rows each; tag weights: the gathered rows; with
@@ -156,7 +156,8 @@ class ParamStore {
   static bool embeds_on_host(const ModelConfig& c, bool zero3) { return !c.tie_word_embeddings && !zero3; }
   static int64_t embed_staging_bytes(const ModelConfig& c, bool zero3, int64_t rows, Tag tag);
   // Device bytes an offloaded store holds (tags weights and grads, each): two layer slots + the head
-  // (with streams_head: the embedding and final norm, and the lm_head's tile slots).
+  // (with streams_head: the final norm, the embedding unless embeds_on_host, and the lm_head's tile
+  // slots).
   static int64_t device_bytes(const ModelConfig& c, bool zero3 = false);
   // Bytes of a streamed lm_head's tiles that cross in `passes` head passes of one sequence (the
   // loss: ascending, then descending, ...; fp32, or bf16 copies): every tile in the first; each
