@@ -1,0 +1,193 @@
+// Ulysses sequence parallelism (--sp) on many CPU ranks: tests/dist/dist_check under `mpirun -np 2`
+// and `-np 4` (oversubscribed) against the single-rank run (loss, every gradient, the weights after
+// AdamW steps, per-rank memory against the plan), head-chunked attention (--sp-head-chunks), the
+// layer order with --sp, and oomb eval on ranks.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "dist/mpirun_util.h"
+#include "test_util.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+
+TEST(Dist, SequenceParallelTwoRanks) {
+  NEED_MPI();
+  expect_equal_to_single_rank(2, "--sp 2");
+}
+
+TEST(Dist, SequenceParallelFourRanksQwen3DocMaskOffload) {
+  NEED_MPI();
+  expect_equal_to_single_rank(4, "--sp 4 --kv-heads 4 --arch qwen3 --doc-mask --device sim --offload kv");
+}
+
+// --sp-head-chunks K: attention over each rank's heads in K groups of whole kv heads, through buffers
+// of H/(P K) heads. Besides the single rank's run (within 1e-6, the plan equal to every rank's
+// peaks), dist_check runs K = 1 on the same ranks: the same bits (the loss and every gradient of a
+// step; every training step's loss and the weights after them), and its peaks minus K's equal to
+// its plan minus K's for every (tier, tag). GQA (2 query heads per kv head, one kv head per group)
+// on the CPU with --doc-mask; four groups; the layer order; 4 ranks on the CPU and on the
+// simulated device with everything offloaded; Qwen3 (q/k norms) with the K/V pages offloaded;
+// NCCL's code path (device staging, strided packs).
+CmdResult expect_head_chunks_equal_to_one(int np, const std::string& args) {
+  const CmdResult r = expect_equal_to_single_rank(np, args);
+  SCOPED_TRACE(args + "\n" + r.out);
+  EXPECT_EQ(figure(r.out, "head_chunks_vs_one_differing"), 0);
+  EXPECT_EQ(figure(r.out, "head_chunks_vs_one_trained_differing"), 0);
+  EXPECT_EQ(figure(r.out, "head_chunk_saving_vs_plan_mismatches"), 0);
+  EXPECT_GT(figure(r.out, "head_chunk_saving_bytes"), 0);
+  return r;
+}
+
+TEST(Dist, HeadChunksGiveTheBitsOfOneGroup) {
+  NEED_MPI();
+  // the attention side's buffers of one layer plan, K = 1 against K = 2 (computed here from the
+  // shapes, not by the code under test): q, o, dq, dO (T, H/P, D), lse, run_sum (T, H/P), k, v, dk,
+  // dv (T, G/P, D), fp32, every size a multiple of the arenas' 64 bytes; T = 64 tokens (the chunk),
+  // H = 8, G = 4, D = 8, P = 2
+  const int64_t T = 64, Ha = 8 / 2, Ga = 4 / 2, D = 8;
+  const int64_t attention_side = 4 * (4 * T * Ha * D + 2 * T * Ha + 4 * T * Ga * D);
+  const CmdResult r = expect_head_chunks_equal_to_one(2, "--sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --doc-mask");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("head_chunk_saving host/activations ([0-9]+)"))) << r.out;
+  EXPECT_EQ(std::stoll(m[1]), attention_side / 2) << r.out;
+  // the Ulysses staging: one group's t H D floats instead of all heads' (t = T / P)
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("head_chunk_saving host/workspace ([0-9]+)"))) << r.out;
+  EXPECT_EQ(std::stoll(m[1]), 4 * (T / 2) * 8 * D / 2) << r.out;
+  expect_head_chunks_equal_to_one(2, "--sp 2 --heads 8 --kv-heads 8 --sp-head-chunks 4");
+  expect_head_chunks_equal_to_one(2, "--sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --sweep layer");
+}
+
+TEST(Dist, HeadChunksOffloadedOnFourRanksAndOverDeviceStaging) {
+  NEED_MPI();
+  expect_head_chunks_equal_to_one(4, "--sp 4 --heads 16 --kv-heads 8 --sp-head-chunks 2 --doc-mask");
+  expect_head_chunks_equal_to_one(
+      4, "--sp 4 --heads 8 --kv-heads 8 --sp-head-chunks 2 --doc-mask --device sim --offload kv,params");
+  expect_head_chunks_equal_to_one(2, "--sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --arch qwen3 --device sim "
+                                     "--offload kv");
+  expect_head_chunks_equal_to_one(2, "--sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --device sim --comm sim-device");
+}
+
+// The negative control: the exchange back putting group j's rows in another group's columns is
+// seen by the bitwise comparison (and by the single rank's).
+TEST(Dist, HeadChunksCheckSeesAWrongGrouping) {
+  NEED_MPI();
+  const CmdResult r = mpirun(2, (binary_dir() / "dist_check").string() +
+                                    " --sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --group-fault --steps 1");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_GT(figure(r.out, "head_chunks_vs_one_differing"), 0) << r.out;
+  EXPECT_GT(figure(r.out, "grad_rel_err"), 1e-3) << r.out;
+}
+
+// A K that does not split each rank's kv heads, K > 1 on one rank, K < 1 and sparse attention are
+// refused naming the flag and the numbers; oomb plan prints the groups and their saving.
+TEST(Dist, HeadChunksRefusalsAndPlan) {
+  NEED_MPI();
+  const std::string oomb = (binary_dir() / "oomb").string();
+  CmdResult r = mpirun(2, oomb + " train --steps 1 --seq-len 128 --sp 2 --sp-head-chunks 2");
+  EXPECT_NE(r.code, 0);
+  const std::string why = "--sp-head-chunks 2: each of the --sp 2 ranks attends with 1 kv heads (2 query heads), "
+                          "which do not split into 2 groups of whole kv heads (use a K dividing 1)";
+  EXPECT_NE(r.out.find(why), std::string::npos) << r.out;  // (every rank checks; the first to fail aborts the job)
+  r = run_cmd_in(temp_dir("dist"), oomb + " train --steps 1 --seq-len 128 --sp-head-chunks 2");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--sp-head-chunks 2: needs --sp 2 or more"), std::string::npos) << r.out;
+  r = run_cmd_in(temp_dir("dist"), oomb + " plan --preset tiny --seq-len 4096 --sp 2 --sp-head-chunks 0");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--sp-head-chunks: must be at least 1, got 0"), std::string::npos) << r.out;
+  r = run_cmd_in(temp_dir("dist"), oomb + " plan --preset qwen2.5-7b --seq-len 65536 --chunk-size 4096 --sp 2 "
+                 "--sp-head-chunks 2 --sparse-pages 8");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--sp-head-chunks 2 with --sparse-pages: not supported"), std::string::npos) << r.out;
+  r = run_cmd_in(temp_dir("dist"), oomb + " plan --preset qwen2.5-7b --seq-len 65536 --chunk-size 4096 --sp 2 "
+                 "--sp-head-chunks 2");
+  std::cout << r.out;
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("taken in 2 head groups of 7 heads and 1 kv heads (--sp-head-chunks)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("--sp-head-chunks 2: host activations"), std::string::npos) << r.out;
+}
+
+// --sweep layer with --sp: each rank keeps its token slice of every layer's output and runs the
+// all-to-alls per (layer, chunk); the chunk order's bits on the same ranks, within 1e-6 of one rank,
+// the plan equal to every rank's peaks. Untied on the CPU; tied (the lm_head's gradient computed
+// again at layer 0) with --doc-mask and everything offloaded on the simulated device; over NCCL's
+// code path (the group on device memory, --comm sim-device).
+TEST(Dist, LayerSweepWithSequenceParallel) {
+  NEED_MPI();
+  for (const char* args : {"--sp 2 --sweep layer",
+                           "--sp 2 --sweep layer --tie --doc-mask --device sim --offload kv,params",
+                           "--sp 2 --sweep layer --device sim --comm sim-device"}) {
+    const CmdResult r = expect_equal_to_single_rank(2, args);
+    EXPECT_EQ(figure(r.out, "layer_vs_chunk_order_differing"), 0) << args;
+  }
+}
+
+// Negative control: a tied head's gradient added in the layer order's loss pass (as a plain layer
+// order would) is caught by the bitwise comparison with the chunk order.
+TEST(Dist, LayerSweepWithSequenceParallelSeesAFault) {
+  NEED_MPI();
+  const CmdResult r =
+      mpirun(2, (binary_dir() / "dist_check").string() + " --sp 2 --sweep layer --tie --layer-fault tied-head");
+  std::cout << r.out;
+  EXPECT_NE(r.code, 0);
+  EXPECT_GT(figure(r.out, "layer_vs_chunk_order_differing"), 0) << r.out;
+}
+
+// oomb eval on several ranks: --sp splits each chunk's tokens, --dp the windows; the loss, the
+// targets and every bucket of the loss by position equal one rank's (the sums differ only by the
+// ranks' order of addition).
+TEST(Dist, EvalOnRanksEqualsOneRank) {
+  NEED_MPI();
+  const auto dir = temp_dir("dist_eval");
+  const std::string oomb = (binary_dir() / "oomb").string();
+  ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
+  const std::string eval = fmt::format("{} eval --model {}/m --data {}/tokens.bin --seq-len 256 --buckets 4 "
+                                       "--chunk-size 32 --page-size 16 --windows 6", oomb, dir.string(),
+                                       dir.string());
+  // the result as --out writes it (stdout and the ranks' stderr interleave under mpirun)
+  int runs = 0;
+  auto result = [&](const CmdResult& r, const std::filesystem::path& out) {
+    EXPECT_EQ(r.code, 0) << r.out;
+    return nlohmann::json::parse(read_text(out), nullptr, false);
+  };
+  auto on_ranks = [&](int np, const std::string& args) {
+    const auto out = dir / fmt::format("eval{}.json", runs++);
+    return result(mpirun(np, fmt::format("{} {} --out {}", eval, args, out.string())), out);
+  };
+  const auto ref_out = dir / "eval_one.json";
+  const nlohmann::json ref =
+      result(run_cmd_in(dir, fmt::format("OMP_NUM_THREADS=1 {} --out {}", eval, ref_out.string())), ref_out);
+  ASSERT_FALSE(ref.is_discarded());
+  for (const auto& [np, flags] : {std::pair{2, "--sp 2"}, {3, "--dp 3"}, {4, "--sp 2 --dp 2"}}) {
+    SCOPED_TRACE(flags);
+    const nlohmann::json got = on_ranks(np, flags);
+    ASSERT_FALSE(got.is_discarded());
+    EXPECT_EQ(got["targets"], ref["targets"]);
+    EXPECT_EQ(got["windows"], ref["windows"]);
+    double worst = std::abs(got["loss"].get<double>() - ref["loss"].get<double>()) / ref["loss"].get<double>();
+    for (size_t b = 0; b < 4; ++b) {
+      const auto& x = got["loss_by_position"][b];
+      const auto& y = ref["loss_by_position"][b];
+      EXPECT_EQ(x["targets"], y["targets"]);
+      EXPECT_EQ(x["accuracy"], y["accuracy"]);
+      worst = std::max(worst, std::abs(x["loss"].get<double>() - y["loss"].get<double>()) / y["loss"].get<double>());
+    }
+    std::cout << fmt::format("eval {}: loss {:.6f} (one rank {:.6f}), worst bucket rel. error {:.2e}", flags,
+                             got["loss"].get<double>(), ref["loss"].get<double>(), worst)
+              << std::endl;
+    EXPECT_LE(worst, 1e-6);
+  }
+  // control: fewer windows change the figures this compares
+  std::string four = eval;
+  four.replace(four.find("--windows 6"), 11, "--windows 4");
+  const auto four_out = dir / "eval_four.json";
+  EXPECT_NE(result(mpirun(2, fmt::format("{} --dp 2 --out {}", four, four_out.string())), four_out)["loss"], ref["loss"]);
+  const CmdResult passkey = mpirun(2, fmt::format("{} eval --model {}/m --passkey --sp 2", oomb, dir.string()));
+  EXPECT_NE(passkey.code, 0);
+  EXPECT_NE(passkey.out.find("--passkey with --sp/--dp: not supported"), std::string::npos) << passkey.out;
+}
