@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "data/repeat_task.h"
 #include "hf/checkpoint.h"
+#include "hf/adapter_config.h"
 #include "hf/peft.h"
 #include "hf/safetensors.h"
 #include "model/bf16_weights.h"
@@ -534,4 +535,57 @@ TEST(Lora, BadInputIsNamed) {
   std::ofstream(bad / "adapter_config.json") << j.dump();
   const std::string e3 = error_of([&] { load_adapter_config(bad); });
   EXPECT_NE(e3.find("target_modules: 'w_pack'"), std::string::npos) << e3;
+}
+
+// adapter_config.json's fields this engine cannot take, each refused naming the file and the field
+// (before, a field of the wrong type escaped as the JSON library's own error, and DoRA, lora_bias or a
+// subset of layers loaded as plain LoRA on every layer); oomb's own config parses as written.
+TEST(Lora, AdapterConfigRefusalsNameTheField) {
+  const nlohmann::json good = {{"peft_type", "LORA"}, {"r", 16}, {"lora_alpha", 32.0}, {"lora_dropout", 0.0},
+                               {"use_rslora", true}, {"target_modules", {"q_proj", "v_proj"}}, {"bias", "none"},
+                               {"modules_to_save", {"embed_tokens"}}, {"rank_pattern", nlohmann::json::object()},
+                               {"use_dora", false}, {"layers_to_transform", nullptr}};
+  const LoraConfig c = parse_adapter_config(good, "a/adapter_config.json");
+  EXPECT_EQ(c.rank, 16);
+  EXPECT_EQ(c.alpha, 32.0);
+  EXPECT_TRUE(c.rslora && c.train_embeddings_norms);
+  EXPECT_EQ(c.target_names(), (std::vector<std::string>{"q_proj", "v_proj"}));
+  const LoraConfig back = parse_adapter_config(adapter_config_json(c, "m", {"embed_tokens"}), "b");
+  EXPECT_TRUE(back.rank == c.rank && back.alpha == c.alpha && back.rslora && back.train_embeddings_norms);
+  const struct {
+    const char* key;
+    nlohmann::json value;
+    const char* says;
+  } bad[] = {
+      {"use_rslora", "yes", "use_rslora must be true or false, got \"yes\""},
+      {"lora_dropout", "0", "lora_dropout must be a number"},
+      {"lora_dropout", 0.05, "lora_dropout 0.05 is not supported"},
+      {"bias", 1, "bias 1 is not supported"},
+      {"use_dora", true, "use_dora (DoRA) is not supported"},
+      {"lora_bias", true, "lora_bias is not supported"},
+      {"fan_in_fan_out", true, "fan_in_fan_out is not supported"},
+      {"layers_to_transform", {0, 1}, "layers_to_transform (adapters on some layers only) is not supported"},
+      {"rank_pattern", {{"q_proj", 8}}, "rank_pattern (per-module ranks) is not supported"},
+      {"trainable_token_indices", {3}, "trainable_token_indices (trainable rows of the embedding) is not supported"},
+      {"r", 0, "r must be a positive integer of at most 1048576, got 0"},
+      {"r", -3, "r must be a positive integer"},
+      {"r", 1.5, "r must be a positive integer"},
+      {"r", int64_t(1) << 21, "r must be a positive integer of at most 1048576, got 2097152"},
+      {"lora_alpha", 0, "lora_alpha must be a positive number"},
+      {"target_modules", nlohmann::json::array(), "target_modules names no module"},
+      {"target_modules", {"q_proj", 7}, "target_modules holds 7, not a name"},
+      {"modules_to_save", "embed_tokens", "modules_to_save must be a list"},
+      {"peft_type", "LOHA", "peft_type is \"LOHA\", not \"LORA\""},
+  };
+  for (const auto& b : bad) {
+    nlohmann::json j = good;
+    j[b.key] = b.value;
+    const std::string e = error_of([&] { parse_adapter_config(j, "a/adapter_config.json"); });
+    EXPECT_NE(e.find(std::string("a/adapter_config.json: ") + b.says), std::string::npos) << b.key << ": " << e;
+  }
+  nlohmann::json j = good;
+  j.erase("r");
+  EXPECT_NE(error_of([&] { parse_adapter_config(j, "f"); }).find("f: field 'r' is missing"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse_adapter_config(nlohmann::json::array(), "f"); }).find("f: not a JSON object"),
+            std::string::npos);
 }

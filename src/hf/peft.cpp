@@ -7,6 +7,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "hf/adapter_config.h"
 #include "hf/safetensors.h"
 
 namespace oomb {
@@ -41,44 +42,7 @@ LoraConfig load_adapter_config(const fs::path& dir) {
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not valid JSON: {}", file.string(), e.what());
   }
-  OOMB_CHECK(j.is_object(), "{}: not a JSON object", file.string());
-  auto field = [&](const char* k) -> const nlohmann::json& {
-    OOMB_CHECK(j.contains(k), "{}: field '{}' is missing", file.string(), k);
-    return j[k];
-  };
-  OOMB_CHECK(field("peft_type").is_string() && field("peft_type") == "LORA", "{}: peft_type is {}, not \"LORA\"",
-             file.string(), field("peft_type").dump());
-  LoraConfig c;
-  OOMB_CHECK(field("r").is_number_integer() && field("r").get<int64_t>() > 0, "{}: r must be a positive integer, got {}",
-             file.string(), field("r").dump());
-  c.rank = field("r").get<int64_t>();
-  OOMB_CHECK(field("lora_alpha").is_number() && field("lora_alpha").get<double>() > 0,
-             "{}: lora_alpha must be a positive number, got {}", file.string(), field("lora_alpha").dump());
-  c.alpha = field("lora_alpha").get<double>();
-  c.rslora = j.value("use_rslora", false);
-  const auto& tm = field("target_modules");
-  std::string list;
-  if (tm.is_string()) {
-    list = tm.get<std::string>();
-  } else {
-    OOMB_CHECK(tm.is_array(), "{}: target_modules must be a list or a string, got {}", file.string(), tm.dump());
-    for (const auto& t : tm) {
-      OOMB_CHECK(t.is_string(), "{}: target_modules holds {}, not a name", file.string(), t.dump());
-      list += (list.empty() ? "" : ",") + t.get<std::string>();
-    }
-  }
-  parse_lora_targets(list, c, file.string() + ": target_modules");
-  OOMB_CHECK(j.value("lora_dropout", 0.0) == 0.0, "{}: lora_dropout {} is not supported (0 only)", file.string(),
-             j["lora_dropout"].dump());
-  OOMB_CHECK(j.value("bias", std::string("none")) == "none", "{}: bias \"{}\" is not supported (\"none\" only)",
-             file.string(), j.value("bias", std::string()));
-  for (const char* k : {"rank_pattern", "alpha_pattern"})
-    OOMB_CHECK(!j.contains(k) || j[k].is_null() || j[k].empty(), "{}: {} (per-module ranks) is not supported",
-               file.string(), k);
-  OOMB_CHECK(!j.value("fan_in_fan_out", false), "{}: fan_in_fan_out is not supported", file.string());
-  c.train_embeddings_norms = j.contains("modules_to_save") && j["modules_to_save"].is_array() &&
-                             !j["modules_to_save"].empty();
-  return c;
+  return parse_adapter_config(j, file.string());
 }
 
 void load_adapter(const fs::path& dir, const Params& base, Params& trainable) {
@@ -126,24 +90,7 @@ void write_adapter_files(const fs::path& dir, const ModelConfig& cfg, const Lora
   std::vector<SaveTensor> tensors;
   for (const ParamSpec& s : trainable.specs())
     tensors.push_back({peft_key(s.name), DType::F32, s.shape, trainable.view(s).data});
-  nlohmann::json j = {{"peft_type", "LORA"},
-                      {"task_type", "CAUSAL_LM"},
-                      {"base_model_name_or_path", base_model},
-                      {"r", c.rank},
-                      {"lora_alpha", c.alpha},
-                      {"lora_dropout", 0.0},
-                      {"use_rslora", c.rslora},
-                      {"target_modules", c.target_names()},
-                      {"bias", "none"},
-                      {"fan_in_fan_out", false},
-                      {"inference_mode", true},
-                      {"init_lora_weights", true},
-                      {"modules_to_save", c.train_embeddings_norms ? nlohmann::json(modules_to_save(cfg))
-                                                                   : nlohmann::json(nullptr)},
-                      {"rank_pattern", nlohmann::json::object()},
-                      {"alpha_pattern", nlohmann::json::object()},
-                      {"use_dora", false},
-                      {"revision", nullptr}};
+  const nlohmann::json j = adapter_config_json(c, base_model, modules_to_save(cfg));
   save_safetensors(dir / kWeightsFile, tensors, {{"format", "pt"}});
   write_file_atomic(dir / kConfigFile, j.dump(2) + "\n");
 }

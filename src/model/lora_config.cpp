@@ -1,0 +1,47 @@
+// LoraConfig's own functions (model/lora.h): its scale, its targets' names, --lora-targets' parse
+// and the flags' check; apart from the layout's code, so a parser (hf/adapter_config) needs no more.
+#include <cmath>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/lora.h"  // (LoraConfig's header: the layout's too)
+
+namespace oomb {
+
+float LoraConfig::scale() const {
+  return float(rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank));
+}
+
+std::vector<std::string> LoraConfig::target_names() const {
+  std::vector<std::string> r;
+  for (int i = 0; i < kLoraTargets; ++i)
+    if (targets[i]) r.push_back(kLoraModules[i]);
+  return r;
+}
+
+void parse_lora_targets(const std::string& list, LoraConfig& c, const std::string& flag) {
+  for (bool& t : c.targets) t = false;
+  std::stringstream ss(list);
+  std::string item;
+  static const char* shorts[kLoraTargets] = {"q", "k", "v", "o", "gate", "up", "down"};
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    if (item == "all" || item == "all-linear") {
+      for (bool& t : c.targets) t = true;
+      continue;
+    }
+    bool found = false;
+    for (int i = 0; i < kLoraTargets; ++i)
+      if (item == shorts[i] || item == kLoraModules[i]) c.targets[i] = found = true;
+    OOMB_CHECK(found, "{}: '{}' is not a module LoRA can adapt (q, k, v, o, gate, up, down, their PEFT names "
+               "q_proj .. down_proj, or all)", flag, item);
+  }
+}
+
+void check_lora(const LoraConfig& c) {
+  OOMB_CHECK(c.rank > 0, "--lora-rank: must be at least 1, got {}", c.rank);
+  OOMB_CHECK(c.alpha > 0 && std::isfinite(c.alpha), "--lora-alpha: must be positive, got {}", c.alpha);
+  OOMB_CHECK(!c.target_names().empty(), "--lora-targets: names no module");
+}
+
+}  // namespace oomb
