@@ -332,8 +332,8 @@ TEST(OffloadParamsMemory, Bf16PlanEqualsThePeaks) {
     expect_peaks_equal(pred);
     const int64_t dev_w = acc.get(Tier::Device, Tag::Weights).peak;
     EXPECT_EQ(dev_w, 2 * ParamStore::layer_image_bytes(cfg) + ParamStore::head_image_bytes(cfg));
-    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, param_count(cfg) * 4 + ParamStore::host_image_bytes(cfg) +
-                                                            ParamStore::embed_staging_bytes(cfg, false, 64, Tag::Weights));
+    const int64_t staged = 2 * plan.chunk * cfg.hidden * 4;  // the embedding's staging: two slots of a chunk's rows
+    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, param_count(cfg) * 4 + ParamStore::host_image_bytes(cfg) + staged);
     EXPECT_LT(ParamStore::layer_image_bytes(cfg), ParamStore::layer_numel(cfg) * 4 * 6 / 10);
     std::cout << fmt::format("[ memory   ] bf16, {} layers: device weights {} B (fp32 offloaded: {} B), a layer's "
                              "image {} B (fp32: {} B)\n", L, dev_w, ParamStore::device_bytes(cfg),
@@ -366,7 +366,7 @@ TEST(OffloadParamsMemory, LoraPlanEqualsThePeaks) {
     EXPECT_EQ(acc.get(Tier::Device, Tag::Weights).peak,
               ParamStore::device_weight_bytes(cfg, bf16) + Pt * 4 + (bf16 ? Bf16Weights::adapter_bytes(cfg, plan.lora) : 0));
     EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, param_count(cfg) * 4 + (bf16 ? ParamStore::host_image_bytes(cfg) : 0) +
-                                                            ParamStore::embed_staging_bytes(cfg, false, 64, Tag::Weights));
+                                                            2 * plan.chunk * cfg.hidden * 4);  // the embedding's staging
     EXPECT_EQ(acc.get(Tier::Pinned, Tag::Grads).peak, 0);  // (the frozen embedding's rows send no gradients)
     std::cout << fmt::format("[ memory   ] LoRA {} with --offload kv,params: device weights {} B, gradients {} B, "
                              "moments {} B; pinned weights {} B\n", dtype_name(precision),

@@ -33,7 +33,8 @@ namespace oomb::cli {
 namespace {
 
 struct TrainArgs {
-  std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "f32", precision;  // precision: "" until resolved (bf16 on cuda, else fp32)
+  // precision: "" until the run resolves it for its device (default_precision)
+  std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "f32", precision;
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
   std::string tensorboard, sweep = "chunk";
   int64_t eos_id = -1, offload_group = 0, device_memory = 0;

@@ -192,10 +192,13 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
     m.at(dev, Tag::Weights) += ParamStore::device_weight_bytes(cfg, bf16, zero3(plan));
     if (!plan.lora.on()) m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg, zero3(plan));  // (LoRA: the base has none)
     if (bf16 && !zero3(plan)) m.at(Tier::Pinned, Tag::Weights) += ParamStore::host_image_bytes(cfg);
-    if (plan.offload_params)  // an embedding on the host: its rows' staging (with gradients: theirs and their ids)
-      for (Tag t : {Tag::Weights, Tag::Grads, Tag::Data})
-        if (t == Tag::Weights || !plan.lora.on())
-          m.at(Tier::Pinned, t) += ParamStore::embed_staging_bytes(cfg, zero3(plan), C / sp, t);
+    if (plan.offload_params) {  // an embedding on the host: its rows' staging (with gradients: theirs and their ids)
+      const int64_t rows = C / sp;
+      m.at(Tier::Pinned, Tag::Weights) += ParamStore::embed_staging_bytes(cfg, zero3(plan), rows, Tag::Weights);
+      if (!plan.lora.on())
+        for (Tag t : {Tag::Grads, Tag::Data})
+          m.at(Tier::Pinned, t) += ParamStore::embed_staging_bytes(cfg, zero3(plan), rows, t);
+    }
   }
   m.at(dev, Tag::Activations) =
       LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp, K) +

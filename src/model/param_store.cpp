@@ -5,7 +5,6 @@
 #include <cstring>
 #include <string>
 
-#include "backend/cpu/cpu_ops.h"
 #include "core/dtype.h"
 
 namespace oomb {
@@ -82,9 +81,7 @@ int64_t ParamStore::device_head_numel(const ModelConfig& c, bool zero3) {
 }
 
 int64_t ParamStore::embed_staging_bytes(const ModelConfig& c, bool zero3, int64_t rows, Tag tag) {
-  if (!embeds_on_host(c, zero3)) return 0;
-  const int64_t row = tag == Tag::Data ? 4 : c.hidden * 4;
-  return tag == Tag::Weights || tag == Tag::Grads || tag == Tag::Data ? 2 * rows * row : 0;
+  return embeds_on_host(c, zero3) ? HostEmbedding::staging_bytes(c, rows, tag) : 0;
 }
 
 int64_t ParamStore::device_bytes(const ModelConfig& c, bool zero3) {
@@ -175,13 +172,7 @@ ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf1
   streams_ = offload && streams_head(c, world != nullptr);
   tile_slots_ = head_tile_slots(c, world != nullptr) * (offload ? 1 : 0);
   for (int s = 0; s < tile_slots_; ++s) tin_[s] = be.new_event(), tused_[s] = be.new_event();
-  host_embed_ = offload && embeds_on_host(c, world != nullptr);
-  rows_ = chunk_rows;
-  if (host_embed_) {
-    OOMB_CHECK(rows_ > 0, "param store: an embedding on the host needs the rows a chunk takes");
-    erows_ = Buffer(Tier::Pinned, Tag::Weights, size_t(embed_staging_bytes(c, false, rows_, Tag::Weights)));
-    for (int s = 0; s < 2; ++s) esent_[s] = be.new_event(), egot_[s] = be.new_event();
-  }
+  if (offload && embeds_on_host(c, world != nullptr)) host_embed_ = std::make_unique<HostEmbedding>(c, be, chunk_rows);
   if (!world_) return;
   OOMB_CHECK(be.tier() == Tier::Device, "--zero 3: needs a device (--device sim or cuda): the layers are gathered "
              "into the parameter store's device slots");
@@ -394,10 +385,7 @@ void ParamStore::bind_grads(Params& grads, ParamViews views) {
              "param store: the gradients must be the whole model (--zero 3: this rank's shards) in {} memory",
              tier_name(home_));
   if (world_) zero_home_grads();  // added into from the first release
-  if (host_embed_) {
-    egrads_ = Buffer(Tier::Pinned, Tag::Grads, size_t(embed_staging_bytes(cfg_, false, rows_, Tag::Grads)));
-    eids_ = Buffer(Tier::Pinned, Tag::Data, size_t(embed_staging_bytes(cfg_, false, rows_, Tag::Data)));
-  }
+  if (host_embed_) host_embed_->bind_grads(grads_->embed);
   gslots_ = Buffer(Tier::Device, Tag::Grads, size_t(2 * layer_numel(cfg_)) * 4);
   ghead_buf_ = Buffer(Tier::Device, Tag::Grads, size_t(device_head_numel(cfg_, world_ != nullptr)) * 4);
   gtiles_ = Buffer(Tier::Device, Tag::Grads, size_t(tile_slots_ * tile_numel(cfg_)) * 4);
@@ -439,17 +427,7 @@ void ParamStore::head_copy(float* dev, Params& host, bool in) {
 
 void ParamStore::embed_fwd(const Tensor& ids, const int32_t* host_ids, Tensor& out) {
   if (!host_embed_) return be_.embedding_fwd(ids, w_.embed, out);
-  const int64_t n = out.dim(0), d = cfg_.hidden;
-  OOMB_CHECK(ids.numel() == n && n <= rows_ && out.dtype == DType::F32 && out.dim(1) == d,
-             "param store: embed_fwd of {} ids into {} (at most {} rows of {})", ids.numel(), out.shape_str(), rows_, d);
-  const int s = enext_;
-  enext_ ^= 1;
-  be_.synchronize(*esent_[s]);  // the slot's copy (two chunks ago) is done
-  Tensor rows(erows_.as<float>() + s * rows_ * d, DType::F32, {n, d}, Tier::Pinned);
-  cpu::embedding_fwd(Tensor(const_cast<int32_t*>(host_ids), DType::I32, {n}, Tier::Host), weights_->embed, rows);
-  be_.copy_async(out.data, Tier::Device, rows.data, Tier::Pinned, size_t(n * d) * 4, Stream::Compute);
-  be_.record(*esent_[s], Stream::Compute);
-  traffic_.weights_in += n * d * 4;
+  traffic_.weights_in += host_embed_->fwd(ids, host_ids, weights_->embed, out);
 }
 
 void ParamStore::embed_bwd(const Tensor& ids, const int32_t* host_ids, const Tensor& dout) {
@@ -458,28 +436,7 @@ void ParamStore::embed_bwd(const Tensor& ids, const int32_t* host_ids, const Ten
     return;
   }
   if (!seq_grads_ || frozen_base_ || grads_ == nullptr) return;  // (LoRA: the embedding is frozen)
-  const int64_t n = dout.dim(0), d = cfg_.hidden;
-  OOMB_CHECK(ids.numel() == n && n <= rows_ && dout.dtype == DType::F32 && dout.dim(1) == d,
-             "param store: embed_bwd of {} ids from {} (at most {} rows of {})", ids.numel(), dout.shape_str(), rows_, d);
-  const int s = gnext_;
-  gnext_ ^= 1;
-  embed_flush(s);  // the slot's chunk two ago added first: the chunks' order
-  std::copy_n(host_ids, n, eids_.as<int32_t>() + s * rows_);
-  be_.copy_async(egrads_.as<float>() + s * rows_ * d, Tier::Pinned, dout.data, Tier::Device, size_t(n * d) * 4,
-                 Stream::Compute);
-  be_.record(*egot_[s], Stream::Compute);
-  epending_[s] = n;
-  traffic_.grads_out += n * d * 4;
-}
-
-void ParamStore::embed_flush(int s) {
-  const int64_t n = epending_[s], d = cfg_.hidden;
-  if (n == 0) return;
-  be_.synchronize(*egot_[s]);
-  const Tensor ids(eids_.as<int32_t>() + s * rows_, DType::I32, {n}, Tier::Pinned);
-  const Tensor dout(egrads_.as<float>() + s * rows_ * d, DType::F32, {n, d}, Tier::Pinned);
-  cpu::embedding_bwd(ids, dout, grads_->embed);
-  epending_[s] = 0;
+  traffic_.grads_out += host_embed_->bwd(ids, host_ids, dout);
 }
 
 void ParamStore::begin_sequence(bool grads, bool masters_changed) {
@@ -506,10 +463,10 @@ void ParamStore::begin_sequence(bool grads, bool masters_changed) {
     char* h = whead_.as<char>();
     const Tier D = Tier::Device, P = Tier::Pinned;
     if (!host_embed_) be_.copy_async(h, D, weights_->embed.data, P, size_t(E) * 4, Stream::Copy);
-    be_.copy_async(h + head_norm_at(cfg_, world_ != nullptr), D, weights_->final_norm.data, P, size_t(d) * 4, Stream::Copy);
-    if (!streams_)
-      be_.copy_async(h + head_lm_at(cfg_, world_ != nullptr), D, himages_.as<char>() + cfg_.layers * image_bytes_, P, size_t(E) * 2,
-                     Stream::Copy);
+    be_.copy_async(h + head_norm_at(cfg_, false), D, weights_->final_norm.data, P, size_t(d) * 4, Stream::Copy);
+    if (!streams_)  // (no --zero 3 here)
+      be_.copy_async(h + head_lm_at(cfg_, false), D, himages_.as<char>() + cfg_.layers * image_bytes_, P,
+                     size_t(E) * 2, Stream::Copy);
     traffic_.weights_in += head_image_copied(cfg_);
   } else {
     head_copy(whead_.as<float>(), *weights_, true);
@@ -540,8 +497,7 @@ void ParamStore::end_sequence() {
     head_grad_zero_ = false;
   }
   if (!dropped("sync")) be_.synchronize();
-  embed_flush(gnext_);  // the older of the two first
-  embed_flush(gnext_ ^ 1);
+  if (host_embed_) host_embed_->flush();
 }
 
 int64_t ParamStore::head_tile_rows(int64_t j) const { return std::min(tile_rows_, cfg_.vocab - j * tile_rows_); }

@@ -46,14 +46,9 @@
 // host holds (or zero) and leaves when the tile is released. bf16: the weight slots hold the
 // lm_head's bf16 copy's rows.
 //
-// The embedding of an offloaded, untied model (not --zero 3: embeds_on_host) stays in host memory:
-// embed_fwd gathers the chunk's rows from the pinned masters on the host (core ops' CPU kernel)
-// and sends them into the layers' input on the compute stream, through two pinned staging slots
-// (a slot is written again once its copy two chunks ago is done); embed_bwd sends the chunk's
-// input gradients back into two more, and the host adds them into the embedding's gradients (the
-// same kernel, tokens in order) when the slot comes round again or the sequence ends: in chunk
-// order, the resident run's fp32 adds. The device then holds no V x d table of weights or
-// gradients; a tied embedding (the lm_head) stays on the device.
+// The embedding of an offloaded, untied model (not --zero 3: embeds_on_host) stays in host memory,
+// its rows crossing for each chunk through pinned staging (model/host_embedding.h); a tied embedding
+// (the lm_head) stays on the device.
 //
 // Offloaded with --precision bf16: what crosses to the device is what the layers compute with. A
 // pinned host image per layer (its tensors in the layout's order, the matrices bf16 and the norms
@@ -69,6 +64,7 @@
 
 #include "backend/backend.h"
 #include "dist/grad_sync.h"
+#include "model/host_embedding.h"
 #include "model/param_shards.h"
 #include "model/params.h"
 
@@ -106,8 +102,6 @@ class ParamStore {
   // out, dout: (n, d)
   void embed_fwd(const Tensor& ids, const int32_t* host_ids, Tensor& out);
   void embed_bwd(const Tensor& ids, const int32_t* host_ids, const Tensor& dout);
-  bool embeds_on_host() const { return host_embed_; }
-  const Tensor& embed() const { return w_.embed; }
   const Tensor& final_norm() const { return w_.final_norm; }
   const Tensor& lm_head() const { return w_.lm_head; }
   // the head's gradients (empty where a tensor is frozen, under LoRA)
@@ -209,7 +203,6 @@ class ParamStore {
   void layer_image_from_shards(int64_t l, int64_t s);
   void head_image_from_shards();
   void zero_home_grads();  // the gradients where they live (home_) from zero
-  void embed_flush(int s);  // embed_bwd's slot s added into the host's gradients (its copy done)
   void gather_into(float* dev, const ParamShards::Range& r, GradSync& sync);
   void reduce_from(float* dev, const ParamShards::Range& r, GradSync& sync);
 
@@ -246,13 +239,7 @@ class ParamStore {
   bool head_grad_zero_ = true, seq_grads_ = false, images_cast_ = false;
   int64_t image_casts_ = 0;
   Traffic traffic_;
-  // the embedding on the host (embeds_on_host, offloaded): staging slots of rows_ rows (pinned)
-  bool host_embed_ = false;
-  int64_t rows_ = 0;
-  Buffer erows_, egrads_, eids_;
-  std::unique_ptr<Event> esent_[2], egot_[2];
-  int enext_ = 0, gnext_ = 0;
-  int64_t epending_[2] = {0, 0};  // rows of gradients slot s holds, not yet added
+  std::unique_ptr<HostEmbedding> host_embed_;  // the embedding on the host (embeds_on_host, offloaded)
   // the lm_head's tiles (streams_: through tile slots)
   void tile_fetch(size_t pos);
   int64_t tile_slot(size_t pos) const { return int64_t((tbase_ + pos) % size_t(tile_slots_)); }
