@@ -30,10 +30,19 @@ nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads) {
 }
 
 void load_for_training(Model& m, const std::filesystem::path& dir) {
-  Params host(m.config(), Tier::Host, Tag::IO);
+  Params host(m.config(), m.host_layout(), Tier::Host, Tag::IO);
   load_weights(dir, m.config(), host);
   m.upload_params(host);
   m.enable_grads();
+}
+
+int64_t frozen_bf16_bytes(const ModelConfig& cfg) {
+  int64_t at = 0;
+  for (const ParamSpec& s : param_layout(cfg)) {
+    const bool bf16 = s.shape.size() == 2 && s.name != "model.embed_tokens.weight";
+    at = (at + s.numel() * (bf16 ? 2 : 4) + 255) / 256 * 256;
+  }
+  return at;
 }
 
 std::vector<float> host_grads(Model& m) {
@@ -77,7 +86,7 @@ MemoryPlan train_for_peaks(const ModelConfig& cfg, const ChunkPlan& plan, int64_
   if (m.params().flat().tier != Tier::Device) {
     init_params(m.params(), 1);
   } else {
-    Params host(cfg, Tier::Host, Tag::IO);
+    Params host(cfg, m.host_layout(), Tier::Host, Tag::IO);
     init_params(host, 1);
     m.upload_params(host);
   }

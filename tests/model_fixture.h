@@ -20,6 +20,10 @@ ModelConfig write_tiny_model(const std::filesystem::path& dir, const nlohmann::j
 // The weights of dir loaded into m, through a host copy when the backend's memory is a device's;
 // gradients enabled.
 void load_for_training(Model& m, const std::filesystem::path& dir);
+// A frozen bf16 base's bytes (LoRA under --precision bf16), written out here rather than taken
+// from the code under test: each tensor from a 256-byte boundary, bf16 where a matmul reads it
+// (2-D, not the embedding), fp32 otherwise.
+int64_t frozen_bf16_bytes(const ModelConfig& cfg);
 // m's gradients, copied to the host.
 std::vector<float> host_grads(Model& m);
 // `steps` training steps of N tokens (the repeat task, seed 2) of a model initialised with seed 1

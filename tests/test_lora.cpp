@@ -18,7 +18,7 @@
 #include "hf/peft.h"
 #include "hf/safetensors.h"
 #include "model/bf16_weights.h"
-#include "model/frozen_base.h"
+#include "model/params.h"
 #include "model/init.h"
 #include "model/memory_plan.h"
 #include "model_fixture.h"
@@ -275,8 +275,6 @@ TEST(Lora, TrainsAdaptersOnlyFromTheBaseAndAsPlanned) {
   plan.lora = lc;
   plan.precision = precision;  // bf16: the base's and the adapters' bf16 copies beside their masters
   auto be = make_cpu_backend();
-  Params base0(cfg, Tier::Host, Tag::IO);
-  load_weights(dir, cfg, base0);
   double base_loss = 0;
   RepeatTask task(3, cfg.vocab);
   std::vector<int32_t> ids(N), tg(N);
@@ -302,7 +300,10 @@ TEST(Lora, TrainsAdaptersOnlyFromTheBaseAndAsPlanned) {
     std::ostringstream log;
     const StepStats st = train(m, task, o, log);
     EXPECT_LT(st.loss, base_loss) << "the adapters learn";
-    EXPECT_EQ(std::memcmp(m.params().flat().data, base0.flat().data, base0.flat().bytes()), 0) << "a base weight moved";
+    Params loaded(cfg, m.host_layout(), Tier::Host, Tag::IO);  // (bf16: the frozen base as loaded)
+    load_weights(dir, cfg, loaded);
+    EXPECT_EQ(m.params().flat().bytes(), loaded.flat().bytes());
+    EXPECT_EQ(std::memcmp(m.params().flat().data, loaded.flat().data, loaded.flat().bytes()), 0) << "a base weight moved";
     const int64_t Pt = lora_param_count(cfg, lc);
     int64_t want_pt = 0;  // the formula: r (in + out) per adapted linear and layer
     const int64_t d = cfg.hidden, qd = cfg.heads * cfg.head_dim, kd = cfg.kv_heads * cfg.head_dim,
@@ -313,8 +314,11 @@ TEST(Lora, TrainsAdaptersOnlyFromTheBaseAndAsPlanned) {
     const MemoryPlan pm = plan_memory(cfg, plan, N, "adamw", be->workspace_bytes(workspace_shape(cfg, plan)));
     EXPECT_EQ(acc.get(Tier::Host, Tag::Grads).peak, Pt * 4);
     EXPECT_EQ(acc.get(Tier::Host, Tag::Optimizer).peak, 2 * Pt * 4);
-    const int64_t copies = precision == DType::BF16 ? Bf16Weights::bytes(cfg) + Bf16Weights::adapter_bytes(cfg, lc) : 0;
-    EXPECT_EQ(acc.get(Tier::Host, Tag::Weights).peak, (param_count(cfg) + Pt) * 4 + copies);
+    // bf16: the frozen base once (bf16 matrices, fp32 rest) and the adapters' bf16 copy
+    const bool bf16 = precision == DType::BF16;
+    const int64_t base = bf16 ? frozen_bf16_bytes(cfg) : param_count(cfg) * 4,
+                  copies = bf16 ? Bf16Weights::adapter_bytes(cfg, lc) : 0;
+    EXPECT_EQ(acc.get(Tier::Host, Tag::Weights).peak, base + Pt * 4 + copies);
     if (precision == DType::BF16) {
       EXPECT_GE(Bf16Weights::adapter_bytes(cfg, lc), Pt * 2);
     }
@@ -324,9 +328,9 @@ TEST(Lora, TrainsAdaptersOnlyFromTheBaseAndAsPlanned) {
       }
     }
     std::cout << fmt::format("[ lora     ] {}: {} trainable of {} parameters; grads {} B, optimizer {} B (full "
-                             "fine-tuning: {} B, {} B), bf16 copies {} B; loss {:.4f} -> {:.4f}\n",
+                             "fine-tuning: {} B, {} B), the base {} B, bf16 copies {} B; loss {:.4f} -> {:.4f}\n",
                              dtype_name(precision), Pt, param_count(cfg), Pt * 4, 2 * Pt * 4, param_count(cfg) * 4,
-                             2 * param_count(cfg) * 4, copies, base_loss, st.loss);
+                             2 * param_count(cfg) * 4, base, copies, base_loss, st.loss);
   }
   }
 }
@@ -380,12 +384,14 @@ TEST(Lora, Bf16AdaptersComputeWithTheirBf16Copy) {
   }
 }
 
-// LoRA with --precision bf16 on the simulated device: the frozen base's fp32 masters stay in
-// pinned host memory and the device holds its bf16 matrices and fp32 rest (model/frozen_base).
-// 3 AdamW steps give the CPU's bits (each step's loss and adapter gradients, the adapters and
-// moments after); the plan equals every (tier, tag) peak; the device's weights are the masters'
-// fp32 bytes less than keeping them resident beside the bf16 copy, as the plan says for Qwen2.5-7B.
-TEST(Lora, Bf16OnADeviceKeepsTheBaseMastersOnTheHost) {
+// LoRA with --precision bf16 holds the frozen base once, as the layers compute with it: bf16
+// matrices and the fp32 rest where parameters live (the device here), no fp32 masters anywhere.
+// 3 AdamW steps on the simulated device give the CPU's bits (each step's loss and adapter
+// gradients, the adapters and moments after); the plan equals every (tier, tag) peak; nothing is
+// pinned. With B = 0 the loss is, bit for bit, that of the model without LoRA under bf16 (fp32
+// masters, their bf16 copy cast each pass): loading rounds the base as that cast does. Moving one
+// base value by one bf16 ulp changes it (the control).
+TEST(Lora, Bf16HoldsTheFrozenBaseOnceInBf16) {
   const fs::path dir = temp_dir("_lora_frozen");
   const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("qwen2", 2), 17);
   LoraConfig lc;
@@ -409,17 +415,18 @@ TEST(Lora, Bf16OnADeviceKeepsTheBaseMastersOnTheHost) {
   };
   Accountant& acc = Accountant::global();
   MemoryPlan pm;
+  RepeatTask task(3, cfg.vocab);
+  std::vector<int32_t> ids(N), tg(N);
+  task.window(0, N, ids.data(), tg.data());
   auto run = [&](Backend& be) {
     Run r;
     Model m(cfg, be, plan);
+    EXPECT_TRUE(m.params().mixed());
     load_for_training(m, dir);
     m.upload_trainable(adapters);
     OptimConfig oc;
     oc.lr = 1e-2f, oc.total_steps = 3, oc.grad_clip = 0.5f;
     Optimizer opt(oc, m.trainable(), m.grads(), be);
-    RepeatTask task(3, cfg.vocab);
-    std::vector<int32_t> ids(N), tg(N);
-    task.window(0, N, ids.data(), tg.data());
     for (int k = 0; k < 3; ++k) {
       m.zero_grads();
       r.losses.push_back(m.forward_backward(ids.data(), tg.data(), N, 1.0f).loss_sum);
@@ -452,21 +459,52 @@ TEST(Lora, Bf16OnADeviceKeepsTheBaseMastersOnTheHost) {
       EXPECT_EQ(acc.get(tier, Tag(i)).peak, pm.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i));
     }
   const int64_t P = param_count(cfg), Pt = lora_param_count(cfg, lc), copies = Bf16Weights::adapter_bytes(cfg, lc);
-  const int64_t dev = acc.get(Tier::Device, Tag::Weights).peak, resident = (P + Pt) * 4 + Bf16Weights::bytes(cfg) + copies;
-  EXPECT_EQ(dev, Pt * 4 + FrozenBase::device_bytes(cfg) + copies);
-  EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, P * 4 + FrozenBase::staging_bytes(cfg));
-  EXPECT_LT(dev, resident - Bf16Weights::bytes(cfg)) << "the device keeps about the bf16 copy, not the masters";
+  const int64_t dev = acc.get(Tier::Device, Tag::Weights).peak;
+  EXPECT_EQ(dev, Pt * 4 + frozen_bf16_bytes(cfg) + copies) << "the base once, as it computes, beside the adapters";
+  EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, 0) << "no fp32 masters pinned on the host";
+  EXPECT_LT(frozen_bf16_bytes(cfg), P * 3) << "fewer bytes than the fp32 base";
+
+  // B = 0: the model without LoRA under bf16, bit for bit; one base value one ulp away: not
+  auto forward = [&](Backend& be, bool lora, int nudge) {
+    ChunkPlan p = plan;
+    if (!lora) p.lora = LoraConfig{};
+    Model m(cfg, be, p);
+    load_for_training(m, dir);
+    if (lora) {
+      Params zero_b(cfg, lora_layout(cfg, lc), Tier::Host, Tag::IO);
+      init_lora(zero_b, base, 18);
+      m.upload_trainable(zero_b);
+    }
+    if (nudge) {
+      Params host(cfg, m.host_layout(), Tier::Host, Tag::IO);
+      m.download_params(host);
+      uint16_t* w = static_cast<uint16_t*>(host.layers[1].wdown.data);
+      EXPECT_EQ(host.layers[1].wdown.dtype, DType::BF16);
+      w[5] = uint16_t(w[5] + nudge);
+      m.upload_params(host);
+    }
+    return m.evaluate(ids.data(), tg.data(), N).loss_sum;
+  };
+  for (bool on_sim_backend : {false, true}) {
+    auto be = on_sim_backend ? make_sim_backend() : make_cpu_backend();
+    const double plain = forward(*be, false, 0), frozen = forward(*be, true, 0), nudged = forward(*be, true, 1);
+    EXPECT_EQ(std::memcmp(&plain, &frozen, 8), 0) << be->name() << ": " << plain << " vs " << frozen;
+    EXPECT_NE(std::memcmp(&plain, &nudged, 8), 0) << be->name() << ": control";
+    std::cout << fmt::format("[ lora bf16] {}: B = 0 loss {} (without LoRA: {}); one base value one ulp away: {}\n",
+                             be->name(), frozen, plain, nudged);
+  }
+
   const ModelConfig q7 = preset_config("qwen2.5-7b");
   LoraConfig l7 = lc;
   l7.rank = 16;
   ChunkPlan p7{4096, 128};
   p7.lora = l7, p7.precision = DType::BF16;
-  const int64_t w7 = plan_memory(q7, p7, 131072, "adamw", 0, Tier::Device).get(Tier::Device, Tag::Weights),
-                r7 = (param_count(q7) + lora_param_count(q7, l7)) * 4 + Bf16Weights::bytes(q7) +
-                     Bf16Weights::adapter_bytes(q7, l7);
-  std::cout << fmt::format("[ lora bf16] simulated device = CPU bit for bit over 3 steps; device weights {} B (masters "
-                           "resident beside the copy: {} B); Qwen2.5-7B, rank 16: {} of the device's weights "
-                           "(resident masters: {})\n", dev, resident, format_bytes(w7), format_bytes(r7));
+  const MemoryPlan m7 = plan_memory(q7, p7, 131072, "adamw", 0, Tier::Device);
+  std::cout << fmt::format("[ lora bf16] simulated device = CPU bit for bit over 3 steps; device weights {} B, the "
+                           "fp32 base alone {} B, nothing pinned; Qwen2.5-7B, rank 16: device weights {}, pinned {}\n",
+                           dev, P * 4, format_bytes(m7.get(Tier::Device, Tag::Weights)),
+                           format_bytes(m7.get(Tier::Pinned, Tag::Weights)));
+  EXPECT_EQ(m7.get(Tier::Pinned, Tag::Weights), 0);
 }
 
 TEST(Lora, TrainableEmbeddingsAndNormsGetFullFineTuningsGradients) {

@@ -343,8 +343,8 @@ TEST(OffloadParamsMemory, Bf16PlanEqualsThePeaks) {
 
 // LoRA with --offload kv,params (fp32 and bf16): the plan equals every (tier, tag) peak; the
 // device holds the streamed base's two layer slots and head, and the adapters with their
-// gradients and moments (no gradient slots); the pinned host holds the base's masters (and, bf16,
-// its images).
+// gradients and moments (no gradient slots); the pinned host holds the base's masters (bf16: the
+// frozen base once, its layers their own images, and a tied lm_head's bf16 copy).
 TEST(OffloadParamsMemory, LoraPlanEqualsThePeaks) {
   Accountant& acc = Accountant::global();
   const ModelConfig cfg = parse_config(tiny_config_json("qwen2", 2), "LoRA memory test config");
@@ -365,8 +365,10 @@ TEST(OffloadParamsMemory, LoraPlanEqualsThePeaks) {
     EXPECT_EQ(acc.get(Tier::Device, Tag::Optimizer).peak, 2 * Pt * 4);
     EXPECT_EQ(acc.get(Tier::Device, Tag::Weights).peak,
               ParamStore::device_weight_bytes(cfg, bf16) + Pt * 4 + (bf16 ? Bf16Weights::adapter_bytes(cfg, plan.lora) : 0));
-    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, param_count(cfg) * 4 + (bf16 ? ParamStore::host_image_bytes(cfg) : 0) +
-                                                            2 * plan.chunk * cfg.hidden * 4);  // the embedding's staging
+    const int64_t base = bf16 ? frozen_bf16_bytes(cfg) + (cfg.tie_word_embeddings ? cfg.vocab * cfg.hidden * 2 : 0)
+                              : param_count(cfg) * 4;
+    EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak,
+              base + (cfg.tie_word_embeddings ? 0 : 2 * plan.chunk * cfg.hidden * 4));  // (untied: the embedding's staging)
     EXPECT_EQ(acc.get(Tier::Pinned, Tag::Grads).peak, 0);  // (the frozen embedding's rows send no gradients)
     std::cout << fmt::format("[ memory   ] LoRA {} with --offload kv,params: device weights {} B, gradients {} B, "
                              "moments {} B; pinned weights {} B\n", dtype_name(precision),

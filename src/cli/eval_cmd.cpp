@@ -47,7 +47,7 @@ std::unique_ptr<Model> load_model(const EvalArgs& a, const ModelConfig& cfg, Bac
   set_dist(a.dist, dist.rank(), plan);
   plan.device_comm = dist.device_comm();
   auto m = std::make_unique<Model>(cfg, be, plan, &dist.tensor_sp());
-  Params host(cfg, Tier::Host, Tag::IO);
+  Params host(cfg, m->host_layout(), Tier::Host, Tag::IO);
   Params& base = be.tier() == Tier::Host ? m->params() : host;
   load_weights(a.model, cfg, base);
   if (&base == &host) m->upload_params(host);

@@ -171,7 +171,7 @@ void note_wrapping(int64_t N, const PackedTokens& data) {
 // uploaded after when fn writes them.
 void with_host_params(Model& model, const std::function<void(Params&)>& fn, bool writes) {
   if (model.params().flat().tier != Tier::Device && !model.sharded()) return fn(model.params());
-  Params host(model.config(), Tier::Host, Tag::IO);
+  Params host(model.config(), model.host_layout(), Tier::Host, Tag::IO);
   if (!writes) model.download_params(host);
   fn(host);
   if (writes) model.upload_params(host);

@@ -19,17 +19,21 @@ DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
   SafetensorsModel st = SafetensorsModel::open(dir);
   std::map<DType, int64_t> dtypes;
   std::set<std::string> used;
+  Buffer wide;  // a frozen bf16 base's tensor in fp32, before it is rounded into place
   for (const ParamSpec& s : p.specs()) {
     const TensorInfo* t = st.find(s.name);
     OOMB_CHECK(t != nullptr, "{}: tensor '{}' is missing from the checkpoint (config: {} layers, {})", dir.string(),
                s.name, c.layers, c.tie_word_embeddings ? "tied embeddings" : "untied embeddings");
-    float* x = p.view(s).f();
-    st.read_f32(s.name, x, s.shape);
+    const Tensor dst = p.view(s);
     const int64_t n = s.numel();
+    if (dst.dtype != DType::F32 && wide.bytes() < size_t(n) * 4) wide = Buffer(Tier::Host, Tag::IO, size_t(n) * 4);
+    float* x = dst.dtype == DType::F32 ? dst.f() : wide.as<float>();
+    st.read_f32(s.name, x, s.shape);
     for (int64_t i = 0; i < n; ++i)  // named here, not blamed on the learning rate at the first step
       if (!std::isfinite(x[i])) [[unlikely]]
         fail("{}: tensor '{}' holds a non-finite value ({}) at flat index {} of {}; the checkpoint is damaged or "
              "was saved after training diverged", dir.string(), s.name, x[i], i, n);
+    if (dst.dtype != DType::F32) convert_from_f32(x, dst.data, dst.dtype, size_t(n));
     dtypes[t->dtype] += s.numel();
     used.insert(s.name);
   }
@@ -58,14 +62,20 @@ DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
 
 void save_model(const fs::path& dir, const ModelConfig& c, const Params& p, DType dtype, const fs::path& copy_from) {
   const size_t es = dtype_size(dtype);
-  int64_t total = 0;
-  for (const ParamSpec& s : p.specs()) total += s.numel();
+  int64_t total = 0, widest = 0;
+  for (const ParamSpec& s : p.specs()) total += s.numel(), widest = std::max(widest, s.numel());
   Buffer out(Tier::Host, Tag::IO, size_t(total) * es);
+  Buffer wide(Tier::Host, Tag::IO, p.mixed() ? size_t(widest) * 4 : 0);  // a frozen bf16 base's tensor in fp32
   std::vector<SaveTensor> tensors;
+  int64_t at = 0;
   for (const ParamSpec& s : p.specs()) {
-    char* dst = out.as<char>() + size_t(s.offset) * es;
-    convert_from_f32(p.view(s).f(), dst, dtype, size_t(s.numel()));
+    char* dst = out.as<char>() + size_t(at) * es;
+    const Tensor t = p.view(s);
+    const float* x = t.f();
+    if (t.dtype != DType::F32) convert_to_f32(t.data, t.dtype, wide.as<float>(), size_t(s.numel())), x = wide.as<float>();
+    convert_from_f32(x, dst, dtype, size_t(s.numel()));
     tensors.push_back({s.name, dtype, s.shape, dst});
+    at += s.numel();
   }
   save_model_tensors(dir, c, tensors, dtype, copy_from);
 }

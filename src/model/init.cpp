@@ -89,7 +89,17 @@ static void fill_param(const ParamSpec& s, uint64_t seed, float std, float* x) {
 }
 
 void init_params(Params& p, uint64_t seed, float std) {
-  for (const ParamSpec& s : p.specs()) fill_param(s, seed, std, p.view(s).f());
+  std::vector<float> x;
+  for (const ParamSpec& s : p.specs()) {
+    const Tensor t = p.view(s);
+    if (t.dtype == DType::F32) {
+      fill_param(s, seed, std, t.f());
+      continue;
+    }
+    x.resize(size_t(s.numel()));  // (a frozen bf16 base: the same values, rounded)
+    fill_param(s, seed, std, x.data());
+    convert_from_f32(x.data(), t.data, t.dtype, x.size());
+  }
 }
 
 void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, uint64_t seed, DType dtype,

@@ -6,7 +6,6 @@
 #include "model/activation_store.h"
 #include "model/bf16_weights.h"
 #include "model/chunk_inputs.h"
-#include "model/frozen_base.h"
 #include "model/layer.h"
 #include "model/param_shards.h"
 #include "model/param_store.h"
@@ -46,9 +45,7 @@ static void check_plan_size(const ModelConfig& c, int64_t N, int64_t C, int64_t 
   OOMB_CHECK(i128(P) * 64 < limit, "memory plan: {} parameters overflow the plan's byte counts", P);
 }
 
-bool frozen_base_on_host(const ChunkPlan& plan, Tier backend_tier) {
-  return plan.lora.on() && plan.precision == DType::BF16 && backend_tier == Tier::Device && !plan.offload_params;
-}
+bool frozen_bf16(const ChunkPlan& plan) { return plan.lora.on() && plan.precision == DType::BF16; }
 
 int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan) {
   return plan.lora.on() ? lora_param_count(cfg, plan.lora) : param_count(cfg);
@@ -169,10 +166,11 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   const int64_t Pt = trainable_count(cfg, plan);
   const Tier params_home = plan.offload_params ? Tier::Pinned : dev;
   const Tier train_home = plan.lora.on() ? dev : params_home;
-  const bool frozen = frozen_base_on_host(plan, dev);  // (LoRA, bf16: the base's masters pinned)
-  m.at(frozen ? Tier::Pinned : params_home, Tag::Weights) = P * 4 + (frozen ? FrozenBase::staging_bytes(cfg) : 0);
+  const bool frozen = frozen_bf16(plan);  // (LoRA, bf16: the base as it computes, once)
+  m.at(params_home, Tag::Weights) = frozen ? layout_bytes(frozen_bf16_layout(cfg)) : P * 4;
   m.at(train_home, Tag::Weights) += plan.lora.on() ? Pt * 4 : 0;
-  if (frozen) m.at(dev, Tag::Weights) += FrozenBase::device_bytes(cfg);
+  // a tied lm_head's bf16 copy of the (fp32) embedding, beside a resident frozen base
+  if (frozen && cfg.tie_word_embeddings && !plan.offload_params) m.at(dev, Tag::Weights) += cfg.vocab * cfg.hidden * 2;
   m.at(train_home, Tag::Grads) = Pt * 4;
   const bool sharded = plan.zero > 0 && plan.ranks > 1;
   m.at(train_home, Tag::Optimizer) =
@@ -191,7 +189,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
                 // --zero 3 on the device from the gathered fp32 ranges)
     m.at(dev, Tag::Weights) += ParamStore::device_weight_bytes(cfg, bf16, zero3(plan));
     if (!plan.lora.on()) m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg, zero3(plan));  // (LoRA: the base has none)
-    if (bf16 && !zero3(plan)) m.at(Tier::Pinned, Tag::Weights) += ParamStore::host_image_bytes(cfg);
+    if (bf16 && !zero3(plan)) m.at(Tier::Pinned, Tag::Weights) += ParamStore::host_image_bytes(cfg, frozen);
     if (plan.offload_params) {  // an embedding on the host: its rows' staging (with gradients: theirs and their ids)
       const int64_t rows = C / sp;
       m.at(Tier::Pinned, Tag::Weights) += ParamStore::embed_staging_bytes(cfg, zero3(plan), rows, Tag::Weights);

@@ -47,8 +47,8 @@ struct ChunkPlan {
   // where they feed a matmul; K/V, q, the attention output and its gradient rounded to bf16 values)
   // and accumulates in fp32; norms, softmax, LSE, loss, the residual stream, master weights,
   // moments and gradient accumulation stay fp32. With --offload params the layers' bf16 images
-  // cross to the device (ParamStore), the fp32 masters stay on the host; with LoRA on a device the
-  // frozen base's fp32 masters stay on the host too (frozen_base_on_host).
+  // cross to the device (ParamStore), the fp32 masters stay on the host; with LoRA the frozen base
+  // has no fp32 masters: its matrices are held in bf16 only (frozen_bf16).
   DType precision = DType::F32;
   // --sweep chunk or layer (--sweep auto is resolved to one of them before a plan is made)
   SweepOrder sweep = SweepOrder::Chunk;
@@ -91,9 +91,10 @@ bool recomputes_tied_head(const ModelConfig& cfg, const ChunkPlan& plan);
 // sums the recomputed head adds instead.
 int64_t loss_sums_bytes(const ModelConfig& cfg, const ChunkPlan& plan);
 
-// LoRA with --precision bf16 on a device (parameters not offloaded): the frozen base's fp32 masters
-// stay in pinned host memory, the device holds its bf16 matrices and fp32 rest (model/frozen_base).
-bool frozen_base_on_host(const ChunkPlan& plan, Tier backend_tier);
+// LoRA with --precision bf16: the frozen base is held once, as the layers compute with it (bf16
+// matrices, fp32 rest: model/params.h's frozen_bf16_layout), where parameters live (the backend's
+// memory, or pinned with --offload params); loading rounds it to bf16 (exact for a bf16 checkpoint).
+bool frozen_bf16(const ChunkPlan& plan);
 
 // Parameters the optimizer updates: every one, or LoRA's trainable set.
 int64_t trainable_count(const ModelConfig& cfg, const ChunkPlan& plan);

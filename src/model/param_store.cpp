@@ -138,7 +138,8 @@ int64_t ParamStore::device_weight_bytes(const ModelConfig& c, bool bf16, bool ze
               : device_bytes(c, zero3);
 }
 
-int64_t ParamStore::host_image_bytes(const ModelConfig& c) {
+int64_t ParamStore::host_image_bytes(const ModelConfig& c, bool frozen_bf16) {
+  if (frozen_bf16) return c.tie_word_embeddings ? c.vocab * c.hidden * 2 : 0;  // (the layers are their own images)
   return c.layers * layer_image_bytes(c) + c.vocab * c.hidden * 2;
 }
 
@@ -256,10 +257,15 @@ void ParamStore::bind(Params& weights, ParamViews views) {
   if (world_)
     OOMB_CHECK(weights.flat().tier == home_ && weights.flat().numel() == shards_.numel,
                "param store: --zero 3's masters must be this rank's shards in {} memory", tier_name(home_));
+  else if (weights.mixed())
+    OOMB_CHECK(bf16_ && weights.flat().tier == Tier::Pinned &&
+                   int64_t(weights.flat().bytes()) == layout_bytes(frozen_bf16_layout(c)),
+               "param store: an offloaded frozen bf16 base must be the whole model in pinned memory, with --precision bf16");
   else
     OOMB_CHECK(weights.flat().tier == Tier::Pinned && weights.flat().numel() == param_count(c) &&
                    layer_offset(c, c.layers) == weights.get("model.norm.weight").f() - weights.flat().f(),
                "param store: offloaded masters must be the whole model in pinned memory, laid out embedding, layers, norm");
+  mixed_ = weights.mixed();
   if (bf16_) return bind_images();
   const Tier D = Tier::Device;
   wslots_ = Buffer(D, Tag::Weights, size_t(2 * layer_numel(c)) * 4);
@@ -282,17 +288,21 @@ void ParamStore::bind_images() {
   whead_ = Buffer(D, Tag::Weights, size_t(head_image_bytes(c, world_ != nullptr)));
   wtiles_ = Buffer(D, Tag::Weights, size_t(tile_slots_ * tile_numel(c)) * 2);
   tile_grad_zero_.assign(size_t(tiles_), true);
-  if (!world_) himages_ = Buffer(Tier::Pinned, Tag::Weights, size_t(host_image_bytes(c)));
+  if (!world_) himages_ = Buffer(Tier::Pinned, Tag::Weights, size_t(host_image_bytes(c, mixed_)));
   const LayerZero l0 = layer_zero(*weights_);
-  const float* layer0 = l0.base;
+  // where layer 0 starts: its parts are found by their byte offsets from there (a frozen bf16
+  // base's layer is laid out as its image: the parts' `at`; fp32 masters: 4 bytes a value)
+  const char* layer0 = mixed_ ? static_cast<const char*>(weights_->layers[0].attn_norm.data)
+                              : reinterpret_cast<const char*>(l0.base);
   for (int s = 0; s < 2 && l0.layer; ++s) {
     LayerParams& v = wview_[s];
     v = *l0.layer;
     for (auto f : kLayerFields) {
       Tensor& t = v.*f;
       if (t.empty()) continue;
-      const int64_t off = t.f() - layer0;
-      auto part = std::find_if(parts_.begin(), parts_.end(), [&](const ImagePart& p) { return p.master == off; });
+      const int64_t off = static_cast<const char*>(t.data) - layer0;
+      auto part = std::find_if(parts_.begin(), parts_.end(),
+                               [&](const ImagePart& p) { return (mixed_ ? p.at : p.master * 4) == off; });
       OOMB_CHECK(part != parts_.end() && part->numel == t.numel(), "param store: a layer tensor {} outside the image",
                  t.shape_str());
       t.data = wslots_.as<char>() + s * image_bytes_ + part->at;
@@ -311,12 +321,13 @@ void ParamStore::bind_images() {
 }
 
 // Every layer's image and the lm_head's bf16 copy from the masters (pinned host memory, no copy
-// in flight): the values core/dtype's rounding gives, as Backend::cast.
+// in flight): the values core/dtype's rounding gives, as Backend::cast. A frozen bf16 base's
+// layers and untied lm_head are their own images: only a tied lm_head's copy is made.
 void ParamStore::cast_images() {
   const ModelConfig& c = cfg_;
   const float* m = weights_->flat().f();
   char* h = himages_.as<char>();
-  for (int64_t l = 0; l < c.layers; ++l)
+  for (int64_t l = 0; l < c.layers && !mixed_; ++l)
     for (const ImagePart& p : parts_) {
       const float* src = m + layer_offset(c, l) + p.master;
       char* dst = h + l * image_bytes_ + p.at;
@@ -328,11 +339,22 @@ void ParamStore::cast_images() {
 #pragma omp parallel for if (p.numel >= (1 << 16))
       for (int64_t i = 0; i < p.numel; ++i) d16[i] = f32_to_bf16(src[i]);
     }
+  if (mixed_ && !c.tie_word_embeddings) return;
   const float* lm = c.tie_word_embeddings ? weights_->embed.f() : weights_->lm_head.f();
-  uint16_t* d16 = reinterpret_cast<uint16_t*>(h + c.layers * image_bytes_);
+  uint16_t* d16 = reinterpret_cast<uint16_t*>(const_cast<char*>(lm_image()));
   const int64_t n = c.vocab * c.hidden;
 #pragma omp parallel for if (n >= (1 << 16))
   for (int64_t i = 0; i < n; ++i) d16[i] = f32_to_bf16(lm[i]);
+}
+
+const char* ParamStore::layer_image(int64_t l) const {
+  if (mixed_) return static_cast<const char*>(weights_->layers[size_t(l)].attn_norm.data);
+  return himages_.as<char>() + l * image_bytes_;
+}
+
+const char* ParamStore::lm_image() const {
+  if (mixed_) return cfg_.tie_word_embeddings ? himages_.as<char>() : static_cast<const char*>(weights_->lm_head.data);
+  return himages_.as<char>() + cfg_.layers * image_bytes_;
 }
 
 // Layer 0's views as bound in `host` and where its range starts; under --zero 3, whose shards hold
@@ -465,8 +487,7 @@ void ParamStore::begin_sequence(bool grads, bool masters_changed) {
     if (!host_embed_) be_.copy_async(h, D, weights_->embed.data, P, size_t(E) * 4, Stream::Copy);
     be_.copy_async(h + head_norm_at(cfg_, false), D, weights_->final_norm.data, P, size_t(d) * 4, Stream::Copy);
     if (!streams_)  // (no --zero 3 here)
-      be_.copy_async(h + head_lm_at(cfg_, false), D, himages_.as<char>() + cfg_.layers * image_bytes_, P,
-                     size_t(E) * 2, Stream::Copy);
+      be_.copy_async(h + head_lm_at(cfg_, false), D, lm_image(), P, size_t(E) * 2, Stream::Copy);
     traffic_.weights_in += head_image_copied(cfg_);
   } else {
     head_copy(whead_.as<float>(), *weights_, true);
@@ -521,7 +542,7 @@ void ParamStore::tile_fetch(size_t pos) {
   be_.wait(Stream::Copy, *tused_[s]);
   if (tholds_[s] != j) {
     const size_t es = bf16_ ? 2 : 4, bytes = size_t(n) * es;
-    const char* src = bf16_ ? himages_.as<char>() + cfg_.layers * image_bytes_ + size_t(v0 * cfg_.hidden) * 2
+    const char* src = bf16_ ? lm_image() + size_t(v0 * cfg_.hidden) * 2
                             : reinterpret_cast<const char*>(weights_->lm_head.f() + v0 * cfg_.hidden);
     be_.copy_async(wtiles_.as<char>() + size_t(s * tile_numel(cfg_)) * es, D, src, P, bytes, Stream::Copy);
     tholds_[s] = j;
@@ -606,8 +627,7 @@ void ParamStore::fetch(size_t pos) {
   }
   be_.wait(Stream::Copy, *used_[s]);
   if (holds_[s] != l && bf16_) {  // the layer's image
-    be_.copy_async(wslots_.as<char>() + s * image_bytes_, D, himages_.as<char>() + l * image_bytes_, P,
-                   size_t(image_bytes_), Stream::Copy);
+    be_.copy_async(wslots_.as<char>() + s * image_bytes_, D, layer_image(l), P, size_t(image_bytes_), Stream::Copy);
     holds_[s] = l;
     traffic_.weights_in += image_bytes_;
   } else if (holds_[s] != l) {

@@ -56,7 +56,9 @@
 // the host when a sequence begins, and a weight slot holds one image (one copy, half the bytes of
 // fp32); the head on the device is the embedding (where it is there) and final norm (fp32, from the masters) and the
 // lm_head's bf16 copy (from a pinned host copy; the embedding's when tied). The masters, gradients
-// (fp32 slots, as without bf16) and moments stay on the host.
+// (fp32 slots, as without bf16) and moments stay on the host. A frozen bf16 base (LoRA: masters
+// in model/params.h's mixed layout) needs no images: each layer is laid out as its image, and so is
+// an untied lm_head; only a tied lm_head's bf16 copy is made, from the embedding.
 #pragma once
 #include <memory>
 #include <span>
@@ -166,7 +168,8 @@ class ParamStore {
   static int64_t head_image_bytes(const ModelConfig& c, bool zero3 = false);
   static int64_t head_image_copied(const ModelConfig& c);
   static int64_t device_weight_bytes(const ModelConfig& c, bool bf16, bool zero3 = false);
-  static int64_t host_image_bytes(const ModelConfig& c);
+  // (frozen_bf16: a frozen bf16 base's, whose layers and untied lm_head are their own images)
+  static int64_t host_image_bytes(const ModelConfig& c, bool frozen_bf16 = false);
   // --zero 3: host bytes (tag workspace) of the gathers' and reductions' staging, the shards in `home`.
   static int64_t zero3_host_bytes(const ModelConfig& c, int ranks, Tier dev, Tier home);
   // Tests only: --zero 3 without the gradients' reduce-scatter (each rank keeps its own part).
@@ -191,6 +194,9 @@ class ParamStore {
   void head_copy(float* dev, Params& host, bool in);
   void bind_images();     // bf16: the images' layout, buffers and views
   void cast_images();     // bf16: the host images from the masters
+  // bf16: layer l's host image and the lm_head's bf16 copy (in the masters for a frozen bf16 base)
+  const char* layer_image(int64_t l) const;
+  const char* lm_image() const;
   // --zero 3: range r's shards gathered into dev (r.n floats); dev's gradients reduced into the shard
   void device_views(const Params& host, Buffer& slots, Buffer& head, LayerParams* view, ParamViews& out);
   struct LayerZero {
@@ -213,6 +219,7 @@ class ParamStore {
   bool frozen_base_ = false;  // offloaded, with gradients resident: LoRA's (the base has none)
   std::vector<LayerParams> adapters_;  // with slots: each layer's views as bound (LoRA: its adapters)
   bool bf16_;   // slots with --precision bf16: the slots hold images
+  bool mixed_ = false;  // the masters are a frozen bf16 base (model/params.h): its layers are their images
   Comm* world_ = nullptr;  // --zero 3
   ParamShards shards_;
   std::unique_ptr<GradSync> sync_layer_, sync_embed_, sync_tail_;

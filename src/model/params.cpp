@@ -53,13 +53,33 @@ int64_t param_count(const ModelConfig& c) {
   return s.back().offset + s.back().numel();
 }
 
+static int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
+
+std::vector<ParamSpec> frozen_bf16_layout(const ModelConfig& c) {
+  std::vector<ParamSpec> s = param_layout(c);
+  int64_t at = 0;
+  for (ParamSpec& p : s) {
+    const bool bf16 = p.shape.size() == 2 && p.name != "model.embed_tokens.weight";
+    p.offset = -1, p.dtype = bf16 ? DType::BF16 : DType::F32, p.at = at;
+    at = align256(at + p.numel() * int64_t(dtype_size(p.dtype)));
+  }
+  return s;
+}
+
+int64_t layout_bytes(const std::vector<ParamSpec>& specs) {
+  if (specs.empty()) return 0;
+  const ParamSpec& b = specs.back();
+  return b.at >= 0 ? align256(b.at + b.numel() * int64_t(dtype_size(b.dtype))) : (b.offset + b.numel()) * 4;
+}
+
 Params::Params(const ModelConfig& c, Tier tier, Tag tag) : Params(c, param_layout(c), tier, tag) {}
 
 Params::Params(const ModelConfig& c, std::vector<ParamSpec> specs, Tier tier, Tag tag)
     : cfg_(c), specs_(std::move(specs)) {
-  const int64_t n = specs_.empty() ? 0 : specs_.back().offset + specs_.back().numel();
-  buf_ = Buffer(tier, tag, size_t(n) * 4);
-  flat_ = Tensor(buf_.data(), DType::F32, {n}, tier);
+  const int64_t bytes = layout_bytes(specs_);
+  buf_ = Buffer(tier, tag, size_t(bytes));
+  const bool mixed = !specs_.empty() && specs_.back().at >= 0;
+  flat_ = Tensor(buf_.data(), mixed ? DType::BF16 : DType::F32, {bytes / (mixed ? 2 : 4)}, tier);
   auto get = [this](const std::string& name) { return find(name); };
   embed = get("model.embed_tokens.weight");
   final_norm = get("model.norm.weight");
@@ -96,7 +116,8 @@ Params::Params(const ModelConfig& c, std::vector<ParamSpec> specs, Tier tier, Ta
 }
 
 Tensor Params::view(const ParamSpec& s) const {
-  Tensor t(static_cast<float*>(flat_.data) + s.offset, DType::F32, {}, flat_.tier);
+  Tensor t = s.at >= 0 ? Tensor(static_cast<char*>(flat_.data) + s.at, s.dtype, {}, flat_.tier)
+                       : Tensor(static_cast<float*>(flat_.data) + s.offset, DType::F32, {}, flat_.tier);
   for (int64_t d : s.shape) t.shape[t.ndim++] = d;
   return t;
 }
@@ -119,16 +140,24 @@ std::string params_fingerprint(const Params& host) {
   auto mix = [&h](uint64_t x, int bytes) {
     for (int i = 0; i < bytes; ++i, x >>= 8) h = (h ^ (x & 0xff)) * 0x100000001b3ull;
   };
-  const float* x = host.flat().f();
-  const int64_t n = host.flat().numel(), block = 1024, blocks = 256;
-  mix(uint64_t(n), 8);
-  auto range = [&](int64_t at, int64_t len) {
-    for (int64_t i = at; i < at + len; ++i) mix(std::bit_cast<uint32_t>(x[i]), 4);
-  };
-  if (n <= block * blocks) {
-    range(0, n);
-  } else {
+  // n words from x: every one up to `blocks` blocks of 1024, else that many blocks evenly spaced
+  auto sample = [&](const uint32_t* x, int64_t n, int64_t blocks) {
+    const int64_t block = 1024;
+    mix(uint64_t(n), 8);
+    auto range = [&](int64_t at, int64_t len) {
+      for (int64_t i = at; i < at + len; ++i) mix(x[i], 4);
+    };
+    if (n <= block * blocks) return range(0, n);
     for (int64_t b = 0; b < blocks; ++b) range((n - block) / (blocks - 1) * b, block);
+  };
+  if (!host.mixed()) {
+    sample(static_cast<const uint32_t*>(host.flat().data), host.flat().numel(), 256);
+  } else {  // each tensor's values (not the padding between them), a few blocks of each
+    for (const ParamSpec& s : host.specs()) {
+      const Tensor t = host.view(s);
+      sample(static_cast<const uint32_t*>(t.data), int64_t(t.bytes() / 4), 8);
+      if (t.bytes() % 4) mix(static_cast<const uint16_t*>(t.data)[t.numel() - 1], 2);  // (an odd count of bf16)
+    }
   }
   return fmt::format("{:016x}", h);
 }

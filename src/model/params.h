@@ -1,5 +1,8 @@
 // The parameters of a model as one flat fp32 buffer, in Hugging Face names and order.
 // The same layout serves weights, gradients and optimizer moments.
+// A frozen bf16 base (LoRA with --precision bf16: frozen_bf16_layout) is the one mixed layout: the
+// matrices the matmuls read in bf16 and the rest fp32, each tensor from a 256-byte boundary, so the
+// base is held once, as it computes (no fp32 masters beside a bf16 copy).
 #pragma once
 #include <string>
 #include <vector>
@@ -12,7 +15,9 @@ namespace oomb {
 struct ParamSpec {
   std::string name;            // HF name, e.g. "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> shape;  // HF shape, e.g. (out, in)
-  int64_t offset = 0;          // in elements, within the flat buffer
+  int64_t offset = 0;          // in elements, within the flat buffer (-1 in a mixed layout)
+  DType dtype = DType::F32;    // a mixed layout's bf16 matrices: BF16
+  int64_t at = -1;             // a mixed layout: the byte offset (256-byte aligned); -1 otherwise
   int64_t numel() const;
 };
 
@@ -20,6 +25,12 @@ struct ParamSpec {
 void add_spec(std::vector<ParamSpec>& layout, std::string name, std::vector<int64_t> shape);
 std::vector<ParamSpec> param_layout(const ModelConfig& c);
 int64_t param_count(const ModelConfig& c);
+// The frozen bf16 base: param_layout's tensors in its order, each from a 256-byte boundary, bf16
+// where a matmul reads the tensor (every 2-D one but the embedding, which is looked up; a tied
+// lm_head is the embedding), fp32 otherwise. A layer's tensors sit as ParamStore's layer image
+// places them (model/param_store.h), from a 256-byte boundary, so the layer is its own image.
+std::vector<ParamSpec> frozen_bf16_layout(const ModelConfig& c);
+int64_t layout_bytes(const std::vector<ParamSpec>& specs);  // the buffer a layout takes
 // A fingerprint of host parameters' values (16 hex digits, FNV-1a 64 over the count and 256 evenly
 // spaced blocks of 1024 floats: every value up to 256K): a LoRA checkpoint keeps its frozen base's,
 // so a resumed run finds another base without the base in the checkpoint.
@@ -43,13 +54,16 @@ struct LayerParams {
 class Params {
  public:
   Params(const ModelConfig& c, Tier tier, Tag tag);
-  // Any layout (LoRA's trainable set, model/lora.h): the named views (embed, norms, layers' tensors)
-  // are bound where the layout holds them and empty otherwise.
+  // Any layout (LoRA's trainable set, model/lora.h; the frozen bf16 base): the named views (embed,
+  // norms, layers' tensors) are bound where the layout holds them and empty otherwise.
   Params(const ModelConfig& c, std::vector<ParamSpec> specs, Tier tier, Tag tag);
   const ModelConfig& config() const { return cfg_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
+  // The whole buffer: fp32 values, or in a mixed layout its bytes as bf16 (only to copy: views
+  // give the values).
   Tensor& flat() { return flat_; }
   const Tensor& flat() const { return flat_; }
+  bool mixed() const { return flat_.dtype != DType::F32; }
   Tensor view(const ParamSpec& s) const;
   Tensor get(const std::string& name) const;  // throws naming the parameter
   Tensor find(const std::string& name) const;  // empty when the layout has no such tensor

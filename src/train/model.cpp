@@ -38,7 +38,8 @@ static Comm* checked_zero3(const ChunkPlan& plan, Tier dev, Comm* world) {
 }
 
 static std::vector<ParamSpec> master_layout(const ModelConfig& cfg, const ChunkPlan& plan) {
-  return zero3(plan) ? ParamShards::of(cfg, int(plan.rank), int(plan.ranks)).layout(cfg) : param_layout(cfg);
+  if (zero3(plan)) return ParamShards::of(cfg, int(plan.rank), int(plan.ranks)).layout(cfg);
+  return frozen_bf16(plan) ? frozen_bf16_layout(cfg) : param_layout(cfg);
 }
 
 Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* sp, Comm* world)
@@ -47,9 +48,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
       plan_(plan),
       att_cfg_(checked_sp(cfg, plan, sp)),
       world_(checked_zero3(plan, be.tier(), world)),
-      params_(cfg, master_layout(cfg, plan),
-              frozen_base_on_host(plan, be.tier()) ? Tier::Pinned : ParamStore::home(be, plan.offload_params),
-              Tag::Weights),
+      params_(cfg, master_layout(cfg, plan), ParamStore::home(be, plan.offload_params), Tag::Weights),
       store_(cfg, be, plan.offload_params, plan.precision == DType::BF16, world_, plan.chunk / plan.sp),
       cache_(checked_options(att_cfg_, plan), be),
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
@@ -97,10 +96,11 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
              "bf16", dtype_name(plan.precision));
   layers_ = params_.layers;
   embed_ = params_.embed, final_norm_ = params_.final_norm, lm_head_ = params_.lm_head;
-  if (frozen_base_on_host(plan, be.tier())) {  // the base as it computes: bf16 matrices, fp32 rest
-    frozen_ = std::make_unique<FrozenBase>(cfg, be.tier());
-    layers_ = frozen_->layers;
-    embed_ = frozen_->embed, final_norm_ = frozen_->final_norm, lm_head_ = frozen_->lm_head;
+  if (frozen_bf16(plan)) {  // the base as it computes (bf16 matrices, fp32 rest); a tied lm_head's bf16 copy
+    if (cfg.tie_word_embeddings && !plan.offload_params) {
+      tied16_ = Buffer(be.tier(), Tag::Weights, size_t(cfg.vocab * cfg.hidden) * 2);
+      lm_head_ = Tensor(tied16_.data(), DType::BF16, {cfg.vocab, cfg.hidden}, be.tier());
+    }
   } else if (plan.precision == DType::BF16 && !plan.offload_params && !world_) {  // the matmuls read the matrices' bf16 copy
     w16_ = std::make_unique<Bf16Weights>(cfg, be.tier());
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -134,7 +134,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
 bool Model::sync_compute_weights() {
   const bool changed = !train_ || base_dirty_;  // (full fine-tuning: every optimizer step)
   if (w16_) w16_->sync(be_, params_);
-  if (frozen_ && base_dirty_) frozen_->sync(be_, params_);
+  if (tied16_.data() != nullptr && base_dirty_) be_.cast(params_.embed, lm_head_);
   base_dirty_ = false;
   if (a16_) a16_->sync(be_, *train_);
   return changed;
@@ -183,6 +183,10 @@ LossStats Model::evaluate(const int32_t* ids, const int32_t* targets, int64_t N)
   return evaluate(array_reader(ids, targets), N);
 }
 
+std::vector<ParamSpec> Model::host_layout() const {
+  return frozen_bf16(plan_) ? frozen_bf16_layout(cfg_) : param_layout(cfg_);
+}
+
 void Model::upload_params(const Params& host) {
   if (world_) {  // (shards on the device: packed on the host first)
     OOMB_CHECK(host.flat().numel() == param_count(cfg_), "model: parameters of another shape");
@@ -193,7 +197,9 @@ void Model::upload_params(const Params& host) {
     if (p.tier == Tier::Device) be_.copy(p.data, p.tier, packed, Tier::Host, p.bytes());
     return;
   }
-  OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
+  OOMB_CHECK(host.flat().bytes() == params_.flat().bytes() && host.mixed() == params_.mixed(),
+             "model: parameters of another layout{}", params_.mixed() ? " (a frozen bf16 base: lay the host's out as "
+             "host_layout())" : "");
   base_dirty_ = true;
   be_.copy(params_.flat().data, params_.flat().tier, host.flat().data, Tier::Host, params_.flat().bytes());
 }
@@ -206,7 +212,9 @@ void Model::download_params(Params& host) const {
     if (p.tier == Tier::Device) be_.copy(stage.data(), Tier::Host, p.data, p.tier, p.bytes());
     return ParamShards::gather(cfg_, *world_, p.tier == Tier::Device ? stage.as<float>() : p.f(), host.flat().f());
   }
-  OOMB_CHECK(host.flat().numel() == params_.flat().numel(), "model: parameters of another shape");
+  OOMB_CHECK(host.flat().bytes() == params_.flat().bytes() && host.mixed() == params_.mixed(),
+             "model: parameters of another layout{}", params_.mixed() ? " (a frozen bf16 base: lay the host's out as "
+             "host_layout())" : "");
   be_.copy(host.flat().data, Tier::Host, params_.flat().data, params_.flat().tier, params_.flat().bytes());
 }
 

@@ -26,7 +26,6 @@
 #include "model/chunk_inputs.h"
 #include "hf/config.h"
 #include "model/bf16_weights.h"
-#include "model/frozen_base.h"
 #include "model/layer.h"
 #include "model/memory_plan.h"
 #include "model/param_store.h"
@@ -53,8 +52,9 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const ChunkPlan& plan() const { return plan_; }
   // The fp32 masters: in the backend's memory, or in pinned host memory with --offload params
-  // (ChunkPlan::offload_params), where gradients and the optimizer's moments live too.
-  Params& params() {  // (writable: the frozen base's device copy is made again before the next pass)
+  // (ChunkPlan::offload_params), where gradients and the optimizer's moments live too. With LoRA
+  // under --precision bf16 (frozen_bf16), the frozen base in its mixed layout: bf16 matrices.
+  Params& params() {  // (writable: what is made from the base is made again before the next pass)
     base_dirty_ = true;
     return params_;
   }
@@ -70,6 +70,8 @@ class Model {
   // Parameters from / to host memory (load and save through them when the masters are on a device).
   // --zero 3: upload takes this rank's shards of the whole model; download gathers every rank's
   // (collective: every rank calls it).
+  // host: laid out as host_layout() (the whole model: param_layout, or a frozen bf16 base's).
+  std::vector<ParamSpec> host_layout() const;
   void upload_params(const Params& host);
   void download_params(Params& host) const;
   void upload_trainable(const Params& host);  // LoRA's set (with LoRA off: upload_params)
@@ -145,9 +147,9 @@ class Model {
   // --precision bf16: the weight matrices' bf16 copy (parameters resident; offloaded, the store
   // holds it), and with LoRA the adapters' (a16_)
   std::unique_ptr<Bf16Weights> w16_, a16_;
-  // LoRA with --precision bf16 on a device: the frozen base the layers compute with, the masters
-  // pinned (frozen_base_on_host); made again from them when they may have changed (base_dirty_)
-  std::unique_ptr<FrozenBase> frozen_;
+  // LoRA with --precision bf16 (frozen_bf16), resident and tied: the lm_head's bf16 copy of the
+  // embedding, made again when the base may have changed (base_dirty_)
+  Buffer tied16_;
   bool base_dirty_ = true;
   // w16_ from params_, a16_ from train_ (before each pass: the optimizer moved them); whether the
   // masters may have changed since the last pass (false only for a frozen base left alone)

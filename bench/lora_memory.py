@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""LoRA's frozen base in memory: --precision fp32 (the base's fp32 masters) against bf16 (the base
+held once in bf16: bf16 matrices, fp32 embedding, norms and biases), resident and with --offload
+params, in one run on one model.
+
+Each line is one `oomb train --device DEVICE --lora-rank R --lora-targets all` process; its peaks
+by (tier, tag) come from --metrics (the accountant's) and are printed beside `oomb plan --json`'s
+for the same flags, with the step's loss. Results: one JSON object per line in --out, and a
+Markdown table on stdout."""
+import argparse, json, os, struct, subprocess, sys, tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RUNS = [("fp32", ""), ("bf16", ""), ("fp32", "params"), ("bf16", "params")]
+
+
+def flags(args, precision, offload):
+    f = ["--device", args.device, "--seq-len", str(args.seq_len), "--chunk-size", str(args.chunk), "--lora-rank",
+         str(args.rank), "--lora-targets", "all", "--precision", precision]
+    return f + (["--offload", offload] if offload else [])
+
+
+def run(args, model, data, precision, offload, work):
+    metrics = os.path.join(work, f"m_{precision}_{offload or 'none'}.jsonl")
+    cmd = [args.oomb, "train", "--model", model, "--data", data, "--steps", str(args.steps), "--lr", "1e-3",
+           "--metrics", metrics] + flags(args, precision, offload)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"oomb failed: {' '.join(cmd)}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    last = json.loads(open(metrics).read().splitlines()[-1])
+    plan_cmd = [args.oomb, "plan", "--model", model, "--json"] + flags(args, precision, offload)
+    plan = json.loads(subprocess.run(plan_cmd, capture_output=True, text=True, check=True).stdout)
+    mem = last["memory"]
+    got = lambda tier, tag: mem.get(tier, {}).get(tag, {}).get("peak", 0)
+    row = {"precision": precision, "offload": offload or "none", "loss": last["loss"]}
+    for tier in ("device", "pinned"):
+        for tag in ("weights", "total"):
+            row[f"{tier}_{tag}"] = got(tier, tag)
+            row[f"plan_{tier}_{tag}"] = plan[tier][tag]
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--oomb", default=os.path.join(ROOT, "build", "oomb"))
+    ap.add_argument("--device", default="sim", choices=["sim", "cuda"])
+    ap.add_argument("--init", default="--preset tiny --hidden 256 --intermediate 768 --layers 4 --heads 4 "
+                    "--kv-heads 2 --vocab 32768", help="oomb init's shape flags")
+    ap.add_argument("--seq-len", type=int, default=1024)
+    ap.add_argument("--chunk", type=int, default=256)
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "lora_memory.jsonl"))
+    args = ap.parse_args()
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    work = tempfile.mkdtemp(prefix="oomb-lora-memory-")
+    model = os.path.join(work, "model")
+    subprocess.run([args.oomb, "init"] + args.init.split() + ["--out", model], check=True, capture_output=True)
+    data = os.path.join(work, "tokens.bin")
+    with open(data, "wb") as f:  # a fixed pseudo-random stream, enough for every step
+        x = 12345
+        for _ in range(args.seq_len * args.steps + 1):
+            x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
+            f.write(struct.pack("<I", (x >> 33) % 128))
+    print("| precision | offload | device weights | device total | pinned weights | pinned total | plan = peaks | loss |")
+    print("|---|---|---|---|---|---|---|---|")
+    with open(args.out, "w") as out:
+        for precision, offload in RUNS:
+            r = run(args, model, data, precision, offload, work)
+            out.write(json.dumps(r) + "\n")
+            same = all(r[k] == r["plan_" + k] for k in ("device_weights", "device_total", "pinned_weights",
+                                                        "pinned_total"))
+            print(f"| {precision} | {r['offload']} | {r['device_weights']:,} | {r['device_total']:,} | "
+                  f"{r['pinned_weights']:,} | {r['pinned_total']:,} | {'yes' if same else 'NO'} | {r['loss']:.6f} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
