@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include "train/flops.h"
+#include "train/metrics_lines.h"
 
 #include <cerrno>
 #include <cmath>
@@ -70,18 +71,6 @@ static std::string clock_time(double seconds) {
   if (s < 60) return fmt::format("{}s", s);
   if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
   return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
-}
-
-std::string metrics_before(const std::string& text, int64_t step) {
-  std::string kept;
-  size_t at = 0;
-  for (size_t nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
-    const std::string_view line(text.data() + at, nl - at);
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() < step)
-      kept.append(line).append("\n");
-  }
-  return kept;
 }
 
 // Opens --metrics: anew, or, resuming at `start`, keeping the lines of the steps before it.

@@ -56,8 +56,4 @@ nlohmann::json memory_json();
 StepStats train(Model& model, TokenSource& data, const TrainOptions& opts, std::ostream& log,
                 const std::function<void(const StepStats&)>& on_step = {}, const TrainHooks& hooks = {});
 
-// The lines of a --metrics file for steps before `step`, in order: complete JSON lines only (a line
-// cut short by a kill is dropped).
-std::string metrics_before(const std::string& text, int64_t step);
-
 }  // namespace oomb
