@@ -215,6 +215,7 @@ class KVCache::Streamed final : public PrefixBlocks {
       be_.copy_async(c_.grad_.v(it.layer, p, 0, rows).data, Tier::Pinned, gp + size_t(P) * rb, Tier::Device,
                      size_t(rows) * rb, Stream::Copy);
       traffic_.grads_out += 2 * rows * int64_t(rb);
+      set_filled(it.layer, p, std::max(filled(it.layer, p), rows));
     }
   }
 
@@ -253,14 +254,17 @@ class KVCache::Streamed final : public PrefixBlocks {
     be_.wait(Stream::Copy, *own_used_);  // the previous layer's cast out of the staging is done
     const size_t rb = o.grad.row_bytes();
     for_page_rows(o.grad.page_size, t0, T, [&](int64_t p, int64_t r, int64_t i, int64_t len) {
-      for (auto [dst, src] : {std::pair{gk.rows(i, len).data, c_.grad_.has(l, p) ? c_.grad_.k(l, p, r, len).data : nullptr},
-                              std::pair{gv.rows(i, len).data, c_.grad_.has(l, p) ? c_.grad_.v(l, p, r, len).data : nullptr}}) {
-        if (src) {
-          be_.copy_async(dst, Tier::Device, src, Tier::Pinned, size_t(len) * rb, Stream::Copy);
-          traffic_.grads_in += len * int64_t(rb);
-        } else {  // nothing was accumulated for these tokens
-          be_.fill_zero_async(dst, size_t(len) * rb, Stream::Copy);
+      // the rows a later chunk's prefix sent home (the page's first `filled` rows); the rest hold
+      // nothing yet (a page is read from its first row, and a pooled page's other rows are stale)
+      const int64_t held = std::clamp(filled(l, p) - r, int64_t(0), len);
+      for (auto [dst, k] : {std::pair{gk.rows(i, len).data, true}, std::pair{gv.rows(i, len).data, false}}) {
+        if (held > 0) {
+          const Tensor src = k ? c_.grad_.k(l, p, r, held) : c_.grad_.v(l, p, r, held);
+          be_.copy_async(dst, Tier::Device, src.data, Tier::Pinned, size_t(held) * rb, Stream::Copy);
+          traffic_.grads_in += held * int64_t(rb);
         }
+        if (held < len)  // nothing was accumulated for these tokens
+          be_.fill_zero_async(static_cast<char*>(dst) + size_t(held) * rb, size_t(len - held) * rb, Stream::Copy);
       }
     });
     be_.record(*own_in_, Stream::Copy);
@@ -274,6 +278,7 @@ class KVCache::Streamed final : public PrefixBlocks {
 
   void finish() {
     be_.synchronize();
+    filled_.clear();
     items_.clear();
     issued_ = cursor_ = 0;
     first_ = 0;
@@ -286,6 +291,19 @@ class KVCache::Streamed final : public PrefixBlocks {
     bool grads;
   };
   int64_t page(const Item& it, int64_t j) const { return pages_[size_t(it.off + j)]; }
+
+  // The rows of gradient page (l, p) that hold sums sent home (a prefix of the page: 0 for a page
+  // absent or just acquired); and that count, set or raised.
+  int64_t filled(int64_t l, int64_t p) const {
+    if (!c_.grad_.has(l, p) || size_t(l) >= filled_.size() || size_t(p) >= filled_[size_t(l)].size()) return 0;
+    return filled_[size_t(l)][size_t(p)];
+  }
+  void set_filled(int64_t l, int64_t p, int64_t rows) {
+    if (filled_.size() <= size_t(l)) filled_.resize(size_t(l) + 1);
+    std::vector<int64_t>& f = filled_[size_t(l)];
+    if (f.size() <= size_t(p)) f.resize(size_t(p) + 1, 0);
+    f[size_t(p)] = rows;
+  }
 
   // Items of layer l for the pages listed from pages_[at] on, in groups of group_ pages.
   void add_items(int64_t l, size_t at, int64_t end, bool grads) {
@@ -320,15 +338,19 @@ class KVCache::Streamed final : public PrefixBlocks {
       traffic_.kv_in += 2 * rows * int64_t(rb);
       if (!it.grads) continue;
       char* gp = grad_page(s, j);
-      if (c_.grad_.ensure(it.layer, p, false)) {  // a new gradient page starts at zero
-        be_.fill_zero_async(gp, size_t(rows) * grb, Stream::Copy);
-        be_.fill_zero_async(gp + size_t(P) * grb, size_t(rows) * grb, Stream::Copy);
-      } else {
-        be_.copy_async(gp, Tier::Device, c_.grad_.k(it.layer, p, 0, rows).data, Tier::Pinned, size_t(rows) * grb,
+      if (c_.grad_.ensure(it.layer, p, false)) set_filled(it.layer, p, 0);  // a new gradient page holds nothing
+      // its rows that hold sums come in, the rest start at zero
+      const int64_t held = std::min(rows, filled(it.layer, p));
+      if (held > 0) {
+        be_.copy_async(gp, Tier::Device, c_.grad_.k(it.layer, p, 0, held).data, Tier::Pinned, size_t(held) * grb,
                        Stream::Copy);
-        be_.copy_async(gp + size_t(P) * grb, Tier::Device, c_.grad_.v(it.layer, p, 0, rows).data, Tier::Pinned,
-                       size_t(rows) * grb, Stream::Copy);
-        traffic_.grads_in += 2 * rows * int64_t(grb);
+        be_.copy_async(gp + size_t(P) * grb, Tier::Device, c_.grad_.v(it.layer, p, 0, held).data, Tier::Pinned,
+                       size_t(held) * grb, Stream::Copy);
+        traffic_.grads_in += 2 * held * int64_t(grb);
+      }
+      if (held < rows) {
+        be_.fill_zero_async(gp + size_t(held) * grb, size_t(rows - held) * grb, Stream::Copy);
+        be_.fill_zero_async(gp + size_t(P + held) * grb, size_t(rows - held) * grb, Stream::Copy);
       }
     }
     be_.record(*arrived_[s], Stream::Copy);
@@ -346,6 +368,7 @@ class KVCache::Streamed final : public PrefixBlocks {
   uint64_t writes_ = 0;
   std::vector<KVBlock> blocks_;
   KVTraffic traffic_;
+  std::vector<std::vector<int64_t>> filled_;  // [layer][page]: rows of the gradient page that hold sums (filled())
 };
 
 // ---- the cache ----
