@@ -391,9 +391,12 @@ TEST(Lora, Bf16AdaptersComputeWithTheirBf16Copy) {
 // pinned. With B = 0 the loss is, bit for bit, that of the model without LoRA under bf16 (fp32
 // masters, their bf16 copy cast each pass): loading rounds the base as that cast does. Moving one
 // base value by one bf16 ulp changes it (the control).
-TEST(Lora, Bf16HoldsTheFrozenBaseOnceInBf16) {
-  const fs::path dir = temp_dir("_lora_frozen");
-  const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("qwen2", 2), 17);
+// Untied, and tied (the lm_head's bf16 copy of the fp32 embedding beside the base).
+static void expect_frozen_bf16_base(bool tied) {
+  const fs::path dir = temp_dir(tied ? "_lora_frozen_tied" : "_lora_frozen");
+  nlohmann::json j = tiny_config_json("qwen2", 2);
+  j["tie_word_embeddings"] = tied;
+  const ModelConfig cfg = write_tiny_model(dir, j, 17);
   LoraConfig lc;
   lc.rank = 4;
   lc.alpha = 8;
@@ -460,7 +463,8 @@ TEST(Lora, Bf16HoldsTheFrozenBaseOnceInBf16) {
     }
   const int64_t P = param_count(cfg), Pt = lora_param_count(cfg, lc), copies = Bf16Weights::adapter_bytes(cfg, lc);
   const int64_t dev = acc.get(Tier::Device, Tag::Weights).peak;
-  EXPECT_EQ(dev, Pt * 4 + frozen_bf16_bytes(cfg) + copies) << "the base once, as it computes, beside the adapters";
+  const int64_t tied_copy = tied ? cfg.vocab * cfg.hidden * 2 : 0;
+  EXPECT_EQ(dev, Pt * 4 + frozen_bf16_bytes(cfg) + tied_copy + copies) << "the base once, as it computes, beside the adapters";
   EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak, 0) << "no fp32 masters pinned on the host";
   EXPECT_LT(frozen_bf16_bytes(cfg), P * 3) << "fewer bytes than the fp32 base";
 
@@ -490,9 +494,10 @@ TEST(Lora, Bf16HoldsTheFrozenBaseOnceInBf16) {
     const double plain = forward(*be, false, 0), frozen = forward(*be, true, 0), nudged = forward(*be, true, 1);
     EXPECT_EQ(std::memcmp(&plain, &frozen, 8), 0) << be->name() << ": " << plain << " vs " << frozen;
     EXPECT_NE(std::memcmp(&plain, &nudged, 8), 0) << be->name() << ": control";
-    std::cout << fmt::format("[ lora bf16] {}: B = 0 loss {} (without LoRA: {}); one base value one ulp away: {}\n",
-                             be->name(), frozen, plain, nudged);
+    std::cout << fmt::format("[ lora bf16] {}, {}: B = 0 loss {} (without LoRA: {}); one base value one ulp away: "
+                             "{}\n", tied ? "tied" : "untied", be->name(), frozen, plain, nudged);
   }
+  if (tied) return;
 
   const ModelConfig q7 = preset_config("qwen2.5-7b");
   LoraConfig l7 = lc;
@@ -505,6 +510,32 @@ TEST(Lora, Bf16HoldsTheFrozenBaseOnceInBf16) {
                            dev, P * 4, format_bytes(m7.get(Tier::Device, Tag::Weights)),
                            format_bytes(m7.get(Tier::Pinned, Tag::Weights)));
   EXPECT_EQ(m7.get(Tier::Pinned, Tag::Weights), 0);
+}
+
+TEST(Lora, Bf16HoldsTheFrozenBaseOnceInBf16) {
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    expect_frozen_bf16_base(tied);
+  }
+}
+
+// A frozen bf16 base's fingerprint is that of its values widened to fp32: loaded from a bf16
+// checkpoint, the fp32 masters' (so a LoRA checkpoint's base check does not depend on the
+// layout); from an fp32 checkpoint whose values bf16 cannot hold, another (the control).
+TEST(Lora, FrozenBf16BaseFingerprintIsItsValuesInFp32) {
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    const fs::path dir = temp_dir(fmt::format("_lora_fp_{}", dtype_name(dtype)));
+    const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("qwen2", 2), 23, dtype);
+    Params fp32(cfg, Tier::Host, Tag::IO), mixed(cfg, frozen_bf16_layout(cfg), Tier::Host, Tag::IO);
+    load_weights(dir, cfg, fp32);
+    load_weights(dir, cfg, mixed);
+    ASSERT_TRUE(mixed.mixed());
+    if (dtype == DType::BF16) {
+      EXPECT_EQ(params_fingerprint(mixed), params_fingerprint(fp32));
+    } else {
+      EXPECT_NE(params_fingerprint(mixed), params_fingerprint(fp32));
+    }
+  }
 }
 
 TEST(Lora, TrainableEmbeddingsAndNormsGetFullFineTuningsGradients) {

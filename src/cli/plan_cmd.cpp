@@ -130,10 +130,11 @@ Command add_plan(CLI::App& app) {
               full.lora = {};
               const MemoryPlan mf = plan_for(full);
               std::cout << fmt::format("LoRA rank {} on {} ({} trainable parameters{}): the base frozen, no gradients or "
-                                       "moments for it\n",
+                                       "moments for it{}\n",
                                        plan.lora.rank, fmt::join(plan.lora.target_names(), ", "),
                                        lora_param_count(cfg, plan.lora),
-                                       plan.lora.train_embeddings_norms ? ", embeddings and norms included" : "")
+                                       plan.lora.train_embeddings_norms ? ", embeddings and norms included" : "",
+                                       frozen_bf16(plan) ? "; held once in bf16 (its matrices; no fp32 masters)" : "")
                         << plan_table(m) << "\nfull fine-tuning, for comparison:\n" << plan_table(mf)
                         << fmt::format("LoRA saves {} ({:.0f}% of full fine-tuning's {})\n",
                                        format_bytes(mf.total() - m.total()),

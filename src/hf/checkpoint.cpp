@@ -33,7 +33,14 @@ DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
       if (!std::isfinite(x[i])) [[unlikely]]
         fail("{}: tensor '{}' holds a non-finite value ({}) at flat index {} of {}; the checkpoint is damaged or "
              "was saved after training diverged", dir.string(), s.name, x[i], i, n);
-    if (dst.dtype != DType::F32) convert_from_f32(x, dst.data, dst.dtype, size_t(n));
+    if (dst.dtype != DType::F32) {  // (a frozen bf16 base: a finite value beyond bf16's range rounds to inf)
+      convert_from_f32(x, dst.data, dst.dtype, size_t(n));
+      const uint16_t* y = static_cast<const uint16_t*>(dst.data);
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(bf16_to_f32(y[i]))) [[unlikely]]
+          fail("{}: tensor '{}' holds {} at flat index {} of {}, beyond bf16's range (LoRA under --precision bf16 "
+               "holds the frozen base in bf16); use --precision fp32", dir.string(), s.name, x[i], i, n);
+    }
     dtypes[t->dtype] += s.numel();
     used.insert(s.name);
   }

@@ -78,9 +78,4 @@ void Bf16Weights::sync(Backend& be, const Params& masters) {
   for (Slot& s : slots_) be.cast(masters.view(s.master), s.copy);
 }
 
-void Bf16Weights::copy_from(Backend& be, const Bf16Weights& other) {
-  OOMB_CHECK(other.buf_.bytes() == buf_.bytes(), "bf16 weights: a copy of another layout");
-  be.copy(buf_.data(), buf_.tier(), other.buf_.data(), other.buf_.tier(), buf_.bytes());
-}
-
 }  // namespace oomb

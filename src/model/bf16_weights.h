@@ -23,8 +23,6 @@ class Bf16Weights {
   // optimizer moves the masters between passes. masters: the model's Params (base), or LoRA's
   // trainable set (adapters).
   void sync(Backend& be, const Params& masters);
-  // := another copy of the same layout (another tier: one copy of the buffer)
-  void copy_from(Backend& be, const Bf16Weights& other);
 
   // base: wq, wk, wv, wo, wgate, wup, wdown (bf16); adapters: lora[t].a and .b (bf16); the rest empty
   std::vector<LayerParams> layers;

@@ -266,6 +266,13 @@ void ParamStore::bind(Params& weights, ParamViews views) {
                    layer_offset(c, c.layers) == weights.get("model.norm.weight").f() - weights.flat().f(),
                "param store: offloaded masters must be the whole model in pinned memory, laid out embedding, layers, norm");
   mixed_ = weights.mixed();
+  if (mixed_) {  // each layer is its image: image_bytes apart, from its first tensor
+    const int64_t n = layer_image_bytes(c);
+    for (int64_t l = 0; l < c.layers; ++l)
+      OOMB_CHECK(static_cast<const char*>(weights.layers[size_t(l)].attn_norm.data) -
+                         static_cast<const char*>(weights.layers[0].attn_norm.data) == l * n,
+                 "param store: a frozen bf16 base's layer {} is not where its image would be", l);
+  }
   if (bf16_) return bind_images();
   const Tier D = Tier::Device;
   wslots_ = Buffer(D, Tag::Weights, size_t(2 * layer_numel(c)) * 4);
@@ -325,7 +332,7 @@ void ParamStore::bind_images() {
 // layers and untied lm_head are their own images: only a tied lm_head's copy is made.
 void ParamStore::cast_images() {
   const ModelConfig& c = cfg_;
-  const float* m = weights_->flat().f();
+  const float* m = mixed_ ? nullptr : weights_->flat().f();  // (fp32 masters only)
   char* h = himages_.as<char>();
   for (int64_t l = 0; l < c.layers && !mixed_; ++l)
     for (const ImagePart& p : parts_) {
@@ -364,7 +371,7 @@ ParamStore::LayerZero ParamStore::layer_zero(const Params& host) const {
   LayerZero z;
   if (!world_) {
     z.layer = host.layers.empty() ? nullptr : &host.layers[0];
-    z.base = host.flat().f() + layer_offset(c, 0);
+    z.base = host.mixed() ? nullptr : host.flat().f() + layer_offset(c, 0);  // (a mixed layout: bytes, bind_images)
     return z;
   }
   ModelConfig c1 = c;

@@ -5,7 +5,8 @@
 // with (with LoRA, the base's layers with adapters bound).
 //
 // Resident (default): the fp32 masters and gradients (and the optimizer's moments, which the
-// optimizer allocates beside them) in the backend's memory; the views are handed back as bound.
+// optimizer allocates beside them) in the backend's memory, or LoRA's frozen bf16 base (mixed
+// layout, model/params.h); the views are handed back as bound.
 //
 // Offloaded (--offload params): the masters, gradients and moments live in pinned host memory.
 // With LoRA the offloaded masters are the frozen base's: its layers stream through the weight
@@ -180,7 +181,8 @@ class ParamStore {
     int64_t weights_in = 0, grads_in = 0, grads_out = 0;
   };
   const Traffic& traffic() const { return traffic_; }
-  // bf16, offloaded: how many times the host images were cast from the masters
+  // bf16, offloaded: how many times the host images were made from the masters (a frozen bf16
+  // base's: only a tied lm_head's copy is cast; the count still counts each making)
   int64_t image_casts() const { return image_casts_; }
 
   // Tests only: skip one of the store's waits ("in": a layer's arrival before it computes;
@@ -230,7 +232,8 @@ class ParamStore {
   // offloaded only
   Buffer wslots_, gslots_, whead_, ghead_buf_;  // device: 2 layer slots each, the head
   LayerParams wview_[2], gview_[2];             // the slots' views (every layer has the same layout)
-  // bf16: every layer's image and the lm_head's bf16 copy (pinned), and where each of a layer's
+  // bf16: every layer's image and the lm_head's bf16 copy (pinned; a frozen bf16 base: a tied
+  // lm_head's copy alone, or nothing), and where each of a layer's
   // tensors sits in its image: (master's offset in the layer's range, byte offset, numel, bf16)
   Buffer himages_;
   struct ImagePart {

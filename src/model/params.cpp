@@ -1,5 +1,6 @@
 #include "model/params.h"
 
+#include <algorithm>
 #include <bit>
 
 namespace oomb {
@@ -140,24 +141,31 @@ std::string params_fingerprint(const Params& host) {
   auto mix = [&h](uint64_t x, int bytes) {
     for (int i = 0; i < bytes; ++i, x >>= 8) h = (h ^ (x & 0xff)) * 0x100000001b3ull;
   };
-  // n words from x: every one up to `blocks` blocks of 1024, else that many blocks evenly spaced
-  auto sample = [&](const uint32_t* x, int64_t n, int64_t blocks) {
-    const int64_t block = 1024;
-    mix(uint64_t(n), 8);
-    auto range = [&](int64_t at, int64_t len) {
-      for (int64_t i = at; i < at + len; ++i) mix(x[i], 4);
-    };
-    if (n <= block * blocks) return range(0, n);
-    for (int64_t b = 0; b < blocks; ++b) range((n - block) / (blocks - 1) * b, block);
+  // value i of the fp32 flat order: the buffer's, or a mixed layout's tensor's, widened (a frozen
+  // bf16 base of a bf16 checkpoint has the fingerprint of its fp32 masters)
+  std::vector<int64_t> starts;  // mixed: each spec's first index in that order
+  int64_t n = host.flat().numel();
+  if (host.mixed()) {
+    n = 0;
+    for (const ParamSpec& s : host.specs()) starts.push_back(n), n += s.numel();
+  }
+  const float* flat = host.mixed() ? nullptr : host.flat().f();
+  auto value = [&](int64_t i) -> float {
+    if (flat) return flat[i];
+    const size_t k = size_t(std::upper_bound(starts.begin(), starts.end(), i) - starts.begin()) - 1;
+    const Tensor t = host.view(host.specs()[k]);
+    const int64_t j = i - starts[k];
+    return t.dtype == DType::F32 ? t.f()[j] : bf16_to_f32(static_cast<const uint16_t*>(t.data)[j]);
   };
-  if (!host.mixed()) {
-    sample(static_cast<const uint32_t*>(host.flat().data), host.flat().numel(), 256);
-  } else {  // each tensor's values (not the padding between them), a few blocks of each
-    for (const ParamSpec& s : host.specs()) {
-      const Tensor t = host.view(s);
-      sample(static_cast<const uint32_t*>(t.data), int64_t(t.bytes() / 4), 8);
-      if (t.bytes() % 4) mix(static_cast<const uint16_t*>(t.data)[t.numel() - 1], 2);  // (an odd count of bf16)
-    }
+  const int64_t block = 1024, blocks = 256;
+  mix(uint64_t(n), 8);
+  auto range = [&](int64_t at, int64_t len) {
+    for (int64_t i = at; i < at + len; ++i) mix(std::bit_cast<uint32_t>(value(i)), 4);
+  };
+  if (n <= block * blocks) {
+    range(0, n);
+  } else {
+    for (int64_t b = 0; b < blocks; ++b) range((n - block) / (blocks - 1) * b, block);
   }
   return fmt::format("{:016x}", h);
 }

@@ -32,8 +32,10 @@ int64_t param_count(const ModelConfig& c);
 std::vector<ParamSpec> frozen_bf16_layout(const ModelConfig& c);
 int64_t layout_bytes(const std::vector<ParamSpec>& specs);  // the buffer a layout takes
 // A fingerprint of host parameters' values (16 hex digits, FNV-1a 64 over the count and 256 evenly
-// spaced blocks of 1024 floats: every value up to 256K): a LoRA checkpoint keeps its frozen base's,
-// so a resumed run finds another base without the base in the checkpoint.
+// spaced blocks of 1024 floats: every value up to 256K; a mixed layout's values widened to fp32 in
+// the flat order, so a frozen bf16 base loaded from a bf16 checkpoint has its fp32 masters'): a LoRA
+// checkpoint keeps its frozen base's, so a resumed run finds another base without the base in the
+// checkpoint.
 class Params;
 std::string params_fingerprint(const Params& host);
 

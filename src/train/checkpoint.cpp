@@ -47,6 +47,7 @@ void test_delay() {
 }
 
 std::vector<SaveTensor> tensors_of(const Params& p, const char* suffix) {
+  OOMB_CHECK(!p.mixed(), "checkpoint: a frozen bf16 base is not saved (a LoRA checkpoint holds its adapters)");
   std::vector<SaveTensor> t;
   for (const ParamSpec& s : p.specs()) t.push_back({s.name + suffix, DType::F32, s.shape, p.view(s).data});
   return t;
