@@ -230,6 +230,44 @@ TEST(Cli, PrecisionDefaultsToBf16OnCudaAndFp32Elsewhere) {
   EXPECT_THAT(r.out, HasSubstr("--device sim, --precision fp32"));
 }
 
+// oomb eval and oomb generate take --precision as train does (default fp32 off cuda): bf16 gives
+// the same bits on the CPU and the simulated device and another loss than fp32, with and without a
+// LoRA adapter (its frozen base held in bf16); the eval JSON says which.
+TEST(Cli, EvalAndGenerateTakePrecision) {
+  const auto dir = temp_dir();
+  const auto m = (dir / "m").string(), ad = (dir / "ad").string(), t = (dir / "t.bin").string();
+  ASSERT_EQ(oomb_cmd(dir, "init --out " + m).code, 0);
+  write_tokens(dir / "t.bin", 600, 128, 1);
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("train --model {} --data {} --seq-len 256 --steps 1 --lora-rank 4 --out {}", m, t,
+                                      ad)).code, 0);
+  auto eval = [&](const std::string& flags) {
+    const CmdResult r = oomb_cmd(dir, fmt::format("eval --model {} --data {} --seq-len 256 --chunk-size 64 --json {}",
+                                                  m, t, flags));
+    EXPECT_EQ(r.code, 0) << flags << ": " << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    return std::pair{j["loss"].get<double>(), j["precision"].get<std::string>()};
+  };
+  for (const std::string& lora : {std::string(), " --lora " + ad}) {
+    SCOPED_TRACE(lora);
+    const auto dflt = eval("--device cpu" + lora), f32 = eval("--device sim --precision fp32" + lora),
+               cpu16 = eval("--device cpu --precision bf16" + lora), sim16 = eval("--device sim --precision bf16" + lora);
+    EXPECT_EQ(dflt.second, "fp32");
+    EXPECT_EQ(cpu16.second, "bf16");
+    EXPECT_EQ(dflt.first, f32.first);
+    EXPECT_EQ(cpu16.first, sim16.first);
+    EXPECT_NE(cpu16.first, f32.first);
+  }
+  std::string ids[2];
+  for (int i = 0; i < 2; ++i) {
+    const CmdResult r = oomb_cmd(dir, fmt::format("generate --model {} --prompt-ids 1,2,3 --max-new-tokens 6 "
+                                                  "--precision bf16 --device {}", m, i ? "sim" : "cpu"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    ids[i] = r.out;
+  }
+  EXPECT_EQ(ids[0], ids[1]);
+  EXPECT_THAT(oomb_cmd(dir, "eval --model " + m + " --data " + t + " --precision fp16").out, HasSubstr("--precision"));
+}
+
 // --offload kv's bad input: a backend without device memory, a group larger than a layer's
 // pages, a device too small for two groups; each named before any step.
 TEST(Cli, OffloadErrorsNameTheFlag) {

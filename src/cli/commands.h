@@ -4,6 +4,8 @@
 #include <functional>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace oomb::cli {
 
 // Flag validators with readable messages (finite numbers only, so "nan" and "inf" are rejected).
@@ -17,6 +19,18 @@ CLI::Validator count(bool allow_zero = false);
 // (the CPU reference and the simulated device).
 inline std::string default_precision(const std::string& given, const std::string& device) {
   return !given.empty() ? given : device == "cuda" ? "bf16" : "fp32";
+}
+
+// The same as the dtype a ChunkPlan takes.
+inline DType precision_dtype(const std::string& given, const std::string& device) {
+  return default_precision(given, device) == "bf16" ? DType::BF16 : DType::F32;
+}
+// The --precision option of the commands that run a model (train's has its own help).
+inline CLI::Option* add_precision_flag(CLI::App* c, std::string& precision, const char* what) {
+  return c->add_option("--precision", precision, std::string("fp32, or bf16: ") + what +
+                                                     " read bf16 weights and activations and accumulate in fp32, as "
+                                                     "oomb train does; default bf16 on --device cuda, fp32 elsewhere")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
 }
 
 struct Command {

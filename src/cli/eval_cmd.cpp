@@ -24,7 +24,7 @@ namespace oomb::cli {
 namespace {
 struct EvalArgs {
   std::string model, data, data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict";
-  std::string device = "cpu", out, lora;
+  std::string device = "cpu", out, lora, precision;
   DistOptions dist;
   int64_t eos_id = -1, seq_len = 2048, chunk = 1024, page = 128, windows = 0, buckets = 16, trials = 4;
   int digits = 5;
@@ -44,6 +44,7 @@ std::filesystem::path tokenizer_file(const EvalArgs& a) {
 std::unique_ptr<Model> load_model(const EvalArgs& a, const ModelConfig& cfg, Backend& be, ChunkPlan plan,
                                   Dist& dist) {
   if (!a.lora.empty()) plan.lora = load_adapter_config(a.lora);
+  plan.precision = precision_dtype(a.precision, a.device);
   set_dist(a.dist, dist.rank(), plan);
   plan.device_comm = dist.device_comm();
   auto m = std::make_unique<Model>(cfg, be, plan, &dist.tensor_sp());
@@ -98,8 +99,9 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
                         data->stream_size())
          << std::endl;
   auto model = load_model(a, cfg, be, ChunkPlan{C, a.page}, dist);
-  *log << fmt::format("oomb eval: {}{} on {}, {} windows of {} tokens, chunks of {}, {} buckets", a.model,
-                      a.lora.empty() ? "" : " with the adapter " + a.lora, data->describe(), W, N, C, a.buckets)
+  *log << fmt::format("oomb eval: {}{} on {}, {} windows of {} tokens, chunks of {}, {} buckets; --precision {}",
+                      a.model, a.lora.empty() ? "" : " with the adapter " + a.lora, data->describe(), W, N, C,
+                      a.buckets, default_precision(a.precision, a.device))
        << (dist.size() > 1 ? fmt::format("; {} ranks: --sp {} x --dp {}", dist.size(), a.dist.sp, a.dist.dp) : "")
        << std::endl;
   // dp rank d scores windows d, d + dp, ...; the sums are added over the dp group
@@ -112,7 +114,7 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
   OOMB_CHECK(r.targets > 0, "eval: the data gave no targets to score");
   if (!dist.leader()) return 0;
   nlohmann::json j = to_json(r);
-  j["model"] = a.model, j["data"] = a.data;
+  j["model"] = a.model, j["data"] = a.data, j["precision"] = default_precision(a.precision, a.device);
   if (!a.lora.empty()) j["lora"] = a.lora;
   emit(a, j,
        fmt::format("loss {:.4f}  perplexity {:.3f}  accuracy {:.2f}%  ({} targets)\nloss by position:\n{}", r.loss(),
@@ -166,6 +168,7 @@ Command add_eval(CLI::App& app) {
       ->check(count())->capture_default_str();
   c->add_option("--page-size", a->page, "Tokens per KV page")->check(count())->capture_default_str();
   c->add_option("--device", a->device, "cpu, sim or cuda")->capture_default_str();
+  add_precision_flag(c, a->precision, "the matmuls (LoRA's adapters too)");
   c->add_flag("--json", a->json, "Print the result as JSON (progress goes to stderr)");
   c->add_option("--out", a->out, "Write the result as JSON to this file (tools/plot_eval.py FILE draws it)");
   c->add_flag("--passkey", a->passkey, "Passkey retrieval instead of held-out loss");

@@ -18,7 +18,7 @@ namespace oomb::cli {
 
 namespace {
 struct GenerateArgs {
-  std::string model, prompt, prompt_ids, device = "cpu", tokenizer;
+  std::string model, prompt, prompt_ids, device = "cpu", tokenizer, precision;
   int64_t max_new = 32, chunk = 256;
   double temperature = 0, top_p = 1;
   uint64_t seed = 0;
@@ -59,6 +59,7 @@ Command add_generate(CLI::App& app) {
   c->add_option("--seed", a->seed, "Seed of the sampling")->capture_default_str();
   c->add_option("--chunk-size", a->chunk, "Prompt tokens per forward pass")->check(positive())->capture_default_str();
   c->add_option("--device", a->device, "cpu, sim or cuda")->capture_default_str();
+  add_precision_flag(c, a->precision, "the matmuls");
   c->add_flag("--stop-at-eos,!--no-stop-at-eos", a->stop_at_eos, "Stop at the model's eos_token_id (default on)");
   return {c, [a] {
             OOMB_CHECK(a->prompt.empty() != a->prompt_ids.empty(), "give exactly one of --prompt and --prompt-ids");
@@ -78,7 +79,9 @@ Command add_generate(CLI::App& app) {
             OOMB_CHECK(!prompt.empty(), "--prompt: the text encodes to no tokens");
             std::unique_ptr<Backend> be = make_backend(a->device);
             const int64_t total = int64_t(prompt.size()) + a->max_new;
-            Model model(cfg, *be, ChunkPlan{std::min(a->chunk, total), 128});
+            ChunkPlan plan{std::min(a->chunk, total), 128};
+            plan.precision = precision_dtype(a->precision, a->device);
+            Model model(cfg, *be, plan);
             if (be->tier() == Tier::Host) {
               load_weights(a->model, cfg, model.params());
             } else {
