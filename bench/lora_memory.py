@@ -64,15 +64,19 @@ def main():
             f.write(struct.pack("<I", (x >> 33) % 128))
     print("| precision | offload | device weights | device total | pinned weights | pinned total | plan = peaks | loss |")
     print("|---|---|---|---|---|---|---|---|")
+    mismatched = 0
     with open(args.out, "w") as out:
         for precision, offload in RUNS:
             r = run(args, model, data, precision, offload, work)
             out.write(json.dumps(r) + "\n")
             same = all(r[k] == r["plan_" + k] for k in ("device_weights", "device_total", "pinned_weights",
                                                         "pinned_total"))
+            mismatched += 0 if same else 1
             print(f"| {precision} | {r['offload']} | {r['device_weights']:,} | {r['device_total']:,} | "
                   f"{r['pinned_weights']:,} | {r['pinned_total']:,} | {'yes' if same else 'NO'} | {r['loss']:.6f} |",
                   flush=True)
+    if mismatched:
+        sys.exit(f"lora_memory: {mismatched} run(s) whose peaks differ from oomb plan's")
 
 
 if __name__ == "__main__":

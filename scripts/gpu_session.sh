@@ -5,7 +5,8 @@
 #   bash scripts/gpu_session.sh [all|tests|bench|--quick] [bench/cuda_step.py's options...]
 #     tests    the CUDA tests, the Hugging Face fixtures (tools/golden_hf.py) and test_hf_golden
 #              on them, the attention lab at Qwen2.5-0.5B's and 7B's head shapes, then the CUDA
-#              tests under compute-sanitizer memcheck and the lab's check under racecheck
+#              tests under compute-sanitizer memcheck and the lab's check under racecheck, and
+#              LoRA's memory on the GPU against oomb plan (bench/lora_memory.py --device cuda)
 #     bench    offload's slowdown (bench/offload.py --device cuda), then bench/cuda_step.py with
 #              what is left of the time (options passed on, e.g.
 #              --models 1.5b,7b --lengths 8192,32768; oomb trains --precision bf16 there unless
@@ -139,6 +140,8 @@ if [ "$phase" != bench ]; then
   done
   step racecheck_lab 90 env LD_LIBRARY_PATH="$LDP" "$CS" --tool racecheck --error-exitcode 9 "$B/oomb_attention_lab" \
     --heads 4 --kv-heads 2 --dim 64 --check-only 1
+  # LoRA's frozen base held once in bf16 on the GPU: every run's peaks equal oomb plan's (exit 1 if not)
+  step lora_memory 90 python3 bench/lora_memory.py --device cuda --oomb "$W/bin/oomb" --out "$W/lora_memory.jsonl"
 fi
 if [ "$phase" != tests ]; then
   # offload's cost on the GPU: all pages on the device against --offload kv (OFFLOAD_LENS: while
