@@ -268,6 +268,31 @@ TEST(Cli, EvalAndGenerateTakePrecision) {
   EXPECT_THAT(oomb_cmd(dir, "eval --model " + m + " --data " + t + " --precision fp16").out, HasSubstr("--precision"));
 }
 
+// oomb generate --lora DIR: the adapter on its base, no merge needed. Greedy ids equal those of the
+// merged model (oomb merge) and differ from the base's; with bf16 on the simulated device as on the
+// CPU; a directory that is no adapter is named.
+TEST(Cli, GenerateWithAnAdapterEqualsTheMergedModel) {
+  const auto dir = temp_dir();
+  const auto m = (dir / "m").string(), ad = (dir / "ad").string(), merged = (dir / "merged").string();
+  ASSERT_EQ(oomb_cmd(dir, "init --out " + m).code, 0);
+  write_tokens(dir / "t.bin", 600, 128, 1);
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 256 --steps 3 --lora-rank 8 "
+                                      "--lora-targets all --lr 1e-2 --out {}", m, dir.string(), ad)).code, 0);
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("merge --model {} --lora {} --out {}", m, ad, merged)).code, 0);
+  auto generate = [&](const std::string& flags) {
+    const CmdResult r = oomb_cmd(dir, "generate --prompt-ids 5,6,7,8,9 --max-new-tokens 12 " + flags);
+    EXPECT_EQ(r.code, 0) << flags << ": " << r.out;
+    return r.out;
+  };
+  const std::string base = generate("--model " + m), with = generate(fmt::format("--model {} --lora {}", m, ad));
+  EXPECT_EQ(with, generate("--model " + merged));
+  EXPECT_NE(with, base) << "the adapter changes nothing: the test cannot tell it was applied";
+  EXPECT_EQ(generate(fmt::format("--model {} --lora {} --precision bf16 --device cpu", m, ad)),
+            generate(fmt::format("--model {} --lora {} --precision bf16 --device sim", m, ad)));
+  EXPECT_THAT(oomb_cmd(dir, fmt::format("generate --model {} --lora {} --prompt-ids 1", m, m)).out,
+              HasSubstr("adapter_config.json"));
+}
+
 // --offload kv's bad input: a backend without device memory, a group larger than a layer's
 // pages, a device too small for two groups; each named before any step.
 TEST(Cli, OffloadErrorsNameTheFlag) {

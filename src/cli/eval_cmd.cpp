@@ -11,11 +11,11 @@
 #include "cli/commands.h"
 #include "cli/dist_flags.h"
 #include "cli/guards.h"
+#include "cli/load_model.h"
 #include "core/atomic_file.h"
 #include "data/eos.h"
 #include "data/open_data.h"
 #include "hf/checkpoint.h"
-#include "hf/peft.h"
 #include "train/eval.h"
 #include "train/passkey_eval.h"
 
@@ -43,21 +43,10 @@ std::filesystem::path tokenizer_file(const EvalArgs& a) {
 // The model of --model, with --lora's adapter on it, on --sp's ranks (the plan is this rank's).
 std::unique_ptr<Model> load_model(const EvalArgs& a, const ModelConfig& cfg, Backend& be, ChunkPlan plan,
                                   Dist& dist) {
-  if (!a.lora.empty()) plan.lora = load_adapter_config(a.lora);
-  plan.precision = precision_dtype(a.precision, a.device);
   set_dist(a.dist, dist.rank(), plan);
   plan.device_comm = dist.device_comm();
-  auto m = std::make_unique<Model>(cfg, be, plan, &dist.tensor_sp());
-  Params host(cfg, m->host_layout(), Tier::Host, Tag::IO);
-  Params& base = be.tier() == Tier::Host ? m->params() : host;
-  load_weights(a.model, cfg, base);
-  if (&base == &host) m->upload_params(host);
-  if (plan.lora.on()) {  // the adapter over the frozen base (its trainable embeddings and norms too)
-    Params adapter(cfg, lora_layout(cfg, plan.lora), Tier::Host, Tag::IO);
-    load_adapter(a.lora, base, adapter);
-    m->upload_trainable(adapter);
-  }
-  return m;
+  plan.precision = precision_dtype(a.precision, a.device);
+  return load_model_and_adapter(a.model, a.lora, cfg, be, plan, &dist.tensor_sp());
 }
 
 void emit(const EvalArgs& a, const nlohmann::json& j, const std::string& table) {

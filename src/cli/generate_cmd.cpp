@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/load_model.h"
 #include "hf/checkpoint.h"
 #include "text/tokenizer.h"
 #include "train/model.h"
@@ -18,7 +19,7 @@ namespace oomb::cli {
 
 namespace {
 struct GenerateArgs {
-  std::string model, prompt, prompt_ids, device = "cpu", tokenizer, precision;
+  std::string model, prompt, prompt_ids, device = "cpu", tokenizer, precision, lora;
   int64_t max_new = 32, chunk = 256;
   double temperature = 0, top_p = 1;
   uint64_t seed = 0;
@@ -59,7 +60,9 @@ Command add_generate(CLI::App& app) {
   c->add_option("--seed", a->seed, "Seed of the sampling")->capture_default_str();
   c->add_option("--chunk-size", a->chunk, "Prompt tokens per forward pass")->check(positive())->capture_default_str();
   c->add_option("--device", a->device, "cpu, sim or cuda")->capture_default_str();
-  add_precision_flag(c, a->precision, "the matmuls");
+  add_precision_flag(c, a->precision, "the matmuls (LoRA's adapters too)");
+  c->add_option("--lora", a->lora, "A PEFT LoRA adapter directory (oomb train's --out with LoRA, or a checkpoint of "
+                "a LoRA run) on --model as its base; no merge needed");
   c->add_flag("--stop-at-eos,!--no-stop-at-eos", a->stop_at_eos, "Stop at the model's eos_token_id (default on)");
   return {c, [a] {
             OOMB_CHECK(a->prompt.empty() != a->prompt_ids.empty(), "give exactly one of --prompt and --prompt-ids");
@@ -81,14 +84,8 @@ Command add_generate(CLI::App& app) {
             const int64_t total = int64_t(prompt.size()) + a->max_new;
             ChunkPlan plan{std::min(a->chunk, total), 128};
             plan.precision = precision_dtype(a->precision, a->device);
-            Model model(cfg, *be, plan);
-            if (be->tier() == Tier::Host) {
-              load_weights(a->model, cfg, model.params());
-            } else {
-              Params host(cfg, Tier::Host, Tag::IO);
-              load_weights(a->model, cfg, host);
-              model.upload_params(host);
-            }
+            const std::unique_ptr<Model> loaded = load_model_and_adapter(a->model, a->lora, cfg, *be, plan);
+            Model& model = *loaded;
             model.begin_decode(total);
             std::vector<float> logits(static_cast<size_t>(cfg.vocab));
             for (size_t i = 0; i < prompt.size(); i += size_t(a->chunk)) {
