@@ -13,7 +13,7 @@ std::vector<Bf16Weights::Slot> Bf16Weights::layout(const std::vector<ParamSpec>&
     if (s.shape.size() != 2 || (embed && !tied)) continue;
     Tensor t(reinterpret_cast<void*>(at), DType::BF16, {s.shape[0], s.shape[1]});
     slots.push_back({s, t});
-    at = (at + int64_t(t.bytes()) + 255) / 256 * 256;
+    at = align256(at + int64_t(t.bytes()));
   }
   *bytes = at;
   return slots;

@@ -61,6 +61,7 @@
 // in model/params.h's mixed layout) needs no images: each layer is laid out as its image, and so is
 // an untied lm_head; only a tied lm_head's bf16 copy is made, from the embedding.
 #pragma once
+#include <array>
 #include <memory>
 #include <span>
 #include <vector>
@@ -191,6 +192,14 @@ class ParamStore {
   static void drop_wait_for_test(const char* which);
 
  private:
+  // sizes (param_store_sizes.cpp): an lm_head tile's values; the embedding's values on the device
+  // (none when it stays on the host); where a bf16 head image puts the final norm and the lm_head;
+  // --zero 3's ranges (a layer, the embedding, the tail)
+  static int64_t tile_numel(const ModelConfig& c);
+  static int64_t device_embed_numel(const ModelConfig& c, bool zero3);
+  static int64_t head_norm_at(const ModelConfig& c, bool zero3);
+  static int64_t head_lm_at(const ModelConfig& c, bool zero3);
+  static std::array<int64_t, 3> zero3_ranges(const ModelConfig& c);
   int64_t slot(size_t pos) const { return int64_t((base_ + pos) & 1); }
   void fetch(size_t pos);
   void head_copy(float* dev, Params& host, bool in);

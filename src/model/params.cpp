@@ -54,8 +54,6 @@ int64_t param_count(const ModelConfig& c) {
   return s.back().offset + s.back().numel();
 }
 
-static int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
-
 std::vector<ParamSpec> frozen_bf16_layout(const ModelConfig& c) {
   std::vector<ParamSpec> s = param_layout(c);
   int64_t at = 0;

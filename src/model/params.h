@@ -31,6 +31,9 @@ int64_t param_count(const ModelConfig& c);
 // places them (model/param_store.h), from a 256-byte boundary, so the layer is its own image.
 std::vector<ParamSpec> frozen_bf16_layout(const ModelConfig& c);
 int64_t layout_bytes(const std::vector<ParamSpec>& specs);  // the buffer a layout takes
+// n rounded up to the 256-byte boundary a bf16 matrix starts on (cuBLASLt's fastest kernels want
+// aligned operands)
+inline int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 // A fingerprint of host parameters' values (16 hex digits, FNV-1a 64 over the count and 256 evenly
 // spaced blocks of 1024 floats: every value up to 256K; a mixed layout's values widened to fp32 in
 // the flat order, so a frozen bf16 base loaded from a bf16 checkpoint has its fp32 masters'): a LoRA

@@ -37,9 +37,12 @@ static Comm* checked_zero3(const ChunkPlan& plan, Tier dev, Comm* world) {
   return world;
 }
 
-static std::vector<ParamSpec> master_layout(const ModelConfig& cfg, const ChunkPlan& plan) {
-  if (zero3(plan)) return ParamShards::of(cfg, int(plan.rank), int(plan.ranks)).layout(cfg);
+// The whole model's layout (host_layout), and the masters' (under --zero 3 this rank's shards).
+static std::vector<ParamSpec> whole_layout(const ModelConfig& cfg, const ChunkPlan& plan) {
   return frozen_bf16(plan) ? frozen_bf16_layout(cfg) : param_layout(cfg);
+}
+static std::vector<ParamSpec> master_layout(const ModelConfig& cfg, const ChunkPlan& plan) {
+  return zero3(plan) ? ParamShards::of(cfg, int(plan.rank), int(plan.ranks)).layout(cfg) : whole_layout(cfg, plan);
 }
 
 Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* sp, Comm* world)
@@ -183,8 +186,13 @@ LossStats Model::evaluate(const int32_t* ids, const int32_t* targets, int64_t N)
   return evaluate(array_reader(ids, targets), N);
 }
 
-std::vector<ParamSpec> Model::host_layout() const {
-  return frozen_bf16(plan_) ? frozen_bf16_layout(cfg_) : param_layout(cfg_);
+std::vector<ParamSpec> Model::host_layout() const { return whole_layout(cfg_, plan_); }
+
+// A host copy of the masters (not --zero 3's): laid out as they are.
+static void check_host_copy(const Params& host, const Params& masters) {
+  OOMB_CHECK(host.flat().bytes() == masters.flat().bytes() && host.mixed() == masters.mixed(),
+             "model: parameters of another layout{}", masters.mixed() ? " (a frozen bf16 base: lay the host's out as "
+             "host_layout())" : "");
 }
 
 void Model::upload_params(const Params& host) {
@@ -197,9 +205,7 @@ void Model::upload_params(const Params& host) {
     if (p.tier == Tier::Device) be_.copy(p.data, p.tier, packed, Tier::Host, p.bytes());
     return;
   }
-  OOMB_CHECK(host.flat().bytes() == params_.flat().bytes() && host.mixed() == params_.mixed(),
-             "model: parameters of another layout{}", params_.mixed() ? " (a frozen bf16 base: lay the host's out as "
-             "host_layout())" : "");
+  check_host_copy(host, params_);
   base_dirty_ = true;
   be_.copy(params_.flat().data, params_.flat().tier, host.flat().data, Tier::Host, params_.flat().bytes());
 }
@@ -212,9 +218,7 @@ void Model::download_params(Params& host) const {
     if (p.tier == Tier::Device) be_.copy(stage.data(), Tier::Host, p.data, p.tier, p.bytes());
     return ParamShards::gather(cfg_, *world_, p.tier == Tier::Device ? stage.as<float>() : p.f(), host.flat().f());
   }
-  OOMB_CHECK(host.flat().bytes() == params_.flat().bytes() && host.mixed() == params_.mixed(),
-             "model: parameters of another layout{}", params_.mixed() ? " (a frozen bf16 base: lay the host's out as "
-             "host_layout())" : "");
+  check_host_copy(host, params_);
   be_.copy(host.flat().data, Tier::Host, params_.flat().data, params_.flat().tier, params_.flat().bytes());
 }
 
