@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -85,6 +87,28 @@ TEST(Cli, PlanPredictsTheMeasuredPeaks) {
     if (std::string(kv) == "f32") kv_f32 = kv_peak;
     else EXPECT_EQ(2 * kv_peak, kv_f32) << "bf16 K/V pages take half the measured bytes";
   }
+  // --precision bf16 rounds K and V to bf16 for attention's matmuls: its pages default to bf16
+  // (--kv-dtype auto), giving f32 pages' loss and gradient norm in half the measured kv bytes, as planned
+  nlohmann::json runs[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string flags = i == 0 ? "--precision bf16" : "--precision bf16 --kv-dtype f32";
+    SCOPED_TRACE(flags);
+    CmdResult r = oomb_cmd(
+        dir, fmt::format("plan --model {} --seq-len 512 --chunk-size 96 --page-size 32 {} --json", m, flags));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto plan = nlohmann::json::parse(r.out);
+    r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 512 --chunk-size 96 --page-size 32 "
+                                  "{} --steps 1 --metrics {}/m.jsonl", m, dir.string(), flags, dir.string()));
+    ASSERT_EQ(r.code, 0) << r.out;
+    runs[i] = nlohmann::json::parse(read_text(dir / "m.jsonl"));
+    EXPECT_EQ(runs[i]["memory"]["host"]["kv"]["peak"].get<int64_t>(), plan["host"]["kv"].get<int64_t>());
+  }
+  EXPECT_EQ(2 * runs[0]["memory"]["host"]["kv"]["peak"].get<int64_t>(),
+            runs[1]["memory"]["host"]["kv"]["peak"].get<int64_t>());
+  EXPECT_EQ(runs[1]["memory"]["host"]["kv"]["peak"].get<int64_t>(), kv_f32);
+  for (const char* key : {"loss", "grad_norm"})
+    EXPECT_EQ(std::bit_cast<uint64_t>(runs[0][key].get<double>()), std::bit_cast<uint64_t>(runs[1][key].get<double>()))
+        << key;
 }
 
 // The simulated device, with and without --offload kv and params, --precision bf16, dense and sparse

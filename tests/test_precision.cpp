@@ -12,8 +12,10 @@
 #include "backend/backend.h"
 #include "hf/checkpoint.h"
 #include "hf/safetensors.h"
+#include "model_fixture.h"
 #include "test_util.h"
 #include "model/bf16_weights.h"
+#include "kv/sparse_select.h"
 #include "model/memory_plan.h"
 #include "train/model.h"
 #include "train/optimizer.h"
@@ -237,4 +239,85 @@ TEST(Bf16Budget, WeightCopyLayoutAndSync) {
     for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first) << "overlap";
     EXPECT_LE(int64_t(spans.back().second), Bf16Weights::bytes(cfg));
   }
+}
+
+// Under --precision bf16 every layer rounds K and V to bf16 before attention, so bf16 pages hold
+// exactly the values f32 pages would (the CLI's --kv-dtype auto picks them): loss, every gradient
+// and decoded logits give the same bits, chunked, offloaded, page-sparse and with documents, and
+// every tier's K/V bytes halve.
+TEST(Bf16Budget, Bf16PagesGiveF32PagesBitsInHalfTheBytes) {
+  struct Case {
+    const char* model;
+    int64_t C, P;
+    bool sim, offload, sparse, docs;
+  };
+  const Case cases[] = {{"qwen2", 0, 8, false, false, false, false}, {"qwen2", 7, 8, false, false, false, true},
+                        {"llama", 5, 4, false, false, true, false},  {"qwen3", 7, 8, true, false, false, false},
+                        {"qwen2", 7, 8, true, true, false, true},    {"llama", 6, 4, true, true, true, false}};
+  Accountant& acc = Accountant::global();
+  int checked = 0;
+  for (const Case& c : cases) {
+    const fs::path dir = source_dir() / "tests/fixtures/hf" / c.model;
+    const ModelConfig cfg = load_config(dir);
+    const SafetensorsFile ref = SafetensorsFile::open(dir / "reference.safetensors");
+    const TensorInfo* it = ref.find("input_ids");
+    std::vector<int64_t> ids64(size_t(it->numel()));
+    ref.read_raw(*it, ids64.data());
+    std::vector<int32_t> ids(ids64.begin(), ids64.end()), tg(ids.begin() + 1, ids.end());
+    tg.push_back(-1);
+    const int64_t N = int64_t(ids.size());
+    SCOPED_TRACE(fmt::format("{} N={} C={} P={}{}{}{}{}", c.model, N, c.C, c.P, c.sim ? " sim" : " cpu",
+                             c.offload ? " --offload kv" : "", c.sparse ? " sparse" : "", c.docs ? " doc-mask" : ""));
+    struct Result {
+      double loss;
+      std::vector<float> grads, logits;
+      std::array<int64_t, kNumTiers> kv_peak;
+    };
+    auto run = [&](DType kv) {
+      ChunkPlan plan{c.C > 0 ? c.C : N, c.P};
+      plan.precision = DType::BF16;
+      plan.kv_dtype = kv;
+      plan.offload_kv = c.offload;
+      if (c.docs) plan.doc_sep = ids[size_t(N / 3)];  // a token that occurs: documents to keep apart
+      if (c.sparse) plan.sparse = sparse_options(1, 4, 1, false, "mean", plan.chunk, cfg.kv_heads);
+      std::unique_ptr<Backend> be = c.sim ? make_sim_backend() : make_cpu_backend();
+      Result r{};
+      acc.reset_peaks();
+      {
+        Model m(cfg, *be, plan);
+        load_for_training(m, dir);
+        const LossStats ls = m.forward_backward(ids.data(), tg.data(), N, 1.0f);
+        r.loss = ls.loss_sum;
+        r.grads = host_grads(m);
+        for (int t = 0; t < kNumTiers; ++t) r.kv_peak[size_t(t)] = acc.get(kTiers[t], Tag::KV).peak;
+      }
+      if (!c.sim && !c.sparse && !c.docs) {  // decoding: a generation's cache, a token at a time after the prompt
+        Model m(cfg, *be, plan);
+        load_weights(dir, cfg, m.params());
+        m.begin_decode(N);
+        std::vector<float> out(size_t(cfg.vocab));
+        m.decode(ids.data(), N / 2, out.data());
+        for (int64_t i = N / 2; i < N; ++i) {
+          m.decode(&ids[size_t(i)], 1, out.data());
+          r.logits.insert(r.logits.end(), out.begin(), out.end());
+        }
+      }
+      return r;
+    };
+    const Result f32 = run(DType::F32), bf16 = run(DType::BF16);
+    EXPECT_EQ(std::memcmp(&f32.loss, &bf16.loss, sizeof f32.loss), 0) << f32.loss << " vs " << bf16.loss;
+    ASSERT_EQ(f32.grads.size(), bf16.grads.size());
+    EXPECT_EQ(std::memcmp(f32.grads.data(), bf16.grads.data(), f32.grads.size() * 4), 0)
+        << "gradient rel. error " << rel_error(bf16.grads, f32.grads);
+    ASSERT_EQ(f32.logits.size(), bf16.logits.size());
+    EXPECT_EQ(std::memcmp(f32.logits.data(), bf16.logits.data(), f32.logits.size() * 4), 0) << "decoded logits";
+    int64_t total = 0;
+    for (int t = 0; t < kNumTiers; ++t) {
+      EXPECT_EQ(f32.kv_peak[size_t(t)], 2 * bf16.kv_peak[size_t(t)]) << tier_name(kTiers[t]);
+      total += bf16.kv_peak[size_t(t)];
+    }
+    EXPECT_GT(total, 0);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6);
 }

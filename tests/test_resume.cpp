@@ -183,6 +183,27 @@ TEST(Resume, LoraCheckpointsHoldTheAdapterAndResumeBitForBit) {
   EXPECT_THAT(r.out, HasSubstr("--lora-rank is not recorded here but 4 in the checkpoint"));
 }
 
+// Under --precision bf16 the pages' dtype does not change the bits (K and V are rounded to bf16
+// either way), so a checkpoint written with f32 pages (as every bf16 run's was before --kv-dtype
+// auto) resumes with the default bf16 pages, bit for bit; under fp32 it changes the math and is
+// refused (AnotherRunIsRefusedNamingTheDifference).
+TEST(Resume, Bf16RunsResumeWhateverTheirPagesDtype) {
+  const auto dir = temp_dir();
+  make_inputs(dir);
+  const std::string d = dir.string(), train = train_args(dir, 4) + " --precision bf16";
+  CmdResult r = oomb_cmd(dir, train + fmt::format(" --kv-dtype f32 --checkpoint-dir {0}/ck --save-every 2 "
+                                                  "--metrics {0}/ref.jsonl", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto ref = read_metrics(dir / "ref.jsonl");
+  ASSERT_EQ(ref.size(), 4u);
+  const fs::path ck = dir / "ck" / checkpoint_name(2);
+  r = oomb_cmd(dir, train + fmt::format(" --resume {} --metrics {}/r.jsonl", ck.string(), d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto got = read_metrics(dir / "r.jsonl");
+  EXPECT_EQ(got.size(), 2u);
+  expect_same_steps(got, ref, "resumed with bf16 pages");
+}
+
 TEST(Resume, AnotherRunIsRefusedNamingTheDifference) {
   const auto dir = temp_dir();
   make_inputs(dir);

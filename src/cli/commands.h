@@ -25,6 +25,13 @@ inline std::string default_precision(const std::string& given, const std::string
 inline DType precision_dtype(const std::string& given, const std::string& device) {
   return default_precision(given, device) == "bf16" ? DType::BF16 : DType::F32;
 }
+// --kv-dtype: "auto" follows the precision (under bf16 every layer rounds K and V to bf16 for
+// attention's matmuls, so bf16 pages hold the very values f32 pages would, in half the bytes);
+// "f32" or "bf16" as given.
+inline DType kv_page_dtype(const std::string& given, DType precision) {
+  return given == "auto" ? precision : dtype_parse(given);
+}
+
 // The --precision option of the commands that run a model (train's has its own help).
 inline CLI::Option* add_precision_flag(CLI::App* c, std::string& precision, const char* what) {
   return c->add_option("--precision", precision, std::string("fp32, or bf16: ") + what +

@@ -46,6 +46,7 @@ std::unique_ptr<Model> load_model(const EvalArgs& a, const ModelConfig& cfg, Bac
   set_dist(a.dist, dist.rank(), plan);
   plan.device_comm = dist.device_comm();
   plan.precision = precision_dtype(a.precision, a.device);
+  plan.kv_dtype = kv_page_dtype("auto", plan.precision);
   return load_model_and_adapter(a.model, a.lora, cfg, be, plan, &dist.tensor_sp());
 }
 

@@ -84,6 +84,7 @@ Command add_generate(CLI::App& app) {
             const int64_t total = int64_t(prompt.size()) + a->max_new;
             ChunkPlan plan{std::min(a->chunk, total), 128};
             plan.precision = precision_dtype(a->precision, a->device);
+            plan.kv_dtype = kv_page_dtype("auto", plan.precision);
             const std::unique_ptr<Model> loaded = load_model_and_adapter(a->model, a->lora, cfg, *be, plan);
             Model& model = *loaded;
             model.begin_decode(total);

@@ -20,7 +20,7 @@ namespace oomb::cli {
 
 namespace {
 struct PlanArgs {
-  std::string model, preset, optimizer = "adamw", device, kv_grad_dtype = "f32", kv_dtype = "f32", offload,
+  std::string model, preset, optimizer = "adamw", device, kv_grad_dtype = "f32", kv_dtype = "auto", offload,
       precision, sweep = "chunk";  // precision: "" until the device is known (bf16 on cuda)
   int64_t seq_len = 0, chunk = 0, page = 128, offload_group = 0;
   bool json = false, doc_mask = false;
@@ -56,8 +56,8 @@ Command add_plan(CLI::App& app) {
       ->check(count());
   c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
-  c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
+  c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32 or bf16; auto: as --precision (as oomb train)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}))->capture_default_str();
   c->add_option("--precision", a->precision, "fp32 or bf16 (as oomb train: default bf16 on cuda, fp32 elsewhere)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   c->add_flag("--doc-mask", a->doc_mask, "Documents masked as oomb train --doc-mask (their ids take 4 B a token)");
@@ -72,7 +72,6 @@ Command add_plan(CLI::App& app) {
             const ModelConfig cfg = a->model.empty() ? preset_config(a->preset) : load_config(a->model);
             ChunkPlan plan{std::min(a->chunk > 0 ? a->chunk : 1024, a->seq_len), a->page,
                            dtype_parse(a->kv_grad_dtype)};
-            plan.kv_dtype = dtype_parse(a->kv_dtype);
             if (a->doc_mask) plan.doc_sep = 0;  // any separator: the plan needs only whether there is one
             set_offload(a->offload, a->offload_group, a->seq_len, plan);
             set_sparse(a->sparse, cfg, plan);
@@ -81,6 +80,7 @@ Command add_plan(CLI::App& app) {
             const std::string device = !a->device.empty() ? a->device : offload ? "cuda" : "cpu";
             const std::string precision = default_precision(a->precision, device);
             plan.precision = precision == "bf16" ? DType::BF16 : DType::F32;
+            plan.kv_dtype = kv_page_dtype(a->kv_dtype, plan.precision);
             OOMB_CHECK(!offload || device != "cpu", "--offload {}: the cpu backend has no device memory to offload from "
                        "(use --device sim or cuda)", a->offload);
             plan.lora = lora_config(a->lora, a->cmd);
@@ -109,7 +109,7 @@ Command add_plan(CLI::App& app) {
             }
             std::cout << fmt::format("{} ({} parameters), N = {}, C = {}, page = {} tokens, kv {}, kv_grad {}, {}, {} {}{}{}\n",
                                      a->model.empty() ? a->preset : a->model, param_count(cfg), a->seq_len,
-                                     plan.chunk, plan.page_size, a->kv_dtype, a->kv_grad_dtype, a->optimizer, device,
+                                     plan.chunk, plan.page_size, dtype_name(plan.kv_dtype), a->kv_grad_dtype, a->optimizer, device,
                                      precision,
                                      plan.offload_kv ? fmt::format(", kv offloaded in groups of {} pages",
                                                                    KVCache::group_for(kv_cache_options(cfg, plan),

@@ -34,7 +34,7 @@ namespace {
 
 struct TrainArgs {
   // precision: "" until the run resolves it for its device (default_precision)
-  std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "f32", precision;
+  std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "auto", precision;
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
   std::string tensorboard, sweep = "chunk";
   int64_t eos_id = -1, offload_group = 0, device_memory = 0;
@@ -68,8 +68,8 @@ double peak_flops(const TrainArgs& a) {
 // (CLI11 has already checked that every size flag given is positive.)
 ChunkPlan chunk_plan(const TrainArgs& a, const ModelConfig& cfg, int32_t doc_sep = -1) {
   ChunkPlan p{std::min(a.chunk > 0 ? a.chunk : 1024, a.seq_len), a.page, dtype_parse(a.kv_grad_dtype), doc_sep};
-  p.kv_dtype = dtype_parse(a.kv_dtype);
   p.precision = a.precision == "bf16" ? DType::BF16 : DType::F32;
+  p.kv_dtype = kv_page_dtype(a.kv_dtype, p.precision);
   set_offload(a.offload, a.offload_group, a.seq_len, p);
   set_sparse(a.sparse, cfg, p);
   set_dist(a.dist, a.rank, p);
@@ -191,7 +191,7 @@ nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const Chunk
           {"--skip-nonfinite", o.optim.skip_nonfinite},
           {"--chunk-size", plan.chunk},
           {"--page-size", plan.page_size},
-          {"--kv-dtype", a.kv_dtype},
+          {"--kv-dtype", dtype_name(plan.kv_dtype)},
           {"--precision", a.precision},
           {"--kv-grad-dtype", a.kv_grad_dtype},
           {"--doc-mask", a.doc_mask},
@@ -354,8 +354,9 @@ Command add_train(CLI::App& app) {
                  "accumulates in fp32 (master weights, moments, norms, softmax, loss and the residual stream stay fp32); "
                  "default bf16 on --device cuda, fp32 elsewhere")
       ->check(CLI::IsMember({"fp32", "bf16"}));
-  c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32, or bf16 for half the bytes (K and V rounded to bf16)")
-      ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
+  c->add_option("--kv-dtype", a->kv_dtype, "K/V pages: f32, or bf16 for half the bytes (K and V rounded to bf16); "
+                 "auto: bf16 under --precision bf16 (which rounds K and V to bf16 anyway: the same bits), else f32")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}))->capture_default_str();
   c->add_option("--device", a->device, "cpu, cuda, or sim (the CPU kernels on simulated device memory with a copy "
                  "engine)")->capture_default_str();
   c->add_option("--device-memory", a->device_memory, "With --device sim: the device's capacity in bytes")

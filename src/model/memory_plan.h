@@ -28,7 +28,8 @@ struct ChunkPlan {
   int32_t doc_sep = -1;
   // K/V pages: f32, or bf16 (half the kv bytes). With bf16 every layer rounds its K (after RoPE)
   // and V to bf16 before attention, its own chunk's too, so chunked training still equals
-  // full-sequence training; gradients pass the rounding straight through.
+  // full-sequence training; gradients pass the rounding straight through. Under precision bf16 K
+  // and V are rounded either way, so bf16 pages give f32 pages' bits (the CLI's --kv-dtype auto).
   DType kv_dtype = DType::F32;
   // --offload kv: K/V and gradient pages in pinned host memory, streamed through the device in
   // groups of offload_group pages (0: the default, KVCache::group_for).

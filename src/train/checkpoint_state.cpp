@@ -155,7 +155,18 @@ CheckpointState parse_checkpoint_state(std::string_view text, const std::string&
   return state_from_json(j, where);
 }
 
-void check_same_run(const CheckpointState& saved, const CheckpointState& now, const std::string& where) {
+// The flags as the math reads them: under --precision bf16 every layer rounds K and V to bf16, so
+// the pages' dtype (--kv-dtype) gives the same bits either way (and checkpoints from before its
+// "auto" recorded f32 there).
+static json math_equivalent(json flags) {
+  const auto p = flags.find("--precision");
+  if (p != flags.end() && *p == "bf16" && flags.contains("--kv-dtype")) flags["--kv-dtype"] = "bf16";
+  return flags;
+}
+
+void check_same_run(const CheckpointState& saved_state, const CheckpointState& now_state, const std::string& where) {
+  CheckpointState saved = saved_state, now = now_state;
+  saved.flags = math_equivalent(saved.flags), now.flags = math_equivalent(now.flags);
   std::vector<std::string> diffs;
   // the model: every config.json field that changes the math
   std::set<std::string> keys;
