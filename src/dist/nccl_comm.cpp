@@ -5,6 +5,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <exception>
 #include <thread>
 
 #include "core/error.h"
@@ -76,7 +77,8 @@ class NcclComm final : public Comm {
   }
   ~NcclComm() override {
     cudaEventDestroy(done_);
-    if (c_ && !aborted_) nccl().destroy(c_);
+    // destroying waits for the other ranks (no timeout): while an error unwinds, abort instead
+    if (c_ && !aborted_) std::uncaught_exceptions() > 0 ? nccl().abort(c_) : nccl().destroy(c_);
   }
   int rank() const override { return boot_.rank(); }
   int size() const override { return boot_.size(); }
@@ -125,7 +127,12 @@ class NcclComm final : public Comm {
     cfg.blocking = 0;
     ncclComm_t c = nullptr;
     settle("split", nccl().split(c_, color, key, &c, &cfg));
-    settle_comm("split", c);
+    try {
+      settle_comm("split", c);
+    } catch (...) {  // the half-made communicator aborted, not this one
+      if (c) nccl().abort(c);
+      throw;
+    }
     Comm& b = *boot;
     return std::make_unique<NcclComm>(c, std::move(boot), b, s_, timeout_);
   }
@@ -135,15 +142,21 @@ class NcclComm final : public Comm {
     if (r == ncclInProgress) return settle_comm(call, c_);
     check(call, r);
   }
+  // (c: this communicator, or a child being split from it, which the caller aborts on failure)
   void settle_comm(const char* call, ncclComm_t c) {
     const auto start = clock::now();
     ncclResult_t state = ncclInProgress;
     while (true) {
       check(call, nccl().async_error(c, &state));
       if (state != ncclInProgress) break;
-      if (seconds_since(start) > timeout_) time_out(call, 0);
+      if (seconds_since(start) > timeout_) {
+        if (c == c_) time_out(call, 0);
+        fail("nccl {} on rank {} of {}: not finished after {} s (--dist-timeout): another rank died, stalls, or runs "
+             "with other flags", call, rank(), size(), timeout_);
+      }
       std::this_thread::yield();
     }
+    if (state != ncclSuccess && c == c_) abort_on(call, state);
     check(call, state);
   }
 
@@ -160,16 +173,26 @@ class NcclComm final : public Comm {
     while (true) {
       const cudaError_t e = cudaEventQuery(done_);
       if (e == cudaSuccess) return;
-      if (e != cudaErrorNotReady) cuda_ok(call, e);
+      if (e != cudaErrorNotReady)  // (a sticky error: any earlier kernel on the stream may have made it)
+        fail("nccl {} on rank {} of {}: a CUDA error on the compute stream, from this call or earlier work: {} "
+             "(OOMB_CUDA_SYNC=1 names the op that made it)", call, rank(), size(), cudaGetErrorString(e));
       ncclResult_t state = ncclSuccess;
       check(call, nccl().async_error(c_, &state));
-      if (state != ncclSuccess && state != ncclInProgress) check(call, state);
+      if (state != ncclSuccess && state != ncclInProgress) abort_on(call, state);
       if (seconds_since(start) > timeout_) time_out(call, bytes);
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
   static double seconds_since(clock::time_point t) {
     return std::chrono::duration<double>(clock::now() - t).count();
+  }
+  // An error NCCL reports for this communicator: its kernels may never finish, so it is aborted
+  // (a later stream synchronisation or destroy would wait forever), then named.
+  [[noreturn]] void abort_on(const char* call, ncclResult_t state) {
+    nccl().abort(c_);
+    aborted_ = true;
+    fail("nccl {} on rank {} of {}: {} (the communicator is aborted)", call, rank(), size(),
+         nccl().error_string(state));
   }
   [[noreturn]] void time_out(const char* call, size_t bytes) {
     nccl().abort(c_);

@@ -364,7 +364,8 @@ class CudaBackend final : public Backend {
       if (!backward) p.run_sum = a.run_sum.f();
     }
     // the table goes up from pinned staging, double-buffered: a staging buffer is rewritten only
-    // once the copy that last read it is done (two calls ago), so the host does not wait here
+    // once the copy that last read it is done (two calls ago), so the host waits here only while
+    // the GPU is two attention calls or more behind it (a bounded run-ahead, not a drain)
     const size_t bytes = table_.size() * sizeof(cuda::k::AttnBlock);
     OOMB_CHECK(bytes <= kTableStage, "{}: {} blocks exceed the staged table's {} entries", op, table_.size(),
                kTableStage / sizeof(cuda::k::AttnBlock));

@@ -84,14 +84,19 @@ Gemm::Plan& Gemm::plan(const Key& key) {
       lt_check(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]), "alignment preference");
     cublasLtMatmulHeuristicResult_t res{};
     int found = 0;
-    lt_check(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found),
-             "cublasLtMatmulAlgoGetHeuristic");
+    // no algorithm comes back as found = 0 or, for some shapes and epilogues, as NOT_SUPPORTED
+    auto heuristic = [&] {
+      found = 0;
+      const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
+      if (st == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;
+      else lt_check(st, "cublasLtMatmulAlgoGetHeuristic");
+    };
+    heuristic();
     p.epilogue = bias;
     if (found == 0 && bias) {  // no algorithm with the bias epilogue: plain GEMM, bias by a kernel
       const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_DEFAULT;
       lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "EPILOGUE");
-      lt_check(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found),
-               "cublasLtMatmulAlgoGetHeuristic");
+      heuristic();
       p.epilogue = false;
     }
     OOMB_CHECK(found > 0, "cuBLASLt: no algorithm for a {}x{}x{} {} GEMM (alignments {}, {}, {} bytes)", M, N, K,

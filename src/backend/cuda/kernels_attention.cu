@@ -85,7 +85,7 @@ __global__ void attn_fwd_k(AttnParams p, const float* q, float* o, float* lse) {
   if (!p.first) m = lse[t * p.H + h], l = p.run_sum[t * p.H + h];
   for (int64_t b = 0; b < p.n_blocks; ++b) {
     const AttnBlock kb = p.blocks[b];
-    if (!((kb.heads >> g) & 1)) continue;  // masked for this kv head group (sparse)
+    if (g < 64 && !((kb.heads >> g) & 1)) continue;  // masked for this kv head group (sparse)
     const Rows K{kb.k, kb.kv_bf16 != 0}, V{kb.v, kb.kv_bf16 != 0};
     const int64_t n = visible(kb, qi);
     for (int64_t j0 = 0; j0 < n; j0 += 32) {
@@ -170,7 +170,7 @@ __global__ void attn_dq_k(AttnParams p, const float* q, const float* lse, const 
   if (!isinf(L)) {
     for (int64_t b = 0; b < p.n_blocks; ++b) {
       const AttnBlock kb = p.blocks[b];
-      if (!((kb.heads >> g) & 1)) continue;  // masked for this kv head group (sparse)
+      if (g < 64 && !((kb.heads >> g) & 1)) continue;  // masked for this kv head group (sparse)
       const Rows K{kb.k, kb.kv_bf16 != 0}, V{kb.v, kb.kv_bf16 != 0};
       const int64_t n = visible(kb, qi);
       for (int64_t j0 = 0; j0 < n; j0 += 32) {
@@ -208,7 +208,7 @@ __global__ void attn_dkdv_k(AttnParams p, const float* q, const float* lse, cons
   const int lane = threadIdx.x;
   const AttnBlock kb = p.blocks[blockIdx.x];
   const int64_t g = blockIdx.y, j0 = int64_t(blockIdx.z) * 32, j = j0 + lane, D = p.D, stride = D + 1;
-  if (j0 >= kb.len || !((kb.heads >> g) & 1)) return;  // masked for this group: its rows stay as they are
+  if (j0 >= kb.len || (g < 64 && !((kb.heads >> g) & 1))) return;  // masked for this group: its rows stay as they are
   const int64_t group = p.H / p.G;
   float *dk = smem + lane * stride, *dv = smem + (32 + lane) * stride;
   float *sq = smem + 64 * stride, *sdo = sq + D;
