@@ -195,6 +195,14 @@ class Backend {
   virtual void wait(Stream s, const Event& e) {}         // later work on s waits for e (no host wait)
   virtual void synchronize(const Event& e) {}            // the host waits for e
   virtual void synchronize() {}                          // the host waits for every stream
+  // The host's waits so far, where a backend counts them (the simulated device; -1 elsewhere).
+  // drains: the host waited for everything issued (synchronize(), or copy() / copy_rows() between
+  // the device's memory and the host's, which a GPU must finish before returning); event_waits:
+  // for one event (synchronize(e): a bounded run-ahead, as double-buffered staging takes).
+  struct HostWaits {
+    int64_t drains = -1, event_waits = -1;
+  };
+  virtual HostWaits host_waits() const { return {}; }
   // dst = src converted (f32 <-> bf16, round to nearest even; same dtype: a copy); equal numel.
   void cast(const Tensor& src, Tensor& dst);
   // x (f32) rounded in place to the nearest bf16 value (ties to even), kept in f32.

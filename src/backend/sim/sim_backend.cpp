@@ -144,11 +144,29 @@ class SimBackend final : public CpuBackend {
   void wait(Stream s, const Event& e) override {
     if (s == Stream::Compute) engine_.wait_for(sim_event(e).seq);
   }
-  void synchronize(const Event& e) override { engine_.wait_for(sim_event(e).seq); }
-  void synchronize() override { engine_.wait_for(engine_.issued()); }
+  void synchronize(const Event& e) override {
+    ++waits_.event_waits;
+    engine_.wait_for(sim_event(e).seq);
+  }
+  void synchronize() override {
+    ++waits_.drains;
+    engine_.wait_for(engine_.issued());
+  }
+  // a copy between the device's memory and the host's returns once done: on a GPU, a drain
+  void copy(void* dst, Tier dt, const void* src, Tier st, size_t bytes) override {
+    if (bytes > 0 && dst != src && (dt == Tier::Device) != (st == Tier::Device)) ++waits_.drains;
+    CpuBackend::copy(dst, dt, src, st, bytes);
+  }
+  void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
+                 Tier t) override {
+    if (rows > 0 && width > 0 && t != Tier::Device) ++waits_.drains;
+    CpuBackend::copy_rows(dst, dpitch, src, spitch, width, rows, t);
+  }
+  HostWaits host_waits() const override { return waits_; }
 
  private:
   CopyEngine engine_;
+  HostWaits waits_{0, 0};
 };
 
 }  // namespace

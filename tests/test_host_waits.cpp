@@ -1,0 +1,129 @@
+// The host never drains the device inside a training step except a fixed number of times per step
+// (the loss and the gradient norm read back, the end of a sequence): on the simulated device,
+// which counts every host wait (Backend::host_waits), a step's drains are the same for 4 chunks as
+// for 8 and for 2 layers as for 4, resident, offloaded (kv, params, both), with documents, in
+// bf16, in the layer order and with LoRA. Page-sparse attention adds exactly one per layer and
+// chunk of the forward sweep that chooses (the chosen pages come down to build the attention's
+// block list on the host; the backward sweep reuses the record). Waits for one event (the bounded
+// run-ahead of double-buffered staging) may grow with the work; they are printed beside the drains.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "backend/backend.h"
+#include "hf/checkpoint.h"
+#include "kv/sparse_select.h"
+#include "model/lora.h"
+#include "model_fixture.h"
+#include "test_util.h"
+#include "train/model.h"
+#include "train/optimizer.h"
+#include "train_steps.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+
+namespace {
+
+struct PerStep {
+  int64_t drains = 0, event_waits = 0;
+};
+
+// The host waits of one optimizer step (two sequences), in the steady state: steps 2 and 3 of a
+// fresh run, after a first step that allocates.
+PerStep waits_per_step(const std::filesystem::path& dir, ChunkPlan plan, int64_t N) {
+  const ModelConfig cfg = load_config(dir);
+  auto be = make_sim_backend();
+  Model m(cfg, *be, plan);
+  load_for_training(m, dir);
+  if (plan.lora.on()) {
+    Params base(cfg, Tier::Host, Tag::IO), adapters(cfg, m.trainable().specs(), Tier::Host, Tag::IO);
+    load_weights(dir, cfg, base);
+    init_lora(adapters, base, 5);
+    m.upload_trainable(adapters);
+  }
+  OptimConfig oc;
+  oc.lr = 1e-3f, oc.grad_clip = 1.0f, oc.total_steps = 3;
+  Optimizer opt(oc, m.trainable(), m.grads(), *be);
+  Backend::HostWaits before{};
+  for (int k = 0; k < 3; ++k) {
+    if (k == 1) before = be->host_waits();
+    m.zero_grads();
+    for (int s = 0; s < 2; ++s) {
+      const auto t = step_tokens(N + 1, uint64_t(3 * k + s), cfg.vocab, plan.doc_sep);
+      m.forward_backward(t.data(), t.data() + 1, N, 0.5f);
+    }
+    opt.step(k, nullptr);
+  }
+  const Backend::HostWaits after = be->host_waits();
+  return {(after.drains - before.drains) / 2, (after.event_waits - before.event_waits) / 2};
+}
+
+std::filesystem::path model_dir(int64_t layers, bool tied) {
+  const auto dir = temp_dir(fmt::format("_{}{}", layers, tied ? "_tied" : ""));
+  nlohmann::json j = tiny_config_json("qwen2", 2);
+  j["num_hidden_layers"] = layers;
+  j["tie_word_embeddings"] = tied;
+  write_tiny_model(dir, j, 3);
+  return dir;
+}
+
+}  // namespace
+
+TEST(HostWaits, DrainsPerStepDoNotGrowWithChunksOrLayers) {
+  ASSERT_GE(make_sim_backend()->host_waits().drains, 0) << "the simulated device counts its host waits";
+  const auto two = model_dir(2, false), four = model_dir(4, false), tied = model_dir(2, true);
+  struct Case {
+    const char* name;
+    ChunkPlan plan;
+    const std::filesystem::path* dir;
+  };
+  auto plan = [](auto&& set) {
+    ChunkPlan p{32, 16};
+    set(p);
+    return p;
+  };
+  const Case cases[] = {
+      {"resident", plan([](ChunkPlan&) {}), &two},
+      {"tied embedding", plan([](ChunkPlan&) {}), &tied},
+      {"--offload kv", plan([](ChunkPlan& p) { p.offload_kv = true, p.offload_group = 2; }), &two},
+      {"--offload params", plan([](ChunkPlan& p) { p.offload_params = true; }), &two},
+      {"--offload kv,params, tied", plan([](ChunkPlan& p) { p.offload_kv = p.offload_params = true; }), &tied},
+      {"--precision bf16, --offload kv,params",
+       plan([](ChunkPlan& p) { p.precision = p.kv_dtype = DType::BF16, p.offload_kv = p.offload_params = true; }),
+       &two},
+      {"--doc-mask", plan([](ChunkPlan& p) { p.doc_sep = 5; }), &two},
+      {"--sparse-pages 1", plan([](ChunkPlan& p) { p.sparse = sparse_options(1, 16, 1, false, "mean", 32, 2); }),
+       &two},
+      {"--sweep layer, --offload kv,params",
+       plan([](ChunkPlan& p) { p.sweep = SweepOrder::Layer, p.offload_kv = p.offload_params = true; }), &two},
+      {"LoRA, --offload params", plan([](ChunkPlan& p) {
+         p.lora.rank = 4, p.lora.alpha = 8, p.offload_params = true;
+         parse_lora_targets("q,v,down", p.lora);
+       }), &two},
+  };
+  const PerStep dense = waits_per_step(two, cases[0].plan, 128);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const PerStep base = waits_per_step(*c.dir, c.plan, 128);  // 4 chunks of 32
+    const PerStep longer = waits_per_step(*c.dir, c.plan, 256);  // 8 chunks
+    const PerStep deeper = waits_per_step(four, c.plan, 128);    // 4 layers
+    if (c.plan.sparse.on()) {
+      // pages of 16, chunks of 32, one sink: a chunk chooses when it has more than K + 1 earlier
+      // pages (chunk 2 on); two sequences a step
+      auto choosing = [](int64_t chunks) { return chunks - 2; };
+      EXPECT_EQ(base.drains, dense.drains + 2 * 2 * choosing(4));
+      EXPECT_EQ(longer.drains, dense.drains + 2 * 2 * choosing(8));
+      EXPECT_EQ(deeper.drains, dense.drains + 2 * 4 * choosing(4));
+    } else {
+      EXPECT_EQ(longer.drains, base.drains) << "a drain per chunk";
+      if (c.dir == &two) {
+        EXPECT_EQ(deeper.drains, base.drains) << "a drain per layer";
+      }
+      EXPECT_LE(base.drains, 8) << "drains per step";
+    }
+    std::cout << fmt::format("[ waits    ] {}: drains a step {} (N = 128), {} (N = 256), {} (4 layers); event waits {}, "
+                             "{}, {}\n", c.name, base.drains, longer.drains, deeper.drains, base.event_waits,
+                             longer.event_waits, deeper.event_waits);
+  }
+}
