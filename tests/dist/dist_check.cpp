@@ -2,6 +2,8 @@
 // --doc-mask, offload) against the single-rank run of the same windows, which rank 0 also runs.
 // Prints one line per figure ("name value"); exits 1 when a figure exceeds its bound, 0 otherwise.
 //   gradient check  the gradients of one step, summed over the ranks, against the single rank's
+//                   (1e-6 per tensor, or twice the single rank's own fp32 noise where larger:
+//                   its run in one chunk against its run in the chunks)
 //   --sweep layer   the same step in the chunk order on the same ranks: the same bits (loss and
 //                   every gradient), and the single rank's run in the layer order as above
 //   --sp-head-chunks K > 1: the same step and training with K = 1 on the same ranks: the same bits
@@ -222,7 +224,7 @@ int main(int argc, char** argv) {
     const uint64_t seed = 7;
     bool ok = true;
     auto report = [&](const std::string& name, double v, double bound) {
-      if (r == 0) std::cout << fmt::format("{} {:.3e} (bound {:.0e})", name, v, bound) << std::endl;
+      if (r == 0) std::cout << fmt::format("{} {:.3e} (bound {:.1e})", name, v, bound) << std::endl;
       ok = ok && v <= bound;
     };
 
@@ -315,7 +317,24 @@ int main(int argc, char** argv) {
       std::string where;
       const double e = worst_by_tensor(g_dist, g_ref, layout, &where);
       report("loss_rel_err", std::abs(loss_dist - loss_ref) / std::abs(loss_ref), 1e-6);
-      report("grad_rel_err", e, 1e-6);
+      // fp32's reduction-order noise, as the single rank's own: the same windows in one chunk (the
+      // same math, summed in another order). The ranks' sums may differ from the single rank's by
+      // 1e-6, or by twice that noise where a tensor's cancellation makes it larger (per tensor; a
+      // Qwen3 layer's k_proj reaches 1.2e-6 on some CPUs' BLAS kernels). bf16: 1e-6 as it stands.
+      double bound = 1e-6;
+      if (a.precision != "bf16" && a.chunk < N) {
+        Args full = a;
+        full.chunk = N;
+        double loss_full = 0;
+        std::vector<float> g_full;
+        single_rank(full, &loss_full, &g_full);
+        std::string noisiest;
+        const double noise = worst_by_tensor(g_full, g_ref, layout, &noisiest);
+        std::cout << fmt::format("grad_noise_single_rank {:.3e} ({}: one chunk against chunks of {})", noise,
+                                 noisiest, a.chunk) << std::endl;
+        bound = std::max(bound, 2 * noise);
+      }
+      report("grad_rel_err", e, bound);
       std::cout << "grad_worst_tensor " << where << std::endl;
       if (a.precision == "bf16") {  // control: bf16 is not fp32 (test_dist bounds it from below)
         Args f = a;

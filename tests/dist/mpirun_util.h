@@ -2,6 +2,7 @@
 // launch line (every rank single-threaded, root allowed, oversubscribed), a figure from
 // dist_check's output, a tiny model with tokens, and the common check against the single rank.
 #pragma once
+#include <algorithm>
 
 #include <gtest/gtest.h>
 
@@ -79,10 +80,12 @@ inline CmdResult expect_equal_to_single_rank(int np, const std::string& args, co
   SCOPED_TRACE("mpirun -np " + std::to_string(np) + " dist_check " + args + "\n" + r.out);
   std::cout << "[np " << np << " " << args << "]\n" << r.out;
   EXPECT_EQ(r.code, 0);
+  // the gradients: 1e-6, or twice the single rank's own fp32 noise where that is larger (dist_check)
+  const double noise = figure(r.out, "grad_noise_single_rank");
   for (const char* f : {"loss_rel_err", "grad_rel_err", "train_loss_rel_err"}) {
     const double v = figure(r.out, f);
     EXPECT_GE(v, 0) << f << " missing";
-    EXPECT_LE(v, 1e-6) << f;
+    EXPECT_LE(v, std::string(f) == "grad_rel_err" ? std::max(1e-6, 2 * noise) : 1e-6) << f;
   }
   // after AdamW steps (dist_check says why the bound is wider than the gradients')
   EXPECT_GE(figure(r.out, "weights_rel_err"), 0);
