@@ -29,4 +29,9 @@ void adamw(float* __restrict p, const float* __restrict g, float* __restrict m, 
   }
 }
 
+void sgd(float* __restrict p, const float* __restrict g, int64_t n, float lr) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) p[i] -= lr * g[i];
+}
+
 }  // namespace oomb::cpu

@@ -163,11 +163,7 @@ class CpuBackend : public Backend {
   void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamW& a) override {
     cpu::adamw(p.f(), g.f(), m.f(), v.f(), p.numel(), a);
   }
-  void do_sgd_step(Tensor& p, const Tensor& g, float lr) override {
-    const int64_t n = p.numel();
-#pragma omp parallel for if (n >= cpu::kParallelMin)
-    for (int64_t i = 0; i < n; ++i) p.f()[i] -= lr * g.f()[i];
-  }
+  void do_sgd_step(Tensor& p, const Tensor& g, float lr) override { cpu::sgd(p.f(), g.f(), p.numel(), lr); }
 
  protected:
   Tier tier_;
