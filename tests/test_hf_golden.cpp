@@ -82,31 +82,38 @@ TEST_P(HfGolden, LossLogitsAndEveryGradient) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, HfGolden, ::testing::Values("llama", "qwen2", "qwen3"));
 
-// Model::logits agrees with the fused loss: cross-entropy from the logits equals evaluate()'s.
+// Model::logits agrees with the fused loss: cross-entropy from the logits equals evaluate()'s, for
+// a vocabulary of one lm_head tile and of three (each tile's rows copied into theirs of the
+// logits), on the CPU and the simulated device.
 TEST(ModelLogits, AgreeWithTheFusedLoss) {
-  const auto dir = temp_dir();
-  const ModelConfig cfg = [&] {
-    auto j = nlohmann::json::parse(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-      "vocab_size": 61, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
-      "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "tie_word_embeddings": false})");
-    return parse_config(j, "test");
-  }();
-  auto be = make_cpu_backend();
-  Model m(cfg, *be, {9, 16});
-  for (int64_t i = 0; i < m.params().flat().numel(); ++i) m.params().flat().f()[i] = float(std::sin(double(i))) * 0.2f;
-  const int64_t N = 30;
-  std::vector<int32_t> ids(static_cast<size_t>(N)), tg(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i) ids[size_t(i)] = int32_t((i * 13 + 5) % 61), tg[size_t(i)] = int32_t((i * 7 + 2) % 61);
-  const LossStats ev = m.evaluate(ids.data(), tg.data(), N);
-  std::vector<float> lg(static_cast<size_t>(N * 61));
-  m.logits(ids.data(), N, lg.data());
-  double loss = 0;
-  for (int64_t t = 0; t < N; ++t) {
-    const float* r = lg.data() + t * 61;
-    double mx = r[0], s = 0;
-    for (int v = 1; v < 61; ++v) mx = std::max(mx, double(r[v]));
-    for (int v = 0; v < 61; ++v) s += std::exp(double(r[v]) - mx);
-    loss += mx + std::log(s) - double(r[tg[size_t(t)]]);
-  }
-  EXPECT_NEAR(loss, ev.loss_sum, 1e-11 * ev.loss_sum);  // measured 6.8e-13: the same fp32 logits, summed in f64
+  for (const int64_t V : {61, 20000})
+    for (const bool sim : {false, true}) {
+      SCOPED_TRACE(fmt::format("V = {}{}", V, sim ? ", sim" : ""));
+      nlohmann::json j = nlohmann::json::parse(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "tie_word_embeddings": false})");
+      j["vocab_size"] = V;
+      const ModelConfig cfg = parse_config(j, "test");
+      auto be = sim ? make_sim_backend() : make_cpu_backend();
+      Model m(cfg, *be, {9, 16});
+      Params host(cfg, Tier::Host, Tag::IO);
+      for (int64_t i = 0; i < host.flat().numel(); ++i) host.flat().f()[i] = float(std::sin(double(i))) * 0.2f;
+      m.upload_params(host);
+      const int64_t N = 30;
+      std::vector<int32_t> ids(static_cast<size_t>(N)), tg(static_cast<size_t>(N));
+      for (int64_t i = 0; i < N; ++i)
+        ids[size_t(i)] = int32_t((i * 13 + 5) % V), tg[size_t(i)] = int32_t((i * 7919 + 2) % V);
+      const LossStats ev = m.evaluate(ids.data(), tg.data(), N);
+      std::vector<float> lg(static_cast<size_t>(N * V));
+      m.logits(ids.data(), N, lg.data());
+      double loss = 0;
+      for (int64_t t = 0; t < N; ++t) {
+        const float* r = lg.data() + t * V;
+        double mx = r[0], s = 0;
+        for (int64_t v = 1; v < V; ++v) mx = std::max(mx, double(r[v]));
+        for (int64_t v = 0; v < V; ++v) s += std::exp(double(r[v]) - mx);
+        loss += mx + std::log(s) - double(r[tg[size_t(t)]]);
+      }
+      EXPECT_NEAR(loss, ev.loss_sum, 1e-11 * ev.loss_sum);  // measured 6.8e-13: the same fp32 logits, summed in f64
+    }
 }

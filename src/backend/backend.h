@@ -181,11 +181,12 @@ class Backend {
     copy(dst, dst_tier, src, src_tier, bytes);
   }
   virtual void fill_zero_async(void* dst, size_t bytes, Stream s) { fill_zero(dst, bytes); }
-  // rows x width bytes: row i from src + i spitch to dst + i dpitch, both in tier t, on the compute stream
-  virtual void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
-                         Tier t) {
+  // rows x width bytes: row i from src + i spitch (tier st) to dst + i dpitch (tier dt), on the
+  // compute stream; as copy(), the host may read or reuse its side once it returns
+  virtual void copy_rows(void* dst, size_t dpitch, Tier dt, const void* src, size_t spitch, Tier st, size_t width,
+                         size_t rows) {
     for (size_t i = 0; i < rows; ++i)
-      copy(static_cast<char*>(dst) + i * dpitch, t, static_cast<const char*>(src) + i * spitch, t, width);
+      copy(static_cast<char*>(dst) + i * dpitch, dt, static_cast<const char*>(src) + i * spitch, st, width);
   }
   // The CUDA stream (cudaStream_t) behind s, for a library that issues work on it (NCCL); null on a
   // backend without one.

@@ -68,13 +68,13 @@ void unpack(const char* recv, char* loc, const Split& s) {
 // The same two on the device's memory: one strided copy per rank's block.
 void pack_on(Backend& be, const char* loc, char* send, const Split& s) {
   for (int64_t j = 0; j < s.P; ++j)
-    be.copy_rows(send + size_t(j) * s.block(), s.piece(), loc + s.at(j), s.stride(), s.piece(), size_t(s.t),
-                 Tier::Device);
+    be.copy_rows(send + size_t(j) * s.block(), s.piece(), Tier::Device, loc + s.at(j), s.stride(), Tier::Device,
+                 s.piece(), size_t(s.t));
 }
 void unpack_on(Backend& be, const char* recv, char* loc, const Split& s) {
   for (int64_t j = 0; j < s.P; ++j)
-    be.copy_rows(loc + s.at(j), s.stride(), recv + size_t(j) * s.block(), s.piece(), s.piece(), size_t(s.t),
-                 Tier::Device);
+    be.copy_rows(loc + s.at(j), s.stride(), Tier::Device, recv + size_t(j) * s.block(), s.piece(), Tier::Device,
+                 s.piece(), size_t(s.t));
 }
 }  // namespace
 

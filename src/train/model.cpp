@@ -345,10 +345,8 @@ void Model::head_logits(const Tensor& hn, float* out) {
     const int64_t v0 = store_.head_tile_v0(j), Vt = w.dim(0);
     Tensor l(logits_tile_.data(), DType::F32, {n, Vt}, be_.tier());
     be_.linear_fwd(hn, w, nullptr, l);
-    if (Vt == V)  // one tile: the rows are contiguous
-      be_.copy(out, Tier::Host, l.data, be_.tier(), l.bytes());
-    else
-      for (int64_t r = 0; r < n; ++r) be_.copy(out + r * V + v0, Tier::Host, l.f() + r * Vt, be_.tier(), size_t(Vt) * 4);
+    // the tile's rows into theirs of out (n, V): one strided copy, one wait
+    be_.copy_rows(out + v0, size_t(V) * 4, Tier::Host, l.data, size_t(Vt) * 4, be_.tier(), size_t(Vt) * 4, size_t(n));
     store_.release_head_tile(j);
   }
 }

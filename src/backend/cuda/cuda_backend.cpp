@@ -230,11 +230,11 @@ class CudaBackend final : public Backend {
   void fill_zero_async(void* dst, size_t bytes, Stream s) override {
     if (bytes > 0) cuda_check(cudaMemsetAsync(dst, 0, bytes, on(s)), "fill_zero_async");
   }
-  void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
-                 Tier t) override {
+  void copy_rows(void* dst, size_t dpitch, Tier dt, const void* src, size_t spitch, Tier st, size_t width,
+                 size_t rows) override {
     if (rows == 0 || width == 0) return;
     cuda_check(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault, stream_), "copy_rows");
-    if (t != Tier::Device) cuda_check(cudaStreamSynchronize(stream_), "copy_rows");
+    if (dt != Tier::Device || st != Tier::Device) cuda_check(cudaStreamSynchronize(stream_), "copy_rows");
   }
   void* native_stream(Stream s) override { return on(s); }
   std::unique_ptr<Event> new_event() override { return std::make_unique<CudaEvent>(); }

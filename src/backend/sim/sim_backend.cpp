@@ -157,10 +157,12 @@ class SimBackend final : public CpuBackend {
     if (bytes > 0 && dst != src && (dt == Tier::Device) != (st == Tier::Device)) ++waits_.drains;
     CpuBackend::copy(dst, dt, src, st, bytes);
   }
-  void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
-                 Tier t) override {
-    if (rows > 0 && width > 0 && t != Tier::Device) ++waits_.drains;
-    CpuBackend::copy_rows(dst, dpitch, src, spitch, width, rows, t);
+  void copy_rows(void* dst, size_t dpitch, Tier dt, const void* src, size_t spitch, Tier st, size_t width,
+                 size_t rows) override {
+    if (rows > 0 && width > 0 && (dt == Tier::Device) != (st == Tier::Device)) ++waits_.drains;
+    const HostWaits before = waits_;
+    CpuBackend::copy_rows(dst, dpitch, dt, src, spitch, st, width, rows);  // (row by row through copy())
+    waits_ = before;
   }
   HostWaits host_waits() const override { return waits_; }
 
