@@ -12,7 +12,7 @@ PagedDocs::PagedDocs(int64_t page_size, Backend& be)
     : P_(page_size),
       be_(be),
       pool_(be.tier(), Tag::Data, size_t(page_size) * 4),
-      mirror_(Tier::Host, Tag::Data, size_t(page_size) * 4) {}
+      mirror_(be.tier() != Tier::Host ? Tier::Pinned : Tier::Host, Tag::Data, size_t(page_size) * 4) {}
 
 void PagedDocs::reserve(int64_t pages) {
   pool_.reserve(pages);
@@ -44,7 +44,7 @@ void PagedDocs::write(int64_t t0, const int32_t* host, int64_t n) {
     if (mirrored()) {
       int32_t* mir = host_page(p) + r;
       std::memcpy(mir, host + i, size_t(len) * 4);
-      be_.copy_async(dev, be_.tier(), mir, Tier::Host, size_t(len) * 4, Stream::Compute);
+      be_.copy_async(dev, be_.tier(), mir, Tier::Pinned, size_t(len) * 4, Stream::Compute);  // (no staging wait)
     } else {
       std::memcpy(dev, host + i, size_t(len) * 4);
     }

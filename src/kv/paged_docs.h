@@ -1,7 +1,7 @@
 // Per-token document ids of a packed sequence, in pages of P tokens beside the K/V pages (for
 // --doc-mask): attention over earlier pages needs the document of every key. The pages live in the
-// backend's memory (tag data); on a device, a host mirror lets the backward sweep read them back
-// without waiting for the device.
+// backend's memory (tag data); on a device, a mirror in pinned host memory lets the backward sweep
+// read them back without waiting for the device, and the pages go up from it without staging.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -22,7 +22,7 @@ class PagedDocs {
   void clear() { release_from(0); }
   void reserve(int64_t pages);
   int64_t page_size() const { return P_; }
-  // Bytes for N tokens in the backend's memory, and in host memory (the mirror, on a device).
+  // Bytes for N tokens in the backend's memory, and in pinned host memory (the mirror, on a device).
   static int64_t bytes(int64_t N, int64_t P) { return (N + P - 1) / P * P * 4; }
   bool mirrored() const { return be_.tier() != Tier::Host; }
 

@@ -234,7 +234,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   m.at(dev, Tag::Data) = int64_t(ChunkInputs::device_bytes(C, docs)) + kv.device_data + loss_sums_bytes(cfg, plan);
   if (dev != Tier::Host) {
     m.at(Tier::Pinned, Tag::Data) += int64_t(ChunkInputs::staging_bytes(C, docs, dev));
-    if (docs) m.at(Tier::Host, Tag::Data) += kv.device_data;  // the documents' host mirror
+    if (docs) m.at(Tier::Pinned, Tag::Data) += kv.device_data;  // the documents' pinned host mirror
   }
   return m;
 }
