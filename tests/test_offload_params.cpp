@@ -249,7 +249,11 @@ TEST_F(OffloadParams, LoraBitwiseIdenticalToResidentParameters) {
 }
 
 // Skipping the wait for a layer's arrival, for an lm_head tile's, or the host's wait for the copies
-// at the end of a sequence, gives another result (with a copy delay, the copies are still under way).
+// at the end of a sequence, gives another result (with a copy delay, the copies are still under way);
+// tied to a streamed lm_head, so does adding a chunk's embedding part after the next chunk's lm_head
+// part (the resident run's order broken). (Its wait for the tiles' gradients to come back first
+// cannot be shown here: the simulated device's compute stream is the host, whose waits for the
+// next tiles already order it.)
 TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
   const auto& dir = (*models_)[3];
   ASSERT_TRUE(ParamStore::streams_head(load_config(dir), false));
@@ -262,6 +266,23 @@ TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
     const std::string diff = difference(ref, off);
     EXPECT_NE(diff, "") << "without the '" << wait << "' wait the result is still the same";
     std::cout << fmt::format("[ offload  ] without the '{}' wait: {}\n", wait, diff);
+  }
+  const auto& tied = (*models_)[4];
+  ASSERT_TRUE(ParamStore::streams_head(load_config(tied), false) && load_config(tied).tie_word_embeddings);
+  // (the layer order: at layer 0 each chunk's lm_head part and embedding part follow each other
+  // with no layer fetch between, which in the chunk order also orders the tiles' copies back)
+  ChunkPlan layer_order = plan_of(false, true);
+  layer_order.sweep = SweepOrder::Layer;
+  const Trained tied_ref = train_steps(*sim, tied, plan_of(false, false), "adamw", 37, 2, 1);
+  EXPECT_EQ(difference(tied_ref, train_steps(*sim, tied, plan_of(false, true), "adamw", 37, 2, 1)), "");
+  EXPECT_EQ(difference(tied_ref, train_steps(*sim, tied, layer_order, "adamw", 37, 2, 1)), "");
+  for (const char* wait : {"tied-order"}) {
+    ParamStore::drop_wait_for_test(wait);
+    const Trained off = train_steps(*sim, tied, layer_order, "adamw", 37, 2, 1);
+    ParamStore::drop_wait_for_test(nullptr);
+    const std::string diff = difference(tied_ref, off);
+    EXPECT_NE(diff, "") << "tied: without '" << wait << "' the result is still the same";
+    std::cout << fmt::format("[ offload  ] tied, without '{}': {}\n", wait, diff);
   }
 }
 
@@ -433,12 +454,12 @@ TEST(OffloadParamsMemory, DeviceMemoryIndependentOfDepth) {
   }
 }
 
-// A vocabulary of three lm_head tiles (20000 x 32), --offload kv,params: untied, the device holds
-// two tile slots of the lm_head's weights and two of its gradients instead of the whole lm_head and
-// its gradient, and no embedding (it stays on the host): (V - 2 Vt) d x 4 + V d x 4 bytes less of
-// each than two layer slots and the whole head (from the parameter counts); tied, the whole head as
-// before (the tiles are the embedding's rows, which stay on the device); fp32 and bf16; the plan
-// equals every (tier, tag) peak.
+// A vocabulary of three lm_head tiles (20000 x 32), --offload kv,params: the device holds two tile
+// slots of the lm_head's weights and two of its gradients instead of the whole lm_head and its
+// gradient, and no embedding (it stays on the host): (V - 2 Vt) d x 4 bytes less of each than two
+// layer slots and the whole head (from the parameter counts), and V d x 4 more untied (its
+// embedding); tied, the tiles are rows of the embedding, which the host holds once; fp32 and bf16;
+// the plan equals every (tier, tag) peak.
 TEST(OffloadParamsMemory, StreamedLmHeadSavesItsTilesWorth) {
   ChunkPlan plan{64, 16};
   plan.offload_kv = plan.offload_params = true;
@@ -452,7 +473,8 @@ TEST(OffloadParamsMemory, StreamedLmHeadSavesItsTilesWorth) {
       const ModelConfig cfg = parse_config(j, "wide vocabulary test config");
       const int64_t V = cfg.vocab, d = cfg.hidden, Vt = lm_head_vocab_tile(V);
       ASSERT_EQ((V + Vt - 1) / Vt, 3);
-      EXPECT_EQ(ParamStore::streams_head(cfg, false), !tied);
+      EXPECT_TRUE(ParamStore::streams_head(cfg, false));
+      EXPECT_TRUE(ParamStore::embeds_on_host(cfg, false));
       plan.precision = bf16 ? DType::BF16 : DType::F32;
       acc.reset_peaks();
       const MemoryPlan pred = oomb::testing::train_for_peaks(cfg, plan, 256, true, 2);
@@ -460,7 +482,7 @@ TEST(OffloadParamsMemory, StreamedLmHeadSavesItsTilesWorth) {
       nlohmann::json j1 = j, j2 = j;
       j1["num_hidden_layers"] = 1, j2["num_hidden_layers"] = 2;
       const int64_t P1 = param_count(parse_config(j1, "1")), layer = param_count(parse_config(j2, "2")) - P1;
-      const int64_t whole = (2 * layer + P1 - layer) * 4, saved = tied ? 0 : (V - 2 * Vt) * d * 4 + V * d * 4;
+      const int64_t whole = (2 * layer + P1 - layer) * 4, saved = (V - 2 * Vt) * d * 4 + (tied ? 0 : V * d * 4);
       const int64_t grads = acc.get(Tier::Device, Tag::Grads).peak, weights = acc.get(Tier::Device, Tag::Weights).peak;
       EXPECT_EQ(grads, whole - saved);
       if (!bf16) {

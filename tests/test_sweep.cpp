@@ -182,15 +182,16 @@ TEST_F(Sweep, SkippingTheWaitOrAddingTheTiedHeadEarlyBreaksIt) {
 }
 
 // The bytes each store copies equal the planner's count for the layer order (1, 2, 4 and 5 layers,
-// untied and tied; 3 chunks, 2 sequences a step, 2 steps; and 4 layers untied with a vocabulary of
-// three lm_head tiles, which stream twice per chunk), and the layer order moves fewer than the
-// chunk order at these shapes.
+// untied and tied; 3 chunks, 2 sequences a step, 2 steps; and 4 layers with a vocabulary of three
+// lm_head tiles, which stream twice per chunk, four times tied: layer 0 computes each chunk's
+// lm_head part again), and the layer order moves fewer than the chunk order at these shapes but
+// the tied three-tile one (the lm_head's second streaming outweighs 4 layers' savings: --sweep
+// auto takes the chunk order there).
 // With --precision bf16 the weights cross as the layers' images and the head's bf16 lm_head.
 TEST(SweepTraffic, PlannerCountsTheBytesMoved) {
   for (const bool bf16 : {false, true})
   for (const bool tied : {false, true})
     for (const int64_t L : {1, 2, 4, 5, -4}) {  // -4: 4 layers, 3 lm_head tiles
-      if (L < 0 && tied) continue;
       const std::string what = fmt::format("{} layers{}{}{}", std::abs(L), tied ? " tied" : "", bf16 ? " bf16" : "",
                                            L < 0 ? " (3 lm_head tiles)" : "");
       SCOPED_TRACE(what);
@@ -222,7 +223,11 @@ TEST(SweepTraffic, PlannerCountsTheBytesMoved) {
       EXPECT_EQ(got.grads_in + got.grads_out, steps * want.grads);
       EXPECT_EQ(acts.in + acts.out, steps * want.activations);
       const SweepTraffic chunk = chunk_order_traffic(cfg, kN, 13, accum, bf16);
-      EXPECT_LT(want.total(), chunk.total());
+      if (L < 0 && tied) {
+        EXPECT_GT(want.total(), chunk.total());
+      } else {
+        EXPECT_LT(want.total(), chunk.total());
+      }
       std::cout << fmt::format("[ traffic  ] {}, N = {}, C = 13, 2 sequences: layer order {} B a step "
                                "(weights {}, grads {}, activations {}), chunk order {} B\n",
                                what, kN, want.total(), want.weights, want.grads, want.activations, chunk.total());

@@ -61,6 +61,7 @@ void HostEmbedding::flush(int s) {
   const int64_t n = pending_[s];
   if (n == 0) return;
   be_.synchronize(*got_[s]);
+  if (after_) be_.synchronize(*after_);
   const Tensor ids(ids_buf_.as<int32_t>() + s * rows_, DType::I32, {n}, Tier::Pinned);
   const Tensor dout(grads_buf_.as<float>() + s * rows_ * d_, DType::F32, {n, d_}, Tier::Pinned);
   cpu::embedding_bwd(ids, dout, grad_);

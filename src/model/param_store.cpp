@@ -58,6 +58,13 @@ ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf1
   tile_slots_ = head_tile_slots(c, world != nullptr) * (offload ? 1 : 0);
   for (int s = 0; s < tile_slots_; ++s) tin_[s] = be.new_event(), tused_[s] = be.new_event();
   if (offload && embeds_on_host(c, world != nullptr)) host_embed_ = std::make_unique<HostEmbedding>(c, be, chunk_rows);
+  if (host_embed_ && streams_ && c.tie_word_embeddings) {  // one host table: its adds after the tiles' copies back
+    tout_ = be.new_event();
+    // (on a GPU in the layer order nothing else orders the host's adds after those copies: the
+    // compute stream, not the host, waits for the next tiles; the simulated device's compute
+    // stream is the host, whose waits for the next tiles order them there)
+    host_embed_->add_after(tout_.get());
+  }
   if (!world_) return;
   OOMB_CHECK(be.tier() == Tier::Device, "--zero 3: needs a device (--device sim or cuda): the layers are gathered "
              "into the parameter store's device slots");
@@ -421,6 +428,10 @@ void ParamStore::begin_head(bool descending, bool grads) {
   tgrads_ = grads && head_grad_;
   OOMB_CHECK(!grads || grads_ != nullptr, "param store: the lm_head's gradients need gradients bound first");
   if (!streams_ || tiles_ == 0) return;
+  if (tgrads_ && tout_ && host_embed_->pending() && !dropped("tied-order")) {  // tied: the later chunks' embedding parts first
+    host_embed_->flush();
+    tile_grad_zero_.assign(tile_grad_zero_.size(), false);
+  }
   tbase_ = tholds_[1] == torder_[0] ? 1 : 0;  // a slot holding the first tile keeps it
   for (size_t p = 0; p < size_t(tile_slots_); ++p) tile_fetch(p);
 }
@@ -482,6 +493,7 @@ void ParamStore::release_head_tile(int64_t j) {
                      gtiles_.as<float>() + s * tile_numel(cfg_), Tier::Device, size_t(n) * 4, Stream::Copy);
       tile_grad_zero_[size_t(j)] = false;
       traffic_.grads_out += n * 4;
+      if (tout_) be_.record(*tout_, Stream::Copy);  // (tied: the embedding's adds wait for it)
     }
   }
   ++tpos_;

@@ -38,18 +38,22 @@
 //
 // The lm_head in vocabulary tiles (lm_head_vocab_tile(V) rows, the last shorter): the loss takes
 // them one at a time, ascending for its first pass and descending for the gradient pass
-// (begin_head, head_tile, head_grad_tile, release_head_tile). Resident, tied to the embedding, or
-// under --zero 3, or of two tiles or fewer, a tile is a view of the lm_head the device holds.
-// Offloaded, untied and of more than two tiles (streams_head), the device holds two tile slots of
+// (begin_head, head_tile, head_grad_tile, release_head_tile). Resident, or under --zero 3, or of
+// two tiles or fewer, a tile is a view of the lm_head the device holds (tied: of the embedding).
+// Offloaded and of more than two tiles (streams_head), the device holds two tile slots of
 // weights and two of gradients instead of the lm_head (the layer slots' pattern: the tile after next arrives on the copy stream while a
 // tile computes; a slot that holds the next pass's first tile keeps it, so the gradient pass starts
 // with the two tiles the first pass ended with); a tile's gradient starts in its slot from what the
 // host holds (or zero) and leaves when the tile is released. bf16: the weight slots hold the
 // lm_head's bf16 copy's rows.
 //
-// The embedding of an offloaded, untied model (not --zero 3: embeds_on_host) stays in host memory,
-// its rows crossing for each chunk through pinned staging (model/host_embedding.h); a tied embedding
-// (the lm_head) stays on the device.
+// The embedding of an offloaded model (not --zero 3: embeds_on_host) stays in host memory, its rows
+// crossing for each chunk through pinned staging (model/host_embedding.h), unless it is tied to an
+// lm_head of two tiles or fewer, which the device holds whole. Tied to a streamed lm_head, the one
+// host table is read by both and its gradient takes both parts in the resident run's order: a
+// chunk's lm_head part (the tiles' gradients start from the host's and go back to it), then its
+// embedding part (added on the host once the tiles' copies back are done, before the next
+// gradient pass fetches a tile).
 //
 // Offloaded with --precision bf16: what crosses to the device is what the layers compute with. A
 // pinned host image per layer (its tensors in the layout's order, the matrices bf16 and the norms
@@ -140,18 +144,19 @@ class ParamStore {
   static int64_t layer_offset(const ModelConfig& c, int64_t l);
   static int64_t layer_numel(const ModelConfig& c);
   static int64_t head_numel(const ModelConfig& c);
-  // The lm_head's vocabulary tiles; offloaded, whether it streams through tile slots (untied, more
-  // than two tiles, not --zero 3), and their number (2 or 0).
+  // The lm_head's vocabulary tiles; offloaded, whether it streams through tile slots (more than two
+  // tiles, not --zero 3; tied: tiles of the embedding), and their number (2 or 0).
   static int64_t vocab_tiles(const ModelConfig& c);
   static bool streams_head(const ModelConfig& c, bool zero3);
   static int64_t head_tile_slots(const ModelConfig& c, bool zero3);
   // The head's values an offloaded device holds besides tile slots: the embedding (unless
   // embeds_on_host), the final norm, and an untied lm_head that does not stream.
   static int64_t device_head_numel(const ModelConfig& c, bool zero3);
-  // Offloaded: whether the embedding stays in host memory (untied, not --zero 3), and the pinned
+  // Offloaded: whether the embedding stays in host memory (not --zero 3; untied, or tied to an
+  // lm_head that streams: both the table's users then read the host's), and the pinned
   // staging that takes (two slots of `rows` rows each; tag weights: the gathered rows; with
   // gradients, tag grads: their gradients, tag data: their ids).
-  static bool embeds_on_host(const ModelConfig& c, bool zero3) { return !c.tie_word_embeddings && !zero3; }
+  static bool embeds_on_host(const ModelConfig& c, bool zero3);
   static int64_t embed_staging_bytes(const ModelConfig& c, bool zero3, int64_t rows, Tag tag);
   // Device bytes an offloaded store holds (tags weights and grads, each): two layer slots + the head
   // (with streams_head: the final norm, the embedding unless embeds_on_host, and the lm_head's tile
@@ -188,7 +193,8 @@ class ParamStore {
 
   // Tests only: skip one of the store's waits ("in": a layer's arrival before it computes;
   // "head-in": an lm_head tile's; "sync": the host's wait for the copies at the end of a
-  // sequence), to show that the tests catch it.
+  // sequence; tied to a streamed lm_head, "tied-order": the embedding's adds before the next
+  // gradient pass over the tiles), to show that the tests catch it.
   static void drop_wait_for_test(const char* which);
 
  private:
@@ -259,6 +265,7 @@ class ParamStore {
   int64_t image_casts_ = 0;
   Traffic traffic_;
   std::unique_ptr<HostEmbedding> host_embed_;  // the embedding on the host (embeds_on_host, offloaded)
+  std::unique_ptr<Event> tout_;  // tied to a streamed lm_head: the tiles' gradients back on the host
   // the lm_head's tiles (streams_: through tile slots)
   void tile_fetch(size_t pos);
   int64_t tile_slot(size_t pos) const { return int64_t((tbase_ + pos) % size_t(tile_slots_)); }

@@ -26,9 +26,11 @@ int64_t ParamStore::vocab_tiles(const ModelConfig& c) {
   return c.vocab > 0 ? (c.vocab + Vt - 1) / Vt : 0;
 }
 
-// (two tiles or fewer: the slots would hold the whole lm_head)
-bool ParamStore::streams_head(const ModelConfig& c, bool zero3) {
-  return !c.tie_word_embeddings && !zero3 && vocab_tiles(c) > 2;
+// (two tiles or fewer: the slots would hold the whole lm_head; tied, tiles of the embedding)
+bool ParamStore::streams_head(const ModelConfig& c, bool zero3) { return !zero3 && vocab_tiles(c) > 2; }
+
+bool ParamStore::embeds_on_host(const ModelConfig& c, bool zero3) {
+  return !zero3 && (!c.tie_word_embeddings || streams_head(c, zero3));
 }
 
 int64_t ParamStore::tile_numel(const ModelConfig& c) { return lm_head_vocab_tile(c.vocab) * c.hidden; }

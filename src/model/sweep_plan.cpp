@@ -27,12 +27,13 @@ static void embed_rows(SweepTraffic& s, const ModelConfig& c, int64_t N) {
 }
 
 // A sequence of T chunks: the loss's 2 T passes over a streamed lm_head's tiles (every chunk: its
-// statistics, then its gradients); the tiles' gradients in for every chunk but the step's first
-// (first: zero fills), out for every chunk.
-static void head_tiles(SweepTraffic& s, const ModelConfig& c, int64_t T, bool first_seq, bool bf16) {
+// statistics, then its gradients; 4 T when the layer order computes a tied head's part again at
+// layer 0: `again`); the tiles' gradients in for every chunk but the step's first (first: zero
+// fills), out for every chunk.
+static void head_tiles(SweepTraffic& s, const ModelConfig& c, int64_t T, bool first_seq, bool bf16, bool again = false) {
   if (!ParamStore::streams_head(c, false)) return;
   const int64_t G = c.vocab * c.hidden * 4;
-  s.weights += ParamStore::head_tiles_copied(c, 2 * T, bf16);
+  s.weights += ParamStore::head_tiles_copied(c, (again ? 4 : 2) * T, bf16);
   s.grads += (first_seq ? T - 1 : T) * G + T * G;
 }
 
@@ -64,7 +65,7 @@ SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int
     s.weights += (2 * L - kept) * W16 + H16;
     s.grads += (seq == 0 ? 0 : L * W + H) + L * W + H;
     s.activations += (5 * L - 1 + (tied_head ? 1 : 0)) * act;
-    head_tiles(s, c, chunk_count(N, C), seq == 0, bf16);
+    head_tiles(s, c, chunk_count(N, C), seq == 0, bf16, tied_head);
     embed_rows(s, c, N);
   }
   s.host_bytes = ActivationStore::host_bytes(c, ActivationStore::arrays(c, tied_head), N);

@@ -36,7 +36,8 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
   const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;
   OOMB_CHECK(N % plan_.sp == 0, "--sp {}: a sequence of {} tokens does not split evenly (--seq-len and --chunk-size "
              "must be multiples of --sp)", plan_.sp, N);
-  OOMB_CHECK(tied_head_ == (!store_.grad_lm_head().empty() && store_.grad_lm_head().data == store_.grad_embed().data),
+  // (the lm_head's gradient is the embedding's: a view of it, or tiles streamed into the host's)
+  OOMB_CHECK(tied_head_ == (cfg_.tie_word_embeddings && store_.head_has_grad()),
              "model: the layer order's plan of the tied head does not match the gradients");
   const bool changed = sync_compute_weights();
   cache_.begin_sequence(N, std::min(C, N), true);
