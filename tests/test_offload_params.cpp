@@ -142,12 +142,15 @@ TEST_F(OffloadParams, Bf16BitwiseIdenticalToResidentParameters) {
                            "run (and the CPU's) bit for bit\n", compared);
 }
 
-// Evaluation, every position's logits and incremental decoding of the untied 3-tile model with the
-// lm_head streamed in tiles (--offload kv,params, a copy delay) give the resident run's loss and
-// logits bit for bit; skipping the wait for a tile's arrival does not (the control).
+// Evaluation, every position's logits and incremental decoding of the 3-tile models (untied, and
+// tied: the tiles are the host embedding's rows) with the lm_head streamed in tiles (--offload
+// kv,params, a copy delay) give the resident run's loss and logits bit for bit; skipping the wait
+// for a tile's arrival does not (the control).
 TEST_F(OffloadParams, EvaluationLogitsAndDecodingStreamTheTiles) {
-  const auto& dir = (*models_)[3];
+  for (const size_t model : {size_t(3), size_t(4)}) {
+  const auto& dir = (*models_)[model];
   const ModelConfig cfg = load_config(dir);
+  SCOPED_TRACE(cfg.tie_word_embeddings ? "tied" : "untied");
   ASSERT_TRUE(ParamStore::streams_head(cfg, false));
   const int64_t N = 37, V = cfg.vocab;
   const auto t = step_tokens(N + 1, 5, V);
@@ -179,9 +182,10 @@ TEST_F(OffloadParams, EvaluationLogitsAndDecodingStreamTheTiles) {
   const Out early = run(true, 2000);
   ParamStore::drop_wait_for_test(nullptr);
   EXPECT_FALSE(same(res.logits, early.logits)) << "control: without the 'head-in' wait the logits are the same";
-  std::cout << fmt::format("[ offload  ] 3 lm_head tiles streamed: evaluation loss {}, {} logits and 3 decoded "
+  std::cout << fmt::format("[ offload  ] 3 lm_head tiles streamed ({}): evaluation loss {}, {} logits and 3 decoded "
                            "positions equal the resident run's bit for bit; without the 'head-in' wait: loss {}\n",
-                           off.loss, res.logits.size(), early.loss);
+                           cfg.tie_word_embeddings ? "tied" : "untied", off.loss, res.logits.size(), early.loss);
+  }
 }
 
 // LoRA with --offload params: the frozen base streams through the weight slots (fp32 layers, or
