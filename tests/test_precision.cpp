@@ -49,6 +49,22 @@ double rel(const T* a, const std::vector<double>& b) {
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-300);
 }
 
+// The fixture's sequence (input_ids) and its next-token targets (the last: none).
+struct FixtureTokens {
+  std::vector<int32_t> ids, targets;
+  int64_t n() const { return int64_t(ids.size()); }
+};
+FixtureTokens fixture_tokens(const SafetensorsFile& ref) {
+  const TensorInfo* it = ref.find("input_ids");
+  std::vector<int64_t> ids64(size_t(it->numel()));
+  ref.read_raw(*it, ids64.data());
+  FixtureTokens t;
+  t.ids.assign(ids64.begin(), ids64.end());
+  t.targets.assign(t.ids.begin() + 1, t.ids.end());
+  t.targets.push_back(-1);
+  return t;
+}
+
 }  // namespace
 
 // The rule, applied where it measures something. Per gradient tensor: within twice the larger of
@@ -68,12 +84,9 @@ TEST(Bf16Budget, LossAndEveryGradientWithinTwiceTorchsBf16Error) {
                                          (dir / "reference_bf16.safetensors").string()));
     const SafetensorsFile ref = SafetensorsFile::open(dir / "reference.safetensors"),
                           torch16 = SafetensorsFile::open(dir / "reference_bf16.safetensors");
-    const TensorInfo* it = ref.find("input_ids");
-    std::vector<int64_t> ids64(size_t(it->numel()));
-    ref.read_raw(*it, ids64.data());
-    std::vector<int32_t> ids(ids64.begin(), ids64.end()), targets(ids.begin() + 1, ids.end());
-    targets.push_back(-1);
-    const int64_t N = int64_t(ids.size());
+    const FixtureTokens tok = fixture_tokens(ref);
+    const std::vector<int32_t>&ids = tok.ids, &targets = tok.targets;
+    const int64_t N = tok.n();
     const double loss64 = as_f64(ref, "loss").at(0);
     const ModelConfig cfg = load_config(dir);
     auto be = make_cpu_backend();
@@ -153,12 +166,9 @@ TEST(Bf16Budget, TrainsAsPlanned) {
   const fs::path dir = source_dir() / "tests/fixtures/hf/qwen2";
   const ModelConfig cfg = load_config(dir);
   const SafetensorsFile ref = SafetensorsFile::open(dir / "reference.safetensors");
-  const TensorInfo* it = ref.find("input_ids");
-  std::vector<int64_t> ids64(size_t(it->numel()));
-  ref.read_raw(*it, ids64.data());
-  std::vector<int32_t> ids(ids64.begin(), ids64.end()), tg(ids.begin() + 1, ids.end());
-  tg.push_back(-1);
-  const int64_t N = int64_t(ids.size());
+  const FixtureTokens tok = fixture_tokens(ref);
+  const std::vector<int32_t>&ids = tok.ids, &tg = tok.targets;
+  const int64_t N = tok.n();
   ChunkPlan plan{16, 8};
   plan.precision = DType::BF16;
   Accountant& acc = Accountant::global();
@@ -260,12 +270,9 @@ TEST(Bf16Budget, Bf16PagesGiveF32PagesBitsInHalfTheBytes) {
     const fs::path dir = source_dir() / "tests/fixtures/hf" / c.model;
     const ModelConfig cfg = load_config(dir);
     const SafetensorsFile ref = SafetensorsFile::open(dir / "reference.safetensors");
-    const TensorInfo* it = ref.find("input_ids");
-    std::vector<int64_t> ids64(size_t(it->numel()));
-    ref.read_raw(*it, ids64.data());
-    std::vector<int32_t> ids(ids64.begin(), ids64.end()), tg(ids.begin() + 1, ids.end());
-    tg.push_back(-1);
-    const int64_t N = int64_t(ids.size());
+    const FixtureTokens tok = fixture_tokens(ref);
+    const std::vector<int32_t>&ids = tok.ids, &tg = tok.targets;
+    const int64_t N = tok.n();
     SCOPED_TRACE(fmt::format("{} N={} C={} P={}{}{}{}{}", c.model, N, c.C, c.P, c.sim ? " sim" : " cpu",
                              c.offload ? " --offload kv" : "", c.sparse ? " sparse" : "", c.docs ? " doc-mask" : ""));
     struct Result {
