@@ -59,11 +59,12 @@ PerStep waits_per_step(const std::filesystem::path& dir, ChunkPlan plan, int64_t
   return {(after.drains - before.drains) / 2, (after.event_waits - before.event_waits) / 2};
 }
 
-std::filesystem::path model_dir(int64_t layers, bool tied) {
-  const auto dir = temp_dir(fmt::format("_{}{}", layers, tied ? "_tied" : ""));
+std::filesystem::path model_dir(int64_t layers, bool tied, int64_t vocab = 61) {
+  const auto dir = temp_dir(fmt::format("_{}{}_{}", layers, tied ? "_tied" : "", vocab));
   nlohmann::json j = tiny_config_json("qwen2", 2);
   j["num_hidden_layers"] = layers;
   j["tie_word_embeddings"] = tied;
+  j["vocab_size"] = vocab;
   write_tiny_model(dir, j, 3);
   return dir;
 }
@@ -72,7 +73,9 @@ std::filesystem::path model_dir(int64_t layers, bool tied) {
 
 TEST(HostWaits, DrainsPerStepDoNotGrowWithChunksOrLayers) {
   ASSERT_GE(make_sim_backend()->host_waits().drains, 0) << "the simulated device counts its host waits";
-  const auto two = model_dir(2, false), four = model_dir(4, false), tied = model_dir(2, true);
+  // (tied_wide: three lm_head tiles, streamed with the embedding in host memory under --offload params)
+  const auto two = model_dir(2, false), four = model_dir(4, false), tied = model_dir(2, true),
+             tied_wide = model_dir(2, true, 20000);
   struct Case {
     const char* name;
     ChunkPlan plan;
@@ -89,6 +92,9 @@ TEST(HostWaits, DrainsPerStepDoNotGrowWithChunksOrLayers) {
       {"--offload kv", plan([](ChunkPlan& p) { p.offload_kv = true, p.offload_group = 2; }), &two},
       {"--offload params", plan([](ChunkPlan& p) { p.offload_params = true; }), &two},
       {"--offload kv,params, tied", plan([](ChunkPlan& p) { p.offload_kv = p.offload_params = true; }), &tied},
+      {"--offload params, tied, 3 lm_head tiles", plan([](ChunkPlan& p) { p.offload_params = true; }), &tied_wide},
+      {"--sweep layer, --offload params, tied, 3 lm_head tiles",
+       plan([](ChunkPlan& p) { p.sweep = SweepOrder::Layer, p.offload_params = true; }), &tied_wide},
       {"--precision bf16, --offload kv,params",
        plan([](ChunkPlan& p) { p.precision = p.kv_dtype = DType::BF16, p.offload_kv = p.offload_params = true; }),
        &two},

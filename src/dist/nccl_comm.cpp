@@ -126,10 +126,10 @@ class NcclComm final : public Comm {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclComm_t c = nullptr;
-    settle("split", nccl().split(c_, color, key, &c, &cfg));
     try {
+      settle("split", nccl().split(c_, color, key, &c, &cfg));
       settle_comm("split", c);
-    } catch (...) {  // the half-made communicator aborted, not this one
+    } catch (...) {  // the half-made communicator aborted too
       if (c) nccl().abort(c);
       throw;
     }

@@ -89,6 +89,7 @@ ChunkPlan plan_of(const Args& a, int64_t sp, int64_t ranks, int64_t rank, int ze
   p.sp = sp, p.ranks = ranks, p.rank = rank, p.zero = zero;
   p.sweep = a.sweep == "layer" ? SweepOrder::Layer : SweepOrder::Chunk;
   p.precision = a.precision == "bf16" ? DType::BF16 : DType::F32;
+  p.kv_dtype = p.precision;  // (as oomb train's --kv-dtype auto: bf16 pages under bf16)
   p.device_comm = device_comm;
   return p;
 }
