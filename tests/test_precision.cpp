@@ -317,7 +317,8 @@ TEST(Bf16Budget, Bf16PagesGiveF32PagesBitsInHalfTheBytes) {
     EXPECT_EQ(std::memcmp(f32.grads.data(), bf16.grads.data(), f32.grads.size() * 4), 0)
         << "gradient rel. error " << rel_error(bf16.grads, f32.grads);
     ASSERT_EQ(f32.logits.size(), bf16.logits.size());
-    EXPECT_EQ(std::memcmp(f32.logits.data(), bf16.logits.data(), f32.logits.size() * 4), 0) << "decoded logits";
+    EXPECT_TRUE(f32.logits.empty() || std::memcmp(f32.logits.data(), bf16.logits.data(), f32.logits.size() * 4) == 0)
+        << "decoded logits";
     int64_t total = 0;
     for (int t = 0; t < kNumTiers; ++t) {
       EXPECT_EQ(f32.kv_peak[size_t(t)], 2 * bf16.kv_peak[size_t(t)]) << tier_name(kTiers[t]);
