@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 
 #include "backend/backend.h"
-#include "hf/checkpoint.h"
 #include "kv/sparse_select.h"
 #include "model/lora.h"
 #include "model_fixture.h"
@@ -36,12 +35,7 @@ PerStep waits_per_step(const std::filesystem::path& dir, ChunkPlan plan, int64_t
   auto be = make_sim_backend();
   Model m(cfg, *be, plan);
   load_for_training(m, dir);
-  if (plan.lora.on()) {
-    Params base(cfg, Tier::Host, Tag::IO), adapters(cfg, m.trainable().specs(), Tier::Host, Tag::IO);
-    load_weights(dir, cfg, base);
-    init_lora(adapters, base, 5);
-    m.upload_trainable(adapters);
-  }
+  start_lora(m, dir, plan);
   OptimConfig oc;
   oc.lr = 1e-3f, oc.grad_clip = 1.0f, oc.total_steps = 3;
   Optimizer opt(oc, m.trainable(), m.grads(), *be);

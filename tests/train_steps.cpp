@@ -28,17 +28,21 @@ std::vector<float> on_host(Backend& be, const Params& p) {
   return v;
 }
 
+void start_lora(Model& m, const std::filesystem::path& dir, const ChunkPlan& plan) {
+  if (!plan.lora.on()) return;
+  const ModelConfig& cfg = m.config();
+  Params base(cfg, Tier::Host, Tag::IO), adapters(cfg, m.trainable().specs(), Tier::Host, Tag::IO);
+  load_weights(dir, cfg, base);
+  init_lora(adapters, base, 5);
+  m.upload_trainable(adapters);
+}
+
 Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPlan& plan, const std::string& opt,
                     int64_t N, int steps, int accum) {
   const ModelConfig cfg = load_config(dir);
   Model m(cfg, be, plan);
   load_for_training(m, dir);
-  if (plan.lora.on()) {  // the adapters as PEFT starts them (B zero), on the loaded base
-    Params base(cfg, Tier::Host, Tag::IO), adapters(cfg, m.trainable().specs(), Tier::Host, Tag::IO);
-    load_weights(dir, cfg, base);
-    init_lora(adapters, base, 5);
-    m.upload_trainable(adapters);
-  }
+  start_lora(m, dir, plan);
   OptimConfig oc;
   oc.kind = opt;
   oc.lr = 2e-2f;

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "model/memory_plan.h"
 #include "model/params.h"
+#include "train/model.h"
 
 namespace oomb::testing {
 
@@ -22,6 +23,9 @@ struct Trained {
 // so that --doc-mask sees several documents.
 std::vector<int32_t> step_tokens(int64_t n, uint64_t seed, int64_t vocab, int32_t sep = -1);
 std::vector<float> on_host(Backend& be, const Params& p);
+// With plan.lora, the adapters as PEFT starts them (A seeded, B zero) on the base loaded from dir,
+// uploaded into m; nothing otherwise.
+void start_lora(Model& m, const std::filesystem::path& dir, const ChunkPlan& plan);
 // `steps` optimizer steps (opt: adamw or sgd; lr 2e-2, clipping at 0.5, one warmup step) of `accum`
 // sequences of N tokens each, for the model in dir; with plan.lora, of the adapters (seeded A, B
 // zero) on the frozen base, and `weights` are the adapters'.
