@@ -166,7 +166,23 @@ bool check(Shape s) {
               long(s.C), long(s.N), long(s.H), long(s.G), long(s.D), bound(rel(host(od, o.size()), o), 1e-4),
               bound(rel(host(lsed, lse.size()), lse), 1e-4), bound(rel(host(dqd, dq.size()), dq), 1e-4),
               bound(edk, 1e-4), bound(edv, 1e-4));
-  // the tensor-core variant rounds Q, K, V and P to bf16: its error is bf16's (~1e-2 .. 1e-3)
+  // the tensor-core variants round Q, K, V and P to bf16: their error is bf16's (~1e-2 .. 1e-3)
+  if (const char* why = cuda::k::attention_mma_unsupported(p)) {
+    std::printf("check mma (src/): skipped (%s)\n", why);
+  } else {
+    Layout L3(s);  // the same K/V, gradient pages zeroed, blocks handed over in reverse
+    cuda::k::AttnBlock* table3 = nullptr;
+    const cuda::k::AttnParams p3 = L3.params(&table3, true);
+    float *o3 = dev_nan(o.size()), *lse3 = dev_nan(lse.size()), *dq3 = dev_nan(dq.size()),
+          *dsum3 = dev_nan(lse.size());
+    cuda::k::attention_fwd_mma(p3, qd, o3, lse3, nullptr);
+    cuda::k::attention_bwd_mma(p3, qd, o3, lse3, dod, dq3, dsum3, nullptr);
+    CK(cudaDeviceSynchronize());
+    std::printf("check mma (src/, bf16 products): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
+                bound(rel(host(o3, o.size()), o), 3e-2), bound(rel(host(lse3, lse.size()), lse), 3e-2),
+                bound(rel(host(dq3, dq.size()), dq), 3e-2), bound(pages_err(L3.dkd, L.dk), 3e-2),
+                bound(pages_err(L3.dvd, L.dv), 3e-2));
+  }
   if (const char* why = cuda::lab::attention_fwd_wmma_unsupported(p)) {
     std::printf("check wmma forward: skipped (%s)\n", why);
     return ok;
@@ -238,6 +254,12 @@ int main(int argc, char** argv) {
   row("attention forward", median_ms([&] { cuda::k::attention_fwd(p, qd, od, lsed, nullptr); }, 1), fwd_flops);
   row("attention backward", median_ms([&] { cuda::k::attention_bwd(p, qd, od, lsed, dod, dqd, dsum, nullptr); }, 1),
       bwd_flops);
+  if (cuda::k::attention_mma_unsupported(p) == nullptr) {
+    row("attention forward, mma bf16 (src/)", median_ms([&] { cuda::k::attention_fwd_mma(p, qd, od, lsed, nullptr); }, 10),
+        fwd_flops);
+    row("attention backward, mma bf16 (src/)",
+        median_ms([&] { cuda::k::attention_bwd_mma(p, qd, od, lsed, dod, dqd, dsum, nullptr); }, 10), bwd_flops);
+  }
   if (cuda::lab::attention_fwd_wmma_unsupported(p) == nullptr)
     row("attention forward, wmma bf16 (lab)",
         median_ms([&] { CK(cuda::lab::attention_fwd_wmma(p, qd, od, lsed, nullptr)); }, 5), fwd_flops);

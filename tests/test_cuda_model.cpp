@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -102,12 +103,20 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
 // bf16 step by 1.2e-2 to 1.7e-2 in the whole gradient (these plans), and the GPU's bf16 step must
 // stay more than 5e-3 from it (the control: a GPU path that computed in fp32 would fail). The loss:
 // 1e-4 (chunked against full: 3e-10; bf16 against float64: 1e-5 to 5e-4, test_precision). Two
-// CUDA runs give the same bits. Not yet measured on a GPU: printed.
-TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
-  std::string why;
-  auto gpu = make_cuda_backend(&why);
-  if (!gpu) GTEST_SKIP() << why;
+// CUDA runs give the same bits. Those bounds hold attention on the fp32 reference kernels
+// (OOMB_CUDA_ATTENTION=reference). On tensor cores (the default under bf16) attention also rounds
+// P and dS to bf16, as FlashAttention does, which the CPU's policy does not (2^-9 relative at most
+// per rounding, ~1e-3 in each attention output, test_cuda_ops): bounds twice the reference run's
+// (6e-3 for the whole gradient, still below bf16's own distance from fp32; 2e-2 a tensor; 2e-4 the
+// loss), and the gradient must differ from the reference kernels' run in its bits (else the tensor
+// cores did not run). FlashAttention's own rule for this path is Bf16Budget.CudaWithinTwiceTorchs-
+// Bf16Error (test_precision). Not yet measured on a GPU: printed.
+// tc: the tensor-core run, its gradients to differ from `reference` (the reference run's, in order).
+void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::vector<float>>& reference) {
+  auto* gpu = &gpu_backend;
   auto cpu = make_cpu_backend();
+  const double tensor_bound = tc ? 2e-2 : 1e-2, whole_bound = tc ? 6e-3 : 3e-3, loss_bound = tc ? 2e-4 : 1e-4;
+  size_t run = 0;
   double worst = 0, worst_whole = 0, worst_loss = 0, least_control = INFINITY;
   for (std::string arch : {"llama", "qwen2", "qwen3"}) {
     const auto dir = temp_dir("_" + arch);
@@ -120,7 +129,7 @@ TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
       const Step f32 = step(*cpu, dir, ids, tg, plan);
       plan.precision = DType::BF16;
       const Step c = step(*cpu, dir, ids, tg, plan), g = step(*gpu, dir, ids, tg, plan);
-      EXPECT_NEAR(g.loss, c.loss, 1e-4 * c.loss);
+      EXPECT_NEAR(g.loss, c.loss, loss_bound * c.loss);
       worst_loss = std::max(worst_loss, std::abs(g.loss - c.loss) / c.loss);
       const ModelConfig cfg = load_config(dir);
       Params specs(cfg, Tier::Host, Tag::Workspace);
@@ -137,22 +146,42 @@ TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
           num += (a - b) * (a - b), den += b * b;
         }
         const double e = std::sqrt(num) / std::max(std::sqrt(den), 1e-3 * largest);
-        EXPECT_LE(e, 1e-2) << s.name;
+        EXPECT_LE(e, tensor_bound) << s.name;
         worst = std::max(worst, e);
       }
       const double whole = rel_error(g.grads, c.grads), control = rel_error(g.grads, f32.grads);
-      EXPECT_LE(whole, 3e-3) << "the whole gradient";
+      EXPECT_LE(whole, whole_bound) << "the whole gradient";
       worst_whole = std::max(worst_whole, whole);
       EXPECT_GT(control, 5e-3) << "the GPU's bf16 step is about as close to the fp32 step as to the bf16 policy";
       least_control = std::min(least_control, control);
       const Step again = step(*gpu, dir, ids, tg, plan);
       EXPECT_EQ(std::memcmp(again.grads.data(), g.grads.data(), g.grads.size() * 4), 0) << "not deterministic";
       EXPECT_EQ(again.loss, g.loss);
+      if (!tc) {
+        reference.push_back(g.grads);
+      } else if (run < reference.size()) {
+        EXPECT_NE(std::memcmp(reference[run].data(), g.grads.data(), g.grads.size() * 4), 0)
+            << "the tensor-core run gave the reference kernels' bits: did the tensor cores run?";
+      }
+      ++run;
     }
   }
-  std::cout << fmt::format("[ cuda     ] --precision bf16 vs the CPU's bf16 policy: worst tensor rel. error {:.2e}, "
-                           "whole gradient {:.2e}, loss {:.1e}; the control (CPU fp32) at least {:.2e}\n", worst,
-                           worst_whole, worst_loss, least_control);
+  std::cout << fmt::format("[ cuda     ] --precision bf16 vs the CPU's bf16 policy, attention {}: worst tensor rel. "
+                           "error {:.2e}, whole gradient {:.2e}, loss {:.1e}; the control (CPU fp32) at least {:.2e}\n",
+                           tc ? "on tensor cores" : "fp32 reference", worst, worst_whole, worst_loss, least_control);
+}
+
+TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
+  std::vector<std::vector<float>> reference;
+  for (const bool tc : {false, true}) {
+    SCOPED_TRACE(tc ? "attention on tensor cores" : "attention on the fp32 reference kernels");
+    std::string why;
+    if (!tc) setenv("OOMB_CUDA_ATTENTION", "reference", 1);
+    auto gpu = make_cuda_backend(&why);
+    unsetenv("OOMB_CUDA_ATTENTION");
+    if (!gpu) GTEST_SKIP() << why;
+    bf16_step_against_the_cpu(*gpu, tc, reference);
+  }
 }
 
 // LoRA (every target, rank 4, B nonzero) with --precision bf16: the adapters' GEMMs take the same
@@ -160,10 +189,15 @@ TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
 // adapter gradients follow the CPU's LoRA bf16 policy within the bounds above (each tensor 1e-2,
 // the whole 3e-3), and stay more than 5e-3 from the CPU's fp32 LoRA step (the control; on the
 // CPU the bf16 adapter gradients are 1.8e-2 to 2.4e-2 from float64 and fp32's 1.6e-6, test_lora's
-// PEFT fixtures). Two runs give the same bits. Not yet measured on a GPU: printed.
+// PEFT fixtures). Two runs give the same bits. Attention runs on the fp32 reference kernels here
+// (OOMB_CUDA_ATTENTION=reference), so that these bounds see the adapters' GEMMs alone; the tensor
+// cores' attention is held to the CPU by Bf16StepMatchesTheCpusBf16Policy. Not yet measured on a
+// GPU: printed.
 TEST(CudaModel, LoraBf16StepMatchesTheCpusLoraBf16Policy) {
   std::string why;
+  setenv("OOMB_CUDA_ATTENTION", "reference", 1);
   auto gpu = make_cuda_backend(&why);
+  unsetenv("OOMB_CUDA_ATTENTION");
   if (!gpu) GTEST_SKIP() << why;
   auto cpu = make_cpu_backend();
   double worst = 0, worst_whole = 0, least_control = INFINITY;

@@ -30,10 +30,14 @@ struct AttnArgs {
   // Folding the blocks in over several calls (groups of pages streaming through the device): the
   // first call starts the state, the last one finishes it; the calls together give the bits of
   // one call over all their blocks in the same order. Forward between calls: o holds the
-  // unnormalized sum, lse the running max, run_sum (T, H) fp32 the running denominator. Backward:
+  // unnormalized sum, lse the running max (in the kernel's own units: log2 on CUDA's tensor cores;
+  // one fold never mixes kernels), run_sum (T, H) fp32 the running denominator. Backward:
   // dq is zeroed by the first call and accumulated by the others.
   bool first = true, last = true;
   Tensor run_sum;
+  // --precision bf16: q, K, V, o and dout hold bf16 values, and a backend may take its products on
+  // tensor cores (CUDA: P and dS rounded to bf16 too, as FlashAttention does; the CPU ignores it)
+  bool bf16 = false;
 };
 
 // RoPE parameters as transformers computes them: angle = pos * inv_freq (fp32), cos/sin scaled.

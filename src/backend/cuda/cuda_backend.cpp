@@ -1,6 +1,7 @@
 // The CUDA backend: every Backend op on one stream, fp32 storage and compute (the CPU reference's
 // arithmetic, so the two agree op by op) but for the matmuls, which take bf16 operands too
-// (--precision bf16), cuBLASLt GEMMs and oomb's own kernels (kernels.h).
+// (--precision bf16), and attention under --precision bf16, on tensor cores (P and dS in bf16);
+// cuBLASLt GEMMs and oomb's own kernels (kernels.h).
 // Deterministic: no atomics anywhere; reductions in a fixed order.
 #include <cuda_runtime.h>
 
@@ -14,6 +15,7 @@
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/op_profile.h"
 
 namespace oomb {
 
@@ -21,6 +23,14 @@ namespace {
 
 void cuda_check(cudaError_t e, const char* op) {
   OOMB_CHECK(e == cudaSuccess, "{}: CUDA error: {}", op, cudaGetErrorString(e));
+}
+
+// OOMB_CUDA_ATTENTION: unset or "auto" (tensor cores under --precision bf16), or "reference"
+bool reference_attention_asked() {
+  const char* v = std::getenv("OOMB_CUDA_ATTENTION");
+  if (v == nullptr || std::strcmp(v, "auto") == 0) return false;
+  OOMB_CHECK(std::strcmp(v, "reference") == 0, "OOMB_CUDA_ATTENTION={}: expected auto or reference", v);
+  return true;
 }
 
 // A device buffer (tag workspace) grown to the largest size asked for: steady-state steps allocate nothing.
@@ -52,6 +62,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     cudaStreamSynchronize(copy_stream_);
+    if (profile_) profile_->print();
     for (auto& st : table_stage_) cudaEventDestroy(st.done);
     gemm_.reset();
     cudaStreamDestroy(copy_stream_);
@@ -118,15 +129,19 @@ class CudaBackend final : public Backend {
   void do_attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
                      Tensor& lse) override {
     cuda::k::AttnParams p = attention_params("attention_fwd", q, blocks, a, false);
-    cuda::k::attention_fwd(p, q.f(), o.f(), lse.f(), stream_);
-    launched("attention_fwd");
+    const bool tc = tensor_cores(a, p);
+    if (tc) cuda::k::attention_fwd_mma(p, q.f(), o.f(), lse.f(), stream_);
+    else cuda::k::attention_fwd(p, q.f(), o.f(), lse.f(), stream_);
+    launched(tc ? "attention_fwd (tensor cores)" : "attention_fwd");
   }
   void do_attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
                      std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) override {
     cuda::k::AttnParams p = attention_params("attention_bwd", q, blocks, a, true);
     float* dsum = static_cast<float*>(dsum_.get(size_t(std::max<int64_t>(p.T * p.H, 1)) * 4));
-    cuda::k::attention_bwd(p, q.f(), o.f(), lse.f(), dout.f(), dq.f(), dsum, stream_);
-    launched("attention_bwd");
+    const bool tc = tensor_cores(a, p);
+    if (tc) cuda::k::attention_bwd_mma(p, q.f(), o.f(), lse.f(), dout.f(), dq.f(), dsum, stream_);
+    else cuda::k::attention_bwd(p, q.f(), o.f(), lse.f(), dout.f(), dq.f(), dsum, stream_);
+    launched(tc ? "attention_bwd (tensor cores)" : "attention_bwd");
   }
 
   void do_page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means) override {
@@ -310,6 +325,7 @@ class CudaBackend final : public Backend {
   // waits after every op so that the op which faulted names it (debugging, slower).
   void launched(const char* op) {
     cuda_check(cudaGetLastError(), op);
+    if (profile_) return profile_->mark(op, stream_);
     if (sync_each_) cuda_check(cudaStreamSynchronize(stream_), op);
   }
 
@@ -336,6 +352,12 @@ class CudaBackend final : public Backend {
     cuda::k::rope(x.f(), pos.as<int32_t>(), static_cast<const float*>(rope_dev_.buf.data()), r.attention_scaling,
                   inverse, x.dim(0), x.dim(1), D, stream_);
     launched(op);
+  }
+
+  // Attention on tensor cores under --precision bf16 where the kernels take the shape, unless
+  // OOMB_CUDA_ATTENTION=reference asks for the fp32 reference kernels (to compare, or to debug).
+  bool tensor_cores(const AttnArgs& a, const cuda::k::AttnParams& p) const {
+    return a.bf16 && !reference_attention_ && cuda::k::attention_mma_unsupported(p) == nullptr;
   }
 
   // The kernels' parameters, within their limits; uploads the blocks' table (the blocks were checked once, op_checks.cpp).
@@ -402,6 +424,9 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   const bool sync_each_ = std::getenv("OOMB_CUDA_SYNC") != nullptr;
+  const bool reference_attention_ = reference_attention_asked();
+  const std::unique_ptr<cuda::OpProfile> profile_ =
+      std::getenv("OOMB_CUDA_PROFILE") ? std::make_unique<cuda::OpProfile>() : nullptr;
   Buffer gemm_ws_;
   std::unique_ptr<cuda::Gemm> gemm_;
   Scratch logits_, partials_, dsum_, rope_dev_;

@@ -92,6 +92,17 @@ void attention_fwd(const AttnParams& p, const float* q, float* o, float* lse, cu
 void attention_bwd(const AttnParams& p, const float* q, const float* o, const float* lse, const float* dout,
                    float* dq, float* dsum, cudaStream_t s);
 constexpr int64_t kMaxHeadDim = 256;
+// dsum (T, H) = rowsum(dout * o), the backward's first step (both variants)
+void attention_dsum(const AttnParams& p, const float* o, const float* dout, float* dsum, cudaStream_t s);
+// The same ops on tensor cores (kernels_attention_mma.cu, the path under --precision bf16): q, K,
+// V and dout read as bf16, P and dS rounded to bf16 for their products, fp32 statistics and sums.
+// Deterministic too, but a different summation order and those roundings: not the bits of the
+// reference kernels above. A fold's state between calls: lse holds the running max in log2 units. Head dims up to kMaxMmaHeadDim, even; null when p is supported.
+constexpr int64_t kMaxMmaHeadDim = 128;
+const char* attention_mma_unsupported(const AttnParams& p);
+void attention_fwd_mma(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s);
+void attention_bwd_mma(const AttnParams& p, const float* q, const float* o, const float* lse, const float* dout,
+                       float* dq, float* dsum, cudaStream_t s);
 
 // Sparse attention's page metadata: k (T, G, D) f32 of tokens [t0, t0 + T) folded into means
 // (pages, G, D) bf16, the mean key of each page over its rows so far (Backend::page_key_means).

@@ -267,11 +267,17 @@ void attention_fwd(const AttnParams& p, const float* q, float* o, float* lse, cu
   attn_fwd_k<<<grid, kWarps * 32, size_t(kWarps * p.D) * sizeof(float), s>>>(p, q, o, lse);
 }
 
+void attention_dsum(const AttnParams& p, const float* o, const float* dout, float* dsum, cudaStream_t s) {
+  if (p.T == 0) return;
+  const dim3 grid(unsigned((p.T + kWarps - 1) / kWarps), unsigned(p.H));
+  attn_dsum_k<<<grid, kWarps * 32, 0, s>>>(p, o, dout, dsum);
+}
+
 void attention_bwd(const AttnParams& p, const float* q, const float* o, const float* lse, const float* dout,
                    float* dq, float* dsum, cudaStream_t s) {
   if (p.T == 0) return;
   const dim3 grid(unsigned((p.T + kWarps - 1) / kWarps), unsigned(p.H));
-  attn_dsum_k<<<grid, kWarps * 32, 0, s>>>(p, o, dout, dsum);
+  attention_dsum(p, o, dout, dsum, s);
   attn_dq_k<<<grid, kWarps * 32, size_t(2 * kWarps * p.D) * sizeof(float), s>>>(p, q, lse, dout, dsum, dq);
   if (p.n_blocks == 0 || p.max_len == 0) return;
   const size_t shared = dkdv_shared_bytes(p.D);

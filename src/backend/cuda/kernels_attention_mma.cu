@@ -1,0 +1,504 @@
+// Causal GQA attention over a table of KV blocks on tensor cores (mma.sync m16n8k16, bf16 inputs,
+// fp32 accumulation): the fast path under --precision bf16 (AttnArgs::bf16), the algebra of
+// shared/DESIGN.md section 3 and the same block table, masks and fold as kernels_attention.cu.
+//   forward: a CUDA block per (64 queries, head), 4 warps of 16 queries. Per 64-key tile of a
+//     block: K and V^T -> bf16 shared; S = Q K^T in registers; online softmax in registers (log2
+//     units, each row's max over the 4 lanes of a quad); P -> bf16 A fragments; O += P V.
+//   dq:      the same tiling: S, dP = dO V^T, dS = P (dP - dsum) scale, dq += dS K.
+//   dk, dv:  a CUDA block per (block, kv head, 64 keys), 4 warps of 16 keys; it walks the queries
+//     in tiles of 32 (heads of the group inside), P^T and dS^T from K Q^T and V dO^T, dV += P^T dO,
+//     dK += dS^T Q in registers, then adds into the block's gradient rows once.
+// Numerics: Q, K, V, dO round to bf16 (under --precision bf16 they already hold bf16 values), P
+// and dS round to bf16 for their products (as FlashAttention does), statistics, softmax and every
+// accumulation fp32. Deterministic: fixed order, no atomics, one writer per output element; a
+// fold over several calls keeps the state exactly (o unnormalized, lse the running max in log2
+// units, run_sum), so it gives the bits of one call over the same blocks in the same order.
+// Head dims up to 128 (even), padded with zeros to 16, 32, 64 or 128 in shared memory.
+// Fragment layouts (PTX ISA, mma.m16n8k16 .bf16): lane = 4 gq + tq; A (16 x 16, row): {(gq, 2tq..),
+// (gq + 8, 2tq..), (gq, 2tq + 8..), (gq + 8, 2tq + 8..)}; B (16 x 8, col): {(2tq.., gq), (2tq + 8.., gq)};
+// C (16 x 8): {(gq, 2tq), (gq, 2tq + 1), (gq + 8, 2tq), (gq + 8, 2tq + 1)}. A C tile pair of S is
+// therefore P's A fragment for the next product with no data movement.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+
+namespace oomb::cuda::k {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kBM = 64;  // queries per CUDA block (forward, dq)
+constexpr int kBN = 64;  // keys per tile
+constexpr int kBQ = 32;  // queries per tile of the dk, dv walk
+constexpr int kThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+__device__ inline uint32_t ld32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ inline uint32_t pack(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// c (16 x 8) += a (16 x 16) b (16 x 8)
+__device__ inline void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// A fragment of rows [r0, r0 + 16), columns [c0, c0 + 16) of a row-major bf16 tile
+__device__ inline void frag_a(uint32_t a[4], const bf16* s, int ld, int r0, int c0, int gq, int tq) {
+  const bf16* p = s + (r0 + gq) * ld + c0 + 2 * tq;
+  a[0] = ld32(p), a[1] = ld32(p + 8 * ld), a[2] = ld32(p + 8), a[3] = ld32(p + 8 * ld + 8);
+}
+// B fragment with B[k][n] = s[(n0 + n) ld + k0 + k]: a tile stored n-major (its rows are B's columns)
+__device__ inline void frag_b(uint32_t b[2], const bf16* s, int ld, int n0, int k0, int gq, int tq) {
+  const bf16* p = s + (n0 + gq) * ld + k0 + 2 * tq;
+  b[0] = ld32(p), b[1] = ld32(p + 8);
+}
+// the A fragment of k-slice kk (columns [16 kk, 16 kk + 16)) of a 16-row C tile set c[n-tile][4]
+__device__ inline void c_to_a(uint32_t a[4], const float (*c)[4], int kk) {
+  a[0] = pack(c[2 * kk][0], c[2 * kk][1]), a[1] = pack(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = pack(c[2 * kk + 1][0], c[2 * kk + 1][1]), a[3] = pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+// Rows [row0, row0 + R) of a source whose element (r, d) is at src[r * stride + off + d] (f32, or
+// bf16 when src_bf16), d < D, into bf16 shared memory: dst (R, ld) row-major and/or dst_t (DP, ld_t)
+// transposed. Rows at or past nrows and columns D..DP are zeros (a zero V row times a zero P adds
+// nothing; garbage could be NaN).
+template <int R, int DP>
+__device__ inline void load_tile(bf16* dst, int ld, bf16* dst_t, int ld_t, const void* src, bool src_bf16,
+                                 int64_t off, int64_t row0, int64_t nrows, int64_t stride, int D) {
+  constexpr int kPairs = DP / 2;
+  for (int i = threadIdx.x; i < R * kPairs; i += kThreads) {
+    const int r = i / kPairs, d = 2 * (i % kPairs);
+    __nv_bfloat162 v = __floats2bfloat162_rn(0.0f, 0.0f);
+    if (row0 + r < nrows && d < D) {
+      const int64_t e = (row0 + r) * stride + off + d;
+      if (src_bf16) v = *reinterpret_cast<const __nv_bfloat162*>(static_cast<const bf16*>(src) + e);
+      else v = __float22bfloat162_rn(*reinterpret_cast<const float2*>(static_cast<const float*>(src) + e));
+    }
+    if (dst) *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + d) = v;
+    if (dst_t) dst_t[d * ld_t + r] = v.x, dst_t[(d + 1) * ld_t + r] = v.y;
+  }
+}
+
+// the key j of block kb seen from query t (sequence index qi, document qdoc)?
+__device__ inline bool sees(const AttnParams& p, const AttnBlock& kb, int64_t j, int64_t n, int64_t qi, int32_t qdoc) {
+  return j < n && kb.idx0 + j <= qi && (!p.q_doc || !kb.doc || kb.doc[j] == qdoc) &&
+         (p.window <= 0 || kb.idx0 + j > qi - p.window);
+}
+
+// The key tiles of block kb a run of queries [qi_first, qi_last] may see: [j_begin, n), tiles of
+// kBN from j_begin (a multiple of kBN). Empty when the block is masked for kv head group g.
+struct KeyRange {
+  int64_t j_begin = 0, n = 0;
+};
+__device__ inline KeyRange key_range(const AttnParams& p, const AttnBlock& kb, int64_t g, int64_t qi_first,
+                                     int64_t qi_last) {
+  KeyRange r;
+  if (g < 64 && !((kb.heads >> g) & 1)) return r;
+  const int64_t n = qi_last - kb.idx0 + 1;
+  r.n = n < 0 ? 0 : n > kb.len ? kb.len : n;
+  if (p.window > 0) {  // keys at qi_first - window or before are outside every query's window
+    const int64_t lo = qi_first - p.window + 1 - kb.idx0;
+    if (lo > 0) r.j_begin = lo / kBN * kBN;
+  }
+  return r;
+}
+// no mask inside a tile of keys [j0, j0 + kBN) for the queries [qi_first, qi_last]
+__device__ inline bool whole_tile(const AttnParams& p, const AttnBlock& kb, int64_t j0, int64_t n, int64_t qi_first,
+                                  int64_t qi_last) {
+  return j0 + kBN <= n && kb.idx0 + j0 + kBN - 1 <= qi_first && !(p.q_doc && kb.doc) &&
+         (p.window <= 0 || kb.idx0 + j0 > qi_last - p.window);
+}
+
+template <int DP>
+struct FwdSmem {
+  static constexpr int kLd = DP + 8, kLdT = kBN + 8;  // padded: the 8 rows of a fragment hit 8 bank groups
+  static constexpr size_t kQ = 0, kK = kQ + size_t(kBM) * kLd * 2, kVt = kK + size_t(kBN) * kLd * 2,
+                          kBytes = kVt + size_t(DP) * kLdT * 2;
+};
+
+// q, o: (T, H, D) fp32; lse: (T, H). grid (ceil(T / kBM), H), kThreads; shared FwdSmem<DP>::kBytes
+template <int DP>
+__global__ void __launch_bounds__(kThreads) attn_fwd_mma_k(AttnParams p, const float* q, float* o, float* lse) {
+  using S = FwdSmem<DP>;
+  constexpr int KD = DP / 16, OT = DP / 8, NT = kBN / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16 *sQ = reinterpret_cast<bf16*>(smem + S::kQ), *sK = reinterpret_cast<bf16*>(smem + S::kK),
+       *sVt = reinterpret_cast<bf16*>(smem + S::kVt);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3, D = int(p.D);
+  const int64_t h = blockIdx.y, g = h / (p.H / p.G), t0 = int64_t(blockIdx.x) * kBM;
+  const int64_t rows = p.T - t0 < kBM ? p.T - t0 : kBM;
+  const int64_t qi_first = p.q_idx0 + t0, qi_last = qi_first + rows - 1;
+  const float sl2 = p.scale * kLog2e;
+  load_tile<kBM, DP>(sQ, S::kLd, nullptr, 0, q, false, h * D, t0, p.T, p.H * D, D);
+
+  // this thread's two rows: i = 0 at 16 warp + gq, i = 1 eight below
+  int64_t t[2], qi[2];
+  int32_t qdoc[2];
+  bool ok[2];
+  float m[2], l[2], acc[OT][4];
+  for (int i = 0; i < 2; ++i) {
+    t[i] = t0 + 16 * warp + gq + 8 * i, qi[i] = p.q_idx0 + t[i], ok[i] = t[i] < p.T;
+    qdoc[i] = ok[i] && p.q_doc ? p.q_doc[t[i]] : 0;
+    m[i] = -INFINITY, l[i] = 0.0f;
+    if (!p.first && ok[i]) {  // a fold's later call: the state the last call left, as it was
+      m[i] = lse[t[i] * p.H + h];
+      l[i] = p.run_sum[t[i] * p.H + h];
+    }
+  }
+  for (int dt = 0; dt < OT; ++dt)
+    for (int e = 0; e < 4; ++e) {
+      const int i = e >> 1, d = dt * 8 + 2 * tq + (e & 1);
+      acc[dt][e] = !p.first && ok[i] && d < D ? o[(t[i] * p.H + h) * D + d] : 0.0f;
+    }
+  __syncthreads();
+  uint32_t qa[KD][4];
+  for (int kk = 0; kk < KD; ++kk) frag_a(qa[kk], sQ, S::kLd, 16 * warp, 16 * kk, gq, tq);
+
+  for (int64_t b = 0; b < p.n_blocks; ++b) {
+    const AttnBlock kb = p.blocks[b];
+    const KeyRange kr = key_range(p, kb, g, qi_first, qi_last);
+    const bool kv16 = kb.kv_bf16 != 0;
+    for (int64_t j0 = kr.j_begin; j0 < kr.n; j0 += kBN) {
+      __syncthreads();  // every warp is done with the last tile
+      load_tile<kBN, DP>(sK, S::kLd, nullptr, 0, kb.k, kv16, g * D, j0, kr.n, p.G * D, D);
+      load_tile<kBN, DP>(nullptr, 0, sVt, S::kLdT, kb.v, kv16, g * D, j0, kr.n, p.G * D, D);
+      __syncthreads();
+      float s[NT][4] = {};
+      for (int kk = 0; kk < KD; ++kk)
+        for (int nt = 0; nt < NT; ++nt) {
+          uint32_t bb[2];
+          frag_b(bb, sK, S::kLd, 8 * nt, 16 * kk, gq, tq);
+          mma(s[nt], qa[kk], bb);
+        }
+      const bool whole = whole_tile(p, kb, j0, kr.n, qi_first, qi_last);
+      float mx[2] = {-INFINITY, -INFINITY};
+      for (int nt = 0; nt < NT; ++nt)
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int64_t j = j0 + 8 * nt + 2 * tq + (e & 1);
+          s[nt][e] = ok[i] && (whole || sees(p, kb, j, kr.n, qi[i], qdoc[i])) ? s[nt][e] * sl2 : -INFINITY;
+          mx[i] = fmaxf(mx[i], s[nt][e]);
+        }
+      float c[2];
+      for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        const float mn = fmaxf(m[i], mx[i]);
+        c[i] = mn == -INFINITY ? 1.0f : exp2f(m[i] - mn);
+        m[i] = mn, l[i] *= c[i];
+      }
+      float rs[2] = {0.0f, 0.0f};
+      for (int nt = 0; nt < NT; ++nt)
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          s[nt][e] = s[nt][e] == -INFINITY ? 0.0f : exp2f(s[nt][e] - m[i]);
+          rs[i] += s[nt][e];
+        }
+      for (int i = 0; i < 2; ++i) {  // the tile's row sum over the quad: the same bits in its 4 lanes
+        rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
+        rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
+        l[i] += rs[i];
+      }
+      for (int dt = 0; dt < OT; ++dt) acc[dt][0] *= c[0], acc[dt][1] *= c[0], acc[dt][2] *= c[1], acc[dt][3] *= c[1];
+      for (int kk = 0; kk < NT / 2; ++kk) {
+        uint32_t pa[4];
+        c_to_a(pa, s, kk);
+        for (int dt = 0; dt < OT; ++dt) {
+          uint32_t bb[2];
+          frag_b(bb, sVt, S::kLdT, 8 * dt, 16 * kk, gq, tq);
+          mma(acc[dt], pa, bb);
+        }
+      }
+    }
+  }
+
+  for (int dt = 0; dt < OT; ++dt)
+    for (int e = 0; e < 4; e += 2) {
+      const int i = e >> 1, d = dt * 8 + 2 * tq;
+      if (!ok[i] || d >= D) continue;
+      float2 v{acc[dt][e], acc[dt][e + 1]};
+      if (p.last) v = l[i] > 0.0f ? float2{v.x / l[i], v.y / l[i]} : float2{0.0f, 0.0f};
+      *reinterpret_cast<float2*>(o + (t[i] * p.H + h) * D + d) = v;
+    }
+  if (tq != 0) return;
+  for (int i = 0; i < 2; ++i) {
+    if (!ok[i]) continue;
+    const int64_t at = t[i] * p.H + h;
+    if (!p.last) {  // keep the state for the next call as it is (the running max in log2 units)
+      lse[at] = m[i];
+      p.run_sum[at] = l[i];
+    } else {
+      lse[at] = l[i] > 0.0f ? m[i] * kLn2 + logf(l[i]) : -INFINITY;
+    }
+  }
+}
+
+template <int DP>
+struct DqSmem {
+  static constexpr int kLd = DP + 8, kLdT = kBN + 8;
+  static constexpr size_t kQ = 0, kDo = kQ + size_t(kBM) * kLd * 2, kK = kDo + size_t(kBM) * kLd * 2,
+                          kV = kK + size_t(kBN) * kLd * 2, kKt = kV + size_t(kBN) * kLd * 2,
+                          kBytes = kKt + size_t(DP) * kLdT * 2;
+};
+
+// dq (T, H, D) = (or += after a fold's first call) dS K. grid (ceil(T / kBM), H), kThreads
+template <int DP>
+__global__ void __launch_bounds__(kThreads) attn_dq_mma_k(AttnParams p, const float* q, const float* lse,
+                                                          const float* dout, const float* dsum, float* dq) {
+  using S = DqSmem<DP>;
+  constexpr int KD = DP / 16, OT = DP / 8, NT = kBN / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16 *sQ = reinterpret_cast<bf16*>(smem + S::kQ), *sDo = reinterpret_cast<bf16*>(smem + S::kDo),
+       *sK = reinterpret_cast<bf16*>(smem + S::kK), *sV = reinterpret_cast<bf16*>(smem + S::kV),
+       *sKt = reinterpret_cast<bf16*>(smem + S::kKt);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3, D = int(p.D);
+  const int64_t h = blockIdx.y, g = h / (p.H / p.G), t0 = int64_t(blockIdx.x) * kBM;
+  const int64_t rows = p.T - t0 < kBM ? p.T - t0 : kBM;
+  const int64_t qi_first = p.q_idx0 + t0, qi_last = qi_first + rows - 1;
+  const float sl2 = p.scale * kLog2e;
+  load_tile<kBM, DP>(sQ, S::kLd, nullptr, 0, q, false, h * D, t0, p.T, p.H * D, D);
+  load_tile<kBM, DP>(sDo, S::kLd, nullptr, 0, dout, false, h * D, t0, p.T, p.H * D, D);
+
+  int64_t t[2], qi[2];
+  int32_t qdoc[2];
+  bool ok[2];
+  float L[2], ds[2], acc[OT][4];
+  for (int i = 0; i < 2; ++i) {
+    t[i] = t0 + 16 * warp + gq + 8 * i, qi[i] = p.q_idx0 + t[i];
+    const float lv = t[i] < p.T ? lse[t[i] * p.H + h] : -INFINITY;
+    ok[i] = lv != -INFINITY;  // a query that sees no key has no gradient
+    L[i] = lv * kLog2e, ds[i] = ok[i] ? dsum[t[i] * p.H + h] : 0.0f;
+    qdoc[i] = ok[i] && p.q_doc ? p.q_doc[t[i]] : 0;
+  }
+  for (int dt = 0; dt < OT; ++dt)
+    for (int e = 0; e < 4; ++e) {
+      const int i = e >> 1, d = dt * 8 + 2 * tq + (e & 1);
+      acc[dt][e] = !p.first && t[i] < p.T && d < D ? dq[(t[i] * p.H + h) * D + d] : 0.0f;
+    }
+
+  for (int64_t b = 0; b < p.n_blocks; ++b) {
+    const AttnBlock kb = p.blocks[b];
+    const KeyRange kr = key_range(p, kb, g, qi_first, qi_last);
+    const bool kv16 = kb.kv_bf16 != 0;
+    for (int64_t j0 = kr.j_begin; j0 < kr.n; j0 += kBN) {
+      __syncthreads();
+      load_tile<kBN, DP>(sK, S::kLd, sKt, S::kLdT, kb.k, kv16, g * D, j0, kr.n, p.G * D, D);
+      load_tile<kBN, DP>(sV, S::kLd, nullptr, 0, kb.v, kv16, g * D, j0, kr.n, p.G * D, D);
+      __syncthreads();
+      float s[NT][4] = {}, dp[NT][4] = {};
+      for (int kk = 0; kk < KD; ++kk) {
+        uint32_t qa[4], da[4];
+        frag_a(qa, sQ, S::kLd, 16 * warp, 16 * kk, gq, tq);
+        frag_a(da, sDo, S::kLd, 16 * warp, 16 * kk, gq, tq);
+        for (int nt = 0; nt < NT; ++nt) {
+          uint32_t bb[2];
+          frag_b(bb, sK, S::kLd, 8 * nt, 16 * kk, gq, tq);
+          mma(s[nt], qa, bb);
+          frag_b(bb, sV, S::kLd, 8 * nt, 16 * kk, gq, tq);
+          mma(dp[nt], da, bb);
+        }
+      }
+      const bool whole = whole_tile(p, kb, j0, kr.n, qi_first, qi_last);
+      for (int nt = 0; nt < NT; ++nt)
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int64_t j = j0 + 8 * nt + 2 * tq + (e & 1);
+          const float pj =
+              ok[i] && (whole || sees(p, kb, j, kr.n, qi[i], qdoc[i])) ? exp2f(s[nt][e] * sl2 - L[i]) : 0.0f;
+          s[nt][e] = pj * (dp[nt][e] - ds[i]) * p.scale;  // dS
+        }
+      for (int kk = 0; kk < NT / 2; ++kk) {
+        uint32_t sa[4];
+        c_to_a(sa, s, kk);
+        for (int dt = 0; dt < OT; ++dt) {
+          uint32_t bb[2];
+          frag_b(bb, sKt, S::kLdT, 8 * dt, 16 * kk, gq, tq);
+          mma(acc[dt], sa, bb);
+        }
+      }
+    }
+  }
+  for (int dt = 0; dt < OT; ++dt)
+    for (int e = 0; e < 4; e += 2) {
+      const int i = e >> 1, d = dt * 8 + 2 * tq;
+      if (t[i] < p.T && d < D) *reinterpret_cast<float2*>(dq + (t[i] * p.H + h) * D + d) = {acc[dt][e], acc[dt][e + 1]};
+    }
+}
+
+template <int DP>
+struct DkdvSmem {
+  static constexpr int kLd = DP + 8, kLdT = kBQ + 8;
+  static constexpr size_t kK = 0, kV = kK + size_t(kBN) * kLd * 2, kQ = kV + size_t(kBN) * kLd * 2,
+                          kDo = kQ + size_t(kBQ) * kLd * 2, kQt = kDo + size_t(kBQ) * kLd * 2,
+                          kDot = kQt + size_t(DP) * kLdT * 2, kL = kDot + size_t(DP) * kLdT * 2,
+                          kDs = kL + kBQ * 4, kDoc = kDs + kBQ * 4, kBytes = kDoc + kBQ * 4;
+};
+
+// every block's dk, dv += (rows of kv head g). grid (n_blocks, G, ceil(max_len / kBN)), kThreads
+template <int DP>
+__global__ void __launch_bounds__(kThreads) attn_dkdv_mma_k(AttnParams p, const float* q, const float* lse,
+                                                            const float* dout, const float* dsum) {
+  using S = DkdvSmem<DP>;
+  constexpr int KD = DP / 16, OT = DP / 8, QT = kBQ / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16 *sK = reinterpret_cast<bf16*>(smem + S::kK), *sV = reinterpret_cast<bf16*>(smem + S::kV),
+       *sQ = reinterpret_cast<bf16*>(smem + S::kQ), *sDo = reinterpret_cast<bf16*>(smem + S::kDo),
+       *sQt = reinterpret_cast<bf16*>(smem + S::kQt), *sDot = reinterpret_cast<bf16*>(smem + S::kDot);
+  float *sL = reinterpret_cast<float*>(smem + S::kL), *sDs = reinterpret_cast<float*>(smem + S::kDs);
+  int32_t* sDoc = reinterpret_cast<int32_t*>(smem + S::kDoc);
+  const AttnBlock kb = p.blocks[blockIdx.x];
+  const int64_t g = blockIdx.y, j0 = int64_t(blockIdx.z) * kBN, group = p.H / p.G;
+  if (j0 >= kb.len || (g < 64 && !((kb.heads >> g) & 1))) return;  // masked for this group: rows stay
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3, D = int(p.D);
+  const float sl2 = p.scale * kLog2e;
+  const bool kv16 = kb.kv_bf16 != 0;
+  load_tile<kBN, DP>(sK, S::kLd, nullptr, 0, kb.k, kv16, g * D, j0, kb.len, p.G * D, D);
+  load_tile<kBN, DP>(sV, S::kLd, nullptr, 0, kb.v, kv16, g * D, j0, kb.len, p.G * D, D);
+
+  int64_t j[2];  // this thread's two keys (rows of the warp's 16)
+  int32_t kdoc[2];
+  for (int i = 0; i < 2; ++i) {
+    j[i] = j0 + 16 * warp + gq + 8 * i;
+    kdoc[i] = j[i] < kb.len && kb.doc ? kb.doc[j[i]] : 0;
+  }
+  float dk[OT][4] = {}, dv[OT][4] = {};
+  const int64_t last_key = kb.idx0 + (j0 + kBN < kb.len ? j0 + kBN : kb.len) - 1;  // sequence index
+  const int64_t t_first = kb.idx0 + j0 - p.q_idx0;  // the first query that sees the tile's first key
+#ifdef OOMB_MUTANT_DROP_QUERY  // a negative control (scripts/gpu_bundle.sh): the chunk's last query is lost
+  const int64_t t_end = p.T - 1;
+#else
+  const int64_t t_end = p.T;
+#endif
+  for (int64_t tq0 = t_first > 0 ? t_first : 0; tq0 < t_end; tq0 += kBQ) {
+    if (p.window > 0 && p.q_idx0 + tq0 - p.window >= last_key) break;  // later queries see none of these keys
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      __syncthreads();  // every warp is done with the last query tile
+      load_tile<kBQ, DP>(sQ, S::kLd, sQt, S::kLdT, q, false, h * D, tq0, t_end, p.H * D, D);
+      load_tile<kBQ, DP>(sDo, S::kLd, sDot, S::kLdT, dout, false, h * D, tq0, t_end, p.H * D, D);
+      for (int c = threadIdx.x; c < kBQ; c += kThreads) {
+        const int64_t t = tq0 + c;
+        const float lv = t < t_end ? lse[t * p.H + h] : -INFINITY;
+        sL[c] = lv * kLog2e;  // -inf: no key, no gradient
+        sDs[c] = lv != -INFINITY ? dsum[t * p.H + h] : 0.0f;
+        sDoc[c] = t < t_end && p.q_doc ? p.q_doc[t] : 0;
+      }
+      __syncthreads();
+      float st[QT][4] = {}, dpt[QT][4] = {};  // S^T, dP^T: (16 keys, 32 queries) of this warp
+      for (int kk = 0; kk < KD; ++kk) {
+        uint32_t ka[4], va[4];
+        frag_a(ka, sK, S::kLd, 16 * warp, 16 * kk, gq, tq);
+        frag_a(va, sV, S::kLd, 16 * warp, 16 * kk, gq, tq);
+        for (int nt = 0; nt < QT; ++nt) {
+          uint32_t bb[2];
+          frag_b(bb, sQ, S::kLd, 8 * nt, 16 * kk, gq, tq);
+          mma(st[nt], ka, bb);
+          frag_b(bb, sDo, S::kLd, 8 * nt, 16 * kk, gq, tq);
+          mma(dpt[nt], va, bb);
+        }
+      }
+      for (int nt = 0; nt < QT; ++nt)
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1, c = 8 * nt + 2 * tq + (e & 1);
+          const int64_t t = tq0 + c, qi = p.q_idx0 + t, key = kb.idx0 + j[i];
+          const bool vis = j[i] < kb.len && sL[c] != -INFINITY && key <= qi &&
+                           (!p.q_doc || !kb.doc || kdoc[i] == sDoc[c]) && (p.window <= 0 || key > qi - p.window);
+          const float pj = vis ? exp2f(st[nt][e] * sl2 - sL[c]) : 0.0f;
+          st[nt][e] = pj, dpt[nt][e] = pj * (dpt[nt][e] - sDs[c]) * p.scale;  // P^T, dS^T
+        }
+      for (int kk = 0; kk < QT / 2; ++kk) {
+        uint32_t pa[4], sa[4];
+        c_to_a(pa, st, kk);
+        c_to_a(sa, dpt, kk);
+        for (int dt = 0; dt < OT; ++dt) {
+          uint32_t bb[2];
+          frag_b(bb, sDot, S::kLdT, 8 * dt, 16 * kk, gq, tq);
+          mma(dv[dt], pa, bb);
+          frag_b(bb, sQt, S::kLdT, 8 * dt, 16 * kk, gq, tq);
+          mma(dk[dt], sa, bb);
+        }
+      }
+    }
+  }
+  for (int dt = 0; dt < OT; ++dt)
+    for (int e = 0; e < 4; e += 2) {
+      const int i = e >> 1, d = dt * 8 + 2 * tq;
+      if (j[i] >= kb.len || d >= D) continue;
+      const int64_t at = (j[i] * p.G + g) * D + d;
+      if (kb.grad_bf16) {
+        auto* k16 = reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(kb.dk) + at);
+        auto* v16 = reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(kb.dv) + at);
+        const float2 k0 = __bfloat1622float2(*k16), v0 = __bfloat1622float2(*v16);
+        *k16 = __floats2bfloat162_rn(k0.x + dk[dt][e], k0.y + dk[dt][e + 1]);
+        *v16 = __floats2bfloat162_rn(v0.x + dv[dt][e], v0.y + dv[dt][e + 1]);
+      } else {
+        auto* k32 = reinterpret_cast<float2*>(static_cast<float*>(kb.dk) + at);
+        auto* v32 = reinterpret_cast<float2*>(static_cast<float*>(kb.dv) + at);
+        const float2 k0 = *k32, v0 = *v32;
+        *k32 = {k0.x + dk[dt][e], k0.y + dk[dt][e + 1]};
+        *v32 = {v0.x + dv[dt][e], v0.y + dv[dt][e + 1]};
+      }
+    }
+}
+
+// kernel f with dynamic shared memory of `bytes`, above the 48 KB default once asked for
+template <typename F>
+void allow_shared(F* f, size_t bytes) {
+  cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
+template <int DP>
+void fwd(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s) {
+  static const bool raised = (allow_shared(attn_fwd_mma_k<DP>, FwdSmem<DP>::kBytes), true);
+  (void)raised;
+  const dim3 grid(unsigned((p.T + kBM - 1) / kBM), unsigned(p.H));
+  attn_fwd_mma_k<DP><<<grid, kThreads, FwdSmem<DP>::kBytes, s>>>(p, q, o, lse);
+}
+
+template <int DP>
+void bwd(const AttnParams& p, const float* q, const float* lse, const float* dout, const float* dsum, float* dq,
+         cudaStream_t s) {
+  static const bool raised = (allow_shared(attn_dq_mma_k<DP>, DqSmem<DP>::kBytes),
+                              allow_shared(attn_dkdv_mma_k<DP>, DkdvSmem<DP>::kBytes), true);
+  (void)raised;
+  const dim3 grid(unsigned((p.T + kBM - 1) / kBM), unsigned(p.H));
+  attn_dq_mma_k<DP><<<grid, kThreads, DqSmem<DP>::kBytes, s>>>(p, q, lse, dout, dsum, dq);
+  if (p.n_blocks == 0 || p.max_len == 0) return;
+  const dim3 kv_grid(unsigned(p.n_blocks), unsigned(p.G), unsigned((p.max_len + kBN - 1) / kBN));
+  attn_dkdv_mma_k<DP><<<kv_grid, kThreads, DkdvSmem<DP>::kBytes, s>>>(p, q, lse, dout, dsum);
+}
+
+}  // namespace
+
+const char* attention_mma_unsupported(const AttnParams& p) {
+  if (p.D > kMaxMmaHeadDim) return "head dim above 128";
+  if (p.D % 2 != 0) return "odd head dim";
+  return nullptr;
+}
+
+void attention_fwd_mma(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s) {
+  if (p.T == 0) return;
+  if (p.D <= 16) fwd<16>(p, q, o, lse, s);
+  else if (p.D <= 32) fwd<32>(p, q, o, lse, s);
+  else if (p.D <= 64) fwd<64>(p, q, o, lse, s);
+  else fwd<128>(p, q, o, lse, s);
+}
+
+void attention_bwd_mma(const AttnParams& p, const float* q, const float* o, const float* lse, const float* dout,
+                       float* dq, float* dsum, cudaStream_t s) {
+  if (p.T == 0) return;
+  attention_dsum(p, o, dout, dsum, s);
+  if (p.D <= 16) bwd<16>(p, q, lse, dout, dsum, dq, s);
+  else if (p.D <= 32) bwd<32>(p, q, lse, dout, dsum, dq, s);
+  else if (p.D <= 64) bwd<64>(p, q, lse, dout, dsum, dq, s);
+  else bwd<128>(p, q, lse, dout, dsum, dq, s);
+}
+
+}  // namespace oomb::cuda::k
