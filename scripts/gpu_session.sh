@@ -7,7 +7,8 @@
 #              on them, the attention lab at Qwen2.5-0.5B's and 7B's head shapes, then the CUDA
 #              tests under compute-sanitizer memcheck and the lab's check under racecheck, and
 #              LoRA's memory on the GPU against oomb plan (bench/lora_memory.py --device cuda)
-#     bench    offload's slowdown (bench/offload.py --device cuda), then bench/cuda_step.py with
+#     bench    an op profile of one 0.5B step (OOMB_CUDA_PROFILE=1), offload's slowdown
+#              (bench/offload.py --device cuda), then bench/cuda_step.py with
 #              what is left of the time (options passed on, e.g.
 #              --models 1.5b,7b --lengths 8192,32768; oomb trains --precision bf16 there unless
 #              --precision fp32 is passed)
@@ -125,9 +126,14 @@ if [ "$phase" != bench ]; then
   step cuda_device 120 "$W/bin/test_cuda_device"
   step cuda_ops 180 "$W/bin/test_cuda_ops"
   step cuda_model 180 "$W/bin/test_cuda_model"
+  # FlashAttention's rule for the GPU's bf16 step (tensor-core attention) against the committed fixtures
+  step bf16_budget_cuda 90 "$W/bin/test_precision" --gtest_filter='Bf16Budget.Cuda*'
   # must FAIL: the attention backward of this build drops each chunk's last query (gpu_bundle.sh)
-  [ -x "$B/test_cuda_ops_mutant_drop_query" ] &&
-    step mutant_drop_query_must_fail 60 sh -c "! '$W/bin/test_cuda_ops_mutant_drop_query' --gtest_filter='*Attention*'"
+  # (the fp32 kernels and the tensor-core ones, each on its own)
+  if [ -x "$B/test_cuda_ops_mutant_drop_query" ]; then
+    step mutant_drop_query_must_fail 60 sh -c "! '$W/bin/test_cuda_ops_mutant_drop_query' --gtest_filter='*AttentionOverBlocks*'"
+    step mutant_drop_query_tensor_cores_must_fail 60 sh -c "! '$W/bin/test_cuda_ops_mutant_drop_query' --gtest_filter='*TensorCores*'"
+  fi
   step attention_lab_d64 90 "$W/bin/oomb_attention_lab" --heads 14 --kv-heads 2 --dim 64 --chunk 4096 --keys 32768
   step attention_lab_d128 90 "$W/bin/oomb_attention_lab" --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
   # PyTorch's own kernels (cuDNN, FlashAttention-2, memory-efficient) at the d128 shape, bf16
@@ -144,6 +150,18 @@ if [ "$phase" != bench ]; then
   step lora_memory 90 python3 bench/lora_memory.py --device cuda --oomb "$W/bin/oomb" --out "$W/lora_memory.jsonl"
 fi
 if [ "$phase" != tests ]; then
+  # where a step's GPU time goes, op by op (OOMB_CUDA_PROFILE: the stream synchronised after every
+  # op; attention on tensor cores under the default bf16): Qwen2.5-0.5B's shape at 8K, C = 4K
+  profile_step() {  # preset, N, C
+    "$W/bin/oomb" init --preset "$1" --dtype bf16 --out "$W/prof-model" --force > /dev/null || return 1
+    python3 -c 'import array, random, sys; r = random.Random(1); array.array("I", (r.randrange(32000) for _ in
+range(int(sys.argv[2]) + 1))).tofile(open(sys.argv[1], "wb"))' "$W/prof-tokens.bin" "$2" || return 1
+    OOMB_CUDA_PROFILE=1 "$W/bin/oomb" train --device cuda --model "$W/prof-model" --data "$W/prof-tokens.bin" \
+      --data-format u32 --seq-len "$2" --chunk-size "$3" --steps 1 --optimizer adamw
+  }
+  export -f profile_step
+  export W
+  step profile_05b_8k 120 bash -c 'profile_step qwen2.5-0.5b 8192 4096'
   # offload's cost on the GPU: all pages on the device against --offload kv (OFFLOAD_LENS: while
   # attention runs on the fp32 reference kernels, a 0.5B step takes ~30 s at 8K)
   step offload 150 python3 bench/offload.py --device cuda --preset qwen2.5-0.5b --oomb "$W/bin/oomb" \
