@@ -22,7 +22,9 @@ matmuls run as bf16 GEMMs with fp32 accumulation; the table's line says which). 
 oomb lines with `--offload` (`params`: masters, gradients and moments in pinned host memory, the
 layers streamed through two device slots; `kv`; `kv,params`), each planned and measured the same way:
 a model that does not fit resident may fit offloaded, and the same model both ways gives the
-cost of streaming (separate values with `;` for lists: `none;params;kv,params`).
+cost of streaming (separate values with `;` for lists: `none;params;kv,params`); `params+sync` is
+`--offload params --no-overlap-update` (the host's optimizer update after the step rather than
+beside the next step's first layers: the overlap's gain).
 
 oomb steps: 2 for N <= 32K (the row is the second, warm step), 1 beyond (its step time dwarfs
 the warm-up). Hugging Face: one warm-up step, then one timed step; the model is built from its
@@ -60,6 +62,11 @@ COMMON = dict(architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act
               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, use_sliding_window=False,
               sliding_window=None, bos_token_id=None, eos_token_id=None, torch_dtype="bfloat16")
 DATA_VOCAB = 151643  # token ids drawn below this: inside both vocabularies
+
+
+def offload_args(off, plan=False):  # an --offloads entry as oomb's flags ("params+sync": no overlapped update)
+    base, _, sync = off.partition("+")
+    return (["--offload", base] if base else []) + (["--no-overlap-update"] if sync and not plan else [])
 
 
 def hf_config(mk):
@@ -171,8 +178,11 @@ def main():
     a = ap.parse_args()
     offloads = ["" if o.strip() in ("", "none") else o.strip() for o in a.offloads.split(";")]
     for o in offloads:
-        if o and any(x not in ("kv", "params") for x in o.split(",")):
-            ap.error(f"--offloads: unknown '{o}' (none, params, kv, kv,params; ';' between lines)")
+        base, _, sync = o.partition("+")
+        if (o and any(x not in ("kv", "params") for x in base.split(","))) or sync not in ("", "sync") or \
+                (sync and "params" not in base.split(",")):
+            ap.error(f"--offloads: unknown '{o}' (none, params, kv, kv,params, and params+sync: the host update "
+                     "after the step, --no-overlap-update; ';' between lines)")
     for mk in a.models.split(","):
         if mk not in PRESETS:
             ap.error(f"--models: unknown '{mk}' (known: {', '.join(PRESETS)})")
@@ -215,7 +225,7 @@ def main():
                   peak_bytes=mem_b, note=note, device=name, commit=commit, **extra))
 
     # the table's lines: oomb bf16 or oomb fp32, then --offload X where one is given
-    line_of = lambda off: "oomb " + a.precision + (f" --offload {off}" if off else "")  # noqa: E731
+    line_of = lambda off: "oomb " + a.precision + " ".join([""] + offload_args(off))  # noqa: E731
     lengths = sorted(int(x) for x in a.lengths.split(","))
     chunks = [int(x) for x in a.chunks.split(",")] if not a.no_oomb else []
     variants = [(c0, off) for off in offloads for c0 in chunks]
@@ -235,7 +245,7 @@ def main():
             for c, off in variants:
                 rc, out, err = run([a.oomb, "plan", "--preset", preset, "--seq-len", str(n), "--chunk-size",
                                     str(min(c, n)), "--device", "cuda", "--precision", a.precision, "--json"]
-                                   + (["--offload", off] if off else []), 30)
+                                   + offload_args(off, plan=True), 30)
                 try:
                     j = json.loads(out.strip().splitlines()[-1]) if rc == 0 else None
                     plans[n, min(c, n), off] = j["device"]["total"] if j else None
@@ -303,7 +313,7 @@ def main():
                 rc, out, err = run([a.oomb, "train", "--device", "cuda", "--model", mdir, "--data", toks,
                                     "--data-format", "u32", "--seq-len", str(n), "--chunk-size", str(c),
                                     "--steps", str(steps), "--optimizer", "adamw", "--precision", a.precision,
-                                    "--metrics", met] + (["--offload", off] if off else []),
+                                    "--metrics", met] + offload_args(off),
                                    min(a.per_run, left() - 5))
                 wall = time.time() - t
                 lines = []

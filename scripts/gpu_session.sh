@@ -19,8 +19,9 @@
 # (default 540) of the start, each step under its own time limit too, so give the device tool
 # timeout_s 600. A session with 30 minutes of device time (machine starts included) fits two such
 # calls, e.g.  `all --models 0.5b`  then  `bench --models 1.5b,7b --lengths 8192,32768 --offloads
-# "none;params;kv,params"`  (issue 18: tokens/s with and without --offload params; the 7B shape fits
-# only offloaded, which makes it the largest model trained on the GPU).
+# "none;params;params+sync;kv,params"`  (issue 18: tokens/s with and without --offload params, and
+# with the host update after the step rather than beside the next one; the 7B shape fits only
+# offloaded, which makes it the largest model trained on the GPU).
 #
 # What comes back in $OUT (at most 8 files; each is rewritten as the run goes, so a run killed
 # from outside still returns what it had): summary.txt (each step's result lines), bench.md and

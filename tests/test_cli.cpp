@@ -111,6 +111,47 @@ TEST(Cli, PlanPredictsTheMeasuredPeaks) {
         << key;
 }
 
+// --offload params updates on the host beside the next step by default; --no-overlap-update after
+// the step. Both give every step's loss and gradient norm bit for bit, and the same checkpoint
+// (weights and AdamW moments, written after a step's update has finished) and final model, fp32
+// and bf16.
+TEST(Cli, OverlappedUpdateGivesTheSameRunAndCheckpoints) {
+  const auto dir = temp_dir();
+  const auto m = (dir / "m").string();
+  ASSERT_EQ(oomb_cmd(dir, "init --out " + m).code, 0);
+  write_tokens(dir / "t.bin", 2000, 128, 3);
+  for (const char* precision : {"fp32", "bf16"}) {
+    std::vector<std::string> metrics, files;
+    for (const char* overlap : {"", " --no-overlap-update"}) {
+      SCOPED_TRACE(fmt::format("{}{}", precision, overlap));
+      const auto run = dir / fmt::format("run_{}{}", precision, *overlap ? "_sync" : "");
+      std::filesystem::create_directories(run);
+      const CmdResult r = oomb_cmd(
+          dir, fmt::format("train --model {} --data {}/t.bin --seq-len 256 --chunk-size 96 --steps 3 --device sim "
+                           "--offload params --precision {} --save-every 2 --checkpoint-dir {} --out {} --metrics "
+                           "{}/m.jsonl{}", m, dir.string(), precision, (run / "ckpt").string(), (run / "out").string(),
+                           run.string(), overlap));
+      ASSERT_EQ(r.code, 0) << r.out;
+      std::string lines;
+      for (std::istringstream in(read_text(run / "m.jsonl")); std::getline(in, lines);) {
+        if (lines.empty()) continue;
+        const auto j = nlohmann::json::parse(lines);
+        metrics.push_back(fmt::format("{}: loss {:a} grad_norm {:a}", j["step"].get<int>(), j["loss"].get<double>(),
+                                      j["grad_norm"].get<double>()));
+      }
+      std::string all;
+      for (const auto& e : std::filesystem::recursive_directory_iterator(run))
+        if (e.path().extension() == ".safetensors")
+          all += std::filesystem::relative(e.path(), run).string() + ":" + read_text(e.path());
+      files.push_back(all);
+    }
+    ASSERT_EQ(metrics.size(), 6u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(metrics[i], metrics[i + 3]) << precision;
+    EXPECT_FALSE(files[0].empty());
+    EXPECT_TRUE(files[0] == files[1]) << precision << ": the checkpoints or the final model differ";
+  }
+}
+
 // The simulated device, with and without --offload kv and params, --precision bf16, dense and sparse
 // (mean and quest scores), and --sweep layer (also on the CPU): every (tier, tag) peak equals the plan.
 TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {

@@ -38,7 +38,7 @@ void start_lora(Model& m, const std::filesystem::path& dir, const ChunkPlan& pla
 }
 
 Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPlan& plan, const std::string& opt,
-                    int64_t N, int steps, int accum) {
+                    int64_t N, int steps, int accum, bool overlap) {
   const ModelConfig cfg = load_config(dir);
   Model m(cfg, be, plan);
   load_for_training(m, dir);
@@ -51,6 +51,7 @@ Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPl
   oc.warmup_steps = 1;
   oc.total_steps = steps;
   Optimizer o(oc, m.trainable(), m.grads(), be);
+  if (overlap && m.store().can_overlap_update()) o.overlap_with(m.store());
   Trained r;
   for (int k = 0; k < steps; ++k) {
     m.zero_grads();
@@ -64,6 +65,7 @@ Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPl
     r.grads.push_back(on_host(be, m.grads()));
     o.step(k, nullptr);
   }
+  o.finish();
   r.weights = on_host(be, m.trainable());
   if (o.exp_avg()) r.exp_avg = on_host(be, *o.exp_avg()), r.exp_avg_sq = on_host(be, *o.exp_avg_sq());
   return r;

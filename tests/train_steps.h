@@ -28,9 +28,10 @@ std::vector<float> on_host(Backend& be, const Params& p);
 void start_lora(Model& m, const std::filesystem::path& dir, const ChunkPlan& plan);
 // `steps` optimizer steps (opt: adamw or sgd; lr 2e-2, clipping at 0.5, one warmup step) of `accum`
 // sequences of N tokens each, for the model in dir; with plan.lora, of the adapters (seeded A, B
-// zero) on the frozen base, and `weights` are the adapters'.
+// zero) on the frozen base, and `weights` are the adapters'. overlap: as the trainer, the update
+// beside the next step where the parameters allow it (Optimizer::overlap_with; --offload params).
 Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPlan& plan, const std::string& opt,
-                    int64_t N, int steps, int accum);
+                    int64_t N, int steps, int accum, bool overlap = true);
 // Where two runs first differ, or "" when they are bit for bit the same.
 std::string difference(const Trained& a, const Trained& b);
 

@@ -331,6 +331,8 @@ Command add_train(CLI::App& app) {
   c->add_flag("--shuffle", a->shuffle, "Take the documents in a new order every epoch (seeded by --seed)");
   c->add_option("--peak-tflops", a->peak_tflops, "The device's peak TFLOP/s, for MFU (default on CUDA: the GPU's "
                  "dense bf16 peak when it is an A100/H100/H200)")->check(positive());
+  c->add_flag("--no-overlap-update{false}", a->optim.overlap_update, "--offload params: update on the host only "
+              "after the step, rather than beside the next step's first layers (the same bits either way)");
   c->add_flag("--skip-nonfinite", a->optim.skip_nonfinite, "Skip a step whose loss or gradient is NaN or Inf "
               "(default: stop, naming the step and the first tensor)");
   c->add_flag("--doc-mask", a->doc_mask, "Attention within documents only, positions restarting per document");

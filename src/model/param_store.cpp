@@ -222,22 +222,29 @@ void ParamStore::bind_images() {
 // in flight): the values core/dtype's rounding gives, as Backend::cast. A frozen bf16 base's
 // layers and untied lm_head are their own images: only a tied lm_head's copy is made.
 void ParamStore::cast_images() {
-  const ModelConfig& c = cfg_;
-  const float* m = mixed_ ? nullptr : weights_->flat().f();  // (fp32 masters only)
+  for (int64_t l = 0; l < cfg_.layers && !mixed_; ++l) cast_layer_image(l);
+  if (mixed_ && !cfg_.tie_word_embeddings) return;
+  cast_lm_image();
+}
+
+void ParamStore::cast_layer_image(int64_t l) {
+  const float* m = weights_->flat().f();  // (fp32 masters only)
   char* h = himages_.as<char>();
-  for (int64_t l = 0; l < c.layers && !mixed_; ++l)
-    for (const ImagePart& p : parts_) {
-      const float* src = m + layer_offset(c, l) + p.master;
-      char* dst = h + l * image_bytes_ + p.at;
-      if (!p.bf16) {
-        std::memcpy(dst, src, size_t(p.numel) * 4);
-        continue;
-      }
-      uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
-#pragma omp parallel for if (p.numel >= (1 << 16))
-      for (int64_t i = 0; i < p.numel; ++i) d16[i] = f32_to_bf16(src[i]);
+  for (const ImagePart& p : parts_) {
+    const float* src = m + layer_offset(cfg_, l) + p.master;
+    char* dst = h + l * image_bytes_ + p.at;
+    if (!p.bf16) {
+      std::memcpy(dst, src, size_t(p.numel) * 4);
+      continue;
     }
-  if (mixed_ && !c.tie_word_embeddings) return;
+    uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+#pragma omp parallel for if (p.numel >= (1 << 16))
+    for (int64_t i = 0; i < p.numel; ++i) d16[i] = f32_to_bf16(src[i]);
+  }
+}
+
+void ParamStore::cast_lm_image() {
+  const ModelConfig& c = cfg_;
   const float* lm = c.tie_word_embeddings ? weights_->embed.f() : weights_->lm_head.f();
   uint16_t* d16 = reinterpret_cast<uint16_t*>(const_cast<char*>(lm_image()));
   const int64_t n = c.vocab * c.hidden;
@@ -316,7 +323,8 @@ void ParamStore::bind_grads(Params& grads, ParamViews views) {
 void ParamStore::zero_grads() {
   OOMB_CHECK(grads_ != nullptr, "param store: zero_grads needs gradients bound first");
   if (!slots_ || frozen_base_) return be_.zero(grads_->flat());
-  zero_home_grads();
+  if (!update_zeroes_) zero_home_grads();  // (else the overlapped update zeroes them, unit by unit)
+  update_zeroes_ = false;
   grad_zero_.assign(grad_zero_.size(), true);
   tile_grad_zero_.assign(tile_grad_zero_.size(), true);
   head_grad_zero_ = true;
@@ -359,9 +367,38 @@ void ParamStore::embed_bwd(const Tensor& ids, const int32_t* host_ids, const Ten
   traffic_.grads_out += host_embed_->bwd(ids, host_ids, dout);
 }
 
+int64_t ParamStore::update_unit(int64_t i) const {
+  const int64_t E = cfg_.vocab * cfg_.hidden, l = (i - E) / layer_numel(cfg_);
+  return i < E || l >= cfg_.layers ? 0 : 1 + l;
+}
+
+void ParamStore::begin_overlapped_update(UpdateGate* gate) {
+  OOMB_CHECK(can_overlap_update(), "param store: an overlapped update needs fp32 masters in pinned memory");
+  gate_ = gate;
+  update_casts_ = bf16_, update_zeroes_ = update_grads_ = grads_ != nullptr;
+}
+
+// On the update's thread, the unit's masters final: its image, and its gradients from zero (the
+// next step's; nothing reads or adds them before the pass that waits for this unit).
+void ParamStore::after_update(int64_t unit) {
+  const int64_t E = cfg_.vocab * cfg_.hidden, Ln = layer_numel(cfg_);
+  if (bf16_) unit == 0 ? cast_lm_image() : cast_layer_image(unit - 1);
+  if (!update_grads_) return;
+  float* g = grads_->flat().f();
+  if (unit > 0) return (void)std::memset(g + layer_offset(cfg_, unit - 1), 0, size_t(Ln) * 4);
+  const int64_t tail = E + cfg_.layers * Ln;
+  std::memset(g, 0, size_t(E) * 4);
+  std::memset(g + tail, 0, size_t(grads_->flat().numel() - tail) * 4);
+}
+
+void ParamStore::wait_update(int64_t unit) {
+  if (gate_ && !dropped("update")) gate_->wait(unit);
+}
+
 void ParamStore::begin_sequence(bool grads, bool masters_changed) {
   seq_grads_ = grads;
   if (!slots_) return;
+  wait_update(0);  // the head's weights
   holds_[0] = holds_[1] = -1;  // the masters may have changed
   tholds_[0] = tholds_[1] = -1;
   if (world_ && bf16_) {  // the head's ranges gathered into its gradients' buffer, then its image made there
@@ -377,7 +414,12 @@ void ParamStore::begin_sequence(bool grads, bool masters_changed) {
     OOMB_CHECK(!grads || grads_ != nullptr, "param store: a sequence with gradients needs gradients bound first");
     if (grads) be_.fill_zero_async(ghead_buf_.data(), ghead_buf_.bytes(), Stream::Copy);
   } else if (bf16_) {  // the images cast again; the head: embedding and final norm, then the lm_head's copy
-    if (masters_changed || !images_cast_) cast_images(), ++image_casts_;
+    if (update_casts_) {  // the overlapped update casts each unit's image once it is done
+      update_casts_ = false;
+    } else if (masters_changed || !images_cast_) {
+      wait_update(cfg_.layers);  // (every unit)
+      cast_images(), ++image_casts_;
+    }
     images_cast_ = true;
     const int64_t E = cfg_.vocab * cfg_.hidden, d = cfg_.hidden;
     char* h = whead_.as<char>();
@@ -529,6 +571,7 @@ void ParamStore::fetch(size_t pos) {
     return;
   }
   be_.wait(Stream::Copy, *used_[s]);
+  if (holds_[s] != l) wait_update(1 + l);
   if (holds_[s] != l && bf16_) {  // the layer's image
     be_.copy_async(wslots_.as<char>() + s * image_bytes_, D, layer_image(l), P, size_t(image_bytes_), Stream::Copy);
     holds_[s] = l;

@@ -75,6 +75,7 @@
 #include "model/host_embedding.h"
 #include "model/param_shards.h"
 #include "model/params.h"
+#include "model/update_gate.h"
 
 namespace oomb {
 
@@ -98,6 +99,20 @@ class ParamStore {
   void bind(Params& weights, ParamViews views);
   void bind_grads(Params& grads, ParamViews views);
   void zero_grads();  // between sequences only
+
+  // An optimizer update overlapping the next pass (train/optimizer.h, --offload params): possible
+  // where fp32 masters live in pinned memory on one rank (not --zero 3, not a frozen base).
+  bool can_overlap_update() const { return offloaded() && !world_ && !frozen_base_ && !mixed_; }
+  static int64_t update_units(const ModelConfig& c) { return c.layers + 1; }
+  // the unit holding flat offset i of the masters: 0 for the head's ranges, 1 + l for layer l
+  int64_t update_unit(int64_t i) const;
+  // An update starts (the caller started the gate): until it ends, a pass waits for each unit
+  // before it reads it, and the bf16 images and zeroed gradients come from after_update, unit by
+  // unit, rather than from begin_sequence and zero_grads all at once.
+  void begin_overlapped_update(UpdateGate* gate);
+  void end_overlapped_update() { gate_ = nullptr; }  // every unit done: no more waits
+  // unit updated (on the update's thread): its bf16 image cast, its gradients zeroed
+  void after_update(int64_t unit);
 
   // A sequence begins: the masters may have changed since the last (loading, an optimizer step;
   // masters_changed false: they have not, as a LoRA run's frozen base, so bf16's images are not
@@ -211,6 +226,9 @@ class ParamStore {
   void head_copy(float* dev, Params& host, bool in);
   void bind_images();     // bf16: the images' layout, buffers and views
   void cast_images();     // bf16: the host images from the masters
+  void cast_layer_image(int64_t l);
+  void cast_lm_image();
+  void wait_update(int64_t unit);  // a pass reads unit: the overlapped update has finished it
   // bf16: layer l's host image and the lm_head's bf16 copy (in the masters for a frozen bf16 base)
   const char* layer_image(int64_t l) const;
   const char* lm_image() const;
@@ -279,6 +297,10 @@ class ParamStore {
   size_t tpos_ = 0, tbase_ = 0;
   bool tgrads_ = false;
   Tensor tile_w_, tile_g_;
+  // an overlapped optimizer update (null: none started)
+  UpdateGate* gate_ = nullptr;
+  bool update_casts_ = false, update_zeroes_ = false;  // the next sequence's images, the next step's zero
+  bool update_grads_ = false;  // the update's thread zeroes the gradients (read there alone)
   // the pass
   std::vector<int64_t> order_;
   size_t pos_ = 0, base_ = 0;

@@ -66,6 +66,7 @@ class Model {
   void enable_grads();  // allocates the gradient buffer (tag grads), zeroed
   void zero_grads();    // every gradient := 0 (between steps)
   const ParamStore& store() const { return store_; }
+  ParamStore& store() { return store_; }
   bool sharded() const { return world_ != nullptr; }  // --zero 3: params() and grads() are this rank's shards
   // Parameters from / to host memory (load and save through them when the masters are on a device).
   // --zero 3: upload takes this rank's shards of the whole model; download gathers every rank's

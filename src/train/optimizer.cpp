@@ -1,5 +1,6 @@
 #include "train/optimizer.h"
 
+#include <chrono>
 #include <cmath>
 
 namespace oomb {
@@ -45,7 +46,49 @@ std::string Optimizer::first_nonfinite() const {
   return "";
 }
 
+namespace {
+int64_t g_update_delay_us = 0;
+}  // namespace
+
+void Optimizer::delay_update_for_test(int64_t microseconds) { g_update_delay_us = microseconds; }
+
+Optimizer::~Optimizer() {
+  if (worker_.joinable()) worker_.join();
+  if (store_) store_->end_overlapped_update();
+}
+
+void Optimizer::overlap_with(ParamStore& store) {
+  OOMB_CHECK(store.can_overlap_update() && !shard_.on() && !shard_.norm_comm && host_ != nullptr,
+             "optimizer: an update beside the next pass needs every fp32 master in pinned memory");
+  store_ = &store;
+  units_.assign(size_t(ParamStore::update_units(p_.config())), {});
+  for (size_t i = 0; i < p_.specs().size(); ++i) units_[size_t(store.update_unit(p_.specs()[i].offset))].push_back(i);
+}
+
+void Optimizer::finish() {
+  if (worker_.joinable()) worker_.join();
+  if (store_) store_->end_overlapped_update();
+  gate_.wait(int64_t(units_.size()));  // (rethrows the update's error)
+}
+
+void Optimizer::update(const std::vector<size_t>& specs, float clip, float lr) {
+  Backend& be = ops();
+  for (const size_t i : specs) {
+    const ParamSpec& s = p_.specs()[i];
+    Tensor p = p_.view(s), g = g_.view(s);
+    if (clip != 1.0f) be.scale(g, clip);
+    if (c_.kind == "sgd") {
+      be.sgd_step(p, g, lr);
+      continue;
+    }
+    const float wd = s.shape.size() >= 2 ? c_.weight_decay : 0.0f;
+    Tensor m = m_->view(s), v = v_->view(s);
+    be.adamw_step(p, g, m, v, {lr, c_.beta1, c_.beta2, c_.eps, wd, t_});
+  }
+}
+
 double Optimizer::step(int64_t k, float* lr_used) {
+  finish();  // (the last step's update: done by now, the pass having waited for every unit)
   Backend& be = ops();
   double norm;
   if (shard_.norm_comm) {  // zero 2: each rank holds its shard's gradient sum (zero 3: all it holds is its shard)
@@ -63,6 +106,25 @@ double Optimizer::step(int64_t k, float* lr_used) {
   const float lr = lr_at(c_, k);
   if (lr_used) *lr_used = lr;
   if (shard_.on()) return step_shard(norm, lr), norm;
+  if (store_) {  // on the update's thread, unit by unit (the same elementwise bits as below)
+    const float clip = c_.grad_clip > 0 && norm > c_.grad_clip ? float(c_.grad_clip / (norm + 1e-6)) : 1.0f;
+    if (c_.kind == "adamw") ++t_;
+    gate_.start(int64_t(units_.size()));
+    store_->begin_overlapped_update(&gate_);
+    worker_ = std::thread([this, clip, lr] {
+      try {
+        for (size_t u = 0; u < units_.size(); ++u) {
+          if (g_update_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(g_update_delay_us));
+          update(units_[u], clip, lr);
+          store_->after_update(int64_t(u));
+          gate_.done(int64_t(u));
+        }
+      } catch (...) {
+        gate_.fail(std::current_exception());
+      }
+    });
+    return norm;
+  }
   if (c_.grad_clip > 0 && norm > c_.grad_clip) be.scale(g_.flat(), float(c_.grad_clip / (norm + 1e-6)));
   if (c_.kind == "sgd") {
     be.sgd_step(p_.flat(), g_.flat(), lr);

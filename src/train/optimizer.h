@@ -4,10 +4,14 @@
 // (--offload params), on the host CPU (the CPU backend's ops, whose bits equal every backend's).
 #pragma once
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "backend/backend.h"
 #include "dist/grad_sync.h"
+#include "model/param_store.h"
 #include "model/params.h"
+#include "model/update_gate.h"
 
 namespace oomb {
 
@@ -21,6 +25,7 @@ struct OptimConfig {
   int64_t total_steps = 1;
   float min_lr_ratio = 0.1f;   // cosine decays to lr * min_lr_ratio at the last step
   bool skip_nonfinite = false; // a non-finite gradient skips the step instead of stopping the run
+  bool overlap_update = true;  // --offload params: the update beside the next step (Optimizer::overlap_with)
 };
 
 // Learning rate at step k (from 0): linear warmup over warmup_steps (step 0 gets lr / warmup),
@@ -44,6 +49,18 @@ class Optimizer {
   // non-finite norm stops the run naming the step and the first tensor holding it, or, with
   // skip_nonfinite, leaves the parameters as they are and returns the norm (NaN or Inf).
   double step(int64_t k, float* lr_used);
+  // From now on step() returns once the norm is known, and the update itself (clipping, AdamW or
+  // SGD, unit by unit in the order the next pass reads them: the head, then layers 0, 1, ...) runs
+  // on a thread of its own beside the next step's first layers, which wait for each unit
+  // (ParamStore::begin_overlapped_update). The same bits as the update in place. Needs the store's
+  // can_overlap_update() and every parameter (no shard).
+  void overlap_with(ParamStore& store);
+  // Waits for an overlapped update to end (rethrowing its error): before anything reads the
+  // parameters or moments other than the next pass (checkpoints, the end of training).
+  void finish();
+  ~Optimizer();
+  // Tests: the overlapped update sleeps this long before each unit (0: never)
+  static void delay_update_for_test(int64_t microseconds);
   // The name of the first gradient tensor (in the checkpoint's order) holding NaN or Inf; "" if none.
   std::string first_nonfinite() const;
   static double grad_norm(Params& grads, Backend& be);
@@ -73,6 +90,13 @@ class Optimizer {
   Buffer ms_, vs_;                 // a shard's moments (tag optimizer)
   int64_t t_ = 0;
   void step_shard(double norm, float lr);
+  // the update of the specs `unit` (indices into p_.specs()), clipped by `clip` (1: none)
+  void update(const std::vector<size_t>& specs, float clip, float lr);
+  // overlapped (overlap_with): the store, the specs of each of its units, the gate, the thread
+  ParamStore* store_ = nullptr;
+  std::vector<std::vector<size_t>> units_;
+  UpdateGate gate_;
+  std::thread worker_;
   Tensor shard_moment(const Buffer& b) const {
     return b.data() ? Tensor(b.data(), DType::F32, {shard_.range.size()}, p_.flat().tier) : Tensor();
   }

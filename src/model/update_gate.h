@@ -1,0 +1,28 @@
+// An optimizer update that runs beside the next pass (--offload params: AdamW on the host CPU
+// while the device starts the next step): the update finishes the parameters' units in order (0:
+// the head, i.e. embedding, final norm and lm_head; 1 + l: layer l), and the pass waits for each
+// unit before it reads it. A failed update hands its error to whoever waits.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+
+namespace oomb {
+
+class UpdateGate {
+ public:
+  void start(int64_t units);         // a new update: none of its units done yet
+  void done(int64_t unit);           // units finish in order 0, 1, ...
+  void fail(std::exception_ptr e);   // the update stopped: waits rethrow e
+  void wait(int64_t unit);           // until unit is done (at once when no update runs)
+  bool running();                    // an update started and not every unit done
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t units_ = 0, done_ = 0;
+  std::exception_ptr error_;
+};
+
+}  // namespace oomb
