@@ -117,6 +117,43 @@ __device__ inline bool whole_tile(const AttnParams& p, const AttnBlock& kb, int6
          (p.window <= 0 || kb.idx0 + j0 > qi_last - p.window);
 }
 
+// A CUDA block's kBM queries of head h (forward, dq) and this thread's place: its two rows are
+// t[0] = t0 + 16 warp + gq and t[1] = t[0] + 8.
+struct QueryTile {
+  int warp, gq, tq, D;
+  int64_t h, g, t0, qi_first, qi_last, t[2], qi[2];
+  __device__ explicit QueryTile(const AttnParams& p)
+      : warp(int(threadIdx.x >> 5)), gq(int(threadIdx.x & 31) >> 2), tq(int(threadIdx.x & 3)), D(int(p.D)),
+        h(blockIdx.y), g(h / (p.H / p.G)), t0(int64_t(blockIdx.x) * kBM), qi_first(p.q_idx0 + t0),
+        qi_last(qi_first + (p.T - t0 < kBM ? p.T - t0 : kBM) - 1) {
+    for (int i = 0; i < 2; ++i) t[i] = t0 + 16 * warp + gq + 8 * i, qi[i] = p.q_idx0 + t[i];
+  }
+  // this thread's accumulator elements of rows (T, H, D) x: read (zeros where `from` is false, past
+  // T or D), or written (with `divide`, row i divided by l_i, 0 where l_i is 0; values, not an
+  // array, so that the caller's sums stay in registers)
+  template <int OT>
+  __device__ void read(float (*acc)[4], const float* x, const AttnParams& p, bool from) const {
+    for (int dt = 0; dt < OT; ++dt)
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1, d = dt * 8 + 2 * tq + (e & 1);
+        acc[dt][e] = from && t[i] < p.T && d < D ? x[(t[i] * p.H + h) * D + d] : 0.0f;
+      }
+  }
+  template <int OT>
+  __device__ void write(const float (*acc)[4], float* x, const AttnParams& p, bool divide = false, float l0 = 0.0f,
+                        float l1 = 0.0f) const {
+    for (int dt = 0; dt < OT; ++dt)
+      for (int e = 0; e < 4; e += 2) {
+        const int i = e >> 1, d = dt * 8 + 2 * tq;
+        if (t[i] >= p.T || d >= D) continue;
+        float2 v{acc[dt][e], acc[dt][e + 1]};
+        const float l = i == 0 ? l0 : l1;
+        if (divide) v = l > 0.0f ? float2{v.x / l, v.y / l} : float2{0.0f, 0.0f};
+        *reinterpret_cast<float2*>(x + (t[i] * p.H + h) * D + d) = v;
+      }
+  }
+};
+
 template <int DP>
 struct FwdSmem {
   static constexpr int kLd = DP + 8, kLdT = kBN + 8;  // padded: the 8 rows of a fragment hit 8 bank groups
@@ -132,20 +169,17 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_k(AttnParams p, const f
   extern __shared__ __align__(16) unsigned char smem[];
   bf16 *sQ = reinterpret_cast<bf16*>(smem + S::kQ), *sK = reinterpret_cast<bf16*>(smem + S::kK),
        *sVt = reinterpret_cast<bf16*>(smem + S::kVt);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3, D = int(p.D);
-  const int64_t h = blockIdx.y, g = h / (p.H / p.G), t0 = int64_t(blockIdx.x) * kBM;
-  const int64_t rows = p.T - t0 < kBM ? p.T - t0 : kBM;
-  const int64_t qi_first = p.q_idx0 + t0, qi_last = qi_first + rows - 1;
+  const QueryTile Q(p);
+  const int warp = Q.warp, gq = Q.gq, tq = Q.tq, D = Q.D;
+  const int64_t h = Q.h, g = Q.g, t0 = Q.t0, qi_first = Q.qi_first, qi_last = Q.qi_last, *t = Q.t, *qi = Q.qi;
   const float sl2 = p.scale * kLog2e;
   load_tile<kBM, DP>(sQ, S::kLd, nullptr, 0, q, false, h * D, t0, p.T, p.H * D, D);
 
-  // this thread's two rows: i = 0 at 16 warp + gq, i = 1 eight below
-  int64_t t[2], qi[2];
   int32_t qdoc[2];
   bool ok[2];
   float m[2], l[2], acc[OT][4];
   for (int i = 0; i < 2; ++i) {
-    t[i] = t0 + 16 * warp + gq + 8 * i, qi[i] = p.q_idx0 + t[i], ok[i] = t[i] < p.T;
+    ok[i] = t[i] < p.T;
     qdoc[i] = ok[i] && p.q_doc ? p.q_doc[t[i]] : 0;
     m[i] = -INFINITY, l[i] = 0.0f;
     if (!p.first && ok[i]) {  // a fold's later call: the state the last call left, as it was
@@ -153,11 +187,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_k(AttnParams p, const f
       l[i] = p.run_sum[t[i] * p.H + h];
     }
   }
-  for (int dt = 0; dt < OT; ++dt)
-    for (int e = 0; e < 4; ++e) {
-      const int i = e >> 1, d = dt * 8 + 2 * tq + (e & 1);
-      acc[dt][e] = !p.first && ok[i] && d < D ? o[(t[i] * p.H + h) * D + d] : 0.0f;
-    }
+  Q.read<OT>(acc, o, p, !p.first);  // a fold's later call: the unnormalized sum so far
   __syncthreads();
   uint32_t qa[KD][4];
   for (int kk = 0; kk < KD; ++kk) frag_a(qa[kk], sQ, S::kLd, 16 * warp, 16 * kk, gq, tq);
@@ -220,14 +250,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_k(AttnParams p, const f
     }
   }
 
-  for (int dt = 0; dt < OT; ++dt)
-    for (int e = 0; e < 4; e += 2) {
-      const int i = e >> 1, d = dt * 8 + 2 * tq;
-      if (!ok[i] || d >= D) continue;
-      float2 v{acc[dt][e], acc[dt][e + 1]};
-      if (p.last) v = l[i] > 0.0f ? float2{v.x / l[i], v.y / l[i]} : float2{0.0f, 0.0f};
-      *reinterpret_cast<float2*>(o + (t[i] * p.H + h) * D + d) = v;
-    }
+  Q.write<OT>(acc, o, p, p.last != 0, l[0], l[1]);
   if (tq != 0) return;
   for (int i = 0; i < 2; ++i) {
     if (!ok[i]) continue;
@@ -259,30 +282,23 @@ __global__ void __launch_bounds__(kThreads) attn_dq_mma_k(AttnParams p, const fl
   bf16 *sQ = reinterpret_cast<bf16*>(smem + S::kQ), *sDo = reinterpret_cast<bf16*>(smem + S::kDo),
        *sK = reinterpret_cast<bf16*>(smem + S::kK), *sV = reinterpret_cast<bf16*>(smem + S::kV),
        *sKt = reinterpret_cast<bf16*>(smem + S::kKt);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3, D = int(p.D);
-  const int64_t h = blockIdx.y, g = h / (p.H / p.G), t0 = int64_t(blockIdx.x) * kBM;
-  const int64_t rows = p.T - t0 < kBM ? p.T - t0 : kBM;
-  const int64_t qi_first = p.q_idx0 + t0, qi_last = qi_first + rows - 1;
+  const QueryTile Q(p);
+  const int warp = Q.warp, gq = Q.gq, tq = Q.tq, D = Q.D;
+  const int64_t h = Q.h, g = Q.g, t0 = Q.t0, qi_first = Q.qi_first, qi_last = Q.qi_last, *t = Q.t, *qi = Q.qi;
   const float sl2 = p.scale * kLog2e;
   load_tile<kBM, DP>(sQ, S::kLd, nullptr, 0, q, false, h * D, t0, p.T, p.H * D, D);
   load_tile<kBM, DP>(sDo, S::kLd, nullptr, 0, dout, false, h * D, t0, p.T, p.H * D, D);
 
-  int64_t t[2], qi[2];
   int32_t qdoc[2];
   bool ok[2];
   float L[2], ds[2], acc[OT][4];
   for (int i = 0; i < 2; ++i) {
-    t[i] = t0 + 16 * warp + gq + 8 * i, qi[i] = p.q_idx0 + t[i];
     const float lv = t[i] < p.T ? lse[t[i] * p.H + h] : -INFINITY;
     ok[i] = lv != -INFINITY;  // a query that sees no key has no gradient
     L[i] = lv * kLog2e, ds[i] = ok[i] ? dsum[t[i] * p.H + h] : 0.0f;
     qdoc[i] = ok[i] && p.q_doc ? p.q_doc[t[i]] : 0;
   }
-  for (int dt = 0; dt < OT; ++dt)
-    for (int e = 0; e < 4; ++e) {
-      const int i = e >> 1, d = dt * 8 + 2 * tq + (e & 1);
-      acc[dt][e] = !p.first && t[i] < p.T && d < D ? dq[(t[i] * p.H + h) * D + d] : 0.0f;
-    }
+  Q.read<OT>(acc, dq, p, !p.first);  // a fold's later call accumulates
 
   for (int64_t b = 0; b < p.n_blocks; ++b) {
     const AttnBlock kb = p.blocks[b];
@@ -326,11 +342,7 @@ __global__ void __launch_bounds__(kThreads) attn_dq_mma_k(AttnParams p, const fl
       }
     }
   }
-  for (int dt = 0; dt < OT; ++dt)
-    for (int e = 0; e < 4; e += 2) {
-      const int i = e >> 1, d = dt * 8 + 2 * tq;
-      if (t[i] < p.T && d < D) *reinterpret_cast<float2*>(dq + (t[i] * p.H + h) * D + d) = {acc[dt][e], acc[dt][e + 1]};
-    }
+  Q.write<OT>(acc, dq, p);
 }
 
 template <int DP>
