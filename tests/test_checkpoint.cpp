@@ -1,6 +1,7 @@
 // Training checkpoints (train/checkpoint.h): a run resumed from a checkpoint equals the uninterrupted
 // run bit for bit (every loss, gradient norm and the final weights; CPU and the simulated device,
-// AdamW and SGD, shuffled data, accumulation, chunks); a checkpoint that is not complete does not
+// also with --offload params and its update beside the next step, slowed so that a checkpoint not
+// waiting for it would differ; AdamW and SGD, shuffled data, accumulation, chunks); a checkpoint that is not complete does not
 // load, naming the file; --keep-last and the clean-up of killed writers' leftovers.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include "model_fixture.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/optimizer.h"
 #include "train/trainer.h"
 
 using namespace oomb;
@@ -50,9 +52,14 @@ CheckpointState state_for(const ModelConfig& cfg, int64_t step) {
 // writing a checkpoint there.
 RunResult run(const fs::path& dir, const std::string& device, const std::string& optimizer, const fs::path& resume = {},
         int64_t stop_after = -1) {
-  auto be = device == "sim" ? make_sim_backend() : make_cpu_backend();
+  auto be = device.starts_with("sim") ? make_sim_backend() : make_cpu_backend();
   const ModelConfig cfg = load_config(dir);
-  Model m(cfg, *be, ChunkPlan{16, 8});
+  ChunkPlan plan{16, 8};
+  // sim-offload: --offload params, whose host update runs beside the next step, slowed here so that
+  // a checkpoint written before it ends would hold the weights before it
+  plan.offload_params = device == "sim-offload";
+  Optimizer::delay_update_for_test(plan.offload_params ? 3000 : 0);
+  Model m(cfg, *be, plan);
   PackedTokens data(std::make_unique<FileTokens>(dir / "t.bin", TokenFormat::U32), cfg.vocab, {5, true, 7});
   TrainOptions o{kN, kSteps, kAccum, 100, {}, ""};
   o.optim.kind = optimizer;
@@ -81,6 +88,7 @@ RunResult run(const fs::path& dir, const std::string& device, const std::string&
     r.grad_norm.push_back(s.grad_norm);
     r.lr.push_back(s.lr);
   }, h);
+  Optimizer::delay_update_for_test(0);
   Params host(cfg, Tier::Host, Tag::IO);
   m.download_params(host);
   r.params.assign(host.flat().f(), host.flat().f() + host.flat().numel());
@@ -94,7 +102,7 @@ TEST(TrainCheckpoint, ResumedRunEqualsTheUninterruptedOneBitForBit) {
   write_tiny_model(dir, tiny_config_json("qwen2", 2), 11);
   write_tokens(dir / "t.bin", 2000, 61, 12);
   int compared = 0;
-  for (const char* device : {"cpu", "sim"}) {
+  for (const char* device : {"cpu", "sim", "sim-offload"}) {
     for (const char* optimizer : {"adamw", "sgd"}) {
       SCOPED_TRACE(fmt::format("{} {}", device, optimizer));
       const RunResult whole = run(dir, device, optimizer);

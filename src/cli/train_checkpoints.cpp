@@ -78,7 +78,7 @@ TrainHooks RunCheckpoints::hooks(Model& model) {
   };
   h.after_step = [this, &model](int64_t done, Optimizer& opt) {
     fs::path written;
-    if (f_.save_every > 0 && done % f_.save_every == 0) opt.finish(), written = write(done, model, opt);
+    if (f_.save_every > 0 && done % f_.save_every == 0) written = write(done, model, opt);
     int sig = signals_ ? signals_->pending() : 0;
     if (dist_ && dist_->size() > 1) {  // every rank stops after the same step when any was signalled
       double s = sig;
@@ -86,7 +86,7 @@ TrainHooks RunCheckpoints::hooks(Model& model) {
       sig = int(s);
     }
     if (!sig) return false;
-    if (written.empty()) opt.finish(), written = write(done, model, opt);
+    if (written.empty()) written = write(done, model, opt);
     stopped_by_ = sig;
     log_ << fmt::format("oomb train: {} received: stopped after step {}/{}; checkpoint written to {}; continue with "
                         "--resume {} (or --resume auto --checkpoint-dir {})",

@@ -369,6 +369,8 @@ void ParamStore::embed_bwd(const Tensor& ids, const int32_t* host_ids, const Ten
 
 int64_t ParamStore::update_unit(int64_t i) const {
   const int64_t E = cfg_.vocab * cfg_.hidden, l = (i - E) / layer_numel(cfg_);
+  const int64_t lm = E + cfg_.layers * layer_numel(cfg_) + cfg_.hidden;  // the lm_head's first value
+  if (lm_unit_last() && i >= lm) return cfg_.layers + 1;
   return i < E || l >= cfg_.layers ? 0 : 1 + l;
 }
 
@@ -381,24 +383,30 @@ void ParamStore::begin_overlapped_update(UpdateGate* gate) {
 // On the update's thread, the unit's masters final: its image, and its gradients from zero (the
 // next step's; nothing reads or adds them before the pass that waits for this unit).
 void ParamStore::after_update(int64_t unit) {
-  const int64_t E = cfg_.vocab * cfg_.hidden, Ln = layer_numel(cfg_);
-  if (bf16_) unit == 0 ? cast_lm_image() : cast_layer_image(unit - 1);
+  const int64_t E = cfg_.vocab * cfg_.hidden, Ln = layer_numel(cfg_), L = cfg_.layers;
+  const int64_t tail = E + L * Ln, end = grads_ ? grads_->flat().numel() : 0;
+  const bool lm_here = unit == (lm_unit_last() ? L + 1 : 0);  // the unit holding the lm_head
+  if (bf16_ && unit >= 1 && unit <= L) cast_layer_image(unit - 1);
+  if (bf16_ && lm_here) cast_lm_image();
   if (!update_grads_) return;
   float* g = grads_->flat().f();
-  if (unit > 0) return (void)std::memset(g + layer_offset(cfg_, unit - 1), 0, size_t(Ln) * 4);
-  const int64_t tail = E + cfg_.layers * Ln;
-  std::memset(g, 0, size_t(E) * 4);
-  std::memset(g + tail, 0, size_t(grads_->flat().numel() - tail) * 4);
+  if (unit >= 1 && unit <= L) return (void)std::memset(g + layer_offset(cfg_, unit - 1), 0, size_t(Ln) * 4);
+  if (unit == 0) {  // the embedding, the final norm, and the lm_head unless it comes last
+    std::memset(g, 0, size_t(E) * 4);
+    std::memset(g + tail, 0, size_t((lm_unit_last() ? tail + cfg_.hidden : end) - tail) * 4);
+  } else {  // the streamed untied lm_head
+    std::memset(g + tail + cfg_.hidden, 0, size_t(end - tail - cfg_.hidden) * 4);
+  }
 }
 
-void ParamStore::wait_update(int64_t unit) {
-  if (gate_ && !dropped("update")) gate_->wait(unit);
+void ParamStore::wait_update(int64_t unit, const char* which) {
+  if (gate_ && !dropped(which)) gate_->wait(unit);
 }
 
 void ParamStore::begin_sequence(bool grads, bool masters_changed) {
   seq_grads_ = grads;
   if (!slots_) return;
-  wait_update(0);  // the head's weights
+  wait_update(0, "update-head");  // the embedding's and final norm's weights (and a whole lm_head's)
   holds_[0] = holds_[1] = -1;  // the masters may have changed
   tholds_[0] = tholds_[1] = -1;
   if (world_ && bf16_) {  // the head's ranges gathered into its gradients' buffer, then its image made there
@@ -417,7 +425,7 @@ void ParamStore::begin_sequence(bool grads, bool masters_changed) {
     if (update_casts_) {  // the overlapped update casts each unit's image once it is done
       update_casts_ = false;
     } else if (masters_changed || !images_cast_) {
-      wait_update(cfg_.layers);  // (every unit)
+      wait_update(update_units() - 1, "update-all");
       cast_images(), ++image_casts_;
     }
     images_cast_ = true;
@@ -484,6 +492,7 @@ void ParamStore::tile_fetch(size_t pos) {
   const int64_t s = tile_slot(pos), j = torder_[pos], v0 = head_tile_v0(j), n = head_tile_rows(j) * cfg_.hidden;
   const Tier D = Tier::Device, P = Tier::Pinned;
   be_.wait(Stream::Copy, *tused_[s]);
+  if (tholds_[s] != j) wait_update(update_units() - 1, "update-lm");  // (the last unit: the lm_head's)
   if (tholds_[s] != j) {
     const size_t es = bf16_ ? 2 : 4, bytes = size_t(n) * es;
     const char* src = bf16_ ? lm_image() + size_t(v0 * cfg_.hidden) * 2
@@ -571,7 +580,7 @@ void ParamStore::fetch(size_t pos) {
     return;
   }
   be_.wait(Stream::Copy, *used_[s]);
-  if (holds_[s] != l) wait_update(1 + l);
+  if (holds_[s] != l) wait_update(1 + l, "update-layer");
   if (holds_[s] != l && bf16_) {  // the layer's image
     be_.copy_async(wslots_.as<char>() + s * image_bytes_, D, layer_image(l), P, size_t(image_bytes_), Stream::Copy);
     holds_[s] = l;

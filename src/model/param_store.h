@@ -103,14 +103,17 @@ class ParamStore {
   // An optimizer update overlapping the next pass (train/optimizer.h, --offload params): possible
   // where fp32 masters live in pinned memory on one rank (not --zero 3, not a frozen base).
   bool can_overlap_update() const { return offloaded() && !world_ && !frozen_base_ && !mixed_; }
-  static int64_t update_units(const ModelConfig& c) { return c.layers + 1; }
-  // the unit holding flat offset i of the masters: 0 for the head's ranges, 1 + l for layer l
-  int64_t update_unit(int64_t i) const;
+  // the units in the order a pass reads them: 0 the embedding and final norm (and an lm_head that
+  // is tied or crosses whole), 1 + l layer l, and last a streamed untied lm_head (read at the loss)
+  int64_t update_units() const { return cfg_.layers + 1 + (lm_unit_last() ? 1 : 0); }
+  int64_t update_unit(int64_t i) const;  // the unit holding flat offset i of the masters
   // An update starts (the caller started the gate): until it ends, a pass waits for each unit
   // before it reads it, and the bf16 images and zeroed gradients come from after_update, unit by
   // unit, rather than from begin_sequence and zero_grads all at once.
   void begin_overlapped_update(UpdateGate* gate);
-  void end_overlapped_update() { gate_ = nullptr; }  // every unit done: no more waits
+  // every unit done (or the update failed): no more waits; the next sequence casts its images and
+  // the next zero_grads zeroes, as without an update (anything may have written the masters since)
+  void end_overlapped_update() { gate_ = nullptr, update_casts_ = update_zeroes_ = false; }
   // unit updated (on the update's thread): its bf16 image cast, its gradients zeroed
   void after_update(int64_t unit);
 
@@ -228,7 +231,8 @@ class ParamStore {
   void cast_images();     // bf16: the host images from the masters
   void cast_layer_image(int64_t l);
   void cast_lm_image();
-  void wait_update(int64_t unit);  // a pass reads unit: the overlapped update has finished it
+  void wait_update(int64_t unit, const char* which);  // a pass reads unit (which: the wait's test name)
+  bool lm_unit_last() const { return streams_ && !cfg_.tie_word_embeddings; }
   // bf16: layer l's host image and the lm_head's bf16 copy (in the masters for a frozen bf16 base)
   const char* layer_image(int64_t l) const;
   const char* lm_image() const;

@@ -148,6 +148,7 @@ std::string checkpoint_name(int64_t step) { return fmt::format("step-{:06}", ste
 fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& model, const Optimizer& opt,
                          const std::map<std::string, std::string>& extra, const std::string& base_model,
                          Comm* world) {
+  opt.finish();  // an update beside the next step (--offload params) done: the weights and moments are final
   const bool sharded = !opt.exp_avg_shard().empty();  // AdamW's moments split between the ranks
   const bool zero3 = model.sharded();                   // the masters and moments both (--zero 3)
   OOMB_CHECK(!(sharded || zero3) || world, "checkpoint: sharded weights or moments need their ranks to gather them");

@@ -61,11 +61,16 @@ void Optimizer::overlap_with(ParamStore& store) {
   OOMB_CHECK(store.can_overlap_update() && !shard_.on() && !shard_.norm_comm && host_ != nullptr,
              "optimizer: an update beside the next pass needs every fp32 master in pinned memory");
   store_ = &store;
-  units_.assign(size_t(ParamStore::update_units(p_.config())), {});
-  for (size_t i = 0; i < p_.specs().size(); ++i) units_[size_t(store.update_unit(p_.specs()[i].offset))].push_back(i);
+  units_.assign(size_t(store.update_units()), {});
+  for (size_t i = 0; i < p_.specs().size(); ++i) {
+    const ParamSpec& s = p_.specs()[i];
+    const int64_t u = store.update_unit(s.offset);
+    OOMB_CHECK(store.update_unit(s.offset + s.numel() - 1) == u, "optimizer: {} spans two of the store's units", s.name);
+    units_[size_t(u)].push_back(i);
+  }
 }
 
-void Optimizer::finish() {
+void Optimizer::finish() const {
   if (worker_.joinable()) worker_.join();
   if (store_) store_->end_overlapped_update();
   gate_.wait(int64_t(units_.size()));  // (rethrows the update's error)
@@ -110,19 +115,25 @@ double Optimizer::step(int64_t k, float* lr_used) {
     const float clip = c_.grad_clip > 0 && norm > c_.grad_clip ? float(c_.grad_clip / (norm + 1e-6)) : 1.0f;
     if (c_.kind == "adamw") ++t_;
     gate_.start(int64_t(units_.size()));
-    store_->begin_overlapped_update(&gate_);
-    worker_ = std::thread([this, clip, lr] {
-      try {
-        for (size_t u = 0; u < units_.size(); ++u) {
-          if (g_update_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(g_update_delay_us));
-          update(units_[u], clip, lr);
-          store_->after_update(int64_t(u));
-          gate_.done(int64_t(u));
+    try {
+      store_->begin_overlapped_update(&gate_);
+      worker_ = std::thread([this, clip, lr] {
+        try {
+          for (size_t u = 0; u < units_.size(); ++u) {
+            if (g_update_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(g_update_delay_us));
+            update(units_[u], clip, lr);
+            store_->after_update(int64_t(u));
+            gate_.done(int64_t(u));
+          }
+        } catch (...) {
+          gate_.fail(std::current_exception());
         }
-      } catch (...) {
-        gate_.fail(std::current_exception());
-      }
-    });
+      });
+    } catch (...) {  // no thread: nothing may wait for one (the update did not happen)
+      gate_.fail(std::current_exception());
+      store_->end_overlapped_update();
+      throw;
+    }
     return norm;
   }
   if (c_.grad_clip > 0 && norm > c_.grad_clip) be.scale(g_.flat(), float(c_.grad_clip / (norm + 1e-6)));

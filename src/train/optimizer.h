@@ -57,7 +57,7 @@ class Optimizer {
   void overlap_with(ParamStore& store);
   // Waits for an overlapped update to end (rethrowing its error): before anything reads the
   // parameters or moments other than the next pass (checkpoints, the end of training).
-  void finish();
+  void finish() const;
   ~Optimizer();
   // Tests: the overlapped update sleeps this long before each unit (0: never)
   static void delay_update_for_test(int64_t microseconds);
@@ -95,8 +95,8 @@ class Optimizer {
   // overlapped (overlap_with): the store, the specs of each of its units, the gate, the thread
   ParamStore* store_ = nullptr;
   std::vector<std::vector<size_t>> units_;
-  UpdateGate gate_;
-  std::thread worker_;
+  mutable UpdateGate gate_;     // (finish() is const: the update's end, seen by readers of const state)
+  mutable std::thread worker_;
   Tensor shard_moment(const Buffer& b) const {
     return b.data() ? Tensor(b.data(), DType::F32, {shard_.range.size()}, p_.flat().tier) : Tensor();
   }
