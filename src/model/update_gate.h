@@ -1,7 +1,7 @@
 // An optimizer update that runs beside the next pass (--offload params: AdamW on the host CPU
-// while the device starts the next step): the update finishes the parameters' units in order (0:
-// the head, i.e. embedding, final norm and lm_head; 1 + l: layer l), and the pass waits for each
-// unit before it reads it. A failed update hands its error to whoever waits.
+// while the device starts the next step): the update finishes the parameters' units in order
+// (ParamStore::update_unit), and the pass waits for each unit before it reads it. A failed update
+// hands its error to whoever waits.
 #pragma once
 #include <condition_variable>
 #include <cstdint>

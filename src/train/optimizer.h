@@ -50,7 +50,7 @@ class Optimizer {
   // skip_nonfinite, leaves the parameters as they are and returns the norm (NaN or Inf).
   double step(int64_t k, float* lr_used);
   // From now on step() returns once the norm is known, and the update itself (clipping, AdamW or
-  // SGD, unit by unit in the order the next pass reads them: the head, then layers 0, 1, ...) runs
+  // SGD, unit by unit in the order the next pass reads them: ParamStore::update_unit) runs
   // on a thread of its own beside the next step's first layers, which wait for each unit
   // (ParamStore::begin_overlapped_update). The same bits as the update in place. Needs the store's
   // can_overlap_update() and every parameter (no shard).
