@@ -266,9 +266,12 @@ TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
   ASSERT_TRUE(ParamStore::streams_head(load_config(dir), false));
   auto sim = make_sim_backend(0, 2000);
   const Trained ref = train_steps(*sim, dir, plan_of(false, false), "adamw", 37, 2, 1);
+  // (the sequence's last copies back take 20 ms each for 'sync', so that a busy host, as under
+  // ASan beside other tests, still reads them before they land without the wait)
+  auto slower = make_sim_backend(0, 20000);
   for (const char* wait : {"in", "head-in", "sync"}) {
     ParamStore::drop_wait_for_test(wait);
-    const Trained off = train_steps(*sim, dir, plan_of(false, true), "adamw", 37, 2, 1);
+    const Trained off = train_steps(std::string(wait) == "sync" ? *slower : *sim, dir, plan_of(false, true), "adamw", 37, 2, 1);
     ParamStore::drop_wait_for_test(nullptr);
     const std::string diff = difference(ref, off);
     EXPECT_NE(diff, "") << "without the '" << wait << "' wait the result is still the same";
