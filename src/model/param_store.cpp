@@ -367,11 +367,19 @@ void ParamStore::embed_bwd(const Tensor& ids, const int32_t* host_ids, const Ten
   traffic_.grads_out += host_embed_->bwd(ids, host_ids, dout);
 }
 
+std::array<ParamStore::Range, 2> ParamStore::unit_ranges(int64_t unit) const {
+  const int64_t E = cfg_.vocab * cfg_.hidden, Ln = layer_numel(cfg_), L = cfg_.layers;
+  const int64_t tail = E + L * Ln, lm = tail + cfg_.hidden, end = weights_->flat().numel();  // lm: the lm_head's first
+  if (unit >= 1 && unit <= L) return {{{layer_offset(cfg_, unit - 1), layer_offset(cfg_, unit - 1) + Ln}, {}}};
+  if (unit == 0) return {{{0, E}, {tail, lm_unit_last() ? lm : end}}};
+  return {{{lm, end}, {}}};  // the streamed untied lm_head
+}
+
 int64_t ParamStore::update_unit(int64_t i) const {
-  const int64_t E = cfg_.vocab * cfg_.hidden, l = (i - E) / layer_numel(cfg_);
-  const int64_t lm = E + cfg_.layers * layer_numel(cfg_) + cfg_.hidden;  // the lm_head's first value
-  if (lm_unit_last() && i >= lm) return cfg_.layers + 1;
-  return i < E || l >= cfg_.layers ? 0 : 1 + l;
+  for (int64_t u = 0; u < update_units(); ++u)
+    for (const Range& r : unit_ranges(u))
+      if (i >= r.lo && i < r.hi) return u;
+  fail("param store: offset {} is outside the masters", i);
 }
 
 void ParamStore::begin_overlapped_update(UpdateGate* gate) {
@@ -383,20 +391,11 @@ void ParamStore::begin_overlapped_update(UpdateGate* gate) {
 // On the update's thread, the unit's masters final: its image, and its gradients from zero (the
 // next step's; nothing reads or adds them before the pass that waits for this unit).
 void ParamStore::after_update(int64_t unit) {
-  const int64_t E = cfg_.vocab * cfg_.hidden, Ln = layer_numel(cfg_), L = cfg_.layers;
-  const int64_t tail = E + L * Ln, end = grads_ ? grads_->flat().numel() : 0;
-  const bool lm_here = unit == (lm_unit_last() ? L + 1 : 0);  // the unit holding the lm_head
+  const int64_t L = cfg_.layers;
   if (bf16_ && unit >= 1 && unit <= L) cast_layer_image(unit - 1);
-  if (bf16_ && lm_here) cast_lm_image();
+  if (bf16_ && unit == (lm_unit_last() ? L + 1 : 0)) cast_lm_image();  // the unit holding the lm_head
   if (!update_grads_) return;
-  float* g = grads_->flat().f();
-  if (unit >= 1 && unit <= L) return (void)std::memset(g + layer_offset(cfg_, unit - 1), 0, size_t(Ln) * 4);
-  if (unit == 0) {  // the embedding, the final norm, and the lm_head unless it comes last
-    std::memset(g, 0, size_t(E) * 4);
-    std::memset(g + tail, 0, size_t((lm_unit_last() ? tail + cfg_.hidden : end) - tail) * 4);
-  } else {  // the streamed untied lm_head
-    std::memset(g + tail + cfg_.hidden, 0, size_t(end - tail - cfg_.hidden) * 4);
-  }
+  for (const Range& r : unit_ranges(unit)) std::memset(grads_->flat().f() + r.lo, 0, size_t(r.hi - r.lo) * 4);
 }
 
 void ParamStore::wait_update(int64_t unit, const char* which) {
@@ -492,8 +491,8 @@ void ParamStore::tile_fetch(size_t pos) {
   const int64_t s = tile_slot(pos), j = torder_[pos], v0 = head_tile_v0(j), n = head_tile_rows(j) * cfg_.hidden;
   const Tier D = Tier::Device, P = Tier::Pinned;
   be_.wait(Stream::Copy, *tused_[s]);
-  if (tholds_[s] != j) wait_update(update_units() - 1, "update-lm");  // (the last unit: the lm_head's)
   if (tholds_[s] != j) {
+    wait_update(update_units() - 1, "update-lm");  // (the last unit: the lm_head's)
     const size_t es = bf16_ ? 2 : 4, bytes = size_t(n) * es;
     const char* src = bf16_ ? lm_image() + size_t(v0 * cfg_.hidden) * 2
                             : reinterpret_cast<const char*>(weights_->lm_head.f() + v0 * cfg_.hidden);

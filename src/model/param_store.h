@@ -232,6 +232,10 @@ class ParamStore {
   void cast_layer_image(int64_t l);
   void cast_lm_image();
   void wait_update(int64_t unit, const char* which);  // a pass reads unit (which: the wait's test name)
+  struct Range {
+    int64_t lo = 0, hi = 0;  // [lo, hi) of the flat masters (and gradients)
+  };
+  std::array<Range, 2> unit_ranges(int64_t unit) const;  // an update unit's ranges (the second may be empty)
   bool lm_unit_last() const { return streams_ && !cfg_.tie_word_embeddings; }
   // bf16: layer l's host image and the lm_head's bf16 copy (in the masters for a frozen bf16 base)
   const char* layer_image(int64_t l) const;

@@ -86,10 +86,13 @@ void Optimizer::update(const std::vector<size_t>& specs, float clip, float lr) {
       be.sgd_step(p, g, lr);
       continue;
     }
-    const float wd = s.shape.size() >= 2 ? c_.weight_decay : 0.0f;
     Tensor m = m_->view(s), v = v_->view(s);
-    be.adamw_step(p, g, m, v, {lr, c_.beta1, c_.beta2, c_.eps, wd, t_});
+    be.adamw_step(p, g, m, v, adamw_args(s, lr));
   }
+}
+
+Backend::AdamW Optimizer::adamw_args(const ParamSpec& s, float lr) const {
+  return {lr, c_.beta1, c_.beta2, c_.eps, s.shape.size() >= 2 ? c_.weight_decay : 0.0f, t_};
 }
 
 double Optimizer::step(int64_t k, float* lr_used) {
@@ -110,9 +113,9 @@ double Optimizer::step(int64_t k, float* lr_used) {
   }
   const float lr = lr_at(c_, k);
   if (lr_used) *lr_used = lr;
-  if (shard_.on()) return step_shard(norm, lr), norm;
+  const float clip = c_.grad_clip > 0 && norm > c_.grad_clip ? float(c_.grad_clip / (norm + 1e-6)) : 1.0f;
+  if (shard_.on()) return step_shard(clip, lr), norm;
   if (store_) {  // on the update's thread, unit by unit (the same elementwise bits as below)
-    const float clip = c_.grad_clip > 0 && norm > c_.grad_clip ? float(c_.grad_clip / (norm + 1e-6)) : 1.0f;
     if (c_.kind == "adamw") ++t_;
     gate_.start(int64_t(units_.size()));
     try {
@@ -136,7 +139,7 @@ double Optimizer::step(int64_t k, float* lr_used) {
     }
     return norm;
   }
-  if (c_.grad_clip > 0 && norm > c_.grad_clip) be.scale(g_.flat(), float(c_.grad_clip / (norm + 1e-6)));
+  if (clip != 1.0f) be.scale(g_.flat(), clip);
   if (c_.kind == "sgd") {
     be.sgd_step(p_.flat(), g_.flat(), lr);
     return norm;
@@ -144,15 +147,14 @@ double Optimizer::step(int64_t k, float* lr_used) {
   ++t_;
   for (const ParamSpec& s : p_.specs()) {
     Tensor p = p_.view(s), g = g_.view(s), m = m_->view(s), v = v_->view(s);
-    const float wd = s.shape.size() >= 2 ? c_.weight_decay : 0.0f;
-    be.adamw_step(p, g, m, v, {lr, c_.beta1, c_.beta2, c_.eps, wd, t_});
+    be.adamw_step(p, g, m, v, adamw_args(s, lr));
   }
   return norm;
 }
 
 // The same update on the shard [lo, hi) alone: clipping, SGD, and AdamW per tensor's part in it
 // (elementwise, so each element gets the bits the whole update gives it).
-void Optimizer::step_shard(double norm, float lr) {
+void Optimizer::step_shard(float clip, float lr) {
   Backend& be = ops();
   const Shard& r = shard_.range;
   if (r.size() == 0) {
@@ -160,7 +162,7 @@ void Optimizer::step_shard(double norm, float lr) {
     return;
   }
   Tensor g = range(g_.flat()), p = range(p_.flat());
-  if (c_.grad_clip > 0 && norm > c_.grad_clip) be.scale(g, float(c_.grad_clip / (norm + 1e-6)));
+  if (clip != 1.0f) be.scale(g, clip);
   if (c_.kind == "sgd") return be.sgd_step(p, g, lr);
   ++t_;
   const Tier home = p_.flat().tier;
@@ -170,8 +172,7 @@ void Optimizer::step_shard(double norm, float lr) {
     if (a >= b) continue;
     Tensor pt = p_.flat().rows(a, b - a), gt = g_.flat().rows(a, b - a), mt = m.rows(a - r.lo, b - a),
            vt = v.rows(a - r.lo, b - a);
-    const float wd = s.shape.size() >= 2 ? c_.weight_decay : 0.0f;
-    be.adamw_step(pt, gt, mt, vt, {lr, c_.beta1, c_.beta2, c_.eps, wd, t_});
+    be.adamw_step(pt, gt, mt, vt, adamw_args(s, lr));
   }
 }
 

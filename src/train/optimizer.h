@@ -89,7 +89,8 @@ class Optimizer {
   OptimShard shard_;
   Buffer ms_, vs_;                 // a shard's moments (tag optimizer)
   int64_t t_ = 0;
-  void step_shard(double norm, float lr);
+  void step_shard(float clip, float lr);  // clip: the gradients' scale (1: none)
+  Backend::AdamW adamw_args(const ParamSpec& s, float lr) const;  // weight decay on matrices only
   // the update of the specs `unit` (indices into p_.specs()), clipped by `clip` (1: none)
   void update(const std::vector<size_t>& specs, float clip, float lr);
   // overlapped (overlap_with): the store, the specs of each of its units, the gate, the thread

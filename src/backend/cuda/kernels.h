@@ -97,7 +97,8 @@ void attention_dsum(const AttnParams& p, const float* o, const float* dout, floa
 // The same ops on tensor cores (kernels_attention_mma.cu, the path under --precision bf16): q, K,
 // V and dout read as bf16, P and dS rounded to bf16 for their products, fp32 statistics and sums.
 // Deterministic too, but a different summation order and those roundings: not the bits of the
-// reference kernels above. A fold's state between calls: lse holds the running max in log2 units. Head dims up to kMaxMmaHeadDim, even; null when p is supported.
+// reference kernels above. A fold's state between calls: lse holds the running max in log2 units.
+// Head dims up to kMaxMmaHeadDim, even; attention_mma_unsupported: null when p is supported, else why not.
 constexpr int64_t kMaxMmaHeadDim = 128;
 const char* attention_mma_unsupported(const AttnParams& p);
 void attention_fwd_mma(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s);
