@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake ninja-build pkg-config
       libopenblas-openmp-dev libomp-dev nlohmann-json3-dev libfmt-dev libcli11-dev
-      libgtest-dev libgmock-dev libbenchmark-dev libboost-dev
+      libgtest-dev libgmock-dev libbenchmark-dev libboost-dev libboost-context-dev
       libpcre2-dev libutf8proc-dev libonig-dev
       clang libclang-rt-14-dev
       libopenmpi-dev openmpi-bin

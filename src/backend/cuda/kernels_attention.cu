@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace oomb::cuda::k {
 
@@ -66,7 +67,7 @@ __device__ inline void load_row(float* dst, const float* src, int64_t D, int lan
 
 // q, o: (T, H, D); lse: (T, H). grid (ceil(T / kWarps), H), kWarps warps; shared: kWarps * D floats
 __global__ void attn_fwd_k(AttnParams p, const float* q, float* o, float* lse) {
-  extern __shared__ float smem[];
+  OOMB_DYNAMIC_SHARED(float, smem);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t h = blockIdx.y, t = int64_t(blockIdx.x) * kWarps + warp, D = p.D;
   if (t >= p.T) return;  // whole warps leave; only warp-level sync below
@@ -150,7 +151,7 @@ __global__ void attn_dsum_k(AttnParams p, const float* o, const float* dout, flo
 // dq; grid (ceil(T / kWarps), H); shared: 2 kWarps D floats
 __global__ void attn_dq_k(AttnParams p, const float* q, const float* lse, const float* dout, const float* dsum,
                           float* dq) {
-  extern __shared__ float smem[];
+  OOMB_DYNAMIC_SHARED(float, smem);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t h = blockIdx.y, t = int64_t(blockIdx.x) * kWarps + warp, D = p.D;
   if (t >= p.T) return;
@@ -204,7 +205,7 @@ __global__ void attn_dq_k(AttnParams p, const float* q, const float* lse, const 
 // dk, dv; grid (n_blocks, G, ceil(max_len / 32)), one warp. Shared: dK and dV of the warp's 32
 // keys, rows padded to D + 1 (odd: no bank conflicts between lanes), then the q and dout rows.
 __global__ void attn_dkdv_k(AttnParams p, const float* q, const float* lse, const float* dout, const float* dsum) {
-  extern __shared__ float smem[];
+  OOMB_DYNAMIC_SHARED(float, smem);
   const int lane = threadIdx.x;
   const AttnBlock kb = p.blocks[blockIdx.x];
   const int64_t g = blockIdx.y, j0 = int64_t(blockIdx.z) * 32, j = j0 + lane, D = p.D, stride = D + 1;
@@ -264,13 +265,13 @@ size_t dkdv_shared_bytes(int64_t D) { return size_t(64 * (D + 1) + 2 * D) * size
 void attention_fwd(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s) {
   if (p.T == 0) return;
   const dim3 grid(unsigned((p.T + kWarps - 1) / kWarps), unsigned(p.H));
-  attn_fwd_k<<<grid, kWarps * 32, size_t(kWarps * p.D) * sizeof(float), s>>>(p, q, o, lse);
+  launch(attn_fwd_k, grid, kWarps * 32, size_t(kWarps * p.D) * sizeof(float), s, p, q, o, lse);
 }
 
 void attention_dsum(const AttnParams& p, const float* o, const float* dout, float* dsum, cudaStream_t s) {
   if (p.T == 0) return;
   const dim3 grid(unsigned((p.T + kWarps - 1) / kWarps), unsigned(p.H));
-  attn_dsum_k<<<grid, kWarps * 32, 0, s>>>(p, o, dout, dsum);
+  launch(attn_dsum_k, grid, kWarps * 32, 0, s, p, o, dout, dsum);
 }
 
 void attention_bwd(const AttnParams& p, const float* q, const float* o, const float* lse, const float* dout,
@@ -278,7 +279,7 @@ void attention_bwd(const AttnParams& p, const float* q, const float* o, const fl
   if (p.T == 0) return;
   const dim3 grid(unsigned((p.T + kWarps - 1) / kWarps), unsigned(p.H));
   attention_dsum(p, o, dout, dsum, s);
-  attn_dq_k<<<grid, kWarps * 32, size_t(2 * kWarps * p.D) * sizeof(float), s>>>(p, q, lse, dout, dsum, dq);
+  launch(attn_dq_k, grid, kWarps * 32, size_t(2 * kWarps * p.D) * sizeof(float), s, p, q, lse, dout, dsum, dq);
   if (p.n_blocks == 0 || p.max_len == 0) return;
   const size_t shared = dkdv_shared_bytes(p.D);
   static bool raised = false;  // more than 48 KB of shared memory must be asked for once
@@ -287,7 +288,7 @@ void attention_bwd(const AttnParams& p, const float* q, const float* o, const fl
     raised = true;
   }
   const dim3 kv_grid(unsigned(p.n_blocks), unsigned(p.G), unsigned((p.max_len + 31) / 32));
-  attn_dkdv_k<<<kv_grid, 32, shared, s>>>(p, q, lse, dout, dsum);
+  launch(attn_dkdv_k, kv_grid, 32, shared, s, p, q, lse, dout, dsum);
 }
 
 }  // namespace oomb::cuda::k

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace oomb::cuda::k {
 
@@ -44,11 +45,15 @@ __device__ inline uint32_t pack(float lo, float hi) {
 
 // c (16 x 8) += a (16 x 16) b (16 x 8)
 __device__ inline void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+#ifdef OOMB_SIMT
+  simt::mma_m16n8k16_bf16(c, a, b);
+#else
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 // A fragment of rows [r0, r0 + 16), columns [c0, c0 + 16) of a row-major bf16 tile
 __device__ inline void frag_a(uint32_t a[4], const bf16* s, int ld, int r0, int c0, int gq, int tq) {
@@ -166,7 +171,7 @@ template <int DP>
 __global__ void __launch_bounds__(kThreads) attn_fwd_mma_k(AttnParams p, const float* q, float* o, float* lse) {
   using S = FwdSmem<DP>;
   constexpr int KD = DP / 16, OT = DP / 8, NT = kBN / 8;
-  extern __shared__ __align__(16) unsigned char smem[];
+  OOMB_DYNAMIC_SHARED(unsigned char, smem);
   bf16 *sQ = reinterpret_cast<bf16*>(smem + S::kQ), *sK = reinterpret_cast<bf16*>(smem + S::kK),
        *sVt = reinterpret_cast<bf16*>(smem + S::kVt);
   const QueryTile Q(p);
@@ -278,7 +283,7 @@ __global__ void __launch_bounds__(kThreads) attn_dq_mma_k(AttnParams p, const fl
                                                           const float* dout, const float* dsum, float* dq) {
   using S = DqSmem<DP>;
   constexpr int KD = DP / 16, OT = DP / 8, NT = kBN / 8;
-  extern __shared__ __align__(16) unsigned char smem[];
+  OOMB_DYNAMIC_SHARED(unsigned char, smem);
   bf16 *sQ = reinterpret_cast<bf16*>(smem + S::kQ), *sDo = reinterpret_cast<bf16*>(smem + S::kDo),
        *sK = reinterpret_cast<bf16*>(smem + S::kK), *sV = reinterpret_cast<bf16*>(smem + S::kV),
        *sKt = reinterpret_cast<bf16*>(smem + S::kKt);
@@ -360,7 +365,7 @@ __global__ void __launch_bounds__(kThreads) attn_dkdv_mma_k(AttnParams p, const 
                                                             const float* dout, const float* dsum) {
   using S = DkdvSmem<DP>;
   constexpr int KD = DP / 16, OT = DP / 8, QT = kBQ / 8;
-  extern __shared__ __align__(16) unsigned char smem[];
+  OOMB_DYNAMIC_SHARED(unsigned char, smem);
   bf16 *sK = reinterpret_cast<bf16*>(smem + S::kK), *sV = reinterpret_cast<bf16*>(smem + S::kV),
        *sQ = reinterpret_cast<bf16*>(smem + S::kQ), *sDo = reinterpret_cast<bf16*>(smem + S::kDo),
        *sQt = reinterpret_cast<bf16*>(smem + S::kQt), *sDot = reinterpret_cast<bf16*>(smem + S::kDot);
@@ -471,7 +476,7 @@ void fwd(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t
   static const bool raised = (allow_shared(attn_fwd_mma_k<DP>, FwdSmem<DP>::kBytes), true);
   (void)raised;
   const dim3 grid(unsigned((p.T + kBM - 1) / kBM), unsigned(p.H));
-  attn_fwd_mma_k<DP><<<grid, kThreads, FwdSmem<DP>::kBytes, s>>>(p, q, o, lse);
+  launch(attn_fwd_mma_k<DP>, grid, kThreads, FwdSmem<DP>::kBytes, s, p, q, o, lse);
 }
 
 template <int DP>
@@ -481,10 +486,10 @@ void bwd(const AttnParams& p, const float* q, const float* lse, const float* dou
                               allow_shared(attn_dkdv_mma_k<DP>, DkdvSmem<DP>::kBytes), true);
   (void)raised;
   const dim3 grid(unsigned((p.T + kBM - 1) / kBM), unsigned(p.H));
-  attn_dq_mma_k<DP><<<grid, kThreads, DqSmem<DP>::kBytes, s>>>(p, q, lse, dout, dsum, dq);
+  launch(attn_dq_mma_k<DP>, grid, kThreads, DqSmem<DP>::kBytes, s, p, q, lse, dout, dsum, dq);
   if (p.n_blocks == 0 || p.max_len == 0) return;
   const dim3 kv_grid(unsigned(p.n_blocks), unsigned(p.G), unsigned((p.max_len + kBN - 1) / kBN));
-  attn_dkdv_mma_k<DP><<<kv_grid, kThreads, DkdvSmem<DP>::kBytes, s>>>(p, q, lse, dout, dsum);
+  launch(attn_dkdv_mma_k<DP>, kv_grid, kThreads, DkdvSmem<DP>::kBytes, s, p, q, lse, dout, dsum);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace oomb::cuda::k {
 
@@ -228,73 +229,74 @@ __global__ void sgd_k(float* p, const float* g, float lr, int64_t n) {
 }  // namespace
 
 void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t T, int64_t d, cudaStream_t s) {
-  if (T > 0) embedding_fwd_k<<<unsigned(T), kThreads, 0, s>>>(ids, table, out, d);
+  if (T > 0) launch(embedding_fwd_k, unsigned(T), kThreads, 0, s, ids, table, out, d);
 }
 void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t T, int64_t d, cudaStream_t s) {
-  if (T > 0) embedding_bwd_k<<<unsigned(T), kThreads, 0, s>>>(ids, dout, dtable, T, d);
+  if (T > 0) launch(embedding_bwd_k, unsigned(T), kThreads, 0, s, ids, dout, dtable, T, d);
 }
 void rmsnorm_fwd(const float* x, const float* w, float eps, float* y, float* rstd, int64_t T, int64_t d,
                  cudaStream_t s) {
-  if (T > 0) rmsnorm_fwd_k<<<unsigned(T), kThreads, 0, s>>>(x, w, eps, y, rstd, d);
+  if (T > 0) launch(rmsnorm_fwd_k, unsigned(T), kThreads, 0, s, x, w, eps, y, rstd, d);
 }
 void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, bool dx_accumulate,
                  float* dw, int64_t T, int64_t d, cudaStream_t s) {
   if (T == 0) return;
-  rmsnorm_bwd_dx_k<<<unsigned(T), kThreads, 0, s>>>(x, w, rstd, dy, dx, dx_accumulate, d);
-  rmsnorm_bwd_dw_k<<<blocks_for(d, 32), dim3(32, kRowLanes), 0, s>>>(x, rstd, dy, dw, T, d);
+  launch(rmsnorm_bwd_dx_k, unsigned(T), kThreads, 0, s, x, w, rstd, dy, dx, dx_accumulate, d);
+  launch(rmsnorm_bwd_dw_k, blocks_for(d, 32), dim3(32, kRowLanes), 0, s, x, rstd, dy, dw, T, d);
 }
 void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bool inverse, int64_t T, int64_t H,
           int64_t D, cudaStream_t s) {
-  if (T * (D / 2) > 0) rope_k<<<blocks_for(T * (D / 2)), kThreads, 0, s>>>(x, pos, inv_freq, scaling, inverse ? -1.0 : 1.0, T, H, D);
+  if (T * (D / 2) > 0)
+    launch(rope_k, blocks_for(T * (D / 2)), kThreads, 0, s, x, pos, inv_freq, scaling, inverse ? -1.0 : 1.0, T, H, D);
 }
 void swiglu_fwd(const float* g, const float* u, float* out, int64_t n, cudaStream_t s) {
-  if (n > 0) swiglu_fwd_k<<<blocks_for(n), kThreads, 0, s>>>(g, u, out, n);
+  if (n > 0) launch(swiglu_fwd_k, blocks_for(n), kThreads, 0, s, g, u, out, n);
 }
 void swiglu_bwd(const float* g, const float* u, const float* dout, float* dg, float* du, int64_t n, cudaStream_t s) {
-  if (n > 0) swiglu_bwd_k<<<blocks_for(n), kThreads, 0, s>>>(g, u, dout, dg, du, n);
+  if (n > 0) launch(swiglu_bwd_k, blocks_for(n), kThreads, 0, s, g, u, dout, dg, du, n);
 }
 void add(float* y, const void* x, bool x_bf16, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  if (x_bf16) add_bf16_k<<<blocks_for(n), kThreads, 0, s>>>(y, static_cast<const __nv_bfloat16*>(x), n);
-  else add_f32_k<<<blocks_for(n), kThreads, 0, s>>>(y, static_cast<const float*>(x), n);
+  if (x_bf16) launch(add_bf16_k, blocks_for(n), kThreads, 0, s, y, static_cast<const __nv_bfloat16*>(x), n);
+  else launch(add_f32_k, blocks_for(n), kThreads, 0, s, y, static_cast<const float*>(x), n);
 }
 void cast(const void* x, bool x_bf16, void* y, bool y_bf16, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   if (x_bf16 == y_bf16) {
     if (x != y) cudaMemcpyAsync(y, x, size_t(n) * (x_bf16 ? 2 : 4), cudaMemcpyDeviceToDevice, s);
   } else if (x_bf16) {
-    bf16_to_f32_k<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const uint16_t*>(x), static_cast<float*>(y), n);
+    launch(bf16_to_f32_k, blocks_for(n), kThreads, 0, s, static_cast<const uint16_t*>(x), static_cast<float*>(y), n);
   } else {
-    f32_to_bf16_k<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const float*>(x), static_cast<uint16_t*>(y), n);
+    launch(f32_to_bf16_k, blocks_for(n), kThreads, 0, s, static_cast<const float*>(x), static_cast<uint16_t*>(y), n);
   }
 }
 
 void round_bf16(float* x, int64_t n, cudaStream_t s) {
-  if (n > 0) round_bf16_k<<<blocks_for(n), kThreads, 0, s>>>(x, n);
+  if (n > 0) launch(round_bf16_k, blocks_for(n), kThreads, 0, s, x, n);
 }
 
 void scale(float* y, float a, int64_t n, cudaStream_t s) {
-  if (n > 0) scale_k<<<blocks_for(n), kThreads, 0, s>>>(y, a, n);
+  if (n > 0) launch(scale_k, blocks_for(n), kThreads, 0, s, y, a, n);
 }
 void sum_squares_chunks(const float* x, int64_t n, double* partial, cudaStream_t s) {
-  if (n > 0) sum_squares_k<<<unsigned((n + kSumChunk - 1) / kSumChunk), 1024, 0, s>>>(x, n, partial);
+  if (n > 0) launch(sum_squares_k, unsigned((n + kSumChunk - 1) / kSumChunk), 1024, 0, s, x, n, partial);
 }
 void add_rows(float* y, const float* b, int64_t T, int64_t out, cudaStream_t s) {
-  if (T * out > 0) add_rows_k<<<blocks_for(T * out), kThreads, 0, s>>>(y, b, T, out);
+  if (T * out > 0) launch(add_rows_k, blocks_for(T * out), kThreads, 0, s, y, b, T, out);
 }
 void column_sums(const void* dy, bool dy_bf16, float* db, int64_t T, int64_t out, cudaStream_t s) {
   if (out <= 0) return;
   const dim3 lanes(32, kRowLanes);
-  if (dy_bf16) column_sums_k<<<blocks_for(out, 32), lanes, 0, s>>>(static_cast<const uint16_t*>(dy), db, T, out);
-  else column_sums_k<<<blocks_for(out, 32), lanes, 0, s>>>(static_cast<const float*>(dy), db, T, out);
+  if (dy_bf16) launch(column_sums_k<uint16_t>, blocks_for(out, 32), lanes, 0, s, static_cast<const uint16_t*>(dy), db, T, out);
+  else launch(column_sums_k<float>, blocks_for(out, 32), lanes, 0, s, static_cast<const float*>(dy), db, T, out);
 }
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
            float wd, float step_size, float inv_sqrt_bc2, cudaStream_t s) {
   if (n > 0)
-    adamw_k<<<blocks_for(n), kThreads, 0, s>>>(p, g, m, v, n, lr, beta1, beta2, eps, wd, step_size, inv_sqrt_bc2);
+    launch(adamw_k, blocks_for(n), kThreads, 0, s, p, g, m, v, n, lr, beta1, beta2, eps, wd, step_size, inv_sqrt_bc2);
 }
 void sgd(float* p, const float* g, float lr, int64_t n, cudaStream_t s) {
-  if (n > 0) sgd_k<<<blocks_for(n), kThreads, 0, s>>>(p, g, lr, n);
+  if (n > 0) launch(sgd_k, blocks_for(n), kThreads, 0, s, p, g, lr, n);
 }
 
 }  // namespace oomb::cuda::k

@@ -4,6 +4,7 @@
 #include <cfloat>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace oomb::cuda::k {
 
@@ -108,16 +109,16 @@ __global__ void xent_grad_k(float* logits, int64_t ld, const int32_t* targets, i
 
 void xent_stats(const float* logits, int64_t ld, const int32_t* targets, int64_t v0, int64_t Vt, int64_t n,
                 double* stats, cudaStream_t s) {
-  if (n > 0) xent_stats_k<<<unsigned(n), kThreads, 0, s>>>(logits, ld, targets, v0, Vt, stats);
+  if (n > 0) launch(xent_stats_k, unsigned(n), kThreads, 0, s, logits, ld, targets, v0, Vt, stats);
 }
 
 void xent_loss(const double* stats, const int32_t* targets, int64_t n, double* acc, cudaStream_t s) {
-  xent_loss_k<<<1, 1, 0, s>>>(stats, targets, n, acc);
+  launch(xent_loss_k, 1, 1, 0, s, stats, targets, n, acc);
 }
 
 void xent_grad(float* logits, int64_t ld, const int32_t* targets, int64_t v0, int64_t Vt, int64_t n,
                const double* stats, float scale, cudaStream_t s) {
-  if (n > 0) xent_grad_k<<<unsigned(n), kThreads, 0, s>>>(logits, ld, targets, v0, Vt, stats, scale);
+  if (n > 0) launch(xent_grad_k, unsigned(n), kThreads, 0, s, logits, ld, targets, v0, Vt, stats, scale);
 }
 
 }  // namespace oomb::cuda::k

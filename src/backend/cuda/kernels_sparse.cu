@@ -4,6 +4,7 @@
 // for bit (means: fp64 sums of the same rows, one rounding to bf16; min/max: the same comparisons
 // in the same order, rounded down / up), and so does the top-K's choice.
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace oomb::cuda::k {
 
@@ -73,7 +74,7 @@ __global__ void page_key_minmax_k(const float* k, int64_t t0, int64_t P, uint16_
 template <bool kQuest>
 __global__ void page_scores_k(const float* q, int64_t tile, const uint16_t* meta, float* scores, int64_t T, int64_t H,
                               int64_t G, int64_t D, int64_t pages, int64_t S) {
-  extern __shared__ float qs[];
+  OOMB_DYNAMIC_SHARED(float, qs);
   const int64_t i = blockIdx.x, s = blockIdx.y, group = H / G, Gs = S == 1 ? G : 1, GsD = Gs * D;
   const int64_t t0 = i * tile, t1 = t0 + tile < T ? t0 + tile : T;
   for (int64_t e = threadIdx.x; e < GsD; e += blockDim.x) {
@@ -198,7 +199,7 @@ void page_key_means(const float* k, int64_t t0, int64_t page_size, uint16_t* mea
                     cudaStream_t s) {
   if (T == 0) return;
   const int64_t touched = (t0 + T - 1) / page_size - t0 / page_size + 1, GD = G * D;
-  page_key_means_k<<<dim3(unsigned(touched), unsigned((GD + kThreads - 1) / kThreads)), kThreads, 0, s>>>(
+  launch(page_key_means_k, dim3(unsigned(touched), unsigned((GD + kThreads - 1) / kThreads)), kThreads, 0, s, 
       k, t0, page_size, means, T, GD);
 }
 
@@ -206,7 +207,7 @@ void page_key_minmax(const float* k, int64_t t0, int64_t page_size, uint16_t* mi
                      cudaStream_t s) {
   if (T == 0) return;
   const int64_t touched = (t0 + T - 1) / page_size - t0 / page_size + 1, GD = G * D;
-  page_key_minmax_k<<<dim3(unsigned(touched), unsigned((GD + kThreads - 1) / kThreads)), kThreads, 0, s>>>(
+  launch(page_key_minmax_k, dim3(unsigned(touched), unsigned((GD + kThreads - 1) / kThreads)), kThreads, 0, s, 
       k, t0, page_size, minmax, T, GD);
 }
 
@@ -215,8 +216,8 @@ void page_scores(const float* q, int64_t tile, const uint16_t* means, float* sco
   const int64_t tiles = (T + tile - 1) / tile;
   if (tiles == 0 || pages == 0) return;
   const size_t smem = size_t((S == 1 ? G : 1) * D) * sizeof(float);
-  page_scores_k<false><<<dim3(unsigned(tiles), unsigned(S)), kThreads, smem, s>>>(q, tile, means, scores, T, H, G, D,
-                                                                                 pages, S);
+  launch(page_scores_k<false>, dim3(unsigned(tiles), unsigned(S)), kThreads, smem, s, q, tile, means, scores, T, H,
+         G, D, pages, S);
 }
 
 void page_quest_scores(const float* q, int64_t tile, const uint16_t* minmax, float* scores, int64_t T, int64_t H,
@@ -224,14 +225,14 @@ void page_quest_scores(const float* q, int64_t tile, const uint16_t* minmax, flo
   const int64_t tiles = (T + tile - 1) / tile;
   if (tiles == 0 || pages == 0) return;
   const size_t smem = size_t(2 * (S == 1 ? G : 1) * D) * sizeof(float);
-  page_scores_k<true><<<dim3(unsigned(tiles), unsigned(S)), kThreads, smem, s>>>(q, tile, minmax, scores, T, H, G, D,
-                                                                                pages, S);
+  launch(page_scores_k<true>, dim3(unsigned(tiles), unsigned(S)), kThreads, smem, s, q, tile, minmax, scores, T, H,
+         G, D, pages, S);
 }
 
 void page_topk(const float* scores, int64_t tiles, int64_t S, int64_t pages, int64_t first, int32_t* chosen, int64_t K,
                cudaStream_t s) {
   if (tiles == 0 || S == 0) return;
-  page_topk_k<<<dim3(unsigned(tiles), unsigned(S)), kThreads, 0, s>>>(scores, pages, first, chosen, K);
+  launch(page_topk_k, dim3(unsigned(tiles), unsigned(S)), kThreads, 0, s, scores, pages, first, chosen, K);
 }
 
 }  // namespace oomb::cuda::k

@@ -1,0 +1,35 @@
+// How oomb's kernels start: launch(kernel, grid, block, shared bytes, stream, args...) is
+// kernel<<<grid, block, shared, stream>>>(args...) under nvcc. Built with OOMB_SIMT (tests/simt: the
+// CUDA backend's sources on the CPU, for tests), it runs the whole grid there instead, and the
+// few spellings below that only nvcc knows take simt's.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <tuple>
+#include <utility>
+
+#ifdef OOMB_SIMT
+#define OOMB_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::simt::dynamic_shared())
+#else
+#define OOMB_DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) type name[]
+#endif
+
+namespace oomb::cuda::k {
+
+template <typename... P, typename... A>
+inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared, cudaStream_t s, A&&... args) {
+#ifdef OOMB_SIMT
+  (void)s;
+  struct Call {
+    void (*kernel)(P...);
+    std::tuple<P...> args;
+  };
+  Call c{kernel, std::tuple<P...>(std::forward<A>(args)...)};
+  simt_launch(reinterpret_cast<const void*>(kernel), grid, block, shared,
+              [](void* p) { std::apply(static_cast<Call*>(p)->kernel, static_cast<Call*>(p)->args); }, &c);
+#else
+  kernel<<<grid, block, shared, s>>>(std::forward<A>(args)...);
+#endif
+}
+
+}  // namespace oomb::cuda::k

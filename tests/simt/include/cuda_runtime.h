@@ -1,0 +1,143 @@
+// The CUDA runtime API and kernel language as simt runs them on the CPU (tests/simt/include/simt.h):
+// what oomb's CUDA backend uses, no more. Device memory is host memory; streams and events are in
+// order already (every call completes before it returns); a launch runs the whole grid.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "simt.h"
+
+// ---- the kernel language ----
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+#define __shared__ static  // a block's threads share it; the blocks run one after another
+#define __restrict__ __restrict
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct alignas(8) float2 {
+  float x, y;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+
+#define threadIdx (::simt::thread_idx)
+#define blockIdx (::simt::block_idx)
+#define blockDim (::simt::block_dim)
+#define gridDim (::simt::grid_dim)
+constexpr int warpSize = 32;
+using std::isfinite;  // CUDA declares these for device code in the global namespace
+using std::isinf;
+using std::isnan;
+
+inline void __syncthreads() { simt::sync_block(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { simt::sync_warp(); }
+template <class T>
+T __shfl_sync(unsigned, T v, int src, int = 32) {
+  return simt::exchange(v)[src & 31];
+}
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int mask, int = 32) {
+  return simt::exchange(v)[(simt::lane() ^ mask) & 31];
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  const int* all = simt::exchange(int(pred != 0));
+  unsigned r = 0;
+  for (int l = 0; l < simt::warp_lanes(); ++l) r |= unsigned(all[l] != 0) << l;
+  return r & mask;
+}
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ---- the runtime ----
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorNotReady = 600,
+  cudaErrorLaunchFailure = 719,
+};
+using cudaError = cudaError_t;
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4
+};
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+constexpr unsigned cudaHostAllocDefault = 0;
+constexpr unsigned cudaEventDisableTiming = 2;
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  size_t sharedMemPerBlockOptin;
+  int multiProcessorCount;
+  int major, minor;
+};
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
+using cudaDataType = cudaDataType_t;
+
+cudaError_t cudaGetDeviceCount(int* n);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device);
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total);
+cudaError_t cudaGetLastError();
+const char* cudaGetErrorString(cudaError_t e);
+cudaError_t cudaMalloc(void** p, size_t bytes);
+cudaError_t cudaFree(void* p);
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags);
+cudaError_t cudaFreeHost(void* p);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = nullptr);
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t s = nullptr);
+cudaError_t cudaMemset(void* p, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s = nullptr);
+cudaError_t cudaStreamCreate(cudaStream_t* s);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t simt_func_set_max_shared(const void* kernel, int bytes);
+template <class F>
+cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
+  return simt_func_set_max_shared(reinterpret_cast<const void*>(kernel), value);
+}
+// A kernel launch (src/backend/cuda/launch.cuh): runs the grid; a configuration CUDA refuses sets
+// the error cudaGetLastError returns.
+void simt_launch(const void* kernel, dim3 grid, dim3 block, size_t shared, simt::Body body, void* arg);

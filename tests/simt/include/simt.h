@@ -1,0 +1,48 @@
+// simt: CUDA kernels run on the CPU, for tests (the CUDA backend checked op by op where no GPU is).
+// Each CUDA thread of a block is a fiber (Boost.Context) on the calling thread; the blocks of a grid run
+// one after another. A fiber runs until it reaches a barrier (__syncthreads, __syncwarp, a warp
+// collective); when the barrier's last thread arrives, the others go on, in thread order. What this
+// catches: wrong indexing and fragment layouts, launch configurations CUDA refuses, a barrier that
+// not every thread reaches (deadlock, named), warp collectives with exited lanes, a missing
+// __syncthreads that lets a thread read shared memory before a later-scheduled thread wrote it
+// (OOMB_SIMT_ORDER=reverse schedules the other way round), and, with ASan, reads or writes past a
+// buffer. What it cannot catch: timing, real concurrency, the memory model, tensor-core rounding.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace simt {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+// the running thread's indices and its launch's shape (CUDA's threadIdx, blockIdx, blockDim, gridDim);
+// defined here (inline, constant-initialized), so no TLS wrapper is called (GCC's UBSan took an
+// extern one's missing initializer for a null pointer)
+inline thread_local Dim3 thread_idx, block_idx, block_dim, grid_dim;
+
+// A kernel's body (one thread's run) and its argument.
+using Body = void (*)(void* arg);
+// Runs body(arg) for every thread of every block. Returns "" or why CUDA would refuse the launch
+// (block or grid dimensions, shared memory above the kernel's limit).
+std::string launch(const void* kernel, Dim3 grid, Dim3 block, size_t shared, Body body, void* arg);
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes): "" or why not
+std::string set_max_shared(const void* kernel, size_t bytes);
+void* dynamic_shared();  // the block's dynamic shared memory (extern __shared__)
+
+void sync_block();  // __syncthreads
+void sync_warp();   // __syncwarp
+int lane();         // the running thread's lane in its warp
+int warp_lanes();   // lanes of its warp (32, or fewer in a block's last partial warp)
+// A warp collective: every lane gives `bytes` (at most 64) and gets all lanes' (lane i's at i * bytes).
+const void* exchange(const void* v, size_t bytes);
+template <class T>
+const T* exchange(const T& v) {
+  static_assert(sizeof(T) <= 64);
+  return static_cast<const T*>(exchange(&v, sizeof(T)));
+}
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 as the PTX ISA defines its fragments: c += a b
+void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], const uint32_t b[2]);
+
+}  // namespace simt

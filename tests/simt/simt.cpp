@@ -1,0 +1,320 @@
+// simt's engine: fibers for a block's threads, barriers, warp collectives, the mma fragments.
+#include "simt.h"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+
+#include <boost/context/fiber.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define SIMT_ASAN 1
+#endif
+
+namespace simt {
+
+namespace {
+
+constexpr size_t kStack = size_t(256) << 10;  // per thread; kernels keep a few KB of arrays
+constexpr size_t kDefaultShared = 48 << 10;   // CUDA's dynamic shared memory without opting in
+constexpr size_t kMaxShared = 227 << 10;      // Hopper's most per block (sharedMemPerBlockOptin)
+constexpr size_t kMaxExchange = 64;
+
+struct Barrier {
+  int expected = 0, arrived = 0;
+  uint64_t gen = 0;
+};
+
+namespace ctx = boost::context;
+
+// boost::context's stack allocator over simt's stacks, reused across launches
+struct PoolStack {
+  char* base;
+  ctx::stack_context allocate() {
+    ctx::stack_context sc;
+    sc.size = kStack;
+    sc.sp = base + kStack;
+    return sc;
+  }
+  void deallocate(ctx::stack_context&) noexcept {}
+};
+
+struct Fiber {
+  ctx::fiber cont;  // where it resumes
+  char* stack = nullptr;
+  Dim3 tid;
+  int warp = 0, lane = 0;
+  bool done = false;
+  Barrier* waiting = nullptr;
+  uint64_t wait_gen = 0;
+  int parity = 0;  // which of its warp's two exchange buffers the next collective uses
+  const char* where = "";
+};
+
+struct Warp {
+  Barrier bar;
+  int lanes = 32, live = 32;
+  alignas(16) unsigned char buf[2][32 * kMaxExchange];
+};
+
+// One block's run on the calling thread.
+struct Block {
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  Barrier bar;
+  ctx::fiber sched;  // where the scheduler resumes
+  Fiber* cur = nullptr;
+  Body body = nullptr;
+  void* arg = nullptr;
+  std::vector<unsigned char> shared;
+#ifdef SIMT_ASAN
+  void* fake = nullptr;
+  const void* sched_bottom = nullptr;
+  size_t sched_size = 0;
+#endif
+};
+
+thread_local Block* g_block = nullptr;
+thread_local std::vector<char*> g_stacks;  // reused across launches
+
+std::map<const void*, size_t>& max_shared() {
+  static std::map<const void*, size_t> m;
+  return m;
+}
+
+[[noreturn]] void die(const std::string& why) {
+  std::fprintf(stderr, "simt: %s\n", why.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+std::string where(const Fiber& f) {
+  return fmt::format("block ({}, {}, {}) thread ({}, {}, {})", block_idx.x, block_idx.y, block_idx.z, f.tid.x, f.tid.y,
+                     f.tid.z);
+}
+
+// to the scheduler from the running fiber, and back when it is resumed
+void yield_to_scheduler() {
+  Block& b = *g_block;
+#ifdef SIMT_ASAN  // ASan's protocol for a stack switch: announce it, then confirm it on arrival
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, b.sched_bottom, b.sched_size);
+#endif
+  b.sched = std::move(b.sched).resume();
+#ifdef SIMT_ASAN
+  __sanitizer_finish_switch_fiber(fake, &b.sched_bottom, &b.sched_size);
+#endif
+}
+
+// The running fiber arrives at a barrier; it goes on once every thread the barrier waits for has.
+void arrive(Barrier& bar, const char* what) {
+  Block& b = *g_block;
+  Fiber& f = *b.cur;
+  if (++bar.arrived == bar.expected) {
+    bar.arrived = 0;
+    ++bar.gen;
+    return;
+  }
+  f.waiting = &bar;
+  f.wait_gen = bar.gen;
+  f.where = what;
+  yield_to_scheduler();
+}
+
+ctx::fiber fiber_main(ctx::fiber&& sched) {
+  Block& b = *g_block;
+  b.sched = std::move(sched);
+#ifdef SIMT_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &b.sched_bottom, &b.sched_size);
+#endif
+  b.body(b.arg);
+  Fiber& f = *b.cur;
+  f.done = true;
+  // an exited thread no longer holds back the block's barriers; its warp's collectives may not
+  // wait for it either (one that still needs it fails, as on the GPU where it would hang)
+  Warp& w = b.warps[size_t(f.warp)];
+  --w.live;
+  for (Barrier* bar : {&b.bar, &w.bar}) {
+    --bar->expected;
+    if (bar->arrived > 0 && bar->arrived == bar->expected) bar->arrived = 0, ++bar->gen;
+  }
+#ifdef SIMT_ASAN
+  __sanitizer_start_switch_fiber(nullptr, b.sched_bottom, b.sched_size);  // this stack ends
+#endif
+  return std::move(b.sched);
+}
+
+char* stack(size_t i) {
+  while (g_stacks.size() <= i) {
+    void* p = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) die("cannot map a fiber's stack");
+    g_stacks.push_back(static_cast<char*>(p));
+  }
+  return g_stacks[i];
+}
+
+bool reverse_order() {
+  static const bool r = [] {
+    const char* e = std::getenv("OOMB_SIMT_ORDER");
+    return e && std::strcmp(e, "reverse") == 0;
+  }();
+  return r;
+}
+
+void run_block(Block& b, Dim3 block) {
+  const int n = int(block.x * block.y * block.z), nw = (n + 31) / 32;
+  b.fibers.clear();
+  b.fibers.resize(size_t(n));
+  b.warps.assign(size_t(nw), Warp{});
+  for (int w = 0; w < nw; ++w) {
+    Warp& wp = b.warps[size_t(w)];
+    wp.lanes = wp.live = std::min(32, n - 32 * w);
+    wp.bar.expected = wp.lanes;
+  }
+  b.bar = Barrier{};
+  b.bar.expected = n;
+  std::memset(b.shared.data(), 0xCD, b.shared.size());  // shared memory starts as garbage, as on a GPU
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = b.fibers[size_t(i)];
+    f.tid = {unsigned(i) % block.x, unsigned(i) / block.x % block.y, unsigned(i) / (block.x * block.y)};
+    f.warp = i / 32, f.lane = i % 32;
+    f.stack = stack(size_t(i));
+    f.cont = ctx::fiber(std::allocator_arg, PoolStack{f.stack}, fiber_main);
+  }
+  int finished = 0;
+  while (finished < n) {
+    bool ran = false;
+    for (int k = 0; k < n; ++k) {
+      Fiber& f = b.fibers[size_t(reverse_order() ? n - 1 - k : k)];
+      if (f.done || (f.waiting && f.waiting->gen == f.wait_gen)) continue;
+      f.waiting = nullptr;
+      b.cur = &f;
+      thread_idx = f.tid;
+#ifdef SIMT_ASAN
+      __sanitizer_start_switch_fiber(&b.fake, f.stack, kStack);
+#endif
+      f.cont = std::move(f.cont).resume();
+#ifdef SIMT_ASAN
+      __sanitizer_finish_switch_fiber(b.fake, nullptr, nullptr);
+#endif
+      ran = true;
+      if (f.done) ++finished;
+    }
+    if (!ran && finished < n) {
+      std::string at;
+      for (const Fiber& f : b.fibers)
+        if (!f.done && at.size() < 400) at += fmt::format("\n  {} waits at {}", where(f), f.where);
+      die("deadlock: the block's threads wait at barriers that never fill (a __syncthreads or warp collective "
+          "not every thread reaches):" + at);
+    }
+  }
+  b.cur = nullptr;
+}
+
+}  // namespace
+
+std::string set_max_shared(const void* kernel, size_t bytes) {
+  if (bytes > kMaxShared) return fmt::format("{} bytes of dynamic shared memory exceed the device's {}", bytes, kMaxShared);
+  max_shared()[kernel] = bytes;
+  return "";
+}
+
+std::string launch(const void* kernel, Dim3 grid, Dim3 block, size_t shared, Body body, void* arg) {
+  if (g_block) return "a kernel launched from a kernel";
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  if (threads == 0 || threads > 1024 || block.z > 64)
+    return fmt::format("a block of ({}, {}, {}) threads (at most 1024, z at most 64)", block.x, block.y, block.z);
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+    return fmt::format("a grid of ({}, {}, {}) blocks (x below 2^31, y and z at most 65535, none 0)", grid.x, grid.y,
+                       grid.z);
+  const auto it = max_shared().find(kernel);
+  const size_t limit = it == max_shared().end() ? kDefaultShared : std::max(kDefaultShared, it->second);
+  if (shared > limit)
+    return fmt::format("{} bytes of dynamic shared memory, above the kernel's {} (cudaFuncSetAttribute raises it)",
+                       shared, limit);
+  Block b;
+  b.body = body, b.arg = arg;
+  b.shared.resize(std::max<size_t>(shared, 16));
+  g_block = &b;
+  grid_dim = grid, block_dim = block;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        block_idx = {x, y, z};
+        run_block(b, block);
+      }
+  g_block = nullptr;
+  return "";
+}
+
+void* dynamic_shared() { return g_block->shared.data(); }
+
+void sync_block() { arrive(g_block->bar, "__syncthreads"); }
+
+void sync_warp() {
+  Block& b = *g_block;
+  arrive(b.warps[size_t(b.cur->warp)].bar, "__syncwarp");
+}
+
+int lane() { return g_block->cur->lane; }
+int warp_lanes() { return g_block->warps[size_t(g_block->cur->warp)].lanes; }
+
+const void* exchange(const void* v, size_t bytes) {
+  Block& b = *g_block;
+  Fiber& f = *b.cur;
+  Warp& w = b.warps[size_t(f.warp)];
+  if (w.live != w.lanes) die(where(f) + ": a warp collective after lanes of its warp exited");
+  // two buffers in turn: a lane writes this one again only after every lane passed the next
+  // collective, so after each has read this one
+  unsigned char* buf = w.buf[f.parity];
+  f.parity ^= 1;
+  std::memcpy(buf + size_t(f.lane) * bytes, v, bytes);
+  arrive(w.bar, "a warp collective");
+  return buf;  // the last lane to arrive may go on and exit before the others read: nothing writes it
+}
+
+namespace {
+float bf16_value(uint32_t reg, int high) {
+  const uint32_t bits = (high ? reg >> 16 : reg & 0xffffu) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+}  // namespace
+
+// Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), lane = 4 group + t:
+//   A (16 x 16, row): element a_i of 8 (register i / 2, half i % 2) is at row group (+ 8 for i in
+//     2, 3, 6, 7), column 2 t + (i & 1) (+ 8 for i >= 4);
+//   B (16 x 8, col): b_i of 4 at row (k) 2 t + (i & 1) (+ 8 for i >= 2), column group;
+//   C (16 x 8): c_i of 4 at row group (+ 8 for i >= 2), column 2 t + (i & 1).
+void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  struct Frag {
+    uint32_t a[4], b[2];
+  };
+  const Frag* all = exchange(Frag{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}});
+  auto A = [&](int r, int k) {  // the lane holding (r, k) and its element index i
+    const int i = (k & 1) + 2 * (r >= 8) + 4 * (k >= 8);
+    const int l = 4 * (r & 7) + (k & 7) / 2;
+    return bf16_value(all[l].a[i / 2], i & 1);
+  };
+  auto B = [&](int k, int n) {
+    const int i = (k & 1) + 2 * (k >= 8);
+    const int l = 4 * n + (k & 7) / 2;
+    return bf16_value(all[l].b[i / 2], i & 1);
+  };
+  const int l = lane(), group = l >> 2, t = l & 3;
+  for (int i = 0; i < 4; ++i) {
+    const int r = group + 8 * (i >= 2), n = 2 * t + (i & 1);
+    float acc = 0.0f;
+    for (int k = 0; k < 16; ++k) acc += A(r, k) * B(k, n);  // products of bf16 values are exact in fp32
+    c[i] += acc;
+  }
+}
+
+}  // namespace simt
