@@ -106,16 +106,21 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
 // CUDA runs give the same bits. Those bounds hold attention on the fp32 reference kernels
 // (OOMB_CUDA_ATTENTION=reference). On tensor cores (the default under bf16) attention also rounds
 // P and dS to bf16, as FlashAttention does, which the CPU's policy does not (2^-9 relative at most
-// per rounding, ~1e-3 in each attention output, test_cuda_ops): bounds twice the reference run's
-// (6e-3 for the whole gradient, still below bf16's own distance from fp32; 2e-2 a tensor; 2e-4 the
-// loss), and the gradient must differ from the reference kernels' run in its bits (else the tensor
-// cores did not run). FlashAttention's own rule for this path is Bf16Budget.CudaWithinTwiceTorchs-
-// Bf16Error (test_precision). Not yet measured on a GPU: printed.
+// per rounding, ~2e-3 in each attention output and up to 9e-3 in what dK/dV add, test_cuda_ops).
+// Through two layers that is of the order of bf16's own error: on simt, which rounds P and dS as
+// the kernels' code does, the whole gradient lies 9.5e-3 from the CPU's policy (qwen2, C = 130),
+// a tensor 2.2e-2 (qwen2's k bias, whose true gradient nearly cancels over the queries), the loss
+// 1.6e-4 (2026-11-27). So the bounds are twice those (2e-2 whole, 5e-2 a tensor, 4e-4 the loss),
+// which a dropped query still breaks (simt's mutant, CMakeLists), and the gradient must differ
+// from the reference kernels' run in its bits (else the tensor cores did not run). This comparison
+// cannot tell that rounding from fp32 (the control is no nearer); FlashAttention's own rule is the
+// yardstick for this path: Bf16Budget.CudaWithinTwiceTorchsBf16Error (test_precision, on simt and
+// the GPU). Not yet measured on a GPU: printed.
 // tc: the tensor-core run, its gradients to differ from `reference` (the reference run's, in order).
 void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::vector<float>>& reference) {
   auto* gpu = &gpu_backend;
   auto cpu = make_cpu_backend();
-  const double tensor_bound = tc ? 2e-2 : 1e-2, whole_bound = tc ? 6e-3 : 3e-3, loss_bound = tc ? 2e-4 : 1e-4;
+  const double tensor_bound = tc ? 5e-2 : 1e-2, whole_bound = tc ? 2e-2 : 3e-3, loss_bound = tc ? 4e-4 : 1e-4;
   size_t run = 0;
   double worst = 0, worst_whole = 0, worst_loss = 0, least_control = INFINITY;
   for (std::string arch : {"llama", "qwen2", "qwen3"}) {
