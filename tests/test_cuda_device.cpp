@@ -1,17 +1,18 @@
 // Device memory goes through the accountant; skipped (with the reason) when no GPU is visible.
+// Built against simt (tests/simt) too, in every build, nvcc or not.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "core/memory.h"
-#ifdef OOMB_HAVE_CUDA
+#if defined(OOMB_HAVE_CUDA) || defined(OOMB_SIMT)
 #include "backend/cuda/cuda_device.h"
 #endif
 
 using namespace oomb;
 
 TEST(CudaDevice, AllocationsAreAccountedAndRoundTrip) {
-#ifndef OOMB_HAVE_CUDA
+#if !defined(OOMB_HAVE_CUDA) && !defined(OOMB_SIMT)
   GTEST_SKIP() << "this build has no CUDA backend (nvcc not found at configure time)";
 #else
   std::string why;

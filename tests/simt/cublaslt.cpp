@@ -1,4 +1,5 @@
-// cuBLASLt on simt: D = alpha op(A) op(B) + beta C (+ bias per row of D), every matrix column-major
+// cuBLASLt on simt: D = alpha op(A) op(B) + beta C (+ bias per row of D), run when the stream gets
+// there (tests/simt/runtime.cpp), every matrix column-major
 // (rows, cols, ld), as the library documents it; products summed in fp64 and rounded once (the
 // library sums in fp32 in an order of its own: the CPU reference's order is neither). The checks
 // are the library's: what it would refuse, this refuses with the status it returns.
@@ -156,8 +157,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha, const void* Ap,
                               cublasLtMatrixLayout_t A, const void* Bp, cublasLtMatrixLayout_t B, const void* beta,
                               const void* Cp, cublasLtMatrixLayout_t C, void* Dp, cublasLtMatrixLayout_t D,
-                              const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
-  if (const cublasStatus_t s = check(d, A, B, C, D); s != CUBLAS_STATUS_SUCCESS) return s;
+                              const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t s) {
+  if (const cublasStatus_t st = check(d, A, B, C, D); st != CUBLAS_STATUS_SUCCESS) return st;
   if (!algo || algo->data[5] != kMagic) return refuse(CUBLAS_STATUS_INVALID_VALUE, "an algorithm no heuristic gave");
   if (algo->data[4] != uint64_t(d->epilogue))
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "an epilogue other than the one the algorithm was chosen for");
@@ -166,26 +167,29 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     if (alignment(ptrs[i]) < algo->data[i])
       return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "a pointer less aligned than the algorithm was chosen for");
   if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !d->bias) return refuse(CUBLAS_STATUS_INVALID_VALUE, "a null bias");
+  // the scalars (host pointers) and descriptors as they are now; the product when the stream gets there
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  const uint64_t m = D->rows, n = D->cols, k = d->ta == CUBLAS_OP_N ? A->cols : A->rows;
-  std::vector<double> acc(m);
-  std::vector<float> col(m);
-  for (uint64_t j = 0; j < n; ++j) {
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (uint64_t kk = 0; kk < k; ++kk) {
-      const double b = element(Bp, B->type, d->tb == CUBLAS_OP_N ? kk + j * uint64_t(B->ld) : j + kk * uint64_t(B->ld));
-      for (uint64_t i = 0; i < m; ++i) {
-        const size_t at = d->ta == CUBLAS_OP_N ? i + kk * uint64_t(A->ld) : kk + i * uint64_t(A->ld);
-        acc[i] += double(element(Ap, A->type, at)) * b;
+  simt_issue(s, [=, dd = *d, a = *A, b = *B, c = *C, dl = *D] {
+    const uint64_t m = dl.rows, n = dl.cols, k = dd.ta == CUBLAS_OP_N ? a.cols : a.rows;
+    std::vector<double> acc(m);
+    std::vector<float> col(m);
+    for (uint64_t j = 0; j < n; ++j) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (uint64_t kk = 0; kk < k; ++kk) {
+        const double bv = element(Bp, b.type, dd.tb == CUBLAS_OP_N ? kk + j * uint64_t(b.ld) : j + kk * uint64_t(b.ld));
+        for (uint64_t i = 0; i < m; ++i) {
+          const size_t at = dd.ta == CUBLAS_OP_N ? i + kk * uint64_t(a.ld) : kk + i * uint64_t(a.ld);
+          acc[i] += double(element(Ap, a.type, at)) * bv;
+        }
       }
+      for (uint64_t i = 0; i < m; ++i) {  // C is not read when beta is 0, as the library does
+        float v = al * float(acc[i]);
+        if (be != 0.0f) v += be * static_cast<const float*>(Cp)[i + j * uint64_t(c.ld)];
+        if (dd.epilogue == CUBLASLT_EPILOGUE_BIAS) v += dd.bias[i];
+        col[i] = v;
+      }
+      std::memcpy(static_cast<float*>(Dp) + j * uint64_t(dl.ld), col.data(), m * 4);
     }
-    for (uint64_t i = 0; i < m; ++i) {  // C is not read when beta is 0, as the library does
-      float v = al * float(acc[i]);
-      if (be != 0.0f) v += be * static_cast<const float*>(Cp)[i + j * uint64_t(C->ld)];
-      if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) v += d->bias[i];
-      col[i] = v;
-    }
-    std::memcpy(static_cast<float*>(Dp) + j * uint64_t(D->ld), col.data(), m * 4);
-  }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }

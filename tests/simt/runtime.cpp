@@ -1,18 +1,31 @@
-// The CUDA runtime on simt: one device whose memory is host memory, every call complete on return.
+// The CUDA runtime on simt: one device whose memory is host memory. Streams run their work as late
+// as CUDA allows (OOMB_SIMT_STREAMS=eager: as it is issued): a stream's kernels, copies and sets
+// wait in its queue until the host synchronizes with it (the stream, or an event recorded on it),
+// a stream that waits for its event reaches that wait, the legacy stream is used (which waits for
+// every blocking stream) or memory is freed (cudaFree synchronizes). So work on one stream that
+// should have waited for another's reads what was there before, and the host reading a copy's
+// destination, or rewriting its pinned source, without a wait sees the copy not yet done: the
+// tests of the backend that runs on it fail where a GPU would race.
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
+#include <vector>
 
 namespace {
 
 constexpr size_t kTotal = size_t(80) << 30;  // the device's memory as cudaMemGetInfo states it (an H100's)
 thread_local cudaError_t g_last = cudaSuccess;
-std::mutex g_mu;
-std::unordered_map<void*, size_t> g_device;  // device allocations: bytes
+// every call below holds it: the queues, the allocations, and the work run from them (a host
+// thread of the trainer may call the runtime beside the main one)
+std::recursive_mutex g_mu;
+std::map<uintptr_t, size_t> g_device, g_pinned;  // allocations: start -> bytes
 size_t g_used = 0;
 
 cudaError_t fail(cudaError_t e, const std::string& why) {
@@ -26,7 +39,79 @@ void* aligned(size_t bytes) {
   return posix_memalign(&p, 256, bytes > 0 ? bytes : 1) == 0 ? p : nullptr;
 }
 
+bool within(const std::map<uintptr_t, size_t>& m, const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = m.upper_bound(a);
+  if (it == m.begin()) return false;
+  --it;
+  return a < it->first + std::max<size_t>(it->second, 1);
+}
+// host memory that is neither the device's nor pinned (CUDA stages copies from it, and copies into
+// it complete before the call returns)
+bool pageable(const void* p) { return !within(g_device, p) && !within(g_pinned, p); }
+
+bool eager() {
+  static const bool e = [] {
+    const char* v = std::getenv("OOMB_SIMT_STREAMS");
+    return v && std::string(v) == "eager";
+  }();
+  return e;
+}
+
+struct Stream {
+  std::deque<std::function<void()>> queue;
+  uint64_t issued = 0, done = 0;  // work items so far; those run
+};
+struct Event {
+  Stream* stream = nullptr;  // where it was last recorded (none: complete)
+  uint64_t at = 0;           // complete once that stream has run this many items
+};
+std::vector<std::unique_ptr<Stream>>& streams() {  // kept to the end: a wait may name a destroyed one
+  static std::vector<std::unique_ptr<Stream>> v;
+  return v;
+}
+
+void run_until(Stream& st, uint64_t n) {
+  while (st.done < n) {
+    std::function<void()> f = std::move(st.queue.front());
+    st.queue.pop_front();
+    f();  // may run another stream up to an event it waits for
+    ++st.done;
+  }
+}
+void run_all() {
+  for (auto& st : streams()) run_until(*st, st->issued);
+}
+
+// Work issued on stream s: queued, or run now on the legacy stream (null) once every blocking
+// stream has run what it holds, as CUDA orders them.
+void issue(cudaStream_t s, std::function<void()> f) {
+  if (eager() || s == nullptr) {
+    if (s == nullptr) run_all();
+    f();
+    if (s) ++reinterpret_cast<Stream*>(s)->issued, ++reinterpret_cast<Stream*>(s)->done;
+    return;
+  }
+  Stream& st = *reinterpret_cast<Stream*>(s);
+  st.queue.push_back(std::move(f));
+  ++st.issued;
+}
+
+// A copy's source as it is when issued where CUDA reads it then (pageable host memory, which it
+// stages), else as it will be when the copy runs.
+std::function<const void*()> source(const void* src, size_t bytes) {
+  if (!pageable(src)) return [src] { return src; };
+  auto copy = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
+                                                           static_cast<const unsigned char*>(src) + bytes);
+  return [copy] { return static_cast<const void*>(copy->data()); };
+}
+
 }  // namespace
+
+void simt_issue(cudaStream_t s, std::function<void()> work) {
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  issue(s, std::move(work));
+}
 
 cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;
@@ -46,7 +131,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
-  std::lock_guard<std::mutex> l(g_mu);
+  std::lock_guard<std::recursive_mutex> l(g_mu);
   *total = kTotal;
   *free = kTotal > g_used ? kTotal - g_used : 0;
   return cudaSuccess;
@@ -72,83 +157,146 @@ const char* cudaGetErrorString(cudaError_t e) {
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = aligned(bytes);
   if (!*p) return fail(cudaErrorMemoryAllocation, "cudaMalloc: out of host memory");
-  std::lock_guard<std::mutex> l(g_mu);
-  g_device[*p] = bytes;
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  g_device[reinterpret_cast<uintptr_t>(*p)] = bytes;
   g_used += bytes;
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
-  {
-    std::lock_guard<std::mutex> l(g_mu);
-    const auto it = g_device.find(p);
-    if (it == g_device.end()) return fail(cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return");
-    g_used -= it->second;
-    g_device.erase(it);
-  }
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  const auto it = g_device.find(reinterpret_cast<uintptr_t>(p));
+  if (it == g_device.end()) return fail(cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return");
+  run_all();  // cudaFree waits for the device
+  g_used -= it->second;
+  g_device.erase(it);
   std::free(p);
   return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
   *p = aligned(bytes);
-  return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation, "cudaHostAlloc: out of host memory");
+  if (!*p) return fail(cudaErrorMemoryAllocation, "cudaHostAlloc: out of host memory");
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  g_pinned[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* p) {
+  if (!p) return cudaSuccess;
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  if (g_pinned.erase(reinterpret_cast<uintptr_t>(p)) == 0)
+    return fail(cudaErrorInvalidValue, "cudaFreeHost of a pointer cudaHostAlloc did not return");
+  run_all();
   std::free(p);
   return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  run_all();  // the legacy stream
   if (bytes > 0) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t s) {
+  if (bytes == 0) return cudaSuccess;
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  issue(s, [dst, from = source(src, bytes), bytes] { std::memmove(dst, from(), bytes); });
+  if (pageable(dst) && s) run_until(*reinterpret_cast<Stream*>(s), reinterpret_cast<Stream*>(s)->issued);
+  return cudaSuccess;
 }
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
-                              cudaMemcpyKind, cudaStream_t) {
+                              cudaMemcpyKind, cudaStream_t s) {
   if (width > dpitch || width > spitch)
     return fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync: a row wider than its pitch");
-  for (size_t r = 0; r < height; ++r)
-    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+  if (width == 0 || height == 0) return cudaSuccess;
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  const size_t span = (height - 1) * spitch + width;
+  issue(s, [=, from = source(src, span)] {
+    const char* f = static_cast<const char*>(from());
+    for (size_t r = 0; r < height; ++r) std::memmove(static_cast<char*>(dst) + r * dpitch, f + r * spitch, width);
+  });
+  if (pageable(dst) && s) run_until(*reinterpret_cast<Stream*>(s), reinterpret_cast<Stream*>(s)->issued);
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  run_all();
   std::memset(p, value, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  issue(s, [=] { std::memset(p, value, bytes); });
+  return cudaSuccess;
+}
 
-// Streams and events: handles only, every operation having completed in order already.
 cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  *s = reinterpret_cast<cudaStream_t>(new char(0));
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  streams().push_back(std::make_unique<Stream>());
+  *s = reinterpret_cast<cudaStream_t>(streams().back().get());
   return cudaSuccess;
 }
-cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  delete reinterpret_cast<char*>(s);
+cudaError_t cudaStreamDestroy(cudaStream_t s) {  // CUDA finishes its work first
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  if (s) run_until(*reinterpret_cast<Stream*>(s), reinterpret_cast<Stream*>(s)->issued);
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  if (s == nullptr) run_all();
+  else run_until(*reinterpret_cast<Stream*>(s), reinterpret_cast<Stream*>(s)->issued);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  const Event ev = *reinterpret_cast<Event*>(e);  // the record made before this call
+  if (ev.stream) issue(s, [ev] { run_until(*ev.stream, ev.at); });
+  return cudaSuccess;
+}
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
-  *e = reinterpret_cast<cudaEvent_t>(new char(0));
+  *e = reinterpret_cast<cudaEvent_t>(new Event);
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete reinterpret_cast<char*>(e);
+  delete reinterpret_cast<Event*>(e);
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  Event& ev = *reinterpret_cast<Event*>(e);
+  if (s == nullptr) {
+    run_all();
+    ev = Event{};
+  } else {
+    ev.stream = reinterpret_cast<Stream*>(s);
+    ev.at = ev.stream->issued;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  const Event& ev = *reinterpret_cast<Event*>(e);
+  if (ev.stream) run_until(*ev.stream, ev.at);
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }  // as if the device had got there
 
 cudaError_t simt_func_set_max_shared(const void* kernel, int bytes) {
+  std::lock_guard<std::recursive_mutex> l(g_mu);
   const std::string why = bytes < 0 ? "a negative size" : simt::set_max_shared(kernel, size_t(bytes));
   return why.empty() ? cudaSuccess : fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: " + why);
 }
 
-void simt_launch(const void* kernel, dim3 grid, dim3 block, size_t shared, simt::Body body, void* arg) {
-  const std::string why =
-      simt::launch(kernel, {grid.x, grid.y, grid.z}, {block.x, block.y, block.z}, shared, body, arg);
-  if (!why.empty()) fail(cudaErrorInvalidConfiguration, "a kernel launch CUDA refuses: " + why);
+void simt_launch(const void* kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t s,
+                 std::function<void()> body) {
+  const simt::Dim3 g{grid.x, grid.y, grid.z}, b{block.x, block.y, block.z};
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  // a configuration CUDA refuses is an error of the launch, not of the work when it runs
+  if (const std::string why = simt::refusal(kernel, g, b, shared); !why.empty()) {
+    fail(cudaErrorInvalidConfiguration, "a kernel launch CUDA refuses: " + why);
+    return;
+  }
+  issue(s, [=, body = std::move(body)] {
+    simt::launch(kernel, g, b, shared, [](void* f) { (*static_cast<const std::function<void()>*>(f))(); },
+                 const_cast<std::function<void()>*>(&body));
+  });
 }

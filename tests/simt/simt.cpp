@@ -225,7 +225,7 @@ std::string set_max_shared(const void* kernel, size_t bytes) {
   return "";
 }
 
-std::string launch(const void* kernel, Dim3 grid, Dim3 block, size_t shared, Body body, void* arg) {
+std::string refusal(const void* kernel, Dim3 grid, Dim3 block, size_t shared) {
   if (g_block) return "a kernel launched from a kernel";
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.z > 64)
@@ -238,6 +238,11 @@ std::string launch(const void* kernel, Dim3 grid, Dim3 block, size_t shared, Bod
   if (shared > limit)
     return fmt::format("{} bytes of dynamic shared memory, above the kernel's {} (cudaFuncSetAttribute raises it)",
                        shared, limit);
+  return "";
+}
+
+std::string launch(const void* kernel, Dim3 grid, Dim3 block, size_t shared, Body body, void* arg) {
+  if (std::string why = refusal(kernel, grid, block, shared); !why.empty()) return why;
   Block b;
   b.body = body, b.arg = arg;
   b.shared.resize(std::max<size_t>(shared, 16));

@@ -254,7 +254,13 @@ class CudaBackend final : public Backend {
   void* native_stream(Stream s) override { return on(s); }
   std::unique_ptr<Event> new_event() override { return std::make_unique<CudaEvent>(); }
   void record(Event& e, Stream s) override { cuda_check(cudaEventRecord(ev(e), on(s)), "record"); }
-  void wait(Stream s, const Event& e) override { cuda_check(cudaStreamWaitEvent(on(s), ev(e), 0), "wait"); }
+  void wait(Stream s, const Event& e) override {
+#ifdef OOMB_MUTANT_SKIP_WAIT  // a negative control (simt's, CMakeLists): streams no longer wait for each other
+    (void)s, (void)e;
+    return;
+#endif
+    cuda_check(cudaStreamWaitEvent(on(s), ev(e), 0), "wait");
+  }
   void synchronize(const Event& e) override { cuda_check(cudaEventSynchronize(ev(e)), "synchronize"); }
   void synchronize() override {
     cuda_check(cudaStreamSynchronize(copy_stream_), "synchronize");

@@ -1,7 +1,7 @@
 // How oomb's kernels start: launch(kernel, grid, block, shared bytes, stream, args...) is
 // kernel<<<grid, block, shared, stream>>>(args...) under nvcc. Built with OOMB_SIMT (tests/simt: the
-// CUDA backend's sources on the CPU, for tests), it runs the whole grid there instead, and the
-// few spellings below that only nvcc knows take simt's.
+// CUDA backend's sources on the CPU, for tests), it issues the whole grid's run on the stream
+// there instead, and the few spellings below that only nvcc knows take simt's.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -19,14 +19,9 @@ namespace oomb::cuda::k {
 template <typename... P, typename... A>
 inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared, cudaStream_t s, A&&... args) {
 #ifdef OOMB_SIMT
-  (void)s;
-  struct Call {
-    void (*kernel)(P...);
-    std::tuple<P...> args;
-  };
-  Call c{kernel, std::tuple<P...>(std::forward<A>(args)...)};
-  simt_launch(reinterpret_cast<const void*>(kernel), grid, block, shared,
-              [](void* p) { std::apply(static_cast<Call*>(p)->kernel, static_cast<Call*>(p)->args); }, &c);
+  // the arguments by value, as CUDA copies them at the launch; every thread runs the kernel on them
+  simt_launch(reinterpret_cast<const void*>(kernel), grid, block, shared, s,
+              [kernel, a = std::tuple<P...>(std::forward<A>(args)...)] { std::apply(kernel, a); });
 #else
   kernel<<<grid, block, shared, s>>>(std::forward<A>(args)...);
 #endif

@@ -1,11 +1,12 @@
 // The CUDA runtime API and kernel language as simt runs them on the CPU (tests/simt/include/simt.h):
-// what oomb's CUDA backend uses, no more. Device memory is host memory; streams and events are in
-// order already (every call completes before it returns); a launch runs the whole grid.
+// what oomb's CUDA backend uses, no more. Device memory is host memory; a stream's work runs as late
+// as CUDA allows (tests/simt/runtime.cpp); a launch runs the whole grid.
 #pragma once
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 
 #include "simt.h"
 
@@ -138,6 +139,9 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
   return simt_func_set_max_shared(reinterpret_cast<const void*>(kernel), value);
 }
-// A kernel launch (src/backend/cuda/launch.cuh): runs the grid; a configuration CUDA refuses sets
-// the error cudaGetLastError returns.
-void simt_launch(const void* kernel, dim3 grid, dim3 block, size_t shared, simt::Body body, void* arg);
+// A kernel launch (src/backend/cuda/launch.cuh): body runs every thread of the grid when stream s
+// reaches it; a configuration CUDA refuses sets the error cudaGetLastError returns, running nothing.
+void simt_launch(const void* kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t s,
+                 std::function<void()> body);
+// Other work on stream s (a library's, such as cuBLASLt's): runs when the stream reaches it.
+void simt_issue(cudaStream_t s, std::function<void()> work);

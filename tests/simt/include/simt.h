@@ -24,8 +24,9 @@ inline thread_local Dim3 thread_idx, block_idx, block_dim, grid_dim;
 
 // A kernel's body (one thread's run) and its argument.
 using Body = void (*)(void* arg);
-// Runs body(arg) for every thread of every block. Returns "" or why CUDA would refuse the launch
-// (block or grid dimensions, shared memory above the kernel's limit).
+// "" or why CUDA would refuse the launch (block or grid dimensions, shared memory above the kernel's limit)
+std::string refusal(const void* kernel, Dim3 grid, Dim3 block, size_t shared);
+// Runs body(arg) for every thread of every block. Returns "" or refusal()'s reason, running nothing.
 std::string launch(const void* kernel, Dim3 grid, Dim3 block, size_t shared, Body body, void* arg);
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes): "" or why not
 std::string set_max_shared(const void* kernel, size_t bytes);
