@@ -86,7 +86,8 @@ __global__ void rmsnorm_bwd_dx_k(const float* x, const float* w, const float* rs
 // of a row); pass 2, lane 0 adds the lanes' sums in lane order. The same order on every run, and
 // kRowLanes times the parallelism of one thread per column.
 constexpr int kRowLanes = 32;
-__device__ inline double lanes_total(double s, double (*part)[33]) {
+__device__ inline double lanes_total(double s) {
+  __shared__ double part[kRowLanes][33];  // here, not in the (template) kernels: simt garbles it per block
   part[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   double r = 0;
@@ -97,12 +98,11 @@ __device__ inline double lanes_total(double s, double (*part)[33]) {
 
 // dw (d) += sum_t dy[t, i] x[t, i] rstd[t]; x, dy: (T, d); grid: d / 32 blocks of (32, kRowLanes)
 __global__ void rmsnorm_bwd_dw_k(const float* x, const float* rstd, const float* dy, float* dw, int64_t T, int64_t d) {
-  __shared__ double part[kRowLanes][33];
   const int64_t i = int64_t(blockIdx.x) * 32 + threadIdx.x;
   double s = 0;
   if (i < d)
     for (int64_t t = threadIdx.y; t < T; t += kRowLanes) s += double(dy[t * d + i]) * x[t * d + i] * rstd[t];
-  const double r = lanes_total(s, part);
+  const double r = lanes_total(s);
   if (threadIdx.y == 0 && i < d) dw[i] += float(r);
 }
 
@@ -196,12 +196,11 @@ __device__ inline float widen(uint16_t h) { return from_bf16(h); }
 // db (out) += sum_t dy[t, o]; dy: (T, out); grid: out / 32 blocks of (32, kRowLanes), as above
 template <typename In>  // float, or uint16_t holding bf16
 __global__ void column_sums_k(const In* dy, float* db, int64_t T, int64_t out) {
-  __shared__ double part[kRowLanes][33];
   const int64_t o = int64_t(blockIdx.x) * 32 + threadIdx.x;
   double s = 0;
   if (o < out)
     for (int64_t t = threadIdx.y; t < T; t += kRowLanes) s += widen(dy[t * out + o]);
-  const double r = lanes_total(s, part);
+  const double r = lanes_total(s);
   if (threadIdx.y == 0 && o < out) db[o] += float(r);
 }
 

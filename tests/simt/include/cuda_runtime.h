@@ -17,7 +17,11 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
-#define __shared__ static  // a block's threads share it; the blocks run one after another
+// a block's threads share it (the blocks run one after another); in a section of its own, which
+// each block starts with as garbage (0xCD), as on a GPU, not with the last block's values. GCC
+// ignores the section inside a function template: declare static shared memory in a plain
+// function (kernels_basic.cu's lanes_total) or use dynamic shared memory there.
+#define __shared__ static __attribute__((section("simt_shared")))
 #define __restrict__ __restrict
 
 struct dim3 {
