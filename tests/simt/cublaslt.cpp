@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -143,6 +144,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   *count = 0;
   if (requested < 1) return refuse(CUBLAS_STATUS_INVALID_VALUE, "no result asked for");
   if (const cublasStatus_t s = check(d, A, B, C, D); s != CUBLAS_STATUS_SUCCESS) return s;
+  // OOMB_SIMT_CUBLASLT_NO_BIAS=1: no algorithm offers the bias epilogue (as the library may answer
+  // for a shape), so the caller's fallback runs
+  static const bool no_bias = std::getenv("OOMB_SIMT_CUBLASLT_NO_BIAS") != nullptr;
+  if (no_bias && d->epilogue == CUBLASLT_EPILOGUE_BIAS) return CUBLAS_STATUS_NOT_SUPPORTED;
   results[0] = {};
   cublasLtMatmulAlgo_t& a = results[0].algo;
   for (int i = 0; i < 4; ++i) a.data[i] = p->align[i];

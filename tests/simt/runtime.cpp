@@ -79,8 +79,14 @@ void run_until(Stream& st, uint64_t n) {
     ++st.done;
   }
 }
+// every stream's work, in the order they were made (OOMB_SIMT_ORDER=reverse: the other way round;
+// where one stream reads what another writes without waiting for it, one of the two orders shows it)
 void run_all() {
-  for (auto& st : streams()) run_until(*st, st->issued);
+  auto& v = streams();
+  for (size_t i = 0; i < v.size(); ++i) {
+    Stream& st = *v[simt::reverse_order() ? v.size() - 1 - i : i];
+    run_until(st, st.issued);
+  }
 }
 
 // Work issued on stream s: queued, or run now on the legacy stream (null) once every blocking

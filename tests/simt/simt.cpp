@@ -29,6 +29,7 @@ constexpr size_t kMaxExchange = 64;
 struct Barrier {
   int expected = 0, arrived = 0;
   uint64_t gen = 0;
+  const char* what = nullptr;  // what the threads arrived at so far wait for (each must wait for the same)
 };
 
 namespace ctx = boost::context;
@@ -61,6 +62,7 @@ struct Warp {
   Barrier bar;
   int lanes = 32, live = 32;
   alignas(16) unsigned char buf[2][32 * kMaxExchange];
+  uint32_t wrote[2] = {0, 0};  // the lanes that gave a value to each buffer's collective
 };
 
 // One block's run on the calling thread.
@@ -116,6 +118,11 @@ void yield_to_scheduler() {
 void arrive(Barrier& bar, const char* what) {
   Block& b = *g_block;
   Fiber& f = *b.cur;
+  if (bar.arrived == 0) {
+    bar.what = what;
+  } else if (bar.what != what) {  // e.g. one lane at __syncwarp, another at a shuffle: no such thing on a GPU
+    die(fmt::format("{} arrives at {} while its warp's other threads wait at {}", where(f), what, bar.what));
+  }
   if (++bar.arrived == bar.expected) {
     bar.arrived = 0;
     ++bar.gen;
@@ -159,13 +166,6 @@ char* stack(size_t i) {
   return g_stacks[i];
 }
 
-bool reverse_order() {
-  static const bool r = [] {
-    const char* e = std::getenv("OOMB_SIMT_ORDER");
-    return e && std::strcmp(e, "reverse") == 0;
-  }();
-  return r;
-}
 
 // The static __shared__ variables of every kernel (cuda_runtime.h): the section's bounds, which the
 // linker defines where the section exists. Written byte by byte outside ASan's view: the section
@@ -231,6 +231,14 @@ void run_block(Block& b, Dim3 block) {
 
 }  // namespace
 
+bool reverse_order() {
+  static const bool r = [] {
+    const char* e = std::getenv("OOMB_SIMT_ORDER");
+    return e && std::strcmp(e, "reverse") == 0;
+  }();
+  return r;
+}
+
 std::string set_max_shared(const void* kernel, size_t bytes) {
   if (bytes > kMaxShared) return fmt::format("{} bytes of dynamic shared memory exceed the device's {}", bytes, kMaxShared);
   max_shared()[kernel] = bytes;
@@ -260,10 +268,11 @@ std::string launch(const void* kernel, Dim3 grid, Dim3 block, size_t shared, Bod
   b.shared.resize(std::max<size_t>(shared, 16));
   g_block = &b;
   grid_dim = grid, block_dim = block;
+  const bool rev = reverse_order();  // the blocks too: one block reading what a later one writes fails
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
-        block_idx = {x, y, z};
+        block_idx = rev ? Dim3{grid.x - 1 - x, grid.y - 1 - y, grid.z - 1 - z} : Dim3{x, y, z};
         run_block(b, block);
       }
   g_block = nullptr;
@@ -282,18 +291,42 @@ void sync_warp() {
 int lane() { return g_block->cur->lane; }
 int warp_lanes() { return g_block->warps[size_t(g_block->cur->warp)].lanes; }
 
-const void* exchange(const void* v, size_t bytes) {
+namespace {
+// one barrier name per size: lanes at collectives of other sizes are at different collectives
+const char* collective_name(size_t bytes) {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (size_t i = 0; i <= kMaxExchange; ++i) v.push_back(fmt::format("a warp collective of {} bytes", i));
+    return v;
+  }();
+  return names[bytes].c_str();
+}
+}  // namespace
+
+Exchanged exchange(const void* v, size_t bytes) {
   Block& b = *g_block;
   Fiber& f = *b.cur;
   Warp& w = b.warps[size_t(f.warp)];
-  if (w.live != w.lanes) die(where(f) + ": a warp collective after lanes of its warp exited");
+  if (bytes > kMaxExchange) die(fmt::format("{}: a warp collective of {} bytes (simt takes {})", where(f), bytes, kMaxExchange));
   // two buffers in turn: a lane writes this one again only after every lane passed the next
   // collective, so after each has read this one
-  unsigned char* buf = w.buf[f.parity];
+  const int p = f.parity;
+  unsigned char* buf = w.buf[p];
   f.parity ^= 1;
+  if (w.bar.arrived == 0) w.wrote[p] = 0;  // the collective's first lane: none has given a value yet
   std::memcpy(buf + size_t(f.lane) * bytes, v, bytes);
-  arrive(w.bar, "a warp collective");
-  return buf;  // the last lane to arrive may go on and exit before the others read: nothing writes it
+  w.wrote[p] |= 1u << f.lane;
+  arrive(w.bar, collective_name(bytes));
+  // the last lane to arrive may go on and exit before the others read: nothing writes it; lanes
+  // that exited before the collective gave nothing (wrote says which)
+  return {buf, w.wrote[p]};
+}
+
+const void* Exchanged::from(int src, size_t bytes) const {
+  if (!(valid >> src & 1))
+    die(fmt::format("{} reads lane {} in a warp collective, which has exited (undefined on a GPU)",
+                    where(*g_block->cur), src));
+  return static_cast<const unsigned char*>(data) + size_t(src) * bytes;
 }
 
 namespace {
@@ -314,7 +347,9 @@ void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
   struct Frag {
     uint32_t a[4], b[2];
   };
-  const Frag* all = exchange(Frag{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}});
+  const auto ex = exchange(Frag{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}});
+  if (ex.valid != 0xffffffffu) die(where(*g_block->cur) + ": mma.sync with lanes of its warp exited");
+  const Frag* all = ex.all();
   auto A = [&](int r, int k) {  // the lane holding (r, k) and its element index i
     const int i = (k & 1) + 2 * (r >= 8) + 4 * (k >= 8);
     const int l = 4 * (r & 7) + (k & 7) / 2;

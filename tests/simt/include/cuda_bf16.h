@@ -16,7 +16,7 @@ struct alignas(4) __nv_bfloat162 {
 inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return {uint16_t((u >> 16) | 0x40u)};  // NaN stays NaN
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {uint16_t(0x7fffu)};  // any NaN: cvt.rn.bf16.f32's canonical one
   return {uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
 }
 inline float __bfloat162float(__nv_bfloat16 h) {

@@ -46,18 +46,25 @@ using std::isnan;
 
 inline void __syncthreads() { simt::sync_block(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { simt::sync_warp(); }
+// Shuffles over segments of `width` lanes (a power of two), as CUDA defines them: the source lane
+// taken modulo the width within the caller's segment; xor reaching past the segment's end returns
+// the caller's own value.
 template <class T>
-T __shfl_sync(unsigned, T v, int src, int = 32) {
-  return simt::exchange(v)[src & 31];
+T __shfl_sync(unsigned, T v, int src, int width = 32) {
+  const int base = simt::lane() & ~(width - 1);
+  return simt::exchange(v)[base + (src & (width - 1))];
 }
 template <class T>
-T __shfl_xor_sync(unsigned, T v, int mask, int = 32) {
-  return simt::exchange(v)[(simt::lane() ^ mask) & 31];
+T __shfl_xor_sync(unsigned, T v, int mask, int width = 32) {
+  const int base = simt::lane() & ~(width - 1), to = simt::lane() ^ mask;
+  const auto all = simt::exchange(v);
+  return to >= base + width ? v : all[to & 31];
 }
-inline unsigned __ballot_sync(unsigned mask, int pred) {
-  const int* all = simt::exchange(int(pred != 0));
+inline unsigned __ballot_sync(unsigned mask, int pred) {  // exited lanes vote 0
+  const auto all = simt::exchange(int(pred != 0));
   unsigned r = 0;
-  for (int l = 0; l < simt::warp_lanes(); ++l) r |= unsigned(all[l] != 0) << l;
+  for (int l = 0; l < simt::warp_lanes(); ++l)
+    if (all.valid >> l & 1) r |= unsigned(all[l] != 0) << l;
   return r & mask;
 }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }

@@ -31,17 +31,32 @@ std::string launch(const void* kernel, Dim3 grid, Dim3 block, size_t shared, Bod
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes): "" or why not
 std::string set_max_shared(const void* kernel, size_t bytes);
 void* dynamic_shared();  // the block's dynamic shared memory (extern __shared__)
+// OOMB_SIMT_ORDER=reverse: a block's threads, a grid's blocks and the streams a synchronizing call
+// drains run last to first (each order hides the races the other shows)
+bool reverse_order();
 
 void sync_block();  // __syncthreads
 void sync_warp();   // __syncwarp
 int lane();         // the running thread's lane in its warp
 int warp_lanes();   // lanes of its warp (32, or fewer in a block's last partial warp)
-// A warp collective: every lane gives `bytes` (at most 64) and gets all lanes' (lane i's at i * bytes).
-const void* exchange(const void* v, size_t bytes);
+// A warp collective: every live lane gives `bytes` (at most 64) and gets all lanes' (lane i's at
+// i * bytes); lanes that exited before it gave nothing (their bit in `valid` clear), and reading
+// one of those dies, naming it.
+struct Exchanged {
+  const void* data;
+  uint32_t valid;
+  const void* from(int src, size_t bytes) const;
+};
+Exchanged exchange(const void* v, size_t bytes);
 template <class T>
-const T* exchange(const T& v) {
+struct ExchangedOf : Exchanged {
+  const T& operator[](int src) const { return *static_cast<const T*>(from(src, sizeof(T))); }
+  const T* all() const { return static_cast<const T*>(data); }
+};
+template <class T>
+ExchangedOf<T> exchange(const T& v) {
   static_assert(sizeof(T) <= 64);
-  return static_cast<const T*>(exchange(&v, sizeof(T)));
+  return {exchange(&v, sizeof(T))};
 }
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 as the PTX ISA defines its fragments: c += a b
 void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], const uint32_t b[2]);
