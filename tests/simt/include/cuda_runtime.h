@@ -2,6 +2,7 @@
 // what oomb's CUDA backend uses, no more. Device memory is host memory; a stream's work runs as late
 // as CUDA allows (tests/simt/runtime.cpp); a launch runs the whole grid.
 #pragma once
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -73,16 +74,8 @@ inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
-inline unsigned __float_as_uint(float f) {
-  unsigned u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float __uint_as_float(unsigned u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+inline unsigned __float_as_uint(float f) { return std::bit_cast<unsigned>(f); }
+inline float __uint_as_float(unsigned u) { return std::bit_cast<float>(u); }
 
 // ---- the runtime ----
 enum cudaError_t {
