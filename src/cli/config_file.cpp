@@ -1,5 +1,6 @@
 #include "cli/config_file.h"
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -66,8 +67,18 @@ std::string resolved_config(const CLI::App& sub) {
   std::istringstream in(sub.config_to_str(false, false));
   std::string out = "# oomb " + sub.get_name() + ": the flags of this run (oomb " + sub.get_name() +
                     " --config FILE repeats it)\n";
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("config=", 0) != 0) out += line + "\n";
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("config=", 0) == 0) continue;
+    // CLI11 writes a value that reads as a number bare, surrounding spaces and all (" 5", from a
+    // quoted string in the file), and TOML trims a bare value: quoted, it reads back as it was
+    const size_t eq = line.find('=');
+    const std::string v = eq == std::string::npos ? "" : line.substr(eq + 1);
+    if (!v.empty() && (std::isspace(static_cast<unsigned char>(v.front())) ||
+                       std::isspace(static_cast<unsigned char>(v.back()))) &&
+        v.find_first_of("\"'\\[") == std::string::npos)
+      line = line.substr(0, eq + 1) + '"' + v + '"';
+    out += line + "\n";
+  }
   return out;
 }
 
