@@ -21,7 +21,8 @@
 // a block's threads share it (the blocks run one after another); in a section of its own, which
 // each block starts with as garbage (0xCD), as on a GPU, not with the last block's values. GCC
 // ignores the section inside a function template: declare static shared memory in a plain
-// function (kernels_basic.cu's lanes_total) or use dynamic shared memory there.
+// function (kernels_basic.cu's lanes_total) or use dynamic shared memory there (CTest's
+// simt.lint.StaticSharedOutsideTemplates checks, tests/simt/lint_static_shared.py).
 #define __shared__ static __attribute__((section("simt_shared")))
 #define __restrict__ __restrict
 
