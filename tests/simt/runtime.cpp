@@ -89,6 +89,12 @@ void run_all() {
   }
 }
 
+// Every item issued on stream s so far run (the legacy stream, null: every stream's).
+void drain(cudaStream_t s) {
+  if (s == nullptr) run_all();
+  else run_until(*reinterpret_cast<Stream*>(s), reinterpret_cast<Stream*>(s)->issued);
+}
+
 // Work issued on stream s: queued, or run now on the legacy stream (null) once every blocking
 // stream has run what it holds, as CUDA orders them.
 void issue(cudaStream_t s, std::function<void()> f) {
@@ -206,7 +212,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (bytes == 0) return cudaSuccess;
   std::lock_guard<std::recursive_mutex> l(g_mu);
   issue(s, [dst, from = source(src, bytes), bytes] { std::memmove(dst, from(), bytes); });
-  if (pageable(dst) && s) run_until(*reinterpret_cast<Stream*>(s), reinterpret_cast<Stream*>(s)->issued);
+  if (pageable(dst)) drain(s);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
@@ -220,7 +226,7 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
     const char* f = static_cast<const char*>(from());
     for (size_t r = 0; r < height; ++r) std::memmove(static_cast<char*>(dst) + r * dpitch, f + r * spitch, width);
   });
-  if (pageable(dst) && s) run_until(*reinterpret_cast<Stream*>(s), reinterpret_cast<Stream*>(s)->issued);
+  if (pageable(dst)) drain(s);
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
@@ -243,13 +249,12 @@ cudaError_t cudaStreamCreate(cudaStream_t* s) {
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {  // CUDA finishes its work first
   std::lock_guard<std::recursive_mutex> l(g_mu);
-  if (s) run_until(*reinterpret_cast<Stream*>(s), reinterpret_cast<Stream*>(s)->issued);
+  if (s) drain(s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   std::lock_guard<std::recursive_mutex> l(g_mu);
-  if (s == nullptr) run_all();
-  else run_until(*reinterpret_cast<Stream*>(s), reinterpret_cast<Stream*>(s)->issued);
+  drain(s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {

@@ -60,7 +60,7 @@ struct Fiber {
 
 struct Warp {
   Barrier bar;
-  int lanes = 32, live = 32;
+  int lanes = 32;
   alignas(16) unsigned char buf[2][32 * kMaxExchange];
   uint32_t wrote[2] = {0, 0};  // the lanes that gave a value to each buffer's collective
 };
@@ -143,10 +143,9 @@ ctx::fiber fiber_main(ctx::fiber&& sched) {
   b.body(b.arg);
   Fiber& f = *b.cur;
   f.done = true;
-  // an exited thread no longer holds back the block's barriers; its warp's collectives may not
-  // wait for it either (one that still needs it fails, as on the GPU where it would hang)
+  // an exited thread no longer holds back the block's barriers nor its warp's collectives (sm_70
+  // and later); a shuffle that reads it dies (exchange's `valid`)
   Warp& w = b.warps[size_t(f.warp)];
-  --w.live;
   for (Barrier* bar : {&b.bar, &w.bar}) {
     --bar->expected;
     if (bar->arrived > 0 && bar->arrived == bar->expected) bar->arrived = 0, ++bar->gen;
@@ -166,7 +165,6 @@ char* stack(size_t i) {
   return g_stacks[i];
 }
 
-
 // The static __shared__ variables of every kernel (cuda_runtime.h): the section's bounds, which the
 // linker defines where the section exists. Written byte by byte outside ASan's view: the section
 // holds its redzones between the variables.
@@ -185,7 +183,7 @@ void run_block(Block& b, Dim3 block) {
   b.warps.assign(size_t(nw), Warp{});
   for (int w = 0; w < nw; ++w) {
     Warp& wp = b.warps[size_t(w)];
-    wp.lanes = wp.live = std::min(32, n - 32 * w);
+    wp.lanes = std::min(32, n - 32 * w);
     wp.bar.expected = wp.lanes;
   }
   b.bar = Barrier{};

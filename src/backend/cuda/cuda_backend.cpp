@@ -255,7 +255,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Event> new_event() override { return std::make_unique<CudaEvent>(); }
   void record(Event& e, Stream s) override { cuda_check(cudaEventRecord(ev(e), on(s)), "record"); }
   void wait(Stream s, const Event& e) override {
-#ifdef OOMB_MUTANT_SKIP_WAIT  // a negative control (simt's, CMakeLists): streams no longer wait for each other
+#ifdef OOMB_MUTANT_SKIP_WAIT  // a negative control (simt's, cmake/simt.cmake): streams no longer wait for each other
     (void)s, (void)e;
     return;
 #endif

@@ -199,7 +199,7 @@ void page_key_means(const float* k, int64_t t0, int64_t page_size, uint16_t* mea
                     cudaStream_t s) {
   if (T == 0) return;
   const int64_t touched = (t0 + T - 1) / page_size - t0 / page_size + 1, GD = G * D;
-  launch(page_key_means_k, dim3(unsigned(touched), unsigned((GD + kThreads - 1) / kThreads)), kThreads, 0, s, 
+  launch(page_key_means_k, dim3(unsigned(touched), unsigned((GD + kThreads - 1) / kThreads)), kThreads, 0, s,
       k, t0, page_size, means, T, GD);
 }
 
@@ -207,7 +207,7 @@ void page_key_minmax(const float* k, int64_t t0, int64_t page_size, uint16_t* mi
                      cudaStream_t s) {
   if (T == 0) return;
   const int64_t touched = (t0 + T - 1) / page_size - t0 / page_size + 1, GD = G * D;
-  launch(page_key_minmax_k, dim3(unsigned(touched), unsigned((GD + kThreads - 1) / kThreads)), kThreads, 0, s, 
+  launch(page_key_minmax_k, dim3(unsigned(touched), unsigned((GD + kThreads - 1) / kThreads)), kThreads, 0, s,
       k, t0, page_size, minmax, T, GD);
 }
 

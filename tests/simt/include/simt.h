@@ -3,7 +3,8 @@
 // one after another. A fiber runs until it reaches a barrier (__syncthreads, __syncwarp, a warp
 // collective); when the barrier's last thread arrives, the others go on, in thread order. What this
 // catches: wrong indexing and fragment layouts, launch configurations CUDA refuses, a barrier that
-// not every thread reaches (deadlock, named), warp collectives with exited lanes, a missing
+// not every thread reaches (deadlock, named), lanes of a warp at different collectives, a shuffle
+// reading a lane that exited, a missing
 // __syncthreads that lets a thread read shared memory before a later-scheduled thread wrote it
 // (OOMB_SIMT_ORDER=reverse schedules the other way round), and, with ASan, reads or writes past a
 // buffer. What it cannot catch: timing, real concurrency, the memory model, tensor-core rounding.
