@@ -6,15 +6,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cudnn/cudnn_sdpa.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "attention_wmma.h"
+#include "core/dtype.h"
 
 using namespace oomb;
 
@@ -129,6 +132,85 @@ float* dev_nan(size_t n) {
   return p;
 }
 
+// bf16 copies on the device, and back to float
+uint16_t* dev_bf16(const std::vector<float>& h) {
+  std::vector<uint16_t> b(h.size());
+  for (size_t i = 0; i < h.size(); ++i) b[i] = f32_to_bf16(h[i]);
+  uint16_t* p = nullptr;
+  CK(cudaMalloc(&p, std::max<size_t>(b.size(), 1) * 2));
+  CK(cudaMemcpy(p, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  return p;
+}
+std::vector<float> host_bf16(const uint16_t* d, size_t n) {
+  std::vector<uint16_t> b(n);
+  CK(cudaMemcpy(b.data(), d, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = bf16_to_f32(b[i]);
+  return h;
+}
+std::vector<float> concat(const std::vector<std::vector<float>>& pages) {
+  std::vector<float> all;
+  for (const auto& p : pages) all.insert(all.end(), p.begin(), p.end());
+  return all;
+}
+// (T, H) <-> (H, T)
+std::vector<float> transpose(const std::vector<float>& a, int64_t rows, int64_t cols) {
+  std::vector<float> t(a.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[size_t(c * rows + r)] = a[size_t(r * cols + c)];
+  return t;
+}
+
+// cuDNN's fused SDPA (src/backend/cuda/cudnn) on the same queries over the N keys laid out
+// contiguously, (N, G, D) bf16, causal bottom-right: against the CPU reference's O, LSE, dQ, dK, dV.
+// Returns false when cuDNN runs and an error is over bf16's bound; a cuDNN that is missing or
+// refuses the graph is reported, with its message, and is not a failure of the kernels checked here.
+bool check_cudnn(const Shape& s, const Layout& L, const std::vector<float>& q, const std::vector<float>& dout,
+                 const std::vector<float>& o, const std::vector<float>& lse, const std::vector<float>& dq) {
+  std::string why;
+  if (!cuda::cudnn::available(&why)) {
+    std::printf("check cudnn: skipped (%s)\n", why.c_str());
+    return true;
+  }
+  const sdpa::Shape sh{s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true};
+  std::unique_ptr<cuda::cudnn::Sdpa> att;
+  try {
+    att = std::make_unique<cuda::cudnn::Sdpa>(sh, nullptr);
+  } catch (const std::exception& e) {
+    std::printf("check cudnn %s: NOT BUILT: %s\n", cuda::cudnn::version().c_str(), e.what());
+    return true;
+  }
+  const auto k = concat(L.k), v = concat(L.v);
+  uint16_t *qd = dev_bf16(q), *kd = dev_bf16(k), *vd = dev_bf16(v), *dod = dev_bf16(dout), *od = dev_bf16(q),
+           *dqd = dev_bf16(q), *dkd = dev_bf16(k), *dvd = dev_bf16(v);
+  float *stats = dev_nan(lse.size()), *ssum = dev_nan(lse.size());
+  void* ws = nullptr;
+  CK(cudaMalloc(&ws, std::max<size_t>(att->workspace_bytes(), 1)));
+  att->forward(qd, kd, vd, od, stats, ws);
+  att->backward(qd, kd, vd, od, dod, stats, dqd, dkd, dvd, ssum, ws);
+  CK(cudaDeviceSynchronize());
+  bool ok = true;
+  auto bound = [&](double e) {
+    if (!(e <= 3e-2)) ok = false;
+    return e;
+  };
+  std::printf("check cudnn %s (%s): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
+              cuda::cudnn::version().c_str(), att->engines().c_str(), bound(rel(host_bf16(od, o.size()), o)),
+              bound(rel(transpose(host(stats, lse.size()), s.H, s.C), lse)),
+              bound(rel(host_bf16(dqd, dq.size()), dq)), bound(rel(host_bf16(dkd, k.size()), concat(L.dk))),
+              bound(rel(host_bf16(dvd, v.size()), concat(L.dv))));
+  // determinism: a second backward gives the same bits
+  const auto dq1 = host_bf16(dqd, dq.size()), dk1 = host_bf16(dkd, k.size());
+  att->backward(qd, kd, vd, od, dod, stats, dqd, dkd, dvd, ssum, ws);
+  CK(cudaDeviceSynchronize());
+  const bool same = host_bf16(dqd, dq.size()) == dq1 && host_bf16(dkd, k.size()) == dk1;
+  std::printf("check cudnn: a second backward gives %s bits\n", same ? "the same" : "DIFFERENT");
+  for (void* p : {(void*)qd, (void*)kd, (void*)vd, (void*)dod, (void*)od, (void*)dqd, (void*)dkd, (void*)dvd,
+                  (void*)stats, (void*)ssum, ws})
+    CK(cudaFree(p));
+  return ok && same;
+}
+
 // Returns false when an error exceeds its bound: fp32 kernels 1e-4, bf16 (tensor-core) ones 3e-2.
 bool check(Shape s) {
   // C not a multiple of the 64-query tiles; the last page partial (700 = 5 x 128 + 60)
@@ -162,6 +244,7 @@ bool check(Shape s) {
     return e;
   };
   const double edk = pages_err(L.dkd, L.dk), edv = pages_err(L.dvd, L.dv);
+  ok &= check_cudnn(s, L, q, dout, o, lse, dq);
   std::printf("check (C=%ld N=%ld H=%ld G=%ld D=%ld): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
               long(s.C), long(s.N), long(s.H), long(s.G), long(s.D), bound(rel(host(od, o.size()), o), 1e-4),
               bound(rel(host(lsed, lse.size()), lse), 1e-4), bound(rel(host(dqd, dq.size()), dq), 1e-4),
@@ -266,6 +349,30 @@ int main(int argc, char** argv) {
   if (cuda::lab::attention_bwd_wmma_unsupported(p) == nullptr)
     row("attention backward, wmma bf16 (lab)",
         median_ms([&] { CK(cuda::lab::attention_bwd_wmma(p, qd, od, lsed, dod, dqd, dsum, nullptr)); }, 3), bwd_flops);
+  // cuDNN's fused SDPA over the same keys laid out contiguously (N, G, D), bf16
+  std::string why_not;
+  if (!cuda::cudnn::available(&why_not)) {
+    std::printf("| cuDNN SDPA: not run (%s) | | |\n", why_not.c_str());
+  } else {
+    try {
+      cuda::cudnn::Sdpa att({s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true}, nullptr);
+      const auto kv = randn(size_t(s.N * s.G * s.D), 9);
+      uint16_t *qb = dev_bf16(q), *kb = dev_bf16(kv), *vb = dev_bf16(kv), *ob = dev_bf16(q), *dob = dev_bf16(q),
+               *dqb = dev_bf16(q), *dkb = dev_bf16(kv), *dvb = dev_bf16(kv);
+      void* ws = nullptr;
+      CK(cudaMalloc(&ws, std::max<size_t>(att.workspace_bytes(), 1)));
+      const std::string f = "attention forward, cuDNN " + cuda::cudnn::version() + " SDPA";
+      row(f.c_str(), median_ms([&] { att.forward(qb, kb, vb, ob, lsed, ws); }, 10), fwd_flops);
+      const std::string b = "attention backward, cuDNN " + cuda::cudnn::version() + " SDPA";
+      row(b.c_str(), median_ms([&] { att.backward(qb, kb, vb, ob, dob, lsed, dqb, dkb, dvb, dsum, ws); }, 10),
+          bwd_flops);
+      std::printf("(cuDNN: %s)\n", att.engines().c_str());
+      for (void* p : {(void*)qb, (void*)kb, (void*)vb, (void*)ob, (void*)dob, (void*)dqb, (void*)dkb, (void*)dvb, ws})
+        CK(cudaFree(p));
+    } catch (const std::exception& e) {
+      std::printf("| cuDNN SDPA: not built (%s) | | |\n", e.what());
+    }
+  }
   // the fp32 GEMM rate of this GPU, measured now: 8192^3
   const int64_t M = 8192;
   float *A = dev(randn(size_t(M * M), 1)), *B = dev(randn(size_t(M * M), 2)), *Cm = nullptr, *ws = nullptr;

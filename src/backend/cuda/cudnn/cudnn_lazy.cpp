@@ -1,0 +1,69 @@
+// cuDNN, loaded on first use, as cuBLASLt is (../cublaslt_lazy.cpp): a build links no cuDNN, a run
+// that never asks for cuDNN attention never maps it, and a machine without it gets a clear error
+// from cudnn_sdpa.cpp rather than a program that will not start. libcudnn.so.9 is cuDNN's small
+// front library; it loads its engines itself.
+#if __has_include(<cudnn_graph.h>)
+#include <cudnn_graph.h>
+#include <dlfcn.h>
+
+namespace {
+
+void* library() {
+  static void* handle = [] {
+    void* h = ::dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+#ifdef OOMB_CUDA_LIB_DIR
+    if (!h) h = ::dlopen(OOMB_CUDA_LIB_DIR "/libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+#endif
+    return h;
+  }();
+  return handle;
+}
+
+template <typename F>
+F* resolve(F* self, const char* name) {
+  (void)self;
+  void* h = library();
+  return h ? reinterpret_cast<F*>(::dlsym(h, name)) : nullptr;
+}
+
+}  // namespace
+
+#define OOMB_LAZY(name, params, args)                  \
+  extern "C" cudnnStatus_t CUDNNWINAPI name params {   \
+    static auto* const f = resolve(&name, #name);      \
+    return f ? f args : CUDNN_STATUS_NOT_INITIALIZED;  \
+  }
+
+extern "C" size_t CUDNNWINAPI cudnnGetVersion(void) {
+  static auto* const f = resolve(&cudnnGetVersion, "cudnnGetVersion");
+  return f ? f() : 0;  // 0: no library
+}
+extern "C" const char* CUDNNWINAPI cudnnGetErrorString(cudnnStatus_t s) {
+  static auto* const f = resolve(&cudnnGetErrorString, "cudnnGetErrorString");
+  return f ? f(s) : "cuDNN not loaded";
+}
+extern "C" void CUDNNWINAPI cudnnGetLastErrorString(char* message, size_t max_size) {
+  static auto* const f = resolve(&cudnnGetLastErrorString, "cudnnGetLastErrorString");
+  if (f) f(message, max_size);
+  else if (max_size > 0) message[0] = '\0';
+}
+OOMB_LAZY(cudnnCreate, (cudnnHandle_t * h), (h))
+OOMB_LAZY(cudnnDestroy, (cudnnHandle_t h), (h))
+OOMB_LAZY(cudnnSetStream, (cudnnHandle_t h, cudaStream_t s), (h, s))
+OOMB_LAZY(cudnnBackendCreateDescriptor, (cudnnBackendDescriptorType_t t, cudnnBackendDescriptor_t* d), (t, d))
+OOMB_LAZY(cudnnBackendDestroyDescriptor, (cudnnBackendDescriptor_t d), (d))
+OOMB_LAZY(cudnnBackendFinalize, (cudnnBackendDescriptor_t d), (d))
+OOMB_LAZY(cudnnBackendSetAttribute,
+          (cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, int64_t n,
+           const void* v),
+          (d, a, t, n, v))
+OOMB_LAZY(cudnnBackendGetAttribute,
+          (cudnnBackendDescriptor_t const d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t,
+           int64_t requested, int64_t* count, void* v),
+          (d, a, t, requested, count, v))
+OOMB_LAZY(cudnnBackendExecute, (cudnnHandle_t h, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t pack),
+          (h, plan, pack))
+
+// whether libcudnn loaded (cudnn_sdpa.cpp names it in its error)
+bool oomb_cudnn_loaded() { return library() != nullptr; }
+#endif

@@ -1,0 +1,57 @@
+// Flash attention through cuDNN's fused SDPA engines (forward and backward, causal bottom-right,
+// GQA, natural-log stats, deterministic backward), asked for with the graphs of
+// backend/sdpa_graph.h and built once per shape. oomb's layouts: q, o, do, dq: (q_len, heads, dim)
+// bf16; k, v, dk, dv: (kv_len, kv_heads, dim) bf16; stats, softmax_sum: (heads, q_len) fp32.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "backend/sdpa_graph.h"
+
+namespace oomb::cuda::cudnn {
+
+// Whether cuDNN can be used here; if not, why (no headers at build time, no library at run time,
+// a version too old).
+bool available(std::string* why);
+std::string version();  // e.g. "9.19.0", or why there is none
+size_t version_code();  // e.g. 91900; 0: no library
+
+// Deviceless (cuDNN >= 9.8): builds both plans for `shape` on the GPU that `deviceprop_json`
+// describes (cuDNN's own serialisation of a device's properties), with no GPU here. Where the
+// driver is CUDA's stub library, cuDNN checks the graph, picks engines and compiles their kernels,
+// and only loading a kernel fails: that counts as accepted. Returns, per plan, the engine and how
+// far it got; throws as Sdpa does when no engine accepts the graph.
+std::string build_deviceless(const sdpa::Shape& shape, const std::string& deviceprop_json);
+std::string build_deviceless(const sdpa::Graph& graph, const std::string& deviceprop_json, const char* which);
+// This machine's GPU 0, serialised by cuDNN (needs the GPU): what build_deviceless takes.
+std::string deviceprop_json();
+
+class Sdpa {
+ public:
+  // Builds both plans; throws naming the graph step and cuDNN's own message when cuDNN refuses.
+  Sdpa(const sdpa::Shape& shape, cudaStream_t stream);
+  ~Sdpa();
+  Sdpa(const Sdpa&) = delete;
+  Sdpa& operator=(const Sdpa&) = delete;
+
+  const sdpa::Shape& shape() const { return shape_; }
+  size_t workspace_bytes() const;  // the larger plan's; callers pass at least this much
+  std::string engines() const;     // which cuDNN engine each plan runs, for logs
+
+  void forward(const void* q, const void* k, const void* v, void* o, float* stats, void* workspace);
+  void backward(const void* q, const void* k, const void* v, const void* o, const void* d_o, const float* stats,
+                void* dq, void* dk, void* dv, float* softmax_sum, void* workspace);
+
+ struct Plan;  // cudnn_sdpa.cpp
+
+ private:
+  sdpa::Shape shape_;
+  cudaStream_t stream_;
+  std::unique_ptr<Plan> fwd_, bwd_;
+};
+
+}  // namespace oomb::cuda::cudnn

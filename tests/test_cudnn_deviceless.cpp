@@ -1,0 +1,115 @@
+// cuDNN's verdict on oomb's attention graphs (src/backend/sdpa_graph.h), with no GPU: deviceless
+// plan building (cuDNN >= 9.8) for an H100, described by tests/fixtures/cudnn/h100_sxm_deviceprop.json,
+// on CUDA's stub driver. cuDNN checks the graph against its fused attention engines, picks an
+// engine and compiles its kernel; only loading the kernel into a driver fails, and that is what
+// "accepted" means here. On a machine with a GPU the plans load as well. Whether the kernels compute
+// attention is tests/test_sdpa_graph.cpp's question (the same graphs, evaluated on the CPU) and the
+// attention lab's on a GPU (dev/attention_lab.cpp, against the CPU reference).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "backend/sdpa_graph.h"
+#ifdef OOMB_HAVE_CUDA
+#include <dlfcn.h>
+
+#include "backend/cuda/cudnn/cudnn_sdpa.h"
+#endif
+
+namespace {
+
+#ifdef OOMB_HAVE_CUDA
+using oomb::sdpa::Shape;
+
+std::string fixture() {
+  std::ifstream f(std::string(OOMB_SOURCE_DIR) + "/tests/fixtures/cudnn/h100_sxm_deviceprop.json");
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// cuDNN dlopens libcuda.so.1: where no driver is installed, CUDA's stub (whose soname that is),
+// loaded first, answers it. Returns why cuDNN cannot be asked here, or "".
+std::string prepare() {
+  if (!::dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD) &&
+      !::dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) &&
+      !::dlopen(OOMB_CUDA_STUB_LIBCUDA, RTLD_NOW | RTLD_GLOBAL))
+    return std::string("neither a CUDA driver nor the toolkit's stub ") + OOMB_CUDA_STUB_LIBCUDA + " loads";
+  const size_t v = oomb::cuda::cudnn::version_code();
+  if (v == 0) return "no cuDNN: " + oomb::cuda::cudnn::version();
+  if (v < 90800) return "cuDNN " + oomb::cuda::cudnn::version() + " predates deviceless plans (9.8)";
+  return "";
+}
+
+#define SKIP_WITHOUT_CUDNN()                          \
+  do {                                                \
+    const std::string why_ = prepare();               \
+    if (!why_.empty()) GTEST_SKIP() << why_;          \
+  } while (0)
+
+struct Case {
+  const char* name;
+  Shape shape;
+};
+
+class Deviceless : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Deviceless, CudnnAcceptsForwardAndBackward) {
+  SKIP_WITHOUT_CUDNN();
+  std::string said;
+  ASSERT_NO_THROW(said = oomb::cuda::cudnn::build_deviceless(GetParam().shape, fixture()));
+  std::printf("[ cudnn ] %s: %s\n", GetParam().name, said.c_str());
+  EXPECT_NE(said.find("forward engine"), std::string::npos) << said;
+  EXPECT_NE(said.find("backward engine"), std::string::npos) << said;
+}
+
+// Qwen2.5-0.5B (14 heads over 2, d 64) and 7B (28 over 4, d 128) at a chunk over earlier keys; MHA;
+// a chunk alone (square, causal); lengths off the tile sizes; non-causal
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Deviceless,
+    ::testing::Values(Case{"qwen2.5-0.5b heads, C 512 over 2048 keys", {14, 2, 512, 2048, 64, 0.125f, true}},
+                      Case{"qwen2.5-7b heads, C 256 over 1024 keys", {28, 4, 256, 1024, 128, 0.088388f, true}},
+                      Case{"MHA, a chunk alone", {4, 4, 128, 128, 64, 0.125f, true}},
+                      Case{"lengths off the tiles", {4, 2, 190, 700, 64, 0.125f, true}},
+                      Case{"MQA, non-causal", {4, 1, 64, 96, 128, 0.088388f, false}}),
+    [](const ::testing::TestParamInfo<Case>& i) { return "case" + std::to_string(i.index); });
+
+// The control: the same forward with P left in fp32 before the second matmul (cuDNN requires its
+// operands in one type) is refused, so the test above can fail.
+TEST(DevicelessControl, CudnnRefusesAGraphItCannotFuse) {
+  SKIP_WITHOUT_CUDNN();
+  oomb::sdpa::Graph g = oomb::sdpa::forward({4, 2, 128, 256, 64, 0.125f, true});
+  bool changed = false;
+  for (const auto& n : g.nodes)
+    if (n.name == "bmm2")
+      for (auto& t : g.tensors)
+        if (t.uid == n.x) t.dtype = oomb::sdpa::DType::f32, changed = true;
+  ASSERT_TRUE(changed);
+  try {
+    oomb::cuda::cudnn::build_deviceless(g, fixture(), "forward with P in fp32");
+    FAIL() << "cuDNN accepted a graph whose second matmul mixes fp32 and bf16";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("forward with P in fp32"), std::string::npos) << e.what();
+    std::printf("[ cudnn ] refused as it should: %s\n", e.what());
+  }
+}
+
+TEST(DevicelessControl, BadDevicePropertiesNameTheField) {
+  SKIP_WITHOUT_CUDNN();
+  try {
+    oomb::cuda::cudnn::build_deviceless(Shape{4, 2, 128, 256, 64, 0.125f, true}, "{\"maxGridSize\": [1, 1, 1]}");
+    FAIL() << "incomplete device properties were accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("device properties"), std::string::npos) << e.what();
+  }
+}
+
+#else
+
+TEST(Deviceless, CudnnAcceptsForwardAndBackward) { GTEST_SKIP() << "this build has no CUDA (nvcc not found)"; }
+
+#endif
+
+}  // namespace
