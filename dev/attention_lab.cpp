@@ -153,13 +153,6 @@ std::vector<float> concat(const std::vector<std::vector<float>>& pages) {
   for (const auto& p : pages) all.insert(all.end(), p.begin(), p.end());
   return all;
 }
-// (T, H) <-> (H, T)
-std::vector<float> transpose(const std::vector<float>& a, int64_t rows, int64_t cols) {
-  std::vector<float> t(a.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) t[size_t(c * rows + r)] = a[size_t(r * cols + c)];
-  return t;
-}
 
 // cuDNN's fused SDPA (src/backend/cuda/cudnn) on the same queries over the N keys laid out
 // contiguously, (N, G, D) bf16, causal bottom-right: against the CPU reference's O, LSE, dQ, dK, dV.
@@ -172,7 +165,8 @@ bool check_cudnn(const Shape& s, const Layout& L, const std::vector<float>& q, c
     std::printf("check cudnn: skipped (%s)\n", why.c_str());
     return true;
   }
-  const sdpa::Shape sh{s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true};
+  // o, do, dq in fp32, as the backend asks for them
+  const sdpa::Shape sh{s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true, sdpa::DType::f32};
   std::unique_ptr<cuda::cudnn::Sdpa> att;
   try {
     att = std::make_unique<cuda::cudnn::Sdpa>(sh, nullptr);
@@ -181,9 +175,9 @@ bool check_cudnn(const Shape& s, const Layout& L, const std::vector<float>& q, c
     return true;
   }
   const auto k = concat(L.k), v = concat(L.v);
-  uint16_t *qd = dev_bf16(q), *kd = dev_bf16(k), *vd = dev_bf16(v), *dod = dev_bf16(dout), *od = dev_bf16(q),
-           *dqd = dev_bf16(q), *dkd = dev_bf16(k), *dvd = dev_bf16(v);
-  float *stats = dev_nan(lse.size()), *ssum = dev_nan(lse.size());
+  uint16_t *qd = dev_bf16(q), *kd = dev_bf16(k), *vd = dev_bf16(v), *dkd = dev_bf16(k), *dvd = dev_bf16(v);
+  float *dod = dev(dout), *od = dev_nan(o.size()), *dqd = dev_nan(dq.size()), *stats = dev_nan(lse.size()),
+        *ssum = dev_nan(lse.size());
   void* ws = nullptr;
   CK(cudaMalloc(&ws, std::max<size_t>(att->workspace_bytes(), 1)));
   att->forward(qd, kd, vd, od, stats, ws);
@@ -195,15 +189,15 @@ bool check_cudnn(const Shape& s, const Layout& L, const std::vector<float>& q, c
     return e;
   };
   std::printf("check cudnn %s (%s): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
-              cuda::cudnn::version().c_str(), att->engines().c_str(), bound(rel(host_bf16(od, o.size()), o)),
-              bound(rel(transpose(host(stats, lse.size()), s.H, s.C), lse)),
-              bound(rel(host_bf16(dqd, dq.size()), dq)), bound(rel(host_bf16(dkd, k.size()), concat(L.dk))),
+              cuda::cudnn::version().c_str(), att->engines().c_str(), bound(rel(host(od, o.size()), o)),
+              bound(rel(host(stats, lse.size()), lse)),
+              bound(rel(host(dqd, dq.size()), dq)), bound(rel(host_bf16(dkd, k.size()), concat(L.dk))),
               bound(rel(host_bf16(dvd, v.size()), concat(L.dv))));
   // determinism: a second backward gives the same bits
-  const auto dq1 = host_bf16(dqd, dq.size()), dk1 = host_bf16(dkd, k.size());
+  const auto dq1 = host(dqd, dq.size()), dk1 = host_bf16(dkd, k.size());
   att->backward(qd, kd, vd, od, dod, stats, dqd, dkd, dvd, ssum, ws);
   CK(cudaDeviceSynchronize());
-  const bool same = host_bf16(dqd, dq.size()) == dq1 && host_bf16(dkd, k.size()) == dk1;
+  const bool same = host(dqd, dq.size()) == dq1 && host_bf16(dkd, k.size()) == dk1;
   std::printf("check cudnn: a second backward gives %s bits\n", same ? "the same" : "DIFFERENT");
   for (void* p : {(void*)qd, (void*)kd, (void*)vd, (void*)dod, (void*)od, (void*)dqd, (void*)dkd, (void*)dvd,
                   (void*)stats, (void*)ssum, ws})
@@ -355,10 +349,11 @@ int main(int argc, char** argv) {
     std::printf("| cuDNN SDPA: not run (%s) | | |\n", why_not.c_str());
   } else {
     try {
-      cuda::cudnn::Sdpa att({s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true}, nullptr);
+      cuda::cudnn::Sdpa att({s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true, sdpa::DType::f32},
+                            nullptr);
       const auto kv = randn(size_t(s.N * s.G * s.D), 9);
-      uint16_t *qb = dev_bf16(q), *kb = dev_bf16(kv), *vb = dev_bf16(kv), *ob = dev_bf16(q), *dob = dev_bf16(q),
-               *dqb = dev_bf16(q), *dkb = dev_bf16(kv), *dvb = dev_bf16(kv);
+      uint16_t *qb = dev_bf16(q), *kb = dev_bf16(kv), *vb = dev_bf16(kv), *dkb = dev_bf16(kv), *dvb = dev_bf16(kv);
+      float *ob = dev(q), *dob = dev(q), *dqb = dev(q);
       void* ws = nullptr;
       CK(cudaMalloc(&ws, std::max<size_t>(att.workspace_bytes(), 1)));
       const std::string f = "attention forward, cuDNN " + cuda::cudnn::version() + " SDPA";

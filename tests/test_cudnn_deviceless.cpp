@@ -65,12 +65,15 @@ TEST_P(Deviceless, CudnnAcceptsForwardAndBackward) {
   EXPECT_NE(said.find("backward engine"), std::string::npos) << said;
 }
 
-// Qwen2.5-0.5B (14 heads over 2, d 64) and 7B (28 over 4, d 128) at a chunk over earlier keys; MHA;
-// a chunk alone (square, causal); lengths off the tile sizes; non-causal
+// Qwen2.5-0.5B (14 heads over 2, d 64) and 7B (28 over 4, d 128) at a chunk over earlier keys, with o,
+// do, dq in fp32 as the backend asks (and in bf16); MHA; a chunk alone (square, causal); lengths off
+// the tile sizes; non-causal
+constexpr auto f32 = oomb::sdpa::DType::f32, bf16 = oomb::sdpa::DType::bf16;
 INSTANTIATE_TEST_SUITE_P(
     Shapes, Deviceless,
-    ::testing::Values(Case{"qwen2.5-0.5b heads, C 512 over 2048 keys", {14, 2, 512, 2048, 64, 0.125f, true}},
-                      Case{"qwen2.5-7b heads, C 256 over 1024 keys", {28, 4, 256, 1024, 128, 0.088388f, true}},
+    ::testing::Values(Case{"qwen2.5-0.5b heads, C 512 over 2048 keys", {14, 2, 512, 2048, 64, 0.125f, true, f32}},
+                      Case{"qwen2.5-7b heads, C 256 over 1024 keys", {28, 4, 256, 1024, 128, 0.088388f, true, f32}},
+                      Case{"o, do, dq in bf16", {28, 4, 256, 1024, 128, 0.088388f, true, bf16}},
                       Case{"MHA, a chunk alone", {4, 4, 128, 128, 64, 0.125f, true}},
                       Case{"lengths off the tiles", {4, 2, 190, 700, 64, 0.125f, true}},
                       Case{"MQA, non-causal", {4, 1, 64, 96, 128, 0.088388f, false}}),

@@ -46,6 +46,12 @@ sd::Shape shape(int64_t heads, int64_t kv_heads, int64_t q_len, int64_t kv_len, 
   return s;
 }
 
+// o, do and dq in fp32 (the backend's choice): the same math, other tensor types
+sd::Shape f32_out(sd::Shape s) {
+  s.out = sd::DType::f32;
+  return s;
+}
+
 const Case kCases[] = {
     {"H4_KV2_Q5_KV9_D8_causal", shape(4, 2, 5, 9, 8, true), 11},
     {"H3_KV3_Q7_KV7_D8_causal", shape(3, 3, 7, 7, 8, true), 12},
@@ -55,6 +61,7 @@ const Case kCases[] = {
     {"H6_KV2_Q4_KV11_D16_causal", shape(6, 2, 4, 11, 16, true), 16},
     {"H2_KV1_Q7_KV3_D4_full", shape(2, 1, 7, 3, 4, false), 17},
     {"H1_KV1_Q1_KV1_D1_causal", shape(1, 1, 1, 1, 1, true), 18},
+    {"H4_KV2_Q5_KV9_D8_causal_f32_out", f32_out(shape(4, 2, 5, 9, 8, true)), 19},
 };
 
 // max |got - want| / max |want|; infinite on a NaN or a size mismatch
@@ -70,7 +77,7 @@ double rel_err(const Vec& got, const Vec& want) {
 }
 
 // ---- attention in float64, written plainly over oomb's layouts ----
-// q, o, do, dq: (q_len, heads, dim); k, v, dk, dv: (kv_len, kv_heads, dim); stats: (heads, q_len)
+// q, o, do, dq: (q_len, heads, dim); k, v, dk, dv: (kv_len, kv_heads, dim); stats: (q_len, heads)
 
 bool visible(const sd::Shape& s, int64_t i, int64_t j) { return !s.causal || j <= i + s.kv_len - s.q_len; }
 
@@ -98,7 +105,7 @@ Fwd direct_forward(const sd::Shape& s, const Vec& q, const Vec& k, const Vec& v)
       for (int64_t j = 0; j < KV; ++j)
         if (visible(s, i, j)) sum += std::exp(sc[size_t(j)] - m);
       const double lse = m + std::log(sum);
-      f.stats[size_t(h * Q + i)] = lse;
+      f.stats[size_t(i * H + h)] = lse;
       for (int64_t d = 0; d < D; ++d) {
         double acc = 0;
         for (int64_t j = 0; j < KV; ++j)
@@ -126,7 +133,7 @@ Bwd direct_backward(const sd::Shape& s, const Vec& q, const Vec& k, const Vec& v
     for (int64_t i = 0; i < Q; ++i) {
       double rowsum = 0;  // rowsum(do * o)
       for (int64_t d = 0; d < D; ++d) rowsum += dout[qi(i, h, d)] * o[qi(i, h, d)];
-      b.softmax_sum[size_t(h * Q + i)] = rowsum;
+      b.softmax_sum[size_t(i * H + h)] = rowsum;
       for (int64_t j = 0; j < KV; ++j) {
         if (!visible(s, i, j)) continue;
         double dot = 0, dp = 0;
@@ -134,7 +141,7 @@ Bwd direct_backward(const sd::Shape& s, const Vec& q, const Vec& k, const Vec& v
           dot += q[qi(i, h, d)] * k[ki(j, g, d)];
           dp += dout[qi(i, h, d)] * v[ki(j, g, d)];  // dp = do v^T
         }
-        const double p = std::exp(scale * dot - stats[size_t(h * Q + i)]);
+        const double p = std::exp(scale * dot - stats[size_t(i * H + h)]);
         const double ds = p * (dp - rowsum);
         for (int64_t d = 0; d < D; ++d) {
           b.dv[ki(j, g, d)] += p * dout[qi(i, h, d)];        // dv = p^T do
@@ -256,7 +263,8 @@ TEST(SdpaGraph, ExternalTensorsAreTheDocumentedUids) {
           EXPECT_GE(t.uid, sd::kFirstInternal) << "internal tensor '" << t.name << "'";
           continue;
         }
-        const bool f32 = t.uid == sd::Stats || t.uid == sd::SoftmaxSum;
+        const bool f32 = t.uid == sd::Stats || t.uid == sd::SoftmaxSum ||
+                         (c.s.out == sd::DType::f32 && (t.uid == sd::O || t.uid == sd::dO || t.uid == sd::dQ));
         EXPECT_EQ(t.dtype, f32 ? sd::DType::f32 : sd::DType::bf16) << "external tensor '" << t.name << "'";
         EXPECT_EQ(&g.tensor(t.uid), &t) << "tensor(" << t.uid << ")";
       }

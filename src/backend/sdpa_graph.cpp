@@ -77,6 +77,7 @@ void check(const Shape& s) {
   need(s.q_len >= 1 && s.kv_len >= 1, "q_len and kv_len must be at least 1");
   need(s.dim >= 1, "dim must be at least 1");
   need(!s.causal || s.q_len <= s.kv_len, "causal attention needs q_len <= kv_len (bottom-right diagonal)");
+  need(s.out == DType::bf16 || s.out == DType::f32, "out (the type of o, do, dq) must be bf16 or f32");
 }
 
 // oomb's token-major layouts, as cuDNN's (b, h, s, d)
@@ -86,8 +87,8 @@ Dims kv_dim(const Shape& s) { return {1, s.kv_heads, s.kv_len, s.dim}; }
 Dims kv_stride(const Shape& s) { return {s.kv_len * s.kv_heads * s.dim, s.dim, s.kv_heads * s.dim, 1}; }
 Dims kvt_dim(const Shape& s) { return {1, s.kv_heads, s.dim, s.kv_len}; }  // k^T over k's memory
 Dims kvt_stride(const Shape& s) { return {s.kv_len * s.kv_heads * s.dim, s.dim, 1, s.kv_heads * s.dim}; }
-Dims row_dim(const Shape& s) { return {1, s.heads, s.q_len, 1}; }  // stats, softmax_sum: (heads, q_len)
-Dims row_stride(const Shape& s) { return {s.heads * s.q_len, s.q_len, 1, 1}; }
+Dims row_dim(const Shape& s) { return {1, s.heads, s.q_len, 1}; }  // stats, softmax_sum: (q_len, heads)
+Dims row_stride(const Shape& s) { return {s.q_len * s.heads, 1, s.heads, 1}; }
 Dims score_dim(const Shape& s) { return {1, s.heads, s.q_len, s.kv_len}; }
 Dims score_stride(const Shape& s) { return {s.heads * s.q_len * s.kv_len, s.q_len * s.kv_len, s.kv_len, 1}; }
 Dims score_t_dim(const Shape& s) { return {1, s.heads, s.kv_len, s.q_len}; }  // scores seen transposed
@@ -107,7 +108,7 @@ Graph forward(const Shape& s) {
   const int64_t q = g.external(Q, "q", DType::bf16, q_dim(s), q_stride(s));
   const int64_t kt = g.external(K, "k^T", DType::bf16, kvt_dim(s), kvt_stride(s));
   const int64_t v = g.external(V, "v", DType::bf16, kv_dim(s), kv_stride(s));
-  const int64_t o = g.external(O, "o", DType::bf16, q_dim(s), q_stride(s));
+  const int64_t o = g.external(O, "o", s.out, q_dim(s), q_stride(s));
   const int64_t stats = g.external(Stats, "stats", DType::f32, row_dim(s), row_stride(s));
 
   // s = scale q k^T, masked
@@ -138,10 +139,10 @@ Graph backward(const Shape& s) {
   const int64_t q = g.external(Q, "q", DType::bf16, q_dim(s), q_stride(s));
   const int64_t kt = g.external(K, "k^T", DType::bf16, kvt_dim(s), kvt_stride(s));
   const int64_t vt = g.external(V, "v^T", DType::bf16, kvt_dim(s), kvt_stride(s));
-  const int64_t o = g.external(O, "o", DType::bf16, q_dim(s), q_stride(s));
-  const int64_t d_o = g.external(dO, "do", DType::bf16, q_dim(s), q_stride(s));
+  const int64_t o = g.external(O, "o", s.out, q_dim(s), q_stride(s));
+  const int64_t d_o = g.external(dO, "do", s.out, q_dim(s), q_stride(s));
   const int64_t stats = g.external(Stats, "stats", DType::f32, row_dim(s), row_stride(s));
-  const int64_t dq = g.external(dQ, "dq", DType::bf16, q_dim(s), q_stride(s));
+  const int64_t dq = g.external(dQ, "dq", s.out, q_dim(s), q_stride(s));
   const int64_t dk = g.external(dK, "dk", DType::bf16, kv_dim(s), kv_stride(s));
   const int64_t dv = g.external(dV, "dv", DType::bf16, kv_dim(s), kv_stride(s));
   const int64_t softmax_sum = g.external(SoftmaxSum, "softmax_sum", DType::f32, row_dim(s), row_stride(s));

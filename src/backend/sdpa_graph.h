@@ -4,8 +4,9 @@
 // descriptors, and tests/test_sdpa_graph.cpp evaluates the same graph on the CPU against attention
 // in float64, so the math of what cuDNN is asked for is checked on every machine.
 //
-// Layouts are oomb's, token-major and batch 1: q, o, dq, do: (q_len, heads, dim) bf16; k, v, dk, dv:
-// (kv_len, kv_heads, dim) bf16; stats and softmax_sum: (heads, q_len) fp32. cuDNN numbers every
+// Layouts are oomb's, token-major and batch 1: q, o, dq, do: (q_len, heads, dim); k, v, dk, dv:
+// (kv_len, kv_heads, dim); stats and softmax_sum: (q_len, heads) fp32, as oomb's lse. q, k, v, dk
+// and dv are bf16 (cuDNN's fused engines take no other type); o, do and dq bf16 or fp32. cuDNN numbers every
 // tensor's dims (b, h, s, d); a tensor here gives those dims and the strides of its memory, so k
 // described as k^T (as cuDNN's first matmul takes it) has dims and strides of s and d swapped.
 #pragma once
@@ -62,15 +63,16 @@ struct Shape {
   int64_t heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, dim = 0;
   float scale = 0;      // softmax(scale q k^T)
   bool causal = true;   // bottom-right: query i (of q_len) sees keys j <= i + kv_len - q_len
+  DType out = DType::bf16;  // o, do and dq: bf16 or f32
 };
 
 // The tensors a caller binds, by uid. Stats: the natural-log LSE of each row of scale q k^T
 // (written by the forward, read by the backward); SoftmaxSum: the backward's fp32 workspace
-// (rowsum(do * o)), (heads, q_len).
+// (rowsum(do * o)), (q_len, heads).
 enum Uid : int64_t { Q = 1, K, V, O, Stats, dO, dQ, dK, dV, SoftmaxSum, kFirstInternal = 100 };
 
 // Throw std::invalid_argument naming the field when a shape cannot be built (heads not a multiple of
-// kv_heads, a length or dim < 1, causal with q_len > kv_len).
+// kv_heads, a length or dim < 1, causal with q_len > kv_len, out neither bf16 nor f32).
 Graph forward(const Shape& s);   // q, k, v -> o, stats
 Graph backward(const Shape& s);  // q, k, v, o, do, stats -> dq, dk, dv (deterministic: no atomics)
 
