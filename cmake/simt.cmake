@@ -1,6 +1,7 @@
 # simt: the CUDA backend's own sources on the CPU (tests/simt), so that its tests run everywhere.
 # The kernels (.cu) compile as C++ through wrappers that include them; tests/simt/include stands in
-# for the CUDA headers (runtime, bf16, cuBLASLt). The namespace oomb::cuda becomes oomb::cuda_simt and
+# for the CUDA headers (runtime, bf16, cuBLASLt), tests/simt/*.cpp for the libraries (the runtime,
+# cuBLASLt, cuDNN's attention). The namespace oomb::cuda becomes oomb::cuda_simt and
 # make_cuda_backend make_simt_cuda_backend, so that a build with the real backend links both apart.
 # The test_cuda_* suites build a second time against it, as simt.*, labelled simt.
 file(GLOB OOMB_SIMT_CU CONFIGURE_DEPENDS src/backend/cuda/*.cu)
@@ -28,6 +29,8 @@ function(oomb_simt_target name)
   # missing _rn; the GPU run of test_cuda_ops' zero-tolerance optimizer checks can)
   target_compile_options(${name} PRIVATE -fno-strict-aliasing -ffp-contract=off -Wno-unknown-pragmas)
   target_link_libraries(${name} PUBLIC oomb_lib Boost::context)
+  # cuDNN's stand-in (tests/simt/cudnn_sdpa.cpp) runs its graphs on the tests' interpreter (sdpa_graph_eval.cpp)
+  target_link_libraries(${name} PRIVATE oomb_test_util)
 endfunction()
 add_library(oomb_simt_common OBJECT ${OOMB_SIMT_SRC})
 oomb_simt_target(oomb_simt_common)

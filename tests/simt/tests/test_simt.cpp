@@ -5,10 +5,15 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
+#include "backend/cuda/cudnn/cudnn_sdpa.h"
 #include "backend/cuda/launch.cuh"
+#include "core/dtype.h"
 
 using oomb::cuda::k::launch;
 
@@ -226,6 +231,182 @@ TEST(Simt, MmaFragmentsAsThePtxIsaLaysThemOut) {
   cudaFree(dA);
   cudaFree(dB);
   cudaFree(dD);
+}
+
+// cuDNN's attention on simt (tests/simt/cudnn_sdpa.cpp) against attention written out here in float64:
+// forward then backward on a stream, GQA and causal (bottom-right), o and dq in fp32 and in bf16. q
+// arrives by a copy issued on the same stream just before the forward, so the forward must run in
+// stream order to see it; outputs are rounded once to their type, and touch nothing past their end.
+// (Device memory is host memory on simt: the test reads it directly, before and after the stream runs.)
+namespace cudnn = oomb::cuda::cudnn;
+
+template <class T>
+T* device(size_t n, size_t guard = 0) {
+  void* p = nullptr;
+  cudaMalloc(&p, (n + guard) * sizeof(T));
+  std::memset(p, 0x5A, (n + guard) * sizeof(T));
+  return static_cast<T*>(p);
+}
+
+bool is_bf16(float f) { return oomb::bf16_to_f32(oomb::f32_to_bf16(f)) == f; }
+
+void sdpa_matches_attention(oomb::sdpa::DType out) {
+  using oomb::bf16_to_f32;
+  using oomb::f32_to_bf16;
+  const bool bf = out == oomb::sdpa::DType::bf16;
+  oomb::sdpa::Shape sh;
+  sh.heads = 4, sh.kv_heads = 2, sh.q_len = 5, sh.kv_len = 9, sh.dim = 8, sh.causal = true, sh.out = out;
+  sh.scale = float(1 / std::sqrt(8.0));
+  const int64_t H = sh.heads, G = sh.heads / sh.kv_heads, KH = sh.kv_heads, Q = sh.q_len, K = sh.kv_len, D = sh.dim;
+  const size_t nq = size_t(Q * H * D), nk = size_t(K * KH * D), nrow = size_t(Q * H);
+  uint32_t seed = 12345;
+  auto rnd = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return float(int(seed >> 8) % 2001 - 1000) / 500.0f;
+  };
+  std::vector<uint16_t> q(nq), k(nk), v(nk);
+  for (auto* t : {&q, &k, &v})
+    for (auto& x : *t) x = f32_to_bf16(rnd());
+  std::vector<float> d_o(nq);
+  for (auto& x : d_o) x = bf ? bf16_to_f32(f32_to_bf16(rnd())) : rnd();
+  const size_t es = bf ? 2 : 4;  // o, do, dq
+  auto out_at = [&](const void* p, size_t i) {
+    return bf ? double(bf16_to_f32(static_cast<const uint16_t*>(p)[i])) : double(static_cast<const float*>(p)[i]);
+  };
+
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  cudnn::Sdpa sdpa(sh, s);
+  EXPECT_EQ(sdpa.workspace_bytes(), size_t(4 * 64 * 64 * 2));
+  const size_t ws_bytes = sdpa.workspace_bytes();
+  auto *dev_q = device<uint16_t>(nq), *dev_k = device<uint16_t>(nk), *dev_v = device<uint16_t>(nk);
+  auto *dk = device<uint16_t>(nk), *dv = device<uint16_t>(nk);
+  auto* dev_do = device<unsigned char>(nq * es);
+  auto *o = device<unsigned char>(nq * es, 16 * es), *dq = device<unsigned char>(nq * es, 16 * es);
+  auto *stats = device<float>(nrow), *ssum = device<float>(nrow);
+  auto* ws = device<unsigned char>(ws_bytes);
+  std::memset(ws, 0, ws_bytes);
+  uint16_t* pinned_q = nullptr;
+  cudaHostAlloc(reinterpret_cast<void**>(&pinned_q), nq * 2, cudaHostAllocDefault);
+  std::memcpy(pinned_q, q.data(), nq * 2);
+  std::vector<unsigned char> do_bytes(nq * es);
+  for (size_t i = 0; i < nq; ++i) {
+    if (bf) {
+      const uint16_t h = f32_to_bf16(d_o[i]);
+      std::memcpy(&do_bytes[2 * i], &h, 2);
+    } else {
+      std::memcpy(&do_bytes[4 * i], &d_o[i], 4);
+    }
+  }
+  cudaMemcpy(dev_k, k.data(), nk * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(dev_v, v.data(), nk * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(dev_do, do_bytes.data(), nq * es, cudaMemcpyHostToDevice);
+  cudaMemset(dev_q, 0, nq * 2);  // q as it was: zeros, until the copy on s runs
+
+  cudaMemcpyAsync(dev_q, pinned_q, nq * 2, cudaMemcpyHostToDevice, s);
+  sdpa.forward(dev_q, dev_k, dev_v, o, stats, ws);
+  EXPECT_EQ(o[0], 0x5A) << "the forward ran when issued, not when its stream got there";
+  EXPECT_EQ(ws[0], 0) << "the forward ran when issued, not when its stream got there";
+  sdpa.backward(dev_q, dev_k, dev_v, o, dev_do, stats, dq, dk, dv, ssum, ws);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  for (size_t i = 0; i < std::min<size_t>(ws_bytes, 4096); ++i) ASSERT_EQ(ws[i], 0xCD) << "workspace byte " << i;
+  EXPECT_EQ(ws[4096], 0) << "more than the first 4096 bytes of the workspace scribbled over";
+  for (size_t i = nq * es; i < nq * es + 16 * es; ++i) {
+    EXPECT_EQ(o[i], 0x5A) << "o written past its end, byte " << i;
+    EXPECT_EQ(dq[i], 0x5A) << "dq written past its end, byte " << i;
+  }
+
+  // attention in float64, from the bf16 inputs (and, for the backward, the o and stats it was given)
+  auto qf = [&](int64_t i, int64_t h, int64_t d) { return double(bf16_to_f32(q[size_t((i * H + h) * D + d)])); };
+  auto kf = [&](int64_t j, int64_t h, int64_t d) { return double(bf16_to_f32(k[size_t((j * KH + h / G) * D + d)])); };
+  auto vf = [&](int64_t j, int64_t h, int64_t d) { return double(bf16_to_f32(v[size_t((j * KH + h / G) * D + d)])); };
+  auto seen = [&](int64_t i, int64_t j) { return j <= i + K - Q; };
+  std::vector<double> p(size_t(H * Q * K), 0.0), want_dq(nq, 0.0), want_dk(nk, 0.0), want_dv(nk, 0.0);
+  auto P = [&](int64_t h, int64_t i, int64_t j) -> double& { return p[size_t((h * Q + i) * K + j)]; };
+  auto score = [&](int64_t h, int64_t i, int64_t j) {
+    double dot = 0;
+    for (int64_t d = 0; d < D; ++d) dot += qf(i, h, d) * kf(j, h, d);
+    return double(sh.scale) * dot;
+  };
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < Q; ++i) {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < K; ++j)
+        if (seen(i, j)) mx = std::max(mx, score(h, i, j));
+      for (int64_t j = 0; j < K; ++j)
+        if (seen(i, j)) sum += std::exp(score(h, i, j) - mx);
+      const double lse = mx + std::log(sum);
+      const float got_lse = stats[size_t(i * H + h)];
+      EXPECT_NEAR(got_lse, lse, 1e-6 * std::abs(lse) + 1e-6) << "stats, head " << h << " row " << i;
+      double psum = 0;  // the softmax that stats implies sums to 1
+      for (int64_t j = 0; j < K; ++j)
+        if (seen(i, j)) psum += std::exp(score(h, i, j) - double(got_lse));
+      EXPECT_NEAR(psum, 1.0, 1e-6) << "head " << h << " row " << i;
+      for (int64_t j = 0; j < K; ++j) P(h, i, j) = seen(i, j) ? std::exp(score(h, i, j) - lse) : 0.0;
+      auto pb = [&](int64_t j) { return std::exp(score(h, i, j) - double(got_lse)); };  // the backward's p
+      double dsum = 0;  // rowsum(do * o), with o as the backward read it
+      for (int64_t d = 0; d < D; ++d) {
+        const size_t at = size_t((i * H + h) * D + d);
+        double want = 0;
+        for (int64_t j = 0; j < K; ++j) want += P(h, i, j) * vf(j, h, d);
+        const double got = out_at(o, at);
+        EXPECT_NEAR(got, want, (bf ? 1.0 / 256 : 1e-6) * std::abs(want) + 1e-7) << "o " << h << ", " << i << ", " << d;
+        if (bf) {
+          EXPECT_EQ(double(bf16_to_f32(f32_to_bf16(float(want)))), got) << "o rounded once, to nearest even";
+        }
+        dsum += double(d_o[at]) * got;
+      }
+      EXPECT_NEAR(ssum[size_t(i * H + h)], dsum, 1e-6 * std::abs(dsum) + 1e-6) << "softmax_sum " << h << ", " << i;
+      for (int64_t j = 0; j < K; ++j) {
+        if (!seen(i, j)) continue;
+        double dp = 0;
+        for (int64_t d = 0; d < D; ++d) dp += double(d_o[size_t((i * H + h) * D + d)]) * vf(j, h, d);
+        const double ds = pb(j) * (dp - dsum) * double(sh.scale);
+        for (int64_t d = 0; d < D; ++d) {
+          want_dq[size_t((i * H + h) * D + d)] += ds * kf(j, h, d);
+          want_dk[size_t((j * KH + h / G) * D + d)] += ds * qf(i, h, d);
+          want_dv[size_t((j * KH + h / G) * D + d)] += pb(j) * double(d_o[size_t((i * H + h) * D + d)]);
+        }
+      }
+    }
+  for (size_t i = 0; i < nq; ++i) {
+    const double got = out_at(dq, i);
+    EXPECT_NEAR(got, want_dq[i], (bf ? 1.0 / 256 : 1e-6) * std::abs(want_dq[i]) + 1e-7) << "dq " << i;
+    if (bf) {
+      EXPECT_TRUE(is_bf16(float(got))) << "dq " << i;
+    }
+  }
+  for (size_t i = 0; i < nk; ++i) {
+    EXPECT_NEAR(bf16_to_f32(dk[i]), want_dk[i], std::abs(want_dk[i]) / 256 + 1e-7) << "dk " << i;
+    EXPECT_NEAR(bf16_to_f32(dv[i]), want_dv[i], std::abs(want_dv[i]) / 256 + 1e-7) << "dv " << i;
+  }
+
+  EXPECT_THROW(sdpa.forward(dev_q, dev_k, dev_v, o, stats, nullptr), std::exception) << "a null workspace";
+  setenv("OOMB_SIMT_CUDNN_WORKSPACE", "123", 1);
+  EXPECT_EQ(sdpa.workspace_bytes(), 123u);
+  unsetenv("OOMB_SIMT_CUDNN_WORKSPACE");
+  cudaStreamDestroy(s);
+  for (void* ptr : std::initializer_list<void*>{dev_q, dev_k, dev_v, dev_do, o, dq, dk, dv, stats, ssum, ws}) cudaFree(ptr);
+  cudaFreeHost(pinned_q);
+}
+
+TEST(Simt, CudnnAttentionStandInIsAttentionInStreamOrder) {
+  std::string why;
+  EXPECT_TRUE(cudnn::available(&why)) << why;
+  EXPECT_EQ(cudnn::version(), "simt (the graph interpreter)");
+  EXPECT_EQ(cudnn::version_code(), 91900u);
+  EXPECT_THROW(cudnn::deviceprop_json(), std::exception);
+  oomb::sdpa::Shape bad;
+  bad.heads = 3, bad.kv_heads = 2, bad.q_len = 1, bad.kv_len = 1, bad.dim = 8;
+  EXPECT_THROW(cudnn::Sdpa(bad, nullptr), std::invalid_argument);
+  {
+    SCOPED_TRACE("out f32");
+    sdpa_matches_attention(oomb::sdpa::DType::f32);
+  }
+  {
+    SCOPED_TRACE("out bf16");
+    sdpa_matches_attention(oomb::sdpa::DType::bf16);
+  }
 }
 
 }  // namespace
