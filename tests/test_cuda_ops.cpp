@@ -290,6 +290,40 @@ TEST(CudaOps, EmbeddingRmsnormRopeSwiglu) {
   }
 }
 
+// RMSNorm's weight gradient and the bias gradient sum T rows in groups of rows (the grid's y) once
+// T > 256, then the groups in order: two groups, four, seventeen (the last one short), each against
+// the CPU, and a second run from the same start giving the same bits.
+TEST(CudaOps, ColumnSumsOverGroupsOfRows) {
+  REQUIRE_GPU();
+  Backend &C = *backends().cpu, &G = *backends().cuda;
+  for (auto [T, d] : std::vector<std::array<int64_t, 2>>{{257, 33}, {1000, 70}, {4100, 8}}) {
+    SCOPED_TRACE(fmt::format("T={} d={}", T, d));
+    Pair x(DType::F32, {T, d}), w(DType::F32, {d}), y(DType::F32, {T, d}), rstd(DType::F32, {T}),
+        dy(DType::F32, {T, d}), dx(DType::F32, {T, d}), dw(DType::F32, {d});
+    x.randn(21), w.randn(22), dy.randn(23), dw.randn(24);
+    C.rmsnorm_fwd(x.h, w.h, 1e-5f, y.h, rstd.h);
+    G.rmsnorm_fwd(x.d, w.d, 1e-5f, y.d, rstd.d);
+    C.rmsnorm_bwd(x.h, w.h, rstd.h, dy.h, dx.h, false, dw.h);
+    G.rmsnorm_bwd(x.d, w.d, rstd.d, dy.d, dx.d, false, dw.d);
+    report("rmsnorm_bwd dw", err(dw), 5e-7);
+    const std::vector<float> once = dw.device_f32();
+    dw.randn(24);
+    G.rmsnorm_bwd(x.d, w.d, rstd.d, dy.d, dx.d, false, dw.d);
+    EXPECT_EQ(std::memcmp(dw.device_f32().data(), once.data(), once.size() * 4), 0) << "rmsnorm dw not deterministic";
+
+    Pair lx(DType::F32, {T, 3}), lw(DType::F32, {d, 3}), db(DType::F32, {d});
+    lx.randn(25), lw.randn(26), db.randn(27);
+    C.linear_bwd(lx.h, lw.h, dy.h, nullptr, false, nullptr, &db.h);
+    G.linear_bwd(lx.d, lw.d, dy.d, nullptr, false, nullptr, &db.d);
+    report("linear_bwd db", err(db), 5e-7);
+    Pair bx(DType::BF16, {T, 3}), bw(DType::BF16, {d, 3}), bdy(DType::BF16, {T, d});
+    fill_bf16(bx, 28), fill_bf16(bw, 29), fill_bf16(bdy, 30);
+    C.linear_bwd(bx.h, bw.h, bdy.h, nullptr, false, nullptr, &db.h);
+    G.linear_bwd(bx.d, bw.d, bdy.d, nullptr, false, nullptr, &db.d);
+    report("bf16 linear_bwd db", err(db), 0.0);  // bf16 values add exactly in fp64: any order, the same bits
+  }
+}
+
 namespace {
 
 // One attention case on both backends. tc: the tensor-core path (AttnArgs::bf16) with its inputs

@@ -13,6 +13,7 @@ size_t cuda_pinned_workspace_bytes() { return 2 * (size_t(1) << 20); }
 size_t cuda_workspace_bytes(const WorkspaceShape& s) {
   constexpr size_t kGemmWorkspace = size_t(32) << 20, kTables = 2 * (size_t(1) << 20);
   constexpr int64_t kSumChunk = int64_t(1) << 16;  // cuda::k::kSumChunk
+  constexpr size_t kRowGroups = size_t(512) * 32 * 8;  // cuda::k::kRowGroupBytes: the column sums' groups
   const size_t tile = size_t(std::clamp<int64_t>(s.scored(), 1, 256)), Vt = size_t(lm_head_vocab_tile(s.vocab));
   // the logits tile (fp32, tile x Vt) and with bf16 matmuls its gradient as bf16, from a 256-byte
   // boundary (cuda_backend.cpp's loss_tile)
@@ -21,7 +22,7 @@ size_t cuda_workspace_bytes(const WorkspaceShape& s) {
   const size_t dsum = size_t(std::max<int64_t>(s.chunk * s.heads, 1)) * 4;  // attention backward: (C, H)
   const size_t partials = size_t((s.params + kSumChunk - 1) / kSumChunk) * 8;
   const size_t rope = size_t(s.head_dim / 2) * 4;
-  return loss + kGemmWorkspace + kTables + dsum + partials + rope;
+  return loss + kGemmWorkspace + kTables + kRowGroups + dsum + partials + rope;
 }
 
 int64_t lm_head_vocab_tile(int64_t vocab) {

@@ -57,6 +57,7 @@ class CudaBackend final : public Backend {
       cuda_check(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming), "cuda backend");
     }
     gemm_ws_ = Buffer(Tier::Device, Tag::Workspace, kGemmWorkspace);
+    group_sums_ = Buffer(Tier::Device, Tag::Workspace, cuda::k::kRowGroupBytes);
     gemm_ = std::make_unique<cuda::Gemm>(stream_, gemm_ws_.data(), kGemmWorkspace);
   }
   ~CudaBackend() override {
@@ -89,7 +90,7 @@ class CudaBackend final : public Backend {
                  bf16);
     if (dw)  // dw (out, in) += dy^T . x
       gemm_->run(true, false, out, in, T, dy.data, out, x.data, in, dw->f(), in, 1.0f, 1.0f, nullptr, bf16);
-    if (db) cuda::k::column_sums(dy.data, bf16, db->f(), T, out, stream_);
+    if (db) cuda::k::column_sums(dy.data, bf16, db->f(), group_sums_.as<double>(), T, out, stream_);
     launched("linear_bwd");
   }
 
@@ -110,7 +111,8 @@ class CudaBackend final : public Backend {
   }
   void do_rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, bool acc,
                    Tensor& dw) override {
-    cuda::k::rmsnorm_bwd(x.f(), w.f(), rstd.f(), dy.f(), dx.f(), acc, dw.f(), x.dim(0), x.dim(1), stream_);
+    cuda::k::rmsnorm_bwd(x.f(), w.f(), rstd.f(), dy.f(), dx.f(), acc, dw.f(), group_sums_.as<double>(), x.dim(0),
+                         x.dim(1), stream_);
     launched("rmsnorm_bwd");
   }
 
@@ -434,6 +436,7 @@ class CudaBackend final : public Backend {
   const std::unique_ptr<cuda::OpProfile> profile_ =
       std::getenv("OOMB_CUDA_PROFILE") ? std::make_unique<cuda::OpProfile>() : nullptr;
   Buffer gemm_ws_;
+  Buffer group_sums_;  // the column sums' groups (rmsnorm_bwd's dw, the bias gradient), on stream_
   std::unique_ptr<cuda::Gemm> gemm_;
   Scratch logits_, partials_, dsum_, rope_dev_;
   std::vector<cuda::k::AttnBlock> table_;

@@ -5,6 +5,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace oomb::cuda::k {
@@ -16,10 +17,15 @@ void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t
 // y (T, d) = x * rstd * w;  rstd (T)
 void rmsnorm_fwd(const float* x, const float* w, float eps, float* y, float* rstd, int64_t T, int64_t d,
                  cudaStream_t s);
-// dx (T, d) = (or +=) rstd (dy w - x rstd^2 mean(dy w x));  dw (d) += sum_t dy x rstd (fp64, two
-// fixed-order passes: 32 lanes of rows each in order, then the lanes in order)
+// dx (T, d) = (or +=) rstd (dy w - x rstd^2 mean(dy w x));  dw (d) += sum_t dy x rstd (fp64 in a
+// fixed order: groups of rows (grid.y), in each 32 lanes of rows each in order, then the lanes in
+// order, then the groups in order). partial: kRowGroupBytes of device memory, the groups' sums.
 void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, bool dx_accumulate,
-                 float* dw, int64_t T, int64_t d, cudaStream_t s);
+                 float* dw, double* partial, int64_t T, int64_t d, cudaStream_t s);
+// The column sums' grid: up to about kRowGroupBlocks blocks (4 per SM of an H100's 132) where T
+// allows. Groups G > 1 only where G * ceil(d / 32) <= kRowGroupBlocks: (G, d) fp64 fit kRowGroupBytes.
+constexpr int64_t kRowGroupBlocks = 512;
+constexpr size_t kRowGroupBytes = size_t(kRowGroupBlocks) * 32 * 8;
 
 // x (T, H, D) rotated in place at pos (T); inv_freq (D/2) in device memory; inverse: the transpose
 void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bool inverse, int64_t T, int64_t H,
@@ -42,7 +48,8 @@ constexpr int64_t kSumChunk = 1 << 16;
 // y (T, out) += b (out) on every row
 void add_rows(float* y, const float* b, int64_t T, int64_t out, cudaStream_t s);
 // db (out) += sum_t dy (T, out), dy f32 or bf16 (dy_bf16), summed in fp64 as rmsnorm_bwd's dw
-void column_sums(const void* dy, bool dy_bf16, float* db, int64_t T, int64_t out, cudaStream_t s);
+// (partial: the same kRowGroupBytes)
+void column_sums(const void* dy, bool dy_bf16, float* db, double* partial, int64_t T, int64_t out, cudaStream_t s);
 
 // AdamW with the CPU backend's formula; step_size = lr / bc1, inv_sqrt_bc2 = 1 / sqrt(bc2)
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,

@@ -81,11 +81,30 @@ __global__ void rmsnorm_bwd_dx_k(const float* x, const float* w, const float* rs
   }
 }
 
-// Column sums over T rows in two fixed-order passes, for blocks of (32 columns, kRowLanes lanes of
-// rows): pass 1, lane y sums rows y, y + kRowLanes, ... in order (a warp reads 32 adjacent columns
-// of a row); pass 2, lane 0 adds the lanes' sums in lane order. The same order on every run, and
-// kRowLanes times the parallelism of one thread per column.
+// Column sums over T rows in a fixed order. The rows split into G groups of consecutive rows
+// (grid.y, row_groups); in a block of (32 columns, kRowLanes lanes of rows), lane y sums its
+// group's rows y, y + kRowLanes, ... in order (a warp reads 32 adjacent columns of a row), then
+// lane 0 adds the lanes' sums in lane order. G = 1 adds that into the output; G > 1 writes it to
+// partial (G, n) and add_groups_k adds the groups in group order. G depends on (T, n) alone, so a
+// shape sums in one order on every run.
 constexpr int kRowLanes = 32;
+constexpr int64_t kGroupRows = 256;  // at least this many rows per group (8 per lane)
+// G: enough groups for about kRowGroupBlocks blocks (kernels.h), never below kGroupRows rows each
+inline int64_t row_groups(int64_t T, int64_t n) {
+  const int64_t cols = (n + 31) / 32, most = cols < kRowGroupBlocks ? kRowGroupBlocks / cols : 1;
+  const int64_t g = (T + kGroupRows - 1) / kGroupRows;
+  return g < 1 ? 1 : g < most ? g : most;
+}
+// group blockIdx.y's rows [*t0, *t1) of T, in G = gridDim.y groups
+__device__ inline void group_rows(int64_t T, int64_t* t0, int64_t* t1) {
+  const int64_t span = (T + gridDim.y - 1) / gridDim.y, a = int64_t(blockIdx.y) * span;
+  *t0 = a < T ? a : T, *t1 = a + span < T ? a + span : T;
+}
+// a block's column total: into out (G = 1) or its group's row of partial (G, n)
+__device__ inline void put_group_sum(double r, float* out, double* partial, int64_t i, int64_t n) {
+  if (partial) partial[int64_t(blockIdx.y) * n + i] = r;
+  else out[i] += float(r);
+}
 __device__ inline double lanes_total(double s) {
   __shared__ double part[kRowLanes][33];  // here, not in the (template) kernels: simt garbles it per block
   part[threadIdx.y][threadIdx.x] = s;
@@ -96,14 +115,27 @@ __device__ inline double lanes_total(double s) {
   return r;  // lane 0's threads hold their column's total
 }
 
-// dw (d) += sum_t dy[t, i] x[t, i] rstd[t]; x, dy: (T, d); grid: d / 32 blocks of (32, kRowLanes)
-__global__ void rmsnorm_bwd_dw_k(const float* x, const float* rstd, const float* dy, float* dw, int64_t T, int64_t d) {
+// dw (d) += sum_t dy[t, i] x[t, i] rstd[t]; x, dy: (T, d); partial: (G, d) or null (G = 1)
+// grid: (d / 32, G) blocks of (32, kRowLanes)
+__global__ void rmsnorm_bwd_dw_k(const float* x, const float* rstd, const float* dy, float* dw, double* partial,
+                                 int64_t T, int64_t d) {
   const int64_t i = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  int64_t t0, t1;
+  group_rows(T, &t0, &t1);
   double s = 0;
   if (i < d)
-    for (int64_t t = threadIdx.y; t < T; t += kRowLanes) s += double(dy[t * d + i]) * x[t * d + i] * rstd[t];
+    for (int64_t t = t0 + threadIdx.y; t < t1; t += kRowLanes) s += double(dy[t * d + i]) * x[t * d + i] * rstd[t];
   const double r = lanes_total(s);
-  if (threadIdx.y == 0 && i < d) dw[i] += float(r);
+  if (threadIdx.y == 0 && i < d) put_group_sum(r, dw, partial, i, d);
+}
+
+// out (n) += sum_g partial[g, i], groups in order; partial: (G, n); thread per column
+__global__ void add_groups_k(const double* partial, int64_t G, float* out, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  double s = 0;
+  for (int64_t g = 0; g < G; ++g) s += partial[g * n + i];
+  out[i] += float(s);
 }
 
 // thread per (t, i < D/2); heads in a loop
@@ -193,15 +225,18 @@ __global__ void add_rows_k(float* y, const float* b, int64_t T, int64_t out) {
 __device__ inline float widen(float x) { return x; }
 __device__ inline float widen(uint16_t h) { return from_bf16(h); }
 
-// db (out) += sum_t dy[t, o]; dy: (T, out); grid: out / 32 blocks of (32, kRowLanes), as above
+// db (out) += sum_t dy[t, o]; dy: (T, out); partial: (G, out) or null (G = 1)
+// grid: (out / 32, G) blocks of (32, kRowLanes), as above
 template <typename In>  // float, or uint16_t holding bf16
-__global__ void column_sums_k(const In* dy, float* db, int64_t T, int64_t out) {
+__global__ void column_sums_k(const In* dy, float* db, double* partial, int64_t T, int64_t out) {
   const int64_t o = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  int64_t t0, t1;
+  group_rows(T, &t0, &t1);
   double s = 0;
   if (o < out)
-    for (int64_t t = threadIdx.y; t < T; t += kRowLanes) s += widen(dy[t * out + o]);
+    for (int64_t t = t0 + threadIdx.y; t < t1; t += kRowLanes) s += widen(dy[t * out + o]);
   const double r = lanes_total(s);
-  if (threadIdx.y == 0 && o < out) db[o] += float(r);
+  if (threadIdx.y == 0 && o < out) put_group_sum(r, db, partial, o, out);
 }
 
 __global__ void adamw_k(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
@@ -238,10 +273,14 @@ void rmsnorm_fwd(const float* x, const float* w, float eps, float* y, float* rst
   if (T > 0) launch(rmsnorm_fwd_k, unsigned(T), kThreads, 0, s, x, w, eps, y, rstd, d);
 }
 void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, bool dx_accumulate,
-                 float* dw, int64_t T, int64_t d, cudaStream_t s) {
+                 float* dw, double* partial, int64_t T, int64_t d, cudaStream_t s) {
   if (T == 0) return;
   launch(rmsnorm_bwd_dx_k, unsigned(T), kThreads, 0, s, x, w, rstd, dy, dx, dx_accumulate, d);
-  launch(rmsnorm_bwd_dw_k, blocks_for(d, 32), dim3(32, kRowLanes), 0, s, x, rstd, dy, dw, T, d);
+  const int64_t G = row_groups(T, d);
+  double* part = G > 1 ? partial : nullptr;
+  launch(rmsnorm_bwd_dw_k, dim3(blocks_for(d, 32), unsigned(G)), dim3(32, kRowLanes), 0, s, x, rstd, dy, dw, part, T,
+         d);
+  if (G > 1) launch(add_groups_k, blocks_for(d), kThreads, 0, s, part, G, dw, d);
 }
 void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bool inverse, int64_t T, int64_t H,
           int64_t D, cudaStream_t s) {
@@ -283,11 +322,15 @@ void sum_squares_chunks(const float* x, int64_t n, double* partial, cudaStream_t
 void add_rows(float* y, const float* b, int64_t T, int64_t out, cudaStream_t s) {
   if (T * out > 0) launch(add_rows_k, blocks_for(T * out), kThreads, 0, s, y, b, T, out);
 }
-void column_sums(const void* dy, bool dy_bf16, float* db, int64_t T, int64_t out, cudaStream_t s) {
+void column_sums(const void* dy, bool dy_bf16, float* db, double* partial, int64_t T, int64_t out, cudaStream_t s) {
   if (out <= 0) return;
-  const dim3 lanes(32, kRowLanes);
-  if (dy_bf16) launch(column_sums_k<uint16_t>, blocks_for(out, 32), lanes, 0, s, static_cast<const uint16_t*>(dy), db, T, out);
-  else launch(column_sums_k<float>, blocks_for(out, 32), lanes, 0, s, static_cast<const float*>(dy), db, T, out);
+  const int64_t G = row_groups(T, out);
+  double* part = G > 1 ? partial : nullptr;
+  const dim3 grid(blocks_for(out, 32), unsigned(G)), lanes(32, kRowLanes);
+  if (dy_bf16)
+    launch(column_sums_k<uint16_t>, grid, lanes, 0, s, static_cast<const uint16_t*>(dy), db, part, T, out);
+  else launch(column_sums_k<float>, grid, lanes, 0, s, static_cast<const float*>(dy), db, part, T, out);
+  if (G > 1) launch(add_groups_k, blocks_for(out), kThreads, 0, s, part, G, db, out);
 }
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
            float wd, float step_size, float inv_sqrt_bc2, cudaStream_t s) {
