@@ -4,27 +4,23 @@
 // dlopen()s the library and each forwards to the real function. Nothing here runs for a CPU run.
 #include <cublasLt.h>
 #include <cublas_api.h>
-#include <dlfcn.h>
 
 #include <mutex>
 #include <string>
 
+#include "backend/cuda/lazy_library.h"
+
 namespace {
 
 void* library() {
-  static void* handle = [] {
-    const std::string name = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
-    void* h = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    return h ? h : ::dlopen("libcublasLt.so", RTLD_NOW | RTLD_LOCAL);
-  }();
+  static void* handle = oomb::cuda::open_first(
+      {("libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR)).c_str(), "libcublasLt.so"});
   return handle;
 }
 
 template <typename F>
 F* resolve(F* self, const char* name) {
-  (void)self;
-  void* h = library();
-  return h ? reinterpret_cast<F*>(::dlsym(h, name)) : nullptr;
+  return oomb::cuda::resolve(library(), self, name);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Embedding, RMSNorm, RoPE, SwiGLU, elementwise ops and conversions, reductions and optimizer updates.
 #include <cuda_bf16.h>
 
+#include "backend/cuda/bf16.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 
@@ -179,15 +180,6 @@ __global__ void add_bf16_k(float* y, const __nv_bfloat16* x, int64_t n) {
   if (i < n) y[i] += __bfloat162float(x[i]);
 }
 
-// f32 <-> bf16 with core/dtype.h's bit arithmetic (round to nearest even, NaN kept quiet): the
-// CPU's bits exactly
-__device__ inline uint16_t to_bf16(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-__device__ inline float from_bf16(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
 
 // x, y: (n)
 __global__ void f32_to_bf16_k(const float* x, uint16_t* y, int64_t n) {

@@ -3,6 +3,7 @@
 // fixed order (no atomics): the same inputs give the same bits. The metadata equals the CPU's bit
 // for bit (means: fp64 sums of the same rows, one rounding to bf16; min/max: the same comparisons
 // in the same order, rounded down / up), and so does the top-K's choice.
+#include "backend/cuda/bf16.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 
@@ -13,12 +14,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr unsigned kFull = 0xffffffffu;
 
-__device__ inline uint16_t to_bf16(float f) {  // core/dtype.h's rounding, as kernels_basic.cu
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
 // core/dtype.h's directed roundings: the largest bf16 <= f, the smallest >= f (NaN stays NaN)
 __device__ inline uint16_t to_bf16_dir(float f, bool up) {
   const uint32_t u = __float_as_uint(f);
@@ -26,7 +21,6 @@ __device__ inline uint16_t to_bf16_dir(float f, bool up) {
   const bool inexact = (u & 0xffffu) != 0, negative = (u >> 31) != 0;
   return uint16_t((u >> 16) + (inexact && negative != up ? 1u : 0u));  // truncation rounds toward zero
 }
-__device__ inline float from_bf16(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
 
 // grid (pages touched, ceil(G * D / kThreads)): one thread per (page, element), rows in order
 __global__ void page_key_means_k(const float* k, int64_t t0, int64_t P, uint16_t* means, int64_t T, int64_t GD) {

@@ -4,26 +4,22 @@
 // front library; it loads its engines itself.
 #if __has_include(<cudnn_graph.h>)
 #include <cudnn_graph.h>
-#include <dlfcn.h>
+#include "backend/cuda/lazy_library.h"
 
 namespace {
 
 void* library() {
-  static void* handle = [] {
-    void* h = ::dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+  static void* handle = oomb::cuda::open_first({"libcudnn.so.9",
 #ifdef OOMB_CUDA_LIB_DIR
-    if (!h) h = ::dlopen(OOMB_CUDA_LIB_DIR "/libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+                                                OOMB_CUDA_LIB_DIR "/libcudnn.so.9"
 #endif
-    return h;
-  }();
+  });
   return handle;
 }
 
 template <typename F>
 F* resolve(F* self, const char* name) {
-  (void)self;
-  void* h = library();
-  return h ? reinterpret_cast<F*>(::dlsym(h, name)) : nullptr;
+  return oomb::cuda::resolve(library(), self, name);
 }
 
 }  // namespace
