@@ -21,25 +21,7 @@ using sdpa::Tensor;
 using Dims = std::array<int64_t, 4>;
 using Index = std::array<int64_t, 4>;
 
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::matmul: return "matmul";
-    case Op::add: return "add";
-    case Op::sub: return "sub";
-    case Op::mul: return "mul";
-    case Op::div: return "div";
-    case Op::exp: return "exp";
-    case Op::log: return "log";
-    case Op::identity: return "identity";
-    case Op::gen_index: return "gen_index";
-    case Op::cmp_ge: return "cmp_ge";
-    case Op::binary_select: return "binary_select";
-    case Op::reduce_max: return "reduce_max";
-    case Op::reduce_add: return "reduce_add";
-    case Op::reshape: return "reshape";
-  }
-  return "(unknown op)";
-}
+const char* op_name(Op op) { return sdpa::name(op); }
 
 std::string str(const Dims& d) { return fmt::format("({}, {}, {}, {})", d[0], d[1], d[2], d[3]); }
 int64_t numel(const Dims& d) { return d[0] * d[1] * d[2] * d[3]; }

@@ -164,17 +164,20 @@ Graph backward(const Shape& s) {
   if (s.causal) scores = g.causal_mask(scores);
   const int64_t p = g.pointwise(Op::exp, "exp_s", scores, 0);
 
-  // dv = p^T do (summed over the heads sharing a kv head)
+  // y (kv_len, kv_heads, dim) = x^T b, summed over the heads sharing a kv head (GQA: per head, then
+  // a reduction over each group, as cuDNN's frontend builds it)
+  auto to_kv_heads = [&](const char* mm, const char* red, const char* per_head, int64_t xt, int64_t b, int64_t y) {
+    if (!gqa) return g.node(Op::matmul, mm, xt, b, 0, y);
+    const int64_t full = g.temp(per_head, DType::bf16, {1, s.heads, s.kv_len, s.dim},
+                                {s.heads * s.kv_len * s.dim, s.kv_len * s.dim, s.dim, 1});
+    g.node(Op::matmul, mm, xt, b, 0, full);
+    g.node(Op::reduce_add, red, full, 0, 0, y);
+  };
+
+  // dv = p^T do
   const int64_t pt = g.temp("p^T", DType::bf16, score_t_dim(s), score_t_stride(s));
   g.node(Op::reshape, "reshape_p", p, 0, 0, pt);
-  if (!gqa) {
-    g.node(Op::matmul, "matmul_pT_dO", pt, d_o, 0, dv);
-  } else {
-    const int64_t dv_full = g.temp("dv per head", DType::bf16, {1, s.heads, s.kv_len, s.dim},
-                                   {s.heads * s.kv_len * s.dim, s.kv_len * s.dim, s.dim, 1});
-    g.node(Op::matmul, "matmul_pT_dO", pt, d_o, 0, dv_full);
-    g.node(Op::reduce_add, "red_dV_head", dv_full, 0, 0, dv);
-  }
+  to_kv_heads("matmul_pT_dO", "red_dV_head", "dv per head", pt, d_o, dv);
 
   // ds = scale p (do v^T - softmax_sum)
   const int64_t dp = g.temp("do v^T", DType::f32, score_dim(s), score_stride(s));
@@ -183,23 +186,26 @@ Graph backward(const Shape& s) {
   const int64_t dsp = g.pointwise(Op::mul, "mul_dP_exp_s", centred, p);
   const int64_t ds = g.pointwise(Op::mul, "mul_dS_attn_scale", dsp, scale);
 
-  // dk = ds^T q (summed over the heads sharing a kv head)
+  // dk = ds^T q
   const int64_t dst = g.temp("ds^T", DType::bf16, score_t_dim(s), score_t_stride(s));
   g.node(Op::reshape, "reshape_dS", ds, 0, 0, dst);
-  if (!gqa) {
-    g.node(Op::matmul, "matmul_dST_Q", dst, q, 0, dk);
-  } else {
-    const int64_t dk_full = g.temp("dk per head", DType::bf16, {1, s.heads, s.kv_len, s.dim},
-                                   {s.heads * s.kv_len * s.dim, s.kv_len * s.dim, s.dim, 1});
-    g.node(Op::matmul, "matmul_dST_Q", dst, q, 0, dk_full);
-    g.node(Op::reduce_add, "red_dK_head", dk_full, 0, 0, dk);
-  }
+  to_kv_heads("matmul_dST_Q", "red_dK_head", "dk per head", dst, q, dk);
 
   // dq = ds k, straight into dq (cuDNN's dP-workspace path: no atomics, deterministic)
   const int64_t k = g.temp("k", DType::bf16, kv_dim(s), kv_stride(s));
   g.node(Op::reshape, "reshape_k", kt, 0, 0, k);
   g.node(Op::matmul, "matmul_dS_K", ds, k, 0, dq);
   return g.take();
+}
+
+Bindings forward_bindings(const void* q, const void* k, const void* v, void* o, float* stats) {
+  return {{Q, q}, {K, k}, {V, v}, {O, o}, {Stats, stats}};
+}
+
+Bindings backward_bindings(const void* q, const void* k, const void* v, const void* o, const void* d_o,
+                           const float* stats, void* dq, void* dk, void* dv, float* softmax_sum) {
+  return {{Q, q},   {K, k},   {V, v},   {O, o},   {dO, d_o},
+          {Stats, stats}, {dQ, dq}, {dK, dk}, {dV, dv}, {SoftmaxSum, softmax_sum}};
 }
 
 const char* name(Op op) {

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,13 @@ enum Uid : int64_t { Q = 1, K, V, O, Stats, dO, dQ, dK, dV, SoftmaxSum, kFirstIn
 // kv_heads, a length or dim < 1, causal with q_len > kv_len, out neither bf16 nor f32).
 Graph forward(const Shape& s);   // q, k, v -> o, stats
 Graph backward(const Shape& s);  // q, k, v, o, do, stats -> dq, dk, dv (deterministic: no atomics)
+
+// Each graph's external tensors by uid, bound to their memory (what Sdpa::forward and backward
+// hand to cuDNN, or to simt's stand-in)
+using Bindings = std::map<int64_t, const void*>;
+Bindings forward_bindings(const void* q, const void* k, const void* v, void* o, float* stats);
+Bindings backward_bindings(const void* q, const void* k, const void* v, const void* o, const void* d_o,
+                           const float* stats, void* dq, void* dk, void* dv, float* softmax_sum);
 
 std::string describe(const Graph& g);  // a line per tensor and per node, for logs and error messages
 const char* name(Op op);

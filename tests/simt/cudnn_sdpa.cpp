@@ -151,23 +151,13 @@ size_t Sdpa::workspace_bytes() const {
 std::string Sdpa::engines() const { return "simt: the float64 graph interpreter (forward and backward)"; }
 
 void Sdpa::forward(const void* q, const void* k, const void* v, void* o, float* stats, void* workspace) {
-  fwd_->run({{sdpa::Q, q}, {sdpa::K, k}, {sdpa::V, v}, {sdpa::O, o}, {sdpa::Stats, stats}}, workspace,
-            workspace_bytes(), stream_);
+  fwd_->run(sdpa::forward_bindings(q, k, v, o, stats), workspace, workspace_bytes(), stream_);
 }
 
 void Sdpa::backward(const void* q, const void* k, const void* v, const void* o, const void* d_o, const float* stats,
                     void* dq, void* dk, void* dv, float* softmax_sum, void* workspace) {
-  bwd_->run({{sdpa::Q, q},
-             {sdpa::K, k},
-             {sdpa::V, v},
-             {sdpa::O, o},
-             {sdpa::dO, d_o},
-             {sdpa::Stats, stats},
-             {sdpa::dQ, dq},
-             {sdpa::dK, dk},
-             {sdpa::dV, dv},
-             {sdpa::SoftmaxSum, softmax_sum}},
-            workspace, workspace_bytes(), stream_);
+  bwd_->run(sdpa::backward_bindings(q, k, v, o, d_o, stats, dq, dk, dv, softmax_sum), workspace, workspace_bytes(),
+            stream_);
 }
 
 }  // namespace oomb::cuda::cudnn

@@ -372,22 +372,12 @@ std::string Sdpa::engines() const {
 }
 
 void Sdpa::forward(const void* q, const void* k, const void* v, void* o, float* stats, void* workspace) {
-  fwd_->run({{sdpa::Q, q}, {sdpa::K, k}, {sdpa::V, v}, {sdpa::O, o}, {sdpa::Stats, stats}}, workspace, stream_);
+  fwd_->run(sdpa::forward_bindings(q, k, v, o, stats), workspace, stream_);
 }
 
 void Sdpa::backward(const void* q, const void* k, const void* v, const void* o, const void* d_o, const float* stats,
                     void* dq, void* dk, void* dv, float* softmax_sum, void* workspace) {
-  bwd_->run({{sdpa::Q, q},
-             {sdpa::K, k},
-             {sdpa::V, v},
-             {sdpa::O, o},
-             {sdpa::dO, d_o},
-             {sdpa::Stats, stats},
-             {sdpa::dQ, dq},
-             {sdpa::dK, dk},
-             {sdpa::dV, dv},
-             {sdpa::SoftmaxSum, softmax_sum}},
-            workspace, stream_);
+  bwd_->run(sdpa::backward_bindings(q, k, v, o, d_o, stats, dq, dk, dv, softmax_sum), workspace, stream_);
 }
 
 #else  // built without cuDNN's headers

@@ -1,7 +1,8 @@
 // Flash attention through cuDNN's fused SDPA engines (forward and backward, causal bottom-right,
 // GQA, natural-log stats, deterministic backward), asked for with the graphs of
-// backend/sdpa_graph.h and built once per shape. oomb's layouts: q, o, do, dq: (q_len, heads, dim)
-// bf16; k, v, dk, dv: (kv_len, kv_heads, dim) bf16; stats, softmax_sum: (heads, q_len) fp32.
+// backend/sdpa_graph.h and built once per shape. oomb's layouts: q: (q_len, heads, dim) bf16; o, do,
+// dq: the same, bf16 or fp32 (Shape::out); k, v, dk, dv: (kv_len, kv_heads, dim) bf16; stats, softmax_sum:
+// (q_len, heads) fp32, as oomb's lse; softmax_sum is the backward's scratch (rowsum(do * o)).
 #pragma once
 
 #include <cuda_runtime.h>
