@@ -118,7 +118,8 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
 // yardstick for this path: Bf16Budget.CudaWithinTwiceTorchsBf16Error (test_precision, on simt and
 // the GPU). Not yet measured on a GPU: printed.
 // tc: the tensor-core run, its gradients to differ from `reference` (the reference run's, in order).
-void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::vector<float>>& reference) {
+void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::vector<float>>& reference,
+                               const char* mode) {
   auto* gpu = &gpu_backend;
   auto cpu = make_cpu_backend();
   const double tensor_bound = tc ? 5e-2 : 1e-2, whole_bound = tc ? 2e-2 : 3e-3, loss_bound = tc ? 4e-4 : 1e-4;
@@ -174,19 +175,23 @@ void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::v
   }
   std::cout << fmt::format("[ cuda     ] --precision bf16 vs the CPU's bf16 policy, attention {}: worst tensor rel. "
                            "error {:.2e}, whole gradient {:.2e}, loss {:.1e}; the control (CPU fp32) at least {:.2e}\n",
-                           tc ? "on tensor cores" : "fp32 reference", worst, worst_whole, worst_loss, least_control);
+                           mode, worst, worst_whole, worst_loss, least_control);
 }
 
+// Attention on the fp32 reference kernels, on oomb's tensor-core kernels (mma), and as configured
+// by default (auto: cuDNN's fused attention for the dense plans, the tensor-core kernels for the
+// plan with documents), each held to the bounds above.
 TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
   std::vector<std::vector<float>> reference;
-  for (const bool tc : {false, true}) {
-    SCOPED_TRACE(tc ? "attention on tensor cores" : "attention on the fp32 reference kernels");
+  for (const char* mode : {"reference", "mma", "auto"}) {
+    const bool tc = std::string(mode) != "reference";
+    SCOPED_TRACE(std::string("OOMB_CUDA_ATTENTION=") + mode);
     std::string why;
-    if (!tc) setenv("OOMB_CUDA_ATTENTION", "reference", 1);
+    setenv("OOMB_CUDA_ATTENTION", mode, 1);
     auto gpu = make_cuda_backend(&why);
     unsetenv("OOMB_CUDA_ATTENTION");
     if (!gpu) GTEST_SKIP() << why;
-    bf16_step_against_the_cpu(*gpu, tc, reference);
+    bf16_step_against_the_cpu(*gpu, tc, reference, mode);
   }
 }
 

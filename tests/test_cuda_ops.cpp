@@ -12,6 +12,10 @@
 #include <random>
 
 #include "backend/backend.h"
+#if defined(OOMB_SIMT) || defined(OOMB_HAVE_CUDA)
+#include "backend/cuda/cudnn/cudnn_sdpa.h"
+#define OOMB_TEST_CUDNN 1
+#endif
 #include "dtype_reference.h"
 #include "op_check_cases.h"
 #include "test_util.h"
@@ -24,10 +28,26 @@ namespace {
 constexpr size_t kGuard = 256;  // sentinel bytes on each side of a device tensor
 constexpr unsigned char kSentinel = 0xA5;
 
+// A CUDA backend made while OOMB_CUDA_ATTENTION is `mode` (it reads it once, when made)
+std::unique_ptr<Backend> cuda_backend_with_attention(const char* mode) {
+  const char* was = std::getenv("OOMB_CUDA_ATTENTION");
+  const std::string saved = was ? was : "";
+  setenv("OOMB_CUDA_ATTENTION", mode, 1);
+  std::unique_ptr<Backend> b = make_cuda_backend(nullptr);
+  if (was) setenv("OOMB_CUDA_ATTENTION", saved.c_str(), 1);
+  else unsetenv("OOMB_CUDA_ATTENTION");
+  return b;
+}
+
 struct Backends {
   std::unique_ptr<Backend> cpu = make_cpu_backend(), cuda;
+  // attention pinned to oomb's tensor-core kernels, and to cuDNN (an error where it cannot take a call)
+  std::unique_ptr<Backend> mma, cudnn;
   std::string why;
-  Backends() { cuda = make_cuda_backend(&why); }
+  Backends() {
+    cuda = make_cuda_backend(&why);
+    if (cuda) mma = cuda_backend_with_attention("mma"), cudnn = cuda_backend_with_attention("cudnn");
+  }
 };
 Backends& backends() {
   static Backends b;
@@ -360,8 +380,13 @@ const std::vector<AttnCase>& attention_cases() {
 // the largest tensor-core error of each output over the cases (the control below)
 std::map<std::string, double> worst_tc;
 
-void attention_case(const AttnCase& c, bool tc) {
-  Backend &C = *backends().cpu, &G = *backends().cuda;
+// tc: bf16 inputs, attention under --precision bf16 on `gpu` (default: the backend as configured);
+// folds: also check that a fold over two calls gives one call's bits (not cuDNN's route, which takes
+// no folds)
+void attention_case(const AttnCase& c, bool tc, Backend* gpu = nullptr, bool folds = true) {
+  Backend &C = *backends().cpu, &G = gpu ? *gpu : *backends().cuda;
+  // another backend's stream: the Pairs' copies (backends().cuda's stream) must wait for its work
+  auto done = [&] { G.synchronize(); };
   SCOPED_TRACE(fmt::format("T={} H={} G={} D={} blocks={} docs={} grad={} kv={} window={} tc={}", c.T, c.H, c.G,
                            c.D, c.lens.size(), c.docs, dtype_name(c.grad), dtype_name(c.kv), c.window, tc));
   auto to_bf16_values = [&](Pair& p) {  // round an f32 tensor's values to bf16 (tc) and upload them
@@ -432,16 +457,19 @@ void attention_case(const AttnCase& c, bool tc) {
   ha.bf16 = da.bf16 = tc;
   C.attention_fwd(q.h, hb, ha, o.h, lse.h);
   G.attention_fwd(q.d, db, da, o.d, lse.d);
+  done();
   check("attention_fwd", err(o), 2e-6);  // measured <= 3.1e-7 (H100, 2026-11-24)
   report("attention lse", lse_err(lse), tc ? 1e-5 : 5e-7);  // measured <= 5.0e-8; tc: S's sums reordered
-  if (c.lens.size() >= 2) {  // a fold over two calls (pages streaming in groups): one call's bits
+  if (folds && c.lens.size() >= 2) {  // a fold over two calls (pages streaming in groups): one call's bits
     Pair o2(DType::F32, {c.T, c.H, c.D}), lse2(DType::F32, {c.T, c.H}), run(DType::F32, {c.T, c.H});
     AttnArgs a1 = da, a2 = da;
     a1.last = false, a2.first = false;
     a1.run_sum = a2.run_sum = run.d;
     const size_t half = db.size() / 2;
     G.attention_fwd(q.d, std::span<const KVBlock>(db).first(half), a1, o2.d, lse2.d);
+    done();
     G.attention_fwd(q.d, std::span<const KVBlock>(db).subspan(half), a2, o2.d, lse2.d);
+    done();
     // the state crosses between the calls as it is: the bits of one call
     EXPECT_EQ(o2.download(), o.download()) << "a fold of two calls";
     EXPECT_EQ(lse2.download(), lse.download()) << "a fold of two calls";
@@ -462,6 +490,7 @@ void attention_case(const AttnCase& c, bool tc) {
   for (size_t b = 0; b < lens.size(); ++b) before_dk.push_back(dk[b]->download()), before_dv.push_back(dv[b]->download());
   C.attention_bwd(q.h, o.h, lse.h, dout.h, hb, ha, dq.h);
   G.attention_bwd(q.d, o.d, lse.d, dout.d, db, da, dq.d);
+  done();
   check("attention dq", err(dq), 2e-6);  // measured <= 3.8e-7
   if (!c.own) {  // no key is visible to any query
     for (float f : dq.device_f32()) EXPECT_EQ(f, 0.0f);
@@ -512,13 +541,15 @@ void attention_case(const AttnCase& c, bool tc) {
       check("attention dv", err(*dv[b]), 1e-6);  // measured <= 1.3e-7
     }
   }
-  if (lens.size() >= 2) {  // dq over a fold of two calls (the second accumulates): one call's bits
+  if (folds && lens.size() >= 2) {  // dq over a fold of two calls (the second accumulates): one call's bits
     Pair dq2(DType::F32, {c.T, c.H, c.D});
     AttnArgs a1 = da, a2 = da;
     a1.last = false, a2.first = false;
     const size_t half = db.size() / 2;
     G.attention_bwd(q.d, o.d, lse.d, dout.d, std::span<const KVBlock>(db).first(half), a1, dq2.d);
+    done();
     G.attention_bwd(q.d, o.d, lse.d, dout.d, std::span<const KVBlock>(db).subspan(half), a2, dq2.d);
+    done();
     EXPECT_EQ(dq2.download(), dq.download()) << "dq over a fold of two calls";
   }
 }
@@ -539,11 +570,36 @@ TEST(CudaOps, AttentionOnTensorCoresWithinBf16) {
   REQUIRE_GPU();
   worst_tc.clear();
   for (const AttnCase& c : attention_cases())
-    if (c.D <= 128) attention_case(c, true);
+    if (c.D <= 128) attention_case(c, true, backends().mma.get());
   for (const char* op : {"attention_fwd", "attention dq", "attention dk added", "attention dv added"}) {
     EXPECT_GT(worst_tc[op], 1e-5) << op << " shows no bf16 rounding of P or dS: did the tensor-core kernels run?";
     std::cout << fmt::format("[ parity   ] tensor cores: {} worst rel. error {:.2e}\n", op, worst_tc[op]);
   }
+}
+
+// Dense attention under bf16 through cuDNN's fused SDPA (cudnn_attention.h: runs of keys gathered
+// into bf16, one cuDNN call each, (o, lse) merged, dk and dv folded into f32 and bf16 gradient
+// rows, dq summed) against the CPU on the same bf16 inputs, within bf16's error. The backend is
+// pinned to cuDNN (OOMB_CUDA_ATTENTION=cudnn), so a call that did not take the route fails. The
+// cases: one causal run alone; GQA with a partial earlier run; MHA over four runs into bf16
+// gradient rows; bf16 K/V pages; head dim 128. On simt the cuDNN stand-in computes in float64
+// (tests/simt/cudnn_sdpa.cpp): this checks the route's plumbing; cuDNN's own numerics, on a GPU.
+TEST(CudaOps, DenseAttentionThroughCudnnWithinBf16) {
+  REQUIRE_GPU();
+#ifdef OOMB_TEST_CUDNN
+  std::string why;
+  if (!cuda::cudnn::available(&why)) GTEST_SKIP() << "cuDNN: " << why;
+#else
+  GTEST_SKIP() << "this build has no CUDA";
+#endif
+  const std::vector<AttnCase> dense = {
+      {5, 2, 1, 8, {}, false, DType::F32},
+      {33, 4, 2, 16, {16, 16, 7}, false, DType::F32},
+      {70, 8, 8, 128, {128, 100}, false, DType::BF16},
+      {33, 4, 2, 16, {16, 16, 7}, false, DType::F32, true, DType::BF16},
+      {64, 6, 2, 64, {128, 3, 128}, false, DType::BF16, true, DType::BF16},
+  };
+  for (const AttnCase& c : dense) attention_case(c, true, backends().cudnn.get(), false);
 }
 
 // Sparse attention's page metadata (bit for bit: both sum rows in fp64 in order) and page scores

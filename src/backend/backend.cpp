@@ -2,9 +2,12 @@
 
 #ifdef OOMB_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cudnn/cudnn_sdpa.h"
 #endif
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 namespace oomb {
 
@@ -23,6 +26,28 @@ size_t cuda_workspace_bytes(const WorkspaceShape& s) {
   const size_t partials = size_t((s.params + kSumChunk - 1) / kSumChunk) * 8;
   const size_t rope = size_t(s.head_dim / 2) * 4;
   return loss + kGemmWorkspace + kTables + kRowGroups + dsum + partials + rope;
+}
+
+size_t cudnn_attention_workspace(int64_t T, int64_t H) {
+  const size_t t = size_t((T + 63) / 64 * 64);
+  return size_t(H) * t * t * 2;
+}
+
+size_t cudnn_attention_bytes(const WorkspaceShape& s) {
+  if (!s.bf16 || !s.dense_attention) return 0;
+  const size_t q = size_t(s.chunk * s.heads * s.head_dim), kv = size_t(s.chunk * s.kv_heads * s.head_dim);
+  // q in bf16; k, v, dk, dv of a run in bf16; a run's o and dq (fp32); its lse; cuDNN's workspace
+  return q * 2 + 4 * kv * 2 + 2 * q * 4 + size_t(s.chunk * s.heads) * 4 + cudnn_attention_workspace(s.chunk, s.heads);
+}
+
+bool cudnn_attention_planned() {
+  const char* mode = std::getenv("OOMB_CUDA_ATTENTION");
+  if (mode && std::strcmp(mode, "auto") != 0 && std::strcmp(mode, "cudnn") != 0) return false;
+#ifdef OOMB_HAVE_CUDA
+  return cuda::cudnn::available(nullptr);
+#else
+  return false;
+#endif
 }
 
 int64_t lm_head_vocab_tile(int64_t vocab) {

@@ -38,6 +38,10 @@ struct AttnArgs {
   // --precision bf16: q, K, V, o and dout hold bf16 values, and a backend may take its products on
   // tensor cores (CUDA: P and dS rounded to bf16 too, as FlashAttention does; the CPU ignores it)
   bool bf16 = false;
+  // Every call of this run on the backend's own attention kernels (CUDA: never cuDNN's): with
+  // --offload kv some calls fold over page groups and with sparse pages some are masked, so a
+  // fused route that takes only whole dense calls would take a varying subset of them
+  bool own_kernels = false;
 };
 
 // RoPE parameters as transformers computes them: angle = pos * inv_freq (fp32), cos/sin scaled.
@@ -68,6 +72,9 @@ struct WorkspaceShape {
   int64_t hidden = 0, intermediate = 0;   // d, I (read when bf16)
   int64_t loss_rows = 0;  // tokens per chunk outside attention (the loss, the matmuls; --sp: chunk / P); 0: chunk
   int64_t scored() const { return loss_rows > 0 ? loss_rows : chunk; }
+  int64_t kv_heads = 0;          // in attention (--sp: kv heads / P)
+  bool dense_attention = false;  // some attention calls see every earlier key unmasked (no documents,
+                                 // a layer without a window): CUDA may route them through cuDNN
 };
 
 class Backend {
@@ -277,6 +284,14 @@ std::unique_ptr<Backend> make_cpu_backend();
 // tile, cuBLASLt's workspace, the attention's block tables and backward row sums,
 // the gradient norm's partial sums and the RoPE table.
 size_t cuda_workspace_bytes(const WorkspaceShape& s);
+// CUDA's dense attention through cuDNN (cuda/cudnn_attention.h) under --precision bf16: its buffers
+// for the shape's chunks (0 unless s.bf16 and s.dense_attention), and cuDNN's own workspace in them
+// (its deterministic backward keeps dP, bf16, per head: H x T x T, each rounded up to 64)
+size_t cudnn_attention_bytes(const WorkspaceShape& s);
+size_t cudnn_attention_workspace(int64_t T, int64_t H);
+// Whether this process would route dense attention through cuDNN (OOMB_CUDA_ATTENTION allows it and
+// the library loads): what `oomb plan --device cuda` assumes
+bool cudnn_attention_planned();
 size_t cuda_pinned_workspace_bytes();  // the block tables' pinned staging
 // The simulated device (--device sim): the CPU kernels on memory accounted in tier device, with a
 // copy engine thread (its own queue and events, ordered like CUDA streams). capacity: bytes of

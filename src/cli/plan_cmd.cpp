@@ -86,7 +86,8 @@ Command add_plan(CLI::App& app) {
             plan.lora = lora_config(a->lora, a->cmd);
             auto plan_for = [&](const ChunkPlan& p) {
               const WorkspaceShape wss = workspace_shape(cfg, p);
-              const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) : make_cpu_backend()->workspace_bytes(wss);
+              const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) + (cudnn_attention_planned() ? cudnn_attention_bytes(wss) : 0)
+                                                  : make_cpu_backend()->workspace_bytes(wss);
               return plan_memory(cfg, p, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
                                  device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
             };
@@ -154,7 +155,8 @@ Command add_plan(CLI::App& app) {
             }
             if (plan.sparse.on()) {  // what sparse attention is for: a device that barely grows with N
               const WorkspaceShape wss = workspace_shape(cfg, plan);
-              const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) : make_cpu_backend()->workspace_bytes(wss);
+              const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) + (cudnn_attention_planned() ? cudnn_attention_bytes(wss) : 0)
+                                                  : make_cpu_backend()->workspace_bytes(wss);
               const double per_token = device_bytes_per_token(
                   cfg, plan, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
                   device == "cuda" ? cuda_pinned_workspace_bytes() : 0);

@@ -1,5 +1,7 @@
 #include "model/memory_plan.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "dist/grad_sync.h"
 #include "dist/ulysses.h"
@@ -59,12 +61,20 @@ WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk, const LoraCo
   const int64_t widest = std::min(c.hidden, std::max(c.heads * c.head_dim, c.intermediate));
   OOMB_CHECK(precision != DType::BF16 || !lora.on() || lora.rank <= widest, "--lora-rank {} with --precision bf16: "
              "at most {} (the hidden size or the widest projection, whichever is smaller)", lora.rank, widest);
-  return {c.vocab, chunk, c.heads / sp, c.head_dim, params, precision == DType::BF16, c.hidden, c.intermediate,
-          chunk / sp};
+  WorkspaceShape s{c.vocab, chunk, c.heads / sp, c.head_dim, params, precision == DType::BF16, c.hidden,
+                   c.intermediate, chunk / sp};
+  s.kv_heads = c.kv_heads / sp;
+  return s;
 }
 
 WorkspaceShape workspace_shape(const ModelConfig& c, const ChunkPlan& plan) {
-  return workspace_shape(c, plan.chunk, plan.lora, plan.precision, plan.sp);
+  WorkspaceShape s = workspace_shape(c, plan.chunk, plan.lora, plan.precision, plan.sp);
+  // calls that see every earlier key unmasked: resident pages, no sparse selection or documents,
+  // a layer without a window (AttnArgs::own_kernels keeps the others' runs off cuDNN)
+  const bool full_layer = c.layer_window.empty() ||
+                          std::any_of(c.layer_window.begin(), c.layer_window.end(), [](int64_t w) { return w == 0; });
+  s.dense_attention = !plan.offload_kv && !plan.sparse.on() && plan.doc_sep < 0 && full_layer;
+  return s;
 }
 
 ModelConfig attention_side(const ModelConfig& cfg, int64_t sp) {

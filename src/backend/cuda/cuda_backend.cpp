@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profile.h"
@@ -25,12 +26,18 @@ void cuda_check(cudaError_t e, const char* op) {
   OOMB_CHECK(e == cudaSuccess, "{}: CUDA error: {}", op, cudaGetErrorString(e));
 }
 
-// OOMB_CUDA_ATTENTION: unset or "auto" (tensor cores under --precision bf16), or "reference"
-bool reference_attention_asked() {
+// OOMB_CUDA_ATTENTION, under --precision bf16: unset or "auto" (cuDNN's fused attention where a call
+// is dense and cuDNN takes it, else oomb's tensor-core kernels), "cudnn" (the same, but a call
+// cuDNN cannot take is an error), "mma" (oomb's tensor-core kernels), or "reference" (the fp32
+// kernels, to compare or to debug)
+enum class AttentionMode { Auto, Cudnn, Mma, Reference };
+AttentionMode attention_mode() {
   const char* v = std::getenv("OOMB_CUDA_ATTENTION");
-  if (v == nullptr || std::strcmp(v, "auto") == 0) return false;
-  OOMB_CHECK(std::strcmp(v, "reference") == 0, "OOMB_CUDA_ATTENTION={}: expected auto or reference", v);
-  return true;
+  if (v == nullptr || std::strcmp(v, "auto") == 0) return AttentionMode::Auto;
+  if (std::strcmp(v, "cudnn") == 0) return AttentionMode::Cudnn;
+  if (std::strcmp(v, "mma") == 0) return AttentionMode::Mma;
+  OOMB_CHECK(std::strcmp(v, "reference") == 0, "OOMB_CUDA_ATTENTION={}: expected auto, cudnn, mma or reference", v);
+  return AttentionMode::Reference;
 }
 
 // A device buffer (tag workspace) grown to the largest size asked for: steady-state steps allocate nothing.
@@ -131,6 +138,9 @@ class CudaBackend final : public Backend {
   void do_attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
                      Tensor& lse) override {
     cuda::k::AttnParams p = attention_params("attention_fwd", q, blocks, a, false);
+    if (use_cudnn("attention_fwd", a, blocks, q) && cudnn_attention_.forward(p, q.f(), o.f(), lse.f(), stream_))
+      return launched("attention_fwd (cuDNN)");
+    cudnn_refused("attention_fwd");
     const bool tc = tensor_cores(a, p);
     if (tc) cuda::k::attention_fwd_mma(p, q.f(), o.f(), lse.f(), stream_);
     else cuda::k::attention_fwd(p, q.f(), o.f(), lse.f(), stream_);
@@ -140,6 +150,10 @@ class CudaBackend final : public Backend {
                      std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) override {
     cuda::k::AttnParams p = attention_params("attention_bwd", q, blocks, a, true);
     float* dsum = static_cast<float*>(dsum_.get(size_t(std::max<int64_t>(p.T * p.H, 1)) * 4));
+    if (use_cudnn("attention_bwd", a, blocks, q) &&
+        cudnn_attention_.backward(p, q.f(), o.f(), lse.f(), dout.f(), dq.f(), dsum, stream_))
+      return launched("attention_bwd (cuDNN)");
+    cudnn_refused("attention_bwd");
     const bool tc = tensor_cores(a, p);
     if (tc) cuda::k::attention_bwd_mma(p, q.f(), o.f(), lse.f(), dout.f(), dq.f(), dsum, stream_);
     else cuda::k::attention_bwd(p, q.f(), o.f(), lse.f(), dout.f(), dq.f(), dsum, stream_);
@@ -225,7 +239,9 @@ class CudaBackend final : public Backend {
   // the loss tile (loss_tile: the logits, and with bf16 matmuls their bf16 gradient),
   // cuBLASLt's workspace and the rest (cuda_workspace_bytes)
   size_t workspace_bytes(const WorkspaceShape& s) const override {
-    return cuda_workspace_bytes(s);
+    const bool cudnn = (attention_mode_ == AttentionMode::Auto || attention_mode_ == AttentionMode::Cudnn) &&
+                       cuda::cudnn::available(nullptr);
+    return cuda_workspace_bytes(s) + (cudnn ? cudnn_attention_bytes(s) : 0);
   }
   size_t pinned_workspace_bytes() const override { return cuda_pinned_workspace_bytes(); }
 
@@ -365,7 +381,20 @@ class CudaBackend final : public Backend {
   // Attention on tensor cores under --precision bf16 where the kernels take the shape, unless
   // OOMB_CUDA_ATTENTION=reference asks for the fp32 reference kernels (to compare, or to debug).
   bool tensor_cores(const AttnArgs& a, const cuda::k::AttnParams& p) const {
-    return a.bf16 && !reference_attention_ && cuda::k::attention_mma_unsupported(p) == nullptr;
+    return a.bf16 && attention_mode_ != AttentionMode::Reference && cuda::k::attention_mma_unsupported(p) == nullptr;
+  }
+  // Whether a call goes to cuDNN (OOMB_CUDA_ATTENTION auto or cudnn, and the call dense: cudnn_attention.h)
+  bool use_cudnn(const char* op, const AttnArgs& a, std::span<const KVBlock> blocks, const Tensor& q) const {
+    if (attention_mode_ != AttentionMode::Auto && attention_mode_ != AttentionMode::Cudnn) return false;
+    const std::string why = cuda::CudnnAttention::unsupported(a, blocks, q.dim(0), q.dim(2));
+    OOMB_CHECK(why.empty() || attention_mode_ != AttentionMode::Cudnn,
+               "{}: OOMB_CUDA_ATTENTION=cudnn, but cuDNN cannot take this call: {}", op, why);
+    return why.empty();
+  }
+  // after a call that cuDNN did not take: an error if OOMB_CUDA_ATTENTION=cudnn asked for it
+  void cudnn_refused(const char* op) const {
+    OOMB_CHECK(attention_mode_ != AttentionMode::Cudnn,
+               "{}: OOMB_CUDA_ATTENTION=cudnn, but cuDNN refused the call (its reason is printed above)", op);
   }
 
   // The kernels' parameters, within their limits; uploads the blocks' table (the blocks were checked once, op_checks.cpp).
@@ -432,13 +461,14 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   const bool sync_each_ = std::getenv("OOMB_CUDA_SYNC") != nullptr;
-  const bool reference_attention_ = reference_attention_asked();
+  const AttentionMode attention_mode_ = attention_mode();
   const std::unique_ptr<cuda::OpProfile> profile_ =
       std::getenv("OOMB_CUDA_PROFILE") ? std::make_unique<cuda::OpProfile>() : nullptr;
   Buffer gemm_ws_;
   Buffer group_sums_;  // the column sums' groups (rmsnorm_bwd's dw, the bias gradient), on stream_
   std::unique_ptr<cuda::Gemm> gemm_;
   Scratch logits_, partials_, dsum_, rope_dev_;
+  cuda::CudnnAttention cudnn_attention_;  // dense attention through cuDNN (OOMB_CUDA_ATTENTION)
   std::vector<cuda::k::AttnBlock> table_;
   std::vector<float> rope_host_;
   std::vector<int32_t> ids_host_;
