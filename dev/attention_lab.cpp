@@ -297,6 +297,19 @@ int main(int argc, char** argv) {
   bool check_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i];
+    if (f == "--deviceprop-json") {  // this GPU's properties as cuDNN serialises them (tests/fixtures/cudnn)
+      try {
+        const std::string json = cuda::cudnn::deviceprop_json();
+        std::FILE* out = std::fopen(argv[i + 1], "w");
+        if (!out) return std::fprintf(stderr, "cannot write %s\n", argv[i + 1]), 1;
+        std::fputs(json.c_str(), out);
+        std::fclose(out);
+        std::printf("cuDNN %s: device properties written to %s\n", cuda::cudnn::version().c_str(), argv[i + 1]);
+        return 0;
+      } catch (const std::exception& e) {
+        return std::fprintf(stderr, "attention_lab: %s\n", e.what()), 1;
+      }
+    }
     const int64_t v = std::atoll(argv[i + 1]);
     if (f == "--heads") s.H = v;
     else if (f == "--kv-heads") s.G = v;

@@ -3,36 +3,41 @@
 # gpu-bundle/ carried (scripts/gpu_bundle.sh makes it here):
 #
 #   bash scripts/gpu_session.sh [all|tests|bench|--quick] [bench/cuda_step.py's options...]
-#     tests    the CUDA tests, the Hugging Face fixtures (tools/golden_hf.py) and test_hf_golden
-#              on them, the attention lab at Qwen2.5-0.5B's and 7B's head shapes, then the CUDA
-#              tests under compute-sanitizer memcheck and the lab's check under racecheck, and
-#              LoRA's memory on the GPU against oomb plan (bench/lora_memory.py --device cuda)
-#     bench    an op profile of one 0.5B step (OOMB_CUDA_PROFILE=1), offload's slowdown
-#              (bench/offload.py --device cuda), then bench/cuda_step.py with
-#              what is left of the time (options passed on, e.g.
-#              --models 1.5b,7b --lengths 8192,32768; oomb trains --precision bf16 there unless
-#              --precision fp32 is passed)
-#     all      tests, then bench (the default); --quick: tests only
+#     all      (the default) what a 15-minute device session can afford in one call, most needed
+#              first: the core checks, a short benchmark, then the extras while time is left
+#     tests    the core checks, then the extras; --quick: the core checks only
+#     bench    the op profile, offload's slowdown and bench/cuda_step.py with all the time left
+#   core     the Hugging Face fixtures (tools/golden_hf.py) and test_hf_golden on them, the CUDA
+#            tests (the model's bf16 step now goes through cuDNN's attention), FlashAttention's
+#            rule on the GPU, the attention lab at 7B's head shape (oomb's kernels and cuDNN, checked
+#            and timed) and this GPU's cuDNN device properties, PEFT loading oomb's adapter,
+#            tensorboard reading oomb's event files, the negative controls, two MPI ranks
+#   extras   the lab at 0.5B's head shape, PyTorch's own attention kernels, the CUDA tests under
+#            compute-sanitizer memcheck and the lab's check under racecheck, LoRA's memory on the
+#            GPU against oomb plan, test_gemm_layout
+#   bench    an op profile of one 0.5B step (OOMB_CUDA_PROFILE=1), offload's slowdown
+#            (bench/offload.py --device cuda), bench/cuda_step.py (options passed on, e.g. --models
+#            1.5b,7b --lengths 8192,32768; oomb trains --precision bf16 there unless --precision
+#            fp32 is passed); in `all` it gets GPU_SESSION_BENCH seconds (default 150)
 #
 # GPU_SESSION_SKIP="name ..." leaves out the steps so named (e.g. golden_hf once the fixtures are
-# committed). One device command may run 10 minutes: everything here ends within GPU_SESSION_BUDGET seconds
+# committed). One device command may run 10 minutes, and a session has 15 minutes of device time
+# in all (the machine's start included): everything here ends within GPU_SESSION_BUDGET seconds
 # (default 540) of the start, each step under its own time limit too, so give the device tool
-# timeout_s 600. A session with 30 minutes of device time (machine starts included) fits two such
-# calls, e.g.  `all --models 0.5b`  then  `bench --models 1.5b,7b --lengths 8192,32768 --offloads
-# "none;params;params+sync;kv,params"`  (issue 18: tokens/s with and without --offload params, and
-# with the host update after the step rather than beside the next one; the 7B shape fits only
-# offloaded, which makes it the largest model trained on the GPU).
+# timeout_s 600 and plan ONE call:  `all --models 0.5b,1.5b --lengths 8192,32768`.
 #
 # What comes back in $OUT (at most 8 files; each is rewritten as the run goes, so a run killed
 # from outside still returns what it had): summary.txt (each step's result lines), bench.md and
 # bench.jsonl (the benchmark's rows, written as they are measured), hf_fixtures.tgz (extract at
-# the repository root: tests/fixtures/hf/...), results.tgz (every log).
+# the repository root: tests/fixtures/hf/...), deviceprop.json (tests/fixtures/cudnn/), results.tgz
+# (every log).
 set -uo pipefail
 START=$SECONDS
 DEADLINE=$((START + ${GPU_SESSION_BUDGET:-540}))
 phase=${1:-all}
 [ $# -gt 0 ] && shift
-case $phase in all|tests|bench) ;; --quick) phase=tests ;; *) echo "usage: $0 [all|tests|bench|--quick] [bench options]" >&2; exit 2 ;; esac
+quick=0
+case $phase in all|tests|bench) ;; --quick) phase=tests quick=1 ;; *) echo "usage: $0 [all|tests|bench|--quick] [bench options]" >&2; exit 2 ;; esac
 OUT=${OUT:-$PWD/out/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # nothing outside can be reached there
@@ -45,8 +50,9 @@ pack() {
 }
 trap pack EXIT
 
-# The bundle's programs need the bundle's libraries and CUDA's (cudart, cublasLt): from the toolkit,
-# else from the pip wheels (CUDA 13 wheels put them all in nvidia/cu13/lib). Only they get this
+# The bundle's programs need the bundle's libraries and CUDA's (cudart, cublasLt, cuDNN, the last two
+# loaded on first use): from the toolkit, else from the pip wheels (CUDA 13 wheels put them in
+# nvidia/cu13/lib, cuDNN's in nvidia/cudnn/lib). Only they get this
 # LD_LIBRARY_PATH, through wrappers in $W/bin: Python (PyTorch) keeps its own.
 wheel_libs=$(python3 - <<'EOF' 2>/dev/null
 import glob, os, site, sys
@@ -54,7 +60,8 @@ roots = [p for p in site.getsitepackages() + [site.getusersitepackages()] + sys.
 dirs = []
 for r in dict.fromkeys(roots):
     for d in sorted(glob.glob(os.path.join(r, "nvidia", "cu13", "lib")) + glob.glob(os.path.join(r, "nvidia", "*", "lib"))):
-        if d not in dirs and glob.glob(os.path.join(d, "libcublasLt.so*")) + glob.glob(os.path.join(d, "libcudart.so*")):
+        if d not in dirs and (glob.glob(os.path.join(d, "libcublasLt.so*")) + glob.glob(os.path.join(d, "libcudart.so*"))
+                              + glob.glob(os.path.join(d, "libcudnn.so*"))):
             dirs.append(d)
 print(":".join(dirs))
 EOF
@@ -98,16 +105,33 @@ step() {  # name, time limit (s), command...: log to $W/name.log, its result lin
   [ -n "$missing" ] && echo "oomb's libraries NOT FOUND: $missing" || echo "oomb's libraries all found"
 } | tee -a "$OUT/summary.txt"
 
-if [ "$phase" != bench ]; then
+core() {
   # the fixtures first: CPU only, quick, and what CI keeps using afterwards
-  step golden_hf 180 sh -c "rm -rf tests/fixtures/hf && python3 tools/golden_hf.py --out tests/fixtures/hf" &&
+  step golden_hf 150 sh -c "rm -rf tests/fixtures/hf && python3 tools/golden_hf.py --out tests/fixtures/hf" &&
     [ -f tests/fixtures/hf/qwen2/reference.safetensors ] &&
     tar czf "$OUT/hf_fixtures.tgz" tests/fixtures/hf && cp -r tests/fixtures/hf "$W/hf_fixtures"
-  step hf_golden 90 "$W/bin/test_hf_golden"
+  step hf_golden 60 "$W/bin/test_hf_golden"
+  step cuda_device 90 "$W/bin/test_cuda_device"
+  step cuda_ops 120 "$W/bin/test_cuda_ops"
+  # the bf16 steps take cuDNN's attention (OOMB_CUDA_ATTENTION=auto); the lab below says whether it built
+  step cuda_model 150 "$W/bin/test_cuda_model"
+  # FlashAttention's rule for the GPU's bf16 step against the committed fixtures
+  step bf16_budget_cuda 60 "$W/bin/test_precision" --gtest_filter='Bf16Budget.Cuda*'
+  # this GPU's properties as cuDNN serialises them (test_cudnn_deviceless's fixture), then the lab:
+  # oomb's kernels and cuDNN checked against the CPU and timed at 7B's head shape
+  step cudnn_deviceprop 30 "$W/bin/oomb_attention_lab" --deviceprop-json "$OUT/deviceprop.json"
+  step attention_lab_d128 90 env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr "$W/bin/oomb_attention_lab" \
+    --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
   # a LoRA adapter oomb saved, loaded by PEFT itself (issue 13)
-  step peft_check 90 python3 tools/peft_check.py --oomb "$W/bin/oomb"
+  step peft_check 60 python3 tools/peft_check.py --oomb "$W/bin/oomb"
   # oomb's TensorBoard event files, read by the tensorboard package (issue 12)
-  step tensorboard_check 60 python3 tools/tensorboard_check.py --oomb "$W/bin/oomb"
+  step tensorboard_check 45 python3 tools/tensorboard_check.py --oomb "$W/bin/oomb"
+  # must FAIL: the attention backward of this build drops each chunk's last query (gpu_bundle.sh)
+  # (the fp32 kernels and the tensor-core ones, each on its own)
+  if [ -x "$B/test_cuda_ops_mutant_drop_query" ]; then
+    step mutant_drop_query_must_fail 45 sh -c "! '$W/bin/test_cuda_ops_mutant_drop_query' --gtest_filter='*AttentionOverBlocks*'"
+    step mutant_drop_query_tensor_cores_must_fail 45 sh -c "! '$W/bin/test_cuda_ops_mutant_drop_query' --gtest_filter='*TensorCores*'"
+  fi
   # issue 14: two ranks sharing the one GPU over the MPI path give one rank's losses (where the
   # device machine has an mpirun; the bundle carries libmpi for oomb itself, not Open MPI's launcher)
   if command -v mpirun > /dev/null; then
@@ -123,20 +147,9 @@ if [ "$phase" != bench ]; then
   else
     echo "dist_mpi_sp2: skipped: the device machine has no mpirun" | tee -a "$OUT/summary.txt"
   fi
-  step gemm_layout 90 "$W/bin/test_gemm_layout"
-  step cuda_device 120 "$W/bin/test_cuda_device"
-  step cuda_ops 180 "$W/bin/test_cuda_ops"
-  step cuda_model 180 "$W/bin/test_cuda_model"
-  # FlashAttention's rule for the GPU's bf16 step (tensor-core attention) against the committed fixtures
-  step bf16_budget_cuda 90 "$W/bin/test_precision" --gtest_filter='Bf16Budget.Cuda*'
-  # must FAIL: the attention backward of this build drops each chunk's last query (gpu_bundle.sh)
-  # (the fp32 kernels and the tensor-core ones, each on its own)
-  if [ -x "$B/test_cuda_ops_mutant_drop_query" ]; then
-    step mutant_drop_query_must_fail 60 sh -c "! '$W/bin/test_cuda_ops_mutant_drop_query' --gtest_filter='*AttentionOverBlocks*'"
-    step mutant_drop_query_tensor_cores_must_fail 60 sh -c "! '$W/bin/test_cuda_ops_mutant_drop_query' --gtest_filter='*TensorCores*'"
-  fi
+}
+extras() {
   step attention_lab_d64 90 "$W/bin/oomb_attention_lab" --heads 14 --kv-heads 2 --dim 64 --chunk 4096 --keys 32768
-  step attention_lab_d128 90 "$W/bin/oomb_attention_lab" --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
   # PyTorch's own kernels (cuDNN, FlashAttention-2, memory-efficient) at the d128 shape, bf16
   step attention_torch_d128 90 python3 bench/attention_torch.py --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
   # the CUDA tests under compute-sanitizer: memcheck (any error fails the step), and racecheck on the
@@ -149,8 +162,10 @@ if [ "$phase" != bench ]; then
     --heads 4 --kv-heads 2 --dim 64 --check-only 1
   # LoRA's frozen base held once in bf16 on the GPU: every run's peaks equal oomb plan's (exit 1 if not)
   step lora_memory 90 python3 bench/lora_memory.py --device cuda --oomb "$W/bin/oomb" --out "$W/lora_memory.jsonl"
-fi
-if [ "$phase" != tests ]; then
+  step gemm_layout 60 "$W/bin/test_gemm_layout"
+}
+BENCH_ARGS=("$@")
+bench() {  # [seconds for bench/cuda_step.py]
   # where a step's GPU time goes, op by op (OOMB_CUDA_PROFILE: the stream synchronised after every
   # op; attention on tensor cores under the default bf16): Qwen2.5-0.5B's shape at 8K, C = 4K
   profile_step() {  # preset, N, C
@@ -162,13 +177,22 @@ range(int(sys.argv[2]) + 1))).tofile(open(sys.argv[1], "wb"))' "$W/prof-tokens.b
   }
   export -f profile_step
   export W
-  step profile_05b_8k 120 bash -c 'profile_step qwen2.5-0.5b 8192 4096'
+  local cap=120; [ -n "${1:-}" ] && cap=60
+  step profile_05b_8k $cap bash -c 'profile_step qwen2.5-0.5b 8192 4096'
+  # (in `all`, the rest goes to bench/cuda_step.py, whose --offloads measure offload too)
+  [ -z "${1:-}" ] &&
   # offload's cost on the GPU: all pages on the device against --offload kv (OFFLOAD_LENS: while
   # attention runs on the fp32 reference kernels, a 0.5B step takes ~30 s at 8K)
   step offload 150 python3 bench/offload.py --device cuda --preset qwen2.5-0.5b --oomb "$W/bin/oomb" \
     --lens "${OFFLOAD_LENS:-2048,4096}" --chunk 512 --group "${OFFLOAD_GROUP:-4}" --steps 2 --out "$W/offload.jsonl"
-  b=$(( $(left) - 20 ))
+  b=$(( ${1:-$(left)} - 20 ))
+  [ "$b" -gt "$(( $(left) - 20 ))" ] && b=$(( $(left) - 20 ))
   step bench $((b + 15)) python3 bench/cuda_step.py --oomb "$W/bin/oomb" --budget "$b" --out "$W/bench-work" \
-    --table "$OUT/bench.md" --jsonl "$OUT/bench.jsonl" "$@"
-fi
+    --table "$OUT/bench.md" --jsonl "$OUT/bench.jsonl" "${BENCH_ARGS[@]}"
+}
+case $phase in
+  all) core; bench "${GPU_SESSION_BENCH:-150}"; extras ;;
+  tests) core; [ $quick -eq 1 ] || extras ;;
+  bench) bench ;;
+esac
 echo "== done in $((SECONDS - START)) s" | tee -a "$OUT/summary.txt"
