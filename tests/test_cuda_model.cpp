@@ -179,8 +179,9 @@ void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::v
 }
 
 // Attention on the fp32 reference kernels, on oomb's tensor-core kernels (mma), and as configured
-// by default (auto: cuDNN's fused attention for the dense plans, the tensor-core kernels for the
-// plan with documents), each held to the bounds above.
+// by default (auto: cuDNN's fused attention for the dense plans, every chunk of them with
+// OOMB_CUDNN_MIN_QUERIES=1, the tensor-core kernels for the plan with documents), each held to the
+// bounds above.
 TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
   std::vector<std::vector<float>> reference;
   for (const char* mode : {"reference", "mma", "auto"}) {
@@ -191,7 +192,9 @@ TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
     auto gpu = make_cuda_backend(&why);
     unsetenv("OOMB_CUDA_ATTENTION");
     if (!gpu) GTEST_SKIP() << why;
+    setenv("OOMB_CUDNN_MIN_QUERIES", "1", 1);  // every dense chunk of these small plans to cuDNN under auto
     bf16_step_against_the_cpu(*gpu, tc, reference, mode);
+    unsetenv("OOMB_CUDNN_MIN_QUERIES");
   }
 }
 

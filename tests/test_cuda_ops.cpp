@@ -599,7 +599,20 @@ TEST(CudaOps, DenseAttentionThroughCudnnWithinBf16) {
       {33, 4, 2, 16, {16, 16, 7}, false, DType::F32, true, DType::BF16},
       {64, 6, 2, 64, {128, 3, 128}, false, DType::BF16, true, DType::BF16},
   };
+  setenv("OOMB_CUDNN_MIN_QUERIES", "1", 1);  // these small calls too (the default keeps < 128 off cuDNN)
   for (const AttnCase& c : dense) attention_case(c, true, backends().cudnn.get(), false);
+  unsetenv("OOMB_CUDNN_MIN_QUERIES");
+  // by default a call of fewer than 128 queries is not cuDNN's: pinned to cuDNN, it is an error naming why
+  Pair q(DType::F32, {5, 2, 8}), o(DType::F32, {5, 2, 8}), lse(DType::F32, {5, 2}), k(DType::F32, {5, 1, 8});
+  AttnArgs a{0.35f, 0};
+  a.bf16 = true;
+  const std::vector<KVBlock> own{{k.d, k.d, Tensor(), Tensor(), 0}};
+  try {
+    backends().cudnn->attention_fwd(q.d, own, a, o.d, lse.d);
+    ADD_FAILURE() << "5 queries went to cuDNN";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("fewer than OOMB_CUDNN_MIN_QUERIES"), std::string::npos) << e.what();
+  }
 }
 
 // Sparse attention's page metadata (bit for bit: both sum rows in fp64 in order) and page scores

@@ -74,6 +74,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"qwen2.5-0.5b heads, C 512 over 2048 keys", {14, 2, 512, 2048, 64, 0.125f, true, f32}},
                       Case{"qwen2.5-7b heads, C 256 over 1024 keys", {28, 4, 256, 1024, 128, 0.088388f, true, f32}},
                       Case{"o, do, dq in bf16", {28, 4, 256, 1024, 128, 0.088388f, true, bf16}},
+                      // the backend's runs: a chunk's own keys (causal, square) and an earlier run
+                      // shorter than the chunk (all visible), GQA, fp32 out
+                      Case{"the backend's own-chunk run", {28, 4, 512, 512, 128, 0.088388f, true, f32}},
+                      Case{"the backend's partial earlier run", {28, 4, 512, 100, 128, 0.088388f, false, f32}},
                       Case{"MHA, a chunk alone", {4, 4, 128, 128, 64, 0.125f, true}},
                       Case{"lengths off the tiles", {4, 2, 190, 700, 64, 0.125f, true}},
                       Case{"MQA, non-causal", {4, 1, 64, 96, 128, 0.088388f, false}}),

@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include "core/error.h"
+
 #ifdef OOMB_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cudnn/cudnn_sdpa.h"
@@ -33,11 +35,23 @@ size_t cudnn_attention_workspace(int64_t T, int64_t H) {
   return size_t(H) * t * t * 2;
 }
 
+int64_t cudnn_min_queries() {
+  const char* v = std::getenv("OOMB_CUDNN_MIN_QUERIES");
+  if (!v) return 128;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  OOMB_CHECK(end != v && *end == '\0' && x >= 1, "OOMB_CUDNN_MIN_QUERIES={}: expected a whole number >= 1", v);
+  return int64_t(x);
+}
+
 size_t cudnn_attention_bytes(const WorkspaceShape& s) {
-  if (!s.bf16 || !s.dense_attention) return 0;
-  const size_t q = size_t(s.chunk * s.heads * s.head_dim), kv = size_t(s.chunk * s.kv_heads * s.head_dim);
+  // the calls that may take the route (cuda/cudnn_attention.cpp's unsupported)
+  if (!s.bf16 || !s.dense_attention || s.chunk < cudnn_min_queries() || s.head_dim % 8 != 0 || s.head_dim > 128)
+    return 0;
+  const int64_t H = s.heads / s.head_chunks, G = s.kv_heads / s.head_chunks;
+  const size_t q = size_t(s.chunk * H * s.head_dim), kv = size_t(s.chunk * G * s.head_dim);
   // q in bf16; k, v, dk, dv of a run in bf16; a run's o and dq (fp32); its lse; cuDNN's workspace
-  return q * 2 + 4 * kv * 2 + 2 * q * 4 + size_t(s.chunk * s.heads) * 4 + cudnn_attention_workspace(s.chunk, s.heads);
+  return q * 2 + 4 * kv * 2 + 2 * q * 4 + size_t(s.chunk * H) * 4 + cudnn_attention_workspace(s.chunk, H);
 }
 
 bool cudnn_attention_planned() {

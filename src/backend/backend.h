@@ -73,6 +73,7 @@ struct WorkspaceShape {
   int64_t loss_rows = 0;  // tokens per chunk outside attention (the loss, the matmuls; --sp: chunk / P); 0: chunk
   int64_t scored() const { return loss_rows > 0 ? loss_rows : chunk; }
   int64_t kv_heads = 0;          // in attention (--sp: kv heads / P)
+  int64_t head_chunks = 1;       // --sp-head-chunks K: attention calls take heads / K, kv heads / K
   bool dense_attention = false;  // some attention calls see every earlier key unmasked (no documents,
                                  // a layer without a window): CUDA may route them through cuDNN
 };
@@ -289,6 +290,9 @@ size_t cuda_workspace_bytes(const WorkspaceShape& s);
 // (its deterministic backward keeps dP, bf16, per head: H x T x T, each rounded up to 64)
 size_t cudnn_attention_bytes(const WorkspaceShape& s);
 size_t cudnn_attention_workspace(int64_t T, int64_t H);
+// The fewest queries a call must have to take that route (its runs are as long as the call's
+// queries: decoding and short chunks keep oomb's kernels): OOMB_CUDNN_MIN_QUERIES, default 128
+int64_t cudnn_min_queries();
 // Whether this process would route dense attention through cuDNN (OOMB_CUDA_ATTENTION allows it and
 // the library loads): what `oomb plan --device cuda` assumes
 bool cudnn_attention_planned();

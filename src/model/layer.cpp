@@ -44,7 +44,6 @@ void fold_groups(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, Prefi
                  int64_t rows, std::span<const uint64_t> heads, Fn fn) {
   const int64_t n = prefix ? prefix->groups() : 0;
   AttnArgs a = ctx.attn;
-  a.own_kernels = (ctx.pages && ctx.pages->options().offload) || ctx.sparse;
   a.q_idx0 += q0;
   if (a.q_doc) a.q_doc += q0;
   a.run_sum = plan.run_sum.rows(q0, rows);

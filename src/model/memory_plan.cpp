@@ -74,6 +74,7 @@ WorkspaceShape workspace_shape(const ModelConfig& c, const ChunkPlan& plan) {
   const bool full_layer = c.layer_window.empty() ||
                           std::any_of(c.layer_window.begin(), c.layer_window.end(), [](int64_t w) { return w == 0; });
   s.dense_attention = !plan.offload_kv && !plan.sparse.on() && plan.doc_sep < 0 && full_layer;
+  s.head_chunks = plan.head_chunks;
   return s;
 }
 

@@ -137,8 +137,9 @@ class CudaBackend final : public Backend {
 
   void do_attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
                      Tensor& lse) override {
-    cuda::k::AttnParams p = attention_params("attention_fwd", q, blocks, a, false);
-    if (use_cudnn("attention_fwd", a, blocks, q) && cudnn_attention_.forward(p, q.f(), o.f(), lse.f(), stream_))
+    const bool dense = use_cudnn("attention_fwd", a, blocks, q);
+    cuda::k::AttnParams p = attention_params("attention_fwd", q, blocks, a, false, dense);
+    if (dense && cudnn_attention_.forward(p, blocks, q.f(), o.f(), lse.f(), stream_))
       return launched("attention_fwd (cuDNN)");
     cudnn_refused("attention_fwd");
     const bool tc = tensor_cores(a, p);
@@ -148,10 +149,10 @@ class CudaBackend final : public Backend {
   }
   void do_attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
                      std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) override {
-    cuda::k::AttnParams p = attention_params("attention_bwd", q, blocks, a, true);
+    const bool dense = use_cudnn("attention_bwd", a, blocks, q);
+    cuda::k::AttnParams p = attention_params("attention_bwd", q, blocks, a, true, dense);
     float* dsum = static_cast<float*>(dsum_.get(size_t(std::max<int64_t>(p.T * p.H, 1)) * 4));
-    if (use_cudnn("attention_bwd", a, blocks, q) &&
-        cudnn_attention_.backward(p, q.f(), o.f(), lse.f(), dout.f(), dq.f(), dsum, stream_))
+    if (dense && cudnn_attention_.backward(p, blocks, q.f(), o.f(), lse.f(), dout.f(), dq.f(), dsum, stream_))
       return launched("attention_bwd (cuDNN)");
     cudnn_refused("attention_bwd");
     const bool tc = tensor_cores(a, p);
@@ -398,8 +399,9 @@ class CudaBackend final : public Backend {
   }
 
   // The kernels' parameters, within their limits; uploads the blocks' table (the blocks were checked once, op_checks.cpp).
+  // by_index: the table in ascending idx0 (cuDNN's route reads a run of keys as a range of it)
   cuda::k::AttnParams attention_params(const char* op, const Tensor& q, std::span<const KVBlock> blocks,
-                                       const AttnArgs& a, bool backward) {
+                                       const AttnArgs& a, bool backward, bool by_index = false) {
     cuda::k::AttnParams p{};
     p.T = q.dim(0), p.H = q.dim(1), p.D = q.dim(2), p.scale = a.scale, p.q_idx0 = a.q_idx0, p.q_doc = a.q_doc;
     p.window = a.window;
@@ -414,6 +416,9 @@ class CudaBackend final : public Backend {
                         kb.heads});
       p.max_len = std::max(p.max_len, kb.k.dim(0));
     }
+    if (by_index)
+      std::stable_sort(table_.begin(), table_.end(),
+                       [](const cuda::k::AttnBlock& x, const cuda::k::AttnBlock& y) { return x.idx0 < y.idx0; });
     // the dK/dV grid has a z dimension of 32-key tiles (at most 65535) and y of kv heads
     OOMB_CHECK((p.max_len + 31) / 32 <= 65535 && p.G <= 65535 && p.H <= 65535,
                "{}: blocks of {} keys or {} heads exceed the kernels' grid limits", op, p.max_len, p.H);

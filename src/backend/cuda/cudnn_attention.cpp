@@ -34,6 +34,10 @@ std::string CudnnAttention::unsupported(const AttnArgs& a, std::span<const KVBlo
   if (a.q_doc) return "document masks";
   if (a.window > 0) return "a sliding window";
   if (D % 8 != 0 || D > 128) return "head dim " + std::to_string(D) + " (cuDNN's fused attention: a multiple of 8, at most 128)";
+  // runs are T keys long: a few queries (decoding, short prefill chunks) would make a cuDNN call
+  // per few keys; oomb's kernels take those in one call
+  if (T < cudnn_min_queries())
+    return std::to_string(T) + " queries (fewer than OOMB_CUDNN_MIN_QUERIES, " + std::to_string(cudnn_min_queries()) + ")";
   std::vector<std::pair<int64_t, int64_t>> spans;
   for (const KVBlock& b : blocks) {
     if (b.doc) return "document masks";
@@ -51,14 +55,27 @@ std::string CudnnAttention::unsupported(const AttnArgs& a, std::span<const KVBlo
   return "";
 }
 
-std::vector<CudnnAttention::Run> CudnnAttention::runs(int64_t q_idx0, int64_t T) {
-  std::vector<Run> r{{q_idx0, T, true}};  // the chunk's own keys first, then back from it
-  for (int64_t end = q_idx0; end > 0; end -= T) r.push_back({std::max<int64_t>(0, end - T), end - std::max<int64_t>(0, end - T), false});
+std::vector<CudnnAttention::Run> CudnnAttention::runs(int64_t q_idx0, int64_t T, std::span<const KVBlock> blocks) {
+  std::vector<Run> r{{q_idx0, T, true, 0, 0}};  // the chunk's own keys first, then back from it
+  for (int64_t end = q_idx0; end > 0; end -= T) {
+    const int64_t a = std::max<int64_t>(0, end - T);
+    r.push_back({a, end - a, false, 0, 0});
+  }
+  // the blocks tile [0, q_idx0 + T) (unsupported checked): in ascending idx0, a run's blocks are
+  // the range from the one holding its first key to the one holding its last
+  std::vector<int64_t> starts;
+  for (const KVBlock& b : blocks) starts.push_back(b.idx0);
+  std::sort(starts.begin(), starts.end());
+  for (Run& run : r) {
+    const auto lo = std::upper_bound(starts.begin(), starts.end(), run.a) - 1;
+    const auto hi = std::lower_bound(starts.begin(), starts.end(), run.a + run.len);
+    run.first = lo - starts.begin(), run.count = hi - lo;
+  }
   return r;
 }
 
 cudnn::Sdpa* CudnnAttention::plan(const k::AttnParams& p, int64_t R, bool causal, cudaStream_t stream) {
-  const auto key = std::make_tuple(p.T, R, p.H, p.G, p.D, causal);
+  const Key key{p.T, R, p.H, p.G, p.D, causal, p.scale};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   if (refused_.count(key)) return nullptr;
   std::string why;
@@ -91,15 +108,16 @@ void CudnnAttention::buffers(const k::AttnParams& p) {
   grow(ws_, cudnn_workspace(p.T, p.H));
 }
 
-bool CudnnAttention::forward(const k::AttnParams& p, const float* q, float* o, float* lse, cudaStream_t stream) {
-  const std::vector<Run> rs = runs(p.q_idx0, p.T);
+bool CudnnAttention::forward(const k::AttnParams& p, std::span<const KVBlock> blocks, const float* q, float* o,
+                             float* lse, cudaStream_t stream) {
+  const std::vector<Run> rs = runs(p.q_idx0, p.T, blocks);
   if (!plans_for(p, rs, stream)) return false;
   buffers(p);
   auto* q16 = q16_.as<uint16_t>();
   auto *k16 = k16_.as<uint16_t>(), *v16 = v16_.as<uint16_t>();
   k::cast(q, false, q16, true, p.T * p.H * p.D, stream);
   for (size_t i = 0; i < rs.size(); ++i) {
-    k::gather_run(p, rs[i].a, rs[i].len, k16, v16, stream);
+    k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, k16, v16, stream);
     cudnn::Sdpa* s = plan(p, rs[i].len, rs[i].causal, stream);
     if (i == 0) {
       s->forward(q16, k16, v16, o, lse, ws_.data());
@@ -111,9 +129,9 @@ bool CudnnAttention::forward(const k::AttnParams& p, const float* q, float* o, f
   return true;
 }
 
-bool CudnnAttention::backward(const k::AttnParams& p, const float* q, const float* o, const float* lse, const float* dout,
-                              float* dq, float* dsum, cudaStream_t stream) {
-  const std::vector<Run> rs = runs(p.q_idx0, p.T);
+bool CudnnAttention::backward(const k::AttnParams& p, std::span<const KVBlock> blocks, const float* q, const float* o,
+                              const float* lse, const float* dout, float* dq, float* dsum, cudaStream_t stream) {
+  const std::vector<Run> rs = runs(p.q_idx0, p.T, blocks);
   if (!plans_for(p, rs, stream)) return false;
   buffers(p);
   auto* q16 = q16_.as<uint16_t>();
@@ -121,11 +139,11 @@ bool CudnnAttention::backward(const k::AttnParams& p, const float* q, const floa
        *dv16 = dv16_.as<uint16_t>();
   k::cast(q, false, q16, true, p.T * p.H * p.D, stream);
   for (size_t i = 0; i < rs.size(); ++i) {
-    k::gather_run(p, rs[i].a, rs[i].len, k16, v16, stream);
+    k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, k16, v16, stream);
     float* dq_i = i == 0 ? dq : dq_run_.as<float>();
     plan(p, rs[i].len, rs[i].causal, stream)->backward(q16, k16, v16, o, dout, lse, dq_i, dk16, dv16, dsum, ws_.data());
     if (i > 0) k::add(dq, dq_i, false, p.T * p.H * p.D, stream);
-    k::fold_run(p, rs[i].a, rs[i].len, dk16, dv16, stream);
+    k::fold_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, dk16, dv16, stream);
   }
   return true;
 }

@@ -4,7 +4,10 @@
 // keys runs of T back from the chunk. Each run is gathered into contiguous bf16 and is one cuDNN
 // call; the forward merges the runs' (o, lse) by the LSE algebra, the backward folds each run's
 // dk, dv into the blocks' pages and sums dq. Fixed order: deterministic. Memory: buffers of the
-// chunk's size (not the context's), planned by cudnn_attention_bytes (backend.h).
+// chunk's size (not the context's), planned by cudnn_attention_bytes (backend.h). Calls with fewer
+// than cudnn_min_queries() queries keep oomb's kernels (runs would be as short as the call). cuDNN's
+// dK and dV come out in bf16 for each run (its fused engines write no other type), so what a run
+// adds to the gradient pages is rounded once more than oomb's kernels' fp32 sums are.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,30 +26,34 @@ namespace oomb::cuda {
 
 class CudnnAttention {
  public:
+
   // Why a call cannot take this route, or "" (host-side checks of the call alone)
   static std::string unsupported(const AttnArgs& a, std::span<const KVBlock> blocks, int64_t T, int64_t D);
 
   // false: cuDNN cannot take a run of this call (no library, a shape it refuses, a workspace over
-  // the plan); said once on stderr, and the caller runs its own kernels. p: the uploaded table;
-  // everything runs on stream s (the same one on every call).
-  bool forward(const k::AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s);
-  bool backward(const k::AttnParams& p, const float* q, const float* o, const float* lse, const float* dout, float* dq,
-                float* dsum, cudaStream_t s);
+  // the plan); said once on stderr, and the caller runs its own kernels. p: the uploaded table, in
+  // ascending idx0 (of `blocks`, the call's); everything runs on stream s (the same on every call).
+  bool forward(const k::AttnParams& p, std::span<const KVBlock> blocks, const float* q, float* o, float* lse,
+               cudaStream_t s);
+  bool backward(const k::AttnParams& p, std::span<const KVBlock> blocks, const float* q, const float* o,
+                const float* lse, const float* dout, float* dq, float* dsum, cudaStream_t s);
 
  private:
   struct Run {
     int64_t a, len;
     bool causal;
+    int64_t first, count;  // the table's entries (ascending idx0) holding keys of [a, a + len)
   };
-  static std::vector<Run> runs(int64_t q_idx0, int64_t T);
+  static std::vector<Run> runs(int64_t q_idx0, int64_t T, std::span<const KVBlock> blocks);
   cudnn::Sdpa* plan(const k::AttnParams& p, int64_t R, bool causal, cudaStream_t s);  // null: refused (said once)
   bool plans_for(const k::AttnParams& p, const std::vector<Run>& rs, cudaStream_t s);
   void buffers(const k::AttnParams& p);
 
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>, std::unique_ptr<cudnn::Sdpa>> plans_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>, std::string> refused_;
+  // a plan per (T, R, H, G, D, causal, scale): the scale is a scalar of the graph
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, float>;
+  std::map<Key, std::unique_ptr<cudnn::Sdpa>> plans_;
+  std::map<Key, std::string> refused_;
   Buffer q16_, k16_, v16_, dk16_, dv16_, o_run_, lse_run_, dq_run_, ws_;
-  int64_t sized_for_ = 0;  // the T the buffers hold
 };
 
 }  // namespace oomb::cuda

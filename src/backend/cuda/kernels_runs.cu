@@ -20,7 +20,7 @@ __device__ inline Rows rows_in_run(const AttnBlock& b, int64_t a, int64_t R) {
   return {b.idx0 > a ? b.idx0 : a, b.idx0 + b.len < a + R ? b.idx0 + b.len : a + R};
 }
 
-// grid (n_blocks, kSlices): k16, v16 (R, G, D) rows r - a = the blocks' rows at sequence index r
+// grid (the run's blocks, kSlices): k16, v16 (R, G, D) rows r - a = the blocks' rows at sequence index r
 __global__ void gather_run_k(const AttnBlock* blocks, int64_t a, int64_t R, int64_t GD, uint16_t* k16,
                              uint16_t* v16) {
   const AttnBlock b = blocks[blockIdx.x];
@@ -46,7 +46,7 @@ __device__ inline void add_to(void* grad, bool grad_bf16, int64_t i, float g) {
   }
 }
 
-// grid (n_blocks, kSlices): every block's dk, dv += the run's rows of dk16, dv16 (R, G, D)
+// grid (the run's blocks, kSlices): each block's dk, dv += the run's rows of dk16, dv16 (R, G, D)
 __global__ void fold_run_k(const AttnBlock* blocks, int64_t a, int64_t R, int64_t GD, const uint16_t* dk16,
                            const uint16_t* dv16) {
   const AttnBlock b = blocks[blockIdx.x];
@@ -75,13 +75,15 @@ __global__ void merge_run_k(float* o, float* lse, const float* o_run, const floa
 
 }  // namespace
 
-void gather_run(const AttnParams& p, int64_t a, int64_t R, uint16_t* k16, uint16_t* v16, cudaStream_t s) {
-  if (p.n_blocks > 0 && R > 0)
-    launch(gather_run_k, dim3(unsigned(p.n_blocks), kSlices), kThreads, 0, s, p.blocks, a, R, p.G * p.D, k16, v16);
+void gather_run(const AttnParams& p, int64_t first, int64_t count, int64_t a, int64_t R, uint16_t* k16,
+                uint16_t* v16, cudaStream_t s) {
+  if (count > 0 && R > 0)
+    launch(gather_run_k, dim3(unsigned(count), kSlices), kThreads, 0, s, p.blocks + first, a, R, p.G * p.D, k16, v16);
 }
-void fold_run(const AttnParams& p, int64_t a, int64_t R, const uint16_t* dk16, const uint16_t* dv16, cudaStream_t s) {
-  if (p.n_blocks > 0 && R > 0)
-    launch(fold_run_k, dim3(unsigned(p.n_blocks), kSlices), kThreads, 0, s, p.blocks, a, R, p.G * p.D, dk16, dv16);
+void fold_run(const AttnParams& p, int64_t first, int64_t count, int64_t a, int64_t R, const uint16_t* dk16,
+              const uint16_t* dv16, cudaStream_t s) {
+  if (count > 0 && R > 0)
+    launch(fold_run_k, dim3(unsigned(count), kSlices), kThreads, 0, s, p.blocks + first, a, R, p.G * p.D, dk16, dv16);
 }
 void merge_run(float* o, float* lse, const float* o_run, const float* lse_run, int64_t rows, int64_t D,
                cudaStream_t s) {

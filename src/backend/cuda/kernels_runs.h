@@ -8,10 +8,13 @@
 
 namespace oomb::cuda::k {
 
-// k16, v16: (R, G, D) bf16 = the table's keys and values at sequence indices [a, a + R), in order
-void gather_run(const AttnParams& p, int64_t a, int64_t R, uint16_t* k16, uint16_t* v16, cudaStream_t s);
-// every block's dk, dv (f32 or bf16 pages) += its rows of dk16, dv16: (R, G, D) bf16 at [a, a + R)
-void fold_run(const AttnParams& p, int64_t a, int64_t R, const uint16_t* dk16, const uint16_t* dv16, cudaStream_t s);
+// k16, v16: (R, G, D) bf16 = the keys and values at sequence indices [a, a + R) of the table's
+// entries [first, first + count) (those holding them)
+void gather_run(const AttnParams& p, int64_t first, int64_t count, int64_t a, int64_t R, uint16_t* k16,
+                uint16_t* v16, cudaStream_t s);
+// those entries' dk, dv (f32 or bf16 pages) += their rows of dk16, dv16: (R, G, D) bf16 at [a, a + R)
+void fold_run(const AttnParams& p, int64_t first, int64_t count, int64_t a, int64_t R, const uint16_t* dk16,
+              const uint16_t* dv16, cudaStream_t s);
 // o: (rows, D), lse: (rows) <- the softmax-weighted mean of themselves and o_run, lse_run (natural log)
 void merge_run(float* o, float* lse, const float* o_run, const float* lse_run, int64_t rows, int64_t D,
                cudaStream_t s);
