@@ -18,18 +18,10 @@ void* library() {
   return handle;
 }
 
-template <typename F>
-F* resolve(F* self, const char* name) {
-  return oomb::cuda::resolve(library(), self, name);
-}
-
 }  // namespace
 
-#define OOMB_LAZY(name, params, args)                                   \
-  extern "C" cublasStatus_t CUBLASWINAPI name params {                  \
-    static auto* const f = resolve(&name, #name);                       \
-    return f ? f args : CUBLAS_STATUS_NOT_INITIALIZED;                  \
-  }
+#define OOMB_LAZY(name, params, args) \
+  OOMB_LAZY_SYMBOL(library, cublasStatus_t, CUBLASWINAPI, CUBLAS_STATUS_NOT_INITIALIZED, name, params, args)
 
 OOMB_LAZY(cublasLtCreate, (cublasLtHandle_t * h), (h))
 OOMB_LAZY(cublasLtDestroy, (cublasLtHandle_t h), (h))

@@ -17,6 +17,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profile.h"
+#include "backend/cuda/scratch.h"
 
 namespace oomb {
 
@@ -39,18 +40,6 @@ AttentionMode attention_mode() {
   OOMB_CHECK(std::strcmp(v, "reference") == 0, "OOMB_CUDA_ATTENTION={}: expected auto, cudnn, mma or reference", v);
   return AttentionMode::Reference;
 }
-
-// A device buffer (tag workspace) grown to the largest size asked for: steady-state steps allocate nothing.
-struct Scratch {
-  Buffer buf;
-  void* get(size_t bytes) {
-    if (buf.bytes() < bytes) {
-      buf.reset();  // the old one first: the peak is the larger buffer alone
-      buf = Buffer(Tier::Device, Tag::Workspace, bytes);
-    }
-    return buf.data();
-  }
-};
 
 class CudaBackend final : public Backend {
  public:
@@ -472,7 +461,7 @@ class CudaBackend final : public Backend {
   Buffer gemm_ws_;
   Buffer group_sums_;  // the column sums' groups (rmsnorm_bwd's dw, the bias gradient), on stream_
   std::unique_ptr<cuda::Gemm> gemm_;
-  Scratch logits_, partials_, dsum_, rope_dev_;
+  cuda::Scratch logits_, partials_, dsum_, rope_dev_;
   cuda::CudnnAttention cudnn_attention_;  // dense attention through cuDNN (OOMB_CUDA_ATTENTION)
   std::vector<cuda::k::AttnBlock> table_;
   std::vector<float> rope_host_;

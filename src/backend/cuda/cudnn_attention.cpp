@@ -10,22 +10,6 @@
 
 namespace oomb::cuda {
 
-namespace {
-
-// cuDNN's deterministic backward keeps dP (bf16) per head in its workspace (its dP-workspace
-// path): the most a run of T queries over R <= T keys asks for, and what is planned
-size_t cudnn_workspace(int64_t T, int64_t H) { return cudnn_attention_workspace(T, H); }
-
-// a buffer grown to the largest size asked for (tag workspace): steady-state calls allocate nothing
-void* grow(Buffer& b, size_t bytes) {
-  if (b.bytes() < bytes) {
-    b.reset();
-    b = Buffer(Tier::Device, Tag::Workspace, bytes);
-  }
-  return b.data();
-}
-
-}  // namespace
 
 std::string CudnnAttention::unsupported(const AttnArgs& a, std::span<const KVBlock> blocks, int64_t T, int64_t D) {
   if (!a.bf16) return "--precision fp32";
@@ -82,9 +66,9 @@ cudnn::Sdpa* CudnnAttention::plan(const k::AttnParams& p, int64_t R, bool causal
   try {
     if (!cudnn::available(&why)) throw std::runtime_error(why);
     auto s = std::make_unique<cudnn::Sdpa>(sdpa::Shape{p.H, p.G, p.T, R, p.D, p.scale, causal, sdpa::DType::f32}, stream);
-    if (s->workspace_bytes() > cudnn_workspace(p.T, p.H))
+    if (s->workspace_bytes() > cudnn_attention_workspace(p.T, p.H))
       throw std::runtime_error(fmt::format("its workspace of {} bytes is over the {} planned", s->workspace_bytes(),
-                                           cudnn_workspace(p.T, p.H)));
+                                           cudnn_attention_workspace(p.T, p.H)));
     return (plans_[key] = std::move(s)).get();
   } catch (const std::exception& e) {
     refused_[key] = e.what();
@@ -100,30 +84,31 @@ bool CudnnAttention::plans_for(const k::AttnParams& p, const std::vector<Run>& r
   return true;
 }
 
-// what cudnn_attention_bytes plans, for chunks of p.T queries
-void CudnnAttention::buffers(const k::AttnParams& p) {
+CudnnAttention::Buffers CudnnAttention::buffers(const k::AttnParams& p) {
   const size_t q = size_t(p.T * p.H * p.D), kv = size_t(p.T * p.G * p.D);
-  grow(q16_, q * 2), grow(k16_, kv * 2), grow(v16_, kv * 2), grow(dk16_, kv * 2), grow(dv16_, kv * 2);
-  grow(o_run_, q * 4), grow(dq_run_, q * 4), grow(lse_run_, size_t(p.T * p.H) * 4);
-  grow(ws_, cudnn_workspace(p.T, p.H));
+  Buffers b;
+  b.q16 = q16_.get<uint16_t>(q);
+  b.k16 = k16_.get<uint16_t>(kv), b.v16 = v16_.get<uint16_t>(kv);
+  b.dk16 = dk16_.get<uint16_t>(kv), b.dv16 = dv16_.get<uint16_t>(kv);
+  b.o_run = o_run_.get<float>(q), b.dq_run = dq_run_.get<float>(q), b.lse_run = lse_run_.get<float>(size_t(p.T * p.H));
+  b.ws = ws_.get(cudnn_attention_workspace(p.T, p.H));
+  return b;
 }
 
 bool CudnnAttention::forward(const k::AttnParams& p, std::span<const KVBlock> blocks, const float* q, float* o,
                              float* lse, cudaStream_t stream) {
   const std::vector<Run> rs = runs(p.q_idx0, p.T, blocks);
   if (!plans_for(p, rs, stream)) return false;
-  buffers(p);
-  auto* q16 = q16_.as<uint16_t>();
-  auto *k16 = k16_.as<uint16_t>(), *v16 = v16_.as<uint16_t>();
-  k::cast(q, false, q16, true, p.T * p.H * p.D, stream);
+  const Buffers b = buffers(p);
+  k::cast(q, false, b.q16, true, p.T * p.H * p.D, stream);
   for (size_t i = 0; i < rs.size(); ++i) {
-    k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, k16, v16, stream);
+    k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, b.k16, b.v16, stream);
     cudnn::Sdpa* s = plan(p, rs[i].len, rs[i].causal, stream);
     if (i == 0) {
-      s->forward(q16, k16, v16, o, lse, ws_.data());
+      s->forward(b.q16, b.k16, b.v16, o, lse, b.ws);
     } else {
-      s->forward(q16, k16, v16, o_run_.as<float>(), lse_run_.as<float>(), ws_.data());
-      k::merge_run(o, lse, o_run_.as<float>(), lse_run_.as<float>(), p.T * p.H, p.D, stream);
+      s->forward(b.q16, b.k16, b.v16, b.o_run, b.lse_run, b.ws);
+      k::merge_run(o, lse, b.o_run, b.lse_run, p.T * p.H, p.D, stream);
     }
   }
   return true;
@@ -133,17 +118,15 @@ bool CudnnAttention::backward(const k::AttnParams& p, std::span<const KVBlock> b
                               const float* lse, const float* dout, float* dq, float* dsum, cudaStream_t stream) {
   const std::vector<Run> rs = runs(p.q_idx0, p.T, blocks);
   if (!plans_for(p, rs, stream)) return false;
-  buffers(p);
-  auto* q16 = q16_.as<uint16_t>();
-  auto *k16 = k16_.as<uint16_t>(), *v16 = v16_.as<uint16_t>(), *dk16 = dk16_.as<uint16_t>(),
-       *dv16 = dv16_.as<uint16_t>();
-  k::cast(q, false, q16, true, p.T * p.H * p.D, stream);
+  const Buffers b = buffers(p);
+  k::cast(q, false, b.q16, true, p.T * p.H * p.D, stream);
   for (size_t i = 0; i < rs.size(); ++i) {
-    k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, k16, v16, stream);
-    float* dq_i = i == 0 ? dq : dq_run_.as<float>();
-    plan(p, rs[i].len, rs[i].causal, stream)->backward(q16, k16, v16, o, dout, lse, dq_i, dk16, dv16, dsum, ws_.data());
+    k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, b.k16, b.v16, stream);
+    float* dq_i = i == 0 ? dq : b.dq_run;
+    plan(p, rs[i].len, rs[i].causal, stream)
+        ->backward(b.q16, b.k16, b.v16, o, dout, lse, dq_i, b.dk16, b.dv16, dsum, b.ws);
     if (i > 0) k::add(dq, dq_i, false, p.T * p.H * p.D, stream);
-    k::fold_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, dk16, dv16, stream);
+    k::fold_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, b.dk16, b.dv16, stream);
   }
   return true;
 }

@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cudnn/cudnn_sdpa.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/scratch.h"
 
 namespace oomb::cuda {
 
@@ -47,13 +48,18 @@ class CudnnAttention {
   static std::vector<Run> runs(int64_t q_idx0, int64_t T, std::span<const KVBlock> blocks);
   cudnn::Sdpa* plan(const k::AttnParams& p, int64_t R, bool causal, cudaStream_t s);  // null: refused (said once)
   bool plans_for(const k::AttnParams& p, const std::vector<Run>& rs, cudaStream_t s);
-  void buffers(const k::AttnParams& p);
+  struct Buffers {
+    uint16_t *q16, *k16, *v16, *dk16, *dv16;  // q and a run's keys, values and their gradients, bf16
+    float *o_run, *dq_run, *lse_run;          // a run's o, dq and lse
+    void* ws;                                 // cuDNN's workspace
+  };
+  Buffers buffers(const k::AttnParams& p);  // what cudnn_attention_bytes plans, for p.T queries
 
   // a plan per (T, R, H, G, D, causal, scale): the scale is a scalar of the graph
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, float>;
   std::map<Key, std::unique_ptr<cudnn::Sdpa>> plans_;
   std::map<Key, std::string> refused_;
-  Buffer q16_, k16_, v16_, dk16_, dv16_, o_run_, lse_run_, dq_run_, ws_;
+  Scratch q16_, k16_, v16_, dk16_, dv16_, o_run_, lse_run_, dq_run_, ws_;
 };
 
 }  // namespace oomb::cuda

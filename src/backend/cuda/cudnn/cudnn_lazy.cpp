@@ -17,29 +17,15 @@ void* library() {
   return handle;
 }
 
-template <typename F>
-F* resolve(F* self, const char* name) {
-  return oomb::cuda::resolve(library(), self, name);
-}
-
 }  // namespace
 
-#define OOMB_LAZY(name, params, args)                  \
-  extern "C" cudnnStatus_t CUDNNWINAPI name params {   \
-    static auto* const f = resolve(&name, #name);      \
-    return f ? f args : CUDNN_STATUS_NOT_INITIALIZED;  \
-  }
+#define OOMB_LAZY(name, params, args) \
+  OOMB_LAZY_SYMBOL(library, cudnnStatus_t, CUDNNWINAPI, CUDNN_STATUS_NOT_INITIALIZED, name, params, args)
 
-extern "C" size_t CUDNNWINAPI cudnnGetVersion(void) {
-  static auto* const f = resolve(&cudnnGetVersion, "cudnnGetVersion");
-  return f ? f() : 0;  // 0: no library
-}
-extern "C" const char* CUDNNWINAPI cudnnGetErrorString(cudnnStatus_t s) {
-  static auto* const f = resolve(&cudnnGetErrorString, "cudnnGetErrorString");
-  return f ? f(s) : "cuDNN not loaded";
-}
+OOMB_LAZY_SYMBOL(library, size_t, CUDNNWINAPI, 0, cudnnGetVersion, (void), ())  // 0: no library
+OOMB_LAZY_SYMBOL(library, const char*, CUDNNWINAPI, "cuDNN not loaded", cudnnGetErrorString, (cudnnStatus_t s), (s))
 extern "C" void CUDNNWINAPI cudnnGetLastErrorString(char* message, size_t max_size) {
-  static auto* const f = resolve(&cudnnGetLastErrorString, "cudnnGetLastErrorString");
+  static auto* const f = oomb::cuda::resolve(library(), &cudnnGetLastErrorString, "cudnnGetLastErrorString");
   if (f) f(message, max_size);
   else if (max_size > 0) message[0] = '\0';
 }
