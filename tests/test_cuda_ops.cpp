@@ -613,6 +613,18 @@ TEST(CudaOps, DenseAttentionThroughCudnnWithinBf16) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("fewer than OOMB_CUDNN_MIN_QUERIES"), std::string::npos) << e.what();
   }
+#ifdef OOMB_SIMT
+  // cuDNN asking more workspace than cudnn_attention_workspace planned: the route refuses (said on
+  // stderr), so pinned to cuDNN the call is an error; auto runs it on the mma kernels, still right
+  setenv("OOMB_SIMT_CUDNN_WORKSPACE", "1000000000", 1);
+  setenv("OOMB_CUDNN_MIN_QUERIES", "1", 1);
+  const AttnCase big{17, 4, 2, 16, {16, 16}, false, DType::F32};
+  EXPECT_THROW(attention_case(big, true, cuda_backend_with_attention("cudnn").get(), false), std::exception)
+      << "a workspace over the plan was used";
+  attention_case(big, true, cuda_backend_with_attention("auto").get(), false);
+  unsetenv("OOMB_CUDNN_MIN_QUERIES");
+  unsetenv("OOMB_SIMT_CUDNN_WORKSPACE");
+#endif
 }
 
 // Sparse attention's page metadata (bit for bit: both sum rows in fp64 in order) and page scores

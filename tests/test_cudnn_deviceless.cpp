@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "backend/backend.h"
 #include "backend/sdpa_graph.h"
 #ifdef OOMB_HAVE_CUDA
 #include <dlfcn.h>
@@ -82,6 +83,37 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"lengths off the tiles", {4, 2, 190, 700, 64, 0.125f, true}},
                       Case{"MQA, non-causal", {4, 1, 64, 96, 128, 0.088388f, false}}),
     [](const ::testing::TestParamInfo<Case>& i) { return "case" + std::to_string(i.index); });
+
+// The workspace the CUDA backend plans for cuDNN (cudnn_attention_workspace, backend.h) against
+// what cuDNN's chosen engines ask for, for the runs the backend makes (a chunk's own keys, causal
+// and square; earlier keys in runs of at most T, all visible, fp32 o, do, dq) at the heads of the
+// models oomb runs: never less (the route would refuse the run), and for full runs within 5% and
+// 8 KiB (the plan is what is used, not a guess on the safe side).
+TEST(DevicelessWorkspace, PlannedCoversWhatCudnnAsksForTheBackendsRuns) {
+  SKIP_WITHOUT_CUDNN();
+  struct Run {
+    const char* model;
+    int64_t H, G, D, T, R;
+    bool causal;
+  };
+  const Run runs[] = {
+      {"qwen2.5-0.5b", 14, 2, 64, 128, 128, true},  {"qwen2.5-0.5b", 14, 2, 64, 128, 100, false},
+      {"qwen2.5-1.5b", 12, 2, 128, 1000, 1000, true}, {"qwen2.5-7b", 28, 4, 128, 4096, 4096, true},
+      {"qwen2.5-7b", 28, 4, 128, 4096, 1000, false}, {"llama-3.1-8b", 32, 8, 128, 2048, 2048, false},
+      {"qwen3-0.6b", 16, 8, 128, 8192, 8192, true},  {"MHA", 16, 16, 64, 512, 512, true},
+  };
+  for (const Run& r : runs) {
+    size_t asked = 0;
+    const std::string said = oomb::cuda::cudnn::build_deviceless(
+        Shape{r.H, r.G, r.T, r.R, r.D, 0.088388f, r.causal, oomb::sdpa::DType::f32}, fixture(), &asked);
+    const size_t planned = oomb::cudnn_attention_workspace(r.T, r.H, r.G, r.D);
+    std::printf("[ cudnn ] %s, %ld queries over %ld keys: cuDNN asks %zu B, planned %zu B (%s)\n", r.model, long(r.T),
+                long(r.R), asked, planned, said.c_str());
+    EXPECT_GT(asked, 0u) << r.model;
+    EXPECT_GE(planned, asked) << r.model << " T " << r.T << " R " << r.R;
+    if (r.R == r.T) EXPECT_LE(double(planned), 1.05 * double(asked) + 8192) << r.model << " T " << r.T;
+  }
+}
 
 // The control: the same forward with P left in fp32 before the second matmul (cuDNN requires its
 // operands in one type) is refused, so the test above can fail.

@@ -30,9 +30,15 @@ size_t cuda_workspace_bytes(const WorkspaceShape& s) {
   return loss + kGemmWorkspace + kTables + kRowGroups + dsum + partials + rope;
 }
 
-size_t cudnn_attention_workspace(int64_t T, int64_t H) {
-  const size_t t = size_t((T + 63) / 64 * 64);
-  return size_t(H) * t * t * 2;
+size_t cudnn_attention_workspace(int64_t T, int64_t H, int64_t G, int64_t D) {
+  // cuDNN 9.19's deterministic backward (engine 7 on sm90, dq in fp32), as it asks deviceless
+  // (tests/test_cudnn_deviceless.cpp): dq accumulated in fp32 per head, (pad8(T), H, D); with GQA
+  // dk and dv per query head in bf16 before their reduction, 2 x (R, H, D); and 128 bytes. Runs
+  // are at most T keys; queries rounded up to 64 here and 4 KiB over, for engines that tile
+  // otherwise. The forward asks 256 bytes.
+  const size_t t = size_t((T + 63) / 64 * 64), h = size_t(H), d = size_t(D);
+  const size_t gqa = G < H ? 2 * h * size_t(T) * d * 2 : 0;
+  return h * t * d * 4 + gqa + 4096;
 }
 
 int64_t cudnn_min_queries() {
@@ -51,7 +57,7 @@ size_t cudnn_attention_bytes(const WorkspaceShape& s) {
   const int64_t H = s.heads / s.head_chunks, G = s.kv_heads / s.head_chunks;
   const size_t q = size_t(s.chunk * H * s.head_dim), kv = size_t(s.chunk * G * s.head_dim);
   // q in bf16; k, v, dk, dv of a run in bf16; a run's o and dq (fp32); its lse; cuDNN's workspace
-  return q * 2 + 4 * kv * 2 + 2 * q * 4 + size_t(s.chunk * H) * 4 + cudnn_attention_workspace(s.chunk, H);
+  return q * 2 + 4 * kv * 2 + 2 * q * 4 + size_t(s.chunk * H) * 4 + cudnn_attention_workspace(s.chunk, H, G, s.head_dim);
 }
 
 bool cudnn_attention_planned() {

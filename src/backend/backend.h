@@ -286,10 +286,11 @@ std::unique_ptr<Backend> make_cpu_backend();
 // the gradient norm's partial sums and the RoPE table.
 size_t cuda_workspace_bytes(const WorkspaceShape& s);
 // CUDA's dense attention through cuDNN (cuda/cudnn_attention.h) under --precision bf16: its buffers
-// for the shape's chunks (0 unless s.bf16 and s.dense_attention), and cuDNN's own workspace in them
-// (its deterministic backward keeps dP, bf16, per head: H x T x T, each rounded up to 64)
+// for the shape's chunks (0 unless s.bf16 and s.dense_attention), and cuDNN's own workspace in them:
+// for T queries over runs of at most T keys, H heads over G kv heads of dim D (its deterministic
+// backward's fp32 dq per head, and with GQA its per-head dk, dv: linear in T)
 size_t cudnn_attention_bytes(const WorkspaceShape& s);
-size_t cudnn_attention_workspace(int64_t T, int64_t H);
+size_t cudnn_attention_workspace(int64_t T, int64_t H, int64_t G, int64_t D);
 // The fewest queries a call must have to take that route (its runs are as long as the call's
 // queries: decoding and short chunks keep oomb's kernels): OOMB_CUDNN_MIN_QUERIES, default 128
 int64_t cudnn_min_queries();

@@ -7,10 +7,10 @@
 // ds, sums in float64), so this is more exact than cuDNN: it checks the backend's plumbing (layouts,
 // strides, stream order, the workspace it plans), not cuDNN's numerics.
 //
-// The workspace is what cuDNN's deterministic backward needs (its dP workspace, heads x q_len x
-// kv_len bf16 in tiles of 64; OOMB_SIMT_CUDNN_WORKSPACE=<bytes> overrides it, so a test can make
-// this need more than the backend planned); it is unused here, but must not be null, and its first
-// bytes are scribbled over each call, so a caller relying on what it held sees garbage.
+// The workspace is what cuDNN 9.19's deterministic backward asks for (its fp32 dq per head and,
+// with GQA, its bf16 dk, dv per query head; OOMB_SIMT_CUDNN_WORKSPACE=<bytes> overrides it, so a
+// test can make this need more than the backend planned); it is unused here, but must not be null,
+// and its first bytes are scribbled over each call, so a caller relying on what it held sees garbage.
 #include "backend/cuda/cudnn/cudnn_sdpa.h"
 
 #include <algorithm>
@@ -124,8 +124,10 @@ bool available(std::string*) { return true; }
 std::string version() { return "simt (the graph interpreter)"; }
 size_t version_code() { return 91900; }  // as cuDNN 9.19, so that callers' version checks pass
 
-std::string build_deviceless(const sdpa::Graph&, const std::string&, const char*) { ::oomb::fail("{}", kNoCudnn); }
-std::string build_deviceless(const sdpa::Shape&, const std::string&) { ::oomb::fail("{}", kNoCudnn); }
+std::string build_deviceless(const sdpa::Graph&, const std::string&, const char*, size_t*) {
+  ::oomb::fail("{}", kNoCudnn);
+}
+std::string build_deviceless(const sdpa::Shape&, const std::string&, size_t*) { ::oomb::fail("{}", kNoCudnn); }
 std::string deviceprop_json() { ::oomb::fail("{}", kNoCudnn); }
 
 Sdpa::Sdpa(const sdpa::Shape& shape, cudaStream_t stream) : shape_(shape), stream_(stream) {
@@ -144,8 +146,11 @@ size_t Sdpa::workspace_bytes() const {
                "OOMB_SIMT_CUDNN_WORKSPACE='{}' is not a number of bytes", env);
     return size_t(v);
   }
-  auto up = [](int64_t n) { return size_t((n + 63) / 64 * 64); };
-  return size_t(shape_.heads) * up(shape_.q_len) * up(shape_.kv_len) * 2;  // dP, bf16
+  // cuDNN 9.19's deterministic backward on an H100, as it asks deviceless: dq in fp32 per head,
+  // with GQA dk and dv per query head in bf16, and 128 bytes; the forward's 256
+  const size_t h = size_t(shape_.heads), d = size_t(shape_.dim), t = size_t((shape_.q_len + 7) / 8 * 8);
+  const size_t gqa = shape_.kv_heads < shape_.heads ? 2 * h * size_t(shape_.kv_len) * d * 2 : 0;
+  return std::max<size_t>(h * t * d * 4 + gqa + 128, 256);
 }
 
 std::string Sdpa::engines() const { return "simt: the float64 graph interpreter (forward and backward)"; }

@@ -66,9 +66,9 @@ cudnn::Sdpa* CudnnAttention::plan(const k::AttnParams& p, int64_t R, bool causal
   try {
     if (!cudnn::available(&why)) throw std::runtime_error(why);
     auto s = std::make_unique<cudnn::Sdpa>(sdpa::Shape{p.H, p.G, p.T, R, p.D, p.scale, causal, sdpa::DType::f32}, stream);
-    if (s->workspace_bytes() > cudnn_attention_workspace(p.T, p.H))
+    if (s->workspace_bytes() > cudnn_attention_workspace(p.T, p.H, p.G, p.D))
       throw std::runtime_error(fmt::format("its workspace of {} bytes is over the {} planned", s->workspace_bytes(),
-                                           cudnn_attention_workspace(p.T, p.H)));
+                                           cudnn_attention_workspace(p.T, p.H, p.G, p.D)));
     return (plans_[key] = std::move(s)).get();
   } catch (const std::exception& e) {
     refused_[key] = e.what();
@@ -91,7 +91,7 @@ CudnnAttention::Buffers CudnnAttention::buffers(const k::AttnParams& p) {
   b.k16 = k16_.get<uint16_t>(kv), b.v16 = v16_.get<uint16_t>(kv);
   b.dk16 = dk16_.get<uint16_t>(kv), b.dv16 = dv16_.get<uint16_t>(kv);
   b.o_run = o_run_.get<float>(q), b.dq_run = dq_run_.get<float>(q), b.lse_run = lse_run_.get<float>(size_t(p.T * p.H));
-  b.ws = ws_.get(cudnn_attention_workspace(p.T, p.H));
+  b.ws = ws_.get(cudnn_attention_workspace(p.T, p.H, p.G, p.D));
   return b;
 }
 

@@ -264,7 +264,13 @@ struct Sdpa::Plan {
         refused += " engine " + std::to_string(index) + ": " + cudnnGetErrorString(st) + " (" + why + ");";
         // deviceless, on a stub driver: cuDNN accepted the graph and compiled the kernel, and only
         // loading it into a driver failed
-        if (!h && st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER && compiled_engine < 0) compiled_engine = index;
+        // (its engine config says what workspace the plan would take)
+        if (!h && st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER && compiled_engine < 0) {
+          compiled_engine = index;
+          check(cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                                         &workspace),
+                std::string(which) + ": workspace size of engine " + std::to_string(index));
+        }
         continue;
       }
       check(cudnnBackendGetAttribute(p->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
@@ -332,17 +338,23 @@ Sdpa::Sdpa(const sdpa::Shape& shape, cudaStream_t stream) : shape_(shape), strea
   bwd_ = std::make_unique<Plan>(sdpa::backward(shape), "backward", device);
 }
 
-std::string build_deviceless(const sdpa::Graph& graph, const std::string& deviceprop_json, const char* which) {
+std::string build_deviceless(const sdpa::Graph& graph, const std::string& deviceprop_json, const char* which,
+                             size_t* workspace) {
   OOMB_CHECK(oomb_cudnn_loaded(), "cuDNN attention: libcudnn.so.9 not found");
   const auto prop = deviceprop_from_json(deviceprop_json);
   const Sdpa::Plan p(graph, which, Target{nullptr, prop.get()});
-  if (p.plan) return "engine " + std::to_string(p.engine) + " built (workspace " + std::to_string(p.workspace) + " B)";
-  return "engine " + std::to_string(p.compiled_engine) + " compiled; loading it needs a GPU driver";
+  if (workspace) *workspace = size_t(p.workspace);
+  const std::string ws = " (workspace " + std::to_string(p.workspace) + " B)";
+  if (p.plan) return "engine " + std::to_string(p.engine) + " built" + ws;
+  return "engine " + std::to_string(p.compiled_engine) + " compiled" + ws + "; loading it needs a GPU driver";
 }
 
-std::string build_deviceless(const sdpa::Shape& shape, const std::string& deviceprop_json) {
-  return "forward " + build_deviceless(sdpa::forward(shape), deviceprop_json, "forward") + ", backward " +
-         build_deviceless(sdpa::backward(shape), deviceprop_json, "backward");
+std::string build_deviceless(const sdpa::Shape& shape, const std::string& deviceprop_json, size_t* workspace) {
+  size_t f = 0, b = 0;
+  std::string said = "forward " + build_deviceless(sdpa::forward(shape), deviceprop_json, "forward", &f) +
+                     ", backward " + build_deviceless(sdpa::backward(shape), deviceprop_json, "backward", &b);
+  if (workspace) *workspace = std::max(f, b);
+  return said;
 }
 
 std::string deviceprop_json() {
@@ -390,10 +402,10 @@ bool available(std::string* why) {
 }
 std::string version() { return "none (built without cuDNN headers)"; }
 size_t version_code() { return 0; }
-std::string build_deviceless(const sdpa::Graph&, const std::string&, const char*) {
+std::string build_deviceless(const sdpa::Graph&, const std::string&, const char*, size_t*) {
   ::oomb::fail("cuDNN attention: this build had no cuDNN headers (cudnn_graph.h)");
 }
-std::string build_deviceless(const sdpa::Shape&, const std::string&) {
+std::string build_deviceless(const sdpa::Shape&, const std::string&, size_t*) {
   ::oomb::fail("cuDNN attention: this build had no cuDNN headers (cudnn_graph.h)");
 }
 std::string deviceprop_json() { ::oomb::fail("cuDNN attention: this build had no cuDNN headers (cudnn_graph.h)"); }

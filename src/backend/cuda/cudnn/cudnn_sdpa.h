@@ -24,10 +24,13 @@ size_t version_code();  // e.g. 91900; 0: no library
 // Deviceless (cuDNN >= 9.8): builds both plans for `shape` on the GPU that `deviceprop_json`
 // describes (cuDNN's own serialisation of a device's properties), with no GPU here. Where the
 // driver is CUDA's stub library, cuDNN checks the graph, picks engines and compiles their kernels,
-// and only loading a kernel fails: that counts as accepted. Returns, per plan, the engine and how
-// far it got; throws as Sdpa does when no engine accepts the graph.
-std::string build_deviceless(const sdpa::Shape& shape, const std::string& deviceprop_json);
-std::string build_deviceless(const sdpa::Graph& graph, const std::string& deviceprop_json, const char* which);
+// and only loading a kernel fails: that counts as accepted. Returns, per plan, the engine, its
+// workspace and how far it got; throws as Sdpa does when no engine accepts the graph. *workspace
+// (if given): the bytes the engine asks for (the larger plan's), as Sdpa::workspace_bytes says.
+std::string build_deviceless(const sdpa::Shape& shape, const std::string& deviceprop_json,
+                             size_t* workspace = nullptr);
+std::string build_deviceless(const sdpa::Graph& graph, const std::string& deviceprop_json, const char* which,
+                             size_t* workspace = nullptr);
 // This machine's GPU 0, serialised by cuDNN (needs the GPU): what build_deviceless takes.
 std::string deviceprop_json();
 
