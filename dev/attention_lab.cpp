@@ -374,7 +374,9 @@ int main(int argc, char** argv) {
       const std::string b = "attention backward, cuDNN " + cuda::cudnn::version() + " SDPA";
       row(b.c_str(), median_ms([&] { att.backward(qb, kb, vb, ob, dob, lsed, dqb, dkb, dvb, dsum, ws); }, 10),
           bwd_flops);
-      std::printf("(cuDNN: %s)\n", att.engines().c_str());
+      // what the backend plans for runs of at most C keys (backend.h), beside what this GPU's engine asks
+      std::printf("(cuDNN: %s; the backend plans %zu B for runs of at most %ld keys)\n", att.engines().c_str(),
+                  cudnn_attention_workspace(s.C, s.H, s.G, s.D), long(s.C));
       for (void* p : {(void*)qb, (void*)kb, (void*)vb, (void*)ob, (void*)dob, (void*)dqb, (void*)dkb, (void*)dvb, ws})
         CK(cudaFree(p));
     } catch (const std::exception& e) {

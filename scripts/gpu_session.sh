@@ -163,6 +163,10 @@ extras() {
   # LoRA's frozen base held once in bf16 on the GPU: every run's peaks equal oomb plan's (exit 1 if not)
   step lora_memory 90 python3 bench/lora_memory.py --device cuda --oomb "$W/bin/oomb" --out "$W/lora_memory.jsonl"
   step gemm_layout 60 "$W/bin/test_gemm_layout"
+  # cuDNN's plans for this GPU's properties (dumped above): accepted, and the backend's planned
+  # workspace covering what its engines ask for the backend's runs
+  [ -s "$OUT/deviceprop.json" ] &&
+    step cudnn_plans_this_gpu 60 env OOMB_CUDNN_DEVICEPROP="$OUT/deviceprop.json" "$W/bin/test_cudnn_deviceless"
 }
 BENCH_ARGS=("$@")
 bench() {  # [seconds for bench/cuda_step.py]
