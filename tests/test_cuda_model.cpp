@@ -131,11 +131,16 @@ void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::v
     auto toks = write_tokens(dir / "t.bin", 131, 61, 72);
     std::vector<int32_t> ids(toks.begin(), toks.end() - 1), tg(toks.begin() + 1, toks.end());
     for (size_t i = 0; i < ids.size(); i += 17) ids[i] = 60;
-    for (ChunkPlan plan : {ChunkPlan{130, 16}, ChunkPlan{29, 16}, ChunkPlan{29, 8, DType::F32, 60}}) {
-      SCOPED_TRACE(fmt::format("{} C={} P={} doc_sep={}", arch, plan.chunk, plan.page_size, plan.doc_sep));
-      const Step f32 = step(*cpu, dir, ids, tg, plan);
-      plan.precision = DType::BF16;
-      const Step c = step(*cpu, dir, ids, tg, plan), g = step(*gpu, dir, ids, tg, plan);
+    ChunkPlan offloaded{29, 8};  // pages streaming through in groups of 2: attention folds over calls
+    offloaded.offload_kv = true, offloaded.offload_group = 2;
+    for (ChunkPlan plan : {ChunkPlan{130, 16}, ChunkPlan{29, 16}, ChunkPlan{29, 8, DType::F32, 60}, offloaded}) {
+      SCOPED_TRACE(fmt::format("{} C={} P={} doc_sep={} offload={}", arch, plan.chunk, plan.page_size, plan.doc_sep,
+                               plan.offload_kv));
+      ChunkPlan on_cpu = plan;  // the CPU's pages stay where they are (the same math)
+      on_cpu.offload_kv = false, on_cpu.offload_group = 0;
+      const Step f32 = step(*cpu, dir, ids, tg, on_cpu);
+      plan.precision = on_cpu.precision = DType::BF16;
+      const Step c = step(*cpu, dir, ids, tg, on_cpu), g = step(*gpu, dir, ids, tg, plan);
       EXPECT_NEAR(g.loss, c.loss, loss_bound * c.loss);
       worst_loss = std::max(worst_loss, std::abs(g.loss - c.loss) / c.loss);
       const ModelConfig cfg = load_config(dir);
@@ -180,8 +185,8 @@ void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::v
 
 // Attention on the fp32 reference kernels, on oomb's tensor-core kernels (mma), and as configured
 // by default (auto: cuDNN's fused attention for the dense plans, every chunk of them with
-// OOMB_CUDNN_MIN_QUERIES=1, the tensor-core kernels for the plan with documents), each held to the
-// bounds above.
+// OOMB_CUDNN_MIN_QUERIES=1, resident or folding over --offload kv's page groups; the tensor-core
+// kernels for the plan with documents), each held to the bounds above.
 TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
   std::vector<std::vector<float>> reference;
   for (const char* mode : {"reference", "mma", "auto"}) {

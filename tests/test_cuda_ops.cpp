@@ -5,15 +5,22 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 
 #include "backend/backend.h"
 #if defined(OOMB_SIMT) || defined(OOMB_HAVE_CUDA)
 #include "backend/cuda/cudnn/cudnn_sdpa.h"
+#ifdef OOMB_SIMT
+namespace oomb::cuda::cudnn {
+size_t simt_calls();  // tests/simt/cudnn_sdpa.cpp: the stand-in's calls so far
+}
+#endif
 #define OOMB_TEST_CUDNN 1
 #endif
 #include "dtype_reference.h"
@@ -358,6 +365,12 @@ struct AttnCase {
   DType kv = DType::F32;  // K/V of the earlier blocks (pages with --kv-dtype bf16); the chunk's own f32
   bool masked = false;    // earlier block b read by kv head b % G alone (KVBlock::heads, sparse per group)
   int64_t window = 0;     // sliding window
+  // the GPU's forward and backward as a fold over this many calls (blocks in ascending order, split
+  // evenly, as --offload kv streams page groups), against the CPU's one call; off_cudnn: the call
+  // (of those) whose blocks carry document ids with no query's (nothing masked), which keeps it off
+  // cuDNN's route and on oomb's kernels
+  int64_t fold_calls = 1;
+  int64_t off_cudnn = -1;
 };
 const std::vector<AttnCase>& attention_cases() {
   static const std::vector<AttnCase> cases = {
@@ -455,8 +468,30 @@ void attention_case(const AttnCase& c, bool tc, Backend* gpu = nullptr, bool fol
   AttnArgs ha{scale, q0, c.docs ? docs.h.as<int32_t>() + q0 : nullptr, c.window};
   AttnArgs da{scale, q0, c.docs ? docs.d.as<int32_t>() + q0 : nullptr, c.window};
   ha.bf16 = da.bf16 = tc;
+  // the GPU's calls: one over every block, or a fold over groups of them
+  std::vector<std::vector<KVBlock>> groups;
+  if (c.fold_calls > 1) {
+    std::vector<KVBlock> asc = db;
+    std::sort(asc.begin(), asc.end(), [](const KVBlock& x, const KVBlock& y) { return x.idx0 < y.idx0; });
+    for (int64_t i = 0; i < c.fold_calls; ++i) {
+      const size_t lo = asc.size() * size_t(i) / size_t(c.fold_calls), hi = asc.size() * size_t(i + 1) / size_t(c.fold_calls);
+      groups.emplace_back(asc.begin() + std::ptrdiff_t(lo), asc.begin() + std::ptrdiff_t(hi));
+      if (i == c.off_cudnn)
+        for (KVBlock& b : groups.back()) b.doc = docs.d.as<int32_t>() + b.idx0;
+    }
+  }
+  Pair run_sum(DType::F32, {c.T, c.H});
+  auto each_call = [&](const std::function<void(std::span<const KVBlock>, const AttnArgs&)>& call) {
+    if (groups.empty()) return call(db, da);
+    for (size_t i = 0; i < groups.size(); ++i) {
+      AttnArgs a = da;
+      a.first = i == 0, a.last = i + 1 == groups.size();
+      a.run_sum = run_sum.d;
+      call(groups[i], a);
+    }
+  };
   C.attention_fwd(q.h, hb, ha, o.h, lse.h);
-  G.attention_fwd(q.d, db, da, o.d, lse.d);
+  each_call([&](std::span<const KVBlock> b, const AttnArgs& a) { G.attention_fwd(q.d, b, a, o.d, lse.d); });
   done();
   check("attention_fwd", err(o), 2e-6);  // measured <= 3.1e-7 (H100, 2026-11-24)
   report("attention lse", lse_err(lse), tc ? 1e-5 : 5e-7);  // measured <= 5.0e-8; tc: S's sums reordered
@@ -489,7 +524,7 @@ void attention_case(const AttnCase& c, bool tc, Backend* gpu = nullptr, bool fol
   std::vector<std::vector<char>> before_dk, before_dv;
   for (size_t b = 0; b < lens.size(); ++b) before_dk.push_back(dk[b]->download()), before_dv.push_back(dv[b]->download());
   C.attention_bwd(q.h, o.h, lse.h, dout.h, hb, ha, dq.h);
-  G.attention_bwd(q.d, o.d, lse.d, dout.d, db, da, dq.d);
+  each_call([&](std::span<const KVBlock> b, const AttnArgs& a) { G.attention_bwd(q.d, o.d, lse.d, dout.d, b, a, dq.d); });
   done();
   check("attention dq", err(dq), 2e-6);  // measured <= 3.8e-7
   if (!c.own) {  // no key is visible to any query
@@ -601,6 +636,31 @@ TEST(CudaOps, DenseAttentionThroughCudnnWithinBf16) {
   };
   setenv("OOMB_CUDNN_MIN_QUERIES", "1", 1);  // these small calls too (the default keeps < 128 off cuDNN)
   for (const AttnCase& c : dense) attention_case(c, true, backends().cudnn.get(), false);
+  // folds over calls (--offload kv's page groups): {b0}, {b1, b2}, {b3, the chunk's own keys}; the
+  // state crosses calls as oomb's tensor-core kernels keep it, so one call may take those instead
+  AttnCase fold{33, 4, 2, 16, {16, 16, 16, 7}, false, DType::F32};
+  fold.fold_calls = 3;
+  AttnCase fold16 = fold;  // bf16 gradient and K/V pages
+  fold16.grad = fold16.kv = DType::BF16;
+#ifdef OOMB_SIMT
+  const size_t before = cuda::cudnn::simt_calls();
+#endif
+  for (const AttnCase& c : {fold, fold16}) attention_case(c, true, backends().cudnn.get(), false);
+#ifdef OOMB_SIMT
+  const size_t all_calls = cuda::cudnn::simt_calls() - before;
+#endif
+  auto mixed = cuda_backend_with_attention("auto");
+  for (AttnCase c : {fold, fold16}) {
+    c.off_cudnn = 1;  // the middle call on oomb's kernels, between two of cuDNN's
+    attention_case(c, true, mixed.get(), false);
+  }
+#ifdef OOMB_SIMT
+  const size_t some_calls = cuda::cudnn::simt_calls() - before - all_calls;
+  EXPECT_GT(some_calls, 0u) << "no call of the mixed folds took cuDNN";
+  EXPECT_LT(some_calls, all_calls) << "the middle calls took cuDNN too";
+  std::cout << fmt::format("[ cudnn    ] folds: {} cuDNN calls, {} with the middle calls on oomb's kernels\n",
+                           all_calls, some_calls);
+#endif
   unsetenv("OOMB_CUDNN_MIN_QUERIES");
   // by default a call of fewer than 128 queries is not cuDNN's: pinned to cuDNN, it is an error naming why
   Pair q(DType::F32, {5, 2, 8}), o(DType::F32, {5, 2, 8}), lse(DType::F32, {5, 2}), k(DType::F32, {5, 1, 8});

@@ -28,19 +28,18 @@ struct AttnArgs {
   const int32_t* q_doc = nullptr;  // optional per-query document ids (T); keys of other documents masked
   int64_t window = 0;              // sliding window: > 0 masks keys window or more positions behind the query
   // Folding the blocks in over several calls (groups of pages streaming through the device): the
-  // first call starts the state, the last one finishes it; the calls together give the bits of
-  // one call over all their blocks in the same order. Forward between calls: o holds the
-  // unnormalized sum, lse the running max (in the kernel's own units: log2 on CUDA's tensor cores;
-  // one fold never mixes kernels), run_sum (T, H) fp32 the running denominator. Backward:
-  // dq is zeroed by the first call and accumulated by the others.
+  // first call starts the state, the last one finishes it; on one backend's own kernels the calls
+  // together give the bits of one call over all their blocks in the same order. Forward between
+  // calls: o holds the unnormalized sum, lse the running max (in the kernel's own units: log2 on
+  // CUDA's tensor cores, whose state cuDNN's route keeps too), run_sum (T, H) fp32 the running
+  // denominator. Backward: dq is zeroed by the first call and accumulated by the others.
   bool first = true, last = true;
   Tensor run_sum;
   // --precision bf16: q, K, V, o and dout hold bf16 values, and a backend may take its products on
   // tensor cores (CUDA: P and dS rounded to bf16 too, as FlashAttention does; the CPU ignores it)
   bool bf16 = false;
-  // Every call of this run on the backend's own attention kernels (CUDA: never cuDNN's): with
-  // --offload kv some calls fold over page groups and with sparse pages some are masked, so a
-  // fused route that takes only whole dense calls would take a varying subset of them
+  // Every call of this run on the backend's own attention kernels (CUDA: never cuDNN's): sparse
+  // pages, whose calls are a query tile each over scattered chosen pages (cuDNN calls of a page)
   bool own_kernels = false;
 };
 

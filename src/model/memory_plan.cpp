@@ -69,11 +69,12 @@ WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk, const LoraCo
 
 WorkspaceShape workspace_shape(const ModelConfig& c, const ChunkPlan& plan) {
   WorkspaceShape s = workspace_shape(c, plan.chunk, plan.lora, plan.precision, plan.sp);
-  // calls that see every earlier key unmasked: resident pages, no sparse selection or documents,
-  // a layer without a window (AttnArgs::own_kernels keeps the others' runs off cuDNN)
+  // calls that see their keys unmasked but by causality (whole, or folding in page groups with
+  // --offload kv): no sparse selection or documents, a layer without a window (AttnArgs::own_kernels
+  // keeps sparse runs off cuDNN)
   const bool full_layer = c.layer_window.empty() ||
                           std::any_of(c.layer_window.begin(), c.layer_window.end(), [](int64_t w) { return w == 0; });
-  s.dense_attention = !plan.offload_kv && !plan.sparse.on() && plan.doc_sep < 0 && full_layer;
+  s.dense_attention = !plan.sparse.on() && plan.doc_sep < 0 && full_layer;
   s.head_chunks = plan.head_chunks;
   return s;
 }

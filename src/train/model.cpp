@@ -246,9 +246,9 @@ LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads,
   attn.q_doc = inputs_.doc();
   attn.window = size_t(l) < cfg_.layer_window.size() ? cfg_.layer_window[size_t(l)] : 0;
   attn.bf16 = plan_.precision == DType::BF16;
-  // every call on the backend's own kernels where some would fold or be masked (the plan's
-  // dense_attention is the same predicate)
-  attn.own_kernels = plan_.offload_kv || plan_.sparse.on();
+  // every call on the backend's own kernels where calls are per query tile over chosen pages (the
+  // plan's dense_attention is the same predicate)
+  attn.own_kernels = plan_.sparse.on();
   LayerCtx ctx{cfg_, be_, RopeTable{inv_freq_.data(), attention_scaling_}, mine(inputs_.pos(c.size()), c.size()),
                attn};
   ctx.sp = sp_.get();

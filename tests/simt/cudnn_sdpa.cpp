@@ -11,6 +11,7 @@
 // with GQA, its bf16 dk, dv per query head; OOMB_SIMT_CUDNN_WORKSPACE=<bytes> overrides it, so a
 // test can make this need more than the backend planned); it is unused here, but must not be null,
 // and its first bytes are scribbled over each call, so a caller relying on what it held sees garbage.
+// simt_calls() counts the calls issued, so a test can tell which calls took cuDNN.
 #include "backend/cuda/cudnn/cudnn_sdpa.h"
 
 #include <algorithm>
@@ -68,6 +69,12 @@ void store(void* p, sdpa::DType t, size_t i, double v) {
 
 }  // namespace
 
+namespace {
+size_t calls = 0;  // every forward and backward issued (simt_calls)
+}  // namespace
+
+size_t simt_calls() { return calls; }
+
 struct Sdpa::Plan {
   std::shared_ptr<const sdpa::Graph> graph;  // shared with the work issued, which may outlive the plan
   const char* which;
@@ -85,6 +92,7 @@ struct Sdpa::Plan {
                  t.name);
     }
     const size_t scribble = std::min<size_t>(workspace_bytes, 4096);
+    ++calls;
     simt_issue(stream, [g = graph, which = which, ptrs, workspace, scribble] {
       try {
         if (workspace) std::memset(workspace, 0xCD, scribble);

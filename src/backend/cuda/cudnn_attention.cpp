@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <vector>
 
@@ -13,47 +14,65 @@ namespace oomb::cuda {
 
 std::string CudnnAttention::unsupported(const AttnArgs& a, std::span<const KVBlock> blocks, int64_t T, int64_t D) {
   if (!a.bf16) return "--precision fp32";
-  if (a.own_kernels) return "a run kept on oomb's kernels (--offload kv or sparse pages)";
-  if (!a.first || !a.last) return "a fold over several calls (pages streaming through the device)";
+  if (a.own_kernels) return "a run kept on oomb's kernels (sparse pages)";
   if (a.q_doc) return "document masks";
   if (a.window > 0) return "a sliding window";
   if (D % 8 != 0 || D > 128) return "head dim " + std::to_string(D) + " (cuDNN's fused attention: a multiple of 8, at most 128)";
-  // runs are T keys long: a few queries (decoding, short prefill chunks) would make a cuDNN call
-  // per few keys; oomb's kernels take those in one call
+  // runs are at most T keys long: a few queries (decoding, short prefill chunks) would make a cuDNN
+  // call per few keys; oomb's kernels take those in one call
   if (T < cudnn_min_queries())
     return std::to_string(T) + " queries (fewer than OOMB_CUDNN_MIN_QUERIES, " + std::to_string(cudnn_min_queries()) + ")";
+  if (blocks.empty()) return "no keys";
   std::vector<std::pair<int64_t, int64_t>> spans;
   for (const KVBlock& b : blocks) {
     if (b.doc) return "document masks";
     if ((~b.heads) & ((uint64_t(1) << std::min<int64_t>(b.k.dim(1), 63)) - 1)) return "sparse selection per head group";
     spans.push_back({b.idx0, b.k.dim(0)});
   }
-  // the keys must be exactly [0, q_idx0 + T): every key before the chunk's end, once
+  // earlier keys (before the chunk: every query sees them) in any spans, once each; the chunk's own
+  // keys all of them or none (one causal run); none after the chunk
   std::sort(spans.begin(), spans.end());
-  int64_t next = 0;
+  int64_t next = spans.front().first, own = 0;
   for (const auto& [i0, len] : spans) {
-    if (i0 != next) return "blocks that are not every key before the chunk's end (sparse or partial)";
-    next += len;
+    if (i0 < next) return "blocks that overlap";
+    if (i0 < a.q_idx0 && i0 + len > a.q_idx0) return "a block across the chunk's first query";
+    if (i0 >= a.q_idx0) own += len;
+    next = i0 + len;
   }
-  if (next != a.q_idx0 + T) return "blocks that are not every key before the chunk's end (sparse or partial)";
+  if (next > a.q_idx0 + T) return "keys after the chunk's last query";
+  if (own != 0 && (own != T || spans.back().first + spans.back().second != a.q_idx0 + T))
+    return "some of the chunk's own keys without the others";
   return "";
 }
 
 std::vector<CudnnAttention::Run> CudnnAttention::runs(int64_t q_idx0, int64_t T, std::span<const KVBlock> blocks) {
-  std::vector<Run> r{{q_idx0, T, true, 0, 0}};  // the chunk's own keys first, then back from it
-  for (int64_t end = q_idx0; end > 0; end -= T) {
-    const int64_t a = std::max<int64_t>(0, end - T);
-    r.push_back({a, end - a, false, 0, 0});
+  // the blocks' spans (unsupported checked them), in ascending idx0 as the route's table holds them
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (const KVBlock& b : blocks) spans.push_back({b.idx0, b.k.dim(0)});
+  std::sort(spans.begin(), spans.end());
+  std::vector<Run> r;
+  if (spans.back().first >= q_idx0) r.push_back({q_idx0, T, true, 0, 0});  // the chunk's own keys first
+  // then each stretch of contiguous earlier keys, latest first, in runs of T back from its end
+  for (size_t e = spans.size(); e > 0;) {
+    size_t b = e - 1;
+    if (spans[b].first >= q_idx0) {
+      e = b;
+      continue;
+    }
+    while (b > 0 && spans[b - 1].first + spans[b - 1].second == spans[b].first) --b;
+    const int64_t lo = spans[b].first;
+    for (int64_t end = spans[e - 1].first + spans[e - 1].second; end > lo; end -= T) {
+      const int64_t a = std::max(lo, end - T);
+      r.push_back({a, end - a, false, 0, 0});
+    }
+    e = b;
   }
-  // the blocks tile [0, q_idx0 + T) (unsupported checked): in ascending idx0, a run's blocks are
-  // the range from the one holding its first key to the one holding its last
-  std::vector<int64_t> starts;
-  for (const KVBlock& b : blocks) starts.push_back(b.idx0);
-  std::sort(starts.begin(), starts.end());
+  // a run's blocks: in ascending idx0, the range from the one holding its first key to the one
+  // holding its last
   for (Run& run : r) {
-    const auto lo = std::upper_bound(starts.begin(), starts.end(), run.a) - 1;
-    const auto hi = std::lower_bound(starts.begin(), starts.end(), run.a + run.len);
-    run.first = lo - starts.begin(), run.count = hi - lo;
+    const auto lo = std::upper_bound(spans.begin(), spans.end(), std::pair{run.a, INT64_MAX}) - 1;
+    const auto hi = std::lower_bound(spans.begin(), spans.end(), std::pair{run.a + run.len, INT64_MIN});
+    run.first = lo - spans.begin(), run.count = hi - lo;
   }
   return r;
 }
@@ -100,16 +119,21 @@ bool CudnnAttention::forward(const k::AttnParams& p, std::span<const KVBlock> bl
   const std::vector<Run> rs = runs(p.q_idx0, p.T, blocks);
   if (!plans_for(p, rs, stream)) return false;
   const Buffers b = buffers(p);
+  const bool whole = p.first && p.last;  // one call over every key, not a fold over several
   k::cast(q, false, b.q16, true, p.T * p.H * p.D, stream);
   for (size_t i = 0; i < rs.size(); ++i) {
     k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, b.k16, b.v16, stream);
     cudnn::Sdpa* s = plan(p, rs[i].len, rs[i].causal, stream);
-    if (i == 0) {
+    if (whole && i == 0) {
       s->forward(b.q16, b.k16, b.v16, o, lse, b.ws);
-    } else {
-      s->forward(b.q16, b.k16, b.v16, b.o_run, b.lse_run, b.ws);
-      k::merge_run(o, lse, b.o_run, b.lse_run, p.T * p.H, p.D, stream);
+      continue;
     }
+    s->forward(b.q16, b.k16, b.v16, b.o_run, b.lse_run, b.ws);
+    if (whole)
+      k::merge_run(o, lse, b.o_run, b.lse_run, p.T * p.H, p.D, stream);
+    else  // the fold's state, as oomb's tensor-core kernels keep it between calls
+      k::merge_fold(o, lse, p.run_sum, b.o_run, b.lse_run, p.first && i == 0, p.last && i + 1 == rs.size(),
+                    p.T * p.H, p.D, stream);
   }
   return true;
 }
@@ -122,10 +146,12 @@ bool CudnnAttention::backward(const k::AttnParams& p, std::span<const KVBlock> b
   k::cast(q, false, b.q16, true, p.T * p.H * p.D, stream);
   for (size_t i = 0; i < rs.size(); ++i) {
     k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, b.k16, b.v16, stream);
-    float* dq_i = i == 0 ? dq : b.dq_run;
+    // dq: written by a fold's first call (its first run), added to after
+    const bool into = i == 0 && p.first;
+    float* dq_i = into ? dq : b.dq_run;
     plan(p, rs[i].len, rs[i].causal, stream)
         ->backward(b.q16, b.k16, b.v16, o, dout, lse, dq_i, b.dk16, b.dv16, dsum, b.ws);
-    if (i > 0) k::add(dq, dq_i, false, p.T * p.H * p.D, stream);
+    if (!into) k::add(dq, dq_i, false, p.T * p.H * p.D, stream);
     k::fold_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, b.dk16, b.dv16, stream);
   }
   return true;

@@ -1,9 +1,12 @@
-// Dense causal attention through cuDNN's fused SDPA (cudnn/cudnn_sdpa.h), for calls whose blocks
-// are every key before the chunk's end with no mask but causality (no documents, window or sparse
-// selection; one call, no fold). The keys go in runs: the chunk's own keys one causal run, earlier
-// keys runs of T back from the chunk. Each run is gathered into contiguous bf16 and is one cuDNN
-// call; the forward merges the runs' (o, lse) by the LSE algebra, the backward folds each run's
-// dk, dv into the blocks' pages and sums dq. Fixed order: deterministic. Memory: buffers of the
+// Dense causal attention through cuDNN's fused SDPA (cudnn/cudnn_sdpa.h), for calls whose keys are
+// masked only by causality (no documents, window or sparse selection): spans of earlier keys, and
+// the chunk's own keys whole or not at all. The keys go in runs: the chunk's own keys one causal
+// run, each stretch of earlier keys runs of T back from its end. Each run is gathered into
+// contiguous bf16 and is one cuDNN call; the forward merges the runs' (o, lse) by the LSE algebra,
+// the backward folds each run's dk, dv into the blocks' pages and sums dq. A fold over several
+// calls (--offload kv: page groups streaming through) keeps the state between calls as oomb's
+// tensor-core kernels do (kernels_runs.h: merge_fold), so its calls may go either way (a call
+// cuDNN refuses runs on them). Fixed order: deterministic. Memory: buffers of the
 // chunk's size (not the context's), planned by cudnn_attention_bytes (backend.h). Calls with fewer
 // than cudnn_min_queries() queries keep oomb's kernels (runs would be as short as the call). cuDNN's
 // dK and dV come out in bf16 for each run (its fused engines write no other type), so what a run
@@ -33,7 +36,8 @@ class CudnnAttention {
 
   // false: cuDNN cannot take a run of this call (no library, a shape it refuses, a workspace over
   // the plan); said once on stderr, and the caller runs its own kernels. p: the uploaded table, in
-  // ascending idx0 (of `blocks`, the call's); everything runs on stream s (the same on every call).
+  // ascending idx0 (of `blocks`, the call's), and the fold's ends (first, last, the forward's
+  // run_sum); everything runs on stream s (the same on every call).
   bool forward(const k::AttnParams& p, std::span<const KVBlock> blocks, const float* q, float* o, float* lse,
                cudaStream_t s);
   bool backward(const k::AttnParams& p, std::span<const KVBlock> blocks, const float* q, const float* o,

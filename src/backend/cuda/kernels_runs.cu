@@ -73,7 +73,37 @@ __global__ void merge_run_k(float* o, float* lse, const float* o_run, const floa
   if (threadIdx.x == 0) lse[row] = m + logf(w + wr);
 }
 
+// grid (T * H), as merge_run_k, into the fold's state (kernels_runs.h: merge_fold). The run's
+// weight in log2 units: its lse times log2(e), its denominator 1 (o_run is normalized).
+__global__ void merge_fold_k(float* o, float* lse, float* run_sum, const float* o_run, const float* lse_run,
+                             bool init, bool finish, int64_t D) {
+  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+  const int64_t row = blockIdx.x;
+  const float m = init ? -INFINITY : lse[row], l = init ? 0.0f : run_sum[row];
+  const float mr = lse_run[row] == -INFINITY ? -INFINITY : lse_run[row] * kLog2e;
+  const float mn = fmaxf(m, mr);
+  const float c = m == -INFINITY ? 0.0f : exp2f(m - mn), cr = mr == -INFINITY ? 0.0f : exp2f(mr - mn);
+  const float ln = l * c + cr;
+  const float norm = finish ? (ln > 0.0f ? 1.0f / ln : 0.0f) : 1.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float sum = (init ? 0.0f : o[row * D + i] * c) + o_run[row * D + i] * cr;
+    o[row * D + i] = sum * norm;
+  }
+  __syncthreads();  // every thread has read lse[row] and run_sum[row] before they change
+  if (threadIdx.x != 0) return;
+  if (finish) {
+    lse[row] = ln > 0.0f ? mn * kLn2 + logf(ln) : -INFINITY;
+  } else {
+    lse[row] = mn, run_sum[row] = ln;
+  }
+}
+
 }  // namespace
+
+void merge_fold(float* o, float* lse, float* run_sum, const float* o_run, const float* lse_run, bool init,
+                bool finish, int64_t rows, int64_t D, cudaStream_t s) {
+  if (rows > 0) launch(merge_fold_k, unsigned(rows), 128, 0, s, o, lse, run_sum, o_run, lse_run, init, finish, D);
+}
 
 void gather_run(const AttnParams& p, int64_t first, int64_t count, int64_t a, int64_t R, uint16_t* k16,
                 uint16_t* v16, cudaStream_t s) {

@@ -19,4 +19,12 @@ void fold_run(const AttnParams& p, int64_t first, int64_t count, int64_t a, int6
 void merge_run(float* o, float* lse, const float* o_run, const float* lse_run, int64_t rows, int64_t D,
                cudaStream_t s);
 
+// A fold over several calls (AttnArgs::first / last): o, lse, run_sum hold the oomb tensor-core
+// kernels' state between calls (o the unnormalized sum, lse the running max in log2 units, run_sum
+// the denominator), so a fold may change kernels between calls. The run's (o_run, lse_run: natural
+// log) joins it; init: the state is empty (not read); finish: o and lse come out normalized, lse
+// in natural log, as a whole call gives them.
+void merge_fold(float* o, float* lse, float* run_sum, const float* o_run, const float* lse_run, bool init,
+                bool finish, int64_t rows, int64_t D, cudaStream_t s);
+
 }  // namespace oomb::cuda::k
