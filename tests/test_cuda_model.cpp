@@ -141,6 +141,16 @@ void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::v
       const Step f32 = step(*cpu, dir, ids, tg, on_cpu);
       plan.precision = on_cpu.precision = DType::BF16;
       const Step c = step(*cpu, dir, ids, tg, on_cpu), g = step(*gpu, dir, ids, tg, plan);
+      if (std::string(mode) == "auto" && plan.offload_kv) {
+        // every call of the folds over page groups took cuDNN: pinned to it (where a call it does not
+        // take is an error), the step gives the same bits
+        setenv("OOMB_CUDA_ATTENTION", "cudnn", 1);
+        auto pinned = make_cuda_backend(nullptr);
+        unsetenv("OOMB_CUDA_ATTENTION");  // as the caller made `gpu`
+        Step p{};
+        EXPECT_NO_THROW(p = step(*pinned, dir, ids, tg, plan));
+        EXPECT_EQ(std::memcmp(p.grads.data(), g.grads.data(), g.grads.size() * 4), 0) << "pinned to cuDNN";
+      }
       EXPECT_NEAR(g.loss, c.loss, loss_bound * c.loss);
       worst_loss = std::max(worst_loss, std::abs(g.loss - c.loss) / c.loss);
       const ModelConfig cfg = load_config(dir);

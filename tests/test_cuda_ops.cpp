@@ -17,9 +17,7 @@
 #if defined(OOMB_SIMT) || defined(OOMB_HAVE_CUDA)
 #include "backend/cuda/cudnn/cudnn_sdpa.h"
 #ifdef OOMB_SIMT
-namespace oomb::cuda::cudnn {
-size_t simt_calls();  // tests/simt/cudnn_sdpa.cpp: the stand-in's calls so far
-}
+#include "simt/cudnn_calls.h"
 #endif
 #define OOMB_TEST_CUDNN 1
 #endif
@@ -371,6 +369,7 @@ struct AttnCase {
   // cuDNN's route and on oomb's kernels
   int64_t fold_calls = 1;
   int64_t off_cudnn = -1;
+  int64_t own_blocks = 1;  // the chunk's own keys in this many blocks (as the model splits them)
 };
 const std::vector<AttnCase>& attention_cases() {
   static const std::vector<AttnCase> cases = {
@@ -394,8 +393,8 @@ const std::vector<AttnCase>& attention_cases() {
 std::map<std::string, double> worst_tc;
 
 // tc: bf16 inputs, attention under --precision bf16 on `gpu` (default: the backend as configured);
-// folds: also check that a fold over two calls gives one call's bits (not cuDNN's route, which takes
-// no folds)
+// folds: also check that a fold over two calls gives one call's bits (oomb's own kernels: cuDNN's
+// route splits a fold's keys into other runs than one call's)
 void attention_case(const AttnCase& c, bool tc, Backend* gpu = nullptr, bool folds = true) {
   Backend &C = *backends().cpu, &G = gpu ? *gpu : *backends().cuda;
   // another backend's stream: the Pairs' copies (backends().cuda's stream) must wait for its work
@@ -414,7 +413,10 @@ void attention_case(const AttnCase& c, bool tc, Backend* gpu = nullptr, bool fol
     if (tc) worst_tc[op] = std::max(worst_tc[op], e);
   };
   std::vector<int64_t> lens = c.lens;
-  if (c.own) lens.push_back(c.T);
+  const size_t earlier = lens.size();
+  if (c.own)
+    for (int64_t i = 0; i < c.own_blocks; ++i)
+      lens.push_back(c.T * (i + 1) / c.own_blocks - c.T * i / c.own_blocks);
   int64_t N = 0;
   for (int64_t l : lens) N += l;
   const int64_t q0 = c.own ? N - c.T : N;  // without its own keys the chunk follows the blocks
@@ -429,7 +431,7 @@ void attention_case(const AttnCase& c, bool tc, Backend* gpu = nullptr, bool fol
   for (size_t b = 0; b < lens.size(); ++b) {
     for (auto* vec : {&k, &v, &dk, &dv})
       vec->push_back(std::make_unique<Pair>(DType::F32, std::initializer_list<int64_t>{lens[b], c.G, c.D}));
-    const bool own_block = c.own && b + 1 == lens.size();
+    const bool own_block = c.own && b >= earlier;
     if (c.grad == DType::BF16 && !own_block) {
       dk.back() = std::make_unique<Pair>(DType::BF16, std::initializer_list<int64_t>{lens[b], c.G, c.D});
       dv.back() = std::make_unique<Pair>(DType::BF16, std::initializer_list<int64_t>{lens[b], c.G, c.D});
@@ -642,10 +644,13 @@ TEST(CudaOps, DenseAttentionThroughCudnnWithinBf16) {
   fold.fold_calls = 3;
   AttnCase fold16 = fold;  // bf16 gradient and K/V pages
   fold16.grad = fold16.kv = DType::BF16;
+  // {b0, b1: 56 keys, two runs}, {b2, b3}, {the chunk's own keys alone, in two blocks}
+  AttnCase fold_long{33, 4, 2, 16, {40, 16, 16, 7}, false, DType::F32};
+  fold_long.fold_calls = 3, fold_long.own_blocks = 2;
 #ifdef OOMB_SIMT
   const size_t before = cuda::cudnn::simt_calls();
 #endif
-  for (const AttnCase& c : {fold, fold16}) attention_case(c, true, backends().cudnn.get(), false);
+  for (const AttnCase& c : {fold, fold16, fold_long}) attention_case(c, true, backends().cudnn.get(), false);
 #ifdef OOMB_SIMT
   const size_t all_calls = cuda::cudnn::simt_calls() - before;
 #endif

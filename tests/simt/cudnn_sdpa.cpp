@@ -13,6 +13,7 @@
 // and its first bytes are scribbled over each call, so a caller relying on what it held sees garbage.
 // simt_calls() counts the calls issued, so a test can tell which calls took cuDNN.
 #include "backend/cuda/cudnn/cudnn_sdpa.h"
+#include "simt/cudnn_calls.h"
 
 #include <algorithm>
 #include <cerrno>

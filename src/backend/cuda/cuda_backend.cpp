@@ -128,6 +128,10 @@ class CudaBackend final : public Backend {
                      Tensor& lse) override {
     const bool dense = use_cudnn("attention_fwd", a, blocks, q);
     cuda::k::AttnParams p = attention_params("attention_fwd", q, blocks, a, false, dense);
+    // a fold's state crosses between cuDNN's route and the tensor-core kernels (log2 units), never
+    // the fp32 reference kernels (natural log): the route takes only calls those kernels take
+    OOMB_CHECK(!dense || tensor_cores(a, p), "attention_fwd: cuDNN's route took a call the tensor-core kernels "
+               "cannot take (head dim {}), so a fold's state could reach the reference kernels", p.D);
     if (dense && cudnn_attention_.forward(p, blocks, q.f(), o.f(), lse.f(), stream_))
       return launched("attention_fwd (cuDNN)");
     cudnn_refused("attention_fwd");

@@ -25,6 +25,7 @@ std::string CudnnAttention::unsupported(const AttnArgs& a, std::span<const KVBlo
   if (blocks.empty()) return "no keys";
   std::vector<std::pair<int64_t, int64_t>> spans;
   for (const KVBlock& b : blocks) {
+    if (b.k.dim(0) == 0) return "an empty block";  // (runs hold at least a key)
     if (b.doc) return "document masks";
     if ((~b.heads) & ((uint64_t(1) << std::min<int64_t>(b.k.dim(1), 63)) - 1)) return "sparse selection per head group";
     spans.push_back({b.idx0, b.k.dim(0)});
