@@ -56,8 +56,9 @@ size_t cudnn_attention_bytes(const WorkspaceShape& s) {
     return 0;
   const int64_t H = s.heads / s.head_chunks, G = s.kv_heads / s.head_chunks;
   const size_t q = size_t(s.chunk * H * s.head_dim), kv = size_t(s.chunk * G * s.head_dim);
-  // q in bf16; k, v, dk, dv of a run in bf16; a run's o and dq (fp32); its lse; cuDNN's workspace
-  return q * 2 + 4 * kv * 2 + 2 * q * 4 + size_t(s.chunk * H) * 4 + cudnn_attention_workspace(s.chunk, H, G, s.head_dim);
+  // q in bf16; k, v, dk, dv of a run in bf16; a run's o or dq (fp32, one buffer); its lse; cuDNN's
+  // workspace
+  return q * 2 + 4 * kv * 2 + q * 4 + size_t(s.chunk * H) * 4 + cudnn_attention_workspace(s.chunk, H, G, s.head_dim);
 }
 
 bool cudnn_attention_planned() {

@@ -110,7 +110,10 @@ CudnnAttention::Buffers CudnnAttention::buffers(const k::AttnParams& p) {
   b.q16 = q16_.get<uint16_t>(q);
   b.k16 = k16_.get<uint16_t>(kv), b.v16 = v16_.get<uint16_t>(kv);
   b.dk16 = dk16_.get<uint16_t>(kv), b.dv16 = dv16_.get<uint16_t>(kv);
-  b.o_run = o_run_.get<float>(q), b.dq_run = dq_run_.get<float>(q), b.lse_run = lse_run_.get<float>(size_t(p.T * p.H));
+  // a run's o (forward) and dq (backward) share one buffer: the two never run at once (one stream,
+  // each call done with its buffers before the next)
+  b.o_run = b.dq_run = run_out_.get<float>(q);
+  b.lse_run = lse_run_.get<float>(size_t(p.T * p.H));
   b.ws = ws_.get(cudnn_attention_workspace(p.T, p.H, p.G, p.D));
   return b;
 }

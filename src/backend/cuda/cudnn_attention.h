@@ -54,7 +54,7 @@ class CudnnAttention {
   bool plans_for(const k::AttnParams& p, const std::vector<Run>& rs, cudaStream_t s);
   struct Buffers {
     uint16_t *q16, *k16, *v16, *dk16, *dv16;  // q and a run's keys, values and their gradients, bf16
-    float *o_run, *dq_run, *lse_run;          // a run's o, dq and lse
+    float *o_run, *dq_run, *lse_run;          // a run's o, dq (the same buffer) and lse
     void* ws;                                 // cuDNN's workspace
   };
   Buffers buffers(const k::AttnParams& p);  // what cudnn_attention_bytes plans, for p.T queries
@@ -63,7 +63,7 @@ class CudnnAttention {
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, float>;
   std::map<Key, std::unique_ptr<cudnn::Sdpa>> plans_;
   std::map<Key, std::string> refused_;
-  Scratch q16_, k16_, v16_, dk16_, dv16_, o_run_, lse_run_, dq_run_, ws_;
+  Scratch q16_, k16_, v16_, dk16_, dv16_, run_out_, lse_run_, ws_;
 };
 
 }  // namespace oomb::cuda
