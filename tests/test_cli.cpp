@@ -154,6 +154,34 @@ TEST(Cli, OverlappedUpdateGivesTheSameRunAndCheckpoints) {
 
 // The simulated device, with and without --offload kv and params, --precision bf16, dense and sparse
 // (mean and quest scores), and --sweep layer (also on the CPU): every (tier, tag) peak equals the plan.
+// `oomb plan --device cuda` names the part of the device workspace that cuDNN's attention takes,
+// where this process would route attention through cuDNN (the library loads): the difference
+// between its plan and OOMB_CUDA_ATTENTION=mma's, which names none. Without cuDNN (CI) both plans
+// are the same and neither names it.
+TEST(Cli, PlanNamesCudnnsShareOfTheWorkspace) {
+  const auto dir = temp_dir();
+  const std::string args = "plan --preset qwen2.5-0.5b --seq-len 8192 --chunk-size 4096 --device cuda --offload kv";
+  auto plan = [&](const char* mode) {
+    if (mode) setenv("OOMB_CUDA_ATTENTION", mode, 1);
+    const CmdResult text = oomb_cmd(dir, args), json = oomb_cmd(dir, args + " --json");
+    unsetenv("OOMB_CUDA_ATTENTION");
+    EXPECT_EQ(text.code, 0) << text.out;
+    EXPECT_EQ(json.code, 0) << json.out;
+    return std::pair{text.out, nlohmann::json::parse(json.out)["device"]["workspace"].get<int64_t>()};
+  };
+  const auto [auto_text, auto_ws] = plan(nullptr);
+  const auto [mma_text, mma_ws] = plan("mma");
+  const std::string said = "of the device workspace, cuDNN's attention takes ";
+  EXPECT_THAT(mma_text, Not(HasSubstr(said)));
+  if (cudnn_attention_planned()) {
+    EXPECT_GT(auto_ws, mma_ws);
+    EXPECT_THAT(auto_text, HasSubstr(said + format_bytes(auto_ws - mma_ws) + " "));
+  } else {
+    EXPECT_EQ(auto_ws, mma_ws);
+    EXPECT_THAT(auto_text, Not(HasSubstr(said)));
+  }
+}
+
 TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
   const auto dir = temp_dir();
   const auto m = (dir / "m").string();

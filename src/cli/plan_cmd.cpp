@@ -84,11 +84,18 @@ Command add_plan(CLI::App& app) {
             OOMB_CHECK(!offload || device != "cpu", "--offload {}: the cpu backend has no device memory to offload from "
                        "(use --device sim or cuda)", a->offload);
             plan.lora = lora_config(a->lora, a->cmd);
-            auto plan_for = [&](const ChunkPlan& p) {
+            // the backend's workspace, and of it cuDNN's attention buffers (cuda, where cuDNN loads)
+            auto cudnn_bytes = [&](const ChunkPlan& p) {
+              return device == "cuda" && cudnn_attention_planned() ? cudnn_attention_bytes(workspace_shape(cfg, p)) : 0;
+            };
+            auto workspace_of = [&](const ChunkPlan& p) {
               const WorkspaceShape wss = workspace_shape(cfg, p);
-              const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) + (cudnn_attention_planned() ? cudnn_attention_bytes(wss) : 0)
-                                                  : make_cpu_backend()->workspace_bytes(wss);
-              return plan_memory(cfg, p, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
+              return device == "cuda" ? cuda_workspace_bytes(wss) + cudnn_bytes(p)
+                                      : make_cpu_backend()->workspace_bytes(wss);
+            };
+            auto plan_for = [&](const ChunkPlan& p) {
+              return plan_memory(cfg, p, a->seq_len, a->optimizer, workspace_of(p),
+                                 device == "cpu" ? Tier::Host : Tier::Device,
                                  device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
             };
             // auto's host check: the plan's ranks are taken to share this host, as under one mpirun here
@@ -142,6 +149,10 @@ Command add_plan(CLI::App& app) {
                                        100.0 * double(mf.total() - m.total()) / double(mf.total()),
                                        format_bytes(mf.total()));
             }
+            if (const size_t c = cudnn_bytes(plan); c > 0)
+              std::cout << fmt::format("of the device workspace, cuDNN's attention takes {} (one chunk's runs: K/V, "
+                                       "outputs and its own workspace; none with OOMB_CUDA_ATTENTION=mma)\n",
+                                       format_bytes(int64_t(c)));
             if (plan.head_chunks > 1) {  // what head groups are for: attention's buffers of fewer heads
               ChunkPlan one = plan;
               one.head_chunks = 1;
@@ -154,11 +165,8 @@ Command add_plan(CLI::App& app) {
                                        format_bytes(m1.total() - m.total()));
             }
             if (plan.sparse.on()) {  // what sparse attention is for: a device that barely grows with N
-              const WorkspaceShape wss = workspace_shape(cfg, plan);
-              const size_t ws = device == "cuda" ? cuda_workspace_bytes(wss) + (cudnn_attention_planned() ? cudnn_attention_bytes(wss) : 0)
-                                                  : make_cpu_backend()->workspace_bytes(wss);
               const double per_token = device_bytes_per_token(
-                  cfg, plan, a->seq_len, a->optimizer, ws, device == "cpu" ? Tier::Host : Tier::Device,
+                  cfg, plan, a->seq_len, a->optimizer, workspace_of(plan), device == "cpu" ? Tier::Host : Tier::Device,
                   device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
               std::cout << fmt::format("  {} memory per token: {:.1f} B ({:.2f} MB per +10K tokens; from the plans at N "
                                        "and 2N; sparse: K = {} pages per {}-query tile{}, {} sink pages)\n",
