@@ -666,6 +666,24 @@ TEST(CudaOps, DenseAttentionThroughCudnnWithinBf16) {
   std::cout << fmt::format("[ cudnn    ] folds: {} cuDNN calls, {} with the middle calls on oomb's kernels\n",
                            all_calls, some_calls);
 #endif
+  // q's bf16 copy is made once per fold: a new fold over the same q tensor, its values changed, sees them
+  {
+    Pair q(DType::F32, {40, 4, 16}), k(DType::F32, {40, 2, 16}), v(DType::F32, {40, 2, 16});
+    Pair o(DType::F32, {40, 4, 16}), lse(DType::F32, {40, 4});
+    k.randn(51), v.randn(52);
+    AttnArgs a{0.25f, 0};
+    a.bf16 = true;
+    const std::vector<KVBlock> hb{{k.h, v.h, Tensor(), Tensor(), 0}}, db{{k.d, v.d, Tensor(), Tensor(), 0}};
+    for (uint64_t seed : {53, 54}) {
+      q.randn(seed);
+      for (int64_t i = 0; i < q.h.numel(); ++i) q.h.f()[i] = bf16_to_f32(f32_to_bf16(q.h.f()[i]));
+      q.upload();
+      backends().cpu->attention_fwd(q.h, hb, a, o.h, lse.h);
+      backends().cudnn->attention_fwd(q.d, db, a, o.d, lse.d);
+      backends().cudnn->synchronize();
+      EXPECT_LE(err(o), 5e-3) << "q's values of fold " << seed - 52;
+    }
+  }
   unsetenv("OOMB_CUDNN_MIN_QUERIES");
   // by default a call of fewer than 128 queries is not cuDNN's: pinned to cuDNN, it is an error naming why
   Pair q(DType::F32, {5, 2, 8}), o(DType::F32, {5, 2, 8}), lse(DType::F32, {5, 2}), k(DType::F32, {5, 1, 8});

@@ -126,6 +126,7 @@ class CudaBackend final : public Backend {
 
   void do_attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
                      Tensor& lse) override {
+    if (a.first) cudnn_attention_.new_fold();
     const bool dense = use_cudnn("attention_fwd", a, blocks, q);
     cuda::k::AttnParams p = attention_params("attention_fwd", q, blocks, a, false, dense);
     // a fold's state crosses between cuDNN's route and the tensor-core kernels (log2 units), never
@@ -142,6 +143,7 @@ class CudaBackend final : public Backend {
   }
   void do_attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
                      std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) override {
+    if (a.first) cudnn_attention_.new_fold();
     const bool dense = use_cudnn("attention_bwd", a, blocks, q);
     cuda::k::AttnParams p = attention_params("attention_bwd", q, blocks, a, true, dense);
     float* dsum = static_cast<float*>(dsum_.get(size_t(std::max<int64_t>(p.T * p.H, 1)) * 4));

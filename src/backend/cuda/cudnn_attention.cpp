@@ -107,7 +107,9 @@ bool CudnnAttention::plans_for(const k::AttnParams& p, const std::vector<Run>& r
 CudnnAttention::Buffers CudnnAttention::buffers(const k::AttnParams& p) {
   const size_t q = size_t(p.T * p.H * p.D), kv = size_t(p.T * p.G * p.D);
   Buffers b;
+  const size_t had = q16_.buf.bytes();
   b.q16 = q16_.get<uint16_t>(q);
+  if (q16_.buf.bytes() != had) q16_of_ = nullptr;  // grown: what it held is gone
   b.k16 = k16_.get<uint16_t>(kv), b.v16 = v16_.get<uint16_t>(kv);
   b.dk16 = dk16_.get<uint16_t>(kv), b.dv16 = dv16_.get<uint16_t>(kv);
   // a run's o (forward) and dq (backward) share one buffer: the two never run at once (one stream,
@@ -118,13 +120,19 @@ CudnnAttention::Buffers CudnnAttention::buffers(const k::AttnParams& p) {
   return b;
 }
 
+void CudnnAttention::cast_q(const k::AttnParams& p, const float* q, uint16_t* q16, cudaStream_t s) {
+  if (q16_of_ == q) return;  // this fold's earlier call made it
+  k::cast(q, false, q16, true, p.T * p.H * p.D, s);
+  q16_of_ = q;
+}
+
 bool CudnnAttention::forward(const k::AttnParams& p, std::span<const KVBlock> blocks, const float* q, float* o,
                              float* lse, cudaStream_t stream) {
   const std::vector<Run> rs = runs(p.q_idx0, p.T, blocks);
   if (!plans_for(p, rs, stream)) return false;
   const Buffers b = buffers(p);
   const bool whole = p.first && p.last;  // one call over every key, not a fold over several
-  k::cast(q, false, b.q16, true, p.T * p.H * p.D, stream);
+  cast_q(p, q, b.q16, stream);
   for (size_t i = 0; i < rs.size(); ++i) {
     k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, b.k16, b.v16, stream);
     cudnn::Sdpa* s = plan(p, rs[i].len, rs[i].causal, stream);
@@ -147,7 +155,7 @@ bool CudnnAttention::backward(const k::AttnParams& p, std::span<const KVBlock> b
   const std::vector<Run> rs = runs(p.q_idx0, p.T, blocks);
   if (!plans_for(p, rs, stream)) return false;
   const Buffers b = buffers(p);
-  k::cast(q, false, b.q16, true, p.T * p.H * p.D, stream);
+  cast_q(p, q, b.q16, stream);
   for (size_t i = 0; i < rs.size(); ++i) {
     k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, b.k16, b.v16, stream);
     // dq: written by a fold's first call (its first run), added to after

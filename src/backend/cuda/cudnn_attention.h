@@ -42,6 +42,9 @@ class CudnnAttention {
                cudaStream_t s);
   bool backward(const k::AttnParams& p, std::span<const KVBlock> blocks, const float* q, const float* o,
                 const float* lse, const float* dout, float* dq, float* dsum, cudaStream_t s);
+  // Every attention call of the backend that starts a fold (AttnArgs::first), whichever kernels
+  // take it: q's bf16 copy is made once per fold (q is the same, unchanged, in all its calls)
+  void new_fold() { q16_of_ = nullptr; }
 
  private:
   struct Run {
@@ -64,6 +67,8 @@ class CudnnAttention {
   std::map<Key, std::unique_ptr<cudnn::Sdpa>> plans_;
   std::map<Key, std::string> refused_;
   Scratch q16_, k16_, v16_, dk16_, dv16_, run_out_, lse_run_, ws_;
+  const float* q16_of_ = nullptr;  // the q whose bf16 copy q16_ holds in this fold; null: none
+  void cast_q(const k::AttnParams& p, const float* q, uint16_t* q16, cudaStream_t s);
 };
 
 }  // namespace oomb::cuda
