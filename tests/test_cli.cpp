@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <map>
+#include <iostream>
 #include <sstream>
 
 #include "backend/backend.h"
@@ -180,6 +181,31 @@ TEST(Cli, PlanNamesCudnnsShareOfTheWorkspace) {
     EXPECT_EQ(auto_ws, mma_ws);
     EXPECT_THAT(auto_text, Not(HasSubstr(said)));
   }
+}
+
+// What a CUDA run's attention runs on, as the train banner says it: every OOMB_CUDA_ATTENTION mode
+// and --precision; under auto, cuDNN named with its version where it loads, else why not.
+TEST(Cli, CudaAttentionSummaryNamesWhatRunsAndWhy) {
+  auto with = [](const char* mode, bool bf16) {
+    if (mode) setenv("OOMB_CUDA_ATTENTION", mode, 1);
+    const std::string s = cuda_attention_summary(bf16);
+    unsetenv("OOMB_CUDA_ATTENTION");
+    return s;
+  };
+  EXPECT_THAT(with(nullptr, false), HasSubstr("fp32 kernels (--precision fp32)"));
+  EXPECT_THAT(with("reference", true), HasSubstr("fp32 reference kernels (OOMB_CUDA_ATTENTION=reference)"));
+  EXPECT_THAT(with("mma", true), HasSubstr("tensor-core kernels (OOMB_CUDA_ATTENTION=mma)"));
+  for (const char* mode : {static_cast<const char*>(nullptr), "auto", "cudnn"}) {
+    const std::string s = with(mode, true);
+    if (cudnn_attention_planned()) {
+      EXPECT_THAT(s, HasSubstr("through cuDNN ")) << s;
+      EXPECT_THAT(s, HasSubstr("at least 128 queries")) << s;
+    } else {
+      EXPECT_THAT(s, HasSubstr("tensor-core kernels (cuDNN: ")) << s;
+    }
+    EXPECT_EQ(s.find("OOMB_CUDA_ATTENTION=cudnn") != std::string::npos, mode && std::string(mode) == "cudnn") << s;
+  }
+  std::cout << "[ banner   ] " << with(nullptr, true) << "\n";
 }
 
 TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {

@@ -7,6 +7,8 @@
 #include "backend/cuda/cudnn/cudnn_sdpa.h"
 #endif
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -59,6 +61,25 @@ size_t cudnn_attention_bytes(const WorkspaceShape& s) {
   // q in bf16; k, v, dk, dv of a run in bf16; a run's o or dq (fp32, one buffer); its lse; cuDNN's
   // workspace
   return q * 2 + 4 * kv * 2 + q * 4 + size_t(s.chunk * H) * 4 + cudnn_attention_workspace(s.chunk, H, G, s.head_dim);
+}
+
+std::string cuda_attention_summary(bool bf16) {
+  const char* env = std::getenv("OOMB_CUDA_ATTENTION");
+  const std::string mode = env ? env : "auto";
+  if (!bf16) return "attention on the fp32 kernels (--precision fp32)";
+  if (mode == "reference") return "attention on the fp32 reference kernels (OOMB_CUDA_ATTENTION=reference)";
+  if (mode == "mma") return "attention on oomb's tensor-core kernels (OOMB_CUDA_ATTENTION=mma)";
+  std::string why = "this build has no CUDA";
+#ifdef OOMB_HAVE_CUDA
+  if (cuda::cudnn::available(&why))
+    return fmt::format("attention through cuDNN {}'s fused SDPA where a call's keys are masked only by causality "
+                       "and it has at least {} queries (OOMB_CUDNN_MIN_QUERIES), oomb's tensor-core kernels for the "
+                       "rest (documents, windows, sparse pages){}",
+                       cuda::cudnn::version(), cudnn_min_queries(),
+                       mode == "cudnn" ? "; OOMB_CUDA_ATTENTION=cudnn: a call cuDNN cannot take is an error" : "");
+#endif
+  return "attention on oomb's tensor-core kernels (cuDNN: " + why + ")" +
+         (mode == "cudnn" ? "; OOMB_CUDA_ATTENTION=cudnn: its calls will be refused" : "");
 }
 
 bool cudnn_attention_planned() {

@@ -296,6 +296,9 @@ int64_t cudnn_min_queries();
 // Whether this process would route dense attention through cuDNN (OOMB_CUDA_ATTENTION allows it and
 // the library loads): what `oomb plan --device cuda` assumes
 bool cudnn_attention_planned();
+// What a CUDA run's attention runs on, for the train banner: cuDNN's fused attention and for what,
+// or oomb's kernels and why (OOMB_CUDA_ATTENTION, --precision, whether cuDNN loads)
+std::string cuda_attention_summary(bool bf16);
 size_t cuda_pinned_workspace_bytes();  // the block tables' pinned staging
 // The simulated device (--device sim): the CPU kernels on memory accounted in tier device, with a
 // copy engine thread (its own queue and events, ordered like CUDA streams). capacity: bytes of

@@ -458,6 +458,7 @@ Command add_train(CLI::App& app) {
                                      data->describe(), o.seq_len * o.grad_accum, o.steps, a->device, a->precision)
                       << (a->doc_mask ? fmt::format("; attention within documents ended by token {}", eos) : "")
                       << std::endl;
+            if (a->device == "cuda") std::cout << cuda_attention_summary(plan.precision == DType::BF16) << std::endl;
             if (dist.size() > 1)  // the ranks' layout, once (rank 0 alone prints)
               std::cout << fmt::format("{} ranks ({}): --sp {} x --dp {}{}; each rank holds {} of every chunk's {} "
                                        "tokens, {} of {} heads and {} of {} kv heads in attention", dist.size(),
