@@ -206,6 +206,10 @@ TEST(Cli, CudaAttentionSummaryNamesWhatRunsAndWhy) {
     EXPECT_EQ(s.find("OOMB_CUDA_ATTENTION=cudnn") != std::string::npos, mode && std::string(mode) == "cudnn") << s;
   }
   std::cout << "[ banner   ] " << with(nullptr, true) << "\n";
+  setenv("OOMB_CUDA_ATTENTION", "fast", 1);  // a value it does not know: an error naming the variable
+  const std::string e = error_of([] { cuda_attention_summary(true); });
+  unsetenv("OOMB_CUDA_ATTENTION");
+  EXPECT_THAT(e, HasSubstr("OOMB_CUDA_ATTENTION=fast: expected auto, cudnn, mma or reference"));
 }
 
 TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {

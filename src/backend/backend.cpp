@@ -63,12 +63,31 @@ size_t cudnn_attention_bytes(const WorkspaceShape& s) {
   return q * 2 + 4 * kv * 2 + q * 4 + size_t(s.chunk * H) * 4 + cudnn_attention_workspace(s.chunk, H, G, s.head_dim);
 }
 
+CudaAttention cuda_attention_mode() {
+  const char* v = std::getenv("OOMB_CUDA_ATTENTION");
+  if (v == nullptr || std::strcmp(v, "auto") == 0) return CudaAttention::Auto;
+  if (std::strcmp(v, "cudnn") == 0) return CudaAttention::Cudnn;
+  if (std::strcmp(v, "mma") == 0) return CudaAttention::Mma;
+  OOMB_CHECK(std::strcmp(v, "reference") == 0, "OOMB_CUDA_ATTENTION={}: expected auto, cudnn, mma or reference", v);
+  return CudaAttention::Reference;
+}
+
+bool cudnn_attention_planned() {
+  const CudaAttention mode = cuda_attention_mode();
+  if (mode != CudaAttention::Auto && mode != CudaAttention::Cudnn) return false;
+#ifdef OOMB_HAVE_CUDA
+  return cuda::cudnn::available(nullptr);
+#else
+  return false;
+#endif
+}
+
 std::string cuda_attention_summary(bool bf16) {
-  const char* env = std::getenv("OOMB_CUDA_ATTENTION");
-  const std::string mode = env ? env : "auto";
+  const CudaAttention mode = cuda_attention_mode();
   if (!bf16) return "attention on the fp32 kernels (--precision fp32)";
-  if (mode == "reference") return "attention on the fp32 reference kernels (OOMB_CUDA_ATTENTION=reference)";
-  if (mode == "mma") return "attention on oomb's tensor-core kernels (OOMB_CUDA_ATTENTION=mma)";
+  if (mode == CudaAttention::Reference) return "attention on the fp32 reference kernels (OOMB_CUDA_ATTENTION=reference)";
+  if (mode == CudaAttention::Mma) return "attention on oomb's tensor-core kernels (OOMB_CUDA_ATTENTION=mma)";
+  const bool pinned = mode == CudaAttention::Cudnn;
   std::string why = "this build has no CUDA";
 #ifdef OOMB_HAVE_CUDA
   if (cuda::cudnn::available(&why))
@@ -76,20 +95,10 @@ std::string cuda_attention_summary(bool bf16) {
                        "and it has at least {} queries (OOMB_CUDNN_MIN_QUERIES), oomb's tensor-core kernels for the "
                        "rest (documents, windows, sparse pages){}",
                        cuda::cudnn::version(), cudnn_min_queries(),
-                       mode == "cudnn" ? "; OOMB_CUDA_ATTENTION=cudnn: a call cuDNN cannot take is an error" : "");
+                       pinned ? "; OOMB_CUDA_ATTENTION=cudnn: a call cuDNN cannot take is an error" : "");
 #endif
   return "attention on oomb's tensor-core kernels (cuDNN: " + why + ")" +
-         (mode == "cudnn" ? "; OOMB_CUDA_ATTENTION=cudnn: its calls will be refused" : "");
-}
-
-bool cudnn_attention_planned() {
-  const char* mode = std::getenv("OOMB_CUDA_ATTENTION");
-  if (mode && std::strcmp(mode, "auto") != 0 && std::strcmp(mode, "cudnn") != 0) return false;
-#ifdef OOMB_HAVE_CUDA
-  return cuda::cudnn::available(nullptr);
-#else
-  return false;
-#endif
+         (pinned ? "; OOMB_CUDA_ATTENTION=cudnn: its calls will be refused" : "");
 }
 
 int64_t lm_head_vocab_tile(int64_t vocab) {

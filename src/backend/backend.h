@@ -293,8 +293,14 @@ size_t cudnn_attention_workspace(int64_t T, int64_t H, int64_t G, int64_t D);
 // The fewest queries a call must have to take that route (its runs are as long as the call's
 // queries: decoding and short chunks keep oomb's kernels): OOMB_CUDNN_MIN_QUERIES, default 128
 int64_t cudnn_min_queries();
-// Whether this process would route dense attention through cuDNN (OOMB_CUDA_ATTENTION allows it and
-// the library loads): what `oomb plan --device cuda` assumes
+// OOMB_CUDA_ATTENTION, under --precision bf16: unset or "auto" (cuDNN's fused attention where a call
+// is dense and cuDNN takes it, else oomb's tensor-core kernels), "cudnn" (the same, but a call
+// cuDNN cannot take is an error), "mma" (oomb's tensor-core kernels), or "reference" (the fp32
+// kernels, to compare or to debug); another value is an error naming the variable
+enum class CudaAttention { Auto, Cudnn, Mma, Reference };
+CudaAttention cuda_attention_mode();
+// Whether dense attention goes through cuDNN (OOMB_CUDA_ATTENTION auto or cudnn, and the library
+// loads): what `oomb plan --device cuda` assumes
 bool cudnn_attention_planned();
 // What a CUDA run's attention runs on, for the train banner: cuDNN's fused attention and for what,
 // or oomb's kernels and why (OOMB_CUDA_ATTENTION, --precision, whether cuDNN loads)

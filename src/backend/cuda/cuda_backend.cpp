@@ -27,20 +27,6 @@ void cuda_check(cudaError_t e, const char* op) {
   OOMB_CHECK(e == cudaSuccess, "{}: CUDA error: {}", op, cudaGetErrorString(e));
 }
 
-// OOMB_CUDA_ATTENTION, under --precision bf16: unset or "auto" (cuDNN's fused attention where a call
-// is dense and cuDNN takes it, else oomb's tensor-core kernels), "cudnn" (the same, but a call
-// cuDNN cannot take is an error), "mma" (oomb's tensor-core kernels), or "reference" (the fp32
-// kernels, to compare or to debug)
-enum class AttentionMode { Auto, Cudnn, Mma, Reference };
-AttentionMode attention_mode() {
-  const char* v = std::getenv("OOMB_CUDA_ATTENTION");
-  if (v == nullptr || std::strcmp(v, "auto") == 0) return AttentionMode::Auto;
-  if (std::strcmp(v, "cudnn") == 0) return AttentionMode::Cudnn;
-  if (std::strcmp(v, "mma") == 0) return AttentionMode::Mma;
-  OOMB_CHECK(std::strcmp(v, "reference") == 0, "OOMB_CUDA_ATTENTION={}: expected auto, cudnn, mma or reference", v);
-  return AttentionMode::Reference;
-}
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
@@ -235,7 +221,8 @@ class CudaBackend final : public Backend {
   // the loss tile (loss_tile: the logits, and with bf16 matmuls their bf16 gradient),
   // cuBLASLt's workspace and the rest (cuda_workspace_bytes)
   size_t workspace_bytes(const WorkspaceShape& s) const override {
-    const bool cudnn = (attention_mode_ == AttentionMode::Auto || attention_mode_ == AttentionMode::Cudnn) &&
+    // (this backend's cuDNN: simt's stand-in in its builds, so not cudnn_attention_planned's)
+    const bool cudnn = (attention_mode_ == CudaAttention::Auto || attention_mode_ == CudaAttention::Cudnn) &&
                        cuda::cudnn::available(nullptr);
     return cuda_workspace_bytes(s) + (cudnn ? cudnn_attention_bytes(s) : 0);
   }
@@ -377,19 +364,19 @@ class CudaBackend final : public Backend {
   // Attention on tensor cores under --precision bf16 where the kernels take the shape, unless
   // OOMB_CUDA_ATTENTION=reference asks for the fp32 reference kernels (to compare, or to debug).
   bool tensor_cores(const AttnArgs& a, const cuda::k::AttnParams& p) const {
-    return a.bf16 && attention_mode_ != AttentionMode::Reference && cuda::k::attention_mma_unsupported(p) == nullptr;
+    return a.bf16 && attention_mode_ != CudaAttention::Reference && cuda::k::attention_mma_unsupported(p) == nullptr;
   }
   // Whether a call goes to cuDNN (OOMB_CUDA_ATTENTION auto or cudnn, and the call dense: cudnn_attention.h)
   bool use_cudnn(const char* op, const AttnArgs& a, std::span<const KVBlock> blocks, const Tensor& q) const {
-    if (attention_mode_ != AttentionMode::Auto && attention_mode_ != AttentionMode::Cudnn) return false;
+    if (attention_mode_ != CudaAttention::Auto && attention_mode_ != CudaAttention::Cudnn) return false;
     const std::string why = cuda::CudnnAttention::unsupported(a, blocks, q.dim(0), q.dim(2));
-    OOMB_CHECK(why.empty() || attention_mode_ != AttentionMode::Cudnn,
+    OOMB_CHECK(why.empty() || attention_mode_ != CudaAttention::Cudnn,
                "{}: OOMB_CUDA_ATTENTION=cudnn, but cuDNN cannot take this call: {}", op, why);
     return why.empty();
   }
   // after a call that cuDNN did not take: an error if OOMB_CUDA_ATTENTION=cudnn asked for it
   void cudnn_refused(const char* op) const {
-    OOMB_CHECK(attention_mode_ != AttentionMode::Cudnn,
+    OOMB_CHECK(attention_mode_ != CudaAttention::Cudnn,
                "{}: OOMB_CUDA_ATTENTION=cudnn, but cuDNN refused the call (its reason is printed above)", op);
   }
 
@@ -461,7 +448,7 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   const bool sync_each_ = std::getenv("OOMB_CUDA_SYNC") != nullptr;
-  const AttentionMode attention_mode_ = attention_mode();
+  const CudaAttention attention_mode_ = cuda_attention_mode();
   const std::unique_ptr<cuda::OpProfile> profile_ =
       std::getenv("OOMB_CUDA_PROFILE") ? std::make_unique<cuda::OpProfile>() : nullptr;
   Buffer gemm_ws_;

@@ -11,6 +11,17 @@
 
 namespace oomb::cuda {
 
+namespace {
+
+// (idx0, keys) of each block, in ascending idx0 (as the route's table holds them)
+std::vector<std::pair<int64_t, int64_t>> sorted_spans(std::span<const KVBlock> blocks) {
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (const KVBlock& b : blocks) spans.push_back({b.idx0, b.k.dim(0)});
+  std::sort(spans.begin(), spans.end());
+  return spans;
+}
+
+}  // namespace
 
 std::string CudnnAttention::unsupported(const AttnArgs& a, std::span<const KVBlock> blocks, int64_t T, int64_t D) {
   if (!a.bf16) return "--precision fp32";
@@ -23,16 +34,14 @@ std::string CudnnAttention::unsupported(const AttnArgs& a, std::span<const KVBlo
   if (T < cudnn_min_queries())
     return std::to_string(T) + " queries (fewer than OOMB_CUDNN_MIN_QUERIES, " + std::to_string(cudnn_min_queries()) + ")";
   if (blocks.empty()) return "no keys";
-  std::vector<std::pair<int64_t, int64_t>> spans;
   for (const KVBlock& b : blocks) {
     if (b.k.dim(0) == 0) return "an empty block";  // (runs hold at least a key)
     if (b.doc) return "document masks";
     if ((~b.heads) & ((uint64_t(1) << std::min<int64_t>(b.k.dim(1), 63)) - 1)) return "sparse selection per head group";
-    spans.push_back({b.idx0, b.k.dim(0)});
   }
   // earlier keys (before the chunk: every query sees them) in any spans, once each; the chunk's own
   // keys all of them or none (one causal run); none after the chunk
-  std::sort(spans.begin(), spans.end());
+  const auto spans = sorted_spans(blocks);
   int64_t next = spans.front().first, own = 0;
   for (const auto& [i0, len] : spans) {
     if (i0 < next) return "blocks that overlap";
@@ -47,10 +56,7 @@ std::string CudnnAttention::unsupported(const AttnArgs& a, std::span<const KVBlo
 }
 
 std::vector<CudnnAttention::Run> CudnnAttention::runs(int64_t q_idx0, int64_t T, std::span<const KVBlock> blocks) {
-  // the blocks' spans (unsupported checked them), in ascending idx0 as the route's table holds them
-  std::vector<std::pair<int64_t, int64_t>> spans;
-  for (const KVBlock& b : blocks) spans.push_back({b.idx0, b.k.dim(0)});
-  std::sort(spans.begin(), spans.end());
+  const auto spans = sorted_spans(blocks);  // (unsupported checked them)
   std::vector<Run> r;
   if (spans.back().first >= q_idx0) r.push_back({q_idx0, T, true, 0, 0});  // the chunk's own keys first
   // then each stretch of contiguous earlier keys, latest first, in runs of T back from its end
