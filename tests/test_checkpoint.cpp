@@ -1,8 +1,8 @@
 // Training checkpoints (train/checkpoint.h): a run resumed from a checkpoint equals the uninterrupted
 // run bit for bit (every loss, gradient norm and the final weights; CPU and the simulated device,
 // also with --offload params and its update beside the next step, slowed so that a checkpoint not
-// waiting for it would differ; AdamW and SGD, shuffled data, accumulation, chunks); a checkpoint that is not complete does not
-// load, naming the file; --keep-last and the clean-up of killed writers' leftovers.
+// waiting for it would differ; AdamW and SGD, shuffled data, accumulation, chunks); its weights load
+// in the float64 oracle; a checkpoint that is not complete does not load, naming the file; --keep-last and the clean-up of killed writers' leftovers.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -153,6 +153,48 @@ TEST(TrainCheckpoint, LayoutLoadsAsAModelDirectory) {
   EXPECT_EQ(st.step, 2);
   EXPECT_EQ(st.adam_step, 2);
   EXPECT_EQ(st.files.size(), 3u);
+}
+
+// A checkpoint's weights load in the float64 oracle (tests/oracle/torch_oracle.py, reading the
+// directory as Hugging Face's loader would, beside the optimizer's file and state.json): its loss and
+// gradients on the checkpoint's weights are the engine's, loaded from the same checkpoint, within
+// test_oracle's bounds.
+TEST(TrainCheckpoint, WeightsLoadInTheFloat64Oracle) {
+  std::string why;
+  if (!torch_available(&why)) OOMB_MISSING_REFERENCE(why);
+  const auto dir = temp_dir();
+  const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("qwen2", 2), 9);
+  write_tokens(dir / "t.bin", 2000, 61, 10);
+  const RunResult r = run(dir, "cpu", "adamw", {}, 3);
+  const int64_t N = 40;
+  const auto e = write_tokens(dir / "eval.bin", N + 1, cfg.vocab, 13);
+  const std::string cmd = fmt::format("{} {}/tests/oracle/torch_oracle.py --model {} --tokens {} --out {} > {} 2>&1",
+                                      torch_python(), source_dir().string(), r.checkpoint.string(),
+                                      (dir / "eval.bin").string(), (dir / "oracle.safetensors").string(),
+                                      (dir / "oracle.log").string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "the oracle did not load the checkpoint: " << read_text(dir / "oracle.log");
+  auto be = make_cpu_backend();
+  Model m(load_config(r.checkpoint), *be, ChunkPlan{16, 8});
+  load_for_training(m, r.checkpoint);
+  const LossStats ls = m.forward_backward(e.data(), e.data() + 1, N, 1.0f);
+  const SafetensorsModel ref = SafetensorsModel::open(dir / "oracle.safetensors");
+  float want_loss = 0;
+  ref.read_f32("loss", &want_loss);
+  EXPECT_LE(std::abs(ls.loss_sum / double(N) - want_loss) / want_loss, 2.5e-7);
+  double worst = 0;
+  for (const ParamSpec& s : m.grads().specs()) {
+    std::vector<float> want(static_cast<size_t>(s.numel()));
+    ref.read_f32("grad." + s.name, want.data(), s.shape);
+    worst = std::max(worst, rel_error(m.grads().view(s).f(), want.data(), want.size()));
+  }
+  EXPECT_LE(worst, 6e-6);
+  // the checkpoint is of the trained weights, not the initial ones
+  Params init(cfg, Tier::Host, Tag::IO), saved(cfg, Tier::Host, Tag::IO);
+  load_weights(dir, cfg, init);
+  load_weights(r.checkpoint, cfg, saved);
+  EXPECT_NE(0, std::memcmp(init.flat().data, saved.flat().data, size_t(init.flat().numel()) * 4));
+  std::cout << fmt::format("float64 oracle on the step-3 checkpoint: loss {:.8f} vs {:.8f}, worst gradient rel. "
+                           "error {:.2e}\n", ls.loss_sum / double(N), want_loss, worst);
 }
 
 TEST(TrainCheckpoint, AnIncompleteCheckpointDoesNotLoadAndNamesTheFile) {
