@@ -2,7 +2,8 @@
 // run bit for bit (every loss, gradient norm and the final weights; CPU and the simulated device,
 // also with --offload params and its update beside the next step, slowed so that a checkpoint not
 // waiting for it would differ; AdamW and SGD, shuffled data, accumulation, chunks); its weights load
-// in the float64 oracle; a checkpoint that is not complete does not load, naming the file; --keep-last and the clean-up of killed writers' leftovers.
+// in the float64 oracle; a checkpoint that is not complete does not load, naming the file;
+// --keep-last and the clean-up of killed writers' leftovers.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
