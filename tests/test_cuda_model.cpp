@@ -2,7 +2,8 @@
 // gradient, over Llama/Qwen2, kv ratios, chunk and page sizes, document masks and bf16 gradient
 // pages, and --precision bf16 against the CPU's bf16 policy (LoRA's adapters too; offloaded parameters
 // against resident; a tied lm_head streamed in tiles); the same bits on a second run; and a
-// few AdamW steps through the trainer; decoding (generate) token by token. Skips without a GPU.
+// few AdamW steps through the trainer; decoding (generate) token by token; sparse pages and sliding
+// windows. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -24,6 +25,9 @@
 #include "train/trainer.h"
 #include "train/model.h"
 #include "model_fixture.h"
+#ifdef OOMB_SIMT
+#include "simt/cudnn_calls.h"
+#endif
 #include "test_util.h"
 #include "train/optimizer.h"
 #include "train/sampling.h"
@@ -596,4 +600,66 @@ TEST(CudaModel, SparsePagesMatchTheCpuAndDenseWhereKCoversEveryPage) {
   }
   std::cout << fmt::format("[ cuda     ] --sparse-pages: the CPU's choices; K = 2 gradient rel. error vs CPU {:.2e} at "
                            "worst\n", worst);
+}
+
+// Sliding windows on CUDA (issue 13): Mistral's window on every layer, and Qwen2's from
+// max_window_layers on (layer 0 full, layer 1 windowed), against the CPU: fp32 within the bounds of
+// ChunkedStepMatchesTheCpuAndRepeatsBitForBit; bf16 under the default attention (cuDNN for the full
+// layer's chunks, every chunk of them with OOMB_CUDNN_MIN_QUERIES=1, oomb's tensor-core kernels for
+// the windowed one) within Bf16StepMatchesTheCpusBf16Policy's tensor-core bounds; offloaded pages
+// give the resident run's bits; the device's kv and kv_grad peaks are the plan's (pages outside
+// every window of a chunk neither read nor kept).
+TEST(CudaModel, SlidingWindowsMatchTheCpu) {
+  std::string why;
+  auto gpu = make_cuda_backend(&why);
+  if (!gpu) GTEST_SKIP() << why;
+  auto cpu = make_cpu_backend();
+  nlohmann::json mistral = tiny_config_json("mistral", 2), qwen2 = tiny_config_json("qwen2", 2);
+  mistral["sliding_window"] = 9;
+  qwen2["use_sliding_window"] = true, qwen2["sliding_window"] = 7, qwen2["max_window_layers"] = 1;
+  double worst = 0, worst_bf16 = 0;
+  setenv("OOMB_CUDNN_MIN_QUERIES", "1", 1);
+  for (const auto& [name, j] : {std::pair{"mistral", mistral}, std::pair{"qwen2", qwen2}}) {
+    const auto dir = temp_dir(std::string("_window_") + name);
+    const ModelConfig cfg = write_tiny_model(dir, j, 81);
+    ASSERT_GT(cfg.layer_window.back(), 0) << name;
+    auto toks = write_tokens(dir / "t.bin", 131, 61, 82);
+    std::vector<int32_t> ids(toks.begin(), toks.end() - 1), tg(toks.begin() + 1, toks.end());
+    for (size_t i = 0; i < ids.size(); i += 17) ids[i] = 60;
+    for (ChunkPlan plan : {ChunkPlan{13, 4}, ChunkPlan{29, 8, DType::F32, 60}}) {
+      SCOPED_TRACE(fmt::format("{} C={} P={} doc_sep={}", name, plan.chunk, plan.page_size, plan.doc_sep));
+      Accountant::global().reset_peaks();
+      const Step g = step(*gpu, dir, ids, tg, plan);
+      const MemoryPlan mp = plan_memory(cfg, plan, int64_t(ids.size()), "sgd", 0, Tier::Device);
+      for (Tag tag : {Tag::KV, Tag::KVGrad})
+        EXPECT_EQ(Accountant::global().get(Tier::Device, tag).peak, mp.get(Tier::Device, tag)) << tag_name(tag);
+      const Step c = step(*cpu, dir, ids, tg, plan);
+      EXPECT_NEAR(g.loss, c.loss, 1e-5 * c.loss);
+      const double e = rel_error(g.grads, c.grads);
+      EXPECT_LE(e, 2e-5);
+      worst = std::max(worst, e);
+      ChunkPlan off = plan;
+      off.offload_kv = true, off.offload_group = 2;
+      const Step o = step(*gpu, dir, ids, tg, off);
+      EXPECT_TRUE(o.loss == g.loss && std::memcmp(o.grads.data(), g.grads.data(), g.grads.size() * 4) == 0)
+          << "offloaded";
+      plan.precision = DType::BF16;
+#ifdef OOMB_SIMT
+      const size_t calls = cuda::cudnn::simt_calls();
+#endif
+      const Step gb = step(*gpu, dir, ids, tg, plan), cb = step(*cpu, dir, ids, tg, plan);
+#ifdef OOMB_SIMT
+      // cuDNN took the full layer's chunks (without documents), and none of a windowed layer's
+      if (std::string(name) == "qwen2" && plan.doc_sep < 0) EXPECT_GT(cuda::cudnn::simt_calls(), calls) << "none";
+      else EXPECT_EQ(cuda::cudnn::simt_calls(), calls) << "cuDNN took a windowed or masked call";
+#endif
+      EXPECT_NEAR(gb.loss, cb.loss, 4e-4 * cb.loss);
+      const double eb = rel_error(gb.grads, cb.grads);
+      EXPECT_LE(eb, 2e-2);
+      worst_bf16 = std::max(worst_bf16, eb);
+    }
+  }
+  unsetenv("OOMB_CUDNN_MIN_QUERIES");
+  std::cout << fmt::format("[ cuda     ] sliding windows: worst gradient rel. error vs CPU fp32 {:.2e}, bf16 vs the "
+                           "CPU's bf16 policy {:.2e}\n", worst, worst_bf16);
 }
