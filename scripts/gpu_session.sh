@@ -8,7 +8,8 @@
 #     tests    the core checks, then the extras; --quick: the core checks only
 #     bench    the op profile, offload's slowdown and bench/cuda_step.py with all the time left
 #   core     the Hugging Face fixtures (tools/golden_hf.py) and test_hf_golden on them, the CUDA
-#            tests (the model's bf16 step now goes through cuDNN's attention), FlashAttention's
+#            tests (the model's bf16 step now goes through cuDNN's attention; generate, eval, sparse
+#            pages, windows and --offload params steps in test_cuda_features), FlashAttention's
 #            rule on the GPU, the attention lab at 7B's head shape (oomb's kernels and cuDNN, checked
 #            and timed) and this GPU's cuDNN device properties, PEFT loading oomb's adapter,
 #            tensorboard reading oomb's event files, the negative controls, two MPI ranks
@@ -115,6 +116,8 @@ core() {
   step cuda_ops 120 "$W/bin/test_cuda_ops"
   # the bf16 steps take cuDNN's attention (OOMB_CUDA_ATTENTION=auto); the lab below says whether it built
   step cuda_model 150 "$W/bin/test_cuda_model"
+  # generate, eval, sparse pages, sliding windows, --offload params through AdamW steps
+  step cuda_features 120 "$W/bin/test_cuda_features"
   # FlashAttention's rule for the GPU's bf16 step against the committed fixtures
   step bf16_budget_cuda 60 "$W/bin/test_precision" --gtest_filter='Bf16Budget.Cuda*'
   # this GPU's properties as cuDNN serialises them (test_cudnn_deviceless's fixture), then the lab:
@@ -155,7 +158,7 @@ extras() {
   # the CUDA tests under compute-sanitizer: memcheck (any error fails the step), and racecheck on the
   # lab's small check (its shared-memory kernels)
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  for t in test_cuda_device test_cuda_ops test_cuda_model; do
+  for t in test_cuda_device test_cuda_ops test_cuda_model test_cuda_features; do
     step memcheck_$t 120 env LD_LIBRARY_PATH="$LDP" "$CS" --tool memcheck --leak-check full --error-exitcode 9 "$B/$t"
   done
   step racecheck_lab 90 env LD_LIBRARY_PATH="$LDP" "$CS" --tool racecheck --error-exitcode 9 "$B/oomb_attention_lab" \

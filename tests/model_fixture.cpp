@@ -36,6 +36,18 @@ void load_for_training(Model& m, const std::filesystem::path& dir) {
   m.enable_grads();
 }
 
+StepResult one_step(Backend& be, const std::filesystem::path& dir, const std::vector<int32_t>& ids,
+                    const std::vector<int32_t>& targets, const ChunkPlan& plan) {
+  const ModelConfig cfg = load_config(dir);
+  Model m(cfg, be, plan);
+  load_for_training(m, dir);
+  const LossStats ls = m.forward_backward(ids.data(), targets.data(), int64_t(ids.size()), 1.0f);
+  StepResult s{ls.loss_sum / double(ls.targets), host_grads(m)};
+  EXPECT_EQ(m.kv().pages_in_use(), 0);
+  EXPECT_EQ(m.kv_grad().pages_in_use(), 0);
+  return s;
+}
+
 int64_t frozen_bf16_bytes(const ModelConfig& cfg) {
   int64_t at = 0;
   for (const ParamSpec& s : param_layout(cfg)) {

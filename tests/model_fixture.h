@@ -26,6 +26,14 @@ void load_for_training(Model& m, const std::filesystem::path& dir);
 int64_t frozen_bf16_bytes(const ModelConfig& cfg);
 // m's gradients, copied to the host.
 std::vector<float> host_grads(Model& m);
+// One forward and backward of ids/targets on a fresh model of dir on `be`: the mean loss and every
+// gradient (host copy); every page is returned afterwards (checked).
+struct StepResult {
+  double loss;
+  std::vector<float> grads;
+};
+StepResult one_step(Backend& be, const std::filesystem::path& dir, const std::vector<int32_t>& ids,
+                    const std::vector<int32_t>& targets, const ChunkPlan& plan);
 // `steps` training steps of N tokens (the repeat task, seed 2) of a model initialised with seed 1
 // on a fresh backend (the simulated device, or the CPU), for the accountant's peaks; returns the
 // plan of that run (workspace from the backend that ran). The masters are initialised in place
