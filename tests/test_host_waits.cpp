@@ -24,33 +24,9 @@ using namespace oomb::testing;
 
 namespace {
 
-struct PerStep {
-  int64_t drains = 0, event_waits = 0;
-};
-
-// The host waits of one optimizer step (two sequences), in the steady state: steps 2 and 3 of a
-// fresh run, after a first step that allocates.
-PerStep waits_per_step(const std::filesystem::path& dir, ChunkPlan plan, int64_t N) {
-  const ModelConfig cfg = load_config(dir);
+WaitsPerStep waits_on_sim(const std::filesystem::path& dir, const ChunkPlan& plan, int64_t N) {
   auto be = make_sim_backend();
-  Model m(cfg, *be, plan);
-  load_for_training(m, dir);
-  start_lora(m, dir, plan);
-  OptimConfig oc;
-  oc.lr = 1e-3f, oc.grad_clip = 1.0f, oc.total_steps = 3;
-  Optimizer opt(oc, m.trainable(), m.grads(), *be);
-  Backend::HostWaits before{};
-  for (int k = 0; k < 3; ++k) {
-    if (k == 1) before = be->host_waits();
-    m.zero_grads();
-    for (int s = 0; s < 2; ++s) {
-      const auto t = step_tokens(N + 1, uint64_t(3 * k + s), cfg.vocab, plan.doc_sep);
-      m.forward_backward(t.data(), t.data() + 1, N, 0.5f);
-    }
-    opt.step(k, nullptr);
-  }
-  const Backend::HostWaits after = be->host_waits();
-  return {(after.drains - before.drains) / 2, (after.event_waits - before.event_waits) / 2};
+  return waits_per_step(*be, dir, plan, N);
 }
 
 std::filesystem::path model_dir(int64_t layers, bool tied, int64_t vocab = 61) {
@@ -102,12 +78,12 @@ TEST(HostWaits, DrainsPerStepDoNotGrowWithChunksOrLayers) {
          parse_lora_targets("q,v,down", p.lora);
        }), &two},
   };
-  const PerStep dense = waits_per_step(two, cases[0].plan, 128);
+  const WaitsPerStep dense = waits_on_sim(two, cases[0].plan, 128);
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const PerStep base = waits_per_step(*c.dir, c.plan, 128);  // 4 chunks of 32
-    const PerStep longer = waits_per_step(*c.dir, c.plan, 256);  // 8 chunks
-    const PerStep deeper = waits_per_step(four, c.plan, 128);    // 4 layers
+    const WaitsPerStep base = waits_on_sim(*c.dir, c.plan, 128);  // 4 chunks of 32
+    const WaitsPerStep longer = waits_on_sim(*c.dir, c.plan, 256);  // 8 chunks
+    const WaitsPerStep deeper = waits_on_sim(four, c.plan, 128);    // 4 layers
     if (c.plan.sparse.on()) {
       // pages of 16, chunks of 32, one sink: a chunk chooses when it has more than K + 1 earlier
       // pages (chunk 2 on); two sequences a step
@@ -122,6 +98,7 @@ TEST(HostWaits, DrainsPerStepDoNotGrowWithChunksOrLayers) {
       }
       EXPECT_LE(base.drains, 8) << "drains per step";
     }
+    EXPECT_EQ(base.allocations, 0) << "a steady-state step allocated";
     std::cout << fmt::format("[ waits    ] {}: drains a step {} (N = 128), {} (N = 256), {} (4 layers); event waits {}, "
                              "{}, {}\n", c.name, base.drains, longer.drains, deeper.drains, base.event_waits,
                              longer.event_waits, deeper.event_waits);

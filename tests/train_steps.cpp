@@ -78,6 +78,30 @@ bool same(const std::vector<float>& a, const std::vector<float>& b) {
 }
 }  // namespace
 
+WaitsPerStep waits_per_step(Backend& be, const std::filesystem::path& dir, const ChunkPlan& plan, int64_t N) {
+  const ModelConfig cfg = load_config(dir);
+  Model m(cfg, be, plan);
+  load_for_training(m, dir);
+  start_lora(m, dir, plan);
+  OptimConfig oc;
+  oc.lr = 1e-3f, oc.grad_clip = 1.0f, oc.total_steps = 3;
+  Optimizer opt(oc, m.trainable(), m.grads(), be);
+  Backend::HostWaits before{};
+  int64_t allocations = 0;
+  for (int k = 0; k < 3; ++k) {
+    if (k == 1) before = be.host_waits(), allocations = Accountant::global().allocations();
+    m.zero_grads();
+    for (int s = 0; s < 2; ++s) {
+      const auto t = step_tokens(N + 1, uint64_t(3 * k + s), cfg.vocab, plan.doc_sep);
+      m.forward_backward(t.data(), t.data() + 1, N, 0.5f);
+    }
+    opt.step(k, nullptr);
+  }
+  const Backend::HostWaits after = be.host_waits();
+  return {(after.drains - before.drains) / 2, (after.event_waits - before.event_waits) / 2,
+          Accountant::global().allocations() - allocations};
+}
+
 std::string difference(const Trained& a, const Trained& b) {
   for (size_t k = 0; k < a.losses.size(); ++k) {
     if (std::memcmp(&a.losses[k], &b.losses[k], sizeof(double)) != 0)

@@ -32,6 +32,13 @@ void start_lora(Model& m, const std::filesystem::path& dir, const ChunkPlan& pla
 // beside the next step where the parameters allow it (Optimizer::overlap_with; --offload params).
 Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPlan& plan, const std::string& opt,
                     int64_t N, int steps, int accum, bool overlap = true);
+// The host waits (Backend::host_waits: drains, waits for one event) of one optimizer step of two
+// sequences of N tokens in the steady state, steps 2 and 3 of a fresh model of dir on `be` (AdamW)
+// after a first step that allocates, and the accountant's allocations in those two steps.
+struct WaitsPerStep {
+  int64_t drains = 0, event_waits = 0, allocations = 0;
+};
+WaitsPerStep waits_per_step(Backend& be, const std::filesystem::path& dir, const ChunkPlan& plan, int64_t N);
 // Where two runs first differ, or "" when they are bit for bit the same.
 std::string difference(const Trained& a, const Trained& b);
 

@@ -234,7 +234,7 @@ class CudaBackend final : public Backend {
     // tells the sides apart
     cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "copy");
     // the host may read what arrived, or reuse what it sent, once this returns
-    if (dt != Tier::Device || st != Tier::Device) cuda_check(cudaStreamSynchronize(stream_), "copy");
+    if (dt != Tier::Device || st != Tier::Device) drain(stream_, "copy");
   }
   void fill_zero(void* dst, size_t bytes) override {
     if (bytes > 0) cuda_check(cudaMemsetAsync(dst, 0, bytes, stream_), "fill_zero");
@@ -250,7 +250,7 @@ class CudaBackend final : public Backend {
                  size_t rows) override {
     if (rows == 0 || width == 0) return;
     cuda_check(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault, stream_), "copy_rows");
-    if (dt != Tier::Device || st != Tier::Device) cuda_check(cudaStreamSynchronize(stream_), "copy_rows");
+    if (dt != Tier::Device || st != Tier::Device) drain(stream_, "copy_rows");
   }
   void* native_stream(Stream s) override { return on(s); }
   std::unique_ptr<Event> new_event() override { return std::make_unique<CudaEvent>(); }
@@ -262,11 +262,16 @@ class CudaBackend final : public Backend {
 #endif
     cuda_check(cudaStreamWaitEvent(on(s), ev(e), 0), "wait");
   }
-  void synchronize(const Event& e) override { cuda_check(cudaEventSynchronize(ev(e)), "synchronize"); }
+  void synchronize(const Event& e) override {
+    ++waits_.event_waits;
+    cuda_check(cudaEventSynchronize(ev(e)), "synchronize");
+  }
   void synchronize() override {
+    ++waits_.drains;
     cuda_check(cudaStreamSynchronize(copy_stream_), "synchronize");
     cuda_check(cudaStreamSynchronize(stream_), "synchronize");
   }
+  HostWaits host_waits() const override { return waits_; }
 
 
   void do_add(Tensor& y, const Tensor& x) override {
@@ -326,6 +331,12 @@ class CudaBackend final : public Backend {
     t.logits16 = (t.bytes + 255) / 256 * 256;
     if (bf16) t.bytes = t.logits16 + size_t(tile * Vt) * 2;
     return t;
+  }
+
+  // The host waits for everything issued to s (counted: host_waits).
+  void drain(cudaStream_t s, const char* op) {
+    ++waits_.drains;
+    cuda_check(cudaStreamSynchronize(s), op);
   }
 
   // A kernel's fault surfaces at the next sync, named after whichever op syncs; OOMB_CUDA_SYNC=1
@@ -417,6 +428,7 @@ class CudaBackend final : public Backend {
                kTableStage / sizeof(cuda::k::AttnBlock));
     TableStage& st = table_stage_[table_next_];
     table_next_ ^= 1;
+    ++waits_.event_waits;
     cuda_check(cudaEventSynchronize(st.done), op);
     std::memcpy(st.host.data(), table_.data(), bytes);
     cuda_check(cudaMemcpyAsync(st.dev.data(), st.host.data(), bytes, cudaMemcpyHostToDevice, stream_), op);
@@ -447,6 +459,7 @@ class CudaBackend final : public Backend {
   int table_next_ = 0;
 
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
+  HostWaits waits_{0, 0};  // what synchronize(), a host copy and the table staging waited for
   const bool sync_each_ = std::getenv("OOMB_CUDA_SYNC") != nullptr;
   const CudaAttention attention_mode_ = cuda_attention_mode();
   const std::unique_ptr<cuda::OpProfile> profile_ =

@@ -148,6 +148,11 @@ class SimBackend final : public CpuBackend {
     ++waits_.event_waits;
     engine_.wait_for(sim_event(e).seq);
   }
+  // the sum of the device's values comes back to the host (the gradient norm): on a GPU, a drain
+  double do_sum_squares(const Tensor& x) override {
+    if (x.tier == Tier::Device) ++waits_.drains;
+    return CpuBackend::do_sum_squares(x);
+  }
   void synchronize() override {
     ++waits_.drains;
     engine_.wait_for(engine_.issued());
