@@ -17,6 +17,7 @@
 #include "hf/checkpoint.h"
 #include "hf/safetensors.h"
 #include "model_fixture.h"
+#include "checkpoint_runs.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
@@ -29,74 +30,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int64_t kSteps = 8, kN = 48, kAccum = 2;
-
-struct RunResult {
-  std::vector<double> loss, grad_norm;
-  std::vector<float> lr;
-  std::vector<float> params;
-  fs::path checkpoint;
-};
-
-// A state that opens (the fields a CLI run fills; the library does not read them back).
-CheckpointState state_for(const ModelConfig& cfg, int64_t step) {
-  CheckpointState s;
-  s.step = step;
-  s.total_steps = kSteps;
-  s.model = config_to_json(cfg);
-  s.data = {"t.bin", 2000, "0000000000000000"};
-  return s;
-}
-
-// Trains kSteps steps (windows of kN, kAccum per step, chunks of 16, pages of 8, shuffled documents)
-// on `device`: from dir's weights, or from the checkpoint `resume`; stops after step `stop_after`,
-// writing a checkpoint there.
+// Trains on `device` (cpu, sim, or sim-offload: --offload params with its update beside the next
+// step, slowed so that a checkpoint written before it ends would hold the weights before it).
 RunResult run(const fs::path& dir, const std::string& device, const std::string& optimizer, const fs::path& resume = {},
-        int64_t stop_after = -1) {
+              int64_t stop_after = -1) {
   auto be = device.starts_with("sim") ? make_sim_backend() : make_cpu_backend();
-  const ModelConfig cfg = load_config(dir);
   ChunkPlan plan{16, 8};
-  // sim-offload: --offload params, whose host update runs beside the next step, slowed here so that
-  // a checkpoint written before it ends would hold the weights before it
   plan.offload_params = device == "sim-offload";
-  Optimizer::delay_update_for_test(plan.offload_params ? 3000 : 0);
-  Model m(cfg, *be, plan);
-  PackedTokens data(std::make_unique<FileTokens>(dir / "t.bin", TokenFormat::U32), cfg.vocab, {5, true, 7});
-  TrainOptions o{kN, kSteps, kAccum, 100, {}, ""};
-  o.optim.kind = optimizer;
-  o.optim.lr = 3e-3f;
-  o.optim.weight_decay = 0.1f;
-  o.optim.warmup_steps = 2;
-  o.optim.grad_clip = 0.5f;
-  RunResult r;
-  TrainHooks h;
-  CheckpointState saved;
-  if (resume.empty()) {
-    load_for_training(m, dir);
-  } else {
-    saved = open_checkpoint(resume);
-    o.start_step = saved.step;
-    h.begin = [&](Optimizer& opt) { load_checkpoint(resume, saved, m, opt); };
-  }
-  h.after_step = [&](int64_t done, Optimizer& opt) {
-    if (done != stop_after) return false;
-    r.checkpoint = save_checkpoint(dir / ("ck-" + device + "-" + optimizer), state_for(cfg, done), m, opt);
-    return true;
-  };
-  std::ostringstream log;
-  train(m, data, o, log, [&](const StepStats& s) {
-    r.loss.push_back(s.loss);
-    r.grad_norm.push_back(s.grad_norm);
-    r.lr.push_back(s.lr);
-  }, h);
-  Optimizer::delay_update_for_test(0);
-  Params host(cfg, Tier::Host, Tag::IO);
-  m.download_params(host);
-  r.params.assign(host.flat().f(), host.flat().f() + host.flat().numel());
-  return r;
+  return checkpoint_run(*be, device, plan, dir, optimizer, resume, stop_after);
 }
-
-uint64_t bits(double x) { return std::bit_cast<uint64_t>(x); }
 
 TEST(TrainCheckpoint, ResumedRunEqualsTheUninterruptedOneBitForBit) {
   const auto dir = temp_dir();
@@ -113,20 +55,8 @@ TEST(TrainCheckpoint, ResumedRunEqualsTheUninterruptedOneBitForBit) {
         const RunResult first = run(dir, device, optimizer, {}, k);
         ASSERT_EQ(first.loss.size(), size_t(k));
         const RunResult rest = run(dir, device, optimizer, first.checkpoint);
-        ASSERT_EQ(rest.loss.size(), size_t(kSteps - k));
-        for (int64_t s = 0; s < kSteps; ++s) {
-          const double loss = s < k ? first.loss[size_t(s)] : rest.loss[size_t(s - k)];
-          const double norm = s < k ? first.grad_norm[size_t(s)] : rest.grad_norm[size_t(s - k)];
-          const float lr = s < k ? first.lr[size_t(s)] : rest.lr[size_t(s - k)];
-          EXPECT_EQ(bits(loss), bits(whole.loss[size_t(s)])) << "step " << s << ": " << loss << " vs " << whole.loss[size_t(s)];
-          EXPECT_EQ(bits(norm), bits(whole.grad_norm[size_t(s)])) << "step " << s;
-          EXPECT_EQ(std::bit_cast<uint32_t>(lr), std::bit_cast<uint32_t>(whole.lr[size_t(s)])) << "step " << s;
-          ++compared;
-        }
-        ASSERT_EQ(rest.params.size(), whole.params.size());
-        EXPECT_EQ(0, std::memcmp(rest.params.data(), whole.params.data(), whole.params.size() * 4))
-            << "final weights differ";
-        EXPECT_NE(0, std::memcmp(first.params.data(), whole.params.data(), whole.params.size() * 4));
+        EXPECT_EQ(resume_difference(whole, first, rest, k), "");
+        compared += kSteps;
       }
     }
   }

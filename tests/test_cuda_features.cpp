@@ -1,7 +1,8 @@
 // The features' paths through the CUDA backend against the CPU: oomb generate's decoding, oomb
-// eval's loss by position, page-sparse attention, sliding windows, and --offload params through
-// optimizer steps with the update beside the next step. (test_cuda_model: the training step
-// itself.) Skips without a GPU; runs everywhere on simt.
+// eval's loss by position, page-sparse attention, sliding windows, --offload params through
+// optimizer steps with the update beside the next step, a step's host waits, and exact resume from
+// a checkpoint. (test_cuda_model: the training step itself.) Skips without a GPU; runs everywhere
+// on simt.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 #include "model/chunk_inputs.h"
 #include "model/lora.h"
 #include "model/sweep_plan.h"
+#include "checkpoint_runs.h"
 #include "model_fixture.h"
 #ifdef OOMB_SIMT
 #include "simt/cudnn_calls.h"
@@ -402,5 +404,29 @@ TEST(CudaFeatures, HostWaitsPerStepAsOnTheSimulatedDevice) {
     EXPECT_EQ(g.allocations, 0) << "a steady-state step allocated";
     std::cout << fmt::format("[ cuda     ] {}: drains a step {} (the simulated device {}), event waits {}\n", c.name,
                              g.drains, s.drains, g.event_waits);
+  }
+}
+
+// Exact resume on CUDA (issue 12): a run interrupted by a checkpoint after step 3 and resumed from
+// it gives every later step's loss, gradient norm and lr and the final weights of the uninterrupted
+// run bit for bit: AdamW's moments on the device, fp32 and bf16 (the weights' bf16 copy cast again
+// after the load), and bf16 with --offload params (the update beside the next step, slowed).
+TEST(CudaFeatures, ResumedRunEqualsTheUninterruptedOneBitForBit) {
+  std::string why;
+  auto gpu = make_cuda_backend(&why);
+  if (!gpu) GTEST_SKIP() << why;
+  const auto dir = temp_dir("_resume");
+  write_tiny_model(dir, tiny_config_json("qwen2", 2), 11);
+  write_tokens(dir / "t.bin", 2000, 61, 12);
+  for (auto [precision, offload] : {std::pair{DType::F32, false}, std::pair{DType::BF16, false},
+                                    std::pair{DType::BF16, true}}) {
+    const std::string label = fmt::format("cuda-{}{}", dtype_name(precision), offload ? "-offload" : "");
+    SCOPED_TRACE(label);
+    ChunkPlan plan{16, 8};
+    plan.precision = precision, plan.offload_params = offload;
+    const RunResult whole = checkpoint_run(*gpu, label, plan, dir, "adamw");
+    const RunResult first = checkpoint_run(*gpu, label, plan, dir, "adamw", {}, 3);
+    const RunResult rest = checkpoint_run(*gpu, label, plan, dir, "adamw", first.checkpoint);
+    EXPECT_EQ(resume_difference(whole, first, rest, 3), "");
   }
 }
