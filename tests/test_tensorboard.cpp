@@ -1,6 +1,7 @@
 // TensorBoard event files: the records parse with a reader written from the format's definition
 // (tests/tensorboard_reader.h: both CRCs checked bit by bit), a damaged byte is caught, and a short
-// run's event file holds every step's loss exactly as --metrics has it (as float32).
+// run's event file holds every step's scalars exactly as --metrics has them (as float32): loss, lr,
+// grad norm, tokens/s, MFU, and memory per tier (host; device and pinned on the simulated device).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -49,7 +50,7 @@ TEST(TensorBoard, RecordsRoundTripAndDamageIsCaught) {
   EXPECT_THROW(read_events(file.substr(0, file.size() - 1)), std::runtime_error);
 }
 
-TEST(TensorBoard, EveryStepsLossEqualsTheMetrics) {
+TEST(TensorBoard, EveryStepsScalarsEqualTheMetrics) {
   const auto dir = temp_dir();
   const auto m = dir / "m";
   const std::string oomb = (binary_dir() / "oomb").string();
@@ -81,6 +82,33 @@ TEST(TensorBoard, EveryStepsLossEqualsTheMetrics) {
     EXPECT_GT(e.wall_time, 1.6e9);
   }
   EXPECT_EQ(k, 7);
+  // on the simulated device with pages offloaded and --peak-tflops: MFU, and memory per tier
+  // (device and pinned beside host), each as --metrics has it
+  const std::string sim = fmt::format("{} train --model {} --data {} --seq-len 64 --chunk-size 32 --steps 2 --device sim "
+                                      "--offload kv --peak-tflops 2 --metrics {} --tensorboard {} > {} 2>&1", oomb,
+                                      m.string(), (dir / "d.bin").string(), (dir / "sim.jsonl").string(),
+                                      (dir / "tb-sim").string(), (dir / "sim.log").string());
+  ASSERT_EQ(std::system(sim.c_str()), 0) << read_text(dir / "sim.log");
+  const std::vector<TbEvent> se = read_events(read_text(std::filesystem::directory_iterator(dir / "tb-sim")->path()));
+  ASSERT_EQ(se.size(), 3u);
+  std::istringstream sim_lines(read_text(dir / "sim.jsonl"));
+  k = 0;
+  for (std::string line; std::getline(sim_lines, line); ++k) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const TbEvent& e = se[size_t(k + 1)];
+    ASSERT_TRUE(j.contains("mfu"));
+    EXPECT_EQ(e.scalars.at("perf/mfu"), float(j["mfu"].get<double>())) << "step " << k;
+    EXPECT_GT(e.scalars.at("perf/mfu"), 0.0f);
+    for (const char* tier : {"host", "device", "pinned"}) {
+      const nlohmann::json& t = j["memory"][tier]["total"];
+      EXPECT_GT(t["peak"].get<int64_t>(), 0) << tier;
+      EXPECT_EQ(e.scalars.at(fmt::format("memory/{}_MiB", tier)), float(double(t["current"].get<int64_t>()) / 1048576.0))
+          << tier << ", step " << k;
+      EXPECT_EQ(e.scalars.at(fmt::format("memory/{}_peak_MiB", tier)), float(double(t["peak"].get<int64_t>()) / 1048576.0))
+          << tier << ", step " << k;
+    }
+  }
+  EXPECT_EQ(k, 2);
   // an output inside an input is refused, naming the flag
   const std::string alias = fmt::format("{} train --model {} --data {} --steps 1 --tensorboard {} > {} 2>&1", oomb,
                                         m.string(), (dir / "d.bin").string(), m.string(), (dir / "a.log").string());
