@@ -43,6 +43,19 @@ std::vector<int32_t> parse_ids(const std::string& s, int64_t vocab) {
   OOMB_CHECK(!ids.empty(), "--prompt-ids: no ids given");
   return ids;
 }
+// The text of ids, where an id the tokenizer does not have (a model's vocabulary padded past its
+// tokenizer's, as Qwen2.5's is) shows as <|id N|> rather than ending the command; counted in unknown.
+std::string printable(const Tokenizer& tok, const std::vector<int32_t>& ids, int64_t& unknown) {
+  std::string text;
+  size_t from = 0;
+  for (size_t i = 0; i <= ids.size(); ++i) {
+    if (i < ids.size() && tok.has_id(ids[i])) continue;
+    text += tok.decode(std::span(ids).subspan(from, i - from));
+    if (i < ids.size()) text += fmt::format("<|id {}|>", ids[i]), ++unknown;
+    from = i + 1;
+  }
+  return text;
+}
 }  // namespace
 
 Command add_generate(CLI::App& app) {
@@ -106,8 +119,14 @@ Command add_generate(CLI::App& app) {
             std::string ids;
             for (int32_t id : out) ids += (ids.empty() ? "" : " ") + std::to_string(id);
             if (tok) {
-              std::cout << (a->prompt.empty() ? tok->decode(prompt) : a->prompt) << tok->decode(out) << std::endl;
+              int64_t unknown = 0;
+              const std::string text = printable(*tok, out, unknown);
+              std::cout << (a->prompt.empty() ? printable(*tok, prompt, unknown) : a->prompt) << text << std::endl;
               std::cerr << "generated ids: " << ids << std::endl;
+              if (unknown > 0)
+                std::cerr << fmt::format("generate: {} id(s) past the tokenizer's ({} has {} ids; the model's vocabulary "
+                                         "is {}) are shown as <|id N|>\n", unknown, tok->source(), tok->id_limit(),
+                                         cfg.vocab);
             } else {
               std::cout << ids << std::endl;
             }

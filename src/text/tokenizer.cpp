@@ -209,6 +209,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
   return out;
 }
 
+bool Tokenizer::has_id(int32_t id) const { return added_.by_id(id) != nullptr || bpe_.has(id); }
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   std::string bytes, raw;
   for (size_t i = 0; i < ids.size(); ++i) {

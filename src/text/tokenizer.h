@@ -47,6 +47,7 @@ class Tokenizer {
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
   int64_t id_limit() const { return id_limit_; }  // 1 + the largest id (vocabulary or added)
+  bool has_id(int32_t id) const;  // in the vocabulary or an added token
   // The id of a token given as written in tokenizer.json (added-token content or vocabulary entry), or -1.
   int32_t token_id(std::string_view token) const;
   const AddedTokens& added() const { return added_; }
