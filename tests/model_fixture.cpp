@@ -93,7 +93,12 @@ std::vector<int32_t> write_tokens(const std::filesystem::path& path, int64_t n, 
 }
 
 MemoryPlan train_for_peaks(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, bool sim, int64_t steps) {
-  auto be = sim ? make_sim_backend() : make_cpu_backend();
+  return train_for_peaks_on([sim] { return sim ? make_sim_backend() : make_cpu_backend(); }, cfg, plan, N, steps);
+}
+
+MemoryPlan train_for_peaks_on(const std::function<std::unique_ptr<Backend>()>& make, const ModelConfig& cfg,
+                              const ChunkPlan& plan, int64_t N, int64_t steps) {
+  auto be = make();
   Model m(cfg, *be, plan);
   if (m.params().flat().tier != Tier::Device) {
     init_params(m.params(), 1);

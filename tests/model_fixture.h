@@ -1,6 +1,8 @@
 // Tiny random HF model directories for model-level tests.
 #pragma once
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -39,6 +41,9 @@ StepResult one_step(Backend& be, const std::filesystem::path& dir, const std::ve
 // plan of that run (workspace from the backend that ran). The masters are initialised in place
 // where the host can write them, else through a host copy (tag io).
 MemoryPlan train_for_peaks(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, bool sim, int64_t steps = 1);
+// The same on the backend `make` returns (the CUDA backend's tests: simt's or the GPU's).
+MemoryPlan train_for_peaks_on(const std::function<std::unique_ptr<Backend>()>& make, const ModelConfig& cfg,
+                              const ChunkPlan& plan, int64_t N, int64_t steps = 1);
 // Every (tier, tag) peak of the global accountant equals the plan's bytes (tag io, the tests' own
 // buffers, aside).
 void expect_peaks_equal(const MemoryPlan& plan);

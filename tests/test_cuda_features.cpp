@@ -430,3 +430,45 @@ TEST(CudaFeatures, ResumedRunEqualsTheUninterruptedOneBitForBit) {
     EXPECT_EQ(resume_difference(whole, first, rest, 3), "");
   }
 }
+
+// `oomb plan --device cuda` for the features (issue 18's 7B and 70B plans, LoRA's, sparse and
+// windowed runs are planned with the CUDA backend's workspace): after two steps, every (tier, tag)
+// peak of the accountant equals the plan, for --offload params (bf16) and kv,params in the layer
+// order, LoRA with --offload params, page-sparse attention offloaded, and Qwen2's sliding windows.
+// (test_cuda_model's PlanEqualsEveryMeasuredPeak: resident and --offload kv, fp32 and bf16.)
+TEST(CudaFeatures, PlanEqualsEveryMeasuredPeak) {
+  std::string why;
+  if (!make_cuda_backend(&why)) GTEST_SKIP() << why;
+  nlohmann::json windowed = tiny_config_json("qwen2", 2);
+  windowed["use_sliding_window"] = true, windowed["sliding_window"] = 40, windowed["max_window_layers"] = 1;
+  struct Case {
+    const char* name;
+    void (*set)(ChunkPlan&);
+    bool windows = false;
+  };
+  const Case cases[] = {
+      {"--offload params, bf16", [](ChunkPlan& p) { p.offload_params = true, p.precision = DType::BF16; }},
+      {"--offload kv,params, --sweep layer",
+       [](ChunkPlan& p) { p.offload_params = p.offload_kv = true, p.offload_group = 2, p.sweep = SweepOrder::Layer; }},
+      {"LoRA, bf16, --offload params", [](ChunkPlan& p) {
+         p.lora.rank = 4, p.lora.alpha = 8, p.offload_params = true, p.precision = DType::BF16;
+         parse_lora_targets("all", p.lora);
+       }},
+      {"--sparse-pages 2, --offload kv", [](ChunkPlan& p) {
+         p.sparse = sparse_options(2, 32, 1, false, "mean", 64, 2), p.offload_kv = true, p.offload_group = 2;
+       }},
+      {"sliding windows, bf16", [](ChunkPlan& p) { p.precision = DType::BF16; }, true},
+  };
+  Accountant& acc = Accountant::global();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ChunkPlan plan{64, 16};
+    c.set(plan);
+    const ModelConfig cfg = parse_config(c.windows ? windowed : tiny_config_json("qwen2", 2), "plan test config");
+    acc.reset_peaks();
+    const MemoryPlan pred = train_for_peaks_on([] { return make_cuda_backend(nullptr); }, cfg, plan, 256, 2);
+    expect_peaks_equal(pred);
+    std::cout << fmt::format("[ cuda     ] plan, {}: device {} B, pinned {} B, host {} B, as measured\n", c.name,
+                             pred.total(Tier::Device), pred.total(Tier::Pinned), pred.total(Tier::Host));
+  }
+}

@@ -76,6 +76,9 @@ WorkspaceShape workspace_shape(const ModelConfig& c, const ChunkPlan& plan) {
                           std::any_of(c.layer_window.begin(), c.layer_window.end(), [](int64_t w) { return w == 0; });
   s.dense_attention = !plan.sparse.on() && plan.doc_sep < 0 && full_layer;
   s.head_chunks = plan.head_chunks;
+  // --offload params keeps the gradients in host memory (LoRA's adapters stay on the device), whose
+  // norm the host sums: no device partials for it (Model::enable_grads, ParamStore::home)
+  if (plan.offload_params && !plan.lora.on()) s.params = 0;
   return s;
 }
 
