@@ -1,8 +1,8 @@
 // The features' paths through the CUDA backend against the CPU: oomb generate's decoding, oomb
 // eval's loss by position, page-sparse attention, sliding windows, --offload params through
-// optimizer steps with the update beside the next step, a step's host waits, and exact resume from
-// a checkpoint. (test_cuda_model: the training step itself.) Skips without a GPU; runs everywhere
-// on simt.
+// optimizer steps with the update beside the next step, a step's host waits, exact resume from a
+// checkpoint, the plan against the measured peaks, and LoRA with trainable embeddings and norms.
+// (test_cuda_model: the training step itself.) Skips without a GPU; runs everywhere on simt.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -471,4 +471,46 @@ TEST(CudaFeatures, PlanEqualsEveryMeasuredPeak) {
     std::cout << fmt::format("[ cuda     ] plan, {}: device {} B, pinned {} B, host {} B, as measured\n", c.name,
                              pred.total(Tier::Device), pred.total(Tier::Pinned), pred.total(Tier::Host));
   }
+}
+
+// LoRA on CUDA with LongLoRA's trainable embeddings and norms (--train-embeddings-norms, issue 13):
+// the embedding's fp32 gradient and the norms' beside the adapters' over a frozen base, Qwen3 (q/k
+// norms) and a tied Llama. fp32: 3 AdamW steps of 2 sequences (A seeded, B zero, as PEFT starts)
+// track the CPU's every step and in the final adapters, embeddings and norms (1e-5); bf16 (untied:
+// the attention on the reference kernels): one step's gradients against the CPU's LoRA bf16 policy
+// (on simt 1.8e-3 apart, 2026-11-27; bound 6e-3).
+TEST(CudaFeatures, LoraWithTrainableEmbeddingsAndNormsTracksTheCpu) {
+  std::string why;
+  setenv("OOMB_CUDA_ATTENTION", "reference", 1);
+  auto gpu = make_cuda_backend(&why);
+  unsetenv("OOMB_CUDA_ATTENTION");
+  if (!gpu) GTEST_SKIP() << why;
+  auto cpu = make_cpu_backend();
+  nlohmann::json tied = tiny_config_json("llama", 2);
+  tied["tie_word_embeddings"] = true;
+  double worst = 0, worst_bf16 = 0;
+  for (const auto& [name, j] : {std::pair{"qwen3", tiny_config_json("qwen3", 2)}, std::pair{"llama-tied", tied}}) {
+    SCOPED_TRACE(name);
+    const auto dir = temp_dir(std::string("_lora_emb_") + name);
+    write_tiny_model(dir, j, 57);
+    ChunkPlan plan{13, 8};
+    plan.lora.rank = 4, plan.lora.alpha = 8, plan.lora.train_embeddings_norms = true;
+    parse_lora_targets("all", plan.lora);
+    const Trained c = train_steps(*cpu, dir, plan, "adamw", 37, 3, 2), g = train_steps(*gpu, dir, plan, "adamw", 37, 3, 2);
+    double e = 0;
+    for (size_t k = 0; k < c.losses.size(); ++k)
+      e = std::max({e, std::abs(g.losses[k] - c.losses[k]) / c.losses[k], rel_error(g.grads[k], c.grads[k])});
+    e = std::max(e, rel_error(g.weights, c.weights));
+    EXPECT_LE(e, 1e-5);
+    worst = std::max(worst, e);
+    ASSERT_GT(c.weights.size(), size_t(lora_param_count(load_config(dir), plan.lora) - 1));
+    if (j["tie_word_embeddings"].get<bool>()) continue;  // bf16 with a tied trainable embedding: refused (not yet)
+    plan.precision = DType::BF16;
+    const Trained cb = train_steps(*cpu, dir, plan, "adamw", 37, 1, 1), gb = train_steps(*gpu, dir, plan, "adamw", 37, 1, 1);
+    const double eb = rel_error(gb.grads[0], cb.grads[0]);
+    EXPECT_LE(eb, 6e-3);
+    worst_bf16 = std::max(worst_bf16, eb);
+  }
+  std::cout << fmt::format("[ cuda     ] LoRA with trainable embeddings and norms: fp32 vs CPU {:.2e} (3 AdamW steps), "
+                           "bf16 gradient vs the CPU's policy {:.2e}\n", worst, worst_bf16);
 }
