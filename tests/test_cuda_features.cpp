@@ -21,6 +21,7 @@
 #include "checkpoint_runs.h"
 #include "model_fixture.h"
 #ifdef OOMB_SIMT
+#include "simt/cublaslt_calls.h"
 #include "simt/cudnn_calls.h"
 #endif
 #include "test_util.h"
@@ -358,7 +359,8 @@ TEST(CudaFeatures, OffloadParamsStepsTrackTheResidentRun) {
 // memory, an event waited for): a steady-state step of 4 chunks drains the device exactly as often
 // as on the simulated device (test_host_waits: as often for 8 chunks as for 4, for 4 layers as for
 // 2; the sparse chooser once per layer and chunk), and allocates nothing (cudaFree would drain).
-// Event waits (the attention tables' double-buffered staging, a bounded run-ahead) are printed.
+// Event waits (the attention tables' double-buffered staging, a bounded run-ahead) are printed. On
+// simt: a run of a plan already run asks cuBLASLt for no algorithm (one search per GEMM shape).
 TEST(CudaFeatures, HostWaitsPerStepAsOnTheSimulatedDevice) {
   std::string why;
   if (!make_cuda_backend(&why)) GTEST_SKIP() << why;
@@ -405,6 +407,13 @@ TEST(CudaFeatures, HostWaitsPerStepAsOnTheSimulatedDevice) {
     std::cout << fmt::format("[ cuda     ] {}: drains a step {} (the simulated device {}), event waits {}\n", c.name,
                              g.drains, s.drains, g.event_waits);
   }
+#ifdef OOMB_SIMT
+  // cuBLASLt's algorithm is chosen once per GEMM shape: a second run of the same plan asks for none
+  const size_t searches = cuda::cublaslt::simt_heuristic_calls();
+  EXPECT_GT(searches, 0u);
+  waits_per_step(*gpu, dir, plan_of(cases[2]), 64);
+  EXPECT_EQ(cuda::cublaslt::simt_heuristic_calls(), searches) << "a GEMM plan was made again";
+#endif
 }
 
 // Exact resume on CUDA (issue 12): a run interrupted by a checkpoint after step 3 and resumed from

@@ -3,7 +3,10 @@
 // (rows, cols, ld), as the library documents it; products summed in fp64 and rounded once (the
 // library sums in fp32 in an order of its own: the CPU reference's order is neither). The checks
 // are the library's: what it would refuse, this refuses with the status it returns.
+#include <atomic>
 #include <cublasLt.h>
+
+#include "simt/cublaslt_calls.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -137,11 +140,20 @@ cublasStatus_t check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A, cublasLtM
 }
 }  // namespace
 
+namespace {
+std::atomic<size_t> heuristic_calls{0};
+}  // namespace
+
+namespace oomb::cuda::cublaslt {
+size_t simt_heuristic_calls() { return heuristic_calls.load(); }
+}  // namespace oomb::cuda::cublaslt
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
                                               cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C,
                                               cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t p, int requested,
                                               cublasLtMatmulHeuristicResult_t results[], int* count) {
   *count = 0;
+  ++heuristic_calls;
   if (requested < 1) return refuse(CUBLAS_STATUS_INVALID_VALUE, "no result asked for");
   if (const cublasStatus_t s = check(d, A, B, C, D); s != CUBLAS_STATUS_SUCCESS) return s;
   // OOMB_SIMT_CUBLASLT_NO_BIAS=1: no algorithm offers the bias epilogue (as the library may answer
