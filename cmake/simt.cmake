@@ -80,11 +80,15 @@ endfunction()
 oomb_simt_mutant(drop_query test_cuda_ops CudaOps.AttentionOverBlocks)
 oomb_simt_mutant(drop_query test_cuda_ops CudaOps.AttentionOnTensorCoresWithinBf16)
 oomb_simt_mutant(skip_wait test_cuda_model CudaModel.OffloadParamsBf16MatchesTheResidentBf16Run)
+oomb_simt_mutant(skip_wait test_cuda_features CudaFeatures.OffloadParamsStepsTrackTheResidentRun)
 # The other orders (OOMB_SIMT_ORDER=reverse: threads, blocks and the streams a synchronizing call drains,
 # last to first), and a cuBLASLt offering no bias epilogue (gemm.cpp's fallback kernel).
 add_test(NAME simt.reverse.CudaOps COMMAND simt_test_cuda_ops)
 add_test(NAME simt.reverse.CudaModel.Offload COMMAND simt_test_cuda_model --gtest_filter=CudaModel.Offload*)
-set_tests_properties(simt.reverse.CudaOps simt.reverse.CudaModel.Offload PROPERTIES LABELS simt
+add_test(NAME simt.reverse.CudaFeatures.Offload COMMAND simt_test_cuda_features
+         --gtest_filter=CudaFeatures.OffloadParamsSteps*)
+set_tests_properties(simt.reverse.CudaOps simt.reverse.CudaModel.Offload simt.reverse.CudaFeatures.Offload
+                     PROPERTIES LABELS simt
                      ENVIRONMENT "OOMB_SIMT_ORDER=reverse;OMP_WAIT_POLICY=PASSIVE" TIMEOUT ${OOMB_TEST_TIMEOUT})
 add_test(NAME simt.no_bias_epilogue.CudaOps.Linear COMMAND simt_test_cuda_ops --gtest_filter=CudaOps.*Linear*)
 set_tests_properties(simt.no_bias_epilogue.CudaOps.Linear PROPERTIES LABELS simt

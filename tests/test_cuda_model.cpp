@@ -1,39 +1,31 @@
 // A whole chunk-recurrent training step on CUDA against the CPU reference: the loss and every
 // gradient, over Llama/Qwen2, kv ratios, chunk and page sizes, document masks and bf16 gradient
 // pages, and --precision bf16 against the CPU's bf16 policy (LoRA's adapters too; offloaded parameters
-// against resident; a tied lm_head streamed in tiles); the same bits on a second run; and a
-// few AdamW steps through the trainer; decoding (generate) token by token; eval; sparse pages, sliding
-// windows. Skips without a GPU.
+// against resident; a tied lm_head streamed in tiles); the same bits on a second run; a few AdamW
+// steps through the trainer; the plan against the measured peaks. (test_cuda_features: generate,
+// eval, sparse pages, windows, --offload params through steps, host waits, resume.) Skips without a
+// GPU.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <sstream>
 
 #include "backend/backend.h"
 #include "data/repeat_task.h"
 #include "hf/checkpoint.h"
-#include "kv/sparse_select.h"
-#include "model/chunk_inputs.h"
 #include "model/lora.h"
 #include "model/init.h"
 #include "model/memory_plan.h"
 #include "model/param_store.h"
 #include "model/sweep_plan.h"
-#include "train/eval.h"
 #include "train/trainer.h"
 #include "train/model.h"
 #include "model_fixture.h"
-#ifdef OOMB_SIMT
-#include "simt/cudnn_calls.h"
-#endif
 #include "test_util.h"
-#include "train_steps.h"
 #include "train/optimizer.h"
-#include "train/sampling.h"
 
 using namespace oomb;
 using namespace oomb::testing;

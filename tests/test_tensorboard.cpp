@@ -95,6 +95,7 @@ TEST(TensorBoard, EveryStepsScalarsEqualTheMetrics) {
   k = 0;
   for (std::string line; std::getline(sim_lines, line); ++k) {
     const nlohmann::json j = nlohmann::json::parse(line);
+    ASSERT_LT(size_t(k + 1), se.size()) << "more metrics lines than events";
     const TbEvent& e = se[size_t(k + 1)];
     ASSERT_TRUE(j.contains("mfu"));
     EXPECT_EQ(e.scalars.at("perf/mfu"), float(j["mfu"].get<double>())) << "step " << k;

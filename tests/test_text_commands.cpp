@@ -80,7 +80,9 @@ TEST(TextCommands, GenerateFromATextPromptAsFromItsIds) {
       EXPECT_THAT(text.out, HasSubstr(fmt::format("<|id {}|>", id)));
       ++past;
     }
-  if (past > 0) EXPECT_THAT(text.out, HasSubstr("past the tokenizer's"));
+  if (past > 0) {
+    EXPECT_THAT(text.out, HasSubstr("past the tokenizer's"));
+  }
   std::cout << fmt::format("generated {}, {} of them past the tokenizer\n", ids, past);
 }
 
@@ -99,6 +101,7 @@ TEST(TextCommands, IdsPastTheTokenizerPrintAsPlaceholders) {
                                                 ab));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, ::testing::StartsWith("ab<|id 299|>abx"));
+  EXPECT_THAT(r.out, HasSubstr("1 id(s) past the tokenizer's"));
 }
 
 }  // namespace

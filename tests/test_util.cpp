@@ -92,6 +92,16 @@ std::filesystem::path binary_dir() {
   return e && *e ? e : OOMB_BINARY_DIR;
 }
 
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (const char* v = std::getenv(name)) had_ = true, old_ = v;
+  setenv(name, value, 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+  else unsetenv(name_.c_str());
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();

@@ -30,6 +30,19 @@ void write_bytes(const std::filesystem::path& p, const std::string& bytes);
 std::filesystem::path source_dir();
 std::filesystem::path binary_dir();
 
+// An environment variable set for a scope, and restored (or unset) when it ends, however it ends.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
 // The message of the oomb::Error that f throws, or "(no error)".
 std::string error_of(const std::function<void()>& f);
 

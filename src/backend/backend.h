@@ -207,10 +207,11 @@ class Backend {
   virtual void wait(Stream s, const Event& e) {}         // later work on s waits for e (no host wait)
   virtual void synchronize(const Event& e) {}            // the host waits for e
   virtual void synchronize() {}                          // the host waits for every stream
-  // The host's waits so far, where a backend counts them (the simulated device; -1 elsewhere).
-  // drains: the host waited for everything issued (synchronize(), or copy() / copy_rows() between
-  // the device's memory and the host's, which a GPU must finish before returning); event_waits:
-  // for one event (synchronize(e): a bounded run-ahead, as double-buffered staging takes).
+  // The host's waits so far, where a backend counts them (the simulated device and CUDA; -1
+  // elsewhere). drains: the host waited for everything issued (synchronize(), copy() / copy_rows()
+  // between the device's memory and the host's, which a GPU must finish before returning, or
+  // sum_squares() of device values); event_waits: for one event (synchronize(e): a bounded
+  // run-ahead, as double-buffered staging takes).
   struct HostWaits {
     int64_t drains = -1, event_waits = -1;
   };

@@ -162,7 +162,13 @@ void set_device_allocator(DeviceAllocator a) {
              "backend kind at a time in a process: --device sim or cuda)", format_bytes(live));
   g_device_alloc = a;
 }
-void set_pinned_allocator(DeviceAllocator a) { g_pinned_alloc = a; }
+void set_pinned_allocator(DeviceAllocator a) {
+  const int64_t live = Accountant::global().total(Tier::Pinned).current;  // as for the device's
+  OOMB_CHECK(a.alloc == g_pinned_alloc.alloc || live == 0,
+             "a second kind of device backend cannot start while {} of pinned host memory is allocated another "
+             "way (one device backend kind at a time in a process: --device sim or cuda)", format_bytes(live));
+  g_pinned_alloc = a;
+}
 bool device_memory_is_host() { return g_device_is_host; }
 void set_device_memory_is_host(bool yes) { g_device_is_host = yes; }
 

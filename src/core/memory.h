@@ -57,8 +57,8 @@ class Accountant {
 
 // Device (and pinned host) allocation hooks, set by a device backend at start-up. Both must
 // return zero-filled memory. Without a pinned hook, pinned memory is plain aligned host memory.
-// Another device allocator than the one in place is refused while device memory is allocated
-// (the simulated device and CUDA do not mix in a process).
+// Another allocator than the one in place is refused while memory of its tier is allocated (the
+// simulated device and CUDA do not mix in a process: a buffer is freed by the allocator in place).
 struct DeviceAllocator {
   void* (*alloc)(size_t bytes) = nullptr;
   void (*free)(void* p) = nullptr;

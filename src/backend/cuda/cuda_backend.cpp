@@ -343,8 +343,11 @@ class CudaBackend final : public Backend {
   // waits after every op so that the op which faulted names it (debugging, slower).
   void launched(const char* op) {
     cuda_check(cudaGetLastError(), op);
-    if (profile_) return profile_->mark(op, stream_);
-    if (sync_each_) cuda_check(cudaStreamSynchronize(stream_), op);
+    if (profile_) {
+      ++waits_.drains;  // the profile waits for every op
+      return profile_->mark(op, stream_);
+    }
+    if (sync_each_) drain(stream_, op);
   }
 
   // ids must index the table (read back, a host sync: only with OOMB_CUDA_SYNC; the model checks
