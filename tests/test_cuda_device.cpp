@@ -50,7 +50,7 @@ TEST(CudaDevice, TheSimulatedDeviceAndCudaDoNotMix) {
   {
     Buffer b(Tier::Device, Tag::KV, 4000);
     EXPECT_THAT(error_of([] { make_sim_backend(); }),
-                ::testing::HasSubstr("a second kind of device backend cannot start while the first holds 3.9 KiB"));
+                ::testing::HasSubstr("a second kind of device backend cannot start while the first holds 3.9 KiB of device memory"));
   }
   {
     auto sim = make_sim_backend();

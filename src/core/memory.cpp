@@ -153,22 +153,17 @@ std::string format_bytes(int64_t b) {
   return fmt::format("{} B", b);
 }
 
-void set_device_allocator(DeviceAllocator a) {
-  // a buffer is freed by the allocator in place when it goes: another device backend's allocator
-  // would free (and hand out) the wrong kind of memory
-  const int64_t live = Accountant::global().total(Tier::Device).current;
-  OOMB_CHECK(a.alloc == g_device_alloc.alloc || live == 0,
-             "a second kind of device backend cannot start while the first holds {} of device memory (one device "
-             "backend kind at a time in a process: --device sim or cuda)", format_bytes(live));
-  g_device_alloc = a;
+// A buffer is freed by the allocator in place when it goes: another device backend's allocator
+// would free (and hand out) the wrong kind of memory, so none replaces it while its tier holds any.
+static void install(DeviceAllocator& in_place, DeviceAllocator a, Tier tier) {
+  const int64_t live = Accountant::global().total(tier).current;
+  OOMB_CHECK(a.alloc == in_place.alloc || live == 0,
+             "a second kind of device backend cannot start while the first holds {} of {} memory (one device "
+             "backend kind at a time in a process: --device sim or cuda)", format_bytes(live), tier_name(tier));
+  in_place = a;
 }
-void set_pinned_allocator(DeviceAllocator a) {
-  const int64_t live = Accountant::global().total(Tier::Pinned).current;  // as for the device's
-  OOMB_CHECK(a.alloc == g_pinned_alloc.alloc || live == 0,
-             "a second kind of device backend cannot start while {} of pinned host memory is allocated another "
-             "way (one device backend kind at a time in a process: --device sim or cuda)", format_bytes(live));
-  g_pinned_alloc = a;
-}
+void set_device_allocator(DeviceAllocator a) { install(g_device_alloc, a, Tier::Device); }
+void set_pinned_allocator(DeviceAllocator a) { install(g_pinned_alloc, a, Tier::Pinned); }
 bool device_memory_is_host() { return g_device_is_host; }
 void set_device_memory_is_host(bool yes) { g_device_is_host = yes; }
 
