@@ -19,6 +19,7 @@
 #include "model/lora.h"
 #include "model/sweep_plan.h"
 #include "checkpoint_runs.h"
+#include "cuda_backend_with.h"
 #include "model_fixture.h"
 #ifdef OOMB_SIMT
 #include "simt/cublaslt_calls.h"
@@ -80,9 +81,7 @@ TEST(CudaFeatures, DecodingMatchesTheCpu) {
       return out;
     };
     const auto gpu_run = [&](const char* attention, DType precision) {
-      setenv("OOMB_CUDA_ATTENTION", attention, 1);
-      auto gpu = make_cuda_backend(nullptr);
-      unsetenv("OOMB_CUDA_ATTENTION");
+      auto gpu = cuda_backend_with_attention(attention);
       auto out = decode_all(*gpu, precision, false);
       EXPECT_TRUE(out == decode_all(*gpu, precision, false)) << attention << ": not deterministic";
       return out;
@@ -489,9 +488,7 @@ TEST(CudaFeatures, PlanEqualsEveryMeasuredPeak) {
 // (on simt 1.8e-3 apart, 2026-11-27; bound 6e-3).
 TEST(CudaFeatures, LoraWithTrainableEmbeddingsAndNormsTracksTheCpu) {
   std::string why;
-  setenv("OOMB_CUDA_ATTENTION", "reference", 1);
-  auto gpu = make_cuda_backend(&why);
-  unsetenv("OOMB_CUDA_ATTENTION");
+  auto gpu = cuda_backend_with_attention("reference", &why);
   if (!gpu) GTEST_SKIP() << why;
   auto cpu = make_cpu_backend();
   nlohmann::json tied = tiny_config_json("llama", 2);
@@ -504,7 +501,8 @@ TEST(CudaFeatures, LoraWithTrainableEmbeddingsAndNormsTracksTheCpu) {
     ChunkPlan plan{13, 8};
     plan.lora.rank = 4, plan.lora.alpha = 8, plan.lora.train_embeddings_norms = true;
     parse_lora_targets("all", plan.lora);
-    const Trained c = train_steps(*cpu, dir, plan, "adamw", 37, 3, 2), g = train_steps(*gpu, dir, plan, "adamw", 37, 3, 2);
+    const Trained c = train_steps(*cpu, dir, plan, "adamw", 37, 3, 2);
+    const Trained g = train_steps(*gpu, dir, plan, "adamw", 37, 3, 2);
     double e = 0;
     for (size_t k = 0; k < c.losses.size(); ++k)
       e = std::max({e, std::abs(g.losses[k] - c.losses[k]) / c.losses[k], rel_error(g.grads[k], c.grads[k])});
@@ -515,7 +513,8 @@ TEST(CudaFeatures, LoraWithTrainableEmbeddingsAndNormsTracksTheCpu) {
     if (j["tie_word_embeddings"].get<bool>()) continue;  // bf16 with a tied trainable embedding: refused (not yet)
     const Trained c32 = train_steps(*cpu, dir, plan, "adamw", 37, 1, 1);
     plan.precision = DType::BF16;
-    const Trained cb = train_steps(*cpu, dir, plan, "adamw", 37, 1, 1), gb = train_steps(*gpu, dir, plan, "adamw", 37, 1, 1);
+    const Trained cb = train_steps(*cpu, dir, plan, "adamw", 37, 1, 1);
+    const Trained gb = train_steps(*gpu, dir, plan, "adamw", 37, 1, 1);
     const double eb = rel_error(gb.grads[0], cb.grads[0]);
     EXPECT_LE(eb, 6e-3);
     EXPECT_GT(rel_error(gb.grads[0], c32.grads[0]), 3 * eb) << "as near the CPU's fp32 as its bf16 policy";

@@ -23,6 +23,7 @@
 #include "model/sweep_plan.h"
 #include "train/trainer.h"
 #include "train/model.h"
+#include "cuda_backend_with.h"
 #include "model_fixture.h"
 #include "test_util.h"
 #include "train/optimizer.h"
@@ -127,9 +128,7 @@ void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::v
       if (std::string(mode) == "auto" && plan.offload_kv) {
         // every call of the folds over page groups took cuDNN: pinned to it (where a call it does not
         // take is an error), the step gives the same bits
-        setenv("OOMB_CUDA_ATTENTION", "cudnn", 1);
-        auto pinned = make_cuda_backend(nullptr);
-        unsetenv("OOMB_CUDA_ATTENTION");  // as the caller made `gpu`
+        auto pinned = cuda_backend_with_attention("cudnn");
         StepResult p{};
         EXPECT_NO_THROW(p = one_step(*pinned, dir, ids, tg, plan));
         EXPECT_EQ(std::memcmp(p.grads.data(), g.grads.data(), g.grads.size() * 4), 0) << "pinned to cuDNN";
@@ -186,13 +185,11 @@ TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
     const bool tc = std::string(mode) != "reference";
     SCOPED_TRACE(std::string("OOMB_CUDA_ATTENTION=") + mode);
     std::string why;
-    setenv("OOMB_CUDA_ATTENTION", mode, 1);
-    auto gpu = make_cuda_backend(&why);
-    unsetenv("OOMB_CUDA_ATTENTION");
+    auto gpu = cuda_backend_with_attention(mode, &why);
     if (!gpu) GTEST_SKIP() << why;
-    setenv("OOMB_CUDNN_MIN_QUERIES", "1", 1);  // every dense chunk of these small plans to cuDNN under auto
+    // every dense chunk of these small plans to cuDNN under auto
+    const ScopedEnv every_chunk("OOMB_CUDNN_MIN_QUERIES", "1");
     bf16_step_against_the_cpu(*gpu, tc, reference, mode);
-    unsetenv("OOMB_CUDNN_MIN_QUERIES");
   }
 }
 
@@ -207,9 +204,7 @@ TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
 // GPU: printed.
 TEST(CudaModel, LoraBf16StepMatchesTheCpusLoraBf16Policy) {
   std::string why;
-  setenv("OOMB_CUDA_ATTENTION", "reference", 1);
-  auto gpu = make_cuda_backend(&why);
-  unsetenv("OOMB_CUDA_ATTENTION");
+  auto gpu = cuda_backend_with_attention("reference", &why);
   if (!gpu) GTEST_SKIP() << why;
   auto cpu = make_cpu_backend();
   double worst = 0, worst_whole = 0, least_control = INFINITY;

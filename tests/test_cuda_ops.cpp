@@ -23,6 +23,7 @@
 #endif
 #include "dtype_reference.h"
 #include "op_check_cases.h"
+#include "cuda_backend_with.h"
 #include "test_util.h"
 
 using namespace oomb;
@@ -32,17 +33,6 @@ namespace {
 
 constexpr size_t kGuard = 256;  // sentinel bytes on each side of a device tensor
 constexpr unsigned char kSentinel = 0xA5;
-
-// A CUDA backend made while OOMB_CUDA_ATTENTION is `mode` (it reads it once, when made)
-std::unique_ptr<Backend> cuda_backend_with_attention(const char* mode) {
-  const char* was = std::getenv("OOMB_CUDA_ATTENTION");
-  const std::string saved = was ? was : "";
-  setenv("OOMB_CUDA_ATTENTION", mode, 1);
-  std::unique_ptr<Backend> b = make_cuda_backend(nullptr);
-  if (was) setenv("OOMB_CUDA_ATTENTION", saved.c_str(), 1);
-  else unsetenv("OOMB_CUDA_ATTENTION");
-  return b;
-}
 
 struct Backends {
   std::unique_ptr<Backend> cpu = make_cpu_backend(), cuda;
