@@ -52,6 +52,14 @@ foreach(name test_cuda_ops test_cuda_model test_cuda_features test_cuda_device t
   gtest_discover_tests(simt_${name} TEST_PREFIX "simt." TEST_FILTER ${filter} PROPERTIES LABELS simt
                        ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE" TIMEOUT ${OOMB_TEST_TIMEOUT} DISCOVERY_TIMEOUT 60)
 endforeach()
+# dist_check on the CUDA backend's code (simt_dist_check): two ranks over MPI's host staging, and MPI's
+# group as device memory (NCCL's device-side packs and staging), run by test_dist_simt
+if(TARGET dist_check)
+  add_executable(simt_dist_check tests/dist/dist_check.cpp)
+  target_link_libraries(simt_dist_check PRIVATE oomb_simt oomb_test_util)
+  target_compile_definitions(simt_dist_check PRIVATE OMPI_SKIP_MPICXX=1)
+  add_dependencies(test_dist_simt simt_dist_check)
+endif()
 # simt's own checks, each against a small kernel (tests/simt/tests)
 add_executable(simt_test_simt tests/simt/tests/test_simt.cpp)
 target_link_libraries(simt_test_simt PRIVATE oomb_simt GTest::gtest GTest::gtest_main)

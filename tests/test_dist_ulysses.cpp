@@ -33,16 +33,6 @@ TEST(Dist, SequenceParallelFourRanksQwen3DocMaskOffload) {
 // on the CPU with --doc-mask; four groups; the layer order; 4 ranks on the CPU and on the
 // simulated device with everything offloaded; Qwen3 (q/k norms) with the K/V pages offloaded;
 // NCCL's code path (device staging, strided packs).
-CmdResult expect_head_chunks_equal_to_one(int np, const std::string& args) {
-  const CmdResult r = expect_equal_to_single_rank(np, args);
-  SCOPED_TRACE(args + "\n" + r.out);
-  EXPECT_EQ(figure(r.out, "head_chunks_vs_one_differing"), 0);
-  EXPECT_EQ(figure(r.out, "head_chunks_vs_one_trained_differing"), 0);
-  EXPECT_EQ(figure(r.out, "head_chunk_saving_vs_plan_mismatches"), 0);
-  EXPECT_GT(figure(r.out, "head_chunk_saving_bytes"), 0);
-  return r;
-}
-
 TEST(Dist, HeadChunksGiveTheBitsOfOneGroup) {
   NEED_MPI();
   // the attention side's buffers of one layer plan, K = 1 against K = 2 (computed here from the

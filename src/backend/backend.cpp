@@ -26,7 +26,8 @@ size_t cuda_workspace_bytes(const WorkspaceShape& s) {
   // boundary (cuda_backend.cpp's loss_tile)
   size_t loss = tile * Vt * 4;
   if (s.bf16) loss = (loss + 255) / 256 * 256 + tile * Vt * 2;
-  const size_t dsum = size_t(std::max<int64_t>(s.chunk * s.heads, 1)) * 4;  // attention backward: (C, H)
+  // attention backward: (C, H) of a call (--sp-head-chunks K: H / K heads)
+  const size_t dsum = size_t(std::max<int64_t>(s.chunk * (s.heads / s.head_chunks), 1)) * 4;
   const size_t partials = size_t((s.params + kSumChunk - 1) / kSumChunk) * 8;
   const size_t rope = size_t(s.head_dim / 2) * 4;
   return loss + kGemmWorkspace + kTables + kRowGroups + dsum + partials + rope;

@@ -96,38 +96,60 @@ ChunkPlan plan_of(const Args& a, int64_t sp, int64_t ranks, int64_t rank, int ze
 
 // A group's calls presented as taking device memory (Comm::on_device): with --device sim, whose
 // device memory the host reads, MPI's group takes NCCL's code path (device staging, strided packs,
-// the plan's device bytes) without NCCL. --comm sim-device.
+// the plan's device bytes) without NCCL. --comm sim-device. As NCCL's calls (nccl_comm.cpp), each
+// comes after the work issued on the compute stream so far, and returns with its data in place: the
+// host waits for that stream's work first (the CUDA backend's kernels in simt_dist_check run only
+// then; the other streams' work is not waited for, as NCCL does not).
 class OnDevice final : public Comm {
  public:
-  explicit OnDevice(std::unique_ptr<Comm> c) : c_(std::move(c)) {}
+  OnDevice(std::unique_ptr<Comm> c, Backend& be) : c_(std::move(c)), be_(be), issued_(be.new_event()) {}
   int rank() const override { return c_->rank(); }
   int size() const override { return c_->size(); }
   bool on_device() const override { return true; }
   std::string name() const override { return c_->name() + " (as on device)"; }
-  void all_to_all(const void* s, void* r, size_t b) override { c_->all_to_all(s, r, b); }
-  void all_gather(const void* s, void* r, size_t b) override { c_->all_gather(s, r, b); }
-  void all_reduce_sum(float* d, size_t n) override { c_->all_reduce_sum(d, n); }
-  void all_reduce_sum(double* d, size_t n) override { c_->all_reduce_sum(d, n); }
-  void all_reduce_max(double* d, size_t n) override { c_->all_reduce_max(d, n); }
-  void reduce_scatter_sum(const float* s, float* r, size_t n) override { c_->reduce_scatter_sum(s, r, n); }
-  void broadcast(void* d, size_t b, int root) override { c_->broadcast(d, b, root); }
-  void barrier() override { c_->barrier(); }
+  void all_to_all(const void* s, void* r, size_t b) override { sync(), c_->all_to_all(s, r, b); }
+  void all_gather(const void* s, void* r, size_t b) override { sync(), c_->all_gather(s, r, b); }
+  void all_reduce_sum(float* d, size_t n) override { sync(), c_->all_reduce_sum(d, n); }
+  void all_reduce_sum(double* d, size_t n) override { sync(), c_->all_reduce_sum(d, n); }
+  void all_reduce_max(double* d, size_t n) override { sync(), c_->all_reduce_max(d, n); }
+  void reduce_scatter_sum(const float* s, float* r, size_t n) override {
+    sync(), c_->reduce_scatter_sum(s, r, n);
+  }
+  void broadcast(void* d, size_t b, int root) override { sync(), c_->broadcast(d, b, root); }
+  void barrier() override { sync(), c_->barrier(); }
   std::unique_ptr<Comm> split(int color, int key) override {
-    return std::make_unique<OnDevice>(c_->split(color, key));
+    return std::make_unique<OnDevice>(c_->split(color, key), be_);
   }
 
  private:
+  void sync() {
+    be_.record(*issued_, Stream::Compute);
+    be_.synchronize(*issued_);
+  }
   std::unique_ptr<Comm> c_;
+  Backend& be_;
+  std::unique_ptr<Event> issued_;
 };
 
 // The tensors of a run over --comm: attach's choice, or MPI's group as on device (sim-device).
 void attach(Dist& d, Backend& be, const Args& a) {
-  if (a.sim_device_comm) return d.use_device_comm(std::make_unique<OnDevice>(d.world().split(0, d.rank())));
+  if (a.sim_device_comm) return d.use_device_comm(std::make_unique<OnDevice>(d.world().split(0, d.rank()), be));
   d.attach(be);
 }
 
-// cpu, sim, or cuda (each rank on GPU local rank mod the GPUs visible)
-std::unique_ptr<Backend> backend(const Args& a) { return make_backend(a.device, 0, local_rank()); }
+// cpu, sim, or cuda (each rank on GPU local rank mod the GPUs visible; in simt's build, simt_dist_check,
+// the CUDA backend's own code on the CPU)
+std::unique_ptr<Backend> backend(const Args& a) {
+#ifdef OOMB_SIMT
+  if (a.device == "cuda") {
+    std::string why;
+    auto be = make_cuda_backend(&why);  // (simt's: make_simt_cuda_backend)
+    OOMB_CHECK(be != nullptr, "--device cuda: {}", why);
+    return be;
+  }
+#endif
+  return make_backend(a.device, 0, local_rank());
+}
 
 void init(Model& m, uint64_t seed) {
   Params host(m.config(), Tier::Host, Tag::IO);
@@ -203,8 +225,13 @@ int main(int argc, char** argv) {
   if (a.dist.comm == "sim-device") {
     a.sim_device_comm = true;
     a.dist.comm = "mpi";
-    if (a.device != "sim") {
-      std::cerr << "dist_check: --comm sim-device needs --device sim" << std::endl;
+#ifdef OOMB_SIMT
+    const bool host_reads_device = a.device == "sim" || a.device == "cuda";  // simt's device memory is the host's
+#else
+    const bool host_reads_device = a.device == "sim";
+#endif
+    if (!host_reads_device) {
+      std::cerr << "dist_check: --comm sim-device needs --device sim (or cuda in simt_dist_check)" << std::endl;
       return 2;
     }
   }

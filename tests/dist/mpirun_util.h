@@ -75,9 +75,11 @@ inline bool tiny_model_and_tokens(const std::string& oomb, const std::filesystem
   return true;
 }
 
-inline CmdResult expect_equal_to_single_rank(int np, const std::string& args, const std::string& env = "") {
-  const CmdResult r = mpirun(np, (binary_dir() / "dist_check").string() + " " + args, env);
-  SCOPED_TRACE("mpirun -np " + std::to_string(np) + " dist_check " + args + "\n" + r.out);
+// prog: dist_check, or simt_dist_check (the CUDA backend's code on the CPU)
+inline CmdResult expect_equal_to_single_rank(int np, const std::string& args, const std::string& env = "",
+                                             const std::string& prog = "dist_check") {
+  const CmdResult r = mpirun(np, (binary_dir() / prog).string() + " " + args, env);
+  SCOPED_TRACE("mpirun -np " + std::to_string(np) + " " + prog + " " + args + "\n" + r.out);
   std::cout << "[np " << np << " " << args << "]\n" << r.out;
   EXPECT_EQ(r.code, 0);
   // the gradients: 1e-6, or twice the single rank's own fp32 noise where that is larger (dist_check)
@@ -94,4 +96,18 @@ inline CmdResult expect_equal_to_single_rank(int np, const std::string& args, co
   EXPECT_EQ(figure(r.out, "kv_per_rank_vs_single_over_sp"), 0);
   return r;
 }
+
+// --sp-head-chunks K against K = 1 on the same ranks (dist_check's figures): the same bits, and the
+// peaks' difference equal to the plans' (besides expect_equal_to_single_rank's checks)
+inline CmdResult expect_head_chunks_equal_to_one(int np, const std::string& args,
+                                                 const std::string& prog = "dist_check") {
+  const CmdResult r = expect_equal_to_single_rank(np, args, "", prog);
+  SCOPED_TRACE(args + "\n" + r.out);
+  EXPECT_EQ(figure(r.out, "head_chunks_vs_one_differing"), 0);
+  EXPECT_EQ(figure(r.out, "head_chunks_vs_one_trained_differing"), 0);
+  EXPECT_EQ(figure(r.out, "head_chunk_saving_vs_plan_mismatches"), 0);
+  EXPECT_GT(figure(r.out, "head_chunk_saving_bytes"), 0);
+  return r;
+}
+
 }  // namespace oomb::testing
