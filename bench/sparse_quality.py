@@ -2,7 +2,7 @@
 """Quality of page-sparse attention on the demo's long-range task (the second half of every
 1024-token window repeats the first half, so each repeated token must be found 512 tokens back):
 the built-in demo trained dense and with --sparse-pages K for several K (chunks of 128 tokens,
-pages of 64, one choice per 128-query tile, 1 sink page), the same seed and steps. Records each
+pages of 64, one choice per 128-query tile, 1 sink page), the same seeds (--seeds) and steps. Records each
 run's loss curve (--metrics) and the held-out accuracy the demo prints; plots the curves to --png.
 Results: --out (JSON lines)."""
 import argparse, json, os, re, subprocess, tempfile
@@ -16,6 +16,7 @@ def main():
     ap.add_argument("--oomb", default=os.path.join(ROOT, "build", "oomb"))
     ap.add_argument("--ks", default="1,2,4", help="--sparse-pages values beside dense")
     ap.add_argument("--steps", type=int, default=800)
+    ap.add_argument("--seeds", default="0", help="--seed values (the demo's model and task); each run at each seed")
     ap.add_argument("--shared", action="store_true", help="one choice for every head (--sparse-shared)")
     ap.add_argument("--nice", type=int, default=19)
     ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each run (they run side by side)")
@@ -24,8 +25,11 @@ def main():
     args = ap.parse_args()
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     work = tempfile.mkdtemp(prefix="oomb-sparse-q-")
-    runs = [("dense", [])] + [(f"K={k}", ["--sparse-pages", k] + (["--sparse-shared"] if args.shared else []))
-                              for k in args.ks.split(",")]
+    kinds = [("dense", [])] + [(f"K={k}", ["--sparse-pages", k] + (["--sparse-shared"] if args.shared else []))
+                               for k in args.ks.split(",")]
+    seeds = args.seeds.split(",")
+    runs = [(name if len(seeds) == 1 else f"{name} seed {sd}", extra + ["--seed", sd])
+            for sd in seeds for name, extra in kinds]
     curves = {}
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     procs = []
@@ -43,7 +47,8 @@ def main():
             m = re.search(r"held-out: accuracy ([0-9.]+)%", p.stdout)
             steps = [json.loads(l) for l in open(metrics).read().splitlines()]
             curves[name] = [(s["step"], s["loss"]) for s in steps]
-            rec = {"run": name, "steps": args.steps, "held_out_accuracy_pct": float(m.group(1)) if m else None,
+            rec = {"run": name, "seed": int(cmd[cmd.index("--seed") + 1]), "steps": args.steps,
+                   "held_out_accuracy_pct": float(m.group(1)) if m else None,
                    "final_loss": steps[-1]["loss"], "sec": round(steps[-1]["elapsed_s"], 1),
                    "tail": p.stdout.strip().splitlines()[-3:]}
             print(json.dumps(rec), flush=True)
