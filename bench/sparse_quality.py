@@ -11,6 +11,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+def onset(steps):
+    """The first step whose training accuracy (the repeated half) reaches 50%, or None: when the
+    model starts finding the repeat."""
+    return next((s["step"] for s in steps if s["accuracy"] >= 0.5), None)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--oomb", default=os.path.join(ROOT, "build", "oomb"))
@@ -48,7 +54,7 @@ def main():
             steps = [json.loads(l) for l in open(metrics).read().splitlines()]
             curves[name] = [(s["step"], s["loss"]) for s in steps]
             rec = {"run": name, "seed": int(cmd[cmd.index("--seed") + 1]), "steps": args.steps,
-                   "held_out_accuracy_pct": float(m.group(1)) if m else None,
+                   "held_out_accuracy_pct": float(m.group(1)) if m else None, "onset_step": onset(steps),
                    "final_loss": steps[-1]["loss"], "sec": round(steps[-1]["elapsed_s"], 1),
                    "tail": p.stdout.strip().splitlines()[-3:]}
             print(json.dumps(rec), flush=True)
@@ -57,12 +63,18 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, c in curves.items():
-        ax.plot([s for s, _ in c], [l for _, l in c], label=name, linewidth=1)
+    colours, styles = {}, ["-", "--", ":", "-."]
+    for name, c in curves.items():  # a colour per kind of run, a line style per seed
+        kind, _, sd = name.partition(" seed ")
+        first = kind not in colours
+        colours.setdefault(kind, f"C{len(colours)}")
+        ax.plot([s for s, _ in c], [l for _, l in c], label=kind if first else None, color=colours[kind],
+                linestyle=styles[seeds.index(sd) % len(styles)] if sd else "-", linewidth=1)
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (repeated half)")
     ax.set_yscale("log")
-    ax.set_title("demo repeat task, 1024 tokens: dense vs --sparse-pages K" + (" (shared)" if args.shared else ""))
+    ax.set_title("demo repeat task, 1024 tokens: dense vs --sparse-pages K" + (" (shared)" if args.shared else "") +
+                 (f", seeds {args.seeds} (line styles)" if len(seeds) > 1 else ""), fontsize=10)
     ax.legend()
     fig.tight_layout()
     fig.savefig(args.png, dpi=110)
