@@ -60,6 +60,13 @@ if(TARGET dist_check)
   target_compile_definitions(simt_dist_check PRIVATE OMPI_SKIP_MPICXX=1)
   add_dependencies(test_dist_simt simt_dist_check)
 endif()
+# oomb itself on the CUDA backend's code (simt_oomb): --device cuda through the command line. The two
+# sources that reach the CUDA backend (make_backend; train's device limit and peak) build again here,
+# their copies in oomb_lib left unlinked.
+add_executable(simt_oomb src/cli/main.cpp src/cli/train_cmd.cpp src/backend/backend.cpp)
+target_link_libraries(simt_oomb PRIVATE oomb_simt)
+target_compile_definitions(simt_oomb PRIVATE OOMB_VERSION="${PROJECT_VERSION}-simt")
+add_dependencies(test_cli_simt simt_oomb oomb)
 # simt's own checks, each against a small kernel (tests/simt/tests)
 add_executable(simt_test_simt tests/simt/tests/test_simt.cpp)
 target_link_libraries(simt_test_simt PRIVATE oomb_simt GTest::gtest GTest::gtest_main)

@@ -142,9 +142,9 @@ bool under_ci() {
   return e && (std::string(e) == "true" || std::string(e) == "1");
 }
 
-CmdResult oomb_cmd(const std::filesystem::path& dir, const std::string& args) {
+CmdResult oomb_cmd(const std::filesystem::path& dir, const std::string& args, const std::string& prog) {
   const auto log = dir / "cmd.log";
-  const std::string cmd = fmt::format("{}/oomb {} > {} 2>&1", binary_dir().string(), args, log.string());
+  const std::string cmd = fmt::format("{}/{} {} > {} 2>&1", binary_dir().string(), prog, args, log.string());
   const int rc = std::system(cmd.c_str());
   return {WEXITSTATUS(rc), read_text(log)};
 }

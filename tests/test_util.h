@@ -62,7 +62,8 @@ struct CmdResult {
   int code;
   std::string out;
 };
-CmdResult oomb_cmd(const std::filesystem::path& dir, const std::string& args);
+// prog: oomb, or simt_oomb (oomb on the CUDA backend's code compiled for the CPU)
+CmdResult oomb_cmd(const std::filesystem::path& dir, const std::string& args, const std::string& prog = "oomb");
 
 // True when the environment variable CI is "true" (or "1"): a missing external reference
 // (PyTorch, the npm tokenizer packages) is then a failure, not a skip.

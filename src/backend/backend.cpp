@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 
-#ifdef OOMB_HAVE_CUDA
+#if defined(OOMB_HAVE_CUDA) || defined(OOMB_SIMT)  // (simt: simt_oomb, the CUDA backend on the CPU)
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cudnn/cudnn_sdpa.h"
 #endif
@@ -76,7 +76,7 @@ CudaAttention cuda_attention_mode() {
 bool cudnn_attention_planned() {
   const CudaAttention mode = cuda_attention_mode();
   if (mode != CudaAttention::Auto && mode != CudaAttention::Cudnn) return false;
-#ifdef OOMB_HAVE_CUDA
+#if defined(OOMB_HAVE_CUDA) || defined(OOMB_SIMT)
   return cuda::cudnn::available(nullptr);
 #else
   return false;
@@ -90,7 +90,7 @@ std::string cuda_attention_summary(bool bf16) {
   if (mode == CudaAttention::Mma) return "attention on oomb's tensor-core kernels (OOMB_CUDA_ATTENTION=mma)";
   const bool pinned = mode == CudaAttention::Cudnn;
   std::string why = "this build has no CUDA";
-#ifdef OOMB_HAVE_CUDA
+#if defined(OOMB_HAVE_CUDA) || defined(OOMB_SIMT)
   if (cuda::cudnn::available(&why))
     return fmt::format("attention through cuDNN {}'s fused SDPA where a call's keys are masked only by causality "
                        "and it has at least {} queries (OOMB_CUDNN_MIN_QUERIES), oomb's tensor-core kernels for the "
@@ -149,7 +149,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int64_t device_
   if (device == "cpu") return make_cpu_backend();
   if (device == "sim") return make_sim_backend(device_memory);
   OOMB_CHECK(device == "cuda", "--device: '{}' is not one of cpu, sim, cuda", device);
-#ifdef OOMB_HAVE_CUDA
+#if defined(OOMB_HAVE_CUDA) || defined(OOMB_SIMT)
   if (const int gpus = cuda::device_count(); gpus > 1) cuda::use_device(local_rank % gpus);
 #endif
   std::string why;

@@ -17,7 +17,7 @@
 #include "cli/sweep_flag.h"
 #include "cli/train_checkpoints.h"
 #include "core/resident.h"
-#ifdef OOMB_HAVE_CUDA
+#if defined(OOMB_HAVE_CUDA) || defined(OOMB_SIMT)  // (simt: simt_oomb, the CUDA backend on the CPU)
 #include "backend/cuda/cuda_device.h"
 #endif
 #include "data/eos.h"
@@ -58,7 +58,7 @@ struct TrainArgs {
 // MFU's denominator: --peak-tflops, else the GPU's known bf16 peak, else unknown (0).
 double peak_flops(const TrainArgs& a) {
   if (a.peak_tflops > 0) return a.peak_tflops * 1e12;
-#ifdef OOMB_HAVE_CUDA
+#if defined(OOMB_HAVE_CUDA) || defined(OOMB_SIMT)
   if (a.device == "cuda") return cuda::peak_bf16_flops(cuda::device_name());
 #endif
   return 0.0;
@@ -80,7 +80,7 @@ ChunkPlan chunk_plan(const TrainArgs& a, const ModelConfig& cfg, int32_t doc_sep
 // The device's capacity for the plan check: --device-memory on sim, the GPU's free memory on cuda.
 Limit device_limit(const TrainArgs& a) {
   if (a.device == "sim") return {Accountant::global().capacity(Tier::Device), "--device-memory"};
-#ifdef OOMB_HAVE_CUDA
+#if defined(OOMB_HAVE_CUDA) || defined(OOMB_SIMT)
   if (a.device == "cuda")  // what is free now, and what the backend already holds (counted in the plan)
     return {int64_t(cuda::free_memory()) + Accountant::global().total(Tier::Device).current, "the GPU's free memory"};
 #endif
