@@ -55,15 +55,16 @@ endforeach()
 # dist_check on the CUDA backend's code (simt_dist_check): two ranks over MPI's host staging, and MPI's
 # group as device memory (NCCL's device-side packs and staging), run by test_dist_simt
 if(TARGET dist_check)
-  add_executable(simt_dist_check tests/dist/dist_check.cpp)
+  add_executable(simt_dist_check tests/dist/dist_check.cpp src/dist/nccl_stub.cpp)
   target_link_libraries(simt_dist_check PRIVATE oomb_simt oomb_test_util)
   target_compile_definitions(simt_dist_check PRIVATE OMPI_SKIP_MPICXX=1)
   add_dependencies(test_dist_simt simt_dist_check)
 endif()
 # oomb itself on the CUDA backend's code (simt_oomb): --device cuda through the command line. The two
 # sources that reach the CUDA backend (make_backend; train's device limit and peak) build again here,
-# their copies in oomb_lib left unlinked.
-add_executable(simt_oomb src/cli/main.cpp src/cli/train_cmd.cpp src/backend/backend.cpp)
+# their copies in oomb_lib left unlinked; so does NCCL's stub, so that no real NCCL is ever handed
+# simt's streams (here and in simt_dist_check: --comm auto on a "cuda" backend would try it).
+add_executable(simt_oomb src/cli/main.cpp src/cli/train_cmd.cpp src/backend/backend.cpp src/dist/nccl_stub.cpp)
 target_link_libraries(simt_oomb PRIVATE oomb_simt)
 target_compile_definitions(simt_oomb PRIVATE OOMB_VERSION="${PROJECT_VERSION}-simt")
 add_dependencies(test_cli_simt simt_oomb oomb)

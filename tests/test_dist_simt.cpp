@@ -5,7 +5,8 @@
 //   --comm mpi          the one-GPU path: the ranks' tensors staged through host memory
 //   --comm sim-device   MPI's group presented as taking device memory: NCCL's device side (the
 //                       CUDA backend's packs, the staging on the device, gradients summed in place)
-//                       without NCCL, each call after the compute stream's work as NCCL's are
+//                       without NCCL, each call after the compute stream's work as NCCL's are (in bf16
+//                       too, and in simt's other order)
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -45,6 +46,15 @@ TEST(DistSimt, FourRanksOnTheDeviceGroup) {
   NEED_SIMT_MPI();
   expect_equal_to_single_rank(4, "--sp 2 --dp 2 --zero 2 --doc-mask --device cuda --comm sim-device --offload kv",
                               "OOMB_GRAD_SYNC_PIECE=1000", kSimt);
+}
+
+// bf16 (the GPU's default) across ranks over the device group, with simt's other order: threads,
+// blocks and streams drained last to first, and every stream's work before each call (work on the
+// copy stream then runs before the call, where it otherwise runs after it).
+TEST(DistSimt, Bf16InTheOtherOrder) {
+  NEED_SIMT_MPI();
+  expect_equal_to_single_rank(2, "--sp 2 --precision bf16 --offload kv --device cuda --comm sim-device",
+                              "OOMB_SIMT_ORDER=reverse", kSimt);
 }
 
 // Negative control: without the gradients' sum over ranks the check fails here too.

@@ -1,4 +1,5 @@
-// Run under `mpirun -np P` by test_dist: one distributed run (--sp, --dp, --zero, chunking,
+// Run under `mpirun -np P` by the test_dist_* suites (and, built against simt as simt_dist_check, on
+// the CUDA backend's code by test_dist_simt): one distributed run (--sp, --dp, --zero, chunking,
 // --doc-mask, offload) against the single-rank run of the same windows, which rank 0 also runs.
 // Prints one line per figure ("name value"); exits 1 when a figure exceeds its bound, 0 otherwise.
 //   gradient check  the gradients of one step, summed over the ranks, against the single rank's
@@ -26,6 +27,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
 #include <iostream>
@@ -122,7 +124,10 @@ class OnDevice final : public Comm {
   }
 
  private:
+  // (OOMB_SIMT_ORDER=reverse: every stream's work first, the other order for work on the other
+  // streams that simt otherwise runs after the call, as late as CUDA allows)
   void sync() {
+    if (const char* o = std::getenv("OOMB_SIMT_ORDER"); o && std::strcmp(o, "reverse") == 0) return be_.synchronize();
     be_.record(*issued_, Stream::Compute);
     be_.synchronize(*issued_);
   }
