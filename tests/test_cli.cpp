@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "hf/config.h"
 #include "hf/safetensors.h"
+#include "metrics_plan.h"
 #include "data/token_store.h"
 #include "model_fixture.h"
 #include "text/tokenizer.h"
@@ -230,27 +231,18 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
                             "--device sim --offload kv,params --offload-group 2 --sweep layer --precision bf16"}) {
     SCOPED_TRACE(flags);
     const std::string shape = "--seq-len 512 --chunk-size 96 --page-size 32";
-    std::string plan_flags = flags;  // the plan needs no separator id, only whether documents are masked
-    if (plan_flags.find(" --eos-id 5") != std::string::npos) plan_flags.erase(plan_flags.find(" --eos-id 5"));
-    CmdResult r = oomb_cmd(dir, fmt::format("plan --model {} {} {} --json", m, shape, plan_flags));
+    CmdResult r = oomb_cmd(dir, fmt::format("plan --model {} {} {} --json", m, shape, plan_flags_of(flags)));
     ASSERT_EQ(r.code, 0) << r.out;
     auto plan = nlohmann::json::parse(r.out);
     r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin {} {} --steps 2 --metrics {}/m.jsonl", m,
                                   dir.string(), shape, flags, dir.string()));
     ASSERT_EQ(r.code, 0) << r.out;
-    std::string last, line;
-    for (std::istringstream in(read_text(dir / "m.jsonl")); std::getline(in, line);)
-      if (!line.empty()) last = line;
-    const auto mem = nlohmann::json::parse(last)["memory"];
-    for (const char* tier : {"host", "device", "pinned"})
-      for (const char* tag :
-           {"weights", "grads", "optimizer", "activations", "kv", "kv_grad", "page_meta", "workspace", "data"}) {
-        const int64_t measured = mem[tier].contains(tag) ? mem[tier][tag]["peak"].get<int64_t>() : 0;
-        EXPECT_EQ(measured, plan[tier][tag].get<int64_t>()) << tier << " " << tag;
-      }
+    const auto last = last_metrics_line(dir / "m.jsonl");
+    const auto& mem = last["memory"];
+    expect_peaks_equal_plan(mem, plan);
     // --metrics' bytes of K/V and gradient pages moved in a step (one sequence): the plan's count for
     // the order run, or at most it with sparse attention
-    const auto moved = nlohmann::json::parse(last)["moved"];
+    const auto moved = last["moved"];
     const auto& sw = plan["sweep"][plan["sweep"]["order"].get<std::string>()];  // the order the run takes
     const bool offload_kv = std::string(flags).find("--offload kv") != std::string::npos;
     EXPECT_EQ(moved["kv"].get<int64_t>() > 0, offload_kv);

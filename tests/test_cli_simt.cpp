@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "dist/mpirun_util.h"
+#include "metrics_plan.h"
 #include "test_util.h"
 
 using namespace oomb;
@@ -40,13 +41,7 @@ std::string model_and_tokens(const fs::path& dir) {
   return m;
 }
 
-// The last line of a --metrics file, and every step's loss.
-nlohmann::json last_metrics(const fs::path& p) {
-  std::string last, line;
-  for (std::istringstream in(read_text(p)); std::getline(in, line);)
-    if (!line.empty()) last = line;
-  return nlohmann::json::parse(last);
-}
+// Every step's loss in a --metrics file.
 std::map<int64_t, double> losses(const fs::path& p) {
   std::map<int64_t, double> m;
   std::string line;
@@ -80,9 +75,7 @@ TEST(CliSimt, PlanEqualsTheMeasuredPeaksOnCuda) {
       std::optional<ScopedEnv> min_queries;
       if (cudnn) min_queries.emplace("OOMB_CUDNN_MIN_QUERIES", "32");
       SCOPED_TRACE(fmt::format("{}--device cuda {}", cudnn ? "OOMB_CUDNN_MIN_QUERIES=32 " : "", flags));
-      std::string plan_flags = flags;  // the plan needs no separator id, only whether documents are masked
-      if (plan_flags.find(" --eos-id 5") != std::string::npos) plan_flags.erase(plan_flags.find(" --eos-id 5"));
-      CmdResult r = simt(dir, fmt::format("plan --model {} {} --device cuda {} --json", m, shape, plan_flags));
+      CmdResult r = simt(dir, fmt::format("plan --model {} {} --device cuda {} --json", m, shape, plan_flags_of(f)));
       ASSERT_EQ(r.code, 0) << r.out;
       const auto plan = nlohmann::json::parse(r.out);
       // the route's buffers are planned (and measured below) only where it is taken
@@ -92,13 +85,7 @@ TEST(CliSimt, PlanEqualsTheMeasuredPeaksOnCuda) {
       r = simt(dir, fmt::format("train --model {} --data {}/t.bin {} --device cuda {} --steps 2 --metrics {}/m.jsonl",
                                 m, dir.string(), shape, flags, dir.string()));
       ASSERT_EQ(r.code, 0) << r.out;
-      const auto mem = last_metrics(dir / "m.jsonl")["memory"];
-      for (const char* tier : {"host", "device", "pinned"})
-        for (const char* tag :
-             {"weights", "grads", "optimizer", "activations", "kv", "kv_grad", "page_meta", "workspace", "data"}) {
-          const int64_t measured = mem[tier].contains(tag) ? mem[tier][tag]["peak"].get<int64_t>() : 0;
-          EXPECT_EQ(measured, plan[tier][tag].get<int64_t>()) << tier << " " << tag;
-        }
+      expect_peaks_equal_plan(last_metrics_line(dir / "m.jsonl")["memory"], plan);
     }
   }
 }

@@ -101,10 +101,13 @@ ChunkPlan plan_of(const Args& a, int64_t sp, int64_t ranks, int64_t rank, int ze
 // the plan's device bytes) without NCCL. --comm sim-device. As NCCL's calls (nccl_comm.cpp), each
 // comes after the work issued on the compute stream so far, and returns with its data in place: the
 // host waits for that stream's work first (the CUDA backend's kernels in simt_dist_check run only
-// then; the other streams' work is not waited for, as NCCL does not).
+// then; the other streams' work is not waited for, as NCCL does not, except under sync()'s other order).
 class OnDevice final : public Comm {
  public:
-  OnDevice(std::unique_ptr<Comm> c, Backend& be) : c_(std::move(c)), be_(be), issued_(be.new_event()) {}
+  OnDevice(std::unique_ptr<Comm> c, Backend& be) : c_(std::move(c)), be_(be), issued_(be.new_event()) {
+    const char* o = std::getenv("OOMB_SIMT_ORDER");
+    every_stream_ = o && std::strcmp(o, "reverse") == 0;
+  }
   int rank() const override { return c_->rank(); }
   int size() const override { return c_->size(); }
   bool on_device() const override { return true; }
@@ -127,13 +130,14 @@ class OnDevice final : public Comm {
   // (OOMB_SIMT_ORDER=reverse: every stream's work first, the other order for work on the other
   // streams that simt otherwise runs after the call, as late as CUDA allows)
   void sync() {
-    if (const char* o = std::getenv("OOMB_SIMT_ORDER"); o && std::strcmp(o, "reverse") == 0) return be_.synchronize();
+    if (every_stream_) return be_.synchronize();
     be_.record(*issued_, Stream::Compute);
     be_.synchronize(*issued_);
   }
   std::unique_ptr<Comm> c_;
   Backend& be_;
   std::unique_ptr<Event> issued_;
+  bool every_stream_ = false;
 };
 
 // The tensors of a run over --comm: attach's choice, or MPI's group as on device (sim-device).
