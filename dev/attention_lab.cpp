@@ -6,8 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -180,8 +182,14 @@ bool check_cudnn(const Shape& s, const Layout& L, const std::vector<float>& q, c
         *ssum = dev_nan(lse.size());
   void* ws = nullptr;
   CK(cudaMalloc(&ws, std::max<size_t>(att->workspace_bytes(), 1)));
-  att->forward(qd, kd, vd, od, stats, ws);
-  att->backward(qd, kd, vd, od, dod, stats, dqd, dkd, dvd, ssum, ws);
+  try {  // (the first H200 run: a plan cuDNN built would not execute)
+    att->forward(qd, kd, vd, od, stats, ws);
+    att->backward(qd, kd, vd, od, dod, stats, dqd, dkd, dvd, ssum, ws);
+  } catch (const std::exception& e) {
+    std::printf("check cudnn %s (%s): FAILED to execute: %s\n", cuda::cudnn::version().c_str(), att->engines().c_str(),
+                e.what());
+    return false;
+  }
   CK(cudaDeviceSynchronize());
   bool ok = true;
   auto bound = [&](double e) {
@@ -203,6 +211,22 @@ bool check_cudnn(const Shape& s, const Layout& L, const std::vector<float>& q, c
                   (void*)stats, (void*)ssum, ws})
     CK(cudaFree(p));
   return ok && same;
+}
+
+bool cudnn_ok = true;  // check_cudnn's verdict
+
+// The CUDA libraries this process has mapped (cuDNN and the NVRTC its engines compile with, cuBLAS,
+// the runtime), from /proc/self/maps: which of a machine's copies ran
+void print_cuda_libraries() {
+  std::ifstream maps("/proc/self/maps");
+  std::set<std::string> seen;
+  for (std::string line; std::getline(maps, line);) {
+    const size_t at = line.find('/');
+    if (at == std::string::npos) continue;
+    const std::string path = line.substr(at);
+    for (const char* name : {"libcudnn", "libnvrtc", "libcublas", "libcudart"})
+      if (path.find(name) != std::string::npos && seen.insert(path).second) std::printf("library %s\n", path.c_str());
+  }
 }
 
 // Returns false when an error exceeds its bound: fp32 kernels 1e-4, bf16 (tensor-core) ones 3e-2.
@@ -238,7 +262,8 @@ bool check(Shape s) {
     return e;
   };
   const double edk = pages_err(L.dkd, L.dk), edv = pages_err(L.dvd, L.dv);
-  ok &= check_cudnn(s, L, q, dout, o, lse, dq);
+  // cuDNN's failure is reported and fails the lab at its end, after oomb's kernels are timed
+  cudnn_ok = check_cudnn(s, L, q, dout, o, lse, dq);
   std::printf("check (C=%ld N=%ld H=%ld G=%ld D=%ld): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
               long(s.C), long(s.N), long(s.H), long(s.G), long(s.D), bound(rel(host(od, o.size()), o), 1e-4),
               bound(rel(host(lsed, lse.size()), lse), 1e-4), bound(rel(host(dqd, dq.size()), dq), 1e-4),
@@ -305,6 +330,7 @@ int main(int argc, char** argv) {
         std::fputs(json.c_str(), out);
         std::fclose(out);
         std::printf("cuDNN %s: device properties written to %s\n", cuda::cudnn::version().c_str(), argv[i + 1]);
+        print_cuda_libraries();
         return 0;
       } catch (const std::exception& e) {
         return std::fprintf(stderr, "attention_lab: %s\n", e.what()), 1;
@@ -324,7 +350,10 @@ int main(int argc, char** argv) {
     std::printf("check FAILED: an error is over its bound (fp32 1e-4, bf16 3e-2); no timing\n");
     return 1;
   }
-  if (check_only) return 0;
+  if (check_only) {
+    print_cuda_libraries();
+    return cudnn_ok ? 0 : 1;
+  }
   Layout L(s);
   cuda::k::AttnBlock* table = nullptr;
   const cuda::k::AttnParams p = L.params(&table);
@@ -380,9 +409,10 @@ int main(int argc, char** argv) {
       for (void* p : {(void*)qb, (void*)kb, (void*)vb, (void*)ob, (void*)dob, (void*)dqb, (void*)dkb, (void*)dvb, ws})
         CK(cudaFree(p));
     } catch (const std::exception& e) {
-      std::printf("| cuDNN SDPA: not built (%s) | | |\n", e.what());
+      std::printf("| cuDNN SDPA: not built or not run (%s) | | |\n", e.what());
     }
   }
+  print_cuda_libraries();
   // the fp32 GEMM rate of this GPU, measured now: 8192^3
   const int64_t M = 8192;
   float *A = dev(randn(size_t(M * M), 1)), *B = dev(randn(size_t(M * M), 2)), *Cm = nullptr, *ws = nullptr;
@@ -391,5 +421,6 @@ int main(int argc, char** argv) {
   cuda::Gemm gemm(nullptr, ws, 32 << 20);
   row("fp32 GEMM 8192^3 (cuBLASLt)", median_ms([&] { gemm.run(false, true, M, M, M, A, M, B, M, Cm, M, 1.0f, 0.0f); }, 5),
       2.0 * double(M) * M * M);
-  return 0;
+  if (!cudnn_ok) std::printf("check cudnn FAILED (above); oomb's kernels were checked and timed\n");
+  return cudnn_ok ? 0 : 1;
 }

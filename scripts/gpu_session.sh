@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every check and benchmark that needs a GPU, on the device machine, from the repository root, with
-# gpu-bundle/ carried (scripts/gpu_bundle.sh makes it here):
+# build-gpu-pack/ carried (scripts/gpu_bundle.sh makes it here: gpu-bundle/, packed):
 #
 #   bash scripts/gpu_session.sh [all|tests|bench|--quick] [bench/cuda_step.py's options...]
 #     all      (the default) what a 15-minute device session can afford in one call, most needed
@@ -44,9 +44,15 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # nothing outside can be reached there
 W=$(mktemp -d /tmp/oomb-gpu.XXXXXX)  # logs and scratch; packed into $OUT after every step
 B=$PWD/gpu-bundle
-[ -x "$B/oomb" ] || { echo "no $B/oomb: run scripts/gpu_bundle.sh here and carry gpu-bundle" | tee -a "$OUT/summary.txt"; exit 1; }
-pack() {
-  tar czf "$OUT/results.tgz.part" -C "$W" --exclude=bin --exclude=bench-work . 2>/dev/null &&
+# gpu_bundle.sh packs the bundle (too big for the device tool's carry as it is): unpack it here
+if [ ! -x "$B/oomb" ] && [ -f build-gpu-pack/gpu-bundle.tar.xz ]; then
+  tar xJf build-gpu-pack/gpu-bundle.tar.xz ||
+    python3 -c 'import tarfile; tarfile.open("build-gpu-pack/gpu-bundle.tar.xz").extractall(".")'
+fi
+[ -x "$B/oomb" ] || { echo "no $B/oomb: run scripts/gpu_bundle.sh here and carry build-gpu-pack" | tee -a "$OUT/summary.txt"; exit 1; }
+pack() {  # the logs and results only: on 2026-11-28 a 0.5B model's weights in here took the run past its limit
+  tar czf "$OUT/results.tgz.part" -C "$W" --exclude=bin --exclude=bench-work --exclude=prof-model --exclude=hf_fixtures \
+    --exclude='*.bin' --exclude='*.safetensors' . 2>/dev/null &&
     mv -f "$OUT/results.tgz.part" "$OUT/results.tgz"
 }
 trap pack EXIT
@@ -93,7 +99,7 @@ step() {  # name, time limit (s), command...: log to $W/name.log, its result lin
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "TIMEOUT after ${t}s" >> "$W/$name.log"
   echo "rc=$rc" >> "$W/$name.log"
   { echo "== $name (rc=$rc, $((SECONDS - t0)) s)"
-    grep -aE "^\[ (parity|cuda|hf|peft|tboard) |PASSED|FAILED|SKIPPED|Failure|rel. error|Error|error:|TIMEOUT|\| |loss |ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$W/$name.log" | tail -60
+    grep -aE "^\[ (parity|cuda|hf|peft|tboard) |^library |PASSED|FAILED|SKIPPED|Failure|rel. error|Error|error:|TIMEOUT|\| |loss |ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$W/$name.log" | tail -60
   } | tee -a "$OUT/summary.txt"
   pack
   return $rc
@@ -123,6 +129,16 @@ core() {
   # this GPU's properties as cuDNN serialises them (test_cudnn_deviceless's fixture), then the lab:
   # oomb's kernels and cuDNN checked against the CPU and timed at 7B's head shape
   step cudnn_deviceprop 30 "$W/bin/oomb_attention_lab" --deviceprop-json "$OUT/deviceprop.json"
+  # cuDNN's fused attention on the first H200 run (2026-11-28): its engine's kernel failed to
+  # compile (NVRTC) and the next engines' plans were wrong or would not execute. The lab's small
+  # check with cuDNN's log, on the libraries the wrappers give (the toolkit's first), then on the
+  # Python wheels' (PyTorch's cuDNN attention ran there), each printing the libraries it mapped
+  step cudnn_check 45 env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$W/cudnn_check.cudnn.log" "$W/bin/oomb_attention_lab" \
+    --heads 4 --kv-heads 2 --dim 64 --check-only 1
+  [ -n "$wheel_libs" ] &&
+    step cudnn_check_wheel_libs 45 env LD_LIBRARY_PATH="$B/lib:$wheel_libs:/usr/local/cuda/lib64" CUDNN_LOGLEVEL_DBG=2 \
+      CUDNN_LOGDEST_DBG="$W/cudnn_check_wheel_libs.cudnn.log" "$B/oomb_attention_lab" --heads 4 --kv-heads 2 --dim 64 \
+      --check-only 1
   step attention_lab_d128 90 env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr "$W/bin/oomb_attention_lab" \
     --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
   # a LoRA adapter oomb saved, loaded by PEFT itself (issue 13)

@@ -81,11 +81,14 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
 // bf16 rounding midpoint, each then one bf16 ulp (2^-8) apart, which later layers amplify. The
 // CPU shows the size of that: chunked against full-sequence training under the same bf16 policy
 // (which reorders only attention's sums) differ by up to 2.9e-4 in the whole gradient and 1.5e-3
-// in a tensor (these models, measured 2026-11-24). The GPU reorders every sum, so the bounds are a
-// few times that: 3e-3 for the whole gradient, 1e-2 per tensor (measured against at least 1e-3 of
-// the largest tensor's gradient). bf16's own error is larger: the CPU's fp32 step differs from its
-// bf16 step by 1.2e-2 to 1.7e-2 in the whole gradient (these plans), and the GPU's bf16 step must
-// stay more than 5e-3 from it (the control: a GPU path that computed in fp32 would fail). The loss:
+// in a tensor (these models, measured 2026-11-24). The GPU reorders every sum: on an H200
+// (2026-11-28) the whole gradient lay up to 3.37e-3 from the CPU's policy (llama, C = 29, pages
+// of 8 streaming through), a tensor up to 5.25e-3. So the bounds: 6e-3 for the whole gradient,
+// 1e-2 per tensor (measured against at least 1e-3 of the largest tensor's gradient). bf16's own
+// error is larger: the CPU's fp32 step differs from its bf16 step by 1.2e-2 to 1.7e-2 in the whole
+// gradient (these plans), and the GPU's bf16 step must stay more than 5e-3 from it, and more than
+// twice as far as from the bf16 policy (the control: a GPU path that computed in fp32 would fail;
+// on the H200 at least 1.20e-2, 3.6 times the farthest). The loss:
 // 1e-4 (chunked against full: 3e-10; bf16 against float64: 1e-5 to 5e-4, test_precision). Two
 // CUDA runs give the same bits. Those bounds hold attention on the fp32 reference kernels
 // (OOMB_CUDA_ATTENTION=reference). On tensor cores (the default under bf16) attention also rounds
@@ -100,13 +103,13 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
 // run). This comparison
 // cannot tell that rounding from fp32 (the control is no nearer); FlashAttention's own rule is the
 // yardstick for this path: Bf16Budget.CudaWithinTwiceTorchsBf16Error (test_precision, on simt and
-// the GPU). Not yet measured on a GPU: printed.
+// the GPU). On the H200 (2026-11-28): 1.09e-2 whole, 2.23e-2 a tensor, 2.0e-4 the loss.
 // tc: the tensor-core run, its gradients to differ from `reference` (the reference run's, in order).
 void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::vector<float>>& reference,
                                const char* mode) {
   auto* gpu = &gpu_backend;
   auto cpu = make_cpu_backend();
-  const double tensor_bound = tc ? 5e-2 : 1e-2, whole_bound = tc ? 2e-2 : 3e-3, loss_bound = tc ? 4e-4 : 1e-4;
+  const double tensor_bound = tc ? 5e-2 : 1e-2, whole_bound = tc ? 2e-2 : 6e-3, loss_bound = tc ? 4e-4 : 1e-4;
   size_t run = 0;
   double worst = 0, worst_whole = 0, worst_loss = 0, least_control = INFINITY;
   for (std::string arch : {"llama", "qwen2", "qwen3"}) {
@@ -157,6 +160,7 @@ void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::v
       EXPECT_LE(whole, whole_bound) << "the whole gradient";
       worst_whole = std::max(worst_whole, whole);
       EXPECT_GT(control, 5e-3) << "the GPU's bf16 step is about as close to the fp32 step as to the bf16 policy";
+      if (!tc) EXPECT_GT(control, 2 * whole) << "the GPU's bf16 step is not nearer the bf16 policy than the fp32 step";
       least_control = std::min(least_control, control);
       const StepResult again = one_step(*gpu, dir, ids, tg, plan);
       EXPECT_EQ(std::memcmp(again.grads.data(), g.grads.data(), g.grads.size() * 4), 0) << "not deterministic";
@@ -196,12 +200,12 @@ TEST(CudaModel, Bf16StepMatchesTheCpusBf16Policy) {
 // LoRA (every target, rank 4, B nonzero) with --precision bf16: the adapters' GEMMs take the same
 // cuBLASLt bf16 path as the base's (bf16 x, A, B, dy; fp32 accumulation and gradients), so the
 // adapter gradients follow the CPU's LoRA bf16 policy within the bounds above (each tensor 1e-2,
-// the whole 3e-3), and stay more than 5e-3 from the CPU's fp32 LoRA step (the control; on the
-// CPU the bf16 adapter gradients are 1.8e-2 to 2.4e-2 from float64 and fp32's 1.6e-6, test_lora's
-// PEFT fixtures). Two runs give the same bits. Attention runs on the fp32 reference kernels here
+// the whole 6e-3; on an H200, 2026-11-28: 8.48e-3 and 4.26e-3), and stay more than 5e-3 from the
+// CPU's fp32 LoRA step and twice as far as from the policy (the control; on the H200 at least
+// 1.08e-2; on the CPU the bf16 adapter gradients are 1.8e-2 to 2.4e-2 from float64 and fp32's
+// 1.6e-6, test_lora's PEFT fixtures). Two runs give the same bits. Attention runs on the fp32 reference kernels here
 // (OOMB_CUDA_ATTENTION=reference), so that these bounds see the adapters' GEMMs alone; the tensor
-// cores' attention is held to the CPU by Bf16StepMatchesTheCpusBf16Policy. Not yet measured on a
-// GPU: printed.
+// cores' attention is held to the CPU by Bf16StepMatchesTheCpusBf16Policy.
 TEST(CudaModel, LoraBf16StepMatchesTheCpusLoraBf16Policy) {
   std::string why;
   auto gpu = cuda_backend_with_attention("reference", &why);
@@ -245,8 +249,9 @@ TEST(CudaModel, LoraBf16StepMatchesTheCpusLoraBf16Policy) {
         worst = std::max(worst, e);
       }
       const double whole = rel_error(g.grads, c.grads), control = rel_error(g.grads, f32.grads);
-      EXPECT_LE(whole, 3e-3) << "the whole adapter gradient";
+      EXPECT_LE(whole, 6e-3) << "the whole adapter gradient";
       EXPECT_GT(control, 5e-3) << "the GPU's LoRA bf16 step is about as close to the fp32 step as to the bf16 policy";
+      EXPECT_GT(control, 2 * whole) << "the GPU's LoRA bf16 step is not nearer the bf16 policy than the fp32 step";
       worst_whole = std::max(worst_whole, whole), least_control = std::min(least_control, control);
       const StepResult again = lora_step(*gpu, DType::BF16);
       EXPECT_EQ(std::memcmp(again.grads.data(), g.grads.data(), g.grads.size() * 4), 0) << "not deterministic";

@@ -82,8 +82,8 @@ struct Sdpa::Plan {
 
   // The graph's external tensors bound to `ptrs` (by uid) evaluated when `stream` gets there: those a
   // node writes are outputs, the others inputs.
-  void run(const std::map<int64_t, const void*>& ptrs, void* workspace, size_t workspace_bytes,
-           cudaStream_t stream) const {
+  // what cuDNN checks when a plan executes: the workspace and every external tensor bound
+  void check(const std::map<int64_t, const void*>& ptrs, void* workspace, size_t workspace_bytes) const {
     OOMB_CHECK(workspace || workspace_bytes == 0, "cuDNN attention (simt): {}: a null workspace where {} B are needed",
                which, workspace_bytes);
     for (const sdpa::Tensor& t : graph->tensors) {
@@ -92,6 +92,11 @@ struct Sdpa::Plan {
       OOMB_CHECK(it != ptrs.end() && it->second, "cuDNN attention (simt): {}: tensor '{}' bound to null", which,
                  t.name);
     }
+  }
+
+  void run(const std::map<int64_t, const void*>& ptrs, void* workspace, size_t workspace_bytes,
+           cudaStream_t stream) const {
+    check(ptrs, workspace, workspace_bytes);
     const size_t scribble = std::min<size_t>(workspace_bytes, 4096);
     ++calls;
     simt_issue(stream, [g = graph, which = which, ptrs, workspace, scribble] {
@@ -163,6 +168,13 @@ size_t Sdpa::workspace_bytes() const {
 }
 
 std::string Sdpa::engines() const { return "simt: the float64 graph interpreter (forward and backward)"; }
+
+// (the checks alone: a trial's work is not issued, nor counted in simt_calls)
+void Sdpa::trial(const void* q, const void* k, const void* v, void* o, float* stats, void* dk, void* dv,
+                 void* workspace) {
+  fwd_->check(sdpa::forward_bindings(q, k, v, o, stats), workspace, workspace_bytes());
+  bwd_->check(sdpa::backward_bindings(q, k, v, o, o, stats, o, dk, dv, stats), workspace, workspace_bytes());
+}
 
 void Sdpa::forward(const void* q, const void* k, const void* v, void* o, float* stats, void* workspace) {
   fwd_->run(sdpa::forward_bindings(q, k, v, o, stats), workspace, workspace_bytes(), stream_);

@@ -95,6 +95,8 @@ cudnn::Sdpa* CudnnAttention::plan(const k::AttnParams& p, int64_t R, bool causal
     if (s->workspace_bytes() > cudnn_attention_workspace(p.T, p.H, p.G, p.D))
       throw std::runtime_error(fmt::format("its workspace of {} bytes is over the {} planned", s->workspace_bytes(),
                                            cudnn_attention_workspace(p.T, p.H, p.G, p.D)));
+    const Buffers b = buffers(p);  // (planned: a run's keys are at most T)
+    s->trial(b.q16, b.k16, b.v16, b.o_run, b.lse_run, b.dk16, b.dv16, b.ws);
     return (plans_[key] = std::move(s)).get();
   } catch (const std::exception& e) {
     refused_[key] = e.what();

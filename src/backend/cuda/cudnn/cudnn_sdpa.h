@@ -46,6 +46,11 @@ class Sdpa {
   size_t workspace_bytes() const;  // the larger plan's; callers pass at least this much
   std::string engines() const;     // which cuDNN engine each plan runs, for logs
 
+  // Both plans once, on scratch (inputs as they are, outputs overwritten, o also the backward's do
+  // and dq, stats also its softmax_sum): cuDNN checks a plan's bindings only when it executes it, so
+  // a plan built but refused there (the first H200 run: "nullptr == dq_ptr") is found before a call's
+  // state is touched. Throws as forward and backward do.
+  void trial(const void* q, const void* k, const void* v, void* o, float* stats, void* dk, void* dv, void* workspace);
   void forward(const void* q, const void* k, const void* v, void* o, float* stats, void* workspace);
   void backward(const void* q, const void* k, const void* v, const void* o, const void* d_o, const float* stats,
                 void* dq, void* dk, void* dv, float* softmax_sum, void* workspace);
