@@ -160,8 +160,10 @@ std::vector<float> concat(const std::vector<std::vector<float>>& pages) {
 // contiguously, (N, G, D) bf16, causal bottom-right: against the CPU reference's O, LSE, dQ, dK, dV.
 // Returns false when cuDNN runs and an error is over bf16's bound; a cuDNN that is missing or
 // refuses the graph is reported, with its message, and is not a failure of the kernels checked here.
+// fe, be >= 0: those engines (cuDNN's global indices), as --cudnn-survey tries them
 bool check_cudnn(const Shape& s, const Layout& L, const std::vector<float>& q, const std::vector<float>& dout,
-                 const std::vector<float>& o, const std::vector<float>& lse, const std::vector<float>& dq) {
+                 const std::vector<float>& o, const std::vector<float>& lse, const std::vector<float>& dq,
+                 int64_t fe = -1, int64_t be = -1) {
   std::string why;
   if (!cuda::cudnn::available(&why)) {
     std::printf("check cudnn: skipped (%s)\n", why.c_str());
@@ -171,7 +173,7 @@ bool check_cudnn(const Shape& s, const Layout& L, const std::vector<float>& q, c
   const sdpa::Shape sh{s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true, sdpa::DType::f32};
   std::unique_ptr<cuda::cudnn::Sdpa> att;
   try {
-    att = std::make_unique<cuda::cudnn::Sdpa>(sh, nullptr);
+    att = std::make_unique<cuda::cudnn::Sdpa>(sh, nullptr, fe, be);
   } catch (const std::exception& e) {
     std::printf("check cudnn %s: NOT BUILT: %s\n", cuda::cudnn::version().c_str(), e.what());
     return true;
@@ -229,6 +231,32 @@ void print_cuda_libraries() {
   }
 }
 
+// --cudnn-survey: every engine cuDNN offers for the check's forward and backward graphs (o, do,
+// dq in fp32, as the backend asks), what building each said, then each pair that built, checked
+// as check_cudnn checks the default choice (which engines compute attention on this GPU)
+bool cudnn_survey = false;
+void survey_cudnn(const Shape& s, const Layout& L, const std::vector<float>& q, const std::vector<float>& dout,
+                  const std::vector<float>& o, const std::vector<float>& lse, const std::vector<float>& dq) {
+  const sdpa::Shape sh{s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true, sdpa::DType::f32};
+  std::vector<int64_t> built[2];
+  const char* names[2] = {"forward", "backward"};
+  for (int w = 0; w < 2; ++w) {
+    try {
+      for (const auto& t : cuda::cudnn::survey(w == 0 ? sdpa::forward(sh) : sdpa::backward(sh), names[w])) {
+        std::printf("survey cudnn %s engine %ld (%s): %s\n", names[w], long(t.index),
+                    t.deterministic ? "deterministic" : "nondeterministic",
+                    t.status.empty() ? ("built, workspace " + std::to_string(t.workspace) + " B").c_str()
+                                     : t.status.c_str());
+        if (t.status.empty()) built[w].push_back(t.index);
+      }
+    } catch (const std::exception& e) {
+      std::printf("survey cudnn %s: %s\n", names[w], e.what());
+    }
+  }
+  for (int64_t f : built[0])
+    for (int64_t b : built[1]) check_cudnn(s, L, q, dout, o, lse, dq, f, b);
+}
+
 // Returns false when an error exceeds its bound: fp32 kernels 1e-4, bf16 (tensor-core) ones 3e-2.
 bool check(Shape s) {
   // C not a multiple of the 64-query tiles; the last page partial (700 = 5 x 128 + 60)
@@ -264,6 +292,7 @@ bool check(Shape s) {
   const double edk = pages_err(L.dkd, L.dk), edv = pages_err(L.dvd, L.dv);
   // cuDNN's failure is reported and fails the lab at its end, after oomb's kernels are timed
   cudnn_ok = check_cudnn(s, L, q, dout, o, lse, dq);
+  if (cudnn_survey) survey_cudnn(s, L, q, dout, o, lse, dq);
   std::printf("check (C=%ld N=%ld H=%ld G=%ld D=%ld): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
               long(s.C), long(s.N), long(s.H), long(s.G), long(s.D), bound(rel(host(od, o.size()), o), 1e-4),
               bound(rel(host(lsed, lse.size()), lse), 1e-4), bound(rel(host(dqd, dq.size()), dq), 1e-4),
@@ -344,6 +373,7 @@ int main(int argc, char** argv) {
     else if (f == "--keys") s.N = v;
     else if (f == "--page") s.P = v;
     else if (f == "--check-only") check_only = v != 0;  // the small check alone (for racecheck)
+    else if (f == "--cudnn-survey") cudnn_survey = v != 0;  // every engine cuDNN offers, checked (survey_cudnn)
     else return std::fprintf(stderr, "unknown flag %s\n", f.c_str()), 2;
   }
   if (!check(s)) {

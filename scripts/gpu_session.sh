@@ -99,7 +99,7 @@ step() {  # name, time limit (s), command...: log to $W/name.log, its result lin
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "TIMEOUT after ${t}s" >> "$W/$name.log"
   echo "rc=$rc" >> "$W/$name.log"
   { echo "== $name (rc=$rc, $((SECONDS - t0)) s)"
-    grep -aE "^\[ (parity|cuda|hf|peft|tboard) |^library |PASSED|FAILED|SKIPPED|Failure|rel. error|Error|error:|TIMEOUT|\| |loss |ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$W/$name.log" | tail -60
+    grep -aE "^\[ (parity|cuda|hf|peft|tboard) |^library |^survey |^check |PASSED|FAILED|SKIPPED|Failure|rel. error|Error|error:|TIMEOUT|\| |loss |ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$W/$name.log" | tail -60
   } | tee -a "$OUT/summary.txt"
   pack
   return $rc
@@ -133,8 +133,9 @@ core() {
   # compile (NVRTC) and the next engines' plans were wrong or would not execute. The lab's small
   # check with cuDNN's log, on the libraries the wrappers give (the toolkit's first), then on the
   # Python wheels' (PyTorch's cuDNN attention ran there), each printing the libraries it mapped
-  step cudnn_check 45 env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$W/cudnn_check.cudnn.log" "$W/bin/oomb_attention_lab" \
-    --heads 4 --kv-heads 2 --dim 64 --check-only 1
+  # (--cudnn-survey: every engine cuDNN offers for the check's graphs, built and checked in pairs)
+  step cudnn_check 60 env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$W/cudnn_check.cudnn.log" "$W/bin/oomb_attention_lab" \
+    --heads 4 --kv-heads 2 --dim 64 --check-only 1 --cudnn-survey 1
   [ -n "$wheel_libs" ] &&
     step cudnn_check_wheel_libs 45 env LD_LIBRARY_PATH="$B/lib:$wheel_libs:/usr/local/cuda/lib64" CUDNN_LOGLEVEL_DBG=2 \
       CUDNN_LOGDEST_DBG="$W/cudnn_check_wheel_libs.cudnn.log" "$B/oomb_attention_lab" --heads 4 --kv-heads 2 --dim 64 \

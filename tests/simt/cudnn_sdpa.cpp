@@ -144,7 +144,9 @@ std::string build_deviceless(const sdpa::Graph&, const std::string&, const char*
 std::string build_deviceless(const sdpa::Shape&, const std::string&, size_t*) { ::oomb::fail("{}", kNoCudnn); }
 std::string deviceprop_json() { ::oomb::fail("{}", kNoCudnn); }
 
-Sdpa::Sdpa(const sdpa::Shape& shape, cudaStream_t stream) : shape_(shape), stream_(stream) {
+std::vector<EngineTry> survey(const sdpa::Graph&, const char*) { ::oomb::fail("{}", kNoCudnn); }
+
+Sdpa::Sdpa(const sdpa::Shape& shape, cudaStream_t stream, int64_t, int64_t) : shape_(shape), stream_(stream) {
   fwd_ = std::make_unique<Plan>(Plan{std::make_shared<const sdpa::Graph>(sdpa::forward(shape)), "forward"});
   bwd_ = std::make_unique<Plan>(Plan{std::make_shared<const sdpa::Graph>(sdpa::backward(shape)), "backward"});
 }

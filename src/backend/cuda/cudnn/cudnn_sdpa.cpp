@@ -127,7 +127,11 @@ struct Sdpa::Plan {
   int64_t compiled_engine = -1;      // deviceless: the first engine whose kernel compiled but could not load
   std::string refused;               // each engine config tried and what cuDNN said
 
-  Plan(const sdpa::Graph& g, const char* which, Target target) {
+  // engine >= 0: that engine's config alone (by its global index), deterministic or not (the
+  // lab's survey); -1: the first deterministic one (on a GPU; deviceless, the first that compiles).
+  // survey (if given): every config offered, in the heuristics' order, and what building it said.
+  Plan(const sdpa::Graph& g, const char* which, Target target, int64_t engine_wanted = -1,
+       std::vector<EngineTry>* survey = nullptr) {
     std::map<int64_t, Desc*> tensors;
     for (const sdpa::Tensor& t : g.tensors) {
       auto d = std::make_unique<Desc>(CUDNN_BACKEND_TENSOR_DESCRIPTOR, std::string(which) + " tensor " + t.name);
@@ -250,7 +254,8 @@ struct Sdpa::Plan {
                                CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nnotes, notes);
       bool deterministic = true;
       for (int64_t j = 0; j < nnotes; ++j) deterministic &= notes[j] != CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
-      if (!deterministic) {
+      if (engine_wanted >= 0 && index != engine_wanted) continue;
+      if (!deterministic && engine_wanted < 0 && !survey) {
         refused += " engine " + std::to_string(index) + ": nondeterministic;";
         continue;
       }
@@ -259,6 +264,16 @@ struct Sdpa::Plan {
       if (target.deviceprop) p->desc(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, *target.deviceprop);
       p->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw[i]);
       const cudnnStatus_t st = p->try_finalize();
+      if (survey) {
+        EngineTry t{index, deterministic, "", 0};
+        if (st != CUDNN_STATUS_SUCCESS)
+          t.status = std::string(cudnnGetErrorString(st)) + " (" + last_error() + ")";
+        else
+          cudnnBackendGetAttribute(p->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                                   &t.workspace);
+        survey->push_back(t);
+        continue;
+      }
       if (st != CUDNN_STATUS_SUCCESS) {
         const std::string why = last_error();
         refused += " engine " + std::to_string(index) + ": " + cudnnGetErrorString(st) + " (" + why + ");";
@@ -288,8 +303,11 @@ struct Sdpa::Plan {
                "cuDNN attention: {}: cuDNN {} has no engine for this graph (CUDNN_LOGLEVEL_DBG=2 "
                "CUDNN_LOGDEST_DBG=stderr prints its reasons)\n{}",
                which, version(), sdpa::describe(g));
+    if (survey) return;
     OOMB_CHECK(plan != nullptr || compiled_engine >= 0, "cuDNN attention: {}: {} builds no plan:{}", which,
-               h ? "the first deterministic engine config" : "none of " + std::to_string(got) + " engine configs",
+               engine_wanted >= 0 ? "engine " + std::to_string(engine_wanted)
+               : h                ? std::string("the first deterministic engine config")
+                                  : "none of " + std::to_string(got) + " engine configs",
                refused);
     keep.push_back(std::move(graph));
     for (auto& c : cfgs) keep.push_back(std::move(c));
@@ -336,12 +354,21 @@ std::string version() {
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
 }
 
-Sdpa::Sdpa(const sdpa::Shape& shape, cudaStream_t stream) : shape_(shape), stream_(stream) {
+Sdpa::Sdpa(const sdpa::Shape& shape, cudaStream_t stream, int64_t fwd_engine, int64_t bwd_engine)
+    : shape_(shape), stream_(stream) {
   std::string why;
   OOMB_CHECK(available(&why), "cuDNN attention: {}", why);
   const Target device{handle(), nullptr};
-  fwd_ = std::make_unique<Plan>(sdpa::forward(shape), "forward", device);
-  bwd_ = std::make_unique<Plan>(sdpa::backward(shape), "backward", device);
+  fwd_ = std::make_unique<Plan>(sdpa::forward(shape), "forward", device, fwd_engine);
+  bwd_ = std::make_unique<Plan>(sdpa::backward(shape), "backward", device, bwd_engine);
+}
+
+std::vector<EngineTry> survey(const sdpa::Graph& graph, const char* which) {
+  std::string why;
+  OOMB_CHECK(available(&why), "cuDNN attention: {}", why);
+  std::vector<EngineTry> tries;
+  const Sdpa::Plan p(graph, which, Target{handle(), nullptr}, -1, &tries);
+  return tries;
 }
 
 std::string build_deviceless(const sdpa::Graph& graph, const std::string& deviceprop_json, const char* which,
@@ -421,7 +448,10 @@ std::string build_deviceless(const sdpa::Shape&, const std::string&, size_t*) {
   ::oomb::fail("cuDNN attention: this build had no cuDNN headers (cudnn_graph.h)");
 }
 std::string deviceprop_json() { ::oomb::fail("cuDNN attention: this build had no cuDNN headers (cudnn_graph.h)"); }
-Sdpa::Sdpa(const sdpa::Shape& shape, cudaStream_t stream) : shape_(shape), stream_(stream) {
+Sdpa::Sdpa(const sdpa::Shape& shape, cudaStream_t stream, int64_t, int64_t) : shape_(shape), stream_(stream) {
+  ::oomb::fail("cuDNN attention: this build had no cuDNN headers (cudnn_graph.h)");
+}
+std::vector<EngineTry> survey(const sdpa::Graph&, const char*) {
   ::oomb::fail("cuDNN attention: this build had no cuDNN headers (cudnn_graph.h)");
 }
 Sdpa::~Sdpa() = default;

@@ -8,8 +8,10 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/sdpa_graph.h"
 
@@ -34,10 +36,22 @@ std::string build_deviceless(const sdpa::Graph& graph, const std::string& device
 // This machine's GPU 0, serialised by cuDNN (needs the GPU): what build_deviceless takes.
 std::string deviceprop_json();
 
+// Every engine config cuDNN's heuristics offer for `graph` on this GPU, in their order: its global
+// index, whether its notes leave out nondeterministic, what finalizing its plan said ("": built)
+// and the built plan's workspace. For the attention lab's --cudnn-survey; needs the GPU.
+struct EngineTry {
+  int64_t index;
+  bool deterministic;
+  std::string status;
+  int64_t workspace;
+};
+std::vector<EngineTry> survey(const sdpa::Graph& graph, const char* which);
+
 class Sdpa {
  public:
   // Builds both plans; throws naming the graph step and cuDNN's own message when cuDNN refuses.
-  Sdpa(const sdpa::Shape& shape, cudaStream_t stream);
+  // fwd_engine, bwd_engine >= 0: that engine (a global index, as survey lists) and no other.
+  Sdpa(const sdpa::Shape& shape, cudaStream_t stream, int64_t fwd_engine = -1, int64_t bwd_engine = -1);
   ~Sdpa();
   Sdpa(const Sdpa&) = delete;
   Sdpa& operator=(const Sdpa&) = delete;
