@@ -323,6 +323,11 @@ def main():
                             lines.append(json.loads(l))
                         except ValueError:
                             pass
+                # which attention ran: OOMB_CUDA_ATTENTION, and the shapes cuDNN refused (each said
+                # once on stderr; those calls ran on oomb's tensor-core kernels)
+                refused = [l for l in err.splitlines() if l.startswith("oomb: cuDNN attention for")]
+                att = dict(attention=os.environ.get("OOMB_CUDA_ATTENTION", "auto"), cudnn_refused=len(refused),
+                           cudnn_refused_first=refused[0][:300] if refused else None)
                 why = None
                 if rc != 0:
                     why = "timeout" if rc is None else ("out of memory" if "out of memory" in err.lower()
@@ -332,11 +337,13 @@ def main():
                     dev = j.get("memory", {}).get("device", {}).get("total", {}).get("peak", 0)
                     note = (f"step {len(lines)} of {steps}, then {why}" if why else
                             "one step, its warm-up included" if steps == 1 else "")
+                    if refused:
+                        note = (note + "; " if note else "") + f"cuDNN refused {len(refused)} shapes (oomb's kernels ran them)"
                     row(mk, oomb_line, n, c, j["tokens_per_s"], flops, dev, note, step_s=j["tokens"] / j["tokens_per_s"],
-                        wall_s=wall, oomb_mfu=j.get("mfu"), loss=j.get("loss"))
+                        wall_s=wall, oomb_mfu=j.get("mfu"), loss=j.get("loss"), **att)
                     oomb_last[key] = (n, j["tokens"] / j["tokens_per_s"])
                 else:
-                    row(mk, oomb_line, n, c, note=why or "no metrics written", wall_s=wall)
+                    row(mk, oomb_line, n, c, note=why or "no metrics written", wall_s=wall, **att)
                 if why in ("timeout", "out of memory"):
                     oomb_stopped[key] = why
 

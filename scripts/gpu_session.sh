@@ -25,7 +25,9 @@
 # committed). One device command may run 10 minutes, and a session has 15 minutes of device time
 # in all (the machine's start included): everything here ends within GPU_SESSION_BUDGET seconds
 # (default 540) of the start, each step under its own time limit too, so give the device tool
-# timeout_s 600 and plan ONE call:  `all --models 0.5b,1.5b --lengths 8192,32768`.
+# timeout_s 600 and plan ONE call:  `all --models 0.5b,1.5b --lengths 8192,32768`, with
+# GPU_SESSION_SKIP=golden_hf once the fixtures are committed, and `--chunks 4096 --offloads
+# "none;params"` for `--offload params`' cost beside the resident step.
 #
 # What comes back in $OUT (at most 8 files; each is rewritten as the run goes, so a run killed
 # from outside still returns what it had): summary.txt (each step's result lines), bench.md and
