@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <random>
 #include <set>
@@ -169,8 +170,8 @@ bool check_cudnn(const Shape& s, const Layout& L, const std::vector<float>& q, c
     std::printf("check cudnn: skipped (%s)\n", why.c_str());
     return true;
   }
-  // o, do, dq in fp32, as the backend asks for them
-  const sdpa::Shape sh{s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true, sdpa::DType::f32};
+  // o, do, dq in bf16, as the backend asks for them
+  const sdpa::Shape sh{s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true, sdpa::DType::bf16};
   std::unique_ptr<cuda::cudnn::Sdpa> att;
   try {
     att = std::make_unique<cuda::cudnn::Sdpa>(sh, nullptr, fe, be);
@@ -179,17 +180,26 @@ bool check_cudnn(const Shape& s, const Layout& L, const std::vector<float>& q, c
     return true;
   }
   const auto k = concat(L.k), v = concat(L.v);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
   uint16_t *qd = dev_bf16(q), *kd = dev_bf16(k), *vd = dev_bf16(v), *dkd = dev_bf16(k), *dvd = dev_bf16(v);
-  float *dod = dev(dout), *od = dev_nan(o.size()), *dqd = dev_nan(dq.size()), *stats = dev_nan(lse.size()),
-        *ssum = dev_nan(lse.size());
+  uint16_t *dod = dev_bf16(dout), *od = dev_bf16(std::vector<float>(o.size(), nan)),
+           *dqd = dev_bf16(std::vector<float>(dq.size(), nan));
+  float *stats = dev_nan(lse.size()), *ssum = dev_nan(lse.size());
   void* ws = nullptr;
   CK(cudaMalloc(&ws, std::max<size_t>(att->workspace_bytes(), 1)));
+  auto free_all = [&] {
+    for (void* p : {(void*)qd, (void*)kd, (void*)vd, (void*)dod, (void*)od, (void*)dqd, (void*)dkd, (void*)dvd,
+                    (void*)stats, (void*)ssum, ws})
+      CK(cudaFree(p));
+  };
   try {  // (the first H200 run: a plan cuDNN built would not execute)
     att->forward(qd, kd, vd, od, stats, ws);
     att->backward(qd, kd, vd, od, dod, stats, dqd, dkd, dvd, ssum, ws);
   } catch (const std::exception& e) {
     std::printf("check cudnn %s (%s): FAILED to execute: %s\n", cuda::cudnn::version().c_str(), att->engines().c_str(),
                 e.what());
+    CK(cudaDeviceSynchronize());
+    free_all();
     return false;
   }
   CK(cudaDeviceSynchronize());
@@ -199,19 +209,17 @@ bool check_cudnn(const Shape& s, const Layout& L, const std::vector<float>& q, c
     return e;
   };
   std::printf("check cudnn %s (%s): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
-              cuda::cudnn::version().c_str(), att->engines().c_str(), bound(rel(host(od, o.size()), o)),
+              cuda::cudnn::version().c_str(), att->engines().c_str(), bound(rel(host_bf16(od, o.size()), o)),
               bound(rel(host(stats, lse.size()), lse)),
-              bound(rel(host(dqd, dq.size()), dq)), bound(rel(host_bf16(dkd, k.size()), concat(L.dk))),
+              bound(rel(host_bf16(dqd, dq.size()), dq)), bound(rel(host_bf16(dkd, k.size()), concat(L.dk))),
               bound(rel(host_bf16(dvd, v.size()), concat(L.dv))));
   // determinism: a second backward gives the same bits
-  const auto dq1 = host(dqd, dq.size()), dk1 = host_bf16(dkd, k.size());
+  const auto dq1 = host_bf16(dqd, dq.size()), dk1 = host_bf16(dkd, k.size());
   att->backward(qd, kd, vd, od, dod, stats, dqd, dkd, dvd, ssum, ws);
   CK(cudaDeviceSynchronize());
-  const bool same = host(dqd, dq.size()) == dq1 && host_bf16(dkd, k.size()) == dk1;
+  const bool same = host_bf16(dqd, dq.size()) == dq1 && host_bf16(dkd, k.size()) == dk1;
   std::printf("check cudnn: a second backward gives %s bits\n", same ? "the same" : "DIFFERENT");
-  for (void* p : {(void*)qd, (void*)kd, (void*)vd, (void*)dod, (void*)od, (void*)dqd, (void*)dkd, (void*)dvd,
-                  (void*)stats, (void*)ssum, ws})
-    CK(cudaFree(p));
+  free_all();
   return ok && same;
 }
 
@@ -232,25 +240,28 @@ void print_cuda_libraries() {
 }
 
 // --cudnn-survey: every engine cuDNN offers for the check's forward and backward graphs (o, do,
-// dq in fp32, as the backend asks), what building each said, then each pair that built, checked
-// as check_cudnn checks the default choice (which engines compute attention on this GPU)
+// dq in bf16, as the backend asks, and in fp32, as it asked before the first H200 run), what
+// building each said, then each bf16 pair that built, checked as check_cudnn checks the default
+// choice (which engines compute attention on this GPU)
 bool cudnn_survey = false;
 void survey_cudnn(const Shape& s, const Layout& L, const std::vector<float>& q, const std::vector<float>& dout,
                   const std::vector<float>& o, const std::vector<float>& lse, const std::vector<float>& dq) {
-  const sdpa::Shape sh{s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true, sdpa::DType::f32};
-  std::vector<int64_t> built[2];
+  std::vector<int64_t> built[2];  // (bf16)
   const char* names[2] = {"forward", "backward"};
-  for (int w = 0; w < 2; ++w) {
-    try {
-      for (const auto& t : cuda::cudnn::survey(w == 0 ? sdpa::forward(sh) : sdpa::backward(sh), names[w])) {
-        std::printf("survey cudnn %s engine %ld (%s): %s\n", names[w], long(t.index),
-                    t.deterministic ? "deterministic" : "nondeterministic",
-                    t.status.empty() ? ("built, workspace " + std::to_string(t.workspace) + " B").c_str()
-                                     : t.status.c_str());
-        if (t.status.empty()) built[w].push_back(t.index);
+  for (auto out : {sdpa::DType::bf16, sdpa::DType::f32}) {
+    const sdpa::Shape sh{s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true, out};
+    for (int w = 0; w < 2; ++w) {
+      try {
+        for (const auto& t : cuda::cudnn::survey(w == 0 ? sdpa::forward(sh) : sdpa::backward(sh), names[w])) {
+          std::printf("survey cudnn %s, o/do/dq %s, engine %ld (%s): %s\n", names[w], sdpa::name(out), long(t.index),
+                      t.deterministic ? "deterministic" : "nondeterministic",
+                      t.status.empty() ? ("built, workspace " + std::to_string(t.workspace) + " B").c_str()
+                                       : t.status.c_str());
+          if (t.status.empty() && out == sdpa::DType::bf16) built[w].push_back(t.index);
+        }
+      } catch (const std::exception& e) {
+        std::printf("survey cudnn %s, o/do/dq %s: %s\n", names[w], sdpa::name(out), e.what());
       }
-    } catch (const std::exception& e) {
-      std::printf("survey cudnn %s: %s\n", names[w], e.what());
     }
   }
   for (int64_t f : built[0])
@@ -292,6 +303,7 @@ bool check(Shape s) {
   const double edk = pages_err(L.dkd, L.dk), edv = pages_err(L.dvd, L.dv);
   // cuDNN's failure is reported and fails the lab at its end, after oomb's kernels are timed
   cudnn_ok = check_cudnn(s, L, q, dout, o, lse, dq);
+  print_cuda_libraries();  // (before the survey, which may run past its step's time)
   if (cudnn_survey) survey_cudnn(s, L, q, dout, o, lse, dq);
   std::printf("check (C=%ld N=%ld H=%ld G=%ld D=%ld): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
               long(s.C), long(s.N), long(s.H), long(s.G), long(s.D), bound(rel(host(od, o.size()), o), 1e-4),
@@ -380,10 +392,7 @@ int main(int argc, char** argv) {
     std::printf("check FAILED: an error is over its bound (fp32 1e-4, bf16 3e-2); no timing\n");
     return 1;
   }
-  if (check_only) {
-    print_cuda_libraries();
-    return cudnn_ok ? 0 : 1;
-  }
+  if (check_only) return cudnn_ok ? 0 : 1;
   Layout L(s);
   cuda::k::AttnBlock* table = nullptr;
   const cuda::k::AttnParams p = L.params(&table);
@@ -421,11 +430,11 @@ int main(int argc, char** argv) {
     std::printf("| cuDNN SDPA: not run (%s) | | |\n", why_not.c_str());
   } else {
     try {
-      cuda::cudnn::Sdpa att({s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true, sdpa::DType::f32},
+      cuda::cudnn::Sdpa att({s.H, s.G, s.C, s.N, s.D, float(1.0 / std::sqrt(double(s.D))), true, sdpa::DType::bf16},
                             nullptr);
       const auto kv = randn(size_t(s.N * s.G * s.D), 9);
       uint16_t *qb = dev_bf16(q), *kb = dev_bf16(kv), *vb = dev_bf16(kv), *dkb = dev_bf16(kv), *dvb = dev_bf16(kv);
-      float *ob = dev(q), *dob = dev(q), *dqb = dev(q);
+      uint16_t *ob = dev_bf16(q), *dob = dev_bf16(q), *dqb = dev_bf16(q);
       void* ws = nullptr;
       CK(cudaMalloc(&ws, std::max<size_t>(att.workspace_bytes(), 1)));
       const std::string f = "attention forward, cuDNN " + cuda::cudnn::version() + " SDPA";
@@ -442,7 +451,6 @@ int main(int argc, char** argv) {
       std::printf("| cuDNN SDPA: not built or not run (%s) | | |\n", e.what());
     }
   }
-  print_cuda_libraries();
   // the fp32 GEMM rate of this GPU, measured now: 8192^3
   const int64_t M = 8192;
   float *A = dev(randn(size_t(M * M), 1)), *B = dev(randn(size_t(M * M), 2)), *Cm = nullptr, *ws = nullptr;

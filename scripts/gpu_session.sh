@@ -46,8 +46,10 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # nothing outside can be reached there
 W=$(mktemp -d /tmp/oomb-gpu.XXXXXX)  # logs and scratch; packed into $OUT after every step
 B=$PWD/gpu-bundle
-# gpu_bundle.sh packs the bundle (too big for the device tool's carry as it is): unpack it here
-if [ ! -x "$B/oomb" ] && [ -f build-gpu-pack/gpu-bundle.tar.xz ]; then
+# gpu_bundle.sh packs the bundle (too big for the device tool's carry as it is): unpack it here,
+# afresh (a warm machine keeps the ignored gpu-bundle/ of an earlier call)
+if [ -f build-gpu-pack/gpu-bundle.tar.xz ]; then
+  rm -rf gpu-bundle
   tar xJf build-gpu-pack/gpu-bundle.tar.xz ||
     python3 -c 'import tarfile; tarfile.open("build-gpu-pack/gpu-bundle.tar.xz").extractall(".")'
 fi
@@ -136,7 +138,7 @@ core() {
   # check with cuDNN's log, on the libraries the wrappers give (the toolkit's first), then on the
   # Python wheels' (PyTorch's cuDNN attention ran there), each printing the libraries it mapped
   # (--cudnn-survey: every engine cuDNN offers for the check's graphs, built and checked in pairs)
-  step cudnn_check 60 env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$W/cudnn_check.cudnn.log" "$W/bin/oomb_attention_lab" \
+  step cudnn_check 90 env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$W/cudnn_check.cudnn.log" "$W/bin/oomb_attention_lab" \
     --heads 4 --kv-heads 2 --dim 64 --check-only 1 --cudnn-survey 1
   [ -n "$wheel_libs" ] &&
     step cudnn_check_wheel_libs 45 env LD_LIBRARY_PATH="$B/lib:$wheel_libs:/usr/local/cuda/lib64" CUDNN_LOGLEVEL_DBG=2 \

@@ -656,6 +656,18 @@ TEST(CudaOps, DenseAttentionThroughCudnnWithinBf16) {
   std::cout << fmt::format("[ cudnn    ] folds: {} cuDNN calls, {} with the middle calls on oomb's kernels\n",
                            all_calls, some_calls);
 #endif
+  {  // the chunk's queries in blocks (cudnn_query_block), each with its own runs: at T = 33, blocks
+     // of 16, 16 and 1, the own keys' causal run growing with each; whole calls and folds
+    const ScopedEnv blocks("OOMB_CUDNN_QUERY_BLOCK", "16");
+    for (const AttnCase& c : dense) attention_case(c, true, backends().cudnn.get(), false);
+#ifdef OOMB_SIMT
+    const size_t at = cuda::cudnn::simt_calls();
+#endif
+    for (const AttnCase& c : {fold, fold16, fold_long}) attention_case(c, true, backends().cudnn.get(), false);
+#ifdef OOMB_SIMT
+    EXPECT_GT(cuda::cudnn::simt_calls() - at, all_calls) << "the same folds in blocks made no more calls";
+#endif
+  }
   // q's bf16 copy is made once per fold: a new fold over the same q tensor, its values changed, sees them
   {
     Pair q(DType::F32, {40, 4, 16}), k(DType::F32, {40, 2, 16}), v(DType::F32, {40, 2, 16});

@@ -72,28 +72,56 @@ TEST_P(Deviceless, CudnnAcceptsForwardAndBackward) {
 }
 
 // Qwen2.5-0.5B (14 heads over 2, d 64) and 7B (28 over 4, d 128) at a chunk over earlier keys, with o,
-// do, dq in fp32 as the backend asks (and in bf16); MHA; a chunk alone (square, causal); lengths off
-// the tile sizes; non-causal
-constexpr auto f32 = oomb::sdpa::DType::f32, bf16 = oomb::sdpa::DType::bf16;
+// do, dq in bf16 as the backend asks; MHA; a chunk alone (square, causal); lengths off the tile
+// sizes; non-causal. (With o, do, dq in fp32 the first deterministic backward engine fails to
+// compile: DevicelessSurvey prints it.)
+constexpr auto bf16 = oomb::sdpa::DType::bf16;
 INSTANTIATE_TEST_SUITE_P(
     Shapes, Deviceless,
-    ::testing::Values(Case{"qwen2.5-0.5b heads, C 512 over 2048 keys", {14, 2, 512, 2048, 64, 0.125f, true, f32}},
-                      Case{"qwen2.5-7b heads, C 256 over 1024 keys", {28, 4, 256, 1024, 128, 0.088388f, true, f32}},
-                      Case{"o, do, dq in bf16", {28, 4, 256, 1024, 128, 0.088388f, true, bf16}},
+    ::testing::Values(Case{"qwen2.5-0.5b heads, C 512 over 2048 keys", {14, 2, 512, 2048, 64, 0.125f, true, bf16}},
+                      Case{"qwen2.5-7b heads, C 256 over 1024 keys", {28, 4, 256, 1024, 128, 0.088388f, true, bf16}},
                       // the backend's runs: a chunk's own keys (causal, square) and an earlier run
-                      // shorter than the chunk (all visible), GQA, fp32 out
-                      Case{"the backend's own-chunk run", {28, 4, 512, 512, 128, 0.088388f, true, f32}},
-                      Case{"the backend's partial earlier run", {28, 4, 512, 100, 128, 0.088388f, false, f32}},
+                      // shorter than the chunk (all visible), GQA
+                      Case{"the backend's own-chunk run", {28, 4, 512, 512, 128, 0.088388f, true, bf16}},
+                      Case{"the backend's partial earlier run", {28, 4, 512, 100, 128, 0.088388f, false, bf16}},
                       Case{"MHA, a chunk alone", {4, 4, 128, 128, 64, 0.125f, true}},
                       Case{"lengths off the tiles", {4, 2, 190, 700, 64, 0.125f, true}},
                       Case{"MQA, non-causal", {4, 1, 64, 96, 128, 0.088388f, false}}),
     [](const ::testing::TestParamInfo<Case>& i) { return "case" + std::to_string(i.index); });
 
+// Every engine config cuDNN offers for the forward and backward graphs at 7B's heads, with o, do,
+// dq in bf16 (the backend's) and in fp32 (what it asked before the first H200 run), and how far
+// each got (printed: what a GPU session's --cudnn-survey will see). The first deterministic engine
+// of each bf16 graph, the one the backend takes, must compile: with fp32 the backward's does not
+// (engine 6, NVRTC, as on the H200).
+TEST(DevicelessSurvey, TheBackendsEnginesCompile) {
+  SKIP_WITHOUT_CUDNN();
+  for (auto out : {oomb::sdpa::DType::bf16, oomb::sdpa::DType::f32})
+    for (const char* which : {"forward", "backward"}) {
+      const Shape sh{28, 4, 1024, 1024, 128, 0.088388f, true, out};
+      const auto g = std::string(which) == "forward" ? oomb::sdpa::forward(sh) : oomb::sdpa::backward(sh);
+      bool first = true;
+      for (const auto& t : oomb::cuda::cudnn::survey(g, which, fixture())) {
+        std::printf("[ cudnn ] %s, o/do/dq %s: engine %ld (%s): workspace %ld B; %s\n", which, oomb::sdpa::name(out),
+                    long(t.index), t.deterministic ? "deterministic" : "nondeterministic", long(t.workspace),
+                    t.status.c_str());
+        if (out == oomb::sdpa::DType::bf16 && t.deterministic && first) {
+          first = false;
+          const bool compiled = t.status.empty() || t.status.find("EXECUTION_FAILED_CUDA_DRIVER") != std::string::npos;
+          EXPECT_TRUE(compiled) << which << ": engine " << t.index << ": " << t.status;
+        }
+      }
+      if (out == oomb::sdpa::DType::bf16) EXPECT_FALSE(first) << which << ": no deterministic engine offered";
+    }
+}
+
 // The workspace the CUDA backend plans for cuDNN (cudnn_attention_workspace, backend.h) against
-// what cuDNN's chosen engines ask for, for the runs the backend makes (a chunk's own keys, causal
-// and square; earlier keys in runs of at most T, all visible, fp32 o, do, dq) at the heads of the
-// models oomb runs: never less (the route would refuse the run), and for full runs within 5% and
-// 8 KiB (the plan is what is used, not a guess on the safe side).
+// what cuDNN's chosen engines ask for, for the calls the backend makes (a block of the chunk's
+// queries, cudnn_query_block, over the chunk's own keys up to the block's end, causal, or over
+// earlier keys in runs of at most T, all visible; bf16 o, do, dq) at the heads of the models oomb
+// runs: never less (the route would refuse the run), and for a full block over T keys within 5%
+// and 8 KiB (the plan is what is used, not a guess on the safe side). The blocks keep cuDNN's dS
+// within kCudnnDsBytes: 7B's chunk of 4096 goes in blocks of 1024 (its dS 235 MB, not 940 MB).
 TEST(DevicelessWorkspace, PlannedCoversWhatCudnnAsksForTheBackendsRuns) {
   SKIP_WITHOUT_CUDNN();
   struct Run {
@@ -109,11 +137,14 @@ TEST(DevicelessWorkspace, PlannedCoversWhatCudnnAsksForTheBackendsRuns) {
   };
   for (const Run& r : runs) {
     size_t asked = 0;
+    const int64_t tq = oomb::cudnn_query_block(r.T, r.H);
+    EXPECT_LE(double(((tq + 63) / 64 * 64) * ((r.T + 63) / 64 * 64) * r.H * 2), double(oomb::kCudnnDsBytes) * 1.07)
+        << r.model << ": blocks of " << tq << " queries";
     const std::string said = oomb::cuda::cudnn::build_deviceless(
-        Shape{r.H, r.G, r.T, r.R, r.D, 0.088388f, r.causal, oomb::sdpa::DType::f32}, fixture(), &asked);
+        Shape{r.H, r.G, tq, r.R, r.D, 0.088388f, r.causal, oomb::sdpa::DType::bf16}, fixture(), &asked);
     const size_t planned = oomb::cudnn_attention_workspace(r.T, r.H, r.G, r.D);
-    std::printf("[ cudnn ] %s, %ld queries over %ld keys: cuDNN asks %zu B, planned %zu B (%s)\n", r.model, long(r.T),
-                long(r.R), asked, planned, said.c_str());
+    std::printf("[ cudnn ] %s, chunk of %ld, blocks of %ld queries over %ld keys: cuDNN asks %zu B, planned %zu B (%s)\n",
+                r.model, long(r.T), long(tq), long(r.R), asked, planned, said.c_str());
     EXPECT_GT(asked, 0u) << r.model;
     EXPECT_GE(planned, asked) << r.model << " T " << r.T << " R " << r.R;
     if (r.R == r.T) {

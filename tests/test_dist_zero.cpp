@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <fmt/format.h>
 #include <regex>
 #include <vector>
 
 #include "dist/mpirun_util.h"
+#include "metrics_plan.h"
 #include "hf/checkpoint.h"
 #include "hf/config.h"
 #include "model/init.h"
@@ -192,5 +194,32 @@ TEST(Dist, DeviceStagingInPieces) {
     if (z == 1) {
       EXPECT_EQ(figure(r.out, "zero1_vs_zero0_weights_differing"), 0);
     }
+  }
+}
+
+// `oomb plan` with the ranks' flags gives one rank's bytes: equal, per (tier, tag), to the peaks
+// rank 0 of `mpirun oomb train` reports in its --metrics (the command line end to end, where
+// dist_check asks the planner itself), for sequence and data parallelism, each ZeRO stage, and four
+// ranks on the simulated device with K/V and parameters offloaded.
+TEST(Dist, PlanEqualsTheRanksMeasuredPeaks) {
+  NEED_MPI();
+  const auto dir = temp_dir("dist_plan");
+  const std::string oomb = (binary_dir() / "oomb").string();
+  ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
+  const std::string shape = fmt::format("--model {}/m --seq-len 256 --chunk-size 64", dir.string());
+  const std::pair<int, const char*> layouts[] = {
+      {2, "--sp 2"}, {2, "--dp 2 --zero 1"}, {2, "--dp 2 --zero 2"}, {2, "--dp 2 --zero 3 --device sim"},
+      {4, "--sp 2 --dp 2 --zero 3 --device sim --offload kv,params"}};
+  for (const auto& [np, flags] : layouts) {
+    SCOPED_TRACE(fmt::format("-np {} {}", np, flags));
+    const auto metrics = dir / "m.jsonl";
+    std::filesystem::remove(metrics);
+    const CmdResult train = mpirun(np, fmt::format("{} train {} --data {}/tokens.bin --steps 2 --metrics {} {}", oomb,
+                                                   shape, dir.string(), metrics.string(), flags));
+    ASSERT_EQ(train.code, 0) << train.out;
+    const CmdResult plan = run_cmd_in(dir, fmt::format("{} plan {} {} --json", oomb, shape, flags));
+    ASSERT_EQ(plan.code, 0) << plan.out;
+    const auto j = nlohmann::json::parse(plan.out.substr(plan.out.rfind("\n{") + 1));
+    expect_peaks_equal_plan(last_metrics_line(metrics)["memory"], j);
   }
 }

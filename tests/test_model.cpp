@@ -216,7 +216,7 @@ TEST(Model, NonFiniteLossOrGradientIsNamedOrSkipped) {
     TrainOptions o{32, 2, 1, 1, {}, ""};
     std::ostringstream log;
     EXPECT_THAT(error_of([&] { train(*m.model, data, o, log); }),
-                HasSubstr("step 0: the loss is nan (the run diverged, or the data or weights hold it"));
+                HasSubstr("step 1: the loss is nan: tensor 'model.norm.weight' holds a non-finite weight"));
     o.optim.skip_nonfinite = true;
     const std::vector<float> before(m.model->params().flat().f(), m.model->params().flat().f() + param_count(m.cfg));
     const StepStats st = train(*m.model, data, o, log);
@@ -224,12 +224,22 @@ TEST(Model, NonFiniteLossOrGradientIsNamedOrSkipped) {
     EXPECT_THAT(log.str(), HasSubstr("step 2: skipped"));
     EXPECT_EQ(std::memcmp(before.data(), m.model->params().flat().f(), before.size() * 4), 0);
   }
+  {  // finite weights that overflow the activations: no tensor holds it, and the message says so
+    Loaded m(dir, 32);
+    Tensor norm = m.model->params().get("model.norm.weight");
+    for (int64_t i = 0; i < norm.numel(); ++i) norm.f()[i] = 3e38f;
+    TrainOptions o{32, 2, 1, 1, {}, ""};
+    std::ostringstream log;
+    EXPECT_THAT(error_of([&] { train(*m.model, data, o, log); }),
+                AllOf(HasSubstr("step 1: the loss is "),
+                      HasSubstr("nan: every weight is finite, so the activations overflowed: the run diverged")));
+  }
   {  // an infinite gradient in one tensor: the optimizer names it and updates nothing
     Loaded m(dir, 32);
     Optimizer opt({}, m.model->params(), m.model->grads(), *m.be);
     m.model->grads().get("model.layers.1.mlp.up_proj.weight").f()[5] = std::numeric_limits<float>::infinity();
     EXPECT_THAT(error_of([&] { opt.step(7, nullptr); }),
-                HasSubstr("step 7: the gradient norm is inf: tensor 'model.layers.1.mlp.up_proj.weight' holds a "
+                HasSubstr("step 8: the gradient norm is inf: tensor 'model.layers.1.mlp.up_proj.weight' holds a "
                           "non-finite gradient"));
   }
 }

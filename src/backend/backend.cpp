@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -33,15 +34,29 @@ size_t cuda_workspace_bytes(const WorkspaceShape& s) {
   return loss + kGemmWorkspace + kTables + kRowGroups + dsum + partials + rope;
 }
 
+int64_t cudnn_query_block(int64_t T, int64_t H) {
+  if (const char* v = std::getenv("OOMB_CUDNN_QUERY_BLOCK")) {
+    char* end = nullptr;
+    const long long x = std::strtoll(v, &end, 10);
+    OOMB_CHECK(end != v && *end == '\0' && x >= 1, "OOMB_CUDNN_QUERY_BLOCK={}: expected a whole number >= 1", v);
+    return std::min<int64_t>(T, x);
+  }
+  const double ds = double(T) * double(T) * double(H) * 2;  // bf16 dS over every query, key and head
+  const int64_t blocks = std::max<int64_t>(1, int64_t(std::ceil(ds / double(kCudnnDsBytes))));
+  return std::min(T, ((T + blocks - 1) / blocks + 63) / 64 * 64);
+}
+
 size_t cudnn_attention_workspace(int64_t T, int64_t H, int64_t G, int64_t D) {
-  // cuDNN 9.19's deterministic backward (engine 7 on sm90, dq in fp32), as it asks deviceless
-  // (tests/test_cudnn_deviceless.cpp): dq accumulated in fp32 per head, (pad8(T), H, D); with GQA
-  // dk and dv per query head in bf16 before their reduction, 2 x (R, H, D); and 128 bytes. Runs
-  // are at most T keys; queries rounded up to 64 here and 4 KiB over, for engines that tile
-  // otherwise. The forward asks 256 bytes.
-  const size_t t = size_t((T + 63) / 64 * 64), h = size_t(H), d = size_t(D);
-  const size_t gqa = G < H ? 2 * h * size_t(T) * d * 2 : 0;
-  return h * t * d * 4 + gqa + 4096;
+  // cuDNN 9.19's deterministic backward with o, do, dq in bf16 (engine 6 on sm90), as it asks
+  // deviceless (tests/test_cudnn_deviceless.cpp) for a call of Tq queries over R keys: dS in bf16,
+  // the queries and keys each rounded up to 64, (pad64(Tq), H, pad64(R)); with GQA dk and dv per
+  // query head in bf16 before their reduction, 2 x (R, H, D); and 256 bytes. The calls take the
+  // chunk's queries in blocks (cudnn_query_block) over runs of at most T keys. 4 KiB over, for
+  // engines that tile otherwise.
+  const size_t tq = size_t((cudnn_query_block(T, H) + 63) / 64 * 64), r = size_t((T + 63) / 64 * 64);
+  const size_t h = size_t(H), d = size_t(D);
+  const size_t gqa = G < H ? 2 * size_t(T) * h * d * 2 : 0;
+  return tq * r * h * 2 + gqa + 4096;
 }
 
 int64_t cudnn_min_queries() {
@@ -59,9 +74,11 @@ size_t cudnn_attention_bytes(const WorkspaceShape& s) {
     return 0;
   const int64_t H = s.heads / s.head_chunks, G = s.kv_heads / s.head_chunks;
   const size_t q = size_t(s.chunk * H * s.head_dim), kv = size_t(s.chunk * G * s.head_dim);
-  // q in bf16; k, v, dk, dv of a run in bf16; a run's o or dq (fp32, one buffer); its lse; cuDNN's
-  // workspace
-  return q * 2 + 4 * kv * 2 + q * 4 + size_t(s.chunk * H) * 4 + cudnn_attention_workspace(s.chunk, H, G, s.head_dim);
+  // q in bf16; k, v, dk, dv of a run in bf16; a run's o, or o's bf16 copy (bf16); a run's o in fp32,
+  // or do's bf16 copy and a run's dq (one buffer); its lse; its dk, dv summed over query blocks
+  // (fp32); cuDNN's workspace
+  return q * 2 + 4 * kv * 2 + q * 2 + q * 4 + size_t(s.chunk * H) * 4 + 2 * kv * 4 +
+         cudnn_attention_workspace(s.chunk, H, G, s.head_dim);
 }
 
 CudaAttention cuda_attention_mode() {

@@ -288,9 +288,15 @@ size_t cuda_workspace_bytes(const WorkspaceShape& s);
 // CUDA's dense attention through cuDNN (cuda/cudnn_attention.h) under --precision bf16: its buffers
 // for the shape's chunks (0 unless s.bf16 and s.dense_attention), and cuDNN's own workspace in them:
 // for T queries over runs of at most T keys, H heads over G kv heads of dim D (its deterministic
-// backward's fp32 dq per head, and with GQA its per-head dk, dv: linear in T)
+// backward's bf16 dS for a block of queries, at most kCudnnDsBytes; and with GQA its per-head dk, dv)
 size_t cudnn_attention_bytes(const WorkspaceShape& s);
 size_t cudnn_attention_workspace(int64_t T, int64_t H, int64_t G, int64_t D);
+// The most queries of a chunk of T that one cuDNN call takes: its backward's bf16 dS, (queries, H,
+// keys), grows with both, so the chunk's queries go in blocks that keep it within kCudnnDsBytes
+// over runs of at most T keys (a multiple of 64, or T itself); OOMB_CUDNN_QUERY_BLOCK sets it (fewer
+// queries a call: less memory, smaller calls)
+constexpr size_t kCudnnDsBytes = size_t(256) << 20;
+int64_t cudnn_query_block(int64_t T, int64_t H);
 // The fewest queries a call must have to take that route (its runs are as long as the call's
 // queries: decoding and short chunks keep oomb's kernels): OOMB_CUDNN_MIN_QUERIES, default 128
 int64_t cudnn_min_queries();

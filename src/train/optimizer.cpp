@@ -109,7 +109,7 @@ double Optimizer::step(int64_t k, float* lr_used) {
   if (!std::isfinite(norm)) {
     if (c_.skip_nonfinite) return norm;  // the parameters and moments stay as they were
     fail("step {}: the gradient norm is {}: tensor '{}' holds a non-finite gradient (the run diverged: try a "
-         "lower --lr, or --skip-nonfinite to skip such steps)", k, norm, first_nonfinite());
+         "lower --lr, or --skip-nonfinite to skip such steps)", k + 1, norm, first_nonfinite());
   }
   const float lr = lr_at(c_, k);
   if (lr_used) *lr_used = lr;

@@ -7,7 +7,7 @@
 // ds, sums in float64), so this is more exact than cuDNN: it checks the backend's plumbing (layouts,
 // strides, stream order, the workspace it plans), not cuDNN's numerics.
 //
-// The workspace is what cuDNN 9.19's deterministic backward asks for (its fp32 dq per head and,
+// The workspace is what cuDNN 9.19's deterministic backward asks for (its bf16 dS per head and,
 // with GQA, its bf16 dk, dv per query head; OOMB_SIMT_CUDNN_WORKSPACE=<bytes> overrides it, so a
 // test can make this need more than the backend planned); it is unused here, but must not be null,
 // and its first bytes are scribbled over each call, so a caller relying on what it held sees garbage.
@@ -144,7 +144,7 @@ std::string build_deviceless(const sdpa::Graph&, const std::string&, const char*
 std::string build_deviceless(const sdpa::Shape&, const std::string&, size_t*) { ::oomb::fail("{}", kNoCudnn); }
 std::string deviceprop_json() { ::oomb::fail("{}", kNoCudnn); }
 
-std::vector<EngineTry> survey(const sdpa::Graph&, const char*) { ::oomb::fail("{}", kNoCudnn); }
+std::vector<EngineTry> survey(const sdpa::Graph&, const char*, const std::string&) { ::oomb::fail("{}", kNoCudnn); }
 
 Sdpa::Sdpa(const sdpa::Shape& shape, cudaStream_t stream, int64_t, int64_t) : shape_(shape), stream_(stream) {
   fwd_ = std::make_unique<Plan>(Plan{std::make_shared<const sdpa::Graph>(sdpa::forward(shape)), "forward"});
@@ -162,11 +162,13 @@ size_t Sdpa::workspace_bytes() const {
                "OOMB_SIMT_CUDNN_WORKSPACE='{}' is not a number of bytes", env);
     return size_t(v);
   }
-  // cuDNN 9.19's deterministic backward on an H100, as it asks deviceless: dq in fp32 per head,
-  // with GQA dk and dv per query head in bf16, and 128 bytes; the forward's 256
-  const size_t h = size_t(shape_.heads), d = size_t(shape_.dim), t = size_t((shape_.q_len + 7) / 8 * 8);
+  // cuDNN 9.19's deterministic backward on an H100 with o, do, dq in bf16, as it asks deviceless:
+  // dS in bf16, (pad64(q_len), heads, pad64(kv_len)), with GQA dk and dv per query head in bf16,
+  // and 256 bytes (the forward's 256 too)
+  const size_t h = size_t(shape_.heads), d = size_t(shape_.dim);
+  const size_t t = size_t((shape_.q_len + 63) / 64 * 64), r = size_t((shape_.kv_len + 63) / 64 * 64);
   const size_t gqa = shape_.kv_heads < shape_.heads ? 2 * h * size_t(shape_.kv_len) * d * 2 : 0;
-  return std::max<size_t>(h * t * d * 4 + gqa + 128, 256);
+  return t * r * h * 2 + gqa + 256;
 }
 
 std::string Sdpa::engines() const { return "simt: the float64 graph interpreter (forward and backward)"; }

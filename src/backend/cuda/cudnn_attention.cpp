@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels_runs.h"
+#include "core/memory.h"
 
 namespace oomb::cuda {
 
@@ -84,31 +85,42 @@ std::vector<CudnnAttention::Run> CudnnAttention::runs(int64_t q_idx0, int64_t T,
   return r;
 }
 
-cudnn::Sdpa* CudnnAttention::plan(const k::AttnParams& p, int64_t R, bool causal, cudaStream_t stream) {
-  const Key key{p.T, R, p.H, p.G, p.D, causal, p.scale};
+std::vector<CudnnAttention::QueryBlock> CudnnAttention::query_blocks(int64_t T, int64_t H) {
+  std::vector<QueryBlock> qb;
+  const int64_t tq = cudnn_query_block(T, H);
+  for (int64_t qa = 0; qa < T; qa += tq) qb.push_back({qa, std::min(tq, T - qa)});
+  return qb;
+}
+
+cudnn::Sdpa* CudnnAttention::plan(const k::AttnParams& p, int64_t nq, int64_t R, bool causal, cudaStream_t stream) {
+  const Key key{nq, R, p.H, p.G, p.D, causal, p.scale};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   if (refused_.count(key)) return nullptr;
   std::string why;
   try {
     if (!cudnn::available(&why)) throw std::runtime_error(why);
-    auto s = std::make_unique<cudnn::Sdpa>(sdpa::Shape{p.H, p.G, p.T, R, p.D, p.scale, causal, sdpa::DType::f32}, stream);
+    auto s = std::make_unique<cudnn::Sdpa>(sdpa::Shape{p.H, p.G, nq, R, p.D, p.scale, causal, sdpa::DType::bf16}, stream);
     if (s->workspace_bytes() > cudnn_attention_workspace(p.T, p.H, p.G, p.D))
       throw std::runtime_error(fmt::format("its workspace of {} bytes is over the {} planned", s->workspace_bytes(),
                                            cudnn_attention_workspace(p.T, p.H, p.G, p.D)));
-    const Buffers b = buffers(p);  // (planned: a run's keys are at most T)
-    s->trial(b.q16, b.k16, b.v16, b.o_run, b.lse_run, b.dk16, b.dv16, b.ws);
+    const Buffers b = buffers(p);  // (planned: a block's queries and a run's keys are at most T)
+    s->trial(b.q16, b.k16, b.v16, b.o16, b.lse_run, b.dk16, b.dv16, b.ws);
     return (plans_[key] = std::move(s)).get();
+  } catch (const OutOfMemory&) {
+    throw;  // the buffers' allocation: the user's to see, with oomb plan's advice
   } catch (const std::exception& e) {
     refused_[key] = e.what();
     fmt::print(stderr, "oomb: cuDNN attention for {} queries over {} keys ({}): not used: {}; oomb's tensor-core "
-               "kernels instead\n", p.T, R, causal ? "causal" : "all visible", e.what());
+               "kernels instead\n", nq, R, causal ? "causal" : "all visible", e.what());
     return nullptr;
   }
 }
 
-bool CudnnAttention::plans_for(const k::AttnParams& p, const std::vector<Run>& rs, cudaStream_t s) {
+bool CudnnAttention::plans_for(const k::AttnParams& p, const std::vector<Run>& rs, const std::vector<QueryBlock>& qb,
+                               cudaStream_t s) {
   for (const Run& r : rs)
-    if (!plan(p, r.len, r.causal, s)) return false;
+    for (const QueryBlock& b : qb)
+      if (!plan(p, b.nq, keys_of(r, b), r.causal, s)) return false;
   return true;
 }
 
@@ -120,10 +132,14 @@ CudnnAttention::Buffers CudnnAttention::buffers(const k::AttnParams& p) {
   if (q16_.buf.bytes() != had) q16_of_ = nullptr;  // grown: what it held is gone
   b.k16 = k16_.get<uint16_t>(kv), b.v16 = v16_.get<uint16_t>(kv);
   b.dk16 = dk16_.get<uint16_t>(kv), b.dv16 = dv16_.get<uint16_t>(kv);
-  // a run's o (forward) and dq (backward) share one buffer: the two never run at once (one stream,
-  // each call done with its buffers before the next)
-  b.o_run = b.dq_run = run_out_.get<float>(q);
+  // the forward's o_run (fp32) and the backward's do16 and dq16 (bf16, half of it each) share one
+  // buffer, and o16 is the forward's run o or the backward's bf16 o: the two never run at once (one
+  // stream, each call done with its buffers before the next)
+  b.o_run = run_out_.get<float>(q);
+  b.do16 = reinterpret_cast<uint16_t*>(b.o_run), b.dq16 = b.do16 + q;
+  b.o16 = o16_.get<uint16_t>(q);
   b.lse_run = lse_run_.get<float>(size_t(p.T * p.H));
+  b.dk_sum = dk_sum_.get<float>(kv), b.dv_sum = dv_sum_.get<float>(kv);
   b.ws = ws_.get(cudnn_attention_workspace(p.T, p.H, p.G, p.D));
   return b;
 }
@@ -137,23 +153,30 @@ void CudnnAttention::cast_q(const k::AttnParams& p, const float* q, uint16_t* q1
 bool CudnnAttention::forward(const k::AttnParams& p, std::span<const KVBlock> blocks, const float* q, float* o,
                              float* lse, cudaStream_t stream) {
   const std::vector<Run> rs = runs(p.q_idx0, p.T, blocks);
-  if (!plans_for(p, rs, stream)) return false;
+  const std::vector<QueryBlock> qb = query_blocks(p.T, p.H);
+  if (!plans_for(p, rs, qb, stream)) return false;
   const Buffers b = buffers(p);
   const bool whole = p.first && p.last;  // one call over every key, not a fold over several
   cast_q(p, q, b.q16, stream);
   for (size_t i = 0; i < rs.size(); ++i) {
     k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, b.k16, b.v16, stream);
-    cudnn::Sdpa* s = plan(p, rs[i].len, rs[i].causal, stream);
-    if (whole && i == 0) {
-      s->forward(b.q16, b.k16, b.v16, o, lse, b.ws);
-      continue;
+    for (const QueryBlock& blk : qb) {
+      // this block's rows of q, o (T, H, D) and lse, run_sum (T, H)
+      const int64_t at = blk.qa * p.H * p.D, at_row = blk.qa * p.H, n = blk.nq * p.H * p.D, rows = blk.nq * p.H;
+      cudnn::Sdpa* s = plan(p, blk.nq, keys_of(rs[i], blk), rs[i].causal, stream);
+      if (whole && i == 0) {
+        s->forward(b.q16 + at, b.k16, b.v16, b.o16 + at, lse + at_row, b.ws);
+        k::cast(b.o16 + at, true, o + at, false, n, stream);
+        continue;
+      }
+      s->forward(b.q16 + at, b.k16, b.v16, b.o16 + at, b.lse_run + at_row, b.ws);
+      k::cast(b.o16 + at, true, b.o_run + at, false, n, stream);
+      if (whole)
+        k::merge_run(o + at, lse + at_row, b.o_run + at, b.lse_run + at_row, rows, p.D, stream);
+      else  // the fold's state, as oomb's tensor-core kernels keep it between calls
+        k::merge_fold(o + at, lse + at_row, p.run_sum + at_row, b.o_run + at, b.lse_run + at_row, p.first && i == 0,
+                      p.last && i + 1 == rs.size(), rows, p.D, stream);
     }
-    s->forward(b.q16, b.k16, b.v16, b.o_run, b.lse_run, b.ws);
-    if (whole)
-      k::merge_run(o, lse, b.o_run, b.lse_run, p.T * p.H, p.D, stream);
-    else  // the fold's state, as oomb's tensor-core kernels keep it between calls
-      k::merge_fold(o, lse, p.run_sum, b.o_run, b.lse_run, p.first && i == 0, p.last && i + 1 == rs.size(),
-                    p.T * p.H, p.D, stream);
   }
   return true;
 }
@@ -161,17 +184,40 @@ bool CudnnAttention::forward(const k::AttnParams& p, std::span<const KVBlock> bl
 bool CudnnAttention::backward(const k::AttnParams& p, std::span<const KVBlock> blocks, const float* q, const float* o,
                               const float* lse, const float* dout, float* dq, float* dsum, cudaStream_t stream) {
   const std::vector<Run> rs = runs(p.q_idx0, p.T, blocks);
-  if (!plans_for(p, rs, stream)) return false;
+  const std::vector<QueryBlock> qb = query_blocks(p.T, p.H);
+  if (!plans_for(p, rs, qb, stream)) return false;
   const Buffers b = buffers(p);
   cast_q(p, q, b.q16, stream);
+  k::cast(o, false, b.o16, true, p.T * p.H * p.D, stream);  // (cuDNN's fused backward takes o, do and dq in bf16)
+  k::cast(dout, false, b.do16, true, p.T * p.H * p.D, stream);
   for (size_t i = 0; i < rs.size(); ++i) {
     k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, b.k16, b.v16, stream);
-    // dq: written by a fold's first call (its first run), added to after
-    const bool into = i == 0 && p.first;
-    float* dq_i = into ? dq : b.dq_run;
-    plan(p, rs[i].len, rs[i].causal, stream)
-        ->backward(b.q16, b.k16, b.v16, o, dout, lse, dq_i, b.dk16, b.dv16, dsum, b.ws);
-    if (!into) k::add(dq, dq_i, false, p.T * p.H * p.D, stream);
+    const int64_t kv = rs[i].len * p.G * p.D;
+    for (const QueryBlock& blk : qb) {
+      const int64_t at = blk.qa * p.H * p.D, at_row = blk.qa * p.H, n = blk.nq * p.H * p.D;
+      const int64_t R = keys_of(rs[i], blk), kvb = R * p.G * p.D;
+      plan(p, blk.nq, R, rs[i].causal, stream)
+          ->backward(b.q16 + at, b.k16, b.v16, b.o16 + at, b.do16 + at, lse + at_row, b.dq16 + at, b.dk16, b.dv16,
+                     dsum + at_row, b.ws);
+      // dq: written by a fold's first call (its first run), added to after
+      if (i == 0 && p.first) k::cast(b.dq16 + at, true, dq + at, false, n, stream);
+      else k::add(dq + at, b.dq16 + at, true, n, stream);
+      // dk, dv: the blocks' shares summed in fp32 (the causal run's: over its first R keys), then
+      // folded once, as one call over every query would
+      if (qb.size() > 1) {
+        if (&blk == &qb.front()) {
+          for (float* sum : {b.dk_sum, b.dv_sum})
+            OOMB_CHECK(cudaMemsetAsync(sum, 0, size_t(kv) * 4, stream) == cudaSuccess,
+                       "cuDNN attention: zeroing a run's dk, dv sums failed");
+        }
+        k::add(b.dk_sum, b.dk16, true, kvb, stream);
+        k::add(b.dv_sum, b.dv16, true, kvb, stream);
+      }
+    }
+    if (qb.size() > 1) {
+      k::cast(b.dk_sum, false, b.dk16, true, kv, stream);
+      k::cast(b.dv_sum, false, b.dv16, true, kv, stream);
+    }
     k::fold_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, b.dk16, b.dv16, stream);
   }
   return true;

@@ -1,6 +1,6 @@
 // sdpa::Graph -> cuDNN backend descriptors (tensors, operations, operation graph), then the
 // heuristics' first engine config whose notes do not say nondeterministic, finalized into an
-// execution plan (deviceless: the configs in order until one compiles).
+// execution plan (deviceless: compiled, as far as a stub driver lets it go), or none.
 #include "backend/cuda/cudnn/cudnn_sdpa.h"
 
 #include <algorithm>
@@ -244,8 +244,11 @@ struct Sdpa::Plan {
       cudnnBackendDescriptor_t e = eng.get();
       int64_t n = 0;
       if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e) !=
-          CUDNN_STATUS_SUCCESS)
+          CUDNN_STATUS_SUCCESS) {
+        refused += " config " + std::to_string(i) + ": its engine unreadable (" + last_error() + ");";
+        if (engine_wanted < 0 && !survey) break;  // (the first config, as a failed one)
         continue;
+      }
       int64_t index = -1;
       cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index);
       cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
@@ -268,7 +271,9 @@ struct Sdpa::Plan {
         EngineTry t{index, deterministic, "", 0};
         if (st != CUDNN_STATUS_SUCCESS)
           t.status = std::string(cudnnGetErrorString(st)) + " (" + last_error() + ")";
-        else
+        if (st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER)  // (deviceless: compiled; its config's workspace)
+          cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &t.workspace);
+        else if (st == CUDNN_STATUS_SUCCESS)
           cudnnBackendGetAttribute(p->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
                                    &t.workspace);
         survey->push_back(t);
@@ -286,12 +291,11 @@ struct Sdpa::Plan {
                                          &workspace),
                 std::string(which) + ": workspace size of engine " + std::to_string(index));
         }
-        // on a GPU, the heuristics' first deterministic engine or none: on the first H200 run
-        // (2026-11-28) its kernel failed to compile (NVRTC), and the engines cuDNN offered after it
-        // built plans that wrote a wrong o (forward) or failed to execute (backward, "nullptr ==
-        // dq_ptr") for this graph
-        if (h) break;
-        continue;
+        // the heuristics' first deterministic engine or none (deviceless too, so that it says what
+        // a GPU would run): on the first H200 run (2026-11-28) its kernel failed to compile
+        // (NVRTC), and the engines cuDNN offered after it built plans that wrote a wrong o
+        // (forward) or failed to execute (backward, "nullptr == dq_ptr") for this graph
+        break;
       }
       check(cudnnBackendGetAttribute(p->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
                                      &workspace),
@@ -304,10 +308,10 @@ struct Sdpa::Plan {
                "CUDNN_LOGDEST_DBG=stderr prints its reasons)\n{}",
                which, version(), sdpa::describe(g));
     if (survey) return;
+    if (engine_wanted >= 0 && refused.empty()) refused = " not among the " + std::to_string(got) + " offered";
     OOMB_CHECK(plan != nullptr || compiled_engine >= 0, "cuDNN attention: {}: {} builds no plan:{}", which,
                engine_wanted >= 0 ? "engine " + std::to_string(engine_wanted)
-               : h                ? std::string("the first deterministic engine config")
-                                  : "none of " + std::to_string(got) + " engine configs",
+                                  : std::string("the first deterministic engine config"),
                refused);
     keep.push_back(std::move(graph));
     for (auto& c : cfgs) keep.push_back(std::move(c));
@@ -363,11 +367,16 @@ Sdpa::Sdpa(const sdpa::Shape& shape, cudaStream_t stream, int64_t fwd_engine, in
   bwd_ = std::make_unique<Plan>(sdpa::backward(shape), "backward", device, bwd_engine);
 }
 
-std::vector<EngineTry> survey(const sdpa::Graph& graph, const char* which) {
+std::vector<EngineTry> survey(const sdpa::Graph& graph, const char* which, const std::string& deviceprop_json) {
   std::string why;
   OOMB_CHECK(available(&why), "cuDNN attention: {}", why);
   std::vector<EngineTry> tries;
-  const Sdpa::Plan p(graph, which, Target{handle(), nullptr}, -1, &tries);
+  if (deviceprop_json.empty()) {
+    const Sdpa::Plan p(graph, which, Target{handle(), nullptr}, -1, &tries);
+  } else {
+    const auto prop = deviceprop_from_json(deviceprop_json);
+    const Sdpa::Plan p(graph, which, Target{nullptr, prop.get()}, -1, &tries);
+  }
   return tries;
 }
 
@@ -451,7 +460,7 @@ std::string deviceprop_json() { ::oomb::fail("cuDNN attention: this build had no
 Sdpa::Sdpa(const sdpa::Shape& shape, cudaStream_t stream, int64_t, int64_t) : shape_(shape), stream_(stream) {
   ::oomb::fail("cuDNN attention: this build had no cuDNN headers (cudnn_graph.h)");
 }
-std::vector<EngineTry> survey(const sdpa::Graph&, const char*) {
+std::vector<EngineTry> survey(const sdpa::Graph&, const char*, const std::string&) {
   ::oomb::fail("cuDNN attention: this build had no cuDNN headers (cudnn_graph.h)");
 }
 Sdpa::~Sdpa() = default;

@@ -38,14 +38,16 @@ std::string deviceprop_json();
 
 // Every engine config cuDNN's heuristics offer for `graph` on this GPU, in their order: its global
 // index, whether its notes leave out nondeterministic, what finalizing its plan said ("": built)
-// and the built plan's workspace. For the attention lab's --cudnn-survey; needs the GPU.
+// and the built plan's workspace. On this GPU, or deviceless on the one `deviceprop_json` describes
+// (build_deviceless's: on a stub driver a compiled kernel reports CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER).
+// For the attention lab's --cudnn-survey and the deviceless tests.
 struct EngineTry {
   int64_t index;
   bool deterministic;
   std::string status;
   int64_t workspace;
 };
-std::vector<EngineTry> survey(const sdpa::Graph& graph, const char* which);
+std::vector<EngineTry> survey(const sdpa::Graph& graph, const char* which, const std::string& deviceprop_json = "");
 
 class Sdpa {
  public:
