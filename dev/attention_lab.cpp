@@ -1,5 +1,6 @@
 // Paged attention: check against the CPU reference, then time forward and backward. See README.md.
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -64,11 +65,30 @@ double rel(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-// N keys in pages of P (the last C of them the chunk's own queries' keys); K/V on host and device.
+// bf16 copies on the device, and back to float
+uint16_t* dev_bf16(const std::vector<float>& h) {
+  std::vector<uint16_t> b(h.size());
+  for (size_t i = 0; i < h.size(); ++i) b[i] = f32_to_bf16(h[i]);
+  uint16_t* p = nullptr;
+  CK(cudaMalloc(&p, std::max<size_t>(b.size(), 1) * 2));
+  CK(cudaMemcpy(p, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  return p;
+}
+std::vector<float> host_bf16(const uint16_t* d, size_t n) {
+  std::vector<uint16_t> b(n);
+  CK(cudaMemcpy(b.data(), d, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = bf16_to_f32(b[i]);
+  return h;
+}
+
+// N keys in pages of P (the last C of them the chunk's own queries' keys); K/V on host and device,
+// f32, and bf16 copies (the earlier pages the model keeps under --precision bf16).
 struct Layout {
   Shape s;
   std::vector<std::vector<float>> k, v, dk, dv;
   std::vector<float*> kd, vd, dkd, dvd;
+  std::vector<uint16_t*> kd16, vd16;
   std::vector<int64_t> idx0;
   explicit Layout(const Shape& sh) : s(sh) {
     for (int64_t at = 0; at < s.N; at += s.P) {
@@ -78,6 +98,7 @@ struct Layout {
       dk.emplace_back(n, 0.0f), dv.emplace_back(n, 0.0f);
       kd.push_back(dev(k.back())), vd.push_back(dev(v.back())), dkd.push_back(dev(dk.back())),
           dvd.push_back(dev(dv.back()));
+      kd16.push_back(dev_bf16(k.back())), vd16.push_back(dev_bf16(v.back()));
       idx0.push_back(at);
     }
   }
@@ -91,11 +112,16 @@ struct Layout {
     }
     return b;
   }
-  // reversed: the blocks in descending order (any order must give the same result)
-  cuda::k::AttnParams params(cuda::k::AttnBlock** table, bool reversed = false) {
+  // reversed: the blocks in descending order (any order must give the same result); bf16_pages:
+  // pages wholly before the chunk's own keys read as bf16, as the model's (its own keys stay f32)
+  cuda::k::AttnParams params(cuda::k::AttnBlock** table, bool reversed = false, bool bf16_pages = false) {
     std::vector<cuda::k::AttnBlock> t;
-    for (size_t i = 0; i < k.size(); ++i)
-      t.push_back({kd[i], vd[i], dkd[i], dvd[i], nullptr, idx0[i], int64_t(k[i].size()) / (s.G * s.D), 0, 0});
+    for (size_t i = 0; i < k.size(); ++i) {
+      const int64_t len = int64_t(k[i].size()) / (s.G * s.D);
+      const bool b16 = bf16_pages && idx0[i] + len <= s.N - s.C;
+      t.push_back({b16 ? static_cast<const void*>(kd16[i]) : kd[i], b16 ? static_cast<const void*>(vd16[i]) : vd[i],
+                   dkd[i], dvd[i], nullptr, idx0[i], len, 0, b16 ? 1 : 0, ~uint64_t(0)});  // every kv head reads it
+    }
     if (reversed) std::reverse(t.begin(), t.end());
     CK(cudaMalloc(table, t.size() * sizeof t[0]));
     CK(cudaMemcpy(*table, t.data(), t.size() * sizeof t[0], cudaMemcpyHostToDevice));
@@ -135,22 +161,6 @@ float* dev_nan(size_t n) {
   return p;
 }
 
-// bf16 copies on the device, and back to float
-uint16_t* dev_bf16(const std::vector<float>& h) {
-  std::vector<uint16_t> b(h.size());
-  for (size_t i = 0; i < h.size(); ++i) b[i] = f32_to_bf16(h[i]);
-  uint16_t* p = nullptr;
-  CK(cudaMalloc(&p, std::max<size_t>(b.size(), 1) * 2));
-  CK(cudaMemcpy(p, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
-  return p;
-}
-std::vector<float> host_bf16(const uint16_t* d, size_t n) {
-  std::vector<uint16_t> b(n);
-  CK(cudaMemcpy(b.data(), d, n * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> h(n);
-  for (size_t i = 0; i < n; ++i) h[i] = bf16_to_f32(b[i]);
-  return h;
-}
 std::vector<float> concat(const std::vector<std::vector<float>>& pages) {
   std::vector<float> all;
   for (const auto& p : pages) all.insert(all.end(), p.begin(), p.end());
@@ -313,18 +323,21 @@ bool check(Shape s) {
   if (const char* why = cuda::k::attention_mma_unsupported(p)) {
     std::printf("check mma (src/): skipped (%s)\n", why);
   } else {
-    Layout L3(s);  // the same K/V, gradient pages zeroed, blocks handed over in reverse
-    cuda::k::AttnBlock* table3 = nullptr;
-    const cuda::k::AttnParams p3 = L3.params(&table3, true);
-    float *o3 = dev_nan(o.size()), *lse3 = dev_nan(lse.size()), *dq3 = dev_nan(dq.size()),
-          *dsum3 = dev_nan(lse.size());
-    cuda::k::attention_fwd_mma(p3, qd, o3, lse3, nullptr);
-    cuda::k::attention_bwd_mma(p3, qd, o3, lse3, dod, dq3, dsum3, nullptr);
-    CK(cudaDeviceSynchronize());
-    std::printf("check mma (src/, bf16 products): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
-                bound(rel(host(o3, o.size()), o), 3e-2), bound(rel(host(lse3, lse.size()), lse), 3e-2),
-                bound(rel(host(dq3, dq.size()), dq), 3e-2), bound(pages_err(L3.dkd, L.dk), 3e-2),
-                bound(pages_err(L3.dvd, L.dv), 3e-2));
+    // f32 pages handed over in reverse, then the earlier pages in bf16 (cp.async's path) in order
+    for (const bool bf16_pages : {false, true}) {
+      Layout L3(s);  // the same K/V, gradient pages zeroed
+      cuda::k::AttnBlock* table3 = nullptr;
+      const cuda::k::AttnParams p3 = L3.params(&table3, !bf16_pages, bf16_pages);
+      float *o3 = dev_nan(o.size()), *lse3 = dev_nan(lse.size()), *dq3 = dev_nan(dq.size()),
+            *dsum3 = dev_nan(lse.size());
+      cuda::k::attention_fwd_mma(p3, qd, o3, lse3, nullptr);
+      cuda::k::attention_bwd_mma(p3, qd, o3, lse3, dod, dq3, dsum3, nullptr);
+      CK(cudaDeviceSynchronize());
+      std::printf("check mma (src/, bf16 products, %s pages): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
+                  bf16_pages ? "bf16" : "f32", bound(rel(host(o3, o.size()), o), 3e-2),
+                  bound(rel(host(lse3, lse.size()), lse), 3e-2), bound(rel(host(dq3, dq.size()), dq), 3e-2),
+                  bound(pages_err(L3.dkd, L.dk), 3e-2), bound(pages_err(L3.dvd, L.dv), 3e-2));
+    }
   }
   if (const char* why = cuda::lab::attention_fwd_wmma_unsupported(p)) {
     std::printf("check wmma forward: skipped (%s)\n", why);
@@ -413,10 +426,16 @@ int main(int argc, char** argv) {
   row("attention backward", median_ms([&] { cuda::k::attention_bwd(p, qd, od, lsed, dod, dqd, dsum, nullptr); }, 1),
       bwd_flops);
   if (cuda::k::attention_mma_unsupported(p) == nullptr) {
-    row("attention forward, mma bf16 (src/)", median_ms([&] { cuda::k::attention_fwd_mma(p, qd, od, lsed, nullptr); }, 10),
-        fwd_flops);
-    row("attention backward, mma bf16 (src/)",
-        median_ms([&] { cuda::k::attention_bwd_mma(p, qd, od, lsed, dod, dqd, dsum, nullptr); }, 10), bwd_flops);
+    // the earlier pages f32, then bf16 as the model keeps them under --precision bf16 (the chunk's own keys f32)
+    cuda::k::AttnBlock* table16 = nullptr;
+    const cuda::k::AttnParams p16 = L.params(&table16, false, true);
+    for (const auto& [pp, pages] : {std::pair{&p, "f32"}, std::pair{&p16, "bf16"}}) {
+      const cuda::k::AttnParams& pk = *pp;
+      row(fmt::format("attention forward, mma bf16 (src/), {} pages", pages).c_str(),
+          median_ms([&] { cuda::k::attention_fwd_mma(pk, qd, od, lsed, nullptr); }, 10), fwd_flops);
+      row(fmt::format("attention backward, mma bf16 (src/), {} pages", pages).c_str(),
+          median_ms([&] { cuda::k::attention_bwd_mma(pk, qd, od, lsed, dod, dqd, dsum, nullptr); }, 10), bwd_flops);
+    }
   }
   if (cuda::lab::attention_fwd_wmma_unsupported(p) == nullptr)
     row("attention forward, wmma bf16 (lab)",

@@ -11,10 +11,10 @@
 #            tests (the model's bf16 step now goes through cuDNN's attention; generate, eval, sparse
 #            pages, windows and --offload params steps in test_cuda_features), FlashAttention's
 #            rule on the GPU, the attention lab at 7B's head shape (oomb's kernels and cuDNN, checked
-#            and timed) and this GPU's cuDNN device properties, PEFT loading oomb's adapter,
+#            and timed; its check under racecheck) and this GPU's cuDNN device properties, PEFT loading oomb's adapter,
 #            tensorboard reading oomb's event files, the negative controls, two MPI ranks
 #   extras   the lab at 0.5B's head shape, PyTorch's own attention kernels, the CUDA tests under
-#            compute-sanitizer memcheck and the lab's check under racecheck, LoRA's memory on the
+#            compute-sanitizer memcheck, LoRA's memory on the
 #            GPU against oomb plan, test_gemm_layout
 #   bench    an op profile of one 0.5B step (OOMB_CUDA_PROFILE=1), offload's slowdown
 #            (bench/offload.py --device cuda), bench/cuda_step.py (options passed on, e.g. --models
@@ -78,6 +78,7 @@ print(":".join(dirs))
 EOF
 )
 LDP=$B/lib:/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${wheel_libs:+:$wheel_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 mkdir -p "$W/bin"
 for f in "$B"/*; do
   [ -f "$f" ] && [ -x "$f" ] || continue
@@ -146,6 +147,10 @@ core() {
       --check-only 1
   step attention_lab_d128 90 env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr "$W/bin/oomb_attention_lab" \
     --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
+  # racecheck on the lab's small check: the tensor-core kernels double-buffer tiles in shared memory
+  # (cp.async, ldmatrix; rewritten 2026-11-28 without a GPU), both page types
+  step racecheck_lab 90 env LD_LIBRARY_PATH="$LDP" "$CS" --tool racecheck --error-exitcode 9 "$B/oomb_attention_lab" \
+    --heads 4 --kv-heads 2 --dim 64 --check-only 1
   # a LoRA adapter oomb saved, loaded by PEFT itself (issue 13)
   step peft_check 60 python3 tools/peft_check.py --oomb "$W/bin/oomb"
   # oomb's TensorBoard event files, read by the tensorboard package (issue 12)
@@ -176,14 +181,10 @@ extras() {
   step attention_lab_d64 90 "$W/bin/oomb_attention_lab" --heads 14 --kv-heads 2 --dim 64 --chunk 4096 --keys 32768
   # PyTorch's own kernels (cuDNN, FlashAttention-2, memory-efficient) at the d128 shape, bf16
   step attention_torch_d128 90 python3 bench/attention_torch.py --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
-  # the CUDA tests under compute-sanitizer: memcheck (any error fails the step), and racecheck on the
-  # lab's small check (its shared-memory kernels)
-  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  # the CUDA tests under compute-sanitizer memcheck (any error fails the step)
   for t in test_cuda_device test_cuda_ops test_cuda_model test_cuda_features; do
     step memcheck_$t 120 env LD_LIBRARY_PATH="$LDP" "$CS" --tool memcheck --leak-check full --error-exitcode 9 "$B/$t"
   done
-  step racecheck_lab 90 env LD_LIBRARY_PATH="$LDP" "$CS" --tool racecheck --error-exitcode 9 "$B/oomb_attention_lab" \
-    --heads 4 --kv-heads 2 --dim 64 --check-only 1
   # LoRA's frozen base held once in bf16 on the GPU: every run's peaks equal oomb plan's (exit 1 if not)
   step lora_memory 90 python3 bench/lora_memory.py --device cuda --oomb "$W/bin/oomb" --out "$W/lora_memory.jsonl"
   step gemm_layout 60 "$W/bin/test_gemm_layout"

@@ -34,13 +34,20 @@ size_t cuda_workspace_bytes(const WorkspaceShape& s) {
   return loss + kGemmWorkspace + kTables + kRowGroups + dsum + partials + rope;
 }
 
+namespace {
+// The environment variable `name` as a whole number >= 1, or `fallback` where it is not set
+int64_t env_count(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  OOMB_CHECK(end != v && *end == '\0' && x >= 1, "{}={}: expected a whole number >= 1", name, v);
+  return int64_t(x);
+}
+}  // namespace
+
 int64_t cudnn_query_block(int64_t T, int64_t H) {
-  if (const char* v = std::getenv("OOMB_CUDNN_QUERY_BLOCK")) {
-    char* end = nullptr;
-    const long long x = std::strtoll(v, &end, 10);
-    OOMB_CHECK(end != v && *end == '\0' && x >= 1, "OOMB_CUDNN_QUERY_BLOCK={}: expected a whole number >= 1", v);
-    return std::min<int64_t>(T, x);
-  }
+  if (const int64_t x = env_count("OOMB_CUDNN_QUERY_BLOCK", 0)) return std::min(T, x);
   const double ds = double(T) * double(T) * double(H) * 2;  // bf16 dS over every query, key and head
   const int64_t blocks = std::max<int64_t>(1, int64_t(std::ceil(ds / double(kCudnnDsBytes))));
   return std::min(T, ((T + blocks - 1) / blocks + 63) / 64 * 64);
@@ -59,14 +66,7 @@ size_t cudnn_attention_workspace(int64_t T, int64_t H, int64_t G, int64_t D) {
   return tq * r * h * 2 + gqa + 4096;
 }
 
-int64_t cudnn_min_queries() {
-  const char* v = std::getenv("OOMB_CUDNN_MIN_QUERIES");
-  if (!v) return 128;
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  OOMB_CHECK(end != v && *end == '\0' && x >= 1, "OOMB_CUDNN_MIN_QUERIES={}: expected a whole number >= 1", v);
-  return int64_t(x);
-}
+int64_t cudnn_min_queries() { return env_count("OOMB_CUDNN_MIN_QUERIES", 128); }
 
 size_t cudnn_attention_bytes(const WorkspaceShape& s) {
   // the calls that may take the route (cuda/cudnn_attention.cpp's unsupported)

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
+
+#include "backend/backend.h"
 
 namespace oomb {
 
@@ -131,6 +134,23 @@ Tensor Params::get(const std::string& name) const {
   Tensor t = find(name);
   OOMB_CHECK(!t.empty(), "model has no parameter '{}'", name);
   return t;
+}
+
+std::string first_nonfinite(const Params& p, Backend& be) {
+  for (const ParamSpec& s : p.specs()) {
+    const Tensor t = p.view(s);
+    double ss = 0;
+    if (t.tier == Tier::Device) {
+      ss = be.sum_squares(t);
+    } else {
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const double v = t.dtype == DType::BF16 ? bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]) : t.f()[i];
+        ss += v * v;
+      }
+    }
+    if (!std::isfinite(ss)) return s.name;
+  }
+  return "";
 }
 
 std::string params_fingerprint(const Params& host) {

@@ -41,6 +41,11 @@ inline int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 // checkpoint.
 class Params;
 std::string params_fingerprint(const Params& host);
+// The name of p's first tensor (layout order) holding a non-finite value, or "": tensors in device
+// memory through be's sum_squares, the rest read here (f32 or bf16). To name the culprit of a
+// non-finite loss or gradient norm, not on a step's path.
+class Backend;
+std::string first_nonfinite(const Params& p, Backend& be);
 
 // LoRA's slots of a layer (model/lora.h), by target: q, k, v, o, gate, up, down.
 inline constexpr int kLoraTargets = 7;

@@ -38,13 +38,7 @@ Optimizer::Optimizer(const OptimConfig& c, Params& params, Params& grads, Backen
 
 double Optimizer::grad_norm(Params& grads, Backend& be) { return std::sqrt(be.sum_squares(grads.flat())); }
 
-std::string Optimizer::first_nonfinite() const {
-  for (const ParamSpec& s : g_.specs()) {
-    Tensor g = g_.view(s);
-    if (!std::isfinite(ops().sum_squares(g))) return s.name;
-  }
-  return "";
-}
+std::string Optimizer::first_nonfinite() const { return oomb::first_nonfinite(g_, ops()); }
 
 namespace {
 int64_t g_update_delay_us = 0;

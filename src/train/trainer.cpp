@@ -33,26 +33,6 @@ Moved moved(const Model& m) {
   return {p.weights_in, p.grads_in + p.grads_out, a ? a->traffic().in + a->traffic().out : 0, k.kv(), k.grads()};
 }
 
-// The first weight tensor holding a non-finite value, or "" (the weights are finite: the
-// activations overflowed). Where the backend holds a tensor, its sum of squares; in host memory
-// (--offload params), read here. Only when a run stops on a non-finite loss.
-std::string first_nonfinite_weight(Model& m) {
-  Params& p = m.params();
-  for (const ParamSpec& s : p.specs()) {
-    const Tensor w = p.view(s);
-    double ss = 0;
-    if (w.tier == Tier::Device) {
-      ss = m.backend().sum_squares(w);
-    } else {
-      for (int64_t i = 0; i < w.numel(); ++i) {
-        const double v = w.dtype == DType::BF16 ? bf16_to_f32(static_cast<const uint16_t*>(w.data)[i]) : w.f()[i];
-        ss += v * v;
-      }
-    }
-    if (!std::isfinite(ss)) return s.name;
-  }
-  return "";
-}
 }  // namespace
 
 nlohmann::json memory_json() {
@@ -163,7 +143,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     st.step = k;
     st.loss = loss_sum / double(o.grad_accum * dp);
     if (!std::isfinite(st.loss) && !oc.skip_nonfinite) {
-      const std::string w = first_nonfinite_weight(model);
+      const std::string w = first_nonfinite(model.params(), model.backend());
       fail("step {}: the loss is {}: {} (try a lower --lr, or --skip-nonfinite to skip such steps)", k + 1, st.loss,
            w.empty() ? std::string("every weight is finite, so the activations overflowed: the run diverged")
                      : "tensor '" + w + "' holds a non-finite weight");

@@ -367,4 +367,22 @@ void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
   }
 }
 
+void ldmatrix_x4(uint32_t r[4], const void* row, bool trans) {
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0)
+    die(fmt::format("{}: ldmatrix row address {} is not 16-byte aligned", where(*g_block->cur), row));
+  const auto ex = exchange(row);
+  if (ex.valid != 0xffffffffu) die(where(*g_block->cur) + ": ldmatrix with lanes of its warp exited");
+  const void* const* rows = ex.all();
+  const int l = lane();
+  auto at = [&](int m, int rr, int c) {  // element (rr, c) of matrix m
+    uint16_t v;
+    std::memcpy(&v, static_cast<const unsigned char*>(rows[8 * m + rr]) + 2 * c, 2);
+    return uint32_t(v);
+  };
+  for (int m = 0; m < 4; ++m) {
+    const int a = l >> 2, b = 2 * (l & 3);
+    r[m] = trans ? at(m, b, a) | at(m, b + 1, a) << 16 : at(m, a, b) | at(m, a, b + 1) << 16;
+  }
+}
+
 }  // namespace simt

@@ -193,7 +193,8 @@ bool CudnnAttention::backward(const k::AttnParams& p, std::span<const KVBlock> b
   for (size_t i = 0; i < rs.size(); ++i) {
     k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, b.k16, b.v16, stream);
     const int64_t kv = rs[i].len * p.G * p.D;
-    for (const QueryBlock& blk : qb) {
+    for (size_t bi = qb.size(); bi-- > 0;) {  // the last block first: its call takes every key of the run
+      const QueryBlock& blk = qb[bi];
       const int64_t at = blk.qa * p.H * p.D, at_row = blk.qa * p.H, n = blk.nq * p.H * p.D;
       const int64_t R = keys_of(rs[i], blk), kvb = R * p.G * p.D;
       plan(p, blk.nq, R, rs[i].causal, stream)
@@ -203,13 +204,13 @@ bool CudnnAttention::backward(const k::AttnParams& p, std::span<const KVBlock> b
       if (i == 0 && p.first) k::cast(b.dq16 + at, true, dq + at, false, n, stream);
       else k::add(dq + at, b.dq16 + at, true, n, stream);
       // dk, dv: the blocks' shares summed in fp32 (the causal run's: over its first R keys), then
-      // folded once, as one call over every query would
-      if (qb.size() > 1) {
-        if (&blk == &qb.front()) {
-          for (float* sum : {b.dk_sum, b.dv_sum})
-            OOMB_CHECK(cudaMemsetAsync(sum, 0, size_t(kv) * 4, stream) == cudaSuccess,
-                       "cuDNN attention: zeroing a run's dk, dv sums failed");
-        }
+      // folded once, as one call over every query would; the last block's share (all kv keys) starts the sums
+      OOMB_CHECK(bi + 1 < qb.size() || kvb == kv, "cuDNN attention: the last query block takes {} of a run's {} keys",
+                 R, rs[i].len);
+      if (qb.size() > 1 && bi + 1 == qb.size()) {
+        k::cast(b.dk16, true, b.dk_sum, false, kvb, stream);
+        k::cast(b.dv16, true, b.dv_sum, false, kvb, stream);
+      } else if (qb.size() > 1) {
         k::add(b.dk_sum, b.dk16, true, kvb, stream);
         k::add(b.dv_sum, b.dv16, true, kvb, stream);
       }

@@ -2,12 +2,19 @@
 // fp32 accumulation): the fast path under --precision bf16 (AttnArgs::bf16), the algebra of
 // shared/DESIGN.md section 3 and the same block table, masks and fold as kernels_attention.cu.
 //   forward: a CUDA block per (64 queries, head), 4 warps of 16 queries. Per 64-key tile of a
-//     block: K and V^T -> bf16 shared; S = Q K^T in registers; online softmax in registers (log2
-//     units, each row's max over the 4 lanes of a quad); P -> bf16 A fragments; O += P V.
+//     block: S = Q K^T in registers; online softmax in registers (log2 units, each row's max over
+//     the 4 lanes of a quad); P -> bf16 A fragments; O += P V.
 //   dq:      the same tiling: S, dP = dO V^T, dS = P (dP - dsum) scale, dq += dS K.
 //   dk, dv:  a CUDA block per (block, kv head, 64 keys), 4 warps of 16 keys; it walks the queries
 //     in tiles of 32 (heads of the group inside), P^T and dS^T from K Q^T and V dO^T, dV += P^T dO,
 //     dK += dS^T Q in registers, then adds into the block's gradient rows once.
+// Memory: every tile sits in shared memory row-major, bf16 (rows padded by 16 bytes, so ldmatrix's
+// eight rows hit every bank once); fragments come by ldmatrix, transposed ones (V for P V, K for
+// dS K, Q and dO for the dk, dv products) by ldmatrix.trans. The forward and dq kernels double-buffer
+// the key tiles: bf16 pages (16-byte aligned, D % 8 == 0) by cp.async, so the next tile arrives
+// while this one computes; f32 keys (the chunk's own) by plain loads. The dk, dv walk stages each
+// query tile's f32 q and dO rows by cp.async (D % 4 == 0, aligned; else plain loads) beside the
+// tile in use, and converts them to bf16 in shared memory.
 // Numerics: Q, K, V, dO round to bf16 (under --precision bf16 they already hold bf16 values), P
 // and dS round to bf16 for their products (as FlashAttention does), statistics, softmax and every
 // accumulation fp32. Deterministic: fixed order, no atomics, one writer per output element; a
@@ -37,11 +44,11 @@ constexpr int kBQ = 32;  // queries per tile of the dk, dv walk
 constexpr int kThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
-__device__ inline uint32_t ld32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ inline uint32_t pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
+__device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // c (16 x 8) += a (16 x 16) b (16 x 8)
 __device__ inline void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
@@ -55,15 +62,37 @@ __device__ inline void mma(float c[4], const uint32_t a[4], const uint32_t b[2])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #endif
 }
-// A fragment of rows [r0, r0 + 16), columns [c0, c0 + 16) of a row-major bf16 tile
-__device__ inline void frag_a(uint32_t a[4], const bf16* s, int ld, int r0, int c0, int gq, int tq) {
-  const bf16* p = s + (r0 + gq) * ld + c0 + 2 * tq;
-  a[0] = ld32(p), a[1] = ld32(p + 8 * ld), a[2] = ld32(p + 8), a[3] = ld32(p + 8 * ld + 8);
+
+// Four 8 x 8 bf16 matrices from shared memory (ldmatrix .x4): lane l gives the address of row l % 8
+// of matrix l / 8; r[i] is matrix i's fragment (row l / 4, columns 2 (l % 4)..), or transposed
+// (rows 2 (l % 4).., column l / 4)
+__device__ inline void ldsm4(uint32_t r[4], const bf16* row, bool trans) {
+#ifdef OOMB_SIMT
+  simt::ldmatrix_x4(r, row, trans);
+#else
+  const uint32_t at = uint32_t(__cvta_generic_to_shared(row));
+  if (trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+#endif
 }
-// B fragment with B[k][n] = s[(n0 + n) ld + k0 + k]: a tile stored n-major (its rows are B's columns)
-__device__ inline void frag_b(uint32_t b[2], const bf16* s, int ld, int n0, int k0, int gq, int tq) {
-  const bf16* p = s + (n0 + gq) * ld + k0 + 2 * tq;
-  b[0] = ld32(p), b[1] = ld32(p + 8);
+// A fragment of rows [r0, r0 + 16), columns [c0, c0 + 16) of a row-major bf16 tile
+__device__ inline void frag_a(uint32_t a[4], const bf16* s, int ld, int r0, int c0, int lane) {
+  ldsm4(a, s + (r0 + (lane & 15)) * ld + c0 + 8 * (lane >> 4), false);
+}
+// B fragments (k in [k0, k0 + 16)) of the n-tiles [n0, n0 + 8) (b[0..1]) and [n0 + 8, n0 + 16) (b[2..3])
+// of B[k][n] = s[(n0 + n) ld + k0 + k]: a tile stored n-major (its rows are B's columns)
+__device__ inline void frag_b2(uint32_t b[4], const bf16* s, int ld, int n0, int k0, int lane) {
+  ldsm4(b, s + (n0 + (lane & 7) + 8 * (lane >> 4)) * ld + k0 + 8 * ((lane >> 3) & 1), false);
+}
+// the same of B[k][n] = s[(k0 + k) ld + n0 + n]: a row-major (k, n) tile, read transposed
+__device__ inline void frag_bt2(uint32_t b[4], const bf16* s, int ld, int k0, int n0, int lane) {
+  ldsm4(b, s + (k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * ld + n0 + 8 * (lane >> 4), true);
 }
 // the A fragment of k-slice kk (columns [16 kk, 16 kk + 16)) of a 16-row C tile set c[n-tile][4]
 __device__ inline void c_to_a(uint32_t a[4], const float (*c)[4], int kk) {
@@ -71,13 +100,54 @@ __device__ inline void c_to_a(uint32_t a[4], const float (*c)[4], int kk) {
   a[2] = pack(c[2 * kk + 1][0], c[2 * kk + 1][1]), a[3] = pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
 }
 
+// 16 bytes (or 4) from global to shared memory, asynchronously (cp.async; zeros where !valid, src
+// then not read); a thread's copies are done after cp_wait_all, everyone's after a barrier too
+__device__ inline void cp16(void* dst, const void* src, bool valid) {
+#ifdef OOMB_SIMT
+  if (valid) std::memcpy(dst, src, 16);
+  else std::memset(dst, 0, 16);
+#else
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(valid ? 16 : 0));
+#endif
+}
+__device__ inline void cp4(void* dst, const void* src, bool valid) {
+#ifdef OOMB_SIMT
+  if (valid) std::memcpy(dst, src, 4);
+  else std::memset(dst, 0, 4);
+#else
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(valid ? 4 : 0));
+#endif
+}
+__device__ inline void cp_commit() {
+#ifndef OOMB_SIMT
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+__device__ inline void cp_wait_all() {
+#ifndef OOMB_SIMT
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+
 // Rows [row0, row0 + R) of a source whose element (r, d) is at src[r * stride + off + d] (f32, or
-// bf16 when src_bf16), d < D, into bf16 shared memory: dst (R, ld) row-major and/or dst_t (DP, ld_t)
-// transposed. Rows at or past nrows and columns D..DP are zeros (a zero V row times a zero P adds
-// nothing; garbage could be NaN).
+// bf16 when src_bf16), d < D, into bf16 shared memory dst (R, ld) row-major. Rows at or past nrows
+// and columns D..DP are zeros (a zero V row times a zero P adds nothing; garbage could be NaN).
+// async: bf16 rows by cp.async (16-byte aligned rows, D % 8 == 0); else plain loads.
 template <int R, int DP>
-__device__ inline void load_tile(bf16* dst, int ld, bf16* dst_t, int ld_t, const void* src, bool src_bf16,
-                                 int64_t off, int64_t row0, int64_t nrows, int64_t stride, int D) {
+__device__ inline void load_tile(bf16* dst, int ld, const void* src, bool src_bf16, bool async, int64_t off,
+                                 int64_t row0, int64_t nrows, int64_t stride, int D) {
+  if (async) {
+    constexpr int kChunks = DP / 8;
+    const bf16* s16 = static_cast<const bf16*>(src);
+    for (int i = threadIdx.x; i < R * kChunks; i += kThreads) {
+      const int r = i / kChunks, d = 8 * (i % kChunks);
+      const bool valid = row0 + r < nrows && d < D;
+      cp16(dst + r * ld + d, valid ? s16 + (row0 + r) * stride + off + d : s16, valid);
+    }
+    return;
+  }
   constexpr int kPairs = DP / 2;
   for (int i = threadIdx.x; i < R * kPairs; i += kThreads) {
     const int r = i / kPairs, d = 2 * (i % kPairs);
@@ -87,8 +157,7 @@ __device__ inline void load_tile(bf16* dst, int ld, bf16* dst_t, int ld_t, const
       if (src_bf16) v = *reinterpret_cast<const __nv_bfloat162*>(static_cast<const bf16*>(src) + e);
       else v = __float22bfloat162_rn(*reinterpret_cast<const float2*>(static_cast<const float*>(src) + e));
     }
-    if (dst) *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + d) = v;
-    if (dst_t) dst_t[d * ld_t + r] = v.x, dst_t[(d + 1) * ld_t + r] = v.y;
+    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + d) = v;
   }
 }
 
@@ -122,13 +191,41 @@ __device__ inline bool whole_tile(const AttnParams& p, const AttnBlock& kb, int6
          (p.window <= 0 || kb.idx0 + j0 > qi_last - p.window);
 }
 
+// The key tiles a CUDA block's queries [qi_first, qi_last] of kv head group g read, in the table's
+// order: keys [j0, j0 + kBN) of block b (kb), within its key range kr. async: its K and V come by
+// cp.async (bf16 pages, aligned rows).
+struct TileWalk {
+  AttnBlock kb{};
+  KeyRange kr;
+  int64_t b = -1, j0 = 0;
+  bool async = false;
+  __device__ bool next(const AttnParams& p, int64_t g, int64_t qi_first, int64_t qi_last) {
+    j0 += kBN;
+    while (b < 0 || j0 >= kr.n) {
+      if (++b >= p.n_blocks) return false;
+      kb = p.blocks[b];
+      kr = key_range(p, kb, g, qi_first, qi_last);
+      j0 = kr.j_begin;
+      async = kb.kv_bf16 && p.D % 8 == 0 && aligned16(kb.k) && aligned16(kb.v);
+    }
+    return true;
+  }
+  // its K and V rows (zeros past the range) into sK, sV (kBN, ld)
+  template <int DP>
+  __device__ void load(bf16* sK, bf16* sV, int ld, const AttnParams& p, int64_t g) const {
+    const int D = int(p.D);
+    load_tile<kBN, DP>(sK, ld, kb.k, kb.kv_bf16 != 0, async, g * D, j0, kr.n, p.G * D, D);
+    load_tile<kBN, DP>(sV, ld, kb.v, kb.kv_bf16 != 0, async, g * D, j0, kr.n, p.G * D, D);
+  }
+};
+
 // A CUDA block's kBM queries of head h (forward, dq) and this thread's place: its two rows are
 // t[0] = t0 + 16 warp + gq and t[1] = t[0] + 8.
 struct QueryTile {
-  int warp, gq, tq, D;
+  int warp, lane, gq, tq, D;
   int64_t h, g, t0, qi_first, qi_last, t[2], qi[2];
   __device__ explicit QueryTile(const AttnParams& p)
-      : warp(int(threadIdx.x >> 5)), gq(int(threadIdx.x & 31) >> 2), tq(int(threadIdx.x & 3)), D(int(p.D)),
+      : warp(int(threadIdx.x >> 5)), lane(int(threadIdx.x & 31)), gq(lane >> 2), tq(lane & 3), D(int(p.D)),
         h(blockIdx.y), g(h / (p.H / p.G)), t0(int64_t(blockIdx.x) * kBM), qi_first(p.q_idx0 + t0),
         qi_last(qi_first + (p.T - t0 < kBM ? p.T - t0 : kBM) - 1) {
     for (int i = 0; i < 2; ++i) t[i] = t0 + 16 * warp + gq + 8 * i, qi[i] = p.q_idx0 + t[i];
@@ -161,10 +258,11 @@ struct QueryTile {
 
 template <int DP>
 struct FwdSmem {
-  static constexpr int kLd = DP + 8, kLdT = kBN + 8;  // padded: the 8 rows of a fragment hit 8 bank groups
-  static constexpr size_t kQ = 0, kK = kQ + size_t(kBM) * kLd * 2, kVt = kK + size_t(kBN) * kLd * 2,
-                          kBytes = kVt + size_t(DP) * kLdT * 2;
+  static constexpr int kLd = DP + 8;  // padded by 16 bytes: ldmatrix's 8 rows hit 8 bank groups
+  static constexpr size_t kTile = size_t(kBN) * kLd;  // elements of a key tile (and of Q: kBM == kBN)
+  static constexpr size_t kQ = 0, kK = kQ + kTile * 2, kV = kK + 2 * kTile * 2, kBytes = kV + 2 * kTile * 2;
 };
+static_assert(kBM == kBN, "Q shares the key tiles' shape");
 
 // q, o: (T, H, D) fp32; lse: (T, H). grid (ceil(T / kBM), H), kThreads; shared FwdSmem<DP>::kBytes
 template <int DP>
@@ -173,12 +271,12 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_k(AttnParams p, const f
   constexpr int KD = DP / 16, OT = DP / 8, NT = kBN / 8;
   OOMB_DYNAMIC_SHARED(unsigned char, smem);
   bf16 *sQ = reinterpret_cast<bf16*>(smem + S::kQ), *sK = reinterpret_cast<bf16*>(smem + S::kK),
-       *sVt = reinterpret_cast<bf16*>(smem + S::kVt);
+       *sV = reinterpret_cast<bf16*>(smem + S::kV);
   const QueryTile Q(p);
-  const int warp = Q.warp, gq = Q.gq, tq = Q.tq, D = Q.D;
+  const int warp = Q.warp, lane = Q.lane, tq = Q.tq, D = Q.D;
   const int64_t h = Q.h, g = Q.g, t0 = Q.t0, qi_first = Q.qi_first, qi_last = Q.qi_last, *t = Q.t, *qi = Q.qi;
   const float sl2 = p.scale * kLog2e;
-  load_tile<kBM, DP>(sQ, S::kLd, nullptr, 0, q, false, h * D, t0, p.T, p.H * D, D);
+  load_tile<kBM, DP>(sQ, S::kLd, q, false, false, h * D, t0, p.T, p.H * D, D);
 
   int32_t qdoc[2];
   bool ok[2];
@@ -195,64 +293,73 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_k(AttnParams p, const f
   Q.read<OT>(acc, o, p, !p.first);  // a fold's later call: the unnormalized sum so far
   __syncthreads();
   uint32_t qa[KD][4];
-  for (int kk = 0; kk < KD; ++kk) frag_a(qa[kk], sQ, S::kLd, 16 * warp, 16 * kk, gq, tq);
+  for (int kk = 0; kk < KD; ++kk) frag_a(qa[kk], sQ, S::kLd, 16 * warp, 16 * kk, lane);
 
-  for (int64_t b = 0; b < p.n_blocks; ++b) {
-    const AttnBlock kb = p.blocks[b];
-    const KeyRange kr = key_range(p, kb, g, qi_first, qi_last);
-    const bool kv16 = kb.kv_bf16 != 0;
-    for (int64_t j0 = kr.j_begin; j0 < kr.n; j0 += kBN) {
-      __syncthreads();  // every warp is done with the last tile
-      load_tile<kBN, DP>(sK, S::kLd, nullptr, 0, kb.k, kv16, g * D, j0, kr.n, p.G * D, D);
-      load_tile<kBN, DP>(nullptr, 0, sVt, S::kLdT, kb.v, kv16, g * D, j0, kr.n, p.G * D, D);
-      __syncthreads();
-      float s[NT][4] = {};
-      for (int kk = 0; kk < KD; ++kk)
-        for (int nt = 0; nt < NT; ++nt) {
-          uint32_t bb[2];
-          frag_b(bb, sK, S::kLd, 8 * nt, 16 * kk, gq, tq);
-          mma(s[nt], qa[kk], bb);
-        }
-      const bool whole = whole_tile(p, kb, j0, kr.n, qi_first, qi_last);
-      float mx[2] = {-INFINITY, -INFINITY};
-      for (int nt = 0; nt < NT; ++nt)
-        for (int e = 0; e < 4; ++e) {
-          const int i = e >> 1;
-          const int64_t j = j0 + 8 * nt + 2 * tq + (e & 1);
-          s[nt][e] = ok[i] && (whole || sees(p, kb, j, kr.n, qi[i], qdoc[i])) ? s[nt][e] * sl2 : -INFINITY;
-          mx[i] = fmaxf(mx[i], s[nt][e]);
-        }
-      float c[2];
-      for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-        const float mn = fmaxf(m[i], mx[i]);
-        c[i] = mn == -INFINITY ? 1.0f : exp2f(m[i] - mn);
-        m[i] = mn, l[i] *= c[i];
+  TileWalk w;
+  bool have = w.next(p, g, qi_first, qi_last);
+  if (have) w.load<DP>(sK, sV, S::kLd, p, g);
+  cp_commit();
+  for (int buf = 0; have; buf ^= 1) {
+    cp_wait_all();
+    __syncthreads();  // this tile is in; every warp is done with the other buffer's
+    TileWalk nx = w;
+    const bool more = nx.next(p, g, qi_first, qi_last);
+    if (more) nx.load<DP>(sK + (buf ^ 1) * S::kTile, sV + (buf ^ 1) * S::kTile, S::kLd, p, g);
+    cp_commit();
+    const bf16 *cK = sK + buf * S::kTile, *cV = sV + buf * S::kTile;
+    const AttnBlock& kb = w.kb;
+    const int64_t j0 = w.j0;
+
+    float s[NT][4] = {};
+    for (int kk = 0; kk < KD; ++kk)
+      for (int nt = 0; nt < NT; nt += 2) {
+        uint32_t bb[4];
+        frag_b2(bb, cK, S::kLd, 8 * nt, 16 * kk, lane);
+        mma(s[nt], qa[kk], bb);
+        mma(s[nt + 1], qa[kk], bb + 2);
       }
-      float rs[2] = {0.0f, 0.0f};
-      for (int nt = 0; nt < NT; ++nt)
-        for (int e = 0; e < 4; ++e) {
-          const int i = e >> 1;
-          s[nt][e] = s[nt][e] == -INFINITY ? 0.0f : exp2f(s[nt][e] - m[i]);
-          rs[i] += s[nt][e];
-        }
-      for (int i = 0; i < 2; ++i) {  // the tile's row sum over the quad: the same bits in its 4 lanes
-        rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
-        rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
-        l[i] += rs[i];
+    const bool whole = whole_tile(p, kb, j0, w.kr.n, qi_first, qi_last);
+    float mx[2] = {-INFINITY, -INFINITY};
+    for (int nt = 0; nt < NT; ++nt)
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int64_t j = j0 + 8 * nt + 2 * tq + (e & 1);
+        s[nt][e] = ok[i] && (whole || sees(p, kb, j, w.kr.n, qi[i], qdoc[i])) ? s[nt][e] * sl2 : -INFINITY;
+        mx[i] = fmaxf(mx[i], s[nt][e]);
       }
-      for (int dt = 0; dt < OT; ++dt) acc[dt][0] *= c[0], acc[dt][1] *= c[0], acc[dt][2] *= c[1], acc[dt][3] *= c[1];
-      for (int kk = 0; kk < NT / 2; ++kk) {
-        uint32_t pa[4];
-        c_to_a(pa, s, kk);
-        for (int dt = 0; dt < OT; ++dt) {
-          uint32_t bb[2];
-          frag_b(bb, sVt, S::kLdT, 8 * dt, 16 * kk, gq, tq);
-          mma(acc[dt], pa, bb);
-        }
+    float c[2];
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      const float mn = fmaxf(m[i], mx[i]);
+      c[i] = mn == -INFINITY ? 1.0f : exp2f(m[i] - mn);
+      m[i] = mn, l[i] *= c[i];
+    }
+    float rs[2] = {0.0f, 0.0f};
+    for (int nt = 0; nt < NT; ++nt)
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        s[nt][e] = s[nt][e] == -INFINITY ? 0.0f : exp2f(s[nt][e] - m[i]);
+        rs[i] += s[nt][e];
+      }
+    for (int i = 0; i < 2; ++i) {  // the tile's row sum over the quad: the same bits in its 4 lanes
+      rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
+      rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
+      l[i] += rs[i];
+    }
+    for (int dt = 0; dt < OT; ++dt) acc[dt][0] *= c[0], acc[dt][1] *= c[0], acc[dt][2] *= c[1], acc[dt][3] *= c[1];
+    for (int kk = 0; kk < NT / 2; ++kk) {
+      uint32_t pa[4];
+      c_to_a(pa, s, kk);
+      for (int dt = 0; dt < OT; dt += 2) {
+        uint32_t bb[4];
+        frag_bt2(bb, cV, S::kLd, 16 * kk, 8 * dt, lane);
+        mma(acc[dt], pa, bb);
+        mma(acc[dt + 1], pa, bb + 2);
       }
     }
+    w = nx;
+    have = more;
   }
 
   Q.write<OT>(acc, o, p, p.last != 0, l[0], l[1]);
@@ -271,10 +378,10 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_k(AttnParams p, const f
 
 template <int DP>
 struct DqSmem {
-  static constexpr int kLd = DP + 8, kLdT = kBN + 8;
-  static constexpr size_t kQ = 0, kDo = kQ + size_t(kBM) * kLd * 2, kK = kDo + size_t(kBM) * kLd * 2,
-                          kV = kK + size_t(kBN) * kLd * 2, kKt = kV + size_t(kBN) * kLd * 2,
-                          kBytes = kKt + size_t(DP) * kLdT * 2;
+  static constexpr int kLd = DP + 8;
+  static constexpr size_t kTile = size_t(kBN) * kLd;
+  static constexpr size_t kQ = 0, kDo = kQ + kTile * 2, kK = kDo + kTile * 2, kV = kK + 2 * kTile * 2,
+                          kBytes = kV + 2 * kTile * 2;
 };
 
 // dq (T, H, D) = (or += after a fold's first call) dS K. grid (ceil(T / kBM), H), kThreads
@@ -285,14 +392,13 @@ __global__ void __launch_bounds__(kThreads) attn_dq_mma_k(AttnParams p, const fl
   constexpr int KD = DP / 16, OT = DP / 8, NT = kBN / 8;
   OOMB_DYNAMIC_SHARED(unsigned char, smem);
   bf16 *sQ = reinterpret_cast<bf16*>(smem + S::kQ), *sDo = reinterpret_cast<bf16*>(smem + S::kDo),
-       *sK = reinterpret_cast<bf16*>(smem + S::kK), *sV = reinterpret_cast<bf16*>(smem + S::kV),
-       *sKt = reinterpret_cast<bf16*>(smem + S::kKt);
+       *sK = reinterpret_cast<bf16*>(smem + S::kK), *sV = reinterpret_cast<bf16*>(smem + S::kV);
   const QueryTile Q(p);
-  const int warp = Q.warp, gq = Q.gq, tq = Q.tq, D = Q.D;
+  const int warp = Q.warp, lane = Q.lane, tq = Q.tq, D = Q.D;
   const int64_t h = Q.h, g = Q.g, t0 = Q.t0, qi_first = Q.qi_first, qi_last = Q.qi_last, *t = Q.t, *qi = Q.qi;
   const float sl2 = p.scale * kLog2e;
-  load_tile<kBM, DP>(sQ, S::kLd, nullptr, 0, q, false, h * D, t0, p.T, p.H * D, D);
-  load_tile<kBM, DP>(sDo, S::kLd, nullptr, 0, dout, false, h * D, t0, p.T, p.H * D, D);
+  load_tile<kBM, DP>(sQ, S::kLd, q, false, false, h * D, t0, p.T, p.H * D, D);
+  load_tile<kBM, DP>(sDo, S::kLd, dout, false, false, h * D, t0, p.T, p.H * D, D);
 
   int32_t qdoc[2];
   bool ok[2];
@@ -305,59 +411,111 @@ __global__ void __launch_bounds__(kThreads) attn_dq_mma_k(AttnParams p, const fl
   }
   Q.read<OT>(acc, dq, p, !p.first);  // a fold's later call accumulates
 
-  for (int64_t b = 0; b < p.n_blocks; ++b) {
-    const AttnBlock kb = p.blocks[b];
-    const KeyRange kr = key_range(p, kb, g, qi_first, qi_last);
-    const bool kv16 = kb.kv_bf16 != 0;
-    for (int64_t j0 = kr.j_begin; j0 < kr.n; j0 += kBN) {
-      __syncthreads();
-      load_tile<kBN, DP>(sK, S::kLd, sKt, S::kLdT, kb.k, kv16, g * D, j0, kr.n, p.G * D, D);
-      load_tile<kBN, DP>(sV, S::kLd, nullptr, 0, kb.v, kv16, g * D, j0, kr.n, p.G * D, D);
-      __syncthreads();
-      float s[NT][4] = {}, dp[NT][4] = {};
-      for (int kk = 0; kk < KD; ++kk) {
-        uint32_t qa[4], da[4];
-        frag_a(qa, sQ, S::kLd, 16 * warp, 16 * kk, gq, tq);
-        frag_a(da, sDo, S::kLd, 16 * warp, 16 * kk, gq, tq);
-        for (int nt = 0; nt < NT; ++nt) {
-          uint32_t bb[2];
-          frag_b(bb, sK, S::kLd, 8 * nt, 16 * kk, gq, tq);
-          mma(s[nt], qa, bb);
-          frag_b(bb, sV, S::kLd, 8 * nt, 16 * kk, gq, tq);
-          mma(dp[nt], da, bb);
-        }
-      }
-      const bool whole = whole_tile(p, kb, j0, kr.n, qi_first, qi_last);
-      for (int nt = 0; nt < NT; ++nt)
-        for (int e = 0; e < 4; ++e) {
-          const int i = e >> 1;
-          const int64_t j = j0 + 8 * nt + 2 * tq + (e & 1);
-          const float pj =
-              ok[i] && (whole || sees(p, kb, j, kr.n, qi[i], qdoc[i])) ? exp2f(s[nt][e] * sl2 - L[i]) : 0.0f;
-          s[nt][e] = pj * (dp[nt][e] - ds[i]) * p.scale;  // dS
-        }
-      for (int kk = 0; kk < NT / 2; ++kk) {
-        uint32_t sa[4];
-        c_to_a(sa, s, kk);
-        for (int dt = 0; dt < OT; ++dt) {
-          uint32_t bb[2];
-          frag_b(bb, sKt, S::kLdT, 8 * dt, 16 * kk, gq, tq);
-          mma(acc[dt], sa, bb);
-        }
+  TileWalk w;
+  bool have = w.next(p, g, qi_first, qi_last);
+  if (have) w.load<DP>(sK, sV, S::kLd, p, g);
+  cp_commit();
+  for (int buf = 0; have; buf ^= 1) {
+    cp_wait_all();
+    __syncthreads();  // this tile (and Q, dO) is in; every warp is done with the other buffer's
+    TileWalk nx = w;
+    const bool more = nx.next(p, g, qi_first, qi_last);
+    if (more) nx.load<DP>(sK + (buf ^ 1) * S::kTile, sV + (buf ^ 1) * S::kTile, S::kLd, p, g);
+    cp_commit();
+    const bf16 *cK = sK + buf * S::kTile, *cV = sV + buf * S::kTile;
+    const AttnBlock& kb = w.kb;
+    const int64_t j0 = w.j0;
+
+    float s[NT][4] = {}, dp[NT][4] = {};
+    for (int kk = 0; kk < KD; ++kk) {
+      uint32_t qa[4], da[4];
+      frag_a(qa, sQ, S::kLd, 16 * warp, 16 * kk, lane);
+      frag_a(da, sDo, S::kLd, 16 * warp, 16 * kk, lane);
+      for (int nt = 0; nt < NT; nt += 2) {
+        uint32_t bb[4];
+        frag_b2(bb, cK, S::kLd, 8 * nt, 16 * kk, lane);
+        mma(s[nt], qa, bb);
+        mma(s[nt + 1], qa, bb + 2);
+        frag_b2(bb, cV, S::kLd, 8 * nt, 16 * kk, lane);
+        mma(dp[nt], da, bb);
+        mma(dp[nt + 1], da, bb + 2);
       }
     }
+    const bool whole = whole_tile(p, kb, j0, w.kr.n, qi_first, qi_last);
+    for (int nt = 0; nt < NT; ++nt)
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int64_t j = j0 + 8 * nt + 2 * tq + (e & 1);
+        const float pj =
+            ok[i] && (whole || sees(p, kb, j, w.kr.n, qi[i], qdoc[i])) ? exp2f(s[nt][e] * sl2 - L[i]) : 0.0f;
+        s[nt][e] = pj * (dp[nt][e] - ds[i]) * p.scale;  // dS
+      }
+    for (int kk = 0; kk < NT / 2; ++kk) {
+      uint32_t sa[4];
+      c_to_a(sa, s, kk);
+      for (int dt = 0; dt < OT; dt += 2) {
+        uint32_t bb[4];
+        frag_bt2(bb, cK, S::kLd, 16 * kk, 8 * dt, lane);
+        mma(acc[dt], sa, bb);
+        mma(acc[dt + 1], sa, bb + 2);
+      }
+    }
+    w = nx;
+    have = more;
   }
   Q.write<OT>(acc, dq, p);
 }
 
 template <int DP>
 struct DkdvSmem {
-  static constexpr int kLd = DP + 8, kLdT = kBQ + 8;
+  static constexpr int kLd = DP + 8;
   static constexpr size_t kK = 0, kV = kK + size_t(kBN) * kLd * 2, kQ = kV + size_t(kBN) * kLd * 2,
-                          kDo = kQ + size_t(kBQ) * kLd * 2, kQt = kDo + size_t(kBQ) * kLd * 2,
-                          kDot = kQt + size_t(DP) * kLdT * 2, kL = kDot + size_t(DP) * kLdT * 2,
-                          kDs = kL + kBQ * 4, kDoc = kDs + kBQ * 4, kBytes = kDoc + kBQ * 4;
+                          kDo = kQ + size_t(kBQ) * kLd * 2,
+                          kStage = kDo + size_t(kBQ) * kLd * 2,  // the next tile's f32 q, dO rows: (2, kBQ, DP)
+                          kStageRow = kStage + 2 * size_t(kBQ) * DP * 4,  // and its lse, dsum, doc: (3, kBQ)
+                          kL = kStageRow + 3 * kBQ * 4, kDs = kL + kBQ * 4, kDoc = kDs + kBQ * 4,
+                          kBytes = kDoc + kBQ * 4;
 };
+
+// The dk, dv walk's query tiles: tile i is queries [t_start + (i / group) kBQ, + kBQ) of head
+// g group + i % group.
+struct QueryWalk {
+  int64_t t_start, t_end, group, g;
+  __device__ int64_t t0(int64_t i) const { return t_start + (i / group) * kBQ; }
+  __device__ int64_t head(int64_t i) const { return g * group + i % group; }
+};
+
+// Stages tile i's rows: q and dO (f32, zeros past t_end and D; async: cp.async, D % 4 == 0 and
+// aligned rows) into st (2, kBQ, DP), its lse, dsum and documents into row (3, kBQ)
+template <int DP>
+__device__ inline void stage_queries(float* st, float* row, const AttnParams& p, const QueryWalk& qw, int64_t i,
+                                     bool async, const float* q, const float* dout, const float* lse,
+                                     const float* dsum) {
+  const int64_t tq0 = qw.t0(i), h = qw.head(i);
+  const int D = int(p.D);
+  constexpr int kChunks = DP / 4;
+  for (int c = threadIdx.x; c < kBQ * kChunks; c += kThreads) {
+    const int r = c / kChunks, d = 4 * (c % kChunks);
+    const int64_t t = tq0 + r, at = (t * p.H + h) * D + d;
+    for (int x = 0; x < 2; ++x) {
+      const float* src = x == 0 ? q : dout;
+      float* dst = st + (x * kBQ + r) * DP + d;
+      if (async) {
+        const bool valid = t < qw.t_end && d < D;
+        cp16(dst, valid ? src + at : src, valid);
+      } else {
+        for (int e = 0; e < 4; ++e) dst[e] = t < qw.t_end && d + e < D ? src[at + e] : 0.0f;
+      }
+    }
+  }
+  for (int c = threadIdx.x; c < kBQ; c += kThreads) {
+    const int64_t t = tq0 + c;
+    const bool valid = t < qw.t_end;
+    cp4(row + c, valid ? lse + t * p.H + h : lse, valid);
+    cp4(row + kBQ + c, valid ? dsum + t * p.H + h : dsum, valid);
+    cp4(row + 2 * kBQ + c, valid && p.q_doc ? static_cast<const void*>(p.q_doc + t) : lse, valid && p.q_doc);
+  }
+}
 
 // every block's dk, dv += (rows of kv head g). grid (n_blocks, G, ceil(max_len / kBN)), kThreads
 template <int DP>
@@ -367,8 +525,8 @@ __global__ void __launch_bounds__(kThreads) attn_dkdv_mma_k(AttnParams p, const 
   constexpr int KD = DP / 16, OT = DP / 8, QT = kBQ / 8;
   OOMB_DYNAMIC_SHARED(unsigned char, smem);
   bf16 *sK = reinterpret_cast<bf16*>(smem + S::kK), *sV = reinterpret_cast<bf16*>(smem + S::kV),
-       *sQ = reinterpret_cast<bf16*>(smem + S::kQ), *sDo = reinterpret_cast<bf16*>(smem + S::kDo),
-       *sQt = reinterpret_cast<bf16*>(smem + S::kQt), *sDot = reinterpret_cast<bf16*>(smem + S::kDot);
+       *sQ = reinterpret_cast<bf16*>(smem + S::kQ), *sDo = reinterpret_cast<bf16*>(smem + S::kDo);
+  float *sSt = reinterpret_cast<float*>(smem + S::kStage), *sRow = reinterpret_cast<float*>(smem + S::kStageRow);
   float *sL = reinterpret_cast<float*>(smem + S::kL), *sDs = reinterpret_cast<float*>(smem + S::kDs);
   int32_t* sDoc = reinterpret_cast<int32_t*>(smem + S::kDoc);
   const AttnBlock kb = p.blocks[blockIdx.x];
@@ -377,8 +535,6 @@ __global__ void __launch_bounds__(kThreads) attn_dkdv_mma_k(AttnParams p, const 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3, D = int(p.D);
   const float sl2 = p.scale * kLog2e;
   const bool kv16 = kb.kv_bf16 != 0;
-  load_tile<kBN, DP>(sK, S::kLd, nullptr, 0, kb.k, kv16, g * D, j0, kb.len, p.G * D, D);
-  load_tile<kBN, DP>(sV, S::kLd, nullptr, 0, kb.v, kv16, g * D, j0, kb.len, p.G * D, D);
 
   int64_t j[2];  // this thread's two keys (rows of the warp's 16)
   int32_t kdoc[2];
@@ -387,60 +543,91 @@ __global__ void __launch_bounds__(kThreads) attn_dkdv_mma_k(AttnParams p, const 
     kdoc[i] = j[i] < kb.len && kb.doc ? kb.doc[j[i]] : 0;
   }
   float dk[OT][4] = {}, dv[OT][4] = {};
-  const int64_t last_key = kb.idx0 + (j0 + kBN < kb.len ? j0 + kBN : kb.len) - 1;  // sequence index
+  const int64_t n_keys = j0 + kBN < kb.len ? kBN : kb.len - j0;
+  const int64_t last_key = kb.idx0 + j0 + n_keys - 1;  // sequence index
   const int64_t t_first = kb.idx0 + j0 - p.q_idx0;  // the first query that sees the tile's first key
 #ifdef OOMB_MUTANT_DROP_QUERY  // a negative control (scripts/gpu_bundle.sh): the chunk's last query is lost
   const int64_t t_end = p.T - 1;
 #else
   const int64_t t_end = p.T;
 #endif
-  for (int64_t tq0 = t_first > 0 ? t_first : 0; tq0 < t_end; tq0 += kBQ) {
-    if (p.window > 0 && p.q_idx0 + tq0 - p.window >= last_key) break;  // later queries see none of these keys
-    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-      __syncthreads();  // every warp is done with the last query tile
-      load_tile<kBQ, DP>(sQ, S::kLd, sQt, S::kLdT, q, false, h * D, tq0, t_end, p.H * D, D);
-      load_tile<kBQ, DP>(sDo, S::kLd, sDot, S::kLdT, dout, false, h * D, tq0, t_end, p.H * D, D);
-      for (int c = threadIdx.x; c < kBQ; c += kThreads) {
-        const int64_t t = tq0 + c;
-        const float lv = t < t_end ? lse[t * p.H + h] : -INFINITY;
-        sL[c] = lv * kLog2e;  // -inf: no key, no gradient
-        sDs[c] = lv != -INFINITY ? dsum[t * p.H + h] : 0.0f;
-        sDoc[c] = t < t_end && p.q_doc ? p.q_doc[t] : 0;
+  // queries from t_start; with a window, those at last_key + window or later see none of these keys
+  const int64_t t_start = t_first > 0 ? t_first : 0;
+  int64_t t_lim = t_end;
+  if (p.window > 0 && last_key + p.window - p.q_idx0 < t_lim) t_lim = last_key + p.window - p.q_idx0;
+  const QueryWalk qw{t_start, t_end, group, g};
+  const int64_t n_it = t_lim > t_start ? (t_lim - t_start + kBQ - 1) / kBQ * group : 0;
+  const bool q_async = D % 4 == 0 && aligned16(q) && aligned16(dout);
+  if (n_it > 0) {  // K, V and the first query tile (no query: the rows get zeros added, as they are)
+    const bool kv_async = kv16 && D % 8 == 0 && aligned16(kb.k) && aligned16(kb.v);
+    load_tile<kBN, DP>(sK, S::kLd, kb.k, kv16, kv_async, g * D, j0, kb.len, p.G * D, D);
+    load_tile<kBN, DP>(sV, S::kLd, kb.v, kv16, kv_async, g * D, j0, kb.len, p.G * D, D);
+    stage_queries<DP>(sSt, sRow, p, qw, 0, q_async, q, dout, lse, dsum);
+  }
+  cp_commit();
+  for (int64_t it = 0; it < n_it; ++it) {
+    const int64_t tq0 = qw.t0(it);
+    cp_wait_all();
+    __syncthreads();  // tile it is staged (K, V in too); every warp is done with the last tile's sQ, sDo
+    constexpr int kPairs = DP / 2;
+    for (int c = threadIdx.x; c < 2 * kBQ * kPairs; c += kThreads) {
+      const int r = c / kPairs, d = 2 * (c % kPairs);  // r: row of (2 kBQ): q's rows, then dO's
+      const float2 v = *reinterpret_cast<const float2*>(sSt + r * DP + d);
+      bf16* dst = r < kBQ ? sQ + r * S::kLd : sDo + (r - kBQ) * S::kLd;
+      *reinterpret_cast<__nv_bfloat162*>(dst + d) = __float22bfloat162_rn(v);
+    }
+    for (int c = threadIdx.x; c < kBQ; c += kThreads) {
+      const bool in = tq0 + c < t_end;
+      const float lv = in ? sRow[c] : -INFINITY;
+      sL[c] = lv * kLog2e;  // -inf: no key, no gradient
+      sDs[c] = lv != -INFINITY ? sRow[kBQ + c] : 0.0f;
+      sDoc[c] = in && p.q_doc ? reinterpret_cast<const int32_t*>(sRow)[2 * kBQ + c] : 0;
+    }
+    __syncthreads();  // tile it is in bf16; the stage is free
+    if (it + 1 < n_it) stage_queries<DP>(sSt, sRow, p, qw, it + 1, q_async, q, dout, lse, dsum);
+    cp_commit();
+
+    float st[QT][4] = {}, dpt[QT][4] = {};  // S^T, dP^T: (16 keys, kBQ queries) of this warp
+    for (int kk = 0; kk < KD; ++kk) {
+      uint32_t ka[4], va[4];
+      frag_a(ka, sK, S::kLd, 16 * warp, 16 * kk, lane);
+      frag_a(va, sV, S::kLd, 16 * warp, 16 * kk, lane);
+      for (int nt = 0; nt < QT; nt += 2) {
+        uint32_t bb[4];
+        frag_b2(bb, sQ, S::kLd, 8 * nt, 16 * kk, lane);
+        mma(st[nt], ka, bb);
+        mma(st[nt + 1], ka, bb + 2);
+        frag_b2(bb, sDo, S::kLd, 8 * nt, 16 * kk, lane);
+        mma(dpt[nt], va, bb);
+        mma(dpt[nt + 1], va, bb + 2);
       }
-      __syncthreads();
-      float st[QT][4] = {}, dpt[QT][4] = {};  // S^T, dP^T: (16 keys, 32 queries) of this warp
-      for (int kk = 0; kk < KD; ++kk) {
-        uint32_t ka[4], va[4];
-        frag_a(ka, sK, S::kLd, 16 * warp, 16 * kk, gq, tq);
-        frag_a(va, sV, S::kLd, 16 * warp, 16 * kk, gq, tq);
-        for (int nt = 0; nt < QT; ++nt) {
-          uint32_t bb[2];
-          frag_b(bb, sQ, S::kLd, 8 * nt, 16 * kk, gq, tq);
-          mma(st[nt], ka, bb);
-          frag_b(bb, sDo, S::kLd, 8 * nt, 16 * kk, gq, tq);
-          mma(dpt[nt], va, bb);
-        }
+    }
+    // every pair visible: whole keys, the tile's first query at or after its last key, no documents,
+    // the window behind none (and every query of the tile sees a key, so its lse is finite)
+    const bool whole = n_keys == kBN && tq0 + kBQ <= t_end && p.q_idx0 + tq0 >= last_key && !(p.q_doc && kb.doc) &&
+                       (p.window <= 0 || kb.idx0 + j0 > p.q_idx0 + tq0 + kBQ - 1 - p.window);
+    for (int nt = 0; nt < QT; ++nt)
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1, c = 8 * nt + 2 * tq + (e & 1);
+        const int64_t qi = p.q_idx0 + tq0 + c, key = kb.idx0 + j[i];
+        const bool vis = whole || (j[i] < kb.len && sL[c] != -INFINITY && key <= qi &&
+                                   (!p.q_doc || !kb.doc || kdoc[i] == sDoc[c]) &&
+                                   (p.window <= 0 || key > qi - p.window));
+        const float pj = vis ? exp2f(st[nt][e] * sl2 - sL[c]) : 0.0f;
+        st[nt][e] = pj, dpt[nt][e] = pj * (dpt[nt][e] - sDs[c]) * p.scale;  // P^T, dS^T
       }
-      for (int nt = 0; nt < QT; ++nt)
-        for (int e = 0; e < 4; ++e) {
-          const int i = e >> 1, c = 8 * nt + 2 * tq + (e & 1);
-          const int64_t t = tq0 + c, qi = p.q_idx0 + t, key = kb.idx0 + j[i];
-          const bool vis = j[i] < kb.len && sL[c] != -INFINITY && key <= qi &&
-                           (!p.q_doc || !kb.doc || kdoc[i] == sDoc[c]) && (p.window <= 0 || key > qi - p.window);
-          const float pj = vis ? exp2f(st[nt][e] * sl2 - sL[c]) : 0.0f;
-          st[nt][e] = pj, dpt[nt][e] = pj * (dpt[nt][e] - sDs[c]) * p.scale;  // P^T, dS^T
-        }
-      for (int kk = 0; kk < QT / 2; ++kk) {
-        uint32_t pa[4], sa[4];
-        c_to_a(pa, st, kk);
-        c_to_a(sa, dpt, kk);
-        for (int dt = 0; dt < OT; ++dt) {
-          uint32_t bb[2];
-          frag_b(bb, sDot, S::kLdT, 8 * dt, 16 * kk, gq, tq);
-          mma(dv[dt], pa, bb);
-          frag_b(bb, sQt, S::kLdT, 8 * dt, 16 * kk, gq, tq);
-          mma(dk[dt], sa, bb);
-        }
+    for (int kk = 0; kk < QT / 2; ++kk) {
+      uint32_t pa[4], sa[4];
+      c_to_a(pa, st, kk);
+      c_to_a(sa, dpt, kk);
+      for (int dt = 0; dt < OT; dt += 2) {
+        uint32_t bb[4];
+        frag_bt2(bb, sDo, S::kLd, 16 * kk, 8 * dt, lane);
+        mma(dv[dt], pa, bb);
+        mma(dv[dt + 1], pa, bb + 2);
+        frag_bt2(bb, sQ, S::kLd, 16 * kk, 8 * dt, lane);
+        mma(dk[dt], sa, bb);
+        mma(dk[dt + 1], sa, bb + 2);
       }
     }
   }

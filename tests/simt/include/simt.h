@@ -61,5 +61,10 @@ ExchangedOf<T> exchange(const T& v) {
 }
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 as the PTX ISA defines its fragments: c += a b
 void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], const uint32_t b[2]);
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lane l gives the address of row l % 8 of matrix
+// l / 8 (16-byte aligned, or simt dies naming it) and gets in r[i] matrix i's fragment: (row l / 4,
+// columns 2 (l % 4) and + 1), or with trans (rows 2 (l % 4) and + 1, column l / 4), the first in the
+// low half
+void ldmatrix_x4(uint32_t r[4], const void* row, bool trans);
 
 }  // namespace simt

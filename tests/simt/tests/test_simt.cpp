@@ -233,6 +233,69 @@ TEST(Simt, MmaFragmentsAsThePtxIsaLaysThemOut) {
   cudaFree(dD);
 }
 
+// ldmatrix .x4 (and .trans) feeding mma: D = A B + 1 for A (16 x 16) and B (16 x 16, two n-tiles of
+// 8) in shared memory, rows padded to 24 elements (48 bytes, so every row starts 16-byte aligned).
+// The row addresses follow the PTX ISA: lane l gives row l % 8 of matrix l / 8, and matrix i lands
+// in register i; the matrices are picked so the registers are mma's fragments: A's (rows +8, then
+// columns +8), B's from B^T stored row-major (n, k) without trans, and from B stored row-major
+// (k, n) with trans. Both B paths must give the float64 product.
+__global__ void ldmatrix_mma_k(const float* A, const float* B, float* D, int trans_b, int misalign) {
+  OOMB_DYNAMIC_SHARED(__nv_bfloat16, s);
+  constexpr int ld = 24;
+  __nv_bfloat16 *sA = s, *sB = s + 16 * ld;  // sB: B^T (n, k), or with trans_b B (k, n)
+  const int lane = int(threadIdx.x), m = lane >> 3, r = lane & 7;
+  for (int i = lane; i < 256; i += 32) {
+    const int row = i / 16, col = i % 16;
+    sA[row * ld + col] = __float2bfloat16_rn(A[i]);
+    sB[row * ld + col] = __float2bfloat16_rn(trans_b ? B[i] : B[col * 16 + row]);
+  }
+  __syncthreads();
+  uint32_t a[4], b[4];
+  // A's register i: rows + 8 (i odd), columns + 8 (i >= 2)
+  simt::ldmatrix_x4(a, sA + (r + 8 * (m & 1)) * ld + 8 * (m >> 1) + misalign, false);
+  if (trans_b)  // B (k, n): register i holds k + 8 (i odd) of n-tile i / 2
+    simt::ldmatrix_x4(b, sB + (r + 8 * (m & 1)) * ld + 8 * (m >> 1), true);
+  else  // B^T (n, k): register i holds k + 8 (i odd) of n-tile i / 2
+    simt::ldmatrix_x4(b, sB + (r + 8 * (m >> 1)) * ld + 8 * (m & 1), false);
+  const int g = lane >> 2, t = lane & 3;
+  for (int n = 0; n < 2; ++n) {
+    float c[4] = {1, 1, 1, 1};
+    simt::mma_m16n8k16_bf16(c, a, b + 2 * n);
+    for (int i = 0; i < 4; ++i) D[(g + 8 * (i >> 1)) * 16 + 8 * n + 2 * t + (i & 1)] = c[i];
+  }
+}
+
+TEST(Simt, LdmatrixFeedsMmaAsThePtxIsaLaysItOut) {
+  std::vector<float> A(256), B(256), D(256);
+  for (int i = 0; i < 256; ++i) A[size_t(i)] = float((i * 7) % 13 - 6) / 4;  // exact in bf16
+  for (int i = 0; i < 256; ++i) B[size_t(i)] = float((i * 5) % 11 - 5) / 2;
+  float *dA, *dB, *dD;
+  cudaMalloc(reinterpret_cast<void**>(&dA), 1024);
+  cudaMalloc(reinterpret_cast<void**>(&dB), 1024);
+  cudaMalloc(reinterpret_cast<void**>(&dD), 1024);
+  cudaMemcpy(dA, A.data(), 1024, cudaMemcpyHostToDevice);
+  cudaMemcpy(dB, B.data(), 1024, cudaMemcpyHostToDevice);
+  for (int trans = 0; trans < 2; ++trans) {
+    SCOPED_TRACE(trans ? "B by ldmatrix .trans" : "B^T by ldmatrix");
+    cudaMemset(dD, 0, 1024);
+    launch(ldmatrix_mma_k, 1, 32, 2 * 16 * 24 * 2, nullptr, dA, dB, dD, trans, 0);
+    cudaMemcpy(D.data(), dD, 1024, cudaMemcpyDeviceToHost);
+    for (int r = 0; r < 16; ++r)
+      for (int n = 0; n < 16; ++n) {
+        double want = 1;
+        for (int k = 0; k < 16; ++k) want += double(A[size_t(r * 16 + k)]) * B[size_t(k * 16 + n)];
+        EXPECT_EQ(D[size_t(r * 16 + n)], float(want)) << r << ", " << n;
+      }
+  }
+  // a row address off the 16-byte grid: CUDA's ldmatrix is undefined there; simt names it
+  EXPECT_DEATH(launch(ldmatrix_mma_k, 1, 32, 2 * 16 * 24 * 2, nullptr, dA, dB, dD, 0, 2);
+               cudaStreamSynchronize(nullptr),
+               "ldmatrix row address .* is not 16-byte aligned");
+  cudaFree(dA);
+  cudaFree(dB);
+  cudaFree(dD);
+}
+
 // cuDNN's attention on simt (tests/simt/cudnn_sdpa.cpp) against attention written out here in float64:
 // forward then backward on a stream, GQA and causal (bottom-right), o and dq in fp32 and in bf16. q
 // arrives by a copy issued on the same stream just before the forward, so the forward must run in
@@ -311,8 +374,12 @@ void sdpa_matches_attention(oomb::sdpa::DType out) {
   EXPECT_EQ(ws[0], 0) << "the forward ran when issued, not when its stream got there";
   sdpa.backward(dev_q, dev_k, dev_v, o, dev_do, stats, dq, dk, dv, ssum, ws);
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-  for (size_t i = 0; i < std::min<size_t>(ws_bytes, 4096); ++i) ASSERT_EQ(ws[i], 0xCD) << "workspace byte " << i;
-  if (ws_bytes > 4096) EXPECT_EQ(ws[4096], 0) << "more than the first 4096 bytes of the workspace scribbled over";
+  for (size_t i = 0; i < std::min<size_t>(ws_bytes, 4096); ++i) {
+    ASSERT_EQ(ws[i], 0xCD) << "workspace byte " << i;
+  }
+  if (ws_bytes > 4096) {
+    EXPECT_EQ(ws[4096], 0) << "more than the first 4096 bytes of the workspace scribbled over";
+  }
   for (size_t i = nq * es; i < nq * es + 16 * es; ++i) {
     EXPECT_EQ(o[i], 0x5A) << "o written past its end, byte " << i;
     EXPECT_EQ(dq[i], 0x5A) << "dq written past its end, byte " << i;
