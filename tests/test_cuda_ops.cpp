@@ -375,7 +375,9 @@ const std::vector<AttnCase>& attention_cases() {
       // several 64-key and 64-query tiles: whole tiles, a window across them, head dims padded
       {150, 4, 2, 64, {128, 128, 77}, false, DType::F32, true, DType::F32, false, 100},
       {130, 8, 2, 128, {256, 64}, true, DType::F32, true, DType::BF16},
-      {90, 4, 4, 48, {64, 64}, false, DType::F32}};
+      {90, 4, 4, 48, {64, 64}, false, DType::F32},
+      // a head dim neither of 8 nor 4 (bf16 pages and q, dO by plain loads, not cp.async)
+      {70, 4, 2, 10, {64, 20}, false, DType::F32, true, DType::BF16}};
   return cases;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <omp.h>
 #include <sstream>
 
 #include "backend/backend.h"
@@ -10,6 +11,7 @@
 #include "hf/checkpoint.h"
 #include "train/model.h"
 #include "hf/safetensors.h"
+#include "model/init.h"
 #include "model_fixture.h"
 #include "test_util.h"
 #include "train/optimizer.h"
@@ -242,4 +244,33 @@ TEST(Model, NonFiniteLossOrGradientIsNamedOrSkipped) {
                 HasSubstr("step 8: the gradient norm is inf: tensor 'model.layers.1.mlp.up_proj.weight' holds a "
                           "non-finite gradient"));
   }
+}
+
+// Every tensor has its own generator, so init fills them on every core: the bits must be one
+// thread's, for a model in memory (fp32 and the frozen bf16 base's mixed layout) and one written
+// to a directory (bf16).
+TEST(Init, TheSameBitsOnOneThreadAsOnMany) {
+  const ModelConfig c = preset_config("tiny-qwen3");
+  const int threads0 = omp_get_max_threads();
+  auto in_memory = [&](int threads, bool mixed) {
+    omp_set_num_threads(threads);
+    Params p = mixed ? Params(c, frozen_bf16_layout(c), Tier::Host, Tag::Weights) : Params(c, Tier::Host, Tag::Weights);
+    init_params(p, 7);
+    std::string bits;  // each tensor's bytes (a mixed layout's padding between them aside)
+    for (const ParamSpec& s : p.specs()) {
+      const Tensor t = p.view(s);
+      bits.append(static_cast<const char*>(t.data), t.bytes());
+    }
+    return bits;
+  };
+  const auto dir = temp_dir();
+  auto written = [&](int threads) {
+    omp_set_num_threads(threads);
+    write_random_model(dir / std::to_string(threads), c, 7, DType::BF16);
+    return read_text(dir / std::to_string(threads) / "model.safetensors");
+  };
+  const int many = std::max(4, omp_get_num_procs());
+  for (bool mixed : {false, true}) EXPECT_EQ(in_memory(1, mixed), in_memory(many, mixed)) << "mixed " << mixed;
+  EXPECT_EQ(written(1), written(many));
+  omp_set_num_threads(threads0);
 }

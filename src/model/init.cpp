@@ -4,6 +4,7 @@
 #include "hf/safetensors.h"
 
 #include <algorithm>
+#include <exception>
 #include <functional>
 #include <random>
 
@@ -88,34 +89,51 @@ static void fill_param(const ParamSpec& s, uint64_t seed, float std, float* x) {
   for (int64_t i = 0; i < n; ++i) x[i] = nd(rng);
 }
 
-void init_params(Params& p, uint64_t seed, float std) {
-  std::vector<float> x;
-  for (const ParamSpec& s : p.specs()) {
-    const Tensor t = p.view(s);
-    if (t.dtype == DType::F32) {
-      fill_param(s, seed, std, t.f());
-      continue;
+// fill(i) for every tensor of a layout, on every core (largest first; each tensor's values come from
+// its own generator, so the order changes no bit); the first exception is rethrown here
+template <typename F>
+static void each_tensor(const std::vector<ParamSpec>& specs, F fill) {
+  std::vector<size_t> order(specs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return specs[a].numel() > specs[b].numel(); });
+  std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t k = 0; k < order.size(); ++k) {
+    try {
+      fill(order[k]);
+    } catch (...) {
+#pragma omp critical
+      if (!error) error = std::current_exception();
     }
-    x.resize(size_t(s.numel()));  // (a frozen bf16 base: the same values, rounded)
-    fill_param(s, seed, std, x.data());
-    convert_from_f32(x.data(), t.data, t.dtype, x.size());
   }
+  if (error) std::rethrow_exception(error);
+}
+
+// A tensor's values in dtype at dst: generated in place (f32) or in fp32 scratch and rounded
+static void fill_as(const ParamSpec& s, uint64_t seed, float std, DType dtype, void* dst) {
+  if (dtype == DType::F32) return fill_param(s, seed, std, static_cast<float*>(dst));
+  Buffer scratch(Tier::Host, Tag::Workspace, size_t(s.numel()) * 4);
+  fill_param(s, seed, std, scratch.as<float>());
+  convert_from_f32(scratch.as<float>(), dst, dtype, size_t(s.numel()));
+}
+
+void init_params(Params& p, uint64_t seed, float std) {
+  each_tensor(p.specs(), [&](size_t i) {
+    const Tensor t = p.view(p.specs()[i]);
+    fill_as(p.specs()[i], seed, std, t.dtype, t.data);  // (a frozen bf16 base: the same values, rounded)
+  });
 }
 
 void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, uint64_t seed, DType dtype,
                         float std) {
   const auto specs = param_layout(c);
-  int64_t total = 0, largest = 0;
-  for (const auto& s : specs) total += s.numel(), largest = std::max(largest, s.numel());
+  int64_t total = 0;
+  for (const auto& s : specs) total += s.numel();
   Buffer out(Tier::Host, Tag::Weights, size_t(total) * dtype_size(dtype));
-  Buffer scratch(Tier::Host, Tag::Workspace, size_t(largest) * 4);
+  auto dst = [&](const ParamSpec& s) { return out.as<char>() + size_t(s.offset) * dtype_size(dtype); };
+  each_tensor(specs, [&](size_t i) { fill_as(specs[i], seed, std, dtype, dst(specs[i])); });
   std::vector<SaveTensor> tensors;
-  for (const auto& s : specs) {
-    fill_param(s, seed, std, scratch.as<float>());
-    char* dst = out.as<char>() + size_t(s.offset) * dtype_size(dtype);
-    convert_from_f32(scratch.as<float>(), dst, dtype, size_t(s.numel()));
-    tensors.push_back({s.name, dtype, s.shape, dst});
-  }
+  for (const auto& s : specs) tensors.push_back({s.name, dtype, s.shape, dst(s)});
   save_model_tensors(dir, c, tensors, dtype);
 }
 

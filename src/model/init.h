@@ -11,9 +11,12 @@ namespace oomb {
 
 std::vector<std::string> preset_names();
 ModelConfig preset_config(const std::string& name);  // throws listing the presets
-// HF-style init: matrices ~ N(0, std), norms = 1, biases = 0. Deterministic per (seed, tensor name).
+// HF-style init: matrices ~ N(0, std), norms = 1, biases = 0. Deterministic per (seed, tensor name):
+// each tensor has its own generator, so the tensors are filled on every core (OpenMP) with the bits
+// of one thread.
 void init_params(Params& p, uint64_t seed, float std = 0.02f);
-// Writes a random-init model directory without holding fp32 weights: one tensor at a time in `dtype`.
+// Writes a random-init model directory without holding fp32 weights: each tensor generated in
+// `dtype` (through fp32 scratch of its own size when that is not f32), on every core.
 void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, uint64_t seed, DType dtype,
                         float std = 0.02f);
 

@@ -43,6 +43,11 @@ constexpr int kBN = 64;  // keys per tile
 constexpr int kBQ = 32;  // queries per tile of the dk, dv walk
 constexpr int kThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+// CUDA blocks per SM the registers must allow: 2 for head dims above 64 (shared memory allows 2
+// there), 3 up to 64 (ptxas gave the dq kernel 244 registers otherwise, 2 blocks; with 3, 168 and no
+// spills, nvcc 13, sm_90)
+template <int DP>
+constexpr int kMinBlocks = DP <= 64 ? 3 : 2;
 
 __device__ inline uint32_t pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -266,7 +271,8 @@ static_assert(kBM == kBN, "Q shares the key tiles' shape");
 
 // q, o: (T, H, D) fp32; lse: (T, H). grid (ceil(T / kBM), H), kThreads; shared FwdSmem<DP>::kBytes
 template <int DP>
-__global__ void __launch_bounds__(kThreads) attn_fwd_mma_k(AttnParams p, const float* q, float* o, float* lse) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
+    attn_fwd_mma_k(AttnParams p, const float* q, float* o, float* lse) {
   using S = FwdSmem<DP>;
   constexpr int KD = DP / 16, OT = DP / 8, NT = kBN / 8;
   OOMB_DYNAMIC_SHARED(unsigned char, smem);
@@ -386,8 +392,8 @@ struct DqSmem {
 
 // dq (T, H, D) = (or += after a fold's first call) dS K. grid (ceil(T / kBM), H), kThreads
 template <int DP>
-__global__ void __launch_bounds__(kThreads) attn_dq_mma_k(AttnParams p, const float* q, const float* lse,
-                                                          const float* dout, const float* dsum, float* dq) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
+    attn_dq_mma_k(AttnParams p, const float* q, const float* lse, const float* dout, const float* dsum, float* dq) {
   using S = DqSmem<DP>;
   constexpr int KD = DP / 16, OT = DP / 8, NT = kBN / 8;
   OOMB_DYNAMIC_SHARED(unsigned char, smem);
@@ -519,8 +525,8 @@ __device__ inline void stage_queries(float* st, float* row, const AttnParams& p,
 
 // every block's dk, dv += (rows of kv head g). grid (n_blocks, G, ceil(max_len / kBN)), kThreads
 template <int DP>
-__global__ void __launch_bounds__(kThreads) attn_dkdv_mma_k(AttnParams p, const float* q, const float* lse,
-                                                            const float* dout, const float* dsum) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
+    attn_dkdv_mma_k(AttnParams p, const float* q, const float* lse, const float* dout, const float* dsum) {
   using S = DkdvSmem<DP>;
   constexpr int KD = DP / 16, OT = DP / 8, QT = kBQ / 8;
   OOMB_DYNAMIC_SHARED(unsigned char, smem);
@@ -602,17 +608,17 @@ __global__ void __launch_bounds__(kThreads) attn_dkdv_mma_k(AttnParams p, const 
         mma(dpt[nt + 1], va, bb + 2);
       }
     }
-    // every pair visible: whole keys, the tile's first query at or after its last key, no documents,
-    // the window behind none (and every query of the tile sees a key, so its lse is finite)
+    // every pair visible by the masks: whole keys, the tile's first query at or after its last key,
+    // no documents, the window behind none (a query whose lse is -inf still has no gradient)
     const bool whole = n_keys == kBN && tq0 + kBQ <= t_end && p.q_idx0 + tq0 >= last_key && !(p.q_doc && kb.doc) &&
                        (p.window <= 0 || kb.idx0 + j0 > p.q_idx0 + tq0 + kBQ - 1 - p.window);
     for (int nt = 0; nt < QT; ++nt)
       for (int e = 0; e < 4; ++e) {
         const int i = e >> 1, c = 8 * nt + 2 * tq + (e & 1);
         const int64_t qi = p.q_idx0 + tq0 + c, key = kb.idx0 + j[i];
-        const bool vis = whole || (j[i] < kb.len && sL[c] != -INFINITY && key <= qi &&
-                                   (!p.q_doc || !kb.doc || kdoc[i] == sDoc[c]) &&
-                                   (p.window <= 0 || key > qi - p.window));
+        const bool vis = sL[c] != -INFINITY &&
+                         (whole || (j[i] < kb.len && key <= qi && (!p.q_doc || !kb.doc || kdoc[i] == sDoc[c]) &&
+                                    (p.window <= 0 || key > qi - p.window)));
         const float pj = vis ? exp2f(st[nt][e] * sl2 - sL[c]) : 0.0f;
         st[nt][e] = pj, dpt[nt][e] = pj * (dpt[nt][e] - sDs[c]) * p.scale;  // P^T, dS^T
       }
