@@ -105,24 +105,58 @@ __device__ inline void c_to_a(uint32_t a[4], const float (*c)[4], int kk) {
   a[2] = pack(c[2 * kk + 1][0], c[2 * kk + 1][1]), a[3] = pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
 }
 
-// 16 bytes (or 4) from global to shared memory, asynchronously (cp.async; zeros where !valid, src
-// then not read); a thread's copies are done after cp_wait_all, everyone's after a barrier too
-__device__ inline void cp16(void* dst, const void* src, bool valid) {
-#ifdef OOMB_SIMT
-  if (valid) std::memcpy(dst, src, 16);
-  else std::memset(dst, 0, 16);
-#else
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
-               "l"(src), "r"(valid ? 16 : 0));
-#endif
+// Two products side by side, k-slice by k-slice: s (16 x 8 NT) += A B and s2 += A2 B2, A rows
+// [r0, r0 + 16) of the row-major tile a (KD x 16 columns), B[k][n] = b[n][k] (n-major tile b):
+// S = Q K^T with dP = dO V^T, and their transposes
+template <int KD, int NT>
+__device__ inline void mma_a_bt2(float (*s)[4], const bf16* a, const bf16* b, float (*s2)[4], const bf16* a2,
+                                 const bf16* b2, int ld, int r0, int lane) {
+  for (int kk = 0; kk < KD; ++kk) {
+    uint32_t fa[4], fa2[4];
+    frag_a(fa, a, ld, r0, 16 * kk, lane);
+    frag_a(fa2, a2, ld, r0, 16 * kk, lane);
+    for (int nt = 0; nt < NT; nt += 2) {
+      uint32_t bb[4];
+      frag_b2(bb, b, ld, 8 * nt, 16 * kk, lane);
+      mma(s[nt], fa, bb);
+      mma(s[nt + 1], fa, bb + 2);
+      frag_b2(bb, b2, ld, 8 * nt, 16 * kk, lane);
+      mma(s2[nt], fa2, bb);
+      mma(s2[nt + 1], fa2, bb + 2);
+    }
+  }
 }
-__device__ inline void cp4(void* dst, const void* src, bool valid) {
+// acc (16 x 8 OT) += X B: X the C tile set x (16 x 16 KS, as A fragments), B the row-major tile b
+// (16 KS rows): O += P V, dq += dS K, dV += P^T dO, dK += dS^T Q
+template <int KS, int OT>
+__device__ inline void mma_c_b(float (*acc)[4], const float (*x)[4], const bf16* b, int ld, int lane) {
+  for (int kk = 0; kk < KS; ++kk) {
+    uint32_t fa[4];
+    c_to_a(fa, x, kk);
+    for (int dt = 0; dt < OT; dt += 2) {
+      uint32_t bb[4];
+      frag_bt2(bb, b, ld, 16 * kk, 8 * dt, lane);
+      mma(acc[dt], fa, bb);
+      mma(acc[dt + 1], fa, bb + 2);
+    }
+  }
+}
+
+// N bytes (16, or 4) from global to shared memory, asynchronously (cp.async: .cg at 16 bytes, .ca
+// at 4; zeros where !valid, src then not read); a thread's copies are done after cp_wait_all,
+// everyone's after a barrier too
+template <int N>
+__device__ inline void cp_async(void* dst, const void* src, bool valid) {
+  static_assert(N == 16 || N == 4, "cp.async .cg takes 16 bytes; 4 go by .ca");
 #ifdef OOMB_SIMT
-  if (valid) std::memcpy(dst, src, 4);
-  else std::memset(dst, 0, 4);
+  if (valid) std::memcpy(dst, src, N);
+  else std::memset(dst, 0, N);
 #else
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
-               "l"(src), "r"(valid ? 4 : 0));
+  const uint32_t at = uint32_t(__cvta_generic_to_shared(dst));
+  if constexpr (N == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(src), "r"(valid ? 16 : 0));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(at), "l"(src), "r"(valid ? 4 : 0));
 #endif
 }
 __device__ inline void cp_commit() {
@@ -149,7 +183,7 @@ __device__ inline void load_tile(bf16* dst, int ld, const void* src, bool src_bf
     for (int i = threadIdx.x; i < R * kChunks; i += kThreads) {
       const int r = i / kChunks, d = 8 * (i % kChunks);
       const bool valid = row0 + r < nrows && d < D;
-      cp16(dst + r * ld + d, valid ? s16 + (row0 + r) * stride + off + d : s16, valid);
+      cp_async<16>(dst + r * ld + d, valid ? s16 + (row0 + r) * stride + off + d : s16, valid);
     }
     return;
   }
@@ -223,6 +257,29 @@ struct TileWalk {
     load_tile<kBN, DP>(sV, ld, kb.v, kb.kv_bf16 != 0, async, g * D, j0, kr.n, p.G * D, D);
   }
 };
+
+// f(w, cK, cV) for every key tile of the walk, in order, with the tile's K and V rows in shared
+// memory: double-buffered in sK, sV (two tiles of `tile` elements each), the next tile arriving
+// while f computes on this one. Every thread of the CUDA block calls it.
+template <int DP, typename F>
+__device__ inline void each_key_tile(const AttnParams& p, int64_t g, int64_t qi_first, int64_t qi_last, bf16* sK,
+                                     bf16* sV, int ld, size_t tile, F f) {
+  TileWalk w;
+  bool have = w.next(p, g, qi_first, qi_last);
+  if (have) w.load<DP>(sK, sV, ld, p, g);
+  cp_commit();
+  for (int buf = 0; have; buf ^= 1) {
+    cp_wait_all();
+    __syncthreads();  // this tile is in; every warp is done with the other buffer's
+    TileWalk nx = w;
+    const bool more = nx.next(p, g, qi_first, qi_last);
+    if (more) nx.load<DP>(sK + (buf ^ 1) * tile, sV + (buf ^ 1) * tile, ld, p, g);
+    cp_commit();
+    f(w, sK + buf * tile, sV + buf * tile);
+    w = nx;
+    have = more;
+  }
+}
 
 // A CUDA block's kBM queries of head h (forward, dq) and this thread's place: its two rows are
 // t[0] = t0 + 16 warp + gq and t[1] = t[0] + 8.
@@ -301,18 +358,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
   uint32_t qa[KD][4];
   for (int kk = 0; kk < KD; ++kk) frag_a(qa[kk], sQ, S::kLd, 16 * warp, 16 * kk, lane);
 
-  TileWalk w;
-  bool have = w.next(p, g, qi_first, qi_last);
-  if (have) w.load<DP>(sK, sV, S::kLd, p, g);
-  cp_commit();
-  for (int buf = 0; have; buf ^= 1) {
-    cp_wait_all();
-    __syncthreads();  // this tile is in; every warp is done with the other buffer's
-    TileWalk nx = w;
-    const bool more = nx.next(p, g, qi_first, qi_last);
-    if (more) nx.load<DP>(sK + (buf ^ 1) * S::kTile, sV + (buf ^ 1) * S::kTile, S::kLd, p, g);
-    cp_commit();
-    const bf16 *cK = sK + buf * S::kTile, *cV = sV + buf * S::kTile;
+  each_key_tile<DP>(p, g, qi_first, qi_last, sK, sV, S::kLd, S::kTile, [&](const TileWalk& w, const bf16* cK,
+                                                                           const bf16* cV) {
     const AttnBlock& kb = w.kb;
     const int64_t j0 = w.j0;
 
@@ -354,19 +401,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
       l[i] += rs[i];
     }
     for (int dt = 0; dt < OT; ++dt) acc[dt][0] *= c[0], acc[dt][1] *= c[0], acc[dt][2] *= c[1], acc[dt][3] *= c[1];
-    for (int kk = 0; kk < NT / 2; ++kk) {
-      uint32_t pa[4];
-      c_to_a(pa, s, kk);
-      for (int dt = 0; dt < OT; dt += 2) {
-        uint32_t bb[4];
-        frag_bt2(bb, cV, S::kLd, 16 * kk, 8 * dt, lane);
-        mma(acc[dt], pa, bb);
-        mma(acc[dt + 1], pa, bb + 2);
-      }
-    }
-    w = nx;
-    have = more;
-  }
+    mma_c_b<NT / 2, OT>(acc, s, cV, S::kLd, lane);
+  });
 
   Q.write<OT>(acc, o, p, p.last != 0, l[0], l[1]);
   if (tq != 0) return;
@@ -417,36 +453,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
   }
   Q.read<OT>(acc, dq, p, !p.first);  // a fold's later call accumulates
 
-  TileWalk w;
-  bool have = w.next(p, g, qi_first, qi_last);
-  if (have) w.load<DP>(sK, sV, S::kLd, p, g);
-  cp_commit();
-  for (int buf = 0; have; buf ^= 1) {
-    cp_wait_all();
-    __syncthreads();  // this tile (and Q, dO) is in; every warp is done with the other buffer's
-    TileWalk nx = w;
-    const bool more = nx.next(p, g, qi_first, qi_last);
-    if (more) nx.load<DP>(sK + (buf ^ 1) * S::kTile, sV + (buf ^ 1) * S::kTile, S::kLd, p, g);
-    cp_commit();
-    const bf16 *cK = sK + buf * S::kTile, *cV = sV + buf * S::kTile;
+  // (the first tile's barrier also publishes sQ, sDo)
+  each_key_tile<DP>(p, g, qi_first, qi_last, sK, sV, S::kLd, S::kTile, [&](const TileWalk& w, const bf16* cK,
+                                                                           const bf16* cV) {
     const AttnBlock& kb = w.kb;
     const int64_t j0 = w.j0;
 
     float s[NT][4] = {}, dp[NT][4] = {};
-    for (int kk = 0; kk < KD; ++kk) {
-      uint32_t qa[4], da[4];
-      frag_a(qa, sQ, S::kLd, 16 * warp, 16 * kk, lane);
-      frag_a(da, sDo, S::kLd, 16 * warp, 16 * kk, lane);
-      for (int nt = 0; nt < NT; nt += 2) {
-        uint32_t bb[4];
-        frag_b2(bb, cK, S::kLd, 8 * nt, 16 * kk, lane);
-        mma(s[nt], qa, bb);
-        mma(s[nt + 1], qa, bb + 2);
-        frag_b2(bb, cV, S::kLd, 8 * nt, 16 * kk, lane);
-        mma(dp[nt], da, bb);
-        mma(dp[nt + 1], da, bb + 2);
-      }
-    }
+    mma_a_bt2<KD, NT>(s, sQ, cK, dp, sDo, cV, S::kLd, 16 * warp, lane);
     const bool whole = whole_tile(p, kb, j0, w.kr.n, qi_first, qi_last);
     for (int nt = 0; nt < NT; ++nt)
       for (int e = 0; e < 4; ++e) {
@@ -456,19 +470,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
             ok[i] && (whole || sees(p, kb, j, w.kr.n, qi[i], qdoc[i])) ? exp2f(s[nt][e] * sl2 - L[i]) : 0.0f;
         s[nt][e] = pj * (dp[nt][e] - ds[i]) * p.scale;  // dS
       }
-    for (int kk = 0; kk < NT / 2; ++kk) {
-      uint32_t sa[4];
-      c_to_a(sa, s, kk);
-      for (int dt = 0; dt < OT; dt += 2) {
-        uint32_t bb[4];
-        frag_bt2(bb, cK, S::kLd, 16 * kk, 8 * dt, lane);
-        mma(acc[dt], sa, bb);
-        mma(acc[dt + 1], sa, bb + 2);
-      }
-    }
-    w = nx;
-    have = more;
-  }
+    mma_c_b<NT / 2, OT>(acc, s, cK, S::kLd, lane);
+  });
   Q.write<OT>(acc, dq, p);
 }
 
@@ -508,7 +511,7 @@ __device__ inline void stage_queries(float* st, float* row, const AttnParams& p,
       float* dst = st + (x * kBQ + r) * DP + d;
       if (async) {
         const bool valid = t < qw.t_end && d < D;
-        cp16(dst, valid ? src + at : src, valid);
+        cp_async<16>(dst, valid ? src + at : src, valid);
       } else {
         for (int e = 0; e < 4; ++e) dst[e] = t < qw.t_end && d + e < D ? src[at + e] : 0.0f;
       }
@@ -517,9 +520,9 @@ __device__ inline void stage_queries(float* st, float* row, const AttnParams& p,
   for (int c = threadIdx.x; c < kBQ; c += kThreads) {
     const int64_t t = tq0 + c;
     const bool valid = t < qw.t_end;
-    cp4(row + c, valid ? lse + t * p.H + h : lse, valid);
-    cp4(row + kBQ + c, valid ? dsum + t * p.H + h : dsum, valid);
-    cp4(row + 2 * kBQ + c, valid && p.q_doc ? static_cast<const void*>(p.q_doc + t) : lse, valid && p.q_doc);
+    cp_async<4>(row + c, valid ? lse + t * p.H + h : lse, valid);
+    cp_async<4>(row + kBQ + c, valid ? dsum + t * p.H + h : dsum, valid);
+    cp_async<4>(row + 2 * kBQ + c, valid && p.q_doc ? static_cast<const void*>(p.q_doc + t) : lse, valid && p.q_doc);
   }
 }
 
@@ -594,20 +597,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
     cp_commit();
 
     float st[QT][4] = {}, dpt[QT][4] = {};  // S^T, dP^T: (16 keys, kBQ queries) of this warp
-    for (int kk = 0; kk < KD; ++kk) {
-      uint32_t ka[4], va[4];
-      frag_a(ka, sK, S::kLd, 16 * warp, 16 * kk, lane);
-      frag_a(va, sV, S::kLd, 16 * warp, 16 * kk, lane);
-      for (int nt = 0; nt < QT; nt += 2) {
-        uint32_t bb[4];
-        frag_b2(bb, sQ, S::kLd, 8 * nt, 16 * kk, lane);
-        mma(st[nt], ka, bb);
-        mma(st[nt + 1], ka, bb + 2);
-        frag_b2(bb, sDo, S::kLd, 8 * nt, 16 * kk, lane);
-        mma(dpt[nt], va, bb);
-        mma(dpt[nt + 1], va, bb + 2);
-      }
-    }
+    mma_a_bt2<KD, QT>(st, sK, sQ, dpt, sV, sDo, S::kLd, 16 * warp, lane);
     // every pair visible by the masks: whole keys, the tile's first query at or after its last key,
     // no documents, the window behind none (a query whose lse is -inf still has no gradient)
     const bool whole = n_keys == kBN && tq0 + kBQ <= t_end && p.q_idx0 + tq0 >= last_key && !(p.q_doc && kb.doc) &&
@@ -622,20 +612,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
         const float pj = vis ? exp2f(st[nt][e] * sl2 - sL[c]) : 0.0f;
         st[nt][e] = pj, dpt[nt][e] = pj * (dpt[nt][e] - sDs[c]) * p.scale;  // P^T, dS^T
       }
-    for (int kk = 0; kk < QT / 2; ++kk) {
-      uint32_t pa[4], sa[4];
-      c_to_a(pa, st, kk);
-      c_to_a(sa, dpt, kk);
-      for (int dt = 0; dt < OT; dt += 2) {
-        uint32_t bb[4];
-        frag_bt2(bb, sDo, S::kLd, 16 * kk, 8 * dt, lane);
-        mma(dv[dt], pa, bb);
-        mma(dv[dt + 1], pa, bb + 2);
-        frag_bt2(bb, sQ, S::kLd, 16 * kk, 8 * dt, lane);
-        mma(dk[dt], sa, bb);
-        mma(dk[dt + 1], sa, bb + 2);
-      }
-    }
+    mma_c_b<QT / 2, OT>(dv, st, sDo, S::kLd, lane);  // dV += P^T dO
+    mma_c_b<QT / 2, OT>(dk, dpt, sQ, S::kLd, lane);  // dK += dS^T Q
   }
   for (int dt = 0; dt < OT; ++dt)
     for (int e = 0; e < 4; e += 2) {
