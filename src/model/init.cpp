@@ -77,18 +77,6 @@ ModelConfig preset_config(const std::string& name) {
   fail("--preset: unknown preset '{}' (known: {})", name, all);
 }
 
-static void fill_param(const ParamSpec& s, uint64_t seed, float std, float* x) {
-  const int64_t n = s.numel();
-  const bool is_norm = s.name.ends_with("norm.weight"), is_bias = s.name.ends_with(".bias");
-  if (is_norm || is_bias) {
-    std::fill_n(x, n, is_norm ? 1.0f : 0.0f);
-    return;
-  }
-  std::mt19937_64 rng(seed ^ std::hash<std::string>{}(s.name));
-  std::normal_distribution<float> nd(0.0f, std);
-  for (int64_t i = 0; i < n; ++i) x[i] = nd(rng);
-}
-
 // fill(i) for every tensor of a layout, on every core (largest first; each tensor's values come from
 // its own generator, so the order changes no bit); the first exception is rethrown here
 template <typename F>
@@ -109,12 +97,21 @@ static void each_tensor(const std::vector<ParamSpec>& specs, F fill) {
   if (error) std::rethrow_exception(error);
 }
 
-// A tensor's values in dtype at dst: generated in place (f32) or in fp32 scratch and rounded
+// Tensor s's values (matrices ~ N(0, std) from the tensor's own generator, norms 1, biases 0) in
+// dtype at dst, generated in blocks on the stack: no scratch, and the generator's sequence is the
+// tensor's whatever the block
 static void fill_as(const ParamSpec& s, uint64_t seed, float std, DType dtype, void* dst) {
-  if (dtype == DType::F32) return fill_param(s, seed, std, static_cast<float*>(dst));
-  Buffer scratch(Tier::Host, Tag::Workspace, size_t(s.numel()) * 4);
-  fill_param(s, seed, std, scratch.as<float>());
-  convert_from_f32(scratch.as<float>(), dst, dtype, size_t(s.numel()));
+  const int64_t n = s.numel();
+  const bool is_norm = s.name.ends_with("norm.weight"), is_bias = s.name.ends_with(".bias");
+  std::mt19937_64 rng(seed ^ std::hash<std::string>{}(s.name));
+  std::normal_distribution<float> nd(0.0f, std);
+  constexpr int64_t kBlock = 4096;
+  float block[kBlock];
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = std::min(kBlock, n - i);
+    for (int64_t k = 0; k < m; ++k) block[k] = is_norm ? 1.0f : is_bias ? 0.0f : nd(rng);
+    convert_from_f32(block, static_cast<char*>(dst) + size_t(i) * dtype_size(dtype), dtype, size_t(m));
+  }
 }
 
 void init_params(Params& p, uint64_t seed, float std) {

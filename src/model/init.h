@@ -16,7 +16,7 @@ ModelConfig preset_config(const std::string& name);  // throws listing the prese
 // of one thread.
 void init_params(Params& p, uint64_t seed, float std = 0.02f);
 // Writes a random-init model directory without holding fp32 weights: each tensor generated in
-// `dtype` (through fp32 scratch of its own size when that is not f32), on every core.
+// `dtype` (through a block of fp32 values on the stack), on every core.
 void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, uint64_t seed, DType dtype,
                         float std = 0.02f);
 
