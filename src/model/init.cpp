@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <exception>
 #include <functional>
+#include <numeric>
 #include <random>
 
 namespace oomb {
@@ -82,7 +83,7 @@ ModelConfig preset_config(const std::string& name) {
 template <typename F>
 static void each_tensor(const std::vector<ParamSpec>& specs, F fill) {
   std::vector<size_t> order(specs.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::iota(order.begin(), order.end(), size_t(0));
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return specs[a].numel() > specs[b].numel(); });
   std::exception_ptr error;
 #pragma omp parallel for schedule(dynamic, 1)

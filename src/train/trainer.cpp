@@ -32,7 +32,6 @@ Moved moved(const Model& m) {
   const KVTraffic& k = m.kv_cache().traffic();
   return {p.weights_in, p.grads_in + p.grads_out, a ? a->traffic().in + a->traffic().out : 0, k.kv(), k.grads()};
 }
-
 }  // namespace
 
 nlohmann::json memory_json() {

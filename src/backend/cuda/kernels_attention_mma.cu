@@ -230,9 +230,22 @@ __device__ inline bool whole_tile(const AttnParams& p, const AttnBlock& kb, int6
          (p.window <= 0 || kb.idx0 + j0 > qi_last - p.window);
 }
 
+// whether block kb's K and V rows can come by cp.async: bf16 pages, aligned rows (D % 8 == 0)
+__device__ inline bool kv_async(const AttnBlock& kb, int64_t D) {
+  return kb.kv_bf16 && D % 8 == 0 && aligned16(kb.k) && aligned16(kb.v);
+}
+// Keys [j0, j0 + kBN) of kv head g of block kb into sK, sV (kBN, ld), zeros at n and past
+template <int DP>
+__device__ inline void load_kv(bf16* sK, bf16* sV, int ld, const AttnParams& p, const AttnBlock& kb, bool async,
+                               int64_t g, int64_t j0, int64_t n) {
+  const int D = int(p.D);
+  load_tile<kBN, DP>(sK, ld, kb.k, kb.kv_bf16 != 0, async, g * D, j0, n, p.G * D, D);
+  load_tile<kBN, DP>(sV, ld, kb.v, kb.kv_bf16 != 0, async, g * D, j0, n, p.G * D, D);
+}
+
 // The key tiles a CUDA block's queries [qi_first, qi_last] of kv head group g read, in the table's
-// order: keys [j0, j0 + kBN) of block b (kb), within its key range kr. async: its K and V come by
-// cp.async (bf16 pages, aligned rows).
+// order: keys [j0, j0 + kBN) of block b (kb), within its key range kr; async: kv_async(kb), once a
+// block (derived again per tile, it cost the D 64 kernels spills)
 struct TileWalk {
   AttnBlock kb{};
   KeyRange kr;
@@ -245,16 +258,14 @@ struct TileWalk {
       kb = p.blocks[b];
       kr = key_range(p, kb, g, qi_first, qi_last);
       j0 = kr.j_begin;
-      async = kb.kv_bf16 && p.D % 8 == 0 && aligned16(kb.k) && aligned16(kb.v);
+      async = kv_async(kb, p.D);
     }
     return true;
   }
   // its K and V rows (zeros past the range) into sK, sV (kBN, ld)
   template <int DP>
   __device__ void load(bf16* sK, bf16* sV, int ld, const AttnParams& p, int64_t g) const {
-    const int D = int(p.D);
-    load_tile<kBN, DP>(sK, ld, kb.k, kb.kv_bf16 != 0, async, g * D, j0, kr.n, p.G * D, D);
-    load_tile<kBN, DP>(sV, ld, kb.v, kb.kv_bf16 != 0, async, g * D, j0, kr.n, p.G * D, D);
+    load_kv<DP>(sK, sV, ld, p, kb, async, g, j0, kr.n);
   }
 };
 
@@ -543,7 +554,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
   if (j0 >= kb.len || (g < 64 && !((kb.heads >> g) & 1))) return;  // masked for this group: rows stay
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3, D = int(p.D);
   const float sl2 = p.scale * kLog2e;
-  const bool kv16 = kb.kv_bf16 != 0;
 
   int64_t j[2];  // this thread's two keys (rows of the warp's 16)
   int32_t kdoc[2];
@@ -568,9 +578,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
   const int64_t n_it = t_lim > t_start ? (t_lim - t_start + kBQ - 1) / kBQ * group : 0;
   const bool q_async = D % 4 == 0 && aligned16(q) && aligned16(dout);
   if (n_it > 0) {  // K, V and the first query tile (no query: the rows get zeros added, as they are)
-    const bool kv_async = kv16 && D % 8 == 0 && aligned16(kb.k) && aligned16(kb.v);
-    load_tile<kBN, DP>(sK, S::kLd, kb.k, kv16, kv_async, g * D, j0, kb.len, p.G * D, D);
-    load_tile<kBN, DP>(sV, S::kLd, kb.v, kv16, kv_async, g * D, j0, kb.len, p.G * D, D);
+    load_kv<DP>(sK, sV, S::kLd, p, kb, kv_async(kb, D), g, j0, kb.len);
     stage_queries<DP>(sSt, sRow, p, qw, 0, q_async, q, dout, lse, dsum);
   }
   cp_commit();
