@@ -113,12 +113,13 @@ struct Layout {
     return b;
   }
   // reversed: the blocks in descending order (any order must give the same result); bf16_pages:
-  // pages wholly before the chunk's own keys read as bf16, as the model's (its own keys stay f32)
+  // every block read as bf16, as the model hands them under --precision bf16 (the pages, and the
+  // chunk's own keys as bf16 copies); else every block f32
   cuda::k::AttnParams params(cuda::k::AttnBlock** table, bool reversed = false, bool bf16_pages = false) {
     std::vector<cuda::k::AttnBlock> t;
     for (size_t i = 0; i < k.size(); ++i) {
       const int64_t len = int64_t(k[i].size()) / (s.G * s.D);
-      const bool b16 = bf16_pages && idx0[i] + len <= s.N - s.C;
+      const bool b16 = bf16_pages;
       t.push_back({b16 ? static_cast<const void*>(kd16[i]) : kd[i], b16 ? static_cast<const void*>(vd16[i]) : vd[i],
                    dkd[i], dvd[i], nullptr, idx0[i], len, 0, b16 ? 1 : 0, ~uint64_t(0)});  // every kv head reads it
     }
@@ -323,7 +324,7 @@ bool check(Shape s) {
   if (const char* why = cuda::k::attention_mma_unsupported(p)) {
     std::printf("check mma (src/): skipped (%s)\n", why);
   } else {
-    // f32 pages handed over in reverse, then the earlier pages in bf16 (cp.async's path) in order
+    // f32 blocks handed over in reverse (the plain-load path), then bf16 ones (cp.async's) in order
     for (const bool bf16_pages : {false, true}) {
       Layout L3(s);  // the same K/V, gradient pages zeroed
       cuda::k::AttnBlock* table3 = nullptr;
@@ -426,7 +427,9 @@ int main(int argc, char** argv) {
   row("attention backward", median_ms([&] { cuda::k::attention_bwd(p, qd, od, lsed, dod, dqd, dsum, nullptr); }, 1),
       bwd_flops);
   if (cuda::k::attention_mma_unsupported(p) == nullptr) {
-    // the earlier pages f32, then bf16 as the model keeps them under --precision bf16 (the chunk's own keys f32)
+    // every block f32, then bf16 as the model hands them under --precision bf16; the backward whole
+    // (its TFLOP/s counting 2.5 forwards, as FlashAttention does) and its two kernels apart (each
+    // counting the products it runs: dq 1.5 forwards, dk/dv 2; together they recompute S and dP)
     cuda::k::AttnBlock* table16 = nullptr;
     const cuda::k::AttnParams p16 = L.params(&table16, false, true);
     for (const auto& [pp, pages] : {std::pair{&p, "f32"}, std::pair{&p16, "bf16"}}) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "hf/checkpoint.h"
 #include "hf/safetensors.h"
 #include "model_fixture.h"
@@ -344,4 +345,71 @@ TEST(Bf16Budget, Bf16PagesGiveF32PagesBitsInHalfTheBytes) {
     ++checked;
   }
   EXPECT_EQ(checked, 6);
+}
+
+namespace {
+// Counts the K/V blocks attention reads, by dtype (every call, forward and backward)
+class KVDtypeSpy final : public CpuBackend {
+ public:
+  int64_t bf16_blocks = 0, f32_blocks = 0;
+
+ protected:
+  void count(std::span<const KVBlock> blocks) {
+    for (const KVBlock& b : blocks) {
+      (b.k.dtype == DType::BF16 ? bf16_blocks : f32_blocks) += 1;
+      EXPECT_EQ(b.v.dtype, b.k.dtype);
+    }
+  }
+  void do_attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
+                        Tensor& lse) override {
+    count(blocks);
+    CpuBackend::do_attention_fwd(q, blocks, a, o, lse);
+  }
+  void do_attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                        std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) override {
+    count(blocks);
+    CpuBackend::do_attention_bwd(q, o, lse, dout, blocks, a, dq);
+  }
+};
+}  // namespace
+
+// Under --precision bf16 attention reads the chunk's own keys from bf16 copies (in the matmul
+// scratch, free while attention runs), as it reads bf16 pages: every block of every call is bf16,
+// dense or page-sparse, one chunk or several (CUDA's tensor-core kernels load bf16 rows by
+// cp.async, f32 rows by plain loads). The values are the same, so the bits are (the tests above:
+// within twice PyTorch's bf16 error, and bf16 pages giving f32 pages' bits). fp32 matmuls with
+// bf16 pages have no scratch: the own keys stay f32 there.
+TEST(Bf16Budget, AttentionReadsTheChunksOwnKeysAsBf16) {
+  struct Case {
+    const char* model;
+    int64_t C, P;
+    bool sparse;
+  };
+  for (const Case& c : {Case{"qwen2", 0, 8, false}, Case{"qwen2", 7, 8, false}, Case{"llama", 5, 4, true},
+                        Case{"qwen3", 7, 8, false}}) {
+    const fs::path dir = source_dir() / "tests/fixtures/hf" / c.model;
+    const ModelConfig cfg = load_config(dir);
+    const FixtureTokens tok = fixture_tokens(SafetensorsFile::open(dir / "reference.safetensors"));
+    const int64_t N = tok.n();
+    SCOPED_TRACE(fmt::format("{} N={} C={} P={}{}", c.model, N, c.C, c.P, c.sparse ? " sparse" : ""));
+    for (DType precision : {DType::BF16, DType::F32}) {
+      ChunkPlan plan{c.C > 0 ? c.C : N, c.P};
+      plan.precision = precision;
+      plan.kv_dtype = DType::BF16;
+      if (c.sparse) plan.sparse = sparse_options(1, 4, 1, false, "mean", plan.chunk, cfg.kv_heads);
+      KVDtypeSpy be;
+      Model m(cfg, be, plan);
+      load_for_training(m, dir);
+      m.forward_backward(tok.ids.data(), tok.targets.data(), N, 1.0f);
+      if (precision == DType::BF16) {
+        EXPECT_GT(be.bf16_blocks, 0);
+        EXPECT_EQ(be.f32_blocks, 0) << "blocks of f32 keys under --precision bf16";
+      } else {
+        EXPECT_GT(be.f32_blocks, 0) << "fp32 matmuls: the own keys stay f32";
+        if (c.C > 0) {
+          EXPECT_GT(be.bf16_blocks, 0) << "the pages are bf16";
+        }
+      }
+    }
+  }
 }

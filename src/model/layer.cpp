@@ -22,8 +22,8 @@ std::span<const KVBlock> with_own_blocks(const LayerCtx& ctx, LayerBuffers& plan
   for (int64_t t0 = 0; t0 < T; t0 += ctx.block) {
     const int64_t n = std::min(ctx.block, T - t0);
     KVBlock b;
-    b.k = plan.k.rows(t0, n);
-    b.v = plan.v.rows(t0, n);
+    b.k = (plan.k16.empty() ? plan.k : plan.k16).rows(t0, n);
+    b.v = (plan.v16.empty() ? plan.v : plan.v16).rows(t0, n);
     if (with_grads) {
       b.dk = plan.dk.rows(t0, n);
       b.dv = plan.dv.rows(t0, n);
@@ -70,20 +70,40 @@ void fold_groups(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, Prefi
 // The cache's layer holding head group j's pages of this layer (--sp-head-chunks K: K per layer).
 int64_t cache_layer(const LayerCtx& ctx, int64_t j) { return ctx.layer * ctx.head_chunks + j; }
 
+// --precision bf16 with bf16 pages: the chunk's own K and V (holding bf16 values already) cast
+// into bf16 copies, plan.k16 and plan.v16, in the matmul scratch x16, which no matmul reads while
+// attention runs; attention then reads every key as bf16, as it reads the pages (CUDA's tensor-core
+// kernels take bf16 rows by cp.async, f32 rows by plain loads). The same values, so the same bits
+// on every backend. Otherwise (or where they do not fit in x16) attention reads k and v.
+void own_kv16(const LayerCtx& ctx, LayerBuffers& plan) {
+  plan.k16 = plan.v16 = Tensor();
+  const int64_t n = plan.k.numel();
+  if (!ctx.bf16 || !ctx.kv_bf16 || plan.x16.empty() || 2 * n > plan.x16.numel()) return;
+  const int64_t T = plan.k.dim(0), G = plan.k.dim(1), D = plan.k.dim(2);
+  plan.k16 = Tensor(plan.x16.data, DType::BF16, {T, G, D}, plan.x16.tier);
+  plan.v16 = Tensor(static_cast<uint16_t*>(plan.x16.data) + n, DType::BF16, {T, G, D}, plan.x16.tier);
+  ctx.be.cast(plan.k, plan.k16);
+  ctx.be.cast(plan.v, plan.v16);
+}
+
 // Dense: every row over every earlier page (of head group j's layer). Sparse: each run of query
-// rows over its chosen pages.
+// rows over its chosen pages. The chunk's own K/V as own_kv16 gives them, for these calls only.
 template <typename Fn>
 void attend(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, std::span<const SparseRun> runs, int64_t j,
             Fn fn) {
+  own_kv16(ctx, plan);
   if (!ctx.sparse) {
     PrefixBlocks* prefix = ctx.pages ? &ctx.pages->prefix(cache_layer(ctx, j), ctx.attn.q_idx0, with_grads) : nullptr;
-    return fold_groups(ctx, plan, with_grads, prefix, 0, plan.k.dim(0), {}, fn);
+    fold_groups(ctx, plan, with_grads, prefix, 0, plan.k.dim(0), {}, fn);
+  } else {
+    for (const SparseRun& r : runs) {
+      PrefixBlocks* pb = r.pages.empty()
+                             ? nullptr
+                             : &ctx.sparse_cache->prefix_pages(ctx.layer, ctx.attn.q_idx0, with_grads, r.pages);
+      fold_groups(ctx, plan, with_grads, pb, r.q0, r.q1 - r.q0, r.heads, fn);
+    }
   }
-  for (const SparseRun& r : runs) {
-    PrefixBlocks* pb = r.pages.empty() ? nullptr
-                                       : &ctx.sparse_cache->prefix_pages(ctx.layer, ctx.attn.q_idx0, with_grads, r.pages);
-    fold_groups(ctx, plan, with_grads, pb, r.q0, r.q1 - r.q0, r.heads, fn);
-  }
+  plan.k16 = plan.v16 = Tensor();  // x16 is the matmuls' again
 }
 
 // The runs of this chunk's sparse attention: chosen from q (forward sweep) or recalled.

@@ -12,7 +12,8 @@
 // eight rows hit every bank once); fragments come by ldmatrix, transposed ones (V for P V, K for
 // dS K, Q and dO for the dk, dv products) by ldmatrix.trans. The forward and dq kernels double-buffer
 // the key tiles: bf16 pages (16-byte aligned, D % 8 == 0) by cp.async, so the next tile arrives
-// while this one computes; f32 keys (the chunk's own) by plain loads. The dk, dv walk stages each
+// while this one computes (under --precision bf16 the model hands the chunk's own keys as bf16
+// copies too); f32 keys by plain loads. The dk, dv walk stages each
 // query tile's f32 q and dO rows by cp.async (D % 4 == 0, aligned; else plain loads) beside the
 // tile in use, and converts them to bf16 in shared memory.
 // Numerics: Q, K, V, dO round to bf16 (under --precision bf16 they already hold bf16 values), P
