@@ -438,6 +438,14 @@ int main(int argc, char** argv) {
           median_ms([&] { cuda::k::attention_fwd_mma(pk, qd, od, lsed, nullptr); }, 10), fwd_flops);
       row(fmt::format("attention backward, mma bf16 (src/), {} pages", pages).c_str(),
           median_ms([&] { cuda::k::attention_bwd_mma(pk, qd, od, lsed, dod, dqd, dsum, nullptr); }, 10), bwd_flops);
+      row(fmt::format("  its dsum + dq kernels, {} pages", pages).c_str(),
+          median_ms([&] { cuda::k::attention_bwd_mma(pk, qd, od, lsed, dod, dqd, dsum, nullptr, cuda::k::kBwdDq); },
+                    10),
+          1.5 * fwd_flops);
+      row(fmt::format("  its dk/dv kernel, {} pages", pages).c_str(),
+          median_ms([&] { cuda::k::attention_bwd_mma(pk, qd, od, lsed, dod, dqd, dsum, nullptr, cuda::k::kBwdDkdv); },
+                    10),
+          2.0 * fwd_flops);
     }
   }
   if (cuda::lab::attention_fwd_wmma_unsupported(p) == nullptr)

@@ -109,8 +109,12 @@ void attention_dsum(const AttnParams& p, const float* o, const float* dout, floa
 constexpr int64_t kMaxMmaHeadDim = 128;
 const char* attention_mma_unsupported(const AttnParams& p);
 void attention_fwd_mma(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s);
+// parts: what the backward runs, both by default (the lab times them apart): kBwdDq, dsum and the
+// dq kernel (S, dP, dQ: 1.5 forwards' products); kBwdDkdv, the dk, dv kernel (S, dP again, dV, dK:
+// 2 forwards'), which reads dsum
+enum BwdParts : int { kBwdDq = 1, kBwdDkdv = 2, kBwdAll = 3 };
 void attention_bwd_mma(const AttnParams& p, const float* q, const float* o, const float* lse, const float* dout,
-                       float* dq, float* dsum, cudaStream_t s);
+                       float* dq, float* dsum, cudaStream_t s, int parts = kBwdAll);
 
 // Sparse attention's page metadata: k (T, G, D) f32 of tokens [t0, t0 + T) folded into means
 // (pages, G, D) bf16, the mean key of each page over its rows so far (Backend::page_key_means).

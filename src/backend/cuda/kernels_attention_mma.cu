@@ -661,13 +661,13 @@ void fwd(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t
 
 template <int DP>
 void bwd(const AttnParams& p, const float* q, const float* lse, const float* dout, const float* dsum, float* dq,
-         cudaStream_t s) {
+         cudaStream_t s, int parts) {
   static const bool raised = (allow_shared(attn_dq_mma_k<DP>, DqSmem<DP>::kBytes),
                               allow_shared(attn_dkdv_mma_k<DP>, DkdvSmem<DP>::kBytes), true);
   (void)raised;
   const dim3 grid(unsigned((p.T + kBM - 1) / kBM), unsigned(p.H));
-  launch(attn_dq_mma_k<DP>, grid, kThreads, DqSmem<DP>::kBytes, s, p, q, lse, dout, dsum, dq);
-  if (p.n_blocks == 0 || p.max_len == 0) return;
+  if (parts & kBwdDq) launch(attn_dq_mma_k<DP>, grid, kThreads, DqSmem<DP>::kBytes, s, p, q, lse, dout, dsum, dq);
+  if (!(parts & kBwdDkdv) || p.n_blocks == 0 || p.max_len == 0) return;
   const dim3 kv_grid(unsigned(p.n_blocks), unsigned(p.G), unsigned((p.max_len + kBN - 1) / kBN));
   launch(attn_dkdv_mma_k<DP>, kv_grid, kThreads, DkdvSmem<DP>::kBytes, s, p, q, lse, dout, dsum);
 }
@@ -689,13 +689,13 @@ void attention_fwd_mma(const AttnParams& p, const float* q, float* o, float* lse
 }
 
 void attention_bwd_mma(const AttnParams& p, const float* q, const float* o, const float* lse, const float* dout,
-                       float* dq, float* dsum, cudaStream_t s) {
+                       float* dq, float* dsum, cudaStream_t s, int parts) {
   if (p.T == 0) return;
-  attention_dsum(p, o, dout, dsum, s);
-  if (p.D <= 16) bwd<16>(p, q, lse, dout, dsum, dq, s);
-  else if (p.D <= 32) bwd<32>(p, q, lse, dout, dsum, dq, s);
-  else if (p.D <= 64) bwd<64>(p, q, lse, dout, dsum, dq, s);
-  else bwd<128>(p, q, lse, dout, dsum, dq, s);
+  if (parts & kBwdDq) attention_dsum(p, o, dout, dsum, s);
+  if (p.D <= 16) bwd<16>(p, q, lse, dout, dsum, dq, s, parts);
+  else if (p.D <= 32) bwd<32>(p, q, lse, dout, dsum, dq, s, parts);
+  else if (p.D <= 64) bwd<64>(p, q, lse, dout, dsum, dq, s, parts);
+  else bwd<128>(p, q, lse, dout, dsum, dq, s, parts);
 }
 
 }  // namespace oomb::cuda::k
