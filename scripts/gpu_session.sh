@@ -18,7 +18,8 @@
 #   extras   the lab at 0.5B's head shape, PyTorch's own attention kernels, the CUDA tests under
 #            compute-sanitizer memcheck, LoRA's memory on the
 #            GPU against oomb plan, test_gemm_layout
-#   bench    an op profile of one 0.5B step (OOMB_CUDA_PROFILE=1), offload's slowdown
+#   bench    an op profile of one 0.5B step at 8K (OOMB_CUDA_PROFILE=1; GPU_SESSION_PROFILE="preset N C"
+#            another shape), offload's slowdown
 #            (bench/offload.py --device cuda), bench/cuda_step.py (options passed on, e.g. --models
 #            1.5b,7b --lengths 8192,32768; oomb trains --precision bf16 there unless --precision
 #            fp32 is passed); in `all` it gets GPU_SESSION_BENCH seconds (default 150)
@@ -209,7 +210,11 @@ range(int(sys.argv[2]) + 1))).tofile(open(sys.argv[1], "wb"))' "$W/prof-tokens.b
   export -f profile_step
   export W
   local cap=120; [ -n "${1:-}" ] && cap=60
-  step profile_05b_8k $cap bash -c 'profile_step qwen2.5-0.5b 8192 4096'
+  # GPU_SESSION_PROFILE="preset N C" profiles another shape (the 128K MFU row: "qwen2.5-0.5b 131072
+  # 4096", with GPU_SESSION_PROFILE_CAP seconds, default 120 or 60 in `all`)
+  local prof=(${GPU_SESSION_PROFILE:-qwen2.5-0.5b 8192 4096})
+  [ ${#prof[@]} -eq 3 ] || { echo "GPU_SESSION_PROFILE: expected \"preset N C\", got '${GPU_SESSION_PROFILE}'" | tee -a "$OUT/summary.txt"; return 1; }
+  step "profile_${prof[0]}_${prof[1]}" "${GPU_SESSION_PROFILE_CAP:-$cap}" bash -c "profile_step ${prof[*]}"
   # (in `all`, the rest goes to bench/cuda_step.py, whose --offloads measure offload too)
   [ -z "${1:-}" ] &&
   # offload's cost on the GPU: all pages on the device against --offload kv (OFFLOAD_LENS: while
