@@ -160,7 +160,9 @@ void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::v
       EXPECT_LE(whole, whole_bound) << "the whole gradient";
       worst_whole = std::max(worst_whole, whole);
       EXPECT_GT(control, 5e-3) << "the GPU's bf16 step is about as close to the fp32 step as to the bf16 policy";
-      if (!tc) EXPECT_GT(control, 2 * whole) << "the GPU's bf16 step is not nearer the bf16 policy than the fp32 step";
+      if (!tc) {
+        EXPECT_GT(control, 2 * whole) << "the GPU's bf16 step is not nearer the bf16 policy than the fp32 step";
+      }
       least_control = std::min(least_control, control);
       const StepResult again = one_step(*gpu, dir, ids, tg, plan);
       EXPECT_EQ(std::memcmp(again.grads.data(), g.grads.data(), g.grads.size() * 4), 0) << "not deterministic";
