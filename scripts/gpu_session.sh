@@ -9,12 +9,13 @@
 #     bench    the op profile, offload's slowdown and bench/cuda_step.py with all the time left
 #     largest  the largest model this machine trains (--offload kv,params: its host memory decides),
 #              its plan and three AdamW steps; a second, shorter call (GPU_SESSION_BUDGET=240)
-#   core     the Hugging Face fixtures (tools/golden_hf.py) and test_hf_golden on them, the CUDA
-#            tests (the model's bf16 step now goes through cuDNN's attention; generate, eval, sparse
-#            pages, windows and --offload params steps in test_cuda_features), FlashAttention's
-#            rule on the GPU, the attention lab at 7B's head shape (oomb's kernels and cuDNN, checked
-#            and timed; its check under racecheck) and this GPU's cuDNN device properties, PEFT loading oomb's adapter,
-#            tensorboard reading oomb's event files, the negative controls, two MPI ranks
+#   core     in this order: the Hugging Face fixtures (tools/golden_hf.py), the device's and the
+#            ops' CUDA tests, this GPU's cuDNN device properties, cuDNN's check, the attention lab at
+#            7B's head shape (oomb's kernels and cuDNN, checked and timed; its check under
+#            racecheck), the model's CUDA tests (the bf16 step through cuDNN's attention; generate,
+#            eval, sparse pages, windows and --offload params steps in test_cuda_features),
+#            FlashAttention's rule on the GPU, test_hf_golden on the fixtures, PEFT loading oomb's
+#            adapter, tensorboard reading oomb's event files, the negative controls, two MPI ranks
 #   extras   the lab at 0.5B's head shape, PyTorch's own attention kernels, the CUDA tests under
 #            compute-sanitizer memcheck, LoRA's memory on the
 #            GPU against oomb plan, test_gemm_layout
@@ -125,16 +126,10 @@ core() {
   step golden_hf 150 sh -c "rm -rf tests/fixtures/hf && python3 tools/golden_hf.py --out tests/fixtures/hf" &&
     [ -f tests/fixtures/hf/qwen2/reference.safetensors ] &&
     tar czf "$OUT/hf_fixtures.tgz" tests/fixtures/hf && cp -r tests/fixtures/hf "$W/hf_fixtures"
-  step hf_golden 60 "$W/bin/test_hf_golden"
   step cuda_device 90 "$W/bin/test_cuda_device"
   step cuda_ops 120 "$W/bin/test_cuda_ops"
-  # the bf16 steps take cuDNN's attention (OOMB_CUDA_ATTENTION=auto); the lab below says whether it built
-  step cuda_model 150 "$W/bin/test_cuda_model"
-  # generate, eval, sparse pages, sliding windows, --offload params through AdamW steps
-  step cuda_features 120 "$W/bin/test_cuda_features"
-  # FlashAttention's rule for the GPU's bf16 step against the committed fixtures
-  step bf16_budget_cuda 60 "$W/bin/test_precision" --gtest_filter='Bf16Budget.Cuda*'
-  # this GPU's properties as cuDNN serialises them (test_cudnn_deviceless's fixture), then the lab:
+  # attention next (the figures the last sessions lacked), the model's tests after it: this GPU's
+  # properties as cuDNN serialises them (test_cudnn_deviceless's fixture), then the lab:
   # oomb's kernels and cuDNN checked against the CPU and timed at 7B's head shape
   step cudnn_deviceprop 30 "$W/bin/oomb_attention_lab" --deviceprop-json "$OUT/deviceprop.json"
   # cuDNN's fused attention on the first H200 run (2026-11-28): its engine's kernel failed to
@@ -154,6 +149,13 @@ core() {
   # (cp.async, ldmatrix; rewritten 2026-11-28 without a GPU), both page types
   step racecheck_lab 90 env LD_LIBRARY_PATH="$LDP" "$CS" --tool racecheck --error-exitcode 9 "$B/oomb_attention_lab" \
     --heads 4 --kv-heads 2 --dim 64 --check-only 1
+  # the bf16 steps take cuDNN's attention (OOMB_CUDA_ATTENTION=auto); the lab above says whether it built
+  step cuda_model 150 "$W/bin/test_cuda_model"
+  # generate, eval, sparse pages, sliding windows, --offload params through AdamW steps
+  step cuda_features 120 "$W/bin/test_cuda_features"
+  # FlashAttention's rule for the GPU's bf16 step against the committed fixtures
+  step bf16_budget_cuda 60 "$W/bin/test_precision" --gtest_filter='Bf16Budget.Cuda*'
+  step hf_golden 60 "$W/bin/test_hf_golden"
   # a LoRA adapter oomb saved, loaded by PEFT itself (issue 13)
   step peft_check 60 python3 tools/peft_check.py --oomb "$W/bin/oomb"
   # oomb's TensorBoard event files, read by the tensorboard package (issue 12)
