@@ -19,7 +19,7 @@ whose `oomb plan` exceeds the GPU's memory are skipped without running (oomb kee
 weights, gradients and AdamW moments on the device: 16 bytes a parameter, 119 GiB for 7B, and
 with --precision bf16, the default here, a bf16 copy of the weight matrices beside them: the
 matmuls run as bf16 GEMMs with fp32 accumulation; the table's line says which). --offloads adds
-oomb lines with `--offload` (`params`: masters, gradients and moments in pinned host memory, the
+oomb lines with `--offload` (`params`: masters and gradients in pinned host memory, moments in host memory, the
 layers streamed through two device slots; `kv`; `kv,params`), each planned and measured the same way:
 a model that does not fit resident may fit offloaded, and the same model both ways gives the
 cost of streaming (separate values with `;` for lists: `none;params;kv,params`); `params+sync` is

@@ -83,7 +83,7 @@ std::vector<float> host_bf16(const uint16_t* d, size_t n) {
 }
 
 // N keys in pages of P (the last C of them the chunk's own queries' keys); K/V on host and device,
-// f32, and bf16 copies (the earlier pages the model keeps under --precision bf16).
+// f32, and bf16 copies (what the model hands attention under --precision bf16).
 struct Layout {
   Shape s;
   std::vector<std::vector<float>> k, v, dk, dv;

@@ -111,7 +111,9 @@ TEST(DevicelessSurvey, TheBackendsEnginesCompile) {
           EXPECT_TRUE(compiled) << which << ": engine " << t.index << ": " << t.status;
         }
       }
-      if (out == oomb::sdpa::DType::bf16) EXPECT_FALSE(first) << which << ": no deterministic engine offered";
+      if (out == oomb::sdpa::DType::bf16) {
+        EXPECT_FALSE(first) << which << ": no deterministic engine offered";
+      }
     }
 }
 

@@ -50,8 +50,8 @@ Command add_plan(CLI::App& app) {
   c->add_option("--optimizer", a->optimizer, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
   c->add_option("--device", a->device, "cpu, sim or cuda (default cpu; cuda with --offload)")
       ->check(CLI::IsMember({"cpu", "sim", "cuda"}));
-  c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory; params: master weights, "
-                 "gradients and AdamW moments in pinned host memory; kv,params: both");
+  c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory; params: master weights and "
+                 "gradients in pinned host memory, AdamW moments in host memory; kv,params: both");
   c->add_option("--offload-group", a->offload_group, "Pages per group streamed through the device (default ~4 MiB)")
       ->check(count());
   c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32 or bf16")

@@ -364,8 +364,8 @@ Command add_train(CLI::App& app) {
   c->add_option("--device-memory", a->device_memory, "With --device sim: the device's capacity in bytes")
       ->check(count());
   c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory, streamed through the "
-                 "device in groups of pages; params: master weights, gradients and AdamW moments in pinned host "
-                 "memory, layers streamed through two device slots; kv,params: both");
+                 "device in groups of pages; params: master weights and gradients in pinned host memory, AdamW "
+                 "moments in host memory, layers streamed through two device slots; kv,params: both");
   c->add_option("--offload-group", a->offload_group, "With --offload kv: pages per group (default about 4 MiB of "
                  "K/V, at most a layer's pages)")->check(count());
   c->add_option("--out", a->out, "Save the trained model here (HF format, the loaded dtype) after the last step");

@@ -73,6 +73,10 @@ void set_device_memory_is_host(bool yes);
 void* zeroed_host_alloc(size_t bytes, std::string_view what);
 // Memory the host's code (the CPU kernels) may read and write directly.
 inline bool host_addressable(Tier t) { return t != Tier::Device || device_memory_is_host(); }
+// Where state lives that only the host's code touches, kept beside state in tier t (AdamW's
+// moments beside pinned masters): pinned memory is for what crosses to the device (page-locked,
+// which the system cannot page or reuse), so pinned becomes plain host memory.
+inline Tier host_side(Tier t) { return t == Tier::Pinned ? Tier::Host : t; }
 
 // Out of memory: a tier's capacity (--device-memory) refused an allocation, or the tier's allocator
 // failed. The message names the tier, the tag and the bytes, then the advice a command installed

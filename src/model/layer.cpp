@@ -70,7 +70,7 @@ void fold_groups(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, Prefi
 // The cache's layer holding head group j's pages of this layer (--sp-head-chunks K: K per layer).
 int64_t cache_layer(const LayerCtx& ctx, int64_t j) { return ctx.layer * ctx.head_chunks + j; }
 
-// --precision bf16 with bf16 pages: the chunk's own K and V (holding bf16 values already) cast
+// --precision bf16 (K/V hold bf16 values, whatever the pages' dtype): the chunk's own K and V cast
 // into bf16 copies, plan.k16 and plan.v16, in the matmul scratch x16, which no matmul reads while
 // attention runs; attention then reads every key as bf16, as it reads the pages (CUDA's tensor-core
 // kernels take bf16 rows by cp.async, f32 rows by plain loads). The same values, so the same bits

@@ -54,7 +54,8 @@ struct LayerBuffers {
   // cast for the GEMM (viewed (T, width) of the tensor cast); with LoRA also (T, r) bf16: the
   // adapter's inner product x A^T (forward) or its gradient (backward), cast for its second GEMM
   Tensor x16, dy16, lora_u16;
-  // While attention runs (bf16 pages under --precision bf16): bf16 copies of k and v in x16 that
+  // While attention runs (under --precision bf16, whose K/V hold bf16 values whatever the pages'
+  // dtype): bf16 copies of k and v in x16 that
   // attention reads for the chunk's own keys (layer.cpp: own_kv16); empty otherwise
   Tensor k16, v16;
   // The token side of what crosses the all-to-all (P > 1; P = 1: the same tensors as the

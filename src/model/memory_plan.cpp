@@ -188,13 +188,13 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   if (frozen && cfg.tie_word_embeddings && !plan.offload_params) m.at(dev, Tag::Weights) += cfg.vocab * cfg.hidden * 2;
   m.at(train_home, Tag::Grads) = Pt * 4;
   const bool sharded = plan.zero > 0 && plan.ranks > 1;
-  m.at(train_home, Tag::Optimizer) =
+  m.at(host_side(train_home), Tag::Optimizer) =  // (beside pinned masters: plain host memory)
       optimizer != "adamw" ? 0 : 2 * 4 * (sharded ? Shard::of(Pt, int(plan.rank), int(plan.ranks)).held() : Pt);
   const bool bf16 = plan.precision == DType::BF16;
   if (zero3(plan)) {  // this rank's shards of every range; the gathers' and reductions' staging
     const int64_t S = ParamShards::of(cfg, int(plan.rank), int(plan.ranks)).numel;
     m.at(params_home, Tag::Weights) = m.at(params_home, Tag::Grads) = S * 4;
-    m.at(params_home, Tag::Optimizer) = optimizer != "adamw" ? 0 : 2 * 4 * S;
+    m.at(host_side(params_home), Tag::Optimizer) = optimizer != "adamw" ? 0 : 2 * 4 * S;
     m.at(Tier::Host, Tag::Workspace) += ParamStore::zero3_host_bytes(cfg, int(plan.ranks), dev, params_home);
   }
   const bool slots = plan.offload_params || zero3(plan);  // the parameter store's device slots

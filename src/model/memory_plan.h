@@ -38,8 +38,9 @@ struct ChunkPlan {
   // --sparse-pages K (and --sparse-tile, --sink-pages, --sparse-shared): page-sparse attention
   // (kv/sparse_select); off by default.
   SparseOptions sparse;
-  // --offload params: master weights, gradients and optimizer moments in pinned host memory; the
-  // device holds two layer slots and the head (ParamStore).
+  // --offload params: master weights and gradients in pinned host memory, optimizer moments in
+  // host memory (only the host's update touches them); the device holds two layer slots and the
+  // head (ParamStore).
   bool offload_params = false;
   // LoRA (--lora-rank > 0): the base frozen (no gradients, no moments); adapters train
   LoraConfig lora;
@@ -71,7 +72,8 @@ struct ChunkPlan {
 
 // --zero 3 on several ranks: masters, gradients and moments sharded per parameter range
 // (model/param_shards.h), layers gathered just in time into the parameter store's device slots
-// (model/param_store.h); the shards in pinned memory with --offload params, else in device memory.
+// (model/param_store.h); the shards in pinned memory with --offload params (the moments' in host
+// memory), else in device memory.
 // Needs a device (backend tier `dev`) and full fine-tuning; check_zero3 refuses anything else.
 inline bool zero3(const ChunkPlan& p) { return p.zero == 3 && p.ranks > 1; }
 void check_zero3(const ChunkPlan& p, Tier dev);

@@ -8,7 +8,8 @@
 // optimizer allocates beside them) in the backend's memory, or LoRA's frozen bf16 base (mixed
 // layout, model/params.h); the views are handed back as bound.
 //
-// Offloaded (--offload params): the masters, gradients and moments live in pinned host memory.
+// Offloaded (--offload params): the masters and gradients live in pinned host memory, the
+// optimizer's moments beside them in host memory (core/memory.h: host_side).
 // With LoRA the offloaded masters are the frozen base's: its layers stream through the weight
 // slots as without LoRA, each acquired layer bound to its adapters; the trainable set (adapters),
 // its gradients and moments stay in the backend's memory (bind_grads: a resident set), so no
@@ -22,7 +23,7 @@
 // holds (or zero, without a copy, while the host's are known to be zero), so the result is bitwise
 // the resident run's. The head arrives once per sequence and its gradients leave at its end.
 //
-// --zero 3 (world given; needs a device): the masters, gradients and moments (pinned when
+// --zero 3 (world given; needs a device): the masters, gradients and moments (pinned, the moments host, when
 // offloaded, else in device memory) are this rank's shards of every range (model/param_shards.h),
 // and the layers pass through the slots as offloaded ones do. A layer's fetch waits for the device,
 // puts this rank's shard into the slot and gathers the others' (all-gather through host staging,
@@ -92,7 +93,8 @@ class ParamStore {
              int64_t chunk_rows = 0);
   ~ParamStore();
   bool offloaded() const { return slots_ && home_ == Tier::Pinned; }
-  // The tier the masters, gradients and moments live in: the backend's, or pinned host memory.
+  // The tier the masters and gradients live in (the moments: host_side of it): the backend's, or
+  // pinned host memory.
   static Tier home(const Backend& be, bool offload) { return offload ? Tier::Pinned : be.tier(); }
   // The masters (in home()) and the views over them; offloaded, the same layout bound to the
   // device's slots and head (allocated here, tags weights and grads).

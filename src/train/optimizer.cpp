@@ -25,13 +25,16 @@ Optimizer::Optimizer(const OptimConfig& c, Params& params, Params& grads, Backen
   OOMB_CHECK(grads.flat().tier == home, "optimizer: parameters in {} memory but gradients in {}", tier_name(home),
              tier_name(grads.flat().tier));
   if (home != be.tier()) host_ = make_cpu_backend();
+  // the moments: only the update reads them, so beside pinned masters (the host's update) they
+  // need no pinning
+  const Tier moments = host_side(home);
   if (c.kind == "adamw" && shard.on()) {
     const size_t b = size_t(shard.range.held()) * 4;
-    ms_ = Buffer(home, Tag::Optimizer, b);
-    vs_ = Buffer(home, Tag::Optimizer, b);
+    ms_ = Buffer(moments, Tag::Optimizer, b);
+    vs_ = Buffer(moments, Tag::Optimizer, b);
   } else if (c.kind == "adamw") {
-    m_ = std::make_unique<Params>(params.config(), params.specs(), home, Tag::Optimizer);
-    v_ = std::make_unique<Params>(params.config(), params.specs(), home, Tag::Optimizer);
+    m_ = std::make_unique<Params>(params.config(), params.specs(), moments, Tag::Optimizer);
+    v_ = std::make_unique<Params>(params.config(), params.specs(), moments, Tag::Optimizer);
   }
 }
 
@@ -159,8 +162,7 @@ void Optimizer::step_shard(float clip, float lr) {
   if (clip != 1.0f) be.scale(g, clip);
   if (c_.kind == "sgd") return be.sgd_step(p, g, lr);
   ++t_;
-  const Tier home = p_.flat().tier;
-  const Tensor m(ms_.data(), DType::F32, {r.size()}, home), v(vs_.data(), DType::F32, {r.size()}, home);
+  const Tensor m = shard_moment(ms_), v = shard_moment(vs_);
   for (const ParamSpec& s : p_.specs()) {
     const int64_t a = std::max(s.offset, r.lo), b = std::min(s.offset + s.numel(), r.hi);
     if (a >= b) continue;

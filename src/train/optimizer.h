@@ -99,7 +99,7 @@ class Optimizer {
   mutable UpdateGate gate_;     // (finish() is const: the update's end, seen by readers of const state)
   mutable std::thread worker_;
   Tensor shard_moment(const Buffer& b) const {
-    return b.data() ? Tensor(b.data(), DType::F32, {shard_.range.size()}, p_.flat().tier) : Tensor();
+    return b.data() ? Tensor(b.data(), DType::F32, {shard_.range.size()}, b.tier()) : Tensor();
   }
   Tensor range(const Tensor& flat) const { return flat.rows(shard_.range.lo, shard_.range.size()); }
 };

@@ -439,10 +439,10 @@ int main(int argc, char** argv) {
     // this rank's kv, kv_grad and optimizer bytes, for rank 0 to set beside the single rank's
     const Tier dev = a.device != "cpu" ? Tier::Device : Tier::Host, kv_home = a.offload.find("kv") != std::string::npos ? Tier::Pinned : dev;
     const bool offloaded = a.offload.find("params") != std::string::npos, bf16 = a.precision == "bf16";
-    const Tier opt_home = offloaded ? Tier::Pinned : dev;
+    const Tier opt_home = offloaded ? Tier::Pinned : dev, moments_home = host_side(opt_home);
     std::vector<double> mine = {double(measured.b[size_t(kv_home)][size_t(Tag::KV)]),
                                 double(measured.b[size_t(kv_home)][size_t(Tag::KVGrad)]),
-                                double(measured.b[size_t(opt_home)][size_t(Tag::Optimizer)]),
+                                double(measured.b[size_t(moments_home)][size_t(Tag::Optimizer)]),
                                 double(measured.b[size_t(opt_home)][size_t(Tag::Weights)]),
                                 double(measured.b[size_t(opt_home)][size_t(Tag::Grads)])};
     std::vector<double> all(mine.size() * size_t(R));
@@ -511,7 +511,7 @@ int main(int argc, char** argv) {
              1e-4);
       const double kv1 = double(single.b[size_t(kv_home)][size_t(Tag::KV)]),
                    kg1 = double(single.b[size_t(kv_home)][size_t(Tag::KVGrad)]),
-                   op1 = double(single.b[size_t(opt_home)][size_t(Tag::Optimizer)]),
+                   op1 = double(single.b[size_t(moments_home)][size_t(Tag::Optimizer)]),
                    // (bf16: less the single rank's pinned images, or its device bf16 copy when not
                    // offloaded, which --zero 3 does not keep)
                    // (offloaded: less the single rank's staging of the embedding's rows, which --zero 3
