@@ -230,7 +230,8 @@ range(int(sys.argv[2]) + 1))).tofile(open(sys.argv[1], "wb"))' "$W/prof-tokens.b
 }
 # issue 18: the largest model oomb trains on this GPU, parameters and optimizer state in host memory
 # (--offload kv,params). The device machine's host memory (128 GiB) is the limit, not the GPU's:
-# qwen2.5-7b needs 127.75 GiB pinned at 8K, qwen3-4b 69.84 GiB (oomb plan, 2026-11-28; GPU_SESSION_LARGEST picks
+# qwen2.5-7b needs 127.75 GiB of host memory at 8K (71.01 pinned, 56.74 the moments), qwen3-4b 69.84 GiB (39.87
+# pinned) (oomb plan, 2026-11-28; GPU_SESSION_LARGEST picks
 # another preset). Its own call: init writes the model (~1-2 minutes for 4B), then 3 AdamW steps.
 largest() {
   local preset=${GPU_SESSION_LARGEST:-qwen3-4b}
