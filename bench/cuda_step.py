@@ -24,7 +24,8 @@ layers streamed through two device slots; `kv`; `kv,params`), each planned and m
 a model that does not fit resident may fit offloaded, and the same model both ways gives the
 cost of streaming (separate values with `;` for lists: `none;params;kv,params`); `params+sync` is
 `--offload params --no-overlap-update` (the host's optimizer update after the step rather than
-beside the next step's first layers: the overlap's gain).
+beside the next step's first layers: the overlap's gain); `params+chunk` and `params+layer` take
+that sweep order (`--sweep`; otherwise auto, which takes the layer order where the host holds it).
 
 oomb steps: 2 for N <= 32K (the row is the second, warm step), 1 beyond (its step time dwarfs
 the warm-up). Hugging Face: one warm-up step, then one timed step; the model is built from its
@@ -64,9 +65,11 @@ COMMON = dict(architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act
 DATA_VOCAB = 151643  # token ids drawn below this: inside both vocabularies
 
 
-def offload_args(off, plan=False):  # an --offloads entry as oomb's flags ("params+sync": no overlapped update)
-    base, _, sync = off.partition("+")
-    return (["--offload", base] if base else []) + (["--no-overlap-update"] if sync and not plan else [])
+def offload_args(off, plan=False):  # an --offloads entry as oomb's flags: "params+sync" no overlapped update,
+    base, *mods = off.split("+")      # "+chunk" / "+layer" the sweep order (--sweep; else auto)
+    sweeps = [m for m in mods if m in ("chunk", "layer")]
+    return ((["--offload", base] if base else []) + (["--no-overlap-update"] if "sync" in mods and not plan else [])
+            + (["--sweep", sweeps[0]] if sweeps else []))
 
 
 def hf_config(mk):
@@ -178,11 +181,12 @@ def main():
     a = ap.parse_args()
     offloads = ["" if o.strip() in ("", "none") else o.strip() for o in a.offloads.split(";")]
     for o in offloads:
-        base, _, sync = o.partition("+")
-        if (o and any(x not in ("kv", "params") for x in base.split(","))) or sync not in ("", "sync") or \
-                (sync and "params" not in base.split(",")):
-            ap.error(f"--offloads: unknown '{o}' (none, params, kv, kv,params, and params+sync: the host update "
-                     "after the step, --no-overlap-update; ';' between lines)")
+        base, *mods = o.split("+")
+        if (o and any(x not in ("kv", "params") for x in base.split(","))) or \
+                any(m not in ("sync", "chunk", "layer") for m in mods) or len(set(mods)) < len(mods) or \
+                ("chunk" in mods and "layer" in mods) or (mods and "params" not in base.split(",")):
+            ap.error(f"--offloads: unknown '{o}' (none, params, kv, kv,params; with params, +sync: the host update "
+                     "after the step, --no-overlap-update; +chunk or +layer: --sweep; ';' between lines)")
     for mk in a.models.split(","):
         if mk not in PRESETS:
             ap.error(f"--models: unknown '{mk}' (known: {', '.join(PRESETS)})")
