@@ -31,7 +31,11 @@
 # (default 540) of the start, each step under its own time limit too, so give the device tool
 # timeout_s 600 and plan ONE call:  `all --models 0.5b,1.5b --lengths 8192,32768`, with
 # GPU_SESSION_SKIP=golden_hf once the fixtures are committed, and `--chunks 4096 --offloads
-# "none;params"` for `--offload params`' cost beside the resident step.
+# "none;params"` for `--offload params`' cost beside the resident step. The 128K rows (an H200:
+# 7B fits there with --offload kv) and their profile, a call of their own:
+#   GPU_SESSION_SKIP=offload GPU_SESSION_PROFILE="qwen2.5-0.5b 131072 4096" GPU_SESSION_PROFILE_CAP=200 \
+#     bash scripts/gpu_session.sh bench --models 0.5b,7b --lengths 131072 --chunks 4096 --offloads "none;kv"
+#   (a line whose plan exceeds the GPU is skipped without running)
 #
 # What comes back in $OUT (at most 8 files; each is rewritten as the run goes, so a run killed
 # from outside still returns what it had): summary.txt (each step's result lines), bench.md and
