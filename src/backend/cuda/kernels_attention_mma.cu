@@ -294,13 +294,16 @@ __device__ inline void each_key_tile(const AttnParams& p, int64_t g, int64_t qi_
 }
 
 // A CUDA block's kBM queries of head h (forward, dq) and this thread's place: its two rows are
-// t[0] = t0 + 16 warp + gq and t[1] = t[0] + 8.
+// t[0] = t0 + 16 warp + gq and t[1] = t[0] + 8. The query tiles go last first (blockIdx.x 0: the
+// last tile): under the causal mask the later queries see the most keys, and the GPU starts blocks
+// in index order, so the longest start first and the grid's last wave is of the shortest
+// (FlashAttention-2 orders its causal tiles so too). Each tile's result is the same either way.
 struct QueryTile {
   int warp, lane, gq, tq, D;
   int64_t h, g, t0, qi_first, qi_last, t[2], qi[2];
   __device__ explicit QueryTile(const AttnParams& p)
       : warp(int(threadIdx.x >> 5)), lane(int(threadIdx.x & 31)), gq(lane >> 2), tq(lane & 3), D(int(p.D)),
-        h(blockIdx.y), g(h / (p.H / p.G)), t0(int64_t(blockIdx.x) * kBM), qi_first(p.q_idx0 + t0),
+        h(blockIdx.y), g(h / (p.H / p.G)), t0(int64_t(gridDim.x - 1 - blockIdx.x) * kBM), qi_first(p.q_idx0 + t0),
         qi_last(qi_first + (p.T - t0 < kBM ? p.T - t0 : kBM) - 1) {
     for (int i = 0; i < 2; ++i) t[i] = t0 + 16 * warp + gq + 8 * i, qi[i] = p.q_idx0 + t[i];
   }
