@@ -55,8 +55,8 @@ struct LayerBuffers {
   // adapter's inner product x A^T (forward) or its gradient (backward), cast for its second GEMM
   Tensor x16, dy16, lora_u16;
   // While attention runs (under --precision bf16, whose K/V hold bf16 values whatever the pages'
-  // dtype): bf16 copies of k and v in x16 that
-  // attention reads for the chunk's own keys (layer.cpp: own_kv16); empty otherwise
+  // dtype): bf16 copies of k and v in x16 that attention reads for the chunk's own keys
+  // (layer.cpp: own_kv16); empty otherwise
   Tensor k16, v16;
   // The token side of what crosses the all-to-all (P > 1; P = 1: the same tensors as the
   // attention side's): q, o, dO (t, H, D), k, v (t, G, D); dq, dk, dv reuse q's, k's, v's memory.
