@@ -132,6 +132,10 @@ cudaError_t cudaGetDeviceCount(int* n) {
 cudaError_t cudaSetDevice(int device) {
   return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice, "cudaSetDevice: simt has one device");
 }
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   if (device != 0) return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties: simt has one device");
   *p = {};

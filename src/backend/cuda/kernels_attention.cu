@@ -282,11 +282,9 @@ void attention_bwd(const AttnParams& p, const float* q, const float* o, const fl
   launch(attn_dq_k, grid, kWarps * 32, size_t(2 * kWarps * p.D) * sizeof(float), s, p, q, lse, dout, dsum, dq);
   if (p.n_blocks == 0 || p.max_len == 0) return;
   const size_t shared = dkdv_shared_bytes(p.D);
-  static bool raised = false;  // more than 48 KB of shared memory must be asked for once
-  if (!raised) {
-    cudaFuncSetAttribute(attn_dkdv_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dkdv_shared_bytes(kMaxHeadDim)));
-    raised = true;
-  }
+  static const bool raised =
+      (allow_shared(attn_dkdv_k, dkdv_shared_bytes(kMaxHeadDim), "attention backward's dK/dV (fp32 reference)"), true);
+  (void)raised;
   const dim3 kv_grid(unsigned(p.n_blocks), unsigned(p.G), unsigned((p.max_len + 31) / 32));
   launch(attn_dkdv_k, kv_grid, 32, shared, s, p, q, lse, dout, dsum);
 }

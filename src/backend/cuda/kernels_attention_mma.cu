@@ -648,15 +648,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
     }
 }
 
-// kernel f with dynamic shared memory of `bytes`, above the 48 KB default once asked for
-template <typename F>
-void allow_shared(F* f, size_t bytes) {
-  cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-}
-
 template <int DP>
 void fwd(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s) {
-  static const bool raised = (allow_shared(attn_fwd_mma_k<DP>, FwdSmem<DP>::kBytes), true);
+  static const bool raised =
+      (allow_shared(attn_fwd_mma_k<DP>, FwdSmem<DP>::kBytes, "attention forward (tensor cores)"), true);
   (void)raised;
   const dim3 grid(unsigned((p.T + kBM - 1) / kBM), unsigned(p.H));
   launch(attn_fwd_mma_k<DP>, grid, kThreads, FwdSmem<DP>::kBytes, s, p, q, o, lse);
@@ -665,8 +660,9 @@ void fwd(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t
 template <int DP>
 void bwd(const AttnParams& p, const float* q, const float* lse, const float* dout, const float* dsum, float* dq,
          cudaStream_t s, int parts) {
-  static const bool raised = (allow_shared(attn_dq_mma_k<DP>, DqSmem<DP>::kBytes),
-                              allow_shared(attn_dkdv_mma_k<DP>, DkdvSmem<DP>::kBytes), true);
+  static const bool raised =
+      (allow_shared(attn_dq_mma_k<DP>, DqSmem<DP>::kBytes, "attention backward's dq (tensor cores)"),
+       allow_shared(attn_dkdv_mma_k<DP>, DkdvSmem<DP>::kBytes, "attention backward's dK/dV (tensor cores)"), true);
   (void)raised;
   const dim3 grid(unsigned((p.T + kBM - 1) / kBM), unsigned(p.H));
   if (parts & kBwdDq) launch(attn_dq_mma_k<DP>, grid, kThreads, DqSmem<DP>::kBytes, s, p, q, lse, dout, dsum, dq);

@@ -8,6 +8,8 @@
 #include <tuple>
 #include <utility>
 
+#include "core/error.h"
+
 #ifdef OOMB_SIMT
 #define OOMB_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::simt::dynamic_shared())
 #else
@@ -25,6 +27,20 @@ inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared, c
 #else
   kernel<<<grid, block, shared, s>>>(std::forward<A>(args)...);
 #endif
+}
+
+// lets `kernel` (named `name` in errors) take `bytes` of dynamic shared memory, above the 48 KB a launch gets
+// unasked; a GPU that allows less is named with both figures here, not as an "invalid argument" at the launch
+template <typename F>
+void allow_shared(F* kernel, size_t bytes, const char* name) {
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();  // taken here, so the next op's check does not report it as its own
+  int device = 0;
+  cudaDeviceProp prop{};
+  const bool known = cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&prop, device) == cudaSuccess;
+  ::oomb::fail("{} needs {} B of shared memory per block; this GPU ({}) allows {} B: {}", name, bytes,
+       known ? prop.name : "unknown", known ? prop.sharedMemPerBlockOptin : size_t(0), cudaGetErrorString(e));
 }
 
 }  // namespace oomb::cuda::k

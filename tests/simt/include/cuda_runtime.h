@@ -115,6 +115,7 @@ using cudaDataType = cudaDataType_t;
 
 cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device);
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total);
 cudaError_t cudaGetLastError();

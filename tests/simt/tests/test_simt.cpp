@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cudnn/cudnn_sdpa.h"
@@ -141,6 +142,22 @@ TEST(Simt, LaunchesCudaRefusesAreErrorsAndRunNothing) {
   launch(neighbour_k, 1, 32, size_t(64) << 10, nullptr, d, true);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   cudaFree(d);
+}
+
+// oomb's allow_shared: a refusal is an error naming the kernel, its bytes and the device's most, and it is
+// taken, so that the next launch's check does not report it as its own
+TEST(Simt, SharedMemoryAboveTheDevicesMostIsNamedWhenAskedFor) {
+  cudaGetLastError();
+  try {
+    oomb::cuda::k::allow_shared(neighbour_k, size_t(1) << 20, "the neighbour kernel");
+    FAIL() << "1 MiB of shared memory per block was allowed";
+  } catch (const oomb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the neighbour kernel needs 1048576 B of shared memory per block"),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("allows 232448 B"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_NO_THROW(oomb::cuda::k::allow_shared(neighbour_k, size_t(64) << 10, "the neighbour kernel"));
 }
 
 // A stream's work waits until something needs it: another stream's kernel that does not wait for
