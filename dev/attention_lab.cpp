@@ -325,17 +325,20 @@ bool check(Shape s) {
     std::printf("check mma (src/): skipped (%s)\n", why);
   } else {
     // f32 blocks handed over in reverse (the plain-load path), then bf16 ones (cp.async's) in order
+    // with bf16 copies of q and dO beside them, as the model hands them under --precision bf16
+    uint16_t *q16 = dev_bf16(q), *do16 = dev_bf16(dout);
     for (const bool bf16_pages : {false, true}) {
       Layout L3(s);  // the same K/V, gradient pages zeroed
       cuda::k::AttnBlock* table3 = nullptr;
-      const cuda::k::AttnParams p3 = L3.params(&table3, !bf16_pages, bf16_pages);
+      cuda::k::AttnParams p3 = L3.params(&table3, !bf16_pages, bf16_pages);
+      if (bf16_pages) p3.q16 = q16, p3.do16 = do16;
       float *o3 = dev_nan(o.size()), *lse3 = dev_nan(lse.size()), *dq3 = dev_nan(dq.size()),
             *dsum3 = dev_nan(lse.size());
       cuda::k::attention_fwd_mma(p3, qd, o3, lse3, nullptr);
       cuda::k::attention_bwd_mma(p3, qd, o3, lse3, dod, dq3, dsum3, nullptr);
       CK(cudaDeviceSynchronize());
-      std::printf("check mma (src/, bf16 products, %s pages): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
-                  bf16_pages ? "bf16" : "f32", bound(rel(host(o3, o.size()), o), 3e-2),
+      std::printf("check mma (src/, bf16 products, %s): rel. error O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n",
+                  bf16_pages ? "bf16 pages, bf16 q and dO" : "f32 pages", bound(rel(host(o3, o.size()), o), 3e-2),
                   bound(rel(host(lse3, lse.size()), lse), 3e-2), bound(rel(host(dq3, dq.size()), dq), 3e-2),
                   bound(pages_err(L3.dkd, L.dk), 3e-2), bound(pages_err(L3.dvd, L.dv), 3e-2));
     }
@@ -427,26 +430,36 @@ int main(int argc, char** argv) {
   row("attention backward", median_ms([&] { cuda::k::attention_bwd(p, qd, od, lsed, dod, dqd, dsum, nullptr); }, 1),
       bwd_flops);
   if (cuda::k::attention_mma_unsupported(p) == nullptr) {
-    // every block f32, then bf16 as the model hands them under --precision bf16; the backward whole
-    // (its TFLOP/s counting 2.5 forwards, as FlashAttention does) and its two kernels apart (each
-    // counting the products it runs: dq 1.5 forwards, dk/dv 2; together they recompute S and dP)
+    // every block f32, then bf16 with bf16 copies of q and dO, as the model hands them under
+    // --precision bf16; the backward whole (its TFLOP/s counting 2.5 forwards, as FlashAttention
+    // does) and its two kernels apart (each counting the products it runs: dq 1.5 forwards, dk/dv
+    // 2; together they recompute S and dP); the dk/dv kernel once more on f32 q and dO rows (the
+    // stage it converts from, without the copies)
     cuda::k::AttnBlock* table16 = nullptr;
-    const cuda::k::AttnParams p16 = L.params(&table16, false, true);
-    for (const auto& [pp, pages] : {std::pair{&p, "f32"}, std::pair{&p16, "bf16"}}) {
+    cuda::k::AttnParams p16 = L.params(&table16, false, true);
+    const cuda::k::AttnParams p16_f32q = p16;
+    uint16_t *q16 = dev_bf16(q), *do16 = dev_bf16(q);
+    p16.q16 = q16, p16.do16 = do16;
+    using Variant = std::pair<const cuda::k::AttnParams*, const char*>;
+    for (const auto& [pp, pages] : {Variant{&p, "f32 pages"}, Variant{&p16, "bf16 pages, bf16 q and dO"}}) {
       const cuda::k::AttnParams& pk = *pp;
-      row(fmt::format("attention forward, mma bf16 (src/), {} pages", pages).c_str(),
+      row(fmt::format("attention forward, mma bf16 (src/), {}", pages).c_str(),
           median_ms([&] { cuda::k::attention_fwd_mma(pk, qd, od, lsed, nullptr); }, 10), fwd_flops);
-      row(fmt::format("attention backward, mma bf16 (src/), {} pages", pages).c_str(),
+      row(fmt::format("attention backward, mma bf16 (src/), {}", pages).c_str(),
           median_ms([&] { cuda::k::attention_bwd_mma(pk, qd, od, lsed, dod, dqd, dsum, nullptr); }, 10), bwd_flops);
-      row(fmt::format("  its dsum + dq kernels, {} pages", pages).c_str(),
+      row(fmt::format("  its dsum + dq kernels, {}", pages).c_str(),
           median_ms([&] { cuda::k::attention_bwd_mma(pk, qd, od, lsed, dod, dqd, dsum, nullptr, cuda::k::kBwdDq); },
                     10),
           1.5 * fwd_flops);
-      row(fmt::format("  its dk/dv kernel, {} pages", pages).c_str(),
+      row(fmt::format("  its dk/dv kernel, {}", pages).c_str(),
           median_ms([&] { cuda::k::attention_bwd_mma(pk, qd, od, lsed, dod, dqd, dsum, nullptr, cuda::k::kBwdDkdv); },
                     10),
           2.0 * fwd_flops);
     }
+    row("  its dk/dv kernel, bf16 pages, f32 q and dO",
+        median_ms([&] { cuda::k::attention_bwd_mma(p16_f32q, qd, od, lsed, dod, dqd, dsum, nullptr, cuda::k::kBwdDkdv); },
+                  10),
+        2.0 * fwd_flops);
   }
   if (cuda::lab::attention_fwd_wmma_unsupported(p) == nullptr)
     row("attention forward, wmma bf16 (lab)",

@@ -570,6 +570,30 @@ void attention_case(const AttnCase& c, bool tc, Backend* gpu = nullptr, bool fol
       check("attention dv", err(*dv[b]), 1e-6);  // measured <= 1.3e-7
     }
   }
+  if (tc) {  // with bf16 copies of q and dO beside them (the model's under --precision bf16): the same bits
+    Pair q16(DType::BF16, {c.T, c.H, c.D}), do16(DType::BF16, {c.T, c.H, c.D}), dq16(DType::F32, {c.T, c.H, c.D});
+    for (auto [from, to] : {std::pair{&q, &q16}, std::pair{&dout, &do16}}) {
+      for (int64_t i = 0; i < from->h.numel(); ++i) to->h.as<uint16_t>()[i] = f32_to_bf16(from->h.f()[i]);
+      to->upload();
+    }
+    std::vector<std::vector<char>> after_dk, after_dv;
+    for (size_t b = 0; b < lens.size(); ++b) {  // the gradient rows as they were before the backward
+      after_dk.push_back(dk[b]->download()), after_dv.push_back(dv[b]->download());
+      backends().cuda->copy(dk[b]->d.data, Tier::Device, before_dk[b].data(), Tier::Host, before_dk[b].size());
+      backends().cuda->copy(dv[b]->d.data, Tier::Device, before_dv[b].data(), Tier::Host, before_dv[b].size());
+    }
+    each_call([&](std::span<const KVBlock> b, const AttnArgs& a) {
+      AttnArgs with16 = a;
+      with16.q16 = q16.d, with16.dout16 = do16.d;
+      G.attention_bwd(q.d, o.d, lse.d, dout.d, b, with16, dq16.d);
+    });
+    done();
+    EXPECT_EQ(dq16.download(), dq.download()) << "dq with bf16 copies of q and dO";
+    for (size_t b = 0; b < lens.size(); ++b) {
+      EXPECT_EQ(dk[b]->download(), after_dk[b]) << "dk of block " << b << " with bf16 copies of q and dO";
+      EXPECT_EQ(dv[b]->download(), after_dv[b]) << "dv of block " << b << " with bf16 copies of q and dO";
+    }
+  }
   if (folds && lens.size() >= 2) {  // dq over a fold of two calls (the second accumulates): one call's bits
     Pair dq2(DType::F32, {c.T, c.H, c.D});
     AttnArgs a1 = da, a2 = da;

@@ -352,6 +352,7 @@ namespace {
 class KVDtypeSpy final : public CpuBackend {
  public:
   int64_t bf16_blocks = 0, f32_blocks = 0;
+  int64_t bwd_calls = 0, bwd_with_copies = 0;  // backward calls, and those given bf16 copies of q and dO
 
  protected:
   void count(std::span<const KVBlock> blocks) {
@@ -368,6 +369,13 @@ class KVDtypeSpy final : public CpuBackend {
   void do_attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
                         std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) override {
     count(blocks);
+    ++bwd_calls;
+    if (!a.q16.empty()) {  // the copies hold q's and dO's values
+      ++bwd_with_copies;
+      for (auto [x, x16] : {std::pair{&q, &a.q16}, std::pair{&dout, &a.dout16}})
+        for (int64_t i = 0; i < x->numel(); ++i)
+          ASSERT_EQ(bf16_to_f32(x16->as<uint16_t>()[i]), x->f()[i]) << "element " << i << " of a copy";
+    }
     CpuBackend::do_attention_bwd(q, o, lse, dout, blocks, a, dq);
   }
 };
@@ -378,7 +386,9 @@ class KVDtypeSpy final : public CpuBackend {
 // dense or page-sparse, one chunk or several (CUDA's tensor-core kernels load bf16 rows by
 // cp.async, f32 rows by plain loads). The values are the same, so the bits are (the tests above:
 // within twice PyTorch's bf16 error, and bf16 pages giving f32 pages' bits). fp32 matmuls with
-// bf16 pages have no scratch: the own keys stay f32 there.
+// bf16 pages have no scratch: the own keys stay f32 there. Its backward gets bf16 copies of q and
+// dO too (in the other matmul scratch), holding their values (CUDA's tensor-core dK/dV kernel
+// streams them per query tile in place of the f32 rows).
 TEST(Bf16Budget, AttentionReadsTheChunksOwnKeysAsBf16) {
   struct Case {
     const char* model;
@@ -401,10 +411,13 @@ TEST(Bf16Budget, AttentionReadsTheChunksOwnKeysAsBf16) {
       Model m(cfg, be, plan);
       load_for_training(m, dir);
       m.forward_backward(tok.ids.data(), tok.targets.data(), N, 1.0f);
+      EXPECT_GT(be.bwd_calls, 0);
       if (precision == DType::BF16) {
         EXPECT_GT(be.bf16_blocks, 0);
         EXPECT_EQ(be.f32_blocks, 0) << "blocks of f32 keys under --precision bf16";
+        EXPECT_EQ(be.bwd_with_copies, be.bwd_calls) << "backward calls without bf16 copies of q and dO";
       } else {
+        EXPECT_EQ(be.bwd_with_copies, 0) << "bf16 copies of q and dO under fp32 matmuls";
         EXPECT_GT(be.f32_blocks, 0) << "fp32 matmuls: the own keys stay f32";
         if (c.C > 0) {
           EXPECT_GT(be.bf16_blocks, 0) << "the pages are bf16";

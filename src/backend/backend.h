@@ -41,6 +41,10 @@ struct AttnArgs {
   // Every call of this run on the backend's own attention kernels (CUDA: never cuDNN's): sparse
   // pages, whose calls are a query tile each over scattered chosen pages (cuDNN calls of a page)
   bool own_kernels = false;
+  // --precision bf16, backward: optional bf16 copies of q and dout (T, H, D), their values (which
+  // are bf16 already), for a backend whose kernels read q and dout as bf16: CUDA's tensor-core dK/dV
+  // kernel streams them per query tile and takes these in their place. Others ignore them.
+  Tensor q16, dout16;
 };
 
 // RoPE parameters as transformers computes them: angle = pos * inv_freq (fp32), cos/sin scaled.

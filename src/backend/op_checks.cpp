@@ -236,6 +236,12 @@ void Backend::attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse,
   c.tensor("lse", lse, 2);
   OOMB_CHECK(lse.dim(0) == q.dim(0) && lse.dim(1) == q.dim(1), "attention_bwd: lse {} must be ({}, {})",
              lse.shape_str(), q.dim(0), q.dim(1));
+  if (!a.q16.empty() || !a.dout16.empty()) {  // bf16 copies: both, q's shape
+    c.tensor("q16", a.q16, q.ndim, DType::BF16);
+    c.same_shape("q16", a.q16, "q", q);
+    c.tensor("dout16", a.dout16, q.ndim, DType::BF16);
+    c.same_shape("dout16", a.dout16, "q", q);
+  }
   do_attention_bwd(q, o, lse, dout, blocks, a, dq);
 }
 

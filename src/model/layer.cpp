@@ -47,6 +47,7 @@ void fold_groups(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, Prefi
   a.q_idx0 += q0;
   if (a.q_doc) a.q_doc += q0;
   a.run_sum = plan.run_sum.rows(q0, rows);
+  if (with_grads && !plan.q16.empty()) a.q16 = plan.q16.rows(q0, rows), a.dout16 = plan.do16.rows(q0, rows);
   static thread_local std::vector<KVBlock> masked;
   size_t seen = 0;  // blocks of earlier groups
   auto with_heads = [&](std::span<const KVBlock> blocks) {
@@ -84,6 +85,23 @@ void own_kv16(const LayerCtx& ctx, LayerBuffers& plan) {
   plan.v16 = Tensor(static_cast<uint16_t*>(plan.x16.data) + n, DType::BF16, {T, G, D}, plan.x16.tier);
   ctx.be.cast(plan.k, plan.k16);
   ctx.be.cast(plan.v, plan.v16);
+}
+
+// --precision bf16, backward: q and dO (T, h, D), which hold bf16 values, cast into bf16 copies,
+// plan.q16 and plan.do16, in the matmul scratch dy16, which no matmul reads while attention's
+// backward runs (o_proj's backward is done, q's, k's and v's not begun); handed to attention beside
+// q and dO (AttnArgs::q16, dout16), so that CUDA's tensor-core dK/dV kernel streams half the bytes
+// per query tile and converts none. The same values, so the same bits on every backend. dy16's rows
+// are wide enough (2 H D at least: LayerPlan); otherwise none.
+void qdo16(const LayerCtx& ctx, LayerBuffers& plan, const Tensor& q, const Tensor& dout) {
+  plan.q16 = plan.do16 = Tensor();
+  const int64_t n = q.numel();
+  if (!ctx.bf16 || plan.dy16.empty() || 2 * n > plan.dy16.numel()) return;
+  const int64_t T = q.dim(0), h = q.dim(1), D = q.dim(2);
+  plan.q16 = Tensor(plan.dy16.data, DType::BF16, {T, h, D}, plan.dy16.tier);
+  plan.do16 = Tensor(static_cast<uint16_t*>(plan.dy16.data) + n, DType::BF16, {T, h, D}, plan.dy16.tier);
+  ctx.be.cast(q, plan.q16);
+  ctx.be.cast(dout, plan.do16);
 }
 
 // Dense: every row over every earlier page (of head group j's layer). Sparse: each run of query
@@ -199,6 +217,8 @@ static int64_t lora_widest(const ModelConfig& c) {
 }
 // The widest matmul operand row (--precision bf16's scratch): d, H D or I (G D <= H D).
 static int64_t matmul_width(const ModelConfig& c) { return std::max({c.hidden, c.heads * c.head_dim, c.intermediate}); }
+// dy16's row: a matmul's output gradient, or attention's bf16 copies of q and dO side by side (qdo16)
+static int64_t dy16_width(const ModelConfig& c) { return std::max(matmul_width(c), 2 * c.heads * c.head_dim); }
 
 LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_rank, bool bf16, int64_t sp,
                      int64_t head_chunks)
@@ -264,7 +284,7 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_ra
   }
   if (bf16) {
     b.x16 = arena_.take(DType::BF16, {t, matmul_width(c)});
-    b.dy16 = arena_.take(DType::BF16, {t, matmul_width(c)});
+    b.dy16 = arena_.take(DType::BF16, {t, dy16_width(c)});
     if (lora_rank > 0) b.lora_u16 = arena_.take(DType::BF16, {t, lora_rank});
   }
 }
@@ -289,7 +309,8 @@ int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, boo
   const int64_t qk_norm = c.qk_norm ? 2 * n({t, H, D}) + 2 * n({t, G, D}) + n({t, H}) + n({t, G}) : 0;
   const int64_t lora =
       lora_rank > 0 ? 2 * n({t, lora_rank}) + n({t, lora_widest(c)}) + n({std::max(d, D)}) : 0;
-  const int64_t bf16_scratch = bf16 ? 2 * int64_t(Arena::need(DType::BF16, {t, matmul_width(c)})) +
+  const int64_t bf16_scratch = bf16 ? int64_t(Arena::need(DType::BF16, {t, matmul_width(c)})) +
+                                           int64_t(Arena::need(DType::BF16, {t, dy16_width(c)})) +
                                            (lora_rank > 0 ? int64_t(Arena::need(DType::BF16, {t, lora_rank})) : 0)
                                      : 0;
   const int64_t exchange = sp > 1 ? 3 * n({t, H, D}) + 2 * n({t, G, D}) : 0;
@@ -421,12 +442,14 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
       be.zero(plan.dk);
       be.zero(plan.dv);
     }
+    qdo16(ctx, plan, A.q, S.dattn);
     attend(ctx, plan, true, sparse_runs(ctx, A.q, false), j,
            [&](int64_t q0, int64_t n, std::span<const KVBlock> blocks, const AttnArgs& a) {
              Tensor dq = S.dq.rows(q0, n);
              be.attention_bwd(A.q.rows(q0, n), A.o.rows(q0, n), A.lse.rows(q0, n), S.dattn.rows(q0, n), blocks, a,
                               dq);
            });
+    plan.q16 = plan.do16 = Tensor();  // dy16 is the matmuls' again
     to_tokens(ctx, S.dq, plan.dq_loc, j);  // --sp: dq, dk, dv (T, h/(P K), D) -> (t, h, D)
     to_tokens(ctx, plan.dk, plan.dk_loc, j);
     to_tokens(ctx, plan.dv, plan.dv_loc, j);

@@ -50,7 +50,8 @@ struct LayerBuffers {
   // LoRA (rank r > 0 only): x A^T scaled (T, r), its gradient (T, r), the adapter's output
   // (T * widest out, viewed as (T, out)), and where frozen norms' weight gradients go (unread)
   Tensor lora_u, lora_du, lora_z, discard, discard_as;
-  // --precision bf16: (T, max(d, H D, I)) bf16 each: a matmul's input and its output's gradient,
+  // --precision bf16: (T, max(d, H D, I)) bf16 each (dy16 at least (T, 2 H D): attention's
+  // backward takes its copies of q and dO there): a matmul's input and its output's gradient,
   // cast for the GEMM (viewed (T, width) of the tensor cast); with LoRA also (T, r) bf16: the
   // adapter's inner product x A^T (forward) or its gradient (backward), cast for its second GEMM
   Tensor x16, dy16, lora_u16;
@@ -58,6 +59,10 @@ struct LayerBuffers {
   // dtype): bf16 copies of k and v in x16 that attention reads for the chunk's own keys
   // (layer.cpp: own_kv16); empty otherwise
   Tensor k16, v16;
+  // While attention's backward runs (under --precision bf16, whose q and dO hold bf16 values):
+  // bf16 copies of q and dO in dy16, handed to attention beside them (layer.cpp: qdo16); empty
+  // otherwise
+  Tensor q16, do16;
   // The token side of what crosses the all-to-all (P > 1; P = 1: the same tensors as the
   // attention side's): q, o, dO (t, H, D), k, v (t, G, D); dq, dk, dv reuse q's, k's, v's memory.
   Tensor q_loc, o_loc, dattn_loc, k_loc, v_loc, dq_loc, dk_loc, dv_loc;

@@ -423,6 +423,7 @@ class CudaBackend final : public Backend {
     if (!a.first || !a.last) {
       if (!backward) p.run_sum = a.run_sum.f();
     }
+    if (backward && !a.q16.empty()) p.q16 = a.q16.data, p.do16 = a.dout16.data;
     // the table goes up from pinned staging, double-buffered: a staging buffer is rewritten only
     // once the copy that last read it is done (two calls ago), so the host waits here only while
     // the GPU is two attention calls or more behind it (a bounded run-ahead, not a drain)

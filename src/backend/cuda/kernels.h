@@ -92,6 +92,10 @@ struct AttnParams {
   // run_sum (T, H) the running denominator between calls; backward's dq accumulates after the first
   int32_t first = 1, last = 1;
   float* run_sum = nullptr;
+  // backward on tensor cores: bf16 copies of q and dout (T, H, D) (AttnArgs::q16, dout16), read in
+  // their place by the dk, dv kernel; null: it reads q and dout
+  const void* q16 = nullptr;
+  const void* do16 = nullptr;
 };
 // q, o: (T, H, D); lse: (T, H), natural log, -inf for a query that sees no key
 void attention_fwd(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s);

@@ -13,9 +13,10 @@
 // dS K, Q and dO for the dk, dv products) by ldmatrix.trans. The forward and dq kernels double-buffer
 // the key tiles: bf16 pages (16-byte aligned, D % 8 == 0) by cp.async, so the next tile arrives
 // while this one computes (under --precision bf16 the model hands the chunk's own keys as bf16
-// copies too); f32 keys by plain loads. The dk, dv walk stages each
-// query tile's f32 q and dO rows by cp.async (D % 4 == 0, aligned; else plain loads) beside the
-// tile in use, and converts them to bf16 in shared memory.
+// copies too); f32 keys by plain loads. The dk, dv walk takes each query tile's q and dO rows
+// while the last tile computes: bf16 copies (AttnParams::q16, do16; the model's under --precision
+// bf16) by cp.async straight into a second pair of tiles; else f32 rows by cp.async (D % 4 == 0,
+// aligned; else plain loads) into a stage, converted to bf16 in shared memory.
 // Numerics: Q, K, V, dO round to bf16 (under --precision bf16 they already hold bf16 values), P
 // and dS round to bf16 for their products (as FlashAttention does), statistics, softmax and every
 // accumulation fp32. Deterministic: fixed order, no atomics, one writer per output element; a
@@ -54,7 +55,7 @@ __device__ inline uint32_t pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
-__device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+__host__ __device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // c (16 x 8) += a (16 x 16) b (16 x 8)
 __device__ inline void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
@@ -490,15 +491,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
   Q.write<OT>(acc, dq, p);
 }
 
-template <int DP>
+// Q16: q and dO come as bf16 copies (AttnParams::q16, do16) straight into the tile after next's
+// buffers; else as f32 rows into a stage, converted into the one tile buffer.
+template <int DP, bool Q16>
 struct DkdvSmem {
   static constexpr int kLd = DP + 8;
+  static constexpr size_t kQTile = size_t(kBQ) * kLd * 2;  // bytes of a query tile (q or dO)
+  static constexpr int kQBufs = Q16 ? 2 : 1;
   static constexpr size_t kK = 0, kV = kK + size_t(kBN) * kLd * 2, kQ = kV + size_t(kBN) * kLd * 2,
-                          kDo = kQ + size_t(kBQ) * kLd * 2,
-                          kStage = kDo + size_t(kBQ) * kLd * 2,  // the next tile's f32 q, dO rows: (2, kBQ, DP)
-                          kStageRow = kStage + 2 * size_t(kBQ) * DP * 4,  // and its lse, dsum, doc: (3, kBQ)
-                          kL = kStageRow + 3 * kBQ * 4, kDs = kL + kBQ * 4, kDoc = kDs + kBQ * 4,
-                          kBytes = kDoc + kBQ * 4;
+                          kDo = kQ + kQBufs * kQTile,
+                          kRow = kDo + kQBufs * kQTile,  // a tile's lse, dsum, documents: (2, 3, kBQ), two tiles'
+                          kStage = kRow + 2 * 3 * kBQ * 4,  // f32: the next tile's q, dO rows (2, kBQ, DP)
+                          kBytes = kStage + (Q16 ? 0 : 2 * size_t(kBQ) * DP * 4);
 };
 
 // The dk, dv walk's query tiles: tile i is queries [t_start + (i / group) kBQ, + kBQ) of head
@@ -509,50 +513,59 @@ struct QueryWalk {
   __device__ int64_t head(int64_t i) const { return g * group + i % group; }
 };
 
-// Stages tile i's rows: q and dO (f32, zeros past t_end and D; async: cp.async, D % 4 == 0 and
-// aligned rows) into st (2, kBQ, DP), its lse, dsum and documents into row (3, kBQ)
-template <int DP>
-__device__ inline void stage_queries(float* st, float* row, const AttnParams& p, const QueryWalk& qw, int64_t i,
-                                     bool async, const float* q, const float* dout, const float* lse,
-                                     const float* dsum) {
+// Stages tile i's lse, dsum and documents into row (3, kBQ) (past t_end: lse -inf, zeros), and its
+// q and dO: Q16, the bf16 copies into the tiles sq, sdo by cp.async (the launcher takes that kernel
+// only where D % 8 == 0 and the rows are aligned); else f32 into st (2, kBQ, DP) (zeros past t_end
+// and D; async: cp.async, D % 4 == 0 and aligned rows). Zeros past D in either.
+template <int DP, bool Q16>
+__device__ inline void stage_queries(bf16* sq, bf16* sdo, float* st, float* row, const AttnParams& p,
+                                     const QueryWalk& qw, int64_t i, bool async, const float* q, const float* dout,
+                                     const float* lse, const float* dsum) {
   const int64_t tq0 = qw.t0(i), h = qw.head(i);
   const int D = int(p.D);
-  constexpr int kChunks = DP / 4;
-  for (int c = threadIdx.x; c < kBQ * kChunks; c += kThreads) {
-    const int r = c / kChunks, d = 4 * (c % kChunks);
-    const int64_t t = tq0 + r, at = (t * p.H + h) * D + d;
-    for (int x = 0; x < 2; ++x) {
-      const float* src = x == 0 ? q : dout;
-      float* dst = st + (x * kBQ + r) * DP + d;
-      if (async) {
-        const bool valid = t < qw.t_end && d < D;
-        cp_async<16>(dst, valid ? src + at : src, valid);
-      } else {
-        for (int e = 0; e < 4; ++e) dst[e] = t < qw.t_end && d + e < D ? src[at + e] : 0.0f;
+  if constexpr (Q16) {
+    constexpr int kLd = DkdvSmem<DP, true>::kLd;
+    load_tile<kBQ, DP>(sq, kLd, p.q16, true, true, h * D, tq0, qw.t_end, p.H * D, D);
+    load_tile<kBQ, DP>(sdo, kLd, p.do16, true, true, h * D, tq0, qw.t_end, p.H * D, D);
+  } else {
+    constexpr int kChunks = DP / 4;
+    for (int c = threadIdx.x; c < kBQ * kChunks; c += kThreads) {
+      const int r = c / kChunks, d = 4 * (c % kChunks);
+      const int64_t t = tq0 + r, at = (t * p.H + h) * D + d;
+      for (int x = 0; x < 2; ++x) {
+        const float* src = x == 0 ? q : dout;
+        float* dst = st + (x * kBQ + r) * DP + d;
+        if (async) {
+          const bool valid = t < qw.t_end && d < D;
+          cp_async<16>(dst, valid ? src + at : src, valid);
+        } else {
+          for (int e = 0; e < 4; ++e) dst[e] = t < qw.t_end && d + e < D ? src[at + e] : 0.0f;
+        }
       }
     }
   }
   for (int c = threadIdx.x; c < kBQ; c += kThreads) {
     const int64_t t = tq0 + c;
     const bool valid = t < qw.t_end;
-    cp_async<4>(row + c, valid ? lse + t * p.H + h : lse, valid);
+    if (valid) cp_async<4>(row + c, lse + t * p.H + h, true);
+    else row[c] = -INFINITY;  // past t_end: no key, no gradient
     cp_async<4>(row + kBQ + c, valid ? dsum + t * p.H + h : dsum, valid);
     cp_async<4>(row + 2 * kBQ + c, valid && p.q_doc ? static_cast<const void*>(p.q_doc + t) : lse, valid && p.q_doc);
   }
 }
 
-// every block's dk, dv += (rows of kv head g). grid (n_blocks, G, ceil(max_len / kBN)), kThreads
-template <int DP>
+// every block's dk, dv += (rows of kv head g). grid (n_blocks, G, ceil(max_len / kBN)), kThreads.
+// Q16: q and dO read from p.q16, p.do16 (q, dout unused).
+template <int DP, bool Q16>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
     attn_dkdv_mma_k(AttnParams p, const float* q, const float* lse, const float* dout, const float* dsum) {
-  using S = DkdvSmem<DP>;
+  using S = DkdvSmem<DP, Q16>;
   constexpr int KD = DP / 16, OT = DP / 8, QT = kBQ / 8;
+  constexpr size_t kQElems = S::kQTile / 2;
   OOMB_DYNAMIC_SHARED(unsigned char, smem);
   bf16 *sK = reinterpret_cast<bf16*>(smem + S::kK), *sV = reinterpret_cast<bf16*>(smem + S::kV),
-       *sQ = reinterpret_cast<bf16*>(smem + S::kQ), *sDo = reinterpret_cast<bf16*>(smem + S::kDo);
-  float *sSt = reinterpret_cast<float*>(smem + S::kStage), *sRow = reinterpret_cast<float*>(smem + S::kStageRow);
-  float *sL = reinterpret_cast<float*>(smem + S::kL), *sDs = reinterpret_cast<float*>(smem + S::kDs);
-  int32_t* sDoc = reinterpret_cast<int32_t*>(smem + S::kDoc);
+       *sQ0 = reinterpret_cast<bf16*>(smem + S::kQ), *sDo0 = reinterpret_cast<bf16*>(smem + S::kDo);
+  float *sSt = reinterpret_cast<float*>(smem + S::kStage), *sRow0 = reinterpret_cast<float*>(smem + S::kRow);
   const AttnBlock kb = p.blocks[blockIdx.x];
   const int64_t g = blockIdx.y, j0 = int64_t(blockIdx.z) * kBN, group = p.H / p.G;
   if (j0 >= kb.len || (g < 64 && !((kb.heads >> g) & 1))) return;  // masked for this group: rows stay
@@ -580,33 +593,36 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
   if (p.window > 0 && last_key + p.window - p.q_idx0 < t_lim) t_lim = last_key + p.window - p.q_idx0;
   const QueryWalk qw{t_start, t_end, group, g};
   const int64_t n_it = t_lim > t_start ? (t_lim - t_start + kBQ - 1) / kBQ * group : 0;
-  const bool q_async = D % 4 == 0 && aligned16(q) && aligned16(dout);
+  const bool q_async = !Q16 && D % 4 == 0 && aligned16(q) && aligned16(dout);  // (f32 rows)
+  // tile i's buffers: its q and dO (Q16: two of each, tile i in buffer i % 2), and its rows
+  auto q_buf = [&](bf16* base, int64_t i) { return Q16 ? base + (i & 1) * kQElems : base; };
+  auto row_buf = [&](int64_t i) { return sRow0 + (i & 1) * 3 * kBQ; };
   if (n_it > 0) {  // K, V and the first query tile (no query: the rows get zeros added, as they are)
     load_kv<DP>(sK, sV, S::kLd, p, kb, kv_async(kb, D), g, j0, kb.len);
-    stage_queries<DP>(sSt, sRow, p, qw, 0, q_async, q, dout, lse, dsum);
+    stage_queries<DP, Q16>(sQ0, sDo0, sSt, row_buf(0), p, qw, 0, q_async, q, dout, lse, dsum);
   }
   cp_commit();
   for (int64_t it = 0; it < n_it; ++it) {
     const int64_t tq0 = qw.t0(it);
+    bf16 *sQ = q_buf(sQ0, it), *sDo = q_buf(sDo0, it);
     cp_wait_all();
-    __syncthreads();  // tile it is staged (K, V in too); every warp is done with the last tile's sQ, sDo
-    constexpr int kPairs = DP / 2;
-    for (int c = threadIdx.x; c < 2 * kBQ * kPairs; c += kThreads) {
-      const int r = c / kPairs, d = 2 * (c % kPairs);  // r: row of (2 kBQ): q's rows, then dO's
-      const float2 v = *reinterpret_cast<const float2*>(sSt + r * DP + d);
-      bf16* dst = r < kBQ ? sQ + r * S::kLd : sDo + (r - kBQ) * S::kLd;
-      *reinterpret_cast<__nv_bfloat162*>(dst + d) = __float22bfloat162_rn(v);
+    __syncthreads();  // tile it is staged (K, V in too); every warp is done with tile it - 1's buffers
+    if constexpr (!Q16) {
+      constexpr int kPairs = DP / 2;
+      for (int c = threadIdx.x; c < 2 * kBQ * kPairs; c += kThreads) {
+        const int r = c / kPairs, d = 2 * (c % kPairs);  // r: row of (2 kBQ): q's rows, then dO's
+        const float2 v = *reinterpret_cast<const float2*>(sSt + r * DP + d);
+        bf16* dst = r < kBQ ? sQ + r * S::kLd : sDo + (r - kBQ) * S::kLd;
+        *reinterpret_cast<__nv_bfloat162*>(dst + d) = __float22bfloat162_rn(v);
+      }
+      __syncthreads();  // tile it is in bf16; the stage is free
     }
-    for (int c = threadIdx.x; c < kBQ; c += kThreads) {
-      const bool in = tq0 + c < t_end;
-      const float lv = in ? sRow[c] : -INFINITY;
-      sL[c] = lv * kLog2e;  // -inf: no key, no gradient
-      sDs[c] = lv != -INFINITY ? sRow[kBQ + c] : 0.0f;
-      sDoc[c] = in && p.q_doc ? reinterpret_cast<const int32_t*>(sRow)[2 * kBQ + c] : 0;
-    }
-    __syncthreads();  // tile it is in bf16; the stage is free
-    if (it + 1 < n_it) stage_queries<DP>(sSt, sRow, p, qw, it + 1, q_async, q, dout, lse, dsum);
+    if (it + 1 < n_it)
+      stage_queries<DP, Q16>(q_buf(sQ0, it + 1), q_buf(sDo0, it + 1), sSt, row_buf(it + 1), p, qw, it + 1, q_async,
+                             q, dout, lse, dsum);
     cp_commit();
+    const float* rL = row_buf(it);  // lse, then dsum, then documents (past t_end: -inf, 0, 0)
+    const int32_t* rDoc = reinterpret_cast<const int32_t*>(rL + 2 * kBQ);
 
     float st[QT][4] = {}, dpt[QT][4] = {};  // S^T, dP^T: (16 keys, kBQ queries) of this warp
     mma_a_bt2<KD, QT>(st, sK, sQ, dpt, sV, sDo, S::kLd, 16 * warp, lane);
@@ -614,15 +630,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
     // no documents, the window behind none (a query whose lse is -inf still has no gradient)
     const bool whole = n_keys == kBN && tq0 + kBQ <= t_end && p.q_idx0 + tq0 >= last_key && !(p.q_doc && kb.doc) &&
                        (p.window <= 0 || kb.idx0 + j0 > p.q_idx0 + tq0 + kBQ - 1 - p.window);
+#pragma unroll  // (st, dpt stay in registers only if every index is known)
     for (int nt = 0; nt < QT; ++nt)
+#pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = e >> 1, c = 8 * nt + 2 * tq + (e & 1);
         const int64_t qi = p.q_idx0 + tq0 + c, key = kb.idx0 + j[i];
-        const bool vis = sL[c] != -INFINITY &&
-                         (whole || (j[i] < kb.len && key <= qi && (!p.q_doc || !kb.doc || kdoc[i] == sDoc[c]) &&
+        const float L = rL[c] * kLog2e;  // -inf: no key, no gradient
+        const bool vis = L != -INFINITY &&
+                         (whole || (j[i] < kb.len && key <= qi && (!p.q_doc || !kb.doc || kdoc[i] == rDoc[c]) &&
                                     (p.window <= 0 || key > qi - p.window)));
-        const float pj = vis ? exp2f(st[nt][e] * sl2 - sL[c]) : 0.0f;
-        st[nt][e] = pj, dpt[nt][e] = pj * (dpt[nt][e] - sDs[c]) * p.scale;  // P^T, dS^T
+        const float pj = vis ? exp2f(st[nt][e] * sl2 - L) : 0.0f;
+        st[nt][e] = pj, dpt[nt][e] = pj * (dpt[nt][e] - (L != -INFINITY ? rL[kBQ + c] : 0.0f)) * p.scale;  // P^T, dS^T
       }
     mma_c_b<QT / 2, OT>(dv, st, sDo, S::kLd, lane);  // dV += P^T dO
     mma_c_b<QT / 2, OT>(dk, dpt, sQ, S::kLd, lane);  // dK += dS^T Q
@@ -662,13 +681,20 @@ void bwd(const AttnParams& p, const float* q, const float* lse, const float* dou
          cudaStream_t s, int parts) {
   static const bool raised =
       (allow_shared(attn_dq_mma_k<DP>, DqSmem<DP>::kBytes, "attention backward's dq (tensor cores)"),
-       allow_shared(attn_dkdv_mma_k<DP>, DkdvSmem<DP>::kBytes, "attention backward's dK/dV (tensor cores)"), true);
+       allow_shared(attn_dkdv_mma_k<DP, false>, DkdvSmem<DP, false>::kBytes, "attention backward's dK/dV (tensor cores)"),
+       allow_shared(attn_dkdv_mma_k<DP, true>, DkdvSmem<DP, true>::kBytes,
+                    "attention backward's dK/dV (tensor cores, bf16 q and dO)"),
+       true);
   (void)raised;
   const dim3 grid(unsigned((p.T + kBM - 1) / kBM), unsigned(p.H));
   if (parts & kBwdDq) launch(attn_dq_mma_k<DP>, grid, kThreads, DqSmem<DP>::kBytes, s, p, q, lse, dout, dsum, dq);
   if (!(parts & kBwdDkdv) || p.n_blocks == 0 || p.max_len == 0) return;
   const dim3 kv_grid(unsigned(p.n_blocks), unsigned(p.G), unsigned((p.max_len + kBN - 1) / kBN));
-  launch(attn_dkdv_mma_k<DP>, kv_grid, kThreads, DkdvSmem<DP>::kBytes, s, p, q, lse, dout, dsum);
+  // bf16 copies of q and dO where their rows can come by cp.async (16-byte aligned, D % 8 == 0)
+  if (p.q16 && p.do16 && p.D % 8 == 0 && aligned16(p.q16) && aligned16(p.do16))
+    launch(attn_dkdv_mma_k<DP, true>, kv_grid, kThreads, DkdvSmem<DP, true>::kBytes, s, p, q, lse, dout, dsum);
+  else
+    launch(attn_dkdv_mma_k<DP, false>, kv_grid, kThreads, DkdvSmem<DP, false>::kBytes, s, p, q, lse, dout, dsum);
 }
 
 }  // namespace
