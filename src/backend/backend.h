@@ -43,7 +43,8 @@ struct AttnArgs {
   bool own_kernels = false;
   // --precision bf16, backward: optional bf16 copies of q and dout (T, H, D), their values (which
   // are bf16 already), for a backend whose kernels read q and dout as bf16: CUDA's tensor-core dK/dV
-  // kernel streams them per query tile and takes these in their place. Others ignore them.
+  // kernel streams them per query tile, and cuDNN's route reads them rather than casting its own.
+  // Others ignore them.
   Tensor q16, dout16;
 };
 

@@ -14,6 +14,8 @@ namespace oomb::cuda {
 
 namespace {
 
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 // (idx0, keys) of each block, in ascending idx0 (as the route's table holds them)
 std::vector<std::pair<int64_t, int64_t>> sorted_spans(std::span<const KVBlock> blocks) {
   std::vector<std::pair<int64_t, int64_t>> spans;
@@ -187,9 +189,16 @@ bool CudnnAttention::backward(const k::AttnParams& p, std::span<const KVBlock> b
   const std::vector<QueryBlock> qb = query_blocks(p.T, p.H);
   if (!plans_for(p, rs, qb, stream)) return false;
   const Buffers b = buffers(p);
-  cast_q(p, q, b.q16, stream);
+  // q and do in bf16: the model's copies where it hands them (AttnParams::q16, do16: the same values,
+  // read in place), else cast here
+  const bool copies = p.q16 && p.do16 && aligned16(p.q16) && aligned16(p.do16);
+  const uint16_t* q16 = copies ? static_cast<const uint16_t*>(p.q16) : b.q16;
+  const uint16_t* do16 = copies ? static_cast<const uint16_t*>(p.do16) : b.do16;
+  if (!copies) {
+    cast_q(p, q, b.q16, stream);
+    k::cast(dout, false, b.do16, true, p.T * p.H * p.D, stream);
+  }
   k::cast(o, false, b.o16, true, p.T * p.H * p.D, stream);  // (cuDNN's fused backward takes o, do and dq in bf16)
-  k::cast(dout, false, b.do16, true, p.T * p.H * p.D, stream);
   for (size_t i = 0; i < rs.size(); ++i) {
     k::gather_run(p, rs[i].first, rs[i].count, rs[i].a, rs[i].len, b.k16, b.v16, stream);
     const int64_t kv = rs[i].len * p.G * p.D;
@@ -198,7 +207,7 @@ bool CudnnAttention::backward(const k::AttnParams& p, std::span<const KVBlock> b
       const int64_t at = blk.qa * p.H * p.D, at_row = blk.qa * p.H, n = blk.nq * p.H * p.D;
       const int64_t R = keys_of(rs[i], blk), kvb = R * p.G * p.D;
       plan(p, blk.nq, R, rs[i].causal, stream)
-          ->backward(b.q16 + at, b.k16, b.v16, b.o16 + at, b.do16 + at, lse + at_row, b.dq16 + at, b.dk16, b.dv16,
+          ->backward(q16 + at, b.k16, b.v16, b.o16 + at, do16 + at, lse + at_row, b.dq16 + at, b.dk16, b.dv16,
                      dsum + at_row, b.ws);
       // dq: written by a fold's first call (its first run), added to after
       if (i == 0 && p.first) k::cast(b.dq16 + at, true, dq + at, false, n, stream);

@@ -92,8 +92,8 @@ struct AttnParams {
   // run_sum (T, H) the running denominator between calls; backward's dq accumulates after the first
   int32_t first = 1, last = 1;
   float* run_sum = nullptr;
-  // backward on tensor cores: bf16 copies of q and dout (T, H, D) (AttnArgs::q16, dout16), read in
-  // their place by the dk, dv kernel; null: it reads q and dout
+  // backward: bf16 copies of q and dout (T, H, D) (AttnArgs::q16, dout16), read in their place by
+  // the tensor-core dk, dv kernel and by cuDNN's route; null: they read (or cast) q and dout
   const void* q16 = nullptr;
   const void* do16 = nullptr;
 };

@@ -565,7 +565,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<DP>)
   OOMB_DYNAMIC_SHARED(unsigned char, smem);
   bf16 *sK = reinterpret_cast<bf16*>(smem + S::kK), *sV = reinterpret_cast<bf16*>(smem + S::kV),
        *sQ0 = reinterpret_cast<bf16*>(smem + S::kQ), *sDo0 = reinterpret_cast<bf16*>(smem + S::kDo);
-  float *sSt = reinterpret_cast<float*>(smem + S::kStage), *sRow0 = reinterpret_cast<float*>(smem + S::kRow);
+  float* sSt = Q16 ? nullptr : reinterpret_cast<float*>(smem + S::kStage);  // (Q16: no stage)
+  float* sRow0 = reinterpret_cast<float*>(smem + S::kRow);
   const AttnBlock kb = p.blocks[blockIdx.x];
   const int64_t g = blockIdx.y, j0 = int64_t(blockIdx.z) * kBN, group = p.H / p.G;
   if (j0 >= kb.len || (g < 64 && !((kb.heads >> g) & 1))) return;  // masked for this group: rows stay
