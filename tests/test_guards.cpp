@@ -328,6 +328,51 @@ TEST(Guards, PlanCheckNamesTierTagAndWhatFitsOrWarnsWithForce) {
   EXPECT_THAT(warn.str(), HasSubstr("warning (--force): device memory: the plan needs"));
 }
 
+// The other --offload settings whose plans fit both limits, each with its needs: not the run's own,
+// not one the run cannot take, not one over either limit.
+TEST(Guards, OffloadFitsNamesTheOtherSettingsWithinBothLimits) {
+  auto plan_of = [](bool kv, bool params) -> std::optional<MemoryPlan> {
+    if (kv && !params) return std::nullopt;  // a setting the run cannot take
+    MemoryPlan m;
+    m.at(Tier::Device, Tag::Weights) = params ? 100 : 300;
+    m.at(Tier::Pinned, Tag::Weights) = params ? 400 : 0;
+    m.at(Tier::Host, Tag::Optimizer) = params ? 50 + (kv ? 100 : 0) : 0;
+    return m;
+  };
+  const cli::Limit host{500, "MemAvailable"}, dev{200, "--device-memory"};
+  EXPECT_EQ(cli::offload_fits(false, false, host, dev, plan_of), "--offload params fits (device 100 B, host and pinned 450 B)");
+  // from --offload params: none (300 B over the device's 200), kv,params (550 B over the host's 500)
+  EXPECT_EQ(cli::offload_fits(false, true, host, dev, plan_of), "");
+  EXPECT_EQ(cli::offload_fits(false, true, {600, "MemAvailable"}, {300, "--device-memory"}, plan_of),
+            "no --offload fits (device 300 B, host and pinned 0 B); --offload kv,params fits (device 100 B, host and "
+            "pinned 550 B)");
+}
+
+// A run whose plan does not fit the device is refused naming the --offload setting that would fit,
+// with its device need; run with that setting within the same limit, it trains.
+TEST(Guards, ARefusalNamesTheOffloadThatFitsAndThatSettingTrains) {
+  const auto dir = temp_dir();
+  const std::string d = dir.string();
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --out {}/m", d)).code, 0);
+  write_u32(dir / "t.bin", ids_below(2000, 128, 1));
+  const std::string shape = "--seq-len 512 --chunk-size 128 --device sim";
+  auto device_need = [&](const std::string& flags) -> int64_t {
+    const CmdResult r = oomb_cmd(dir, fmt::format("plan --model {}/m {} {} --json", d, shape, flags));
+    EXPECT_EQ(r.code, 0) << r.out;
+    return r.code == 0 ? nlohmann::json::parse(r.out)["device"]["total"].get<int64_t>() : 0;
+  };
+  const int64_t resident = device_need(""), offloaded = device_need("--offload params");
+  ASSERT_LT(offloaded, resident);  // the weights, gradients and moments leave the device
+  const std::string train = fmt::format("train --model {0}/m --data {0}/t.bin {1} --steps 1 --device-memory {2}", d,
+                                        shape, (resident + offloaded) / 2);
+  CmdResult r = oomb_cmd(dir, train);
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("device memory: the plan needs"));
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--offload params fits (device {},", format_bytes(offloaded))));
+  r = oomb_cmd(dir, train + " --offload params");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 // Ranks on one node share its memory: a plan that fits the whole of MemAvailable is refused when
 // each of 4 ranks on the node would hold it (the limit is the rank's quarter, named as such).
 TEST(Guards, RanksOnANodeShareItsHostMemory) {

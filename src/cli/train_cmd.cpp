@@ -117,8 +117,28 @@ void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPl
                format_bytes(m.get(Tier::Device, Tag::KVGrad)));
   }
   set_out_of_memory_advice(plan_advice(a.seq_len, plan.chunk, plan_for));
-  check_plan_fits(m, a.seq_len, plan.chunk, host_share(available_host_memory(), local_ranks()),
-                  dev, plan_for, a.force, &std::cout);
+  const Limit host = host_share(available_host_memory(), local_ranks());
+  // on a device, a refusal also says which other --offload settings would fit (their sweep as the run's)
+  auto plan_of = [&](bool kv, bool params) -> std::optional<MemoryPlan> {
+    ChunkPlan p = plan;
+    p.offload_kv = kv, p.offload_params = params;
+    try {
+      if (params) check_offload_params(p);
+      if (zero3(p)) check_zero3(p, be.tier());
+      set_sweep(a.sweep, a.given("--sweep"), cfg, a.seq_len, host.bytes, [&](const ChunkPlan& q) {
+        return plan_memory(cfg, q, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, q)), be.tier(),
+                           be.pinned_workspace_bytes());
+      }, p);
+      return plan_memory(cfg, p, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p)), be.tier(),
+                         be.pinned_workspace_bytes());
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+  };
+  auto offload = [&] {
+    return be.tier() == Tier::Device ? offload_fits(plan.offload_kv, plan.offload_params, host, dev, plan_of) : "";
+  };
+  check_plan_fits(m, a.seq_len, plan.chunk, host, dev, plan_for, a.force, &std::cout, offload);
 }
 
 // The tokenizer for text data: --tokenizer, else the model directory's tokenizer.json.
