@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "cli/guards.h"
+#include "cli/offload_advice.h"
 #include "hf/checkpoint.h"
 #include "hf/config.h"
 #include "model/init.h"
@@ -371,6 +372,42 @@ TEST(Guards, ARefusalNamesTheOffloadThatFitsAndThatSettingTrains) {
   EXPECT_THAT(r.out, HasSubstr(fmt::format("--offload params fits (device {},", format_bytes(offloaded))));
   r = oomb_cmd(dir, train + " --offload params");
   EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// oomb plan --device-memory (and --host-memory): whether the plan fits those, and which other
+// --offload settings would, each with the device need its own plan gives; refused on the CPU.
+TEST(Guards, PlanSaysWhetherItFitsAGivenDeviceAndWhatElseWould) {
+  const auto dir = temp_dir();
+  const std::string d = dir.string();
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --out {}/m", d)).code, 0);
+  const std::string plan = fmt::format("plan --model {}/m --seq-len 512 --chunk-size 128 --device sim", d);
+  auto device_need = [&](const std::string& flags) -> int64_t {
+    const CmdResult r = oomb_cmd(dir, plan + " --json " + flags);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return r.code == 0 ? nlohmann::json::parse(r.out)["device"]["total"].get<int64_t>() : 0;
+  };
+  const int64_t resident = device_need(""), offloaded = device_need("--offload params");
+  ASSERT_LT(offloaded, resident);
+  const std::string limits = fmt::format(" --device-memory {} --host-memory {}", (resident + offloaded) / 2, int64_t(1) << 40);
+  CmdResult r = oomb_cmd(dir, plan + limits);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("does not fit a device of"));
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--offload params fits (device {},", format_bytes(offloaded))));
+  r = oomb_cmd(dir, plan + limits + " --offload params");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("fits a device of {} and --host-memory", format_bytes((resident + offloaded) / 2))));
+  EXPECT_THAT(r.out, Not(HasSubstr("does not fit")));
+  r = oomb_cmd(dir, plan + limits + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out)["fits"];
+  EXPECT_FALSE(j["fits"].get<bool>());
+  EXPECT_THAT(j["other_offloads"].get<std::string>(), HasSubstr("--offload params fits"));
+  r = oomb_cmd(dir, fmt::format("plan --model {}/m --seq-len 512 --device-memory 1000000", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--device-memory: only for --device sim or cuda"));
+  r = oomb_cmd(dir, plan + " --host-memory 1000000");
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--host-memory: only with --device-memory"));
 }
 
 // Ranks on one node share its memory: a plan that fits the whole of MemAvailable is refused when

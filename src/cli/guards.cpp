@@ -160,22 +160,6 @@ Limit host_share(int64_t available, int ranks_here) {
           fmt::format("this rank's share of the host's available memory (MemAvailable / {} ranks on this node)", ranks_here)};
 }
 
-std::string offload_fits(bool kv, bool params, const Limit& host, const Limit& device,
-                         const std::function<std::optional<MemoryPlan>(bool, bool)>& plan_of) {
-  std::string out;
-  for (const auto& [k, p] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
-    if (k == kv && p == params) continue;
-    const std::optional<MemoryPlan> m = plan_of(k, p);
-    if (!m) continue;
-    const int64_t dev = need_of(*m, false), hst = need_of(*m, true);
-    if ((device.bytes > 0 && dev > device.bytes) || (host.bytes > 0 && hst > host.bytes)) continue;
-    out += fmt::format("{}{} fits (device {}, host and pinned {})", out.empty() ? "" : "; ",
-                       k && p ? "--offload kv,params" : k ? "--offload kv" : p ? "--offload params" : "no --offload",
-                       format_bytes(dev), format_bytes(hst));
-  }
-  return out;
-}
-
 void check_plan_fits(const MemoryPlan& m, int64_t N, int64_t C, const Limit& host, const Limit& device,
                      const std::function<MemoryPlan(int64_t, int64_t)>& plan_for, bool force, std::ostream* warn,
                      const std::function<std::string()>& offload) {

@@ -4,7 +4,6 @@
 #pragma once
 #include <filesystem>
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,17 +40,10 @@ struct Limit {
 // One rank's share of the host's available memory (MemAvailable): the ranks on a node each hold
 // their plan at once, so each is held to available / ranks_here.
 Limit host_share(int64_t available, int ranks_here);
-// offload, where given, is asked only on a refusal: what else would fit (offload_fits), added to it.
+// offload, where given, is asked only on a refusal: what else would fit (cli/offload_advice.h), added to it.
 void check_plan_fits(const MemoryPlan& m, int64_t N, int64_t C, const Limit& host, const Limit& device,
                      const std::function<MemoryPlan(int64_t N, int64_t C)>& plan_for, bool force,
                      std::ostream* warn, const std::function<std::string()>& offload = {});
-
-// The --offload settings other than the run's own (none, kv, params, kv and params) whose plans fit
-// both limits, each with its device and host needs ("--offload kv,params fits (device 7.9 GiB, host
-// and pinned 71.0 GiB)"), or "" where none does. plan_of(kv, params) is the run's plan with that
-// setting (its sweep resolved as the run would), or nothing where the run cannot take it.
-std::string offload_fits(bool kv, bool params, const Limit& host, const Limit& device,
-                         const std::function<std::optional<MemoryPlan>(bool kv, bool params)>& plan_of);
 
 // What the plan says fits within `bytes` of host + pinned (is_host) or device memory: the largest N
 // at chunk C and the largest C at length N ("at most N = 4096 fits at C = 512; C = 128 fits at N = 8192").

@@ -10,6 +10,7 @@
 #include "cli/dist_flags.h"
 #include "cli/guards.h"
 #include "cli/memory_report.h"
+#include "cli/offload_advice.h"
 #include "cli/sweep_flag.h"
 #include "core/resident.h"
 #include "model/init.h"
@@ -22,7 +23,7 @@ namespace {
 struct PlanArgs {
   std::string model, preset, optimizer = "adamw", device, kv_grad_dtype = "f32", kv_dtype = "auto", offload,
       precision, sweep = "chunk";  // precision: "" until the device is known (bf16 on cuda)
-  int64_t seq_len = 0, chunk = 0, page = 128, offload_group = 0;
+  int64_t seq_len = 0, chunk = 0, page = 128, offload_group = 0, device_memory = 0, host_memory = 0;
   bool json = false, doc_mask = false;
   SparseFlags sparse;
   LoraFlags lora;
@@ -63,6 +64,11 @@ Command add_plan(CLI::App& app) {
   c->add_flag("--doc-mask", a->doc_mask, "Documents masked as oomb train --doc-mask (their ids take 4 B a token)");
   add_sparse_flags(c, a->sparse);
   add_sweep_flag(c, a->sweep);
+  c->add_option("--device-memory", a->device_memory, "With --device sim or cuda: a device's capacity in bytes; says "
+                 "whether the plan fits it and this host's available memory, and which other --offload settings would")
+      ->check(count());
+  c->add_option("--host-memory", a->host_memory, "With --device-memory: the host's memory in bytes for that check "
+                 "(default: this host's available memory, MemAvailable)")->check(count());
   c->add_flag("--json", a->json, "Print one JSON object instead of a table");
   add_lora_flags(c, a->lora, false);
   add_dist_flags(c, a->dist, false);
@@ -104,10 +110,26 @@ Command add_plan(CLI::App& app) {
                 set_sweep(a->sweep, a->cmd->count("--sweep") > 0, cfg, a->seq_len, host, plan_for, plan);
             const MemoryPlan m = plan_for(plan);
             const SweepChoice sweep = sweep_traffic(cfg, plan, a->seq_len);
+            // --device-memory: whether it fits that device and this host, and what else would
+            OOMB_CHECK(a->device_memory == 0 || device != "cpu", "--device-memory: only for --device sim or cuda");
+            OOMB_CHECK(a->host_memory == 0 || a->device_memory > 0, "--host-memory: only with --device-memory");
+            const Limit dev{a->device_memory, "--device-memory"};
+            const Limit host_limit = a->host_memory > 0 ? Limit{a->host_memory, "--host-memory"}
+                                                        : Limit{host, "this host's available memory"};
+            const int64_t need_dev = m.total(Tier::Device), need_host = m.total(Tier::Host) + m.total(Tier::Pinned);
+            const bool fits = need_dev <= dev.bytes && need_host <= host_limit.bytes;
+            const std::string others = a->device_memory == 0 ? "" : offload_fits(
+                plan.offload_kv, plan.offload_params, host_limit, dev, [&](bool kv, bool params) {
+                  return plan_with_offload(plan, kv, params, a->sweep, a->cmd->count("--sweep") > 0, cfg, a->seq_len,
+                                           host_limit.bytes, Tier::Device, plan_for);
+                });
             if (a->json) {
               nlohmann::json j = plan_json(m);
               j["run"] = {{"device", device}, {"precision", precision}};  // beside the tiers ("device" is one)
               j["sweep"]["order"] = sweep_name(plan.sweep);
+              if (a->device_memory > 0)
+                j["fits"] = {{"device_memory", a->device_memory}, {"host_memory", host_limit.bytes}, {"fits", fits},
+                             {"other_offloads", others}};
               for (const auto& [name, t] : {std::pair{"chunk", sweep.chunk}, {"layer", sweep.layer}})
                 j["sweep"][name] = {{"weights", t.weights}, {"grads", t.grads}, {"activations", t.activations},
                                     {"kv", t.kv}, {"kv_grads", t.kv_grads}, {"kv_exact", t.kv_exact},
@@ -189,6 +211,11 @@ Command add_plan(CLI::App& app) {
                                              ? fmt::format("; its host arrays {}", format_bytes(t.host_bytes))
                                              : "");
             }
+            if (a->device_memory > 0)
+              std::cout << fmt::format("{} a device of {} and {} of {} (device {}, host and pinned {}){}{}\n",
+                                       fits ? "fits" : "does not fit", format_bytes(dev.bytes), host_limit.what,
+                                       format_bytes(host_limit.bytes), format_bytes(need_dev), format_bytes(need_host),
+                                       others.empty() ? "; no other --offload setting fits" : "; ", others);
             return 0;
           }};
 }

@@ -14,6 +14,7 @@
 #include "cli/guards.h"
 #include "cli/lora_flags.h"
 #include "cli/memory_report.h"
+#include "cli/offload_advice.h"
 #include "cli/sweep_flag.h"
 #include "cli/train_checkpoints.h"
 #include "core/resident.h"
@@ -118,25 +119,17 @@ void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPl
   }
   set_out_of_memory_advice(plan_advice(a.seq_len, plan.chunk, plan_for));
   const Limit host = host_share(available_host_memory(), local_ranks());
-  // on a device, a refusal also says which other --offload settings would fit (their sweep as the run's)
-  auto plan_of = [&](bool kv, bool params) -> std::optional<MemoryPlan> {
-    ChunkPlan p = plan;
-    p.offload_kv = kv, p.offload_params = params;
-    try {
-      if (params) check_offload_params(p);
-      if (zero3(p)) check_zero3(p, be.tier());
-      set_sweep(a.sweep, a.given("--sweep"), cfg, a.seq_len, host.bytes, [&](const ChunkPlan& q) {
-        return plan_memory(cfg, q, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, q)), be.tier(),
-                           be.pinned_workspace_bytes());
-      }, p);
-      return plan_memory(cfg, p, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p)), be.tier(),
+  // on a device, a refusal also says which other --offload settings would fit
+  auto offload = [&]() -> std::string {
+    if (be.tier() != Tier::Device) return "";
+    auto plan_p = [&](const ChunkPlan& q) {
+      return plan_memory(cfg, q, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, q)), be.tier(),
                          be.pinned_workspace_bytes());
-    } catch (const Error&) {
-      return std::nullopt;
-    }
-  };
-  auto offload = [&] {
-    return be.tier() == Tier::Device ? offload_fits(plan.offload_kv, plan.offload_params, host, dev, plan_of) : "";
+    };
+    return offload_fits(plan.offload_kv, plan.offload_params, host, dev, [&](bool kv, bool params) {
+      return plan_with_offload(plan, kv, params, a.sweep, a.given("--sweep"), cfg, a.seq_len, host.bytes, be.tier(),
+                               plan_p);
+    });
   };
   check_plan_fits(m, a.seq_len, plan.chunk, host, dev, plan_for, a.force, &std::cout, offload);
 }

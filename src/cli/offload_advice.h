@@ -1,0 +1,27 @@
+// What another --offload setting would need: the advice a run or a plan refused for memory gets.
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "cli/guards.h"
+#include "model/memory_plan.h"
+
+namespace oomb::cli {
+
+// The run's plan with offload_kv = kv and offload_params = params, its sweep resolved as the run's
+// (set_sweep with the run's --sweep flag, whether given, and the host's bytes for auto); nothing
+// where the run cannot take that setting (LoRA or --zero 3 refusing it). plan_for(p) is p's plan.
+std::optional<MemoryPlan> plan_with_offload(ChunkPlan plan, bool kv, bool params, const std::string& sweep_flag,
+                                            bool sweep_given, const ModelConfig& cfg, int64_t N,
+                                            int64_t host_available, Tier backend_tier,
+                                            const std::function<MemoryPlan(const ChunkPlan&)>& plan_for);
+
+// The --offload settings other than the run's own (none, kv, params, kv and params) whose plans fit
+// both limits, each with its device and host needs ("--offload kv,params fits (device 7.9 GiB, host
+// and pinned 71.0 GiB)"), or "" where none does. plan_of(kv, params): the plan of that setting
+// (plan_with_offload), or nothing.
+std::string offload_fits(bool kv, bool params, const Limit& host, const Limit& device,
+                         const std::function<std::optional<MemoryPlan>(bool kv, bool params)>& plan_of);
+
+}  // namespace oomb::cli
