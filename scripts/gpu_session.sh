@@ -7,8 +7,9 @@
 #              first: the core checks, a short benchmark, then the extras while time is left
 #     tests    the core checks, then the extras; --quick: the core checks only
 #     bench    the op profile, offload's slowdown and bench/cuda_step.py with all the time left
-#     largest  the largest model this machine trains (--offload kv,params: its host memory decides),
-#              its plan and three AdamW steps; a second, shorter call (GPU_SESSION_BUDGET=240)
+#     largest  the largest model this machine trains (the first offload setting that fits this GPU
+#              and host, oomb plan --device-memory), its plan and three AdamW steps; a second,
+#              shorter call (GPU_SESSION_BUDGET=240)
 #   core     in this order: the Hugging Face fixtures (tools/golden_hf.py), the device's and the
 #            ops' CUDA tests, this GPU's cuDNN device properties, cuDNN's check, the attention lab at
 #            7B's head shape (oomb's kernels and cuDNN, checked and timed; its check under
@@ -232,20 +233,44 @@ range(int(sys.argv[2]) + 1))).tofile(open(sys.argv[1], "wb"))' "$W/prof-tokens.b
   step bench $((b + 15)) python3 bench/cuda_step.py --oomb "$W/bin/oomb" --budget "$b" --out "$W/bench-work" \
     --table "$OUT/bench.md" --jsonl "$OUT/bench.jsonl" "${BENCH_ARGS[@]}"
 }
-# issue 18: the largest model oomb trains on this GPU, parameters and optimizer state in host memory
-# (--offload kv,params). The device machine's host memory (128 GiB) is the limit, not the GPU's:
-# qwen2.5-7b needs 127.75 GiB of host memory at 8K (71.01 pinned, 56.74 the moments), qwen3-4b 69.84 GiB (39.87
-# pinned) (oomb plan, 2026-11-28; GPU_SESSION_LARGEST picks
-# another preset). Its own call: init writes the model (~1-2 minutes for 4B), then 3 AdamW steps.
+# issue 18: the largest model oomb trains on this GPU. The device machine's host memory (128 GiB)
+# limits --offload kv,params (qwen2.5-7b needs 127.75 GiB of host memory at 8K, qwen3-4b 69.84 GiB;
+# oomb plan, 2026-11-28), and an H200 holds 7B at 8K with nothing offloaded (133.77 GiB). So the
+# preset is picked here: the largest whose plan, with the first of --offload kv,params, params, kv
+# or none that fits, fits this GPU's free memory and the host's available memory (oomb plan
+# --device-memory); GPU_SESSION_LARGEST="preset offload" sets both. Its own call: init writes the
+# model (~1-2 minutes for 7B), then 3 AdamW steps at 8K.
+pick_largest() {
+  local free p
+  free=$(( $(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1) * 1048576 ))
+  for p in llama-3.1-70b qwen3-8b llama-3.1-8b qwen2.5-7b qwen3-4b qwen3-1.7b; do
+    "$W/bin/oomb" plan --preset "$p" --seq-len 8192 --chunk-size 4096 --device cuda --offload kv,params \
+      --device-memory "$free" --json 2>/dev/null | python3 -c '
+import json, sys
+f = json.load(sys.stdin)["fits"]
+if f["fits"]:
+    print(sys.argv[1], "kv,params"); sys.exit(0)
+for name, flag in (("--offload params fits", "params"), ("--offload kv fits", "kv"), ("no --offload fits", "none")):
+    if name in f["other_offloads"]:
+        print(sys.argv[1], flag); sys.exit(0)
+sys.exit(1)' "$p" && return
+  done
+  echo "qwen3-1.7b kv,params"
+}
 largest() {
-  local preset=${GPU_SESSION_LARGEST:-qwen3-4b}
-  step largest_plan 30 "$W/bin/oomb" plan --preset "$preset" --seq-len 8192 --chunk-size 4096 --device cuda \
-    --offload kv,params
+  local pick preset offload
+  pick=${GPU_SESSION_LARGEST:-$(pick_largest)}
+  read -r preset offload <<< "$pick"
+  offload=${offload:-kv,params}
+  local flag="--offload $offload"
+  [ "$offload" = none ] && flag=""
+  echo "largest: $preset with ${flag:-nothing offloaded} (GPU_SESSION_LARGEST=\"$pick\")" | tee -a "$OUT/summary.txt"
+  step largest_plan 30 "$W/bin/oomb" plan --preset "$preset" --seq-len 8192 --chunk-size 4096 --device cuda $flag
   step largest_train $(( $(left) - 10 )) bash -c "'$W/bin/oomb' init --preset '$preset' --dtype bf16 --out '$W/big-model' \
       --force > /dev/null && python3 -c 'import array, random, sys; r = random.Random(1); array.array(\"I\",
 (r.randrange(32000) for _ in range(8193))).tofile(open(sys.argv[1], \"wb\"))' '$W/big-tokens.bin' &&
     '$W/bin/oomb' train --device cuda --model '$W/big-model' --data '$W/big-tokens.bin' --data-format u32 \
-      --seq-len 8192 --chunk-size 4096 --steps 3 --optimizer adamw --offload kv,params --log-every 1 \
+      --seq-len 8192 --chunk-size 4096 --steps 3 --optimizer adamw $flag --log-every 1 \
       --metrics '$W/largest.jsonl' && tail -1 '$W/largest.jsonl'"
 }
 case $phase in
