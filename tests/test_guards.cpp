@@ -397,6 +397,8 @@ TEST(Guards, PlanSaysWhetherItFitsAGivenDeviceAndWhatElseWould) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr(fmt::format("fits a device of {} and --host-memory", format_bytes((resident + offloaded) / 2))));
   EXPECT_THAT(r.out, Not(HasSubstr("does not fit")));
+  // --sweep auto's host check takes --host-memory too
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("the {} available)", format_bytes(int64_t(1) << 40))));
   r = oomb_cmd(dir, plan + limits + " --json");
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out)["fits"];

@@ -68,7 +68,7 @@ Command add_plan(CLI::App& app) {
                  "whether the plan fits it and this host's available memory, and which other --offload settings would")
       ->check(count());
   c->add_option("--host-memory", a->host_memory, "With --device-memory: the host's memory in bytes for that check "
-                 "(default: this host's available memory, MemAvailable)")->check(count());
+                 "and --sweep auto's (default: this host's available memory, MemAvailable)")->check(count());
   c->add_flag("--json", a->json, "Print one JSON object instead of a table");
   add_lora_flags(c, a->lora, false);
   add_dist_flags(c, a->dist, false);
@@ -104,18 +104,18 @@ Command add_plan(CLI::App& app) {
                                  device == "cpu" ? Tier::Host : Tier::Device,
                                  device == "cuda" ? cuda_pinned_workspace_bytes() : 0);
             };
-            // auto's host check: the plan's ranks are taken to share this host, as under one mpirun here
-            const int64_t host = host_share(available_host_memory(), int(plan.ranks)).bytes;
-            const std::string sweep_line =
-                set_sweep(a->sweep, a->cmd->count("--sweep") > 0, cfg, a->seq_len, host, plan_for, plan);
-            const MemoryPlan m = plan_for(plan);
-            const SweepChoice sweep = sweep_traffic(cfg, plan, a->seq_len);
-            // --device-memory: whether it fits that device and this host, and what else would
             OOMB_CHECK(a->device_memory == 0 || device != "cpu", "--device-memory: only for --device sim or cuda");
             OOMB_CHECK(a->host_memory == 0 || a->device_memory > 0, "--host-memory: only with --device-memory");
+            // the host for auto's check and --device-memory's: --host-memory, else this host's available
+            // memory; the plan's ranks are taken to share it, as under one mpirun
+            Limit host_limit = host_share(a->host_memory > 0 ? a->host_memory : available_host_memory(), int(plan.ranks));
+            if (a->host_memory > 0) host_limit.what = plan.ranks > 1 ? "this rank's share of --host-memory" : "--host-memory";
+            const std::string sweep_line = set_sweep(a->sweep, a->cmd->count("--sweep") > 0, cfg, a->seq_len,
+                                                     host_limit.bytes, plan_for, plan);
+            const MemoryPlan m = plan_for(plan);
+            const SweepChoice sweep = sweep_traffic(cfg, plan, a->seq_len);
+            // --device-memory: whether it fits that device and the host, and what else would
             const Limit dev{a->device_memory, "--device-memory"};
-            const Limit host_limit = a->host_memory > 0 ? Limit{a->host_memory, "--host-memory"}
-                                                        : Limit{host, "this host's available memory"};
             const int64_t need_dev = m.total(Tier::Device), need_host = m.total(Tier::Host) + m.total(Tier::Pinned);
             const bool fits = need_dev <= dev.bytes && need_host <= host_limit.bytes;
             const std::string others = a->device_memory == 0 ? "" : offload_fits(
