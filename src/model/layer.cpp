@@ -71,20 +71,27 @@ void fold_groups(const LayerCtx& ctx, LayerBuffers& plan, bool with_grads, Prefi
 // The cache's layer holding head group j's pages of this layer (--sp-head-chunks K: K per layer).
 int64_t cache_layer(const LayerCtx& ctx, int64_t j) { return ctx.layer * ctx.head_chunks + j; }
 
+// x and y (one shape, f32) cast into bf16 copies x16, y16 side by side at the start of `scratch`
+// (bf16), where both fit; else x16, y16 empty.
+void bf16_pair(Backend& be, const Tensor& scratch, const Tensor& x, const Tensor& y, Tensor& x16, Tensor& y16) {
+  x16 = y16 = Tensor();
+  const int64_t n = x.numel();
+  if (scratch.empty() || 2 * n > scratch.numel()) return;
+  x16 = y16 = x;
+  x16.dtype = y16.dtype = DType::BF16, x16.tier = y16.tier = scratch.tier;
+  x16.data = scratch.data, y16.data = static_cast<uint16_t*>(scratch.data) + n;
+  be.cast(x, x16);
+  be.cast(y, y16);
+}
+
 // --precision bf16 (K/V hold bf16 values, whatever the pages' dtype): the chunk's own K and V cast
 // into bf16 copies, plan.k16 and plan.v16, in the matmul scratch x16, which no matmul reads while
 // attention runs; attention then reads every key as bf16, as it reads the pages (CUDA's tensor-core
 // kernels take bf16 rows by cp.async, f32 rows by plain loads). The same values, so the same bits
 // on every backend. Otherwise (or where they do not fit in x16) attention reads k and v.
 void own_kv16(const LayerCtx& ctx, LayerBuffers& plan) {
-  plan.k16 = plan.v16 = Tensor();
-  const int64_t n = plan.k.numel();
-  if (!ctx.bf16 || !ctx.kv_bf16 || plan.x16.empty() || 2 * n > plan.x16.numel()) return;
-  const int64_t T = plan.k.dim(0), G = plan.k.dim(1), D = plan.k.dim(2);
-  plan.k16 = Tensor(plan.x16.data, DType::BF16, {T, G, D}, plan.x16.tier);
-  plan.v16 = Tensor(static_cast<uint16_t*>(plan.x16.data) + n, DType::BF16, {T, G, D}, plan.x16.tier);
-  ctx.be.cast(plan.k, plan.k16);
-  ctx.be.cast(plan.v, plan.v16);
+  if (ctx.bf16 && ctx.kv_bf16) bf16_pair(ctx.be, plan.x16, plan.k, plan.v, plan.k16, plan.v16);
+  else plan.k16 = plan.v16 = Tensor();
 }
 
 // --precision bf16, backward: q and dO (T, h, D), which hold bf16 values, cast into bf16 copies,
@@ -92,16 +99,10 @@ void own_kv16(const LayerCtx& ctx, LayerBuffers& plan) {
 // backward runs (o_proj's backward is done, q's, k's and v's not begun); handed to attention beside
 // q and dO (AttnArgs::q16, dout16), so that CUDA's tensor-core dK/dV kernel streams half the bytes
 // per query tile and converts none. The same values, so the same bits on every backend. dy16's rows
-// are wide enough (2 H D at least: LayerPlan); otherwise none.
+// are wide enough (2 H D at least: LayerPlan).
 void qdo16(const LayerCtx& ctx, LayerBuffers& plan, const Tensor& q, const Tensor& dout) {
-  plan.q16 = plan.do16 = Tensor();
-  const int64_t n = q.numel();
-  if (!ctx.bf16 || plan.dy16.empty() || 2 * n > plan.dy16.numel()) return;
-  const int64_t T = q.dim(0), h = q.dim(1), D = q.dim(2);
-  plan.q16 = Tensor(plan.dy16.data, DType::BF16, {T, h, D}, plan.dy16.tier);
-  plan.do16 = Tensor(static_cast<uint16_t*>(plan.dy16.data) + n, DType::BF16, {T, h, D}, plan.dy16.tier);
-  ctx.be.cast(q, plan.q16);
-  ctx.be.cast(dout, plan.do16);
+  if (ctx.bf16) bf16_pair(ctx.be, plan.dy16, q, dout, plan.q16, plan.do16);
+  else plan.q16 = plan.do16 = Tensor();
 }
 
 // Dense: every row over every earlier page (of head group j's layer). Sparse: each run of query

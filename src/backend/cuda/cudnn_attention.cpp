@@ -14,8 +14,6 @@ namespace oomb::cuda {
 
 namespace {
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 // (idx0, keys) of each block, in ascending idx0 (as the route's table holds them)
 std::vector<std::pair<int64_t, int64_t>> sorted_spans(std::span<const KVBlock> blocks) {
   std::vector<std::pair<int64_t, int64_t>> spans;
@@ -191,7 +189,7 @@ bool CudnnAttention::backward(const k::AttnParams& p, std::span<const KVBlock> b
   const Buffers b = buffers(p);
   // q and do in bf16: the model's copies where it hands them (AttnParams::q16, do16: the same values,
   // read in place), else cast here
-  const bool copies = p.q16 && p.do16 && aligned16(p.q16) && aligned16(p.do16);
+  const bool copies = k::reads_q16(p);
   const uint16_t* q16 = copies ? static_cast<const uint16_t*>(p.q16) : b.q16;
   const uint16_t* do16 = copies ? static_cast<const uint16_t*>(p.do16) : b.do16;
   if (!copies) {

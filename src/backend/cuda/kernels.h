@@ -97,6 +97,12 @@ struct AttnParams {
   const void* q16 = nullptr;
   const void* do16 = nullptr;
 };
+// Whether p's bf16 copies of q and dout can be read in place, by cp.async: both given, D % 8 == 0
+// and 16-byte aligned rows
+inline bool reads_q16(const AttnParams& p) {
+  auto aligned = [](const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15) == 0; };
+  return p.q16 && p.do16 && p.D % 8 == 0 && aligned(p.q16) && aligned(p.do16);
+}
 // q, o: (T, H, D); lse: (T, H), natural log, -inf for a query that sees no key
 void attention_fwd(const AttnParams& p, const float* q, float* o, float* lse, cudaStream_t s);
 // dsum (T, H) = rowsum(dout * o), a workspace the caller owns; then dq, and every block's dk, dv +=

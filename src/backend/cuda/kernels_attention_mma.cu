@@ -55,7 +55,7 @@ __device__ inline uint32_t pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
-__host__ __device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+__device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // c (16 x 8) += a (16 x 16) b (16 x 8)
 __device__ inline void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
@@ -691,8 +691,7 @@ void bwd(const AttnParams& p, const float* q, const float* lse, const float* dou
   if (parts & kBwdDq) launch(attn_dq_mma_k<DP>, grid, kThreads, DqSmem<DP>::kBytes, s, p, q, lse, dout, dsum, dq);
   if (!(parts & kBwdDkdv) || p.n_blocks == 0 || p.max_len == 0) return;
   const dim3 kv_grid(unsigned(p.n_blocks), unsigned(p.G), unsigned((p.max_len + kBN - 1) / kBN));
-  // bf16 copies of q and dO where their rows can come by cp.async (16-byte aligned, D % 8 == 0)
-  if (p.q16 && p.do16 && p.D % 8 == 0 && aligned16(p.q16) && aligned16(p.do16))
+  if (reads_q16(p))
     launch(attn_dkdv_mma_k<DP, true>, kv_grid, kThreads, DkdvSmem<DP, true>::kBytes, s, p, q, lse, dout, dsum);
   else
     launch(attn_dkdv_mma_k<DP, false>, kv_grid, kThreads, DkdvSmem<DP, false>::kBytes, s, p, q, lse, dout, dsum);
