@@ -66,10 +66,11 @@ DATA_VOCAB = 151643  # token ids drawn below this: inside both vocabularies
 
 
 def offload_args(off, plan=False):  # an --offloads entry as oomb's flags: "params+sync" no overlapped update,
-    base, *mods = off.split("+")      # "+chunk" / "+layer" the sweep order (--sweep; else auto)
-    sweeps = [m for m in mods if m in ("chunk", "layer")]
-    return ((["--offload", base] if base else []) + (["--no-overlap-update"] if "sync" in mods and not plan else [])
-            + (["--sweep", sweeps[0]] if sweeps else []))
+    base, *mods = off.split("+")      # "+chunk" / "+layer" the sweep order (--sweep; else auto), "+keep"
+    sweeps = [m for m in mods if m in ("chunk", "layer")]  # --keep-attention ("none+keep": alone)
+    return ((["--offload", base] if base and base != "none" else [])
+            + (["--no-overlap-update"] if "sync" in mods and not plan else [])
+            + (["--sweep", sweeps[0]] if sweeps else []) + (["--keep-attention"] if "keep" in mods else []))
 
 
 def hf_config(mk):
@@ -177,16 +178,19 @@ def main():
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"],
                     help="oomb's --precision: bf16 (bf16 GEMMs on cuBLASLt, fp32 accumulation) or fp32")
     ap.add_argument("--offloads", default="none",
-                    help="oomb lines by --offload, separated by ';' (none, params, kv, kv,params)")
+                    help="oomb lines by --offload, separated by ';' (none, params, kv, kv,params; +keep: "
+                         "--keep-attention, e.g. none+keep)")
     a = ap.parse_args()
     offloads = ["" if o.strip() in ("", "none") else o.strip() for o in a.offloads.split(";")]
     for o in offloads:
         base, *mods = o.split("+")
-        if (o and any(x not in ("kv", "params") for x in base.split(","))) or \
-                any(m not in ("sync", "chunk", "layer") for m in mods) or len(set(mods)) < len(mods) or \
-                ("chunk" in mods and "layer" in mods) or (mods and "params" not in base.split(",")):
+        if (o and base != "none" and any(x not in ("kv", "params") for x in base.split(","))) or \
+                any(m not in ("sync", "chunk", "layer", "keep") for m in mods) or len(set(mods)) < len(mods) or \
+                ("chunk" in mods and "layer" in mods) or \
+                (set(mods) - {"keep"} and "params" not in base.split(",")):
             ap.error(f"--offloads: unknown '{o}' (none, params, kv, kv,params; with params, +sync: the host update "
-                     "after the step, --no-overlap-update; +chunk or +layer: --sweep; ';' between lines)")
+                     "after the step, --no-overlap-update; +chunk or +layer: --sweep; +keep: --keep-attention, "
+                     "\"none+keep\" alone; ';' between lines)")
     for mk in a.models.split(","):
         if mk not in PRESETS:
             ap.error(f"--models: unknown '{mk}' (known: {', '.join(PRESETS)})")

@@ -106,6 +106,30 @@ TEST(KVTraffic, PlanEqualsMeasuredDense) {
   }
 }
 
+// --keep-attention: the recompute reads no pages, and every layer's forward does: two prefix reads
+// per layer and chunk in either order, the plan equal to the measured bytes.
+TEST(KVTraffic, PlanEqualsMeasuredKeepingAttention) {
+  for (const bool window : {false, true}) {
+    const ModelConfig cfg = config(3, window);
+    KVTraffic got[2];
+    for (const SweepOrder order : {SweepOrder::Chunk, SweepOrder::Layer}) {
+      SCOPED_TRACE(fmt::format("window {}, {} order", window, sweep_name(order)));
+      ChunkPlan plan = plan_of(order, 13, 8);
+      plan.keep_attention = 61;
+      const KVTrafficPlan p = plan_kv_traffic(kv_cache_options(cfg, plan), plan.sparse, 61, 13, order == SweepOrder::Layer, true);
+      const int i = order == SweepOrder::Layer;
+      got[i] = measure(cfg, plan, 61, 2);
+      expect_times(got[i], p.bytes, 2);
+      EXPECT_EQ(kv_order_traffic(cfg, plan, 61, order).kv, p.bytes.kv());
+      // against recomputing: less read (the recompute's reads), the gradients' the same
+      const KVTraffic recompute = plan_kv_traffic(kv_cache_options(cfg, plan), plan.sparse, 61, 13, i == 1).bytes;
+      EXPECT_LT(p.bytes.kv_in, recompute.kv_in);
+      EXPECT_EQ(p.bytes.grads(), recompute.grads());
+    }
+    EXPECT_EQ(got[0].kv_in, got[1].kv_in) << "keeping, both orders read every layer's prefix twice";
+  }
+}
+
 // Full attention is counted in closed form; a window wider than the sequence takes the chunk by
 // chunk count of sliding windows, which must give the same bytes. Absurd sizes are refused, naming
 // --seq-len, instead of overflowing or counting for hours.

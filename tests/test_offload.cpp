@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "hf/checkpoint.h"
+#include "model/sweep_plan.h"
 #include "train/model.h"
 #include "model_fixture.h"
 #include "test_util.h"
@@ -172,6 +173,99 @@ TEST_F(Offload, DroppingAWaitBreaksIt) {
   }
 }
 
+// --keep-attention gives the bits of recomputing attention (loss, every gradient, the steady
+// state's steps, evaluation), on the CPU and the simulated device (with a copy delay), pages
+// resident or offloaded, fp32 and bf16, both sweep orders, documents, sliding windows, sparse pages.
+TEST_F(Offload, KeepingAttentionGivesTheSameBits) {
+  const auto window = temp_dir();
+  nlohmann::json j = tiny_config_json("mistral", 2);
+  j["sliding_window"] = 21;
+  write_tiny_model(window, j, 8);
+  const DType F = DType::F32, B = DType::BF16;
+  struct Keep {
+    Case c;
+    bool offload, bf16, layer, sparse, windowed;
+  };
+  const Keep cases[] = {
+      {{97, 13, 16, 2, F, F, false}, false, false, false, false, false},
+      {{97, 13, 16, 2, F, F, true}, true, false, false, false, false},
+      {{131, 32, 16, 3, B, B, false}, true, true, false, false, false},
+      {{97, 29, 7, 2, F, F, true}, false, false, true, false, false},
+      {{131, 32, 16, 2, F, F, false}, true, true, true, false, false},
+      {{97, 13, 4, 2, F, F, false}, true, false, false, false, true},
+      {{131, 32, 16, 0, F, F, false}, false, false, false, true, false},
+  };
+  for (const Keep& k : cases) {
+    SCOPED_TRACE(name(k.c) + fmt::format(" offload {} bf16 {} layer {} sparse {} window {}", k.offload, k.bf16, k.layer,
+                                         k.sparse, k.windowed));
+    const auto t = tokens(k.c.N + 1, uint64_t(k.c.N * 7 + k.c.C));
+    const std::vector<int32_t> ids(t.begin(), t.end() - 1), tg(t.begin() + 1, t.end());
+    ChunkPlan plan = plan_of(k.c, k.offload);
+    plan.precision = k.bf16 ? B : F;
+    plan.sweep = k.layer ? SweepOrder::Layer : SweepOrder::Chunk;
+    if (k.sparse) plan.sparse.pages = 2, plan.sparse.tile = 16;
+    const std::filesystem::path& dir = k.windowed ? window : *dir_;
+    auto sim = make_sim_backend(0, 200);
+    auto cpu = make_cpu_backend();
+    for (Backend* be : {sim.get(), k.offload ? nullptr : cpu.get()}) {
+      if (!be) continue;
+      const StepResult recomputed = run(*be, dir, ids, tg, k.c.N, plan);
+      ChunkPlan keep = plan;
+      keep.keep_attention = k.c.N + 5;  // (planned for a longer sequence: this one's rows are the first)
+      const StepResult kept = run(*be, dir, ids, tg, k.c.N, keep);
+      EXPECT_TRUE(same_bits(recomputed, kept)) << be->name() << ": loss " << kept.loss << " vs " << recomputed.loss
+                                               << ", gradient rel. error " << rel_error(kept.grads, recomputed.grads);
+    }
+  }
+}
+
+// What keeping costs: every (tier, tag) peak equals the plan, and the device's activations grow by
+// exactly every layer's (N, H, D) output (fp32, or bf16 under --precision bf16, whose outputs hold
+// bf16 values) and (N, H) LSE (fp32), in either order.
+TEST_F(Offload, KeepingAttentionCostsWhatThePlanSays) {
+  const ModelConfig cfg = load_config(*dir_);
+  const int64_t N = 256, C = 64, H = cfg.heads, D = cfg.head_dim, L = cfg.layers;
+  Accountant& acc = Accountant::global();
+  for (const DType precision : {DType::F32, DType::BF16})
+  for (const SweepOrder order : {SweepOrder::Chunk, SweepOrder::Layer}) {
+    int64_t activations[2] = {0, 0};
+    for (const bool keep : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} {} order keep={}", dtype_name(precision), sweep_name(order), keep));
+      ChunkPlan plan{C, 16};
+      plan.sweep = order;
+      plan.precision = precision;
+      plan.keep_attention = keep ? N : 0;
+      acc.reset_peaks();
+      const MemoryPlan pred = train_for_peaks(cfg, plan, N, true, 2);
+      for (Tier tier : kTiers)
+        for (int i = 0; i < kNumTags; ++i) {
+          if (Tag(i) == Tag::IO) continue;
+          EXPECT_EQ(acc.get(tier, Tag(i)).peak, pred.get(tier, Tag(i))) << tier_name(tier) << " " << tag_name(Tag(i));
+        }
+      activations[keep] = acc.get(Tier::Device, Tag::Activations).peak;
+    }
+    const int64_t o_bytes = precision == DType::BF16 ? 2 : 4;
+    EXPECT_EQ(activations[1] - activations[0], L * N * H * (D * o_bytes + 4)) << sweep_name(order);
+  }
+}
+
+// A sequence longer than the model keeps attention for is refused, naming the flag; evaluating
+// one is not (evaluation keeps nothing).
+TEST_F(Offload, KeepingAttentionRefusesALongerSequence) {
+  auto cpu = make_cpu_backend();
+  const ModelConfig cfg = load_config(*dir_);
+  ChunkPlan p{16, 16};
+  p.keep_attention = 40;
+  Model m(cfg, *cpu, p);
+  load_for_training(m, *dir_);
+  const auto t = tokens(42, 3);
+  EXPECT_EQ(error_of([&] { m.forward_backward(t.data(), t.data() + 1, 41, 1.0f); }),
+            "--keep-attention: the model keeps attention outputs for sequences of up to 40 tokens (its --seq-len), "
+            "got 41");
+  EXPECT_GT(m.evaluate(t.data(), t.data() + 1, 41).targets, 0);
+  EXPECT_GT(m.forward_backward(t.data(), t.data() + 1, 40, 1.0f).targets, 0);
+}
+
 TEST_F(Offload, BadInputIsNamed) {
   auto cpu = make_cpu_backend();
   const ModelConfig cfg = load_config(*dir_);
@@ -233,6 +327,30 @@ TEST(AttentionPasses, TwoPerLayerAndChunkInAStep) {
     EXPECT_EQ(be.passes, T * (L - 1) + T * L);  // was T * (L - 1) + 2 * T * L before O and LSE were kept
     EXPECT_EQ(be.calls, be.passes) << "resident pages are one group: one call per pass";
   }
+}
+
+// --keep-attention: each layer's attention output and LSE stay from the forward sweep, so the
+// backward's recompute attends to nothing: one attention forward per layer and chunk, in either order
+// (the layer order recomputes each layer, attention included, before its backward otherwise: 2 T L).
+TEST(AttentionPasses, OnePerLayerAndChunkKeepingThem) {
+  const auto dir = temp_dir();
+  const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("llama", 2), 3);
+  const auto t = tokens(98, 9);
+  for (const SweepOrder order : {SweepOrder::Chunk, SweepOrder::Layer})
+    for (auto [N, C] : {std::pair<int64_t, int64_t>{97, 13}, {64, 32}})
+      for (const bool keep : {false, true}) {
+        SCOPED_TRACE(fmt::format("N={} C={} {} order keep={}", N, C, sweep_name(order), keep));
+        CountingBackend be;
+        ChunkPlan plan{C, 16};
+        plan.sweep = order;
+        plan.keep_attention = keep ? N : 0;
+        Model m(cfg, be, plan);
+        load_weights(dir, cfg, m.params());
+        m.enable_grads();
+        m.forward_backward(t.data(), t.data() + 1, N, 1.0f);
+        const int64_t T = (N + C - 1) / C, L = cfg.layers;
+        EXPECT_EQ(be.passes, keep ? T * L : order == SweepOrder::Layer ? 2 * T * L : T * (L - 1) + T * L);
+      }
 }
 
 }  // namespace

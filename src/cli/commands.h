@@ -32,6 +32,13 @@ inline DType kv_page_dtype(const std::string& given, DType precision) {
   return given == "auto" ? precision : dtype_parse(given);
 }
 
+// --keep-attention (oomb train, oomb plan): ChunkPlan::keep_attention for the run's --seq-len.
+inline constexpr const char* KEEP_ATTENTION_HELP =
+    "Keep every layer's attention output and LSE for the whole sequence on the device (L x N x H x (2 D + 4) "
+    "bytes under --precision bf16, (D + 1) x 4 under fp32; tag activations), so that no layer attends again "
+    "before its backward: L attention forward passes a "
+    "step instead of 2 L - 1 (the layer order, or sparse pages: 2 L); the same bits";
+
 // The --precision option of the commands that run a model (train's has its own help).
 inline CLI::Option* add_precision_flag(CLI::App* c, std::string& precision, const char* what) {
   return c->add_option("--precision", precision, std::string("fp32, or bf16: ") + what +

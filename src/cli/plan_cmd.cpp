@@ -24,7 +24,7 @@ struct PlanArgs {
   std::string model, preset, optimizer = "adamw", device, kv_grad_dtype = "f32", kv_dtype = "auto", offload,
       precision, sweep = "chunk";  // precision: "" until the device is known (bf16 on cuda)
   int64_t seq_len = 0, chunk = 0, page = 128, offload_group = 0, device_memory = 0, host_memory = 0;
-  bool json = false, doc_mask = false;
+  bool json = false, doc_mask = false, keep_attention = false;
   SparseFlags sparse;
   LoraFlags lora;
   DistOptions dist;
@@ -62,6 +62,7 @@ Command add_plan(CLI::App& app) {
   c->add_option("--precision", a->precision, "fp32 or bf16 (as oomb train: default bf16 on cuda, fp32 elsewhere)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   c->add_flag("--doc-mask", a->doc_mask, "Documents masked as oomb train --doc-mask (their ids take 4 B a token)");
+  c->add_flag("--keep-attention", a->keep_attention, KEEP_ATTENTION_HELP);
   add_sparse_flags(c, a->sparse);
   add_sweep_flag(c, a->sweep);
   c->add_option("--device-memory", a->device_memory, "With --device sim or cuda: a device's capacity in bytes; says "
@@ -79,6 +80,7 @@ Command add_plan(CLI::App& app) {
             ChunkPlan plan{std::min(a->chunk > 0 ? a->chunk : 1024, a->seq_len), a->page,
                            dtype_parse(a->kv_grad_dtype)};
             if (a->doc_mask) plan.doc_sep = 0;  // any separator: the plan needs only whether there is one
+            plan.keep_attention = a->keep_attention ? a->seq_len : 0;
             set_offload(a->offload, a->offload_group, a->seq_len, plan);
             set_sparse(a->sparse, cfg, plan);
             set_dist(a->dist, 0, plan);
@@ -123,13 +125,24 @@ Command add_plan(CLI::App& app) {
                   return plan_with_offload(plan, kv, params, a->sweep, a->cmd->count("--sweep") > 0, cfg, a->seq_len,
                                            host_limit.bytes, Tier::Device, plan_for);
                 });
+            // --device-memory without --keep-attention: whether keeping would fit too
+            std::string keep_fits;
+            if (a->device_memory > 0 && fits && plan.keep_attention == 0) {
+              ChunkPlan keep = plan;
+              keep.keep_attention = a->seq_len;
+              const MemoryPlan mk = plan_for(keep);
+              if (mk.total(Tier::Device) <= dev.bytes && mk.total(Tier::Host) + mk.total(Tier::Pinned) <= host_limit.bytes)
+                keep_fits = fmt::format("--keep-attention fits too (device {}): {} attention forward passes a step "
+                                        "instead of {}", format_bytes(mk.total(Tier::Device)), cfg.layers,
+                                        recomputed_attention_passes(cfg, plan));
+            }
             if (a->json) {
               nlohmann::json j = plan_json(m);
               j["run"] = {{"device", device}, {"precision", precision}};  // beside the tiers ("device" is one)
               j["sweep"]["order"] = sweep_name(plan.sweep);
               if (a->device_memory > 0)
                 j["fits"] = {{"device_memory", a->device_memory}, {"host_memory", host_limit.bytes}, {"fits", fits},
-                             {"other_offloads", others}};
+                             {"other_offloads", others}, {"keep_attention", keep_fits}};
               for (const auto& [name, t] : {std::pair{"chunk", sweep.chunk}, {"layer", sweep.layer}})
                 j["sweep"][name] = {{"weights", t.weights}, {"grads", t.grads}, {"activations", t.activations},
                                     {"kv", t.kv}, {"kv_grads", t.kv_grads}, {"kv_exact", t.kv_exact},
@@ -175,6 +188,19 @@ Command add_plan(CLI::App& app) {
               std::cout << fmt::format("of the device workspace, cuDNN's attention takes {} (one chunk's runs: K/V, "
                                        "outputs and its own workspace; none with OOMB_CUDA_ATTENTION=mma)\n",
                                        format_bytes(int64_t(c)));
+            if (plan.keep_attention > 0) {  // what keeping costs, and what it saves
+              ChunkPlan off = plan;
+              off.keep_attention = 0;
+              const MemoryPlan m0 = plan_for(off);
+              const Tier dev = device == "cpu" ? Tier::Host : Tier::Device;
+              const int64_t L = cfg.layers, fwd = recomputed_attention_passes(cfg, plan);
+              std::cout << fmt::format("--keep-attention: {} more {} activations (every layer's attention output and "
+                                       "LSE for all {} tokens; {} in all against {}), for {} attention forward passes "
+                                       "a step instead of {}, beside the {} backward\n",
+                                       format_bytes(m.get(dev, Tag::Activations) - m0.get(dev, Tag::Activations)),
+                                       tier_name(dev), a->seq_len, format_bytes(m.total()), format_bytes(m0.total()),
+                                       L, fwd, L);
+            }
             if (plan.head_chunks > 1) {  // what head groups are for: attention's buffers of fewer heads
               ChunkPlan one = plan;
               one.head_chunks = 1;
@@ -215,7 +241,8 @@ Command add_plan(CLI::App& app) {
               std::cout << fmt::format("{} a device of {} and {} of {} (device {}, host and pinned {}){}{}\n",
                                        fits ? "fits" : "does not fit", format_bytes(dev.bytes), host_limit.what,
                                        format_bytes(host_limit.bytes), format_bytes(need_dev), format_bytes(need_host),
-                                       others.empty() ? "; no other --offload setting fits" : "; ", others);
+                                       others.empty() ? "; no other --offload setting fits" : "; ", others)
+                        << (keep_fits.empty() ? "" : keep_fits + "\n");
             return 0;
           }};
 }

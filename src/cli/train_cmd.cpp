@@ -40,7 +40,7 @@ struct TrainArgs {
   std::string tensorboard, sweep = "chunk";
   int64_t eos_id = -1, offload_group = 0, device_memory = 0;
   double peak_tflops = 0;
-  bool shuffle = false, doc_mask = false, split_special = false, force = false;
+  bool shuffle = false, doc_mask = false, split_special = false, force = false, keep_attention = false;
   int64_t seq_len = 0, steps = 0, grad_accum = 1, log_every = 0, chunk = 0, page = 128;
   OptimConfig optim;
   float grad_clip = 0;  // default when not given: 1.0 for adamw, 0 (off) for sgd
@@ -75,6 +75,7 @@ ChunkPlan chunk_plan(const TrainArgs& a, const ModelConfig& cfg, int32_t doc_sep
   set_sparse(a.sparse, cfg, p);
   set_dist(a.dist, a.rank, p);
   p.device_comm = a.device_comm;
+  p.keep_attention = a.keep_attention ? a.seq_len : 0;
   return p;
 }
 
@@ -104,6 +105,7 @@ void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPl
   auto plan_for = [&](int64_t n, int64_t c) {
     ChunkPlan p = plan;
     p.chunk = std::min(c, n);
+    if (p.keep_attention > 0) p.keep_attention = n;  // (the sequence's outputs: N of them)
     return plan_memory(cfg, p, n, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p)), be.tier(),
                        be.pinned_workspace_bytes());
   };
@@ -119,19 +121,54 @@ void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPl
   }
   set_out_of_memory_advice(plan_advice(a.seq_len, plan.chunk, plan_for));
   const Limit host = host_share(available_host_memory(), local_ranks());
-  // on a device, a refusal also says which other --offload settings would fit
+  // on a device, a refusal also says which other --offload settings would fit; with --keep-attention,
+  // what the run needs without it
   auto offload = [&]() -> std::string {
-    if (be.tier() != Tier::Device) return "";
     auto plan_p = [&](const ChunkPlan& q) {
       return plan_memory(cfg, q, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, q)), be.tier(),
                          be.pinned_workspace_bytes());
     };
-    return offload_fits(plan.offload_kv, plan.offload_params, host, dev, [&](bool kv, bool params) {
+    std::string keep;
+    if (plan.keep_attention > 0) {
+      ChunkPlan off = plan;
+      off.keep_attention = 0;
+      const MemoryPlan m0 = plan_p(off);
+      keep = be.tier() == Tier::Device
+                 ? fmt::format("without --keep-attention it needs device {}, host and pinned {}",
+                               format_bytes(m0.total(Tier::Device)),
+                               format_bytes(m0.total(Tier::Host) + m0.total(Tier::Pinned)))
+                 : fmt::format("without --keep-attention it needs host and pinned {}",
+                               format_bytes(m0.total(Tier::Host) + m0.total(Tier::Pinned)));
+    }
+    if (be.tier() != Tier::Device) return keep;
+    const std::string others = offload_fits(plan.offload_kv, plan.offload_params, host, dev, [&](bool kv, bool params) {
       return plan_with_offload(plan, kv, params, a.sweep, a.given("--sweep"), cfg, a.seq_len, host.bytes, be.tier(),
                                plan_p);
     });
+    return keep.empty() ? others : others.empty() ? keep : keep + "; " + others;
   };
   check_plan_fits(m, a.seq_len, plan.chunk, host, dev, plan_for, a.force, &std::cout, offload);
+}
+
+// Without --keep-attention: a line saying it would fit this machine (the device's limit and the host's
+// available memory, as check_memory_fits weighs them) and what it saves; "" where it would not.
+std::string keep_attention_hint(const TrainArgs& a, const ModelConfig& cfg, const ChunkPlan& plan, Backend& be) {
+  if (plan.keep_attention > 0) return "";
+  ChunkPlan keep = plan;
+  keep.keep_attention = a.seq_len;
+  const MemoryPlan m = plan_memory(cfg, keep, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, keep)),
+                                   be.tier(), be.pinned_workspace_bytes());
+  const Limit dev = device_limit(a), host = host_share(available_host_memory(), local_ranks());
+  const int64_t need_host = m.total(Tier::Host) + m.total(Tier::Pinned);
+  if (need_host > host.bytes || (be.tier() == Tier::Device && (dev.bytes <= 0 || m.total(Tier::Device) > dev.bytes)))
+    return "";
+  const int64_t L = cfg.layers;
+  return fmt::format("--keep-attention would fit ({} {}, of {} {}): {} attention forward passes a step instead of {}, "
+                     "the same bits", be.tier() == Tier::Device ? "device" : "host",
+                     format_bytes(be.tier() == Tier::Device ? m.total(Tier::Device) : need_host),
+                     be.tier() == Tier::Device ? dev.what : host.what,
+                     format_bytes(be.tier() == Tier::Device ? dev.bytes : host.bytes), L,
+                     recomputed_attention_passes(cfg, plan));
 }
 
 // The tokenizer for text data: --tokenizer, else the model directory's tokenizer.json.
@@ -349,6 +386,7 @@ Command add_train(CLI::App& app) {
   c->add_flag("--skip-nonfinite", a->optim.skip_nonfinite, "Skip a step whose loss or gradient is NaN or Inf "
               "(default: stop, naming the step and the first tensor)");
   c->add_flag("--doc-mask", a->doc_mask, "Attention within documents only, positions restarting per document");
+  c->add_flag("--keep-attention", a->keep_attention, KEEP_ATTENTION_HELP);
   c->add_option("--seq-len", a->seq_len, "Tokens per training sequence N (default 2048; demo 1024)")->check(count());
   c->add_option("--steps", a->steps, "Optimizer steps (default 100; demo 800)")->check(count());
   c->add_option("--optimizer", a->optim.kind, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
@@ -429,6 +467,7 @@ Command add_train(CLI::App& app) {
             plan.lora = lora;
             const std::string sweep = resolve_sweep(*a, cfg, plan, *be);
             check_memory_fits(*a, cfg, plan, *be);
+            const std::string keep_hint = keep_attention_hint(*a, cfg, plan, *be);  // (before the model takes memory)
             auto data = open_data(*a, cfg, eos);
             note_wrapping(o.seq_len, *data);
             RunCheckpoints ckpt(a->ckpt, a->ckpt.any() ? run_state(*a, o, plan, eos, cfg, *data) : CheckpointState{},
@@ -484,6 +523,7 @@ Command add_train(CLI::App& app) {
                                                  : "")
                         << std::endl;
             if (a->given("--sweep") || plan.offload_params) std::cout << sweep << std::endl;
+            if (!keep_hint.empty()) std::cout << keep_hint << std::endl;
             train(model, *data, o, std::cout, {}, ckpt.hooks(model));
             if (const int sig = ckpt.finish()) return 128 + sig;  // stopped by SIGINT/SIGTERM, checkpoint written
             if (model.sharded() && !a->out.empty()) {  // --zero 3: every rank's shards gathered by every rank

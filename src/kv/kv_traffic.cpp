@@ -10,7 +10,7 @@ constexpr int64_t kMostSteps = int64_t(1) << 26;  // chunks x layers counted one
 }  // namespace
 
 KVTrafficPlan plan_kv_traffic(const KVCacheOptions& o, const SparseOptions& sparse, int64_t N, int64_t C,
-                              bool layer_order) {
+                              bool layer_order, bool keep) {
   KVTrafficPlan r;
   if (!o.offload || N <= 0) return r;
   OOMB_CHECK(C > 0, "--chunk-size: must be positive, got {}", C);
@@ -19,7 +19,7 @@ KVTrafficPlan plan_kv_traffic(const KVCacheOptions& o, const SparseOptions& spar
   const bool reads_last = layer_order || sparse.on();
   i128 kv_in = 0, grads_in = 0, grads_out = 0;
   // (the model's last layer: the cache's last head_chunks layers, --sp-head-chunks)
-  auto reads = [&](int64_t l) { return (l + o.head_chunks < L || reads_last ? 1 : 0) + 2; };
+  auto reads = [&](int64_t l) { return keep ? 2 : (l + o.head_chunks < L || reads_last ? 1 : 0) + 2; };
   bool windows = false;
   for (int64_t l = 0; l < L; ++l) windows = windows || o.window(l) > 0;
   if (!windows && !sparse.on()) {

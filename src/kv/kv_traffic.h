@@ -14,7 +14,9 @@
 //                   copy), and all out. The chunk's own dK/dV start from the rows of its tokens
 //                   that a later chunk read (own_grads).
 // The two orders read the same pages of the same layers in the backward, so they differ only by
-// the last layer's forward reads (dense).
+// the last layer's forward reads (dense). keep (--keep-attention): every layer attends in the
+// forward sweep, and the recompute reads nothing (its attention outputs are kept): two prefix reads
+// per layer and chunk in either order.
 //
 // Sparse attention (--sparse-pages) reads per run of tiles the pages its tiles chose, which the
 // plan cannot know: where a chunk's candidates outnumber K the count is an upper bound (every
@@ -37,8 +39,9 @@ struct KVTrafficPlan {
   bool exact = true;  // false: sparse attention's upper bound
 };
 
-// layer_order: --sweep layer (else the chunk order). Zero when the cache is resident.
+// layer_order: --sweep layer (else the chunk order); keep: --keep-attention. Zero when the cache is
+// resident.
 KVTrafficPlan plan_kv_traffic(const KVCacheOptions& o, const SparseOptions& sparse, int64_t N, int64_t C,
-                              bool layer_order);
+                              bool layer_order, bool keep = false);
 
 }  // namespace oomb

@@ -319,12 +319,22 @@ int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, boo
          qk_norm + lora + bf16_scratch + exchange;
 }
 
+static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out,
+                         LayerBuffers& plan);
+
 void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out, LayerBuffers& plan,
                    LayerPass pass) {
   Backend& be = ctx.be;
   LayerActs& A = plan.acts;
   check_groups(ctx, plan);
   const float eps = float(ctx.cfg.rms_norm_eps);
+  if (pass == LayerPass::OutputOnly) {  // o from the kept attention output: the token side's, each head group's
+    for (int64_t j = 0; j < ctx.head_chunks; ++j) {
+      plan.keep_group(j);
+      to_tokens(ctx, A.o, plan.o_loc, j);  // --sp: o (T, H/(P K), D) -> (t, H, D)
+    }
+    return layer_output(ctx, p, h_in, h_out, plan);
+  }
   be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
   // (--precision bf16: each matmul reads bf16 operands, cast here and below; LoRA's adapters read
   // the same ones as their base linear)
@@ -380,6 +390,16 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
     if (pass != LayerPass::KVOnly) to_tokens(ctx, A.o, plan.o_loc, j);  // --sp: o (T, H/(P K), D) -> (t, H, D)
   }
   if (pass == LayerPass::KVOnly) return;
+  layer_output(ctx, p, h_in, h_out, plan);
+}
+
+// The rest of a layer's forward from the token side's attention output o_loc: h_out = hmid +
+// down(swiglu(gate(b), up(b))), hmid = h_in + o_proj(o), b = norm2(hmid).
+static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out,
+                         LayerBuffers& plan) {
+  Backend& be = ctx.be;
+  LayerActs& A = plan.acts;
+  const float eps = float(ctx.cfg.rms_norm_eps);
   const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16);  // (T, H D)
   be.linear_fwd(o, p.wo, opt(p.bo), A.hmid);
   lora_fwd(ctx, p, kO, o, A.hmid, plan);

@@ -139,6 +139,12 @@ int64_t saved_attention_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep,
   return layers * int64_t(Arena::need(DType::F32, {C, c.heads, c.head_dim}) + Arena::need(DType::F32, {C, c.heads}));
 }
 
+int64_t kept_attention_bytes(const ModelConfig& c, int64_t N, int64_t groups, bool bf16) {
+  if (N <= 0) return 0;
+  return c.layers * groups *
+         int64_t(Arena::need(bf16 ? DType::BF16 : DType::F32, {N, c.heads, c.head_dim}) + Arena::need(DType::F32, {N, c.heads}));
+}
+
 int64_t loss_sums_bytes(const ModelConfig& cfg, const ChunkPlan& plan) {
   return recomputes_tied_head(cfg, plan) ? 32 : 16;
 }
@@ -215,7 +221,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   }
   m.at(dev, Tag::Activations) =
       LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp, K) +
-      saved_bytes(cfg, C / sp, plan.sweep) + saved_attention_bytes(grp, C, plan.sweep, K);
+      saved_bytes(cfg, C / sp, plan.sweep) + saved_attention_bytes(grp, C, plan.sweep, K) +
+      kept_attention_bytes(grp, plan.keep_attention, K, plan.precision == DType::BF16);
   if (plan.sweep == SweepOrder::Layer) {  // every layer's output of this rank's rows, and their device slots
     const int64_t arrays = ActivationStore::arrays(cfg, recomputes_tied_head(cfg, plan));
     m.at(ActivationStore::home(dev), Tag::Activations) += ActivationStore::host_bytes(cfg, arrays, N / sp);

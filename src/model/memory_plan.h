@@ -54,6 +54,12 @@ struct ChunkPlan {
   DType precision = DType::F32;
   // --sweep chunk or layer (--sweep auto is resolved to one of them before a plan is made)
   SweepOrder sweep = SweepOrder::Chunk;
+  // --keep-attention: every layer's attention output and LSE kept on the device for the whole
+  // sequence of up to keep_attention tokens (0: off; tag activations), so that no layer attends again
+  // before its backward: a step's attention forwards drop from 2 L - 1 to L passes in the chunk
+  // order (2 L to L in the layer order or with sparse pages), against kept_attention_bytes (the
+  // output in bf16 under --precision bf16, whose outputs hold bf16 values). The same bits.
+  int64_t keep_attention = 0;
   // --sp P: the ranks sharing each chunk (Ulysses, dist/ulysses.h); the plan is one rank's. Each
   // holds C/P tokens outside attention and H/P heads (G/P kv heads: its K/V and gradient pages) in it.
   int64_t sp = 1;
@@ -69,6 +75,13 @@ struct ChunkPlan {
   // the tensors cross ranks over a group on device memory (NCCL): device staging, none on the host
   bool device_comm = false;
 };
+
+// Attention forward passes per chunk a training step runs without --keep-attention: 2 L - 1 in the
+// chunk order (the forward sweep's top layer writes its K/V only), 2 L in the layer order or with
+// sparse pages (every layer attends in the forward sweep); with it, L.
+inline int64_t recomputed_attention_passes(const ModelConfig& cfg, const ChunkPlan& p) {
+  return p.sweep == SweepOrder::Layer || p.sparse.on() ? 2 * cfg.layers : 2 * cfg.layers - 1;
+}
 
 // --zero 3 on several ranks: masters, gradients and moments sharded per parameter range
 // (model/param_shards.h), layers gathered just in time into the parameter store's device slots
@@ -138,5 +151,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
 int64_t saved_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep = SweepOrder::Chunk);
 int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep = SweepOrder::Chunk,
                               int64_t groups = 1);
+// --keep-attention's store (tag activations, beside saved_attention_bytes' chunk buffers): every
+// layer's and head group's attention output (N, H, D), bf16 or f32, and LSE (N, H) f32, of
+// attention_group(cfg, plan)'s heads.
+int64_t kept_attention_bytes(const ModelConfig& cfg, int64_t N, int64_t groups, bool bf16);
 
 }  // namespace oomb

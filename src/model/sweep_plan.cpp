@@ -78,7 +78,8 @@ SweepTraffic kv_order_traffic(const ModelConfig& c, const ChunkPlan& plan, int64
   p.chunk = C;
   p.sweep = order;
   const KVTrafficPlan k =
-      plan_kv_traffic(kv_cache_options(attention_side(c, plan.sp), p), plan.sparse, N, C, order == SweepOrder::Layer);
+      plan_kv_traffic(kv_cache_options(attention_side(c, plan.sp), p), plan.sparse, N, C, order == SweepOrder::Layer,
+                      plan.keep_attention > 0);
   SweepTraffic s;
   s.kv = k.bytes.kv();
   s.kv_grads = k.bytes.grads();

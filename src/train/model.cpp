@@ -58,6 +58,9 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
       saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk / plan.sp, plan.sweep))),
       saved_attn_(be.tier(), Tag::Activations,
                   size_t(saved_attention_bytes(attention_group(cfg, plan), plan.chunk, plan.sweep, plan.head_chunks))),
+      kept_attn_(be.tier(), Tag::Activations,
+                 size_t(kept_attention_bytes(attention_group(cfg, plan), plan.keep_attention, plan.head_chunks,
+                                             plan.precision == DType::BF16))),
       layer_plan_(cfg, plan.chunk, be.tier(), plan.lora.rank, plan.precision == DType::BF16, plan.sp,
                   plan.head_chunks),
       sums_(be.tier(), Tag::Data, size_t(loss_sums_bytes(cfg, plan))) {
@@ -84,6 +87,12 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
     const Tensor lse = fresh ? saved_attn_.take(DType::F32, {C, Hg}) : att_lse_[size_t(l % K)];
     att_o_.push_back(o);
     att_lse_.push_back(lse);
+  }
+  OOMB_CHECK(plan.keep_attention >= 0, "--keep-attention: {} tokens", plan.keep_attention);
+  for (int64_t l = 0; plan.keep_attention > 0 && l < cfg.layers * K; ++l) {
+    const DType o16 = plan.precision == DType::BF16 ? DType::BF16 : DType::F32;  // (bf16: o holds bf16 values)
+    kept_o_.push_back(kept_attn_.take(o16, {plan.keep_attention, Hg, cfg.head_dim}));
+    kept_lse_.push_back(kept_attn_.take(DType::F32, {plan.keep_attention, Hg}));
   }
   sums_t_ = Tensor(sums_.data(), DType::F64, {2}, be.tier());
   tied_head_ = recomputes_tied_head(cfg, plan);
@@ -274,6 +283,26 @@ void Model::keep_attention(LayerBuffers& buf, int64_t l, int64_t n) {
   buf.keep_attention_in(&att_o_[at], &att_lse_[at], n);
 }
 
+// (each head group's (n, H/K, D) attention side: all n tokens of the chunk, this rank's heads)
+void Model::keep_out(int64_t l, ChunkSpan c) {
+  const int64_t n = c.size();
+  for (int64_t j = 0; j < plan_.head_chunks; ++j) {
+    const size_t at = size_t(l * plan_.head_chunks + j);
+    Tensor o = kept_o_[at].rows(c.begin, n), lse = kept_lse_[at].rows(c.begin, n);
+    be_.cast(att_o_[at].rows(0, n), o);  // (bf16: exact, the output holds bf16 values)
+    be_.cast(att_lse_[at].rows(0, n), lse);
+  }
+}
+void Model::keep_in(int64_t l, ChunkSpan c) {
+  const int64_t n = c.size();
+  for (int64_t j = 0; j < plan_.head_chunks; ++j) {
+    const size_t at = size_t(l * plan_.head_chunks + j);
+    Tensor o = att_o_[at].rows(0, n), lse = att_lse_[at].rows(0, n);
+    be_.cast(kept_o_[at].rows(c.begin, n), o);
+    be_.cast(kept_lse_[at].rows(c.begin, n), lse);
+  }
+}
+
 // Layer l's K/V and gradient pages (every head group's) from first_page on.
 void Model::release_pages(int64_t l, int64_t first_page) {
   for (int64_t j = 0; j < plan_.head_chunks; ++j) cache_.release_from(l * plan_.head_chunks + j, first_page);
@@ -283,10 +312,17 @@ void Model::release_pages(int64_t l, int64_t first_page) {
 //   Forward: attention over the earlier pages, K/V written into pages.
 //   ForwardKVOnlyLast: the same, but the last layer stops once its K/V are written.
 //   Recompute: nothing written; each layer's attention output and LSE kept for its backward.
+//   RecomputeKept: nothing written, no layer attends: their outputs are the forward sweep's. Below
+//     the top only h_{l+1} is made (LayerPass::OutputOnly): the recompute before each backward
+//     makes their internals again; the top layer's (SavedAttention) stay for its backward.
 void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   const int64_t n = c.size(), L = cfg_.layers;
-  const bool write = sweep != Sweep::Recompute;
-  const int64_t attending = sweep == Sweep::ForwardKVOnlyLast ? L - 1 : L;
+  const bool write = sweep == Sweep::Forward || sweep == Sweep::ForwardKVOnlyLast;
+  const int64_t attending = sweep == Sweep::ForwardKVOnlyLast ? L - 1 : sweep == Sweep::RecomputeKept ? 0 : L;
+  auto rest = [&](int64_t l) {  // the pass of a layer that does not attend
+    if (sweep != Sweep::RecomputeKept) return LayerPass::KVOnly;
+    return l + 1 < L ? LayerPass::OutputOnly : LayerPass::SavedAttention;
+  };
   if (!sparse_)  // sparse attention reads the pages it chose, layer by layer
     cache_.begin_pass(std::span<const int64_t>(cache_up_).first(size_t(attending * plan_.head_chunks)), c.begin,
                       false);
@@ -301,9 +337,11 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
     const size_t li = size_t(l);
     const LayerCtx ctx = layer_ctx(l, c, l < attending, false, write);
     keep_attention(buf, l, n);
+    if (sweep == Sweep::RecomputeKept) keep_in(l, c);
     Tensor h_out = h_[li + 1].rows(0, t);
     layer_forward(ctx, store_.acquire(l), h_[li].rows(0, t), h_out, buf,
-                  l < attending ? LayerPass::Full : LayerPass::KVOnly);  // (writes the K/V when `write`)
+                  l < attending ? LayerPass::Full : rest(l));  // (writes the K/V when `write`)
+    if (keeping_ && write) keep_out(l, c);
     store_.release(l);
   }
 }
@@ -428,6 +466,14 @@ void Model::end_decode() {
 LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool backward,
                      const ChunkObserver& after_chunk) {
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
+  // --keep-attention: while training, every chunk's attention outputs stay for its backward
+  struct Unset {
+    bool& f;
+    ~Unset() { f = false; }
+  } unset{keeping_};
+  keeping_ = backward && plan_.keep_attention > 0;
+  OOMB_CHECK(!keeping_ || N <= plan_.keep_attention, "--keep-attention: the model keeps attention outputs for "
+             "sequences of up to {} tokens (its --seq-len), got {}", plan_.keep_attention, N);
   if (backward && acts_) return run_layer_major(read, N, weight);
   const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;
   const bool changed = sync_compute_weights();
@@ -445,7 +491,8 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     st.targets += inputs_.load(read, c, true, cache_.docs());
     // sparse: the last layer attends too, so that its choice is made (and recorded) here, from
     // the page metadata as the forward sweep sees it
-    forward_layers(c, backward && !sparse_ ? Sweep::ForwardKVOnlyLast : Sweep::Forward);
+    // (keeping, the last layer attends too: its output is kept for the backward)
+    forward_layers(c, backward && !sparse_ && !keeping_ ? Sweep::ForwardKVOnlyLast : Sweep::Forward);
     if (!backward) {
       head_loss(final_norm(h_.back().rows(0, local(n))), mine(inputs_.targets(n), n), 1.0f, nullptr, false, sums_t_);
       if (after_chunk) {
@@ -468,7 +515,8 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
     const ChunkSpan c = chunk_span(N, C, t);
     const int64_t n = c.size();
     inputs_.load(read, c, false, cache_.docs());
-    forward_layers(c, Sweep::Recompute);  // keeps each layer's input, attention output and LSE
+    // keeps each layer's input, attention output and LSE (keeping: attends to nothing, the outputs are kept)
+    forward_layers(c, keeping_ ? Sweep::RecomputeKept : Sweep::Recompute);
     LayerBuffers buf = layer_plan_.view(n);
     const int64_t tn = local(n);  // this rank's tokens
     const Tensor hn = final_norm(h_.back().rows(0, tn));

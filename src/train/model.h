@@ -115,12 +115,18 @@ class Model {
   const PagedKV& kv_grad() const { return cache_.kv_grad(); }
 
  private:
-  enum class Sweep { Forward, ForwardKVOnlyLast, Recompute };
+  // RecomputeKept: the recompute of --keep-attention, whose layers attend to nothing (their
+  // attention outputs are kept from the forward sweep)
+  enum class Sweep { Forward, ForwardKVOnlyLast, Recompute, RecomputeKept };
   LossStats run(const ChunkReader& read, int64_t N, float weight, bool backward,
                 const ChunkObserver& after_chunk = {});
   LossStats run_layer_major(const ChunkReader& read, int64_t N, float weight);  // train/layer_sweep.cpp
   LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads, bool forward_sweep);
   void keep_attention(LayerBuffers& buf, int64_t layer, int64_t n);
+  // --keep-attention: layer l's attention output and LSE of chunk c into the store (after its
+  // forward), or back into its chunk buffers (before the backward's recompute needs them)
+  void keep_out(int64_t layer, ChunkSpan c);
+  void keep_in(int64_t layer, ChunkSpan c);
   void release_pages(int64_t layer, int64_t first_page);
   void forward_layers(ChunkSpan c, Sweep sweep);
   Tensor final_norm(const Tensor& h);
@@ -168,13 +174,19 @@ class Model {
   ChunkInputs inputs_;   // ids, targets, positions, documents of one chunk (tag data)
   Arena saved_;          // one chunk's layer inputs h_0..h_L, dh, final norm (tag activations)
   Arena saved_attn_;     // one chunk's attention output and LSE per layer (tag activations)
+  // --keep-attention's store: layers x head groups of (N, H, D) (bf16 under --precision bf16) and
+  // (N, H) (tag activations; kept_attention_bytes)
+  Arena kept_attn_;
   LayerPlan layer_plan_;
   Buffer sums_;          // (2) f64: loss and hits of the sequence so far (tag data)
   Tensor dh_, hnorm_, rstd_final_, sums_t_;
   Tensor xent_stats_;  // (C / P, 4) f64: the loss's per-row statistics
   std::vector<Tensor> h_;               // layers + 1 of (C, d) (the layer order: two, alternating)
-  // layers x head groups of (C, H, D) and (C, H), layer l's group j at l K + j (the layer order: one layer's)
+  // layers x head groups of (C, H, D) and (C, H), layer l's group j at l K + j (the layer order: one
+  // layer's, at every l)
   std::vector<Tensor> att_o_, att_lse_;
+  std::vector<Tensor> kept_o_, kept_lse_;  // --keep-attention's store (kept_attn_), as att_o_
+  bool keeping_ = false;  // this run keeps every chunk's attention output (--keep-attention, training)
   // the layer order: the host arrays, the chunks in order and reversed, the loss pass's sums when
   // the tied head's are added later (tied_head_)
   std::unique_ptr<ActivationStore> acts_;

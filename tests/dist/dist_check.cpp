@@ -54,6 +54,7 @@ struct Args {
   int64_t seq = 256, chunk = 64, page = 16, steps = 3, accum = 1, kv_heads = 2, heads = 4;
   std::string arch = "llama", device = "cpu", offload, sweep = "chunk", layer_fault, precision = "fp32";
   bool doc_mask = false, skip_reduce = false, tie = false, sim_device_comm = false, group_fault = false;
+  bool keep_attention = false;  // --keep-attention: every layer's attention output kept for the backward
   int die_rank = -1, stall_rank = -1;
 };
 
@@ -93,6 +94,7 @@ ChunkPlan plan_of(const Args& a, int64_t sp, int64_t ranks, int64_t rank, int ze
   p.precision = a.precision == "bf16" ? DType::BF16 : DType::F32;
   p.kv_dtype = p.precision;  // (as oomb train's --kv-dtype auto: bf16 pages under bf16)
   p.device_comm = device_comm;
+  p.keep_attention = a.keep_attention ? a.seq : 0;
   return p;
 }
 
@@ -223,6 +225,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", a.device);
   app.add_option("--offload", a.offload);
   app.add_flag("--doc-mask", a.doc_mask);
+  app.add_flag("--keep-attention", a.keep_attention);
   app.add_option("--sweep", a.sweep)->check(CLI::IsMember({"chunk", "layer"}));
   app.add_flag("--tie", a.tie);
   app.add_option("--precision", a.precision)->check(CLI::IsMember({"fp32", "bf16"}));

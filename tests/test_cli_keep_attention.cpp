@@ -1,0 +1,112 @@
+// `--keep-attention` through the command line: oomb train gives every step's loss and gradient norm
+// bit for bit with and without it, on the CPU and the simulated device (pages resident and
+// offloaded), and what it holds more is every layer's (N, H, D) attention output and (N, H) LSE in
+// fp32: measured, and as `oomb plan --keep-attention` says (its table, and the line
+// naming the cost and the passes); and without it, oomb train says when keeping would fit.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+#include "core/memory.h"
+#include "hf/config.h"
+#include "model_fixture.h"
+#include "test_util.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+using ::testing::HasSubstr;
+
+TEST(CliKeepAttention, TrainGivesTheSameStepsAndHoldsWhatThePlanSays) {
+  const auto dir = temp_dir();
+  const auto m = (dir / "m").string();
+  ASSERT_EQ(oomb_cmd(dir, "init --preset tiny --out " + m).code, 0);
+  const ModelConfig cfg = load_config(m);
+  write_tokens(dir / "t.bin", 2000, cfg.vocab, 5);
+  const int64_t N = 256, C = 64, L = cfg.layers, H = cfg.heads, D = cfg.head_dim;
+  const int64_t more = L * N * H * (D + 1) * 4;  // (fp32, the default on cpu and sim)
+  for (const char* where : {"--device cpu", "--device sim", "--device sim --offload kv"}) {
+    const std::string tier = std::string(where) == "--device cpu" ? "host" : "device";
+    std::vector<std::string> steps[2];
+    int64_t activations[2] = {0, 0};
+    for (const bool keep : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} keep={}", where, keep));
+      const std::string flags = fmt::format("--seq-len {} --chunk-size {} {}{}", N, C, where, keep ? " --keep-attention" : "");
+      const auto metrics = dir / fmt::format("m{}.jsonl", keep);
+      const CmdResult r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --steps 2 --optimizer adamw {} "
+                                                    "--metrics {}", m, dir.string(), flags, metrics.string()));
+      ASSERT_EQ(r.code, 0) << r.out;
+      std::string line;
+      for (std::istringstream in(read_text(metrics)); std::getline(in, line);) {
+        if (line.empty()) continue;
+        const auto j = nlohmann::json::parse(line);
+        steps[keep].push_back(fmt::format("{}: loss {:a} grad_norm {:a}", j["step"].get<int>(), j["loss"].get<double>(),
+                                          j["grad_norm"].get<double>()));
+        activations[keep] = j["memory"][tier]["activations"]["peak"].get<int64_t>();
+      }
+      // the plan of the same run: the measured activations, and the line naming the cost
+      const CmdResult p = oomb_cmd(dir, fmt::format("plan --model {} --optimizer adamw {} --json", m, flags));
+      ASSERT_EQ(p.code, 0) << p.out;
+      EXPECT_EQ(nlohmann::json::parse(p.out)[tier]["activations"].get<int64_t>(), activations[keep]);
+      if (keep) {
+        const CmdResult t = oomb_cmd(dir, fmt::format("plan --model {} {}", m, flags));
+        ASSERT_EQ(t.code, 0) << t.out;
+        EXPECT_THAT(t.out, HasSubstr(fmt::format("--keep-attention: {} more {} activations", format_bytes(more), tier)));
+        EXPECT_THAT(t.out, HasSubstr(fmt::format("for {} attention forward passes a step instead of {}, beside the {} "
+                                                 "backward", L, 2 * L - 1, L)));
+      }
+    }
+    ASSERT_EQ(steps[0].size(), 2u) << where;
+    EXPECT_EQ(steps[0], steps[1]) << where;
+    EXPECT_EQ(activations[1] - activations[0], more) << where;
+  }
+}
+
+// Without the flag, oomb train and oomb plan --device-memory say when keeping would fit the device
+// (--device-memory on sim) and what it saves, with the device bytes its plan gives; not when only the
+// run without it fits. With
+// it on a device too small, the refusal names what the run needs without it.
+TEST(CliKeepAttention, TrainAndPlanSayWhenKeepingWouldFit) {
+  const auto dir = temp_dir();
+  const auto m = (dir / "m").string();
+  ASSERT_EQ(oomb_cmd(dir, "init --preset tiny --out " + m).code, 0);
+  const ModelConfig cfg = load_config(m);
+  write_tokens(dir / "t.bin", 2000, cfg.vocab, 5);
+  const std::string flags = "--seq-len 256 --chunk-size 64 --device sim --optimizer adamw";
+  auto device_need = [&](const std::string& more) -> int64_t {
+    const CmdResult p = oomb_cmd(dir, fmt::format("plan --model {} {} --json{}", m, flags, more));
+    EXPECT_EQ(p.code, 0) << p.out;
+    return p.code == 0 ? nlohmann::json::parse(p.out)["device"]["total"].get<int64_t>() : 0;
+  };
+  const int64_t without = device_need(""), with = device_need(" --keep-attention");
+  ASSERT_LT(without, with);
+  const std::string train = fmt::format("train --model {} --data {}/t.bin --steps 1 {}", m, dir.string(), flags);
+  CmdResult r = oomb_cmd(dir, train + fmt::format(" --device-memory {}", with));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--keep-attention would fit (device {}, of --device-memory {}): {} attention "
+                                           "forward passes a step instead of {}, the same bits",
+                                           format_bytes(with), format_bytes(with), cfg.layers, 2 * cfg.layers - 1)));
+  r = oomb_cmd(dir, train + fmt::format(" --device-memory {}", with - 1));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("--keep-attention would fit")));
+  r = oomb_cmd(dir, train + fmt::format(" --device-memory {} --keep-attention", with));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("--keep-attention would fit")));
+  for (const int64_t device : {with, with - 1}) {
+    const CmdResult p = oomb_cmd(dir, fmt::format("plan --model {} {} --device-memory {} --host-memory {}", m, flags,
+                                                  device, int64_t(1) << 40));
+    ASSERT_EQ(p.code, 0) << p.out;
+    const std::string line = fmt::format("--keep-attention fits too (device {}): {} attention forward passes a step "
+                                         "instead of {}", format_bytes(with), cfg.layers, 2 * cfg.layers - 1);
+    if (device == with) EXPECT_THAT(p.out, HasSubstr(line));
+    else EXPECT_THAT(p.out, ::testing::Not(HasSubstr("--keep-attention fits too")));
+  }
+  // a device between the two: refused with the flag, naming what the run needs without it
+  r = oomb_cmd(dir, train + fmt::format(" --device-memory {} --keep-attention", (with + without) / 2));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("without --keep-attention it needs device {}, host and pinned",
+                                           format_bytes(without))));
+}
