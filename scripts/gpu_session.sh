@@ -32,10 +32,12 @@
 # (default 540) of the start, each step under its own time limit too, so give the device tool
 # timeout_s 600 and plan ONE call:  `all --models 0.5b,1.5b --lengths 8192,32768`, with
 # GPU_SESSION_SKIP=golden_hf once the fixtures are committed, and `--chunks 4096 --offloads
-# "none;params"` for `--offload params`' cost beside the resident step. The 128K rows (an H200:
+# "none;none+keep;params"` for --keep-attention's gain and `--offload params`' cost beside the
+# resident step. The 128K rows (an H200:
 # 7B fits there with --offload kv) and their profile, a call of their own:
-#   GPU_SESSION_SKIP=offload GPU_SESSION_PROFILE="qwen2.5-0.5b 131072 4096" GPU_SESSION_PROFILE_CAP=200 \
-#     bash scripts/gpu_session.sh bench --models 0.5b,7b --lengths 131072 --chunks 4096 --offloads "none;kv"
+#   GPU_SESSION_SKIP=offload GPU_SESSION_PROFILE="qwen2.5-0.5b 131072 4096 --keep-attention" \
+#     GPU_SESSION_PROFILE_CAP=200 bash scripts/gpu_session.sh bench --models 0.5b,7b --lengths 131072 \
+#     --chunks 4096 --offloads "none;none+keep;kv"
 #   (a line whose plan exceeds the GPU is skipped without running)
 #
 # What comes back in $OUT (at most 8 files; each is rewritten as the run goes, so a run killed
@@ -206,21 +208,24 @@ extras() {
 BENCH_ARGS=("$@")
 bench() {  # [seconds for bench/cuda_step.py]
   # where a step's GPU time goes, op by op (OOMB_CUDA_PROFILE: the stream synchronised after every
-  # op; attention on tensor cores under the default bf16): Qwen2.5-0.5B's shape at 8K, C = 4K
-  profile_step() {  # preset, N, C
+  # op; attention on tensor cores under the default bf16), with each op's TFLOP/s and the shares of
+  # attention, matmuls and the rest (the table in the log; the rows in profile_PRESET_N.json):
+  # Qwen2.5-0.5B's shape at 8K, C = 4K
+  profile_step() {  # preset, N, C[, oomb train's flags...]
     "$W/bin/oomb" init --preset "$1" --dtype bf16 --out "$W/prof-model" --force > /dev/null || return 1
     python3 -c 'import array, random, sys; r = random.Random(1); array.array("I", (r.randrange(32000) for _ in
 range(int(sys.argv[2]) + 1))).tofile(open(sys.argv[1], "wb"))' "$W/prof-tokens.bin" "$2" || return 1
-    OOMB_CUDA_PROFILE=1 "$W/bin/oomb" train --device cuda --model "$W/prof-model" --data "$W/prof-tokens.bin" \
-      --data-format u32 --seq-len "$2" --chunk-size "$3" --steps 1 --optimizer adamw
+    local tag=""; [[ " ${*:4} " == *" --keep-attention "* ]] && tag=_keep
+    OOMB_CUDA_PROFILE="$W/profile_$1_$2$tag.json" "$W/bin/oomb" train --device cuda --model "$W/prof-model" \
+      --data "$W/prof-tokens.bin" --data-format u32 --seq-len "$2" --chunk-size "$3" --steps 1 --optimizer adamw "${@:4}"
   }
   export -f profile_step
   export W
   local cap=120; [ -n "${1:-}" ] && cap=60
-  # GPU_SESSION_PROFILE="preset N C" profiles another shape (the 128K MFU row: "qwen2.5-0.5b 131072
-  # 4096", with GPU_SESSION_PROFILE_CAP seconds, default 120 or 60 in `all`)
+  # GPU_SESSION_PROFILE="preset N C [flags]" profiles another shape (the 128K MFU row: "qwen2.5-0.5b
+  # 131072 4096 --keep-attention", with GPU_SESSION_PROFILE_CAP seconds, default 120 or 60 in `all`)
   local prof=(${GPU_SESSION_PROFILE:-qwen2.5-0.5b 8192 4096})
-  [ ${#prof[@]} -eq 3 ] || { echo "GPU_SESSION_PROFILE: expected \"preset N C\", got '${GPU_SESSION_PROFILE}'" | tee -a "$OUT/summary.txt"; return 1; }
+  [ ${#prof[@]} -ge 3 ] || { echo "GPU_SESSION_PROFILE: expected \"preset N C [flags]\", got '${GPU_SESSION_PROFILE}'" | tee -a "$OUT/summary.txt"; return 1; }
   step "profile_${prof[0]}_${prof[1]}" "${GPU_SESSION_PROFILE_CAP:-$cap}" bash -c "profile_step ${prof[*]}"
   # (in `all`, the rest goes to bench/cuda_step.py, whose --offloads measure offload too)
   [ -z "${1:-}" ] &&

@@ -4,7 +4,7 @@
 // against resident; a tied lm_head streamed in tiles); the same bits on a second run; a few AdamW
 // steps through the trainer; the plan against the measured peaks. (test_cuda_features: generate,
 // eval, sparse pages, windows, --offload params through steps, host waits, resume.) Skips without a
-// GPU.
+// GPU. Also: the op profile's FLOP counts, and --keep-attention's bits.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -422,5 +422,94 @@ TEST(CudaModel, PlanEqualsEveryMeasuredPeak) {
       expect_peaks_equal(pred);
       std::cout << fmt::format("[ cuda     ] plan N={} offload={} {}: device {} B, pinned {} B, as measured\n", N,
                                offload, dtype_name(precision), pred.total(Tier::Device), pred.total(Tier::Pinned));
+    }
+}
+
+// OOMB_CUDA_PROFILE=PATH.json: the profile counts the arithmetic of a step as its schedule spends it
+// (train/model.cpp's run), each pass of a layer's attention over all N (N + 1) / 2 pairs of each head:
+//   attention forwards: 2 L - 1 passes (the first sweep's top layer writes its K/V only; the
+//     backward's recompute keeps o and lse, so no layer attends again before its backward);
+//     --keep-attention: L (the first sweep's top layer attends; the recompute attends to nothing);
+//   attention backwards: L passes;
+//   matmuls per token: the first sweep's L - 1 layers and the top one's k, v (keeping: L layers);
+//     the recompute sweep's L (keeping: below the top only o_proj and the MLP, for h_{l+1}); before
+//     each backward but the top's, the layer's recompute (L - 1);
+//     the backwards (dx and dw, twice a forward); the lm_head's logits twice (loss, gradient), its
+//     dh and dw.
+// fp32 (the reference kernels) and bf16 (tensor cores; cuDNN's route where it takes the call). Every
+// op row has a GPU time. The rows' rates are what the 128K profile's "what holds it back" rests on.
+TEST(CudaModel, ProfileCountsTheArithmeticOfEveryAttentionPairAndMatmul) {
+  std::string why;
+  if (!make_cuda_backend(&why)) GTEST_SKIP() << why;
+  const auto dir = temp_dir("_profile");
+  const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("qwen2", 2), 95);
+  auto toks = write_tokens(dir / "t.bin", 131, 61, 96);
+  std::vector<int32_t> ids(toks.begin(), toks.end() - 1), tg(toks.begin() + 1, toks.end());
+  const double N = double(ids.size()), L = double(cfg.layers), d = double(cfg.hidden), V = double(cfg.vocab);
+  const double H = double(cfg.heads), D = double(cfg.head_dim), kv = double(cfg.kv_heads * cfg.head_dim);
+  const double q = H * D, output = q * d + 3 * d * double(cfg.intermediate), layer = d * q + 2 * d * kv + output;
+  const double pairs = H * N * (N + 1) / 2;
+  for (DType precision : {DType::F32, DType::BF16})
+    for (bool keep : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} keep={}", dtype_name(precision), keep));
+      const double want_fwd = 4 * D * pairs * (keep ? L : 2 * L - 1), want_bwd = 10 * D * pairs * L;
+      const double first_sweep = keep ? 2 * layer * L : 2 * (layer * (L - 1) + 2 * d * kv);
+      const double recompute_sweep = keep ? 2 * (layer + output * (L - 1)) : 2 * layer * L;
+      const double want_matmuls =
+          N * (first_sweep + recompute_sweep + 2 * layer * (L - 1) + 4 * layer * L + 8 * V * d);
+      const std::string path = (dir / fmt::format("profile_{}_{}.json", dtype_name(precision), keep)).string();
+      {
+        const ScopedEnv profile("OOMB_CUDA_PROFILE", path.c_str());
+        auto gpu = make_cuda_backend(&why);
+        ChunkPlan plan{29, 16};
+        plan.precision = precision;
+        plan.keep_attention = keep ? int64_t(N) : 0;
+        one_step(*gpu, dir, ids, tg, plan);
+      }  // the profile is written when the backend ends
+      const nlohmann::json rows = nlohmann::json::parse(read_text(path));
+      double fwd = 0, bwd = 0, matmuls = 0;
+      for (const auto& r : rows) {
+        const std::string op = r.at("op");
+        const double f = r.at("flops");
+        EXPECT_GT(r.at("calls").get<int64_t>(), 0) << op;
+        EXPECT_GT(r.at("gpu_s").get<double>(), 0.0) << op;
+        (op.starts_with("attention_fwd") ? fwd : op.starts_with("attention_bwd") ? bwd : matmuls) += f;
+        const bool counted = op.starts_with("linear_") || op == "lm_head_xent_stats" || op == "lm_head_xent_grad" ||
+                             op.starts_with("attention_");
+        if (counted) EXPECT_GT(f, 0.0) << op;
+        else EXPECT_EQ(f, 0.0) << op;
+      }
+      EXPECT_EQ(fwd, want_fwd);
+      EXPECT_EQ(bwd, want_bwd);
+      EXPECT_EQ(matmuls, want_matmuls);
+      std::cout << fmt::format("[ cuda     ] profile {}{}: attention {:.6g} + {:.6g} FLOP, matmuls {:.6g} FLOP, as "
+                               "counted\n", dtype_name(precision), keep ? " --keep-attention" : "", fwd, bwd, matmuls);
+    }
+}
+
+// --keep-attention on CUDA: the forward sweep's attention outputs stand in for the recompute's, the
+// same bits (loss and every gradient), fp32 and bf16 (tensor cores, or cuDNN's route where it takes
+// the call), pages resident and offloaded.
+TEST(CudaModel, KeepingAttentionGivesTheSameBits) {
+  std::string why;
+  auto gpu = make_cuda_backend(&why);
+  if (!gpu) GTEST_SKIP() << why;
+  const auto dir = temp_dir("_keep");
+  write_tiny_model(dir, tiny_config_json("llama", 2), 97);
+  auto toks = write_tokens(dir / "t.bin", 131, 61, 98);
+  std::vector<int32_t> ids(toks.begin(), toks.end() - 1), tg(toks.begin() + 1, toks.end());
+  for (DType precision : {DType::F32, DType::BF16})
+    for (bool offload : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} offload={}", dtype_name(precision), offload));
+      ChunkPlan plan{29, 16};
+      plan.precision = precision;
+      plan.offload_kv = offload;
+      plan.offload_group = offload ? 2 : 0;
+      const StepResult recomputed = one_step(*gpu, dir, ids, tg, plan);
+      plan.keep_attention = int64_t(ids.size());
+      const StepResult kept = one_step(*gpu, dir, ids, tg, plan);
+      EXPECT_EQ(kept.loss, recomputed.loss);
+      EXPECT_EQ(std::memcmp(kept.grads.data(), recomputed.grads.data(), kept.grads.size() * 4), 0)
+          << "gradient rel. error " << rel_error(kept.grads, recomputed.grads);
     }
 }

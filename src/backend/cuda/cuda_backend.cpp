@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/attention_flops.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cudnn_attention.h"
@@ -59,7 +60,7 @@ class CudaBackend final : public Backend {
     const int64_t T = x.dim(0), in = x.dim(1), out = w.dim(0);
     const bool bf16 = x.dtype == DType::BF16;
     gemm_->run(false, true, T, out, in, x.data, in, w.data, in, y.f(), out, 1.0f, 0.0f, b ? b->f() : nullptr, bf16);
-    launched("linear_fwd");
+    launched("linear_fwd", 2.0 * double(T) * double(out) * double(in));
   }
   // x, w, dy: all f32 or all bf16; dx, dw, db fp32 (dw accumulates, beta = 1)
   void do_linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool acc, Tensor* dw,
@@ -73,7 +74,7 @@ class CudaBackend final : public Backend {
     if (dw)  // dw (out, in) += dy^T . x
       gemm_->run(true, false, out, in, T, dy.data, out, x.data, in, dw->f(), in, 1.0f, 1.0f, nullptr, bf16);
     if (db) cuda::k::column_sums(dy.data, bf16, db->f(), group_sums_.as<double>(), T, out, stream_);
-    launched("linear_bwd");
+    launched("linear_bwd", 2.0 * double(T) * double(out) * double(in) * ((dx ? 1 : 0) + (dw ? 1 : 0)));
   }
 
   void do_embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) override {
@@ -120,12 +121,12 @@ class CudaBackend final : public Backend {
     OOMB_CHECK(!dense || tensor_cores(a, p), "attention_fwd: cuDNN's route took a call the tensor-core kernels "
                "cannot take (head dim {}), so a fold's state could reach the reference kernels", p.D);
     if (dense && cudnn_attention_.forward(p, blocks, q.f(), o.f(), lse.f(), stream_))
-      return launched("attention_fwd (cuDNN)");
+      return launched("attention_fwd (cuDNN)", attention_counted(a, p, blocks, false));
     cudnn_refused("attention_fwd");
     const bool tc = tensor_cores(a, p);
     if (tc) cuda::k::attention_fwd_mma(p, q.f(), o.f(), lse.f(), stream_);
     else cuda::k::attention_fwd(p, q.f(), o.f(), lse.f(), stream_);
-    launched(tc ? "attention_fwd (tensor cores)" : "attention_fwd");
+    launched(tc ? "attention_fwd (tensor cores)" : "attention_fwd", attention_counted(a, p, blocks, false));
   }
   void do_attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
                      std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq) override {
@@ -134,12 +135,12 @@ class CudaBackend final : public Backend {
     cuda::k::AttnParams p = attention_params("attention_bwd", q, blocks, a, true, dense);
     float* dsum = static_cast<float*>(dsum_.get(size_t(std::max<int64_t>(p.T * p.H, 1)) * 4));
     if (dense && cudnn_attention_.backward(p, blocks, q.f(), o.f(), lse.f(), dout.f(), dq.f(), dsum, stream_))
-      return launched("attention_bwd (cuDNN)");
+      return launched("attention_bwd (cuDNN)", attention_counted(a, p, blocks, true));
     cudnn_refused("attention_bwd");
     const bool tc = tensor_cores(a, p);
     if (tc) cuda::k::attention_bwd_mma(p, q.f(), o.f(), lse.f(), dout.f(), dq.f(), dsum, stream_);
     else cuda::k::attention_bwd(p, q.f(), o.f(), lse.f(), dout.f(), dq.f(), dsum, stream_);
-    launched(tc ? "attention_bwd (tensor cores)" : "attention_bwd");
+    launched(tc ? "attention_bwd (tensor cores)" : "attention_bwd", attention_counted(a, p, blocks, true));
   }
 
   void do_page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means) override {
@@ -184,7 +185,7 @@ class CudaBackend final : public Backend {
       const void* ht = static_cast<const char*>(h.data) + size_t(t0) * row_bytes;  // (n, d)
       gemm_->run(false, true, n, Vt, d, ht, d, w.data, d, logits, Vt, 1.0f, 0.0f, nullptr, bf16);  // (n, Vt)
       cuda::k::xent_stats(logits, Vt, targets.as<int32_t>() + t0, v0, Vt, n, stats.as<double>() + t0 * 4, stream_);
-      launched(op);
+      launched(op, 2.0 * double(n) * double(Vt) * double(d));
     }
   }
   void do_lm_head_xent_loss(const Tensor& stats, const Tensor& targets, Tensor& sums) override {
@@ -215,7 +216,7 @@ class CudaBackend final : public Backend {
                    dh_accumulate ? 1.0f : 0.0f, nullptr, bf16);
       if (dw)  // dw (Vt, d) += dl^T (Vt, n) . h (n, d)
         gemm_->run(true, false, Vt, d, n, dlogits, Vt, ht, d, dw->f(), d, 1.0f, 1.0f, nullptr, bf16);
-      launched(op);
+      launched(op, 2.0 * double(n) * double(Vt) * double(d) * (1 + (dh ? 1 : 0) + (dw ? 1 : 0)));
     }
   }
   // the loss tile (loss_tile: the logits, and with bf16 matmuls their bf16 gradient),
@@ -341,11 +342,28 @@ class CudaBackend final : public Backend {
 
   // A kernel's fault surfaces at the next sync, named after whichever op syncs; OOMB_CUDA_SYNC=1
   // waits after every op so that the op which faulted names it (debugging, slower).
-  void launched(const char* op) {
+  // OOMB_CUDA_PROFILE: 1, or a PATH.json the rows go to as well (op_profile.h; under mpirun rank r > 0
+  // writes PATH.rank<r>.json); unset, none
+  static std::unique_ptr<cuda::OpProfile> make_profile() {
+    const char* v = std::getenv("OOMB_CUDA_PROFILE");
+    if (!v) return nullptr;
+    std::string s = v;
+    if (!s.ends_with(".json")) return std::make_unique<cuda::OpProfile>();
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (rank && std::string(rank) != "0") s.insert(s.size() - 5, std::string(".rank") + rank);
+    return std::make_unique<cuda::OpProfile>(s);
+  }
+  // an attention call's FLOPs for the profile (backend/attention_flops.h), counted only when profiling
+  double attention_counted(const AttnArgs& a, const cuda::k::AttnParams& p, std::span<const KVBlock> blocks,
+                           bool backward) const {
+    return profile_ ? attention_flops(a, p.T, p.H, p.D, blocks, backward) : 0.0;
+  }
+  // flops: the op's arithmetic for the profile's rates (OpProfile), 0 where not counted
+  void launched(const char* op, double flops = 0) {
     cuda_check(cudaGetLastError(), op);
     if (profile_) {
       ++waits_.drains;  // the profile waits for every op
-      return profile_->mark(op, stream_);
+      return profile_->mark(op, stream_, flops);
     }
     if (sync_each_) drain(stream_, op);
   }
@@ -466,8 +484,7 @@ class CudaBackend final : public Backend {
   HostWaits waits_{0, 0};  // what synchronize(), a host copy and the table staging waited for
   const bool sync_each_ = std::getenv("OOMB_CUDA_SYNC") != nullptr;
   const CudaAttention attention_mode_ = cuda_attention_mode();
-  const std::unique_ptr<cuda::OpProfile> profile_ =
-      std::getenv("OOMB_CUDA_PROFILE") ? std::make_unique<cuda::OpProfile>() : nullptr;
+  const std::unique_ptr<cuda::OpProfile> profile_ = make_profile();
   Buffer gemm_ws_;
   Buffer group_sums_;  // the column sums' groups (rmsnorm_bwd's dw, the bias gradient), on stream_
   std::unique_ptr<cuda::Gemm> gemm_;
