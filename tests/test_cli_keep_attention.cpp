@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <sstream>
 
 #include "core/memory.h"
@@ -20,12 +21,27 @@ using namespace oomb;
 using namespace oomb::testing;
 using ::testing::HasSubstr;
 
+namespace {
+
+// The tiny preset in dir/m and 2000 tokens of its vocabulary in dir/t.bin.
+struct TinyRun {
+  std::filesystem::path dir = temp_dir();
+  std::string m = (dir / "m").string();
+  ModelConfig cfg;
+  TinyRun() {
+    EXPECT_EQ(oomb_cmd(dir, "init --preset tiny --out " + m).code, 0);
+    cfg = load_config(m);
+    write_tokens(dir / "t.bin", 2000, cfg.vocab, 5);
+  }
+};
+
+}  // namespace
+
 TEST(CliKeepAttention, TrainGivesTheSameStepsAndHoldsWhatThePlanSays) {
-  const auto dir = temp_dir();
-  const auto m = (dir / "m").string();
-  ASSERT_EQ(oomb_cmd(dir, "init --preset tiny --out " + m).code, 0);
-  const ModelConfig cfg = load_config(m);
-  write_tokens(dir / "t.bin", 2000, cfg.vocab, 5);
+  const TinyRun run;
+  const auto& dir = run.dir;
+  const std::string& m = run.m;
+  const ModelConfig& cfg = run.cfg;
   const int64_t N = 256, C = 64, L = cfg.layers, H = cfg.heads, D = cfg.head_dim;
   const int64_t more = L * N * H * (D + 1) * 4;  // (fp32, the default on cpu and sim)
   for (const char* where : {"--device cpu", "--device sim", "--device sim --offload kv"}) {
@@ -67,14 +83,12 @@ TEST(CliKeepAttention, TrainGivesTheSameStepsAndHoldsWhatThePlanSays) {
 
 // Without the flag, oomb train and oomb plan --device-memory say when keeping would fit the device
 // (--device-memory on sim) and what it saves, with the device bytes its plan gives; not when only the
-// run without it fits. With
-// it on a device too small, the refusal names what the run needs without it.
+// run without it fits. With it on a device too small, the refusal names what the run needs without it.
 TEST(CliKeepAttention, TrainAndPlanSayWhenKeepingWouldFit) {
-  const auto dir = temp_dir();
-  const auto m = (dir / "m").string();
-  ASSERT_EQ(oomb_cmd(dir, "init --preset tiny --out " + m).code, 0);
-  const ModelConfig cfg = load_config(m);
-  write_tokens(dir / "t.bin", 2000, cfg.vocab, 5);
+  const TinyRun run;
+  const auto& dir = run.dir;
+  const std::string& m = run.m;
+  const ModelConfig& cfg = run.cfg;
   const std::string flags = "--seq-len 256 --chunk-size 64 --device sim --optimizer adamw";
   auto device_need = [&](const std::string& more) -> int64_t {
     const CmdResult p = oomb_cmd(dir, fmt::format("plan --model {} {} --json{}", m, flags, more));
