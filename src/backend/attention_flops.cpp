@@ -1,7 +1,6 @@
 #include "backend/attention_flops.h"
 
 #include <algorithm>
-#include <bit>
 
 namespace oomb {
 

@@ -31,13 +31,25 @@ std::string offload_fits(bool kv, bool params, const Limit& host, const Limit& d
     if (k == kv && p == params) continue;
     const std::optional<MemoryPlan> m = plan_of(k, p);
     if (!m) continue;
-    const int64_t dev = m->total(Tier::Device), hst = m->total(Tier::Host) + m->total(Tier::Pinned);
-    if ((device.bytes > 0 && dev > device.bytes) || (host.bytes > 0 && hst > host.bytes)) continue;
+    if (!fits_within(*m, host, device)) continue;
     out += fmt::format("{}{} fits (device {}, host and pinned {})", out.empty() ? "" : "; ",
                        k && p ? "--offload kv,params" : k ? "--offload kv" : p ? "--offload params" : "no --offload",
-                       format_bytes(dev), format_bytes(hst));
+                       format_bytes(m->total(Tier::Device)), format_bytes(m->total(Tier::Host) + m->total(Tier::Pinned)));
   }
   return out;
+}
+
+bool fits_within(const MemoryPlan& m, const Limit& host, const Limit& device) {
+  const int64_t dev = m.total(Tier::Device), hst = m.total(Tier::Host) + m.total(Tier::Pinned);
+  return (device.bytes <= 0 || dev <= device.bytes) && (host.bytes <= 0 || hst <= host.bytes);
+}
+
+std::optional<MemoryPlan> keep_attention_fits(ChunkPlan plan, int64_t N, const Limit& host, const Limit& device,
+                                              const std::function<MemoryPlan(const ChunkPlan&)>& plan_for) {
+  plan.keep_attention = N;
+  MemoryPlan m = plan_for(plan);
+  if (!fits_within(m, host, device)) return std::nullopt;
+  return m;
 }
 
 }  // namespace oomb::cli

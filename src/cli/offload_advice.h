@@ -1,4 +1,4 @@
-// What another --offload setting would need: the advice a run or a plan refused for memory gets.
+// What another --offload setting, or --keep-attention, would need: the advice a run or a plan gets.
 #pragma once
 #include <functional>
 #include <optional>
@@ -23,5 +23,13 @@ std::optional<MemoryPlan> plan_with_offload(ChunkPlan plan, bool kv, bool params
 // (plan_with_offload), or nothing.
 std::string offload_fits(bool kv, bool params, const Limit& host, const Limit& device,
                          const std::function<std::optional<MemoryPlan>(bool kv, bool params)>& plan_of);
+
+// Whether m fits within both limits (a limit of 0 bytes: none).
+bool fits_within(const MemoryPlan& m, const Limit& host, const Limit& device);
+
+// The run's plan with --keep-attention for its N tokens, where it fits both limits; nothing
+// otherwise. plan_for(p) is p's plan.
+std::optional<MemoryPlan> keep_attention_fits(ChunkPlan plan, int64_t N, const Limit& host, const Limit& device,
+                                              const std::function<MemoryPlan(const ChunkPlan&)>& plan_for);
 
 }  // namespace oomb::cli

@@ -127,15 +127,11 @@ Command add_plan(CLI::App& app) {
                 });
             // --device-memory without --keep-attention: whether keeping would fit too
             std::string keep_fits;
-            if (a->device_memory > 0 && fits && plan.keep_attention == 0) {
-              ChunkPlan keep = plan;
-              keep.keep_attention = a->seq_len;
-              const MemoryPlan mk = plan_for(keep);
-              if (mk.total(Tier::Device) <= dev.bytes && mk.total(Tier::Host) + mk.total(Tier::Pinned) <= host_limit.bytes)
+            if (a->device_memory > 0 && fits && plan.keep_attention == 0)
+              if (const auto mk = keep_attention_fits(plan, a->seq_len, host_limit, dev, plan_for))
                 keep_fits = fmt::format("--keep-attention fits too (device {}): {} attention forward passes a step "
-                                        "instead of {}", format_bytes(mk.total(Tier::Device)), cfg.layers,
+                                        "instead of {}", format_bytes(mk->total(Tier::Device)), cfg.layers,
                                         recomputed_attention_passes(cfg, plan));
-            }
             if (a->json) {
               nlohmann::json j = plan_json(m);
               j["run"] = {{"device", device}, {"precision", precision}};  // beside the tiers ("device" is one)

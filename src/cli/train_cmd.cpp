@@ -153,21 +153,18 @@ void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPl
 // Without --keep-attention: a line saying it would fit this machine (the device's limit and the host's
 // available memory, as check_memory_fits weighs them) and what it saves; "" where it would not.
 std::string keep_attention_hint(const TrainArgs& a, const ModelConfig& cfg, const ChunkPlan& plan, Backend& be) {
-  if (plan.keep_attention > 0) return "";
-  ChunkPlan keep = plan;
-  keep.keep_attention = a.seq_len;
-  const MemoryPlan m = plan_memory(cfg, keep, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, keep)),
-                                   be.tier(), be.pinned_workspace_bytes());
+  const bool on_device = be.tier() == Tier::Device;
   const Limit dev = device_limit(a), host = host_share(available_host_memory(), local_ranks());
-  const int64_t need_host = m.total(Tier::Host) + m.total(Tier::Pinned);
-  if (need_host > host.bytes || (be.tier() == Tier::Device && (dev.bytes <= 0 || m.total(Tier::Device) > dev.bytes)))
-    return "";
-  const int64_t L = cfg.layers;
+  if (plan.keep_attention > 0 || (on_device && dev.bytes <= 0)) return "";  // (a device of unknown size: no hint)
+  const auto m = keep_attention_fits(plan, a.seq_len, host, dev, [&](const ChunkPlan& p) {
+    return plan_memory(cfg, p, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p)), be.tier(),
+                       be.pinned_workspace_bytes());
+  });
+  if (!m) return "";
   return fmt::format("--keep-attention would fit ({} {}, of {} {}): {} attention forward passes a step instead of {}, "
-                     "the same bits", be.tier() == Tier::Device ? "device" : "host",
-                     format_bytes(be.tier() == Tier::Device ? m.total(Tier::Device) : need_host),
-                     be.tier() == Tier::Device ? dev.what : host.what,
-                     format_bytes(be.tier() == Tier::Device ? dev.bytes : host.bytes), L,
+                     "the same bits", on_device ? "device" : "host",
+                     format_bytes(on_device ? m->total(Tier::Device) : m->total(Tier::Host) + m->total(Tier::Pinned)),
+                     on_device ? dev.what : host.what, format_bytes(on_device ? dev.bytes : host.bytes), cfg.layers,
                      recomputed_attention_passes(cfg, plan));
 }
 

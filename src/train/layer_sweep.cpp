@@ -6,10 +6,11 @@
 //   the loss, chunks in reverse: array L-1 -> final norm, fused lm_head + cross-entropy -> dh,
 //     written over array L-1 (or into array L when the embedding is tied);
 //   backward sweep, layer l = L-1..0, chunks in reverse: layer l recomputed from its input
-//     (attention included; with --keep-attention its output is the forward sweep's), its backward from dh (dK/dV of the pages read accumulate into gradient
-//     pages, which the later chunks of the same layer filled first), dh written back for layer
-//     l-1; at layer 0 the embedding's gradient. A layer's pages are freed chunk by chunk, so only
-//     one layer's gradient pages exist at once.
+//     (attention included; with --keep-attention its output is the forward sweep's), its backward
+//     from dh (dK/dV of the pages read accumulate into gradient pages, which the later chunks of
+//     the same layer filled first), dh written back for layer l-1; at layer 0 the embedding's
+//     gradient. A layer's pages are freed chunk by chunk, so only one layer's gradient pages exist
+//     at once.
 // Every accumulation happens in the chunk order's order: a layer's weight gradients and gradient
 // pages take the chunks from the last; the final norm's and lm_head's gradients and the loss sums
 // take the chunks from the last in the loss pass. A tied embedding is one gradient tensor for the
@@ -76,7 +77,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
       Tensor h_out = acts_->out();
       LayerBuffers buf = layer_buffers(n);
       layer_forward(layer_ctx(l, c, true, false, true), p, h_in, h_out, buf, LayerPass::Full);  // K/V written
-      if (keeping_) keep_out(l, c);
+      if (keeping_) keep(l, c, true);
       acts_->next();
     }
     store_.release(l);
@@ -116,7 +117,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
       const Tensor h_in = l == 0 ? embedded(n) : acts_->in(0);
       Tensor dh = acts_->in(l == 0 ? 0 : 1), scratch = h_[1].rows(0, local(n));
       LayerBuffers buf = layer_buffers(n);
-      if (keeping_) keep_in(l, c);
+      if (keeping_) keep(l, c, false);
       // recomputed from its input, attention too (--keep-attention: its output kept from the forward sweep)
       layer_forward(layer_ctx(l, c, !keeping_, false, false), p, h_in, scratch, buf,
                     keeping_ ? LayerPass::SavedAttention : LayerPass::Full);

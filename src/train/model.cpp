@@ -283,23 +283,15 @@ void Model::keep_attention(LayerBuffers& buf, int64_t l, int64_t n) {
   buf.keep_attention_in(&att_o_[at], &att_lse_[at], n);
 }
 
-// (each head group's (n, H/K, D) attention side: all n tokens of the chunk, this rank's heads)
-void Model::keep_out(int64_t l, ChunkSpan c) {
+// (each head group's (n, H/K, D) attention side: all n tokens of the chunk, this rank's heads; a
+// bf16 store is exact, the outputs hold bf16 values)
+void Model::keep(int64_t l, ChunkSpan c, bool out) {
   const int64_t n = c.size();
   for (int64_t j = 0; j < plan_.head_chunks; ++j) {
     const size_t at = size_t(l * plan_.head_chunks + j);
-    Tensor o = kept_o_[at].rows(c.begin, n), lse = kept_lse_[at].rows(c.begin, n);
-    be_.cast(att_o_[at].rows(0, n), o);  // (bf16: exact, the output holds bf16 values)
-    be_.cast(att_lse_[at].rows(0, n), lse);
-  }
-}
-void Model::keep_in(int64_t l, ChunkSpan c) {
-  const int64_t n = c.size();
-  for (int64_t j = 0; j < plan_.head_chunks; ++j) {
-    const size_t at = size_t(l * plan_.head_chunks + j);
-    Tensor o = att_o_[at].rows(0, n), lse = att_lse_[at].rows(0, n);
-    be_.cast(kept_o_[at].rows(c.begin, n), o);
-    be_.cast(kept_lse_[at].rows(c.begin, n), lse);
+    Tensor chunk[2] = {att_o_[at].rows(0, n), att_lse_[at].rows(0, n)};
+    Tensor kept[2] = {kept_o_[at].rows(c.begin, n), kept_lse_[at].rows(c.begin, n)};
+    for (int i = 0; i < 2; ++i) out ? be_.cast(chunk[i], kept[i]) : be_.cast(kept[i], chunk[i]);
   }
 }
 
@@ -337,11 +329,11 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
     const size_t li = size_t(l);
     const LayerCtx ctx = layer_ctx(l, c, l < attending, false, write);
     keep_attention(buf, l, n);
-    if (sweep == Sweep::RecomputeKept) keep_in(l, c);
+    if (sweep == Sweep::RecomputeKept) keep(l, c, false);
     Tensor h_out = h_[li + 1].rows(0, t);
     layer_forward(ctx, store_.acquire(l), h_[li].rows(0, t), h_out, buf,
                   l < attending ? LayerPass::Full : rest(l));  // (writes the K/V when `write`)
-    if (keeping_ && write) keep_out(l, c);
+    if (keeping_ && write) keep(l, c, true);
     store_.release(l);
   }
 }

@@ -123,10 +123,9 @@ class Model {
   LossStats run_layer_major(const ChunkReader& read, int64_t N, float weight);  // train/layer_sweep.cpp
   LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads, bool forward_sweep);
   void keep_attention(LayerBuffers& buf, int64_t layer, int64_t n);
-  // --keep-attention: layer l's attention output and LSE of chunk c into the store (after its
-  // forward), or back into its chunk buffers (before the backward's recompute needs them)
-  void keep_out(int64_t layer, ChunkSpan c);
-  void keep_in(int64_t layer, ChunkSpan c);
+  // --keep-attention: layer l's attention output and LSE of chunk c from its chunk buffers into the
+  // store (out: after its forward), or back (before the backward's recompute needs them)
+  void keep(int64_t layer, ChunkSpan c, bool out);
   void release_pages(int64_t layer, int64_t first_page);
   void forward_layers(ChunkSpan c, Sweep sweep);
   Tensor final_norm(const Tensor& h);
