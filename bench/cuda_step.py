@@ -28,7 +28,8 @@ beside the next step's first layers: the overlap's gain); `params+chunk` and `pa
 that sweep order (`--sweep`; otherwise auto, which takes the layer order where the host holds it).
 
 oomb steps: 2 for N <= 32K (the row is the second, warm step), 1 beyond (its step time dwarfs
-the warm-up). Hugging Face: one warm-up step, then one timed step; the model is built from its
+the warm-up). Each step trains on a window of its own (random tokens): the second step's loss, on
+tokens the model never saw, stays near ln(151643) = 11.93 unless a query sees its own target. Hugging Face: one warm-up step, then one timed step; the model is built from its
 config (random init, bf16) straight on the GPU, its loss is transformers' own (labels=ids).
 
 FLOPs (both lines alike): train/flops.h's formula, linear layers + causal attention, forward +
@@ -308,12 +309,14 @@ def main():
                         row(mk, oomb_line, n, c, note=f"skipped: ~{guess:.0f} s expected (from N={n0}), "
                             f"{min(a.per_run, left()):.0f} s left")
                         continue
-                toks = os.path.join(a.out, f"tokens_{n}.bin")
+                # a window of its own for each step: a later step's loss is on tokens the model never
+                # saw, so it stays near ln(DATA_VOCAB) unless the model sees its targets (a causality leak)
+                toks = os.path.join(a.out, f"tokens_{n}x{steps}.bin")
                 if not os.path.exists(toks):
                     import array, random  # raw little-endian uint32 (--data-format u32); no numpy needed
                     rng = random.Random(n)
                     with open(toks, "wb") as f:
-                        array.array("I", (rng.randrange(DATA_VOCAB) for _ in range(n + 1))).tofile(f)
+                        array.array("I", (rng.randrange(DATA_VOCAB) for _ in range(n * steps + 1))).tofile(f)
                 met = os.path.join(a.out, f"m_{mk}_{n}_{c}_{off.replace(',', '-') or 'none'}.jsonl")
                 if os.path.exists(met):
                     os.remove(met)

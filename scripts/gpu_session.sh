@@ -32,8 +32,10 @@
 # (default 540) of the start, each step under its own time limit too, so give the device tool
 # timeout_s 600 and plan ONE call:  `all --models 0.5b,1.5b --lengths 8192,32768`, with
 # GPU_SESSION_SKIP=golden_hf once the fixtures are committed, and `--chunks 4096 --offloads
-# "none;none+keep;params"` for --keep-attention's gain and `--offload params`' cost beside the
-# resident step. The 128K rows (an H200:
+# "none;params"` (`--offload params`' cost beside the resident step; its rows' notes give the
+# host's update time and the step's wait for it; the +keep rows were measured on 2026-11-28).
+# Then `largest` (GPU_SESSION_BUDGET=200), whose fresh windows tell a memorising 7B from a leak.
+# The 128K rows (an H200:
 # 7B fits there with --offload kv) and their profile, a call of their own:
 #   GPU_SESSION_SKIP=offload GPU_SESSION_PROFILE="qwen2.5-0.5b 131072 4096 --keep-attention" \
 #     GPU_SESSION_PROFILE_CAP=200 bash scripts/gpu_session.sh bench --models 0.5b,7b --lengths 131072 \
@@ -153,9 +155,10 @@ core() {
   step attention_lab_d128 90 env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr "$W/bin/oomb_attention_lab" \
     --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
   # racecheck on the lab's small check: the tensor-core kernels double-buffer tiles in shared memory
-  # (cp.async, ldmatrix; rewritten 2026-11-28 without a GPU), both page types
+  # (cp.async, ldmatrix), both page types. Without cuDNN (--cudnn 0): on the H200 (2026-11-28) every
+  # hazard racecheck reported (13) was in cuDNN's generated wgmma kernels, none in oomb's
   step racecheck_lab 90 env LD_LIBRARY_PATH="$LDP" "$CS" --tool racecheck --error-exitcode 9 "$B/oomb_attention_lab" \
-    --heads 4 --kv-heads 2 --dim 64 --check-only 1
+    --heads 4 --kv-heads 2 --dim 64 --check-only 1 --cudnn 0
   # the bf16 steps take cuDNN's attention (OOMB_CUDA_ATTENTION=auto); the lab above says whether it built
   step cuda_model 150 "$W/bin/test_cuda_model"
   # generate, eval, sparse pages, sliding windows, --offload params through AdamW steps
@@ -244,7 +247,10 @@ range(int(sys.argv[2]) + 1))).tofile(open(sys.argv[1], "wb"))' "$W/prof-tokens.b
 # preset is picked here: the largest whose plan, with the first of --offload kv,params, params, kv
 # or none that fits, fits this GPU's free memory and the host's available memory (oomb plan
 # --device-memory); GPU_SESSION_LARGEST="preset offload" sets both. Its own call: init writes the
-# model (~1-2 minutes for 7B), then 3 AdamW steps at 8K.
+# model (~1-2 minutes for 7B), then 3 AdamW steps at 8K, each on a window of its own (random
+# tokens below 32000): steps 2 and 3 see tokens the model never saw, so their loss stays at or above
+# ln(32000) = 10.37 unless a query sees its target. (On 2026-11-28 the 7B, trained 3 times on one
+# window, went 12.65, 0.90, 0.097, accuracy 99.6%: memorised, or a leak; this tells them apart.)
 pick_largest() {
   local free p
   free=$(( $(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1) * 1048576 ))
@@ -273,7 +279,7 @@ largest() {
   step largest_plan 30 "$W/bin/oomb" plan --preset "$preset" --seq-len 8192 --chunk-size 4096 --device cuda $flag
   step largest_train $(( $(left) - 10 )) bash -c "'$W/bin/oomb' init --preset '$preset' --dtype bf16 --out '$W/big-model' \
       --force > /dev/null && python3 -c 'import array, random, sys; r = random.Random(1); array.array(\"I\",
-(r.randrange(32000) for _ in range(8193))).tofile(open(sys.argv[1], \"wb\"))' '$W/big-tokens.bin' &&
+(r.randrange(32000) for _ in range(3 * 8192 + 1))).tofile(open(sys.argv[1], \"wb\"))' '$W/big-tokens.bin' &&
     '$W/bin/oomb' train --device cuda --model '$W/big-model' --data '$W/big-tokens.bin' --data-format u32 \
       --seq-len 8192 --chunk-size 4096 --steps 3 --optimizer adamw $flag --log-every 1 \
       --metrics '$W/largest.jsonl' && tail -1 '$W/largest.jsonl'"

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/sdpa_graph.h"
@@ -25,15 +27,30 @@ namespace {
 #ifdef OOMB_HAVE_CUDA
 using oomb::sdpa::Shape;
 
-// OOMB_CUDNN_DEVICEPROP: another GPU's properties (scripts/gpu_session.sh passes the lent GPU's)
-std::string fixture() {
-  const char* other = std::getenv("OOMB_CUDNN_DEVICEPROP");
-  std::ifstream f(other && *other ? std::string(other)
-                                  : std::string(OOMB_SOURCE_DIR) + "/tests/fixtures/cudnn/h100_sxm_deviceprop.json");
-  EXPECT_TRUE(f.good()) << "no device properties at " << (other && *other ? other : "the fixture");
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << "no device properties at " << path;
   std::stringstream s;
   s << f.rdbuf();
   return s.str();
+}
+
+std::string fixture_path(const char* name) { return std::string(OOMB_SOURCE_DIR) + "/tests/fixtures/cudnn/" + name; }
+
+// OOMB_CUDNN_DEVICEPROP: another GPU's properties (scripts/gpu_session.sh passes the lent GPU's)
+std::string fixture() {
+  const char* other = std::getenv("OOMB_CUDNN_DEVICEPROP");
+  return read_text(other && *other ? std::string(other) : fixture_path("h100_sxm_deviceprop.json"));
+}
+
+// every GPU described here: the H100 (written by hand), the H200 (cuDNN's own serialisation, from
+// the device tool's machine, 2026-11-28), and OOMB_CUDNN_DEVICEPROP's if set
+std::vector<std::pair<std::string, std::string>> fixtures() {
+  std::vector<std::pair<std::string, std::string>> all;
+  for (const char* name : {"h100_sxm_deviceprop.json", "h200_deviceprop.json"})
+    all.push_back({name, read_text(fixture_path(name))});
+  if (const char* other = std::getenv("OOMB_CUDNN_DEVICEPROP"); other && *other) all.push_back({other, read_text(other)});
+  return all;
 }
 
 // cuDNN dlopens libcuda.so.1: where no driver is installed, CUDA's stub (whose soname that is),
@@ -121,9 +138,11 @@ TEST(DevicelessSurvey, TheBackendsEnginesCompile) {
 // what cuDNN's chosen engines ask for, for the calls the backend makes (a block of the chunk's
 // queries, cudnn_query_block, over the chunk's own keys up to the block's end, causal, or over
 // earlier keys in runs of at most T, all visible; bf16 o, do, dq) at the heads of the models oomb
-// runs: never less (the route would refuse the run), and for a full block over T keys within 5%
-// and 8 KiB (the plan is what is used, not a guess on the safe side). The blocks keep cuDNN's dS
-// within kCudnnDsBytes: 7B's chunk of 4096 goes in blocks of 1024 (its dS 235 MB, not 940 MB).
+// runs, and at the small shapes of the CUDA tests (chunks off cuDNN's 128-query tile: on the H200
+// the plan, which rounded queries to 64, refused them): never less (the route would refuse the
+// run), and for a full block over T keys within 5% and 8 KiB (the plan is what is used, not a
+// guess on the safe side). The blocks keep cuDNN's dS within kCudnnDsBytes: 7B's chunk of 4096
+// goes in blocks of 1024 (its dS 235 MB, not 940 MB). For each GPU described (fixtures()).
 TEST(DevicelessWorkspace, PlannedCoversWhatCudnnAsksForTheBackendsRuns) {
   SKIP_WITHOUT_CUDNN();
   struct Run {
@@ -136,21 +155,29 @@ TEST(DevicelessWorkspace, PlannedCoversWhatCudnnAsksForTheBackendsRuns) {
       {"qwen2.5-1.5b", 12, 2, 128, 1000, 1000, true}, {"qwen2.5-7b", 28, 4, 128, 4096, 4096, true},
       {"qwen2.5-7b", 28, 4, 128, 4096, 1000, false}, {"llama-3.1-8b", 32, 8, 128, 2048, 2048, false},
       {"qwen3-0.6b", 16, 8, 128, 8192, 8192, true},  {"MHA", 16, 16, 64, 512, 512, true},
+      // test_cuda_ops' and test_cuda_model's shapes (OOMB_CUDNN_MIN_QUERIES=1), the attention lab's
+      {"test 5", 2, 1, 8, 5, 5, true},                {"test 33", 4, 2, 16, 33, 33, true},
+      {"test 33 over 16", 4, 2, 16, 33, 16, false},   {"test 70", 8, 8, 128, 70, 70, true},
+      {"test 64", 6, 2, 64, 64, 64, true},            {"model 29", 4, 2, 16, 29, 29, true},
+      {"model 14", 4, 2, 16, 14, 14, true},           {"lab 190", 4, 2, 64, 190, 190, true},
+      {"qwen2.5-0.5b", 14, 2, 64, 300, 300, true},
   };
-  for (const Run& r : runs) {
-    size_t asked = 0;
-    const int64_t tq = oomb::cudnn_query_block(r.T, r.H);
-    EXPECT_LE(double(((tq + 63) / 64 * 64) * ((r.T + 63) / 64 * 64) * r.H * 2), double(oomb::kCudnnDsBytes) * 1.07)
-        << r.model << ": blocks of " << tq << " queries";
-    const std::string said = oomb::cuda::cudnn::build_deviceless(
-        Shape{r.H, r.G, tq, r.R, r.D, 0.088388f, r.causal, oomb::sdpa::DType::bf16}, fixture(), &asked);
-    const size_t planned = oomb::cudnn_attention_workspace(r.T, r.H, r.G, r.D);
-    std::printf("[ cudnn ] %s, chunk of %ld, blocks of %ld queries over %ld keys: cuDNN asks %zu B, planned %zu B (%s)\n",
-                r.model, long(r.T), long(tq), long(r.R), asked, planned, said.c_str());
-    EXPECT_GT(asked, 0u) << r.model;
-    EXPECT_GE(planned, asked) << r.model << " T " << r.T << " R " << r.R;
-    if (r.R == r.T) {
-      EXPECT_LE(double(planned), 1.05 * double(asked) + 8192) << r.model << " T " << r.T;
+  for (const auto& [gpu, prop] : fixtures()) {
+    for (const Run& r : runs) {
+      size_t asked = 0;
+      const int64_t tq = oomb::cudnn_query_block(r.T, r.H);
+      EXPECT_LE(double(((tq + 63) / 64 * 64) * ((r.T + 63) / 64 * 64) * r.H * 2), double(oomb::kCudnnDsBytes) * 1.07)
+          << r.model << ": blocks of " << tq << " queries";
+      const std::string said = oomb::cuda::cudnn::build_deviceless(
+          Shape{r.H, r.G, tq, r.R, r.D, 0.088388f, r.causal, oomb::sdpa::DType::bf16}, prop, &asked);
+      const size_t planned = oomb::cudnn_attention_workspace(r.T, r.H, r.G, r.D);
+      std::printf("[ cudnn ] %s: %s, chunk of %ld, blocks of %ld queries over %ld keys: cuDNN asks %zu B, planned %zu B "
+                  "(%s)\n", gpu.c_str(), r.model, long(r.T), long(tq), long(r.R), asked, planned, said.c_str());
+      EXPECT_GT(asked, 0u) << gpu << ": " << r.model;
+      EXPECT_GE(planned, asked) << gpu << ": " << r.model << " T " << r.T << " R " << r.R;
+      if (r.R == r.T) {
+        EXPECT_LE(double(planned), 1.05 * double(asked) + 8192) << gpu << ": " << r.model << " T " << r.T;
+      }
     }
   }
 }

@@ -55,12 +55,14 @@ int64_t cudnn_query_block(int64_t T, int64_t H) {
 
 size_t cudnn_attention_workspace(int64_t T, int64_t H, int64_t G, int64_t D) {
   // cuDNN 9.19's deterministic backward with o, do, dq in bf16 (engine 6 on sm90), as it asks
-  // deviceless (tests/test_cudnn_deviceless.cpp) for a call of Tq queries over R keys: dS in bf16,
-  // the queries and keys each rounded up to 64, (pad64(Tq), H, pad64(R)); with GQA dk and dv per
-  // query head in bf16 before their reduction, 2 x (R, H, D); and 256 bytes. The calls take the
-  // chunk's queries in blocks (cudnn_query_block) over runs of at most T keys. 4 KiB over, for
-  // engines that tile otherwise.
-  const size_t tq = size_t((cudnn_query_block(T, H) + 63) / 64 * 64), r = size_t((T + 63) / 64 * 64);
+  // deviceless (tests/test_cudnn_deviceless.cpp) and on the H200 for a call of Tq queries over R
+  // keys: dS in bf16, the queries rounded up to 128 and the keys to 64, (pad128(Tq), H, pad64(R));
+  // with GQA dk and dv per query head in bf16 before their reduction, 2 x (R, H, D); 256 bytes; the
+  // sum rounded up to 256. The calls take the chunk's queries in blocks (cudnn_query_block) over
+  // runs of at most T keys. 4 KiB over, for engines that tile otherwise. (Until 2026-11-28 the
+  // queries were rounded to 64, which only shapes with Tq a multiple of 128 had been checked
+  // against: on the H200 33 queries asked 74,240 bytes, not the 45,312 planned.)
+  const size_t tq = size_t((cudnn_query_block(T, H) + 127) / 128 * 128), r = size_t((T + 63) / 64 * 64);
   const size_t h = size_t(H), d = size_t(D);
   const size_t gqa = G < H ? 2 * size_t(T) * h * d * 2 : 0;
   return tq * r * h * 2 + gqa + 4096;
