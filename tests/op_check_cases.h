@@ -141,6 +141,27 @@ inline std::vector<BadCall> bad_calls() {
     Tensor dst = t(D::BF16, {3});
     t.be.cast(t(D::F32, {4}), dst);
   });
+  add("cast_to_pieces: the pieces hold 3 rows, x (4, 2)", [](OpMemory& t) {
+    const Tensor p = t(D::BF16, {3, 2});
+    const Backend::RowPiece pieces[] = {{p.data, 1}, {p.as<uint16_t>() + 2, 2}};
+    t.be.cast_to_pieces(t(D::F32, {4, 2}), pieces, D::BF16);
+  });
+  add("cast_to_pieces: piece 1 has no data", [](OpMemory& t) {
+    const Tensor p = t(D::BF16, {4, 2});
+    const Backend::RowPiece pieces[] = {{p.data, 2}, {nullptr, 2}};
+    t.be.cast_to_pieces(t(D::F32, {4, 2}), pieces, D::BF16);
+  });
+  add("cast_from_pieces: x and the pieces must be f32 or bf16, got f32 and i32", [](OpMemory& t) {
+    const Tensor p = t(D::I32, {4, 2});
+    Tensor x = t(D::F32, {4, 2});
+    const Backend::RowPiece pieces[] = {{p.data, 4}};
+    t.be.cast_from_pieces(pieces, D::I32, x);
+  });
+  add("cast_from_pieces: piece 0 has -1 rows", [](OpMemory& t) {
+    Tensor x = t(D::F32, {4, 2});
+    const Backend::RowPiece pieces[] = {{nullptr, -1}, {nullptr, 5}};
+    t.be.cast_from_pieces(pieces, D::BF16, x);
+  });
   add("add: x must be f32 or bf16, got i32", [](OpMemory& t) {
     Tensor y = t(D::F32, {4});
     t.be.add(y, t(D::I32, {4}));

@@ -932,6 +932,49 @@ TEST(CudaOps, CastAndRoundBf16AgainstTheIeeeDefinition) {
   EXPECT_EQ(bad, 0u);
 }
 
+// cast_to_pieces and cast_from_pieces (a chunk's K or V into and out of its pages) against the
+// CPU's, bit for bit, both dtypes either side: 70 pieces (two launches of at most 64), some of no
+// rows, every third with no data when read (zeros), each between guard bytes nothing may touch.
+TEST(CudaOps, CastToAndFromPiecesEqualsTheCpu) {
+  REQUIRE_GPU();
+  Backend &C = *backends().cpu, &G = *backends().cuda;
+  constexpr size_t kGap = 48;
+  std::vector<int64_t> rows;
+  for (int i = 0; i < 70; ++i) rows.push_back((i * 7) % 5);
+  int64_t T = 0;
+  for (int64_t r : rows) T += r;
+  for (DType pd : {DType::BF16, DType::F32})
+    for (DType xd : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(fmt::format("pieces {}, x {}", dtype_name(pd), dtype_name(xd)));
+      const size_t row_bytes = dtype_size(pd) * 16;  // (2, 8) a row
+      std::vector<size_t> at;
+      size_t total = kGap;
+      for (int64_t r : rows) at.push_back(total), total += size_t(r) * row_bytes + kGap;
+      std::vector<char> host(total, char(kSentinel));
+      Buffer dev(Tier::Device, Tag::Workspace, total);
+      G.copy(dev.data(), Tier::Device, host.data(), Tier::Host, total);
+      std::vector<Backend::RowPiece> hp, dp;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        hp.push_back({host.data() + at[i], rows[i]});
+        dp.push_back({static_cast<char*>(dev.data()) + at[i], rows[i]});
+      }
+      Pair x(xd, {T, 2, 8}), y(xd, {T, 2, 8});
+      const auto r = oomb::testing::randn(size_t(x.h.numel()), 91);
+      for (size_t i = 0; i < r.size(); ++i)
+        if (xd == DType::F32) x.h.f()[i] = r[i];
+        else x.h.as<uint16_t>()[i] = f32_to_bf16(r[i]);
+      x.upload();
+      C.cast_to_pieces(x.h, hp, pd), G.cast_to_pieces(x.d, dp, pd);
+      std::vector<char> got(total);
+      G.copy(got.data(), Tier::Host, dev.data(), Tier::Device, total);
+      EXPECT_EQ(got, host) << "the pieces (and the guard bytes between them)";
+      for (size_t i = 0; i < rows.size(); i += 3) hp[i].data = dp[i].data = nullptr;
+      C.cast_from_pieces(hp, pd, y.h), G.cast_from_pieces(dp, pd, y.d);
+      EXPECT_EQ(y.download(), std::vector<char>(static_cast<char*>(y.h.data), static_cast<char*>(y.h.data) + y.h.bytes()));
+    }
+  std::cout << fmt::format("[ parity   ] cast_to_pieces, cast_from_pieces: {} rows in 70 pieces, the CPU's bits\n", T);
+}
+
 // The same bad calls the CPU backend and the simulated device refuse (test_op_checks.cpp), with
 // the same messages: the checks are done once, for every backend.
 TEST(CudaOps, RefusesEveryBadCallAsTheOtherBackendsDo) {

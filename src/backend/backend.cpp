@@ -163,6 +163,20 @@ double Backend::lm_head_xent(const Tensor& h, const Tensor& w, const Tensor& tar
   return host[0];
 }
 
+void Backend::do_cast_pieces(const Tensor& x, std::span<const RowPiece> pieces, DType dtype, bool to_pieces) {
+  int64_t r = 0;
+  for (const RowPiece& p : pieces) {
+    Tensor xr = x.rows(r, p.rows);
+    r += p.rows;
+    if (p.rows == 0) continue;
+    Tensor pt = xr;  // the piece: x's rows' shape, in `dtype`, at p.data
+    pt.data = p.data, pt.dtype = dtype;
+    if (to_pieces) do_cast(xr, pt);
+    else if (p.data) do_cast(pt, xr);
+    else fill_zero(xr.data, xr.bytes());
+  }
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& device, int64_t device_memory, int local_rank) {
   OOMB_CHECK(device_memory == 0 || device == "sim", "--device-memory: only for --device sim");
   if (device == "cpu") return make_cpu_backend();

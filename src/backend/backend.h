@@ -223,6 +223,17 @@ class Backend {
   virtual HostWaits host_waits() const { return {}; }
   // dst = src converted (f32 <-> bf16, round to nearest even; same dtype: a copy); equal numel.
   void cast(const Tensor& src, Tensor& dst);
+  // Rows converted as cast() converts them, between x (T, ...) and pieces elsewhere in this
+  // backend's memory (a chunk's K or V and the pages holding it): piece i holds x's next `rows`
+  // rows, in dtype `dtype`; the pieces' rows sum to T. cast_to_pieces: x -> pieces.
+  // cast_from_pieces: pieces -> x, where a piece with no data gives rows of zeros. A GPU does it in
+  // one launch, where cast() per piece takes one each (a chunk of 4096 tokens, pages of 128: 32).
+  struct RowPiece {
+    void* data;
+    int64_t rows;
+  };
+  void cast_to_pieces(const Tensor& x, std::span<const RowPiece> pieces, DType dtype);
+  void cast_from_pieces(std::span<const RowPiece> pieces, DType dtype, Tensor& x);
   // x (f32) rounded in place to the nearest bf16 value (ties to even), kept in f32.
   void round_bf16(Tensor& x);
 
@@ -270,6 +281,8 @@ class Backend {
   virtual void do_lm_head_xent_grad(const Tensor& h, const Tensor& w, int64_t v0, const Tensor& targets,
                                     const Tensor& stats, float scale, Tensor* dh, bool dh_accumulate, Tensor* dw) = 0;
   virtual void do_cast(const Tensor& src, Tensor& dst) = 0;
+  // to_pieces: x -> pieces, else pieces -> x. By default a do_cast (or a fill_zero) per piece.
+  virtual void do_cast_pieces(const Tensor& x, std::span<const RowPiece> pieces, DType dtype, bool to_pieces);
   virtual void do_round_bf16(Tensor& x) = 0;
   virtual void do_add(Tensor& y, const Tensor& x) = 0;
   virtual void do_zero(Tensor& y) = 0;

@@ -347,6 +347,37 @@ void Backend::cast(const Tensor& src, Tensor& dst) {
   do_cast(src, dst);
 }
 
+namespace {
+
+void check_pieces(const Check& c, const Tensor& x, std::span<const Backend::RowPiece> pieces, DType dtype,
+                  bool to_pieces) {
+  OOMB_CHECK(is_float(x.dtype) && is_float(dtype), "{}: x and the pieces must be f32 or bf16, got {} and {}", c.op,
+             dtype_name(x.dtype), dtype_name(dtype));
+  c.where("x", x, -1);
+  OOMB_CHECK(x.ndim >= 1, "{}: x must have rows, got {}", c.op, x.shape_str());
+  int64_t rows = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    OOMB_CHECK(pieces[i].rows >= 0, "{}: piece {} has {} rows", c.op, i, pieces[i].rows);
+    OOMB_CHECK(pieces[i].data != nullptr || !to_pieces || pieces[i].rows == 0, "{}: piece {} has no data", c.op, i);
+    rows += pieces[i].rows;
+  }
+  OOMB_CHECK(rows == x.dim(0), "{}: the pieces hold {} rows, x {}", c.op, rows, x.shape_str());
+}
+
+}  // namespace
+
+void Backend::cast_to_pieces(const Tensor& x, std::span<const RowPiece> pieces, DType dtype) {
+  const Check c{*this, "cast_to_pieces"};
+  check_pieces(c, x, pieces, dtype, true);
+  do_cast_pieces(x, pieces, dtype, true);
+}
+
+void Backend::cast_from_pieces(std::span<const RowPiece> pieces, DType dtype, Tensor& x) {
+  const Check c{*this, "cast_from_pieces"};
+  check_pieces(c, x, pieces, dtype, false);
+  do_cast_pieces(x, pieces, dtype, false);
+}
+
 void Backend::round_bf16(Tensor& x) {
   Check{*this, "round_bf16"}.tensor("x", x, -1);
   do_round_bf16(x);

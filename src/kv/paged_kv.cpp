@@ -56,25 +56,30 @@ Tensor PagedKV::k(int64_t l, int64_t p, int64_t r0, int64_t n) const { return ro
 Tensor PagedKV::v(int64_t l, int64_t p, int64_t r0, int64_t n) const { return rows(l, p, s_.page_size + r0, n); }
 
 
-void PagedKV::write(int64_t l, int64_t t0, const Tensor& ks, const Tensor& vs) {
-  for_page_rows(s_.page_size, t0, ks.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
-    Tensor kd = k(l, p, r, len), vd = v(l, p, r, len);
-    be_.cast(ks.rows(i, len), kd);
-    be_.cast(vs.rows(i, len), vd);
+// the rows [t0, t0 + n) of layer l's pages as pieces of their K and V halves, in order; a page
+// that does not exist: an error, or where absent_ok a piece with no data
+void PagedKV::pieces(int64_t l, int64_t t0, int64_t n, bool absent_ok, std::vector<Backend::RowPiece>& kp,
+                     std::vector<Backend::RowPiece>& vp) const {
+  kp.clear(), vp.clear();
+  for_page_rows(s_.page_size, t0, n, [&](int64_t p, int64_t r, int64_t, int64_t len) {
+    const bool held = !absent_ok || has(l, p);  // (k() names a page that does not exist)
+    kp.push_back({held ? k(l, p, r, len).data : nullptr, len});
+    vp.push_back({held ? v(l, p, r, len).data : nullptr, len});
   });
 }
 
+void PagedKV::write(int64_t l, int64_t t0, const Tensor& ks, const Tensor& vs) {
+  std::vector<Backend::RowPiece> kp, vp;
+  pieces(l, t0, ks.dim(0), false, kp, vp);
+  be_.cast_to_pieces(ks, kp, s_.dtype);
+  be_.cast_to_pieces(vs, vp, s_.dtype);
+}
+
 void PagedKV::read_into(int64_t l, int64_t t0, Tensor& kd, Tensor& vd) {
-  for_page_rows(s_.page_size, t0, kd.dim(0), [&](int64_t p, int64_t r, int64_t i, int64_t len) {
-    Tensor kr = kd.rows(i, len), vr = vd.rows(i, len);
-    if (!has(l, p)) {  // nothing was accumulated into this page
-      be_.zero(kr);
-      be_.zero(vr);
-      return;
-    }
-    be_.cast(k(l, p, r, len), kr);
-    be_.cast(v(l, p, r, len), vr);
-  });
+  std::vector<Backend::RowPiece> kp, vp;  // a page nothing was accumulated into gives zeros
+  pieces(l, t0, kd.dim(0), true, kp, vp);
+  be_.cast_from_pieces(kp, s_.dtype, kd);
+  be_.cast_from_pieces(vp, s_.dtype, vd);
 }
 
 }  // namespace oomb

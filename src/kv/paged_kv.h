@@ -53,7 +53,8 @@ class PagedKV {
   Tensor v(int64_t layer, int64_t page, int64_t r0, int64_t n) const;
   // Copies rows: tokens [t0, t0 + n) of f32 `src` (n, G, D) into K or V pages (converted to the
   // store's dtype; pages must exist), or the pages' rows (f32 or bf16) into f32 dst (n, G, D),
-  // zero where a page does not exist. Pages in the backend's memory.
+  // zero where a page does not exist. Pages in the backend's memory; one cast_to_pieces (or
+  // cast_from_pieces) each for K and V.
   void write(int64_t layer, int64_t t0, const Tensor& k_src, const Tensor& v_src);
   void read_into(int64_t layer, int64_t t0, Tensor& k_dst, Tensor& v_dst);
 
@@ -62,6 +63,8 @@ class PagedKV {
 
  private:
   char* page_ptr(int64_t layer, int64_t page) const;
+  void pieces(int64_t layer, int64_t t0, int64_t n, bool absent_ok, std::vector<Backend::RowPiece>& k_pieces,
+              std::vector<Backend::RowPiece>& v_pieces) const;
   Tensor rows(int64_t layer, int64_t page, int64_t first_row, int64_t n) const;
   KVShape s_;
   Backend& be_;

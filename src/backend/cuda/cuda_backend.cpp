@@ -283,6 +283,23 @@ class CudaBackend final : public Backend {
     cuda::k::cast(src.data, src.dtype == DType::BF16, dst.data, dst.dtype == DType::BF16, src.numel(), stream_);
     launched("cast");
   }
+  void do_cast_pieces(const Tensor& x, std::span<const RowPiece> pieces, DType dtype, bool to_pieces) override {
+    cuda::k::CastPieces p{};
+    int n = 0;
+    int64_t row = 0;
+    auto flush = [&] {
+      cuda::k::cast_pieces(x.data, x.dtype == DType::BF16, p, n, dtype == DType::BF16, x.row_elems(), to_pieces,
+                           stream_);
+      launched(to_pieces ? "cast_to_pieces" : "cast_from_pieces");
+      n = 0;
+    };
+    for (const RowPiece& piece : pieces) {
+      p.data[n] = piece.data, p.row0[n] = row, p.rows[n] = piece.rows;
+      row += piece.rows;
+      if (++n == cuda::k::kCastPieces) flush();
+    }
+    if (n > 0) flush();
+  }
   void do_round_bf16(Tensor& x) override {
     cuda::k::round_bf16(x.f(), x.numel(), stream_);
     launched("round_bf16");

@@ -1,6 +1,8 @@
 // Embedding, RMSNorm, RoPE, SwiGLU, elementwise ops and conversions, reductions and optimizer updates.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "backend/cuda/bf16.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
@@ -190,6 +192,23 @@ __global__ void bf16_to_f32_k(const uint16_t* x, float* y, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = from_bf16(x[i]);
 }
+// grid (x blocks, n pieces): each block's y its piece
+__global__ void cast_pieces_k(void* x, bool x_bf16, CastPieces p, bool p_bf16, int64_t row_elems, bool to_pieces) {
+  const int i = int(blockIdx.y);
+  void* piece = p.data[i];
+  const int64_t n = p.rows[i] * row_elems, x0 = p.row0[i] * row_elems;
+  auto load = [](const void* a, bool bf16, int64_t j) {
+    return bf16 ? from_bf16(static_cast<const uint16_t*>(a)[j]) : static_cast<const float*>(a)[j];
+  };
+  auto store = [](void* a, bool bf16, int64_t j, float v) {
+    if (bf16) static_cast<uint16_t*>(a)[j] = to_bf16(v);
+    else static_cast<float*>(a)[j] = v;
+  };
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    if (to_pieces) store(piece, p_bf16, e, load(x, x_bf16, x0 + e));
+    else store(x, x_bf16, x0 + e, piece ? load(piece, p_bf16, e) : 0.0f);
+  }
+}
 __global__ void round_bf16_k(float* x, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = from_bf16(to_bf16(x[i]));
@@ -299,6 +318,15 @@ void cast(const void* x, bool x_bf16, void* y, bool y_bf16, int64_t n, cudaStrea
   } else {
     launch(f32_to_bf16_k, blocks_for(n), kThreads, 0, s, static_cast<const float*>(x), static_cast<uint16_t*>(y), n);
   }
+}
+
+void cast_pieces(void* x, bool x_bf16, const CastPieces& p, int n, bool p_bf16, int64_t row_elems, bool to_pieces,
+                 cudaStream_t s) {
+  int64_t most = 0;
+  for (int i = 0; i < n; ++i) most = std::max(most, p.rows[i] * row_elems);
+  if (n == 0 || most == 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>(blocks_for(most), 64));  // a page's K: 128 x 2 x 64 in 32 blocks
+  launch(cast_pieces_k, dim3(blocks, unsigned(n)), kThreads, 0, s, x, x_bf16, p, p_bf16, row_elems, to_pieces);
 }
 
 void round_bf16(float* x, int64_t n, cudaStream_t s) {
