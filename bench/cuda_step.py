@@ -350,8 +350,14 @@ def main():
                             "one step, its warm-up included" if steps == 1 else "")
                     if refused:
                         note = (note + "; " if note else "") + f"cuDNN refused {len(refused)} shapes (oomb's kernels ran them)"
+                    # --offload params: the host's AdamW (the previous step's, beside this one) and the wait for it
+                    hu = j.get("host_update") or {}
+                    if hu.get("update_s") is not None:
+                        note = ((note + "; " if note else "") +
+                                f"host update {hu['update_s']:.2f} s, waited {hu.get('waited_s', 0):.2f} s")
                     row(mk, oomb_line, n, c, j["tokens_per_s"], flops, dev, note, step_s=j["tokens"] / j["tokens_per_s"],
-                        wall_s=wall, oomb_mfu=j.get("mfu"), loss=j.get("loss"), **att)
+                        wall_s=wall, oomb_mfu=j.get("mfu"), loss=j.get("loss"), host_update=hu or None,
+                        moved=j.get("moved"), **att)
                     oomb_last[key] = (n, j["tokens"] / j["tokens_per_s"])
                 else:
                     row(mk, oomb_line, n, c, note=why or "no metrics written", wall_s=wall, **att)

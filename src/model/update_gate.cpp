@@ -1,5 +1,7 @@
 #include "model/update_gate.h"
 
+#include <chrono>
+
 namespace oomb {
 
 void UpdateGate::start(int64_t units) {
@@ -25,8 +27,20 @@ void UpdateGate::fail(std::exception_ptr e) {
 
 void UpdateGate::wait(int64_t unit) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return error_ != nullptr || unit < done_ || done_ >= units_; });
+  const auto ready = [&] { return error_ != nullptr || unit < done_ || done_ >= units_; };
+  if (!ready()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cv_.wait(lock, ready);
+    waited_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   if (error_ && !(unit < done_)) std::rethrow_exception(error_);
+}
+
+double UpdateGate::take_waited_s() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double w = waited_s_;
+  waited_s_ = 0;
+  return w;
 }
 
 bool UpdateGate::running() {

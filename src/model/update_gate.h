@@ -17,12 +17,14 @@ class UpdateGate {
   void fail(std::exception_ptr e);   // the update stopped: waits rethrow e
   void wait(int64_t unit);           // until unit is done (at once when no update runs)
   bool running();                    // an update started and not every unit done
+  double take_waited_s();            // seconds wait() blocked since the last call
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t units_ = 0, done_ = 0;
   std::exception_ptr error_;
+  double waited_s_ = 0;
 };
 
 }  // namespace oomb

@@ -68,7 +68,10 @@ void Optimizer::overlap_with(ParamStore& store) {
 }
 
 void Optimizer::finish() const {
-  if (worker_.joinable()) worker_.join();
+  if (worker_.joinable()) {
+    worker_.join();
+    last_update_s_ = worker_update_s_;
+  }
   if (store_) store_->end_overlapped_update();
   gate_.wait(int64_t(units_.size()));  // (rethrows the update's error)
 }
@@ -119,12 +122,14 @@ double Optimizer::step(int64_t k, float* lr_used) {
       store_->begin_overlapped_update(&gate_);
       worker_ = std::thread([this, clip, lr] {
         try {
+          const auto t0 = std::chrono::steady_clock::now();
           for (size_t u = 0; u < units_.size(); ++u) {
             if (g_update_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(g_update_delay_us));
             update(units_[u], clip, lr);
             store_->after_update(int64_t(u));
             gate_.done(int64_t(u));
           }
+          worker_update_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         } catch (...) {
           gate_.fail(std::current_exception());
         }
@@ -136,17 +141,24 @@ double Optimizer::step(int64_t k, float* lr_used) {
     }
     return norm;
   }
+  const auto t0 = std::chrono::steady_clock::now();
   if (clip != 1.0f) be.scale(g_.flat(), clip);
   if (c_.kind == "sgd") {
     be.sgd_step(p_.flat(), g_.flat(), lr);
-    return norm;
+  } else {
+    ++t_;
+    for (const ParamSpec& s : p_.specs()) {
+      Tensor p = p_.view(s), g = g_.view(s), m = m_->view(s), v = v_->view(s);
+      be.adamw_step(p, g, m, v, adamw_args(s, lr));
+    }
   }
-  ++t_;
-  for (const ParamSpec& s : p_.specs()) {
-    Tensor p = p_.view(s), g = g_.view(s), m = m_->view(s), v = v_->view(s);
-    be.adamw_step(p, g, m, v, adamw_args(s, lr));
-  }
+  if (host_) last_update_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return norm;
+}
+
+Optimizer::HostUpdateTimes Optimizer::host_update_times() {
+  if (!host_) return {};
+  return {true, last_update_s_, gate_.take_waited_s()};
 }
 
 // The same update on the shard [lo, hi) alone: clipping, SGD, and AdamW per tensor's part in it

@@ -58,6 +58,15 @@ class Optimizer {
   // Waits for an overlapped update to end (rethrowing its error): before anything reads the
   // parameters or moments other than the next pass (checkpoints, the end of training).
   void finish() const;
+  // The host's update (the parameters in host memory): seconds the last finished one took (on its
+  // own thread when overlapped: the previous step's, which ran beside this one; < 0 before any), and
+  // seconds the passes waited for an overlapped update's units since the last call. host: false
+  // where the update runs on the model's backend.
+  struct HostUpdateTimes {
+    bool host = false;
+    double update_s = -1, waited_s = 0;
+  };
+  HostUpdateTimes host_update_times();
   ~Optimizer();
   // Tests: the overlapped update sleeps this long before each unit (0: never)
   static void delay_update_for_test(int64_t microseconds);
@@ -98,6 +107,8 @@ class Optimizer {
   std::vector<std::vector<size_t>> units_;
   mutable UpdateGate gate_;     // (finish() is const: the update's end, seen by readers of const state)
   mutable std::thread worker_;
+  double worker_update_s_ = -1;        // written by the worker, read after it is joined
+  mutable double last_update_s_ = -1;  // the last finished host update's seconds (host_update_times)
   Tensor shard_moment(const Buffer& b) const {
     return b.data() ? Tensor(b.data(), DType::F32, {shard_.range.size()}, b.tier()) : Tensor();
   }

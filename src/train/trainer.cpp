@@ -165,6 +165,11 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
                           {"tokens_per_s", st.tokens_per_s}, {"elapsed_s", st.elapsed_s},
                           {"tflops", st.tflops},
                           {"memory", memory_json()}};
+      // the host's optimizer update (--offload params): the last finished one's seconds (overlapped:
+      // the previous step's, which ran beside this one) and how long this step waited for it
+      if (const Optimizer::HostUpdateTimes h = opt.host_update_times(); h.host)
+        j["host_update"] = {{"update_s", h.update_s >= 0 ? nlohmann::json(h.update_s) : nlohmann::json()},
+                            {"waited_s", h.waited_s}};
       const Moved m = moved(model);  // bytes the stores copied between host and device in this step
       j["moved"] = {{"weights", m.weights - moved0.weights}, {"grads", m.grads - moved0.grads},
                     {"activations", m.activations - moved0.activations}, {"kv", m.kv - moved0.kv},
