@@ -250,7 +250,8 @@ range(int(sys.argv[2]) + 1))).tofile(open(sys.argv[1], "wb"))' "$W/prof-tokens.b
 # model (~1-2 minutes for 7B), then 3 AdamW steps at 8K, each on a window of its own (random
 # tokens below 32000): steps 2 and 3 see tokens the model never saw, so their loss stays at or above
 # ln(32000) = 10.37 unless a query sees its target. (On 2026-11-28 the 7B, trained 3 times on one
-# window, went 12.65, 0.90, 0.097, accuracy 99.6%: memorised, or a leak; this tells them apart.)
+# window, went 12.65, 0.90, 0.097, accuracy 99.6%: memorised, as the CPU reference does at 7B's
+# width (docs/BENCHMARKS.md), or a leak; this tells them apart.)
 pick_largest() {
   local free p
   free=$(( $(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1) * 1048576 ))
