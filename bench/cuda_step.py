@@ -29,8 +29,9 @@ that sweep order (`--sweep`; otherwise auto, which takes the layer order where t
 
 oomb steps: 2 for N <= 32K (the row is the second, warm step), 1 beyond (its step time dwarfs
 the warm-up). Each step trains on a window of its own (random tokens): the second step's loss, on
-tokens the model never saw, stays near ln(151643) = 11.93 unless a query sees its own target. Hugging Face: one warm-up step, then one timed step; the model is built from its
-config (random init, bf16) straight on the GPU, its loss is transformers' own (labels=ids).
+tokens the model never saw, stays near ln(151643) = 11.93 unless a query sees its own target.
+Hugging Face: one warm-up step, then one timed step; the model is built from its config (random
+init, bf16) straight on the GPU, its loss is transformers' own (labels=ids).
 
 FLOPs (both lines alike): train/flops.h's formula, linear layers + causal attention, forward +
 backward, recomputation not counted; MFU against the GPU's dense bf16 peak (the same table as

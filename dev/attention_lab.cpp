@@ -473,7 +473,9 @@ int main(int argc, char** argv) {
         median_ms([&] { CK(cuda::lab::attention_bwd_wmma(p, qd, od, lsed, dod, dqd, dsum, nullptr)); }, 3), bwd_flops);
   // cuDNN's fused SDPA over the same keys laid out contiguously (N, G, D), bf16
   std::string why_not;
-  if (!cuda::cudnn::available(&why_not)) {
+  if (!with_cudnn) {
+    std::printf("| cuDNN SDPA: not run (--cudnn 0) | | |\n");
+  } else if (!cuda::cudnn::available(&why_not)) {
     std::printf("| cuDNN SDPA: not run (%s) | | |\n", why_not.c_str());
   } else {
     try {

@@ -9,7 +9,7 @@
 #     bench    the op profile, offload's slowdown and bench/cuda_step.py with all the time left
 #     largest  the largest model this machine trains (the first offload setting that fits this GPU
 #              and host, oomb plan --device-memory), its plan and three AdamW steps; a second,
-#              shorter call (GPU_SESSION_BUDGET=240)
+#              shorter call (GPU_SESSION_BUDGET=170 to 200: the 7B at 8K took 99 s on 2026-11-28)
 #   core     in this order: the Hugging Face fixtures (tools/golden_hf.py), the device's and the
 #            ops' CUDA tests, this GPU's cuDNN device properties, cuDNN's check, the attention lab at
 #            7B's head shape (oomb's kernels and cuDNN, checked and timed; its check under
@@ -211,7 +211,7 @@ extras() {
 BENCH_ARGS=("$@")
 bench() {  # [seconds for bench/cuda_step.py]
   # where a step's GPU time goes, op by op (OOMB_CUDA_PROFILE: the stream synchronised after every
-  # op; attention on tensor cores under the default bf16), with each op's TFLOP/s and the shares of
+  # op; dense attention through cuDNN under the default bf16), with each op's TFLOP/s and the shares of
   # attention, matmuls and the rest (the table in the log; the rows in profile_PRESET_N.json):
   # Qwen2.5-0.5B's shape at 8K, C = 4K
   profile_step() {  # preset, N, C[, oomb train's flags...]

@@ -934,13 +934,15 @@ TEST(CudaOps, CastAndRoundBf16AgainstTheIeeeDefinition) {
 
 // cast_to_pieces and cast_from_pieces (a chunk's K or V into and out of its pages) against the
 // CPU's, bit for bit, both dtypes either side: 70 pieces (two launches of at most 64), some of no
-// rows, every third with no data when read (zeros), each between guard bytes nothing may touch.
+// rows, two of more elements than a launch's 64 blocks of 256 threads cover at once (as a 7B
+// page's 65,536), every third with no data when read (zeros), each between guard bytes nothing may
+// touch.
 TEST(CudaOps, CastToAndFromPiecesEqualsTheCpu) {
   REQUIRE_GPU();
   Backend &C = *backends().cpu, &G = *backends().cuda;
   constexpr size_t kGap = 48;
   std::vector<int64_t> rows;
-  for (int i = 0; i < 70; ++i) rows.push_back((i * 7) % 5);
+  for (int i = 0; i < 70; ++i) rows.push_back(i == 10 ? 1100 : i == 65 ? 1500 : (i * 7) % 5);
   int64_t T = 0;
   for (int64_t r : rows) T += r;
   for (DType pd : {DType::BF16, DType::F32})
@@ -963,6 +965,13 @@ TEST(CudaOps, CastToAndFromPiecesEqualsTheCpu) {
       for (size_t i = 0; i < r.size(); ++i)
         if (xd == DType::F32) x.h.f()[i] = r[i];
         else x.h.as<uint16_t>()[i] = f32_to_bf16(r[i]);
+      // a signalling NaN: one dtype both sides copies its bits (as cast does), else cast's rule
+      if (xd == DType::F32) {
+        const uint32_t snan = 0x7f800001u;
+        std::memcpy(x.h.f() + 5, &snan, 4);
+      } else {
+        x.h.as<uint16_t>()[5] = 0x7f81;
+      }
       x.upload();
       C.cast_to_pieces(x.h, hp, pd), G.cast_to_pieces(x.d, dp, pd);
       std::vector<char> got(total);

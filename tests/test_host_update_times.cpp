@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <sstream>
 #include <thread>
@@ -24,11 +25,14 @@ TEST(UpdateGate, TakeWaitedCountsOnlyTheTimeWaitBlocked) {
   gate.wait(0);  // no update: at once
   EXPECT_EQ(gate.take_waited_s(), 0.0);
   gate.start(2);
+  std::atomic<bool> waiting{false};
   std::thread worker([&] {
+    while (!waiting) std::this_thread::yield();  // (the 40 ms from when the test is about to wait)
     std::this_thread::sleep_for(std::chrono::milliseconds(40));
     gate.done(0);
     gate.done(1);
   });
+  waiting = true;
   gate.wait(0);
   worker.join();
   const double waited = gate.take_waited_s();

@@ -48,9 +48,13 @@ int64_t env_count(const char* name, int64_t fallback) {
 
 int64_t cudnn_query_block(int64_t T, int64_t H) {
   if (const int64_t x = env_count("OOMB_CUDNN_QUERY_BLOCK", 0)) return std::min(T, x);
-  const double ds = double(T) * double(T) * double(H) * 2;  // bf16 dS over every query, key and head
-  const int64_t blocks = std::max<int64_t>(1, int64_t(std::ceil(ds / double(kCudnnDsBytes))));
-  return std::min(T, ((T + blocks - 1) / blocks + 63) / 64 * 64);
+  // bf16 dS over every query, key and head, as cuDNN pads it: the queries to 128, the keys to 64
+  const auto ds = [&](int64_t tq) { return double((tq + 127) / 128 * 128) * double((T + 63) / 64 * 64) * double(H) * 2; };
+  int64_t blocks = std::max<int64_t>(1, int64_t(std::ceil(ds(T) / double(kCudnnDsBytes))));
+  for (;; ++blocks) {  // equal blocks of a multiple of 128 queries whose dS fits (or of 128)
+    const int64_t tq = std::min(T, ((T + blocks - 1) / blocks + 127) / 128 * 128);
+    if (tq <= 128 || ds(tq) <= double(kCudnnDsBytes)) return tq;
+  }
 }
 
 size_t cudnn_attention_workspace(int64_t T, int64_t H, int64_t G, int64_t D) {
@@ -60,8 +64,9 @@ size_t cudnn_attention_workspace(int64_t T, int64_t H, int64_t G, int64_t D) {
   // with GQA dk and dv per query head in bf16 before their reduction, 2 x (R, H, D); 256 bytes; the
   // sum rounded up to 256. The calls take the chunk's queries in blocks (cudnn_query_block) over
   // runs of at most T keys. 4 KiB over, for engines that tile otherwise. (Until 2026-11-28 the
-  // queries were rounded to 64, which only shapes with Tq a multiple of 128 had been checked
-  // against: on the H200 33 queries asked 74,240 bytes, not the 45,312 planned.)
+  // queries were rounded to 64, checked only at multiples of 128: on the H200 cuDNN refused the
+  // CUDA tests' chunks of 5 to 130 queries; deviceless, with its properties, 33 queries ask
+  // 74,240 bytes, where 45,312 were planned.)
   const size_t tq = size_t((cudnn_query_block(T, H) + 127) / 128 * 128), r = size_t((T + 63) / 64 * 64);
   const size_t h = size_t(H), d = size_t(D);
   const size_t gqa = G < H ? 2 * size_t(T) * h * d * 2 : 0;

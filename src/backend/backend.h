@@ -310,9 +310,9 @@ size_t cuda_workspace_bytes(const WorkspaceShape& s);
 size_t cudnn_attention_bytes(const WorkspaceShape& s);
 size_t cudnn_attention_workspace(int64_t T, int64_t H, int64_t G, int64_t D);
 // The most queries of a chunk of T that one cuDNN call takes: its backward's bf16 dS, (queries, H,
-// keys), grows with both, so the chunk's queries go in blocks that keep it within kCudnnDsBytes
-// over runs of at most T keys (a multiple of 64, or T itself); OOMB_CUDNN_QUERY_BLOCK sets it (fewer
-// queries a call: less memory, smaller calls)
+// keys), grows with both, so the chunk's queries go in equal blocks that keep it, as cuDNN pads
+// it, within kCudnnDsBytes over runs of at most T keys (a multiple of 128, or T itself);
+// OOMB_CUDNN_QUERY_BLOCK sets it (fewer queries a call: less memory, smaller calls)
 constexpr size_t kCudnnDsBytes = size_t(256) << 20;
 int64_t cudnn_query_block(int64_t T, int64_t H);
 // The fewest queries a call must have to take that route (its runs are as long as the call's

@@ -60,6 +60,8 @@ Tensor PagedKV::v(int64_t l, int64_t p, int64_t r0, int64_t n) const { return ro
 // that does not exist: an error, or where absent_ok a piece with no data
 void PagedKV::pieces(int64_t l, int64_t t0, int64_t n, bool absent_ok, std::vector<Backend::RowPiece>& kp,
                      std::vector<Backend::RowPiece>& vp) const {
+  OOMB_CHECK(be_.computes_on(pool_.tier()), "paged kv: pages in {} memory; the {} backend casts into its own ({})",
+             tier_name(pool_.tier()), be_.name(), tier_name(be_.tier()));
   kp.clear(), vp.clear();
   for_page_rows(s_.page_size, t0, n, [&](int64_t p, int64_t r, int64_t, int64_t len) {
     const bool held = !absent_ok || has(l, p);  // (k() names a page that does not exist)

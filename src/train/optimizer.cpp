@@ -69,7 +69,9 @@ void Optimizer::overlap_with(ParamStore& store) {
 
 void Optimizer::finish() const {
   if (worker_.joinable()) {
-    worker_.join();
+    const auto t0 = std::chrono::steady_clock::now();
+    worker_.join();  // (at once when the passes waited for every unit)
+    join_waited_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     last_update_s_ = worker_update_s_;
   }
   if (store_) store_->end_overlapped_update();
@@ -120,9 +122,10 @@ double Optimizer::step(int64_t k, float* lr_used) {
     gate_.start(int64_t(units_.size()));
     try {
       store_->begin_overlapped_update(&gate_);
-      worker_ = std::thread([this, clip, lr] {
+      worker_update_s_ = -1;  // (an update that fails reports none)
+      const auto t0 = std::chrono::steady_clock::now();  // (the thread's start counted too)
+      worker_ = std::thread([this, clip, lr, t0] {
         try {
-          const auto t0 = std::chrono::steady_clock::now();
           for (size_t u = 0; u < units_.size(); ++u) {
             if (g_update_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(g_update_delay_us));
             update(units_[u], clip, lr);
@@ -158,7 +161,9 @@ double Optimizer::step(int64_t k, float* lr_used) {
 
 Optimizer::HostUpdateTimes Optimizer::host_update_times() {
   if (!host_) return {};
-  return {true, last_update_s_, gate_.take_waited_s()};
+  const double waited = gate_.take_waited_s() + join_waited_s_;
+  join_waited_s_ = 0;
+  return {true, last_update_s_, waited};
 }
 
 // The same update on the shard [lo, hi) alone: clipping, SGD, and AdamW per tensor's part in it

@@ -59,9 +59,10 @@ class Optimizer {
   // parameters or moments other than the next pass (checkpoints, the end of training).
   void finish() const;
   // The host's update (the parameters in host memory): seconds the last finished one took (on its
-  // own thread when overlapped: the previous step's, which ran beside this one; < 0 before any), and
-  // seconds the passes waited for an overlapped update's units since the last call. host: false
-  // where the update runs on the model's backend.
+  // own thread when overlapped: the previous step's, which ran beside this one, from the thread's
+  // start; < 0 before any, or when it failed), and seconds the passes waited for an overlapped
+  // update's units, and finish() for its end, since the last call. host: false where the update
+  // runs on the model's backend (and a sharded update is not timed).
   struct HostUpdateTimes {
     bool host = false;
     double update_s = -1, waited_s = 0;
@@ -109,6 +110,7 @@ class Optimizer {
   mutable std::thread worker_;
   double worker_update_s_ = -1;        // written by the worker, read after it is joined
   mutable double last_update_s_ = -1;  // the last finished host update's seconds (host_update_times)
+  mutable double join_waited_s_ = 0;   // seconds finish() waited to join the update (host_update_times)
   Tensor shard_moment(const Buffer& b) const {
     return b.data() ? Tensor(b.data(), DType::F32, {shard_.range.size()}, b.tier()) : Tensor();
   }

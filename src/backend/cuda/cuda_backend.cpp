@@ -288,9 +288,9 @@ class CudaBackend final : public Backend {
     int n = 0;
     int64_t row = 0;
     auto flush = [&] {
-      cuda::k::cast_pieces(x.data, x.dtype == DType::BF16, p, n, dtype == DType::BF16, x.row_elems(), to_pieces,
-                           stream_);
-      launched(to_pieces ? "cast_to_pieces" : "cast_from_pieces");
+      if (cuda::k::cast_pieces(x.data, x.dtype == DType::BF16, p, n, dtype == DType::BF16, x.row_elems(), to_pieces,
+                               stream_))
+        launched(to_pieces ? "cast_to_pieces" : "cast_from_pieces");
       n = 0;
     };
     for (const RowPiece& piece : pieces) {

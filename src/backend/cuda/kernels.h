@@ -41,13 +41,14 @@ void scale(float* y, float a, int64_t n, cudaStream_t s);
 // y (n) = x converted between f32 and bf16 (round to nearest even; same dtype: a copy)
 void cast(const void* x, bool x_bf16, void* y, bool y_bf16, int64_t n, cudaStream_t s);
 // x (rows, row_elems) converted to or from pieces: piece i holds rows [row0[i], row0[i] + rows[i])
-// at data[i] (null: rows of zeros, from pieces only); up to kCastPieces pieces a launch
+// at data[i] (null: rows of zeros, from pieces only); up to kCastPieces pieces a launch; one dtype
+// both sides: the bits copied. Returns whether it launched (not for pieces of no rows)
 constexpr int kCastPieces = 64;
 struct CastPieces {
   void* data[kCastPieces];
   int64_t row0[kCastPieces], rows[kCastPieces];
 };
-void cast_pieces(void* x, bool x_bf16, const CastPieces& p, int n, bool p_bf16, int64_t row_elems, bool to_pieces,
+bool cast_pieces(void* x, bool x_bf16, const CastPieces& p, int n, bool p_bf16, int64_t row_elems, bool to_pieces,
                  cudaStream_t s);
 // x (n) rounded in place to bf16 values, kept in f32
 void round_bf16(float* x, int64_t n, cudaStream_t s);

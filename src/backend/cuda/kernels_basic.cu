@@ -192,6 +192,10 @@ __global__ void bf16_to_f32_k(const uint16_t* x, float* y, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = from_bf16(x[i]);
 }
+__device__ inline void copy_bits(void* dst, const void* src, bool two_bytes) {
+  if (two_bytes) *static_cast<uint16_t*>(dst) = *static_cast<const uint16_t*>(src);
+  else *static_cast<uint32_t*>(dst) = *static_cast<const uint32_t*>(src);
+}
 // grid (x blocks, n pieces): each block's y its piece
 __global__ void cast_pieces_k(void* x, bool x_bf16, CastPieces p, bool p_bf16, int64_t row_elems, bool to_pieces) {
   const int i = int(blockIdx.y);
@@ -205,8 +209,15 @@ __global__ void cast_pieces_k(void* x, bool x_bf16, CastPieces p, bool p_bf16, i
     else static_cast<float*>(a)[j] = v;
   };
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
-    if (to_pieces) store(piece, p_bf16, e, load(x, x_bf16, x0 + e));
-    else store(x, x_bf16, x0 + e, piece ? load(piece, p_bf16, e) : 0.0f);
+    if (x_bf16 == p_bf16 && (to_pieces || piece)) {  // one dtype: the bits as they are (as cast's copy)
+      void* xe = static_cast<char*>(x) + (x0 + e) * (x_bf16 ? 2 : 4);
+      void* pe = static_cast<char*>(piece) + e * (x_bf16 ? 2 : 4);
+      copy_bits(to_pieces ? pe : xe, to_pieces ? xe : pe, x_bf16);
+    } else if (to_pieces) {
+      store(piece, p_bf16, e, load(x, x_bf16, x0 + e));
+    } else {
+      store(x, x_bf16, x0 + e, piece ? load(piece, p_bf16, e) : 0.0f);
+    }
   }
 }
 __global__ void round_bf16_k(float* x, int64_t n) {
@@ -320,13 +331,15 @@ void cast(const void* x, bool x_bf16, void* y, bool y_bf16, int64_t n, cudaStrea
   }
 }
 
-void cast_pieces(void* x, bool x_bf16, const CastPieces& p, int n, bool p_bf16, int64_t row_elems, bool to_pieces,
+bool cast_pieces(void* x, bool x_bf16, const CastPieces& p, int n, bool p_bf16, int64_t row_elems, bool to_pieces,
                  cudaStream_t s) {
   int64_t most = 0;
   for (int i = 0; i < n; ++i) most = std::max(most, p.rows[i] * row_elems);
-  if (n == 0 || most == 0) return;
-  const unsigned blocks = unsigned(std::min<int64_t>(blocks_for(most), 64));  // a page's K: 128 x 2 x 64 in 32 blocks
+  if (n == 0 || most == 0) return false;
+  // at most 64 blocks a piece (a 0.5B page's K, 128 x 2 x 64: 64; a 7B page's, 128 x 4 x 128: 4 strides)
+  const unsigned blocks = unsigned(std::min<int64_t>(blocks_for(most), 64));
   launch(cast_pieces_k, dim3(blocks, unsigned(n)), kThreads, 0, s, x, x_bf16, p, p_bf16, row_elems, to_pieces);
+  return true;
 }
 
 void round_bf16(float* x, int64_t n, cudaStream_t s) {

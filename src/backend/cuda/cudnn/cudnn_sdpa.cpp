@@ -125,6 +125,7 @@ cudnnHandle_t handle() {
     return true;
   }();
   (void)made;
+  OOMB_CHECK(g_cudnn.h != nullptr, "cuDNN attention: used after its handle was destroyed at exit");
   return g_cudnn.h;
 }
 
