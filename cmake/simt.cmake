@@ -42,7 +42,8 @@ endforeach()
 target_compile_definitions(oomb_simt_drop_query PRIVATE OOMB_MUTANT_DROP_QUERY)
 target_compile_definitions(oomb_simt_skip_wait PRIVATE OOMB_MUTANT_SKIP_WAIT)
 # test_precision's CUDA test too (FlashAttention's rule for the GPU's bf16 step), not its CPU tests again.
-foreach(name test_cuda_ops test_cuda_model test_cuda_features test_cuda_device test_precision)
+foreach(name test_cuda_ops test_cuda_model test_cuda_features test_cuda_device test_cuda_timeline
+             test_precision)
   add_executable(simt_${name} tests/${name}.cpp)
   target_link_libraries(simt_${name} PRIVATE oomb_simt oomb_test_util GTest::gtest GTest::gtest_main)
   set(filter "*")

@@ -10,10 +10,10 @@ cd "$(dirname "$0")/.."
 B=build-gpu
 bash scripts/install-deps.sh
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DOOMB_FUZZ=OFF > $B.configure.log
-cmake --build $B -j "$(nproc)" --target oomb test_cuda_device test_cuda_ops test_cuda_model test_cuda_features test_hf_golden \
+cmake --build $B -j "$(nproc)" --target oomb test_cuda_device test_cuda_timeline test_cuda_ops test_cuda_model test_cuda_features test_hf_golden \
   test_gemm_layout test_precision oomb_attention_lab dist_check test_cudnn_deviceless
 rm -rf gpu-bundle && mkdir -p gpu-bundle/lib
-for f in oomb test_cuda_device test_cuda_ops test_cuda_model test_cuda_features test_hf_golden test_gemm_layout \
+for f in oomb test_cuda_device test_cuda_timeline test_cuda_ops test_cuda_model test_cuda_features test_hf_golden test_gemm_layout \
   test_precision dev/oomb_attention_lab dist_check test_cudnn_deviceless; do
   cp $B/$f gpu-bundle/ && strip gpu-bundle/$(basename $f)
 done

@@ -10,8 +10,12 @@
 #     largest  the largest model this machine trains (the first offload setting that fits this GPU
 #              and host, oomb plan --device-memory), its plan and three AdamW steps; a second,
 #              shorter call (GPU_SESSION_BUDGET=170 to 200: the 7B at 8K took 99 s on 2026-11-28)
-#   core     in this order: the Hugging Face fixtures (tools/golden_hf.py), the device's and the
-#            ops' CUDA tests, this GPU's cuDNN device properties, cuDNN's check, the attention lab at
+#     timeline three steps of each GPU_SESSION_TIMELINE shape ("preset N C [flags]; ..."; default
+#              1.5B at 8K with --offload params, 0.5B at 128K with --keep-attention) under
+#              OOMB_CUDA_TIMELINE=1: per step, how long the compute and copy streams were busy,
+#              at once, and idle, beside the host's update and the bytes moved (~150 s)
+#   core     in this order: the Hugging Face fixtures (tools/golden_hf.py), the device's, the
+#            stream timeline's and the ops' CUDA tests, this GPU's cuDNN device properties, cuDNN's check, the attention lab at
 #            7B's head shape (oomb's kernels and cuDNN, checked and timed; its check under
 #            racecheck), the model's CUDA tests (the bf16 step through cuDNN's attention; generate,
 #            eval, sparse pages, windows and --offload params steps in test_cuda_features),
@@ -34,7 +38,10 @@
 # GPU_SESSION_SKIP=golden_hf once the fixtures are committed, and `--chunks 4096 --offloads
 # "none;params"` (`--offload params`' cost beside the resident step; its rows' notes give the
 # host's update time and the step's wait for it; the +keep rows were measured on 2026-11-28).
-# Then `largest` (GPU_SESSION_BUDGET=200), whose fresh windows tell a memorising 7B from a leak.
+# Then `largest` (GPU_SESSION_BUDGET=200), whose fresh windows tell a memorising 7B from a leak,
+# and `timeline` (GPU_SESSION_BUDGET=300): where --offload params' step and a 128K step spend the
+# streams' time. Two phases in one device call each need an OUT of their own (each packs its logs
+# into $OUT/results.tgz): `OUT=$OUT/largest bash ... largest; OUT=$OUT/timeline bash ... timeline`.
 # The 128K rows (an H200:
 # 7B fits there with --offload kv) and their profile, a call of their own:
 #   GPU_SESSION_SKIP=offload GPU_SESSION_PROFILE="qwen2.5-0.5b 131072 4096 --keep-attention" \
@@ -53,7 +60,7 @@ DEADLINE=$((START + ${GPU_SESSION_BUDGET:-540}))
 phase=${1:-all}
 [ $# -gt 0 ] && shift
 quick=0
-case $phase in all|tests|bench|largest) ;; --quick) phase=tests quick=1 ;; *) echo "usage: $0 [all|tests|bench|largest|--quick] [bench options]" >&2; exit 2 ;; esac
+case $phase in all|tests|bench|largest|timeline) ;; --quick) phase=tests quick=1 ;; *) echo "usage: $0 [all|tests|bench|largest|timeline|--quick] [bench options]" >&2; exit 2 ;; esac
 OUT=${OUT:-$PWD/out/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # nothing outside can be reached there
@@ -136,6 +143,9 @@ core() {
     [ -f tests/fixtures/hf/qwen2/reference.safetensors ] &&
     tar czf "$OUT/hf_fixtures.tgz" tests/fixtures/hf && cp -r tests/fixtures/hf "$W/hf_fixtures"
   step cuda_device 90 "$W/bin/test_cuda_device"
+  # OOMB_CUDA_TIMELINE: every op and copy counted once, the figures adding up, and a copy beside
+  # 40 large GEMMs counted as hidden behind them (the timeline phase below relies on it)
+  step cuda_timeline 60 "$W/bin/test_cuda_timeline"
   step cuda_ops 120 "$W/bin/test_cuda_ops"
   # attention next (the figures the last sessions lacked), the model's tests after it: this GPU's
   # properties as cuDNN serialises them (test_cudnn_deviceless's fixture), then the lab:
@@ -285,10 +295,49 @@ largest() {
       --seq-len 8192 --chunk-size 4096 --steps 3 --optimizer adamw $flag --log-every 1 \
       --metrics '$W/largest.jsonl' && tail -1 '$W/largest.jsonl'"
 }
+# Where a real step's time goes between the streams (OOMB_CUDA_TIMELINE: events around every op and
+# copy, read once a step; the run keeps its overlap, unlike the op profile): is --offload params'
+# traffic hidden behind compute, and how long does the GPU idle in a resident step? Each shape:
+# a fresh bf16 model, 3 AdamW steps, each on a window of its own; one line per step.
+timeline_run() {  # preset, N, C[, oomb train's flags...]
+  local tag
+  tag=$(echo "$1_$2${4:+_}${*:4}" | tr -c 'A-Za-z0-9_.' _ | tr -s _ | sed 's/_*$//')
+  "$W/bin/oomb" init --preset "$1" --dtype bf16 --out "$W/tl-model" --force > /dev/null || return 1
+  python3 -c 'import array, random, sys; r = random.Random(1); array.array("I", (r.randrange(32000) for _ in
+range(3 * int(sys.argv[2]) + 1))).tofile(open(sys.argv[1], "wb"))' "$W/tl-tokens.bin" "$2" || return 1
+  OOMB_CUDA_TIMELINE=1 "$W/bin/oomb" train --device cuda --model "$W/tl-model" --data "$W/tl-tokens.bin" \
+    --data-format u32 --seq-len "$2" --chunk-size "$3" --steps 3 --optimizer adamw --log-every 1 "${@:4}" \
+    --metrics "$W/timeline_$tag.jsonl" || return 1
+  python3 - "$W/timeline_$tag.jsonl" "$*" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    s, h, m = j.get("streams", {}), j.get("host_update"), j.get("moved", {})
+    out = (f"| {sys.argv[2]} | step {j['step']} | {j['tokens_per_s']:.0f} tok/s | span {s.get('span_s', 0):.3f} s: compute "
+           f"{s.get('compute_s', 0):.3f}, copy {s.get('copy_s', 0):.3f}, both {s.get('both_s', 0):.3f}, idle "
+           f"{s.get('idle_s', 0):.3f} ({s.get('ops', 0)} ops, {s.get('copies', 0)} copies)")
+    if h:
+        u = "-" if h["update_s"] is None else f"{h['update_s']:.3f}"  # (none finished yet)
+        out += f" | host update {u} s, waited {h['waited_s']:.3f} s"
+    out += " | moved GiB " + ", ".join(f"{k} {v / 2**30:.2f}" for k, v in m.items() if v)
+    print(out + " |")
+PY
+}
+timeline() {
+  export -f timeline_run
+  export W
+  local shapes shape
+  IFS=';' read -ra shapes <<< "${GPU_SESSION_TIMELINE:-qwen2.5-1.5b 8192 4096 --offload params;qwen2.5-0.5b 131072 4096 --keep-attention}"
+  for shape in "${shapes[@]}"; do
+    read -ra a <<< "$shape"
+    step "timeline_${a[0]}_${a[1]}" 150 bash -c "timeline_run ${a[*]}"
+  done
+}
 case $phase in
   all) core; bench "${GPU_SESSION_BENCH:-150}"; extras ;;
   tests) core; [ $quick -eq 1 ] || extras ;;
   bench) bench ;;
   largest) largest ;;
+  timeline) timeline ;;
 esac
 echo "== done in $((SECONDS - START)) s" | tee -a "$OUT/summary.txt"

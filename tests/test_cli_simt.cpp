@@ -3,7 +3,8 @@
 // the banner) and what a GPU session runs through it. `oomb plan --device cuda` equals every (tier,
 // tag) peak `oomb train --metrics` measures; a run killed and resumed from its checkpoints ends bit
 // for bit where the uninterrupted run does; eval and generate in fp32 give the CPU's figures and
-// tokens; two ranks under mpirun give one rank's losses (scripts/gpu_session.sh's dist_mpi_sp2).
+// tokens; two ranks under mpirun give one rank's losses (scripts/gpu_session.sh's dist_mpi_sp2);
+// OOMB_CUDA_TIMELINE's figures in --metrics.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -121,6 +122,44 @@ TEST(CliSimt, ResumedRunEqualsTheUninterruptedOne) {
     EXPECT_EQ(loss, full.at(step)) << "step " << step;
   }
   EXPECT_EQ(read_text(dir / "resumed" / "model.safetensors"), read_text(dir / "full" / "model.safetensors"));
+}
+
+// OOMB_CUDA_TIMELINE through the command line: each --metrics line gains the step's "streams" (with
+// --offload params the copy stream carries weights and gradients), stderr the whole run's line, and
+// the losses keep their bits; without it, no "streams".
+TEST(CliSimt, StreamTimelineInTheMetrics) {
+  NEED_SIMT_OOMB();
+  const auto dir = temp_dir();
+  const std::string m = model_and_tokens(dir), d = dir.string();
+  const std::string run = fmt::format("train --model {} --data {}/t.bin --seq-len 256 --chunk-size 64 --device cuda "
+                                      "--offload params --steps 2 --metrics {}/", m, d, d);
+  CmdResult r = simt(dir, run + "off.jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("OOMB_CUDA_TIMELINE"), std::string::npos) << r.out;
+  {
+    const ScopedEnv timeline("OOMB_CUDA_TIMELINE", "1");
+    r = simt(dir, run + "on.jsonl");
+  }
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("oomb CUDA timeline (OOMB_CUDA_TIMELINE)"), std::string::npos) << r.out;
+  EXPECT_EQ(losses(dir / "on.jsonl"), losses(dir / "off.jsonl"));
+  int lines = 0;
+  std::string line;
+  for (std::istringstream in(read_text(dir / "on.jsonl")); std::getline(in, line);) {
+    const auto s = nlohmann::json::parse(line).at("streams");
+    SCOPED_TRACE(s.dump());
+    ++lines;
+    EXPECT_GT(s["ops"].get<int64_t>(), 0);
+    EXPECT_GT(s["copies"].get<int64_t>(), 0);
+    const double compute = s["compute_s"], copy = s["copy_s"], both = s["both_s"], idle = s["idle_s"];
+    EXPECT_GT(compute, 0);
+    EXPECT_GT(copy, 0);
+    EXPECT_LE(both, std::min(compute, copy) + 1e-12);
+    EXPECT_NEAR(compute + copy - both + idle, s["span_s"].get<double>(), 1e-6);
+  }
+  EXPECT_EQ(lines, 2);
+  for (std::istringstream in(read_text(dir / "off.jsonl")); std::getline(in, line);)
+    EXPECT_FALSE(nlohmann::json::parse(line).contains("streams"));
 }
 
 // fp32 on both: oomb eval's loss by position, and greedy generation's tokens.

@@ -6,6 +6,7 @@
 #include <span>
 #include <string_view>
 
+#include "backend/stream_times.h"
 #include "core/tensor.h"
 
 namespace oomb {
@@ -221,6 +222,9 @@ class Backend {
     int64_t drains = -1, event_waits = -1;
   };
   virtual HostWaits host_waits() const { return {}; }
+  // How the streams spent the time since the last call (stream_times.h), where the backend
+  // measures it (CUDA with OOMB_CUDA_TIMELINE=1; .on false elsewhere). Waits for the work it covers.
+  virtual StreamTimes take_stream_times() { return {}; }
   // dst = src converted (f32 <-> bf16, round to nearest even; same dtype: a copy); equal numel.
   void cast(const Tensor& src, Tensor& dst);
   // Rows converted as cast() converts them, between x (T, ...) and pieces elsewhere in this
@@ -252,6 +256,8 @@ class Backend {
   void sgd_step(Tensor& param, const Tensor& grad, float lr);
 
  protected:
+  // Called by each op once its inputs are checked, just before its do_ op (a timeline's start).
+  virtual void begin_op() {}
   // The ops as each backend computes them, called with inputs already checked (see above).
   virtual void do_linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) = 0;
   virtual void do_linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool dx_accumulate,

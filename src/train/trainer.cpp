@@ -170,6 +170,10 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       if (const Optimizer::HostUpdateTimes h = opt.host_update_times(); h.host)
         j["host_update"] = {{"update_s", h.update_s >= 0 ? nlohmann::json(h.update_s) : nlohmann::json()},
                             {"waited_s", h.waited_s}};
+      // the device's streams since the last line (OOMB_CUDA_TIMELINE): busy, at once, idle
+      if (const StreamTimes t = model.backend().take_stream_times(); t.on)
+        j["streams"] = {{"span_s", t.span_s}, {"compute_s", t.compute_s}, {"copy_s", t.copy_s},
+                        {"both_s", t.both_s}, {"idle_s", t.idle_s}, {"ops", t.ops}, {"copies", t.copies}};
       const Moved m = moved(model);  // bytes the stores copied between host and device in this step
       j["moved"] = {{"weights", m.weights - moved0.weights}, {"grads", m.grads - moved0.grads},
                     {"activations", m.activations - moved0.activations}, {"kv", m.kv - moved0.kv},

@@ -5,9 +5,12 @@
 // every blocking stream) or memory is freed (cudaFree synchronizes). So work on one stream that
 // should have waited for another's reads what was there before, and the host reading a copy's
 // destination, or rewriting its pinned source, without a wait sees the copy not yet done: the
-// tests of the backend that runs on it fail where a GPU would race.
+// tests of the backend that runs on it fail where a GPU would race. A timing event is stamped with
+// the steady clock when its stream reaches it (cudaEventElapsedTime: between two such stamps).
 #include <cuda_runtime.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -65,7 +68,12 @@ struct Stream {
 struct Event {
   Stream* stream = nullptr;  // where it was last recorded (none: complete)
   uint64_t at = 0;           // complete once that stream has run this many items
+  bool timing = true;        // made without cudaEventDisableTiming
+  // when the stream reached the record (seconds of the steady clock; NaN until then), written by
+  // the record's own item in the stream's queue
+  std::shared_ptr<double> t;
 };
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 std::vector<std::unique_ptr<Stream>>& streams() {  // kept to the end: a wait may name a destroyed one
   static std::vector<std::unique_ptr<Stream>> v;
   return v;
@@ -164,6 +172,7 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
   }
@@ -267,10 +276,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   if (ev.stream) issue(s, [ev] { run_until(*ev.stream, ev.at); });
   return cudaSuccess;
 }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
-  *e = reinterpret_cast<cudaEvent_t>(new Event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+  auto* ev = new Event;
+  ev->timing = (flags & cudaEventDisableTiming) == 0;
+  *e = reinterpret_cast<cudaEvent_t>(ev);
   return cudaSuccess;
 }
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete reinterpret_cast<Event*>(e);
   return cudaSuccess;
@@ -278,13 +290,21 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   std::lock_guard<std::recursive_mutex> l(g_mu);
   Event& ev = *reinterpret_cast<Event*>(e);
+  const bool timing = ev.timing;
   if (s == nullptr) {
     run_all();
     ev = Event{};
+    ev.t = std::make_shared<double>(now_s());
   } else {
+    ev = Event{};
+    if (timing) {  // an item of its own, run when the stream reaches it
+      ev.t = std::make_shared<double>(std::nan(""));
+      issue(s, [t = ev.t] { *t = now_s(); });
+    }
     ev.stream = reinterpret_cast<Stream*>(s);
     ev.at = ev.stream->issued;
   }
+  ev.timing = timing;
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
@@ -294,6 +314,15 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }  // as if the device had got there
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  const Event &a = *reinterpret_cast<Event*>(start), &b = *reinterpret_cast<Event*>(end);
+  if (!a.timing || !b.timing || !a.t || !b.t)
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event never recorded, or made without timing");
+  if (std::isnan(*a.t) || std::isnan(*b.t)) return cudaErrorNotReady;
+  *ms = float((*b.t - *a.t) * 1e3);
+  return cudaSuccess;
+}
 
 cudaError_t simt_func_set_max_shared(const void* kernel, int bytes) {
   std::lock_guard<std::recursive_mutex> l(g_mu);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/attention_flops.h"
@@ -19,6 +20,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profile.h"
 #include "backend/cuda/scratch.h"
+#include "backend/cuda/stream_timeline.h"
 
 namespace oomb {
 
@@ -42,11 +44,17 @@ class CudaBackend final : public Backend {
     gemm_ws_ = Buffer(Tier::Device, Tag::Workspace, kGemmWorkspace);
     group_sums_ = Buffer(Tier::Device, Tag::Workspace, cuda::k::kRowGroupBytes);
     gemm_ = std::make_unique<cuda::Gemm>(stream_, gemm_ws_.data(), kGemmWorkspace);
+    if (timeline_on()) {
+      OOMB_CHECK(!profile_, "OOMB_CUDA_TIMELINE and OOMB_CUDA_PROFILE: the profile waits after every op, so the "
+                            "streams would never overlap; set one of them");
+      timeline_ = std::make_unique<cuda::StreamTimeline>(stream_, copy_stream_);
+    }
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     cudaStreamSynchronize(copy_stream_);
     if (profile_) profile_->print();
+    if (timeline_) timeline_->print();
     for (auto& st : table_stage_) cudaEventDestroy(st.done);
     gemm_.reset();
     cudaStreamDestroy(copy_stream_);
@@ -233,24 +241,28 @@ class CudaBackend final : public Backend {
     if (bytes == 0 || dst == src) return;
     // pinned memory is host memory (--offload params keeps the masters there): unified addressing
     // tells the sides apart
-    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "copy");
+    timed(stream_, [&] { cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "copy"); });
     // the host may read what arrived, or reuse what it sent, once this returns
     if (dt != Tier::Device || st != Tier::Device) drain(stream_, "copy");
   }
   void fill_zero(void* dst, size_t bytes) override {
-    if (bytes > 0) cuda_check(cudaMemsetAsync(dst, 0, bytes, stream_), "fill_zero");
+    if (bytes == 0) return;
+    timed(stream_, [&] { cuda_check(cudaMemsetAsync(dst, 0, bytes, stream_), "fill_zero"); });
   }
   void copy_async(void* dst, Tier dt, const void* src, Tier st, size_t bytes, Stream s) override {
     if (bytes == 0 || dst == src) return;
-    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, on(s)), "copy_async");
+    timed(on(s), [&] { cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, on(s)), "copy_async"); });
   }
   void fill_zero_async(void* dst, size_t bytes, Stream s) override {
-    if (bytes > 0) cuda_check(cudaMemsetAsync(dst, 0, bytes, on(s)), "fill_zero_async");
+    if (bytes == 0) return;
+    timed(on(s), [&] { cuda_check(cudaMemsetAsync(dst, 0, bytes, on(s)), "fill_zero_async"); });
   }
   void copy_rows(void* dst, size_t dpitch, Tier dt, const void* src, size_t spitch, Tier st, size_t width,
                  size_t rows) override {
     if (rows == 0 || width == 0) return;
-    cuda_check(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault, stream_), "copy_rows");
+    timed(stream_, [&] {
+      cuda_check(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault, stream_), "copy_rows");
+    });
     if (dt != Tier::Device || st != Tier::Device) drain(stream_, "copy_rows");
   }
   void* native_stream(Stream s) override { return on(s); }
@@ -273,6 +285,11 @@ class CudaBackend final : public Backend {
     cuda_check(cudaStreamSynchronize(stream_), "synchronize");
   }
   HostWaits host_waits() const override { return waits_; }
+  StreamTimes take_stream_times() override {
+    if (!timeline_) return {};
+    ++waits_.drains;  // (it waits for both streams)
+    return timeline_->take();
+  }
 
 
   void do_add(Tensor& y, const Tensor& x) override {
@@ -375,9 +392,26 @@ class CudaBackend final : public Backend {
                            bool backward) const {
     return profile_ ? attention_flops(a, p.T, p.H, p.D, blocks, backward) : 0.0;
   }
+  // OOMB_CUDA_TIMELINE set (and not 0): the streams' busy times (stream_timeline.h)
+  static bool timeline_on() {
+    const char* v = std::getenv("OOMB_CUDA_TIMELINE");
+    return v && *v && std::string(v) != "0";
+  }
+  // an op's start on the compute stream (its end: launched)
+  void begin_op() override {
+    if (timeline_) timeline_->begin(stream_);
+  }
+  // a copy or set outside the ops (issue: its call on stream s), on the timeline
+  template <class Issue>
+  void timed(cudaStream_t s, Issue&& issue) {
+    if (timeline_) timeline_->begin(s);
+    issue();
+    if (timeline_) timeline_->end(s);
+  }
   // flops: the op's arithmetic for the profile's rates (OpProfile), 0 where not counted
   void launched(const char* op, double flops = 0) {
     cuda_check(cudaGetLastError(), op);
+    if (timeline_) timeline_->end(stream_);
     if (profile_) {
       ++waits_.drains;  // the profile waits for every op
       return profile_->mark(op, stream_, flops);
@@ -502,6 +536,7 @@ class CudaBackend final : public Backend {
   const bool sync_each_ = std::getenv("OOMB_CUDA_SYNC") != nullptr;
   const CudaAttention attention_mode_ = cuda_attention_mode();
   const std::unique_ptr<cuda::OpProfile> profile_ = make_profile();
+  std::unique_ptr<cuda::StreamTimeline> timeline_;  // OOMB_CUDA_TIMELINE (null: off)
   Buffer gemm_ws_;
   Buffer group_sums_;  // the column sums' groups (rmsnorm_bwd's dw, the bias gradient), on stream_
   std::unique_ptr<cuda::Gemm> gemm_;

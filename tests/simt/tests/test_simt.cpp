@@ -202,6 +202,34 @@ TEST(Simt, StreamsRunTheirWorkAsLateAsCudaAllows) {
   cudaStreamDestroy(compute);
 }
 
+// Timing events: an elapsed time only once both records are reached (cudaErrorNotReady before),
+// the later record no earlier than the first; an event made without timing has none to give.
+TEST(Simt, EventsTimeWhenTheirStreamReachesThem) {
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  cudaEvent_t a, b, untimed;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming);
+  int* d = nullptr;
+  cudaMalloc(reinterpret_cast<void**>(&d), 128);
+  float ms = -1;
+  EXPECT_EQ(cudaEventElapsedTime(&ms, a, b), cudaErrorInvalidResourceHandle) << "never recorded";
+  cudaEventRecord(a, s);
+  launch(read_k, 1, 32, 0, s, d, d);
+  cudaEventRecord(b, s);
+  cudaEventRecord(untimed, s);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, a, b), cudaErrorNotReady) << "the stream has not reached them";
+  cudaEventSynchronize(b);
+  ASSERT_EQ(cudaEventElapsedTime(&ms, a, b), cudaSuccess);
+  EXPECT_GE(ms, 0);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, a, untimed), cudaErrorInvalidResourceHandle);
+  cudaGetLastError();
+  cudaFree(d);
+  for (cudaEvent_t e : {a, b, untimed}) cudaEventDestroy(e);
+  cudaStreamDestroy(s);
+}
+
 // mma.sync m16n8k16: D = A B + C for A (16 x 16), B (16 x 8), with fragments distributed here from
 // the PTX ISA's tables by register and half (written apart from simt's own lookup, which goes the
 // other way: from an element to its lane).

@@ -1,0 +1,159 @@
+// OOMB_CUDA_TIMELINE (backend/cuda/stream_timeline.h): every op and every copy or set on the copy
+// stream counted once, the figures adding up, nothing counted for an op its checks refuse, the same
+// bits with the timeline as without; on a GPU, a copy issued beside a long run of kernels counted as
+// hidden behind them. Skips without a GPU; runs everywhere on simt.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/memory.h"
+#include "test_util.h"
+
+using namespace oomb;
+using namespace oomb::testing;
+
+namespace {
+
+std::unique_ptr<Backend> timed_backend(bool on, std::string* why) {
+  const ScopedEnv timeline("OOMB_CUDA_TIMELINE", on ? "1" : "0");
+  return make_cuda_backend(why);
+}
+
+// y (T, n) = x (T, n) . w^T on the device, from seeded values
+struct Matmul {
+  int64_t T, n;
+  Buffer x, w, y;
+  Matmul(Backend& be, int64_t T_, int64_t n_)
+      : T(T_), n(n_), x(Tier::Device, Tag::Workspace, size_t(T * n) * 4), w(Tier::Device, Tag::Workspace, size_t(n * n) * 4),
+        y(Tier::Device, Tag::Workspace, size_t(T * n) * 4) {
+    const std::vector<float> hx = randn(size_t(T * n), 1), hw = randn(size_t(n * n), 2, 0.05f);
+    be.copy(x.data(), Tier::Device, hx.data(), Tier::Host, hx.size() * 4);
+    be.copy(w.data(), Tier::Device, hw.data(), Tier::Host, hw.size() * 4);
+  }
+  Tensor tx() const { return Tensor(x.data(), DType::F32, {T, n}, Tier::Device); }
+  Tensor tw() const { return Tensor(w.data(), DType::F32, {n, n}, Tier::Device); }
+  Tensor ty() const { return Tensor(y.data(), DType::F32, {T, n}, Tier::Device); }
+  void run(Backend& be) {
+    Tensor out = ty();
+    be.linear_fwd(tx(), tw(), nullptr, out);
+  }
+  std::vector<float> result(Backend& be) const {
+    std::vector<float> h(size_t(T * n));
+    be.copy(h.data(), Tier::Host, y.data(), Tier::Device, h.size() * 4);
+    return h;
+  }
+};
+
+// bytes of pinned memory (set to ones) and as many on the device
+struct Transfer {
+  size_t bytes;
+  Buffer pinned, dev;
+  explicit Transfer(size_t n) : bytes(n), pinned(Tier::Pinned, Tag::Workspace, n), dev(Tier::Device, Tag::Workspace, n) {
+    std::memset(pinned.data(), 1, n);
+  }
+  void up(Backend& be) { be.copy_async(dev.data(), Tier::Device, pinned.data(), Tier::Pinned, bytes, Stream::Copy); }
+};
+
+// the figures printed, and consistent: the parts of the span add up to it
+void expect_adds_up(const StreamTimes& t) {
+  std::cout << "compute " << t.compute_s << " s, copy " << t.copy_s << " s, both " << t.both_s << " s, idle "
+            << t.idle_s << " s of " << t.span_s << " s" << std::endl;
+  EXPECT_TRUE(t.on);
+  EXPECT_GE(t.both_s, 0);
+  EXPECT_LE(t.both_s, std::min(t.compute_s, t.copy_s) + 1e-12);
+  EXPECT_GE(t.idle_s, 0);
+  EXPECT_NEAR(t.compute_s + t.copy_s - t.both_s + t.idle_s, t.span_s, 1e-9 + 1e-6 * t.span_s);
+}
+
+}  // namespace
+
+TEST(CudaTimeline, OffUnlessAsked) {
+  std::string why;
+  auto be = timed_backend(false, &why);
+  if (!be) GTEST_SKIP() << why;
+  Matmul mm(*be, 64, 128);
+  mm.run(*be);
+  EXPECT_FALSE(be->take_stream_times().on);
+}
+
+TEST(CudaTimeline, CountsEachOpAndCopyOnceAndAddsUp) {
+  std::string why;
+  auto be = timed_backend(true, &why);
+  if (!be) GTEST_SKIP() << why;
+  Matmul mm(*be, 256, 512);
+  Transfer tr(size_t(4) << 20);
+  be->take_stream_times();  // (the copies of the matrices above: on the compute stream)
+  for (int i = 0; i < 3; ++i) mm.run(*be);
+  tr.up(*be);
+  be->fill_zero_async(tr.dev.data(), tr.bytes / 2, Stream::Copy);
+  be->copy_async(tr.pinned.data(), Tier::Pinned, tr.dev.data(), Tier::Device, tr.bytes, Stream::Copy);
+  Tensor y = mm.ty();
+  be->add(y, mm.ty());
+  // refused by its checks (w's shape): nothing issued, nothing counted
+  Tensor bad(mm.w.data(), DType::F32, {7, 512}, Tier::Device);
+  EXPECT_THAT(error_of([&] { be->linear_fwd(mm.tx(), bad, nullptr, y); }), ::testing::HasSubstr("linear_fwd"));
+  be->synchronize();
+  const StreamTimes t = be->take_stream_times();
+  EXPECT_EQ(t.ops, 4);
+  EXPECT_EQ(t.copies, 3);
+  EXPECT_GT(t.compute_s, 0);
+  EXPECT_GT(t.copy_s, 0);
+  expect_adds_up(t);
+  const StreamTimes none = be->take_stream_times();  // a new window, with nothing in it
+  EXPECT_TRUE(none.on);
+  EXPECT_EQ(none.ops + none.copies, 0);
+  EXPECT_EQ(none.compute_s + none.copy_s, 0);
+}
+
+TEST(CudaTimeline, TheSameBitsAsWithout) {
+  std::string why;
+  std::vector<float> out[2];
+  for (const bool on : {false, true}) {
+    auto be = timed_backend(on, &why);
+    if (!be) GTEST_SKIP() << why;
+    Matmul mm(*be, 96, 160);
+    mm.run(*be);
+    Tensor y = mm.ty();
+    be->add(y, mm.ty());
+    out[on] = mm.result(*be);
+  }
+  ASSERT_EQ(out[0].size(), out[1].size());
+  EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4), 0);
+}
+
+TEST(CudaTimeline, RefusedBesideTheOpProfile) {
+  std::string why;
+  if (!timed_backend(false, &why)) GTEST_SKIP() << why;
+  const ScopedEnv profile("OOMB_CUDA_PROFILE", "1");
+  EXPECT_THAT(error_of([&] { timed_backend(true, nullptr); }),
+              ::testing::HasSubstr("OOMB_CUDA_TIMELINE and OOMB_CUDA_PROFILE"));
+}
+
+// A copy of 256 MiB from pinned memory issued on the copy stream while the compute stream runs a
+// few hundred milliseconds of fp32 GEMMs: most of the copy counted as hidden behind them.
+TEST(CudaTimeline, ACopyBesideKernelsCountsAsHidden) {
+#ifdef OOMB_SIMT
+  GTEST_SKIP() << "simt runs one stream's work at a time: nothing overlaps there";
+#endif
+  std::string why;
+  auto be = timed_backend(true, &why);
+  if (!be) GTEST_SKIP() << why;
+  Matmul mm(*be, 4096, 4096);
+  Transfer tr(size_t(256) << 20);
+  mm.run(*be);  // (cuBLASLt's plan made outside the window)
+  be->synchronize();
+  be->take_stream_times();
+  for (int i = 0; i < 40; ++i) mm.run(*be);
+  tr.up(*be);
+  const StreamTimes t = be->take_stream_times();
+  expect_adds_up(t);
+  EXPECT_EQ(t.copies, 1);
+  EXPECT_GT(t.compute_s, t.copy_s);
+  EXPECT_GT(t.both_s, 0.9 * t.copy_s);
+}
