@@ -124,7 +124,7 @@ step() {  # name, time limit (s), command...: log to $W/name.log, its result lin
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "TIMEOUT after ${t}s" >> "$W/$name.log"
   echo "rc=$rc" >> "$W/$name.log"
   { echo "== $name (rc=$rc, $((SECONDS - t0)) s)"
-    grep -aE "^\[ (parity|cuda|hf|peft|tboard) |^library |^survey |^check |PASSED|FAILED|SKIPPED|Failure|rel. error|Error|error:|TIMEOUT|\| |loss |ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$W/$name.log" | tail -60
+    grep -aE "^\[ (parity|cuda|hf|peft|tboard) |^library |^survey |^check |PASSED|FAILED|SKIPPED|Failure|rel. error|Error|error:|TIMEOUT|\| |loss |ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY|^oomb CUDA timeline" "$W/$name.log" | tail -60
   } | tee -a "$OUT/summary.txt"
   pack
   return $rc
@@ -326,11 +326,14 @@ PY
 timeline() {
   export -f timeline_run
   export W
-  local shapes shape
+  local shapes shape a n=0
   IFS=';' read -ra shapes <<< "${GPU_SESSION_TIMELINE:-qwen2.5-1.5b 8192 4096 --offload params;qwen2.5-0.5b 131072 4096 --keep-attention}"
   for shape in "${shapes[@]}"; do
     read -ra a <<< "$shape"
-    step "timeline_${a[0]}_${a[1]}" 150 bash -c "timeline_run ${a[*]}"
+    [ ${#a[@]} -eq 0 ] && continue
+    n=$((n + 1))
+    [ ${#a[@]} -ge 3 ] || { echo "GPU_SESSION_TIMELINE: expected \"preset N C [flags]\", got '$shape'" | tee -a "$OUT/summary.txt"; continue; }
+    step "timeline${n}_${a[0]}_${a[1]}" 150 bash -c 'timeline_run "$@"' _ "${a[@]}"
   done
 }
 case $phase in

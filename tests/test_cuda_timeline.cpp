@@ -1,19 +1,25 @@
 // OOMB_CUDA_TIMELINE (backend/cuda/stream_timeline.h): every op and every copy or set on the copy
-// stream counted once, the figures adding up, nothing counted for an op its checks refuse, the same
-// bits with the timeline as without; on a GPU, a copy issued beside a long run of kernels counted as
-// hidden behind them. Skips without a GPU; runs everywhere on simt.
+// stream counted once, the figures adding up, nothing counted for an op its checks refuse, the
+// host's pause between two ops counted as idle, the same figures with events read back as they
+// complete, the same bits with the timeline as without; on a GPU, a copy issued beside a long run
+// of kernels counted as hidden behind them. Skips without a GPU; runs everywhere on simt.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/memory.h"
 #include "test_util.h"
+#if defined(OOMB_HAVE_CUDA) || defined(OOMB_SIMT)
+#include "backend/cuda/stream_timeline.h"
+#endif
 
 using namespace oomb;
 using namespace oomb::testing;
@@ -82,24 +88,29 @@ TEST(CudaTimeline, OffUnlessAsked) {
   EXPECT_FALSE(be->take_stream_times().on);
 }
 
+// Three matmuls and an add on the compute stream, two copies and a set on the copy stream.
+static StreamTimes four_ops_and_three_copies(Backend& be) {
+  Matmul mm(be, 256, 512);
+  Transfer tr(size_t(4) << 20);
+  be.take_stream_times();  // (the copies of the matrices above: on the compute stream)
+  for (int i = 0; i < 3; ++i) mm.run(be);
+  tr.up(be);
+  be.fill_zero_async(tr.dev.data(), tr.bytes / 2, Stream::Copy);
+  be.copy_async(tr.pinned.data(), Tier::Pinned, tr.dev.data(), Tier::Device, tr.bytes, Stream::Copy);
+  Tensor y = mm.ty();
+  be.add(y, mm.ty());
+  // refused by its checks (w's shape): nothing issued, nothing counted
+  Tensor bad(mm.w.data(), DType::F32, {7, 512}, Tier::Device);
+  EXPECT_THAT(error_of([&] { be.linear_fwd(mm.tx(), bad, nullptr, y); }), ::testing::HasSubstr("linear_fwd"));
+  be.synchronize();
+  return be.take_stream_times();
+}
+
 TEST(CudaTimeline, CountsEachOpAndCopyOnceAndAddsUp) {
   std::string why;
   auto be = timed_backend(true, &why);
   if (!be) GTEST_SKIP() << why;
-  Matmul mm(*be, 256, 512);
-  Transfer tr(size_t(4) << 20);
-  be->take_stream_times();  // (the copies of the matrices above: on the compute stream)
-  for (int i = 0; i < 3; ++i) mm.run(*be);
-  tr.up(*be);
-  be->fill_zero_async(tr.dev.data(), tr.bytes / 2, Stream::Copy);
-  be->copy_async(tr.pinned.data(), Tier::Pinned, tr.dev.data(), Tier::Device, tr.bytes, Stream::Copy);
-  Tensor y = mm.ty();
-  be->add(y, mm.ty());
-  // refused by its checks (w's shape): nothing issued, nothing counted
-  Tensor bad(mm.w.data(), DType::F32, {7, 512}, Tier::Device);
-  EXPECT_THAT(error_of([&] { be->linear_fwd(mm.tx(), bad, nullptr, y); }), ::testing::HasSubstr("linear_fwd"));
-  be->synchronize();
-  const StreamTimes t = be->take_stream_times();
+  const StreamTimes t = four_ops_and_three_copies(*be);
   EXPECT_EQ(t.ops, 4);
   EXPECT_EQ(t.copies, 3);
   EXPECT_GT(t.compute_s, 0);
@@ -109,6 +120,43 @@ TEST(CudaTimeline, CountsEachOpAndCopyOnceAndAddsUp) {
   EXPECT_TRUE(none.on);
   EXPECT_EQ(none.ops + none.copies, 0);
   EXPECT_EQ(none.compute_s + none.copy_s, 0);
+}
+
+// Events read back (and reused) whenever four are out, not only at take(): the same counts.
+TEST(CudaTimeline, EventsReadBackAsTheyCompleteGiveTheSameCounts) {
+  std::string why;
+  auto be = timed_backend(true, &why);
+  if (!be) GTEST_SKIP() << why;
+  cuda::StreamTimeline::poll_after_for_test(4);
+  const StreamTimes t = four_ops_and_three_copies(*be);
+  cuda::StreamTimeline::poll_after_for_test(size_t(1) << 16);
+  EXPECT_EQ(t.ops, 4);
+  EXPECT_EQ(t.copies, 3);
+  EXPECT_GT(t.compute_s, 0);
+  expect_adds_up(t);
+}
+
+// The host pauses 60 ms between two ops, the device waiting for it: idle, not busy; and the
+// window no longer than the wall clock says.
+TEST(CudaTimeline, TheHostsPauseBetweenOpsIsIdle) {
+  std::string why;
+  auto be = timed_backend(true, &why);
+  if (!be) GTEST_SKIP() << why;
+  Matmul mm(*be, 64, 128);
+  be->synchronize();
+  const auto w0 = std::chrono::steady_clock::now();
+  be->take_stream_times();
+  mm.run(*be);
+  be->synchronize();
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  mm.run(*be);
+  const StreamTimes t = be->take_stream_times();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  expect_adds_up(t);
+  EXPECT_EQ(t.ops, 2);
+  EXPECT_GE(t.idle_s, 0.055);
+  EXPECT_LE(t.compute_s, t.span_s - 0.055);
+  EXPECT_LE(t.span_s, wall);
 }
 
 TEST(CudaTimeline, TheSameBitsAsWithout) {

@@ -256,8 +256,17 @@ class Backend {
   void sgd_step(Tensor& param, const Tensor& grad, float lr);
 
  protected:
-  // Called by each op once its inputs are checked, just before its do_ op (a timeline's start).
+  // An op's span: begin_op() once its inputs are checked, end_op() once its do_ op has returned or
+  // thrown (OpScope, in every op); ops may nest. A timeline's start and end (CUDA).
   virtual void begin_op() {}
+  virtual void end_op() noexcept {}
+  struct OpScope {
+    Backend& be;
+    explicit OpScope(Backend& b) : be(b) { be.begin_op(); }
+    ~OpScope() { be.end_op(); }
+    OpScope(const OpScope&) = delete;
+    OpScope& operator=(const OpScope&) = delete;
+  };
   // The ops as each backend computes them, called with inputs already checked (see above).
   virtual void do_linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) = 0;
   virtual void do_linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool dx_accumulate,

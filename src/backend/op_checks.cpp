@@ -111,7 +111,7 @@ void Backend::linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tens
     c.tensor("b", *b, 1);
     OOMB_CHECK(b->dim(0) == out, "linear_fwd: bias {} does not match out {}", b->shape_str(), out);
   }
-  begin_op();
+  const OpScope op_scope(*this);
   do_linear_fwd(x, w, b, y);
 }
 
@@ -130,7 +130,7 @@ void Backend::linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Ten
     c.tensor("db", *db, 1);
     OOMB_CHECK(db->dim(0) == out, "linear_bwd: db {} does not match out {}", db->shape_str(), out);
   }
-  begin_op();
+  const OpScope op_scope(*this);
   do_linear_bwd(x, w, dy, dx, acc, dw, db);
 }
 
@@ -141,7 +141,7 @@ void Backend::embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out)
   c.tensor("out", out, 2);
   OOMB_CHECK(out.dim(0) == ids.dim(0) && out.dim(1) == table.dim(1), "embedding_fwd: out {} must be ({}, {})",
              out.shape_str(), ids.dim(0), table.dim(1));
-  begin_op();
+  const OpScope op_scope(*this);
   do_embedding_fwd(ids, table, out);
 }
 
@@ -152,7 +152,7 @@ void Backend::embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtabl
   c.tensor("dtable", dtable, 2);
   OOMB_CHECK(dout.dim(0) == ids.dim(0) && dout.dim(1) == dtable.dim(1), "embedding_bwd: dout {} must be ({}, {})",
              dout.shape_str(), ids.dim(0), dtable.dim(1));
-  begin_op();
+  const OpScope op_scope(*this);
   do_embedding_bwd(ids, dout, dtable);
 }
 
@@ -164,7 +164,7 @@ void Backend::rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y
   c.tensor("rstd", rstd, 1);
   OOMB_CHECK(w.dim(0) == x.dim(1) && rstd.dim(0) == x.dim(0), "rmsnorm_fwd: w {} / rstd {} do not fit x {}",
              w.shape_str(), rstd.shape_str(), x.shape_str());
-  begin_op();
+  const OpScope op_scope(*this);
   do_rmsnorm_fwd(x, w, eps, y, rstd);
 }
 
@@ -179,7 +179,7 @@ void Backend::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, 
   c.f32_like("dy", dy, "x", x);
   c.f32_like("dx", dx, "x", x);
   c.f32_like("dw", dw, "w", w);
-  begin_op();
+  const OpScope op_scope(*this);
   do_rmsnorm_bwd(x, w, rstd, dy, dx, acc, dw);
 }
 
@@ -195,13 +195,13 @@ void check_rope(const Check& c, const Tensor& x, const Tensor& pos, const RopeTa
 
 void Backend::rope_fwd(Tensor& x, const Tensor& pos, const RopeTable& r) {
   check_rope(Check{*this, "rope_fwd"}, x, pos, r);
-  begin_op();
+  const OpScope op_scope(*this);
   do_rope_fwd(x, pos, r);
 }
 
 void Backend::rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& r) {
   check_rope(Check{*this, "rope_bwd"}, dx, pos, r);
-  begin_op();
+  const OpScope op_scope(*this);
   do_rope_bwd(dx, pos, r);
 }
 
@@ -210,7 +210,7 @@ void Backend::swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) {
   c.tensor("gate", gate, -1);
   c.f32_like("up", up, "gate", gate);
   c.f32_like("out", out, "gate", gate);
-  begin_op();
+  const OpScope op_scope(*this);
   do_swiglu_fwd(gate, up, out);
 }
 
@@ -220,7 +220,7 @@ void Backend::swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dou
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"up", &up}, {"dout", &dout}, {"dgate", &dgate},
                                 {"dup", &dup}})
     c.f32_like(name, *t, "gate", gate);
-  begin_op();
+  const OpScope op_scope(*this);
   do_swiglu_bwd(gate, up, dout, dgate, dup);
 }
 
@@ -233,7 +233,7 @@ void Backend::attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, co
   OOMB_CHECK(lse.dim(0) == q.dim(0) && lse.dim(1) == q.dim(1), "attention_fwd: lse {} must be ({}, {})",
              lse.shape_str(), q.dim(0), q.dim(1));
   if (!a.first || !a.last) c.f32_like("run_sum", a.run_sum, "lse", lse);
-  begin_op();
+  const OpScope op_scope(*this);
   do_attention_fwd(q, blocks, a, o, lse);
 }
 
@@ -253,7 +253,7 @@ void Backend::attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse,
     c.tensor("dout16", a.dout16, q.ndim, DType::BF16);
     c.same_shape("dout16", a.dout16, "q", q);
   }
-  begin_op();
+  const OpScope op_scope(*this);
   do_attention_bwd(q, o, lse, dout, blocks, a, dq);
 }
 
@@ -264,7 +264,7 @@ void Backend::page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Ten
   OOMB_CHECK(means.dim(1) == k.dim(1) && means.dim(2) == k.dim(2), "page_key_means: means {} do not fit k {}",
              means.shape_str(), k.shape_str());
   c.pages_of(k, t0, page_size, "means", means);
-  begin_op();
+  const OpScope op_scope(*this);
   do_page_key_means(k, t0, page_size, means);
 }
 
@@ -275,7 +275,7 @@ void Backend::page_scores(const Tensor& q, int64_t tile, const Tensor& means, Te
   OOMB_CHECK(means.dim(1) > 0 && q.dim(1) % means.dim(1) == 0 && means.dim(2) == q.dim(2),
              "page_scores: means {} do not fit q {}", means.shape_str(), q.shape_str());
   c.scores(q, tile, means.dim(1), means.dim(0), scores);
-  begin_op();
+  const OpScope op_scope(*this);
   do_page_scores(q, tile, means, scores);
 }
 
@@ -286,7 +286,7 @@ void Backend::page_key_minmax(const Tensor& k, int64_t t0, int64_t page_size, Te
   OOMB_CHECK(minmax.dim(1) == 2 && minmax.dim(2) == k.dim(1) && minmax.dim(3) == k.dim(2),
              "page_key_minmax: minmax {} does not fit k {}", minmax.shape_str(), k.shape_str());
   c.pages_of(k, t0, page_size, "minmax", minmax);
-  begin_op();
+  const OpScope op_scope(*this);
   do_page_key_minmax(k, t0, page_size, minmax);
 }
 
@@ -297,7 +297,7 @@ void Backend::page_quest_scores(const Tensor& q, int64_t tile, const Tensor& min
   OOMB_CHECK(minmax.dim(1) == 2 && minmax.dim(2) > 0 && q.dim(1) % minmax.dim(2) == 0 && minmax.dim(3) == q.dim(2),
              "page_quest_scores: minmax {} does not fit q {}", minmax.shape_str(), q.shape_str());
   c.scores(q, tile, minmax.dim(2), minmax.dim(0), scores);
-  begin_op();
+  const OpScope op_scope(*this);
   do_page_quest_scores(q, tile, minmax, scores);
 }
 
@@ -309,7 +309,7 @@ void Backend::page_topk(const Tensor& scores, int64_t first, Tensor& chosen) {
              "page_topk: chosen {} must be ({}, {}, K >= 1)", chosen.shape_str(), scores.dim(0), scores.dim(1));
   OOMB_CHECK(first >= 0 && first <= scores.dim(2) && scores.dim(2) <= INT32_MAX,
              "page_topk: first page {} outside the {} pages of scores", first, scores.dim(2));
-  begin_op();
+  const OpScope op_scope(*this);
   do_page_topk(scores, first, chosen);
 }
 
@@ -331,7 +331,7 @@ void check_xent(const Check& c, const Tensor& h, const Tensor& w, int64_t v0, co
 
 void Backend::lm_head_xent_stats(const Tensor& h, const Tensor& w, int64_t v0, const Tensor& targets, Tensor& stats) {
   check_xent(Check{*this, "lm_head_xent_stats"}, h, w, v0, targets, stats);
-  begin_op();
+  const OpScope op_scope(*this);
   do_lm_head_xent_stats(h, w, v0, targets, stats);
 }
 
@@ -343,7 +343,7 @@ void Backend::lm_head_xent_loss(const Tensor& stats, const Tensor& targets, Tens
   OOMB_CHECK(stats.dim(0) == targets.dim(0) && stats.dim(1) == 4 && sums.dim(0) == 2,
              "lm_head_xent_loss: stats {} / sums {} must be ({}, 4) / (2)", stats.shape_str(), sums.shape_str(),
              targets.dim(0));
-  begin_op();
+  const OpScope op_scope(*this);
   do_lm_head_xent_loss(stats, targets, sums);
 }
 
@@ -353,7 +353,7 @@ void Backend::lm_head_xent_grad(const Tensor& h, const Tensor& w, int64_t v0, co
   check_xent(c, h, w, v0, targets, stats);
   if (dh) c.f32_like("dh", *dh, "h", h);
   if (dw) c.f32_like("dw", *dw, "w", w);
-  begin_op();
+  const OpScope op_scope(*this);
   do_lm_head_xent_grad(h, w, v0, targets, stats, scale, dh, dh_accumulate, dw);
 }
 
@@ -364,7 +364,7 @@ void Backend::cast(const Tensor& src, Tensor& dst) {
   c.where("src", src, -1);
   c.where("dst", dst, -1);
   c.numel("src", src, "dst", dst);
-  begin_op();
+  const OpScope op_scope(*this);
   do_cast(src, dst);
 }
 
@@ -390,20 +390,20 @@ void check_pieces(const Check& c, const Tensor& x, std::span<const Backend::RowP
 void Backend::cast_to_pieces(const Tensor& x, std::span<const RowPiece> pieces, DType dtype) {
   const Check c{*this, "cast_to_pieces"};
   check_pieces(c, x, pieces, dtype, true);
-  begin_op();
+  const OpScope op_scope(*this);
   do_cast_pieces(x, pieces, dtype, true);
 }
 
 void Backend::cast_from_pieces(std::span<const RowPiece> pieces, DType dtype, Tensor& x) {
   const Check c{*this, "cast_from_pieces"};
   check_pieces(c, x, pieces, dtype, false);
-  begin_op();
+  const OpScope op_scope(*this);
   do_cast_pieces(x, pieces, dtype, false);
 }
 
 void Backend::round_bf16(Tensor& x) {
   Check{*this, "round_bf16"}.tensor("x", x, -1);
-  begin_op();
+  const OpScope op_scope(*this);
   do_round_bf16(x);
 }
 
@@ -413,25 +413,25 @@ void Backend::add(Tensor& y, const Tensor& x) {
   OOMB_CHECK(is_float(x.dtype), "add: x must be f32 or bf16, got {}", dtype_name(x.dtype));
   c.where("x", x, -1);
   c.numel("x", x, "y", y);
-  begin_op();
+  const OpScope op_scope(*this);
   do_add(y, x);
 }
 
 void Backend::zero(Tensor& y) {
   Check{*this, "zero"}.where("y", y, -1);
-  begin_op();
+  const OpScope op_scope(*this);
   do_zero(y);
 }
 
 void Backend::scale(Tensor& y, float s) {
   Check{*this, "scale"}.tensor("y", y, -1);
-  begin_op();
+  const OpScope op_scope(*this);
   do_scale(y, s);
 }
 
 double Backend::sum_squares(const Tensor& x) {
   Check{*this, "sum_squares"}.tensor("x", x, -1);
-  begin_op();
+  const OpScope op_scope(*this);
   return do_sum_squares(x);
 }
 
@@ -442,7 +442,7 @@ void Backend::adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const
     c.tensor(name, *t, -1);
     c.numel(name, *t, "param", p);
   }
-  begin_op();
+  const OpScope op_scope(*this);
   do_adamw_step(p, g, m, v, a);
 }
 
@@ -451,7 +451,7 @@ void Backend::sgd_step(Tensor& p, const Tensor& g, float lr) {
   c.tensor("param", p, -1);
   c.tensor("grad", g, -1);
   c.numel("grad", g, "param", p);
-  begin_op();
+  const OpScope op_scope(*this);
   do_sgd_step(p, g, lr);
 }
 

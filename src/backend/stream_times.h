@@ -15,7 +15,7 @@ struct StreamTimes {
   double copy_s = 0;    // the copy stream busy (transfers between host and device, and its sets)
   double both_s = 0;    // both busy at once: the copies hidden behind compute
   double idle_s = 0;    // neither busy: span_s - (compute_s + copy_s - both_s)
-  int64_t ops = 0, copies = 0;  // the work items on each stream
+  int64_t ops = 0, copies = 0;  // the pieces of work timed on each stream
   StreamTimes& operator+=(const StreamTimes& o);
 };
 

@@ -116,6 +116,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   std::unique_ptr<TensorBoardWriter> tb;
   if (!o.tensorboard_dir.empty() && lead) tb = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
   const int64_t N = o.seq_len;
+  if (metrics.is_open()) model.backend().take_stream_times();  // (the first line's streams: from here, not the load)
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
   StepStats st;

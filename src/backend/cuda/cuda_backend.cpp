@@ -33,6 +33,8 @@ void cuda_check(cudaError_t e, const char* op) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
+    OOMB_CHECK(!profile_ || !timeline_on(), "OOMB_CUDA_TIMELINE and OOMB_CUDA_PROFILE: the profile waits after every "
+                                            "op, so the streams would never overlap; set one of them");
     // blocking streams: they wait for the legacy stream, where the allocator zeroes new memory
     cuda_check(cudaStreamCreate(&stream_), "cuda backend");
     cuda_check(cudaStreamCreate(&copy_stream_), "cuda backend");
@@ -44,11 +46,7 @@ class CudaBackend final : public Backend {
     gemm_ws_ = Buffer(Tier::Device, Tag::Workspace, kGemmWorkspace);
     group_sums_ = Buffer(Tier::Device, Tag::Workspace, cuda::k::kRowGroupBytes);
     gemm_ = std::make_unique<cuda::Gemm>(stream_, gemm_ws_.data(), kGemmWorkspace);
-    if (timeline_on()) {
-      OOMB_CHECK(!profile_, "OOMB_CUDA_TIMELINE and OOMB_CUDA_PROFILE: the profile waits after every op, so the "
-                            "streams would never overlap; set one of them");
-      timeline_ = std::make_unique<cuda::StreamTimeline>(stream_, copy_stream_);
-    }
+    if (timeline_on()) timeline_ = std::make_unique<cuda::StreamTimeline>(stream_, copy_stream_);
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -397,16 +395,31 @@ class CudaBackend final : public Backend {
     const char* v = std::getenv("OOMB_CUDA_TIMELINE");
     return v && *v && std::string(v) != "0";
   }
-  // an op's start on the compute stream (its end: launched)
+  // an op on the compute stream: its start at its first submission (cuda::about_to_submit), its
+  // pieces' ends at launched(); an op inside another is part of it
   void begin_op() override {
-    if (timeline_) timeline_->begin(stream_);
+    if (timeline_ && op_depth_++ == 0) timeline_->open(stream_);
   }
-  // a copy or set outside the ops (issue: its call on stream s), on the timeline
+  void end_op() noexcept override {
+    if (timeline_ && --op_depth_ == 0) timeline_->close();
+  }
+  // a copy or set (issue: its call on stream s): inside an op, part of it; outside, a piece of its own
   template <class Issue>
   void timed(cudaStream_t s, Issue&& issue) {
-    if (timeline_) timeline_->begin(s);
-    issue();
-    if (timeline_) timeline_->end(s);
+    if (!timeline_ || op_depth_ > 0) {
+      cuda::about_to_submit(s);
+      return issue();
+    }
+    timeline_->open(s);
+    try {
+      timeline_->submit(s);
+      issue();
+      timeline_->end(s);
+    } catch (...) {
+      timeline_->close();
+      throw;
+    }
+    timeline_->close();
   }
   // flops: the op's arithmetic for the profile's rates (OpProfile), 0 where not counted
   void launched(const char* op, double flops = 0) {
@@ -504,6 +517,7 @@ class CudaBackend final : public Backend {
     ++waits_.event_waits;
     cuda_check(cudaEventSynchronize(st.done), op);
     std::memcpy(st.host.data(), table_.data(), bytes);
+    cuda::about_to_submit(stream_);
     cuda_check(cudaMemcpyAsync(st.dev.data(), st.host.data(), bytes, cudaMemcpyHostToDevice, stream_), op);
     cuda_check(cudaEventRecord(st.done, stream_), op);
     p.blocks = static_cast<const cuda::k::AttnBlock*>(st.dev.data());
@@ -537,6 +551,7 @@ class CudaBackend final : public Backend {
   const CudaAttention attention_mode_ = cuda_attention_mode();
   const std::unique_ptr<cuda::OpProfile> profile_ = make_profile();
   std::unique_ptr<cuda::StreamTimeline> timeline_;  // OOMB_CUDA_TIMELINE (null: off)
+  int op_depth_ = 0;  // ops open (with a timeline)
   Buffer gemm_ws_;
   Buffer group_sums_;  // the column sums' groups (rmsnorm_bwd's dw, the bias gradient), on stream_
   std::unique_ptr<cuda::Gemm> gemm_;

@@ -1,6 +1,7 @@
 #include "backend/cuda/gemm.h"
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/stream_timeline.h"
 #include "core/error.h"
 
 namespace oomb::cuda {
@@ -118,6 +119,7 @@ void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A,
     OOMB_CHECK(beta == 1.0f || beta == 0.0f, "GEMM: K = 0 with beta {}", beta);
     OOMB_CHECK(!bias || ldc == N, "GEMM: a bias needs contiguous rows of C");
     if (beta == 0.0f) {
+      about_to_submit(stream_);
       for (int64_t r = 0; r < M; ++r)
         OOMB_CHECK(cudaMemsetAsync(C + r * ldc, 0, size_t(N) * 4, stream_) == cudaSuccess, "GEMM: memset failed");
     }
@@ -129,6 +131,7 @@ void Gemm::run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A,
   OOMB_CHECK(!bias || p.epilogue || ldc == N, "GEMM: a bias needs contiguous rows of C");
   if (p.epilogue)
     lt_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "BIAS_POINTER");
+  about_to_submit(stream_);  // (OOMB_CUDA_TIMELINE: an op's start)
   lt_check(cublasLtMatmul(lt_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, ws_, ws_bytes_, stream_),
            "cublasLtMatmul");
   if (bias && !p.epilogue) k::add_rows(C, bias, M, N, stream_);

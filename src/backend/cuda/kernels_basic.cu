@@ -323,7 +323,7 @@ void add(float* y, const void* x, bool x_bf16, int64_t n, cudaStream_t s) {
 void cast(const void* x, bool x_bf16, void* y, bool y_bf16, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   if (x_bf16 == y_bf16) {
-    if (x != y) cudaMemcpyAsync(y, x, size_t(n) * (x_bf16 ? 2 : 4), cudaMemcpyDeviceToDevice, s);
+    if (x != y) about_to_submit(s), cudaMemcpyAsync(y, x, size_t(n) * (x_bf16 ? 2 : 4), cudaMemcpyDeviceToDevice, s);
   } else if (x_bf16) {
     launch(bf16_to_f32_k, blocks_for(n), kThreads, 0, s, static_cast<const uint16_t*>(x), static_cast<float*>(y), n);
   } else {

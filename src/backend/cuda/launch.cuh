@@ -8,6 +8,7 @@
 #include <tuple>
 #include <utility>
 
+#include "backend/cuda/stream_timeline.h"
 #include "core/error.h"
 
 #ifdef OOMB_SIMT
@@ -20,6 +21,7 @@ namespace oomb::cuda::k {
 
 template <typename... P, typename... A>
 inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared, cudaStream_t s, A&&... args) {
+  about_to_submit(s);  // (OOMB_CUDA_TIMELINE: an op's start)
 #ifdef OOMB_SIMT
   // the arguments by value, as CUDA copies them at the launch; every thread runs the kernel on them
   simt_launch(reinterpret_cast<const void*>(kernel), grid, block, shared, s,

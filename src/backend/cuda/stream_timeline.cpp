@@ -9,96 +9,155 @@
 
 namespace oomb::cuda {
 
+thread_local StreamTimeline* t_open_timeline = nullptr;
+
 namespace {
 
 void check(cudaError_t e, const char* what) {
   OOMB_CHECK(e == cudaSuccess, "OOMB_CUDA_TIMELINE: {}: CUDA error: {}", what, cudaGetErrorString(e));
 }
 
+size_t g_poll_after = size_t(1) << 16;  // events out before the completed ones are read back
+constexpr double kRebaseS = 4.0;        // a window's base moves on every ~4 s (float ms keep ~0.5 us)
+
 }  // namespace
+
+void StreamTimeline::poll_after_for_test(size_t events) { g_poll_after = std::max<size_t>(events, 2); }
 
 StreamTimeline::StreamTimeline(cudaStream_t compute, cudaStream_t copy) : streams_{compute, copy} {
   check(cudaEventCreate(&base_), "an event");
-  start_window();
+  restart();
 }
 
 StreamTimeline::~StreamTimeline() {
-  for (cudaEvent_t e : pool_) cudaEventDestroy(e);
+  if (t_open_timeline == this) t_open_timeline = nullptr;
+  for (const Mark& m : marks_) {
+    if (m.start) cudaEventDestroy(m.start);
+    cudaEventDestroy(m.end);
+  }
+  for (cudaEvent_t e : started_)
+    if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : free_) cudaEventDestroy(e);
   cudaEventDestroy(base_);
 }
 
-// on the legacy stream: once every earlier piece of work on either stream is done (at a window's
-// start both are idle, so at once)
-void StreamTimeline::start_window() { check(cudaEventRecord(base_, nullptr), "the window's start"); }
-
-int32_t StreamTimeline::next_event() {
-  if (used_ == kMaxEvents) harvest();
-  if (used_ == pool_.size()) {
-    cudaEvent_t e = nullptr;
-    check(cudaEventCreate(&e), "an event");
-    pool_.push_back(e);
-  }
-  return int32_t(used_++);
+// A window starts on the legacy stream: after every earlier piece of work on either stream (at a
+// window's start both are idle, or about to be), before any later one.
+void StreamTimeline::restart() {
+  for (auto& b : busy_) b.clear();
+  last_[0] = last_[1] = -1;
+  span_ = base_at_ = 0;
+  check(cudaEventRecord(base_, nullptr), "the window's start");
 }
 
-void StreamTimeline::begin(cudaStream_t s) {
-  int32_t& p = pending_[index(s)];
-  if (p < 0) p = next_event();
-  check(cudaEventRecord(pool_[size_t(p)], s), "an op's start");
+cudaEvent_t StreamTimeline::event() {
+  if (free_.empty() && made_ >= g_poll_after) read(false);
+  if (!free_.empty()) {
+    cudaEvent_t e = free_.back();
+    free_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreate(&e), "an event");
+  ++made_;
+  return e;
+}
+
+void StreamTimeline::open(cudaStream_t s) {
+  wanted_[index(s)] = true;
+  t_open_timeline = this;
+}
+
+void StreamTimeline::submit(cudaStream_t s) {
+  const int i = index(s);
+  if (!wanted_[i] || s != streams_[i]) return;
+  wanted_[i] = false;
+  if (!started_[i]) started_[i] = event();
+  check(cudaEventRecord(started_[i], s), "an op's start");
 }
 
 void StreamTimeline::end(cudaStream_t s) {
   const int i = index(s);
-  const int32_t e = next_event();
-  check(cudaEventRecord(pool_[size_t(e)], s), "an op's end");
-  marks_.push_back({i, pending_[i], e});
-  pending_[i] = -1;
+  cudaEvent_t e = event();
+  check(cudaEventRecord(e, s), "an op's end");
+  marks_.push_back({i, started_[i], e});
+  started_[i] = nullptr;
+  wanted_[i] = t_open_timeline == this;  // the op goes on: its next piece starts at its next submission
 }
 
-void StreamTimeline::harvest() {
-  for (int i = 0; i < 2; ++i) check(cudaStreamSynchronize(streams_[i]), "waiting for the window's work");
-  auto at = [&](int32_t e) {
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, base_, pool_[size_t(e)]), "an event's time");
-    return double(ms) * 1e-3;
-  };
-  std::vector<Busy> busy[2];
-  double last[2] = {-1, -1}, span = 0;
-  for (const Mark& m : marks_) {
-    const double t1 = std::max(0.0, at(m.end));
-    const double t0 = std::clamp(m.start >= 0 ? at(m.start) : last[m.stream] >= 0 ? last[m.stream] : t1, 0.0, t1);
-    busy[m.stream].push_back({t0, t1});
-    last[m.stream] = t1;
-    span = std::max(span, t1);
+void StreamTimeline::close() noexcept {
+  if (t_open_timeline == this) t_open_timeline = nullptr;
+  for (int i = 0; i < 2; ++i) {
+    wanted_[i] = false;
+    if (!started_[i]) continue;
+    try {  // work submitted since the last end: its piece ends with the op
+      end(streams_[i]);
+    } catch (const std::exception&) {  // (the op's own error, or the next CUDA call's, reports it)
+      free_.push_back(started_[i]), started_[i] = nullptr;
+    }
+    wanted_[i] = false;
   }
-  window_ += stream_times(std::move(busy[0]), std::move(busy[1]), span);
-  marks_.clear();
-  used_ = 0;
-  pending_[0] = pending_[1] = -1;  // (a begin whose work was never issued)
-  start_window();
+}
+
+void StreamTimeline::read(bool wait) {
+  auto ms = [](cudaEvent_t a, cudaEvent_t b) {
+    float t = 0;
+    check(cudaEventElapsedTime(&t, a, b), "an event's time");
+    return double(t) * 1e-3;
+  };
+  while (!marks_.empty()) {
+    const Mark m = marks_.front();
+    if (wait) {
+      check(cudaEventSynchronize(m.end), "waiting for the window's work");
+    } else {
+      const cudaError_t q = cudaEventQuery(m.end);
+      if (q == cudaErrorNotReady) {
+        if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();  // (not an error: not kept)
+        break;
+      }
+      check(q, "an event");
+    }
+    marks_.pop_front();
+    const double from_base = ms(base_, m.end), t1 = std::max(0.0, base_at_ + from_base);
+    const double t0 = std::clamp(m.start ? t1 - ms(m.start, m.end) : last_[m.stream] >= 0 ? last_[m.stream] : t1,
+                                 0.0, t1);
+    busy_[m.stream].push_back({t0, t1});
+    last_[m.stream] = t1;
+    span_ = std::max(span_, t1);
+    if (m.start) free_.push_back(m.start);
+    if (from_base > kRebaseS) {  // this end, complete, becomes the base: later times stay small
+      free_.push_back(base_);
+      base_ = m.end, base_at_ = t1;
+    } else {
+      free_.push_back(m.end);
+    }
+  }
 }
 
 StreamTimes StreamTimeline::take() {
-  harvest();
-  const StreamTimes w = window_;
+  read(true);
+  const StreamTimes w = stream_times(busy_[0], busy_[1], span_);
   total_ += w;
-  window_ = {};
+  restart();
   return w;
 }
 
-void StreamTimeline::print() {
-  if (!marks_.empty()) harvest();
-  StreamTimes t = total_;
-  t += window_;
-  if (!t.on) return;
-  auto pct = [&](double s) { return t.span_s > 0 ? 100 * s / t.span_s : 0.0; };
-  std::fprintf(stderr, "%s\n",
-               fmt::format("oomb CUDA timeline (OOMB_CUDA_TIMELINE): {:.3f} s of the streams' time; compute stream "
-                           "busy {:.3f} s ({:.1f}%, {} ops), copy stream {:.3f} s ({:.1f}%, {} transfers), both at "
-                           "once {:.3f} s, neither {:.3f} s ({:.1f}%)",
-                           t.span_s, t.compute_s, pct(t.compute_s), t.ops, t.copy_s, pct(t.copy_s), t.copies,
-                           t.both_s, t.idle_s, pct(t.idle_s))
-                   .c_str());
+void StreamTimeline::print() noexcept {
+  try {
+    StreamTimes t = total_;
+    t += take();
+    if (!t.on) return;
+    auto pct = [&](double s) { return t.span_s > 0 ? 100 * s / t.span_s : 0.0; };
+    std::fprintf(stderr, "%s\n",
+                 fmt::format("oomb CUDA timeline (OOMB_CUDA_TIMELINE): {:.3f} s of the streams' time; compute stream "
+                             "busy {:.3f} s ({:.1f}%, {} pieces), copy stream {:.3f} s ({:.1f}%, {} copies and "
+                             "sets), both at once {:.3f} s, neither {:.3f} s ({:.1f}%)",
+                             t.span_s, t.compute_s, pct(t.compute_s), t.ops, t.copy_s, pct(t.copy_s), t.copies,
+                             t.both_s, t.idle_s, pct(t.idle_s))
+                     .c_str());
+  } catch (const std::exception& e) {  // (a fault the run already reported: the figures are lost with it)
+    std::fprintf(stderr, "oomb CUDA timeline (OOMB_CUDA_TIMELINE): no figures: %s\n", e.what());
+  }
 }
 
 }  // namespace oomb::cuda

@@ -1,20 +1,27 @@
 // OOMB_CUDA_TIMELINE=1: when the compute stream and the copy stream were busy in a real run, and
-// how much of the copies ran hidden behind compute (backend/stream_times.h). Each op, and each
-// copy or set on the copy stream, gets a timing event before its launch and one after: it ran
-// from when its stream reached the first (the earlier work done, the launch issued) to when it
-// reached the second. Nothing waits for the events until take(), which the trainer calls once a
-// step with --metrics (after the step's own readback of the loss), so the run keeps its overlap;
-// the events cost two records an op. The whole run's figures go to stderr when the backend ends.
-// Work NCCL issues on the backend's streams is not seen.
+// how much of the copies ran hidden behind compute (backend/stream_times.h). An op's start is a
+// timing event recorded just before its first submission (a kernel's launch, a library's call, a
+// copy: about_to_submit, called from each), its end one recorded after its last (launched), so an
+// op's piece runs from when its stream reached its first work to when it finished its last; copies
+// and sets outside the ops get a pair of their own on their stream. Each piece is placed by its
+// end's time from the window's start and measured by its own two events (exact to the events'
+// ~0.5 us however long the run). Events are read back as they complete, whenever the pool runs
+// dry, and reused; the host waits for them only in take(), which --metrics calls once a step
+// (after the step's update was issued). The whole run's figures go to stderr when the backend
+// ends. Work NCCL issues on the backend's streams is not timed (it counts as idle).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "backend/stream_times.h"
 
 namespace oomb::cuda {
+
+class StreamTimeline;
+extern thread_local StreamTimeline* t_open_timeline;  // the timeline whose op is open on this thread
 
 class StreamTimeline {
  public:
@@ -23,33 +30,42 @@ class StreamTimeline {
   StreamTimeline(const StreamTimeline&) = delete;
   StreamTimeline& operator=(const StreamTimeline&) = delete;
 
-  // Work is about to be issued on s (a begin with no end since: recorded again, here).
-  void begin(cudaStream_t s);
-  // Work was issued on s: from the last begin on s (none: from its previous end) to here.
-  void end(cudaStream_t s);
+  void open(cudaStream_t s);    // an op (or a copy) on s begins: its start at its first submission
+  void submit(cudaStream_t s);  // work is about to be submitted on s
+  void end(cudaStream_t s);     // work submitted on s so far: a piece ends here (the op may go on)
+  void close() noexcept;        // the op is over (work submitted since its last end: a piece to here)
   // The figures since the last take (or the start), waiting for the work they cover; a new window
   // starts here.
   StreamTimes take();
-  void print();  // the run's figures (every window, taken or not), to stderr
+  void print() noexcept;  // the run's figures (every window, taken or not), to stderr
+  static void poll_after_for_test(size_t events);  // read events back whenever this many are out
 
  private:
   struct Mark {
-    int stream;           // 0 compute, 1 copy
-    int32_t start, end;   // events in pool_ (start -1: none)
+    int stream;                  // 0 compute, 1 copy
+    cudaEvent_t start, end;      // start null: none (the piece starts at the stream's last end)
   };
-  static constexpr size_t kMaxEvents = size_t(1) << 20;  // then folded into the window's figures
   int index(cudaStream_t s) const { return s == streams_[1] ? 1 : 0; }
-  int32_t next_event();
-  void harvest();       // the marks so far into window_, after waiting for them; a new base
-  void start_window();  // base_ recorded (both streams idle: made so, or never used)
+  cudaEvent_t event();
+  void read(bool wait);  // the marks complete so far (wait: all of them) into the window's pieces
+  void restart();        // a new window, from now
 
   cudaStream_t streams_[2];
-  std::vector<cudaEvent_t> pool_;
-  size_t used_ = 0;
-  int32_t pending_[2] = {-1, -1};
-  std::vector<Mark> marks_;
+  std::vector<cudaEvent_t> free_;     // events to record again
+  size_t made_ = 0;                   // events made
+  std::deque<Mark> marks_;            // recorded, not yet read
+  bool wanted_[2] = {false, false};   // an open op's start is to be recorded at its next submission
+  cudaEvent_t started_[2] = {nullptr, nullptr};  // an open op's start, recorded, its piece not ended
+  // the window: pieces so far, each stream's last end, its base event and the base's time in it
+  std::vector<Busy> busy_[2];
+  double last_[2] = {-1, -1}, span_ = 0, base_at_ = 0;
   cudaEvent_t base_ = nullptr;
-  StreamTimes window_, total_;
+  StreamTimes total_;  // the windows taken
 };
+
+// Called just before work is submitted on s: an open op's start is recorded now.
+inline void about_to_submit(cudaStream_t s) {
+  if (t_open_timeline) t_open_timeline->submit(s);
+}
 
 }  // namespace oomb::cuda

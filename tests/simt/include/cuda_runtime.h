@@ -120,6 +120,7 @@ cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device);
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total);
 cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();  // (the error, kept)
 const char* cudaGetErrorString(cudaError_t e);
 cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);

@@ -9,6 +9,7 @@
 #include <map>
 #include <vector>
 
+#include "backend/cuda/stream_timeline.h"
 #include "core/error.h"
 
 #if __has_include(<cudnn_graph.h>)
@@ -363,6 +364,7 @@ struct Sdpa::Plan {
     pack.set1(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, ws);
     pack.finalize();
     check(cudnnSetStream(handle(), stream), "cudnnSetStream");
+    about_to_submit(stream);  // (OOMB_CUDA_TIMELINE: an op's start)
     check(cudnnBackendExecute(handle(), plan->get(), pack.get()), "execute");
   }
 };
