@@ -1,14 +1,17 @@
 // OOMB_CUDA_TIMELINE (backend/cuda/stream_timeline.h): every op and every copy or set on the copy
-// stream counted once, the figures adding up, nothing counted for an op its checks refuse, the
-// host's pause between two ops counted as idle, the same figures with events read back as they
-// complete, the same bits with the timeline as without; on a GPU, a copy issued beside a long run
-// of kernels counted as hidden behind them. Skips without a GPU; runs everywhere on simt.
+// stream counted once, the figures adding up, nothing counted for an op its checks refuse or one
+// that submits nothing, the host's pause between two ops counted as idle (with the window's base
+// moved on every millisecond too), the same figures with events read back as they complete, the
+// same bits with the timeline as without; on a GPU, a copy issued beside a long run of kernels
+// counted as hidden behind them. Skips without a GPU; runs everywhere on simt (whose
+// cudaEventQuery runs the stream up to the event: events read early are always complete there).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -136,27 +139,49 @@ TEST(CudaTimeline, EventsReadBackAsTheyCompleteGiveTheSameCounts) {
   expect_adds_up(t);
 }
 
-// The host pauses 60 ms between two ops, the device waiting for it: idle, not busy; and the
-// window no longer than the wall clock says.
+// A matmul, the host's 60 ms pause (the device waiting for it), then `second`: the pause idle, not
+// busy, and the window no longer than the wall clock says.
+static StreamTimes matmul_pause_then(Backend& be, const std::function<void(Matmul&)>& second) {
+  Matmul mm(be, 64, 128);
+  be.synchronize();
+  const auto w0 = std::chrono::steady_clock::now();
+  be.take_stream_times();
+  mm.run(be);
+  be.synchronize();
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  second(mm);
+  const StreamTimes t = be.take_stream_times();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  expect_adds_up(t);
+  EXPECT_GE(t.idle_s, 0.055);
+  EXPECT_LE(t.compute_s, t.span_s - 0.055);
+  EXPECT_LE(t.span_s, wall);
+  return t;
+}
+
 TEST(CudaTimeline, TheHostsPauseBetweenOpsIsIdle) {
   std::string why;
   auto be = timed_backend(true, &why);
   if (!be) GTEST_SKIP() << why;
-  Matmul mm(*be, 64, 128);
-  be->synchronize();
-  const auto w0 = std::chrono::steady_clock::now();
-  be->take_stream_times();
-  mm.run(*be);
-  be->synchronize();
-  std::this_thread::sleep_for(std::chrono::milliseconds(60));
-  mm.run(*be);
-  const StreamTimes t = be->take_stream_times();
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-  expect_adds_up(t);
+  EXPECT_EQ(matmul_pause_then(*be, [&](Matmul& mm) { mm.run(*be); }).ops, 2);
+  // the window's base moved on to a later event whenever one ends over 1 ms after it
+  cuda::StreamTimeline::rebase_after_for_test(1e-3);
+  const StreamTimes t = matmul_pause_then(*be, [&](Matmul& mm) { mm.run(*be); });
+  cuda::StreamTimeline::rebase_after_for_test(4.0);
   EXPECT_EQ(t.ops, 2);
-  EXPECT_GE(t.idle_s, 0.055);
-  EXPECT_LE(t.compute_s, t.span_s - 0.055);
-  EXPECT_LE(t.span_s, wall);
+}
+
+// A cast of a tensor onto itself submits nothing: no piece (counted from the last one's end it
+// would cover the pause).
+TEST(CudaTimeline, AnOpThatSubmitsNothingAddsNoPiece) {
+  std::string why;
+  auto be = timed_backend(true, &why);
+  if (!be) GTEST_SKIP() << why;
+  const StreamTimes t = matmul_pause_then(*be, [&](Matmul& mm) {
+    Tensor y = mm.ty();
+    be->cast(y, y);
+  });
+  EXPECT_EQ(t.ops, 1);
 }
 
 TEST(CudaTimeline, TheSameBitsAsWithout) {

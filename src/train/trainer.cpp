@@ -116,7 +116,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   std::unique_ptr<TensorBoardWriter> tb;
   if (!o.tensorboard_dir.empty() && lead) tb = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
   const int64_t N = o.seq_len;
-  if (metrics.is_open()) model.backend().take_stream_times();  // (the first line's streams: from here, not the load)
+  model.backend().take_stream_times();  // (OOMB_CUDA_TIMELINE: the first step's window from here, not the load)
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
   StepStats st;
@@ -160,6 +160,8 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     st.tflops = train_flops(model.config(), N) * double(o.grad_accum * dp) / dt / 1e12;
     st.mfu = o.peak_flops > 0 ? st.tflops * 1e12 / (o.peak_flops * dist.size()) : 0.0;  // per device
     st.elapsed_s = std::chrono::duration<double>(clock::now() - t_start).count();
+    // the device's streams in this step (OOMB_CUDA_TIMELINE, every rank: a window a step): busy, at once, idle
+    const StreamTimes streams = model.backend().take_stream_times();
     if (metrics.is_open()) {
       nlohmann::json j = {{"step", k},         {"loss", st.loss},     {"accuracy", st.accuracy}, {"skipped", st.skipped},
                           {"lr", st.lr},       {"grad_norm", st.grad_norm}, {"tokens", st.tokens},
@@ -171,10 +173,10 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       if (const Optimizer::HostUpdateTimes h = opt.host_update_times(); h.host)
         j["host_update"] = {{"update_s", h.update_s >= 0 ? nlohmann::json(h.update_s) : nlohmann::json()},
                             {"waited_s", h.waited_s}};
-      // the device's streams since the last line (OOMB_CUDA_TIMELINE): busy, at once, idle
-      if (const StreamTimes t = model.backend().take_stream_times(); t.on)
-        j["streams"] = {{"span_s", t.span_s}, {"compute_s", t.compute_s}, {"copy_s", t.copy_s},
-                        {"both_s", t.both_s}, {"idle_s", t.idle_s}, {"ops", t.ops}, {"copies", t.copies}};
+      if (streams.on)
+        j["streams"] = {{"span_s", streams.span_s}, {"compute_s", streams.compute_s}, {"copy_s", streams.copy_s},
+                        {"both_s", streams.both_s}, {"idle_s", streams.idle_s}, {"ops", streams.ops},
+                        {"copies", streams.copies}};
       const Moved m = moved(model);  // bytes the stores copied between host and device in this step
       j["moved"] = {{"weights", m.weights - moved0.weights}, {"grads", m.grads - moved0.grads},
                     {"activations", m.activations - moved0.activations}, {"kv", m.kv - moved0.kv},

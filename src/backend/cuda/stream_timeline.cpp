@@ -14,40 +14,43 @@ thread_local StreamTimeline* t_open_timeline = nullptr;
 namespace {
 
 void check(cudaError_t e, const char* what) {
-  OOMB_CHECK(e == cudaSuccess, "OOMB_CUDA_TIMELINE: {}: CUDA error: {}", what, cudaGetErrorString(e));
+  OOMB_CHECK(e == cudaSuccess, "OOMB_CUDA_TIMELINE: {}: CUDA error: {} (possibly from earlier work; OOMB_CUDA_SYNC=1 "
+             "names the op)", what, cudaGetErrorString(e));
+}
+
+double seconds(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, a, b), "an event's time");
+  return double(ms) * 1e-3;
 }
 
 size_t g_poll_after = size_t(1) << 16;  // events out before the completed ones are read back
-constexpr double kRebaseS = 4.0;        // a window's base moves on every ~4 s (float ms keep ~0.5 us)
+double g_rebase_after = 4.0;            // a window's base moves on every ~4 s (float ms keep ~0.5 us)
 
 }  // namespace
 
 void StreamTimeline::poll_after_for_test(size_t events) { g_poll_after = std::max<size_t>(events, 2); }
+void StreamTimeline::rebase_after_for_test(double s) { g_rebase_after = s; }
 
 StreamTimeline::StreamTimeline(cudaStream_t compute, cudaStream_t copy) : streams_{compute, copy} {
   check(cudaEventCreate(&base_), "an event");
+  check(cudaEventRecord(base_, nullptr), "the window's start");
   restart();
 }
 
 StreamTimeline::~StreamTimeline() {
   if (t_open_timeline == this) t_open_timeline = nullptr;
-  for (const Mark& m : marks_) {
-    if (m.start) cudaEventDestroy(m.start);
-    cudaEventDestroy(m.end);
-  }
+  for (const auto& q : marks_)
+    for (const Mark& m : q) cudaEventDestroy(m.start), cudaEventDestroy(m.end);
   for (cudaEvent_t e : started_)
     if (e) cudaEventDestroy(e);
   for (cudaEvent_t e : free_) cudaEventDestroy(e);
   cudaEventDestroy(base_);
 }
 
-// A window starts on the legacy stream: after every earlier piece of work on either stream (at a
-// window's start both are idle, or about to be), before any later one.
 void StreamTimeline::restart() {
   for (auto& b : busy_) b.clear();
-  last_[0] = last_[1] = -1;
   span_ = base_at_ = 0;
-  check(cudaEventRecord(base_, nullptr), "the window's start");
 }
 
 cudaEvent_t StreamTimeline::event() {
@@ -78,9 +81,12 @@ void StreamTimeline::submit(cudaStream_t s) {
 
 void StreamTimeline::end(cudaStream_t s) {
   const int i = index(s);
+  if (!started_[i]) return;  // nothing submitted since the last end: no piece
   cudaEvent_t e = event();
-  check(cudaEventRecord(e, s), "an op's end");
-  marks_.push_back({i, started_[i], e});
+  const cudaError_t r = cudaEventRecord(e, s);
+  if (r != cudaSuccess) free_.push_back(e);
+  check(r, "an op's end");
+  marks_[i].push_back({started_[i], e});
   started_[i] = nullptr;
   wanted_[i] = t_open_timeline == this;  // the op goes on: its next piece starts at its next submission
 }
@@ -100,44 +106,50 @@ void StreamTimeline::close() noexcept {
 }
 
 void StreamTimeline::read(bool wait) {
-  auto ms = [](cudaEvent_t a, cudaEvent_t b) {
-    float t = 0;
-    check(cudaEventElapsedTime(&t, a, b), "an event's time");
-    return double(t) * 1e-3;
-  };
-  while (!marks_.empty()) {
-    const Mark m = marks_.front();
-    if (wait) {
-      check(cudaEventSynchronize(m.end), "waiting for the window's work");
-    } else {
-      const cudaError_t q = cudaEventQuery(m.end);
-      if (q == cudaErrorNotReady) {
-        if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();  // (not an error: not kept)
-        break;
+  for (int i = 0; i < 2; ++i) {
+    std::deque<Mark>& q = marks_[i];
+    while (!q.empty()) {
+      const Mark m = q.front();
+      if (wait) {
+        check(cudaEventSynchronize(m.end), "waiting for the window's work");
+      } else {
+        const cudaError_t r = cudaEventQuery(m.end);
+        if (r == cudaErrorNotReady) {
+          if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();  // (not an error: not kept)
+          break;
+        }
+        check(r, "an event");
       }
-      check(q, "an event");
-    }
-    marks_.pop_front();
-    const double from_base = ms(base_, m.end), t1 = std::max(0.0, base_at_ + from_base);
-    const double t0 = std::clamp(m.start ? t1 - ms(m.start, m.end) : last_[m.stream] >= 0 ? last_[m.stream] : t1,
-                                 0.0, t1);
-    busy_[m.stream].push_back({t0, t1});
-    last_[m.stream] = t1;
-    span_ = std::max(span_, t1);
-    if (m.start) free_.push_back(m.start);
-    if (from_base > kRebaseS) {  // this end, complete, becomes the base: later times stay small
-      free_.push_back(base_);
-      base_ = m.end, base_at_ = t1;
-    } else {
-      free_.push_back(m.end);
+      const double from_base = seconds(base_, m.end), t1 = std::max(0.0, base_at_ + from_base);
+      const double t0 = std::clamp(t1 - seconds(m.start, m.end), 0.0, t1);
+      q.pop_front();
+      busy_[i].push_back({t0, t1});
+      span_ = std::max(span_, t1);
+      free_.push_back(m.start);
+      if (from_base > g_rebase_after) {  // this end, complete, becomes the base: later times stay small
+        free_.push_back(base_);
+        base_ = m.end, base_at_ = t1;
+      } else {
+        free_.push_back(m.end);
+      }
     }
   }
 }
 
+// The window closes where the legacy stream reaches its end event: after all work issued before,
+// timed or not; the event is the next window's base.
 StreamTimes StreamTimeline::take() {
+  cudaEvent_t next = event();
+  const cudaError_t r = cudaEventRecord(next, nullptr);
+  if (r != cudaSuccess) free_.push_back(next);
+  check(r, "the window's end");
   read(true);
+  check(cudaEventSynchronize(next), "waiting for the window's end");
+  span_ = std::max(span_, base_at_ + seconds(base_, next));
   const StreamTimes w = stream_times(busy_[0], busy_[1], span_);
   total_ += w;
+  free_.push_back(base_);
+  base_ = next;
   restart();
   return w;
 }

@@ -2,13 +2,16 @@
 // how much of the copies ran hidden behind compute (backend/stream_times.h). An op's start is a
 // timing event recorded just before its first submission (a kernel's launch, a library's call, a
 // copy: about_to_submit, called from each), its end one recorded after its last (launched), so an
-// op's piece runs from when its stream reached its first work to when it finished its last; copies
-// and sets outside the ops get a pair of their own on their stream. Each piece is placed by its
-// end's time from the window's start and measured by its own two events (exact to the events'
-// ~0.5 us however long the run). Events are read back as they complete, whenever the pool runs
-// dry, and reused; the host waits for them only in take(), which --metrics calls once a step
-// (after the step's update was issued). The whole run's figures go to stderr when the backend
-// ends. Work NCCL issues on the backend's streams is not timed (it counts as idle).
+// op's piece runs from when its stream reached its first work to when it finished its last (host
+// work between the two, such as a first call's cuDNN plan or a new GEMM shape's heuristics, counts
+// as busy: mostly the first step's); an op that submits nothing adds no piece. Copies and sets
+// outside the ops get a pair of their own on their stream. Each piece is placed by its end's time
+// from the window's start and measured by its own two events (exact to the events' ~0.5 us however
+// long the run). Once 65,536 events are out and none is free, the completed ones are read back and
+// reused; the host waits for the rest only in take(), which the trainer calls once a step (after
+// the step's update was issued), and which closes the window where the legacy stream reaches it (so
+// work not timed, such as NCCL's on the backend's streams, counts as idle). The whole run's figures
+// go to stderr when the backend ends.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -39,26 +42,26 @@ class StreamTimeline {
   StreamTimes take();
   void print() noexcept;  // the run's figures (every window, taken or not), to stderr
   static void poll_after_for_test(size_t events);  // read events back whenever this many are out
+  static void rebase_after_for_test(double seconds);  // move the window's base on this often
 
  private:
   struct Mark {
-    int stream;                  // 0 compute, 1 copy
-    cudaEvent_t start, end;      // start null: none (the piece starts at the stream's last end)
+    cudaEvent_t start, end;  // a piece of work on one stream
   };
   int index(cudaStream_t s) const { return s == streams_[1] ? 1 : 0; }
   cudaEvent_t event();
   void read(bool wait);  // the marks complete so far (wait: all of them) into the window's pieces
-  void restart();        // a new window, from now
+  void restart();        // a new window: no pieces, from base_ (recorded)
 
   cudaStream_t streams_[2];
   std::vector<cudaEvent_t> free_;     // events to record again
   size_t made_ = 0;                   // events made
-  std::deque<Mark> marks_;            // recorded, not yet read
+  std::deque<Mark> marks_[2];         // each stream's, recorded, not yet read (in its order)
   bool wanted_[2] = {false, false};   // an open op's start is to be recorded at its next submission
   cudaEvent_t started_[2] = {nullptr, nullptr};  // an open op's start, recorded, its piece not ended
-  // the window: pieces so far, each stream's last end, its base event and the base's time in it
+  // the window: pieces so far, the last end, its base event and the base's time in it
   std::vector<Busy> busy_[2];
-  double last_[2] = {-1, -1}, span_ = 0, base_at_ = 0;
+  double span_ = 0, base_at_ = 0;
   cudaEvent_t base_ = nullptr;
   StreamTimes total_;  // the windows taken
 };
