@@ -403,23 +403,19 @@ class CudaBackend final : public Backend {
   void end_op() noexcept override {
     if (timeline_ && --op_depth_ == 0) timeline_->close();
   }
-  // a copy or set (issue: its call on stream s): inside an op, part of it; outside, a piece of its own
+  // a copy or set (issue: its call on stream s): inside an op, part of it; outside, a span of its
+  // own on s (closed however it ends: close() ends the piece)
   template <class Issue>
   void timed(cudaStream_t s, Issue&& issue) {
-    if (!timeline_ || op_depth_ > 0) {
-      cuda::about_to_submit(s);
-      return issue();
-    }
-    timeline_->open(s);
-    try {
-      timeline_->submit(s);
-      issue();
-      timeline_->end(s);
-    } catch (...) {
-      timeline_->close();
-      throw;
-    }
-    timeline_->close();
+    struct Span {
+      cuda::StreamTimeline* t;
+      ~Span() {
+        if (t) t->close();
+      }
+    } const span{op_depth_ == 0 ? timeline_.get() : nullptr};
+    if (span.t) span.t->open(s);
+    cuda::about_to_submit(s);
+    issue();
   }
   // flops: the op's arithmetic for the profile's rates (OpProfile), 0 where not counted
   void launched(const char* op, double flops = 0) {
