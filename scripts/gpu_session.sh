@@ -106,7 +106,16 @@ for f in "$B"/*; do
   chmod +x "$W/bin/$(basename "$f")"
 done
 cp "$B/COMMIT" "$W/bin/" 2>/dev/null  # bench/cuda_step.py reads the commit beside --oomb
-export OOMB_SOURCE_DIR=$PWD OOMB_BINARY_DIR=$W/bin
+export OOMB_SOURCE_DIR=$PWD OOMB_BINARY_DIR=$W/bin W
+
+# A fresh bf16 model of a preset, and random tokens below 32000 (the presets' smallest vocabulary)
+# for the runs below: model_and_tokens PRESET MODEL_DIR COUNT TOKENS_FILE
+model_and_tokens() {
+  "$W/bin/oomb" init --preset "$1" --dtype bf16 --out "$2" --force > /dev/null &&
+    python3 -c 'import array, random, sys; r = random.Random(1); array.array("I", (r.randrange(32000) for _ in
+range(int(sys.argv[2])))).tofile(open(sys.argv[1], "wb"))' "$4" "$3"
+}
+export -f model_and_tokens
 
 left() { echo $((DEADLINE - SECONDS)); }
 step() {  # name, time limit (s), command...: log to $W/name.log, its result lines to summary.txt
@@ -225,15 +234,12 @@ bench() {  # [seconds for bench/cuda_step.py]
   # attention, matmuls and the rest (the table in the log; the rows in profile_PRESET_N.json):
   # Qwen2.5-0.5B's shape at 8K, C = 4K
   profile_step() {  # preset, N, C[, oomb train's flags...]
-    "$W/bin/oomb" init --preset "$1" --dtype bf16 --out "$W/prof-model" --force > /dev/null || return 1
-    python3 -c 'import array, random, sys; r = random.Random(1); array.array("I", (r.randrange(32000) for _ in
-range(int(sys.argv[2]) + 1))).tofile(open(sys.argv[1], "wb"))' "$W/prof-tokens.bin" "$2" || return 1
+    model_and_tokens "$1" "$W/prof-model" $(($2 + 1)) "$W/prof-tokens.bin" || return 1
     local tag=""; [[ " ${*:4} " == *" --keep-attention "* ]] && tag=_keep
     OOMB_CUDA_PROFILE="$W/profile_$1_$2$tag.json" "$W/bin/oomb" train --device cuda --model "$W/prof-model" \
       --data "$W/prof-tokens.bin" --data-format u32 --seq-len "$2" --chunk-size "$3" --steps 1 --optimizer adamw "${@:4}"
   }
   export -f profile_step
-  export W
   local cap=120; [ -n "${1:-}" ] && cap=60
   # GPU_SESSION_PROFILE="preset N C [flags]" profiles another shape (the 128K MFU row: "qwen2.5-0.5b
   # 131072 4096 --keep-attention", with GPU_SESSION_PROFILE_CAP seconds, default 120 or 60 in `all`)
@@ -288,10 +294,8 @@ largest() {
   [ "$offload" = none ] && flag=""
   echo "largest: $preset with ${flag:-nothing offloaded} (GPU_SESSION_LARGEST=\"$pick\")" | tee -a "$OUT/summary.txt"
   step largest_plan 30 "$W/bin/oomb" plan --preset "$preset" --seq-len 8192 --chunk-size 4096 --device cuda $flag
-  step largest_train $(( $(left) - 10 )) bash -c "'$W/bin/oomb' init --preset '$preset' --dtype bf16 --out '$W/big-model' \
-      --force > /dev/null && python3 -c 'import array, random, sys; r = random.Random(1); array.array(\"I\",
-(r.randrange(32000) for _ in range(3 * 8192 + 1))).tofile(open(sys.argv[1], \"wb\"))' '$W/big-tokens.bin' &&
-    '$W/bin/oomb' train --device cuda --model '$W/big-model' --data '$W/big-tokens.bin' --data-format u32 \
+  step largest_train $(( $(left) - 10 )) bash -c "model_and_tokens '$preset' '$W/big-model' $((3 * 8192 + 1)) \
+      '$W/big-tokens.bin' && '$W/bin/oomb' train --device cuda --model '$W/big-model' --data '$W/big-tokens.bin' --data-format u32 \
       --seq-len 8192 --chunk-size 4096 --steps 3 --optimizer adamw $flag --log-every 1 \
       --metrics '$W/largest.jsonl' && tail -1 '$W/largest.jsonl'"
 }
@@ -302,9 +306,7 @@ largest() {
 timeline_run() {  # preset, N, C[, oomb train's flags...]
   local tag
   tag=$(echo "$1_$2${4:+_}${*:4}" | tr -c 'A-Za-z0-9_.' _ | tr -s _ | sed 's/_*$//')
-  "$W/bin/oomb" init --preset "$1" --dtype bf16 --out "$W/tl-model" --force > /dev/null || return 1
-  python3 -c 'import array, random, sys; r = random.Random(1); array.array("I", (r.randrange(32000) for _ in
-range(3 * int(sys.argv[2]) + 1))).tofile(open(sys.argv[1], "wb"))' "$W/tl-tokens.bin" "$2" || return 1
+  model_and_tokens "$1" "$W/tl-model" $((3 * $2 + 1)) "$W/tl-tokens.bin" || return 1
   OOMB_CUDA_TIMELINE=1 "$W/bin/oomb" train --device cuda --model "$W/tl-model" --data "$W/tl-tokens.bin" \
     --data-format u32 --seq-len "$2" --chunk-size "$3" --steps 3 --optimizer adamw --log-every 1 "${@:4}" \
     --metrics "$W/timeline_$tag.jsonl" || return 1
@@ -325,7 +327,6 @@ PY
 }
 timeline() {
   export -f timeline_run
-  export W
   local shapes shape a n=0
   IFS=';' read -ra shapes <<< "${GPU_SESSION_TIMELINE:-qwen2.5-1.5b 8192 4096 --offload params;qwen2.5-0.5b 131072 4096 --keep-attention}"
   for shape in "${shapes[@]}"; do
