@@ -1,5 +1,8 @@
 // The host AdamW's throughput (parameters per second) on one core and on every core, beside the
-// plain scalar loop the CPU backend ran before (one element at a time, OpenMP, no SIMD lanes).
+// plain scalar loop the CPU backend ran before (one element at a time, OpenMP, no SIMD lanes); then
+// --offload params's whole host update of a unit (the gradient clipped, AdamW, the new weights'
+// bf16 image, the gradient zeroed) as one fused pass (cpu::adamw_update) beside the four passes
+// it replaced; and the gradient norm's sum of squares, in 8 lanes beside one chain.
 // Usage: oomb_bench_adamw [parameters, default 16M] [repeats, default 5]; prints one line per
 // variant with the best of the repeats. Results go to docs/BENCHMARKS.md.
 #include <omp.h>
@@ -8,16 +11,19 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <vector>
 
-#include "backend/cpu/cpu_adamw.h"
+#include "backend/cpu/cpu_optimizer.h"
+#include "backend/cpu/cpu_ops.h"
+#include "core/dtype.h"
 
 using namespace oomb;
 
 namespace {
 
-// The CPU backend's loop before cpu_adamw.cpp (kept here only to compare against).
+// The CPU backend's loop before the vectorized cpu::adamw (kept here only to compare against).
 void scalar_adamw(float* p, const float* g, float* m, float* v, int64_t n, const Backend::AdamW& a) {
   const double bc1 = 1.0 - std::pow(double(a.beta1), double(a.step));
   const double bc2 = 1.0 - std::pow(double(a.beta2), double(a.step));
@@ -35,6 +41,49 @@ void scalar_adamw(float* p, const float* g, float* m, float* v, int64_t n, const
   }
 }
 
+// The host update before cpu::adamw_update: four passes, as the optimizer's thread and
+// ParamStore::after_update ran them (Backend::scale's loop, the step, the image's cast, memset).
+void four_passes(float* p, float* g, float* m, float* v, uint16_t* image, int64_t n, const Backend::AdamW& a,
+                 float clip) {
+#pragma omp parallel for if (n >= cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) g[i] *= clip;
+  cpu::adamw(p, g, m, v, n, a);
+#pragma omp parallel for if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) image[i] = f32_to_bf16(p[i]);
+  std::memset(g, 0, size_t(n) * 4);
+}
+
+void fused(float* p, float* g, float* m, float* v, uint16_t* image, int64_t n, const Backend::AdamW& a, float clip) {
+  cpu::adamw_update(p, g, m, v, n, a, {clip, image, true, true});
+}
+
+// The gradient norm's sum before cpu::sum_squares: one double chain per 64K chunk (each add waits
+// for the last).
+double one_chain(const float* x, int64_t n) {
+  const int64_t chunk = 1 << 16, nc = (n + chunk - 1) / chunk;
+  std::vector<double> part(size_t(nc), 0.0);
+#pragma omp parallel for if (nc > 1)
+  for (int64_t c = 0; c < nc; ++c) {
+    double s = 0;
+    for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) s += double(x[i]) * x[i];
+    part[size_t(c)] = s;
+  }
+  double s = 0;
+  for (const double q : part) s += q;
+  return s;
+}
+
+double best_of(int reps, const std::function<void()>& prepare, const std::function<void(int)>& run) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    prepare();
+    const auto t0 = std::chrono::steady_clock::now();
+    run(r);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,21 +96,47 @@ int main(int argc, char** argv) {
     const char* name;
     Fn fn;
   };
-  const Variant variants[] = {{"host AdamW (cpu_adamw)", cpu::adamw}, {"scalar loop (before)", scalar_adamw}};
+  const Variant variants[] = {{"host AdamW (cpu::adamw)", cpu::adamw}, {"scalar loop (before)", scalar_adamw}};
   std::printf("%lld parameters (%.0f MiB of weights, gradients and moments), best of %d\n", (long long)n,
               double(n) * 16 / (1 << 20), reps);
   for (const Variant& var : variants)
     for (const int threads : {1, all}) {
       omp_set_num_threads(threads);
-      double best = 1e30;
-      for (int r = 0; r < reps; ++r) {
-        const Backend::AdamW a{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 1};
-        const auto t0 = std::chrono::steady_clock::now();
-        var.fn(p.data(), g.data(), m.data(), v.data(), n, a);
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
+      const double best = best_of(reps, [] {}, [&](int r) {
+        var.fn(p.data(), g.data(), m.data(), v.data(), n, {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 1});
+      });
       std::printf("%-24s %2d thread%s  %8.3f ms  %7.3f G params/s  %6.1f GB/s\n", var.name, threads,
                   threads == 1 ? " " : "s", best * 1e3, double(n) / best / 1e9, double(n) * 28 / best / 1e9);
+    }
+  // the whole update: bytes moved by the fused pass (p, g, m, v read; p, m, v, g written; the image)
+  std::vector<uint16_t> image(static_cast<size_t>(n));
+  using Update = void (*)(float*, float*, float*, float*, uint16_t*, int64_t, const Backend::AdamW&, float);
+  const struct {
+    const char* name;
+    Update fn;
+  } updates[] = {{"host update, fused", fused}, {"host update, 4 passes", four_passes}};
+  std::printf("the host update (clip 0.5, AdamW, bf16 image, gradients zeroed); GB/s counts the fused pass's 34 bytes\n");
+  for (const auto& u : updates)
+    for (const int threads : {1, all}) {
+      omp_set_num_threads(threads);
+      const double best = best_of(reps, [&] { std::fill(g.begin(), g.end(), 0.01f); }, [&](int r) {
+        u.fn(p.data(), g.data(), m.data(), v.data(), image.data(), n, {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 1}, 0.5f);
+      });
+      std::printf("%-24s %2d thread%s  %8.3f ms  %7.3f G params/s  %6.1f GB/s\n", u.name, threads,
+                  threads == 1 ? " " : "s", best * 1e3, double(n) / best / 1e9, double(n) * 34 / best / 1e9);
+    }
+  const struct {
+    const char* name;
+    double (*fn)(const float*, int64_t);
+  } norms[] = {{"norm, 8 lanes", cpu::sum_squares}, {"norm, one chain (before)", one_chain}};
+  std::printf("the gradient norm's sum of squares (4 bytes a parameter)\n");
+  for (const auto& q : norms)
+    for (const int threads : {1, all}) {
+      omp_set_num_threads(threads);
+      volatile double sink = 0;
+      const double best = best_of(reps, [] {}, [&](int) { sink = q.fn(g.data(), n); });
+      std::printf("%-24s %2d thread%s  %8.3f ms  %7.3f G params/s  %6.1f GB/s\n", q.name, threads,
+                  threads == 1 ? " " : "s", best * 1e3, double(n) / best / 1e9, double(n) * 4 / best / 1e9);
     }
   return 0;
 }

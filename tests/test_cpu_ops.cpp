@@ -4,7 +4,11 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <omp.h>
+
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -547,5 +551,39 @@ TEST_F(Fixture, FusedLossArgmaxTiesAcrossTilesGoToTheLowerId) {
     be->lm_head_xent(Tensor::f32(h.data(), {3, d}), Tensor::f32(w.data(), {V, d}), Tensor::i32(tg.data(), {3}), 1.0f,
                      nullptr, nullptr, &hits);
     EXPECT_EQ(hits, want) << fmt::format("targets {}", fmt::join(targets, ","));
+  }
+}
+
+// The gradient norm's sum of squares (Backend::sum_squares on the CPU and the simulated device: the
+// clip's input): the order it states (64K chunks, each in 8 lanes of i mod 8, lanes then chunks in
+// order), written out here element by element, gives its bits on one thread and on all; and it is
+// within 1e-12 of the sum in long double (each lane adds 8K of the terms: ~1e-14 expected).
+TEST(CpuOps, SumOfSquaresInItsStatedOrderOnAnyThreadCount) {
+  const int64_t n = 3 * (int64_t(1) << 16) + 1237;  // chunks, and a tail that is no multiple of 8
+  std::vector<float> x(static_cast<size_t>(n));
+  uint64_t s = 7;
+  for (float& v : x) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    v = float(int64_t(s >> 40) - (int64_t(1) << 23)) * 1e-5f;
+  }
+  double want = 0;
+  long double exact = 0;
+  for (int64_t c = 0; c < n; c += int64_t(1) << 16) {
+    double lane[8] = {};
+    for (int64_t i = c; i < std::min(n, c + (int64_t(1) << 16)); ++i) lane[(i - c) % 8] += double(x[i]) * double(x[i]);
+    double chunk = 0;
+    for (const double l : lane) chunk += l;
+    want += chunk;
+  }
+  for (const float v : x) exact += (long double)v * v;
+  auto cpu = make_cpu_backend();
+  const Tensor t(x.data(), DType::F32, {n}, Tier::Host);
+  const int threads = omp_get_max_threads();
+  for (const int k : {1, threads}) {
+    omp_set_num_threads(k);
+    const double got = cpu->sum_squares(t);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(std::bit_cast<uint64_t>(got), std::bit_cast<uint64_t>(want)) << k << " threads: " << got << " " << want;
+    EXPECT_NEAR(got, double(exact), 1e-12 * double(exact));
   }
 }

@@ -38,7 +38,7 @@ void start_lora(Model& m, const std::filesystem::path& dir, const ChunkPlan& pla
 }
 
 Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPlan& plan, const std::string& opt,
-                    int64_t N, int steps, int accum, bool overlap) {
+                    int64_t N, int steps, int accum, bool overlap, bool beside) {
   const ModelConfig cfg = load_config(dir);
   Model m(cfg, be, plan);
   load_for_training(m, dir);
@@ -51,7 +51,7 @@ Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPl
   oc.warmup_steps = 1;
   oc.total_steps = steps;
   Optimizer o(oc, m.trainable(), m.grads(), be);
-  if (overlap && m.store().can_overlap_update()) o.overlap_with(m.store());
+  if (overlap && m.store().can_overlap_update()) o.overlap_with(m.store(), beside);
   Trained r;
   for (int k = 0; k < steps; ++k) {
     m.zero_grads();

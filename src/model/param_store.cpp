@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend/cpu/cpu_optimizer.h"
 #include "core/dtype.h"
 
 namespace oomb {
@@ -237,9 +238,7 @@ void ParamStore::cast_layer_image(int64_t l) {
       std::memcpy(dst, src, size_t(p.numel) * 4);
       continue;
     }
-    uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
-#pragma omp parallel for if (p.numel >= (1 << 16))
-    for (int64_t i = 0; i < p.numel; ++i) d16[i] = f32_to_bf16(src[i]);
+    cpu::cast_to_bf16(src, reinterpret_cast<uint16_t*>(dst), p.numel);
   }
 }
 
@@ -247,9 +246,7 @@ void ParamStore::cast_lm_image() {
   const ModelConfig& c = cfg_;
   const float* lm = c.tie_word_embeddings ? weights_->embed.f() : weights_->lm_head.f();
   uint16_t* d16 = reinterpret_cast<uint16_t*>(const_cast<char*>(lm_image()));
-  const int64_t n = c.vocab * c.hidden;
-#pragma omp parallel for if (n >= (1 << 16))
-  for (int64_t i = 0; i < n; ++i) d16[i] = f32_to_bf16(lm[i]);
+  cpu::cast_to_bf16(lm, d16, c.vocab * c.hidden);
 }
 
 const char* ParamStore::layer_image(int64_t l) const {
@@ -388,14 +385,27 @@ void ParamStore::begin_overlapped_update(UpdateGate* gate) {
   update_casts_ = bf16_, update_zeroes_ = update_grads_ = grads_ != nullptr;
 }
 
-// On the update's thread, the unit's masters final: its image, and its gradients from zero (the
-// next step's; nothing reads or adds them before the pass that waits for this unit).
-void ParamStore::after_update(int64_t unit) {
-  const int64_t L = cfg_.layers;
-  if (bf16_ && unit >= 1 && unit <= L) cast_layer_image(unit - 1);
-  if (bf16_ && unit == (lm_unit_last() ? L + 1 : 0)) cast_lm_image();  // the unit holding the lm_head
-  if (!update_grads_) return;
-  for (const Range& r : unit_ranges(unit)) std::memset(grads_->flat().f() + r.lo, 0, size_t(r.hi - r.lo) * 4);
+// On the update's thread, in the pass that makes the masters final: a layer tensor's part of its
+// layer's image, the lm_head's bf16 copy (a tied embedding's), and the gradients from zero (the
+// next step's; nothing reads or adds them before the pass that waits for the unit).
+ParamStore::UpdateDest ParamStore::update_dest(const ParamSpec& s) const {
+  UpdateDest d{nullptr, false, update_grads_};
+  if (!bf16_) return d;
+  const ModelConfig& c = cfg_;
+  const int64_t first = layer_offset(c, 0), Ln = layer_numel(c);
+  const float* master = weights_->flat().f() + s.offset;
+  if (s.offset >= first && s.offset < first + c.layers * Ln) {
+    const int64_t l = (s.offset - first) / Ln, at = s.offset - layer_offset(c, l);
+    const auto part = std::find_if(parts_.begin(), parts_.end(), [&](const ImagePart& p) { return p.master == at; });
+    OOMB_CHECK(part != parts_.end() && part->numel == s.numel(), "param store: {} is not a part of its layer's image",
+               s.name);
+    d.image = himages_.as<char>() + l * image_bytes_ + part->at;
+    d.image_bf16 = part->bf16;
+  } else if (master == (c.tie_word_embeddings ? weights_->embed.f() : weights_->lm_head.f())) {
+    d.image = const_cast<char*>(lm_image());
+    d.image_bf16 = true;
+  }
+  return d;
 }
 
 void ParamStore::wait_update(int64_t unit, const char* which) {

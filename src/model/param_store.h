@@ -110,14 +110,22 @@ class ParamStore {
   int64_t update_units() const { return cfg_.layers + 1 + (lm_unit_last() ? 1 : 0); }
   int64_t update_unit(int64_t i) const;  // the unit holding flat offset i of the masters
   // An update starts (the caller started the gate): until it ends, a pass waits for each unit
-  // before it reads it, and the bf16 images and zeroed gradients come from after_update, unit by
-  // unit, rather than from begin_sequence and zero_grads all at once.
+  // before it reads it, and the bf16 images and zeroed gradients come from the update itself
+  // (update_dest), unit by unit, rather than from begin_sequence and zero_grads all at once.
   void begin_overlapped_update(UpdateGate* gate);
   // every unit done (or the update failed): no more waits; the next sequence casts its images and
   // the next zero_grads zeroes, as without an update (anything may have written the masters since)
   void end_overlapped_update() { gate_ = nullptr, update_casts_ = update_zeroes_ = false; }
-  // unit updated (on the update's thread): its bf16 image cast, its gradients zeroed
-  void after_update(int64_t unit);
+  // Where the overlapped update writes spec s's new weights besides its master, in the same pass
+  // (on the update's thread, or within the step): its image (a layer tensor's part of its layer's
+  // image, bf16 or an fp32 copy; the lm_head's bf16 copy, which a tied embedding writes; none for
+  // an untied embedding or the final norm, which cross as the masters), and whether it leaves the
+  // gradient zero.
+  struct UpdateDest {
+    void* image = nullptr;
+    bool image_bf16 = false, zero_grad = false;
+  };
+  UpdateDest update_dest(const ParamSpec& s) const;
 
   // A sequence begins: the masters may have changed since the last (loading, an optimizer step;
   // masters_changed false: they have not, as a LoRA run's frozen base, so bf16's images are not

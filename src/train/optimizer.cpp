@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "backend/cpu/cpu_optimizer.h"
+
 namespace oomb {
 
 float lr_at(const OptimConfig& c, int64_t k) {
@@ -54,10 +56,11 @@ Optimizer::~Optimizer() {
   if (store_) store_->end_overlapped_update();
 }
 
-void Optimizer::overlap_with(ParamStore& store) {
+void Optimizer::overlap_with(ParamStore& store, bool beside) {
   OOMB_CHECK(store.can_overlap_update() && !shard_.on() && !shard_.norm_comm && host_ != nullptr,
              "optimizer: an update beside the next pass needs every fp32 master in pinned memory");
   store_ = &store;
+  beside_ = beside;
   units_.assign(size_t(store.update_units()), {});
   for (size_t i = 0; i < p_.specs().size(); ++i) {
     const ParamSpec& s = p_.specs()[i];
@@ -78,18 +81,19 @@ void Optimizer::finish() const {
   gate_.wait(int64_t(units_.size()));  // (rethrows the update's error)
 }
 
+// One pass over each tensor's memory (cpu::adamw_update): the clip, the step, the image the next
+// pass copies to the device and the gradient zeroed, each element's bits those of Backend::scale,
+// adamw_step (or sgd_step), core/dtype's rounding and a memset.
 void Optimizer::update(const std::vector<size_t>& specs, float clip, float lr) {
-  Backend& be = ops();
   for (const size_t i : specs) {
     const ParamSpec& s = p_.specs()[i];
-    Tensor p = p_.view(s), g = g_.view(s);
-    if (clip != 1.0f) be.scale(g, clip);
-    if (c_.kind == "sgd") {
-      be.sgd_step(p, g, lr);
-      continue;
-    }
-    Tensor m = m_->view(s), v = v_->view(s);
-    be.adamw_step(p, g, m, v, adamw_args(s, lr));
+    const ParamStore::UpdateDest d = store_->update_dest(s);
+    const cpu::UpdateOut out{clip, d.image, d.image_bf16, d.zero_grad};
+    float *p = p_.view(s).f(), *g = g_.view(s).f();
+    if (c_.kind == "sgd")
+      cpu::sgd_update(p, g, s.numel(), lr, out);
+    else
+      cpu::adamw_update(p, g, m_->view(s).f(), v_->view(s).f(), s.numel(), adamw_args(s, lr), out);
   }
 }
 
@@ -117,27 +121,36 @@ double Optimizer::step(int64_t k, float* lr_used) {
   if (lr_used) *lr_used = lr;
   const float clip = c_.grad_clip > 0 && norm > c_.grad_clip ? float(c_.grad_clip / (norm + 1e-6)) : 1.0f;
   if (shard_.on()) return step_shard(clip, lr), norm;
-  if (store_) {  // on the update's thread, unit by unit (the same elementwise bits as below)
+  if (store_) {  // unit by unit, on the update's thread or (not beside) here: the same elementwise bits as below
     if (c_.kind == "adamw") ++t_;
     gate_.start(int64_t(units_.size()));
     try {
       store_->begin_overlapped_update(&gate_);
       worker_update_s_ = -1;  // (an update that fails reports none)
       const auto t0 = std::chrono::steady_clock::now();  // (the thread's start counted too)
-      worker_ = std::thread([this, clip, lr, t0] {
+      const auto units = [this, clip, lr, t0] {
+        for (size_t u = 0; u < units_.size(); ++u) {
+          if (g_update_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(g_update_delay_us));
+          update(units_[u], clip, lr);
+          gate_.done(int64_t(u));
+        }
+        worker_update_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      };
+      if (!beside_) {
+        units();
+        last_update_s_ = worker_update_s_;
+        return norm;
+      }
+      worker_ = std::thread([this, units] {
         try {
-          for (size_t u = 0; u < units_.size(); ++u) {
-            if (g_update_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(g_update_delay_us));
-            update(units_[u], clip, lr);
-            store_->after_update(int64_t(u));
-            gate_.done(int64_t(u));
-          }
-          worker_update_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          units();
         } catch (...) {
           gate_.fail(std::current_exception());
         }
       });
-    } catch (...) {  // no thread: nothing may wait for one (the update did not happen)
+    } catch (...) {  // no thread, or the update within step() failed: nothing may wait for it (a
+      // later finish() rethrows the error)
+      last_update_s_ = -1;
       gate_.fail(std::current_exception());
       store_->end_overlapped_update();
       throw;

@@ -1,7 +1,8 @@
 // Optimizers over the flat parameter buffer: AdamW (fp32 master weights and moments, decoupled
 // weight decay on matrices only) and plain SGD; global-norm clipping; warmup + cosine schedule.
 // The update runs where the parameters are: on the backend, or, when they live in host memory
-// (--offload params), on the host CPU (the CPU backend's ops, whose bits equal every backend's).
+// (--offload params), on the host CPU (the CPU backend's ops; or, with the store's update
+// (overlap_with), backend/cpu/cpu_optimizer's fused pass called directly: the same bits).
 #pragma once
 #include <string>
 #include <thread>
@@ -52,9 +53,11 @@ class Optimizer {
   // From now on step() returns once the norm is known, and the update itself (clipping, AdamW or
   // SGD, unit by unit in the order the next pass reads them: ParamStore::update_unit) runs
   // on a thread of its own beside the next step's first layers, which wait for each unit
-  // (ParamStore::begin_overlapped_update). The same bits as the update in place. Needs the store's
-  // can_overlap_update() and every parameter (no shard).
-  void overlap_with(ParamStore& store);
+  // (ParamStore::begin_overlapped_update). beside false (--no-overlap-update): the same units, in
+  // the same single pass over memory each (images and zeroed gradients with the step), run
+  // within step(). The same bits as the update in place. Needs the store's can_overlap_update()
+  // and every parameter (no shard).
+  void overlap_with(ParamStore& store, bool beside = true);
   // Waits for an overlapped update to end (rethrowing its error): before anything reads the
   // parameters or moments other than the next pass (checkpoints, the end of training).
   void finish() const;
@@ -101,10 +104,12 @@ class Optimizer {
   int64_t t_ = 0;
   void step_shard(float clip, float lr);  // clip: the gradients' scale (1: none)
   Backend::AdamW adamw_args(const ParamSpec& s, float lr) const;  // weight decay on matrices only
-  // the update of the specs `unit` (indices into p_.specs()), clipped by `clip` (1: none)
+  // the overlapped update of the specs `unit` (indices into p_.specs()) on the host, clipped by
+  // `clip` (1: none), with each tensor's image and zeroed gradient (ParamStore::update_dest)
   void update(const std::vector<size_t>& specs, float clip, float lr);
   // overlapped (overlap_with): the store, the specs of each of its units, the gate, the thread
   ParamStore* store_ = nullptr;
+  bool beside_ = true;
   std::vector<std::vector<size_t>> units_;
   mutable UpdateGate gate_;     // (finish() is const: the update's end, seen by readers of const state)
   mutable std::thread worker_;

@@ -107,8 +107,9 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   if (zero == 3) shard = {{}, &dist.world()};  // the model's buffers are this rank's packed shards
   else if (zero > 0) shard = {sync.shard(), zero == 2 ? &dist.world() : nullptr};
   Optimizer opt(oc, model.trainable(), model.grads(), model.backend(), shard);
-  if (oc.overlap_update && dist.size() == 1 && !shard.on() && !shard.norm_comm && model.store().can_overlap_update())
-    opt.overlap_with(model.store());  // host AdamW beside the next step's first layers
+  // host AdamW beside the next step's first layers (--no-overlap-update: the same pass within the step)
+  if (dist.size() == 1 && !shard.on() && !shard.norm_comm && model.store().can_overlap_update())
+    opt.overlap_with(model.store(), oc.overlap_update);
   if (hooks.begin) hooks.begin(opt);
   const bool lead = dist.leader();  // the one rank that logs and writes
   std::ofstream metrics;

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/cpu_adamw.h"
+#include "backend/cpu/cpu_optimizer.h"
 #include "backend/cpu/cpu_ops.h"
 
 namespace oomb {
@@ -144,22 +144,9 @@ class CpuBackend : public Backend {
 #pragma omp parallel for if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) y.f()[i] *= s;
   }
-  double do_sum_squares(const Tensor& x) override {
-    // fixed chunking so the sum does not depend on the thread count
-    const int64_t n = x.numel(), chunk = 1 << 16, nc = (n + chunk - 1) / chunk;
-    std::vector<double> part(size_t(nc), 0.0);
-#pragma omp parallel for if (nc > 1)
-    for (int64_t c = 0; c < nc; ++c) {
-      double s = 0;
-      for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) s += double(x.f()[i]) * x.f()[i];
-      part[size_t(c)] = s;
-    }
-    double s = 0;
-    for (double p : part) s += p;
-    return s;
-  }
+  double do_sum_squares(const Tensor& x) override { return cpu::sum_squares(x.f(), x.numel()); }
 
-  // Decoupled weight decay (AdamW): p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)  (cpu_adamw.h)
+  // Decoupled weight decay (AdamW): p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)  (cpu_optimizer.h)
   void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamW& a) override {
     cpu::adamw(p.f(), g.f(), m.f(), v.f(), p.numel(), a);
   }

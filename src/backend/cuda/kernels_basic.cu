@@ -266,7 +266,7 @@ __global__ void adamw_k(float* p, const float* g, float* m, float* v, int64_t n,
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   // Each operation rounded as written (no FMA contraction): the same bits as the host's AdamW
-  // (backend/cpu/cpu_adamw.cpp), so the update may run on either side of --offload params.
+  // (backend/cpu/cpu_optimizer.cpp), so the update may run on either side of --offload params.
   const float gi = g[i];
   const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(__fsub_rn(1.0f, beta1), gi));
   const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, beta2), gi), gi));
