@@ -11,9 +11,11 @@
 #              and host, oomb plan --device-memory), its plan and three AdamW steps; a second,
 #              shorter call (GPU_SESSION_BUDGET=170 to 200: the 7B at 8K took 99 s on 2026-11-28)
 #     timeline three steps of each GPU_SESSION_TIMELINE shape ("preset N C [flags]; ..."; default
-#              1.5B at 8K with --offload params, 0.5B at 128K with --keep-attention) under
-#              OOMB_CUDA_TIMELINE=1: per step, how long the compute and copy streams were busy,
-#              at once, and idle, beside the host's update and the bytes moved (~150 s)
+#              1.5B at 8K with --offload params, auto's sweep (layer where the host has room:
+#              22 GiB a step by the plan) and the chunk order (33 GiB), 0.5B at 128K with
+#              --keep-attention) under OOMB_CUDA_TIMELINE=1: per step, how long the compute and
+#              copy streams were busy, at once, and idle, beside the host's update and the bytes
+#              moved (~200 s)
 #   core     in this order: the Hugging Face fixtures (tools/golden_hf.py), the device's, the
 #            stream timeline's and the ops' CUDA tests, this GPU's cuDNN device properties, cuDNN's check, the attention lab at
 #            7B's head shape (oomb's kernels and cuDNN, checked and timed; its check under
@@ -328,7 +330,7 @@ PY
 timeline() {
   export -f timeline_run
   local shapes shape a n=0
-  IFS=';' read -ra shapes <<< "${GPU_SESSION_TIMELINE:-qwen2.5-1.5b 8192 4096 --offload params;qwen2.5-0.5b 131072 4096 --keep-attention}"
+  IFS=';' read -ra shapes <<< "${GPU_SESSION_TIMELINE:-qwen2.5-1.5b 8192 4096 --offload params;qwen2.5-1.5b 8192 4096 --offload params --sweep chunk;qwen2.5-0.5b 131072 4096 --keep-attention}"
   for shape in "${shapes[@]}"; do
     read -ra a <<< "$shape"
     [ ${#a[@]} -eq 0 ] && continue
