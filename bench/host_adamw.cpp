@@ -84,6 +84,12 @@ double best_of(int reps, const std::function<void()>& prepare, const std::functi
   return best;
 }
 
+// one variant's line: its best time, parameters a second, and `bytes` a parameter as GB/s
+void report(const char* name, int threads, double best, int64_t n, int bytes) {
+  std::printf("%-24s %2d thread%s  %8.3f ms  %7.3f G params/s  %6.1f GB/s\n", name, threads, threads == 1 ? " " : "s",
+              best * 1e3, double(n) / best / 1e9, double(n) * bytes / best / 1e9);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,8 +111,7 @@ int main(int argc, char** argv) {
       const double best = best_of(reps, [] {}, [&](int r) {
         var.fn(p.data(), g.data(), m.data(), v.data(), n, {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 1});
       });
-      std::printf("%-24s %2d thread%s  %8.3f ms  %7.3f G params/s  %6.1f GB/s\n", var.name, threads,
-                  threads == 1 ? " " : "s", best * 1e3, double(n) / best / 1e9, double(n) * 28 / best / 1e9);
+      report(var.name, threads, best, n, 28);
     }
   // the whole update: bytes moved by the fused pass (p, g, m, v read; p, m, v, g written; the image)
   std::vector<uint16_t> image(static_cast<size_t>(n));
@@ -122,8 +127,7 @@ int main(int argc, char** argv) {
       const double best = best_of(reps, [&] { std::fill(g.begin(), g.end(), 0.01f); }, [&](int r) {
         u.fn(p.data(), g.data(), m.data(), v.data(), image.data(), n, {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 1}, 0.5f);
       });
-      std::printf("%-24s %2d thread%s  %8.3f ms  %7.3f G params/s  %6.1f GB/s\n", u.name, threads,
-                  threads == 1 ? " " : "s", best * 1e3, double(n) / best / 1e9, double(n) * 34 / best / 1e9);
+      report(u.name, threads, best, n, 34);
     }
   const struct {
     const char* name;
@@ -135,8 +139,7 @@ int main(int argc, char** argv) {
       omp_set_num_threads(threads);
       volatile double sink = 0;
       const double best = best_of(reps, [] {}, [&](int) { sink = q.fn(g.data(), n); });
-      std::printf("%-24s %2d thread%s  %8.3f ms  %7.3f G params/s  %6.1f GB/s\n", q.name, threads,
-                  threads == 1 ? " " : "s", best * 1e3, double(n) / best / 1e9, double(n) * 4 / best / 1e9);
+      report(q.name, threads, best, n, 4);
     }
   return 0;
 }

@@ -22,12 +22,12 @@ inline float bf16_to_f32(uint16_t h) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-inline uint16_t f32_to_bf16(float f) {  // round to nearest even; NaN stays NaN
+// round to nearest even; NaN stays NaN (quiet). No branch, so the loops over it vectorize.
+inline uint16_t f32_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 // Directed rounding to bf16 (NaN stays NaN): the largest bf16 <= f, and the smallest >= f.
 inline uint16_t f32_to_bf16_down(float f) {

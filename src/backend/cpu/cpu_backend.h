@@ -109,10 +109,7 @@ class CpuBackend : public Backend {
     if (src.dtype == dst.dtype) {
       if (n > 0 && src.data != dst.data) std::memcpy(dst.data, src.data, src.bytes());
     } else if (src.dtype == DType::F32) {
-      const float* s = src.f();
-      uint16_t* d = dst.as<uint16_t>();
-#pragma omp parallel for if (n >= cpu::kParallelMin)
-      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+      cpu::cast_to_bf16(src.f(), dst.as<uint16_t>(), n);
     } else {
       const uint16_t* s = src.as<uint16_t>();
       float* d = dst.f();

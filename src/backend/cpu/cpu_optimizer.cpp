@@ -1,11 +1,11 @@
 #include "backend/cpu/cpu_optimizer.h"
 
-#include <bit>
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "core/dtype.h"
 
 // Built with -O3 -fno-math-errno (sqrt vectorizes) and -ffp-contract=off (no FMAs, whatever -march
 // says), see CMakeLists.txt: neither changes a result.
@@ -35,19 +35,12 @@ AdamWConsts adamw_consts(const Backend::AdamW& a) {
           a.lr * a.weight_decay, a.eps};
 }
 
-// core/dtype's f32_to_bf16, written so the loop around it vectorizes (no branch, no memcpy)
-inline uint16_t to_bf16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
-  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
-
 // An element's new weight pi written beside p: its image, as the update's out asks.
 enum class Image { None, F32, BF16 };
 template <Image I>
 inline void put(void* image, int64_t i, float pi) {
   if constexpr (I == Image::F32) static_cast<float*>(image)[i] = pi;
-  if constexpr (I == Image::BF16) static_cast<uint16_t*>(image)[i] = to_bf16(pi);
+  if constexpr (I == Image::BF16) static_cast<uint16_t*>(image)[i] = f32_to_bf16(pi);
 }
 
 // g is written only with a clip or a zero (adamw and sgd below pass a const g as these)
@@ -100,31 +93,18 @@ OOMB_WIDEST_SIMD double sum_squares_lanes(const float* __restrict x, int64_t a, 
 
 OOMB_WIDEST_SIMD void bf16_loop(const float* __restrict x, uint16_t* __restrict y, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = to_bf16(x[i]);
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
-template <bool C, Image I, bool Z>
-struct AdamWLoop {
-  static void run(float* p, float* g, float* m, float* v, int64_t n, AdamWConsts k, float clip, void* image) {
-    adamw_loop<C, I, Z>(p, g, m, v, n, k, clip, image);
-  }
-};
-template <bool C, Image I, bool Z>
-struct SgdLoop {
-  static void run(float* p, float* g, int64_t n, float lr, float clip, void* image) {
-    sgd_loop<C, I, Z>(p, g, n, lr, clip, image);
-  }
-};
-
-// The loop's instance for out's choices (clip or not, the image's kind, zero or not), called with args.
-template <template <bool, Image, bool> class Loop, class... Args>
-void dispatch(const UpdateOut& out, Args... args) {
+// loop.template operator()<clip, image, zero>() for out's choices: the loop's instance for them
+template <class Loop>
+void dispatch(const UpdateOut& out, const Loop& loop) {
   const Image img = !out.image ? Image::None : out.image_bf16 ? Image::BF16 : Image::F32;
   const auto with_zero = [&]<bool C, Image I>() {
     if (out.zero_grad)
-      Loop<C, I, true>::run(args...);
+      loop.template operator()<C, I, true>();
     else
-      Loop<C, I, false>::run(args...);
+      loop.template operator()<C, I, false>();
   };
   const auto with_image = [&]<bool C>() {
     if (img == Image::None) with_zero.template operator()<C, Image::None>();
@@ -161,11 +141,12 @@ double sum_squares(const float* x, int64_t n) {
 }
 
 void adamw_update(float* p, float* g, float* m, float* v, int64_t n, const Backend::AdamW& a, const UpdateOut& out) {
-  dispatch<AdamWLoop>(out, p, g, m, v, n, adamw_consts(a), out.clip, out.image);
+  const AdamWConsts k = adamw_consts(a);
+  dispatch(out, [&]<bool C, Image I, bool Z>() { adamw_loop<C, I, Z>(p, g, m, v, n, k, out.clip, out.image); });
 }
 
 void sgd_update(float* p, float* g, int64_t n, float lr, const UpdateOut& out) {
-  dispatch<SgdLoop>(out, p, g, n, lr, out.clip, out.image);
+  dispatch(out, [&]<bool C, Image I, bool Z>() { sgd_loop<C, I, Z>(p, g, n, lr, out.clip, out.image); });
 }
 
 }  // namespace oomb::cpu
