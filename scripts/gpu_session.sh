@@ -306,19 +306,20 @@ largest() {
 # traffic hidden behind compute, and how long does the GPU idle in a resident step? Each shape:
 # a fresh bf16 model, 3 AdamW steps, each on a window of its own; one line per step.
 timeline_run() {  # preset, N, C[, oomb train's flags...]
-  local tag
-  tag=$(echo "$1_$2${4:+_}${*:4}" | tr -c 'A-Za-z0-9_.' _ | tr -s _ | sed 's/_*$//')
+  local tag label="${OOMB_COPY_STREAMS:+OOMB_COPY_STREAMS=$OOMB_COPY_STREAMS }$*"
+  tag=$(echo "$label" | tr -c 'A-Za-z0-9_.' _ | tr -s _ | sed 's/_*$//')
   model_and_tokens "$1" "$W/tl-model" $((3 * $2 + 1)) "$W/tl-tokens.bin" || return 1
   OOMB_CUDA_TIMELINE=1 "$W/bin/oomb" train --device cuda --model "$W/tl-model" --data "$W/tl-tokens.bin" \
     --data-format u32 --seq-len "$2" --chunk-size "$3" --steps 3 --optimizer adamw --log-every 1 "${@:4}" \
     --metrics "$W/timeline_$tag.jsonl" || return 1
-  python3 - "$W/timeline_$tag.jsonl" "$*" <<'PY'
+  python3 - "$W/timeline_$tag.jsonl" "$label" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     j = json.loads(line)
     s, h, m = j.get("streams", {}), j.get("host_update"), j.get("moved", {})
     out = (f"| {sys.argv[2]} | step {j['step']} | {j['tokens_per_s']:.0f} tok/s | span {s.get('span_s', 0):.3f} s: compute "
-           f"{s.get('compute_s', 0):.3f}, copy {s.get('copy_s', 0):.3f}, both {s.get('both_s', 0):.3f}, idle "
+           f"{s.get('compute_s', 0):.3f}, copy {s.get('copy_s', 0):.3f} (in {s.get('copy_in_s', 0):.3f}, out "
+           f"{s.get('copy_out_s', 0):.3f}, both ways {s.get('duplex_s', 0):.3f}), both {s.get('both_s', 0):.3f}, idle "
            f"{s.get('idle_s', 0):.3f} ({s.get('ops', 0)} ops, {s.get('copies', 0)} copies)")
     if h:
         u = "-" if h["update_s"] is None else f"{h['update_s']:.3f}"  # (none finished yet)
@@ -330,13 +331,17 @@ PY
 timeline() {
   export -f timeline_run
   local shapes shape a n=0
-  IFS=';' read -ra shapes <<< "${GPU_SESSION_TIMELINE:-qwen2.5-1.5b 8192 4096 --offload params;qwen2.5-1.5b 8192 4096 --offload params --sweep chunk;qwen2.5-0.5b 131072 4096 --keep-attention}"
+  # (a shape may start with NAME=VALUE words: its run's environment; OOMB_COPY_STREAMS=1 puts the
+  # copies out on the copies in's queue, so the second copy stream's share shows beside the first)
+  IFS=';' read -ra shapes <<< "${GPU_SESSION_TIMELINE:-qwen2.5-1.5b 8192 4096 --offload params;OOMB_COPY_STREAMS=1 qwen2.5-1.5b 8192 4096 --offload params;qwen2.5-1.5b 8192 4096 --offload params --sweep chunk;qwen2.5-0.5b 131072 4096 --keep-attention}"
   for shape in "${shapes[@]}"; do
     read -ra a <<< "$shape"
+    local envs=()
+    while [ ${#a[@]} -gt 0 ] && [[ ${a[0]} =~ ^[A-Z_][A-Z0-9_]*= ]]; do envs+=("${a[0]}"); a=("${a[@]:1}"); done
     [ ${#a[@]} -eq 0 ] && continue
     n=$((n + 1))
-    [ ${#a[@]} -ge 3 ] || { echo "GPU_SESSION_TIMELINE: expected \"preset N C [flags]\", got '$shape'" | tee -a "$OUT/summary.txt"; continue; }
-    step "timeline${n}_${a[0]}_${a[1]}" 150 bash -c 'timeline_run "$@"' _ "${a[@]}"
+    [ ${#a[@]} -ge 3 ] || { echo "GPU_SESSION_TIMELINE: expected \"[NAME=VALUE...] preset N C [flags]\", got '$shape'" | tee -a "$OUT/summary.txt"; continue; }
+    step "timeline${n}_${a[0]}_${a[1]}" 150 env "${envs[@]}" bash -c 'timeline_run "$@"' _ "${a[@]}"
   done
 }
 case $phase in

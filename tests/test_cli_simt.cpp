@@ -156,6 +156,11 @@ TEST(CliSimt, StreamTimelineInTheMetrics) {
     EXPECT_GT(copy, 0);
     EXPECT_LE(both, std::min(compute, copy) + 1e-12);
     EXPECT_NEAR(compute + copy - both + idle, s["span_s"].get<double>(), 1e-6);
+    // both ways: the layers' weights in, their gradients out (each copy stream's union is copy_s)
+    const double copy_in = s["copy_in_s"], copy_out = s["copy_out_s"], duplex = s["duplex_s"];
+    EXPECT_GT(copy_in, 0);
+    EXPECT_GT(copy_out, 0);
+    EXPECT_NEAR(copy_in + copy_out - duplex, copy, 1e-6);
   }
   EXPECT_EQ(lines, 2);
   for (std::istringstream in(read_text(dir / "off.jsonl")); std::getline(in, line);)

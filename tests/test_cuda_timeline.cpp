@@ -1,9 +1,9 @@
 // OOMB_CUDA_TIMELINE (backend/cuda/stream_timeline.h): every op and every copy or set on the copy
-// stream counted once, the figures adding up, nothing counted for an op its checks refuse or one
+// streams counted once, the figures adding up, nothing counted for an op its checks refuse or one
 // that submits nothing, the host's pause between two ops counted as idle (with the window's base
 // moved on every millisecond too), the same figures with events read back as they complete, the
 // same bits with the timeline as without; on a GPU, a copy issued beside a long run of kernels
-// counted as hidden behind them. Skips without a GPU; runs everywhere on simt (whose
+// counted as hidden behind them, and copies both ways at once counted as such. Skips without a GPU; runs everywhere on simt (whose
 // cudaEventQuery runs the stream up to the event: events read early are always complete there).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -67,17 +67,20 @@ struct Transfer {
     std::memset(pinned.data(), 1, n);
   }
   void up(Backend& be) { be.copy_async(dev.data(), Tier::Device, pinned.data(), Tier::Pinned, bytes, Stream::Copy); }
+  void down(Backend& be) { be.copy_async(pinned.data(), Tier::Pinned, dev.data(), Tier::Device, bytes, Stream::CopyOut); }
 };
 
 // the figures printed, and consistent: the parts of the span add up to it
 void expect_adds_up(const StreamTimes& t) {
-  std::cout << "compute " << t.compute_s << " s, copy " << t.copy_s << " s, both " << t.both_s << " s, idle "
-            << t.idle_s << " s of " << t.span_s << " s" << std::endl;
+  std::cout << "compute " << t.compute_s << " s, copy " << t.copy_s << " s (in " << t.copy_in_s << " s, out "
+            << t.copy_out_s << " s, both ways " << t.duplex_s << " s), both " << t.both_s << " s, idle " << t.idle_s
+            << " s of " << t.span_s << " s" << std::endl;
   EXPECT_TRUE(t.on);
   EXPECT_GE(t.both_s, 0);
   EXPECT_LE(t.both_s, std::min(t.compute_s, t.copy_s) + 1e-12);
   EXPECT_GE(t.idle_s, 0);
   EXPECT_NEAR(t.compute_s + t.copy_s - t.both_s + t.idle_s, t.span_s, 1e-9 + 1e-6 * t.span_s);
+  EXPECT_NEAR(t.copy_in_s + t.copy_out_s - t.duplex_s, t.copy_s, 1e-9 + 1e-6 * t.span_s);
 }
 
 }  // namespace
@@ -91,7 +94,8 @@ TEST(CudaTimeline, OffUnlessAsked) {
   EXPECT_FALSE(be->take_stream_times().on);
 }
 
-// Three matmuls and an add on the compute stream, two copies and a set on the copy stream.
+// Three matmuls and an add on the compute stream, a copy and a set on the copy stream, and a copy
+// back on the copy-out stream.
 static StreamTimes four_ops_and_three_copies(Backend& be) {
   Matmul mm(be, 256, 512);
   Transfer tr(size_t(4) << 20);
@@ -99,7 +103,7 @@ static StreamTimes four_ops_and_three_copies(Backend& be) {
   for (int i = 0; i < 3; ++i) mm.run(be);
   tr.up(be);
   be.fill_zero_async(tr.dev.data(), tr.bytes / 2, Stream::Copy);
-  be.copy_async(tr.pinned.data(), Tier::Pinned, tr.dev.data(), Tier::Device, tr.bytes, Stream::Copy);
+  tr.down(be);
   Tensor y = mm.ty();
   be.add(y, mm.ty());
   // refused by its checks (w's shape): nothing issued, nothing counted
@@ -118,6 +122,8 @@ TEST(CudaTimeline, CountsEachOpAndCopyOnceAndAddsUp) {
   EXPECT_EQ(t.copies, 3);
   EXPECT_GT(t.compute_s, 0);
   EXPECT_GT(t.copy_s, 0);
+  EXPECT_GT(t.copy_in_s, 0);
+  EXPECT_GT(t.copy_out_s, 0);
   expect_adds_up(t);
   const StreamTimes none = be->take_stream_times();  // a new window, with nothing in it
   EXPECT_TRUE(none.on);
@@ -229,4 +235,28 @@ TEST(CudaTimeline, ACopyBesideKernelsCountsAsHidden) {
   EXPECT_EQ(t.copies, 1);
   EXPECT_GT(t.compute_s, t.copy_s);
   EXPECT_GT(t.both_s, 0.9 * t.copy_s);
+}
+
+// 256 MiB up on the copy stream and 256 MiB down on the copy-out stream, issued together: the two
+// directions run at once (PCIe is full duplex; a GPU has a copy engine each way), most of each
+// counted as both ways at once. The rates are printed: what --offload params can move a second.
+TEST(CudaTimeline, CopiesBothWaysRunAtOnce) {
+#ifdef OOMB_SIMT
+  GTEST_SKIP() << "simt runs one stream's work at a time: nothing overlaps there";
+#endif
+  std::string why;
+  auto be = timed_backend(true, &why);
+  if (!be) GTEST_SKIP() << why;
+  Transfer a(size_t(256) << 20), b(size_t(256) << 20);
+  a.up(*be), b.down(*be);  // (first touches outside the window)
+  be->synchronize();
+  be->take_stream_times();
+  a.up(*be);
+  b.down(*be);
+  const StreamTimes t = be->take_stream_times();
+  expect_adds_up(t);
+  EXPECT_EQ(t.copies, 2);
+  std::cout << "in " << double(a.bytes) / t.copy_in_s / 1e9 << " GB/s, out " << double(b.bytes) / t.copy_out_s / 1e9
+            << " GB/s, both in " << t.copy_s << " s" << std::endl;
+  EXPECT_GT(t.duplex_s, 0.5 * std::min(t.copy_in_s, t.copy_out_s));
 }

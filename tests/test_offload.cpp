@@ -103,14 +103,16 @@ class Offload : public ::testing::Test {
   void TearDown() override { KVCache::drop_wait_for_test(nullptr); }
 
   // resident on the simulated device against offloaded, same backend kind
-  void expect_bitwise(const Case& c, int64_t delay_us, const std::filesystem::path* model = nullptr) {
+  // (out_delay_us: the copies out's delay, if not delay_us)
+  void expect_bitwise(const Case& c, int64_t delay_us, const std::filesystem::path* model = nullptr,
+                      int64_t out_delay_us = -1) {
     const std::filesystem::path& dir = model ? *model : *dir_;
-    SCOPED_TRACE(name(c) + fmt::format(" delay {} us", delay_us));
+    SCOPED_TRACE(name(c) + fmt::format(" delay {} us, out {} us", delay_us, out_delay_us));
     const auto t = tokens(c.N + 1, uint64_t(c.N * 31 + c.C));
     const std::vector<int32_t> ids(t.begin(), t.end() - 1), tg(t.begin() + 1, t.end());
     auto cpu = make_cpu_backend();
     const StepResult ref = run(*cpu, dir, ids, tg, c.N, plan_of(c, false));
-    auto sim = make_sim_backend(0, delay_us);
+    auto sim = make_sim_backend(0, delay_us, out_delay_us);
     const StepResult resident = run(*sim, dir, ids, tg, c.N, plan_of(c, false));
     const StepResult offloaded = run(*sim, dir, ids, tg, c.N, plan_of(c, true));
     EXPECT_TRUE(same_bits(ref, resident)) << "the simulated device differs from the CPU";
@@ -146,13 +148,17 @@ TEST_F(Offload, SlidingWindowBitwiseIdentical) {
 
 TEST_F(Offload, BitwiseIdenticalWithACopyDelay) {
   const DType F = DType::F32, B = DType::BF16;
-  for (const Case& c : {Case{97, 13, 16, 2, F, F, true}, Case{131, 32, 16, 3, B, B, false}}) expect_bitwise(c, 300);
+  for (const Case& c : {Case{97, 13, 16, 2, F, F, true}, Case{131, 32, 16, 3, B, B, false}}) {
+    expect_bitwise(c, 300);
+    expect_bitwise(c, 50, nullptr, 3000);  // the copies out lagging far behind those in
+  }
 }
 
 // With a delay on every copy, each of the offload's waits matters: without it attention reads a
 // group before it has arrived, a chunk's K/V staging is overwritten before it went out (four
 // layers: the first chunk reuses a staging buffer with no group wait between), or the chunk's own
-// gradients are read before they came in.
+// gradients are read before they came in; with the copies out lagging, a group's pages come in
+// before what went home has landed ('gone').
 TEST_F(Offload, DroppingAWaitBreaksIt) {
   const auto dir = temp_dir();
   nlohmann::json j = tiny_config_json("qwen2", 2);
@@ -171,6 +177,12 @@ TEST_F(Offload, DroppingAWaitBreaksIt) {
     KVCache::drop_wait_for_test(nullptr);
     EXPECT_FALSE(same_bits(ref, broken)) << "the test does not notice a missing '" << wait << "' wait";
   }
+  auto lagging = make_sim_backend(0, 50, 5000);
+  ASSERT_TRUE(same_bits(ref, run(*lagging, dir, ids, tg, c.N, plan_of(c, true))));
+  KVCache::drop_wait_for_test("gone");
+  const StepResult broken = run(*lagging, dir, ids, tg, c.N, plan_of(c, true), false);
+  KVCache::drop_wait_for_test(nullptr);
+  EXPECT_FALSE(same_bits(ref, broken)) << "the test does not notice a missing 'gone' wait";
 }
 
 // --keep-attention gives the bits of recomputing attention (loss, every gradient, the steady
@@ -294,6 +306,43 @@ TEST(SimDevice, CopiesArriveAtTheirEventInOrder) {
   EXPECT_EQ(dev.as<char>()[0], 7);
   EXPECT_EQ(dev.as<char>()[1024], 0);  // the fill ran after the copy
   EXPECT_EQ(dev.as<char>()[2048], 7);
+}
+
+// The two copy streams run beside each other, each in order: a copy in waits for an event of the
+// copy-out stream (a copy back that lags) before it overwrites what that copy reads, and the host's
+// wait for the copy in covers both; without the wait the copy in overtakes it (the control).
+TEST(SimDevice, ACopyStreamWaitsForTheOthersEvent) {
+  for (const bool wait : {true, false}) {
+    SCOPED_TRACE(wait ? "waiting" : "not waiting");
+    auto sim = make_sim_backend(0, 0, 20000);  // the copies out lag 20 ms
+    Buffer host(Tier::Pinned, Tag::IO, 4096), dev(Tier::Device, Tag::IO, 4096), back(Tier::Pinned, Tag::IO, 4096);
+    std::memset(host.data(), 7, 4096);
+    std::memset(dev.data(), 3, 4096);
+    auto out = sim->new_event(), in = sim->new_event();
+    sim->copy_async(back.data(), Tier::Pinned, dev.data(), Tier::Device, 4096, Stream::CopyOut);
+    sim->record(*out, Stream::CopyOut);
+    if (wait) sim->wait(Stream::Copy, *out);
+    sim->copy_async(dev.data(), Tier::Device, host.data(), Tier::Pinned, 4096, Stream::Copy);
+    sim->record(*in, Stream::Copy);
+    sim->synchronize(*in);
+    EXPECT_EQ(dev.as<char>()[0], 7);
+    if (wait) EXPECT_EQ(back.as<char>()[0], 3) << "the copy back read what the copy in wrote";
+    sim->synchronize();
+    EXPECT_EQ(back.as<char>()[4095], wait ? 3 : 7) << (wait ? "" : "control: the copy in did not overtake the copy back");
+  }
+  {  // OOMB_COPY_STREAMS=1: one queue for both, in issue order without the wait
+    const ScopedEnv one("OOMB_COPY_STREAMS", "1");
+    auto sim = make_sim_backend(0, 0, 20000);
+    Buffer host(Tier::Pinned, Tag::IO, 64), dev(Tier::Device, Tag::IO, 64), back(Tier::Pinned, Tag::IO, 64);
+    std::memset(host.data(), 7, 64);
+    std::memset(dev.data(), 3, 64);
+    sim->copy_async(back.data(), Tier::Pinned, dev.data(), Tier::Device, 64, Stream::CopyOut);
+    sim->copy_async(dev.data(), Tier::Device, host.data(), Tier::Pinned, 64, Stream::Copy);
+    sim->synchronize();
+    EXPECT_EQ(back.as<char>()[0], 3);
+  }
+  const ScopedEnv bad("OOMB_COPY_STREAMS", "3");
+  EXPECT_EQ(error_of([] { make_sim_backend(); }), "OOMB_COPY_STREAMS: 1 or 2, got '3'");
 }
 
 // Each layer's attention runs twice per chunk in a training step (the forward sweep and the

@@ -18,6 +18,14 @@ namespace oomb {
 
 size_t cuda_pinned_workspace_bytes() { return 2 * (size_t(1) << 20); }
 
+int copy_streams_from_env() {
+  const char* v = std::getenv("OOMB_COPY_STREAMS");
+  if (!v || !*v) return 2;
+  const std::string s = v;
+  OOMB_CHECK(s == "1" || s == "2", "OOMB_COPY_STREAMS: 1 or 2, got '{}'", s);
+  return s == "1" ? 1 : 2;
+}
+
 size_t cuda_workspace_bytes(const WorkspaceShape& s) {
   constexpr size_t kGemmWorkspace = size_t(32) << 20, kTables = 2 * (size_t(1) << 20);
   constexpr int64_t kSumChunk = int64_t(1) << 16;  // cuda::k::kSumChunk

@@ -55,9 +55,15 @@ struct RopeTable {
   float attention_scaling = 1.0f;
 };
 
-// Work runs on streams: every op on the compute stream; copies may also run on the copy stream.
-// Each stream runs its work in order; events order one stream's work after another's.
-enum class Stream : uint8_t { Compute, Copy };
+// Work runs on streams: every op on the compute stream; copies may also run on the copy streams.
+// Each stream runs its work in order; events order one stream's work after another's. Copy: copies
+// into the device's memory (and any other); CopyOut: copies out of it into the host's, beside them
+// (a GPU's copy engines move both ways at once, PCIe being full duplex), so that a layer's gradients
+// leaving do not queue behind the next layer's weights arriving, nor those behind them.
+enum class Stream : uint8_t { Compute, Copy, CopyOut };
+// OOMB_COPY_STREAMS=1: Stream::CopyOut's work runs on Stream::Copy (the single copy queue of
+// before, for comparison: same results); 2 or unset: a stream each way. Read when a backend is made.
+int copy_streams_from_env();
 
 // A point in a stream's work, recorded by Backend::record. Opaque; made by Backend::new_event.
 class Event {
@@ -347,10 +353,13 @@ bool cudnn_attention_planned();
 std::string cuda_attention_summary(bool bf16);
 size_t cuda_pinned_workspace_bytes();  // the block tables' pinned staging
 // The simulated device (--device sim): the CPU kernels on memory accounted in tier device, with a
-// copy engine thread (its own queue and events, ordered like CUDA streams). capacity: bytes of
-// device memory (0 = unlimited). copy_delay_us: a delay before every asynchronous copy, so that a
-// missing wait gives a wrong answer rather than passing by luck (default: OOMB_SIM_COPY_DELAY_US).
-std::unique_ptr<Backend> make_sim_backend(int64_t capacity = 0, int64_t copy_delay_us = -1);
+// copy engine thread for each copy stream (its own queue and events, ordered like CUDA streams).
+// capacity: bytes of device memory (0 = unlimited). copy_delay_us: a delay before every
+// asynchronous copy, so that a missing wait gives a wrong answer rather than passing by luck
+// (default: OOMB_SIM_COPY_DELAY_US); copy_out_delay_us: Stream::CopyOut's instead (default: the
+// same), so that a test can make the copies out lag those in.
+std::unique_ptr<Backend> make_sim_backend(int64_t capacity = 0, int64_t copy_delay_us = -1,
+                                          int64_t copy_out_delay_us = -1);
 // Null when the build has no CUDA backend or no GPU is visible; `why` says which.
 std::unique_ptr<Backend> make_cuda_backend(std::string* why);
 // --device cpu|sim|cuda (errors name the flag): sim with --device-memory device_memory; cuda on GPU

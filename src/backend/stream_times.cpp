@@ -7,6 +7,7 @@ namespace oomb {
 StreamTimes& StreamTimes::operator+=(const StreamTimes& o) {
   on = on || o.on;
   span_s += o.span_s, compute_s += o.compute_s, copy_s += o.copy_s, both_s += o.both_s, idle_s += o.idle_s;
+  copy_in_s += o.copy_in_s, copy_out_s += o.copy_out_s, duplex_s += o.duplex_s;
   ops += o.ops, copies += o.copies;
   return *this;
 }
@@ -45,12 +46,17 @@ double overlap(const std::vector<Busy>& a, const std::vector<Busy>& b) {
 
 }  // namespace
 
-StreamTimes stream_times(std::vector<Busy> compute, std::vector<Busy> copy, double span) {
+StreamTimes stream_times(std::vector<Busy> compute, std::vector<Busy> copy_in, std::vector<Busy> copy_out,
+                         double span) {
   StreamTimes t;
   t.on = true;
-  t.ops = int64_t(compute.size()), t.copies = int64_t(copy.size());
+  t.ops = int64_t(compute.size()), t.copies = int64_t(copy_in.size() + copy_out.size());
+  std::vector<Busy> copy = copy_in;
+  copy.insert(copy.end(), copy_out.begin(), copy_out.end());
   const std::vector<Busy> a = merged(std::move(compute)), b = merged(std::move(copy));
+  const std::vector<Busy> in = merged(std::move(copy_in)), out = merged(std::move(copy_out));
   t.compute_s = length(a), t.copy_s = length(b), t.both_s = overlap(a, b);
+  t.copy_in_s = length(in), t.copy_out_s = length(out), t.duplex_s = overlap(in, out);
   t.span_s = span;
   t.idle_s = std::max(0.0, span - (t.compute_s + t.copy_s - t.both_s));
   return t;

@@ -108,6 +108,7 @@ class KVCache::Streamed final : public PrefixBlocks {
       for (auto& x : *e) x = be_.new_event();
     own_in_ = be_.new_event();
     own_used_ = be_.new_event();
+    gone_ = be_.new_event();
   }
 
   // Device buffers for groups of g pages and chunks of C tokens (kept when large enough).
@@ -204,19 +205,20 @@ class KVCache::Streamed final : public PrefixBlocks {
     const Item& it = items_[gi];
     if (!it.grads) return;
     // the group's gradient pages go home once attention has added into them
-    if (!dropped("out")) be_.wait(Stream::Copy, *freed_[s]);
+    if (!dropped("out")) be_.wait(Stream::CopyOut, *freed_[s]);
     const int64_t P = c_.o_.kv.page_size;
     const size_t rb = c_.o_.grad.row_bytes();
     for (int64_t j = 0; j < it.n; ++j) {
       const int64_t p = page(it, j), rows = std::min(P, it.end - p * P);
       char* gp = grad_page(s, j);
       be_.copy_async(c_.grad_.k(it.layer, p, 0, rows).data, Tier::Pinned, gp, Tier::Device, size_t(rows) * rb,
-                     Stream::Copy);
+                     Stream::CopyOut);
       be_.copy_async(c_.grad_.v(it.layer, p, 0, rows).data, Tier::Pinned, gp + size_t(P) * rb, Tier::Device,
-                     size_t(rows) * rb, Stream::Copy);
+                     size_t(rows) * rb, Stream::CopyOut);
       traffic_.grads_out += 2 * rows * int64_t(rb);
       set_filled(it.layer, p, std::max(filled(it.layer, p), rows));
     }
+    be_.record(*gone_, Stream::CopyOut);
   }
 
   void write(int64_t l, int64_t t0, const Tensor& k, const Tensor& v) {
@@ -232,17 +234,18 @@ class KVCache::Streamed final : public PrefixBlocks {
     be_.cast(k, ks);
     be_.cast(v, vs);
     be_.record(*cast_done_[s], Stream::Compute);
-    be_.wait(Stream::Copy, *cast_done_[s]);
+    be_.wait(Stream::CopyOut, *cast_done_[s]);
     const size_t rb = o.kv.row_bytes();
     for_page_rows(o.kv.page_size, t0, T, [&](int64_t p, int64_t r, int64_t i, int64_t len) {
       c_.kv_.ensure(l, p, false);  // every row is written before it is read
       be_.copy_async(c_.kv_.k(l, p, r, len).data, Tier::Pinned, ks.rows(i, len).data, Tier::Device, size_t(len) * rb,
-                     Stream::Copy);
+                     Stream::CopyOut);
       be_.copy_async(c_.kv_.v(l, p, r, len).data, Tier::Pinned, vs.rows(i, len).data, Tier::Device, size_t(len) * rb,
-                     Stream::Copy);
+                     Stream::CopyOut);
       traffic_.kv_out += 2 * len * int64_t(rb);
     });
-    be_.record(*staged_[s], Stream::Copy);
+    be_.record(*staged_[s], Stream::CopyOut);
+    be_.record(*gone_, Stream::CopyOut);
   }
 
   void own_grads(int64_t l, int64_t t0, Tensor& dk, Tensor& dv) {
@@ -252,6 +255,7 @@ class KVCache::Streamed final : public PrefixBlocks {
     Tensor gk(own_.data(), o.grad.dtype, {T, G, D}, Tier::Device),
         gv(own_.as<char>() + rows_bytes(o.grad, o.chunk), o.grad.dtype, {T, G, D}, Tier::Device);
     be_.wait(Stream::Copy, *own_used_);  // the previous layer's cast out of the staging is done
+    if (!dropped("gone")) be_.wait(Stream::Copy, *gone_);  // the gradient rows sent home have landed
     const size_t rb = o.grad.row_bytes();
     for_page_rows(o.grad.page_size, t0, T, [&](int64_t p, int64_t r, int64_t i, int64_t len) {
       // the rows a later chunk's prefix sent home (the page's first `filled` rows); the rest hold
@@ -326,6 +330,9 @@ class KVCache::Streamed final : public PrefixBlocks {
     const int s = int(k % 2);
     const Item& it = items_[k];
     be_.wait(Stream::Copy, *freed_[s]);
+    // what went home has landed: the pages' K/V and gradient rows read below, and the slot's gradient
+    // pages (its group before last's, going out) before they are overwritten
+    if (!dropped("gone")) be_.wait(Stream::Copy, *gone_);
     const int64_t P = c_.o_.kv.page_size;
     const size_t rb = c_.o_.kv.row_bytes(), grb = c_.o_.grad.row_bytes();
     for (int64_t j = 0; j < it.n; ++j) {
@@ -361,6 +368,7 @@ class KVCache::Streamed final : public PrefixBlocks {
   int64_t group_ = 0;
   Buffer kv_slots_, grad_slots_, stage_, own_;
   std::unique_ptr<Event> arrived_[2], freed_[2], staged_[2], cast_done_[2], own_in_, own_used_;
+  std::unique_ptr<Event> gone_;  // the last copies home (K/V written, gradient pages), on Stream::CopyOut
   std::vector<Item> items_;
   std::vector<int64_t> pages_;  // the items' pages
   size_t issued_ = 0, cursor_ = 0, first_ = 0;

@@ -6,8 +6,9 @@
 // Offloaded (--offload kv): K/V and gradient pages live in pinned host memory; the device holds
 // two slots of `group` pages (double-buffered). A layer's earlier pages stream through the slots
 // group by group on the copy stream while attention folds the previous group in; in backward each
-// group's gradient pages come in (or start at zero), take the group's dK/dV, and go back out. The
-// chunk's new K/V go out through a staging buffer as later layers compute. Events order the two
+// group's gradient pages come in (or start at zero), take the group's dK/dV, and go back out on the
+// copy-out stream. The chunk's new K/V go out (copy-out stream) through a staging buffer as later
+// layers compute; what comes in waits for what went out before it. Events order the three
 // streams; the result is bitwise identical to the resident run (attention folds groups exactly).
 // A pass announces the order in which layers will read their prefix (begin_pass), so the next
 // layer's first group arrives while this layer finishes.
@@ -112,8 +113,8 @@ class KVCache {
   // The group actually used for a sequence of N tokens (the option, at most a layer's pages).
   static int64_t group_for(const KVCacheOptions& o, int64_t N);
 
-  // Tests only: skip one of the offload's waits ("in", "out", "write", "own"), to show that the
-  // tests catch it.
+  // Tests only: skip one of the offload's waits ("in", "out", "write", "own", "gone": a fetch's
+  // for what went home before it), to show that the tests catch it.
   static void drop_wait_for_test(const char* which);
 
  private:

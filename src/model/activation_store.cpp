@@ -25,6 +25,7 @@ ActivationStore::ActivationStore(const ModelConfig& c, Backend& be, int64_t C, i
     arrived_[s] = be.new_event();
     used_[s] = be.new_event();
   }
+  gone_ = be.new_event();
 }
 
 ActivationStore::~ActivationStore() { be_.synchronize(); }
@@ -61,12 +62,14 @@ void ActivationStore::begin_pass(std::span<const int64_t> chunks, std::initializ
 }
 
 // The reads of the chunk at position pos into its slots, once the compute stream is done with the
-// slots' previous chunk (whose output has gone out before, in the copy stream's order).
+// slots' previous chunk and every output sent out has landed (the slots' previous one, whose slot
+// may be a read's; and what this pass, or the one before, wrote into the rows read here).
 void ActivationStore::fetch(size_t pos) {
   const int s = int(pos & 1);
   const ChunkSpan c = chunk_span(N_, C_, chunks_[pos]);
   const size_t bytes = size_t(c.size() * cfg_.hidden) * 4;
   be_.wait(Stream::Copy, *used_[s]);
+  if (!dropped("gone")) be_.wait(Stream::Copy, *gone_);
   for (int64_t k = 0; k < nreads_; ++k) {
     be_.copy_async(rd_[s][k].data, be_.tier(), row(reads_[k], c.begin), home(be_.tier()), bytes, Stream::Copy);
     traffic_.in += int64_t(bytes);
@@ -84,7 +87,7 @@ Tensor ActivationStore::in(int k) {
 Tensor ActivationStore::out() {
   OOMB_CHECK(pos_ < chunks_.size(), "activation store: out of the pass's chunks");
   const int s = int(pos_ & 1);
-  be_.wait(Stream::Compute, *arrived_[s]);  // the slot's previous output has gone out
+  be_.wait(Stream::Compute, *arrived_[s]);  // the slot's previous output has gone out (fetch waited for it)
   const Tensor& t = write_from_ >= 0 ? rd_[s][write_from_] : wr_[s];
   return t.rows(0, chunk_span(N_, C_, chunks_[pos_]).size());
 }
@@ -96,9 +99,10 @@ void ActivationStore::next() {
   if (write_ >= 0) {
     const ChunkSpan c = chunk_span(N_, C_, chunks_[pos_]);
     const size_t bytes = size_t(c.size() * cfg_.hidden) * 4;
-    be_.wait(Stream::Copy, *used_[s]);
+    be_.wait(Stream::CopyOut, *used_[s]);
     const Tensor& t = write_from_ >= 0 ? rd_[s][write_from_] : wr_[s];
-    be_.copy_async(row(write_, c.begin), home(be_.tier()), t.data, be_.tier(), bytes, Stream::Copy);
+    be_.copy_async(row(write_, c.begin), home(be_.tier()), t.data, be_.tier(), bytes, Stream::CopyOut);
+    be_.record(*gone_, Stream::CopyOut);
     traffic_.out += int64_t(bytes);
   }
   ++pos_;

@@ -9,9 +9,9 @@
 //
 // A pass visits chunks in a given order, reading up to two arrays into the device and writing at
 // most one back. Two sets of slots, double-buffered: chunk i+1's reads arrive on the copy stream
-// while chunk i computes; next() sends chunk i's output out once the compute stream is done with
-// it, and starts chunk i+2's reads into the freed slots. Events order the streams; the host never
-// waits. Bytes moved are counted (traffic), as model/sweep_plan counts them.
+// while chunk i computes; next() sends chunk i's output out (on the copy-out stream, beside the
+// reads) once the compute stream is done with it, and starts chunk i+2's reads into the freed slots
+// once it has landed. Events order the streams; the host never waits. Bytes moved are counted (traffic), as model/sweep_plan counts them.
 #pragma once
 #include <initializer_list>
 #include <memory>
@@ -51,7 +51,8 @@ class ActivationStore {
   };
   const Traffic& traffic() const { return traffic_; }
 
-  // Tests only: skip the wait for a chunk's reads ("in"), to show that the tests catch it.
+  // Tests only: skip the wait for a chunk's reads ("in"), or a fetch's for the outputs sent out
+  // ("gone"), to show that the tests catch it.
   static void drop_wait_for_test(const char* which);
 
  private:
@@ -65,6 +66,7 @@ class ActivationStore {
   Arena slots_;
   Tensor rd_[2][kMaxReads], wr_[2];
   std::unique_ptr<Event> arrived_[2], used_[2];
+  std::unique_ptr<Event> gone_;  // the last output sent out (Stream::CopyOut)
   Traffic traffic_;
   // the pass
   std::vector<int64_t> chunks_;

@@ -58,9 +58,9 @@ ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf1
   streams_ = offload && streams_head(c, world != nullptr);
   tile_slots_ = head_tile_slots(c, world != nullptr) * (offload ? 1 : 0);
   for (int s = 0; s < tile_slots_; ++s) tin_[s] = be.new_event(), tused_[s] = be.new_event();
+  gout_ = be.new_event(), tout_ = be.new_event();
   if (offload && embeds_on_host(c, world != nullptr)) host_embed_ = std::make_unique<HostEmbedding>(c, be, chunk_rows);
   if (host_embed_ && streams_ && c.tie_word_embeddings) {  // one host table: its adds after the tiles' copies back
-    tout_ = be.new_event();
     // (on a GPU in the layer order nothing else orders the host's adds after those copies: the
     // compute stream, not the host, waits for the next tiles; the simulated device's compute
     // stream is the host, whose waits for the next tiles order them there)
@@ -487,7 +487,7 @@ void ParamStore::begin_head(bool descending, bool grads) {
   tgrads_ = grads && head_grad_;
   OOMB_CHECK(!grads || grads_ != nullptr, "param store: the lm_head's gradients need gradients bound first");
   if (!streams_ || tiles_ == 0) return;
-  if (tgrads_ && tout_ && host_embed_->pending() && !dropped("tied-order")) {  // tied: the later chunks' embedding parts first
+  if (tgrads_ && host_embed_ && cfg_.tie_word_embeddings && host_embed_->pending() && !dropped("tied-order")) {  // tied: the later chunks' embedding parts first
     host_embed_->flush();
     tile_grad_zero_.assign(tile_grad_zero_.size(), false);
   }
@@ -510,7 +510,8 @@ void ParamStore::tile_fetch(size_t pos) {
     tholds_[s] = j;
     traffic_.weights_in += int64_t(bytes);
   }
-  if (tgrads_) {
+  if (tgrads_) {  // once the slot's gradients (and this tile's, on the host) have gone out
+    if (!dropped("head-out")) be_.wait(Stream::Copy, *tout_);
     float* g = gtiles_.as<float>() + s * tile_numel(cfg_);
     if (tile_grad_zero_[size_t(j)]) {
       be_.fill_zero_async(g, size_t(n) * 4, Stream::Copy);
@@ -548,12 +549,12 @@ void ParamStore::release_head_tile(int64_t j) {
     const int64_t s = tile_slot(tpos_), n = head_tile_rows(j) * cfg_.hidden;
     be_.record(*tused_[s], Stream::Compute);
     if (tgrads_) {  // the tile's gradients go back once the compute stream is done with them
-      be_.wait(Stream::Copy, *tused_[s]);
+      be_.wait(Stream::CopyOut, *tused_[s]);
       be_.copy_async(grads_->lm_head.f() + head_tile_v0(j) * cfg_.hidden, Tier::Pinned,
-                     gtiles_.as<float>() + s * tile_numel(cfg_), Tier::Device, size_t(n) * 4, Stream::Copy);
+                     gtiles_.as<float>() + s * tile_numel(cfg_), Tier::Device, size_t(n) * 4, Stream::CopyOut);
       tile_grad_zero_[size_t(j)] = false;
       traffic_.grads_out += n * 4;
-      if (tout_) be_.record(*tout_, Stream::Copy);  // (tied: the embedding's adds wait for it)
+      be_.record(*tout_, Stream::CopyOut);  // (tied: the embedding's adds wait for it too)
     }
   }
   ++tpos_;
@@ -599,7 +600,8 @@ void ParamStore::fetch(size_t pos) {
     holds_[s] = l;
     traffic_.weights_in += int64_t(bytes);
   }
-  if (pass_grads_ && !frozen_base_) {
+  if (pass_grads_ && !frozen_base_) {  // once the slot's gradients (and this layer's, on the host) have gone out
+    if (!dropped("out")) be_.wait(Stream::Copy, *gout_);
     float* g = gslots_.as<float>() + s * n;
     if (grad_zero_[size_t(l)])
       be_.fill_zero_async(g, bytes, Stream::Copy);
@@ -647,9 +649,10 @@ void ParamStore::release(int64_t l) {
     const int64_t s = slot(pos_), n = layer_numel(cfg_);
     be_.record(*used_[s], Stream::Compute);
     if (pass_grads_ && !frozen_base_) {  // the layer's gradients go back once its backward is done
-      be_.wait(Stream::Copy, *used_[s]);
+      be_.wait(Stream::CopyOut, *used_[s]);
       be_.copy_async(grads_->flat().f() + layer_offset(cfg_, l), Tier::Pinned, gslots_.as<float>() + s * n,
-                     Tier::Device, size_t(n) * 4, Stream::Copy);
+                     Tier::Device, size_t(n) * 4, Stream::CopyOut);
+      be_.record(*gout_, Stream::CopyOut);
       grad_zero_[size_t(l)] = false;
       traffic_.grads_out += n * 4;
     }

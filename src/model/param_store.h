@@ -18,8 +18,9 @@
 // computing and the next one arriving on the copy stream) and the head (embedding, final norm,
 // lm_head) with its gradients. A pass announces its layer order (begin_pass); acquire(l) waits for
 // layer l's copy and returns the same LayerParams views bound to its slot; release(l) sends the
-// layer's gradients out (backward) and starts the copy of the layer two ahead into the freed slot.
-// A layer's gradients accumulate in its device slot while it is there, starting from what the host
+// layer's gradients out (backward, on the copy-out stream, so they leave while the next weights
+// arrive) and starts the copy of the layer two ahead into the freed slot, its gradients' part once
+// the slot's have left. A layer's gradients accumulate in its device slot while it is there, starting from what the host
 // holds (or zero, without a copy, while the host's are known to be zero), so the result is bitwise
 // the resident run's. The head arrives once per sequence and its gradients leave at its end.
 //
@@ -220,7 +221,8 @@ class ParamStore {
   int64_t image_casts() const { return image_casts_; }
 
   // Tests only: skip one of the store's waits ("in": a layer's arrival before it computes;
-  // "head-in": an lm_head tile's; "sync": the host's wait for the copies at the end of a
+  // "head-in": an lm_head tile's; "out" and "head-out": a fetch's for a layer's or a tile's
+  // gradients to have gone out; "sync": the host's wait for the copies at the end of a
   // sequence; tied to a streamed lm_head, "tied-order": the embedding's adds before the next
   // gradient pass over the tiles), to show that the tests catch it.
   static void drop_wait_for_test(const char* which);
@@ -301,7 +303,9 @@ class ParamStore {
   int64_t image_casts_ = 0;
   Traffic traffic_;
   std::unique_ptr<HostEmbedding> host_embed_;  // the embedding on the host (embeds_on_host, offloaded)
-  std::unique_ptr<Event> tout_;  // tied to a streamed lm_head: the tiles' gradients back on the host
+  // the last layer's gradients and the last tile's on their way back (Stream::CopyOut): a slot's
+  // gradients, and a layer's or tile's on the host, are not read or overwritten before it
+  std::unique_ptr<Event> gout_, tout_;
   // the lm_head's tiles (streams_: through tile slots)
   void tile_fetch(size_t pos);
   int64_t tile_slot(size_t pos) const { return int64_t((tbase_ + pos) % size_t(tile_slots_)); }

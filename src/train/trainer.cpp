@@ -175,9 +175,11 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
         j["host_update"] = {{"update_s", h.update_s >= 0 ? nlohmann::json(h.update_s) : nlohmann::json()},
                             {"waited_s", h.waited_s}};
       if (streams.on)
-        j["streams"] = {{"span_s", streams.span_s}, {"compute_s", streams.compute_s}, {"copy_s", streams.copy_s},
-                        {"both_s", streams.both_s}, {"idle_s", streams.idle_s}, {"ops", streams.ops},
-                        {"copies", streams.copies}};
+        j["streams"] = {{"span_s", streams.span_s},         {"compute_s", streams.compute_s},
+                        {"copy_s", streams.copy_s},         {"copy_in_s", streams.copy_in_s},
+                        {"copy_out_s", streams.copy_out_s}, {"duplex_s", streams.duplex_s},
+                        {"both_s", streams.both_s},         {"idle_s", streams.idle_s},
+                        {"ops", streams.ops},               {"copies", streams.copies}};
       const Moved m = moved(model);  // bytes the stores copied between host and device in this step
       j["moved"] = {{"weights", m.weights - moved0.weights}, {"grads", m.grads - moved0.grads},
                     {"activations", m.activations - moved0.activations}, {"kv", m.kv - moved0.kv},

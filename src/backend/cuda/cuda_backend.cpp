@@ -1,4 +1,5 @@
-// The CUDA backend: every Backend op on one stream, fp32 storage and compute (the CPU reference's
+// The CUDA backend: every Backend op on one stream (asynchronous copies on two more, one each way:
+// Stream::Copy, Stream::CopyOut), fp32 storage and compute (the CPU reference's
 // arithmetic, so the two agree op by op) but for the matmuls, which take bf16 operands too
 // (--precision bf16), and attention under --precision bf16, on tensor cores (P and dS in bf16);
 // cuBLASLt GEMMs and oomb's own kernels (kernels.h).
@@ -38,6 +39,8 @@ class CudaBackend final : public Backend {
     // blocking streams: they wait for the legacy stream, where the allocator zeroes new memory
     cuda_check(cudaStreamCreate(&stream_), "cuda backend");
     cuda_check(cudaStreamCreate(&copy_stream_), "cuda backend");
+    if (copy_streams_from_env() == 2) cuda_check(cudaStreamCreate(&copy_out_stream_), "cuda backend");
+    else copy_out_stream_ = copy_stream_;  // (OOMB_COPY_STREAMS=1)
     for (auto& st : table_stage_) {
       st.host = Buffer(Tier::Pinned, Tag::Workspace, kTableStage);
       st.dev = Buffer(Tier::Device, Tag::Workspace, kTableStage);
@@ -46,15 +49,17 @@ class CudaBackend final : public Backend {
     gemm_ws_ = Buffer(Tier::Device, Tag::Workspace, kGemmWorkspace);
     group_sums_ = Buffer(Tier::Device, Tag::Workspace, cuda::k::kRowGroupBytes);
     gemm_ = std::make_unique<cuda::Gemm>(stream_, gemm_ws_.data(), kGemmWorkspace);
-    if (timeline_on()) timeline_ = std::make_unique<cuda::StreamTimeline>(stream_, copy_stream_);
+    if (timeline_on()) timeline_ = std::make_unique<cuda::StreamTimeline>(stream_, copy_stream_, copy_out_stream_);
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     cudaStreamSynchronize(copy_stream_);
+    if (copy_out_stream_ != copy_stream_) cudaStreamSynchronize(copy_out_stream_);
     if (profile_) profile_->print();
     if (timeline_) timeline_->print();
     for (auto& st : table_stage_) cudaEventDestroy(st.done);
     gemm_.reset();
+    if (copy_out_stream_ != copy_stream_) cudaStreamDestroy(copy_out_stream_);
     cudaStreamDestroy(copy_stream_);
     cudaStreamDestroy(stream_);
   }
@@ -280,12 +285,13 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     ++waits_.drains;
     cuda_check(cudaStreamSynchronize(copy_stream_), "synchronize");
+    if (copy_out_stream_ != copy_stream_) cuda_check(cudaStreamSynchronize(copy_out_stream_), "synchronize");
     cuda_check(cudaStreamSynchronize(stream_), "synchronize");
   }
   HostWaits host_waits() const override { return waits_; }
   StreamTimes take_stream_times() override {
     if (!timeline_) return {};
-    ++waits_.drains;  // (it waits for both streams)
+    ++waits_.drains;  // (it waits for every stream)
     return timeline_->take();
   }
 
@@ -530,7 +536,9 @@ class CudaBackend final : public Backend {
     OOMB_CHECK(c != nullptr, "cuda: an event made by another backend");
     return c->e;
   }
-  cudaStream_t on(Stream s) const { return s == Stream::Copy ? copy_stream_ : stream_; }
+  cudaStream_t on(Stream s) const {
+    return s == Stream::Copy ? copy_stream_ : s == Stream::CopyOut ? copy_out_stream_ : stream_;
+  }
 
   // pinned staging of the attention's block table and its device copy, two of each
   static constexpr size_t kTableStage = size_t(1) << 20;  // 14K blocks (cuda_pinned_workspace_bytes: two)
@@ -541,7 +549,7 @@ class CudaBackend final : public Backend {
   TableStage table_stage_[2];
   int table_next_ = 0;
 
-  cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
+  cudaStream_t stream_ = nullptr, copy_stream_ = nullptr, copy_out_stream_ = nullptr;
   HostWaits waits_{0, 0};  // what synchronize(), a host copy and the table staging waited for
   const bool sync_each_ = std::getenv("OOMB_CUDA_SYNC") != nullptr;
   const CudaAttention attention_mode_ = cuda_attention_mode();

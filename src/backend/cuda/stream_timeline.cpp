@@ -32,7 +32,8 @@ double g_rebase_after = 4.0;            // a window's base moves on every ~4 s (
 void StreamTimeline::poll_after_for_test(size_t events) { g_poll_after = std::max<size_t>(events, 2); }
 void StreamTimeline::rebase_after_for_test(double s) { g_rebase_after = s; }
 
-StreamTimeline::StreamTimeline(cudaStream_t compute, cudaStream_t copy) : streams_{compute, copy} {
+StreamTimeline::StreamTimeline(cudaStream_t compute, cudaStream_t copy_in, cudaStream_t copy_out)
+    : streams_{compute, copy_in, copy_out} {
   check(cudaEventCreate(&base_), "an event");
   check(cudaEventRecord(base_, nullptr), "the window's start");
   restart();
@@ -93,7 +94,7 @@ void StreamTimeline::end(cudaStream_t s) {
 
 void StreamTimeline::close() noexcept {
   if (t_open_timeline == this) t_open_timeline = nullptr;
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kStreams; ++i) {
     wanted_[i] = false;
     if (!started_[i]) continue;
     try {  // work submitted since the last end: its piece ends with the op
@@ -106,7 +107,7 @@ void StreamTimeline::close() noexcept {
 }
 
 void StreamTimeline::read(bool wait) {
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kStreams; ++i) {
     std::deque<Mark>& q = marks_[i];
     while (!q.empty()) {
       const Mark m = q.front();
@@ -146,7 +147,7 @@ StreamTimes StreamTimeline::take() {
   read(true);
   check(cudaEventSynchronize(next), "waiting for the window's end");
   span_ = std::max(span_, base_at_ + seconds(base_, next));
-  const StreamTimes w = stream_times(busy_[0], busy_[1], span_);
+  const StreamTimes w = stream_times(busy_[0], busy_[1], busy_[2], span_);
   total_ += w;
   free_.push_back(base_);
   base_ = next;
@@ -162,10 +163,11 @@ void StreamTimeline::print() noexcept {
     auto pct = [&](double s) { return t.span_s > 0 ? 100 * s / t.span_s : 0.0; };
     std::fprintf(stderr, "%s\n",
                  fmt::format("oomb CUDA timeline (OOMB_CUDA_TIMELINE): {:.3f} s of the streams' time; compute stream "
-                             "busy {:.3f} s ({:.1f}%, {} pieces), copy stream {:.3f} s ({:.1f}%, {} copies and "
-                             "sets), both at once {:.3f} s, neither {:.3f} s ({:.1f}%)",
+                             "busy {:.3f} s ({:.1f}%, {} pieces), copy streams {:.3f} s ({:.1f}%, {} copies and "
+                             "sets; in {:.3f} s, out {:.3f} s, both ways at once {:.3f} s), compute and a copy at "
+                             "once {:.3f} s, none {:.3f} s ({:.1f}%)",
                              t.span_s, t.compute_s, pct(t.compute_s), t.ops, t.copy_s, pct(t.copy_s), t.copies,
-                             t.both_s, t.idle_s, pct(t.idle_s))
+                             t.copy_in_s, t.copy_out_s, t.duplex_s, t.both_s, t.idle_s, pct(t.idle_s))
                      .c_str());
   } catch (const std::exception& e) {  // (a fault the run already reported: the figures are lost with it)
     std::fprintf(stderr, "oomb CUDA timeline (OOMB_CUDA_TIMELINE): no figures: %s\n", e.what());

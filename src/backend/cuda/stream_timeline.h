@@ -1,5 +1,5 @@
-// OOMB_CUDA_TIMELINE=1: when the compute stream and the copy stream were busy in a real run, and
-// how much of the copies ran hidden behind compute (backend/stream_times.h). An op's start is a
+// OOMB_CUDA_TIMELINE=1: when the compute stream and the two copy streams were busy in a real run,
+// and how much of the copies ran hidden behind compute (backend/stream_times.h). An op's start is a
 // timing event recorded just before its first submission (a kernel's launch, a library's call, a
 // copy: about_to_submit, called from each), its end one recorded after its last (launched), so an
 // op's piece runs from when its stream reached its first work to when it finished its last (host
@@ -28,7 +28,8 @@ extern thread_local StreamTimeline* t_open_timeline;  // the timeline whose op i
 
 class StreamTimeline {
  public:
-  StreamTimeline(cudaStream_t compute, cudaStream_t copy);
+  static constexpr int kStreams = 3;  // compute, copies in, copies out
+  StreamTimeline(cudaStream_t compute, cudaStream_t copy_in, cudaStream_t copy_out);
   ~StreamTimeline();
   StreamTimeline(const StreamTimeline&) = delete;
   StreamTimeline& operator=(const StreamTimeline&) = delete;
@@ -48,19 +49,19 @@ class StreamTimeline {
   struct Mark {
     cudaEvent_t start, end;  // a piece of work on one stream
   };
-  int index(cudaStream_t s) const { return s == streams_[1] ? 1 : 0; }
+  int index(cudaStream_t s) const { return s == streams_[1] ? 1 : s == streams_[2] ? 2 : 0; }
   cudaEvent_t event();
   void read(bool wait);  // the marks complete so far (wait: all of them) into the window's pieces
   void restart();        // a new window: no pieces, from base_ (recorded)
 
-  cudaStream_t streams_[2];
+  cudaStream_t streams_[kStreams];
   std::vector<cudaEvent_t> free_;     // events to record again
   size_t made_ = 0;                   // events made
-  std::deque<Mark> marks_[2];         // each stream's, recorded, not yet read (in its order)
-  bool wanted_[2] = {false, false};   // an open op's start is to be recorded at its next submission
-  cudaEvent_t started_[2] = {nullptr, nullptr};  // an open op's start, recorded, its piece not ended
+  std::deque<Mark> marks_[kStreams];  // each stream's, recorded, not yet read (in its order)
+  bool wanted_[kStreams] = {};        // an open op's start is to be recorded at its next submission
+  cudaEvent_t started_[kStreams] = {};  // an open op's start, recorded, its piece not ended
   // the window: pieces so far, the last end, its base event and the base's time in it
-  std::vector<Busy> busy_[2];
+  std::vector<Busy> busy_[kStreams];
   double span_ = 0, base_at_ = 0;
   cudaEvent_t base_ = nullptr;
   StreamTimes total_;  // the windows taken

@@ -1,9 +1,11 @@
 // The simulated device (--device sim): the CPU kernels run on memory accounted in tier device,
-// and asynchronous copies run on a copy-engine thread with its own queue, ordered like a CUDA
-// stream. The compute stream is the calling thread, so its work is done when it is issued; a
-// compute-stream wait on a copy event is a host wait for the copy engine. An injected delay before
-// every asynchronous copy (OOMB_SIM_COPY_DELAY_US) makes a missing wait read or overwrite memory
-// too early, giving a wrong answer rather than passing by luck. All offload logic is tested here.
+// and asynchronous copies run on two copy-engine threads (Stream::Copy, Stream::CopyOut), each with
+// its own queue, ordered like a CUDA stream. The compute stream is the calling thread, so its work
+// is done when it is issued; a compute-stream wait on a copy event is a host wait for that engine,
+// and a copy stream's wait for the other's event an item in its queue that waits for the other
+// engine. An injected delay before every asynchronous copy (OOMB_SIM_COPY_DELAY_US) makes a missing
+// wait read or overwrite memory too early, giving a wrong answer rather than passing by luck. All
+// offload logic is tested here.
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -35,10 +37,11 @@ class CopyEngine {
     cv_.notify_all();
     th_.join();
   }
-  void push(std::function<void()> fn) {
+  // delayed: the injected delay before it (a copy or a set; not a wait for the other engine)
+  void push(std::function<void()> fn, bool delayed = true) {
     {
       std::lock_guard<std::mutex> l(mu_);
-      q_.push_back(std::move(fn));
+      q_.push_back({std::move(fn), delayed});
       ++issued_;
     }
     cv_.notify_all();
@@ -53,22 +56,27 @@ class CopyEngine {
     done_cv_.wait(l, [&] { return done_ >= seq || error_; });
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
+  // The other engine's thread waits for items 1..seq; a failure stays here for the host to see.
+  void reached(uint64_t seq) {
+    std::unique_lock<std::mutex> l(mu_);
+    done_cv_.wait(l, [&] { return done_ >= seq || error_; });
+  }
 
  private:
   void run() {
     for (;;) {
-      std::function<void()> fn;
+      Item it;
       {
         std::unique_lock<std::mutex> l(mu_);
         cv_.wait(l, [&] { return stop_ || !q_.empty(); });
         if (q_.empty()) return;
-        fn = std::move(q_.front());
+        it = std::move(q_.front());
         q_.pop_front();
       }
-      if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
+      if (delay_us_ > 0 && it.delayed) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
       std::exception_ptr err;
       try {
-        fn();
+        it.fn();
       } catch (...) {
         err = std::current_exception();
       }
@@ -84,7 +92,11 @@ class CopyEngine {
   const int64_t delay_us_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
-  std::deque<std::function<void()>> q_;
+  struct Item {
+    std::function<void()> fn;
+    bool delayed = true;
+  };
+  std::deque<Item> q_;
   uint64_t issued_ = 0, done_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
@@ -92,7 +104,8 @@ class CopyEngine {
 };
 
 struct SimEvent final : Event {
-  uint64_t seq = 0;  // copy-engine items that must be done; 0: complete (compute-stream work)
+  int engine = 0;    // the copy engine it was recorded on (0: Stream::Copy, 1: Stream::CopyOut)
+  uint64_t seq = 0;  // that engine's items that must be done; 0: complete (compute-stream work)
 };
 
 const SimEvent& sim_event(const Event& e) {
@@ -108,11 +121,12 @@ int64_t delay_from_env() {
 
 class SimBackend final : public CpuBackend {
  public:
-  SimBackend(int64_t capacity, int64_t delay_us) : CpuBackend(Tier::Device), engine_(delay_us) {
+  SimBackend(int64_t capacity, int64_t delay_us, int64_t out_delay_us)
+      : CpuBackend(Tier::Device), in_(delay_us), out_(out_delay_us) {
     Accountant::global().set_capacity(Tier::Device, capacity, "--device-memory");
   }
   ~SimBackend() override {
-    engine_.wait_for(engine_.issued());
+    drain_engines();
     Accountant::global().set_capacity(Tier::Device, 0, "");
   }
   std::string_view name() const override { return "sim"; }
@@ -124,7 +138,7 @@ class SimBackend final : public CpuBackend {
       std::memcpy(dst, src, bytes);
       return;
     }
-    engine_.push([=] { std::memcpy(dst, src, bytes); });
+    engine(s).push([=] { std::memcpy(dst, src, bytes); });
   }
   void fill_zero_async(void* dst, size_t bytes, Stream s) override {
     if (bytes == 0) return;
@@ -132,21 +146,30 @@ class SimBackend final : public CpuBackend {
       std::memset(dst, 0, bytes);
       return;
     }
-    engine_.push([=] { std::memset(dst, 0, bytes); });
+    engine(s).push([=] { std::memset(dst, 0, bytes); });
   }
   std::unique_ptr<Event> new_event() override { return std::make_unique<SimEvent>(); }
   void record(Event& e, Stream s) override {
     auto& ev = const_cast<SimEvent&>(sim_event(e));
-    ev.seq = s == Stream::Copy ? engine_.issued() : 0;
+    ev.engine = &engine(s) == &out_ ? 1 : 0;
+    ev.seq = s == Stream::Compute ? 0 : engine(s).issued();
   }
-  // The copy stream runs in order and compute work is done when issued, so only a compute-stream
-  // wait on copy work has anything to wait for: the host thread waits.
+  // Each copy stream runs in order and compute work is done when issued, so a wait for compute
+  // work, or for a stream's own, has nothing to wait for. The compute stream's wait for a copy is
+  // the host thread's; a copy stream's for the other's, an item in its queue (which cannot wait in
+  // a cycle: an event names only work issued before the wait).
   void wait(Stream s, const Event& e) override {
-    if (s == Stream::Compute) engine_.wait_for(sim_event(e).seq);
+    const SimEvent& ev = sim_event(e);
+    if (ev.seq == 0) return;
+    CopyEngine& on = ev.engine ? out_ : in_;
+    if (s == Stream::Compute) return on.wait_for(ev.seq);
+    if (&engine(s) == &on) return;
+    engine(s).push([&on, seq = ev.seq] { on.reached(seq); }, false);
   }
   void synchronize(const Event& e) override {
     ++waits_.event_waits;
-    engine_.wait_for(sim_event(e).seq);
+    const SimEvent& ev = sim_event(e);
+    (ev.engine ? out_ : in_).wait_for(ev.seq);
   }
   // the sum of the device's values comes back to the host (the gradient norm): on a GPU, a drain
   double do_sum_squares(const Tensor& x) override {
@@ -155,7 +178,7 @@ class SimBackend final : public CpuBackend {
   }
   void synchronize() override {
     ++waits_.drains;
-    engine_.wait_for(engine_.issued());
+    drain_engines();
   }
   // a copy between the device's memory and the host's returns once done: on a GPU, a drain
   void copy(void* dst, Tier dt, const void* src, Tier st, size_t bytes) override {
@@ -171,17 +194,25 @@ class SimBackend final : public CpuBackend {
   HostWaits host_waits() const override { return waits_; }
 
  private:
-  CopyEngine engine_;
+  CopyEngine& engine(Stream s) { return s == Stream::CopyOut && !one_ ? out_ : in_; }
+  void drain_engines() {
+    in_.wait_for(in_.issued());
+    out_.wait_for(out_.issued());
+  }
+
+  CopyEngine in_, out_;  // Stream::Copy's and Stream::CopyOut's
+  const bool one_ = copy_streams_from_env() == 1;  // OOMB_COPY_STREAMS=1: in_ for both
   HostWaits waits_{0, 0};
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_sim_backend(int64_t capacity, int64_t copy_delay_us) {
+std::unique_ptr<Backend> make_sim_backend(int64_t capacity, int64_t copy_delay_us, int64_t copy_out_delay_us) {
   OOMB_CHECK(capacity >= 0, "--device-memory: must not be negative, got {}", capacity);
   set_device_allocator(DeviceAllocator{&sim_alloc, &sim_free});
   set_device_memory_is_host(true);
-  return std::make_unique<SimBackend>(capacity, copy_delay_us >= 0 ? copy_delay_us : delay_from_env());
+  const int64_t delay = copy_delay_us >= 0 ? copy_delay_us : delay_from_env();
+  return std::make_unique<SimBackend>(capacity, delay, copy_out_delay_us >= 0 ? copy_out_delay_us : delay);
 }
 
 }  // namespace oomb
