@@ -323,7 +323,7 @@ for line in open(sys.argv[1]):
            f"{s.get('idle_s', 0):.3f} ({s.get('ops', 0)} ops, {s.get('copies', 0)} copies)")
     if h:
         u = "-" if h["update_s"] is None else f"{h['update_s']:.3f}"  # (none finished yet)
-        out += f" | host update {u} s, waited {h['waited_s']:.3f} s"
+        out += f" | host update {u} s on {h.get('threads')} threads, waited {h['waited_s']:.3f} s"
     out += " | moved GiB " + ", ".join(f"{k} {v / 2**30:.2f}" for k, v in m.items() if v)
     print(out + " |")
 PY

@@ -7,6 +7,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <omp.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <sstream>
@@ -79,6 +82,51 @@ TEST(CliHostUpdate, MetricsSayHowLongTheHostUpdateTookAndWasWaitedFor) {
       if (!overlapped) {
         EXPECT_EQ(h["waited_s"].get<double>(), 0.0);
       }
+      // the last finished update's team: OpenMP's threads (OMP_NUM_THREADS, else the cores), less one
+      // beside the next step (none finished at the first line)
+      if (overlapped && k == 0) EXPECT_TRUE(h["threads"].is_null());
+      else EXPECT_EQ(h["threads"].get<int>(), std::max(1, omp_get_max_threads() - (overlapped ? 1 : 0)));
     }
   }
+}
+
+// --update-threads sets the host update's threads, beside the next step or within it, with the
+// same losses bit for bit (the update is elementwise, the norm's sum in a fixed order); it is
+// refused without --offload params, and below 1.
+TEST(CliHostUpdate, UpdateThreadsChangeNothingButTheThreads) {
+  const auto dir = temp_dir();
+  const std::string m = (dir / "m").string();
+  ASSERT_EQ(oomb_cmd(dir, "init --preset tiny --out " + m).code, 0);
+  write_tokens(dir / "t.bin", 2000, load_config(m).vocab, 5);
+  const std::string run = fmt::format("train --device sim --model {} --data {}/t.bin --seq-len 128 --chunk-size 64 "
+                                      "--steps 3 --optimizer adamw --offload params --metrics {}/m.jsonl",
+                                      m, dir.string(), dir.string());
+  std::vector<double> want;
+  for (const char* flags : {"", " --update-threads 1", " --update-threads 3", " --update-threads 3 --no-overlap-update"}) {
+    SCOPED_TRACE(flags);
+    const CmdResult r = oomb_cmd(dir, run + flags);
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::vector<double> losses;
+    std::string line;
+    for (std::istringstream in(read_text(dir / "m.jsonl")); std::getline(in, line);) {
+      if (line.empty()) continue;
+      const auto j = nlohmann::json::parse(line);
+      losses.push_back(j["loss"].get<double>());
+      const int given = std::string(flags).find("threads 1") != std::string::npos ? 1
+                        : std::string(flags).find("threads 3") != std::string::npos ? 3 : 0;
+      if (given && !j["host_update"]["threads"].is_null()) {
+        EXPECT_EQ(j["host_update"]["threads"].get<int>(), given);
+      }
+    }
+    ASSERT_EQ(losses.size(), 3u);
+    if (want.empty()) want = losses;
+    EXPECT_EQ(losses, want);
+  }
+  EXPECT_NE(oomb_cmd(dir, fmt::format("train --device sim --model {} --data {}/t.bin --seq-len 128 --chunk-size 64 "
+                                      "--steps 1 --update-threads 2", m, dir.string())).out
+                .find("--update-threads: only with --offload params"),
+            std::string::npos);
+  const CmdResult zero = oomb_cmd(dir, run + " --update-threads 0");
+  EXPECT_NE(zero.code, 0);
+  EXPECT_NE(zero.out.find("--update-threads"), std::string::npos) << zero.out;
 }

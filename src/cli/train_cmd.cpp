@@ -380,6 +380,9 @@ Command add_train(CLI::App& app) {
                  "dense bf16 peak when it is an A100/H100/H200)")->check(positive());
   c->add_flag("--no-overlap-update{false}", a->optim.overlap_update, "--offload params: update on the host only "
               "after the step, rather than beside the next step's first layers (the same bits either way)");
+  c->add_option("--update-threads", a->optim.update_threads, "--offload params: threads of the host's update "
+                "(default: OpenMP's, less one while it runs beside the next step, leaving the thread that drives "
+                "the device a core; the same bits on any count)")->check(count());
   c->add_flag("--skip-nonfinite", a->optim.skip_nonfinite, "Skip a step whose loss or gradient is NaN or Inf "
               "(default: stop, naming the step and the first tensor)");
   c->add_flag("--doc-mask", a->doc_mask, "Attention within documents only, positions restarting per document");
@@ -461,6 +464,8 @@ Command add_train(CLI::App& app) {
             o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
             a->seq_len = o.seq_len;
             ChunkPlan plan = chunk_plan(*a, cfg, a->doc_mask ? eos : -1);
+            OOMB_CHECK(!a->given("--update-threads") || plan.offload_params,
+                       "--update-threads: only with --offload params (the update runs on the host only then)");
             plan.lora = lora;
             const std::string sweep = resolve_sweep(*a, cfg, plan, *be);
             check_memory_fits(*a, cfg, plan, *be);

@@ -1,5 +1,8 @@
 #include "train/optimizer.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -75,7 +78,7 @@ void Optimizer::finish() const {
     const auto t0 = std::chrono::steady_clock::now();
     worker_.join();  // (at once when the passes waited for every unit)
     join_waited_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    last_update_s_ = worker_update_s_;
+    last_update_s_ = worker_update_s_, last_team_ = worker_team_;
   }
   if (store_) store_->end_overlapped_update();
   gate_.wait(int64_t(units_.size()));  // (rethrows the update's error)
@@ -129,6 +132,12 @@ double Optimizer::step(int64_t k, float* lr_used) {
       worker_update_s_ = -1;  // (an update that fails reports none)
       const auto t0 = std::chrono::steady_clock::now();  // (the thread's start counted too)
       const auto units = [this, clip, lr, t0] {
+        omp_set_num_threads(update_threads());  // (this thread's own setting: the worker's, or restored below)
+        int team = 0;  // the threads its loops run on, as OpenMP makes the team
+#pragma omp parallel
+#pragma omp single
+        team = omp_get_num_threads();
+        worker_team_ = team;
         for (size_t u = 0; u < units_.size(); ++u) {
           if (g_update_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(g_update_delay_us));
           update(units_[u], clip, lr);
@@ -137,8 +146,13 @@ double Optimizer::step(int64_t k, float* lr_used) {
         worker_update_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       };
       if (!beside_) {
+        const int before = omp_get_max_threads();
+        struct Restore {
+          int n;
+          ~Restore() { omp_set_num_threads(n); }
+        } const restore{before};
         units();
-        last_update_s_ = worker_update_s_;
+        last_update_s_ = worker_update_s_, last_team_ = worker_team_;
         return norm;
       }
       worker_ = std::thread([this, units] {
@@ -150,7 +164,7 @@ double Optimizer::step(int64_t k, float* lr_used) {
       });
     } catch (...) {  // no thread, or the update within step() failed: nothing may wait for it (a
       // later finish() rethrows the error)
-      last_update_s_ = -1;
+      last_update_s_ = -1, last_team_ = 0;
       gate_.fail(std::current_exception());
       store_->end_overlapped_update();
       throw;
@@ -168,7 +182,10 @@ double Optimizer::step(int64_t k, float* lr_used) {
       be.adamw_step(p, g, m, v, adamw_args(s, lr));
     }
   }
-  if (host_) last_update_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (host_) {
+    last_update_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    last_team_ = omp_get_max_threads();  // (the backend's loops: OpenMP's team)
+  }
   return norm;
 }
 
@@ -176,7 +193,12 @@ Optimizer::HostUpdateTimes Optimizer::host_update_times() {
   if (!host_) return {};
   const double waited = gate_.take_waited_s() + join_waited_s_;
   join_waited_s_ = 0;
-  return {true, last_update_s_, waited};
+  return {true, last_update_s_, waited, last_team_};
+}
+
+int Optimizer::update_threads() const {
+  if (c_.update_threads > 0) return c_.update_threads;
+  return std::max(1, omp_get_max_threads() - (store_ && beside_ ? 1 : 0));
 }
 
 // The same update on the shard [lo, hi) alone: clipping, SGD, and AdamW per tensor's part in it

@@ -27,6 +27,9 @@ struct OptimConfig {
   float min_lr_ratio = 0.1f;   // cosine decays to lr * min_lr_ratio at the last step
   bool skip_nonfinite = false; // a non-finite gradient skips the step instead of stopping the run
   bool overlap_update = true;  // --offload params: the update beside the next step (Optimizer::overlap_with)
+  // --update-threads: the host update's OpenMP threads (0: every thread OpenMP would use, less one
+  // beside the next step, which leaves the thread driving the device a core of its own)
+  int update_threads = 0;
 };
 
 // Learning rate at step k (from 0): linear warmup over warmup_steps (step 0 gets lr / warmup),
@@ -69,7 +72,9 @@ class Optimizer {
   struct HostUpdateTimes {
     bool host = false;
     double update_s = -1, waited_s = 0;
+    int threads = 0;  // the threads the last finished one ran on (0 before any)
   };
+  int update_threads() const;
   HostUpdateTimes host_update_times();
   ~Optimizer();
   // Tests: the overlapped update sleeps this long before each unit (0: never)
@@ -114,6 +119,8 @@ class Optimizer {
   mutable UpdateGate gate_;     // (finish() is const: the update's end, seen by readers of const state)
   mutable std::thread worker_;
   double worker_update_s_ = -1;        // written by the worker, read after it is joined
+  int worker_team_ = 0;                // (its team's threads, likewise)
+  mutable int last_team_ = 0;
   mutable double last_update_s_ = -1;  // the last finished host update's seconds (host_update_times)
   mutable double join_waited_s_ = 0;   // seconds finish() waited to join the update (host_update_times)
   Tensor shard_moment(const Buffer& b) const {

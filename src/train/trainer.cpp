@@ -173,7 +173,8 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       // the previous step's, which ran beside this one) and how long this step waited for it
       if (const Optimizer::HostUpdateTimes h = opt.host_update_times(); h.host)
         j["host_update"] = {{"update_s", h.update_s >= 0 ? nlohmann::json(h.update_s) : nlohmann::json()},
-                            {"waited_s", h.waited_s}};
+                            {"waited_s", h.waited_s},
+                            {"threads", h.threads > 0 ? nlohmann::json(h.threads) : nlohmann::json()}};
       if (streams.on)
         j["streams"] = {{"span_s", streams.span_s},         {"compute_s", streams.compute_s},
                         {"copy_s", streams.copy_s},         {"copy_in_s", streams.copy_in_s},
