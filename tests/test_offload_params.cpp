@@ -87,7 +87,7 @@ TEST_F(OffloadParams, BitwiseIdenticalToResidentParameters) {
   int compared = 0;
   for (const auto& dir : *models_)
     for (const std::string opt : {"adamw", "sgd"})
-      for (const auto [delay, out_delay] : {std::pair<int64_t, int64_t>{0, 0}, {200, 200}, {20, 2000}}) {
+      for (const auto& [delay, out_delay] : {std::pair<int64_t, int64_t>{0, 0}, {200, 200}, {20, 2000}}) {
         if (out_delay != delay && opt != "adamw") continue;  // (the copies out lagging: AdamW alone)
         auto sim = make_sim_backend(0, delay, out_delay);
         const Trained ref = train_steps(*sim, dir, plan_of(false, false), opt, N, 3, 2);

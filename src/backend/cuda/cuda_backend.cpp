@@ -36,10 +36,11 @@ class CudaBackend final : public Backend {
   CudaBackend() {
     OOMB_CHECK(!profile_ || !timeline_on(), "OOMB_CUDA_TIMELINE and OOMB_CUDA_PROFILE: the profile waits after every "
                                             "op, so the streams would never overlap; set one of them");
+    const int copy_streams = copy_streams_from_env();  // (before any stream: a bad value leaks none)
     // blocking streams: they wait for the legacy stream, where the allocator zeroes new memory
     cuda_check(cudaStreamCreate(&stream_), "cuda backend");
     cuda_check(cudaStreamCreate(&copy_stream_), "cuda backend");
-    if (copy_streams_from_env() == 2) cuda_check(cudaStreamCreate(&copy_out_stream_), "cuda backend");
+    if (copy_streams == 2) cuda_check(cudaStreamCreate(&copy_out_stream_), "cuda backend");
     else copy_out_stream_ = copy_stream_;  // (OOMB_COPY_STREAMS=1)
     for (auto& st : table_stage_) {
       st.host = Buffer(Tier::Pinned, Tag::Workspace, kTableStage);
