@@ -92,7 +92,7 @@ function(oomb_simt_mutant mutant test_src test)
   endif()
   add_test(NAME simt.mutant_${mutant}.${test}_must_fail COMMAND ${exe} --gtest_filter=${test})
   set_tests_properties(simt.mutant_${mutant}.${test}_must_fail PROPERTIES WILL_FAIL TRUE LABELS simt
-                       TIMEOUT ${OOMB_TEST_TIMEOUT})
+                       ENVIRONMENT "OOMB_TEST_TMP_TAG=mutant_${mutant}" TIMEOUT ${OOMB_TEST_TIMEOUT})
 endfunction()
 oomb_simt_mutant(drop_query test_cuda_ops CudaOps.AttentionOverBlocks)
 oomb_simt_mutant(drop_query test_cuda_ops CudaOps.AttentionOnTensorCoresWithinBf16)
@@ -106,7 +106,8 @@ add_test(NAME simt.reverse.CudaFeatures.Offload COMMAND simt_test_cuda_features
          --gtest_filter=CudaFeatures.OffloadParamsSteps*)
 set_tests_properties(simt.reverse.CudaOps simt.reverse.CudaModel.Offload simt.reverse.CudaFeatures.Offload
                      PROPERTIES LABELS simt
-                     ENVIRONMENT "OOMB_SIMT_ORDER=reverse;OMP_WAIT_POLICY=PASSIVE" TIMEOUT ${OOMB_TEST_TIMEOUT})
+                     ENVIRONMENT "OOMB_SIMT_ORDER=reverse;OMP_WAIT_POLICY=PASSIVE;OOMB_TEST_TMP_TAG=reverse"
+                     TIMEOUT ${OOMB_TEST_TIMEOUT})
 add_test(NAME simt.no_bias_epilogue.CudaOps.Linear COMMAND simt_test_cuda_ops --gtest_filter=CudaOps.*Linear*)
 set_tests_properties(simt.no_bias_epilogue.CudaOps.Linear PROPERTIES LABELS simt
-                     ENVIRONMENT "OOMB_SIMT_CUBLASLT_NO_BIAS=1" TIMEOUT ${OOMB_TEST_TIMEOUT})
+                     ENVIRONMENT "OOMB_SIMT_CUBLASLT_NO_BIAS=1;OOMB_TEST_TMP_TAG=no_bias" TIMEOUT ${OOMB_TEST_TIMEOUT})

@@ -70,6 +70,17 @@ struct Transfer {
   void down(Backend& be) { be.copy_async(pinned.data(), Tier::Pinned, dev.data(), Tier::Device, bytes, Stream::CopyOut); }
 };
 
+// A timed backend whose streams overlap (a GPU's; simt runs one stream's work at a time), or null
+// saying why not.
+std::unique_ptr<Backend> overlapping_backend(std::string* why) {
+#ifdef OOMB_SIMT
+  *why = "simt runs one stream's work at a time: nothing overlaps there";
+  return nullptr;
+#else
+  return timed_backend(true, why);
+#endif
+}
+
 // the figures printed, and consistent: the parts of the span add up to it
 void expect_adds_up(const StreamTimes& t) {
   std::cout << "compute " << t.compute_s << " s, copy " << t.copy_s << " s (in " << t.copy_in_s << " s, out "
@@ -217,11 +228,8 @@ TEST(CudaTimeline, RefusedBesideTheOpProfile) {
 // A copy of 256 MiB from pinned memory issued on the copy stream while the compute stream runs a
 // few hundred milliseconds of fp32 GEMMs: most of the copy counted as hidden behind them.
 TEST(CudaTimeline, ACopyBesideKernelsCountsAsHidden) {
-#ifdef OOMB_SIMT
-  GTEST_SKIP() << "simt runs one stream's work at a time: nothing overlaps there";
-#endif
   std::string why;
-  auto be = timed_backend(true, &why);
+  auto be = overlapping_backend(&why);
   if (!be) GTEST_SKIP() << why;
   Matmul mm(*be, 4096, 4096);
   Transfer tr(size_t(256) << 20);
@@ -241,11 +249,8 @@ TEST(CudaTimeline, ACopyBesideKernelsCountsAsHidden) {
 // directions run at once (PCIe is full duplex; a GPU has a copy engine each way), most of each
 // counted as both ways at once. The rates are printed: what --offload params can move a second.
 TEST(CudaTimeline, CopiesBothWaysRunAtOnce) {
-#ifdef OOMB_SIMT
-  GTEST_SKIP() << "simt runs one stream's work at a time: nothing overlaps there";
-#endif
   std::string why;
-  auto be = timed_backend(true, &why);
+  auto be = overlapping_backend(&why);
   if (!be) GTEST_SKIP() << why;
   Transfer a(size_t(256) << 20), b(size_t(256) << 20);
   a.up(*be), b.down(*be);  // (first touches outside the window)

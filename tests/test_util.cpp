@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <fmt/format.h>
@@ -65,7 +66,11 @@ std::filesystem::path temp_dir(const std::string& hint) {
                           : "suite_setup_" + std::to_string(::getpid());
   for (auto& c : name)
     if (c == '/') c = '_';
-  auto p = binary_dir() / "tmp" / (name + hint);
+  // under the executable's name and OOMB_TEST_TMP_TAG: ctest runs a test's variants side by side
+  // (the GPU's binary and simt's, simt's mutants, its other orders), which must not share one
+  std::string where = std::filesystem::read_symlink("/proc/self/exe").filename().string();
+  if (const char* tag = std::getenv("OOMB_TEST_TMP_TAG"); tag && *tag) where += std::string("_") + tag;
+  auto p = binary_dir() / "tmp" / where / (name + hint);
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p;
