@@ -135,7 +135,7 @@ step() {  # name, time limit (s), command...: log to $W/name.log, its result lin
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "TIMEOUT after ${t}s" >> "$W/$name.log"
   echo "rc=$rc" >> "$W/$name.log"
   { echo "== $name (rc=$rc, $((SECONDS - t0)) s)"
-    grep -aE "^\[ (parity|cuda|hf|peft|tboard) |^library |^survey |^check |PASSED|FAILED|SKIPPED|Failure|rel. error|Error|error:|TIMEOUT|\| |loss |ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY|^oomb CUDA timeline" "$W/$name.log" | tail -60
+    grep -aE "^\[ (parity|cuda|hf|peft|tboard) |^library |^survey |^check |PASSED|FAILED|SKIPPED|Failure|rel. error|Error|error:|TIMEOUT|\| |loss |ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY|^oomb CUDA timeline|^in .* GB/s, out .* GB/s" "$W/$name.log" | tail -60
   } | tee -a "$OUT/summary.txt"
   pack
   return $rc
