@@ -487,7 +487,8 @@ void ParamStore::begin_head(bool descending, bool grads) {
   tgrads_ = grads && head_grad_;
   OOMB_CHECK(!grads || grads_ != nullptr, "param store: the lm_head's gradients need gradients bound first");
   if (!streams_ || tiles_ == 0) return;
-  if (tgrads_ && host_embed_ && cfg_.tie_word_embeddings && host_embed_->pending() && !dropped("tied-order")) {  // tied: the later chunks' embedding parts first
+  const bool tied_on_host = host_embed_ && cfg_.tie_word_embeddings;
+  if (tgrads_ && tied_on_host && host_embed_->pending() && !dropped("tied-order")) {  // the later chunks' embedding parts first
     host_embed_->flush();
     tile_grad_zero_.assign(tile_grad_zero_.size(), false);
   }

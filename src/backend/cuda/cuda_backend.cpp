@@ -55,7 +55,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     cudaStreamSynchronize(copy_stream_);
-    if (copy_out_stream_ != copy_stream_) cudaStreamSynchronize(copy_out_stream_);
+    cudaStreamSynchronize(copy_out_stream_);  // (the same stream again with OOMB_COPY_STREAMS=1: at once)
     if (profile_) profile_->print();
     if (timeline_) timeline_->print();
     for (auto& st : table_stage_) cudaEventDestroy(st.done);
@@ -286,7 +286,7 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     ++waits_.drains;
     cuda_check(cudaStreamSynchronize(copy_stream_), "synchronize");
-    if (copy_out_stream_ != copy_stream_) cuda_check(cudaStreamSynchronize(copy_out_stream_), "synchronize");
+    cuda_check(cudaStreamSynchronize(copy_out_stream_), "synchronize");
     cuda_check(cudaStreamSynchronize(stream_), "synchronize");
   }
   HostWaits host_waits() const override { return waits_; }
