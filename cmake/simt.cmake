@@ -42,7 +42,7 @@ endforeach()
 target_compile_definitions(oomb_simt_drop_query PRIVATE OOMB_MUTANT_DROP_QUERY)
 target_compile_definitions(oomb_simt_skip_wait PRIVATE OOMB_MUTANT_SKIP_WAIT)
 # test_precision's CUDA test too (FlashAttention's rule for the GPU's bf16 step), not its CPU tests again.
-foreach(name test_cuda_ops test_cuda_model test_cuda_features test_cuda_device test_cuda_timeline
+foreach(name test_cuda_ops test_cuda_attention test_cuda_model test_cuda_features test_cuda_device test_cuda_timeline
              test_precision)
   add_executable(simt_${name} tests/${name}.cpp)
   target_link_libraries(simt_${name} PRIVATE oomb_simt oomb_test_util GTest::gtest GTest::gtest_main)
@@ -94,17 +94,18 @@ function(oomb_simt_mutant mutant test_src test)
   set_tests_properties(simt.mutant_${mutant}.${test}_must_fail PROPERTIES WILL_FAIL TRUE LABELS simt
                        ENVIRONMENT "OOMB_TEST_TMP_TAG=mutant_${mutant}" TIMEOUT ${OOMB_TEST_TIMEOUT})
 endfunction()
-oomb_simt_mutant(drop_query test_cuda_ops CudaOps.AttentionOverBlocks)
-oomb_simt_mutant(drop_query test_cuda_ops CudaOps.AttentionOnTensorCoresWithinBf16)
+oomb_simt_mutant(drop_query test_cuda_attention CudaAttention.AttentionOverBlocks)
+oomb_simt_mutant(drop_query test_cuda_attention CudaAttention.AttentionOnTensorCoresWithinBf16)
 oomb_simt_mutant(skip_wait test_cuda_model CudaModel.OffloadParamsBf16MatchesTheResidentBf16Run)
 oomb_simt_mutant(skip_wait test_cuda_features CudaFeatures.OffloadParamsStepsTrackTheResidentRun)
 # The other orders (OOMB_SIMT_ORDER=reverse: threads, blocks and the streams a synchronizing call drains,
 # last to first), and a cuBLASLt offering no bias epilogue (gemm.cpp's fallback kernel).
 add_test(NAME simt.reverse.CudaOps COMMAND simt_test_cuda_ops)
+add_test(NAME simt.reverse.CudaAttention COMMAND simt_test_cuda_attention)
 add_test(NAME simt.reverse.CudaModel.Offload COMMAND simt_test_cuda_model --gtest_filter=CudaModel.Offload*)
 add_test(NAME simt.reverse.CudaFeatures.Offload COMMAND simt_test_cuda_features
          --gtest_filter=CudaFeatures.OffloadParamsSteps*)
-set_tests_properties(simt.reverse.CudaOps simt.reverse.CudaModel.Offload simt.reverse.CudaFeatures.Offload
+set_tests_properties(simt.reverse.CudaOps simt.reverse.CudaAttention simt.reverse.CudaModel.Offload simt.reverse.CudaFeatures.Offload
                      PROPERTIES LABELS simt
                      ENVIRONMENT "OOMB_SIMT_ORDER=reverse;OMP_WAIT_POLICY=PASSIVE;OOMB_TEST_TMP_TAG=reverse"
                      TIMEOUT ${OOMB_TEST_TIMEOUT})

@@ -10,19 +10,20 @@ cd "$(dirname "$0")/.."
 B=build-gpu
 bash scripts/install-deps.sh
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DOOMB_FUZZ=OFF > $B.configure.log
-cmake --build $B -j "$(nproc)" --target oomb test_cuda_device test_cuda_timeline test_cuda_ops test_cuda_model test_cuda_features test_hf_golden \
+cmake --build $B -j "$(nproc)" --target oomb test_cuda_device test_cuda_timeline test_cuda_ops test_cuda_attention test_cuda_model test_cuda_features test_hf_golden \
   test_gemm_layout test_precision oomb_attention_lab dist_check test_cudnn_deviceless
 rm -rf gpu-bundle && mkdir -p gpu-bundle/lib
-for f in oomb test_cuda_device test_cuda_timeline test_cuda_ops test_cuda_model test_cuda_features test_hf_golden test_gemm_layout \
+for f in oomb test_cuda_device test_cuda_timeline test_cuda_ops test_cuda_attention test_cuda_model test_cuda_features test_hf_golden test_gemm_layout \
   test_precision dev/oomb_attention_lab dist_check test_cudnn_deviceless; do
   cp $B/$f gpu-bundle/ && strip gpu-bundle/$(basename $f)
 done
-# the negative control: test_cuda_ops built with a CUDA attention backward that drops a query must fail
+# the negative control: test_cuda_attention built with a CUDA attention backward that drops a query must fail
 M=build-gpu-mutant
 cmake -S . -B $M -G Ninja -DCMAKE_BUILD_TYPE=Release -DOOMB_FUZZ=OFF -DCMAKE_CUDA_FLAGS=-DOOMB_MUTANT_DROP_QUERY \
   > $M.configure.log
-cmake --build $M -j "$(nproc)" --target test_cuda_ops
-cp $M/test_cuda_ops gpu-bundle/test_cuda_ops_mutant_drop_query && strip gpu-bundle/test_cuda_ops_mutant_drop_query
+cmake --build $M -j "$(nproc)" --target test_cuda_attention
+cp $M/test_cuda_attention gpu-bundle/test_cuda_attention_mutant_drop_query &&
+  strip gpu-bundle/test_cuda_attention_mutant_drop_query
 for f in gpu-bundle/*; do [ -f "$f" ] && ldd "$f" | awk '{print $3}'; done | sort -u | grep "^/" |
   grep -vE "/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|ld-linux[^/]*)\.so|/usr/local/cuda" |
   xargs -r -I{} cp -L {} gpu-bundle/lib/

@@ -157,7 +157,8 @@ core() {
   # OOMB_CUDA_TIMELINE: every op and copy counted once, the figures adding up, and a copy beside
   # 40 large GEMMs counted as hidden behind them (the timeline phase below relies on it)
   step cuda_timeline 60 "$W/bin/test_cuda_timeline"
-  step cuda_ops 120 "$W/bin/test_cuda_ops"
+  step cuda_ops 90 "$W/bin/test_cuda_ops"
+  step cuda_attention 120 "$W/bin/test_cuda_attention"
   # attention next (the figures the last sessions lacked), the model's tests after it: this GPU's
   # properties as cuDNN serialises them (test_cudnn_deviceless's fixture), then the lab:
   # oomb's kernels and cuDNN checked against the CPU and timed at 7B's head shape
@@ -193,9 +194,9 @@ core() {
   step tensorboard_check 45 python3 tools/tensorboard_check.py --oomb "$W/bin/oomb"
   # must FAIL: the attention backward of this build drops each chunk's last query (gpu_bundle.sh)
   # (the fp32 kernels and the tensor-core ones, each on its own)
-  if [ -x "$B/test_cuda_ops_mutant_drop_query" ]; then
-    step mutant_drop_query_must_fail 45 sh -c "! '$W/bin/test_cuda_ops_mutant_drop_query' --gtest_filter='*AttentionOverBlocks*'"
-    step mutant_drop_query_tensor_cores_must_fail 45 sh -c "! '$W/bin/test_cuda_ops_mutant_drop_query' --gtest_filter='*TensorCores*'"
+  if [ -x "$B/test_cuda_attention_mutant_drop_query" ]; then
+    step mutant_drop_query_must_fail 45 sh -c "! '$W/bin/test_cuda_attention_mutant_drop_query' --gtest_filter='*AttentionOverBlocks*'"
+    step mutant_drop_query_tensor_cores_must_fail 45 sh -c "! '$W/bin/test_cuda_attention_mutant_drop_query' --gtest_filter='*TensorCores*'"
   fi
   # issue 14: two ranks sharing the one GPU over the MPI path give one rank's losses (where the
   # device machine has an mpirun; the bundle carries libmpi for oomb itself, not Open MPI's launcher)
@@ -218,7 +219,7 @@ extras() {
   # PyTorch's own kernels (cuDNN, FlashAttention-2, memory-efficient) at the d128 shape, bf16
   step attention_torch_d128 90 python3 bench/attention_torch.py --heads 28 --kv-heads 4 --dim 128 --chunk 4096 --keys 32768
   # the CUDA tests under compute-sanitizer memcheck (any error fails the step)
-  for t in test_cuda_device test_cuda_ops test_cuda_model test_cuda_features; do
+  for t in test_cuda_device test_cuda_ops test_cuda_attention test_cuda_model test_cuda_features; do
     step memcheck_$t 120 env LD_LIBRARY_PATH="$LDP" "$CS" --tool memcheck --leak-check full --error-exitcode 9 "$B/$t"
   done
   # LoRA's frozen base held once in bf16 on the GPU: every run's peaks equal oomb plan's (exit 1 if not)
