@@ -1,12 +1,11 @@
 // The oomb command end to end: init, train with the stable flags, metrics, --out, and its errors.
+// (tokenize and training on text: test_text_commands.cpp)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <bit>
 
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <map>
@@ -17,10 +16,7 @@
 #include "hf/config.h"
 #include "hf/safetensors.h"
 #include "metrics_plan.h"
-#include "data/token_store.h"
 #include "model_fixture.h"
-#include "text/tokenizer.h"
-#include "tokenizer_fixture.h"
 #include "test_util.h"
 
 using namespace oomb;
@@ -551,119 +547,6 @@ TEST(Cli, ErrorsNameTheFlagOrFile) {
     EXPECT_NE(r.code, 0);
     EXPECT_THAT(r.out, HasSubstr("--device cuda:"));
   }
-}
-
-std::vector<uint32_t> read_u32(const std::filesystem::path& p) {
-  const std::string b = read_text(p);
-  std::vector<uint32_t> v(b.size() / 4);
-  std::memcpy(v.data(), b.data(), v.size() * 4);
-  return v;
-}
-
-// The stable interface: for one plain text file, OUT.bin is exactly the little-endian uint32 ids
-// of encoding its whole content, nothing added; PATH may be the tokenizer.json or its directory.
-TEST(Cli, TokenizeWritesExactlyTheIdsOfTheWholeFile) {
-  const auto real = npm_tokenizer_json("qwen3");
-  if (real.empty()) OOMB_MISSING_REFERENCE(npm_missing_reason("qwen3"));
-  const auto dir = temp_dir();
-  std::string text;
-  std::ifstream golden(source_dir() / "tests/fixtures/tokenizer_golden.jsonl");
-  std::string line;
-  for (int i = 0; i < 400 && std::getline(golden, line); ++i) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("text")) text += j["text"].get<std::string>() + "\n";
-  }
-  write_bytes(dir / "in.txt", text);
-  const Tokenizer tok = Tokenizer::load(real);
-  const auto ids = tok.encode(text);
-  CmdResult r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {} --input {}/in.txt --output {}/out.bin", real.string(),
-                                          dir.string(), dir.string()));
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr(fmt::format("{} tokens (u32)", ids.size())));
-  EXPECT_EQ(read_u32(dir / "out.bin"), std::vector<uint32_t>(ids.begin(), ids.end()));
-  r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {} --input {}/in.txt --output {}/out2.bin --threads 1",
-                                real.parent_path().string(), dir.string(), dir.string()));
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(read_text(dir / "out2.bin"), read_text(dir / "out.bin"));
-}
-
-TEST(Cli, TokenizeFormatsDocumentsAndErrors) {
-  const auto dir = temp_dir();
-  const std::string d = dir.string();
-  write_bytes(dir / "tok.json", byte_tokenizer_json({{"o", "n"}, {"t", "w"}}).dump());
-  write_bytes(dir / "docs.jsonl", "{\"text\": \"one\"}\n{\"text\": \"two\", \"id\": 2}\n");
-  CmdResult r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/tok.json --input {0}/docs.jsonl --output {0}/d.bin", d));
-  EXPECT_NE(r.code, 0);
-  EXPECT_THAT(r.out, HasSubstr("holds several documents, and nothing next to --tokenizer"));
-  EXPECT_FALSE(std::filesystem::exists(dir / "d.bin"));
-  for (const char* fmt_ : {"u32", "u16", "llmc"}) {
-    r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/tok.json --input {0}/docs.jsonl --output {0}/d.{1} --eos 10 "
-                                  "--format {1}", d, fmt_));
-    ASSERT_EQ(r.code, 0) << r.out;
-    EXPECT_THAT(r.out, HasSubstr("2 documents"));
-    FileTokens f(dir / (std::string("d.") + fmt_), token_format_parse(fmt_));
-    std::vector<uint32_t> got(static_cast<size_t>(f.size()));
-    f.get(0, f.size(), got.data());
-    const Tokenizer tok = Tokenizer::load(dir / "tok.json");
-    EXPECT_EQ(got, (std::vector<uint32_t>{uint32_t(tok.token_id("on")), 'e', 10, uint32_t(tok.token_id("tw")), 'o', 10}));
-  }
-  // a vocabulary past 16 bits makes llm.c's Llama 3 layout (magic 20240801, uint32 ids)
-  auto wide = byte_tokenizer_json({});
-  wide["added_tokens"] = nlohmann::json::array({{{"id", 70000}, {"content", "<|big|>"}, {"special", true}}});
-  write_bytes(dir / "wide.json", wide.dump());
-  write_bytes(dir / "w.txt", "a<|big|>");
-  r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/wide.json --input {0}/w.txt --output {0}/w.llmc --format llmc", d));
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("2 tokens (llmc uint32)"));
-  FileTokens w(dir / "w.llmc", TokenFormat::LlmC);
-  EXPECT_EQ(w.width(), 4);
-  std::vector<uint32_t> wids(2);
-  w.get(0, 2, wids.data());
-  EXPECT_EQ(wids, (std::vector<uint32_t>{'a', 70000}));
-  EXPECT_EQ(read_text(dir / "w.llmc").substr(0, 4), std::string("\xA1\xD9\x34\x01", 4));  // 20240801 = 0x0134D9A1
-  write_bytes(dir / "bad.txt", "fine\nnot \xC3\x28 fine\n");
-  r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/tok.json --input {0}/bad.txt --output {0}/b.bin", d));
-  EXPECT_THAT(r.out, HasSubstr(d + "/bad.txt: invalid UTF-8 at line 2, column 5"));
-  EXPECT_FALSE(std::filesystem::exists(dir / "b.bin")) << "nothing is written on error";
-  r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/tok.json --input {0}/bad.txt --output {0}/b.bin "
-                                "--utf8-errors replace", d));
-  EXPECT_EQ(r.code, 0) << r.out;
-  write_bytes(dir / "empty.txt", "");
-  r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/tok.json --input {0}/empty.txt --output {0}/e.bin", d));
-  EXPECT_THAT(r.out, HasSubstr(d + "/empty.txt: empty file"));
-  auto wp = byte_tokenizer_json({});
-  wp["model"]["type"] = "WordPiece";
-  write_bytes(dir / "wp.json", wp.dump());
-  r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/wp.json --input {0}/docs.jsonl --output {0}/w.bin", d));
-  EXPECT_THAT(r.out, HasSubstr(d + "/wp.json: unsupported model type \"WordPiece\""));
-  r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/missing --input {0}/docs.jsonl --output {0}/w.bin", d));
-  EXPECT_THAT(r.out, HasSubstr("--tokenizer " + d + "/missing: cannot open"));
-  r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/tok.json --input {0}/docs.jsonl --output {0}/w.bin --eos "
-                                "nosuchtoken", d));
-  EXPECT_THAT(r.out, HasSubstr("--eos nosuchtoken: neither an id nor a token"));
-}
-
-TEST(Cli, TrainOnTextWithDocumentMasksAndShuffling) {
-  const auto dir = temp_dir();
-  const std::string d = dir.string();
-  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --vocab 300 --out {}/m", d)).code, 0);
-  write_bytes(dir / "m/tokenizer.json", byte_tokenizer_json({{"a", "b"}}).dump());  // found in --model
-  std::string jl;
-  for (int i = 0; i < 40; ++i) jl += fmt::format("{{\"body\": \"document {} says ab {}\"}}\n", i, std::string(size_t(i), 'x'));
-  write_bytes(dir / "docs.jsonl", jl);
-  CmdResult r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/docs.jsonl --text-field body --seq-len 64 "
-                                          "--chunk-size 16 --page-size 8 --steps 2 --doc-mask", d));
-  EXPECT_NE(r.code, 0);
-  EXPECT_THAT(r.out, HasSubstr("--doc-mask needs the EOS id"));
-  r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/docs.jsonl --text-field body --seq-len 64 "
-                                "--chunk-size 16 --page-size 8 --steps 2 --doc-mask --eos-id 10 --shuffle --seed 4", d));
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("tokenized " + d + "/docs.jsonl (40 documents"));
-  EXPECT_THAT(r.out, HasSubstr("40 documents shuffled per epoch (seed 4)"));
-  EXPECT_THAT(r.out, HasSubstr("attention within documents ended by token 10"));
-  EXPECT_THAT(r.out, HasSubstr("step     2/2"));
-  r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/docs.jsonl --steps 1 --seq-len 8 --eos-id 10", d));
-  EXPECT_THAT(r.out, HasSubstr(d + "/docs.jsonl:1: the record has no \"text\" field"));
 }
 
 }  // namespace
