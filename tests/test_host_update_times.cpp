@@ -104,6 +104,9 @@ TEST(CliHostUpdate, UpdateThreadsChangeNothingButTheThreads) {
   std::vector<double> want;
   for (const char* flags : {"", " --update-threads 1", " --update-threads 3", " --update-threads 3 --no-overlap-update"}) {
     SCOPED_TRACE(flags);
+    if (std::string(flags).find("threads 3") != std::string::npos &&
+        tsan_leaves_out(fmt::format("an update on an OpenMP team of 3 ({})", flags)))
+      continue;
     const CmdResult r = oomb_cmd(dir, run + flags);
     ASSERT_EQ(r.code, 0) << r.out;
     std::vector<double> losses;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <fmt/format.h>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "core/error.h"
@@ -73,7 +74,29 @@ std::filesystem::path temp_dir(const std::string& hint) {
   auto p = binary_dir() / "tmp" / where / (name + hint);
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
+  if (!info) {
+    // a set-up's directory is its process's own: gone when the process ends, so that a run of
+    // many processes (one a test, under ctest) leaves none behind
+    static struct Removed {
+      std::vector<std::filesystem::path> dirs;
+      ~Removed() {
+        std::error_code ec;
+        for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+      }
+    } at_exit;
+    at_exit.dirs.push_back(p);
+  }
   return p;
+}
+
+bool tsan_leaves_out(const std::string& what) {
+#if defined(__SANITIZE_THREAD__)
+  std::cout << "[ tsan     ] left out under ThreadSanitizer: " << what << "\n";
+  return true;
+#else
+  (void)what;
+  return false;
+#endif
 }
 
 std::string read_text(const std::filesystem::path& p) {

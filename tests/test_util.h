@@ -43,6 +43,12 @@ class ScopedEnv {
   bool had_ = false;
 };
 
+// Under ThreadSanitizer (make test-tsan): true, said on stdout with `what`, and the caller leaves
+// `what` out; elsewhere false. For what ThreadSanitizer cannot judge: the controls that drop a wait
+// on purpose (drop_wait_for_test: their race is the point), and OpenMP teams of several threads
+// (libgomp is not instrumented, so its barriers read as races).
+bool tsan_leaves_out(const std::string& what);
+
 // The message of the oomb::Error that f throws, or "(no error)".
 std::string error_of(const std::function<void()>& f);
 
