@@ -66,8 +66,8 @@ inline std::vector<BadCall> bad_calls() {
     Tensor dtable = t(D::F32, {3, 4});
     t.be.embedding_bwd(t(D::I32, {2}), t(D::F32, {2, 5}), dtable);
   });
-  add("rmsnorm_fwd: y must be f32, got bf16", [](OpMemory& t) {
-    Tensor y = t(D::BF16, {2, 3}), rstd = t(D::F32, {2});
+  add("rmsnorm_fwd: y must be f32 or bf16, got i32", [](OpMemory& t) {
+    Tensor y = t(D::I32, {2, 3}), rstd = t(D::F32, {2});
     t.be.rmsnorm_fwd(t(D::F32, {2, 3}), t(D::F32, {3}), 1e-6f, y, rstd);
   });
   add("rmsnorm_bwd: w (3) / rstd (5) do not fit x (2, 3)", [](OpMemory& t) {
@@ -87,6 +87,14 @@ inline std::vector<BadCall> bad_calls() {
   add("swiglu_bwd: dup (2, 4) and gate (2, 3) must have the same shape", [](OpMemory& t) {
     Tensor g = t(D::F32, {2, 3}), dg = t(D::F32, {2, 3}), du = t(D::F32, {2, 4});
     t.be.swiglu_bwd(g, g, g, dg, du);
+  });
+  add("swiglu_bwd: dup is f32 but dgate is bf16", [](OpMemory& t) {
+    Tensor g = t(D::F32, {2, 3}), dg = t(D::BF16, {2, 3}), du = t(D::F32, {2, 3});
+    t.be.swiglu_bwd(g, g, g, dg, du);
+  });
+  add("swiglu_fwd: up must be f32, got bf16", [](OpMemory& t) {
+    Tensor g = t(D::F32, {2, 3}), out = t(D::BF16, {2, 3});
+    t.be.swiglu_fwd(g, t(D::BF16, {2, 3}), out);
   });
   add("attention_fwd: query heads 3 not a multiple of kv heads 2", [](OpMemory& t) {
     Tensor q = t(D::F32, {2, 3, 4}), o = t(D::F32, {2, 3, 4}), lse = t(D::F32, {2, 3});

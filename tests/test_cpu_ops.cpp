@@ -15,6 +15,7 @@
 #include <iostream>
 
 #include "backend/backend.h"
+#include "dtype_reference.h"
 #include "test_util.h"
 
 using namespace oomb;
@@ -289,6 +290,42 @@ TEST_F(Fixture, SwiGluForwardBackward) {
   be->swiglu_bwd(Gt, U, DO, DG, DU);
   expect_close(dg, numgrad([&](const Vec& v) { return dotv(ref(v, up), R); }, gt), 2e-7, "dgate");  // measured 6.8e-8
   expect_close(du, numgrad([&](const Vec& v) { return dotv(ref(gt, v), R); }, up), 2.5e-7, "dup");  // measured 8.2e-8
+}
+
+// ---- bf16 outputs (--precision bf16: the norms' and swiglu's outputs feed only matmuls) ----
+// rmsnorm_fwd's y, swiglu_fwd's out and swiglu_bwd's dgate, dup written as bf16 hold, bit for bit,
+// the op's own f32 outputs rounded to nearest even (tests/dtype_reference.h, not core/dtype's
+// conversion); rstd is the f32 run's. Sizes below and above the threads' threshold (32K elements).
+TEST_F(Fixture, NormAndSwiGluWriteBf16AsTheirF32OutputsRounded) {
+  for (auto [T, d] : std::vector<std::array<int64_t, 2>>{{3, 5}, {9, 896}, {40, 4099}}) {
+    SCOPED_TRACE(fmt::format("T={} d={}", T, d));
+    const size_t n = size_t(T * d);
+    auto x = randn(n, 20, 3.0f), w = randn(size_t(d), 21), g = randn(n, 22, 3.0f), u = randn(n, 23),
+         dout = randn(n, 24);
+    std::vector<float> y(n), rs(static_cast<size_t>(T)), rs16(static_cast<size_t>(T)), o(n), dg(n), du(n);
+    std::vector<uint16_t> y16(n), o16(n), dg16(n), du16(n);
+    auto f = [&](std::vector<float>& v) { return Tensor(v.data(), DType::F32, {T, d}, Tier::Host); };
+    auto h = [&](std::vector<uint16_t>& v) { return Tensor(v.data(), DType::BF16, {T, d}, Tier::Host); };
+    Tensor X = f(x), W(w.data(), DType::F32, {d}, Tier::Host), G = f(g), U = f(u), DO = f(dout);
+    Tensor Y = f(y), Y16 = h(y16), O = f(o), O16 = h(o16), DG = f(dg), DU = f(du), DG16 = h(dg16), DU16 = h(du16);
+    Tensor R(rs.data(), DType::F32, {T}, Tier::Host), R16(rs16.data(), DType::F32, {T}, Tier::Host);
+    be->rmsnorm_fwd(X, W, 1e-6f, Y, R);
+    be->rmsnorm_fwd(X, W, 1e-6f, Y16, R16);
+    be->swiglu_fwd(G, U, O);
+    be->swiglu_fwd(G, U, O16);
+    be->swiglu_bwd(G, U, DO, DG, DU);
+    be->swiglu_bwd(G, U, DO, DG16, DU16);
+    EXPECT_EQ(rs16, rs);
+    size_t flips = 0;  // elements whose f32 value is not itself a bf16 value (the rounding is exercised)
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(y16[i], ref::bf16_encode(y[i])) << "rmsnorm y at " << i;
+      ASSERT_EQ(o16[i], ref::bf16_encode(o[i])) << "swiglu out at " << i;
+      ASSERT_EQ(dg16[i], ref::bf16_encode(dg[i])) << "swiglu dgate at " << i;
+      ASSERT_EQ(du16[i], ref::bf16_encode(du[i])) << "swiglu dup at " << i;
+      flips += ref::bf16_value(y16[i]) != double(y[i]);
+    }
+    EXPECT_GT(flips, n / 2) << "the f32 outputs were bf16 values already";
+  }
 }
 
 // ---- the row-wise ops at real model widths ----

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <array>
 #include <random>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "dtype_reference.h"
@@ -193,6 +194,28 @@ TEST(CudaOps, EmbeddingRmsnormRopeSwiglu) {
     G.swiglu_bwd(g.d, u.d, dout.d, dg.d, du.d);
     report("swiglu_bwd dg", err(dg), 3e-7);  // measured 3.4e-8
     report("swiglu_bwd du", err(du), 3e-7);  // measured 9.6e-9
+
+    // the same three ops writing bf16 (--precision bf16's matmul operands): the GPU's own f32
+    // outputs above rounded to nearest even, bit for bit (tests/dtype_reference.h); rstd the same
+    Pair y16(DType::BF16, {T, d}), rstd16(DType::F32, {T}), o16(DType::BF16, {T, d}), dg16(DType::BF16, {T, d}),
+        du16(DType::BF16, {T, d});
+    G.rmsnorm_fwd(out.d, w.d, 1e-5f, y16.d, rstd16.d);
+    G.swiglu_fwd(g.d, u.d, o16.d);
+    G.swiglu_bwd(g.d, u.d, dout.d, dg16.d, du16.d);
+    EXPECT_EQ(rstd16.device_f32(), rstd.device_f32());
+    for (const auto& [op, b16, f32] : {std::tuple<const char*, const Pair*, const Pair*>{"rmsnorm_fwd y", &y16, &y},
+                                       {"swiglu_fwd out", &o16, &o}, {"swiglu_bwd dgate", &dg16, &dg},
+                                       {"swiglu_bwd dup", &du16, &du}}) {
+      const std::vector<char> bytes = b16->download();
+      const std::vector<float> want = f32->device_f32();
+      size_t differ = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, bytes.data() + 2 * i, 2);
+        differ += h != ref::bf16_encode(want[i]);
+      }
+      EXPECT_EQ(differ, 0u) << op << ": bf16 outputs that are not the f32 output rounded";
+    }
   }
   for (auto [T, H, D] : std::vector<std::array<int64_t, 3>>{{1, 1, 2}, {9, 3, 16}, {40, 4, 128}}) {
     Pair x(DType::F32, {T, H, D}), pos(DType::I32, {T});

@@ -329,7 +329,9 @@ TEST(SimDevice, ACopyStreamWaitsForTheOthersEvent) {
     sim->record(*in, Stream::Copy);
     sim->synchronize(*in);
     EXPECT_EQ(dev.as<char>()[0], 7);
-    if (wait) EXPECT_EQ(back.as<char>()[0], 3) << "the copy back read what the copy in wrote";
+    if (wait) {
+      EXPECT_EQ(back.as<char>()[0], 3) << "the copy back read what the copy in wrote";
+    }
     sim->synchronize();
     EXPECT_EQ(back.as<char>()[4095], wait ? 3 : 7) << (wait ? "" : "control: the copy in did not overtake the copy back");
   }

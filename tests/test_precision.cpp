@@ -426,3 +426,74 @@ TEST(Bf16Budget, AttentionReadsTheChunksOwnKeysAsBf16) {
     }
   }
 }
+
+// --precision bf16: the matmuls' operands that only matmuls read come out of their ops in bf16
+// (rmsnorm_fwd's a and b, swiglu_fwd's act, swiglu_bwd's dgate and dup, each rounded as cast
+// rounds), so no cast of an f32 (T, I) tensor runs in a step (before: five a layer and chunk, the
+// act of each forward pass and the backward, dgate and dup) and the two layer norms' outputs are
+// bf16 (Qwen3's per-head q/k norms feed RoPE: f32). With fp32 matmuls every output stays f32.
+class OperandSpy final : public CpuBackend {
+ public:
+  int64_t wide_casts = 0, casts = 0, norms16 = 0, norms = 0, head_norms = 0, swiglu16 = 0, swiglu = 0, swiglu_bwd16 = 0;
+  int64_t I = 0, T = 0, D = 0;
+
+ protected:
+  void do_cast(const Tensor& src, Tensor& dst) override {
+    ++casts;
+    wide_casts += src.dtype == DType::F32 && src.ndim == 2 && src.dim(1) == I && src.dim(0) <= T;  // (not a weight)
+    CpuBackend::do_cast(src, dst);
+  }
+  void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) override {
+    ++norms;
+    norms16 += y.dtype == DType::BF16;
+    head_norms += x.dim(1) == D;  // Qwen3's q/k norms, over each head's rows
+    CpuBackend::do_rmsnorm_fwd(x, w, eps, y, rstd);
+  }
+  void do_swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    ++swiglu;
+    swiglu16 += out.dtype == DType::BF16;
+    CpuBackend::do_swiglu_fwd(gate, up, out);
+  }
+  void do_swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) override {
+    swiglu_bwd16 += dgate.dtype == DType::BF16;
+    CpuBackend::do_swiglu_bwd(gate, up, dout, dgate, dup);
+  }
+};
+
+TEST(Bf16Budget, NormsAndSwiGluWriteTheMatmulsOperands) {
+  for (const char* model : {"qwen2", "qwen3"}) {
+    const fs::path dir = source_dir() / "tests/fixtures/hf" / model;
+    const ModelConfig cfg = load_config(dir);
+    const FixtureTokens tok = fixture_tokens(SafetensorsFile::open(dir / "reference.safetensors"));
+    const int64_t N = tok.n(), L = cfg.layers;
+    for (DType precision : {DType::BF16, DType::F32}) {
+      SCOPED_TRACE(fmt::format("{} {}", model, dtype_name(precision)));
+      ChunkPlan plan{7, 8};
+      plan.precision = precision;
+      OperandSpy be;
+      be.I = cfg.intermediate, be.T = plan.chunk, be.D = cfg.head_dim;
+      ASSERT_NE(be.I, cfg.hidden);
+      ASSERT_NE(be.D, cfg.hidden);
+      ASSERT_LT(plan.chunk, cfg.hidden);
+      Model m(cfg, be, plan);
+      load_for_training(m, dir);
+      m.forward_backward(tok.ids.data(), tok.targets.data(), N, 1.0f);
+      const int64_t chunks = (N + 6) / 7;
+      EXPECT_EQ(be.wide_casts, 0) << "casts of an f32 (T, I) tensor";
+      EXPECT_GT(be.swiglu, 0);
+      if (precision == DType::BF16) {
+        EXPECT_EQ(be.swiglu16, be.swiglu) << "swiglu_fwd writing f32";
+        EXPECT_EQ(be.swiglu_bwd16, chunks * L) << "swiglu_bwd writing f32";
+        // each forward pass: two a layer, and the final norm (the lm_head's input)
+        EXPECT_EQ(be.norms - be.norms16, be.head_norms) << "norms other than Qwen3's q/k norms writing f32";
+        EXPECT_GT(be.norms16, 2 * be.swiglu) << "the final norm writing f32";
+        EXPECT_EQ(be.head_norms > 0, cfg.qk_norm);
+        EXPECT_GT(be.casts, 0) << "the rest still cast (o, the output gradients, q, dO, own K/V)";
+      } else {
+        EXPECT_EQ(be.norms16 + be.swiglu16 + be.swiglu_bwd16, 0) << "bf16 outputs with fp32 matmuls";
+      }
+      std::cout << fmt::format("[ bf16     ] {} {}: {} casts in a step of {} chunks x {} layers, none of (T, I)\n",
+                               model, dtype_name(precision), be.casts, chunks, L);
+    }
+  }
+}

@@ -114,7 +114,8 @@ class Backend {
   // dtable[ids[t]] += dout[t]
   void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable);
 
-  // y (T, d) = x * rstd * w;  rstd: (T) saved for backward
+  // y (T, d) = x * rstd * w;  rstd: (T) saved for backward.  y f32, or bf16: each value rounded
+  // to nearest even (cast's bits), for a matmul that reads bf16 (--precision bf16)
   void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd);
   // dx (T, d) = ... (or += when dx_accumulate);  dw += ...
   void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
@@ -125,7 +126,8 @@ class Backend {
   // dx: (T, H, D) in place: the transpose rotation
   void rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& rope);
 
-  // out = silu(gate) * up;  all (T, I)
+  // out = silu(gate) * up;  all (T, I).  out f32, or bf16 (rounded as rmsnorm_fwd's y); dgate and
+  // dup likewise, both of one dtype
   void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out);
   void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
                   Tensor& dup);

@@ -42,6 +42,12 @@ struct Check {
     OOMB_CHECK(same, "{}: {} {} and {} {} must have the same shape", op, a_name, a.shape_str(), b_name,
                b.shape_str());
   }
+  // an f32 or bf16 tensor of `like`'s shape (an output that may be rounded to bf16)
+  void float_like(const char* what, const Tensor& t, const char* like_name, const Tensor& like) const {
+    OOMB_CHECK(is_float(t.dtype), "{}: {} must be f32 or bf16, got {}", op, what, dtype_name(t.dtype));
+    where(what, t, like.ndim);
+    same_shape(what, t, like_name, like);
+  }
   // an fp32 tensor of `like`'s shape
   void f32_like(const char* what, const Tensor& t, const char* like_name, const Tensor& like) const {
     tensor(what, t, like.ndim);
@@ -160,7 +166,7 @@ void Backend::rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y
   const Check c{*this, "rmsnorm_fwd"};
   c.tensor("x", x, 2);
   c.tensor("w", w, 1);
-  c.f32_like("y", y, "x", x);
+  c.float_like("y", y, "x", x);
   c.tensor("rstd", rstd, 1);
   OOMB_CHECK(w.dim(0) == x.dim(1) && rstd.dim(0) == x.dim(0), "rmsnorm_fwd: w {} / rstd {} do not fit x {}",
              w.shape_str(), rstd.shape_str(), x.shape_str());
@@ -209,7 +215,7 @@ void Backend::swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) {
   const Check c{*this, "swiglu_fwd"};
   c.tensor("gate", gate, -1);
   c.f32_like("up", up, "gate", gate);
-  c.f32_like("out", out, "gate", gate);
+  c.float_like("out", out, "gate", gate);
   const OpScope op_scope(*this);
   do_swiglu_fwd(gate, up, out);
 }
@@ -217,9 +223,12 @@ void Backend::swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) {
 void Backend::swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) {
   const Check c{*this, "swiglu_bwd"};
   c.tensor("gate", gate, -1);
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"up", &up}, {"dout", &dout}, {"dgate", &dgate},
-                                {"dup", &dup}})
-    c.f32_like(name, *t, "gate", gate);
+  c.f32_like("up", up, "gate", gate);
+  c.f32_like("dout", dout, "gate", gate);
+  c.float_like("dgate", dgate, "gate", gate);
+  c.float_like("dup", dup, "gate", gate);
+  OOMB_CHECK(dup.dtype == dgate.dtype, "swiglu_bwd: dup is {} but dgate is {}", dtype_name(dup.dtype),
+             dtype_name(dgate.dtype));
   const OpScope op_scope(*this);
   do_swiglu_bwd(gate, up, dout, dgate, dup);
 }

@@ -153,6 +153,15 @@ Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
   return t;
 }
 
+// An op's output that only matmuls read (the norms' a and b, swiglu's act and its gradients dgate
+// and dup): x's own memory, f32, or under --precision bf16 holding the bf16 operand in its first
+// half, which the op writes rounded (the bits for_matmul's cast would give) so that no cast runs.
+Tensor matmul_output(const LayerCtx& ctx, const Tensor& x) {
+  Tensor t = x;
+  if (ctx.bf16) t.dtype = DType::BF16;
+  return t;
+}
+
 // LoRA beside a frozen linear (nothing where the slot has no adapter): y (T, out) += s (x A^T) B^T.
 // x: the base matmul's operand (T, in), f32 or under --precision bf16 its bf16 copy; then A and B
 // are the adapters' bf16 copy and u is cast to bf16 for the second GEMM (PEFT under autocast:
@@ -335,10 +344,10 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
     }
     return layer_output(ctx, p, h_in, h_out, plan);
   }
-  be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
-  // (--precision bf16: each matmul reads bf16 operands, cast here and below; LoRA's adapters read
-  // the same ones as their base linear)
-  const Tensor a = for_matmul(ctx, A.a, plan.x16);  // (T, d), read by k, v and q
+  // (--precision bf16: each matmul reads bf16 operands, written so by the op before it or cast
+  // below; LoRA's adapters read the same ones as their base linear)
+  Tensor a = matmul_output(ctx, A.a);  // (T, d), read by k, v and q
+  be.rmsnorm_fwd(h_in, p.attn_norm, eps, a, A.rstd1);
   const bool qk = !p.q_norm.empty();  // Qwen3: q, k = per-head rmsnorm(proj(a)) before RoPE
   Tensor k2 = flat2(qk ? A.k_raw : plan.k_loc), v2 = flat2(plan.v_loc);
   be.linear_fwd(a, p.wk, opt(p.bk), k2);
@@ -404,14 +413,14 @@ static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor
   be.linear_fwd(o, p.wo, opt(p.bo), A.hmid);
   lora_fwd(ctx, p, kO, o, A.hmid, plan);
   be.add(A.hmid, h_in);
-  be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
-  const Tensor b = for_matmul(ctx, A.b, plan.x16);  // (T, d), read by gate and up
+  Tensor b = matmul_output(ctx, A.b);  // (T, d), read by gate and up
+  be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, b, A.rstd2);
   be.linear_fwd(b, p.wgate, opt(p.bgate), A.gate);
   lora_fwd(ctx, p, kGate, b, A.gate, plan);
   be.linear_fwd(b, p.wup, opt(p.bup), A.up);
   lora_fwd(ctx, p, kUp, b, A.up, plan);
-  be.swiglu_fwd(A.gate, A.up, A.act);
-  const Tensor act = for_matmul(ctx, A.act, plan.x16);  // (T, I)
+  Tensor act = matmul_output(ctx, A.act);  // (T, I)
+  be.swiglu_fwd(A.gate, A.up, act);
   be.linear_fwd(act, p.wdown, opt(p.bdown), h_out);
   lora_fwd(ctx, p, kDown, act, h_out, plan);
   be.add(h_out, A.hmid);
@@ -425,16 +434,16 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   // MLP: h_out = hmid + down(swiglu(gate(b), up(b))), b = norm2(hmid)
   // (frozen weights under LoRA have no gradient tensors: opt(g.w) is null, and lora_bwd adds the
   // adapters' part of each input gradient)
-  // (--precision bf16: each matmul's input and output gradient cast to bf16, as in the forward)
-  const Tensor act = for_matmul(ctx, A.act, plan.x16), dh_out = for_matmul(ctx, dh, plan.dy16);
+  // (--precision bf16: each matmul's input and output gradient bf16, as in the forward: the
+  // forward's a, b and act as their ops wrote them, dgate and dup so written, the rest cast)
+  const Tensor act = matmul_output(ctx, A.act), dh_out = for_matmul(ctx, dh, plan.dy16);
   be.linear_bwd(act, p.wdown, dh_out, &S.dact, false, opt(g.wdown), opt(g.bdown));
   lora_bwd(ctx, p, g, kDown, act, dh_out, &S.dact, plan);
-  be.swiglu_bwd(A.gate, A.up, S.dact, S.dgate, S.dup);
-  const Tensor b = for_matmul(ctx, A.b, plan.x16);
-  const Tensor dgate = for_matmul(ctx, S.dgate, plan.dy16);
+  Tensor dgate = matmul_output(ctx, S.dgate), dup = matmul_output(ctx, S.dup);
+  be.swiglu_bwd(A.gate, A.up, S.dact, dgate, dup);
+  const Tensor b = matmul_output(ctx, A.b);
   be.linear_bwd(b, p.wgate, dgate, &S.db, false, opt(g.wgate), opt(g.bgate));
   lora_bwd(ctx, p, g, kGate, b, dgate, &S.db, plan);
-  const Tensor dup = for_matmul(ctx, S.dup, plan.dy16);
   be.linear_bwd(b, p.wup, dup, &S.db, true, opt(g.wup), opt(g.bup));
   lora_bwd(ctx, p, g, kUp, b, dup, &S.db, plan);
   be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, p.mlp_norm, plan));  // dh := dL/dhmid
@@ -487,7 +496,7 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
     dq = S.dq_raw, dk = S.dk_raw;
   }
   // q, k were rotated in place; the projections' backward needs only their input a
-  const Tensor a = for_matmul(ctx, A.a, plan.x16);
+  const Tensor a = matmul_output(ctx, A.a);
   const Tensor dq16 = for_matmul(ctx, flat2(dq), plan.dy16);
   be.linear_bwd(a, p.wq, dq16, &S.da, false, opt(g.wq), opt(g.bq));
   lora_bwd(ctx, p, g, kQ, a, dq16, &S.da, plan);

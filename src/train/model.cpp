@@ -339,16 +339,14 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
 }
 
 // hnorm, rstd_final := the final RMSNorm of the last layer's output h (n, d). Returns the lm_head's
-// input (n, d): hnorm, or with --precision bf16 its bf16 copy, in the layer plan's matmul scratch
-// (free between the layers' passes).
+// input (n, d): hnorm, or with --precision bf16 the norm written in bf16 (rounded as a cast rounds)
+// into the layer plan's matmul scratch (free between the layers' passes).
 Tensor Model::final_norm(const Tensor& h) {
   const int64_t n = h.dim(0);
   Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n);
+  if (plan_.precision == DType::BF16) hn = Tensor(layer_plan_.view(n).x16.data, DType::BF16, {n, cfg_.hidden}, be_.tier());
   be_.rmsnorm_fwd(h, store_.final_norm(), float(cfg_.rms_norm_eps), hn, rstd);
-  if (plan_.precision != DType::BF16) return hn;
-  Tensor h16(layer_plan_.view(n).x16.data, DType::BF16, {n, cfg_.hidden}, be_.tier());
-  be_.cast(hn, h16);
-  return h16;
+  return hn;
 }
 
 void Model::head_loss(const Tensor& hn, const Tensor& targets, float scale, Tensor* dh, bool dw, Tensor& sums) {

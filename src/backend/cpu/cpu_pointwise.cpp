@@ -3,22 +3,40 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
+#include "core/dtype.h"
 
 namespace oomb::cpu {
 
-// x, y: (T, d); w: (d); rstd: (T)
+namespace {
+
+// An output element: the f32 value, or it rounded to bf16 (nearest even: cast's bits).
+inline void put(float* o, int64_t i, float v) { o[i] = v; }
+inline void put(uint16_t* o, int64_t i, float v) { o[i] = f32_to_bf16(v); }
+
+// Calls fn with the output's elements as float* (f32) or uint16_t* (bf16).
+template <typename Fn>
+void with_out(Tensor& out, Fn fn) {
+  if (out.dtype == DType::BF16) fn(out.as<uint16_t>());
+  else fn(out.f());
+}
+
+}  // namespace
+
+// x, y: (T, d); w: (d); rstd: (T); y f32 or bf16
 void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
   const int64_t T = x.dim(0), d = x.dim(1);
+  with_out(y, [&](auto* yp) {
 #pragma omp parallel for if (T * d >= kParallelMin)
-  for (int64_t t = 0; t < T; ++t) {
-    const float* xr = x.f() + t * d;
-    float* yr = y.f() + t * d;
-    double ss = 0;
-    for (int64_t i = 0; i < d; ++i) ss += double(xr[i]) * xr[i];
-    float r = float(1.0 / std::sqrt(ss / double(d) + eps));
-    rstd.f()[t] = r;
-    for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * r * w.f()[i];
-  }
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xr = x.f() + t * d;
+      auto* yr = yp + t * d;
+      double ss = 0;
+      for (int64_t i = 0; i < d; ++i) ss += double(xr[i]) * xr[i];
+      float r = float(1.0 / std::sqrt(ss / double(d) + eps));
+      rstd.f()[t] = r;
+      for (int64_t i = 0; i < d; ++i) put(yr, i, xr[i] * r * w.f()[i]);
+    }
+  });
 }
 
 // y = x r w, r = (mean x^2 + eps)^-1/2:  dx = r (g - x r^2 mean(g x)),  g = dy w;  dw += sum_t dy x r
@@ -72,25 +90,29 @@ void rope(Tensor& x, const Tensor& pos, const RopeTable& rope, bool inverse) {
 
 static inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-// gate, up, out: (T, I)
+// gate, up, out: (T, I); out f32 or bf16
 void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) {
   const int64_t n = gate.numel();
   const float *g = gate.f(), *u = up.f();
-  float* o = out.f();
+  with_out(out, [&](auto* o) {
 #pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) o[i] = g[i] * sigmoid(g[i]) * u[i];
+    for (int64_t i = 0; i < n; ++i) put(o, i, g[i] * sigmoid(g[i]) * u[i]);
+  });
 }
 
-// d/dg [g sig(g)] = sig(g) (1 + g (1 - sig(g)))
+// d/dg [g sig(g)] = sig(g) (1 + g (1 - sig(g)));  dgate, dup f32 or bf16 (one dtype)
 void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) {
   const int64_t n = gate.numel();
   const float *g = gate.f(), *u = up.f(), *d = dout.f();
+  with_out(dgate, [&](auto* dg) {
+    auto* du = reinterpret_cast<decltype(dg)>(dup.data);
 #pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float s = sigmoid(g[i]);
-    dup.f()[i] = d[i] * g[i] * s;
-    dgate.f()[i] = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
-  }
+    for (int64_t i = 0; i < n; ++i) {
+      const float s = sigmoid(g[i]);
+      put(du, i, d[i] * g[i] * s);
+      put(dg, i, d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s)));
+    }
+  });
 }
 
 }  // namespace oomb::cpu

@@ -101,7 +101,7 @@ class CudaBackend final : public Backend {
   }
 
   void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) override {
-    cuda::k::rmsnorm_fwd(x.f(), w.f(), eps, y.f(), rstd.f(), x.dim(0), x.dim(1), stream_);
+    cuda::k::rmsnorm_fwd(x.f(), w.f(), eps, y.data, y.dtype == DType::BF16, rstd.f(), x.dim(0), x.dim(1), stream_);
     launched("rmsnorm_fwd");
   }
   void do_rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, bool acc,
@@ -115,11 +115,12 @@ class CudaBackend final : public Backend {
   void do_rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& r) override { rope("rope_bwd", dx, pos, r, true); }
 
   void do_swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) override {
-    cuda::k::swiglu_fwd(gate.f(), up.f(), out.f(), gate.numel(), stream_);
+    cuda::k::swiglu_fwd(gate.f(), up.f(), out.data, out.dtype == DType::BF16, gate.numel(), stream_);
     launched("swiglu_fwd");
   }
   void do_swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) override {
-    cuda::k::swiglu_bwd(gate.f(), up.f(), dout.f(), dgate.f(), dup.f(), gate.numel(), stream_);
+    cuda::k::swiglu_bwd(gate.f(), up.f(), dout.f(), dgate.data, dup.data, dgate.dtype == DType::BF16, gate.numel(),
+                        stream_);
     launched("swiglu_bwd");
   }
 

@@ -14,8 +14,8 @@ namespace oomb::cuda::k {
 void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t T, int64_t d, cudaStream_t s);
 void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t T, int64_t d, cudaStream_t s);
 
-// y (T, d) = x * rstd * w;  rstd (T)
-void rmsnorm_fwd(const float* x, const float* w, float eps, float* y, float* rstd, int64_t T, int64_t d,
+// y (T, d) = x * rstd * w (f32, or bf16 when y_bf16: rounded to nearest even);  rstd (T)
+void rmsnorm_fwd(const float* x, const float* w, float eps, void* y, bool y_bf16, float* rstd, int64_t T, int64_t d,
                  cudaStream_t s);
 // dx (T, d) = (or +=) rstd (dy w - x rstd^2 mean(dy w x));  dw (d) += sum_t dy x rstd (fp64 in a
 // fixed order: groups of rows (grid.y), in each 32 lanes of rows each in order, then the lanes in
@@ -31,9 +31,10 @@ constexpr size_t kRowGroupBytes = size_t(kRowGroupBlocks) * 32 * 8;
 void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bool inverse, int64_t T, int64_t H,
           int64_t D, cudaStream_t s);
 
-// out = silu(g) * u;  backward: dg, du
-void swiglu_fwd(const float* g, const float* u, float* out, int64_t n, cudaStream_t s);
-void swiglu_bwd(const float* g, const float* u, const float* dout, float* dg, float* du, int64_t n, cudaStream_t s);
+// out = silu(g) * u;  backward: dg, du.  out, and dg with du: f32, or bf16 (rounded to nearest even)
+void swiglu_fwd(const float* g, const float* u, void* out, bool out_bf16, int64_t n, cudaStream_t s);
+void swiglu_bwd(const float* g, const float* u, const float* dout, void* dg, void* du, bool d_bf16, int64_t n,
+                cudaStream_t s);
 
 // y += x (x f32, or bf16 when x_bf16);  y *= a
 void add(float* y, const void* x, bool x_bf16, int64_t n, cudaStream_t s);

@@ -56,8 +56,13 @@ __global__ void embedding_bwd_k(const int32_t* ids, const float* dout, float* dt
   }
 }
 
-// grid T
-__global__ void rmsnorm_fwd_k(const float* x, const float* w, float eps, float* y, float* rstd, int64_t d) {
+// An output element: the f32 value, or it rounded to bf16 (cast's bits).
+__device__ inline void put(float* o, int64_t i, float v) { o[i] = v; }
+__device__ inline void put(uint16_t* o, int64_t i, float v) { o[i] = to_bf16(v); }
+
+// grid T; y: float or uint16_t (bf16)
+template <typename Out>
+__global__ void rmsnorm_fwd_k(const float* x, const float* w, float eps, Out* y, float* rstd, int64_t d) {
   const int64_t t = blockIdx.x;
   const float* xr = x + t * d;
   double ss = 0;
@@ -65,7 +70,7 @@ __global__ void rmsnorm_fwd_k(const float* x, const float* w, float eps, float* 
   ss = block_sum(ss);
   const float r = float(1.0 / sqrt(ss / double(d) + eps));
   if (threadIdx.x == 0) rstd[t] = r;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) y[t * d + i] = xr[i] * r * w[i];
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) put(y, t * d + i, xr[i] * r * w[i]);
 }
 
 // grid T
@@ -159,17 +164,20 @@ __global__ void rope_k(float* x, const int32_t* pos, const float* inv_freq, floa
 
 __device__ inline float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 
-__global__ void swiglu_fwd_k(const float* g, const float* u, float* out, int64_t n) {
+// out, dg, du: float or uint16_t (bf16)
+template <typename Out>
+__global__ void swiglu_fwd_k(const float* g, const float* u, Out* out, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = g[i] * sigmoid(g[i]) * u[i];
+  if (i < n) put(out, i, g[i] * sigmoid(g[i]) * u[i]);
 }
 
-__global__ void swiglu_bwd_k(const float* g, const float* u, const float* dout, float* dg, float* du, int64_t n) {
+template <typename Out>
+__global__ void swiglu_bwd_k(const float* g, const float* u, const float* dout, Out* dg, Out* du, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float s = sigmoid(g[i]);
-  du[i] = dout[i] * g[i] * s;
-  dg[i] = dout[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+  put(du, i, dout[i] * g[i] * s);
+  put(dg, i, dout[i] * u[i] * s * (1.0f + g[i] * (1.0f - s)));
 }
 
 __global__ void add_f32_k(float* y, const float* x, int64_t n) {
@@ -290,9 +298,11 @@ void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t T
 void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t T, int64_t d, cudaStream_t s) {
   if (T > 0) launch(embedding_bwd_k, unsigned(T), kThreads, 0, s, ids, dout, dtable, T, d);
 }
-void rmsnorm_fwd(const float* x, const float* w, float eps, float* y, float* rstd, int64_t T, int64_t d,
+void rmsnorm_fwd(const float* x, const float* w, float eps, void* y, bool y_bf16, float* rstd, int64_t T, int64_t d,
                  cudaStream_t s) {
-  if (T > 0) launch(rmsnorm_fwd_k, unsigned(T), kThreads, 0, s, x, w, eps, y, rstd, d);
+  if (T <= 0) return;
+  if (y_bf16) launch(rmsnorm_fwd_k<uint16_t>, unsigned(T), kThreads, 0, s, x, w, eps, static_cast<uint16_t*>(y), rstd, d);
+  else launch(rmsnorm_fwd_k<float>, unsigned(T), kThreads, 0, s, x, w, eps, static_cast<float*>(y), rstd, d);
 }
 void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, bool dx_accumulate,
                  float* dw, double* partial, int64_t T, int64_t d, cudaStream_t s) {
@@ -309,11 +319,20 @@ void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bo
   if (T * (D / 2) > 0)
     launch(rope_k, blocks_for(T * (D / 2)), kThreads, 0, s, x, pos, inv_freq, scaling, inverse ? -1.0 : 1.0, T, H, D);
 }
-void swiglu_fwd(const float* g, const float* u, float* out, int64_t n, cudaStream_t s) {
-  if (n > 0) launch(swiglu_fwd_k, blocks_for(n), kThreads, 0, s, g, u, out, n);
+void swiglu_fwd(const float* g, const float* u, void* out, bool out_bf16, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  if (out_bf16) launch(swiglu_fwd_k<uint16_t>, blocks_for(n), kThreads, 0, s, g, u, static_cast<uint16_t*>(out), n);
+  else launch(swiglu_fwd_k<float>, blocks_for(n), kThreads, 0, s, g, u, static_cast<float*>(out), n);
 }
-void swiglu_bwd(const float* g, const float* u, const float* dout, float* dg, float* du, int64_t n, cudaStream_t s) {
-  if (n > 0) launch(swiglu_bwd_k, blocks_for(n), kThreads, 0, s, g, u, dout, dg, du, n);
+void swiglu_bwd(const float* g, const float* u, const float* dout, void* dg, void* du, bool d_bf16, int64_t n,
+                cudaStream_t s) {
+  if (n <= 0) return;
+  if (d_bf16)
+    launch(swiglu_bwd_k<uint16_t>, blocks_for(n), kThreads, 0, s, g, u, dout, static_cast<uint16_t*>(dg),
+           static_cast<uint16_t*>(du), n);
+  else
+    launch(swiglu_bwd_k<float>, blocks_for(n), kThreads, 0, s, g, u, dout, static_cast<float*>(dg),
+           static_cast<float*>(du), n);
 }
 void add(float* y, const void* x, bool x_bf16, int64_t n, cudaStream_t s) {
   if (n == 0) return;
