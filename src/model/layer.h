@@ -20,12 +20,14 @@ namespace oomb {
 // attention side: q, o, lse, k, v and their gradients, (T, H/P, D)); P = 1: t = T, one side. With
 // --sp-head-chunks K the attention side holds one head group at a time: H/(P K) heads, G/(P K) kv
 // heads (below, H and G on the attention side are those of one group).
+// (*: under --precision bf16 these f32 buffers hold the matmuls' bf16 operand in their first half,
+// written so by their op (layer.cpp, matmul_output): their f32 view is not the values.)
 struct LayerActs {
-  Tensor a, rstd1;       // attn-norm output (t, d), its rstd (t)
+  Tensor a, rstd1;       // attn-norm output (t, d)*, its rstd (t)
   Tensor q, o, lse;      // attention side: (T, H, D) after RoPE, attention output (T, H, D), (T, H)
   Tensor hmid;           // h + attention (T, d)
-  Tensor b, rstd2;       // mlp-norm output (T, d), (T)
-  Tensor gate, up, act;  // (T, I)
+  Tensor b, rstd2;       // mlp-norm output (T, d)*, (T)
+  Tensor gate, up, act;  // (T, I); act*
   // Qwen3's q/k norms: q and k before their norm (T, H, D), (T, G, D) and the rows' rstd (T*H), (T*G)
   Tensor q_raw, k_raw, rstd_q, rstd_k;
 };
@@ -33,7 +35,7 @@ struct LayerGradScratch {
   Tensor dq, dattn;         // (T, H, D)
   Tensor dq_raw, dk_raw;    // (T, H, D), (T, G, D): through Qwen3's q/k norms
   Tensor da, db;            // (T, d)
-  Tensor dgate, dup, dact;  // (T, I)
+  Tensor dgate, dup, dact;  // (T, I); dgate*, dup*
 };
 
 struct LayerBuffers;

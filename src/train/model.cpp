@@ -338,9 +338,9 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   }
 }
 
-// hnorm, rstd_final := the final RMSNorm of the last layer's output h (n, d). Returns the lm_head's
-// input (n, d): hnorm, or with --precision bf16 the norm written in bf16 (rounded as a cast rounds)
-// into the layer plan's matmul scratch (free between the layers' passes).
+// rstd_final and the final RMSNorm of the last layer's output h (n, d), the lm_head's input,
+// returned: into hnorm (n, d), or with --precision bf16 written in bf16 (rounded as a cast rounds)
+// into the layer plan's matmul scratch (free between the layers' passes; hnorm unused then).
 Tensor Model::final_norm(const Tensor& h) {
   const int64_t n = h.dim(0);
   Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n);
