@@ -44,7 +44,7 @@ test-asan: deps
 # host's update beside the next step, and the CLI's runs of both) built with ThreadSanitizer in its
 # own build directory (CUDA and fuzzers off): any report fails the test that made it. One OpenMP
 # thread: libgomp is not instrumented, so its teams' barriers would read as races. The controls that
-# drop a wait on purpose are left out there (tests/test_util.h, run_race_control). A test may take
+# drop a wait on purpose are left out there (tests/test_util.h, tsan_leaves_out). A test may take
 # ten times as long as in the plain build: an hour's TIMEOUT.
 TSAN_BUILD ?= build-tsan
 TSAN_TESTS ?= test_offload test_offload_params test_sweep test_host_update test_host_update_times \

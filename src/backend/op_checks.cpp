@@ -44,8 +44,7 @@ struct Check {
   }
   // an f32 or bf16 tensor of `like`'s shape (an output that may be rounded to bf16)
   void float_like(const char* what, const Tensor& t, const char* like_name, const Tensor& like) const {
-    OOMB_CHECK(is_float(t.dtype), "{}: {} must be f32 or bf16, got {}", op, what, dtype_name(t.dtype));
-    where(what, t, like.ndim);
+    matmul(what, t, like.ndim);
     same_shape(what, t, like_name, like);
   }
   // an fp32 tensor of `like`'s shape
