@@ -153,15 +153,6 @@ Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
   return t;
 }
 
-// An op's output that only matmuls read (the norms' a and b, swiglu's act and its gradients dgate
-// and dup): x's own memory, f32, or under --precision bf16 holding the bf16 operand in its first
-// half, which the op writes rounded (the bits for_matmul's cast would give) so that no cast runs.
-Tensor matmul_output(const LayerCtx& ctx, const Tensor& x) {
-  Tensor t = x;
-  if (ctx.bf16) t.dtype = DType::BF16;
-  return t;
-}
-
 // LoRA beside a frozen linear (nothing where the slot has no adapter): y (T, out) += s (x A^T) B^T.
 // x: the base matmul's operand (T, in), f32 or under --precision bf16 its bf16 copy; then A and B
 // are the adapters' bf16 copy and u is cast to bf16 for the second GEMM (PEFT under autocast:
@@ -242,26 +233,28 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_ra
   const int64_t t = T / sp, Ha = H / (sp * K), Ga = G / (sp * K);
   arena_ = Arena(tier, Tag::Activations, size_t(bytes(c, T, lora_rank, bf16, sp, K)));
   auto f = [&](std::initializer_list<int64_t> s) { return arena_.take(DType::F32, s); };
+  // what only matmuls read: bf16 under --precision bf16 (its op writes it rounded)
+  auto m = [&](std::initializer_list<int64_t> s) { return arena_.take(bf16 ? DType::BF16 : DType::F32, s); };
   LayerBuffers& b = all_;
   LayerActs& A = b.acts;
-  A.a = f({t, d});
+  A.a = m({t, d});
   A.rstd1 = f({t});
   A.q = f({T, Ha, D});
   A.o = f({T, Ha, D});
   A.lse = f({T, Ha});
   A.hmid = f({t, d});
-  A.b = f({t, d});
+  A.b = m({t, d});
   A.rstd2 = f({t});
   A.gate = f({t, I});
   A.up = f({t, I});
-  A.act = f({t, I});
+  A.act = m({t, I});
   LayerGradScratch& g = b.g;
   g.dq = f({T, Ha, D});
   g.dattn = f({T, Ha, D});
   g.da = f({t, d});
   g.db = f({t, d});
-  g.dgate = f({t, I});
-  g.dup = f({t, I});
+  g.dgate = m({t, I});
+  g.dup = m({t, I});
   g.dact = f({t, I});
   if (c.qk_norm) {
     A.q_raw = f({t, H, D});
@@ -316,6 +309,8 @@ int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, boo
   const int64_t d = c.hidden, H = c.heads, G = c.kv_heads, D = c.head_dim, I = c.intermediate;
   const int64_t t = T / sp, Ha = H / (sp * head_chunks), Ga = G / (sp * head_chunks);
   auto n = [](std::initializer_list<int64_t> s) { return int64_t(Arena::need(DType::F32, s)); };
+  const DType op = bf16 ? DType::BF16 : DType::F32;  // a, b, act, dgate, dup: the matmuls' operands
+  const int64_t operands = 2 * int64_t(Arena::need(op, {t, d})) + 3 * int64_t(Arena::need(op, {t, I}));
   const int64_t qk_norm = c.qk_norm ? 2 * n({t, H, D}) + 2 * n({t, G, D}) + n({t, H}) + n({t, G}) : 0;
   const int64_t lora =
       lora_rank > 0 ? 2 * n({t, lora_rank}) + n({t, lora_widest(c)}) + n({std::max(d, D)}) : 0;
@@ -324,8 +319,8 @@ int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, boo
                                            (lora_rank > 0 ? int64_t(Arena::need(DType::BF16, {t, lora_rank})) : 0)
                                      : 0;
   const int64_t exchange = sp > 1 ? 3 * n({t, H, D}) + 2 * n({t, G, D}) : 0;
-  return 5 * n({t, d}) + 2 * n({t}) + 4 * n({T, Ha, D}) + 2 * n({T, Ha}) + 6 * n({t, I}) + 4 * n({T, Ga, D}) +
-         qk_norm + lora + bf16_scratch + exchange;
+  return operands + 3 * n({t, d}) + 2 * n({t}) + 4 * n({T, Ha, D}) + 2 * n({T, Ha}) + 3 * n({t, I}) +
+         4 * n({T, Ga, D}) + qk_norm + lora + bf16_scratch + exchange;
 }
 
 static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out,
@@ -346,8 +341,8 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   }
   // (--precision bf16: each matmul reads bf16 operands, written so by the op before it or cast
   // below; LoRA's adapters read the same ones as their base linear)
-  Tensor a = matmul_output(ctx, A.a);  // (T, d), read by k, v and q
-  be.rmsnorm_fwd(h_in, p.attn_norm, eps, a, A.rstd1);
+  const Tensor& a = A.a;  // (T, d), read by k, v and q
+  be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
   const bool qk = !p.q_norm.empty();  // Qwen3: q, k = per-head rmsnorm(proj(a)) before RoPE
   Tensor k2 = flat2(qk ? A.k_raw : plan.k_loc), v2 = flat2(plan.v_loc);
   be.linear_fwd(a, p.wk, opt(p.bk), k2);
@@ -413,14 +408,14 @@ static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor
   be.linear_fwd(o, p.wo, opt(p.bo), A.hmid);
   lora_fwd(ctx, p, kO, o, A.hmid, plan);
   be.add(A.hmid, h_in);
-  Tensor b = matmul_output(ctx, A.b);  // (T, d), read by gate and up
-  be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, b, A.rstd2);
+  const Tensor& b = A.b;  // (T, d), read by gate and up
+  be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
   be.linear_fwd(b, p.wgate, opt(p.bgate), A.gate);
   lora_fwd(ctx, p, kGate, b, A.gate, plan);
   be.linear_fwd(b, p.wup, opt(p.bup), A.up);
   lora_fwd(ctx, p, kUp, b, A.up, plan);
-  Tensor act = matmul_output(ctx, A.act);  // (T, I)
-  be.swiglu_fwd(A.gate, A.up, act);
+  const Tensor& act = A.act;  // (T, I)
+  be.swiglu_fwd(A.gate, A.up, A.act);
   be.linear_fwd(act, p.wdown, opt(p.bdown), h_out);
   lora_fwd(ctx, p, kDown, act, h_out, plan);
   be.add(h_out, A.hmid);
@@ -436,12 +431,12 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   // adapters' part of each input gradient)
   // (--precision bf16: each matmul's input and output gradient bf16, as in the forward: the
   // forward's a, b and act as their ops wrote them, dgate and dup so written, the rest cast)
-  const Tensor act = matmul_output(ctx, A.act), dh_out = for_matmul(ctx, dh, plan.dy16);
+  const Tensor& act = A.act;
+  const Tensor dh_out = for_matmul(ctx, dh, plan.dy16);
   be.linear_bwd(act, p.wdown, dh_out, &S.dact, false, opt(g.wdown), opt(g.bdown));
   lora_bwd(ctx, p, g, kDown, act, dh_out, &S.dact, plan);
-  Tensor dgate = matmul_output(ctx, S.dgate), dup = matmul_output(ctx, S.dup);
-  be.swiglu_bwd(A.gate, A.up, S.dact, dgate, dup);
-  const Tensor b = matmul_output(ctx, A.b);
+  const Tensor &dgate = S.dgate, &dup = S.dup, &b = A.b;
+  be.swiglu_bwd(A.gate, A.up, S.dact, S.dgate, S.dup);
   be.linear_bwd(b, p.wgate, dgate, &S.db, false, opt(g.wgate), opt(g.bgate));
   lora_bwd(ctx, p, g, kGate, b, dgate, &S.db, plan);
   be.linear_bwd(b, p.wup, dup, &S.db, true, opt(g.wup), opt(g.bup));
@@ -496,7 +491,7 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
     dq = S.dq_raw, dk = S.dk_raw;
   }
   // q, k were rotated in place; the projections' backward needs only their input a
-  const Tensor a = matmul_output(ctx, A.a);
+  const Tensor& a = A.a;
   const Tensor dq16 = for_matmul(ctx, flat2(dq), plan.dy16);
   be.linear_bwd(a, p.wq, dq16, &S.da, false, opt(g.wq), opt(g.bq));
   lora_bwd(ctx, p, g, kQ, a, dq16, &S.da, plan);

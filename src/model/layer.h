@@ -20,8 +20,8 @@ namespace oomb {
 // attention side: q, o, lse, k, v and their gradients, (T, H/P, D)); P = 1: t = T, one side. With
 // --sp-head-chunks K the attention side holds one head group at a time: H/(P K) heads, G/(P K) kv
 // heads (below, H and G on the attention side are those of one group).
-// (*: under --precision bf16 these f32 buffers hold the matmuls' bf16 operand in their first half,
-// written so by their op (layer.cpp, matmul_output): their f32 view is not the values.)
+// (*: only matmuls read it: bf16 under --precision bf16, written so by its op, rounded as a cast
+// rounds; f32 otherwise.)
 struct LayerActs {
   Tensor a, rstd1;       // attn-norm output (t, d)*, its rstd (t)
   Tensor q, o, lse;      // attention side: (T, H, D) after RoPE, attention output (T, H, D), (T, H)

@@ -128,8 +128,8 @@ KVCacheOptions kv_cache_options(const ModelConfig& c, const ChunkPlan& p) {
   return o;
 }
 
-int64_t saved_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep) {
-  const int64_t rows = sweep == SweepOrder::Layer ? 3 : c.layers + 3;
+int64_t saved_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep, bool bf16) {
+  const int64_t rows = (sweep == SweepOrder::Layer ? 3 : c.layers + 3) - (bf16 ? 1 : 0);
   return rows * int64_t(Arena::need(DType::F32, {C, c.hidden})) + int64_t(Arena::need(DType::F32, {C})) +
          int64_t(Arena::need(DType::F64, {C, 4}));  // the final norm's rstd, the loss's row statistics
 }
@@ -221,7 +221,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   }
   m.at(dev, Tag::Activations) =
       LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp, K) +
-      saved_bytes(cfg, C / sp, plan.sweep) + saved_attention_bytes(grp, C, plan.sweep, K) +
+      saved_bytes(cfg, C / sp, plan.sweep, bf16) + saved_attention_bytes(grp, C, plan.sweep, K) +
       kept_attention_bytes(grp, plan.keep_attention, K, plan.precision == DType::BF16);
   if (plan.sweep == SweepOrder::Layer) {  // every layer's output of this rank's rows, and their device slots
     const int64_t arrays = ActivationStore::arrays(cfg, recomputes_tied_head(cfg, plan));

@@ -143,12 +143,13 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
                        size_t workspace_bytes, Tier backend_tier = Tier::Host, size_t pinned_workspace_bytes = 0);
 
 // Per chunk of C tokens (tag activations): each layer's input h_0..h_L, dh, the final norm's
-// output and rstd; and each layer's attention output and LSE, kept from the recompute sweep. The
+// output and rstd (bf16: no output here, the norm writes the lm_head's bf16 operand into the layer
+// plan's scratch); and each layer's attention output and LSE, kept from the recompute sweep. The
 // layer order keeps two layer inputs (h_0 and a scratch output; the rest is in host memory), no dh,
 // and one layer's attention output.
 // (--sp P: saved_bytes of C/P tokens, saved_attention_bytes of attention_group(cfg, plan): one
 // (C, H/(P K), D) and (C, H/(P K)) per layer and head group, `groups` = K of them.)
-int64_t saved_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep = SweepOrder::Chunk);
+int64_t saved_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep, bool bf16);
 int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep = SweepOrder::Chunk,
                               int64_t groups = 1);
 // --keep-attention's store (tag activations, beside saved_attention_bytes' chunk buffers): every

@@ -55,7 +55,8 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
       store_(cfg, be, plan.offload_params, plan.precision == DType::BF16, world_, plan.chunk / plan.sp),
       cache_(checked_options(att_cfg_, plan), be),
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
-      saved_(be.tier(), Tag::Activations, size_t(saved_bytes(cfg, plan.chunk / plan.sp, plan.sweep))),
+      saved_(be.tier(), Tag::Activations,
+             size_t(saved_bytes(cfg, plan.chunk / plan.sp, plan.sweep, plan.precision == DType::BF16))),
       saved_attn_(be.tier(), Tag::Activations,
                   size_t(saved_attention_bytes(attention_group(cfg, plan), plan.chunk, plan.sweep, plan.head_chunks))),
       kept_attn_(be.tier(), Tag::Activations,
@@ -77,7 +78,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
     h_.push_back(t);
   }
   if (!layer_order) dh_ = saved_.take(DType::F32, {Cl, cfg.hidden});
-  hnorm_ = saved_.take(DType::F32, {Cl, cfg.hidden});
+  if (plan.precision != DType::BF16) hnorm_ = saved_.take(DType::F32, {Cl, cfg.hidden});  // (bf16: final_norm)
   rstd_final_ = saved_.take(DType::F32, {Cl});
   xent_stats_ = saved_.take(DType::F64, {Cl, 4});
   const int64_t K = plan.head_chunks, Hg = att_cfg_.heads / K;  // head groups, each one's heads
@@ -340,11 +341,13 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
 
 // rstd_final and the final RMSNorm of the last layer's output h (n, d), the lm_head's input,
 // returned: into hnorm (n, d), or with --precision bf16 written in bf16 (rounded as a cast rounds)
-// into the layer plan's matmul scratch (free between the layers' passes; hnorm unused then).
+// into the layer plan's matmul scratch (free between the layers' passes; no hnorm then).
 Tensor Model::final_norm(const Tensor& h) {
   const int64_t n = h.dim(0);
-  Tensor hn = hnorm_.rows(0, n), rstd = rstd_final_.rows(0, n);
-  if (plan_.precision == DType::BF16) hn = Tensor(layer_plan_.view(n).x16.data, DType::BF16, {n, cfg_.hidden}, be_.tier());
+  const bool bf16 = plan_.precision == DType::BF16;
+  Tensor hn = bf16 ? Tensor(layer_plan_.view(n).x16.data, DType::BF16, {n, cfg_.hidden}, be_.tier())
+                  : hnorm_.rows(0, n);
+  Tensor rstd = rstd_final_.rows(0, n);
   be_.rmsnorm_fwd(h, store_.final_norm(), float(cfg_.rms_norm_eps), hn, rstd);
   return hn;
 }

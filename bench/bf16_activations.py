@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""The layer's activation memory under --precision bf16 against fp32, and against an oomb from before
+a change (--before), in one run.
+
+Trains one small model of Qwen2.5's proportions (I / d = 5.5) with `oomb train --device DEVICE` at
+each precision and reads the device's activations and total peaks from --metrics (the accountant's),
+beside `oomb plan --json`'s for the same flags, with the last step's loss. Then `oomb plan` alone for
+real shapes (--presets, --plan-seq-len, --plan-chunk). Results: one JSON object per line in --out,
+and Markdown tables on stdout."""
+import argparse, json, os, struct, subprocess, sys, tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def plan(oomb, flags):
+    p = subprocess.run([oomb, "plan", "--json"] + flags, capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)
+
+
+def train(args, oomb, model, data, precision, work):
+    metrics = os.path.join(work, f"m_{os.getpid()}_{precision}.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    flags = ["--device", args.device, "--seq-len", str(args.seq_len), "--chunk-size", str(args.chunk),
+             "--precision", precision]
+    cmd = [oomb, "train", "--model", model, "--data", data, "--steps", str(args.steps), "--lr", "1e-3",
+           "--metrics", metrics] + flags
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"oomb failed: {' '.join(cmd)}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    last = json.loads(open(metrics).read().splitlines()[-1])
+    mem = last["memory"].get("device", {})
+    want = plan(oomb, ["--model", model] + flags)["device"]
+    return {"precision": precision, "loss": last["loss"], "activations": mem.get("activations", {}).get("peak", 0),
+            "total": mem.get("total", {}).get("peak", 0), "plan_activations": want["activations"],
+            "plan_total": want["total"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--oomb", default=os.path.join(ROOT, "build", "oomb"))
+    ap.add_argument("--before", help="an oomb built before the change, for the before columns")
+    ap.add_argument("--device", default="sim", choices=["sim", "cuda"])
+    ap.add_argument("--init", default="--preset tiny --hidden 512 --intermediate 2816 --layers 4 --heads 8 "
+                    "--kv-heads 2 --vocab 8192", help="oomb init's shape flags")
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--chunk", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--presets", default="qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-7b")
+    ap.add_argument("--plan-seq-len", type=int, default=131072)
+    ap.add_argument("--plan-chunk", type=int, default=4096)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "bf16_activations.jsonl"))
+    args = ap.parse_args()
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    builds = [("after", args.oomb)] + ([("before", args.before)] if args.before else [])
+    work = tempfile.mkdtemp(prefix="oomb-bf16-activations-")
+    model = os.path.join(work, "model")
+    subprocess.run([args.oomb, "init"] + args.init.split() + ["--out", model], check=True, capture_output=True)
+    data = os.path.join(work, "tokens.bin")
+    with open(data, "wb") as f:  # a fixed pseudo-random stream, enough for every step
+        x = 12345
+        for _ in range(args.seq_len * args.steps + 1):
+            x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
+            f.write(struct.pack("<I", (x >> 33) % 512))
+    mismatched = 0
+    with open(args.out, "w") as out:
+        print("| build | precision | device activations | device total | plan = peaks | loss |")
+        print("|---|---|---|---|---|---|")
+        for name, oomb in builds:
+            for precision in ("fp32", "bf16"):
+                r = dict(train(args, oomb, model, data, precision, work), build=name)
+                out.write(json.dumps(r) + "\n")
+                same = r["activations"] == r["plan_activations"] and r["total"] == r["plan_total"]
+                mismatched += 0 if same else 1
+                print(f"| {name} | {precision} | {r['activations']:,} | {r['total']:,} | {'yes' if same else 'NO'} | "
+                      f"{r['loss']:.9f} |", flush=True)
+        print(f"\n`oomb plan --device cuda --precision bf16 --seq-len {args.plan_seq_len} --chunk-size "
+              f"{args.plan_chunk}`, device bytes:\n")
+        print("| preset | " + " | ".join(f"activations, {n} | total, {n}" for n, _ in builds) + " |")
+        print("|---|" + "---|---|" * len(builds))
+        for preset in args.presets.split(","):
+            cells = []
+            for name, oomb in builds:
+                d = plan(oomb, ["--preset", preset, "--device", "cuda", "--precision", "bf16", "--seq-len",
+                                str(args.plan_seq_len), "--chunk-size", str(args.plan_chunk)])["device"]
+                out.write(json.dumps({"build": name, "preset": preset, "activations": d["activations"],
+                                      "total": d["total"]}) + "\n")
+                cells += [f"{d['activations']:,}", f"{d['total']:,}"]
+            print(f"| {preset} | " + " | ".join(cells) + " |", flush=True)
+    if mismatched:
+        sys.exit(f"bf16_activations: {mismatched} run(s) whose peaks differ from oomb plan's")
+
+
+if __name__ == "__main__":
+    main()
