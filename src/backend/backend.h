@@ -87,6 +87,7 @@ struct WorkspaceShape {
   int64_t head_chunks = 1;       // --sp-head-chunks K: attention calls take heads / K, kv heads / K
   bool dense_attention = false;  // some attention calls see every earlier key unmasked (no documents,
                                  // a layer without a window): CUDA may route them through cuDNN
+  int64_t q_width = 0;  // H D of the q projection: every head (--sp: the token side's), read when bf16
 };
 
 class Backend {

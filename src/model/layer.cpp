@@ -142,6 +142,15 @@ enum LoraSlot { kQ, kK, kV, kO, kGate, kUp, kDown };
 void to_bf16(const LayerCtx& ctx, Tensor& x) {
   if (ctx.bf16) ctx.be.round_bf16(x);
 }
+// The attention output kept in bf16 (LayerBuffers::kept_o16; none: o is kept where it is): into it
+// from the plan's f32 o once attention wrote it, and back before o is read again (exact: the
+// values are bf16).
+void o_to_kept(const LayerCtx& ctx, LayerBuffers& plan) {
+  if (!plan.kept_o16.empty()) ctx.be.cast(plan.acts.o, plan.kept_o16);
+}
+void o_from_kept(const LayerCtx& ctx, LayerBuffers& plan) {
+  if (!plan.kept_o16.empty()) ctx.be.cast(plan.kept_o16, plan.acts.o);
+}
 // A matmul's operand x (T, n) f32: itself, or under --precision bf16 its bf16 copy, cast into
 // `to` (plan.x16, plan.dy16 or plan.lora_u16). x itself stays fp32.
 Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
@@ -335,6 +344,7 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   if (pass == LayerPass::OutputOnly) {  // o from the kept attention output: the token side's, each head group's
     for (int64_t j = 0; j < ctx.head_chunks; ++j) {
       plan.keep_group(j);
+      o_from_kept(ctx, plan);
       to_tokens(ctx, A.o, plan.o_loc, j);  // --sp: o (T, H/(P K), D) -> (t, H, D)
     }
     return layer_output(ctx, p, h_in, h_out, plan);
@@ -388,6 +398,9 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
                  be.attention_fwd(A.q.rows(q0, n), blocks, a, o, lse);
                });
         to_bf16(ctx, A.o);  // attention's backward reads o too: the bf16 values, kept in f32
+        o_to_kept(ctx, plan);
+      } else {
+        o_from_kept(ctx, plan);
       }
     }
     if (ctx.kv_write) ctx.kv_write->write(cache_layer(ctx, j), ctx.attn.q_idx0, plan.k, plan.v);
@@ -454,7 +467,8 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   // columns: the later groups' q, k, v are still there.
   for (int64_t j = 0; j < ctx.head_chunks; ++j) {
     plan.keep_group(j);
-    if (ctx.head_chunks > 1) {
+    if (ctx.head_chunks > 1) {  // (one group: the recompute left them, o included)
+      o_from_kept(ctx, plan);
       to_heads(ctx, plan.q_loc, A.q, j);
       to_heads(ctx, plan.k_loc, plan.k, j);
       to_heads(ctx, plan.v_loc, plan.v, j);

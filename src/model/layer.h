@@ -73,17 +73,21 @@ struct LayerBuffers {
   // head group j < K, (C, H, D) and (C, H) each, of which the first T rows are used. acts.o and
   // acts.lse become group 0's (and with one rank the token side's o too: the same tensor); the
   // layer takes group j's as it reaches it (keep_group).
+  // A bf16 o kept (--precision bf16's chunk order: o holds bf16 values) is kept_o16 instead, and
+  // acts.o stays the plan's own f32 o, where attention works: the layer casts it out and back.
   void keep_attention_in(const Tensor* o, const Tensor* lse, int64_t T) {
-    if (o_loc.data == acts.o.data) o_loc = o[0].rows(0, T);
+    if (o[0].dtype == DType::F32 && o_loc.data == acts.o.data) o_loc = o[0].rows(0, T);
     kept_o = o, kept_lse = lse;
     keep_group(0);
   }
   void keep_group(int64_t j) {
     if (!kept_o) return;
-    acts.o = kept_o[j].rows(0, acts.q.dim(0));
+    const Tensor o = kept_o[j].rows(0, acts.q.dim(0));
+    (o.dtype == DType::BF16 ? kept_o16 : acts.o) = o;
     acts.lse = kept_lse[j].rows(0, acts.q.dim(0));
   }
   const Tensor *kept_o = nullptr, *kept_lse = nullptr;
+  Tensor kept_o16;
 };
 
 // The static plan for chunks of up to T tokens, all tagged activations: it does not grow with the

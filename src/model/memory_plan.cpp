@@ -64,6 +64,7 @@ WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk, const LoraCo
   WorkspaceShape s{c.vocab, chunk, c.heads / sp, c.head_dim, params, precision == DType::BF16, c.hidden,
                    c.intermediate, chunk / sp};
   s.kv_heads = c.kv_heads / sp;
+  s.q_width = c.heads * c.head_dim;
   return s;
 }
 
@@ -134,9 +135,15 @@ int64_t saved_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep, bool bf16
          int64_t(Arena::need(DType::F64, {C, 4}));  // the final norm's rstd, the loss's row statistics
 }
 
-int64_t saved_attention_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep, int64_t groups) {
+// (the layer order keeps one layer's, where the layer works on it: f32)
+DType saved_o_dtype(SweepOrder sweep, bool bf16) {
+  return bf16 && sweep == SweepOrder::Chunk ? DType::BF16 : DType::F32;
+}
+
+int64_t saved_attention_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep, bool bf16, int64_t groups) {
   const int64_t layers = (sweep == SweepOrder::Layer ? 1 : c.layers) * groups;
-  return layers * int64_t(Arena::need(DType::F32, {C, c.heads, c.head_dim}) + Arena::need(DType::F32, {C, c.heads}));
+  return layers * int64_t(Arena::need(saved_o_dtype(sweep, bf16), {C, c.heads, c.head_dim}) +
+                          Arena::need(DType::F32, {C, c.heads}));
 }
 
 int64_t kept_attention_bytes(const ModelConfig& c, int64_t N, int64_t groups, bool bf16) {
@@ -221,7 +228,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   }
   m.at(dev, Tag::Activations) =
       LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp, K) +
-      saved_bytes(cfg, C / sp, plan.sweep, bf16) + saved_attention_bytes(grp, C, plan.sweep, K) +
+      saved_bytes(cfg, C / sp, plan.sweep, bf16) + saved_attention_bytes(grp, C, plan.sweep, bf16, K) +
       kept_attention_bytes(grp, plan.keep_attention, K, plan.precision == DType::BF16);
   if (plan.sweep == SweepOrder::Layer) {  // every layer's output of this rank's rows, and their device slots
     const int64_t arrays = ActivationStore::arrays(cfg, recomputes_tied_head(cfg, plan));

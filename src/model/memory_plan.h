@@ -148,10 +148,11 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
 // layer order keeps two layer inputs (h_0 and a scratch output; the rest is in host memory), no dh,
 // and one layer's attention output.
 // (--sp P: saved_bytes of C/P tokens, saved_attention_bytes of attention_group(cfg, plan): one
-// (C, H/(P K), D) and (C, H/(P K)) per layer and head group, `groups` = K of them.)
+// (C, H/(P K), D) and (C, H/(P K)) per layer and head group, `groups` = K of them.) bf16: the
+// chunk order keeps the attention outputs in bf16 (they hold bf16 values; saved_o_dtype).
 int64_t saved_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep, bool bf16);
-int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep = SweepOrder::Chunk,
-                              int64_t groups = 1);
+DType saved_o_dtype(SweepOrder sweep, bool bf16);
+int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep, bool bf16, int64_t groups);
 // --keep-attention's store (tag activations, beside saved_attention_bytes' chunk buffers): every
 // layer's and head group's attention output (N, H, D), bf16 or f32, and LSE (N, H) f32, of
 // attention_group(cfg, plan)'s heads.

@@ -58,7 +58,8 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
       saved_(be.tier(), Tag::Activations,
              size_t(saved_bytes(cfg, plan.chunk / plan.sp, plan.sweep, plan.precision == DType::BF16))),
       saved_attn_(be.tier(), Tag::Activations,
-                  size_t(saved_attention_bytes(attention_group(cfg, plan), plan.chunk, plan.sweep, plan.head_chunks))),
+                  size_t(saved_attention_bytes(attention_group(cfg, plan), plan.chunk, plan.sweep,
+                                                plan.precision == DType::BF16, plan.head_chunks))),
       kept_attn_(be.tier(), Tag::Activations,
                  size_t(kept_attention_bytes(attention_group(cfg, plan), plan.keep_attention, plan.head_chunks,
                                              plan.precision == DType::BF16))),
@@ -84,7 +85,8 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
   const int64_t K = plan.head_chunks, Hg = att_cfg_.heads / K;  // head groups, each one's heads
   for (int64_t l = 0; l < cfg.layers * K; ++l) {  // layer l / K's head group l % K
     const bool fresh = !layer_order || l < K;
-    const Tensor o = fresh ? saved_attn_.take(DType::F32, {C, Hg, cfg.head_dim}) : att_o_[size_t(l % K)];
+    const DType o_dtype = saved_o_dtype(plan.sweep, plan.precision == DType::BF16);
+    const Tensor o = fresh ? saved_attn_.take(o_dtype, {C, Hg, cfg.head_dim}) : att_o_[size_t(l % K)];
     const Tensor lse = fresh ? saved_attn_.take(DType::F32, {C, Hg}) : att_lse_[size_t(l % K)];
     att_o_.push_back(o);
     att_lse_.push_back(lse);
@@ -329,7 +331,7 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   for (int64_t l = 0; l < L; ++l) {
     const size_t li = size_t(l);
     const LayerCtx ctx = layer_ctx(l, c, l < attending, false, write);
-    keep_attention(buf, l, n);
+    if (!write || keeping_) keep_attention(buf, l, n);  // (the forward sweep's are kept only to keep them)
     if (sweep == Sweep::RecomputeKept) keep(l, c, false);
     Tensor h_out = h_[li + 1].rows(0, t);
     layer_forward(ctx, store_.acquire(l), h_[li].rows(0, t), h_out, buf,

@@ -26,7 +26,7 @@ class CpuBackend : public Backend {
     const int64_t rows = std::clamp<int64_t>(s.scored(), 1, kLossTile), Vt = lm_head_vocab_tile(s.vocab);
     int64_t wide = 0;
     if (s.bf16) {
-      const int64_t d = s.hidden, X = std::max(s.heads * s.head_dim, s.intermediate), T = s.scored();
+      const int64_t d = s.hidden, X = std::max(s.q_width, s.intermediate), T = s.scored();
       wide = std::max(T * (d + X) + d * X, Vt * d + rows * d);
     }
     return size_t(rows * Vt) * 4 + size_t(wide) * 4;
