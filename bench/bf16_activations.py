@@ -7,7 +7,9 @@ each precision and reads the device's activations and total peaks from --metrics
 beside `oomb plan --json`'s for the same flags, with the last step's loss. Then `oomb plan` alone for
 real shapes (--presets, --plan-seq-len, --plan-chunk). Results: one JSON object per line in --out,
 and Markdown tables on stdout."""
-import argparse, json, os, struct, subprocess, sys, tempfile
+import argparse, json, os, subprocess, sys
+
+from bench_setup import init_model, write_tokens
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -54,15 +56,8 @@ def main():
     args = ap.parse_args()
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     builds = [("after", args.oomb)] + ([("before", args.before)] if args.before else [])
-    work = tempfile.mkdtemp(prefix="oomb-bf16-activations-")
-    model = os.path.join(work, "model")
-    subprocess.run([args.oomb, "init"] + args.init.split() + ["--out", model], check=True, capture_output=True)
-    data = os.path.join(work, "tokens.bin")
-    with open(data, "wb") as f:  # a fixed pseudo-random stream, enough for every step
-        x = 12345
-        for _ in range(args.seq_len * args.steps + 1):
-            x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
-            f.write(struct.pack("<I", (x >> 33) % 512))
+    work, model = init_model(args.oomb, args.init.split(), "oomb-bf16-activations-")
+    data = write_tokens(os.path.join(work, "tokens.bin"), args.seq_len * args.steps + 1, 512)  # every step's
     mismatched = 0
     with open(args.out, "w") as out:
         print("| build | precision | device activations | device total | plan = peaks | loss |")

@@ -7,7 +7,9 @@ Each line is one `oomb train --device DEVICE --lora-rank R --lora-targets all` p
 by (tier, tag) come from --metrics (the accountant's) and are printed beside `oomb plan --json`'s
 for the same flags, with the step's loss. Results: one JSON object per line in --out, and a
 Markdown table on stdout."""
-import argparse, json, os, struct, subprocess, sys, tempfile
+import argparse, json, os, subprocess, sys
+
+from bench_setup import init_model, write_tokens
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -53,15 +55,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "lora_memory.jsonl"))
     args = ap.parse_args()
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    work = tempfile.mkdtemp(prefix="oomb-lora-memory-")
-    model = os.path.join(work, "model")
-    subprocess.run([args.oomb, "init"] + args.init.split() + ["--out", model], check=True, capture_output=True)
-    data = os.path.join(work, "tokens.bin")
-    with open(data, "wb") as f:  # a fixed pseudo-random stream, enough for every step
-        x = 12345
-        for _ in range(args.seq_len * args.steps + 1):
-            x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
-            f.write(struct.pack("<I", (x >> 33) % 128))
+    work, model = init_model(args.oomb, args.init.split(), "oomb-lora-memory-")
+    data = write_tokens(os.path.join(work, "tokens.bin"), args.seq_len * args.steps + 1)  # every step's
     print("| precision | offload | device weights | device total | pinned weights | pinned total | plan = peaks | loss |")
     print("|---|---|---|---|---|---|---|---|")
     mismatched = 0

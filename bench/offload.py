@@ -7,7 +7,9 @@ the two lines differ only in --offload kv --offload-group G. On --device sim (th
 CPU kernels run and the copy engine is a thread doing memcpy, so the times compare the engine's
 work with and without offload, not a GPU's; on --device cuda (scripts/gpu_session.sh) they give
 offload's slowdown. Results: one JSON object per line in --out, and a Markdown table on stdout."""
-import argparse, json, os, struct, subprocess, sys, tempfile
+import argparse, json, os, subprocess, sys
+
+from bench_setup import init_model, write_tokens
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -46,16 +48,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "offload.jsonl"))
     args = ap.parse_args()
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    work = tempfile.mkdtemp(prefix="oomb-offload-")
-    model = os.path.join(work, "model")
-    subprocess.run([args.oomb, "init", "--preset", args.preset, "--out", model], check=True, capture_output=True)
+    work, model = init_model(args.oomb, ["--preset", args.preset], "oomb-offload-")
     lens = [int(x) for x in args.lens.split(",")]
-    data = os.path.join(work, "tokens.bin")
-    with open(data, "wb") as f:  # a fixed pseudo-random stream, enough for every step of the longest N
-        x = 12345
-        for _ in range(max(lens) * args.steps + 1):
-            x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
-            f.write(struct.pack("<I", (x >> 33) % 128))  # ids < 128 fit every preset's vocabulary
+    data = write_tokens(os.path.join(work, "tokens.bin"), max(lens) * args.steps + 1)  # every step of the longest N
     rows = []
     with open(args.out, "w") as out:
         for N in lens:

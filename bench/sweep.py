@@ -11,7 +11,9 @@ is a thread doing memcpy (OOMB_SIM_COPY_DELAY_US adds a delay before every copy)
 compare the engine's work in the two orders on this CPU, not a GPU's. The losses of the two orders
 are printed too: they must be equal (the orders give the same bits). Results: one JSON object per
 line in --out, and a Markdown table on stdout."""
-import argparse, json, os, resource, struct, subprocess, sys, tempfile
+import argparse, json, os, resource, subprocess, sys
+
+from bench_setup import init_model, write_tokens
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -61,16 +63,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "sweep.jsonl"))
     args = ap.parse_args()
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    work = tempfile.mkdtemp(prefix="oomb-sweep-")
-    model = os.path.join(work, "model")
-    subprocess.run([args.oomb, "init", *args.shape.split(), "--out", model], check=True, capture_output=True)
+    work, model = init_model(args.oomb, args.shape.split(), "oomb-sweep-")
     lens = [int(x) for x in args.lens.split(",")]
-    data = os.path.join(work, "tokens.bin")
-    with open(data, "wb") as f:  # a fixed pseudo-random stream, enough for every step of the longest N
-        x = 12345
-        for _ in range(max(lens) * args.steps + 1):
-            x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
-            f.write(struct.pack("<I", (x >> 33) % 128))
+    data = write_tokens(os.path.join(work, "tokens.bin"), max(lens) * args.steps + 1)  # every step of the longest N
     rows = []
     with open(args.out, "w") as out:
         for N in lens:
