@@ -141,11 +141,11 @@ struct LayerCtx {
 };
 
 // How much of the layer a forward pass runs: all of it; only until K/V exist (the forward sweep's
-// last layer); all but attention, whose output plan.acts.o and lse already hold (the recompute
-// before a layer's backward, from the recompute sweep's saved attention, or with --keep-attention
-// the forward sweep's); or only what h_out needs from that output (OutputOnly: no q, k, v, RoPE or
-// their all-to-alls; --keep-attention's recompute sweep below the top layer, whose internals the
-// recompute before each backward makes again).
+// last layer); all but attention, whose output plan.acts.o and lse already hold, or under bf16's
+// chunk order kept_o16 and lse (the recompute before a layer's backward, from the recompute sweep's
+// saved attention, or with --keep-attention the forward sweep's); or only what h_out needs from
+// that output (OutputOnly: no q, k, v, RoPE or their all-to-alls; --keep-attention's recompute
+// sweep below the top layer, whose internals the recompute before each backward makes again).
 enum class LayerPass { Full, KVOnly, SavedAttention, OutputOnly };
 
 // h_out (T, d) = layer(h_in); fills plan.acts, plan.k, plan.v (with head groups: the last group's
