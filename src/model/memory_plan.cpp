@@ -140,7 +140,9 @@ DType saved_o_dtype(SweepOrder sweep, bool bf16) {
   return bf16 && sweep == SweepOrder::Chunk ? DType::BF16 : DType::F32;
 }
 
-int64_t saved_attention_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep, bool bf16, int64_t groups) {
+int64_t saved_attention_bytes(const ModelConfig& c, int64_t C, SweepOrder sweep, bool bf16, int64_t groups,
+                              bool kept) {
+  if (kept) return 0;
   const int64_t layers = (sweep == SweepOrder::Layer ? 1 : c.layers) * groups;
   return layers * int64_t(Arena::need(saved_o_dtype(sweep, bf16), {C, c.heads, c.head_dim}) +
                           Arena::need(DType::F32, {C, c.heads}));
@@ -228,7 +230,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   }
   m.at(dev, Tag::Activations) =
       LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp, K) +
-      saved_bytes(cfg, C / sp, plan.sweep, bf16) + saved_attention_bytes(grp, C, plan.sweep, bf16, K) +
+      saved_bytes(cfg, C / sp, plan.sweep, bf16) + saved_attention_bytes(grp, C, plan.sweep, bf16, K, plan.keep_attention > 0) +
       kept_attention_bytes(grp, plan.keep_attention, K, plan.precision == DType::BF16);
   if (plan.sweep == SweepOrder::Layer) {  // every layer's output of this rank's rows, and their device slots
     const int64_t arrays = ActivationStore::arrays(cfg, recomputes_tied_head(cfg, plan));

@@ -149,13 +149,15 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
 // and one layer's attention output.
 // (--sp P: saved_bytes of C/P tokens, saved_attention_bytes of attention_group(cfg, plan): one
 // (C, H/(P K), D) and (C, H/(P K)) per layer and head group, `groups` = K of them.) bf16: the
-// chunk order keeps the attention outputs in bf16 (they hold bf16 values; saved_o_dtype).
+// chunk order keeps the attention outputs in bf16 (they hold bf16 values; saved_o_dtype). kept
+// (--keep-attention): no attention output buffers at all, the layers work in the store's rows.
 int64_t saved_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep, bool bf16);
 DType saved_o_dtype(SweepOrder sweep, bool bf16);
-int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep, bool bf16, int64_t groups);
-// --keep-attention's store (tag activations, beside saved_attention_bytes' chunk buffers): every
-// layer's and head group's attention output (N, H, D), bf16 or f32, and LSE (N, H) f32, of
-// attention_group(cfg, plan)'s heads.
+int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C, SweepOrder sweep, bool bf16, int64_t groups,
+                              bool kept);
+// --keep-attention's store (tag activations, in place of saved_attention_bytes' chunk buffers):
+// every layer's and head group's attention output (N, H, D), bf16 or f32, and LSE (N, H) f32, of
+// attention_group(cfg, plan)'s heads. Each pass addresses chunk c's rows of it directly.
 int64_t kept_attention_bytes(const ModelConfig& cfg, int64_t N, int64_t groups, bool bf16);
 
 }  // namespace oomb

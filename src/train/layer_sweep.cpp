@@ -51,9 +51,9 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
   std::iota(chunks_up_.begin(), chunks_up_.end(), int64_t(0));
   chunks_down_.assign(chunks_up_.rbegin(), chunks_up_.rend());
   LossStats st;
-  auto layer_buffers = [&](int64_t n) {
-    LayerBuffers buf = layer_plan_.view(n);
-    keep_attention(buf, 0, n);  // (every layer's is layer 0's)
+  auto layer_buffers = [&](int64_t l, ChunkSpan c) {  // (without --keep-attention every layer's is layer 0's)
+    LayerBuffers buf = layer_plan_.view(c.size());
+    keep_attention(buf, keeping_ ? l : 0, c);
     return buf;
   };
   auto embedded = [&](int64_t n) {  // h_0 of this rank's rows of the loaded chunk
@@ -75,9 +75,8 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
       if (l == 0) st.targets += counted;
       const Tensor h_in = l == 0 ? embedded(n) : acts_->in(0);
       Tensor h_out = acts_->out();
-      LayerBuffers buf = layer_buffers(n);
+      LayerBuffers buf = layer_buffers(l, c);  // (--keep-attention: attention writes into the store)
       layer_forward(layer_ctx(l, c, true, false, true), p, h_in, h_out, buf, LayerPass::Full);  // K/V written
-      if (keeping_) keep(l, c, true);
       acts_->next();
     }
     store_.release(l);
@@ -94,7 +93,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
     const int64_t n = c.size();
     inputs_.load(read, c, false, cache_.docs());
     const Tensor h = acts_->in(0), hn = final_norm(h);
-    LayerBuffers buf = layer_buffers(n);
+    LayerBuffers buf = layer_plan_.view(n);
     Tensor dhn = buf.g.da, dh = acts_->out();
     head_loss(hn, mine(inputs_.targets(n), n), scale, &dhn, !head_later, head_later ? pass_sums_ : sums_t_);
     be_.rmsnorm_bwd(h, store_.final_norm(), rstd_final_.rows(0, local(n)), dhn, dh, false,
@@ -116,8 +115,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
       inputs_.load(read, c, false, cache_.docs());
       const Tensor h_in = l == 0 ? embedded(n) : acts_->in(0);
       Tensor dh = acts_->in(l == 0 ? 0 : 1), scratch = h_[1].rows(0, local(n));
-      LayerBuffers buf = layer_buffers(n);
-      if (keeping_) keep(l, c, false);
+      LayerBuffers buf = layer_buffers(l, c);
       // recomputed from its input, attention too (--keep-attention: its output kept from the forward sweep)
       layer_forward(layer_ctx(l, c, !keeping_, false, false), p, h_in, scratch, buf,
                     keeping_ ? LayerPass::SavedAttention : LayerPass::Full);

@@ -59,7 +59,8 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
              size_t(saved_bytes(cfg, plan.chunk / plan.sp, plan.sweep, plan.precision == DType::BF16))),
       saved_attn_(be.tier(), Tag::Activations,
                   size_t(saved_attention_bytes(attention_group(cfg, plan), plan.chunk, plan.sweep,
-                                                plan.precision == DType::BF16, plan.head_chunks))),
+                                                plan.precision == DType::BF16, plan.head_chunks,
+                                                plan.keep_attention > 0))),
       kept_attn_(be.tier(), Tag::Activations,
                  size_t(kept_attention_bytes(attention_group(cfg, plan), plan.keep_attention, plan.head_chunks,
                                              plan.precision == DType::BF16))),
@@ -83,7 +84,8 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
   rstd_final_ = saved_.take(DType::F32, {Cl});
   xent_stats_ = saved_.take(DType::F64, {Cl, 4});
   const int64_t K = plan.head_chunks, Hg = att_cfg_.heads / K;  // head groups, each one's heads
-  for (int64_t l = 0; l < cfg.layers * K; ++l) {  // layer l / K's head group l % K
+  // layer l / K's head group l % K (--keep-attention: none, the layers work in the store's rows)
+  for (int64_t l = 0; plan.keep_attention == 0 && l < cfg.layers * K; ++l) {
     const bool fresh = !layer_order || l < K;
     const DType o_dtype = saved_o_dtype(plan.sweep, plan.precision == DType::BF16);
     const Tensor o = fresh ? saved_attn_.take(o_dtype, {C, Hg, cfg.head_dim}) : att_o_[size_t(l % K)];
@@ -97,6 +99,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
     kept_o_.push_back(kept_attn_.take(o16, {plan.keep_attention, Hg, cfg.head_dim}));
     kept_lse_.push_back(kept_attn_.take(DType::F32, {plan.keep_attention, Hg}));
   }
+  if (plan.keep_attention > 0) kept_chunk_o_.resize(size_t(K)), kept_chunk_lse_.resize(size_t(K));
   sums_t_ = Tensor(sums_.data(), DType::F64, {2}, be.tier());
   tied_head_ = recomputes_tied_head(cfg, plan);
   if (tied_head_) pass_sums_ = Tensor(sums_.as<double>() + 2, DType::F64, {2}, be.tier());
@@ -280,22 +283,23 @@ LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads,
   return ctx;
 }
 
-// Layer l's saved attention output and LSE (one per head group) for a chunk of n tokens.
-void Model::keep_attention(LayerBuffers& buf, int64_t l, int64_t n) {
-  const size_t at = size_t(l * plan_.head_chunks);
-  buf.keep_attention_in(&att_o_[at], &att_lse_[at], n);
-}
-
-// (each head group's (n, H/K, D) attention side: all n tokens of the chunk, this rank's heads; a
-// bf16 store is exact, the outputs hold bf16 values)
-void Model::keep(int64_t l, ChunkSpan c, bool out) {
+// Layer l's saved attention output and LSE (one per head group) for chunk c: the chunk buffers
+// (att_o_), or while keeping (--keep-attention) chunk c's rows of the store itself, where the
+// forward sweep's attention writes them and every later pass reads them (each head group's
+// (n, H/K, D): all n tokens of the chunk, this rank's heads).
+void Model::keep_attention(LayerBuffers& buf, int64_t l, ChunkSpan c) {
   const int64_t n = c.size();
-  for (int64_t j = 0; j < plan_.head_chunks; ++j) {
-    const size_t at = size_t(l * plan_.head_chunks + j);
-    Tensor chunk[2] = {att_o_[at].rows(0, n), att_lse_[at].rows(0, n)};
-    Tensor kept[2] = {kept_o_[at].rows(c.begin, n), kept_lse_[at].rows(c.begin, n)};
-    for (int i = 0; i < 2; ++i) out ? be_.cast(chunk[i], kept[i]) : be_.cast(kept[i], chunk[i]);
+  const size_t at = size_t(l * plan_.head_chunks);
+  if (!keeping_) {
+    OOMB_CHECK(at < att_o_.size(), "model: layer {}'s attention output has no buffer (a model planned for "
+               "--keep-attention keeps them only while training)", l);
+    return buf.keep_attention_in(&att_o_[at], &att_lse_[at], n);
   }
+  for (size_t j = 0; j < kept_chunk_o_.size(); ++j) {
+    kept_chunk_o_[j] = kept_o_[at + j].rows(c.begin, n);
+    kept_chunk_lse_[j] = kept_lse_[at + j].rows(c.begin, n);
+  }
+  buf.keep_attention_in(kept_chunk_o_.data(), kept_chunk_lse_.data(), n);
 }
 
 // Layer l's K/V and gradient pages (every head group's) from first_page on.
@@ -331,12 +335,10 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   for (int64_t l = 0; l < L; ++l) {
     const size_t li = size_t(l);
     const LayerCtx ctx = layer_ctx(l, c, l < attending, false, write);
-    if (!write || keeping_) keep_attention(buf, l, n);  // (the forward sweep's are kept only to keep them)
-    if (sweep == Sweep::RecomputeKept) keep(l, c, false);
+    if (!write || keeping_) keep_attention(buf, l, c);  // (the forward sweep's are kept only to keep them)
     Tensor h_out = h_[li + 1].rows(0, t);
     layer_forward(ctx, store_.acquire(l), h_[li].rows(0, t), h_out, buf,
                   l < attending ? LayerPass::Full : rest(l));  // (writes the K/V when `write`)
-    if (keeping_ && write) keep(l, c, true);
     store_.release(l);
   }
 }
@@ -527,7 +529,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
       const size_t li = size_t(l);
       const LayerCtx ctx = layer_ctx(l, c, true, true, false);
       Tensor h_in = h_[li].rows(0, tn), h_out = h_[li + 1].rows(0, tn);
-      keep_attention(buf, l, n);
+      keep_attention(buf, l, c);
       // recompute the internals but attention (the top layer's are still there)
       const LayerParams& p = store_.acquire(l);
       if (l + 1 < L) layer_forward(ctx, p, h_in, h_out, buf, LayerPass::SavedAttention);

@@ -122,10 +122,7 @@ class Model {
                 const ChunkObserver& after_chunk = {});
   LossStats run_layer_major(const ChunkReader& read, int64_t N, float weight);  // train/layer_sweep.cpp
   LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads, bool forward_sweep);
-  void keep_attention(LayerBuffers& buf, int64_t layer, int64_t n);
-  // --keep-attention: layer l's attention output and LSE of chunk c from its chunk buffers into the
-  // store (out: after its forward), or back (before the backward's recompute needs them)
-  void keep(int64_t layer, ChunkSpan c, bool out);
+  void keep_attention(LayerBuffers& buf, int64_t layer, ChunkSpan c);
   void release_pages(int64_t layer, int64_t first_page);
   void forward_layers(ChunkSpan c, Sweep sweep);
   Tensor final_norm(const Tensor& h);
@@ -182,9 +179,10 @@ class Model {
   Tensor xent_stats_;  // (C / P, 4) f64: the loss's per-row statistics
   std::vector<Tensor> h_;               // layers + 1 of (C, d) (the layer order: two, alternating)
   // layers x head groups of (C, H, D) and (C, H), layer l's group j at l K + j (the layer order: one
-  // layer's, at every l)
+  // layer's, at every l); none under --keep-attention (the store's rows stand in)
   std::vector<Tensor> att_o_, att_lse_;
   std::vector<Tensor> kept_o_, kept_lse_;  // --keep-attention's store (kept_attn_), as att_o_
+  std::vector<Tensor> kept_chunk_o_, kept_chunk_lse_;  // one chunk's rows of a layer's, each head group's
   bool keeping_ = false;  // this run keeps every chunk's attention output (--keep-attention, training)
   // the layer order: the host arrays, the chunks in order and reversed, the loss pass's sums when
   // the tied head's are added later (tied_head_)
