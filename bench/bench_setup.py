@@ -1,6 +1,7 @@
-"""What the memory and offload benchmarks share: a fresh model directory from `oomb init`, and a
-fixed pseudo-random token stream (u32 ids below `vocab`, the same bytes in every run)."""
-import os, struct, subprocess, tempfile
+"""What the memory and offload benchmarks share: a fresh model directory from `oomb init`, a
+fixed pseudo-random token stream (u32 ids below `vocab`, the same bytes in every run), and a
+training run's last step (loss, device peaks, seconds) beside `oomb plan --json`'s device bytes."""
+import json, os, struct, subprocess, sys, tempfile, time
 
 
 def init_model(oomb, init_flags, prefix):
@@ -19,3 +20,30 @@ def write_tokens(path, count, vocab=128):
             x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
             f.write(struct.pack("<I", (x >> 33) % vocab))
     return path
+
+
+def plan(oomb, flags):
+    """`oomb plan --json <flags>`, parsed."""
+    p = subprocess.run([oomb, "plan", "--json"] + flags, capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)
+
+
+def train_peaks(oomb, model, data, flags, steps, metrics):
+    """`oomb train` of `steps` steps with `flags` (--metrics into the file `metrics`): the last step's
+    loss, the device's activations and total peaks (the accountant's), the wall seconds of the whole
+    command, and `oomb plan`'s device activations and total for the same flags."""
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    cmd = [oomb, "train", "--model", model, "--data", data, "--steps", str(steps), "--lr", "1e-3",
+           "--metrics", metrics] + flags
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"oomb failed: {' '.join(cmd)}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    last = json.loads(open(metrics).read().splitlines()[-1])
+    mem = last["memory"].get("device", {})
+    want = plan(oomb, ["--model", model] + flags)["device"]
+    return {"loss": last["loss"], "activations": mem.get("activations", {}).get("peak", 0),
+            "total": mem.get("total", {}).get("peak", 0), "seconds": seconds,
+            "plan_activations": want["activations"], "plan_total": want["total"]}

@@ -7,36 +7,19 @@ each precision and reads the device's activations and total peaks from --metrics
 beside `oomb plan --json`'s for the same flags, with the last step's loss. Then `oomb plan` alone for
 real shapes (--presets, --plan-seq-len, --plan-chunk). Results: one JSON object per line in --out,
 and Markdown tables on stdout."""
-import argparse, json, os, subprocess, sys
+import argparse, json, os, sys
 
-from bench_setup import init_model, write_tokens
+from bench_setup import init_model, plan, train_peaks, write_tokens
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def plan(oomb, flags):
-    p = subprocess.run([oomb, "plan", "--json"] + flags, capture_output=True, text=True, check=True)
-    return json.loads(p.stdout)
-
-
 def train(args, oomb, model, data, precision, work):
-    metrics = os.path.join(work, f"m_{os.getpid()}_{precision}.jsonl")
-    if os.path.exists(metrics):
-        os.remove(metrics)
     flags = ["--device", args.device, "--seq-len", str(args.seq_len), "--chunk-size", str(args.chunk),
              "--precision", precision]
-    cmd = [oomb, "train", "--model", model, "--data", data, "--steps", str(args.steps), "--lr", "1e-3",
-           "--metrics", metrics] + flags
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"oomb failed: {' '.join(cmd)}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-    last = json.loads(open(metrics).read().splitlines()[-1])
-    mem = last["memory"].get("device", {})
-    want = plan(oomb, ["--model", model] + flags)["device"]
-    return {"precision": precision, "loss": last["loss"], "activations": mem.get("activations", {}).get("peak", 0),
-            "total": mem.get("total", {}).get("peak", 0), "plan_activations": want["activations"],
-            "plan_total": want["total"]}
+    metrics = os.path.join(work, f"m_{os.getpid()}_{precision}.jsonl")
+    return dict(train_peaks(oomb, model, data, flags, args.steps, metrics), precision=precision)
 
 
 def main():
