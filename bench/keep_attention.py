@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""What --keep-attention costs in device memory, against the run without it, and against an oomb from
+before a change (--before), in one run.
+
+Trains one small model of Qwen2.5's proportions with `oomb train --device DEVICE` with and without
+--keep-attention at each precision, and reads the device's activations and total peaks from --metrics
+(the accountant's) beside `oomb plan --json`'s for the same flags, with the last step's loss and the
+command's wall seconds (on sim a CPU's, so only the memory columns speak for a GPU). Then `oomb plan
+--keep-attention` alone for real shapes. Results: one JSON object per line in --out, and Markdown
+tables on stdout."""
+import argparse, json, os, sys
+
+from bench_setup import init_model, plan, train_peaks, write_tokens
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--oomb", default=os.path.join(ROOT, "build", "oomb"))
+    ap.add_argument("--before", help="an oomb built before the change, for the before rows")
+    ap.add_argument("--device", default="sim", choices=["sim", "cuda"])
+    ap.add_argument("--init", default="--preset tiny --hidden 512 --intermediate 2816 --layers 4 --heads 8 "
+                    "--kv-heads 2 --vocab 8192", help="oomb init's shape flags")
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--chunk", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--presets", default="qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-7b")
+    ap.add_argument("--plan-seq-len", type=int, default=131072)
+    ap.add_argument("--plan-chunk", type=int, default=4096)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "keep_attention.jsonl"))
+    args = ap.parse_args()
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    builds = [("after", args.oomb)] + ([("before", args.before)] if args.before else [])
+    work, model = init_model(args.oomb, args.init.split(), "oomb-keep-attention-")
+    data = write_tokens(os.path.join(work, "tokens.bin"), args.seq_len * args.steps + 1, 512)  # every step's
+    mismatched, losses = 0, {}
+    with open(args.out, "w") as out:
+        print("| build | precision | --keep-attention | device activations | device total | plan = peaks | "
+              "loss | seconds |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, oomb in builds:
+            for precision in ("fp32", "bf16"):
+                for keep in (False, True):
+                    flags = ["--device", args.device, "--seq-len", str(args.seq_len), "--chunk-size",
+                             str(args.chunk), "--precision", precision] + (["--keep-attention"] if keep else [])
+                    metrics = os.path.join(work, f"m_{name}_{precision}_{keep}.jsonl")
+                    r = dict(train_peaks(oomb, model, data, flags, args.steps, metrics), build=name,
+                             precision=precision, keep=keep)
+                    out.write(json.dumps(r) + "\n")
+                    same = r["activations"] == r["plan_activations"] and r["total"] == r["plan_total"]
+                    mismatched += 0 if same else 1
+                    losses.setdefault(precision, set()).add(r["loss"])
+                    print(f"| {name} | {precision} | {'yes' if keep else 'no'} | {r['activations']:,} | "
+                          f"{r['total']:,} | {'yes' if same else 'NO'} | {r['loss']:.9f} | {r['seconds']:.1f} |",
+                          flush=True)
+        print(f"\n`oomb plan --device cuda --seq-len {args.plan_seq_len} --chunk-size {args.plan_chunk} "
+              f"--keep-attention`, device activations:\n")
+        print("| preset | precision | " + " | ".join(f"{n}" for n, _ in builds) + " |")
+        print("|---|---|" + "---|" * len(builds))
+        for preset in args.presets.split(","):
+            for precision in ("bf16", "fp32"):
+                cells = []
+                for name, oomb in builds:
+                    d = plan(oomb, ["--preset", preset, "--device", "cuda", "--precision", precision, "--seq-len",
+                                    str(args.plan_seq_len), "--chunk-size", str(args.plan_chunk),
+                                    "--keep-attention"])["device"]
+                    out.write(json.dumps({"build": name, "preset": preset, "precision": precision,
+                                          "activations": d["activations"], "total": d["total"]}) + "\n")
+                    cells.append(f"{d['activations']:,}")
+                print(f"| {preset} | {precision} | " + " | ".join(cells) + " |", flush=True)
+    if mismatched:
+        sys.exit(f"keep_attention: {mismatched} run(s) whose peaks differ from oomb plan's")
+    differing = [p for p, s in losses.items() if len(s) != 1]
+    if differing:
+        sys.exit(f"keep_attention: losses differ with and without --keep-attention (or between builds) at {differing}")
+
+
+if __name__ == "__main__":
+    main()
