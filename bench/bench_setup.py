@@ -1,7 +1,10 @@
 """What the memory and offload benchmarks share: a fresh model directory from `oomb init`, a
 fixed pseudo-random token stream (u32 ids below `vocab`, the same bytes in every run), and a
 training run's last step (loss, device peaks, seconds) beside `oomb plan --json`'s device bytes."""
-import json, os, struct, subprocess, sys, tempfile, time
+import argparse, json, os, struct, subprocess, sys, tempfile, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 
 
 def init_model(oomb, init_flags, prefix):
@@ -20,6 +23,29 @@ def write_tokens(path, count, vocab=128):
             x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
             f.write(struct.pack("<I", (x >> 33) % vocab))
     return path
+
+
+def before_after_args(doc, out_name):
+    """The command line of a memory benchmark that trains one small model (of Qwen2.5's proportions
+    by default) with this build and optionally an older one (--before), then plans real shapes
+    (--presets at --plan-seq-len, --plan-chunk); results into bench/results/<out_name>. Parsed, with
+    --out's folder made."""
+    ap = argparse.ArgumentParser(description=doc)
+    ap.add_argument("--oomb", default=os.path.join(ROOT, "build", "oomb"))
+    ap.add_argument("--before", help="an oomb built before the change, for the before rows")
+    ap.add_argument("--device", default="sim", choices=["sim", "cuda"])
+    ap.add_argument("--init", default="--preset tiny --hidden 512 --intermediate 2816 --layers 4 --heads 8 "
+                    "--kv-heads 2 --vocab 8192", help="oomb init's shape flags")
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--chunk", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--presets", default="qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-7b")
+    ap.add_argument("--plan-seq-len", type=int, default=131072)
+    ap.add_argument("--plan-chunk", type=int, default=4096)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", out_name))
+    args = ap.parse_args()
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    return args
 
 
 def plan(oomb, flags):

@@ -7,12 +7,9 @@ each precision and reads the device's activations and total peaks from --metrics
 beside `oomb plan --json`'s for the same flags, with the last step's loss. Then `oomb plan` alone for
 real shapes (--presets, --plan-seq-len, --plan-chunk). Results: one JSON object per line in --out,
 and Markdown tables on stdout."""
-import argparse, json, os, sys
+import json, os, sys
 
-from bench_setup import init_model, plan, train_peaks, write_tokens
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+from bench_setup import before_after_args, init_model, plan, train_peaks, write_tokens
 
 
 def train(args, oomb, model, data, precision, work):
@@ -23,21 +20,7 @@ def train(args, oomb, model, data, precision, work):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--oomb", default=os.path.join(ROOT, "build", "oomb"))
-    ap.add_argument("--before", help="an oomb built before the change, for the before columns")
-    ap.add_argument("--device", default="sim", choices=["sim", "cuda"])
-    ap.add_argument("--init", default="--preset tiny --hidden 512 --intermediate 2816 --layers 4 --heads 8 "
-                    "--kv-heads 2 --vocab 8192", help="oomb init's shape flags")
-    ap.add_argument("--seq-len", type=int, default=2048)
-    ap.add_argument("--chunk", type=int, default=512)
-    ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--presets", default="qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-7b")
-    ap.add_argument("--plan-seq-len", type=int, default=131072)
-    ap.add_argument("--plan-chunk", type=int, default=4096)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "bf16_activations.jsonl"))
-    args = ap.parse_args()
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    args = before_after_args(__doc__, "bf16_activations.jsonl")
     builds = [("after", args.oomb)] + ([("before", args.before)] if args.before else [])
     work, model = init_model(args.oomb, args.init.split(), "oomb-bf16-activations-")
     data = write_tokens(os.path.join(work, "tokens.bin"), args.seq_len * args.steps + 1, 512)  # every step's

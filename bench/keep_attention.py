@@ -8,30 +8,13 @@ Trains one small model of Qwen2.5's proportions with `oomb train --device DEVICE
 command's wall seconds (on sim a CPU's, so only the memory columns speak for a GPU). Then `oomb plan
 --keep-attention` alone for real shapes. Results: one JSON object per line in --out, and Markdown
 tables on stdout."""
-import argparse, json, os, sys
+import json, os, sys
 
-from bench_setup import init_model, plan, train_peaks, write_tokens
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+from bench_setup import before_after_args, init_model, plan, train_peaks, write_tokens
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--oomb", default=os.path.join(ROOT, "build", "oomb"))
-    ap.add_argument("--before", help="an oomb built before the change, for the before rows")
-    ap.add_argument("--device", default="sim", choices=["sim", "cuda"])
-    ap.add_argument("--init", default="--preset tiny --hidden 512 --intermediate 2816 --layers 4 --heads 8 "
-                    "--kv-heads 2 --vocab 8192", help="oomb init's shape flags")
-    ap.add_argument("--seq-len", type=int, default=2048)
-    ap.add_argument("--chunk", type=int, default=512)
-    ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--presets", default="qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-7b")
-    ap.add_argument("--plan-seq-len", type=int, default=131072)
-    ap.add_argument("--plan-chunk", type=int, default=4096)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "keep_attention.jsonl"))
-    args = ap.parse_args()
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    args = before_after_args(__doc__, "keep_attention.jsonl")
     builds = [("after", args.oomb)] + ([("before", args.before)] if args.before else [])
     work, model = init_model(args.oomb, args.init.split(), "oomb-keep-attention-")
     data = write_tokens(os.path.join(work, "tokens.bin"), args.seq_len * args.steps + 1, 512)  # every step's
