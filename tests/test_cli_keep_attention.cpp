@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <regex>
 #include <sstream>
 
 #include "core/memory.h"
@@ -124,4 +125,22 @@ TEST(CliKeepAttention, TrainAndPlanSayWhenKeepingWouldFit) {
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr(fmt::format("without --keep-attention it needs device {}, host and pinned",
                                            format_bytes(without))));
+}
+
+// oomb plan's device memory per token (printed with --sparse-pages, from the plans at N and 2N)
+// counts the store's growth: every layer's (H, D) output and (H) LSE of one more token, fp32 on sim.
+TEST(CliKeepAttention, PlanPerTokenCountsTheStore) {
+  const TinyRun run;
+  const ModelConfig& cfg = run.cfg;
+  auto per_token = [&](const std::string& more) {
+    const CmdResult p = oomb_cmd(run.dir, fmt::format("plan --model {} --seq-len 1024 --chunk-size 64 --device sim "
+                                                      "--sparse-pages 2 --sparse-tile 64{}", run.m, more));
+    EXPECT_EQ(p.code, 0) << p.out;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(p.out, m, std::regex("device memory per token: ([0-9.]+) B"))) << p.out;
+    return m.empty() ? -1.0 : std::stod(m[1]);
+  };
+  const double without = per_token(""), with = per_token(" --keep-attention");
+  ASSERT_GT(without, 0);
+  EXPECT_NEAR(with - without, double(cfg.layers * cfg.heads * (cfg.head_dim + 1) * 4), 0.1);
 }

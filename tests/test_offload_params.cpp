@@ -6,6 +6,7 @@
 // that. The device's memory does not grow with depth (2..16 layers) but for each layer's saved
 // activations, and the plan equals every (tier, tag) peak. A plan that does not fit the host is
 // refused naming the tag and the bytes. (The host update's loops: test_host_update.cpp.)
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -196,16 +197,20 @@ TEST_F(OffloadParams, EvaluationLogitsAndDecodingStreamTheTiles) {
 // gradients, weights and moments bit for bit of the resident LoRA run, fp32 and bf16, in the chunk
 // and the layer order, with --offload kv,params and a copy delay; no gradient crosses (the base
 // has none), the weights cross as the planner counts them; a run that skips the wait for a
-// layer's arrival differs (the control).
+// layer's arrival differs (the control). With --train-embeddings-norms (untied models: the
+// trainable embedding, final norm and layer norms resident, bound over the streamed base's) the
+// same, the embedding and norms among what is compared; tied, it is refused naming the flags.
 TEST_F(OffloadParams, LoraBitwiseIdenticalToResidentParameters) {
   const int64_t N = 37;
-  LoraConfig lora;
-  lora.rank = 4;
-  lora.alpha = 8;
-  parse_lora_targets("q,v,gate,down", lora);
   int compared = 0;
+  for (const bool embed_norms : {false, true})
   for (const auto& dir : *models_)
     for (const DType precision : {DType::F32, DType::BF16}) {
+      LoraConfig lora;
+      lora.rank = 4;
+      lora.alpha = 8;
+      lora.train_embeddings_norms = embed_norms;
+      parse_lora_targets("q,v,gate,down", lora);
       auto with = [&](ChunkPlan p, SweepOrder order) {
         p.lora = lora;
         p.precision = precision;
@@ -213,17 +218,34 @@ TEST_F(OffloadParams, LoraBitwiseIdenticalToResidentParameters) {
         return p;
       };
       auto sim = make_sim_backend(0, 200);
+      const ModelConfig c = load_config(dir);
+      if (embed_norms && c.tie_word_embeddings) {
+        SCOPED_TRACE(dir.filename().string());
+        EXPECT_THROW(
+            {
+              try {
+                Model m(c, *sim, with(plan_of(false, true), SweepOrder::Chunk));
+              } catch (const Error& e) {
+                EXPECT_THAT(e.what(), ::testing::HasSubstr("--offload params with --train-embeddings-norms on tied "
+                                                           "embeddings: not supported yet"));
+                throw;
+              }
+            },
+            Error);
+        continue;
+      }
       const Trained ref = train_steps(*sim, dir, with(plan_of(false, false), SweepOrder::Chunk), "adamw", N, 3, 2);
       for (const bool kv : {false, true})
         for (const SweepOrder order : {SweepOrder::Chunk, SweepOrder::Layer}) {
-          SCOPED_TRACE(fmt::format("{} {} --offload {} --sweep {}", dir.filename().string(), dtype_name(precision),
-                                   kv ? "kv,params" : "params", sweep_name(order)));
+          SCOPED_TRACE(fmt::format("{} {} --offload {} --sweep {}{}", dir.filename().string(), dtype_name(precision),
+                                   kv ? "kv,params" : "params", sweep_name(order),
+                                   embed_norms ? " --train-embeddings-norms" : ""));
           EXPECT_EQ(difference(ref, train_steps(*sim, dir, with(plan_of(kv, true), order), "adamw", N, 3, 2)), "");
           ++compared;
         }
       if (dir != models_->front()) continue;
       std::string early = "(left out)";
-      if (!tsan_leaves_out("LoRA's base without the param store's 'in' wait")) {
+      if (!embed_norms && !tsan_leaves_out("LoRA's base without the param store's 'in' wait")) {
         auto slow = make_sim_backend(0, 2000);
         ParamStore::drop_wait_for_test("in");
         early = difference(ref, train_steps(*slow, dir, with(plan_of(false, true), SweepOrder::Chunk), "adamw", N, 3, 2));
@@ -244,8 +266,10 @@ TEST_F(OffloadParams, LoraBitwiseIdenticalToResidentParameters) {
       m.params();  // writable access: the base may change
       m.forward_backward(t.data(), t.data() + 1, N, 1.0f);
       EXPECT_EQ(m.store().image_casts(), precision == DType::BF16 ? 2 : 0);
+      // (the trainable embedding stands in for the base's: no rows cross, 2 N d fp32 values less)
       const SweepTraffic want = chunk_order_traffic(cfg, N, 13, 1, precision == DType::BF16);
-      EXPECT_EQ(got.weights_in, want.weights);
+      EXPECT_EQ(got.weights_in, want.weights - (embed_norms ? 2 * N * cfg.hidden * 4 : 0));
+      EXPECT_EQ(got.weights_in, sweep_traffic(cfg, plan, N).chunk.weights);
       EXPECT_EQ(got.grads_in + got.grads_out, 0);
       EXPECT_EQ(sweep_traffic(cfg, plan, N).chunk.grads, 0);
       EXPECT_EQ(sweep_traffic(cfg, plan, N).layer.grads, 0);
@@ -447,23 +471,29 @@ TEST(OffloadParamsMemory, Bf16PlanEqualsThePeaks) {
 // LoRA with --offload kv,params (fp32 and bf16): the plan equals every (tier, tag) peak; the
 // device holds the streamed base's two layer slots and head, and the adapters with their
 // gradients and moments (no gradient slots); the pinned host holds the base's masters (bf16: the
-// frozen base once, its layers their own images, and a tied lm_head's bf16 copy).
+// frozen base once, its layers their own images, and a tied lm_head's bf16 copy). With
+// --train-embeddings-norms the trainable set (on the device) holds the embedding and norms too.
 TEST(OffloadParamsMemory, LoraPlanEqualsThePeaks) {
   Accountant& acc = Accountant::global();
   const ModelConfig cfg = parse_config(tiny_config_json("qwen2", 2), "LoRA memory test config");
+  for (const bool embed_norms : {false, true})
   for (const DType precision : {DType::F32, DType::BF16}) {
-    SCOPED_TRACE(dtype_name(precision));
+    SCOPED_TRACE(fmt::format("{}{}", dtype_name(precision), embed_norms ? " --train-embeddings-norms" : ""));
     ChunkPlan plan{64, 16};
     plan.offload_kv = plan.offload_params = true;
     plan.offload_group = 2;
     plan.precision = precision;
     plan.lora.rank = 4;
+    plan.lora.train_embeddings_norms = embed_norms;
     parse_lora_targets("all", plan.lora);
     acc.reset_peaks();
     const MemoryPlan pred = oomb::testing::train_for_peaks(cfg, plan, 256, true, 2);
     expect_peaks_equal(pred);
     const bool bf16 = precision == DType::BF16;
     const int64_t Pt = lora_param_count(cfg, plan.lora);
+    if (embed_norms) {
+      EXPECT_GT(Pt, cfg.vocab * cfg.hidden);  // (the embedding among them)
+    }
     EXPECT_EQ(acc.get(Tier::Device, Tag::Grads).peak, Pt * 4);
     EXPECT_EQ(acc.get(Tier::Device, Tag::Optimizer).peak, 2 * Pt * 4);
     EXPECT_EQ(acc.get(Tier::Device, Tag::Weights).peak,
@@ -471,10 +501,12 @@ TEST(OffloadParamsMemory, LoraPlanEqualsThePeaks) {
     const int64_t base = bf16 ? frozen_bf16_bytes(cfg) + (cfg.tie_word_embeddings ? cfg.vocab * cfg.hidden * 2 : 0)
                               : param_count(cfg) * 4;
     EXPECT_EQ(acc.get(Tier::Pinned, Tag::Weights).peak,
-              base + (cfg.tie_word_embeddings ? 0 : 2 * plan.chunk * cfg.hidden * 4));  // (untied: the embedding's staging)
+              base + (cfg.tie_word_embeddings || embed_norms ? 0 : 2 * plan.chunk * cfg.hidden * 4));  // (untied: the
+              // embedding's staging; none where the trainable embedding stands in for it)
     EXPECT_EQ(acc.get(Tier::Pinned, Tag::Grads).peak, 0);  // (the frozen embedding's rows send no gradients)
-    std::cout << fmt::format("[ memory   ] LoRA {} with --offload kv,params: device weights {} B, gradients {} B, "
+    std::cout << fmt::format("[ memory   ] LoRA {}{} with --offload kv,params: device weights {} B, gradients {} B, "
                              "moments {} B; pinned weights {} B\n", dtype_name(precision),
+                             embed_norms ? " --train-embeddings-norms" : "",
                              acc.get(Tier::Device, Tag::Weights).peak, acc.get(Tier::Device, Tag::Grads).peak,
                              acc.get(Tier::Device, Tag::Optimizer).peak, acc.get(Tier::Pinned, Tag::Weights).peak);
   }

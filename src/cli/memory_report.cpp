@@ -81,9 +81,12 @@ double device_bytes_per_token(const ModelConfig& cfg, const ChunkPlan& plan, int
                               size_t workspace_bytes, Tier dev, size_t pinned_workspace_bytes) {
   ChunkPlan p2 = plan;
   if (p2.offload_kv && p2.offload_group == 0) p2.offload_group = KVCache::group_for(kv_cache_options(cfg, plan), N);
-  const MemoryPlan a = plan_memory(cfg, p2, N, optimizer, workspace_bytes, dev, pinned_workspace_bytes);
-  const MemoryPlan b = plan_memory(cfg, p2, 2 * N, optimizer, workspace_bytes, dev, pinned_workspace_bytes);
-  return double(b.total(dev) - a.total(dev)) / double(N);
+  auto at = [&](int64_t n) {  // (--keep-attention keeps the outputs of every token of a sequence of n)
+    ChunkPlan p = p2;
+    if (p.keep_attention > 0) p.keep_attention = n;
+    return plan_memory(cfg, p, n, optimizer, workspace_bytes, dev, pinned_workspace_bytes).total(dev);
+  };
+  return double(at(2 * N) - at(N)) / double(N);
 }
 
 }  // namespace oomb::cli

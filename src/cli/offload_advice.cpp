@@ -15,7 +15,7 @@ std::optional<MemoryPlan> plan_with_offload(ChunkPlan plan, bool kv, bool params
                                             const std::function<MemoryPlan(const ChunkPlan&)>& plan_for) {
   plan.offload_kv = kv, plan.offload_params = params;
   try {
-    if (params) check_offload_params(plan);
+    if (params) check_offload_params(cfg, plan);
     if (zero3(plan)) check_zero3(plan, backend_tier);
     set_sweep(sweep_flag, sweep_given, cfg, N, host_available, plan_for, plan);
     return plan_for(plan);

@@ -191,7 +191,7 @@ Command add_plan(CLI::App& app) {
               const Tier dev = device == "cpu" ? Tier::Host : Tier::Device;
               const int64_t L = cfg.layers, fwd = recomputed_attention_passes(cfg, plan);
               std::cout << fmt::format("--keep-attention: {} more {} activations (every layer's attention output and "
-                                       "LSE for all {} tokens, in place of one chunk's; {} in all against {}), for {} attention forward passes "
+                                       "LSE for all {} tokens, in place of the layers' own buffers; {} in all against {}), for {} attention forward passes "
                                        "a step instead of {}, beside the {} backward\n",
                                        format_bytes(m.get(dev, Tag::Activations) - m0.get(dev, Tag::Activations)),
                                        tier_name(dev), a->seq_len, format_bytes(m.total()), format_bytes(m0.total()),

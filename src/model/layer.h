@@ -73,8 +73,9 @@ struct LayerBuffers {
   // head group j < K, (C, H, D) and (C, H) each, of which the first T rows are used. acts.o and
   // acts.lse become group 0's (and with one rank the token side's o too: the same tensor); the
   // layer takes group j's as it reaches it (keep_group).
-  // A bf16 o kept (--precision bf16's chunk order: o holds bf16 values) is kept_o16 instead, and
-  // acts.o stays the plan's own f32 o, where attention works: the layer casts it out and back.
+  // A bf16 o kept (--precision bf16's chunk order, or its --keep-attention store in either order:
+  // o holds bf16 values) is kept_o16 instead, and acts.o stays the plan's own f32 o, where
+  // attention works: the layer casts it out and back.
   void keep_attention_in(const Tensor* o, const Tensor* lse, int64_t T) {
     if (o[0].dtype == DType::F32 && o_loc.data == acts.o.data) o_loc = o[0].rows(0, T);
     kept_o = o, kept_lse = lse;
@@ -141,9 +142,10 @@ struct LayerCtx {
 };
 
 // How much of the layer a forward pass runs: all of it; only until K/V exist (the forward sweep's
-// last layer); all but attention, whose output plan.acts.o and lse already hold, or under bf16's
-// chunk order kept_o16 and lse (the recompute before a layer's backward, from the recompute sweep's
-// saved attention, or with --keep-attention the forward sweep's); or only what h_out needs from
+// last layer); all but attention, whose output plan.acts.o and lse already hold, or where a bf16 o
+// is kept (bf16's chunk order; --keep-attention's bf16 store in either order) kept_o16 and lse (the
+// recompute before a layer's backward, from the recompute sweep's saved attention, or with
+// --keep-attention the forward sweep's); or only what h_out needs from
 // that output (OutputOnly: no q, k, v, RoPE or their all-to-alls; --keep-attention's recompute
 // sweep below the top layer, whose internals the recompute before each backward makes again).
 enum class LayerPass { Full, KVOnly, SavedAttention, OutputOnly };

@@ -170,17 +170,18 @@ void check_zero3(const ChunkPlan& p, Tier dev) {
   OOMB_CHECK(!p.lora.on(), "--zero 3 with LoRA: not supported yet (the frozen base would be sharded; use --zero 2)");
 }
 
-void check_offload_params(const ChunkPlan& p) {
+void check_offload_params(const ModelConfig& cfg, const ChunkPlan& p) {
   if (!p.offload_params || !p.lora.on()) return;
-  OOMB_CHECK(!p.lora.train_embeddings_norms, "--offload params with --train-embeddings-norms: not supported yet (the "
-             "streamed layers' norms are the frozen base's)");
+  OOMB_CHECK(!p.lora.train_embeddings_norms || !cfg.tie_word_embeddings, "--offload params with "
+             "--train-embeddings-norms on tied embeddings: not supported yet (the lm_head would stream the frozen "
+             "base's table, not the trained one)");
   OOMB_CHECK(!zero3(p), "--zero 3 with LoRA: not supported yet (the frozen base would be sharded; use --zero 2)");
 }
 
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,
                        size_t workspace_bytes, Tier dev, size_t pinned_workspace_bytes) {
   check_zero3(plan, dev);
-  check_offload_params(plan);
+  check_offload_params(cfg, plan);
   const int64_t P = param_count(cfg), C = std::min(plan.chunk, N), sp = plan.sp;
   check_plan_size(cfg, N, C, P);
   ChunkPlan used = plan;
@@ -220,7 +221,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
     m.at(dev, Tag::Weights) += ParamStore::device_weight_bytes(cfg, bf16, zero3(plan));
     if (!plan.lora.on()) m.at(dev, Tag::Grads) += ParamStore::device_bytes(cfg, zero3(plan));  // (LoRA: the base has none)
     if (bf16 && !zero3(plan)) m.at(Tier::Pinned, Tag::Weights) += ParamStore::host_image_bytes(cfg, frozen);
-    if (plan.offload_params) {  // an embedding on the host: its rows' staging (with gradients: theirs and their ids)
+    // an embedding on the host: its rows' staging (with gradients: theirs and their ids); none where
+    // LoRA's trainable embedding stands in for it
+    if (plan.offload_params && !(plan.lora.on() && plan.lora.train_embeddings_norms)) {
       const int64_t rows = C / sp;
       m.at(Tier::Pinned, Tag::Weights) += ParamStore::embed_staging_bytes(cfg, zero3(plan), rows, Tag::Weights);
       if (!plan.lora.on())

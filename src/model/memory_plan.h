@@ -90,8 +90,9 @@ inline int64_t recomputed_attention_passes(const ModelConfig& cfg, const ChunkPl
 // Needs a device (backend tier `dev`) and full fine-tuning; check_zero3 refuses anything else.
 inline bool zero3(const ChunkPlan& p) { return p.zero == 3 && p.ranks > 1; }
 void check_zero3(const ChunkPlan& p, Tier dev);
-// --offload params with LoRA streams the frozen base; refuses what it cannot take, naming the flags.
-void check_offload_params(const ChunkPlan& p);
+// --offload params with LoRA streams the frozen base (with --train-embeddings-norms, an untied
+// one: the trainable embedding and norms stay resident); refuses what it cannot take, naming the flags.
+void check_offload_params(const ModelConfig& cfg, const ChunkPlan& p);
 
 // What one rank of --sp P sees inside attention: the model with H/P heads and G/P kv heads.
 ModelConfig attention_side(const ModelConfig& cfg, int64_t sp);

@@ -43,7 +43,8 @@ LayerParams rebase(const LayerParams& p, const float* from, float* to, Tier tier
 void ParamStore::drop_wait_for_test(const char* which) { g_dropped_wait = which ? which : ""; }
 void ParamStore::skip_reduce_for_test(bool skip) { g_skip_reduce = skip; }
 
-ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16, Comm* world, int64_t chunk_rows)
+ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16, Comm* world, int64_t chunk_rows,
+                       bool trained_embed)
     : cfg_(c),
       be_(be),
       slots_(offload || world),
@@ -59,7 +60,8 @@ ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf1
   tile_slots_ = head_tile_slots(c, world != nullptr) * (offload ? 1 : 0);
   for (int s = 0; s < tile_slots_; ++s) tin_[s] = be.new_event(), tused_[s] = be.new_event();
   gout_ = be.new_event(), tout_ = be.new_event();
-  if (offload && embeds_on_host(c, world != nullptr)) host_embed_ = std::make_unique<HostEmbedding>(c, be, chunk_rows);
+  if (offload && embeds_on_host(c, world != nullptr) && !trained_embed)
+    host_embed_ = std::make_unique<HostEmbedding>(c, be, chunk_rows);
   if (host_embed_ && streams_ && c.tie_word_embeddings) {  // one host table: its adds after the tiles' copies back
     // (on a GPU in the layer order nothing else orders the host's adds after those copies: the
     // compute stream, not the host, waits for the next tiles; the simulated device's compute
@@ -146,6 +148,11 @@ void ParamStore::bind(Params& weights, ParamViews views) {
   if (!slots_) return;
   adapters_ = w_.layers;
   const ModelConfig& c = cfg_;
+  if (w_.trained) {
+    OOMB_CHECK(!c.tie_word_embeddings, "--offload params with --train-embeddings-norms on tied embeddings: not "
+               "supported yet (the lm_head would stream the frozen base's table, not the trained one)");
+    trained_embed_ = w_.embed, trained_final_norm_ = w_.final_norm, trained_norms_ = true;
+  }
   if (world_)
     OOMB_CHECK(weights.flat().tier == home_ && weights.flat().numel() == shards_.numel,
                "param store: --zero 3's masters must be this rank's shards in {} memory", tier_name(home_));
@@ -213,7 +220,7 @@ void ParamStore::bind_images() {
   }
   char* h = whead_.as<char>();
   const bool z3 = world_ != nullptr;
-  w_ = {{}, host_embed_ ? Tensor() : Tensor(h, DType::F32, {c.vocab, c.hidden}, D),
+  w_ = {{}, embeds_on_host(c, z3) ? Tensor() : Tensor(h, DType::F32, {c.vocab, c.hidden}, D),
         Tensor(h + head_norm_at(c, z3), DType::F32, {c.hidden}, D),
         streams_ ? Tensor() : Tensor(h + head_lm_at(c, z3), DType::BF16, {c.vocab, c.hidden}, D)};
   grad_zero_.assign(size_t(c.layers), true);
@@ -351,12 +358,13 @@ void ParamStore::head_copy(float* dev, Params& host, bool in) {
 }
 
 void ParamStore::embed_fwd(const Tensor& ids, const int32_t* host_ids, Tensor& out) {
+  if (!trained_embed_.empty()) return be_.embedding_fwd(ids, trained_embed_, out);
   if (!host_embed_) return be_.embedding_fwd(ids, w_.embed, out);
   traffic_.weights_in += host_embed_->fwd(ids, host_ids, weights_->embed, out);
 }
 
 void ParamStore::embed_bwd(const Tensor& ids, const int32_t* host_ids, const Tensor& dout) {
-  if (!host_embed_) {
+  if (!host_embed_ || !trained_embed_.empty()) {  // (trained: g_ are the trainable set's, as bound)
     if (!g_.embed.empty()) be_.embedding_bwd(ids, dout, g_.embed);
     return;
   }
@@ -441,7 +449,7 @@ void ParamStore::begin_sequence(bool grads, bool masters_changed) {
     const int64_t E = cfg_.vocab * cfg_.hidden, d = cfg_.hidden;
     char* h = whead_.as<char>();
     const Tier D = Tier::Device, P = Tier::Pinned;
-    if (!host_embed_) be_.copy_async(h, D, weights_->embed.data, P, size_t(E) * 4, Stream::Copy);
+    if (!embeds_on_host(cfg_, false)) be_.copy_async(h, D, weights_->embed.data, P, size_t(E) * 4, Stream::Copy);
     be_.copy_async(h + head_norm_at(cfg_, false), D, weights_->final_norm.data, P, size_t(d) * 4, Stream::Copy);
     if (!streams_)  // (no --zero 3 here)
       be_.copy_async(h + head_lm_at(cfg_, false), D, lm_image(), P, size_t(E) * 2, Stream::Copy);
@@ -621,6 +629,7 @@ const LayerParams& ParamStore::acquire(int64_t l) {
   const LayerParams& a = adapters_[size_t(l)];
   std::copy(std::begin(a.lora), std::end(a.lora), std::begin(v.lora));
   v.lora_scale = a.lora_scale;
+  if (trained_norms_) v.attn_norm = a.attn_norm, v.mlp_norm = a.mlp_norm, v.q_norm = a.q_norm, v.k_norm = a.k_norm;
   return v;
 }
 

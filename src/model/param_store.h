@@ -13,7 +13,10 @@
 // With LoRA the offloaded masters are the frozen base's: its layers stream through the weight
 // slots as without LoRA, each acquired layer bound to its adapters; the trainable set (adapters),
 // its gradients and moments stay in the backend's memory (bind_grads: a resident set), so no
-// gradient slot exists and nothing goes back to the host.
+// gradient slot exists and nothing goes back to the host. With --train-embeddings-norms
+// (ParamViews::trained, an untied lm_head) the trainable set's embedding, final norm and layer norms
+// stand in for the base's: acquire binds each layer's norms over its slot's, and the embedding and
+// final norm are the trainable set's, resident (the base's stay where they are, unread).
 // The device holds two layer slots of weights and two of gradients (double-buffered: the layer
 // computing and the next one arriving on the copy stream) and the head (embedding, final norm,
 // lm_head) with its gradients. A pass announces its layer order (begin_pass); acquire(l) waits for
@@ -85,13 +88,18 @@ namespace oomb {
 struct ParamViews {
   std::vector<LayerParams> layers;
   Tensor embed, final_norm, lm_head;
+  // LoRA's --train-embeddings-norms: embed, final_norm and the layers' norms are the trainable
+  // set's (in the backend's memory), not the frozen base's
+  bool trained = false;
 };
 
 class ParamStore {
  public:
-  // chunk_rows: the most token rows embed_fwd / embed_bwd take at once (this rank's of a chunk)
+  // chunk_rows: the most token rows embed_fwd / embed_bwd take at once (this rank's of a chunk);
+  // trained_embed: LoRA's trainable embedding stands in for the base's (ParamViews::trained), so an
+  // offloaded base's embedding needs no staging
   ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16 = false, Comm* zero3_world = nullptr,
-             int64_t chunk_rows = 0);
+             int64_t chunk_rows = 0, bool trained_embed = false);
   ~ParamStore();
   bool offloaded() const { return slots_ && home_ == Tier::Pinned; }
   // The tier the masters and gradients live in (the moments: host_side of it): the backend's, or
@@ -139,7 +147,7 @@ class ParamStore {
   // out, dout: (n, d)
   void embed_fwd(const Tensor& ids, const int32_t* host_ids, Tensor& out);
   void embed_bwd(const Tensor& ids, const int32_t* host_ids, const Tensor& dout);
-  const Tensor& final_norm() const { return w_.final_norm; }
+  const Tensor& final_norm() const { return trained_final_norm_.empty() ? w_.final_norm : trained_final_norm_; }
   const Tensor& lm_head() const { return w_.lm_head; }
   // the head's gradients (empty where a tensor is frozen, under LoRA)
   Tensor& grad_embed() { return g_.embed; }
@@ -273,6 +281,10 @@ class ParamStore {
   Tier home_;   // where the masters, gradients and moments live (home())
   bool frozen_base_ = false;  // offloaded, with gradients resident: LoRA's (the base has none)
   std::vector<LayerParams> adapters_;  // with slots: each layer's views as bound (LoRA: its adapters)
+  // with slots and ParamViews::trained: LoRA's trainable embedding and final norm, and whether the
+  // layers' norms in adapters_ are the trainable set's
+  Tensor trained_embed_, trained_final_norm_;
+  bool trained_norms_ = false;
   bool bf16_;   // slots with --precision bf16: the slots hold images
   bool mixed_ = false;  // the masters are a frozen bf16 base (model/params.h): its layers are their images
   Comm* world_ = nullptr;  // --zero 3

@@ -97,6 +97,9 @@ SweepChoice sweep_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N
   if (!plan.offload_params) {  // resident weights and gradients do not move
     s.chunk = {};
     s.layer.weights = s.layer.grads = 0;
+  } else if (plan.lora.on() && plan.lora.train_embeddings_norms && ParamStore::embeds_on_host(c, false)) {
+    const int64_t rows = 2 * (N / plan.sp) * c.hidden * 4;  // (embed_rows': LoRA's resident embedding stands in)
+    s.chunk.weights -= rows, s.layer.weights -= rows;
   }
   if (plan.lora.on()) s.chunk.grads = s.layer.grads = 0;  // the frozen base has none; LoRA's stay
   for (auto [t, order] : {std::pair{&s.chunk, SweepOrder::Chunk}, std::pair{&s.layer, SweepOrder::Layer}}) {

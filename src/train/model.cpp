@@ -28,9 +28,9 @@ static ModelConfig checked_sp(const ModelConfig& cfg, const ChunkPlan& plan, con
 }
 
 // --zero 3 on several ranks: every rank's communicator, and the layout of this rank's shards.
-static Comm* checked_zero3(const ChunkPlan& plan, Tier dev, Comm* world) {
+static Comm* checked_zero3(const ModelConfig& cfg, const ChunkPlan& plan, Tier dev, Comm* world) {
   check_zero3(plan, dev);
-  check_offload_params(plan);
+  check_offload_params(cfg, plan);
   if (!zero3(plan)) return nullptr;
   OOMB_CHECK(world && world->size() == plan.ranks && world->rank() == plan.rank,
              "model: --zero 3 needs the world of {} ranks", plan.ranks);
@@ -50,9 +50,10 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
       be_(be),
       plan_(plan),
       att_cfg_(checked_sp(cfg, plan, sp)),
-      world_(checked_zero3(plan, be.tier(), world)),
+      world_(checked_zero3(cfg, plan, be.tier(), world)),
       params_(cfg, master_layout(cfg, plan), ParamStore::home(be, plan.offload_params), Tag::Weights),
-      store_(cfg, be, plan.offload_params, plan.precision == DType::BF16, world_, plan.chunk / plan.sp),
+      store_(cfg, be, plan.offload_params, plan.precision == DType::BF16, world_, plan.chunk / plan.sp,
+             plan.lora.on() && plan.lora.train_embeddings_norms),
       cache_(checked_options(att_cfg_, plan), be),
       inputs_(plan.chunk, plan.doc_sep, cfg.vocab, be),
       saved_(be.tier(), Tag::Activations,
@@ -146,7 +147,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
     }
   }
   if (plan.sparse.on()) sparse_ = std::make_unique<SparseSelector>(plan.sparse, cache_.options().kv, be);
-  store_.bind(params_, {layers_, embed_, final_norm_, lm_head_});
+  store_.bind(params_, {layers_, embed_, final_norm_, lm_head_, plan.lora.on() && plan.lora.train_embeddings_norms});
 }
 
 bool Model::sync_compute_weights() {

@@ -169,7 +169,7 @@ class Model {
   std::unique_ptr<SparseSelector> sparse_;  // --sparse-pages: the choice of pages (tag page_meta)
   ChunkInputs inputs_;   // ids, targets, positions, documents of one chunk (tag data)
   Arena saved_;          // one chunk's layer inputs h_0..h_L, dh, final norm (tag activations)
-  Arena saved_attn_;     // one chunk's attention output and LSE per layer (tag activations)
+  Arena saved_attn_;     // one chunk's attention output and LSE per layer (tag activations; empty under --keep-attention)
   // --keep-attention's store: layers x head groups of (N, H, D) (bf16 under --precision bf16) and
   // (N, H) (tag activations; kept_attention_bytes)
   Arena kept_attn_;

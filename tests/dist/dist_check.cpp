@@ -19,7 +19,9 @@
 // gradients against the run's (bf16_vs_fp32_grad_rel_err, a control test_dist bounds from below).
 // Its bounds stay fp32's (1e-6, 1e-4 for the weights) unless --bf16-order-noise: then loss,
 // gradients, every step's loss and the weights may differ by twice bf16's own reduction-order
-// noise where larger (the single rank's runs in other chunk sizes against its run, as above; the
+// noise where larger (the single rank against itself in other chunk sizes: for the loss and
+// gradients in one chunk and in half-size chunks, as above; for the steps and weights in
+// half-size chunks; the
 // CPU's BLAS sums a rank's t rows in another order than the single rank's T, and bf16 rounds
 // some of those last-place differences up to its own, which the layers after carry on).
 // Faults for test_dist: --skip-reduce (no gradient sum, nor --zero 3's reduce-scatter: the check
