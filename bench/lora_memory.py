@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """LoRA's frozen base in memory: --precision fp32 (the base's fp32 masters) against bf16 (the base
 held once in bf16: bf16 matrices, fp32 embedding, norms and biases), resident and with --offload
-params, in one run on one model.
+params, in one run on one model (--embed-norms: with the embedding and norms trainable too).
 
 Each line is one `oomb train --device DEVICE --lora-rank R --lora-targets all` process; its peaks
 by (tier, tag) come from --metrics (the accountant's) and are printed beside `oomb plan --json`'s
@@ -19,7 +19,7 @@ RUNS = [("fp32", ""), ("bf16", ""), ("fp32", "params"), ("bf16", "params")]
 def flags(args, precision, offload):
     f = ["--device", args.device, "--seq-len", str(args.seq_len), "--chunk-size", str(args.chunk), "--lora-rank",
          str(args.rank), "--lora-targets", "all", "--precision", precision]
-    return f + (["--offload", offload] if offload else [])
+    return f + (["--offload", offload] if offload else []) + (["--train-embeddings-norms"] if args.embed_norms else [])
 
 
 def run(args, model, data, precision, offload, work):
@@ -52,6 +52,7 @@ def main():
     ap.add_argument("--chunk", type=int, default=256)
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--embed-norms", action="store_true", help="LongLoRA: --train-embeddings-norms in every run")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "lora_memory.jsonl"))
     args = ap.parse_args()
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

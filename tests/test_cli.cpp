@@ -457,22 +457,27 @@ TEST(Cli, OffloadErrorsNameTheFlag) {
 
 // Saving after --offload params (and kv,params) writes the same files as without it: the trained
 // model (--out) and a checkpoint (weights, AdamW's moments, state.json), byte for byte; with LoRA
-// (the frozen base streamed) the adapter and its checkpoint likewise.
+// (the frozen base streamed) the adapter and its checkpoint likewise, and LongLoRA's too (the
+// embedding and norms trainable: in the adapter as modules_to_save; on the model untied, as it
+// needs with --offload params).
 TEST(Cli, SavingAfterOffloadParamsWritesTheSameFiles) {
   const auto dir = temp_dir();
   const auto m = (dir / "m").string();
+  const auto untied = (dir / "untied").string();
   ASSERT_EQ(oomb_cmd(dir, "init --preset tiny-qwen2 --out " + m).code, 0);
+  ASSERT_EQ(oomb_cmd(dir, "init --preset tiny-qwen2 --tie-embeddings false --out " + untied).code, 0);
   write_tokens(dir / "t.bin", 600, 128, 1);
-  for (const char* lora : {"", "--lora-rank 4 --lora-targets all"}) {
+  for (const char* lora : {"", "--lora-rank 4 --lora-targets all", "--lora-rank 4 --train-embeddings-norms"}) {
+    const std::string model = std::string(lora).find("embeddings") != std::string::npos ? untied : m;
     SCOPED_TRACE(lora);
     std::vector<std::map<std::string, std::string>> files;
     for (const char* offload : {"", "--offload params", "--offload kv,params --offload-group 1"}) {
       SCOPED_TRACE(offload);
-      const auto run = dir / fmt::format("run{}{}", files.size(), *lora ? "-lora" : "");
+      const auto run = dir / fmt::format("run{}-{}", files.size(), std::hash<std::string>{}(lora));
       const CmdResult r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 96 --chunk-size 32 "
                                                     "--page-size 16 --steps 3 --grad-accum 2 --lr 1e-2 --device sim {} {} "
                                                     "--out {}/out --checkpoint-dir {}/ckpt --save-every 3",
-                                                    m, dir.string(), offload, lora, run.string(), run.string()));
+                                                    model, dir.string(), offload, lora, run.string(), run.string()));
       ASSERT_EQ(r.code, 0) << r.out;
       std::map<std::string, std::string> f;
       for (const char* sub : {"out", "ckpt/step-000003"})

@@ -174,7 +174,7 @@ void check_offload_params(const ModelConfig& cfg, const ChunkPlan& p) {
   if (!p.offload_params || !p.lora.on()) return;
   OOMB_CHECK(!p.lora.train_embeddings_norms || !cfg.tie_word_embeddings, "--offload params with "
              "--train-embeddings-norms on tied embeddings: not supported yet (the lm_head would stream the frozen "
-             "base's table, not the trained one)");
+             "base's table, not the trained one; an adapter from --lora with modules_to_save trains them too)");
   OOMB_CHECK(!zero3(p), "--zero 3 with LoRA: not supported yet (the frozen base would be sharded; use --zero 2)");
 }
 

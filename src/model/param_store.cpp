@@ -148,6 +148,9 @@ void ParamStore::bind(Params& weights, ParamViews views) {
   if (!slots_) return;
   adapters_ = w_.layers;
   const ModelConfig& c = cfg_;
+  OOMB_CHECK(!offloaded() || !embeds_on_host(c, world_ != nullptr) || w_.trained == !host_embed_,
+             "param store: bound {}with a trained embedding, constructed {}for one", w_.trained ? "" : "not ",
+             host_embed_ ? "not " : "");
   if (w_.trained) {
     OOMB_CHECK(!c.tie_word_embeddings, "--offload params with --train-embeddings-norms on tied embeddings: not "
                "supported yet (the lm_head would stream the frozen base's table, not the trained one)");

@@ -16,7 +16,8 @@
 // gradient slot exists and nothing goes back to the host. With --train-embeddings-norms
 // (ParamViews::trained, an untied lm_head) the trainable set's embedding, final norm and layer norms
 // stand in for the base's: acquire binds each layer's norms over its slot's, and the embedding and
-// final norm are the trainable set's, resident (the base's stay where they are, unread).
+// final norm are the trainable set's, resident (the base's embedding stays on the host, unread
+// and unstaged; its final norm still crosses into the head with it, unread).
 // The device holds two layer slots of weights and two of gradients (double-buffered: the layer
 // computing and the next one arriving on the copy stream) and the head (embedding, final norm,
 // lm_head) with its gradients. A pass announces its layer order (begin_pass); acquire(l) waits for
@@ -53,7 +54,8 @@
 // lm_head's bf16 copy's rows.
 //
 // The embedding of an offloaded model (not --zero 3: embeds_on_host) stays in host memory, its rows
-// crossing for each chunk through pinned staging (model/host_embedding.h), unless it is tied to an
+// crossing for each chunk through pinned staging (model/host_embedding.h; none when LoRA's
+// trainable embedding stands in for it, above), unless it is tied to an
 // lm_head of two tiles or fewer, which the device holds whole. Tied to a streamed lm_head, the one
 // host table is read by both and its gradient takes both parts in the resident run's order: a
 // chunk's lm_head part (the tiles' gradients start from the host's and go back to it), then its
