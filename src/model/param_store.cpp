@@ -43,8 +43,7 @@ LayerParams rebase(const LayerParams& p, const float* from, float* to, Tier tier
 void ParamStore::drop_wait_for_test(const char* which) { g_dropped_wait = which ? which : ""; }
 void ParamStore::skip_reduce_for_test(bool skip) { g_skip_reduce = skip; }
 
-ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16, Comm* world, int64_t chunk_rows,
-                       bool trained_embed)
+ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16, Comm* world, int64_t chunk_rows)
     : cfg_(c),
       be_(be),
       slots_(offload || world),
@@ -60,14 +59,7 @@ ParamStore::ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf1
   tile_slots_ = head_tile_slots(c, world != nullptr) * (offload ? 1 : 0);
   for (int s = 0; s < tile_slots_; ++s) tin_[s] = be.new_event(), tused_[s] = be.new_event();
   gout_ = be.new_event(), tout_ = be.new_event();
-  if (offload && embeds_on_host(c, world != nullptr) && !trained_embed)
-    host_embed_ = std::make_unique<HostEmbedding>(c, be, chunk_rows);
-  if (host_embed_ && streams_ && c.tie_word_embeddings) {  // one host table: its adds after the tiles' copies back
-    // (on a GPU in the layer order nothing else orders the host's adds after those copies: the
-    // compute stream, not the host, waits for the next tiles; the simulated device's compute
-    // stream is the host, whose waits for the next tiles order them there)
-    host_embed_->add_after(tout_.get());
-  }
+  chunk_rows_ = chunk_rows;
   if (!world_) return;
   OOMB_CHECK(be.tier() == Tier::Device, "--zero 3: needs a device (--device sim or cuda): the layers are gathered "
              "into the parameter store's device slots");
@@ -148,13 +140,17 @@ void ParamStore::bind(Params& weights, ParamViews views) {
   if (!slots_) return;
   adapters_ = w_.layers;
   const ModelConfig& c = cfg_;
-  OOMB_CHECK(!offloaded() || !embeds_on_host(c, world_ != nullptr) || w_.trained == !host_embed_,
-             "param store: bound {}with a trained embedding, constructed {}for one", w_.trained ? "" : "not ",
-             host_embed_ ? "not " : "");
   if (w_.trained) {
     OOMB_CHECK(!c.tie_word_embeddings, "--offload params with --train-embeddings-norms on tied embeddings: not "
                "supported yet (the lm_head would stream the frozen base's table, not the trained one)");
     trained_embed_ = w_.embed, trained_final_norm_ = w_.final_norm, trained_norms_ = true;
+  } else if (offloaded() && embeds_on_host(c, world_ != nullptr)) {
+    host_embed_ = std::make_unique<HostEmbedding>(c, be_, chunk_rows_);
+    // one host table tied to a streamed lm_head: its adds after the tiles' copies back (on a GPU in
+    // the layer order nothing else orders the host's adds after those copies: the compute stream,
+    // not the host, waits for the next tiles; the simulated device's compute stream is the host,
+    // whose waits for the next tiles order them there)
+    if (streams_ && c.tie_word_embeddings) host_embed_->add_after(tout_.get());
   }
   if (world_)
     OOMB_CHECK(weights.flat().tier == home_ && weights.flat().numel() == shards_.numel,

@@ -97,11 +97,9 @@ struct ParamViews {
 
 class ParamStore {
  public:
-  // chunk_rows: the most token rows embed_fwd / embed_bwd take at once (this rank's of a chunk);
-  // trained_embed: LoRA's trainable embedding stands in for the base's (ParamViews::trained), so an
-  // offloaded base's embedding needs no staging
+  // chunk_rows: the most token rows embed_fwd / embed_bwd take at once (this rank's of a chunk)
   ParamStore(const ModelConfig& c, Backend& be, bool offload, bool bf16 = false, Comm* zero3_world = nullptr,
-             int64_t chunk_rows = 0, bool trained_embed = false);
+             int64_t chunk_rows = 0);
   ~ParamStore();
   bool offloaded() const { return slots_ && home_ == Tier::Pinned; }
   // The tier the masters and gradients live in (the moments: host_side of it): the backend's, or
@@ -316,7 +314,8 @@ class ParamStore {
   bool head_grad_zero_ = true, seq_grads_ = false, images_cast_ = false;
   int64_t image_casts_ = 0;
   Traffic traffic_;
-  std::unique_ptr<HostEmbedding> host_embed_;  // the embedding on the host (embeds_on_host, offloaded)
+  // the embedding on the host (embeds_on_host, offloaded; made by bind unless ParamViews::trained)
+  std::unique_ptr<HostEmbedding> host_embed_;
   // the last layer's gradients and the last tile's on their way back (Stream::CopyOut): a slot's
   // gradients, and a layer's or tile's on the host, are not read or overwritten before it
   std::unique_ptr<Event> gout_, tout_;
@@ -325,6 +324,7 @@ class ParamStore {
   int64_t tile_slot(size_t pos) const { return int64_t((tbase_ + pos) % size_t(tile_slots_)); }
   bool streams_ = false, head_grad_ = false;
   int64_t tile_rows_ = 0, tiles_ = 0, tile_slots_ = 0;
+  int64_t chunk_rows_ = 0;  // the host embedding's staging rows (made by bind, unless ParamViews::trained)
   Buffer wtiles_, gtiles_;  // device: tile_slots_ tiles each (weights fp32 or bf16; gradients fp32)
   std::unique_ptr<Event> tin_[2], tused_[2];
   int64_t tholds_[2] = {-1, -1};       // the tile whose current weights a slot holds

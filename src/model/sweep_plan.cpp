@@ -20,10 +20,12 @@ static int64_t head_weights(const ModelConfig& c, bool bf16) {
 
 // An embedding on the host (ParamStore::embeds_on_host): a sequence's N rows cross twice (the forward
 // sweep, then the recompute before the backward, in either order) and their gradients once.
+static int64_t embed_row_bytes(const ModelConfig& c, int64_t N) {
+  return ParamStore::embeds_on_host(c, false) ? 2 * N * c.hidden * 4 : 0;
+}
 static void embed_rows(SweepTraffic& s, const ModelConfig& c, int64_t N) {
-  if (!ParamStore::embeds_on_host(c, false)) return;
-  s.weights += 2 * N * c.hidden * 4;
-  s.grads += N * c.hidden * 4;
+  s.weights += embed_row_bytes(c, N);
+  s.grads += embed_row_bytes(c, N) / 2;
 }
 
 // A sequence of T chunks: the loss's 2 T passes over a streamed lm_head's tiles (every chunk: its
@@ -97,8 +99,8 @@ SweepChoice sweep_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N
   if (!plan.offload_params) {  // resident weights and gradients do not move
     s.chunk = {};
     s.layer.weights = s.layer.grads = 0;
-  } else if (plan.lora.on() && plan.lora.train_embeddings_norms && ParamStore::embeds_on_host(c, false)) {
-    const int64_t rows = 2 * (N / plan.sp) * c.hidden * 4;  // (embed_rows': LoRA's resident embedding stands in)
+  } else if (plan.lora.on() && plan.lora.train_embeddings_norms) {  // (LoRA's resident embedding stands in)
+    const int64_t rows = embed_row_bytes(c, N / plan.sp);
     s.chunk.weights -= rows, s.layer.weights -= rows;
   }
   if (plan.lora.on()) s.chunk.grads = s.layer.grads = 0;  // the frozen base has none; LoRA's stay

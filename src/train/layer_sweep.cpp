@@ -51,9 +51,9 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
   std::iota(chunks_up_.begin(), chunks_up_.end(), int64_t(0));
   chunks_down_.assign(chunks_up_.rbegin(), chunks_up_.rend());
   LossStats st;
-  auto layer_buffers = [&](int64_t l, ChunkSpan c) {  // (without --keep-attention every layer's is layer 0's)
+  auto layer_buffers = [&](int64_t l, ChunkSpan c) {  // (without --keep-attention every layer's buffers are one)
     LayerBuffers buf = layer_plan_.view(c.size());
-    keep_attention(buf, keeping_ ? l : 0, c);
+    keep_attention(buf, l, c);
     return buf;
   };
   auto embedded = [&](int64_t n) {  // h_0 of this rank's rows of the loaded chunk
