@@ -58,6 +58,18 @@ inline std::vector<BadCall> bad_calls() {
     Tensor dw = t(D::BF16, {4, 3});
     t.be.linear_bwd(t(D::BF16, {2, 3}), t(D::BF16, {4, 3}), t(D::BF16, {2, 4}), nullptr, false, &dw, nullptr);
   });
+  add("dropout: y (3, 2) and x (2, 3) must have the same shape", [](OpMemory& t) {
+    Tensor y = t(D::F32, {3, 2});
+    t.be.dropout(t(D::F32, {2, 3}), dropout_mask(1, 0, 0.5), y, false);
+  });
+  add("dropout: accumulating into a bf16 y (f32 only)", [](OpMemory& t) {
+    Tensor y = t(D::BF16, {2, 3});
+    t.be.dropout(t(D::F32, {2, 3}), dropout_mask(1, 0, 0.5), y, true);
+  });
+  add("dropout: x must be f32 or bf16, got i32", [](OpMemory& t) {
+    Tensor y = t(D::F32, {2, 3});
+    t.be.dropout(t(D::I32, {2, 3}), dropout_mask(1, 0, 0.5), y, false);
+  });
   add("embedding_fwd: ids must be i32, got f32", [](OpMemory& t) {
     Tensor out = t(D::F32, {2, 4});
     t.be.embedding_fwd(t(D::F32, {2}), t(D::F32, {3, 4}), out);

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "backend/backend.h"
+#include "core/dtype.h"
 #include "dtype_reference.h"
 #include "op_check_cases.h"
 #include "cuda_pairs.h"
@@ -463,6 +464,33 @@ TEST(CudaOps, CastAndRoundBf16AgainstTheIeeeDefinition) {
     if (!ok && ++bad <= 5) ADD_FAILURE() << fmt::format("bf16 0x{:04x} widened to {}, want {}", p, w[p], want);
   }
   EXPECT_EQ(bad, 0u);
+}
+
+// dropout (LoRA's --lora-dropout) against the CPU's, bit for bit: x and y in either dtype, and
+// accumulating into f32; the mask a function of (key, sequence position, feature) on both.
+TEST(CudaOps, DropoutEqualsTheCpu) {
+  REQUIRE_GPU();
+  Backend &C = *backends().cpu, &G = *backends().cuda;
+  const int64_t T = 37, n = 300;
+  const DropoutMask m = dropout_mask(dropout_module_key(dropout_window_key(3, 5), 1, 4), 1000, 0.3);
+  for (const DType xt : {DType::F32, DType::BF16})
+    for (const DType yt : {DType::F32, DType::BF16})
+      for (const bool acc : {false, true}) {
+        if (acc && yt == DType::BF16) continue;
+        SCOPED_TRACE(fmt::format("x {} y {}{}", dtype_name(xt), dtype_name(yt), acc ? " accumulated" : ""));
+        Pair x(xt, {T, n}), y(yt, {T, n});
+        const auto r = randn(size_t(T * n), 71), r2 = randn(size_t(T * n), 72);
+        for (int64_t i = 0; i < T * n; ++i) {
+          if (xt == DType::BF16) x.h.as<uint16_t>()[i] = f32_to_bf16(r[size_t(i)]);
+          else x.h.f()[i] = r[size_t(i)];
+          if (yt == DType::F32) y.h.f()[i] = r2[size_t(i)];
+        }
+        x.upload(), y.upload();
+        C.dropout(x.h, m, y.h, acc);
+        G.dropout(x.d, m, y.d, acc);
+        const auto got = y.download();
+        EXPECT_EQ(std::memcmp(got.data(), y.h.data, got.size()), 0);
+      }
 }
 
 // cast_to_pieces and cast_from_pieces (a chunk's K or V into and out of its pages) against the

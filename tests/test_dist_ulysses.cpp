@@ -239,3 +239,35 @@ TEST(Dist, EvalOnRanksEqualsOneRank) {
   EXPECT_NE(passkey.code, 0);
   EXPECT_NE(passkey.out.find("--passkey with --sp/--dp: not supported"), std::string::npos) << passkey.out;
 }
+
+// --lora-dropout under --sp 2: each rank draws the masks of its own tokens' sequence positions, so
+// two ranks train one rank's steps (fp32, within 1e-6); without the flag the losses from step 2 on
+// are others (the masks matter, and a rank drawing the other's rows would show).
+TEST(Dist, LoraDropoutWithSequenceParallel) {
+  NEED_MPI();
+  const auto dir = temp_dir("dist_lora_dropout");
+  const std::string oomb = (binary_dir() / "oomb").string();
+  ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
+  const std::string run = fmt::format("{} train --model {}/m --data {}/tokens.bin --seq-len 128 --chunk-size 32 "
+                                      "--page-size 16 --steps 3 --lr 1e-2 --lora-rank 4 --lora-targets all --metrics ",
+                                      oomb, dir.string(), dir.string());
+  auto losses = [&](const std::string& name) {
+    std::vector<double> v;
+    const std::string t = read_text(dir / name);
+    const std::regex loss("\"loss\":([^,}]+)");
+    for (auto it = std::sregex_iterator(t.begin(), t.end(), loss); it != std::sregex_iterator(); ++it)
+      v.push_back(std::stod((*it)[1]));
+    return v;
+  };
+  const std::string drop = " --lora-dropout 0.3";
+  ASSERT_EQ(run_cmd_in(dir, run + (dir / "one.jsonl").string() + drop).code, 0);
+  ASSERT_EQ(run_cmd_in(dir, run + (dir / "none.jsonl").string()).code, 0);
+  const CmdResult r = mpirun(2, run + (dir / "two.jsonl").string() + drop + " --sp 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto one = losses("one.jsonl"), two = losses("two.jsonl"), none = losses("none.jsonl");
+  ASSERT_EQ(one.size(), 3u);
+  ASSERT_EQ(two.size(), 3u);
+  ASSERT_EQ(none.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(two[k], one[k], 1e-6 * one[k]) << "step " << k + 1;
+  EXPECT_GT(std::abs(none[2] - one[2]), 1e-4 * one[2]) << "dropout changed nothing by step 3";
+}

@@ -595,10 +595,10 @@ TEST(Lora, BadInputIsNamed) {
   const fs::path bad = temp_dir("_badlora");
   nlohmann::json j;
   std::ifstream(fixture("qwen2") / "lora/adapter_config.json") >> j;
-  j["lora_dropout"] = 0.1;
+  j["lora_dropout"] = 1.0;
   std::ofstream(bad / "adapter_config.json") << j.dump();
   const std::string e2 = error_of([&] { load_adapter_config(bad); });
-  EXPECT_NE(e2.find("adapter_config.json: lora_dropout 0.1"), std::string::npos) << e2;
+  EXPECT_NE(e2.find("adapter_config.json: lora_dropout: must be in [0, 1), got 1"), std::string::npos) << e2;
   j["lora_dropout"] = 0.0;
   j["target_modules"] = {"q_proj", "w_pack"};
   std::ofstream(bad / "adapter_config.json") << j.dump();
@@ -619,8 +619,15 @@ TEST(Lora, AdapterConfigRefusalsNameTheField) {
   EXPECT_EQ(c.alpha, 32.0);
   EXPECT_TRUE(c.rslora && c.train_embeddings_norms);
   EXPECT_EQ(c.target_names(), (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(c.dropout, 0.0);
   const LoraConfig back = parse_adapter_config(adapter_config_json(c, "m", {"embed_tokens"}), "b");
   EXPECT_TRUE(back.rank == c.rank && back.alpha == c.alpha && back.rslora && back.train_embeddings_norms);
+  // PEFT's lora_dropout (a training choice) is read, and written back as it was
+  nlohmann::json d = good;
+  d["lora_dropout"] = 0.05;
+  const LoraConfig cd = parse_adapter_config(d, "a/adapter_config.json");
+  EXPECT_EQ(cd.dropout, 0.05);
+  EXPECT_EQ(adapter_config_json(cd, "m", {}).at("lora_dropout").get<double>(), 0.05);
   const struct {
     const char* key;
     nlohmann::json value;
@@ -628,7 +635,8 @@ TEST(Lora, AdapterConfigRefusalsNameTheField) {
   } bad[] = {
       {"use_rslora", "yes", "use_rslora must be true or false, got \"yes\""},
       {"lora_dropout", "0", "lora_dropout must be a number"},
-      {"lora_dropout", 0.05, "lora_dropout 0.05 is not supported"},
+      {"lora_dropout", 1.0, "lora_dropout: must be in [0, 1), got 1"},
+      {"lora_dropout", -0.1, "lora_dropout: must be in [0, 1), got -0.1"},
       {"bias", 1, "bias 1 is not supported"},
       {"use_dora", true, "use_dora (DoRA) is not supported"},
       {"lora_bias", true, "lora_bias is not supported"},

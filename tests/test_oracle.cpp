@@ -28,6 +28,7 @@ struct Case {
   int64_t page = 128;
   DType dtype = DType::F32;  // of the checkpoint both sides load
   LoraConfig lora;           // rank > 0: a LoRA adapter (random A and B) trains on the frozen model
+  uint64_t dropout_key = 0;  // lora.dropout > 0: the sequence's window key (backend/dropout_mask.h)
 };
 
 // A PEFT adapter for c.lora with every tensor random (B too, so every path carries signal).
@@ -57,6 +58,7 @@ void check_against_oracle(const Case& c) {
   if (c.lora.on()) {
     write_random_adapter(dir, cfg, c);
     extra += " --lora " + (dir / "adapter").string();
+    if (c.lora.dropout > 0) extra += fmt::format(" --lora-dropout-key {}", c.dropout_key);
   }
   const std::string cmd = fmt::format("{} {}/tests/oracle/torch_oracle.py --model {} --tokens {} --out {}{} > {} 2>&1",
                                       torch_python(), source_dir().string(), (dir / "model").string(),
@@ -72,8 +74,13 @@ void check_against_oracle(const Case& c) {
   load_weights(dir / "model", loaded, model.params());
   if (c.lora.on()) load_adapter(dir / "adapter", model.params(), model.trainable());
   model.enable_grads();
+  model.set_dropout_key(c.dropout_key);
   std::vector<int32_t> ids(toks.begin(), toks.end() - 1), targets(toks.begin() + 1, toks.end());
   const LossStats ls = model.forward_backward(ids.data(), targets.data(), c.N, 1.0f);
+  if (c.lora.dropout > 0) {  // control: dropout changed the training loss (evaluation drops nothing)
+    const double ev = model.evaluate(ids.data(), targets.data(), c.N).loss_sum;
+    EXPECT_GT(std::abs(ls.loss_sum - ev) / std::abs(ev), 1e-4) << "--lora-dropout changed nothing";
+  }
 
   const SafetensorsModel ref = SafetensorsModel::open(dir / "oracle.safetensors");
   std::vector<float> ref_loss(1);
@@ -130,6 +137,26 @@ TEST_F(Oracle, LoraAdaptersEmbeddingsAndNorms) {
   check_against_oracle({"lora_qwen2_tied_qv_rs_emb", with(tiny_config_json("qwen2", 1), {{"tie_word_embeddings", true}}),
                         19, 6, 4, DType::F32, lora("q,v", true, true)});
   check_against_oracle({"lora_qwen3_o_down_emb", qwen3, 17, 0, 128, DType::F32, lora("o,down,k", false, true)});
+}
+
+// --lora-dropout: PEFT's dropout on each adapter's input, the oracle drawing oomb's masks from
+// backend/dropout_mask.h's text: the loss and every adapter gradient, full-sequence and in chunks
+// (each chunk's rows are the sequence's positions), LongLoRA's trainable embeddings and norms.
+TEST_F(Oracle, LoraDropout) {
+  auto lora = [](const char* targets, double p, bool embed_norms) {
+    LoraConfig l;
+    l.rank = 3;
+    l.alpha = 5;
+    l.dropout = p;
+    l.train_embeddings_norms = embed_norms;
+    parse_lora_targets(targets, l);
+    return l;
+  };
+  const json llama = tiny_config_json("llama", 2);
+  check_against_oracle({"dropout_llama_all", llama, 21, 0, 128, DType::F32, lora("all", 0.3, false), 77});
+  check_against_oracle({"dropout_llama_all_C5_P4", llama, 21, 5, 4, DType::F32, lora("all", 0.3, false), 77});
+  check_against_oracle({"dropout_qwen2_tied_qvo_emb_C6", with(tiny_config_json("qwen2", 1), {{"tie_word_embeddings", true}}),
+                        19, 6, 4, DType::F32, lora("q,v,o,down", 0.1, true), 0xfeedf00dcafe1234ull});
 }
 
 TEST_F(Oracle, LlamaKvHeadRatios) {

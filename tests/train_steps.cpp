@@ -59,6 +59,7 @@ Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPl
     for (int micro = 0; micro < accum; ++micro) {
       const auto t = step_tokens(N + 1, uint64_t(k * accum + micro), cfg.vocab, plan.doc_sep);
       const std::vector<int32_t> ids(t.begin(), t.end() - 1), tg(t.begin() + 1, t.end());
+      m.set_dropout_key(dropout_window_key(0, k * accum + micro));  // (the trainer's windows, --seed 0)
       loss += m.forward_backward(ids.data(), tg.data(), N, 1.0f / float(accum)).loss_sum;
     }
     r.losses.push_back(loss);

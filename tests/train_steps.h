@@ -28,7 +28,8 @@ std::vector<float> on_host(Backend& be, const Params& p);
 void start_lora(Model& m, const std::filesystem::path& dir, const ChunkPlan& plan);
 // `steps` optimizer steps (opt: adamw or sgd; lr 2e-2, clipping at 0.5, one warmup step) of `accum`
 // sequences of N tokens each, for the model in dir; with plan.lora, of the adapters (seeded A, B
-// zero) on the frozen base, and `weights` are the adapters'. overlap: as the trainer, the store's
+// zero) on the frozen base, and `weights` are the adapters' (--lora-dropout's masks: the trainer's,
+// window k accum + i at --seed 0). overlap: as the trainer, the store's
 // update where the parameters allow it (Optimizer::overlap_with; --offload params), beside the next
 // step, or with beside false within the step (--no-overlap-update); else the update in place.
 Trained train_steps(Backend& be, const std::filesystem::path& dir, const ChunkPlan& plan, const std::string& opt,

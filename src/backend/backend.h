@@ -6,6 +6,7 @@
 #include <span>
 #include <string_view>
 
+#include "backend/dropout_mask.h"
 #include "backend/stream_times.h"
 #include "core/tensor.h"
 
@@ -255,6 +256,10 @@ class Backend {
   void zero(Tensor& y);
   void scale(Tensor& y, float s);
   double sum_squares(const Tensor& x);
+  // y (T, n) = x where the mask keeps it, times m.scale, else 0 (LoRA's dropout; row t is sequence
+  // position m.row0 + t), or y += that when accumulate. x f32 or bf16 (read as fp32); y f32, or
+  // bf16 (rounded as cast rounds; not accumulated).
+  void dropout(const Tensor& x, const DropoutMask& m, Tensor& y, bool accumulate);
 
   // Optimizer updates over flat fp32 tensors of equal length.
   struct AdamW {
@@ -312,6 +317,7 @@ class Backend {
   virtual void do_zero(Tensor& y) = 0;
   virtual void do_scale(Tensor& y, float s) = 0;
   virtual double do_sum_squares(const Tensor& x) = 0;
+  virtual void do_dropout(const Tensor& x, const DropoutMask& m, Tensor& y, bool accumulate) = 0;
   virtual void do_adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamW& a) = 0;
   virtual void do_sgd_step(Tensor& param, const Tensor& grad, float lr) = 0;
 };

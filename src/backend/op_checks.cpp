@@ -437,6 +437,16 @@ void Backend::scale(Tensor& y, float s) {
   do_scale(y, s);
 }
 
+void Backend::dropout(const Tensor& x, const DropoutMask& m, Tensor& y, bool accumulate) {
+  const Check c{*this, "dropout"};
+  c.matmul("x", x, 2);
+  c.float_like("y", y, "x", x);
+  OOMB_CHECK(!accumulate || y.dtype == DType::F32, "dropout: accumulating into a {} y (f32 only)", dtype_name(y.dtype));
+  OOMB_CHECK(m.row0 >= 0 && m.scale >= 1.0f, "dropout: row0 {} and scale {} (p in [0, 1))", m.row0, m.scale);
+  const OpScope op_scope(*this);
+  do_dropout(x, m, y, accumulate);
+}
+
 double Backend::sum_squares(const Tensor& x) {
   Check{*this, "sum_squares"}.tensor("x", x, -1);
   const OpScope op_scope(*this);

@@ -15,7 +15,9 @@ void add_lora_flags(CLI::App* c, LoraFlags& f, bool with_dir) {
       ->check(positive())->capture_default_str();
   c->add_option("--lora-targets", f.targets, "LoRA: the linears adapted, from q,k,v,o,gate,up,down (or all)")
       ->capture_default_str();
-  c->add_option("--lora-dropout", f.dropout, "LoRA: dropout on the adapters' input (0 only, for now)")
+  c->add_option("--lora-dropout", f.dropout, "LoRA: dropout on each adapter's input while training, as PEFT's "
+                "lora_dropout (the base linear reads the input itself; the same mask in every pass, the same bits in any "
+                "chunk size, sweep order or rank split); with --lora DIR: default the adapter's")
       ->capture_default_str();
   c->add_flag("--rslora", f.rslora, "LoRA: rank-stabilised scale alpha / sqrt(r)");
   c->add_flag("--train-embeddings-norms", f.train_embeddings_norms,
@@ -26,8 +28,7 @@ void add_lora_flags(CLI::App* c, LoraFlags& f, bool with_dir) {
 
 LoraConfig lora_config(const LoraFlags& f, const CLI::App* cmd) {
   auto given = [&](const char* flag) { return cmd->count(flag) > 0; };
-  OOMB_CHECK(f.dropout == 0.0, "--lora-dropout: {} is not supported yet (0 only: dropout on the adapters' input "
-             "would need the same mask in the backward's recompute)", f.dropout);
+  if (given("--lora-dropout")) check_lora_dropout(f.dropout, "--lora-dropout");
   LoraConfig c;
   if (!f.dir.empty()) {
     c = load_adapter_config(f.dir);
@@ -44,16 +45,18 @@ LoraConfig lora_config(const LoraFlags& f, const CLI::App* cmd) {
                  f.targets, where, fmt::format("{}", fmt::join(c.target_names(), ",")));
     }
     c.train_embeddings_norms = c.train_embeddings_norms || f.train_embeddings_norms;
+    if (given("--lora-dropout")) c.dropout = f.dropout;  // (a training choice: the adapter's is its default)
     return c;
   }
   if (!given("--lora-rank")) {
-    for (const char* flag : {"--lora-alpha", "--lora-targets", "--rslora", "--train-embeddings-norms"})
+    for (const char* flag : {"--lora-alpha", "--lora-targets", "--lora-dropout", "--rslora", "--train-embeddings-norms"})
       OOMB_CHECK(!given(flag), "{} needs --lora-rank (or --lora DIR)", flag);
     return c;
   }
   c.rank = f.rank;
   c.alpha = f.alpha;
   c.rslora = f.rslora;
+  c.dropout = f.dropout;
   c.train_embeddings_norms = f.train_embeddings_norms;
   parse_lora_targets(f.targets, c);
   check_lora(c);

@@ -18,7 +18,8 @@ struct LoraFlags {
 // with_dir: --lora DIR (continue from a PEFT adapter).
 void add_lora_flags(CLI::App* c, LoraFlags& f, bool with_dir);
 // The run's LoRA: off without --lora-rank or --lora; from the adapter's adapter_config.json with
-// --lora DIR (a --lora-* flag that disagrees with it is an error naming both values).
+// --lora DIR (a --lora-* flag that disagrees with it is an error naming both values; but
+// --lora-dropout, a training choice, replaces the adapter's lora_dropout).
 LoraConfig lora_config(const LoraFlags& f, const CLI::App* cmd);
 
 }  // namespace oomb::cli

@@ -257,6 +257,7 @@ nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const Chunk
     f["--lora-targets"] = fmt::format("{}", fmt::join(plan.lora.target_names(), ","));
     f["--rslora"] = plan.lora.rslora;
     f["--train-embeddings-norms"] = plan.lora.train_embeddings_norms;
+    if (plan.lora.dropout > 0) f["--lora-dropout"] = plan.lora.dropout;  // (0: as checkpoints before it)
   }
   return f;
 }
@@ -426,7 +427,7 @@ Command add_train(CLI::App& app) {
   c->add_flag("--force", a->force, "Run even when the plan exceeds the memory the machine has, and replace a "
               "different model in --out");
   c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)")->check(count());
-  c->add_option("--seed", a->seed, "Seed of --shuffle, and of the demo's model and task")->capture_default_str();
+  c->add_option("--seed", a->seed, "Seed of --shuffle, of --lora-dropout's masks, and of the demo's model and task")->capture_default_str();
   add_sweep_flag(c, a->sweep);
   add_checkpoint_flags(c, a->ckpt);
   add_sparse_flags(c, a->sparse);
@@ -461,6 +462,7 @@ Command add_train(CLI::App& app) {
             o.optim.lr = a->given("--lr") ? a->lr : 1e-4f;
             o.peak_flops = peak_flops(*a);
             o.tensorboard_dir = a->tensorboard;
+            o.seed = a->seed;
             o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
             a->seq_len = o.seq_len;
             ChunkPlan plan = chunk_plan(*a, cfg, a->doc_mask ? eos : -1);
@@ -499,10 +501,11 @@ Command add_train(CLI::App& app) {
                 else init_lora(host, base, a->seed);
               }, false);
               model.upload_trainable(host);
-              std::cout << fmt::format("LoRA: rank {}, alpha {}{}, on {} ({} trainable parameters of {}){}", lora.rank,
-                                       lora.alpha, lora.rslora ? " (rsLoRA)" : "",
+              std::cout << fmt::format("LoRA: rank {}, alpha {}{}, on {} ({} trainable parameters of {}){}{}",
+                                       lora.rank, lora.alpha, lora.rslora ? " (rsLoRA)" : "",
                                        fmt::join(lora.target_names(), ", "), lora_param_count(cfg, lora),
-                                       param_count(cfg), lora.train_embeddings_norms ? "; embeddings and norms train" : "")
+                                       param_count(cfg), lora.train_embeddings_norms ? "; embeddings and norms train" : "",
+                                       lora.dropout > 0 ? fmt::format("; dropout {}", lora.dropout) : "")
                         << std::endl;
             }
             o.start_step = ckpt.start_step();

@@ -65,8 +65,10 @@ LoraConfig parse_adapter_config(const nlohmann::json& j, const std::string& file
   const json dropout = optional("lora_dropout");
   OOMB_CHECK(dropout.is_null() || dropout.is_number(), "{}: lora_dropout must be a number, got {}", file,
              dropout.dump());
-  OOMB_CHECK(dropout.is_null() || dropout.get<double>() == 0.0, "{}: lora_dropout {} is not supported (0 only)", file,
-             dropout.dump());
+  if (dropout.is_number()) {
+    c.dropout = dropout.get<double>();
+    check_lora_dropout(c.dropout, file + ": lora_dropout");
+  }
   const json bias = optional("bias");
   OOMB_CHECK(bias.is_null() || (bias.is_string() && bias.get<std::string>() == "none"),
              "{}: bias {} is not supported (\"none\" only)", file, bias.dump());
@@ -95,7 +97,7 @@ nlohmann::json adapter_config_json(const LoraConfig& c, const std::string& base_
           {"base_model_name_or_path", base_model},
           {"r", c.rank},
           {"lora_alpha", c.alpha},
-          {"lora_dropout", 0.0},
+          {"lora_dropout", c.dropout},
           {"use_rslora", c.rslora},
           {"target_modules", c.target_names()},
           {"bias", "none"},

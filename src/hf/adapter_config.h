@@ -1,5 +1,5 @@
 // PEFT's adapter_config.json for a LoRA adapter: parsed into what this engine trains (naming the
-// file and the field of anything it cannot: a bad type, dropout, bias, per-module ranks, DoRA, a
+// file and the field of anything it cannot: a bad type, a dropout outside [0, 1), bias, per-module ranks, DoRA, a
 // subset of layers, ...), and written as PeftModel.from_pretrained reads it.
 #pragma once
 #include <nlohmann/json.hpp>

@@ -12,7 +12,7 @@
 
 namespace oomb {
 
-// Reads DIR/adapter_config.json: a LoRA adapter this engine can train (dropout 0, no bias, no
+// Reads DIR/adapter_config.json: a LoRA adapter this engine can train (no bias, no
 // per-module ranks), naming the file and the field otherwise.
 LoraConfig load_adapter_config(const std::filesystem::path& dir);
 // Reads DIR/adapter_model.safetensors into `trainable` (a Params of lora_layout(cfg, c)): every

@@ -162,34 +162,57 @@ Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
   return t;
 }
 
-// LoRA beside a frozen linear (nothing where the slot has no adapter): y (T, out) += s (x A^T) B^T.
-// x: the base matmul's operand (T, in), f32 or under --precision bf16 its bf16 copy; then A and B
-// are the adapters' bf16 copy and u is cast to bf16 for the second GEMM (PEFT under autocast:
-// every adapter GEMM reads bf16 operands, accumulating in fp32).
+// --lora-dropout while training: adapter t's mask in this layer (its rows the token side's tokens).
+DropoutMask lora_mask(const LayerCtx& ctx, int t) {
+  return dropout_mask(dropout_module_key(ctx.dropout_key, ctx.layer, t), ctx.tok0, ctx.lora_dropout);
+}
+// The adapter's input: x, or with --lora-dropout x dropped (PEFT's nn.Dropout before lora_A) into
+// plan.lora_z, free until the adapter's output goes there; x's dtype.
+Tensor lora_input(const LayerCtx& ctx, int t, const Tensor& x, LayerBuffers& plan) {
+  if (ctx.lora_dropout <= 0) return x;
+  Tensor xd(plan.lora_z.data, x.dtype, {x.dim(0), x.dim(1)}, plan.lora_z.tier);
+  OOMB_CHECK(xd.bytes() <= plan.lora_z.bytes(), "layer: LoRA's dropped input {} does not fit its scratch {}",
+             x.shape_str(), plan.lora_z.shape_str());
+  ctx.be.dropout(x, lora_mask(ctx, t), xd, false);
+  return xd;
+}
+
+// LoRA beside a frozen linear (nothing where the slot has no adapter): y (T, out) += s (x' A^T) B^T,
+// x' = x or (--lora-dropout) x dropped. x: the base matmul's operand (T, in), f32 or under
+// --precision bf16 its bf16 copy; then A and B are the adapters' bf16 copy and u is cast to bf16 for
+// the second GEMM (PEFT under autocast: every adapter GEMM reads bf16 operands, accumulating in fp32).
 void lora_fwd(const LayerCtx& ctx, const LayerParams& p, int t, const Tensor& x, Tensor& y, LayerBuffers& plan) {
   const LoraPair& l = p.lora[t];
   if (l.a.empty()) return;
   Backend& be = ctx.be;
   Tensor u = plan.lora_u.rows(0, x.dim(0)), z(plan.lora_z.data, DType::F32, {y.dim(0), y.dim(1)}, y.tier);
-  be.linear_fwd(x, l.a, nullptr, u);  // u = s x A^T (T, r)
+  be.linear_fwd(lora_input(ctx, t, x, plan), l.a, nullptr, u);  // u = s x' A^T (T, r)
   be.scale(u, p.lora_scale);
   be.linear_fwd(for_matmul(ctx, u, plan.lora_u16), l.b, nullptr, z);  // z = u B^T (T, out)
   be.add(y, z);
 }
 
-// Its backward from dy (T, out) (f32, or bf16 as x): u = s x A^T (recomputed); du = s dy B;
-// dB += dy^T u; dA += du^T x; dx += du A. (bf16: u, then du, cast into the same (T, r) scratch.)
+// Its backward from dy (T, out) (f32, or bf16 as x): u = s x' A^T (recomputed, x' with the same
+// mask); du = s dy B; dB += dy^T u; dA += du^T x'; dx += du A, or with dropout dx += mask (du A) /
+// (1 - p) (du A into lora_z once x' there is read). (bf16: u, then du, cast into one (T, r) scratch.)
 void lora_bwd(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, int t, const Tensor& x, const Tensor& dy,
               Tensor* dx, LayerBuffers& plan) {
   const LoraPair& l = p.lora[t];
   if (l.a.empty()) return;
   Backend& be = ctx.be;
   Tensor u = plan.lora_u.rows(0, x.dim(0)), du = plan.lora_du.rows(0, x.dim(0));
-  be.linear_fwd(x, l.a, nullptr, u);
+  const Tensor xd = lora_input(ctx, t, x, plan);
+  be.linear_fwd(xd, l.a, nullptr, u);
   be.scale(u, p.lora_scale);
   be.linear_bwd(for_matmul(ctx, u, plan.lora_u16), l.b, dy, &du, false, &g.lora[t].b, nullptr);
   be.scale(du, p.lora_scale);
-  be.linear_bwd(x, l.a, for_matmul(ctx, du, plan.lora_u16), dx, true, &g.lora[t].a, nullptr);
+  const Tensor du16 = for_matmul(ctx, du, plan.lora_u16);
+  if (xd.data == x.data) return be.linear_bwd(x, l.a, du16, dx, true, &g.lora[t].a, nullptr);
+  be.linear_bwd(xd, l.a, du16, nullptr, false, &g.lora[t].a, nullptr);
+  if (!dx) return;
+  Tensor dxd(plan.lora_z.data, DType::F32, {x.dim(0), x.dim(1)}, plan.lora_z.tier);
+  be.linear_bwd(x, l.a, du16, &dxd, false, nullptr, nullptr);  // du A (x: its shape; no dA)
+  be.dropout(dxd, lora_mask(ctx, t), *dx, true);
 }
 
 // --sp: the all-to-all between the token side (t, h, D) and the attention side (T, h/(P K), D) of

@@ -139,6 +139,11 @@ struct LayerCtx {
   bool kv_bf16 = false;  // round K (after RoPE) and V to bf16 values (bf16 K/V pages)
   bool bf16 = false;     // --precision bf16: the base's matmuls read bf16 tensors (ChunkPlan)
   SeqParallel* sp = nullptr;  // --sp P > 1: the all-to-all between the token and attention sides
+  // --lora-dropout while training (0: none; evaluation and generation): p, the sequence's window
+  // key (backend/dropout_mask.h) and the sequence position of the token side's first token
+  double lora_dropout = 0;
+  uint64_t dropout_key = 0;
+  int64_t tok0 = 0;
 };
 
 // How much of the layer a forward pass runs: all of it; only until K/V exist (the forward sweep's

@@ -24,6 +24,10 @@ struct LoraConfig {
   bool targets[kLoraTargets] = {};  // by kLoraModules' index
   bool rslora = false;
   bool train_embeddings_norms = false;  // LongLoRA: embeddings and norms trainable too
+  // PEFT's lora_dropout: while training, each adapter's input x dropped elementwise with this
+  // probability (the rest scaled by 1 / (1 - p)), its mask a function of the value's place
+  // (backend/dropout_mask.h); the base linear reads x itself. Not in evaluation or generation.
+  double dropout = 0;
   bool on() const { return rank > 0; }
   float scale() const;
   std::vector<std::string> target_names() const;  // PEFT's module names, in kLoraModules' order
@@ -34,6 +38,8 @@ struct LoraConfig {
 void parse_lora_targets(const std::string& list, LoraConfig& c, const std::string& flag = "--lora-targets");
 // Checks rank, alpha and targets, naming the flag.
 void check_lora(const LoraConfig& c);
+// A dropout probability in [0, 1); throws naming `where` (a flag, or a file and its field).
+void check_lora_dropout(double p, const std::string& where);
 
 // PEFT's name of an adapter tensor: base_model.model.model.layers.L.self_attn.q_proj.lora_A.weight
 std::string lora_name(int64_t layer, int target, bool b);

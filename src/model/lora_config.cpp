@@ -42,6 +42,11 @@ void check_lora(const LoraConfig& c) {
   OOMB_CHECK(c.rank > 0, "--lora-rank: must be at least 1, got {}", c.rank);
   OOMB_CHECK(c.alpha > 0 && std::isfinite(c.alpha), "--lora-alpha: must be positive, got {}", c.alpha);
   OOMB_CHECK(!c.target_names().empty(), "--lora-targets: names no module");
+  check_lora_dropout(c.dropout, "--lora-dropout");
+}
+
+void check_lora_dropout(double p, const std::string& where) {
+  OOMB_CHECK(std::isfinite(p) && p >= 0 && p < 1, "{}: must be in [0, 1), got {}", where, p);
 }
 
 }  // namespace oomb

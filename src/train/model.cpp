@@ -280,6 +280,11 @@ LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads,
   ctx.head_chunks = plan_.head_chunks;
   ctx.kv_bf16 = plan_.kv_dtype == DType::BF16 || plan_.precision == DType::BF16;
   ctx.bf16 = plan_.precision == DType::BF16;
+  if (training_ && plan_.lora.dropout > 0) {
+    ctx.lora_dropout = plan_.lora.dropout;
+    ctx.dropout_key = dropout_key_;
+    ctx.tok0 = c.begin + sp_rank_ * local(c.size());
+  }
   return ctx;
 }
 
@@ -465,10 +470,11 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
   // --keep-attention: while training, every chunk's attention outputs stay for its backward
   struct Unset {
-    bool& f;
-    ~Unset() { f = false; }
-  } unset{keeping_};
+    bool &a, &b;
+    ~Unset() { a = b = false; }
+  } unset{keeping_, training_};
   keeping_ = backward && plan_.keep_attention > 0;
+  training_ = backward;
   OOMB_CHECK(!keeping_ || N <= plan_.keep_attention, "--keep-attention: the model keeps attention outputs for "
              "sequences of up to {} tokens (its --seq-len), got {}", plan_.keep_attention, N);
   if (backward && acts_) return run_layer_major(read, N, weight);

@@ -82,6 +82,9 @@ class Model {
   // weight * dLoss/dparam (weight = 1 / accumulated sequences). The host waits for the device
   // once, at the end, for the loss.
   LossStats forward_backward(const ChunkReader& read, int64_t N, float weight);
+  // --lora-dropout: the masks of the sequences forward_backward trains from now on (the trainer
+  // sets dropout_window_key(--seed, the window) before each; backend/dropout_mask.h). Default 0.
+  void set_dropout_key(uint64_t key) { dropout_key_ = key; }
   LossStats evaluate(const ChunkReader& read, int64_t N);
   // The same, calling after_chunk after every chunk with the chunk and the sums of the sequence so
   // far (one host wait per chunk: oomb eval's loss by position).
@@ -184,6 +187,8 @@ class Model {
   std::vector<Tensor> kept_o_, kept_lse_;  // --keep-attention's store (kept_attn_), as att_o_
   std::vector<Tensor> kept_chunk_o_, kept_chunk_lse_;  // one chunk's rows of a layer's, each head group's
   bool keeping_ = false;  // this run keeps every chunk's attention output (--keep-attention, training)
+  bool training_ = false;  // this run trains (forward_backward): --lora-dropout drops
+  uint64_t dropout_key_ = 0;  // set_dropout_key's
   // the layer order: the host arrays, the chunks in order and reversed, the loss pass's sums when
   // the tied head's are added later (tied_head_)
   std::unique_ptr<ActivationStore> acts_;

@@ -129,6 +129,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     int64_t counted = 0, correct = 0;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
       const int64_t w = (k * o.grad_accum + micro) * dp + dp_rank;
+      model.set_dropout_key(dropout_window_key(o.seed, w));
       // the loss is the mean over this window's targets, averaged over accumulated windows (of every dp rank)
       const LossStats ls = model.forward_backward(
           [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); }, N,

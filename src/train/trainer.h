@@ -28,6 +28,7 @@ struct TrainOptions {
   // The ranks (--sp, --dp, --zero; dist/dist.h): dp rank d takes windows (k * grad_accum + i) * dp + d,
   // gradients are summed over every rank, rank 0 alone logs and writes. Null: one rank.
   Dist* dist = nullptr;
+  uint64_t seed = 0;  // --seed: --lora-dropout's masks (window w: dropout_window_key(seed, w))
 };
 
 // Checkpointing's places in the loop.

@@ -611,6 +611,27 @@ def load_lora(path, params):
     return scale, adapters, trainable
 
 
+# LoRA's dropout masks, drawn as oomb's backend/dropout_mask.h specifies them (written from that
+# text, sharing no code): splitmix64's finalizer after its increment, on 64-bit unsigned integers.
+M64 = (1 << 64) - 1
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def mix64(z):
+    z = (z + 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def dropout_scale(window_key, layer, module, n_rows, n_cols, p):
+    """[n_rows, n_cols] float64: 1 / (1 - p) where the value at (position, feature) is kept, else 0."""
+    km = mix64(window_key ^ (8 * layer + LORA_TARGETS.index(module)))
+    threshold = int(p * 4294967296.0)
+    keep = [[(mix64(km ^ mix64((t << 32) | i)) >> 32) >= threshold for i in range(n_cols)] for t in range(n_rows)]
+    return torch.tensor(keep, dtype=torch.float64) / (1.0 - p)
+
+
 def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
@@ -627,7 +648,8 @@ def rotate_half(x):
 
 def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_mask=None):
     """inputs/targets/positions/segments: int64 numpy [N]. Returns scalar float64 loss. lora:
-    (scale, {module path: (A, B)}) adds scale * (x A^T) B^T to each adapted linear. extra_mask:
+    (scale, {module path: (A, B)}[, dropout p, window key]) adds scale * (x' A^T) B^T to each
+    adapted linear, x' = x, or with dropout x times its mask (dropout_scale). extra_mask:
     [n_layers, n_kv, N, N] bool, keys visible beside causality, documents and windows (--mask)."""
     N = inputs.shape[0]
     hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv
@@ -651,6 +673,9 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
                 y = y + b
             if lora is not None and module is not None and (pre + module) in lora[1]:
                 a_, b_ = lora[1][pre + module]
+                if len(lora) > 2 and lora[2] > 0:
+                    x = x * dropout_scale(lora[3], int(pre.split(".")[2]), module.split(".")[-1], x.shape[0],
+                                          x.shape[1], lora[2])
                 y = y + lora[0] * ((x @ a_.t()) @ b_.t())
             return y
 
@@ -787,6 +812,12 @@ def run(args):
     if args.lora:  # the adapters (and PEFT's modules_to_save) train; the rest is frozen
         scale, adapters, wrt = load_lora(args.lora, P)
         lora = (scale, adapters)
+        if args.lora_dropout_key is not None:  # training: the adapter's lora_dropout, with oomb's masks
+            with open(os.path.join(args.lora, "adapter_config.json")) as f:
+                p = float(json.load(f).get("lora_dropout") or 0.0)
+            if not 0.0 <= p < 1.0:
+                fail(f"{args.lora}/adapter_config.json: lora_dropout {p} is not in [0, 1)")
+            lora = (scale, adapters, p, int(args.lora_dropout_key))
     torch.set_grad_enabled(True)
     loss = forward_loss(c, P, inputs, targets, positions, segments, lora, extra_mask)
     if not torch.isfinite(loss):
@@ -816,6 +847,9 @@ def main(argv=None):
                     help="targets at positions whose input is this id are not trained")
     ap.add_argument("--lora", default=None,
                     help="a PEFT LoRA adapter directory: its tensors train (gradients of those only)")
+    ap.add_argument("--lora-dropout-key", dest="lora_dropout_key", default=None,
+                    help="with --lora: train with its lora_dropout, the masks of this window key (oomb's "
+                    "backend/dropout_mask.h; decimal uint64)")
     ap.add_argument("--expect-rounded-from", dest="expect_rounded_from", default=None,
                     help="dir of an F32 checkpoint: --model's BF16/F16 tensors must be torch's rounding of it")
     args = ap.parse_args(argv)

@@ -142,6 +142,9 @@ class CpuBackend : public Backend {
     for (int64_t i = 0; i < n; ++i) y.f()[i] *= s;
   }
   double do_sum_squares(const Tensor& x) override { return cpu::sum_squares(x.f(), x.numel()); }
+  void do_dropout(const Tensor& x, const DropoutMask& m, Tensor& y, bool accumulate) override {
+    cpu::dropout(x, m, y, accumulate);
+  }
 
   // Decoupled weight decay (AdamW): p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)  (cpu_optimizer.h)
   void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamW& a) override {

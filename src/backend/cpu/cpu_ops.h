@@ -24,6 +24,7 @@ void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Ten
 void rope(Tensor& x, const Tensor& pos, const RopeTable& rope, bool inverse);
 void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out);
 void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup);
+void dropout(const Tensor& x, const DropoutMask& m, Tensor& y, bool accumulate);
 void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o, Tensor& lse);
 void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,
                    std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& dq);

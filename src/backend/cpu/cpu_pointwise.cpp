@@ -1,4 +1,4 @@
-// RMSNorm, RoPE and SwiGLU on the CPU, with their backward passes.
+// RMSNorm, RoPE and SwiGLU on the CPU, with their backward passes; dropout.
 #include <algorithm>
 #include <cmath>
 
@@ -112,6 +112,25 @@ void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor
       put(du, i, d[i] * g[i] * s);
       put(dg, i, d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s)));
     }
+  });
+}
+
+// x, y: (T, n); x f32 or bf16, y f32 or bf16 (accumulate: f32)
+void dropout(const Tensor& x, const DropoutMask& m, Tensor& y, bool accumulate) {
+  const int64_t T = x.dim(0), n = x.dim(1);
+  auto in = [&](int64_t i) { return x.dtype == DType::BF16 ? bf16_to_f32(x.as<uint16_t>()[i]) : x.f()[i]; };
+  auto kept = [&](int64_t t, int64_t i) { return m.kept(t, i) ? in(t * n + i) * m.scale : 0.0f; };
+  if (accumulate) {
+    float* o = y.f();
+#pragma omp parallel for if (T * n >= kParallelMin)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < n; ++i) o[t * n + i] += kept(t, i);
+    return;
+  }
+  with_out(y, [&](auto* o) {
+#pragma omp parallel for if (T * n >= kParallelMin)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < n; ++i) put(o, t * n + i, kept(t, i));
   });
 }
 

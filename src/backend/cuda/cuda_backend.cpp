@@ -302,6 +302,11 @@ class CudaBackend final : public Backend {
     cuda::k::add(y.f(), x.data, x.dtype == DType::BF16, y.numel(), stream_);
     launched("add");
   }
+  void do_dropout(const Tensor& x, const DropoutMask& m, Tensor& y, bool accumulate) override {
+    cuda::k::dropout(x.data, x.dtype == DType::BF16, m, y.data, y.dtype == DType::BF16, accumulate, x.dim(0), x.dim(1),
+                     stream_);
+    launched("dropout");
+  }
   void do_cast(const Tensor& src, Tensor& dst) override {
     cuda::k::cast(src.data, src.dtype == DType::BF16, dst.data, dst.dtype == DType::BF16, src.numel(), stream_);
     launched("cast");

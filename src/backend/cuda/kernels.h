@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/dropout_mask.h"
+
 namespace oomb::cuda::k {
 
 // out (T, d) = table[ids];  dtable[ids[t]] += dout[t], tokens in order per row
@@ -35,6 +37,11 @@ void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bo
 void swiglu_fwd(const float* g, const float* u, void* out, bool out_bf16, int64_t n, cudaStream_t s);
 void swiglu_bwd(const float* g, const float* u, const float* dout, void* dg, void* du, bool d_bf16, int64_t n,
                 cudaStream_t s);
+
+// y (T, n) = x where m keeps it, times m.scale, else 0 (or y += that: accumulate, y f32). x, y
+// f32 or bf16 (y rounded to nearest even)
+void dropout(const void* x, bool x_bf16, const DropoutMask& m, void* y, bool y_bf16, bool accumulate, int64_t T,
+             int64_t n, cudaStream_t s);
 
 // y += x (x f32, or bf16 when x_bf16);  y *= a
 void add(float* y, const void* x, bool x_bf16, int64_t n, cudaStream_t s);

@@ -171,6 +171,22 @@ __global__ void swiglu_fwd_k(const float* g, const float* u, Out* out, int64_t n
   if (i < n) put(out, i, g[i] * sigmoid(g[i]) * u[i]);
 }
 
+// thread per element of x, y: (T, n)
+template <typename In, typename Out>
+__global__ void dropout_k(const In* x, DropoutMask m, Out* y, bool accumulate, int64_t T, int64_t n) {
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= T * n) return;
+  float v = 0.0f;
+  if (m.kept(e / n, e % n)) {
+    if constexpr (sizeof(In) == 2) v = from_bf16(x[e]) * m.scale;
+    else v = x[e] * m.scale;
+  }
+  if constexpr (sizeof(Out) == 4) {
+    if (accumulate) v += y[e];
+  }
+  put(y, e, v);
+}
+
 template <typename Out>
 __global__ void swiglu_bwd_k(const float* g, const float* u, const float* dout, Out* dg, Out* du, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -323,6 +339,19 @@ void swiglu_fwd(const float* g, const float* u, void* out, bool out_bf16, int64_
   if (n <= 0) return;
   if (out_bf16) launch(swiglu_fwd_k<uint16_t>, blocks_for(n), kThreads, 0, s, g, u, static_cast<uint16_t*>(out), n);
   else launch(swiglu_fwd_k<float>, blocks_for(n), kThreads, 0, s, g, u, static_cast<float*>(out), n);
+}
+void dropout(const void* x, bool x_bf16, const DropoutMask& m, void* y, bool y_bf16, bool accumulate, int64_t T,
+             int64_t n, cudaStream_t s) {
+  if (T * n <= 0) return;
+  const unsigned b = blocks_for(T * n);
+  const auto *xf = static_cast<const float*>(x);
+  const auto *xh = static_cast<const uint16_t*>(x);
+  auto *yf = static_cast<float*>(y);
+  auto *yh = static_cast<uint16_t*>(y);
+  if (x_bf16 && y_bf16) launch(dropout_k<uint16_t, uint16_t>, b, kThreads, 0, s, xh, m, yh, accumulate, T, n);
+  else if (x_bf16) launch(dropout_k<uint16_t, float>, b, kThreads, 0, s, xh, m, yf, accumulate, T, n);
+  else if (y_bf16) launch(dropout_k<float, uint16_t>, b, kThreads, 0, s, xf, m, yh, accumulate, T, n);
+  else launch(dropout_k<float, float>, b, kThreads, 0, s, xf, m, yf, accumulate, T, n);
 }
 void swiglu_bwd(const float* g, const float* u, const float* dout, void* dg, void* du, bool d_bf16, int64_t n,
                 cudaStream_t s) {
