@@ -9,6 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <cstring>
 #include <fstream>
+#include <cmath>
+#include <map>
+#include <memory>
 
 #include "backend/backend.h"
 #include "core/dtype.h"
@@ -81,6 +84,77 @@ TEST(LoraDropout, MaskDropsAboutPAndScalesTheRest) {
   // p = 0
   be->dropout(X, dropout_mask(key, 0, 0.0), Y, false);
   EXPECT_EQ(std::memcmp(y.data(), x.data(), x.size() * 4), 0);
+}
+
+namespace {
+// A model of dir with LoRA on every linear (B random, so that every adapter reaches the loss), the
+// embeddings and norms trainable too (so the embedding's gradient comes through every layer's
+// input gradient), dropout p, chunks of C.
+std::unique_ptr<Model> dropout_model(Backend& be, const std::filesystem::path& dir, int64_t C, double p) {
+  const ModelConfig cfg = load_config(dir);
+  ChunkPlan c{C, 8};
+  c.lora.rank = 4;
+  c.lora.dropout = p;
+  c.lora.train_embeddings_norms = true;
+  parse_lora_targets("all", c.lora);
+  auto m = std::make_unique<Model>(cfg, be, c);
+  load_for_training(*m, dir);
+  start_lora(*m, dir, c);
+  Params host(cfg, m->trainable().specs(), Tier::Host, Tag::IO);
+  m->download_trainable(host);
+  const std::vector<float> r = randn(size_t(host.flat().numel()), 8, 0.3f);
+  for (const ParamSpec& s : host.specs())
+    if (s.name.find(".lora_") != std::string::npos)
+      for (int64_t i = s.offset; i < s.offset + s.numel(); ++i) host.flat().f()[i] += r[size_t(i)];
+  m->upload_trainable(host);
+  m->set_dropout_key(dropout_window_key(4, 1));
+  m->enable_grads();
+  return m;
+}
+}  // namespace
+
+// Without PyTorch (test_oracle holds the whole step to PyTorch's float64 where it exists): a chunk
+// draws the sequence's masks (chunks of 8 against one chunk of 40: the loss within 1e-6, every
+// gradient within 1e-5), and the gradient is the loss's (central differences of the training loss,
+// with its masks, along the embedding's gradient: within 1%, which the adapters' share of the
+// embedding's gradient, x's gradient through the masks, is far above).
+TEST(LoraDropout, ChunksDrawTheSequencesMasksAndTheGradientIsTheLosss) {
+  const auto dir = temp_dir("_lora_dropout_fd");
+  const ModelConfig cfg = write_tiny_model(dir, tiny_config_json("llama", 2), 12);
+  auto be = make_cpu_backend();
+  const int64_t N = 40;
+  const auto t = step_tokens(N + 1, 9, cfg.vocab);
+  auto whole = dropout_model(*be, dir, N, 0.3), chunked = dropout_model(*be, dir, 8, 0.3);
+  const double lw = whole->forward_backward(t.data(), t.data() + 1, N, 1.0f).loss_sum / double(N);
+  const double lc = chunked->forward_backward(t.data(), t.data() + 1, N, 1.0f).loss_sum / double(N);
+  EXPECT_NEAR(lc, lw, 1e-6 * lw);
+  const std::vector<float> gw = on_host(*be, whole->grads()), gc = on_host(*be, chunked->grads());
+  EXPECT_LE(rel_error(gc, gw), 1e-5);
+  // along g, the embedding's gradient (unit length): the derivative is |g|
+  Params host(cfg, whole->trainable().specs(), Tier::Host, Tag::IO), g(cfg, whole->grads().specs(), Tier::Host, Tag::IO);
+  whole->download_trainable(host);
+  std::memcpy(g.flat().data, gw.data(), gw.size() * 4);
+  const ParamSpec* emb = nullptr;
+  for (const ParamSpec& s : host.specs())
+    if (s.name == "model.embed_tokens.weight") emb = &s;
+  ASSERT_NE(emb, nullptr);
+  double norm = 0;
+  for (int64_t i = emb->offset; i < emb->offset + emb->numel(); ++i) norm += double(g.flat().f()[i]) * g.flat().f()[i];
+  norm = std::sqrt(norm);
+  ASSERT_GT(norm, 0);
+  auto loss_at = [&](double eps) {
+    Params moved(cfg, whole->trainable().specs(), Tier::Host, Tag::IO);
+    std::memcpy(moved.flat().data, host.flat().data, host.flat().bytes());
+    for (int64_t i = emb->offset; i < emb->offset + emb->numel(); ++i)
+      moved.flat().f()[i] += float(eps * g.flat().f()[i] / norm);
+    whole->upload_trainable(moved);
+    return whole->forward_backward(t.data(), t.data() + 1, N, 1.0f).loss_sum / double(N);
+  };
+  const double eps = 1e-4, fd = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
+  EXPECT_NEAR(fd, norm, 1e-2 * norm) << "central differences against the gradient's norm";
+  std::cout << fmt::format("[ dropout  ] chunks of 8 vs one of 40: loss {:.1e}, gradients {:.1e}; the embedding's "
+                           "gradient norm {:.6f}, central differences {:.6f}\n", std::abs(lc - lw) / lw,
+                           rel_error(gc, gw), norm, fd);
 }
 
 // Training with dropout gives the same bits whatever runs the step: the CPU or the simulated device,
@@ -197,10 +271,46 @@ TEST(LoraDropout, TheFlagThroughTheCommandLineAndPeftsConfig) {
   EXPECT_THAT(oomb_cmd(dir, run + "--lora-rank 4 --lora-dropout 1").out,
               HasSubstr("--lora-dropout: must be in [0, 1), got 1"));
   EXPECT_THAT(oomb_cmd(dir, run + "--lora-dropout 0.1").out, HasSubstr("--lora-dropout needs --lora-rank"));
-  // a checkpoint of a dropout run, resumed without it
-  ASSERT_EQ(oomb_cmd(dir, run + "--lora-rank 4 --lora-dropout 0.1 --checkpoint-dir " + ck + " --save-every 1").code, 0);
-  const CmdResult r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 128 --chunk-size 32 --steps 3 "
-                                                "--lora-rank 4 --checkpoint-dir {} --resume auto", m, dir.string(), ck));
-  EXPECT_NE(r.code, 0);
-  EXPECT_THAT(r.out, HasSubstr("--lora-dropout"));
+  // a checkpoint of a dropout run, resumed without it (refused, naming the flag) and with it
+  const std::string run3 = fmt::format("train --model {} --data {}/t.bin --seq-len 128 --chunk-size 32 --steps 3 "
+                                       "--lora-rank 4 --resume {}/step-000001 ", m, dir.string(), ck);
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --seq-len 128 --chunk-size 32 --steps 3 "
+                                      "--lora-rank 4 --lora-dropout 0.1 --checkpoint-dir {} --save-every 1", m,
+                                      dir.string(), ck)).code, 0);
+  const CmdResult without = oomb_cmd(dir, run3);
+  EXPECT_NE(without.code, 0);
+  EXPECT_THAT(without.out, HasSubstr("--lora-dropout"));
+  const CmdResult with = oomb_cmd(dir, run3 + "--lora-dropout 0.1");
+  EXPECT_EQ(with.code, 0) << with.out;
+  EXPECT_THAT(with.out, HasSubstr("dropout 0.1; the adapters come from the checkpoint"));
+  // 0, every run's default, may be named without LoRA (a config file's)
+  EXPECT_EQ(oomb_cmd(dir, run + "--lora-dropout 0").code, 0);
+}
+
+// Dropout needs no memory of its own (the dropped input and x's gradient through the mask use the
+// adapter's output scratch): every (tier, tag) peak of a run with it equals the run's without it,
+// and the plan; resident and with --offload kv,params, fp32 and bf16, every target adapted.
+TEST(LoraDropout, NeedsNoMemoryOfItsOwn) {
+  Accountant& acc = Accountant::global();
+  const ModelConfig cfg = parse_config(tiny_config_json("qwen2", 2), "LoRA dropout memory test config");
+  for (const bool offload : {false, true})
+    for (const DType precision : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(fmt::format("{}{}", dtype_name(precision), offload ? " --offload kv,params" : ""));
+      std::map<std::pair<int, int>, int64_t> peaks[2];
+      for (const double p : {0.0, 0.2}) {
+        ChunkPlan plan{64, 16};
+        plan.offload_kv = plan.offload_params = offload;
+        plan.offload_group = offload ? 2 : 0;
+        plan.precision = precision;
+        plan.lora.rank = 4;
+        plan.lora.dropout = p;
+        parse_lora_targets("all", plan.lora);
+        acc.reset_peaks();
+        expect_peaks_equal(train_for_peaks(cfg, plan, 256, true, 2));
+        for (Tier tier : kTiers)
+          for (int i = 0; i < kNumTags; ++i) peaks[p > 0][{int(tier), i}] = acc.get(tier, Tag(i)).peak;
+      }
+      EXPECT_EQ(peaks[0], peaks[1]);
+      EXPECT_GT((peaks[1][{int(Tier::Device), int(Tag::Activations)}]), 0);
+    }
 }

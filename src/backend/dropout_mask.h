@@ -7,7 +7,8 @@
 //   window key  kw = mix(mix(s) ^ w)
 //   module key  km = mix(kw ^ (8 l + t))
 //   draw        u  = mix(km ^ mix(pos * 2^32 + i)) >> 32      (an unsigned 32-bit integer)
-//   kept        u >= floor(p * 2^32), the value scaled by 1 / (1 - p); dropped: 0
+//   kept        u >= floor(p * 2^32), the value times s = 1 / (1 - p) (fp32: 1.0f / float(1 - p),
+//               PyTorch's); dropped: 0
 // mix is splitmix64's finalizer after its increment. (tests/oracle/torch_oracle.py draws the
 // same mask from this text for its float64 reference.)
 #pragma once
@@ -33,7 +34,7 @@ struct DropoutMask {
   uint64_t key = 0;        // the module key km
   int64_t row0 = 0;        // the sequence position of row 0
   uint32_t threshold = 0;  // floor(p * 2^32): a draw below it drops the value
-  float scale = 1.0f;      // 1 / (1 - p), as PyTorch's float
+  float scale = 1.0f;      // 1.0f / float(1 - p), as PyTorch's dropout computes it
   OOMB_HOST_DEVICE bool kept(int64_t row, int64_t i) const {
     const uint64_t c = (uint64_t(row0 + row) << 32) | uint64_t(uint32_t(i));
     return uint32_t(dropout_mix(key ^ dropout_mix(c)) >> 32) >= threshold;
@@ -51,7 +52,7 @@ inline DropoutMask dropout_mask(uint64_t module_key, int64_t row0, double p) {
   DropoutMask m;
   m.key = module_key, m.row0 = row0;
   m.threshold = uint32_t(p * 4294967296.0);
-  m.scale = float(1.0 / (1.0 - p));
+  m.scale = 1.0f / float(1.0 - p);
   return m;
 }
 

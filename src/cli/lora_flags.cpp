@@ -15,9 +15,10 @@ void add_lora_flags(CLI::App* c, LoraFlags& f, bool with_dir) {
       ->check(positive())->capture_default_str();
   c->add_option("--lora-targets", f.targets, "LoRA: the linears adapted, from q,k,v,o,gate,up,down (or all)")
       ->capture_default_str();
-  c->add_option("--lora-dropout", f.dropout, "LoRA: dropout on each adapter's input while training, as PEFT's "
-                "lora_dropout (the base linear reads the input itself; the same mask in every pass, the same bits in any "
-                "chunk size, sweep order or rank split); with --lora DIR: default the adapter's")
+  c->add_option("--lora-dropout", f.dropout, std::string("LoRA: dropout on each adapter's input while training, as "
+                "PEFT's lora_dropout (the base linear reads the input itself); the mask a function of --seed, the window "
+                "and the value's place, the same in every pass, sweep order, chunk size or rank split") +
+                (with_dir ? "; with --lora DIR: default the adapter's" : ""))
       ->capture_default_str();
   c->add_flag("--rslora", f.rslora, "LoRA: rank-stabilised scale alpha / sqrt(r)");
   c->add_flag("--train-embeddings-norms", f.train_embeddings_norms,
@@ -49,8 +50,10 @@ LoraConfig lora_config(const LoraFlags& f, const CLI::App* cmd) {
     return c;
   }
   if (!given("--lora-rank")) {
-    for (const char* flag : {"--lora-alpha", "--lora-targets", "--lora-dropout", "--rslora", "--train-embeddings-norms"})
+    for (const char* flag : {"--lora-alpha", "--lora-targets", "--rslora", "--train-embeddings-norms"})
       OOMB_CHECK(!given(flag), "{} needs --lora-rank (or --lora DIR)", flag);
+    // (0 is every run's default: a config file may name it without LoRA)
+    OOMB_CHECK(f.dropout == 0.0, "--lora-dropout needs --lora-rank (or --lora DIR)");
     return c;
   }
   c.rank = f.rank;

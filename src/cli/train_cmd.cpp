@@ -492,8 +492,9 @@ Command add_train(CLI::App& app) {
               if (lora.on() && a->ckpt.any()) ckpt.set_lora_base(a->model, base_fingerprint);
             }
             if (lora.on() && ckpt.resuming()) {
-              std::cout << fmt::format("LoRA: rank {}, alpha {}; the adapters come from the checkpoint", lora.rank,
-                                       lora.alpha) << std::endl;
+              std::cout << fmt::format("LoRA: rank {}, alpha {}{}; the adapters come from the checkpoint", lora.rank,
+                                       lora.alpha, lora.dropout > 0 ? fmt::format(", dropout {}", lora.dropout) : "")
+                        << std::endl;
             } else if (lora.on()) {  // the adapters: from --lora DIR, or B = 0 and A as PEFT initialises it
               Params host(cfg, lora_layout(cfg, lora), Tier::Host, Tag::IO);
               with_host_params(model, [&](Params& base) {

@@ -180,7 +180,9 @@ Tensor lora_input(const LayerCtx& ctx, int t, const Tensor& x, LayerBuffers& pla
 // LoRA beside a frozen linear (nothing where the slot has no adapter): y (T, out) += s (x' A^T) B^T,
 // x' = x or (--lora-dropout) x dropped. x: the base matmul's operand (T, in), f32 or under
 // --precision bf16 its bf16 copy; then A and B are the adapters' bf16 copy and u is cast to bf16 for
-// the second GEMM (PEFT under autocast: every adapter GEMM reads bf16 operands, accumulating in fp32).
+// the second GEMM (PEFT under autocast: every adapter GEMM reads bf16 operands, accumulating in fp32;
+// but x' is bf16(x16 s), the bf16 x scaled and rounded again, where PEFT's would be x s rounded once:
+// the layer keeps no f32 x).
 void lora_fwd(const LayerCtx& ctx, const LayerParams& p, int t, const Tensor& x, Tensor& y, LayerBuffers& plan) {
   const LoraPair& l = p.lora[t];
   if (l.a.empty()) return;

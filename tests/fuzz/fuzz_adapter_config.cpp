@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const nlohmann::json out = oomb::adapter_config_json(c, "fuzz", save);
   const oomb::LoraConfig d = oomb::parse_adapter_config(out, "fuzz/roundtrip.json");
   check(d.rank == c.rank && d.alpha == c.alpha && d.rslora == c.rslora &&
-            d.train_embeddings_norms == c.train_embeddings_norms &&
+            d.train_embeddings_norms == c.train_embeddings_norms && d.dropout == c.dropout &&
             std::memcmp(d.targets, c.targets, sizeof c.targets) == 0,
         "adapter_config_json round trip");
   return 0;

@@ -176,13 +176,13 @@ template <typename In, typename Out>
 __global__ void dropout_k(const In* x, DropoutMask m, Out* y, bool accumulate, int64_t T, int64_t n) {
   const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= T * n) return;
-  float v = 0.0f;
+  float v = 0.0f;  // (no fused multiply-add: the CPU's two roundings)
   if (m.kept(e / n, e % n)) {
-    if constexpr (sizeof(In) == 2) v = from_bf16(x[e]) * m.scale;
-    else v = x[e] * m.scale;
+    if constexpr (sizeof(In) == 2) v = __fmul_rn(from_bf16(x[e]), m.scale);
+    else v = __fmul_rn(x[e], m.scale);
   }
   if constexpr (sizeof(Out) == 4) {
-    if (accumulate) v += y[e];
+    if (accumulate) v = __fadd_rn(y[e], v);
   }
   put(y, e, v);
 }
