@@ -37,8 +37,8 @@ struct TrainArgs {
   // precision: "" until the run resolves it for its device (default_precision)
   std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "auto", precision;
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
-  std::string tensorboard, sweep = "chunk";
-  int64_t eos_id = -1, offload_group = 0, device_memory = 0;
+  std::string tensorboard, sweep = "chunk", eval_data;
+  int64_t eos_id = -1, offload_group = 0, device_memory = 0, eval_every = 0, eval_windows = 0;
   double peak_tflops = 0;
   bool shuffle = false, doc_mask = false, split_special = false, force = false, keep_attention = false;
   int64_t seq_len = 0, steps = 0, grad_accum = 1, log_every = 0, chunk = 0, page = 128;
@@ -185,23 +185,32 @@ int32_t eos_of(const TrainArgs& a, const ModelConfig& cfg) {
   return resolve_eos(a.model, cfg.vocab).id;
 }
 
-std::unique_ptr<PackedTokens> open_data(const TrainArgs& a, const ModelConfig& cfg, int32_t eos) {
+// --data, or with held_out --eval-data (in order: no --shuffle), read as --data is.
+std::unique_ptr<PackedTokens> open_data(const TrainArgs& a, const ModelConfig& cfg, int32_t eos, bool held_out = false) {
   DataOptions d;
   d.format = a.data_format;
   d.corpus.text_field = a.text_field;
   d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);
   d.tokenizer = tokenizer_path(a);
   d.split_special = a.split_special;
-  d.packing = {eos, a.shuffle, a.seed, a.doc_mask};
+  d.packing = {eos, a.shuffle && !held_out, a.seed, a.doc_mask};
   d.log = &std::cout;
-  return open_training_data(a.data, cfg.vocab, d);
+  return open_training_data(held_out ? a.eval_data : a.data, cfg.vocab, d);
+}
+
+// --eval-windows, or every whole window of the held-out data (at least one), a multiple of --dp.
+int64_t eval_windows(const TrainArgs& a, int64_t N, const PackedTokens& held_out) {
+  if (a.eval_windows > 0) return a.eval_windows;
+  const int64_t dp = std::max<int64_t>(1, a.dist.dp), whole = (held_out.stream_size() - 1) / N;
+  return std::max(dp, whole / dp * dp);
 }
 
 // Refuses outputs that would overwrite an input, before anything is opened for writing.
 void check_paths(const TrainArgs& a) {
   refuse_aliasing({{"--out", a.out, true}, {"--metrics", a.metrics}, {"--checkpoint-dir", a.ckpt.dir, true},
                    {"--tensorboard", a.tensorboard, true}},
-                  {{"--model", a.model}, {"--data", a.data, true}, {"--tokenizer", a.tokenizer}});
+                  {{"--model", a.model}, {"--data", a.data, true}, {"--eval-data", a.eval_data, true},
+                   {"--tokenizer", a.tokenizer}});
 }
 
 // Says so when one sequence is longer than the data: windows then wrap around within a sequence.
@@ -422,6 +431,14 @@ Command add_train(CLI::App& app) {
                  "K/V, at most a layer's pages)")->check(count());
   c->add_option("--out", a->out, "Save the trained model here (HF format, the loaded dtype) after the last step");
   c->add_option("--metrics", a->metrics, "Write one JSON line of metrics per step to this file");
+  CLI::Option* eval_data = c->add_option("--eval-data", a->eval_data, "Held-out data (read as --data is, in order): "
+                                         "its loss after every --eval-every steps and the last, in the progress "
+                                         "line, --metrics (eval) and --tensorboard (eval/)");
+  c->add_option("--eval-every", a->eval_every, "With --eval-data: evaluate every K steps (default: after the last "
+                "only)")->check(count())->needs(eval_data);
+  c->add_option("--eval-windows", a->eval_windows, "With --eval-data: windows of --seq-len tokens scored each time, "
+                "from its start (default: every whole window of it; a multiple of --dp)")->check(count())
+      ->needs(eval_data);
   c->add_option("--tensorboard", a->tensorboard, "Write TensorBoard event files (loss, lr, grad norm, tokens/s, MFU, "
                  "memory per tier) into this directory");
   c->add_flag("--force", a->force, "Run even when the plan exceeds the memory the machine has, and replace a "
@@ -474,6 +491,21 @@ Command add_train(CLI::App& app) {
             const std::string keep_hint = keep_attention_hint(*a, cfg, plan, *be);  // (before the model takes memory)
             auto data = open_data(*a, cfg, eos);
             note_wrapping(o.seq_len, *data);
+            std::unique_ptr<PackedTokens> held_out;
+            if (!a->eval_data.empty()) {
+              held_out = open_data(*a, cfg, eos, true);
+              o.eval_data = held_out.get();
+              o.eval_every = a->eval_every;
+              o.eval_windows = eval_windows(*a, o.seq_len, *held_out);
+              std::cout << fmt::format("held-out loss: {}, {} windows of {} tokens, {}", held_out->describe(),
+                                       o.eval_windows, o.seq_len,
+                                       o.eval_every > 0 ? fmt::format("every {} steps and after the last", o.eval_every)
+                                                        : std::string("after the last step"))
+                        << (o.eval_windows * o.seq_len + 1 > held_out->stream_size()
+                                ? fmt::format(" (more than its {} tokens: windows wrap around)", held_out->stream_size())
+                                : "")
+                        << std::endl;
+            }
             RunCheckpoints ckpt(a->ckpt, a->ckpt.any() ? run_state(*a, o, plan, eos, cfg, *data) : CheckpointState{},
                                 o.optim, o.seq_len, o.grad_accum, data->stream_size(), std::cout);
             ckpt.set_dist(&dist);

@@ -49,6 +49,24 @@ nlohmann::json memory_json() {
   return j;
 }
 
+// The held-out loss of windows 0 .. o.eval_windows - 1 of o.eval_data (this dp rank's share, summed
+// over the dp group), into st: the loss, accuracy and targets, and the seconds it took.
+static void evaluate_held_out(Model& model, const TrainOptions& o, Dist& dist, StepStats& st) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t dp = dist.options().dp, N = o.seq_len;
+  double sums[3] = {0, 0, 0};  // loss, targets, correct
+  for (int64_t w = dist.dp_rank(); w < o.eval_windows; w += dp) {
+    const LossStats ls = model.evaluate(
+        [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { o.eval_data->read(w, N, t0, n, ids, tg); }, N);
+    sums[0] += ls.loss_sum, sums[1] += double(ls.targets), sums[2] += double(ls.correct);
+  }
+  dist.dp().all_reduce_sum(sums, 3);  // (the sp ranks of a group already agree)
+  OOMB_CHECK(sums[1] > 0, "--eval-data: its windows gave no targets to score");
+  st.evaluated = true;
+  st.eval_loss = sums[0] / sums[1], st.eval_accuracy = sums[2] / sums[1], st.eval_targets = int64_t(sums[1]);
+  st.eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // A step's scalars for TensorBoard: the --metrics figures, memory per tier in MiB.
 static std::vector<std::pair<std::string, float>> tensorboard_values(const StepStats& st, bool mfu) {
   std::vector<std::pair<std::string, float>> v = {
@@ -56,6 +74,11 @@ static std::vector<std::pair<std::string, float>> tensorboard_values(const StepS
       {"train/lr", st.lr},                     {"train/grad_norm", float(st.grad_norm)},
       {"perf/tokens_per_s", float(st.tokens_per_s)}, {"perf/tflops", float(st.tflops)}};
   if (mfu) v.emplace_back("perf/mfu", float(st.mfu));
+  if (st.evaluated) {
+    v.emplace_back("eval/loss", float(st.eval_loss));
+    v.emplace_back("eval/perplexity", float(std::exp(st.eval_loss)));
+    v.emplace_back("eval/accuracy", float(st.eval_accuracy));
+  }
   for (Tier tier : kTiers) {
     const MemCounter c = Accountant::global().total(tier);
     if (c.peak == 0) continue;
@@ -92,12 +115,15 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   OOMB_CHECK(o.grad_accum > 0, "--grad-accum: must be positive, got {}", o.grad_accum);
   OOMB_CHECK(o.start_step >= 0 && o.start_step <= o.steps, "resume: step {} is beyond --steps {}", o.start_step,
              o.steps);
+  OOMB_CHECK(!o.eval_data || o.eval_windows > 0, "--eval-windows: must be positive, got {}", o.eval_windows);
   model.enable_grads();
   OptimConfig oc = o.optim;
   oc.total_steps = o.steps;
   Dist single;
   Dist& dist = o.dist ? *o.dist : single;
   const int64_t dp = dist.options().dp, dp_rank = dist.dp_rank();
+  OOMB_CHECK(!o.eval_data || o.eval_windows % dp == 0, "--eval-windows {}: must be a multiple of --dp {} (each dp "
+             "rank scores as many windows)", o.eval_windows, dp);
   const int zero = dist.size() > 1 ? dist.options().zero : 0;
   OOMB_CHECK((zero == 3) == model.sharded(), "train: --zero {} but a model {}built for --zero 3", zero,
              model.sharded() ? "" : "not ");
@@ -164,6 +190,12 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     st.elapsed_s = std::chrono::duration<double>(clock::now() - t_start).count();
     // the device's streams in this step (OOMB_CUDA_TIMELINE, every rank: a window a step): busy, at once, idle
     const StreamTimes streams = model.backend().take_stream_times();
+    // the held-out loss with this step's weights (after the step's time and its stream window)
+    st.evaluated = false;
+    if (o.eval_data && ((o.eval_every > 0 && (k + 1) % o.eval_every == 0) || k + 1 == o.steps)) {
+      evaluate_held_out(model, o, dist, st);
+      model.backend().take_stream_times();  // (the evaluation's streams are not the next step's)
+    }
     if (metrics.is_open()) {
       nlohmann::json j = {{"step", k},         {"loss", st.loss},     {"accuracy", st.accuracy}, {"skipped", st.skipped},
                           {"lr", st.lr},       {"grad_norm", st.grad_norm}, {"tokens", st.tokens},
@@ -190,6 +222,10 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       const ResidentMemory rss = resident_memory();
       j["rss"] = {{"current", rss.current}, {"peak", rss.peak}};
       if (o.peak_flops > 0) j["mfu"] = st.mfu;
+      if (st.evaluated)
+        j["eval"] = {{"loss", st.eval_loss},      {"perplexity", std::exp(st.eval_loss)},
+                     {"accuracy", st.eval_accuracy}, {"targets", st.eval_targets},
+                     {"windows", o.eval_windows}, {"seconds", st.eval_s}};
       errno = 0;
       metrics << j.dump() << "\n";
       metrics.flush();
@@ -209,6 +245,11 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
                          clock_time(st.elapsed_s / double(k + 1 - o.start_step) * double(o.steps - k - 1)))
           << std::endl;
     }
+    if (lead && st.evaluated)
+      log << fmt::format("eval after step {}: loss {:.4f} | perplexity {:.3f} | acc {:5.1f}% | {} windows, {} targets, "
+                         "{:.1f}s", k + 1, st.eval_loss, std::exp(st.eval_loss), 100 * st.eval_accuracy,
+                         o.eval_windows, st.eval_targets, st.eval_s)
+          << std::endl;
     if (on_step) on_step(st);
     if (hooks.after_step && hooks.after_step(k + 1, opt)) break;
   }

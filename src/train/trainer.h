@@ -29,6 +29,11 @@ struct TrainOptions {
   // gradients are summed over every rank, rank 0 alone logs and writes. Null: one rank.
   Dist* dist = nullptr;
   uint64_t seed = 0;  // --seed: --lora-dropout's masks (window w: dropout_window_key(seed, w))
+  // Held-out loss (--eval-data): after every eval_every-th step (0: after the last only), the mean
+  // loss of windows 0 .. eval_windows - 1 of eval_data (N tokens each; dp rank d scores d, d + dp,
+  // ...: eval_windows is a multiple of dp), with the weights that step made. Null: none.
+  TokenSource* eval_data = nullptr;
+  int64_t eval_every = 0, eval_windows = 1;
 };
 
 // Checkpointing's places in the loop.
@@ -48,6 +53,10 @@ struct StepStats {
   float lr = 0;
   int64_t tokens = 0;
   bool skipped = false;  // a non-finite loss or gradient, skipped (--skip-nonfinite)
+  // the held-out loss after this step (TrainOptions::eval_data; evaluated: false on other steps)
+  bool evaluated = false;
+  double eval_loss = 0, eval_accuracy = 0, eval_s = 0;
+  int64_t eval_targets = 0;
 };
 
 // Memory per tier and tag as JSON: {"host": {"weights": {"current": B, "peak": B}, ...}, "device": {...}}
