@@ -271,3 +271,33 @@ TEST(Dist, LoraDropoutWithSequenceParallel) {
   for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(two[k], one[k], 1e-6 * one[k]) << "step " << k + 1;
   EXPECT_GT(std::abs(none[2] - one[2]), 1e-4 * one[2]) << "dropout changed nothing by step 3";
 }
+
+// oomb train --eval-data on ranks: --dp 2 shares the held-out windows (every whole window, rounded
+// down to a multiple of --dp: 6 of 7) and adds the sums, giving `oomb eval`'s loss of the saved
+// model; --sp 2 evaluates each window on both ranks of the group, as training does.
+TEST(Dist, HeldOutLossDuringTrainingOnRanks) {
+  NEED_MPI();
+  const auto dir = temp_dir("dist_train_eval");
+  const std::string oomb = (binary_dir() / "oomb").string();
+  ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
+  write_tokens(dir / "e.bin", 1000, 120, 6);
+  const std::string run = fmt::format("{} train --model {}/m --data {}/tokens.bin --seq-len 128 --chunk-size 32 "
+                                      "--steps 2 --lr 1e-2 --eval-data {}/e.bin ", oomb, dir.string(), dir.string(),
+                                      dir.string());
+  const CmdResult r = mpirun(2, run + "--dp 2 --out " + (dir / "out").string() + " --metrics " +
+                                    (dir / "dp.jsonl").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("6 windows of 128 tokens"), std::string::npos) << r.out;
+  std::string text = read_text(dir / "dp.jsonl");
+  text.erase(text.find_last_not_of('\n') + 1);
+  const nlohmann::json last = nlohmann::json::parse(text.substr(text.rfind('\n') + 1));
+  const CmdResult e = run_cmd_in(dir, fmt::format("{} eval --model {}/out --data {}/e.bin --seq-len 128 --chunk-size 32 "
+                                                  "--windows 6 --json", oomb, dir.string(), dir.string()));
+  ASSERT_EQ(e.code, 0) << e.out;
+  const double want = nlohmann::json::parse(e.out.substr(e.out.find('{')))["loss"];
+  EXPECT_NEAR(last["eval"]["loss"].get<double>(), want, 1e-7 * want);
+  EXPECT_EQ(last["eval"]["targets"], 6 * 128);
+  const CmdResult sp = mpirun(2, run + "--sp 2 --eval-windows 3");
+  ASSERT_EQ(sp.code, 0) << sp.out;
+  EXPECT_NE(sp.out.find("eval after step 2: loss"), std::string::npos) << sp.out;
+}
