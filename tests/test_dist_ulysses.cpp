@@ -297,7 +297,18 @@ TEST(Dist, HeldOutLossDuringTrainingOnRanks) {
   const double want = nlohmann::json::parse(e.out.substr(e.out.find('{')))["loss"];
   EXPECT_NEAR(last["eval"]["loss"].get<double>(), want, 1e-7 * want);
   EXPECT_EQ(last["eval"]["targets"], 6 * 128);
-  const CmdResult sp = mpirun(2, run + "--sp 2 --eval-windows 3");
+  // --sp 2 against one rank (fp32: within 1e-6, as the training's losses)
+  auto eval_loss = [&](const std::string& name) {
+    std::string t = read_text(dir / name);
+    t.erase(t.find_last_not_of('\n') + 1);
+    return nlohmann::json::parse(t.substr(t.rfind('\n') + 1))["eval"]["loss"].get<double>();
+  };
+  const CmdResult sp = mpirun(2, run + "--sp 2 --eval-windows 3 --metrics " + (dir / "sp.jsonl").string());
   ASSERT_EQ(sp.code, 0) << sp.out;
-  EXPECT_NE(sp.out.find("eval after step 2: loss"), std::string::npos) << sp.out;
+  ASSERT_EQ(run_cmd_in(dir, run + "--eval-windows 3 --metrics " + (dir / "one.jsonl").string()).code, 0);
+  EXPECT_NEAR(eval_loss("sp.jsonl"), eval_loss("one.jsonl"), 1e-6 * eval_loss("one.jsonl"));
+  // windows not a multiple of --dp: refused before the model is built
+  const CmdResult odd = mpirun(2, run + "--dp 2 --eval-windows 3");
+  EXPECT_NE(odd.code, 0);
+  EXPECT_NE(odd.out.find("--eval-windows 3: must be a multiple of --dp 2"), std::string::npos) << odd.out;
 }

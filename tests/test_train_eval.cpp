@@ -81,11 +81,12 @@ TEST(TrainEval, HeldOutLossIsTheSavedModelsLoss) {
   const double after2 = m[1]["eval"]["loss"], after4 = m[3]["eval"]["loss"];
   EXPECT_NE(after2, after4);
   EXPECT_THAT(t.out, HasSubstr(fmt::format("eval after step 4: loss {:.4f}", after4)));
-  const CmdResult e = oomb_cmd(r.dir, fmt::format("eval --model {} --data {} --seq-len 128 --chunk-size 32 --windows 5 "
-                                                  "--json", out, (r.dir / "e.bin").string()));
+  // (--buckets 4: chunks of 32, as the training's)
+  const CmdResult e = oomb_cmd(r.dir, fmt::format("eval --model {} --data {} --seq-len 128 --chunk-size 32 --buckets 4 "
+                                                  "--windows 5 --json", out, (r.dir / "e.bin").string()));
   ASSERT_EQ(e.code, 0) << e.out;
   const nlohmann::json ej = nlohmann::json::parse(e.out.substr(e.out.find('{')));
-  EXPECT_NEAR(ej["loss"].get<double>(), after4, 1e-7 * after4);
+  EXPECT_EQ(ej["loss"].get<double>(), after4);
   EXPECT_EQ(ej["targets"], m[3]["eval"]["targets"]);
   std::map<int64_t, float> tb_loss;
   for (const auto& f : fs::directory_iterator(tb))
@@ -97,12 +98,14 @@ TEST(TrainEval, HeldOutLossIsTheSavedModelsLoss) {
 // Evaluating changes nothing in the training (the same losses and gradient norms with and without
 // it), and with --offload params on the simulated device, whose update runs beside the next step's
 // first layers, the held-out losses are the resident run's bit for bit (each evaluation waits for
-// the update it reads).
+// the update it reads); the step's own figures leave the evaluation out (moved: the same bytes as
+// without it), and the evaluation reports what it moved.
 TEST(TrainEval, ChangesNoStepAndSeesTheOverlappedUpdate) {
   Runs r;
   const std::string eval = fmt::format(" --eval-data {} --eval-every 1 --eval-windows 2", (r.dir / "e.bin").string());
   const auto plain = r.metrics("--device sim", "plain.jsonl"), with = r.metrics("--device sim" + eval, "with.jsonl"),
-             offloaded = r.metrics("--device sim --offload params" + eval, "off.jsonl");
+             offloaded = r.metrics("--device sim --offload params" + eval, "off.jsonl"),
+             off_plain = r.metrics("--device sim --offload params", "off_plain.jsonl");
   ASSERT_EQ(plain.size(), 4u);
   ASSERT_EQ(with.size(), 4u);
   ASSERT_EQ(offloaded.size(), 4u);
@@ -114,6 +117,9 @@ TEST(TrainEval, ChangesNoStepAndSeesTheOverlappedUpdate) {
     ASSERT_TRUE(with[k].contains("eval") && offloaded[k].contains("eval"));
     EXPECT_EQ(offloaded[k]["eval"]["loss"], with[k]["eval"]["loss"]);
     EXPECT_EQ(with[k]["eval"]["windows"], 2);
+    EXPECT_EQ(offloaded[k]["moved"], off_plain[k]["moved"]);
+    EXPECT_GT(offloaded[k]["eval"]["moved"]["weights"].get<int64_t>(), 0);
+    EXPECT_TRUE(offloaded[k]["eval"].contains("update_waited_s"));
   }
   EXPECT_NE(with[0]["eval"]["loss"], with[3]["eval"]["loss"]);
 }
@@ -135,52 +141,74 @@ class Windows final : public TokenSource {
   uint64_t seed_;
 };
 
-// The held-out losses of 3 AdamW steps on the simulated device, each step's update slowed to 20 ms a
-// unit (with --offload params it runs beside the next pass: the evaluation's)
-std::vector<double> held_out_losses(const fs::path& dir, bool offload) {
+struct HeldOut {
+  std::vector<double> losses;  // after each step
+  int64_t image_casts = 0;     // the param store's casts of every bf16 image at once
+};
+// The held-out losses of 3 AdamW steps of 2 windows on the simulated device (evaluations of 3
+// windows: with `evaluate`), each step's update slowed to 20 ms a unit (with --offload params it
+// runs beside the next pass: the evaluation's)
+HeldOut held_out_losses(const fs::path& dir, bool offload, DType precision = DType::F32, bool evaluate = true) {
   const ModelConfig cfg = load_config(dir);
   auto sim = make_sim_backend(0, 100);
   ChunkPlan plan{16, 8};
   plan.offload_params = offload;
+  plan.precision = precision;
   Model m(cfg, *sim, plan);
   load_for_training(m, dir);
   Windows data(cfg.vocab, 1), held_out(cfg.vocab, 100);
-  TrainOptions o{40, 3, 1, 100};
+  TrainOptions o{40, 3, 2, 100};
   o.optim.lr = 1e-2f;
-  o.eval_data = &held_out;
+  o.eval_data = evaluate ? &held_out : nullptr;
   o.eval_every = 1;
-  o.eval_windows = 2;
-  std::vector<double> v;
+  o.eval_windows = 3;
+  HeldOut r;
   std::ostringstream log;
-  Optimizer::delay_update_for_test(20000);
-  train(m, data, o, log, [&](const StepStats& st) { v.push_back(st.evaluated ? st.eval_loss : -1.0); });
-  Optimizer::delay_update_for_test(0);
-  return v;
+  struct Slow {
+    Slow() { Optimizer::delay_update_for_test(20000); }
+    ~Slow() { Optimizer::delay_update_for_test(0); }
+  } slow;
+  train(m, data, o, log, [&](const StepStats& st) { r.losses.push_back(st.evaluated ? st.eval_loss : -1.0); });
+  r.image_casts = m.store().image_casts();
+  return r;
 }
 }  // namespace
 
 // The trainer itself, the update slowed: with --offload params each evaluation waits for the
-// layers' update beside it and gets the resident run's losses bit for bit; without the layers' wait
-// (the control) it reads weights the update has not reached.
+// layers' update beside it and gets the resident run's losses bit for bit (fp32 and bf16); without
+// the layers' wait (the control) it reads weights the update has not reached. Under bf16 the
+// evaluation's windows and the next step's second window read the images the update cast (no
+// cast of every image: as many as without evaluating).
 TEST(TrainEval, WaitsForTheUpdateBesideIt) {
   const auto dir = temp_dir("_train_eval_update");
   write_tiny_model(dir, tiny_config_json("qwen2", 2), 3);
-  const std::vector<double> resident = held_out_losses(dir, false), offloaded = held_out_losses(dir, true);
-  ASSERT_EQ(resident.size(), 3u);
-  EXPECT_EQ(offloaded, resident);
+  for (const DType precision : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(precision));
+    const HeldOut resident = held_out_losses(dir, false, precision), offloaded = held_out_losses(dir, true, precision);
+    ASSERT_EQ(resident.losses.size(), 3u);
+    EXPECT_EQ(offloaded.losses, resident.losses);
+    if (precision == DType::BF16) {
+      EXPECT_EQ(offloaded.image_casts, held_out_losses(dir, true, precision, false).image_casts);
+      EXPECT_EQ(offloaded.image_casts, 2) << "(the first step's two windows, before any update; the updates cast "
+                                             "the rest)";
+    }
+  }
   if (tsan_leaves_out("the evaluation without the param store's update wait")) return;
   ParamStore::drop_wait_for_test("update-layer");
-  const std::vector<double> early = held_out_losses(dir, true);
+  const HeldOut early = held_out_losses(dir, true);
   ParamStore::drop_wait_for_test(nullptr);
-  EXPECT_NE(early, resident) << "without the layers' update wait the evaluation still read updated weights";
+  EXPECT_NE(early.losses, held_out_losses(dir, false).losses)
+      << "without the layers' update wait the evaluation still read updated weights";
 }
 
-// Bad input is named: the evaluation flags without --eval-data, a held-out file that is not there,
-// --eval-data where an output goes.
+// Bad input is named: the evaluation flags without --eval-data, --eval-data in the demo, a
+// held-out file that is not there, --eval-data where an output goes.
 TEST(TrainEval, BadInputIsNamed) {
   Runs r;
   EXPECT_THAT(oomb_cmd(r.dir, r.train + "--eval-every 2").out, HasSubstr("--eval-every requires --eval-data"));
   EXPECT_THAT(oomb_cmd(r.dir, r.train + "--eval-windows 2").out, HasSubstr("--eval-windows requires --eval-data"));
+  EXPECT_THAT(oomb_cmd(r.dir, "train --steps 1 --eval-data " + (r.dir / "e.bin").string()).out,
+              HasSubstr("--eval-data needs --model and --data"));
   const CmdResult missing = oomb_cmd(r.dir, r.train + "--eval-data " + (r.dir / "nope.bin").string());
   EXPECT_NE(missing.code, 0);
   EXPECT_THAT(missing.out, HasSubstr("nope.bin"));

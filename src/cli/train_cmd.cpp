@@ -309,6 +309,7 @@ int64_t full_sequence_reach(const ModelConfig& cfg, const ChunkPlan& plan, int64
 int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
   OOMB_CHECK(!a.ckpt.any(), "--checkpoint-dir, --save-every, --keep-last and --resume need --model and --data (the "
              "built-in demo does not checkpoint)");
+  OOMB_CHECK(a.eval_data.empty(), "--eval-data needs --model and --data (the built-in demo scores its own task)");
   RepeatTask task(a.seed + 1, 128);
   const ModelConfig cfg = demo_config(task.vocab());
   if (!a.given("--seq-len")) a.seq_len = 1024;
@@ -440,7 +441,7 @@ Command add_train(CLI::App& app) {
                 "from its start (default: every whole window of it; a multiple of --dp)")->check(count())
       ->needs(eval_data);
   c->add_option("--tensorboard", a->tensorboard, "Write TensorBoard event files (loss, lr, grad norm, tokens/s, MFU, "
-                 "memory per tier) into this directory");
+                 "memory per tier; the held-out loss with --eval-data) into this directory");
   c->add_flag("--force", a->force, "Run even when the plan exceeds the memory the machine has, and replace a "
               "different model in --out");
   c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)")->check(count());
@@ -497,6 +498,8 @@ Command add_train(CLI::App& app) {
               o.eval_data = held_out.get();
               o.eval_every = a->eval_every;
               o.eval_windows = eval_windows(*a, o.seq_len, *held_out);
+              OOMB_CHECK(o.eval_windows % std::max<int64_t>(1, a->dist.dp) == 0, "--eval-windows {}: must be a "
+                         "multiple of --dp {} (each dp rank scores as many windows)", o.eval_windows, a->dist.dp);
               std::cout << fmt::format("held-out loss: {}, {} windows of {} tokens, {}", held_out->describe(),
                                        o.eval_windows, o.seq_len,
                                        o.eval_every > 0 ? fmt::format("every {} steps and after the last", o.eval_every)

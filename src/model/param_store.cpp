@@ -390,6 +390,7 @@ void ParamStore::begin_overlapped_update(UpdateGate* gate) {
   OOMB_CHECK(can_overlap_update(), "param store: an overlapped update needs fp32 masters in pinned memory");
   gate_ = gate;
   update_casts_ = bf16_, update_zeroes_ = update_grads_ = grads_ != nullptr;
+  update_cast_images_ = false;
 }
 
 // On the update's thread, in the pass that makes the masters final: a layer tensor's part of its
@@ -439,7 +440,9 @@ void ParamStore::begin_sequence(bool grads, bool masters_changed) {
     if (grads) be_.fill_zero_async(ghead_buf_.data(), ghead_buf_.bytes(), Stream::Copy);
   } else if (bf16_) {  // the images cast again; the head: embedding and final norm, then the lm_head's copy
     if (update_casts_) {  // the overlapped update casts each unit's image once it is done
-      update_casts_ = false;
+      update_casts_ = false, update_cast_images_ = true;
+    } else if (update_cast_images_) {
+      // (the masters have not moved since the update made them: no cast, whatever masters_changed says)
     } else if (masters_changed || !images_cast_) {
       wait_update(update_units() - 1, "update-all");
       cast_images(), ++image_casts_;

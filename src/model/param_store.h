@@ -124,7 +124,7 @@ class ParamStore {
   void begin_overlapped_update(UpdateGate* gate);
   // every unit done (or the update failed): no more waits; the next sequence casts its images and
   // the next zero_grads zeroes, as without an update (anything may have written the masters since)
-  void end_overlapped_update() { gate_ = nullptr, update_casts_ = update_zeroes_ = false; }
+  void end_overlapped_update() { gate_ = nullptr, update_casts_ = update_zeroes_ = update_cast_images_ = false; }
   // Where the overlapped update writes spec s's new weights besides its master, in the same pass
   // (on the update's thread, or within the step): its image (a layer tensor's part of its layer's
   // image, bf16 or an fp32 copy; the lm_head's bf16 copy, which a tied embedding writes; none for
@@ -336,6 +336,9 @@ class ParamStore {
   // an overlapped optimizer update (null: none started)
   UpdateGate* gate_ = nullptr;
   bool update_casts_ = false, update_zeroes_ = false;  // the next sequence's images, the next step's zero
+  // the images are the running update's (a sequence took them): every sequence until the update
+  // ends (the next step's, an evaluation's, the next accumulated window) reads them as they are
+  bool update_cast_images_ = false;
   bool update_grads_ = false;  // the update's thread zeroes the gradients (read there alone)
   // the pass
   std::vector<int64_t> order_;

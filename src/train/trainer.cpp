@@ -190,11 +190,20 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     st.elapsed_s = std::chrono::duration<double>(clock::now() - t_start).count();
     // the device's streams in this step (OOMB_CUDA_TIMELINE, every rank: a window a step): busy, at once, idle
     const StreamTimes streams = model.backend().take_stream_times();
-    // the held-out loss with this step's weights (after the step's time and its stream window)
+    const Moved moved1 = moved(model);  // bytes the stores copied between host and device in this step
+    // the host's optimizer update (--offload params): the last finished one's seconds (overlapped:
+    // the previous step's, which ran beside this one) and how long this step waited for it
+    const Optimizer::HostUpdateTimes host_update = opt.host_update_times();
+    // the held-out loss with this step's weights, after the step's figures: its streams, copies and
+    // its wait for this step's update (overlapped: it runs beside the evaluation) are its own
     st.evaluated = false;
+    nlohmann::json eval_moved;
     if (o.eval_data && ((o.eval_every > 0 && (k + 1) % o.eval_every == 0) || k + 1 == o.steps)) {
       evaluate_held_out(model, o, dist, st);
-      model.backend().take_stream_times();  // (the evaluation's streams are not the next step's)
+      model.backend().take_stream_times();
+      const Moved m = moved(model);
+      eval_moved = {{"weights", m.weights - moved1.weights}, {"kv", m.kv - moved1.kv}};
+      if (host_update.host) st.eval_update_waited_s = opt.host_update_times().waited_s;
     }
     if (metrics.is_open()) {
       nlohmann::json j = {{"step", k},         {"loss", st.loss},     {"accuracy", st.accuracy}, {"skipped", st.skipped},
@@ -202,9 +211,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
                           {"tokens_per_s", st.tokens_per_s}, {"elapsed_s", st.elapsed_s},
                           {"tflops", st.tflops},
                           {"memory", memory_json()}};
-      // the host's optimizer update (--offload params): the last finished one's seconds (overlapped:
-      // the previous step's, which ran beside this one) and how long this step waited for it
-      if (const Optimizer::HostUpdateTimes h = opt.host_update_times(); h.host)
+      if (const Optimizer::HostUpdateTimes& h = host_update; h.host)
         j["host_update"] = {{"update_s", h.update_s >= 0 ? nlohmann::json(h.update_s) : nlohmann::json()},
                             {"waited_s", h.waited_s},
                             {"threads", h.threads > 0 ? nlohmann::json(h.threads) : nlohmann::json()}};
@@ -214,7 +221,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
                         {"copy_out_s", streams.copy_out_s}, {"duplex_s", streams.duplex_s},
                         {"both_s", streams.both_s},         {"idle_s", streams.idle_s},
                         {"ops", streams.ops},               {"copies", streams.copies}};
-      const Moved m = moved(model);  // bytes the stores copied between host and device in this step
+      const Moved& m = moved1;
       j["moved"] = {{"weights", m.weights - moved0.weights}, {"grads", m.grads - moved0.grads},
                     {"activations", m.activations - moved0.activations}, {"kv", m.kv - moved0.kv},
                     {"kv_grads", m.kv_grads - moved0.kv_grads}};
@@ -222,10 +229,12 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       const ResidentMemory rss = resident_memory();
       j["rss"] = {{"current", rss.current}, {"peak", rss.peak}};
       if (o.peak_flops > 0) j["mfu"] = st.mfu;
-      if (st.evaluated)
+      if (st.evaluated) {
         j["eval"] = {{"loss", st.eval_loss},      {"perplexity", std::exp(st.eval_loss)},
                      {"accuracy", st.eval_accuracy}, {"targets", st.eval_targets},
-                     {"windows", o.eval_windows}, {"seconds", st.eval_s}};
+                     {"windows", o.eval_windows}, {"seconds", st.eval_s}, {"moved", eval_moved}};
+        if (host_update.host) j["eval"]["update_waited_s"] = st.eval_update_waited_s;
+      }
       errno = 0;
       metrics << j.dump() << "\n";
       metrics.flush();

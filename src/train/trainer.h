@@ -56,6 +56,7 @@ struct StepStats {
   // the held-out loss after this step (TrainOptions::eval_data; evaluated: false on other steps)
   bool evaluated = false;
   double eval_loss = 0, eval_accuracy = 0, eval_s = 0;
+  double eval_update_waited_s = 0;  // --offload params: its wait for this step's update, beside it
   int64_t eval_targets = 0;
 };
 
