@@ -112,6 +112,18 @@ class Oracle : public ::testing::Test {
   }
 };
 
+// LoRA of rank 3, alpha 5 on `targets`
+LoraConfig lora_of(const char* targets, bool rslora, bool embed_norms, double dropout = 0) {
+  LoraConfig l;
+  l.rank = 3;
+  l.alpha = 5;
+  l.rslora = rslora;
+  l.dropout = dropout;
+  l.train_embeddings_norms = embed_norms;
+  parse_lora_targets(targets, l);
+  return l;
+}
+
 json with(json j, const json& patch) {
   j.merge_patch(patch);
   return j;
@@ -120,15 +132,7 @@ json with(json j, const json& patch) {
 // LoRA: non-zero A and B loaded from a PEFT directory, every adapter gradient (and, LongLoRA-style,
 // the trainable embeddings and norms), full-sequence and chunked, rsLoRA, tied and untied.
 TEST_F(Oracle, LoraAdaptersEmbeddingsAndNorms) {
-  auto lora = [](const char* targets, bool rs, bool embed_norms) {
-    LoraConfig l;
-    l.rank = 3;
-    l.alpha = 5;
-    l.rslora = rs;
-    l.train_embeddings_norms = embed_norms;
-    parse_lora_targets(targets, l);
-    return l;
-  };
+  auto lora = [](const char* targets, bool rs, bool embed_norms) { return lora_of(targets, rs, embed_norms); };
   const json qwen3 = tiny_config_json("qwen3", 2);
   check_against_oracle({"lora_llama_all", tiny_config_json("llama", 2), 21, 0, 128, DType::F32,
                         lora("all", false, false)});
@@ -143,15 +147,7 @@ TEST_F(Oracle, LoraAdaptersEmbeddingsAndNorms) {
 // backend/dropout_mask.h's text: the loss and every adapter gradient, full-sequence and in chunks
 // (each chunk's rows are the sequence's positions), LongLoRA's trainable embeddings and norms.
 TEST_F(Oracle, LoraDropout) {
-  auto lora = [](const char* targets, double p, bool embed_norms) {
-    LoraConfig l;
-    l.rank = 3;
-    l.alpha = 5;
-    l.dropout = p;
-    l.train_embeddings_norms = embed_norms;
-    parse_lora_targets(targets, l);
-    return l;
-  };
+  auto lora = [](const char* targets, double p, bool embed_norms) { return lora_of(targets, false, embed_norms, p); };
   const json llama = tiny_config_json("llama", 2);
   check_against_oracle({"dropout_llama_all", llama, 21, 0, 128, DType::F32, lora("all", 0.3, false), 77});
   check_against_oracle({"dropout_llama_all_C5_P4", llama, 21, 5, 4, DType::F32, lora("all", 0.3, false), 77});
