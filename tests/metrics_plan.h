@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -18,12 +19,20 @@ inline std::string plan_flags_of(std::string flags) {
   return flags;
 }
 
+// Every line of a --metrics file, parsed.
+inline std::vector<nlohmann::json> metrics_lines(const std::filesystem::path& p) {
+  std::vector<nlohmann::json> v;
+  std::string line;
+  for (std::istringstream in(read_text(p)); std::getline(in, line);)
+    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
+  return v;
+}
+
 // The last line of a --metrics file.
 inline nlohmann::json last_metrics_line(const std::filesystem::path& p) {
-  std::string last, line;
-  for (std::istringstream in(read_text(p)); std::getline(in, line);)
-    if (!line.empty()) last = line;
-  return nlohmann::json::parse(last);
+  const std::vector<nlohmann::json> v = metrics_lines(p);
+  if (v.empty()) return nlohmann::json::parse("");  // (throws, as parsing an empty last line did)
+  return v.back();
 }
 
 // Every (tier, tag) peak of a --metrics line's "memory" equal to the plan's.

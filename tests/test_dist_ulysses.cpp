@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "dist/mpirun_util.h"
+#include "metrics_plan.h"
 #include "test_util.h"
 
 using namespace oomb;
@@ -253,10 +254,7 @@ TEST(Dist, LoraDropoutWithSequenceParallel) {
                                       oomb, dir.string(), dir.string());
   auto losses = [&](const std::string& name) {
     std::vector<double> v;
-    const std::string t = read_text(dir / name);
-    const std::regex loss("\"loss\":([^,}]+)");
-    for (auto it = std::sregex_iterator(t.begin(), t.end(), loss); it != std::sregex_iterator(); ++it)
-      v.push_back(std::stod((*it)[1]));
+    for (const nlohmann::json& j : metrics_lines(dir / name)) v.push_back(j["loss"].get<double>());
     return v;
   };
   const std::string drop = " --lora-dropout 0.3";
@@ -288,9 +286,7 @@ TEST(Dist, HeldOutLossDuringTrainingOnRanks) {
                                     (dir / "dp.jsonl").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("6 windows of 128 tokens"), std::string::npos) << r.out;
-  std::string text = read_text(dir / "dp.jsonl");
-  text.erase(text.find_last_not_of('\n') + 1);
-  const nlohmann::json last = nlohmann::json::parse(text.substr(text.rfind('\n') + 1));
+  const nlohmann::json last = last_metrics_line(dir / "dp.jsonl");
   const CmdResult e = run_cmd_in(dir, fmt::format("{} eval --model {}/out --data {}/e.bin --seq-len 128 --chunk-size 32 "
                                                   "--windows 6 --json", oomb, dir.string(), dir.string()));
   ASSERT_EQ(e.code, 0) << e.out;
@@ -298,11 +294,7 @@ TEST(Dist, HeldOutLossDuringTrainingOnRanks) {
   EXPECT_NEAR(last["eval"]["loss"].get<double>(), want, 1e-7 * want);
   EXPECT_EQ(last["eval"]["targets"], 6 * 128);
   // --sp 2 against one rank (fp32: within 1e-6, as the training's losses)
-  auto eval_loss = [&](const std::string& name) {
-    std::string t = read_text(dir / name);
-    t.erase(t.find_last_not_of('\n') + 1);
-    return nlohmann::json::parse(t.substr(t.rfind('\n') + 1))["eval"]["loss"].get<double>();
-  };
+  auto eval_loss = [&](const std::string& name) { return last_metrics_line(dir / name)["eval"]["loss"].get<double>(); };
   const CmdResult sp = mpirun(2, run + "--sp 2 --eval-windows 3 --metrics " + (dir / "sp.jsonl").string());
   ASSERT_EQ(sp.code, 0) << sp.out;
   ASSERT_EQ(run_cmd_in(dir, run + "--eval-windows 3 --metrics " + (dir / "one.jsonl").string()).code, 0);

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "data/token_source.h"
+#include "metrics_plan.h"
 #include "model/param_store.h"
 #include "model_fixture.h"
 #include "tensorboard_reader.h"
@@ -31,14 +32,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<nlohmann::json> lines(const fs::path& p) {
-  std::vector<nlohmann::json> v;
-  std::istringstream in(read_text(p));
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) v.push_back(nlohmann::json::parse(l));
-  return v;
-}
-
 struct Runs {
   fs::path dir;
   std::string train;  // oomb train's flags but --metrics
@@ -52,7 +45,7 @@ struct Runs {
   std::vector<nlohmann::json> metrics(const std::string& flags, const std::string& name) {
     const CmdResult r = oomb_cmd(dir, train + flags + " --metrics " + (dir / name).string());
     EXPECT_EQ(r.code, 0) << flags << ": " << r.out;
-    return lines(dir / name);
+    return metrics_lines(dir / name);
   }
 };
 
@@ -71,7 +64,7 @@ TEST(TrainEval, HeldOutLossIsTheSavedModelsLoss) {
   ASSERT_EQ(t.code, 0) << t.out;
   EXPECT_THAT(t.out, HasSubstr("held-out loss: "));
   EXPECT_THAT(t.out, HasSubstr("5 windows of 128 tokens, every 2 steps and after the last"));
-  const auto m = lines(r.dir / "m.jsonl");
+  const auto m = metrics_lines(r.dir / "m.jsonl");
   ASSERT_EQ(m.size(), 4u);
   EXPECT_FALSE(m[0].contains("eval"));
   EXPECT_FALSE(m[2].contains("eval"));

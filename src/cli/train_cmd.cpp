@@ -498,8 +498,7 @@ Command add_train(CLI::App& app) {
               o.eval_data = held_out.get();
               o.eval_every = a->eval_every;
               o.eval_windows = eval_windows(*a, o.seq_len, *held_out);
-              OOMB_CHECK(o.eval_windows % std::max<int64_t>(1, a->dist.dp) == 0, "--eval-windows {}: must be a "
-                         "multiple of --dp {} (each dp rank scores as many windows)", o.eval_windows, a->dist.dp);
+              check_eval_windows(o.eval_windows, std::max<int64_t>(1, a->dist.dp));  // (before the model is built)
               std::cout << fmt::format("held-out loss: {}, {} windows of {} tokens, {}", held_out->describe(),
                                        o.eval_windows, o.seq_len,
                                        o.eval_every > 0 ? fmt::format("every {} steps and after the last", o.eval_every)

@@ -209,7 +209,7 @@ void lora_bwd(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, int t, 
   be.linear_bwd(for_matmul(ctx, u, plan.lora_u16), l.b, dy, &du, false, &g.lora[t].b, nullptr);
   be.scale(du, p.lora_scale);
   const Tensor du16 = for_matmul(ctx, du, plan.lora_u16);
-  if (xd.data == x.data) return be.linear_bwd(x, l.a, du16, dx, true, &g.lora[t].a, nullptr);
+  if (ctx.lora_dropout <= 0) return be.linear_bwd(x, l.a, du16, dx, true, &g.lora[t].a, nullptr);
   be.linear_bwd(xd, l.a, du16, nullptr, false, &g.lora[t].a, nullptr);
   if (!dx) return;
   Tensor dxd(plan.lora_z.data, DType::F32, {x.dim(0), x.dim(1)}, plan.lora_z.tier);

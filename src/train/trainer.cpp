@@ -67,6 +67,11 @@ static void evaluate_held_out(Model& model, const TrainOptions& o, Dist& dist, S
   st.eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+void check_eval_windows(int64_t windows, int64_t dp) {
+  OOMB_CHECK(windows % dp == 0, "--eval-windows {}: must be a multiple of --dp {} (each dp rank scores as many "
+             "windows)", windows, dp);
+}
+
 // A step's scalars for TensorBoard: the --metrics figures, memory per tier in MiB.
 static std::vector<std::pair<std::string, float>> tensorboard_values(const StepStats& st, bool mfu) {
   std::vector<std::pair<std::string, float>> v = {
@@ -122,8 +127,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   Dist single;
   Dist& dist = o.dist ? *o.dist : single;
   const int64_t dp = dist.options().dp, dp_rank = dist.dp_rank();
-  OOMB_CHECK(!o.eval_data || o.eval_windows % dp == 0, "--eval-windows {}: must be a multiple of --dp {} (each dp "
-             "rank scores as many windows)", o.eval_windows, dp);
+  if (o.eval_data) check_eval_windows(o.eval_windows, dp);
   const int zero = dist.size() > 1 ? dist.options().zero : 0;
   OOMB_CHECK((zero == 3) == model.sharded(), "train: --zero {} but a model {}built for --zero 3", zero,
              model.sharded() ? "" : "not ");

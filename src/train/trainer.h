@@ -63,6 +63,9 @@ struct StepStats {
 // Memory per tier and tag as JSON: {"host": {"weights": {"current": B, "peak": B}, ...}, "device": {...}}
 nlohmann::json memory_json();
 
+// --eval-windows against --dp: each dp rank scores as many windows; throws naming both otherwise.
+void check_eval_windows(int64_t windows, int64_t dp);
+
 // Runs optimizer steps opts.start_step .. opts.steps - 1. on_step (optional) sees every step's stats.
 StepStats train(Model& model, TokenSource& data, const TrainOptions& opts, std::ostream& log,
                 const std::function<void(const StepStats&)>& on_step = {}, const TrainHooks& hooks = {});
