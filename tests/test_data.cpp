@@ -289,7 +289,7 @@ TEST(Tokenize, ParallelUnitsEqualOneEncodeAndDocumentsEndWithEos) {
   to.batch_bytes = 50000;
   std::vector<int32_t> got;
   const TokenizeStats st = tokenize_corpus(TextCorpus(dir / "a.txt", co), tok, to,
-                                           [&](std::span<const int32_t> s) { got.insert(got.end(), s.begin(), s.end()); });
+                                           [&](std::span<const int32_t> s, bool) { got.insert(got.end(), s.begin(), s.end()); });
   EXPECT_EQ(got, tok.encode(text));
   EXPECT_EQ(st.documents, 1);
   EXPECT_EQ(st.bytes, int64_t(text.size()));
@@ -298,7 +298,7 @@ TEST(Tokenize, ParallelUnitsEqualOneEncodeAndDocumentsEndWithEos) {
   to.eos = 300;
   got.clear();
   tokenize_corpus(TextCorpus(dir / "d.jsonl", {}), tok, to,
-                  [&](std::span<const int32_t> s) { got.insert(got.end(), s.begin(), s.end()); });
+                  [&](std::span<const int32_t> s, bool) { got.insert(got.end(), s.begin(), s.end()); });
   std::vector<int32_t> want = tok.encode("one");
   want.push_back(300);
   for (int32_t x : tok.encode("two words")) want.push_back(x);

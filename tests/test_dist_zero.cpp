@@ -25,6 +25,13 @@ TEST(Dist, DataParallelAccumulated) {
   expect_equal_to_single_rank(2, "--dp 2 --grad-accum 2");
 }
 
+// Prompts not trained (dist_check --masked): windows and ranks hold unequal counts of targets, and
+// the trainer's loss is the mean over every target of a step, its count summed over the dp ranks.
+TEST(Dist, DataParallelWithUnequalTargetCounts) {
+  NEED_MPI();
+  expect_equal_to_single_rank(2, "--dp 2 --grad-accum 2 --masked");
+}
+
 TEST(Dist, ZeroOneAndTwo) {
   NEED_MPI();
   for (int z : {1, 2}) {

@@ -19,6 +19,8 @@
 #include "train/eval.h"
 #include "train/passkey_eval.h"
 
+#include "cli/prompt_fields.h"
+
 namespace oomb::cli {
 
 namespace {
@@ -26,6 +28,7 @@ struct EvalArgs {
   std::string model, data, data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict";
   std::string device = "cpu", out, lora, precision;
   DistOptions dist;
+  PromptFields prompt_fields;
   int64_t eos_id = -1, seq_len = 2048, chunk = 1024, page = 128, windows = 0, buckets = 16, trials = 4;
   int digits = 5;
   bool split_special = false, json = false, passkey = false;
@@ -68,6 +71,7 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
   DataOptions d;
   d.format = a.data_format;
   d.corpus.text_field = a.text_field;
+  apply_prompt_fields(a.prompt_fields, d.corpus);
   d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);
   const auto tp = tokenizer_file(a);
   if (!a.tokenizer.empty() || std::filesystem::exists(tp)) d.tokenizer = tp;
@@ -145,6 +149,7 @@ Command add_eval(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "u32", "u16", "llmc", "text", "jsonl"}))->capture_default_str();
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.json or a directory with one (default: --model's)");
   c->add_option("--text-field", a->text_field, "JSON-lines data: the field holding the text")->capture_default_str();
+  add_prompt_fields(c, a->prompt_fields);
   c->add_option("--utf8-errors", a->utf8_errors, "Text data: strict or replace")
       ->check(CLI::IsMember({"strict", "replace"}))->capture_default_str();
   c->add_flag("--split-special-tokens", a->split_special, "Text data: special tokens in the text stay plain text");

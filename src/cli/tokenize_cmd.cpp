@@ -1,6 +1,8 @@
 // oomb tokenize: text (a file, JSON lines, or a directory of them) -> a token file, once, so
 // training does not tokenize again. For one plain text file the output holds exactly the ids of
-// its whole content (no BOS/EOS); documents of JSON lines or directories each end with EOS.
+// its whole content (no BOS/EOS); documents of JSON lines or directories each end with EOS. With
+// --prompt-field and --completion-field, the loss mask beside it (OUTPUT.mask: the prompts' tokens
+// not trained; data/loss_mask_file.h), which `oomb train --data OUTPUT` reads.
 #include <omp.h>
 
 #include <cstring>
@@ -9,9 +11,11 @@
 
 #include "cli/commands.h"
 #include "cli/guards.h"
+#include "cli/prompt_fields.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/eos.h"
+#include "data/loss_mask_file.h"
 #include "data/token_store.h"
 #include "data/tokenize_corpus.h"
 
@@ -24,6 +28,7 @@ struct TokenizeArgs {
       utf8_errors = "strict";
   int threads = 0;
   bool split_special = false, quiet = false;
+  PromptFields prompt_fields;
 };
 
 // Writes ids in the chosen format through an AtomicFile (nothing appears until it is complete).
@@ -84,6 +89,7 @@ int run(const TokenizeArgs& a) {
   CorpusOptions co;
   co.format = text_format_parse(a.input_format);
   co.text_field = a.text_field;
+  apply_prompt_fields(a.prompt_fields, co);
   co.utf8 = utf8_errors_parse(a.utf8_errors);
   co.allow_cuts = tok.cut_after_newline_is_safe();
   const TextCorpus corpus(a.input, co);
@@ -104,15 +110,27 @@ int run(const TokenizeArgs& a) {
   }
   const TokenFormat fmt = token_format_parse(a.format);
   TokenWriter out(a.output, fmt, tok.id_limit());
-  const TokenizeStats st = tokenize_corpus(corpus, tok, to, [&](std::span<const int32_t> ids) { out.put(ids); });
+  const bool masked = !co.prompt_field.empty();
+  LossMaskBuilder trained;
+  const TokenizeStats st = tokenize_corpus(corpus, tok, to, [&](std::span<const int32_t> ids, bool t) {
+    out.put(ids);
+    if (masked) trained.append(int64_t(ids.size()), t);
+  });
   OOMB_CHECK(st.tokens > 0, "--input {}: its text gives no tokens (every document is empty); nothing written", a.input);
   out.commit();
+  // the mask beside the ids, or none: a mask left from an earlier run would not match them
+  const std::filesystem::path mask_path = loss_mask_path(a.output);
+  if (masked) write_loss_mask(mask_path, trained, FileTokens(a.output, fmt));
+  else std::filesystem::remove(mask_path);
   std::cout << fmt::format("oomb tokenize: {} ({} document{}, {:.2f} MB) -> {}: {} tokens ({}{}) in {:.3f} s, "
                            "{:.1f} MB/s, {} threads{}",
                            a.input, st.documents, st.documents == 1 ? "" : "s", double(st.bytes) / 1e6, a.output,
                            st.tokens, token_format_name(fmt), fmt == TokenFormat::LlmC ? (out.wide() ? " uint32" : " uint16") : "",
                            st.seconds, double(st.bytes) / 1e6 / std::max(st.seconds, 1e-9), omp_get_max_threads(),
                            to.eos >= 0 ? fmt::format("; each document ends with EOS {} (from {})", to.eos, eos_from) : "")
+            << (masked ? fmt::format("; {} of them in prompts, not trained: the loss mask -> {}", st.untrained,
+                                     mask_path.string())
+                       : "")
             << std::endl;
   return 0;
 }
@@ -130,6 +148,7 @@ Command add_tokenize(CLI::App& app) {
   c->add_option("--input-format", a->input_format, "auto (.jsonl/.ndjson are JSON lines), text or jsonl")
       ->check(CLI::IsMember({"auto", "text", "jsonl"}))->capture_default_str();
   c->add_option("--text-field", a->text_field, "JSON lines: the field holding the text")->capture_default_str();
+  add_prompt_fields(c, a->prompt_fields);
   c->add_option("--eos", a->eos, "Id or token ending each document (default: from config.json or tokenizer_config.json)");
   c->add_flag("--split-special-tokens", a->split_special, "Encode special tokens found in the text as plain text");
   c->add_option("--utf8-errors", a->utf8_errors, "strict (invalid UTF-8 is an error) or replace (with U+FFFD)")

@@ -28,6 +28,7 @@
 #include "hf/peft.h"
 #include "model/init.h"
 #include "train/trainer.h"
+#include "cli/prompt_fields.h"
 
 namespace oomb::cli {
 
@@ -50,6 +51,7 @@ struct TrainArgs {
   SparseFlags sparse;
   LoraFlags lora;
   DistOptions dist;
+  PromptFields prompt_fields;
   int64_t rank = 0;  // this process's rank (mpirun)
   bool device_comm = false;  // the ranks' tensors cross over NCCL (Dist::attach)
   CLI::App* cmd = nullptr;
@@ -190,6 +192,7 @@ std::unique_ptr<PackedTokens> open_data(const TrainArgs& a, const ModelConfig& c
   DataOptions d;
   d.format = a.data_format;
   d.corpus.text_field = a.text_field;
+  apply_prompt_fields(a.prompt_fields, d.corpus);
   d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);
   d.tokenizer = tokenizer_path(a);
   d.split_special = a.split_special;
@@ -277,7 +280,7 @@ CheckpointState run_state(const TrainArgs& a, const TrainOptions& o, const Chunk
   CheckpointState s;
   s.total_steps = o.steps;
   s.model = config_to_json(cfg);
-  s.data = {a.data, data.store().size(), token_fingerprint(data.store())};
+  s.data = {a.data, data.store().size(), data_fingerprint(data.store(), data.mask())};
   s.flags = math_flags(a, o, plan, eos);
   return s;
 }
@@ -310,6 +313,8 @@ int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
   OOMB_CHECK(!a.ckpt.any(), "--checkpoint-dir, --save-every, --keep-last and --resume need --model and --data (the "
              "built-in demo does not checkpoint)");
   OOMB_CHECK(a.eval_data.empty(), "--eval-data needs --model and --data (the built-in demo scores its own task)");
+  OOMB_CHECK(a.prompt_fields.prompt.empty() && a.prompt_fields.completion.empty(), "--prompt-field and "
+             "--completion-field need --model and --data (JSON-lines text; the built-in demo makes its own task)");
   RepeatTask task(a.seed + 1, 128);
   const ModelConfig cfg = demo_config(task.vocab());
   if (!a.given("--seq-len")) a.seq_len = 1024;
@@ -381,6 +386,7 @@ Command add_train(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "u32", "u16", "llmc", "text", "jsonl"}))->capture_default_str();
   c->add_option("--tokenizer", a->tokenizer, "Text data: tokenizer.json or a directory with one (default: --model's)");
   c->add_option("--text-field", a->text_field, "JSON-lines data: the field holding the text")->capture_default_str();
+  add_prompt_fields(c, a->prompt_fields);
   c->add_option("--utf8-errors", a->utf8_errors, "Text data: strict (invalid UTF-8 is an error) or replace (U+FFFD)")
       ->check(CLI::IsMember({"strict", "replace"}))->capture_default_str();
   c->add_flag("--split-special-tokens", a->split_special, "Text data: special tokens in the text stay plain text");

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "data/loss_mask_file.h"
 #include "data/tokenize_corpus.h"
 
 namespace oomb {
@@ -12,6 +13,7 @@ namespace fs = std::filesystem;
 
 static bool is_token_format(const std::string& f) { return f == "u32" || f == "u16" || f == "llmc"; }
 
+// The files of dir, recursively, in path order: hidden ones and token files' masks (FILE.mask) aside.
 static std::vector<fs::path> visible_files(const fs::path& dir) {
   std::vector<fs::path> files;
   std::error_code ec;
@@ -21,7 +23,7 @@ static std::vector<fs::path> visible_files(const fs::path& dir) {
       if (it->is_directory()) it.disable_recursion_pending();
       continue;
     }
-    if (it->is_regular_file()) files.push_back(it->path());
+    if (it->is_regular_file() && !is_loss_mask_file(it->path())) files.push_back(it->path());
   }
   std::sort(files.begin(), files.end());
   return files;
@@ -51,16 +53,30 @@ static std::unique_ptr<TokenStore> open_token_file(const fs::path& p, const std:
 std::unique_ptr<PackedTokens> open_training_data(const fs::path& path, int64_t vocab, const DataOptions& o) {
   std::error_code ec;
   OOMB_CHECK(fs::exists(path, ec), "--data {}: cannot open: no such file or directory", path.string());
+  OOMB_CHECK(!is_loss_mask_file(path), "--data {}: is a token file's loss mask; give the token file beside it",
+             path.string());
+  const bool masked = !o.corpus.prompt_field.empty();
   if (is_token_data(path, o.format)) {
-    std::unique_ptr<TokenStore> store;
-    if (fs::is_directory(path, ec)) {
-      std::vector<std::unique_ptr<TokenStore>> parts;
-      for (const auto& f : visible_files(path)) parts.push_back(open_token_file(f, o.format));
-      store = parts.size() == 1 ? std::move(parts[0]) : std::make_unique<ConcatTokens>(std::move(parts));
-    } else {
-      store = open_token_file(path, o.format);
+    OOMB_CHECK(!masked, "--data {}: holds token files; --prompt-field and --completion-field are read when text is "
+               "tokenized (`oomb tokenize --prompt-field` writes each file's mask beside it, FILE.mask, which --data "
+               "reads)", path.string());
+    std::vector<fs::path> files{path};
+    if (fs::is_directory(path, ec)) files = visible_files(path);
+    std::vector<std::unique_ptr<TokenStore>> parts;
+    for (const auto& f : files) parts.push_back(open_token_file(f, o.format));
+    // the masks beside the files (a file without one: every token trained)
+    std::unique_ptr<LossMask> mask;
+    if (std::any_of(files.begin(), files.end(), [](const fs::path& f) { return fs::exists(loss_mask_path(f)); })) {
+      LossMaskBuilder bits;
+      for (size_t i = 0; i < files.size(); ++i) {
+        if (fs::exists(loss_mask_path(files[i]))) read_loss_mask(loss_mask_path(files[i]), *parts[i], bits);
+        else bits.append(parts[i]->size(), true);
+      }
+      mask = std::make_unique<LossMask>(bits);
     }
-    return std::make_unique<PackedTokens>(std::move(store), vocab, o.packing);
+    std::unique_ptr<TokenStore> store =
+        parts.size() == 1 ? std::move(parts[0]) : std::make_unique<ConcatTokens>(std::move(parts));
+    return std::make_unique<PackedTokens>(std::move(store), vocab, o.packing, std::move(mask));
   }
   OOMB_CHECK(!o.tokenizer.empty(), "--data {}: is text; give --tokenizer (a tokenizer.json or a directory holding "
              "one; the --model directory is used when it has one)", path.string());
@@ -78,17 +94,20 @@ std::unique_ptr<PackedTokens> open_training_data(const fs::path& path, int64_t v
   to.split_special = o.split_special;
   to.progress = o.log;
   std::vector<uint32_t> ids;
-  const TokenizeStats st = tokenize_corpus(corpus, tok, to, [&](std::span<const int32_t> s) {
+  LossMaskBuilder trained;
+  const TokenizeStats st = tokenize_corpus(corpus, tok, to, [&](std::span<const int32_t> s, bool t) {
     ids.insert(ids.end(), s.begin(), s.end());
+    if (masked) trained.append(int64_t(s.size()), t);
   });
   OOMB_CHECK(!ids.empty(), "--data {}: its text gives no tokens (every document is empty)", path.string());
   if (o.log)
-    *o.log << fmt::format("tokenized {} ({} documents, {:.1f} MB) into {} tokens in {:.2f} s ({:.1f} MB/s); "
+    *o.log << fmt::format("tokenized {} ({} documents, {:.1f} MB) into {} tokens{} in {:.2f} s ({:.1f} MB/s); "
                           "`oomb tokenize` saves this for the next run\n",
-                          path.string(), st.documents, double(st.bytes) / 1e6, st.tokens, st.seconds,
+                          path.string(), st.documents, double(st.bytes) / 1e6, st.tokens,
+                          masked ? fmt::format(" ({} in prompts, not trained)", st.untrained) : "", st.seconds,
                           double(st.bytes) / 1e6 / std::max(st.seconds, 1e-9));
   return std::make_unique<PackedTokens>(std::make_unique<MemoryTokens>(ids, path.string() + " (tokenized)"), vocab,
-                                        o.packing);
+                                        o.packing, masked ? std::make_unique<LossMask>(trained) : nullptr);
 }
 
 }  // namespace oomb

@@ -1,6 +1,7 @@
 // `oomb train --data PATH`: token files (raw u32 .bin, nanoGPT u16, llm.c shards, or a directory
-// of shards) are read in place; text (plain files, JSON lines, or directories of them) is
-// tokenized once at start into memory (tag data). `oomb tokenize` makes a token file instead,
+// of shards) are read in place, each with its loss mask FILE.mask where there is one; text (plain
+// files, JSON lines, or directories of them) is tokenized once at start into memory (tag data),
+// prompt-completion records (CorpusOptions::prompt_field) with a mask of their prompts. `oomb tokenize` makes a token file instead,
 // for corpora worth tokenizing only once.
 #pragma once
 #include <filesystem>

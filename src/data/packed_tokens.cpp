@@ -9,10 +9,13 @@
 
 namespace oomb {
 
-PackedTokens::PackedTokens(std::unique_ptr<TokenStore> store, int64_t vocab, const PackingOptions& o)
-    : store_(std::move(store)), vocab_(vocab), o_(o) {
+PackedTokens::PackedTokens(std::unique_ptr<TokenStore> store, int64_t vocab, const PackingOptions& o,
+                           std::unique_ptr<LossMask> mask)
+    : store_(std::move(store)), mask_(std::move(mask)), vocab_(vocab), o_(o) {
   const int64_t n = store_->size();
   OOMB_CHECK(n >= 1, "--data {}: holds no tokens", store_->describe());
+  OOMB_CHECK(!mask_ || mask_->size() == n, "--data {}: its loss mask has {} bits for {} tokens", store_->describe(),
+             mask_ ? mask_->size() : 0, n);
   // every id against the vocabulary now, at memory speed, not when training reaches it hours later
   uint32_t bad = 0;
   const int64_t at = vocab < int64_t(UINT32_MAX) ? store_->find_at_least(uint32_t(vocab), &bad) : -1;
@@ -43,8 +46,10 @@ PackedTokens::PackedTokens(std::unique_ptr<TokenStore> store, int64_t vocab, con
 }
 
 std::string PackedTokens::describe() const {
-  if (!o_.shuffle) return store_->describe();
-  return fmt::format("{}, {} documents shuffled per epoch (seed {})", store_->describe(), doc_start_.size(), o_.seed);
+  std::string s = store_->describe();
+  if (mask_) s += fmt::format(", {} of its tokens trained (completions and EOS; prompts not)", mask_->trained());
+  if (o_.shuffle) s += fmt::format(", {} documents shuffled per epoch (seed {})", doc_start_.size(), o_.seed);
+  return s;
 }
 
 const PackedTokens::Epoch& PackedTokens::epoch(int64_t e) {
@@ -75,15 +80,14 @@ void PackedTokens::check(const uint32_t* ids, int64_t n, int64_t store_pos) cons
                store_->where(store_pos + i), ids[i], vocab_);
 }
 
-void PackedTokens::stream(int64_t p, int64_t n, uint32_t* out) {
+void PackedTokens::walk(int64_t p, int64_t n, const std::function<void(int64_t, int64_t)>& run) {
   while (n > 0) {
     const int64_t e = p / length_, q = p % length_;
     int64_t len = std::min(n, length_ - q);
     if (!o_.shuffle) {
       const int64_t from_store = std::min(len, store_->size() - q);
-      store_->get(q, from_store, out);
-      check(out, from_store, q);
-      for (int64_t i = from_store; i < len; ++i) out[i] = uint32_t(o_.eos);  // the added EOS
+      if (from_store > 0) run(q, from_store);
+      if (len > from_store) run(-1, len - from_store);  // the added EOS
     } else {
       const Epoch& ep = epoch(e);
       const int64_t k = std::upper_bound(ep.end.begin(), ep.end.end(), q) - ep.end.begin();
@@ -91,26 +95,66 @@ void PackedTokens::stream(int64_t p, int64_t n, uint32_t* out) {
       const int64_t off = q - doc_begin, doc_len = ep.end[size_t(k)] - doc_begin;
       len = std::min(len, doc_len - off);
       const int64_t from_store = std::min(len, store_->size() - (doc_start_[size_t(d)] + off));
-      if (from_store > 0) {
-        store_->get(doc_start_[size_t(d)] + off, from_store, out);
-        check(out, from_store, doc_start_[size_t(d)] + off);
-      }
-      for (int64_t i = std::max<int64_t>(from_store, 0); i < len; ++i) out[i] = uint32_t(o_.eos);  // the virtual EOS
+      if (from_store > 0) run(doc_start_[size_t(d)] + off, from_store);
+      if (len > std::max<int64_t>(from_store, 0)) run(-1, len - std::max<int64_t>(from_store, 0));  // the virtual EOS
     }
-    p += len, out += len, n -= len;
+    p += len, n -= len;
   }
+}
+
+void PackedTokens::stream(int64_t p, int64_t n, uint32_t* out) {
+  walk(p, n, [&](int64_t at, int64_t len) {
+    if (at >= 0) {
+      store_->get(at, len, out);
+      check(out, len, at);
+    } else {
+      std::fill_n(out, len, uint32_t(o_.eos));
+    }
+    out += len;
+  });
+}
+
+void PackedTokens::stream_mask(int64_t p, int64_t n, uint8_t* out) {
+  if (!mask_) return void(std::fill_n(out, n, uint8_t(1)));
+  walk(p, n, [&](int64_t at, int64_t len) {
+    if (at >= 0) mask_->get(at, len, out);
+    else std::fill_n(out, len, uint8_t(1));  // an added EOS is trained, as the EOS after a completion
+    out += len;
+  });
+}
+
+int64_t PackedTokens::start_of(int64_t w, int64_t N, int64_t t0, int64_t n) const {
+  int64_t p = 0;  // w*N + t0 + n + 1 must not wrap
+  OOMB_CHECK(!__builtin_mul_overflow(w, N, &p) && !__builtin_add_overflow(p, t0, &p) &&
+                 !__builtin_add_overflow(p, n + 1, &p),
+             "--data {}: window {} of {} tokens lies beyond 2^63 tokens of the stream", store_->describe(), w, N);
+  return w * N + t0;
+}
+
+int64_t PackedTokens::targets_in(int64_t w, int64_t N, int32_t sep) {
+  if (sep >= 0) return TokenSource::targets_in(w, N, sep);
+  if (!mask_) return N;
+  const int64_t block = std::min<int64_t>(N, 1 << 16);
+  mask_buf_.resize(size_t(block));
+  int64_t count = 0;
+  for (int64_t t0 = 0; t0 < N; t0 += block) {
+    const int64_t n = std::min(block, N - t0);
+    stream_mask(start_of(w, N, t0, n) + 1, n, mask_buf_.data());
+    count += std::count(mask_buf_.begin(), mask_buf_.begin() + n, uint8_t(1));
+  }
+  return count;
 }
 
 void PackedTokens::read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) {
   buf_.resize(size_t(n + 1));
-  int64_t p = 0;  // the stream position, checked: w*N + t0 must not wrap
-  OOMB_CHECK(!__builtin_mul_overflow(w, N, &p) && !__builtin_add_overflow(p, t0, &p) &&
-                 !__builtin_add_overflow(p, n + 1, &p),
-             "--data {}: window {} of {} tokens lies beyond 2^63 tokens of the stream", store_->describe(), w, N);
-  stream(w * N + t0, n + 1, buf_.data());
+  stream(start_of(w, N, t0, n), n + 1, buf_.data());
+  if (mask_) {
+    mask_buf_.resize(size_t(n + 1));
+    stream_mask(w * N + t0, n + 1, mask_buf_.data());
+  }
   for (int64_t i = 0; i < n; ++i) {
     ids[i] = int32_t(buf_[size_t(i)]);
-    targets[i] = int32_t(buf_[size_t(i) + 1]);
+    targets[i] = !mask_ || mask_buf_[size_t(i) + 1] ? int32_t(buf_[size_t(i) + 1]) : -1;
   }
 }
 

@@ -44,6 +44,8 @@ TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {
     OOMB_CHECK(size > 0, "{}: empty file (no text to tokenize)", f.string());
     total_bytes_ += size;
     jsonl_.push_back(o.format == TextFormat::Jsonl || (o.format == TextFormat::Auto && is_jsonl_name(f)));
+    OOMB_CHECK(jsonl_.back() || o.prompt_field.empty(), "{}: --prompt-field and --completion-field read JSON lines "
+               "(.jsonl or .ndjson, or --data-format jsonl); this file would be read as plain text", f.string());
   }
 }
 
@@ -87,6 +89,15 @@ void read_text_stream(std::istream& f, const std::string& where, const CorpusOpt
   }
 }
 
+// The string field `key` of a JSON-lines record; errors name the line and the flag that chooses it.
+static const std::string& string_field(const nlohmann::json& j, const std::string& key, const char* flag,
+                                       const std::string& where) {
+  const auto it = j.find(key);
+  OOMB_CHECK(it != j.end(), "{}: the record has no \"{}\" field (choose the field with {})", where, key, flag);
+  OOMB_CHECK(it->is_string(), "{}: field \"{}\" is {}, not a string", where, key, it->type_name());
+  return it->get_ref<const std::string&>();
+}
+
 void read_jsonl_stream(std::istream& f, const std::string& name, const CorpusOptions& o,
                        const std::function<void(const TextBlock&)>& fn) {
   std::string line, where;
@@ -105,12 +116,16 @@ void read_jsonl_stream(std::istream& f, const std::string& name, const CorpusOpt
       fail("{}: not valid JSON: {}", where, e.what());
     }
     OOMB_CHECK(j.is_object(), "{}: a JSON-lines record must be an object, got {}", where, j.type_name());
-    const auto it = j.find(o.text_field);
-    OOMB_CHECK(it != j.end(), "{}: the record has no \"{}\" field (choose the field with --text-field)", where,
-               o.text_field);
-    OOMB_CHECK(it->is_string(), "{}: field \"{}\" is {}, not a string", where, o.text_field, it->type_name());
-    const std::string& text = it->get_ref<const std::string&>();
     ++docs;
+    if (!o.prompt_field.empty()) {
+      const std::string& prompt = string_field(j, o.prompt_field, "--prompt-field", where);
+      const std::string& completion = string_field(j, o.completion_field, "--completion-field", where);
+      if (prompt.empty() && completion.empty()) continue;
+      if (!prompt.empty()) fn({prompt, completion.empty(), &where, false});
+      if (!completion.empty()) fn({completion, true, &where, true});
+      continue;
+    }
+    const std::string& text = string_field(j, o.text_field, "--text-field", where);
     if (!text.empty()) fn({text, true, &where});
   }
   OOMB_CHECK(docs > 0, "{}: no JSON records (only blank lines)", name);

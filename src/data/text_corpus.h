@@ -1,5 +1,6 @@
 // Documents of text: a plain text file (one document), a JSON-lines file (one document per line,
-// from a named string field), or a directory of such files (recursively, in path order; hidden
+// from a named string field, or a prompt field and a completion field: TRL's prompt-completion
+// records, the prompt arriving as a block that is not trained), or a directory of such files (recursively, in path order; hidden
 // files skipped). Text reaches the caller in blocks: a whole document, or, for a large plain
 // text file, consecutive parts of it cut at is_cut_point (after '\n', before a character that is
 // not White_Space), only when the caller says such cuts are exact (as they are for Qwen2 and
@@ -23,6 +24,9 @@ TextFormat text_format_parse(const std::string& s);  // "auto" | "text" | "jsonl
 struct CorpusOptions {
   TextFormat format = TextFormat::Auto;  // auto: .jsonl / .ndjson are JSON lines, anything else text
   std::string text_field = "text";
+  // JSON lines as prompt-completion records (both named, or neither): each document is the prompt's
+  // block (trained: false) followed by the completion's; text_field is not read
+  std::string prompt_field, completion_field;
   Utf8Errors utf8 = Utf8Errors::Strict;
   bool allow_cuts = false;           // large documents may arrive in parts (see above)
   int64_t block_bytes = 64 << 20;    // read size for large text files
@@ -32,6 +36,7 @@ struct TextBlock {
   std::string_view text;  // valid UTF-8
   bool ends_document;     // the last block of its document
   const std::string* where;  // file (and line) for messages
+  bool trained = true;  // false: a prompt, whose tokens are not predicted in the loss
 };
 
 class TextCorpus {

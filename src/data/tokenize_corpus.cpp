@@ -53,7 +53,7 @@ class Progress {
 }  // namespace
 
 TokenizeStats tokenize_corpus(const TextCorpus& corpus, const Tokenizer& tok, const TokenizeOptions& o,
-                              const std::function<void(std::span<const int32_t>)>& sink) {
+                              const std::function<void(std::span<const int32_t>, bool trained)>& sink) {
   TokenizeStats st;
   Progress progress(o.progress, corpus.total_bytes());
   std::vector<EncodeState> states(static_cast<size_t>(omp_get_max_threads()));
@@ -64,7 +64,7 @@ TokenizeStats tokenize_corpus(const TextCorpus& corpus, const Tokenizer& tok, co
   // A batch: copies of blocks (the corpus reuses its buffers), whether each ends a document, and
   // where each comes from (for errors).
   std::vector<std::string> blocks, wheres;
-  std::vector<bool> ends;
+  std::vector<bool> ends, trained;
   int64_t batch = 0;
   std::vector<Unit> units;
   std::vector<std::vector<int32_t>> out;
@@ -112,26 +112,28 @@ TokenizeStats tokenize_corpus(const TextCorpus& corpus, const Tokenizer& tok, co
     size_t u = 0;
     for (size_t b = 0; b < blocks.size(); ++b) {
       for (; u < units.size() && units[u].block == b; ++u) {
-        sink(out[u]);
+        sink(out[u], trained[b]);
         st.tokens += int64_t(out[u].size());
+        if (!trained[b]) st.untrained += int64_t(out[u].size());
       }
       if (ends[b]) {
         ++st.documents;
         if (o.eos >= 0) {
           const int32_t e = o.eos;
-          sink(std::span<const int32_t>(&e, 1));
+          sink(std::span<const int32_t>(&e, 1), true);
           ++st.tokens;
         }
       }
       st.bytes += int64_t(blocks[b].size());
     }
     progress.update(std::min(st.bytes, corpus.total_bytes()), st.tokens);
-    blocks.clear(), ends.clear(), wheres.clear();
+    blocks.clear(), ends.clear(), trained.clear(), wheres.clear();
     batch = 0;
   };
   corpus.for_each([&](const TextBlock& b) {
     blocks.emplace_back(b.text);
     ends.push_back(b.ends_document);
+    trained.push_back(b.trained);
     wheres.push_back(*b.where);
     batch += int64_t(b.text.size());
     if (batch >= o.batch_bytes) flush();

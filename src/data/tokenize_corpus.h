@@ -1,7 +1,8 @@
 // Tokenizes a text corpus in parallel, in order: blocks are cut into units (at exact cut points,
 // is_cut_point, when the tokenizer allows) and encoded by all threads, then handed on in corpus
 // order. With an EOS id, every document is followed by it (a single plain text file gets nothing
-// added). An error names the file it came from.
+// added). The sink hears whether each run of ids is trained (a prompt's is not; an EOS is). An error
+// names the file it came from.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -23,10 +24,11 @@ struct TokenizeOptions {
 
 struct TokenizeStats {
   int64_t bytes = 0, tokens = 0, documents = 0;
+  int64_t untrained = 0;  // tokens of prompts (CorpusOptions::prompt_field)
   double seconds = 0;
 };
 
 TokenizeStats tokenize_corpus(const TextCorpus& corpus, const Tokenizer& tok, const TokenizeOptions& o,
-                              const std::function<void(std::span<const int32_t>)>& sink);
+                              const std::function<void(std::span<const int32_t>, bool trained)>& sink);
 
 }  // namespace oomb

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "data/token_source.h"
+
 namespace oomb {
 
 int64_t chunk_count(int64_t N, int64_t C) { return (N + C - 1) / C; }
@@ -77,7 +79,7 @@ int64_t ChunkInputs::load(const ChunkReader& read, ChunkSpan c, bool first_pass,
         last_id_ = ids[i];
       }
       pos[i] = int32_t(t - doc[i]);
-      if (ids[i] == sep) tg[i] = -1;  // the next document is not predictable from this one
+      if (!counted_target(ids[i], tg[i], sep)) tg[i] = -1;  // not across a document's end
     } else {
       pos[i] = int32_t(t);
     }

@@ -33,7 +33,7 @@ std::string g_fault;  // tests only
 
 void Model::layer_sweep_fault_for_test(const char* which) { g_fault = which ? which : ""; }
 
-LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weight) {
+LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weight, int64_t per) {
   const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;
   OOMB_CHECK(N % plan_.sp == 0, "--sp {}: a sequence of {} tokens does not split evenly (--seq-len and --chunk-size "
              "must be multiples of --sp)", plan_.sp, N);
@@ -81,8 +81,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
     }
     store_.release(l);
   }
-  OOMB_CHECK(st.targets > 0, "model: the sequence has no targets to train on");
-  const float scale = weight / float(st.targets);
+  const float scale = loss_scale(weight, per, st.targets);
 
   // The loss, chunks in reverse: dh of the last layer's output for every chunk.
   const int64_t top = L - 1, dh_array = tied_head_ ? L : L - 1;

@@ -175,15 +175,21 @@ void Model::enable_grads() {
 
 void Model::zero_grads() { store_.zero_grads(); }
 
-LossStats Model::forward_backward(const ChunkReader& read, int64_t N, float weight) {
+LossStats Model::forward_backward(const ChunkReader& read, int64_t N, float weight, int64_t per) {
   OOMB_CHECK(grads_ != nullptr, "model: forward_backward needs enable_grads() first");
-  return run(read, N, weight, true);
+  OOMB_CHECK(per >= 0, "model: forward_backward's target count must not be negative, got {}", per);
+  return run(read, N, weight, per, true);
 }
 
-LossStats Model::evaluate(const ChunkReader& read, int64_t N) { return run(read, N, 1.0f, false); }
+LossStats Model::evaluate(const ChunkReader& read, int64_t N) { return run(read, N, 1.0f, 0, false); }
 
 LossStats Model::evaluate(const ChunkReader& read, int64_t N, const ChunkObserver& after_chunk) {
-  return run(read, N, 1.0f, false, after_chunk);
+  return run(read, N, 1.0f, 0, false, after_chunk);
+}
+
+float Model::loss_scale(float weight, int64_t per, int64_t targets) {
+  OOMB_CHECK(per > 0 || targets > 0, "model: the sequence has no targets to train on");
+  return weight / float(per > 0 ? per : targets);
 }
 
 static ChunkReader array_reader(const int32_t* ids, const int32_t* targets) {
@@ -465,7 +471,7 @@ void Model::end_decode() {
   decoded_ = decode_max_ = 0;
 }
 
-LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool backward,
+LossStats Model::run(const ChunkReader& read, int64_t N, float weight, int64_t per, bool backward,
                      const ChunkObserver& after_chunk) {
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
   // --keep-attention: while training, every chunk's attention outputs stay for its backward
@@ -477,7 +483,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
   training_ = backward;
   OOMB_CHECK(!keeping_ || N <= plan_.keep_attention, "--keep-attention: the model keeps attention outputs for "
              "sequences of up to {} tokens (its --seq-len), got {}", plan_.keep_attention, N);
-  if (backward && acts_) return run_layer_major(read, N, weight);
+  if (backward && acts_) return run_layer_major(read, N, weight, per);
   const int64_t C = plan_.chunk, T = chunk_count(N, C), P = plan_.page_size, L = cfg_.layers;
   const bool changed = sync_compute_weights();
   cache_.begin_sequence(N, std::min(C, N), backward);
@@ -510,8 +516,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, bool back
   cache_.clear();
     return st;
   }
-  OOMB_CHECK(st.targets > 0, "model: the sequence has no targets to train on");
-  const float scale = weight / float(st.targets);
+  const float scale = loss_scale(weight, per, st.targets);
 
   // Backward sweep, chunks in reverse.
   for (int64_t t = T - 1; t >= 0; --t) {

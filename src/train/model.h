@@ -78,10 +78,11 @@ class Model {
   void upload_trainable(const Params& host);  // LoRA's set (with LoRA off: upload_params)
   void download_trainable(Params& host) const;
 
-  // One sequence of N tokens. Loss = mean cross-entropy over its targets; grads accumulate
-  // weight * dLoss/dparam (weight = 1 / accumulated sequences). The host waits for the device
-  // once, at the end, for the loss.
-  LossStats forward_backward(const ChunkReader& read, int64_t N, float weight);
+  // One sequence of N tokens. Grads accumulate weight / per * d(summed cross-entropy)/dparam: per
+  // = 0 divides by the sequence's own targets (its mean loss), per > 0 by a count the caller chose
+  // (the trainer: every target of the step, so that windows holding fewer targets weigh less). The
+  // host waits for the device once, at the end, for the loss.
+  LossStats forward_backward(const ChunkReader& read, int64_t N, float weight, int64_t per = 0);
   // --lora-dropout: the masks of the sequences forward_backward trains from now on (the trainer
   // sets dropout_window_key(--seed, the window) before each; backend/dropout_mask.h). Default 0.
   void set_dropout_key(uint64_t key) { dropout_key_ = key; }
@@ -121,9 +122,11 @@ class Model {
   // RecomputeKept: the recompute of --keep-attention, whose layers attend to nothing (their
   // attention outputs are kept from the forward sweep)
   enum class Sweep { Forward, ForwardKVOnlyLast, Recompute, RecomputeKept };
-  LossStats run(const ChunkReader& read, int64_t N, float weight, bool backward,
+  LossStats run(const ChunkReader& read, int64_t N, float weight, int64_t per, bool backward,
                 const ChunkObserver& after_chunk = {});
-  LossStats run_layer_major(const ChunkReader& read, int64_t N, float weight);  // train/layer_sweep.cpp
+  LossStats run_layer_major(const ChunkReader& read, int64_t N, float weight, int64_t per);  // train/layer_sweep.cpp
+  // The loss gradient's scale per target (forward_backward's weight / per, with `targets` counted).
+  static float loss_scale(float weight, int64_t per, int64_t targets);
   LayerCtx layer_ctx(int64_t layer, ChunkSpan c, bool attends, bool with_grads, bool forward_sweep);
   void keep_attention(LayerBuffers& buf, int64_t layer, ChunkSpan c);
   void release_pages(int64_t layer, int64_t first_page);

@@ -155,37 +155,56 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     const auto t0 = clock::now();
     const Moved moved0 = moved(model);
     model.zero_grads();
+    // the loss is the mean over every target of the step: its windows' (of every dp rank), counted
+    // first, so that a window holding fewer (prompts not trained) weighs less
+    double total = 0;
+    for (int64_t micro = 0; micro < o.grad_accum; ++micro)
+      total += double(data.targets_in((k * o.grad_accum + micro) * dp + dp_rank, N, model.plan().doc_sep));
+    dist.dp().all_reduce_sum(&total, 1);  // (the sp ranks of a group already agree)
+    st.step = k;
+    st.targets = int64_t(total);
+    if (st.targets == 0) {  // every target of the step ignored: nothing to train, on any rank
+      st.loss = st.accuracy = st.grad_norm = std::numeric_limits<double>::quiet_NaN();
+      st.lr = lr_at(oc, k);
+      st.skipped = true;
+      log << fmt::format("step {}: skipped: its {} window{} of {} tokens hold no target to train (all in prompts)",
+                         k + 1, o.grad_accum * dp, o.grad_accum * dp == 1 ? "" : "s", N) << std::endl;
+    }
     double loss_sum = 0;
     int64_t counted = 0, correct = 0;
-    for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+    for (int64_t micro = 0; st.targets > 0 && micro < o.grad_accum; ++micro) {
       const int64_t w = (k * o.grad_accum + micro) * dp + dp_rank;
       model.set_dropout_key(dropout_window_key(o.seed, w));
-      // the loss is the mean over this window's targets, averaged over accumulated windows (of every dp rank)
       const LossStats ls = model.forward_backward(
-          [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); }, N,
-          1.0f / float(o.grad_accum * dp));
-      loss_sum += ls.loss_sum / double(ls.targets);
+          [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); }, N, 1.0f,
+          st.targets);
+      loss_sum += ls.loss_sum;
       counted += ls.targets;
       correct += ls.correct;
     }
-    sync.reduce(model.grads().flat());  // summed over ranks (zero 2: this rank's shard of the sum)
-    double sums[3] = {loss_sum, double(counted), double(correct)};
-    dist.dp().all_reduce_sum(sums, 3);  // the sp ranks of a group already agree
-    loss_sum = sums[0], counted = int64_t(sums[1]), correct = int64_t(sums[2]);
-    st.step = k;
-    st.loss = loss_sum / double(o.grad_accum * dp);
-    if (!std::isfinite(st.loss) && !oc.skip_nonfinite) {
+    if (st.targets > 0) {
+      sync.reduce(model.grads().flat());  // summed over ranks (zero 2: this rank's shard of the sum)
+      double sums[3] = {loss_sum, double(counted), double(correct)};
+      dist.dp().all_reduce_sum(sums, 3);  // the sp ranks of a group already agree
+      loss_sum = sums[0], counted = int64_t(sums[1]), correct = int64_t(sums[2]);
+      OOMB_CHECK(counted == st.targets, "step {}: the model counted {} targets where the data counted {}", k + 1,
+                 counted, st.targets);
+      st.loss = loss_sum / double(counted);
+      st.accuracy = double(correct) / double(counted);
+    }
+    if (st.targets > 0 && !std::isfinite(st.loss) && !oc.skip_nonfinite) {
       const std::string w = first_nonfinite(model.params(), model.backend());
       fail("step {}: the loss is {}: {} (try a lower --lr, or --skip-nonfinite to skip such steps)", k + 1, st.loss,
            w.empty() ? std::string("every weight is finite, so the activations overflowed: the run diverged")
                      : "tensor '" + w + "' holds a non-finite weight");
     }
-    st.accuracy = double(correct) / double(counted);
-    st.grad_norm = std::isfinite(st.loss) ? opt.step(k, &st.lr) : std::numeric_limits<double>::quiet_NaN();
-    st.skipped = !std::isfinite(st.grad_norm);
-    if (!st.skipped) sync.gather(model.trainable().flat());  // zero 1, 2: every rank's updated shard (3: per layer)
-    if (st.skipped) log << fmt::format("step {}: skipped (loss {}, gradient norm {}; --skip-nonfinite)", k + 1,
-                                       st.loss, st.grad_norm) << std::endl;
+    if (st.targets > 0) {
+      st.grad_norm = std::isfinite(st.loss) ? opt.step(k, &st.lr) : std::numeric_limits<double>::quiet_NaN();
+      st.skipped = !std::isfinite(st.grad_norm);
+      if (!st.skipped) sync.gather(model.trainable().flat());  // zero 1, 2: every rank's updated shard (3: per layer)
+      if (st.skipped) log << fmt::format("step {}: skipped (loss {}, gradient norm {}; --skip-nonfinite)", k + 1,
+                                         st.loss, st.grad_norm) << std::endl;
+    }
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     st.tokens = N * o.grad_accum * dp;
     st.tokens_per_s = double(st.tokens) / dt;
@@ -212,6 +231,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     if (metrics.is_open()) {
       nlohmann::json j = {{"step", k},         {"loss", st.loss},     {"accuracy", st.accuracy}, {"skipped", st.skipped},
                           {"lr", st.lr},       {"grad_norm", st.grad_norm}, {"tokens", st.tokens},
+                          {"targets", st.targets},
                           {"tokens_per_s", st.tokens_per_s}, {"elapsed_s", st.elapsed_s},
                           {"tflops", st.tflops},
                           {"memory", memory_json()}};

@@ -52,7 +52,8 @@ struct StepStats {
   double mfu = 0;     // tflops / peak, when the peak is known
   float lr = 0;
   int64_t tokens = 0;
-  bool skipped = false;  // a non-finite loss or gradient, skipped (--skip-nonfinite)
+  int64_t targets = 0;   // targets the loss is the mean over: every window's of the step, not ignored
+  bool skipped = false;  // a non-finite loss or gradient (--skip-nonfinite), or no target to train
   // the held-out loss after this step (TrainOptions::eval_data; evaluated: false on other steps)
   bool evaluated = false;
   double eval_loss = 0, eval_accuracy = 0, eval_s = 0;

@@ -30,7 +30,9 @@
 // differ from the chunk order's), --layer-fault reduce-once (--zero 3's layer order reduces a
 // layer's gradients once, summed over its chunks, not chunk by chunk: the same values, other bits),
 // --group-fault (the head groups' exchange back puts group j's rows in group K - 1 - j's columns:
-// the bits differ from K = 1's). --tie: the embedding tied to the lm_head.
+// the bits differ from K = 1's). --tie: the embedding tied to the lm_head. --masked: window w's
+// first (w % 3) quarters of targets ignored (a prompt's), so that windows and ranks hold unequal
+// counts and the trainer's loss, the mean over every target of a step, weighs them by those.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -61,6 +63,7 @@ struct Args {
   int64_t seq = 256, chunk = 64, page = 16, steps = 3, accum = 1, kv_heads = 2, heads = 4;
   std::string arch = "llama", device = "cpu", offload, sweep = "chunk", layer_fault, precision = "fp32";
   bool doc_mask = false, skip_reduce = false, tie = false, sim_device_comm = false, group_fault = false;
+  bool masked = false;
   bool keep_attention = false;  // --keep-attention: every layer's attention output kept for the backward
   bool bf16_order_noise = false;  // --bf16-order-noise: bf16's bounds from its own reduction-order noise
   int die_rank = -1, stall_rank = -1;
@@ -69,11 +72,11 @@ struct Args {
 // Windows of pseudo-random ids with an EOS (id 0) about every 29 tokens; window w, token i.
 class Windows final : public TokenSource {
  public:
-  explicit Windows(int64_t vocab) : vocab_(vocab) {}
+  Windows(int64_t vocab, bool masked) : vocab_(vocab), masked_(masked) {}
   void read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* tg) override {
     for (int64_t i = 0; i < n; ++i) {
       ids[i] = id(w, t0 + i);
-      tg[i] = t0 + i + 1 < N + 1 ? id(w, t0 + i + 1) : -1;
+      tg[i] = t0 + i + 1 < N + 1 && !(masked_ && t0 + i < (w % 3) * N / 4) ? id(w, t0 + i + 1) : -1;
     }
   }
   std::string describe() const override { return "dist_check windows"; }
@@ -85,6 +88,7 @@ class Windows final : public TokenSource {
     return h % 29 == 0 ? 0 : int32_t(1 + h % uint64_t(vocab_ - 1));
   }
   int64_t vocab_;
+  bool masked_;
 };
 
 // head_chunks: --sp-head-chunks (0: the flag's; a single rank takes 1)
@@ -237,6 +241,7 @@ int main(int argc, char** argv) {
   app.add_flag("--bf16-order-noise", a.bf16_order_noise);
   app.add_option("--sweep", a.sweep)->check(CLI::IsMember({"chunk", "layer"}));
   app.add_flag("--tie", a.tie);
+  app.add_flag("--masked", a.masked);
   app.add_option("--precision", a.precision)->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--layer-fault", a.layer_fault);
   app.add_flag("--skip-reduce", a.skip_reduce);
@@ -269,7 +274,7 @@ int main(int argc, char** argv) {
     if (!a.layer_fault.empty()) Model::layer_sweep_fault_for_test(a.layer_fault.c_str());
     if (a.group_fault) SeqParallel::group_fault_for_test(true);
     const int64_t K = a.dist.head_chunks;
-    Windows data(cfg.vocab);
+    Windows data(cfg.vocab, a.masked);
     const uint64_t seed = 7;
     bool ok = true;
     auto report = [&](const std::string& name, double v, double bound) {
