@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backend/backend.h"
 #include "data/loss_mask.h"
 #include "data/open_data.h"
 #include "metrics_plan.h"
@@ -107,6 +108,13 @@ TEST(CompletionLoss, PromptsAreContextOnly) {
       }
       EXPECT_EQ(masked->targets_in(w, N), count) << "window " << w;
       EXPECT_EQ(plain->targets_in(w, N), N);
+      // --doc-mask: nor the targets whose input is EOS
+      const int64_t eos_inputs = std::count(ids.begin(), ids.end(), kEos);
+      EXPECT_EQ(plain->targets_in(w, N, kEos), N - eos_inputs) << "window " << w;
+      int64_t after_eos = 0;  // (masked: the target after an EOS is a prompt's, already ignored)
+      for (int64_t i = 0; i < N; ++i) after_eos += ids[size_t(i)] == kEos && tg[size_t(i)] >= 0;
+      EXPECT_EQ(after_eos, 0);
+      EXPECT_EQ(masked->targets_in(w, N, kEos), count) << "window " << w;
       // a part of a window reads as the whole window's part
       std::vector<int32_t> part_ids(10), part_tg(10);
       masked->read(w, N, 13, 10, part_ids.data(), part_tg.data());
@@ -257,6 +265,40 @@ TEST(CompletionLoss, AStepWithoutTargetsIsSkipped) {
 }
 
 namespace {
+// The weights after 3 AdamW steps of one window each, the second all prompt (skipped), on the
+// simulated device, each update slowed to 20 ms a unit (with --offload params it runs beside the
+// next step).
+std::vector<float> weights_after_a_skip(const fs::path& dir, bool offload) {
+  const ModelConfig cfg = load_config(dir);
+  auto sim = make_sim_backend(0, 100);
+  ChunkPlan plan{16, 8};
+  plan.offload_params = offload;
+  Model m(cfg, *sim, plan);
+  load_for_training(m, dir);
+  Masked data(cfg.vocab, [](int64_t w) { return w == 1 ? 32 : 3; });
+  TrainOptions o{32, 3, 1, 100};
+  o.optim.lr = 1e-2f;
+  std::ostringstream log;
+  struct Slow {
+    Slow() { Optimizer::delay_update_for_test(20000); }
+    ~Slow() { Optimizer::delay_update_for_test(0); }
+  } slow;
+  train(m, data, o, log);
+  EXPECT_THAT(log.str(), HasSubstr("step 2: skipped"));
+  return host_params(m);
+}
+}  // namespace
+
+// With --offload params the first step's update runs beside the next step; the skipped step runs
+// no pass that would wait for it, so it waits itself: the third step's start does not clear the
+// gradients the update still reads. The resident run's weights, bit for bit.
+TEST(CompletionLoss, ASkippedStepWaitsForTheUpdateBesideIt) {
+  const fs::path dir = temp_dir("_completion_skip_offload");
+  write_tiny_model(dir, tiny_config_json("llama", 2), 8);
+  EXPECT_EQ(weights_after_a_skip(dir, true), weights_after_a_skip(dir, false));
+}
+
+namespace {
 struct Cli {
   fs::path dir = temp_dir("_completion_cli");
   std::string d = dir.string();
@@ -303,6 +345,12 @@ TEST(CompletionLoss, TrainAndEvalReadTheRecords) {
   ASSERT_EQ(r.code, 0) << r.out;
   const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   EXPECT_EQ(j["targets"], c.trained_in(0, 64) + c.trained_in(1, 64) + c.trained_in(2, 64));
+  // the fields are the text's: a held-out token file without a mask scores every token
+  write_tokens(c.dir / "e.bin", 200, 300, 4);
+  r = oomb_cmd(c.dir, c.train(fields + fmt::format(" --steps 1 --eval-data {}/e.bin --eval-windows 2 --metrics {}/e.jsonl",
+                                                   c.d, c.d)));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(metrics_lines(c.dir / "e.jsonl")[0]["eval"]["targets"], 2 * 64);
 }
 
 // Bad input is named: one field without the other, the same field twice, a record without the
@@ -329,7 +377,20 @@ TEST(CompletionLoss, BadInputIsNamed) {
                                   "--completion-field a", c.d));
   EXPECT_THAT(r.out, HasSubstr(c.d + "/plain.txt: --prompt-field and --completion-field read JSON lines"));
   r = oomb_cmd(c.dir, "train --steps 1 --prompt-field q --completion-field a");
-  EXPECT_THAT(r.out, HasSubstr("--prompt-field and --completion-field need --model and --data"));
+  EXPECT_THAT(r.out, HasSubstr("--prompt-field, --completion-field and --packing need --model and --data"));
+  write_tokens(c.dir / "t.bin", 200, 300, 1);
+  r = oomb_cmd(c.dir, fmt::format("train --model {0}/m --data {0}/t.bin --steps 1 --seq-len 16 --prompt-field q "
+                                  "--completion-field a", c.d));
+  EXPECT_THAT(r.out, HasSubstr("holds token files without masks; --prompt-field and --completion-field are read when "
+                               "text is tokenized"));
+  // held-out windows that are all prompt: refused before the first step
+  write_bytes(c.dir / "long_prompt.jsonl", "{\"q\": \"abcdefghijklmnopqrstuvwxyz\", \"a\": \"1\"}\n");
+  r = oomb_cmd(c.dir, fmt::format("train --model {0}/m --data {0}/r.jsonl --eos-id {1} --seq-len 16 --steps 1 "
+                                  "--prompt-field q --completion-field a --eval-data {0}/long_prompt.jsonl "
+                                  "--eval-windows 1", c.d, kEos));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("its 1 window of 16 tokens hold no target to score (every token in a prompt)"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("step     1/1")));
   // resuming: the checkpoint of the masked run is not the data of the same ids unmasked (each
   // record's prompt and completion as one text)
   std::string whole;
@@ -418,7 +479,7 @@ TEST(CompletionLoss, TokenizeWritesTheMaskBesideTheIds) {
 }
 
 // A mask that is not its file's is refused, naming it: another file's ids, a truncated one, one
-// that is not a mask; --data naming the mask; the fields given for token data.
+// that is not a mask; --data naming the mask.
 TEST(CompletionLoss, AMaskThatIsNotItsFilesIsNamed) {
   Cli c;
   CmdResult r = oomb_cmd(c.dir, fmt::format("tokenize --tokenizer {0}/m/tokenizer.json --input {0}/r.jsonl --output "
@@ -450,7 +511,123 @@ TEST(CompletionLoss, AMaskThatIsNotItsFilesIsNamed) {
   EXPECT_THAT(r.out, HasSubstr(c.d + "/r.bin.mask: not a loss mask"));
   r = train_on("r.bin.mask");
   EXPECT_THAT(r.out, HasSubstr("r.bin.mask: is a token file's loss mask; give the token file beside it"));
-  r = oomb_cmd(c.dir, fmt::format("train --model {0}/m --data {0}/r.bin --steps 1 --seq-len 16 --prompt-field q "
-                                  "--completion-field a", c.d));
-  EXPECT_THAT(r.out, HasSubstr("`oomb tokenize --prompt-field` writes each file's mask beside it"));
+}
+
+namespace {
+// Next fit, as --packing whole promises it: the epoch's documents (its stream cut after each EOS),
+// in order, fill windows of N + 1 tokens while they fit; a longer one takes windows of its own at
+// offsets 0, N, 2N, ... of it. Each window's tokens, before padding.
+std::vector<std::vector<int32_t>> next_fit(const std::vector<int32_t>& epoch_stream, int64_t N) {
+  std::vector<std::vector<int32_t>> docs(1), windows;
+  for (int32_t id : epoch_stream) {
+    docs.back().push_back(id);
+    if (id == kEos) docs.emplace_back();
+  }
+  docs.pop_back();
+  std::vector<int32_t> cur;
+  for (const auto& d : docs) {
+    if (int64_t(d.size()) > N + 1) {
+      if (!cur.empty()) windows.push_back(cur), cur.clear();
+      for (int64_t off = 0;; off += N) {
+        windows.emplace_back(d.begin() + off, d.begin() + std::min<int64_t>(off + N + 1, int64_t(d.size())));
+        if (off + N + 1 >= int64_t(d.size())) break;
+      }
+      continue;
+    }
+    if (int64_t(cur.size() + d.size()) > N + 1) windows.push_back(cur), cur.clear();
+    cur.insert(cur.end(), d.begin(), d.end());
+  }
+  if (!cur.empty()) windows.push_back(cur);
+  return windows;
+}
+}  // namespace
+
+// --packing whole: every window of three epochs (in order, and shuffled: each epoch its own
+// order, read from the stream) holds the next-fit windows of the epoch's documents, padding (EOS
+// ids, no targets) after them; a record longer than a window (one of 40 tokens here) over windows
+// of its own; the targets ignored where a prompt's token or padding is predicted; targets_in as read.
+TEST(CompletionLoss, WholePackingKeepsRecordsWhole) {
+  const fs::path dir = temp_dir("_completion_whole");
+  write_bytes(dir / "tok.json", byte_tokenizer_json({}).dump());
+  std::vector<int32_t> stream;
+  std::string jl = prompt_records(30, &stream);
+  jl += nlohmann::json({{"q", std::string(30, 'x')}, {"a", "123456789"}}).dump() + "\n";
+  for (char ch : std::string(30, 'x') + "123456789") stream.push_back(int32_t(uint8_t(ch)));
+  stream.push_back(kEos);
+  write_bytes(dir / "r.jsonl", jl);
+  const int64_t N = 24, L = int64_t(stream.size());
+  for (const bool shuffle : {false, true}) {
+    SCOPED_TRACE(shuffle ? "shuffled" : "in order");
+    DataOptions d;
+    d.tokenizer = dir / "tok.json";
+    d.corpus.prompt_field = "q", d.corpus.completion_field = "a";
+    d.packing = {kEos, shuffle, 5, false, true};
+    auto data = open_training_data(dir / "r.jsonl", 300, d);
+    int64_t w = 0;
+    for (int64_t e = 0; e < 3; ++e) {
+      std::vector<uint32_t> ep(static_cast<size_t>(L));
+      data->stream(e * L, L, ep.data());
+      const auto windows = next_fit(std::vector<int32_t>(ep.begin(), ep.end()), N);
+      if (e == 0 && !shuffle) {
+        EXPECT_EQ(data->whole_packing(N).windows, int64_t(windows.size()));
+        EXPECT_EQ(data->whole_packing(N).split, 1);
+        EXPECT_THAT(data->whole_summary(N), HasSubstr(fmt::format("31 documents in {} windows of 24 tokens",
+                                                                  windows.size())));
+      }
+      for (const auto& want : windows) {
+        std::vector<int32_t> ids(N), tg(N);
+        data->window(w, N, ids.data(), tg.data());
+        int64_t count = 0;
+        for (int64_t i = 0; i < N; ++i) {
+          const bool real_in = i < int64_t(want.size()), real_next = i + 1 < int64_t(want.size());
+          EXPECT_EQ(ids[size_t(i)], real_in ? want[size_t(i)] : kEos) << "window " << w << " position " << i;
+          const int32_t t = real_next && !is_prompt_id(want[size_t(i) + 1]) ? want[size_t(i) + 1] : -1;
+          EXPECT_EQ(tg[size_t(i)], t) << "window " << w << " position " << i;
+          count += t >= 0;
+        }
+        EXPECT_EQ(data->targets_in(w, N), count);
+        EXPECT_EQ(data->position_of(w, N).first, e);
+        ++w;
+      }
+    }
+  }
+}
+
+// oomb train --packing whole: the banner says how the records pack; --metrics' targets are the
+// next-fit windows' completion tokens and EOS, counted here from the text (with --doc-mask too);
+// a checkpoint of it does not resume wrapped; oomb eval --packing whole scores the epoch's windows.
+TEST(CompletionLoss, TrainPacksWholeRecords) {
+  Cli c;
+  const int64_t N = 64;
+  const auto windows = next_fit(c.stream, N);
+  const std::string fields = "--prompt-field q --completion-field a --packing whole";
+  auto targets_of = [&](size_t j) {
+    int64_t n = 0;
+    for (size_t i = 1; i < windows[j % windows.size()].size(); ++i) n += !is_prompt_id(windows[j % windows.size()][i]);
+    return n;
+  };
+  for (const std::string extra : {"", " --doc-mask"}) {
+    const std::string m = c.d + "/whole" + (extra.empty() ? "" : "_doc") + ".jsonl";
+    CmdResult r = oomb_cmd(c.dir, c.train(fields + extra + " --steps 2 --grad-accum 2 --metrics " + m));
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("--packing whole: 60 documents in {} windows of 64 tokens an epoch",
+                                             windows.size())));
+    const std::vector<nlohmann::json> lines = metrics_lines(m);
+    ASSERT_EQ(lines.size(), 2u);
+    for (size_t k = 0; k < 2; ++k)
+      EXPECT_EQ(lines[k]["targets"], targets_of(2 * k) + targets_of(2 * k + 1)) << "step " << k << extra;
+  }
+  CmdResult r = oomb_cmd(c.dir, c.train(fields + fmt::format(" --steps 2 --save-every 1 --checkpoint-dir {}/ck", c.d)));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = oomb_cmd(c.dir, c.train(fmt::format("--prompt-field q --completion-field a --steps 2 --checkpoint-dir {}/ck "
+                                          "--resume auto", c.d)));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--packing"));
+  r = oomb_cmd(c.dir, fmt::format("eval --model {0}/m --data {0}/r.jsonl --eos-id {1} --seq-len 64 --chunk-size 16 "
+                                  "--json --prompt-field q --completion-field a --packing whole", c.d, kEos));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  int64_t all = 0;
+  for (size_t w = 0; w < windows.size(); ++w) all += targets_of(w);
+  EXPECT_EQ(j["targets"], all);
 }

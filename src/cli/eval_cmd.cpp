@@ -26,7 +26,7 @@ namespace oomb::cli {
 namespace {
 struct EvalArgs {
   std::string model, data, data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict";
-  std::string device = "cpu", out, lora, precision;
+  std::string device = "cpu", out, lora, precision, packing = "wrapped";
   DistOptions dist;
   PromptFields prompt_fields;
   int64_t eos_id = -1, seq_len = 2048, chunk = 1024, page = 128, windows = 0, buckets = 16, trials = 4;
@@ -83,14 +83,15 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
   } else {
     eos = resolve_eos(a.model, cfg.vocab).id;
   }
-  d.packing = {eos, false, 0, false};
+  d.packing = {eos, false, 0, false, a.packing == "whole"};
   d.log = log;
   auto data = open_training_data(a.data, cfg.vocab, d);
-  const int64_t fit = std::max<int64_t>(1, (data->stream_size() - 1) / N);
+  const int64_t fit = data->windows_per_epoch(N);
   const int64_t W = a.windows > 0 ? a.windows : fit;
-  if (W > fit || N + 1 > data->stream_size())
-    *log << fmt::format("note: {} windows of {} tokens are more than the data's {} tokens: windows wrap around", W, N,
-                        data->stream_size())
+  if (data->whole()) *log << data->whole_summary(N) << std::endl;
+  if (W > fit || (!data->whole() && N + 1 > data->stream_size()))
+    *log << fmt::format("note: {} windows of {} tokens are more than the data's {} tokens{}: windows wrap around", W, N,
+                        data->stream_size(), data->whole() ? fmt::format(" ({} windows)", fit) : "")
          << std::endl;
   auto model = load_model(a, cfg, be, ChunkPlan{C, a.page}, dist);
   *log << fmt::format("oomb eval: {}{} on {}, {} windows of {} tokens, chunks of {}, {} buckets; --precision {}",
@@ -150,6 +151,8 @@ Command add_eval(CLI::App& app) {
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.json or a directory with one (default: --model's)");
   c->add_option("--text-field", a->text_field, "JSON-lines data: the field holding the text")->capture_default_str();
   add_prompt_fields(c, a->prompt_fields);
+  c->add_option("--packing", a->packing, "How documents fill the windows, as oomb train's --packing: wrapped or whole")
+      ->check(CLI::IsMember({"wrapped", "whole"}))->capture_default_str();
   c->add_option("--utf8-errors", a->utf8_errors, "Text data: strict or replace")
       ->check(CLI::IsMember({"strict", "replace"}))->capture_default_str();
   c->add_flag("--split-special-tokens", a->split_special, "Text data: special tokens in the text stay plain text");

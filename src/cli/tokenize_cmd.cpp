@@ -83,7 +83,9 @@ class TokenWriter {
 
 int run(const TokenizeArgs& a) {
   // before anything is opened for writing: the output must not be the text or the tokenizer
-  refuse_aliasing({{"--output", a.output}}, {{"--input", a.input, true}, {"--tokenizer", a.tokenizer}});
+  const std::filesystem::path mask_path = loss_mask_path(a.output);
+  refuse_aliasing({{"--output", a.output}, {"--output's loss mask", mask_path.string()}},
+                  {{"--input", a.input, true}, {"--tokenizer", a.tokenizer}});
   if (a.threads > 0) omp_set_num_threads(a.threads);
   const Tokenizer tok = Tokenizer::load(a.tokenizer);
   CorpusOptions co;
@@ -118,10 +120,15 @@ int run(const TokenizeArgs& a) {
   });
   OOMB_CHECK(st.tokens > 0, "--input {}: its text gives no tokens (every document is empty); nothing written", a.input);
   out.commit();
-  // the mask beside the ids, or none: a mask left from an earlier run would not match them
-  const std::filesystem::path mask_path = loss_mask_path(a.output);
-  if (masked) write_loss_mask(mask_path, trained, FileTokens(a.output, fmt));
-  else std::filesystem::remove(mask_path);
+  // the mask beside the ids, or none: a mask left from an earlier run would not match them (a file
+  // of that name that is no mask is not ours to remove)
+  if (masked) {
+    write_loss_mask(mask_path, trained, FileTokens(a.output, fmt));
+  } else if (holds_loss_mask(mask_path)) {
+    std::error_code ec;
+    std::filesystem::remove(mask_path, ec);
+    OOMB_CHECK(!ec, "{}: cannot remove the loss mask of the ids tokenized before: {}", mask_path.string(), ec.message());
+  }
   std::cout << fmt::format("oomb tokenize: {} ({} document{}, {:.2f} MB) -> {}: {} tokens ({}{}) in {:.3f} s, "
                            "{:.1f} MB/s, {} threads{}",
                            a.input, st.documents, st.documents == 1 ? "" : "s", double(st.bytes) / 1e6, a.output,

@@ -1,6 +1,7 @@
 #include "cli/train_checkpoints.h"
 
 #include <chrono>
+#include <tuple>
 #include <fmt/format.h>
 
 #include "cli/commands.h"
@@ -23,8 +24,8 @@ void add_checkpoint_flags(CLI::App* c, CheckpointFlags& f) {
 }
 
 RunCheckpoints::RunCheckpoints(const CheckpointFlags& f, CheckpointState now, const OptimConfig& optim, int64_t N,
-                               int64_t grad_accum, int64_t stream_size, std::ostream& log)
-    : f_(f), now_(std::move(now)), optim_(optim), N_(N), accum_(grad_accum), stream_size_(stream_size), log_(log) {
+                               int64_t grad_accum, DataPosition position, std::ostream& log)
+    : f_(f), now_(std::move(now)), optim_(optim), N_(N), accum_(grad_accum), position_(std::move(position)), log_(log) {
   optim_.total_steps = now_.total_steps;
   if (!f_.dir.empty()) {
     std::error_code ec;
@@ -110,9 +111,7 @@ fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt)
   st.weights_dtype = weights_dtype();
   st.step = done;
   st.windows = done * accum_ * dp;
-  const unsigned __int128 pos = (unsigned __int128)(st.windows) * (unsigned __int128)(N_);
-  st.epoch = int64_t(pos / (unsigned __int128)stream_size_);
-  st.epoch_position = int64_t(pos % (unsigned __int128)stream_size_);
+  std::tie(st.epoch, st.epoch_position) = position_(st.windows);
   st.next_lr = double(lr_at(optim_, done));
   std::map<std::string, std::string> extra;
   if (!f_.config_toml.empty()) extra["config.toml"] = f_.config_toml;

@@ -5,6 +5,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -30,9 +31,10 @@ class RunCheckpoints {
   // weights_dtype). Resolves --resume (auto: the newest complete checkpoint in --checkpoint-dir, or
   // none: a fresh start) and refuses a checkpoint of another run, naming the difference. `optim` is
   // the run's optimizer configuration (for the schedule's check), N and grad_accum its window shape,
-  // stream_size the data's tokens per epoch.
+  // position(w) where window w starts in the data: its epoch and stream offset (state.json's).
+  using DataPosition = std::function<std::pair<int64_t, int64_t>(int64_t window)>;
   RunCheckpoints(const CheckpointFlags& f, CheckpointState now, const OptimConfig& optim, int64_t N,
-                 int64_t grad_accum, int64_t stream_size, std::ostream& log);
+                 int64_t grad_accum, DataPosition position, std::ostream& log);
   ~RunCheckpoints();
   bool resuming() const { return !from_.empty(); }
   int64_t start_step() const { return resuming() ? saved_.step : 0; }
@@ -58,7 +60,8 @@ class RunCheckpoints {
   CheckpointFlags f_;
   CheckpointState now_, saved_;
   OptimConfig optim_;
-  int64_t N_, accum_, stream_size_;
+  int64_t N_, accum_;
+  DataPosition position_;
   std::ostream& log_;
   std::filesystem::path from_;  // the checkpoint resumed from; empty: a fresh start
   std::string base_model_;      // LoRA: --model

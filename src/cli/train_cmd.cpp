@@ -38,7 +38,7 @@ struct TrainArgs {
   // precision: "" until the run resolves it for its device (default_precision)
   std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "auto", precision;
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
-  std::string tensorboard, sweep = "chunk", eval_data;
+  std::string tensorboard, sweep = "chunk", eval_data, packing = "wrapped";
   int64_t eos_id = -1, offload_group = 0, device_memory = 0, eval_every = 0, eval_windows = 0;
   double peak_tflops = 0;
   bool shuffle = false, doc_mask = false, split_special = false, force = false, keep_attention = false;
@@ -193,18 +193,20 @@ std::unique_ptr<PackedTokens> open_data(const TrainArgs& a, const ModelConfig& c
   d.format = a.data_format;
   d.corpus.text_field = a.text_field;
   apply_prompt_fields(a.prompt_fields, d.corpus);
+  // (held-out token files: their masks beside them, or none; the fields are the text's)
+  if (held_out && is_token_data(a.eval_data, a.data_format)) d.corpus.prompt_field = d.corpus.completion_field = "";
   d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);
   d.tokenizer = tokenizer_path(a);
   d.split_special = a.split_special;
-  d.packing = {eos, a.shuffle && !held_out, a.seed, a.doc_mask};
+  d.packing = {eos, a.shuffle && !held_out, a.seed, a.doc_mask, a.packing == "whole"};
   d.log = &std::cout;
   return open_training_data(held_out ? a.eval_data : a.data, cfg.vocab, d);
 }
 
 // --eval-windows, or every whole window of the held-out data (at least one), a multiple of --dp.
-int64_t eval_windows(const TrainArgs& a, int64_t N, const PackedTokens& held_out) {
+int64_t eval_windows(const TrainArgs& a, int64_t N, PackedTokens& held_out) {
   if (a.eval_windows > 0) return a.eval_windows;
-  const int64_t dp = std::max<int64_t>(1, a.dist.dp), whole = (held_out.stream_size() - 1) / N;
+  const int64_t dp = std::max<int64_t>(1, a.dist.dp), whole = held_out.windows_per_epoch(N);
   return std::max(dp, whole / dp * dp);
 }
 
@@ -217,7 +219,11 @@ void check_paths(const TrainArgs& a) {
 }
 
 // Says so when one sequence is longer than the data: windows then wrap around within a sequence.
-void note_wrapping(int64_t N, const PackedTokens& data) {
+void note_wrapping(int64_t N, PackedTokens& data) {
+  if (data.whole()) {
+    std::cout << data.whole_summary(N) << std::endl;
+    return;
+  }
   if (N + 1 <= data.stream_size()) return;
   std::cout << fmt::format("note: --seq-len {} is longer than the data ({} tokens): every sequence wraps around and "
                            "repeats the data {:.1f} times",
@@ -271,6 +277,7 @@ nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const Chunk
     f["--train-embeddings-norms"] = plan.lora.train_embeddings_norms;
     if (plan.lora.dropout > 0) f["--lora-dropout"] = plan.lora.dropout;  // (0: as checkpoints before it)
   }
+  if (a.packing != "wrapped") f["--packing"] = a.packing;  // (wrapped: as checkpoints before it)
   return f;
 }
 
@@ -313,8 +320,9 @@ int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
   OOMB_CHECK(!a.ckpt.any(), "--checkpoint-dir, --save-every, --keep-last and --resume need --model and --data (the "
              "built-in demo does not checkpoint)");
   OOMB_CHECK(a.eval_data.empty(), "--eval-data needs --model and --data (the built-in demo scores its own task)");
-  OOMB_CHECK(a.prompt_fields.prompt.empty() && a.prompt_fields.completion.empty(), "--prompt-field and "
-             "--completion-field need --model and --data (JSON-lines text; the built-in demo makes its own task)");
+  OOMB_CHECK(a.prompt_fields.prompt.empty() && a.prompt_fields.completion.empty() && a.packing == "wrapped",
+             "--prompt-field, --completion-field and --packing need --model and --data (the built-in demo makes its "
+             "own task)");
   RepeatTask task(a.seed + 1, 128);
   const ModelConfig cfg = demo_config(task.vocab());
   if (!a.given("--seq-len")) a.seq_len = 1024;
@@ -393,6 +401,11 @@ Command add_train(CLI::App& app) {
   c->add_option("--eos-id", a->eos_id, "Token ending each document (default: the model's eos_token_id)")
       ->check(count(true));
   c->add_flag("--shuffle", a->shuffle, "Take the documents in a new order every epoch (seeded by --seed)");
+  c->add_option("--packing", a->packing, "How documents fill the windows: wrapped (back to back, a document cut "
+                "where a window ends) or whole (each window holds whole documents, padded at its end without targets; "
+                "one longer than a window takes windows of its own): TRL's packing, for records (--prompt-field) that "
+                "must not lose their prompt to a window's edge")
+      ->check(CLI::IsMember({"wrapped", "whole"}))->capture_default_str();
   c->add_option("--peak-tflops", a->peak_tflops, "The device's peak TFLOP/s, for MFU (default on CUDA: the GPU's "
                  "dense bf16 peak when it is an A100/H100/H200)")->check(positive());
   c->add_flag("--no-overlap-update{false}", a->optim.overlap_update, "--offload params: update on the host only "
@@ -509,13 +522,15 @@ Command add_train(CLI::App& app) {
                                        o.eval_windows, o.seq_len,
                                        o.eval_every > 0 ? fmt::format("every {} steps and after the last", o.eval_every)
                                                         : std::string("after the last step"))
-                        << (o.eval_windows * o.seq_len + 1 > held_out->stream_size()
-                                ? fmt::format(" (more than its {} tokens: windows wrap around)", held_out->stream_size())
+                        << (o.eval_windows > held_out->windows_per_epoch(o.seq_len)
+                                ? fmt::format(" (more than the {} it holds: windows wrap around)",
+                                              held_out->windows_per_epoch(o.seq_len))
                                 : "")
                         << std::endl;
             }
             RunCheckpoints ckpt(a->ckpt, a->ckpt.any() ? run_state(*a, o, plan, eos, cfg, *data) : CheckpointState{},
-                                o.optim, o.seq_len, o.grad_accum, data->stream_size(), std::cout);
+                                o.optim, o.seq_len, o.grad_accum,
+                                [&](int64_t w) { return data->position_of(w, o.seq_len); }, std::cout);
             ckpt.set_dist(&dist);
             Model model(cfg, *be, plan, &dist.tensor_sp(), &dist.world());
             o.dist = &dist;

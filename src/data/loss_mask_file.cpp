@@ -20,6 +20,12 @@ fs::path loss_mask_path(const fs::path& token_file) { return fs::path(token_file
 
 bool is_loss_mask_file(const fs::path& p) { return p.extension() == ".mask"; }
 
+bool holds_loss_mask(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  char magic[8] = {};
+  return f.read(magic, 8) && std::memcmp(magic, kMagic, 8) == 0;
+}
+
 void write_loss_mask(const fs::path& path, const LossMaskBuilder& bits, const TokenStore& ids) {
   OOMB_CHECK(bits.size() == ids.size(), "{}: {} mask bits for {} tokens", path.string(), bits.size(), ids.size());
   char header[kHeader];
@@ -45,8 +51,8 @@ void read_loss_mask(const fs::path& path, const TokenStore& ids, LossMaskBuilder
              "{}: not a loss mask (it starts with \"OOMBMASK\" when `oomb tokenize --prompt-field` writes it)", where);
   uint64_t n = 0;
   for (int b = 0; b < 8; ++b) n |= uint64_t(uint8_t(bytes[size_t(8 + b)])) << (8 * b);
-  OOMB_CHECK(n == uint64_t(ids.size()), "{}: holds the mask of {} tokens, but {} has {}: tokenize again", where, n,
-             ids.describe(), ids.size());
+  OOMB_CHECK(n == uint64_t(ids.size()), "{}: holds the mask of {} tokens, but {} has {}: tokenize again (or, if "
+             "those ids are read in the wrong format, name it with --data-format)", where, n, ids.describe(), ids.size());
   const std::string fp = bytes.substr(16, 16), want = token_fingerprint(ids);
   OOMB_CHECK(fp == want, "{}: was written for other tokens (fingerprint '{}', {} has {}): tokenize again", where, fp,
              ids.describe(), want);

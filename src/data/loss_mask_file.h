@@ -16,6 +16,7 @@ namespace oomb {
 // FILE's sidecar: FILE.mask
 std::filesystem::path loss_mask_path(const std::filesystem::path& token_file);
 bool is_loss_mask_file(const std::filesystem::path& p);  // a name ending in .mask
+bool holds_loss_mask(const std::filesystem::path& p);    // a file starting with the mask's magic
 
 // Writes bits (one per id of `ids`, the token file just written) to path, atomically.
 void write_loss_mask(const std::filesystem::path& path, const LossMaskBuilder& bits, const TokenStore& ids);

@@ -57,16 +57,18 @@ std::unique_ptr<PackedTokens> open_training_data(const fs::path& path, int64_t v
              path.string());
   const bool masked = !o.corpus.prompt_field.empty();
   if (is_token_data(path, o.format)) {
-    OOMB_CHECK(!masked, "--data {}: holds token files; --prompt-field and --completion-field are read when text is "
-               "tokenized (`oomb tokenize --prompt-field` writes each file's mask beside it, FILE.mask, which --data "
-               "reads)", path.string());
     std::vector<fs::path> files{path};
     if (fs::is_directory(path, ec)) files = visible_files(path);
+    const bool has_masks =
+        std::any_of(files.begin(), files.end(), [](const fs::path& f) { return fs::exists(loss_mask_path(f)); });
+    OOMB_CHECK(!masked || has_masks, "--data {}: holds token files without masks; --prompt-field and "
+               "--completion-field are read when text is tokenized (`oomb tokenize --prompt-field` writes each file's "
+               "mask beside it, FILE.mask, which --data reads)", path.string());
     std::vector<std::unique_ptr<TokenStore>> parts;
     for (const auto& f : files) parts.push_back(open_token_file(f, o.format));
     // the masks beside the files (a file without one: every token trained)
     std::unique_ptr<LossMask> mask;
-    if (std::any_of(files.begin(), files.end(), [](const fs::path& f) { return fs::exists(loss_mask_path(f)); })) {
+    if (has_masks) {
       LossMaskBuilder bits;
       for (size_t i = 0; i < files.size(); ++i) {
         if (fs::exists(loss_mask_path(files[i]))) read_loss_mask(loss_mask_path(files[i]), *parts[i], bits);

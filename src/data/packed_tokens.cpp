@@ -21,17 +21,17 @@ PackedTokens::PackedTokens(std::unique_ptr<TokenStore> store, int64_t vocab, con
   const int64_t at = vocab < int64_t(UINT32_MAX) ? store_->find_at_least(uint32_t(vocab), &bad) : -1;
   OOMB_CHECK(at < 0, "--data {}: token id {} is beyond the model's vocabulary ({})", store_->where(at), bad, vocab);
   length_ = n;
-  if (!o.shuffle && !o.separate) {
+  if (!o.shuffle && !o.separate && !o.whole) {
     OOMB_CHECK(n >= 2, "--data {}: holds {} token; training needs at least 2", store_->describe(), n);
     return;
   }
   OOMB_CHECK(o.eos >= 0, "--{} needs the EOS id that separates documents (from the model's config.json "
-             "eos_token_id, or --eos-id)", o.shuffle ? "shuffle" : "doc-mask");
+             "eos_token_id, or --eos-id)", o.shuffle ? "shuffle" : o.whole ? "packing whole" : "doc-mask");
   uint32_t last = 0;
   store_->get(n - 1, 1, &last);
   virtual_eos_ = last != uint32_t(o.eos);
   length_ = n + virtual_eos_;
-  if (!o.shuffle) return;
+  if (!o.shuffle && !o.whole) return;
   // documents: runs ended by EOS (one pass over the store)
   doc_start_.push_back(0);
   std::vector<uint32_t> buf(1 << 16);
@@ -41,8 +41,8 @@ PackedTokens::PackedTokens(std::unique_ptr<TokenStore> store, int64_t vocab, con
     for (int64_t i = 0; i < len; ++i)
       if (buf[size_t(i)] == uint32_t(o.eos) && at + i + 1 < n) doc_start_.push_back(at + i + 1);
   }
-  OOMB_CHECK(doc_start_.size() < size_t(INT32_MAX), "--shuffle: {} documents are more than it can order",
-             doc_start_.size());
+  OOMB_CHECK(doc_start_.size() < size_t(INT32_MAX), "--data {}: {} documents are more than it can order",
+             store_->describe(), doc_start_.size());
 }
 
 std::string PackedTokens::describe() const {
@@ -61,7 +61,7 @@ const PackedTokens::Epoch& PackedTokens::epoch(int64_t e) {
   c.order.resize(size_t(D));
   std::iota(c.order.begin(), c.order.end(), 0);
   std::mt19937_64 g(o_.seed * 0x9e3779b97f4a7c15ull + uint64_t(e));
-  for (int64_t i = D - 1; i > 0; --i)  // Fisher-Yates, with our own index draw (portable)
+  for (int64_t i = D - 1; o_.shuffle && i > 0; --i)  // Fisher-Yates, with our own index draw (portable)
     std::swap(c.order[size_t(i)], c.order[size_t(g() % uint64_t(i + 1))]);
   c.end.resize(size_t(D));
   int64_t at = 0;
@@ -132,7 +132,7 @@ int64_t PackedTokens::start_of(int64_t w, int64_t N, int64_t t0, int64_t n) cons
 }
 
 int64_t PackedTokens::targets_in(int64_t w, int64_t N, int32_t sep) {
-  if (sep >= 0) return TokenSource::targets_in(w, N, sep);
+  if (sep >= 0 || o_.whole) return TokenSource::targets_in(w, N, sep);
   if (!mask_) return N;
   const int64_t block = std::min<int64_t>(N, 1 << 16);
   mask_buf_.resize(size_t(block));
@@ -146,6 +146,7 @@ int64_t PackedTokens::targets_in(int64_t w, int64_t N, int32_t sep) {
 }
 
 void PackedTokens::read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) {
+  if (o_.whole) return read_whole(w, N, t0, n, ids, targets);
   buf_.resize(size_t(n + 1));
   stream(start_of(w, N, t0, n), n + 1, buf_.data());
   if (mask_) {

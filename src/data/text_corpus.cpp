@@ -45,7 +45,8 @@ TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {
     total_bytes_ += size;
     jsonl_.push_back(o.format == TextFormat::Jsonl || (o.format == TextFormat::Auto && is_jsonl_name(f)));
     OOMB_CHECK(jsonl_.back() || o.prompt_field.empty(), "{}: --prompt-field and --completion-field read JSON lines "
-               "(.jsonl or .ndjson, or --data-format jsonl); this file would be read as plain text", f.string());
+               "(a .jsonl or .ndjson name, or the jsonl format flag: train's --data-format, tokenize's --input-format); "
+               "this file would be read as plain text", f.string());
   }
 }
 

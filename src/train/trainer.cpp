@@ -147,6 +147,12 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   std::unique_ptr<TensorBoardWriter> tb;
   if (!o.tensorboard_dir.empty() && lead) tb = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
   const int64_t N = o.seq_len;
+  if (o.eval_data) {  // held-out windows without a target (all prompt) are found now, not at the first evaluation
+    int64_t scored = 0;
+    for (int64_t w = 0; w < o.eval_windows; ++w) scored += o.eval_data->targets_in(w, N, model.plan().doc_sep);
+    OOMB_CHECK(scored > 0, "--eval-data {}: its {} window{} of {} tokens hold no target to score (every token in a "
+               "prompt)", o.eval_data->describe(), o.eval_windows, o.eval_windows == 1 ? "" : "s", N);
+  }
   model.backend().take_stream_times();  // (OOMB_CUDA_TIMELINE: the first step's window from here, not the load)
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
@@ -164,10 +170,13 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     st.step = k;
     st.targets = int64_t(total);
     if (st.targets == 0) {  // every target of the step ignored: nothing to train, on any rank
+      // (no pass waits for the previous step's update beside it, nor does opt.step join it: the
+      // next step's zero_grads must not clear gradients it still reads)
+      opt.finish();
       st.loss = st.accuracy = st.grad_norm = std::numeric_limits<double>::quiet_NaN();
       st.lr = lr_at(oc, k);
       st.skipped = true;
-      log << fmt::format("step {}: skipped: its {} window{} of {} tokens hold no target to train (all in prompts)",
+      if (lead) log << fmt::format("step {}: skipped: its {} window{} of {} tokens hold no target to train (all in prompts)",
                          k + 1, o.grad_accum * dp, o.grad_accum * dp == 1 ? "" : "s", N) << std::endl;
     }
     double loss_sum = 0;

@@ -1,4 +1,4 @@
-// fuzz-sources: data/text_corpus.cpp data/token_store.cpp data/packed_tokens.cpp data/loss_mask.cpp data/loss_mask_file.cpp core/atomic_file.cpp data/token_source.cpp text/utf8.cpp core/memory.cpp
+// fuzz-sources: data/text_corpus.cpp data/token_store.cpp data/packed_tokens.cpp data/packed_whole.cpp data/loss_mask.cpp data/loss_mask_file.cpp core/atomic_file.cpp data/token_source.cpp text/utf8.cpp core/memory.cpp
 // The dataset readers on arbitrary bytes; only oomb::Error may come out. First byte selects:
 //   0: JSON lines (strict UTF-8)  1: JSON lines (repaired)  2: plain text in small blocks, which
 //   must join back to the (repaired) input  3..5: a token file as u32, u16 or llm.c, packed with
