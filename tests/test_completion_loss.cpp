@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "backend/backend.h"
+#include "core/error.h"
 #include "data/loss_mask.h"
 #include "data/open_data.h"
 #include "metrics_plan.h"
@@ -381,8 +382,8 @@ TEST(CompletionLoss, BadInputIsNamed) {
   write_tokens(c.dir / "t.bin", 200, 300, 1);
   r = oomb_cmd(c.dir, fmt::format("train --model {0}/m --data {0}/t.bin --steps 1 --seq-len 16 --prompt-field q "
                                   "--completion-field a", c.d));
-  EXPECT_THAT(r.out, HasSubstr("holds token files without masks; --prompt-field and --completion-field are read when "
-                               "text is tokenized"));
+  EXPECT_THAT(r.out, HasSubstr("token file " + c.d + "/t.bin has no mask beside it; --prompt-field and "
+                               "--completion-field are read when text is tokenized"));
   // held-out windows that are all prompt: refused before the first step
   write_bytes(c.dir / "long_prompt.jsonl", "{\"q\": \"abcdefghijklmnopqrstuvwxyz\", \"a\": \"1\"}\n");
   r = oomb_cmd(c.dir, fmt::format("train --model {0}/m --data {0}/r.jsonl --eos-id {1} --seq-len 16 --steps 1 "
@@ -470,6 +471,14 @@ TEST(CompletionLoss, TokenizeWritesTheMaskBesideTheIds) {
   for (int64_t i = 0; i + 1 < 2 * L; ++i) {
     const int32_t next = c.stream[size_t((i + 1) % L)];
     EXPECT_EQ(tg[size_t(i)], i + 1 < L && is_prompt_id(next) ? -1 : next) << "position " << i;
+  }
+  // given the fields, a shard without its mask is named (it would train its prompts)
+  d.corpus.prompt_field = "q", d.corpus.completion_field = "a";
+  try {
+    open_training_data(c.dir / "s", 300, d);
+    ADD_FAILURE() << "a shard without a mask was taken with --prompt-field";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("token file " + c.d + "/s/b.bin has no mask beside it"));
   }
   // without the fields: the mask goes
   r = oomb_cmd(c.dir, fmt::format("tokenize --tokenizer {0}/m/tokenizer.json --input {0}/r.jsonl --output {0}/r.bin "
@@ -591,6 +600,32 @@ TEST(CompletionLoss, WholePackingKeepsRecordsWhole) {
       }
     }
   }
+}
+
+// --packing whole over a token file whose last document lacks its EOS: the EOS added (trained), the
+// window's padding after it; where each window starts; --doc-mask's count leaves out the target
+// whose input is an EOS (here one beside others in a window).
+TEST(CompletionLoss, WholePackingAddsTheLastEos) {
+  const fs::path dir = temp_dir("_completion_whole_eos");
+  const std::vector<uint32_t> ids = {1, 2, uint32_t(kEos), 3, 4, 5, uint32_t(kEos), 6, 8, 9, 10};  // (no EOS at the end)
+  write_bytes(dir / "t.bin", std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 4));
+  DataOptions d;
+  d.packing = {kEos, false, 0, false, true};
+  auto data = open_training_data(dir / "t.bin", 300, d);
+  // N = 7: [1 2 E 3 4 5 E] fills 7 of 8, [6 8 9 10 E] (E added) 5
+  const int64_t N = 7;
+  EXPECT_EQ(data->windows_per_epoch(N), 2);
+  std::vector<int32_t> in(N), tg(N);
+  data->window(1, N, in.data(), tg.data());
+  EXPECT_EQ(in, (std::vector<int32_t>{6, 8, 9, 10, kEos, kEos, kEos}));
+  EXPECT_EQ(tg, (std::vector<int32_t>{8, 9, 10, kEos, -1, -1, -1}));
+  EXPECT_EQ(data->position_of(0, N), (std::pair<int64_t, int64_t>{0, 0}));
+  EXPECT_EQ(data->position_of(1, N), (std::pair<int64_t, int64_t>{0, 7}));
+  EXPECT_EQ(data->position_of(3, N), (std::pair<int64_t, int64_t>{1, 7}));
+  EXPECT_EQ(data->targets_in(0, N), 6);
+  EXPECT_EQ(data->targets_in(0, N, kEos), 5);  // (not E -> 3)
+  EXPECT_EQ(data->targets_in(1, N, kEos), 4);
+  EXPECT_THAT(data->whole_summary(N), HasSubstr(fmt::format("{:.1f}% of their tokens padding", 100.0 * 4 / 16)));
 }
 
 // oomb train --packing whole: the banner says how the records pack; --metrics' targets are the

@@ -403,8 +403,8 @@ Command add_train(CLI::App& app) {
   c->add_flag("--shuffle", a->shuffle, "Take the documents in a new order every epoch (seeded by --seed)");
   c->add_option("--packing", a->packing, "How documents fill the windows: wrapped (back to back, a document cut "
                 "where a window ends) or whole (each window holds whole documents, padded at its end without targets; "
-                "one longer than a window takes windows of its own): TRL's packing, for records (--prompt-field) that "
-                "must not lose their prompt to a window's edge")
+                "one longer than a window takes windows of its own), for records (--prompt-field) that must not lose "
+                "their prompt to a window's edge; with --doc-mask each document attends to itself only")
       ->check(CLI::IsMember({"wrapped", "whole"}))->capture_default_str();
   c->add_option("--peak-tflops", a->peak_tflops, "The device's peak TFLOP/s, for MFU (default on CUDA: the GPU's "
                  "dense bf16 peak when it is an A100/H100/H200)")->check(positive());
@@ -518,13 +518,15 @@ Command add_train(CLI::App& app) {
               o.eval_every = a->eval_every;
               o.eval_windows = eval_windows(*a, o.seq_len, *held_out);
               check_eval_windows(o.eval_windows, std::max<int64_t>(1, a->dist.dp));  // (before the model is built)
+              check_eval_targets(*held_out, o.eval_windows, o.seq_len, plan.doc_sep);
               std::cout << fmt::format("held-out loss: {}, {} windows of {} tokens, {}", held_out->describe(),
                                        o.eval_windows, o.seq_len,
                                        o.eval_every > 0 ? fmt::format("every {} steps and after the last", o.eval_every)
                                                         : std::string("after the last step"))
-                        << (o.eval_windows > held_out->windows_per_epoch(o.seq_len)
-                                ? fmt::format(" (more than the {} it holds: windows wrap around)",
-                                              held_out->windows_per_epoch(o.seq_len))
+                        << (o.eval_windows > held_out->windows_per_epoch(o.seq_len) ||
+                                        (!held_out->whole() && o.eval_windows * o.seq_len + 1 > held_out->stream_size())
+                                ? fmt::format(" (more than its {} tokens hold: windows wrap around)",
+                                              held_out->stream_size())
                                 : "")
                         << std::endl;
             }

@@ -61,9 +61,13 @@ std::unique_ptr<PackedTokens> open_training_data(const fs::path& path, int64_t v
     if (fs::is_directory(path, ec)) files = visible_files(path);
     const bool has_masks =
         std::any_of(files.begin(), files.end(), [](const fs::path& f) { return fs::exists(loss_mask_path(f)); });
-    OOMB_CHECK(!masked || has_masks, "--data {}: holds token files without masks; --prompt-field and "
+    // given the fields, every file must bring its mask (one without would train its prompts)
+    const auto unmasked =
+        std::find_if(files.begin(), files.end(), [](const fs::path& f) { return !fs::exists(loss_mask_path(f)); });
+    OOMB_CHECK(!masked || unmasked == files.end(), "--data {}: token file {} has no mask beside it; --prompt-field and "
                "--completion-field are read when text is tokenized (`oomb tokenize --prompt-field` writes each file's "
-               "mask beside it, FILE.mask, which --data reads)", path.string());
+               "mask beside it, FILE.mask, which --data reads)", path.string(),
+               unmasked == files.end() ? "" : unmasked->string());
     std::vector<std::unique_ptr<TokenStore>> parts;
     for (const auto& f : files) parts.push_back(open_token_file(f, o.format));
     // the masks beside the files (a file without one: every token trained)

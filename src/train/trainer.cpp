@@ -67,6 +67,13 @@ static void evaluate_held_out(Model& model, const TrainOptions& o, Dist& dist, S
   st.eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+void check_eval_targets(TokenSource& eval_data, int64_t windows, int64_t N, int32_t sep) {
+  for (int64_t w = 0; w < windows; ++w)
+    if (eval_data.targets_in(w, N, sep) > 0) return;
+  fail("--eval-data {}: its {} window{} of {} tokens hold no target to score (every token in a prompt)",
+       eval_data.describe(), windows, windows == 1 ? "" : "s", N);
+}
+
 void check_eval_windows(int64_t windows, int64_t dp) {
   OOMB_CHECK(windows % dp == 0, "--eval-windows {}: must be a multiple of --dp {} (each dp rank scores as many "
              "windows)", windows, dp);
@@ -127,7 +134,10 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   Dist single;
   Dist& dist = o.dist ? *o.dist : single;
   const int64_t dp = dist.options().dp, dp_rank = dist.dp_rank();
-  if (o.eval_data) check_eval_windows(o.eval_windows, dp);
+  if (o.eval_data) {
+    check_eval_windows(o.eval_windows, dp);
+    check_eval_targets(*o.eval_data, o.eval_windows, o.seq_len, model.plan().doc_sep);  // (before anything is written)
+  }
   const int zero = dist.size() > 1 ? dist.options().zero : 0;
   OOMB_CHECK((zero == 3) == model.sharded(), "train: --zero {} but a model {}built for --zero 3", zero,
              model.sharded() ? "" : "not ");
@@ -147,12 +157,6 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   std::unique_ptr<TensorBoardWriter> tb;
   if (!o.tensorboard_dir.empty() && lead) tb = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
   const int64_t N = o.seq_len;
-  if (o.eval_data) {  // held-out windows without a target (all prompt) are found now, not at the first evaluation
-    int64_t scored = 0;
-    for (int64_t w = 0; w < o.eval_windows; ++w) scored += o.eval_data->targets_in(w, N, model.plan().doc_sep);
-    OOMB_CHECK(scored > 0, "--eval-data {}: its {} window{} of {} tokens hold no target to score (every token in a "
-               "prompt)", o.eval_data->describe(), o.eval_windows, o.eval_windows == 1 ? "" : "s", N);
-  }
   model.backend().take_stream_times();  // (OOMB_CUDA_TIMELINE: the first step's window from here, not the load)
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();

@@ -66,6 +66,10 @@ nlohmann::json memory_json();
 
 // --eval-windows against --dp: each dp rank scores as many windows; throws naming both otherwise.
 void check_eval_windows(int64_t windows, int64_t dp);
+// Held-out windows 0 .. windows - 1 of N hold a target to score (sep: --doc-mask's separator, or
+// -1); throws naming the data otherwise: train() checks before its first step, the CLI before the
+// model is built.
+void check_eval_targets(TokenSource& eval_data, int64_t windows, int64_t N, int32_t sep);
 
 // Runs optimizer steps opts.start_step .. opts.steps - 1. on_step (optional) sees every step's stats.
 StepStats train(Model& model, TokenSource& data, const TrainOptions& opts, std::ostream& log,
