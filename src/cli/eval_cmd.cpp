@@ -20,6 +20,7 @@
 #include "train/passkey_eval.h"
 
 #include "cli/prompt_fields.h"
+#include "cli/rope_flags.h"
 
 namespace oomb::cli {
 
@@ -29,6 +30,7 @@ struct EvalArgs {
   std::string device = "cpu", out, lora, precision, packing = "wrapped";
   DistOptions dist;
   PromptFields prompt_fields;
+  RopeFlags rope;
   int64_t eos_id = -1, seq_len = 2048, chunk = 1024, page = 128, windows = 0, buckets = 16, trials = 4;
   int digits = 5;
   bool split_special = false, json = false, passkey = false;
@@ -94,6 +96,7 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
                         data->stream_size(), data->whole() ? fmt::format(" ({} windows)", fit) : "")
          << std::endl;
   auto model = load_model(a, cfg, be, ChunkPlan{C, a.page}, dist);
+  if (const std::string note = rope_reach_note(cfg, N); !note.empty()) *log << note << std::endl;
   *log << fmt::format("oomb eval: {}{} on {}, {} windows of {} tokens, chunks of {}, {} buckets; --precision {}",
                       a.model, a.lora.empty() ? "" : " with the adapter " + a.lora, data->describe(), W, N, C,
                       a.buckets, default_precision(a.precision, a.device))
@@ -180,14 +183,17 @@ Command add_eval(CLI::App& app) {
   c->add_option("--seed", a->seed, "--passkey: seed of the keys and filler")->capture_default_str();
   c->add_option("--lora", a->lora, "A PEFT LoRA adapter directory (oomb train's --out with LoRA, or a checkpoint of "
                 "a LoRA run) evaluated on --model as its base");
+  add_rope_flags(c, a->rope);
   add_dist_flags(c, a->dist, true);
   return {c, [a] {
             refuse_aliasing({{"--out", a->out}}, {{"--model", a->model}, {"--data", a->data, true},
                                                   {"--tokenizer", a->tokenizer}});
-            const ModelConfig cfg = load_config(a->model);
             OOMB_CHECK(a->dist.zero == 0, "--zero: evaluation has no optimizer state to shard");
             Dist dist(a->dist);  // the ranks mpirun started, or this process alone
             if (!dist.leader()) std::cout.rdbuf(nullptr);  // rank 0 alone prints (errors: every rank)
+            static std::ostream quiet(nullptr);
+            const ModelConfig cfg = run_config(a->model, a->lora, a->rope,
+                                               !dist.leader() ? quiet : a->json ? std::cerr : std::cout);
             OOMB_CHECK(!a->passkey || dist.size() == 1, "--passkey with --sp/--dp: not supported (greedy decoding "
                        "reads every position's logits, which --sp splits over the ranks); run it on one rank");
             auto be = make_backend(a->device, 0, local_rank());

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/load_model.h"
+#include "cli/rope_flags.h"
 #include "hf/checkpoint.h"
 #include "text/tokenizer.h"
 #include "train/model.h"
@@ -24,6 +25,7 @@ struct GenerateArgs {
   double temperature = 0, top_p = 1;
   uint64_t seed = 0;
   bool stop_at_eos = true;
+  RopeFlags rope;
 };
 
 std::vector<int32_t> parse_ids(const std::string& s, int64_t vocab) {
@@ -77,9 +79,10 @@ Command add_generate(CLI::App& app) {
   c->add_option("--lora", a->lora, "A PEFT LoRA adapter directory (oomb train's --out with LoRA, or a checkpoint of "
                 "a LoRA run) on --model as its base; no merge needed");
   c->add_flag("--stop-at-eos,!--no-stop-at-eos", a->stop_at_eos, "Stop at the model's eos_token_id (default on)");
+  add_rope_flags(c, a->rope);
   return {c, [a] {
             OOMB_CHECK(a->prompt.empty() != a->prompt_ids.empty(), "give exactly one of --prompt and --prompt-ids");
-            const ModelConfig cfg = load_config(a->model);
+            const ModelConfig cfg = run_config(a->model, a->lora, a->rope, std::cerr);  // (stdout: the text)
             std::optional<Tokenizer> tok;
             namespace fs = std::filesystem;
             const fs::path tp = a->tokenizer.empty() ? fs::path(a->model) / "tokenizer.json"

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/guards.h"
+#include "cli/rope_flags.h"
 #include "hf/checkpoint.h"
 #include "hf/peft.h"
 
@@ -15,6 +16,7 @@ namespace {
 struct MergeArgs {
   std::string model, lora, out;
   bool force = false;
+  RopeFlags rope;
 };
 }  // namespace
 
@@ -26,8 +28,10 @@ Command add_merge(CLI::App& app) {
       ->required();
   c->add_option("--out", a->out, "Where the merged model goes (Hugging Face format, the base's dtype)")->required();
   c->add_flag("--force", a->force, "Replace a different model in --out");
+  add_rope_flags(c, a->rope);
   return {c, [a] {
-            const ModelConfig cfg = load_config(a->model);
+            // the merged model's RoPE: the one the adapter was trained under (oomb_rope.json), then the flags
+            const ModelConfig cfg = run_config(a->model, a->lora, a->rope, std::cout);
             check_model_out("--out", a->out, cfg, a->force);
             const LoraConfig lc = load_adapter_config(a->lora);
             Params base(cfg, Tier::Host, Tag::IO), adapter(cfg, lora_layout(cfg, lc), Tier::Host, Tag::IO);

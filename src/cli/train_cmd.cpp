@@ -29,6 +29,7 @@
 #include "model/init.h"
 #include "train/trainer.h"
 #include "cli/prompt_fields.h"
+#include "cli/rope_flags.h"
 
 namespace oomb::cli {
 
@@ -52,6 +53,7 @@ struct TrainArgs {
   LoraFlags lora;
   DistOptions dist;
   PromptFields prompt_fields;
+  RopeFlags rope;
   int64_t rank = 0;  // this process's rank (mpirun)
   bool device_comm = false;  // the ranks' tensors cross over NCCL (Dist::attach)
   CLI::App* cmd = nullptr;
@@ -469,6 +471,7 @@ Command add_train(CLI::App& app) {
   add_checkpoint_flags(c, a->ckpt);
   add_sparse_flags(c, a->sparse);
   add_lora_flags(c, a->lora, true);
+  add_rope_flags(c, a->rope);
   add_dist_flags(c, a->dist, true);
   a->cmd = c;
   return {c, [a] {
@@ -485,10 +488,13 @@ Command add_train(CLI::App& app) {
             const LoraConfig lora = lora_config(a->lora, a->cmd);
             OOMB_CHECK(!lora.on() || !(a->model.empty() && a->data.empty()),
                        "--lora-rank / --lora need --model and --data (the built-in demo trains every parameter)");
+            OOMB_CHECK(!a->rope.any() || !(a->model.empty() && a->data.empty()),
+                       "--rope-* / --max-position-embeddings need --model and --data (the built-in demo's model is "
+                       "its own)");
             if (a->model.empty() && a->data.empty()) return run_demo(*a, *be, dist);
             OOMB_CHECK(!a->model.empty(), "--model is required with --data");
             OOMB_CHECK(!a->data.empty(), "--data is required with --model");
-            const ModelConfig cfg = load_config(a->model);
+            const ModelConfig cfg = run_config(a->model, a->lora.dir, a->rope, std::cout);
             check_model_out("--out", a->out, cfg, a->force);
             const int32_t eos = eos_of(*a, cfg);
             OOMB_CHECK(!a->doc_mask || eos >= 0, "--doc-mask needs the EOS id that ends each document: neither the "
@@ -574,6 +580,7 @@ Command add_train(CLI::App& app) {
                       << (a->doc_mask ? fmt::format("; attention within documents ended by token {}", eos) : "")
                       << std::endl;
             if (a->device == "cuda") std::cout << cuda_attention_summary(plan.precision == DType::BF16) << std::endl;
+            if (const std::string note = rope_reach_note(cfg, o.seq_len); !note.empty()) std::cout << note << std::endl;
             if (dist.size() > 1)  // the ranks' layout, once (rank 0 alone prints)
               std::cout << fmt::format("{} ranks ({}): --sp {} x --dp {}{}; each rank holds {} of every chunk's {} "
                                        "tokens, {} of {} heads and {} of {} kv heads in attention", dist.size(),

@@ -449,4 +449,31 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   return j;
 }
 
+namespace {
+const char* const kRopeKeys[] = {"rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings",
+                                 "original_max_position_embeddings"};
+}  // namespace
+
+nlohmann::json rope_json(const ModelConfig& c) {
+  const json all = config_to_json(c);
+  json j = json::object();
+  for (const char* k : kRopeKeys)
+    if (all.contains(k)) j[k] = all[k];
+  return j;
+}
+
+ModelConfig with_rope_json(const ModelConfig& c, const nlohmann::json& rope, const std::string& source) {
+  OOMB_CHECK(rope.is_object(), "{}: the RoPE must be a JSON object, got {}", source, rope.type_name());
+  for (const auto& item : rope.items())
+    OOMB_CHECK(std::find(std::begin(kRopeKeys), std::end(kRopeKeys), item.key()) != std::end(kRopeKeys),
+               "{}: '{}' is not a RoPE field (rope_theta, rope_scaling, rope_parameters, max_position_embeddings, "
+               "original_max_position_embeddings)", source, item.key());
+  json j = config_to_json(c);
+  for (const char* k : kRopeKeys) {
+    if (rope.contains(k)) j[k] = rope[k];
+    else j.erase(k);
+  }
+  return parse_config(j, source);
+}
+
 }  // namespace oomb

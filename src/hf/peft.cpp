@@ -17,6 +17,7 @@ namespace fs = std::filesystem;
 namespace {
 constexpr const char* kConfigFile = "adapter_config.json";
 constexpr const char* kWeightsFile = "adapter_model.safetensors";
+constexpr const char* kRopeFile = "oomb_rope.json";
 constexpr const char* kPrefix = "base_model.model.";
 
 bool is_adapter(const std::string& name) { return name.starts_with(kPrefix) && name.find(".lora_") != std::string::npos; }
@@ -43,6 +44,18 @@ LoraConfig load_adapter_config(const fs::path& dir) {
     fail("{}: not valid JSON: {}", file.string(), e.what());
   }
   return parse_adapter_config(j, file.string());
+}
+
+std::optional<nlohmann::json> load_adapter_rope(const fs::path& dir) {
+  const fs::path file = dir / kRopeFile;
+  if (!fs::exists(file)) return std::nullopt;
+  std::ifstream in(file);
+  OOMB_CHECK(in.good(), "{}: cannot be read", file.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON: {}", file.string(), e.what());
+  }
 }
 
 void load_adapter(const fs::path& dir, const Params& base, Params& trainable) {
@@ -93,6 +106,7 @@ void write_adapter_files(const fs::path& dir, const ModelConfig& cfg, const Lora
   const nlohmann::json j = adapter_config_json(c, base_model, modules_to_save(cfg));
   save_safetensors(dir / kWeightsFile, tensors, {{"format", "pt"}});
   write_file_atomic(dir / kConfigFile, j.dump(2) + "\n");
+  write_file_atomic(dir / kRopeFile, rope_json(cfg).dump(2) + "\n");
 }
 
 void merge_adapter(Params& base, const Params& trainable, const LoraConfig& c) {

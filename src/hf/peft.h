@@ -4,6 +4,8 @@
 // PEFT's modules_to_save, as base_model.model.<Hugging Face name>).
 #pragma once
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "hf/config.h"
@@ -21,7 +23,11 @@ LoraConfig load_adapter_config(const std::filesystem::path& dir);
 void load_adapter(const std::filesystem::path& dir, const Params& base, Params& trainable);
 // The same with the trainable base tensors the adapter does not carry an error (base null).
 void load_adapter_tensors(const std::filesystem::path& dir, const Params* base, Params& trainable);
-// The adapter's two files (adapter_config.json, adapter_model.safetensors) into an existing DIR.
+// The RoPE the adapter was trained under (rope_json of its run's config), in DIR/oomb_rope.json
+// beside PEFT's files; none where an adapter has no such file (PEFT's own, or older oomb's).
+std::optional<nlohmann::json> load_adapter_rope(const std::filesystem::path& dir);
+// The adapter's files (adapter_config.json, adapter_model.safetensors, oomb_rope.json) into an
+// existing DIR.
 void write_adapter_files(const std::filesystem::path& dir, const ModelConfig& cfg, const LoraConfig& c,
                          const Params& trainable, const std::string& base_model);
 // Writes DIR as one unit (core/atomic_file.h AtomicDir); base_model goes in base_model_name_or_path.

@@ -177,8 +177,12 @@ void check_same_run(const CheckpointState& saved_state, const CheckpointState& n
     const bool in_saved = saved.model.contains(k), in_now = now.model.contains(k);
     if (!(in_saved && in_now && saved.model[k] == now.model[k]))
       diffs.push_back(fmt::format("--model's config.json differs from the checkpoint's in field '{}': {} here, {} in "
-                                  "the checkpoint",
-                                  k, in_now ? now.model[k].dump() : "absent", in_saved ? saved.model[k].dump() : "absent"));
+                                  "the checkpoint{}",
+                                  k, in_now ? now.model[k].dump() : "absent", in_saved ? saved.model[k].dump() : "absent",
+                                  k.starts_with("rope_") || k.ends_with("max_position_embeddings")
+                                      ? " (a RoPE field: the run's --rope-* flags, which the checkpoint's config.toml "
+                                        "keeps)"
+                                      : ""));
   }
   // the data: the same tokens (a moved file resumes; another file, or the same one changed, does not)
   if (saved.data.tokens != now.data.tokens || saved.data.fingerprint != now.data.fingerprint)

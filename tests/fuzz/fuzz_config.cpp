@@ -1,6 +1,9 @@
 // fuzz-sources: hf/config.cpp model/rope.cpp
 // Feeds bytes to nlohmann::json::parse then parse_config: only oomb::Error may come out. Successful parses must
-// give finite inv_freq of head_dim/2 values and survive config_to_json -> parse_config unchanged.
+// give finite inv_freq of head_dim/2 values and survive config_to_json -> parse_config unchanged. The same
+// JSON as the RoPE part of a config (with_rope_json, as --lora's oomb_rope.json is read): only oomb::Error,
+// finite inv_freq; and a parsed config's rope_json moved onto the config without its RoPE gives the same
+// inv_freq and rope_json back.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -10,9 +13,34 @@
 #include "hf/config.h"
 #include "model/rope.h"
 
+namespace {
+// A small Llama config without RoPE fields (transformers' defaults apply).
+const oomb::ModelConfig& plain_base() {
+  static const oomb::ModelConfig c = oomb::parse_config(
+      {{"model_type", "llama"}, {"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 1},
+       {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 32}},
+      "fuzz/base.json");
+  return c;
+}
+
+void check_rope_part(const nlohmann::json& j) {
+  oomb::ModelConfig c;
+  try {
+    c = oomb::with_rope_json(plain_base(), j, "fuzz/oomb_rope.json");
+  } catch (const oomb::Error&) {
+    return;
+  }
+  float att = 0;
+  for (float v : oomb::rope_inv_freq(c, &att))
+    if (!std::isfinite(v)) std::abort();
+  if (!std::isfinite(att)) std::abort();
+}
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return 0;
+  check_rope_part(j);
   oomb::ModelConfig c;
   try {
     c = oomb::parse_config(j, "fuzz/config.json");
@@ -33,6 +61,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     same = inv[i] == inv2[i] || (std::isnan(inv[i]) && std::isnan(inv2[i]));
   if (!same) {
     std::fprintf(stderr, "config_to_json round trip changed the config\n");
+    std::abort();
+  }
+  // the RoPE alone, moved onto the same config stripped of it
+  nlohmann::json bare = oomb::config_to_json(c);
+  for (const char* k : {"rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings",
+                        "original_max_position_embeddings"})
+    bare.erase(k);
+  const nlohmann::json rope = oomb::rope_json(c);
+  oomb::ModelConfig moved;
+  try {
+    moved = oomb::with_rope_json(oomb::parse_config(bare, "fuzz/bare.json"), rope, "fuzz/rope.json");
+  } catch (const oomb::Error& e) {
+    std::fprintf(stderr, "a parsed config's rope_json was refused: %s\n", e.what());
+    std::abort();
+  }
+  const std::vector<float> inv3 = oomb::rope_inv_freq(moved, nullptr);
+  for (size_t i = 0; i < inv.size(); ++i)
+    if (!(inv[i] == inv3[i] || (std::isnan(inv[i]) && std::isnan(inv3[i])))) std::abort();
+  if (oomb::rope_json(moved) != rope) {
+    std::fprintf(stderr, "rope_json did not survive with_rope_json\n");
     std::abort();
   }
   return 0;

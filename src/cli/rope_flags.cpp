@@ -1,0 +1,112 @@
+#include "cli/rope_flags.h"
+
+#include <fmt/format.h>
+#include <ostream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "hf/peft.h"
+
+namespace oomb::cli {
+
+void add_rope_flags(CLI::App* c, RopeFlags& f) {
+  c->add_option("--rope-theta", f.theta, "RoPE's base, replacing the model's rope_theta (a larger base for a longer "
+                "context: ABF)")->check(positive());
+  c->add_option("--rope-scaling", f.scaling, "RoPE scaling replacing the model's: none, linear (position "
+                "interpolation), yarn, or llama3 (Llama 3.1's); with --rope-factor")
+      ->check(CLI::IsMember({"none", "linear", "yarn", "llama3"}));
+  c->add_option("--rope-factor", f.factor, "The RoPE scaling's factor (>= 1): the context it stretches to over the "
+                "one it stretches from")->check(positive());
+  c->add_option("--rope-original-max", f.original_max, "yarn and llama3: the positions the scaling stretches from "
+                "(default: the model's original_max_position_embeddings, else its max_position_embeddings)")
+      ->check(count());
+  c->add_option("--max-position-embeddings", f.max_positions, "The max_position_embeddings the model's config "
+                "declares (and a saved model keeps)")->check(count());
+}
+
+ModelConfig apply_rope_flags(const ModelConfig& cfg, const RopeFlags& f, const std::string& model) {
+  if (!f.any()) return cfg;
+  ModelConfig c = cfg;
+  RopeConfig& r = c.rope;
+  auto scales_from = [](const std::string& t) { return t == "yarn" || t == "llama3"; };
+  if (f.scaling == "none") {
+    OOMB_CHECK(f.factor == 0 && f.original_max == 0, "--rope-scaling none: --rope-factor and --rope-original-max "
+               "belong to a scaling");
+    r = RopeConfig{.theta = r.theta};
+  } else if (!f.scaling.empty() && f.scaling != r.type) {
+    OOMB_CHECK(f.factor > 0, "--rope-scaling {} needs --rope-factor (the model's RoPE: {})", f.scaling,
+               r.type == "default" ? std::string("no scaling") : fmt::format("{} scaling, factor {}", r.type, r.factor));
+    RopeConfig n{.type = f.scaling, .theta = r.theta};
+    if (scales_from(f.scaling))
+      n.original_max_position_embeddings = scales_from(r.type) && r.original_max_position_embeddings > 0
+                                               ? r.original_max_position_embeddings
+                                               : c.max_position_embeddings;
+    r = n;
+  }
+  if (f.factor > 0) {
+    OOMB_CHECK(r.type != "default", "--rope-factor: {}'s RoPE has no scaling to take it; give --rope-scaling linear, "
+               "yarn or llama3 with it", model);
+    OOMB_CHECK(f.factor >= 1, "--rope-factor {}: a scaling stretches the context, so the factor is at least 1",
+               f.factor);
+    r.factor = f.factor;
+  }
+  if (f.original_max > 0) {
+    OOMB_CHECK(scales_from(r.type), "--rope-original-max: only yarn and llama3 scale from a number of positions "
+               "({}'s RoPE: {})", model, r.type == "default" ? std::string("no scaling") : r.type + " scaling");
+    r.original_max_position_embeddings = f.original_max;
+  }
+  if (f.theta > 0) r.theta = f.theta;
+  // pinned, so that max_position_embeddings no longer moves it (yarn's default)
+  if (scales_from(r.type) && r.original_max_position_embeddings == 0)
+    r.original_max_position_embeddings = c.max_position_embeddings;
+  if (f.max_positions > 0) c.max_position_embeddings = f.max_positions;
+  return parse_config(config_to_json(c), fmt::format("{} with the --rope-* flags", model));
+}
+
+ModelConfig run_config(const std::string& model, const std::string& lora_dir, const RopeFlags& f, std::ostream& log) {
+  const ModelConfig base = load_config(model);
+  ModelConfig c = base;
+  bool adapter = false;
+  if (!lora_dir.empty())
+    if (const auto rope = load_adapter_rope(lora_dir)) {
+      c = with_rope_json(base, *rope, fmt::format("{}/oomb_rope.json on {}", lora_dir, model));
+      adapter = rope_json(c) != rope_json(base);
+    }
+  c = apply_rope_flags(c, f, model);
+  if (const std::string change = rope_change_line(base, c); !change.empty())
+    log << change
+        << (adapter ? fmt::format(" (the RoPE the adapter {} was trained under{})", lora_dir,
+                                  f.any() ? ", then the --rope-* flags" : "")
+                    : "")
+        << std::endl;
+  return c;
+}
+
+namespace {
+std::string describe(const ModelConfig& c) {
+  const RopeConfig& r = c.rope;
+  std::string s = fmt::format("rope_theta {}", r.theta);
+  if (r.type != "default") {
+    s += fmt::format(", {} scaling x{}", r.type, r.factor);
+    if (r.original_max_position_embeddings > 0) s += fmt::format(" from {} positions", r.original_max_position_embeddings);
+  }
+  return s + fmt::format(", max_position_embeddings {}", c.max_position_embeddings);
+}
+}  // namespace
+
+std::string rope_change_line(const ModelConfig& before, const ModelConfig& after) {
+  if (rope_json(before) == rope_json(after)) return "";
+  return fmt::format("RoPE: {} -> {}", describe(before), describe(after));
+}
+
+std::string rope_reach_note(const ModelConfig& c, int64_t n) {
+  const RopeConfig& r = c.rope;
+  int64_t reach = c.max_position_embeddings;
+  if ((r.type == "yarn" || r.type == "llama3") && r.original_max_position_embeddings > 0)
+    reach = std::max(reach, int64_t(double(r.original_max_position_embeddings) * r.factor));
+  if (n <= reach) return "";
+  return fmt::format("note: windows of {} tokens reach past the {} positions the model's RoPE is set for ({}); "
+                     "--rope-theta or --rope-scaling extend it (README: \"Longer contexts\")", n, reach, describe(c));
+}
+
+}  // namespace oomb::cli
