@@ -1,11 +1,13 @@
 // The learning-rate schedule and global-norm clipping.
 #include <gtest/gtest.h>
+#include <gmock/gmock.h>
 
 #include <cmath>
 
 #include "backend/backend.h"
 #include "model/init.h"
 #include "model_fixture.h"
+#include "test_util.h"
 #include "train/flops.h"
 #include "train/optimizer.h"
 
@@ -27,6 +29,60 @@ TEST(Schedule, WarmupThenCosineToTheFloor) {
   c.warmup_steps = 0;
   c.total_steps = 1;
   EXPECT_FLOAT_EQ(lr_at(c, 0), 1.0f);  // a single step uses the full lr
+}
+
+// The other shapes, each step's lr from the formulas written out here: linear the cosine's line,
+// constant the peak, wsd the peak until its decay's D steps, the last at the floor.
+TEST(Schedule, LinearConstantAndWarmupStableDecay) {
+  OptimConfig c;
+  c.lr = 2.0f;
+  c.warmup_steps = 2;
+  c.total_steps = 12;
+  c.min_lr_ratio = 0.25f;
+  c.schedule = "linear";
+  EXPECT_FLOAT_EQ(lr_at(c, 0), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(c, 2), 2.0f);
+  for (int64_t k = 2; k < 12; ++k)  // 10 steps after the warmup: 9 intervals from 2 down to 0.5
+    EXPECT_NEAR(lr_at(c, k), 0.5 + 1.5 * (1.0 - double(k - 2) / 9.0), 1e-6) << k;
+  c.schedule = "constant";
+  for (int64_t k = 2; k < 12; ++k) EXPECT_EQ(lr_at(c, k), 2.0f) << k;
+  EXPECT_FLOAT_EQ(lr_at(c, 1), 2.0f);  // (warmup: 2 x 2 / 2)
+  c.schedule = "wsd";
+  c.decay_steps = 4;  // steps 8, 9, 10, 11: 2 - 1.5 x (1/4, 2/4, 3/4, 4/4)
+  for (int64_t k = 2; k < 8; ++k) EXPECT_EQ(lr_at(c, k), 2.0f) << k;
+  const float decay[] = {1.625f, 1.25f, 0.875f, 0.5f};
+  for (int64_t k = 8; k < 12; ++k) EXPECT_FLOAT_EQ(lr_at(c, k), decay[k - 8]) << k;
+  c.decay_steps = 0;  // a tenth of the 10 steps after the warmup: the last alone, at the floor
+  EXPECT_EQ(wsd_decay_steps(c), 1);
+  EXPECT_EQ(lr_at(c, 10), 2.0f);
+  EXPECT_FLOAT_EQ(lr_at(c, 11), 0.5f);
+  c.total_steps = 2 + 25;
+  EXPECT_EQ(wsd_decay_steps(c), 3);  // 2.5, rounded
+  c.min_lr_ratio = 0;
+  c.schedule = "cosine";
+  EXPECT_EQ(lr_at(c, 26), 0.0f);
+}
+
+// Each bad setting is named by its flag.
+TEST(Schedule, BadSettingsAreNamed) {
+  using oomb::testing::error_of;
+  OptimConfig c;
+  c.total_steps = 10;
+  c.schedule = "step";
+  EXPECT_THAT(error_of([&] { check_schedule(c); }), ::testing::HasSubstr("--lr-schedule: 'step' is not one of"));
+  c.schedule = "cosine";
+  c.min_lr_ratio = 1.5f;
+  EXPECT_THAT(error_of([&] { check_schedule(c); }), ::testing::HasSubstr("--min-lr-ratio: must be within [0, 1]"));
+  c.min_lr_ratio = 0.1f;
+  c.decay_steps = 3;
+  EXPECT_THAT(error_of([&] { check_schedule(c); }), ::testing::HasSubstr("--decay-steps: only with --lr-schedule wsd"));
+  c.schedule = "wsd";
+  c.warmup_steps = 8;
+  EXPECT_THAT(error_of([&] { check_schedule(c); }),
+              ::testing::HasSubstr("--decay-steps 3: more than the 2 steps after the warmup (--steps 10 less "
+                                   "--warmup-steps 8)"));
+  c.warmup_steps = 7;
+  EXPECT_EQ(error_of([&] { check_schedule(c); }), "(no error)");
 }
 
 TEST(Clipping, ScalesTheGlobalNormDownToTheLimitOnly) {

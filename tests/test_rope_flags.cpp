@@ -61,6 +61,7 @@ struct Dirs {
     json j = json::parse(read_text(dir / "m/config.json"));
     j["rope_theta"] = 50000.0;
     j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 4096}};
+    j["max_position_embeddings"] = 4 * 4096;  // (the scaled context, as the flags declare it)
     write_bytes(dir / "e/config.json", j.dump(2));
   }
   std::string train(const std::string& model, const std::string& flags) const {
@@ -93,6 +94,7 @@ TEST(RopeFlags, EachFlagIsTheConfigEditedToSayIt) {
   EXPECT_EQ(c.rope.type, "yarn");
   EXPECT_EQ(c.rope.factor, 4);
   EXPECT_EQ(c.rope.original_max_position_embeddings, M);
+  EXPECT_EQ(c.max_position_embeddings, 4 * M);  // the scaled context declared
   const ModelConfig yarn = edited(q, [](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
   float att = 0, att_edited = 0;
   EXPECT_EQ(inv(c, &att), inv(yarn, &att_edited));
@@ -100,11 +102,11 @@ TEST(RopeFlags, EachFlagIsTheConfigEditedToSayIt) {
   EXPECT_GT(att, 1.0f);  // (YaRN's 0.1 ln 4 + 1)
 
   RopeFlags longer;
-  longer.max_positions = 4 * M;
-  const ModelConfig c4 = apply(c, longer);
-  EXPECT_EQ(c4.max_position_embeddings, 4 * M);
-  EXPECT_EQ(inv(c4), inv(c));
-  EXPECT_NE(inv(edited(yarn, [&](json& j) { j["max_position_embeddings"] = 4 * M; })), inv(c));  // the control
+  longer.max_positions = 8 * M;
+  const ModelConfig c8 = apply(c, longer);
+  EXPECT_EQ(c8.max_position_embeddings, 8 * M);
+  EXPECT_EQ(inv(c8), inv(c));
+  EXPECT_NE(inv(edited(yarn, [&](json& j) { j["max_position_embeddings"] = 8 * M; })), inv(c));  // the control
   ASSERT_EQ(yarn.rope.original_max_position_embeddings, 0);  // (a yarn config scaling from max_position_embeddings)
   EXPECT_EQ(inv(apply(yarn, longer)), inv(yarn));
 
@@ -121,6 +123,29 @@ TEST(RopeFlags, EachFlagIsTheConfigEditedToSayIt) {
   EXPECT_EQ(inv(c), inv(edited(q, [](json& j) {
               j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
                                    {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 1024}};
+            })));
+
+  // a top-level original_max_position_embeddings (transformers 5's) is the length a scaling switched on
+  // stretches from, as in the config edited to have that scaling
+  const ModelConfig top = edited(q, [](json& j) { j["original_max_position_embeddings"] = 1024; });
+  f = {};
+  f.scaling = "yarn", f.factor = 4;
+  c = apply(top, f);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 1024);
+  EXPECT_EQ(inv(c), inv(edited(top, [](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; })));
+  EXPECT_NE(inv(c), inv(apply(q, f)));  // (from 4096: another inv_freq)
+  // yarn's factor null is max_position_embeddings / original, as the edited config reads it
+  const ModelConfig null_factor = edited(q, [](json& j) {
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", nullptr}, {"original_max_position_embeddings", 1024}};
+  });
+  ASSERT_EQ(null_factor.rope.factor, 4);
+  f = {};
+  f.max_positions = 2 * M;
+  c = apply(null_factor, f);
+  EXPECT_EQ(c.rope.factor, 8);
+  EXPECT_EQ(inv(c), inv(edited(q, [&](json& j) {
+              j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", nullptr}, {"original_max_position_embeddings", 1024}};
+              j["max_position_embeddings"] = 2 * M;
             })));
 
   // on a scaled model: --rope-factor alone keeps the rest of its scaling; none removes it
@@ -184,7 +209,7 @@ TEST(RopeFlags, TrainingWithTheFlagsIsTrainingTheEditedModel) {
                                                          d, d)));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("RoPE: rope_theta 10000, max_position_embeddings 4096 -> rope_theta 50000, yarn scaling "
-                               "x4 from 4096 positions, max_position_embeddings 4096"));
+                               "x4 from 4096 positions, max_position_embeddings 16384"));
   r = oomb_cmd(t.dir, t.train("e", fmt::format("--steps 3 --metrics {}/b.jsonl --out {}/ob", d, d)));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, Not(HasSubstr("RoPE:")));
@@ -216,7 +241,7 @@ TEST(RopeFlags, ACheckpointResumesWithTheFlags) {
   r = oomb_cmd(t.dir, t.train("m", fmt::format("--steps 3 --resume {}/ck/step-000001", d)));
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr("differs from the checkpoint's in field 'rope_theta': 10000.0 here, 50000.0 in the "
-                               "checkpoint (a RoPE field: the run's --rope-* flags"));
+                               "checkpoint (a RoPE field: --model's config.json, the --rope-* flags"));
   r = oomb_cmd(t.dir, t.train("m", fmt::format("{} --steps 3 --resume {}/ck/step-000001 --metrics {}/res.jsonl",
                                                Dirs::kFlags, d, d)));
   ASSERT_EQ(r.code, 0) << r.out;
@@ -257,13 +282,16 @@ TEST(RopeFlags, ALoraAdapterCarriesItsRope) {
   EXPECT_EQ(with_file, eval_loss("m", "peft", Dirs::kFlags, nullptr));  // the flags say the same
   EXPECT_NE(with_file, eval_loss("m", "ad", "--rope-theta 10000", nullptr));  // and override the file
 
+  // sampled, so that every logit counts (greedy, this tiny model says the same whatever its RoPE)
   auto generated = [&](const std::string& model, const std::string& lora) {
-    const CmdResult g = oomb_cmd(t.dir, fmt::format("generate --model {0}/{1} --lora {0}/{2} --prompt-ids 1,2,3,4,5 "
-                                                    "--max-new-tokens 8 --no-stop-at-eos", d, model, lora));
+    const CmdResult g = oomb_cmd(t.dir, fmt::format("generate --model {0}/{1} --lora {0}/{2} --prompt-ids "
+                                                    "1,2,3,4,5,60,70,80,90,100,110,120 --max-new-tokens 48 "
+                                                    "--temperature 1 --seed 3 --no-stop-at-eos", d, model, lora));
     EXPECT_EQ(g.code, 0) << g.out;
     return g.out.substr(g.out.find_last_of('\n', g.out.size() - 2) + 1);  // (the ids: the last line)
   };
   EXPECT_EQ(generated("m", "ad"), generated("e", "peft"));
+  EXPECT_NE(generated("m", "ad"), generated("m", "peft"));  // the control
 
   r = oomb_cmd(t.dir, fmt::format("merge --model {0}/m --lora {0}/ad --out {0}/merged", d));
   ASSERT_EQ(r.code, 0) << r.out;
@@ -274,22 +302,39 @@ TEST(RopeFlags, ALoraAdapterCarriesItsRope) {
   EXPECT_NEAR(json::parse(e.out.substr(e.out.find('{')))["loss"].get<double>(), with_file, 1e-5 * with_file);
 }
 
-// Windows longer than the positions the RoPE is set for get a note, in train and eval; a scaling
-// that reaches them does not.
+// Windows longer than the positions the model's RoPE is set for get a note, in train and eval
+// (held-out loss and passkey); a scaling's reach is its length times its factor, whether the length
+// is given or max_position_embeddings; a run on a RoPE the flags changed gets none (the user's choice).
 TEST(RopeFlags, WindowsPastTheModelsPositionsAreNoted) {
+  const ModelConfig short_q = edited(preset_config("tiny-qwen2"), [](json& j) { j["max_position_embeddings"] = 64; });
+  EXPECT_THAT(cli::rope_reach_note(short_q, 128), HasSubstr("windows of 128 tokens reach past the 64 positions"));
+  EXPECT_EQ(cli::rope_reach_note(short_q, 64), "");
+  const ModelConfig yarn4 = edited(short_q, [](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
+  EXPECT_EQ(cli::rope_reach_note(yarn4, 256), "");
+  EXPECT_THAT(cli::rope_reach_note(yarn4, 257), HasSubstr("past the 256 positions"));
+  const ModelConfig linear4 = edited(short_q, [](json& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}}; });
+  EXPECT_EQ(cli::rope_reach_note(linear4, 256), "");
+
   Dirs t("_rope_reach");
   const std::string d = t.d;
-  CmdResult r = oomb_cmd(t.dir, t.train("m", "--steps 1 --max-position-embeddings 64"));
+  fs::create_directories(t.dir / "s");
+  fs::copy(t.dir / "m", t.dir / "s", fs::copy_options::recursive);
+  write_bytes(t.dir / "s/config.json", config_to_json(edited(load_config(t.dir / "m"), [](json& j) {
+                                         j["max_position_embeddings"] = 64;
+                                       })).dump(2));
+  CmdResult r = oomb_cmd(t.dir, t.train("s", "--steps 1"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("note: windows of 128 tokens reach past the 64 positions the model's RoPE is set for"));
-  r = oomb_cmd(t.dir, t.train("m", "--steps 1 --max-position-embeddings 64 --rope-scaling yarn --rope-factor 2 "
-                                   "--rope-original-max 64"));
+  r = oomb_cmd(t.dir, t.train("s", "--steps 1 --rope-theta 20000"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, Not(HasSubstr("reach past")));
-  r = oomb_cmd(t.dir, fmt::format("eval --model {0}/m --data {0}/d.bin --seq-len 128 --chunk-size 32 --buckets 1 "
-                                  "--windows 1 --max-position-embeddings 100", d));
+  r = oomb_cmd(t.dir, fmt::format("eval --model {0}/s --data {0}/d.bin --seq-len 128 --chunk-size 32 --buckets 1 "
+                                  "--windows 1", d));
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("windows of 128 tokens reach past the 100 positions"));
+  EXPECT_THAT(r.out, HasSubstr("windows of 128 tokens reach past the 64 positions"));
+  r = oomb_cmd(t.dir, fmt::format("eval --model {0}/s --passkey --lengths 100 --depths 0.5 --trials 1", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("reach past the 64 positions"));
   r = oomb_cmd(t.dir, fmt::format("train --rope-theta 5 --steps 1"));
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr("--rope-* / --max-position-embeddings need --model and --data"));

@@ -31,6 +31,7 @@ struct EvalArgs {
   DistOptions dist;
   PromptFields prompt_fields;
   RopeFlags rope;
+  bool rope_changed = false;  // the run's RoPE is not --model's (the flags, the adapter's)
   int64_t eos_id = -1, seq_len = 2048, chunk = 1024, page = 128, windows = 0, buckets = 16, trials = 4;
   int digits = 5;
   bool split_special = false, json = false, passkey = false;
@@ -96,7 +97,7 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
                         data->stream_size(), data->whole() ? fmt::format(" ({} windows)", fit) : "")
          << std::endl;
   auto model = load_model(a, cfg, be, ChunkPlan{C, a.page}, dist);
-  if (const std::string note = rope_reach_note(cfg, N); !note.empty()) *log << note << std::endl;
+  if (const std::string note = rope_reach_note(cfg, N); !note.empty() && !a.rope_changed) *log << note << std::endl;
   *log << fmt::format("oomb eval: {}{} on {}, {} windows of {} tokens, chunks of {}, {} buckets; --precision {}",
                       a.model, a.lora.empty() ? "" : " with the adapter " + a.lora, data->describe(), W, N, C,
                       a.buckets, default_precision(a.precision, a.device))
@@ -114,6 +115,7 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
   nlohmann::json j = to_json(r);
   j["model"] = a.model, j["data"] = a.data, j["precision"] = default_precision(a.precision, a.device);
   if (!a.lora.empty()) j["lora"] = a.lora;
+  if (a.rope_changed) j["rope"] = rope_json(cfg);
   emit(a, j,
        fmt::format("loss {:.4f}  perplexity {:.3f}  accuracy {:.2f}%  ({} targets)\nloss by position:\n{}", r.loss(),
                    r.perplexity(), 100 * r.accuracy(), r.targets, format_table(r)));
@@ -134,10 +136,12 @@ int run_passkey_cmd(const EvalArgs& a, const ModelConfig& cfg, Backend& be) {
   std::ostream* log = a.json ? &std::cerr : &std::cout;
   *log << "oomb eval --passkey: " << a.model << ", " << prompts.describe() << ", " << a.trials << " prompts per cell"
        << std::endl;
+  if (const std::string note = rope_reach_note(cfg, longest); !note.empty() && !a.rope_changed) *log << note << std::endl;
   const PasskeyResult r = run_passkey(*model, prompts, a.lengths, a.depths, a.trials, a.seed, log);
   nlohmann::json j = to_json(r, tok ? "text" : "tokens");
   j["model"] = a.model;
   if (!a.lora.empty()) j["lora"] = a.lora;
+  if (a.rope_changed) j["rope"] = rope_json(cfg);
   emit(a, j, "passkey accuracy (rows: prompt length; columns: depth of the key)\n" + format_table(r));
   return 0;
 }
@@ -193,7 +197,8 @@ Command add_eval(CLI::App& app) {
             if (!dist.leader()) std::cout.rdbuf(nullptr);  // rank 0 alone prints (errors: every rank)
             static std::ostream quiet(nullptr);
             const ModelConfig cfg = run_config(a->model, a->lora, a->rope,
-                                               !dist.leader() ? quiet : a->json ? std::cerr : std::cout);
+                                               !dist.leader() ? quiet : a->json ? std::cerr : std::cout,
+                                               &a->rope_changed);
             OOMB_CHECK(!a->passkey || dist.size() == 1, "--passkey with --sp/--dp: not supported (greedy decoding "
                        "reads every position's logits, which --sp splits over the ranks); run it on one rank");
             auto be = make_backend(a->device, 0, local_rank());

@@ -24,11 +24,33 @@ void add_rope_flags(CLI::App* c, RopeFlags& f) {
                 "declares (and a saved model keeps)")->check(count());
 }
 
+namespace {
+bool scales_from(const std::string& type) { return type == "yarn" || type == "llama3"; }
+
+// The original length config.json gives a scaling switched on: its top-level
+// original_max_position_embeddings (transformers 5's), else max_position_embeddings.
+int64_t original_of(const ModelConfig& c) {
+  const auto it = c.raw.find("original_max_position_embeddings");
+  if (it != c.raw.end() && it->is_number_integer() && it->get<int64_t>() > 0) return it->get<int64_t>();
+  return c.max_position_embeddings;
+}
+
+// A yarn config whose factor is null: transformers takes max_position_embeddings / original.
+bool factor_from_lengths(const ModelConfig& c) {
+  if (c.rope.type != "yarn") return false;
+  for (const char* k : {"rope_scaling", "rope_parameters"}) {
+    const auto it = c.raw.find(k);
+    if (it != c.raw.end() && it->is_object()) return it->contains("factor") && (*it)["factor"].is_null();
+  }
+  return false;
+}
+}  // namespace
+
 ModelConfig apply_rope_flags(const ModelConfig& cfg, const RopeFlags& f, const std::string& model) {
   if (!f.any()) return cfg;
   ModelConfig c = cfg;
   RopeConfig& r = c.rope;
-  auto scales_from = [](const std::string& t) { return t == "yarn" || t == "llama3"; };
+  bool scaled = false;  // the flags set a scaling's factor or length
   if (f.scaling == "none") {
     OOMB_CHECK(f.factor == 0 && f.original_max == 0, "--rope-scaling none: --rope-factor and --rope-original-max "
                "belong to a scaling");
@@ -40,7 +62,7 @@ ModelConfig apply_rope_flags(const ModelConfig& cfg, const RopeFlags& f, const s
     if (scales_from(f.scaling))
       n.original_max_position_embeddings = scales_from(r.type) && r.original_max_position_embeddings > 0
                                                ? r.original_max_position_embeddings
-                                               : c.max_position_embeddings;
+                                               : original_of(c);
     r = n;
   }
   if (f.factor > 0) {
@@ -49,21 +71,34 @@ ModelConfig apply_rope_flags(const ModelConfig& cfg, const RopeFlags& f, const s
     OOMB_CHECK(f.factor >= 1, "--rope-factor {}: a scaling stretches the context, so the factor is at least 1",
                f.factor);
     r.factor = f.factor;
+    scaled = true;
   }
   if (f.original_max > 0) {
     OOMB_CHECK(scales_from(r.type), "--rope-original-max: only yarn and llama3 scale from a number of positions "
                "({}'s RoPE: {})", model, r.type == "default" ? std::string("no scaling") : r.type + " scaling");
     r.original_max_position_embeddings = f.original_max;
+    scaled = true;
   }
   if (f.theta > 0) r.theta = f.theta;
-  // pinned, so that max_position_embeddings no longer moves it (yarn's default)
+  // Pinned, as the config says it, so that max_position_embeddings no longer moves it: yarn's
+  // original length when absent, and a null factor (transformers: max_position_embeddings / original).
+  const bool factor_follows = f.factor == 0 && factor_from_lengths(cfg) && r.type == "yarn";
   if (scales_from(r.type) && r.original_max_position_embeddings == 0)
     r.original_max_position_embeddings = c.max_position_embeddings;
-  if (f.max_positions > 0) c.max_position_embeddings = f.max_positions;
+  if (f.max_positions > 0) {
+    c.max_position_embeddings = f.max_positions;
+  } else if (scaled && scales_from(r.type)) {
+    // the scaled context declared: some transformers 4.x releases took yarn's factor as max_position_embeddings /
+    // original whenever the original was given, and read the same scaling from original x factor
+    c.max_position_embeddings = std::max(
+        c.max_position_embeddings, int64_t(std::llround(double(r.original_max_position_embeddings) * r.factor)));
+  }
+  if (factor_follows) r.factor = double(c.max_position_embeddings) / double(r.original_max_position_embeddings);
   return parse_config(config_to_json(c), fmt::format("{} with the --rope-* flags", model));
 }
 
-ModelConfig run_config(const std::string& model, const std::string& lora_dir, const RopeFlags& f, std::ostream& log) {
+ModelConfig run_config(const std::string& model, const std::string& lora_dir, const RopeFlags& f, std::ostream& log,
+                       bool* changed) {
   const ModelConfig base = load_config(model);
   ModelConfig c = base;
   bool adapter = false;
@@ -73,6 +108,7 @@ ModelConfig run_config(const std::string& model, const std::string& lora_dir, co
       adapter = rope_json(c) != rope_json(base);
     }
   c = apply_rope_flags(c, f, model);
+  if (changed) *changed = rope_json(c) != rope_json(base);
   if (const std::string change = rope_change_line(base, c); !change.empty())
     log << change
         << (adapter ? fmt::format(" (the RoPE the adapter {} was trained under{})", lora_dir,
@@ -102,8 +138,11 @@ std::string rope_change_line(const ModelConfig& before, const ModelConfig& after
 std::string rope_reach_note(const ModelConfig& c, int64_t n) {
   const RopeConfig& r = c.rope;
   int64_t reach = c.max_position_embeddings;
-  if ((r.type == "yarn" || r.type == "llama3") && r.original_max_position_embeddings > 0)
-    reach = std::max(reach, int64_t(double(r.original_max_position_embeddings) * r.factor));
+  if (r.type != "default") {  // a scaling's reach: the length it stretches from, times its factor
+    const int64_t from = r.original_max_position_embeddings > 0 ? r.original_max_position_embeddings
+                                                                : c.max_position_embeddings;
+    reach = std::max(reach, int64_t(std::llround(double(from) * r.factor)));
+  }
   if (n <= reach) return "";
   return fmt::format("note: windows of {} tokens reach past the {} positions the model's RoPE is set for ({}); "
                      "--rope-theta or --rope-scaling extend it (README: \"Longer contexts\")", n, reach, describe(c));

@@ -28,12 +28,16 @@ ModelConfig apply_rope_flags(const ModelConfig& cfg, const RopeFlags& f, const s
 // The run's model config: --model's, with the RoPE a LoRA adapter in lora_dir was trained under
 // (hf/peft.h's oomb_rope.json; none: the base's), then the flags. Where the RoPE is not --model's,
 // says so in a line to `log` (rope_change_line).
-ModelConfig run_config(const std::string& model, const std::string& lora_dir, const RopeFlags& f, std::ostream& log);
+// *changed: whether the run's RoPE is not --model's.
+ModelConfig run_config(const std::string& model, const std::string& lora_dir, const RopeFlags& f, std::ostream& log,
+                       bool* changed = nullptr);
 
 // "RoPE: rope_theta 1000000 -> rope_theta 8000000, yarn factor 4 from 32768 positions, ..." or "" when
 // the same.
 std::string rope_change_line(const ModelConfig& before, const ModelConfig& after);
-// A note when windows of n tokens reach past the positions the model's RoPE is set for; "" otherwise.
+// A note when windows of n tokens reach past the positions the model's RoPE is set for
+// (max_position_embeddings, or a scaling's length times its factor); "" otherwise. For a run on the
+// model's own RoPE (a changed one is the user's choice).
 std::string rope_reach_note(const ModelConfig& cfg, int64_t n);
 
 }  // namespace oomb::cli

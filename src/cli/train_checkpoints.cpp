@@ -47,9 +47,29 @@ RunCheckpoints::RunCheckpoints(const CheckpointFlags& f, CheckpointState now, co
   saved_ = open_checkpoint(from_);
   CheckpointState cmp = now_;  // a LoRA base's fingerprint is known once loaded (set_lora_base checks it)
   if (saved_.flags.contains("--model")) cmp.flags["--model"] = saved_.flags["--model"];
-  check_same_run(saved_, cmp, from_.string());
+  // --lr-schedule wsd: a checkpoint of the stable phase continues under another length (more --steps, another
+  // --decay-steps) where every step it has done has the same lr under both schedules (its next_lr, the old
+  // schedule's, is then not this run's)
+  bool extended = false;
+  if (saved_.flags.value("--lr-schedule", "") == "wsd" && cmp.flags.value("--lr-schedule", "") == "wsd" &&
+      saved_.flags.contains("--decay-steps") && saved_.flags["--decay-steps"].is_number_integer() &&
+      (saved_.total_steps != now_.total_steps || saved_.flags["--decay-steps"] != cmp.flags["--decay-steps"])) {
+    OptimConfig old = optim_;
+    old.total_steps = saved_.total_steps;
+    old.decay_steps = saved_.flags["--decay-steps"].get<int64_t>();
+    extended = old.decay_steps > 0 && old.decay_steps <= old.total_steps;
+    for (int64_t k = 0; extended && k < saved_.step && k < now_.total_steps; ++k)
+      extended = lr_at(old, k) == lr_at(optim_, k);
+  }
+  check_same_run(saved_, cmp, from_.string(), extended);
+  if (extended)
+    log_ << fmt::format("--lr-schedule wsd: {} ({} steps done, every one at the lr this run gives it) continues as a "
+                        "run of {} steps decaying over the last {} (the checkpoint's: {} over the last {})",
+                        from_.string(), saved_.step, now_.total_steps, wsd_decay_steps(optim_), saved_.total_steps,
+                        saved_.flags["--decay-steps"].get<int64_t>())
+         << std::endl;
   const double lr = double(lr_at(optim_, saved_.step));
-  OOMB_CHECK(lr == saved_.next_lr, "cannot resume from {}: the learning-rate schedule gives {} at step {}, the "
+  OOMB_CHECK(extended || lr == saved_.next_lr, "cannot resume from {}: the learning-rate schedule gives {} at step {}, the "
              "checkpoint says {} (written by another version of oomb?)", from_.string(), lr, saved_.step,
              saved_.next_lr);
 }

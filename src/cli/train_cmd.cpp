@@ -280,6 +280,14 @@ nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const Chunk
     if (plan.lora.dropout > 0) f["--lora-dropout"] = plan.lora.dropout;  // (0: as checkpoints before it)
   }
   if (a.packing != "wrapped") f["--packing"] = a.packing;  // (wrapped: as checkpoints before it)
+  // the schedule's shape (cosine to 0.1: as checkpoints before these flags)
+  if (o.optim.schedule != "cosine") f["--lr-schedule"] = o.optim.schedule;
+  if (o.optim.min_lr_ratio != 0.1f) f["--min-lr-ratio"] = flag_value(o.optim.min_lr_ratio);
+  if (o.optim.schedule == "wsd") {
+    OptimConfig c = o.optim;
+    c.total_steps = o.steps;
+    f["--decay-steps"] = wsd_decay_steps(c);
+  }
   return f;
 }
 
@@ -427,8 +435,16 @@ Command add_train(CLI::App& app) {
       ->check(non_negative())->capture_default_str();
   c->add_option("--grad-clip", a->grad_clip, "Max global gradient norm; 0 disables (default 1.0 for adamw, 0 for sgd)")
       ->check(non_negative());
-  c->add_option("--warmup-steps", a->optim.warmup_steps, "Linear warmup steps, then cosine decay (demo 30)")
+  c->add_option("--warmup-steps", a->optim.warmup_steps, "Linear warmup steps, then --lr-schedule (demo 30)")
       ->check(count(true))->capture_default_str();
+  c->add_option("--lr-schedule", a->optim.schedule, "After the warmup: cosine (to --min-lr-ratio x lr at the last "
+                "step), linear (the same, in a line), constant, or wsd (constant, then the last --decay-steps down a "
+                "line to --min-lr-ratio x lr)")
+      ->check(CLI::IsMember({"cosine", "linear", "constant", "wsd"}))->capture_default_str();
+  c->add_option("--min-lr-ratio", a->optim.min_lr_ratio, "cosine, linear, wsd: the last step's lr over the peak")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  c->add_option("--decay-steps", a->optim.decay_steps, "wsd: the last steps, decaying (default a tenth of the steps "
+                "after the warmup)")->check(count());
   c->add_option("--grad-accum", a->grad_accum, "Sequences per optimizer step")->check(count())->capture_default_str();
   c->add_option("--chunk-size", a->chunk, "Tokens per chunk C of chunk-recurrent training (default min(N, 1024); N = full sequence; demo 128)")
       ->check(count());
@@ -494,7 +510,8 @@ Command add_train(CLI::App& app) {
             if (a->model.empty() && a->data.empty()) return run_demo(*a, *be, dist);
             OOMB_CHECK(!a->model.empty(), "--model is required with --data");
             OOMB_CHECK(!a->data.empty(), "--data is required with --model");
-            const ModelConfig cfg = run_config(a->model, a->lora.dir, a->rope, std::cout);
+            bool rope_changed = false;
+            const ModelConfig cfg = run_config(a->model, a->lora.dir, a->rope, std::cout, &rope_changed);
             check_model_out("--out", a->out, cfg, a->force);
             const int32_t eos = eos_of(*a, cfg);
             OOMB_CHECK(!a->doc_mask || eos >= 0, "--doc-mask needs the EOS id that ends each document: neither the "
@@ -507,6 +524,7 @@ Command add_train(CLI::App& app) {
             o.tensorboard_dir = a->tensorboard;
             o.seed = a->seed;
             o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
+            check_schedule([&] { OptimConfig c = o.optim; c.total_steps = o.steps; return c; }());
             a->seq_len = o.seq_len;
             ChunkPlan plan = chunk_plan(*a, cfg, a->doc_mask ? eos : -1);
             OOMB_CHECK(!a->given("--update-threads") || plan.offload_params,
@@ -580,7 +598,8 @@ Command add_train(CLI::App& app) {
                       << (a->doc_mask ? fmt::format("; attention within documents ended by token {}", eos) : "")
                       << std::endl;
             if (a->device == "cuda") std::cout << cuda_attention_summary(plan.precision == DType::BF16) << std::endl;
-            if (const std::string note = rope_reach_note(cfg, o.seq_len); !note.empty()) std::cout << note << std::endl;
+            if (const std::string note = rope_reach_note(cfg, o.seq_len); !note.empty() && !rope_changed)
+              std::cout << note << std::endl;
             if (dist.size() > 1)  // the ranks' layout, once (rank 0 alone prints)
               std::cout << fmt::format("{} ranks ({}): --sp {} x --dp {}{}; each rank holds {} of every chunk's {} "
                                        "tokens, {} of {} heads and {} of {} kv heads in attention", dist.size(),

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fmt/format.h>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -164,7 +165,8 @@ static json math_equivalent(json flags) {
   return flags;
 }
 
-void check_same_run(const CheckpointState& saved_state, const CheckpointState& now_state, const std::string& where) {
+void check_same_run(const CheckpointState& saved_state, const CheckpointState& now_state, const std::string& where,
+                    bool schedule_extended) {
   CheckpointState saved = saved_state, now = now_state;
   saved.flags = math_equivalent(saved.flags), now.flags = math_equivalent(now.flags);
   std::vector<std::string> diffs;
@@ -180,8 +182,8 @@ void check_same_run(const CheckpointState& saved_state, const CheckpointState& n
                                   "the checkpoint{}",
                                   k, in_now ? now.model[k].dump() : "absent", in_saved ? saved.model[k].dump() : "absent",
                                   k.starts_with("rope_") || k.ends_with("max_position_embeddings")
-                                      ? " (a RoPE field: the run's --rope-* flags, which the checkpoint's config.toml "
-                                        "keeps)"
+                                      ? " (a RoPE field: --model's config.json, the --rope-* flags, which the "
+                                        "checkpoint's config.toml keeps, or a --lora adapter's oomb_rope.json)"
                                       : ""));
   }
   // the data: the same tokens (a moved file resumes; another file, or the same one changed, does not)
@@ -190,18 +192,26 @@ void check_same_run(const CheckpointState& saved_state, const CheckpointState& n
                                 "checkpoint (fingerprint {})",
                                 now.data.path, saved.data.path, now.data.tokens, now.data.fingerprint,
                                 saved.data.tokens, saved.data.fingerprint));
-  if (saved.total_steps != now.total_steps)
+  if (saved.total_steps != now.total_steps && !schedule_extended)
     diffs.push_back(fmt::format("--steps is {} here but {} in the checkpoint (the learning-rate schedule's length)",
                                 now.total_steps, saved.total_steps));
   std::set<std::string> flags;
   for (const auto& [k, v] : saved.flags.items()) flags.insert(k);
   for (const auto& [k, v] : now.flags.items()) flags.insert(k);
+  // flags recorded only when not their default (so that checkpoints from before them resume)
+  static const std::map<std::string, std::string> kUnrecorded = {
+      {"--packing", "wrapped"}, {"--lr-schedule", "cosine"}, {"--min-lr-ratio", "0.1"}, {"--lora-dropout", "0"}};
+  auto value = [&](const json& fl, const std::string& f) {
+    if (fl.contains(f)) return shown(fl[f]);
+    const auto d = kUnrecorded.find(f);
+    return d != kUnrecorded.end() ? d->second + " (the default)" : std::string("not recorded");
+  };
   for (const std::string& f : flags) {
+    if (schedule_extended && f == "--decay-steps") continue;
     const bool in_saved = saved.flags.contains(f), in_now = now.flags.contains(f);
     if (!(in_saved && in_now && saved.flags[f] == now.flags[f]))
-      diffs.push_back(fmt::format("{} is {} here but {} in the checkpoint", f,
-                                  in_now ? shown(now.flags[f]) : "not recorded",
-                                  in_saved ? shown(saved.flags[f]) : "not recorded"));
+      diffs.push_back(fmt::format("{} is {} here but {} in the checkpoint", f, value(now.flags, f),
+                                  value(saved.flags, f)));
   }
   if (diffs.empty()) return;
   std::string msg = fmt::format("cannot resume from {}: this run differs from the checkpoint's in what changes the "

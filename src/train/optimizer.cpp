@@ -10,13 +10,38 @@
 
 namespace oomb {
 
+int64_t wsd_decay_steps(const OptimConfig& c) {
+  return c.decay_steps > 0 ? c.decay_steps : std::max<int64_t>(1, (c.total_steps - c.warmup_steps + 5) / 10);
+}
+
+void check_schedule(const OptimConfig& c) {
+  OOMB_CHECK(c.schedule == "cosine" || c.schedule == "linear" || c.schedule == "constant" || c.schedule == "wsd",
+             "--lr-schedule: '{}' is not one of cosine, linear, constant, wsd", c.schedule);
+  OOMB_CHECK(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, "--min-lr-ratio: must be within [0, 1], got {}",
+             c.min_lr_ratio);
+  OOMB_CHECK(c.warmup_steps >= 0, "--warmup-steps: must be >= 0, got {}", c.warmup_steps);
+  OOMB_CHECK(c.decay_steps == 0 || c.schedule == "wsd", "--decay-steps: only with --lr-schedule wsd (the {} schedule "
+             "decays over every step after the warmup)", c.schedule);
+  if (c.schedule == "wsd")
+    OOMB_CHECK(wsd_decay_steps(c) <= c.total_steps - c.warmup_steps, "--decay-steps {}: more than the {} steps after "
+               "the warmup (--steps {} less --warmup-steps {})", wsd_decay_steps(c),
+               c.total_steps - c.warmup_steps, c.total_steps, c.warmup_steps);
+}
+
 float lr_at(const OptimConfig& c, int64_t k) {
   if (k < c.warmup_steps) return c.lr * float(k + 1) / float(c.warmup_steps);
+  const double floor = c.min_lr_ratio;
+  if (c.schedule == "constant") return c.lr;
+  if (c.schedule == "wsd") {
+    const int64_t d = wsd_decay_steps(c), i = k - (c.total_steps - d) + 1;  // i = 1 .. d: the decay's steps
+    if (i <= 0) return c.lr;
+    return float(c.lr * (floor + (1.0 - floor) * (1.0 - double(std::min(i, d)) / double(d))));
+  }
   const int64_t span = c.total_steps - c.warmup_steps;
   if (span <= 1) return c.lr;
-  const double frac = double(k - c.warmup_steps) / double(span - 1);
-  const double cosine = 0.5 * (1.0 + std::cos(M_PI * std::min(frac, 1.0)));
-  return float(c.lr * (c.min_lr_ratio + (1.0 - c.min_lr_ratio) * cosine));
+  const double frac = std::min(double(k - c.warmup_steps) / double(span - 1), 1.0);
+  const double shape = c.schedule == "linear" ? 1.0 - frac : 0.5 * (1.0 + std::cos(M_PI * frac));
+  return float(c.lr * (floor + (1.0 - floor) * shape));
 }
 
 Optimizer::Optimizer(const OptimConfig& c, Params& params, Params& grads, Backend& be, OptimShard shard)
@@ -25,7 +50,7 @@ Optimizer::Optimizer(const OptimConfig& c, Params& params, Params& grads, Backen
   OOMB_CHECK(c.lr > 0 && std::isfinite(c.lr), "--lr: must be positive, got {}", c.lr);
   OOMB_CHECK(c.grad_clip >= 0, "--grad-clip: must be >= 0 (0 disables), got {}", c.grad_clip);
   OOMB_CHECK(c.weight_decay >= 0, "--weight-decay: must be >= 0, got {}", c.weight_decay);
-  OOMB_CHECK(c.warmup_steps >= 0, "--warmup-steps: must be >= 0, got {}", c.warmup_steps);
+  check_schedule(c);
   const Tier home = params.flat().tier;
   OOMB_CHECK(grads.flat().tier == home, "optimizer: parameters in {} memory but gradients in {}", tier_name(home),
              tier_name(grads.flat().tier));

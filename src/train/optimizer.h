@@ -1,5 +1,6 @@
 // Optimizers over the flat parameter buffer: AdamW (fp32 master weights and moments, decoupled
-// weight decay on matrices only) and plain SGD; global-norm clipping; warmup + cosine schedule.
+// weight decay on matrices only) and plain SGD; global-norm clipping; the learning-rate schedule
+// (warmup, then cosine, linear, constant or warmup-stable-decay).
 // The update runs where the parameters are: on the backend, or, when they live in host memory
 // (--offload params), on the host CPU (the CPU backend's ops; or, with the store's update
 // (overlap_with), backend/cpu/cpu_optimizer's fused pass called directly: the same bits).
@@ -24,17 +25,30 @@ struct OptimConfig {
   float grad_clip = 1.0f;      // max global L2 norm; 0 disables
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
-  float min_lr_ratio = 0.1f;   // cosine decays to lr * min_lr_ratio at the last step
+  float min_lr_ratio = 0.1f;   // cosine, linear and wsd decay to lr * min_lr_ratio at the last step
   bool skip_nonfinite = false; // a non-finite gradient skips the step instead of stopping the run
   bool overlap_update = true;  // --offload params: the update beside the next step (Optimizer::overlap_with)
   // --update-threads: the host update's OpenMP threads (0: every thread OpenMP would use, less one
   // beside the next step, which leaves the thread driving the device a core of its own)
   int update_threads = 0;
+  std::string schedule = "cosine";  // after the warmup: cosine | linear | constant | wsd (--lr-schedule)
+  int64_t decay_steps = 0;          // wsd: the last steps, decaying (0: a tenth of those after the warmup)
 };
 
-// Learning rate at step k (from 0): linear warmup over warmup_steps (step 0 gets lr / warmup),
-// then cosine from lr to lr * min_lr_ratio over the remaining steps.
+// Learning rate at step k (from 0): linear warmup over warmup_steps (step 0 gets lr / warmup), then
+// over the S = total - warmup steps after it, f = lr * min_lr_ratio the floor:
+//   cosine:   from lr at the first to f at the last, f + (lr - f) (1 + cos(pi j / (S - 1))) / 2, j = 0 .. S-1
+//   linear:   the same line, f + (lr - f) (1 - j / (S - 1))
+//   constant: lr
+//   wsd:      lr (stable), then the last D = wsd_decay_steps steps down a line to f at the last,
+//             f + (lr - f) (1 - i / D), i = 1 .. D (MiniCPM's warmup-stable-decay, linear decay)
+// A single step after the warmup keeps lr (cosine, linear).
 float lr_at(const OptimConfig& c, int64_t step);
+// wsd's decay steps: decay_steps, or a tenth (rounded, at least 1) of the steps after the warmup.
+int64_t wsd_decay_steps(const OptimConfig& c);
+// The schedule's settings, each bad one named by its flag (--lr-schedule, --min-lr-ratio,
+// --decay-steps, --warmup-steps); total_steps set.
+void check_schedule(const OptimConfig& c);
 
 // With ZeRO (--zero 1, 2) an optimizer updates only its rank's shard [lo, hi) of the flat buffers
 // and holds moments for that shard alone; norm_comm (zero 2: each rank holds only its shard's
