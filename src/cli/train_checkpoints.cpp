@@ -1,6 +1,9 @@
 #include "cli/train_checkpoints.h"
 
+#include <cctype>
 #include <chrono>
+#include <cmath>
+#include <stdexcept>
 #include <tuple>
 #include <fmt/format.h>
 
@@ -16,6 +19,9 @@ void add_checkpoint_flags(CLI::App* c, CheckpointFlags& f) {
                                    "weights, AdamW moments, data position, configuration) every --save-every steps "
                                    "and on SIGINT/SIGTERM");
   c->add_option("--save-every", f.save_every, "Write a checkpoint every K steps")->check(count())->needs(dir);
+  c->add_option("--time-limit", f.time_limit, "Stop, writing a checkpoint, at the first step's end where another "
+                "step (the longest so far) and a checkpoint would pass this much time since the start (90s, 45m, "
+                "3h50m, 1d); exit status 75, so that a job script runs it again with --resume auto")->needs(dir);
   c->add_option("--keep-last", f.keep_last, "Keep the M newest checkpoints (older ones are deleted once a newer one "
                 "is in place)")->check(count())->needs(dir);
   c->add_option("--resume", f.resume, "Continue from a checkpoint directory (DIR/step-NNNNNN), or auto: the newest "
@@ -23,10 +29,40 @@ void add_checkpoint_flags(CLI::App* c, CheckpointFlags& f) {
                 "be as in the checkpoint");
 }
 
+double parse_duration(const std::string& s, const char* flag) {
+  double total = 0;
+  size_t i = 0;
+  bool any = false;
+  std::string last_unit;
+  while (i < s.size()) {
+    size_t j = i;
+    while (j < s.size() && (std::isdigit(static_cast<unsigned char>(s[j])) || s[j] == '.')) ++j;
+    OOMB_CHECK(j > i, "{} '{}': not a duration (seconds, or e.g. 90s, 45m, 3h50m, 1d)", flag, s);
+    double v = 0;
+    try {
+      size_t used = 0;
+      v = std::stod(s.substr(i, j - i), &used);
+      OOMB_CHECK(used == j - i, "{} '{}': not a duration (seconds, or e.g. 90s, 45m, 3h50m, 1d)", flag, s);
+    } catch (const std::logic_error&) {
+      fail("{} '{}': not a duration (seconds, or e.g. 90s, 45m, 3h50m, 1d)", flag, s);
+    }
+    const char unit = j < s.size() ? s[j] : 's';
+    const double scale = unit == 'd' ? 86400 : unit == 'h' ? 3600 : unit == 'm' ? 60 : unit == 's' ? 1 : -1;
+    OOMB_CHECK(scale > 0, "{} '{}': unknown unit '{}' (d, h, m, s)", flag, s, unit);
+    OOMB_CHECK(j < s.size() || !any, "{} '{}': a number without its unit after the first (d, h, m, s)", flag, s);
+    total += v * scale;
+    any = true;
+    i = j + 1;
+  }
+  OOMB_CHECK(any && total > 0 && std::isfinite(total), "{} '{}': must be a positive duration", flag, s);
+  return total;
+}
+
 RunCheckpoints::RunCheckpoints(const CheckpointFlags& f, CheckpointState now, const OptimConfig& optim, int64_t N,
                                int64_t grad_accum, DataPosition position, std::ostream& log)
     : f_(f), now_(std::move(now)), optim_(optim), N_(N), accum_(grad_accum), position_(std::move(position)), log_(log) {
   optim_.total_steps = now_.total_steps;
+  if (!f_.time_limit.empty()) f_.time_limit_s = parse_duration(f_.time_limit, "--time-limit");
   if (!f_.dir.empty()) {
     std::error_code ec;
     OOMB_CHECK(!fs::exists(f_.dir, ec) || fs::is_directory(f_.dir, ec), "--checkpoint-dir {}: exists and is not a "
@@ -96,22 +132,29 @@ TrainHooks RunCheckpoints::hooks(Model& model) {
            << std::endl;
     }
     if (!f_.dir.empty()) signals_ = std::make_unique<StopSignals>();
+    step_start_ = std::chrono::steady_clock::now();
   };
   h.after_step = [this, &model](int64_t done, Optimizer& opt) {
+    const auto step_end = std::chrono::steady_clock::now();
+    longest_step_s_ = std::max(longest_step_s_, std::chrono::duration<double>(step_end - step_start_).count());
     fs::path written;
     if (f_.save_every > 0 && done % f_.save_every == 0) written = write(done, model, opt);
     int sig = signals_ ? signals_->pending() : 0;
-    if (dist_ && dist_->size() > 1) {  // every rank stops after the same step when any was signalled
-      double s = sig;
-      dist_->world().all_reduce_max(&s, 1);
-      sig = int(s);
-    }
-    if (!sig) return false;
+    // --time-limit: rank 0's clock decides (0.5: below any signal's number)
+    double s = sig > 0 ? double(sig) : done < now_.total_steps && leader() && time_is_up() ? 0.5 : 0.0;
+    if (dist_ && dist_->size() > 1) dist_->world().all_reduce_max(&s, 1);  // every rank stops after the same step
+    sig = s >= 1 ? int(s) : 0;
+    step_start_ = std::chrono::steady_clock::now();
+    if (s == 0) return false;
     if (written.empty()) written = write(done, model, opt);
-    stopped_by_ = sig;
-    log_ << fmt::format("oomb train: {} received: stopped after step {}/{}; checkpoint written to {}; continue with "
+    stopped_by_ = sig > 0 ? sig : -1;
+    const std::string why = sig > 0 ? fmt::format("{} received", signal_name(sig))
+                                    : fmt::format("--time-limit {} ({:.0f} s) would pass before another step and "
+                                                  "checkpoint (the longest step so far {:.2f} s)",
+                                                  f_.time_limit, f_.time_limit_s, longest_step_s_);
+    log_ << fmt::format("oomb train: {}: stopped after step {}/{}; checkpoint written to {}; continue with "
                         "--resume {} (or --resume auto --checkpoint-dir {})",
-                        signal_name(sig), done, now_.total_steps, written.string(), written.string(), f_.dir)
+                        why, done, now_.total_steps, written.string(), written.string(), f_.dir)
          << std::endl;
     return true;
   };
@@ -137,15 +180,21 @@ fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt)
   if (!f_.config_toml.empty()) extra["config.toml"] = f_.config_toml;
   const fs::path p = save_checkpoint(f_.dir, st, model, opt, extra, base_model_, world);
   prune_checkpoints(f_.dir, done, f_.keep_last);
-  log_ << fmt::format("checkpoint {} written ({:.2f} s)", p.string(),
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count())
-       << std::endl;
+  last_write_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log_ << fmt::format("checkpoint {} written ({:.2f} s)", p.string(), last_write_s_) << std::endl;
   return p;
+}
+
+// Another step (the longest so far) and a checkpoint (the last one's time) would pass the limit.
+bool RunCheckpoints::time_is_up() const {
+  if (f_.time_limit_s <= 0) return false;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - f_.started).count();
+  return elapsed + longest_step_s_ + last_write_s_ > f_.time_limit_s;
 }
 
 int RunCheckpoints::finish() {
   signals_.reset();
-  return stopped_by_;
+  return stopped_by_ > 0 ? 128 + stopped_by_ : stopped_by_ < 0 ? kTimeLimitExit : 0;
 }
 
 }  // namespace oomb::cli

@@ -4,6 +4,7 @@
 // train/checkpoint.h).
 #pragma once
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -20,10 +21,19 @@ namespace oomb::cli {
 struct CheckpointFlags {
   std::string dir, resume;  // --checkpoint-dir, --resume DIR|auto
   int64_t save_every = 0, keep_last = 0;
+  std::string time_limit;   // --time-limit: "" (none), or a duration such as 3h50m
+  double time_limit_s = 0;  // its seconds (resolved by RunCheckpoints)
+  // --time-limit counts from here: when the flags were made, as the process started
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::string config_toml;  // the run's resolved flags, saved in each checkpoint as config.toml
   bool any() const { return !dir.empty() || !resume.empty() || save_every > 0 || keep_last > 0; }
 };
 void add_checkpoint_flags(CLI::App* c, CheckpointFlags& f);
+// A duration: seconds ("90", "90s"), or a sum of days, hours, minutes and seconds ("1d", "3h50m",
+// "2h30m15s"); the flag names it in the error.
+double parse_duration(const std::string& s, const char* flag);
+// The exit status of a run stopped by --time-limit (sysexits' EX_TEMPFAIL: run it again).
+constexpr int kTimeLimitExit = 75;
 
 class RunCheckpoints {
  public:
@@ -51,7 +61,8 @@ class RunCheckpoints {
   // rank's shard of the moments reaches it in pieces) and prunes; every rank loads (its shard of the
   // moments); a signal any rank caught stops every rank after the same step.
   void set_dist(Dist* d) { dist_ = d; }
-  // After training: the signal that stopped it (0 if none); the handlers are removed.
+  // After training: the exit status of a stopped run (128 + the signal; kTimeLimitExit for
+  // --time-limit), 0 if none stopped it; the handlers are removed.
   int finish();
 
  private:
@@ -66,7 +77,10 @@ class RunCheckpoints {
   std::filesystem::path from_;  // the checkpoint resumed from; empty: a fresh start
   std::string base_model_;      // LoRA: --model
   std::unique_ptr<StopSignals> signals_;
-  int stopped_by_ = 0;
+  int stopped_by_ = 0;  // the signal, or -1: --time-limit
+  double longest_step_s_ = 0, last_write_s_ = 0;  // for --time-limit's forecast
+  std::chrono::steady_clock::time_point step_start_ = std::chrono::steady_clock::now();
+  bool time_is_up() const;
   Dist* dist_ = nullptr;
   bool leader() const { return !dist_ || dist_->leader(); }
 };

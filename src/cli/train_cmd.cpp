@@ -614,7 +614,8 @@ Command add_train(CLI::App& app) {
             if (a->given("--sweep") || plan.offload_params) std::cout << sweep << std::endl;
             if (!keep_hint.empty()) std::cout << keep_hint << std::endl;
             train(model, *data, o, std::cout, {}, ckpt.hooks(model));
-            if (const int sig = ckpt.finish()) return 128 + sig;  // stopped by SIGINT/SIGTERM, checkpoint written
+            // stopped by SIGINT/SIGTERM (128 + the signal) or --time-limit (75), a checkpoint written
+            if (const int status = ckpt.finish()) return status;
             if (model.sharded() && !a->out.empty()) {  // --zero 3: every rank's shards gathered by every rank
               Params host(cfg, Tier::Host, Tag::IO);
               model.download_params(host);
