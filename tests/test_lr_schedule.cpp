@@ -87,8 +87,9 @@ TEST(LrSchedule, AStablePhaseCheckpointContinuesLonger) {
   c = r.train(fmt::format("--steps 10 --warmup-steps 1 --lr-schedule wsd --decay-steps 3 --resume {}/ck/step-000004 "
                           "--metrics {}/cont.jsonl --out {}/cont", d, d, d));
   ASSERT_EQ(c.code, 0) << c.out;
-  EXPECT_THAT(c.out, HasSubstr("continues as a run of 10 steps decaying over the last 3 (the checkpoint's: 6 over the "
-                               "last 2)"));
+  EXPECT_THAT(c.out, HasSubstr("its 4 steps done had the lr this schedule gives them, so it continues as --lr-schedule "
+                               "wsd over 10 steps, decaying over the last 3 (it was --lr-schedule wsd over 6, decaying "
+                               "over the last 2)"));
   const std::vector<double> long_loss = r.field("long.jsonl", "loss"), cont = r.field("cont.jsonl", "loss");
   ASSERT_EQ(long_loss.size(), 10u);
   ASSERT_EQ(cont.size(), 6u);
@@ -101,4 +102,25 @@ TEST(LrSchedule, AStablePhaseCheckpointContinuesLonger) {
   c = r.train(fmt::format("--steps 10 --warmup-steps 1 --resume {}/ck/step-000004", d));
   EXPECT_NE(c.code, 0);
   EXPECT_THAT(c.out, HasSubstr("--lr-schedule is cosine (the default) here but wsd in the checkpoint"));
+}
+
+// wsd branching off a constant run: its checkpoint continues as the wsd run from the start.
+TEST(LrSchedule, AConstantRunBranchesIntoADecay) {
+  ScheduleRun r("_lr_branch");
+  const std::string d = r.d;
+  CmdResult c = r.train(fmt::format("--steps 6 --warmup-steps 1 --lr-schedule constant --checkpoint-dir {}/ck "
+                                    "--save-every 3", d));
+  ASSERT_EQ(c.code, 0) << c.out;
+  const std::string wsd = "--steps 8 --warmup-steps 1 --lr-schedule wsd --decay-steps 2";
+  c = r.train(fmt::format("{} --metrics {}/fresh.jsonl", wsd, d));
+  ASSERT_EQ(c.code, 0) << c.out;
+  c = r.train(fmt::format("{} --resume {}/ck/step-000006 --metrics {}/branch.jsonl", wsd, d, d));
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_THAT(c.out, HasSubstr("(it was --lr-schedule constant over 6)"));
+  const std::vector<double> fresh = r.field("fresh.jsonl", "loss"), branch = r.field("branch.jsonl", "loss");
+  ASSERT_EQ(fresh.size(), 8u);
+  ASSERT_EQ(branch.size(), 2u);
+  EXPECT_EQ(branch, std::vector<double>(fresh.begin() + 6, fresh.end()));
+  const std::vector<double> fresh_lr = r.field("fresh.jsonl", "lr");
+  EXPECT_EQ(r.field("branch.jsonl", "lr"), std::vector<double>(fresh_lr.begin() + 6, fresh_lr.end()));
 }

@@ -224,6 +224,10 @@ TEST(Model, NonFiniteLossOrGradientIsNamedOrSkipped) {
     const StepStats st = train(*m.model, data, o, log);
     EXPECT_TRUE(st.skipped);
     EXPECT_THAT(log.str(), HasSubstr("step 2: skipped"));
+    OptimConfig sched = o.optim;
+    sched.total_steps = 2;
+    EXPECT_EQ(st.lr, lr_at(sched, 1));  // a skipped step's lr is the schedule's (its floor here)
+    EXPECT_FLOAT_EQ(st.lr, 0.1f * o.optim.lr);
     EXPECT_EQ(std::memcmp(before.data(), m.model->params().flat().f(), before.size() * 4), 0);
   }
   {  // finite weights that overflow the activations: no tensor holds it, and the message says so

@@ -81,6 +81,9 @@ TEST(Schedule, BadSettingsAreNamed) {
   EXPECT_THAT(error_of([&] { check_schedule(c); }),
               ::testing::HasSubstr("--decay-steps 3: more than the 2 steps after the warmup (--steps 10 less "
                                    "--warmup-steps 8)"));
+  c.warmup_steps = 10;
+  EXPECT_THAT(error_of([&] { check_schedule(c); }),
+              ::testing::HasSubstr("--warmup-steps 10: --lr-schedule wsd needs steps after the warmup"));
   c.warmup_steps = 7;
   EXPECT_EQ(error_of([&] { check_schedule(c); }), "(no error)");
 }

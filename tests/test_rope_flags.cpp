@@ -148,6 +148,24 @@ TEST(RopeFlags, EachFlagIsTheConfigEditedToSayIt) {
               j["max_position_embeddings"] = 2 * M;
             })));
 
+  // a yarn factor the flags set declares original x factor, lower too (some transformers 4.x releases
+  // read the factor from it); a null factor follows the lengths instead, as transformers reads it
+  const ModelConfig yarn8 = edited(q, [](json& j) {
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}, {"original_max_position_embeddings", 4096}};
+    j["max_position_embeddings"] = 32768;
+  });
+  f = {};
+  f.factor = 2;
+  EXPECT_EQ(apply(yarn8, f).max_position_embeddings, 8192);
+  f = {};
+  f.original_max = 2048;
+  c = apply(null_factor, f);
+  EXPECT_EQ(c.rope.factor, 2);
+  EXPECT_EQ(c.max_position_embeddings, M);
+  EXPECT_EQ(inv(c), inv(edited(q, [&](json& j) {
+              j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", nullptr}, {"original_max_position_embeddings", 2048}};
+            })));
+
   // on a scaled model: --rope-factor alone keeps the rest of its scaling; none removes it
   const ModelConfig l31 = preset_config("llama-3.1-8b");
   f = {};

@@ -85,15 +85,18 @@ ModelConfig apply_rope_flags(const ModelConfig& cfg, const RopeFlags& f, const s
   const bool factor_follows = f.factor == 0 && factor_from_lengths(cfg) && r.type == "yarn";
   if (scales_from(r.type) && r.original_max_position_embeddings == 0)
     r.original_max_position_embeddings = c.max_position_embeddings;
-  if (f.max_positions > 0) {
-    c.max_position_embeddings = f.max_positions;
-  } else if (scaled && scales_from(r.type)) {
+  if (f.max_positions > 0) c.max_position_embeddings = f.max_positions;
+  const int64_t scaled_context = int64_t(std::llround(double(r.original_max_position_embeddings) * r.factor));
+  if (factor_follows) {  // (max_position_embeddings as given or kept; the factor from it)
+    r.factor = double(c.max_position_embeddings) / double(r.original_max_position_embeddings);
+  } else if (scaled && f.max_positions == 0 && r.type == "yarn") {
     // the scaled context declared: some transformers 4.x releases took yarn's factor as max_position_embeddings /
     // original whenever the original was given, and read the same scaling from original x factor
-    c.max_position_embeddings = std::max(
-        c.max_position_embeddings, int64_t(std::llround(double(r.original_max_position_embeddings) * r.factor)));
+    c.max_position_embeddings = scaled_context;
+  } else if (scaled && f.max_positions == 0 && r.type == "llama3") {
+    // (Llama 3.1's own declares more than original x factor: 131072 over 8192 x 8; transformers reads the factor)
+    c.max_position_embeddings = std::max(c.max_position_embeddings, scaled_context);
   }
-  if (factor_follows) r.factor = double(c.max_position_embeddings) / double(r.original_max_position_embeddings);
   return parse_config(config_to_json(c), fmt::format("{} with the --rope-* flags", model));
 }
 

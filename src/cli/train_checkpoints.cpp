@@ -1,6 +1,7 @@
 #include "cli/train_checkpoints.h"
 
 #include <cctype>
+#include <optional>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -58,6 +59,34 @@ double parse_duration(const std::string& s, const char* flag) {
   return total;
 }
 
+namespace {
+// The schedule a checkpoint ran under: this run's optimizer with the checkpoint's --steps and schedule flags
+// (absent: cosine to 0.1, as before they were recorded); none where they do not read.
+std::optional<OptimConfig> saved_schedule(const CheckpointState& saved, OptimConfig c) {
+  const nlohmann::json& f = saved.flags;
+  c.total_steps = saved.total_steps;
+  c.schedule = "cosine", c.min_lr_ratio = 0.1f, c.decay_steps = 0;
+  if (f.contains("--lr-schedule")) {
+    if (!f["--lr-schedule"].is_string()) return std::nullopt;
+    c.schedule = f["--lr-schedule"].get<std::string>();
+  }
+  if (f.contains("--min-lr-ratio")) {
+    if (!f["--min-lr-ratio"].is_number()) return std::nullopt;
+    c.min_lr_ratio = f["--min-lr-ratio"].get<float>();
+  }
+  if (f.contains("--decay-steps")) {
+    if (!f["--decay-steps"].is_number_integer()) return std::nullopt;
+    c.decay_steps = f["--decay-steps"].get<int64_t>();
+  }
+  try {
+    check_schedule(c);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  return c;
+}
+}  // namespace
+
 RunCheckpoints::RunCheckpoints(const CheckpointFlags& f, CheckpointState now, const OptimConfig& optim, int64_t N,
                                int64_t grad_accum, DataPosition position, std::ostream& log)
     : f_(f), now_(std::move(now)), optim_(optim), N_(N), accum_(grad_accum), position_(std::move(position)), log_(log) {
@@ -83,26 +112,22 @@ RunCheckpoints::RunCheckpoints(const CheckpointFlags& f, CheckpointState now, co
   saved_ = open_checkpoint(from_);
   CheckpointState cmp = now_;  // a LoRA base's fingerprint is known once loaded (set_lora_base checks it)
   if (saved_.flags.contains("--model")) cmp.flags["--model"] = saved_.flags["--model"];
-  // --lr-schedule wsd: a checkpoint of the stable phase continues under another length (more --steps, another
-  // --decay-steps) where every step it has done has the same lr under both schedules (its next_lr, the old
-  // schedule's, is then not this run's)
-  bool extended = false;
-  if (saved_.flags.value("--lr-schedule", "") == "wsd" && cmp.flags.value("--lr-schedule", "") == "wsd" &&
-      saved_.flags.contains("--decay-steps") && saved_.flags["--decay-steps"].is_number_integer() &&
-      (saved_.total_steps != now_.total_steps || saved_.flags["--decay-steps"] != cmp.flags["--decay-steps"])) {
-    OptimConfig old = optim_;
-    old.total_steps = saved_.total_steps;
-    old.decay_steps = saved_.flags["--decay-steps"].get<int64_t>();
-    extended = old.decay_steps > 0 && old.decay_steps <= old.total_steps;
-    for (int64_t k = 0; extended && k < saved_.step && k < now_.total_steps; ++k)
-      extended = lr_at(old, k) == lr_at(optim_, k);
-  }
+  // another schedule (--steps, --lr-schedule, --decay-steps, --min-lr-ratio): a checkpoint continues under it where
+  // every step it has done had the lr this run gives it (wsd's stable phase, a constant schedule, a warmup), so
+  // that those steps are this run's; its next_lr, the old schedule's, is then not this run's
+  const std::optional<OptimConfig> old = saved_schedule(saved_, optim_);
+  bool extended = old && (old->total_steps != optim_.total_steps || old->schedule != optim_.schedule ||
+                          wsd_decay_steps(*old) != wsd_decay_steps(optim_) || old->min_lr_ratio != optim_.min_lr_ratio);
+  for (int64_t k = 0; extended && k < saved_.step && k < now_.total_steps; ++k)
+    extended = lr_at(*old, k) == lr_at(optim_, k);
   check_same_run(saved_, cmp, from_.string(), extended);
   if (extended)
-    log_ << fmt::format("--lr-schedule wsd: {} ({} steps done, every one at the lr this run gives it) continues as a "
-                        "run of {} steps decaying over the last {} (the checkpoint's: {} over the last {})",
-                        from_.string(), saved_.step, now_.total_steps, wsd_decay_steps(optim_), saved_.total_steps,
-                        saved_.flags["--decay-steps"].get<int64_t>())
+    log_ << fmt::format("{}: its {} steps done had the lr this schedule gives them, so it continues as --lr-schedule "
+                        "{} over {} steps{} (it was --lr-schedule {} over {}{})",
+                        from_.string(), saved_.step, optim_.schedule, now_.total_steps,
+                        optim_.schedule == "wsd" ? fmt::format(", decaying over the last {}", wsd_decay_steps(optim_)) : "",
+                        old->schedule, old->total_steps,
+                        old->schedule == "wsd" ? fmt::format(", decaying over the last {}", wsd_decay_steps(*old)) : "")
          << std::endl;
   const double lr = double(lr_at(optim_, saved_.step));
   OOMB_CHECK(extended || lr == saved_.next_lr, "cannot resume from {}: the learning-rate schedule gives {} at step {}, the "
@@ -128,7 +153,7 @@ TrainHooks RunCheckpoints::hooks(Model& model) {
   h.begin = [this, &model](Optimizer& opt) {
     if (resuming()) {
       load_checkpoint(from_, saved_, model, opt);
-      log_ << fmt::format("resumed from {}: step {}/{}", from_.string(), saved_.step, saved_.total_steps)
+      log_ << fmt::format("resumed from {}: step {}/{}", from_.string(), saved_.step, now_.total_steps)
            << std::endl;
     }
     if (!f_.dir.empty()) signals_ = std::make_unique<StopSignals>();

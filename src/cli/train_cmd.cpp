@@ -282,7 +282,8 @@ nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const Chunk
   if (a.packing != "wrapped") f["--packing"] = a.packing;  // (wrapped: as checkpoints before it)
   // the schedule's shape (cosine to 0.1: as checkpoints before these flags)
   if (o.optim.schedule != "cosine") f["--lr-schedule"] = o.optim.schedule;
-  if (o.optim.min_lr_ratio != 0.1f) f["--min-lr-ratio"] = flag_value(o.optim.min_lr_ratio);
+  if (o.optim.min_lr_ratio != 0.1f && o.optim.schedule != "constant")  // (constant: no floor)
+    f["--min-lr-ratio"] = flag_value(o.optim.min_lr_ratio);
   if (o.optim.schedule == "wsd") {
     OptimConfig c = o.optim;
     c.total_steps = o.steps;

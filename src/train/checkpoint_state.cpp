@@ -193,7 +193,9 @@ void check_same_run(const CheckpointState& saved_state, const CheckpointState& n
                                 now.data.path, saved.data.path, now.data.tokens, now.data.fingerprint,
                                 saved.data.tokens, saved.data.fingerprint));
   if (saved.total_steps != now.total_steps && !schedule_extended)
-    diffs.push_back(fmt::format("--steps is {} here but {} in the checkpoint (the learning-rate schedule's length)",
+    diffs.push_back(fmt::format("--steps is {} here but {} in the checkpoint (the learning-rate schedule's length: "
+                                "another schedule resumes only where every step done had the lr it gives, as in "
+                                "--lr-schedule wsd's stable phase)",
                                 now.total_steps, saved.total_steps));
   std::set<std::string> flags;
   for (const auto& [k, v] : saved.flags.items()) flags.insert(k);
@@ -207,7 +209,7 @@ void check_same_run(const CheckpointState& saved_state, const CheckpointState& n
     return d != kUnrecorded.end() ? d->second + " (the default)" : std::string("not recorded");
   };
   for (const std::string& f : flags) {
-    if (schedule_extended && f == "--decay-steps") continue;
+    if (schedule_extended && (f == "--decay-steps" || f == "--lr-schedule" || f == "--min-lr-ratio")) continue;
     const bool in_saved = saved.flags.contains(f), in_now = now.flags.contains(f);
     if (!(in_saved && in_now && saved.flags[f] == now.flags[f]))
       diffs.push_back(fmt::format("{} is {} here but {} in the checkpoint", f, value(now.flags, f),

@@ -62,9 +62,9 @@ double flag_value(float x);
 // Refuses to resume `now` from `saved` (read from `where`) when they differ in anything that changes
 // the math: the model's config (naming the field), the data (naming both files), a flag (naming it,
 // with both values), or the schedule's length. Differences in the files, step and optimizer
-// position are the checkpoint's own and not compared. schedule_extended: the schedule's length
-// (--steps) and wsd's --decay-steps may differ (RunCheckpoints: every step up to the checkpoint's
-// has done has the same learning rate under both, so that they are the new run's too).
+// position are the checkpoint's own and not compared. schedule_extended: the schedule (--steps,
+// --lr-schedule, --decay-steps, --min-lr-ratio) may differ (RunCheckpoints: every step the
+// checkpoint has done has the same learning rate under both, so that they are the new run's too).
 void check_same_run(const CheckpointState& saved, const CheckpointState& now, const std::string& where,
                     bool schedule_extended = false);
 

@@ -22,10 +22,13 @@ void check_schedule(const OptimConfig& c) {
   OOMB_CHECK(c.warmup_steps >= 0, "--warmup-steps: must be >= 0, got {}", c.warmup_steps);
   OOMB_CHECK(c.decay_steps == 0 || c.schedule == "wsd", "--decay-steps: only with --lr-schedule wsd (the {} schedule "
              "decays over every step after the warmup)", c.schedule);
-  if (c.schedule == "wsd")
+  if (c.schedule == "wsd") {
+    OOMB_CHECK(c.warmup_steps < c.total_steps, "--warmup-steps {}: --lr-schedule wsd needs steps after the warmup "
+               "to decay over (--steps {})", c.warmup_steps, c.total_steps);
     OOMB_CHECK(wsd_decay_steps(c) <= c.total_steps - c.warmup_steps, "--decay-steps {}: more than the {} steps after "
                "the warmup (--steps {} less --warmup-steps {})", wsd_decay_steps(c),
                c.total_steps - c.warmup_steps, c.total_steps, c.warmup_steps);
+  }
 }
 
 float lr_at(const OptimConfig& c, int64_t k) {

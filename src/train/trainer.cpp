@@ -212,6 +212,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
                      : "tensor '" + w + "' holds a non-finite weight");
     }
     if (st.targets > 0) {
+      st.lr = lr_at(oc, k);  // (the schedule's, a skipped step's too; the optimizer takes the same)
       st.grad_norm = std::isfinite(st.loss) ? opt.step(k, &st.lr) : std::numeric_limits<double>::quiet_NaN();
       st.skipped = !std::isfinite(st.grad_norm);
       if (!st.skipped) sync.gather(model.trainable().flat());  // zero 1, 2: every rank's updated shard (3: per layer)
