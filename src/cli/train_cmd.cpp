@@ -39,7 +39,7 @@ struct TrainArgs {
   // precision: "" until the run resolves it for its device (default_precision)
   std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "auto", precision;
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
-  std::string tensorboard, sweep = "chunk", eval_data, packing = "wrapped";
+  std::string tensorboard, sweep = "chunk", eval_data, packing = "wrapped", save_best;
   int64_t eos_id = -1, offload_group = 0, device_memory = 0, eval_every = 0, eval_windows = 0;
   double peak_tflops = 0;
   bool shuffle = false, doc_mask = false, split_special = false, force = false, keep_attention = false;
@@ -215,7 +215,7 @@ int64_t eval_windows(const TrainArgs& a, int64_t N, PackedTokens& held_out) {
 // Refuses outputs that would overwrite an input, before anything is opened for writing.
 void check_paths(const TrainArgs& a) {
   refuse_aliasing({{"--out", a.out, true}, {"--metrics", a.metrics}, {"--checkpoint-dir", a.ckpt.dir, true},
-                   {"--tensorboard", a.tensorboard, true}},
+                   {"--tensorboard", a.tensorboard, true}, {"--save-best", a.save_best, true}},
                   {{"--model", a.model}, {"--data", a.data, true}, {"--eval-data", a.eval_data, true},
                    {"--tokenizer", a.tokenizer}});
 }
@@ -242,6 +242,38 @@ void with_host_params(Model& model, const std::function<void(Params&)>& fn, bool
   if (!writes) model.download_params(host);
   fn(host);
   if (writes) model.upload_params(host);
+}
+
+// --save-best DIR: after each step whose held-out loss (last.evaluated) is the lowest so far, the update
+// finished, save(DIR, {oomb_best.json}) before the step's checkpoint. A resumed run starts from DIR's
+// oomb_best.json where it is of a step the checkpoint has done (the run up to there is the same).
+void add_save_best(const std::string& dir, int64_t start_step, const StepStats& last, TrainHooks& hooks,
+                   const std::function<void(const std::string&, const ExtraFiles&)>& save) {
+  namespace fs = std::filesystem;
+  auto best = std::make_shared<double>(std::numeric_limits<double>::infinity());
+  const fs::path record = fs::path(dir) / "oomb_best.json";
+  if (start_step > 0 && fs::exists(record)) {
+    std::ifstream in(record);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    OOMB_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer() && j.contains("eval_loss") &&
+                   j["eval_loss"].is_number(),
+               "--save-best: {} is not oomb's record of a best model (step, eval_loss); remove it or choose another "
+               "directory", record.string());
+    if (j["step"].get<int64_t>() <= start_step) *best = j["eval_loss"].get<double>();
+  }
+  const auto inner = hooks.after_step;
+  hooks.after_step = [dir, best, &last, inner, save](int64_t done, Optimizer& opt) {
+    if (last.evaluated && last.eval_loss < *best) {
+      opt.finish();  // (an update beside the next step: done)
+      *best = last.eval_loss;
+      const nlohmann::json j = {{"step", done}, {"eval_loss", last.eval_loss}, {"eval_targets", last.eval_targets}};
+      save(dir, {{"oomb_best.json", j.dump(2) + "\n"}});
+      std::cout << fmt::format("the lowest held-out loss so far ({:.4f}, after step {}): saved {}", last.eval_loss,
+                               done, dir)
+                << std::endl;
+    }
+    return inner ? inner(done, opt) : false;
+  };
 }
 
 // Every flag that changes the math, resolved, as a checkpoint records it: a resumed run must match
@@ -478,6 +510,8 @@ Command add_train(CLI::App& app) {
   c->add_option("--eval-windows", a->eval_windows, "With --eval-data: windows of --seq-len tokens scored each time, "
                 "from its start (default: every whole window of it; a multiple of --dp)")->check(count())
       ->needs(eval_data);
+  c->add_option("--save-best", a->save_best, "With --eval-data: save the model (as --out does) here whenever the "
+                "held-out loss is the lowest so far, with oomb_best.json (the step and loss)")->needs(eval_data);
   c->add_option("--tensorboard", a->tensorboard, "Write TensorBoard event files (loss, lr, grad norm, tokens/s, MFU, "
                  "memory per tier; the held-out loss with --eval-data) into this directory");
   c->add_flag("--force", a->force, "Run even when the plan exceeds the memory the machine has, and replace a "
@@ -514,6 +548,7 @@ Command add_train(CLI::App& app) {
             bool rope_changed = false;
             const ModelConfig cfg = run_config(a->model, a->lora.dir, a->rope, std::cout, &rope_changed);
             check_model_out("--out", a->out, cfg, a->force);
+            check_model_out("--save-best", a->save_best, cfg, a->force);
             const int32_t eos = eos_of(*a, cfg);
             OOMB_CHECK(!a->doc_mask || eos >= 0, "--doc-mask needs the EOS id that ends each document: neither the "
                        "model's config.json (eos_token_id) nor its tokenizer_config.json (eos_token) names one; give "
@@ -614,26 +649,34 @@ Command add_train(CLI::App& app) {
                         << std::endl;
             if (a->given("--sweep") || plan.offload_params) std::cout << sweep << std::endl;
             if (!keep_hint.empty()) std::cout << keep_hint << std::endl;
-            train(model, *data, o, std::cout, {}, ckpt.hooks(model));
+            // the trained weights (LoRA: the adapters) into dir as a unit with `extra`; every rank calls it
+            // (--zero 3: every rank's shards gathered by every rank; else the ranks hold the same weights: rank 0 saves)
+            auto save_to = [&](const std::string& dir, const ExtraFiles& extra) {
+              if (model.sharded()) {
+                Params host(cfg, Tier::Host, Tag::IO);
+                model.download_params(host);
+                if (dist.leader()) save_model(dir, cfg, host, dtype, a->model, extra);
+              } else if (!dist.leader()) {
+              } else if (lora.on()) {
+                Params host(cfg, lora_layout(cfg, lora), Tier::Host, Tag::IO);
+                model.download_trainable(host);
+                save_adapter(dir, cfg, lora, host, a->model, extra);
+              } else {
+                with_host_params(model, [&](Params& p) { save_model(dir, cfg, p, dtype, a->model, extra); }, false);
+              }
+            };
+            TrainHooks hooks = ckpt.hooks(model);
+            StepStats last;  // the step just done (its held-out loss), for --save-best
+            if (!a->save_best.empty()) add_save_best(a->save_best, ckpt.start_step(), last, hooks, save_to);
+            train(model, *data, o, std::cout, [&](const StepStats& s) { last = s; }, hooks);
             // stopped by SIGINT/SIGTERM (128 + the signal) or --time-limit (75), a checkpoint written
             if (const int status = ckpt.finish()) return status;
-            if (model.sharded() && !a->out.empty()) {  // --zero 3: every rank's shards gathered by every rank
-              Params host(cfg, Tier::Host, Tag::IO);
-              model.download_params(host);
-              if (dist.leader()) save_model(a->out, cfg, host, dtype, a->model);
-              std::cout << "saved " << a->out << " (" << dtype_name(dtype) << ")" << std::endl;
-              return 0;
-            }
-            if (!dist.leader()) return 0;  // the ranks hold the same weights: rank 0 saves
-            if (!a->out.empty() && lora.on()) {
-              Params host(cfg, lora_layout(cfg, lora), Tier::Host, Tag::IO);
-              model.download_trainable(host);
-              save_adapter(a->out, cfg, lora, host, a->model);
-              std::cout << "saved " << a->out << " (a PEFT LoRA adapter; `oomb merge` writes the merged model)"
+            if (!a->out.empty()) {
+              save_to(a->out, {});
+              std::cout << "saved " << a->out
+                        << (lora.on() ? std::string(" (a PEFT LoRA adapter; `oomb merge` writes the merged model)")
+                                      : fmt::format(" ({})", dtype_name(dtype)))
                         << std::endl;
-            } else if (!a->out.empty()) {
-              with_host_params(model, [&](Params& p) { save_model(a->out, cfg, p, dtype, a->model); }, false);
-              std::cout << "saved " << a->out << " (" << dtype_name(dtype) << ")" << std::endl;
             }
             return 0;
           }};

@@ -67,7 +67,8 @@ DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
   return best;
 }
 
-void save_model(const fs::path& dir, const ModelConfig& c, const Params& p, DType dtype, const fs::path& copy_from) {
+void save_model(const fs::path& dir, const ModelConfig& c, const Params& p, DType dtype, const fs::path& copy_from,
+                const ExtraFiles& extra) {
   const size_t es = dtype_size(dtype);
   int64_t total = 0, widest = 0;
   for (const ParamSpec& s : p.specs()) total += s.numel(), widest = std::max(widest, s.numel());
@@ -84,7 +85,7 @@ void save_model(const fs::path& dir, const ModelConfig& c, const Params& p, DTyp
     tensors.push_back({s.name, dtype, s.shape, dst});
     at += s.numel();
   }
-  save_model_tensors(dir, c, tensors, dtype, copy_from);
+  save_model_tensors(dir, c, tensors, dtype, copy_from, extra);
 }
 
 // The files a saved model directory is made of (what a new save replaces rather than carries over):
@@ -97,7 +98,7 @@ static bool model_file(const std::string& name) {
 }
 
 void save_model_tensors(const fs::path& dir, const ModelConfig& c, std::span<const SaveTensor> tensors, DType dtype,
-                        const fs::path& copy_from) {
+                        const fs::path& copy_from, const ExtraFiles& extra) {
   // the whole directory is written beside DIR and swapped in: never new weights beside an old config
   AtomicDir out(dir);
   save_safetensors_dir(out.staging(), tensors);
@@ -113,6 +114,7 @@ void save_model_tensors(const fs::path& dir, const ModelConfig& c, std::span<con
       OOMB_CHECK(!ec, "{}: cannot copy {}: {}", dir.string(), name, ec.message());
     }
   }
+  for (const auto& [name, text] : extra) write_file_atomic(out.staging() / name, text);
   out.commit(model_file);
 }
 

@@ -1,6 +1,8 @@
 // Loading and saving Hugging Face model directories (config.json + safetensors).
 #pragma once
 #include <filesystem>
+#include <map>
+#include <string>
 #include <span>
 
 #include "core/atomic_file.h"
@@ -17,13 +19,14 @@ DType load_weights(const std::filesystem::path& dir, const ModelConfig& c, Param
 // Writes DIR/config.json and DIR's safetensors (tensors in `dtype`) as one unit (core/atomic_file.h
 // AtomicDir): a crash at any moment leaves the old directory or the new one, never new weights
 // beside an old config.json. Tokenizer and generation files found in copy_from are copied along;
-// other files of an existing DIR are kept.
+// other files of an existing DIR are kept. extra: more files (name -> contents) in the same unit.
+using ExtraFiles = std::map<std::string, std::string>;
 void save_model(const std::filesystem::path& dir, const ModelConfig& c, const Params& p, DType dtype,
-                const std::filesystem::path& copy_from = {});
+                const std::filesystem::path& copy_from = {}, const ExtraFiles& extra = {});
 
 struct SaveTensor;
 // The same for tensors already in `dtype`.
 void save_model_tensors(const std::filesystem::path& dir, const ModelConfig& c, std::span<const SaveTensor> tensors,
-                        DType dtype, const std::filesystem::path& copy_from = {});
+                        DType dtype, const std::filesystem::path& copy_from = {}, const ExtraFiles& extra = {});
 
 }  // namespace oomb

@@ -91,9 +91,10 @@ void load_adapter_tensors(const fs::path& dir, const Params* base, Params& train
 }
 
 void save_adapter(const fs::path& dir, const ModelConfig& cfg, const LoraConfig& c, const Params& trainable,
-                  const std::string& base_model) {
+                  const std::string& base_model, const std::map<std::string, std::string>& extra) {
   AtomicDir out(dir);
   write_adapter_files(out.staging(), cfg, c, trainable, base_model);
+  for (const auto& [name, text] : extra) write_file_atomic(out.staging() / name, text);
   out.commit();
 }
 

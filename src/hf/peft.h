@@ -4,6 +4,7 @@
 // PEFT's modules_to_save, as base_model.model.<Hugging Face name>).
 #pragma once
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -31,8 +32,10 @@ std::optional<nlohmann::json> load_adapter_rope(const std::filesystem::path& dir
 void write_adapter_files(const std::filesystem::path& dir, const ModelConfig& cfg, const LoraConfig& c,
                          const Params& trainable, const std::string& base_model);
 // Writes DIR as one unit (core/atomic_file.h AtomicDir); base_model goes in base_model_name_or_path.
+// extra: more files (name -> contents) in the same unit.
 void save_adapter(const std::filesystem::path& dir, const ModelConfig& cfg, const LoraConfig& c,
-                  const Params& trainable, const std::string& base_model);
+                  const Params& trainable, const std::string& base_model,
+                  const std::map<std::string, std::string>& extra = {});
 // The adapter file's name of a trainable tensor (PEFT's), and back.
 std::string peft_key(const std::string& trainable_name);
 
