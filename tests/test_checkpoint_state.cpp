@@ -29,6 +29,7 @@ CheckpointState sample() {
   s.data = {"data/t.bin", 4000, "0123456789abcdef"};
   s.flags = {{"--lr", flag_value(1e-3f)}, {"--seq-len", 256}, {"--optimizer", "adamw"}, {"--shuffle", true}};
   s.files = {{"config.json", 712}, {"model.safetensors", 41234}, {"optimizer.safetensors", 82412}};
+  s.write_s = 0.25;
   return s;
 }
 
@@ -45,6 +46,18 @@ TEST(CheckpointState, RoundTrips) {
   EXPECT_EQ(t.data.fingerprint, "0123456789abcdef");
   EXPECT_EQ(t.files.at("optimizer.safetensors"), 82412);
   EXPECT_EQ(t.flags["--lr"].dump(), "0.001");  // the float's shortest form, not 0.0010000000474974513
+  EXPECT_EQ(t.write_s, 0.25);
+}
+
+// write_s (the files' write time, --time-limit's forecast) is optional, as checkpoints before it lack it.
+TEST(CheckpointState, WriteTimeIsOptional) {
+  json j = state_to_json(sample());
+  j.erase("write_s");
+  EXPECT_EQ(parse_checkpoint_state(j.dump(), "x").write_s, 0);
+  for (const json& bad : {json(-1), json("1"), json(nullptr)}) {
+    j["write_s"] = bad;
+    EXPECT_THAT(parse_error(j), HasSubstr("field 'write_s' must be a finite number >= 0")) << bad;
+  }
 }
 
 TEST(CheckpointState, BadJsonNamesTheFile) {
@@ -58,6 +71,7 @@ TEST(CheckpointState, EveryMissingFieldIsNamed) {
   const json full = state_to_json(sample());
   for (const auto& [name, v] : full.items()) {
     SCOPED_TRACE(name);
+    if (name == "write_s") continue;  // (optional: WriteTimeIsOptional)
     json j = full;
     j.erase(name);
     EXPECT_THAT(parse_error(j), HasSubstr(fmt::format("ck/step-000006/state.json: field '{}' is missing", name)));

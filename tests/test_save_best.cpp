@@ -63,6 +63,11 @@ TEST(SaveBest, TheLowestHeldOutLossesModel) {
                                   "--buckets 1 --json", d));
   ASSERT_EQ(c.code, 0) << c.out;
   EXPECT_NEAR(json::parse(c.out.substr(c.out.find('{')))["loss"].get<double>(), loss, 1e-12);
+  // --out into it later: another model, without the record
+  c = oomb_cmd(r.dir, fmt::format("train --model {0}/m --data {0}/d.bin --seq-len 64 --chunk-size 32 --steps 1 --out "
+                                  "{0}/best", d));
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_FALSE(fs::exists(r.dir / "best/oomb_best.json"));
 
   // one window, trained on at every step and held out: its loss falls at every step
   const std::string one = fmt::format("train --model {0}/m --data {0}/one.bin --seq-len 64 --chunk-size 32 --page-size 16 "
@@ -98,6 +103,12 @@ TEST(SaveBest, ResumingKeepsTheBestSoFar) {
   EXPECT_EQ(runs, 7);  // (8 steps, one a run)
   EXPECT_EQ(record(r.dir / "cut"), record(r.dir / "whole"));
   EXPECT_EQ(read_text(r.dir / "cut/model.safetensors"), read_text(r.dir / "whole/model.safetensors"));
+  // another set of held-out windows: the record is not this run's
+  c = oomb_cmd(r.dir, r.train(flags + fmt::format("cut --eval-windows 3 --checkpoint-dir {}/ck2 --resume {}/ck/step-000004",
+                                                  d, d)));
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_THAT(c.out, HasSubstr("oomb_best.json is of other held-out windows; the best is looked for afresh"));
+  EXPECT_EQ(record(r.dir / "cut")["step"], 5);
   write_bytes(r.dir / "cut/oomb_best.json", "[1, 2]");
   c = oomb_cmd(r.dir, r.train(flags + fmt::format("cut --checkpoint-dir {}/ck --resume {}/ck/step-000004", d, d)));
   EXPECT_NE(c.code, 0);

@@ -25,7 +25,7 @@ TEST(TimeLimit, DurationsReadAsWritten) {
   EXPECT_EQ(parse_duration("3h50m", "--time-limit"), 3 * 3600 + 50 * 60);
   EXPECT_EQ(parse_duration("1d2h30m15s", "--time-limit"), 86400 + 7200 + 1800 + 15);
   EXPECT_EQ(parse_duration("2.5m", "--time-limit"), 150);
-  for (const char* bad : {"", "abc", "5x", "1h30", "0", "0s", "h", "1..5m"})
+  for (const char* bad : {"", "abc", "5x", "1h30", "0", "0s", "h", "1..5m", "1h1h", "1m1h", "-5"})
     EXPECT_THAT(error_of([&] { parse_duration(bad, "--time-limit"); }), HasSubstr(fmt::format("--time-limit '{}'", bad)))
         << bad;
 }

@@ -34,7 +34,7 @@ double parse_duration(const std::string& s, const char* flag) {
   double total = 0;
   size_t i = 0;
   bool any = false;
-  std::string last_unit;
+  int last_rank = 5;  // units strictly from the largest down: d, h, m, s
   while (i < s.size()) {
     size_t j = i;
     while (j < s.size() && (std::isdigit(static_cast<unsigned char>(s[j])) || s[j] == '.')) ++j;
@@ -50,6 +50,9 @@ double parse_duration(const std::string& s, const char* flag) {
     const char unit = j < s.size() ? s[j] : 's';
     const double scale = unit == 'd' ? 86400 : unit == 'h' ? 3600 : unit == 'm' ? 60 : unit == 's' ? 1 : -1;
     OOMB_CHECK(scale > 0, "{} '{}': unknown unit '{}' (d, h, m, s)", flag, s, unit);
+    const int rank = unit == 'd' ? 4 : unit == 'h' ? 3 : unit == 'm' ? 2 : 1;
+    OOMB_CHECK(rank < last_rank, "{} '{}': each unit once, from the largest down (d, h, m, s)", flag, s);
+    last_rank = rank;
     OOMB_CHECK(j < s.size() || !any, "{} '{}': a number without its unit after the first (d, h, m, s)", flag, s);
     total += v * scale;
     any = true;
@@ -62,7 +65,8 @@ double parse_duration(const std::string& s, const char* flag) {
 namespace {
 // The schedule a checkpoint ran under: this run's optimizer with the checkpoint's --steps and schedule flags
 // (absent: cosine to 0.1, as before they were recorded); none where they do not read.
-std::optional<OptimConfig> saved_schedule(const CheckpointState& saved, OptimConfig c) {
+std::optional<OptimConfig> saved_schedule(const CheckpointState& saved, const OptimConfig& run) {
+  OptimConfig c = run;
   const nlohmann::json& f = saved.flags;
   c.total_steps = saved.total_steps;
   c.schedule = "cosine", c.min_lr_ratio = 0.1f, c.decay_steps = 0;
@@ -73,6 +77,8 @@ std::optional<OptimConfig> saved_schedule(const CheckpointState& saved, OptimCon
   if (f.contains("--min-lr-ratio")) {
     if (!f["--min-lr-ratio"].is_number()) return std::nullopt;
     c.min_lr_ratio = f["--min-lr-ratio"].get<float>();
+  } else if (c.schedule == "constant") {
+    c.min_lr_ratio = run.min_lr_ratio;  // (not recorded: it does nothing there)
   }
   if (f.contains("--decay-steps")) {
     if (!f["--decay-steps"].is_number_integer()) return std::nullopt;
@@ -116,7 +122,7 @@ RunCheckpoints::RunCheckpoints(const CheckpointFlags& f, CheckpointState now, co
   // every step it has done had the lr this run gives it (wsd's stable phase, a constant schedule, a warmup), so
   // that those steps are this run's; its next_lr, the old schedule's, is then not this run's
   const std::optional<OptimConfig> old = saved_schedule(saved_, optim_);
-  bool extended = old && (old->total_steps != optim_.total_steps || old->schedule != optim_.schedule ||
+  bool extended = old && saved_.step <= now_.total_steps && (old->total_steps != optim_.total_steps || old->schedule != optim_.schedule ||
                           wsd_decay_steps(*old) != wsd_decay_steps(optim_) || old->min_lr_ratio != optim_.min_lr_ratio);
   for (int64_t k = 0; extended && k < saved_.step && k < now_.total_steps; ++k)
     extended = lr_at(*old, k) == lr_at(optim_, k);
@@ -153,6 +159,7 @@ TrainHooks RunCheckpoints::hooks(Model& model) {
   h.begin = [this, &model](Optimizer& opt) {
     if (resuming()) {
       load_checkpoint(from_, saved_, model, opt);
+      last_write_s_ = saved_.write_s;
       log_ << fmt::format("resumed from {}: step {}/{}", from_.string(), saved_.step, now_.total_steps)
            << std::endl;
     }
@@ -164,6 +171,10 @@ TrainHooks RunCheckpoints::hooks(Model& model) {
     longest_step_s_ = std::max(longest_step_s_, std::chrono::duration<double>(step_end - step_start_).count());
     fs::path written;
     if (f_.save_every > 0 && done % f_.save_every == 0) written = write(done, model, opt);
+    // --time-limit: how long a checkpoint takes is measured by writing one after the first step where nothing
+    // says (a fresh run; a resumed one takes its checkpoint's time), so that the stop leaves time for its own
+    if (f_.time_limit_s > 0 && written.empty() && !wrote_any_ && last_write_s_ == 0 && done < now_.total_steps)
+      written = write(done, model, opt);
     int sig = signals_ ? signals_->pending() : 0;
     // --time-limit: rank 0's clock decides (0.5: below any signal's number)
     double s = sig > 0 ? double(sig) : done < now_.total_steps && leader() && time_is_up() ? 0.5 : 0.0;
@@ -206,6 +217,7 @@ fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt)
   const fs::path p = save_checkpoint(f_.dir, st, model, opt, extra, base_model_, world);
   prune_checkpoints(f_.dir, done, f_.keep_last);
   last_write_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  wrote_any_ = true;
   log_ << fmt::format("checkpoint {} written ({:.2f} s)", p.string(), last_write_s_) << std::endl;
   return p;
 }

@@ -79,6 +79,7 @@ class RunCheckpoints {
   std::unique_ptr<StopSignals> signals_;
   int stopped_by_ = 0;  // the signal, or -1: --time-limit
   double longest_step_s_ = 0, last_write_s_ = 0;  // for --time-limit's forecast
+  bool wrote_any_ = false;
   std::chrono::steady_clock::time_point step_start_ = std::chrono::steady_clock::now();
   bool time_is_up() const;
   Dist* dist_ = nullptr;

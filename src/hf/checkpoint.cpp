@@ -89,11 +89,12 @@ void save_model(const fs::path& dir, const ModelConfig& c, const Params& p, DTyp
 }
 
 // The files a saved model directory is made of (what a new save replaces rather than carries over):
-// config.json and the names save_safetensors_dir writes; other files, a user's
+// config.json and the names save_safetensors_dir writes, and --save-best's record (a save without it is
+// not that model any more); other files, a user's
 // model_backup.safetensors included, are kept.
 static bool model_file(const std::string& name) {
   static const std::regex ours(
-      R"(config\.json|model\.safetensors|model\.safetensors\.index\.json|model-[0-9]{5}-of-[0-9]{5}\.safetensors)");
+      R"(config\.json|model\.safetensors|model\.safetensors\.index\.json|model-[0-9]{5}-of-[0-9]{5}\.safetensors|oomb_best\.json)");
   return std::regex_match(name, ours) || name.find(".tmp.") != std::string::npos;
 }
 

@@ -95,7 +95,7 @@ void save_adapter(const fs::path& dir, const ModelConfig& cfg, const LoraConfig&
   AtomicDir out(dir);
   write_adapter_files(out.staging(), cfg, c, trainable, base_model);
   for (const auto& [name, text] : extra) write_file_atomic(out.staging() / name, text);
-  out.commit();
+  out.commit([](const std::string& name) { return name == "oomb_best.json"; });  // (--save-best's: not this one's)
 }
 
 void write_adapter_files(const fs::path& dir, const ModelConfig& cfg, const LoraConfig& c, const Params& trainable,

@@ -149,6 +149,7 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
                          const std::map<std::string, std::string>& extra, const std::string& base_model,
                          Comm* world) {
   opt.finish();  // an update beside the next step (--offload params) done: the weights and moments are final
+  const auto t0 = std::chrono::steady_clock::now();
   const bool sharded = !opt.exp_avg_shard().empty();  // AdamW's moments split between the ranks
   const bool zero3 = model.sharded();                   // the masters and moments both (--zero 3)
   OOMB_CHECK(!(sharded || zero3) || world, "checkpoint: sharded weights or moments need their ranks to gather them");
@@ -222,6 +223,7 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
     OOMB_CHECK(e.is_regular_file(), "{}: {} is not a regular file", out.staging().string(), e.path().string());
     state.files[e.path().filename().string()] = int64_t(e.file_size());
   }
+  state.write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_file_atomic(out.staging() / kCheckpointStateFile, state_to_json(state).dump(2) + "\n");
   test_delay();
   out.commit([](const std::string&) { return true; });  // a checkpoint of the same step is replaced whole

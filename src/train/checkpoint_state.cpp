@@ -97,7 +97,8 @@ json state_to_json(const CheckpointState& s) {
           {"model", s.model},
           {"data", {{"path", s.data.path}, {"tokens", s.data.tokens}, {"fingerprint", s.data.fingerprint}}},
           {"flags", s.flags},
-          {"files", files}};
+          {"files", files},
+          {"write_s", s.write_s}};
 }
 
 CheckpointState state_from_json(const json& j, const std::string& where) {
@@ -146,6 +147,12 @@ CheckpointState state_from_json(const json& j, const std::string& where) {
                    v.get<int64_t>() >= 0,
                "{}: files: the size of '{}' must be a whole number >= 0, got {}", where, name, v.dump());
     s.files[name] = v.get<int64_t>();
+  }
+  if (j.contains("write_s")) {  // (optional: checkpoints before it lack it)
+    const json& w = j["write_s"];
+    OOMB_CHECK(w.is_number() && std::isfinite(w.get<double>()) && w.get<double>() >= 0,
+               "{}: field 'write_s' must be a finite number >= 0, got {}", where, w.dump());
+    s.write_s = w.get<double>();
   }
   return s;
 }

@@ -48,6 +48,7 @@ struct CheckpointState {
   DataIdentity data;
   nlohmann::json flags = nlohmann::json::object();  // "--flag": number, string or boolean
   std::map<std::string, int64_t> files;             // every other file of the checkpoint: bytes
+  double write_s = 0;  // seconds its files took to write (--time-limit's forecast; absent in older ones: 0)
 };
 
 nlohmann::json state_to_json(const CheckpointState& s);
