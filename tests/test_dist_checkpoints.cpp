@@ -283,3 +283,27 @@ TEST(Dist, CheckpointsUnderZeroThree) {
     EXPECT_GT(moved, 1e-4) << resumed;
   }
 }
+
+// --time-limit and --save-best on two ranks with --zero 3 (the best model's shards gathered by every
+// rank): rank 0 decides both for every rank, so a run stopped after each step and resumed ends with
+// the best model and record of the uninterrupted run, and no rank waits alone.
+TEST(Dist, TimeLimitAndSaveBestDecideAlikeOnEveryRank) {
+  NEED_MPI();
+  const auto dir = temp_dir("dist_limit");
+  const std::string d = dir.string(), oomb = (binary_dir() / "oomb").string();
+  ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
+  const std::string run = fmt::format("{0} train --model {1}/m --data {1}/tokens.bin --seq-len 128 --chunk-size 64 "
+                                      "--steps 4 --lr 0.01 --device sim --dp 2 --zero 3 --eval-data {1}/tokens.bin "
+                                      "--eval-windows 2 --eval-every 1", oomb, d);
+  CmdResult whole = mpirun(2, run + fmt::format(" --save-best {}/whole", d));
+  ASSERT_EQ(whole.code, 0) << whole.out;
+  int runs = 0;
+  CmdResult cut;
+  do {
+    cut = mpirun(2, run + fmt::format(" --save-best {0}/cut --checkpoint-dir {0}/ck --resume auto --time-limit 0.001s", d));
+    ASSERT_TRUE(cut.code == 0 || cut.code == 75) << cut.out;
+  } while (cut.code == 75 && ++runs < 10);
+  EXPECT_EQ(runs, 3);  // (4 steps, one a run)
+  EXPECT_EQ(read_text(dir / "cut/oomb_best.json"), read_text(dir / "whole/oomb_best.json"));
+  EXPECT_EQ(read_text(dir / "cut/model.safetensors"), read_text(dir / "whole/model.safetensors"));
+}

@@ -200,6 +200,7 @@ TrainHooks RunCheckpoints::hooks(Model& model) {
 fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt) {
   const int64_t dp = dist_ ? dist_->options().dp : 1;
   Comm* world = dist_ && dist_->size() > 1 ? &dist_->world() : nullptr;
+  wrote_any_ = true;  // (every rank: --time-limit's measuring write is decided alike on every rank)
   if (!leader()) {  // rank 0 writes (the ranks hold the same weights); --zero 1, 2: the others send their moments
     CheckpointState st;
     st.step = done;
@@ -217,7 +218,6 @@ fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt)
   const fs::path p = save_checkpoint(f_.dir, st, model, opt, extra, base_model_, world);
   prune_checkpoints(f_.dir, done, f_.keep_last);
   last_write_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  wrote_any_ = true;
   log_ << fmt::format("checkpoint {} written ({:.2f} s)", p.string(), last_write_s_) << std::endl;
   return p;
 }

@@ -258,8 +258,10 @@ void add_save_best(const TrainArgs& a, int64_t eval_windows, int64_t start_step,
     std::ifstream in(record);
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     OOMB_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer() && j.contains("eval_loss") &&
-                   j["eval_loss"].is_number(),
-               "--save-best: {} is not oomb's record of a best model (step, eval_loss); remove it or choose another "
+                   j["eval_loss"].is_number() && (!j.contains("eval_data") || j["eval_data"].is_string()) &&
+                   (!j.contains("eval_windows") || j["eval_windows"].is_number_integer()),
+               "--save-best: {} is not oomb's record of a best model (step, eval_loss, eval_data, eval_windows); "
+               "remove it or choose another "
                "directory", record.string());
     const bool same_windows = j.value("eval_data", eval_data) == eval_data &&
                               j.value("eval_windows", eval_windows) == eval_windows;
