@@ -173,7 +173,7 @@ TrainHooks RunCheckpoints::hooks(Model& model) {
     if (f_.save_every > 0 && done % f_.save_every == 0) written = write(done, model, opt);
     // --time-limit: how long a checkpoint takes is measured by writing one after the first step where nothing
     // says (a fresh run; a resumed one takes its checkpoint's time), so that the stop leaves time for its own
-    if (f_.time_limit_s > 0 && written.empty() && !wrote_any_ && last_write_s_ == 0 && done < now_.total_steps)
+    if (f_.time_limit_s > 0 && !wrote_any_ && last_write_s_ == 0 && done < now_.total_steps)
       written = write(done, model, opt);
     int sig = signals_ ? signals_->pending() : 0;
     // --time-limit: rank 0's clock decides (0.5: below any signal's number)

@@ -30,6 +30,7 @@
 #include "train/trainer.h"
 #include "cli/prompt_fields.h"
 #include "cli/rope_flags.h"
+#include "cli/save_best.h"
 
 namespace oomb::cli {
 
@@ -244,56 +245,6 @@ void with_host_params(Model& model, const std::function<void(Params&)>& fn, bool
   if (writes) model.upload_params(host);
 }
 
-// --save-best DIR: after each step whose held-out loss (last.evaluated) is the lowest so far, the update
-// finished, save(DIR, {oomb_best.json}) before the step's checkpoint. Rank 0 decides for every rank (the
-// save may gather shards). A resumed run starts from DIR's oomb_best.json where it is of a step its
-// checkpoint has done (the run up to there is the same) and of the same held-out windows.
-void add_save_best(const TrainArgs& a, int64_t eval_windows, int64_t start_step, Dist& dist, const StepStats& last,
-                   TrainHooks& hooks, const std::function<void(const std::string&, const ExtraFiles&)>& save) {
-  namespace fs = std::filesystem;
-  auto best = std::make_shared<double>(std::numeric_limits<double>::infinity());
-  const std::string dir = a.save_best, eval_data = a.eval_data;
-  const fs::path record = fs::path(dir) / "oomb_best.json";
-  if (dist.leader() && start_step > 0 && fs::exists(record)) {
-    std::ifstream in(record);
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    OOMB_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer() && j.contains("eval_loss") &&
-                   j["eval_loss"].is_number() && (!j.contains("eval_data") || j["eval_data"].is_string()) &&
-                   (!j.contains("eval_windows") || j["eval_windows"].is_number_integer()),
-               "--save-best: {} is not oomb's record of a best model (step, eval_loss, eval_data, eval_windows); "
-               "remove it or choose another "
-               "directory", record.string());
-    const bool same_windows = j.value("eval_data", eval_data) == eval_data &&
-                              j.value("eval_windows", eval_windows) == eval_windows;
-    if (j["step"].get<int64_t>() <= start_step && same_windows) {
-      *best = j["eval_loss"].get<double>();
-    } else {
-      std::cout << fmt::format("--save-best: {} is {}; the best is looked for afresh", record.string(),
-                               same_windows ? fmt::format("of step {}, after the checkpoint resumed from",
-                                                          j["step"].get<int64_t>())
-                                            : std::string("of other held-out windows"))
-                << std::endl;
-    }
-  }
-  const auto inner = hooks.after_step;
-  hooks.after_step = [=, &dist, &last](int64_t done, Optimizer& opt) {
-    double better = dist.leader() && last.evaluated && last.eval_loss < *best ? 1.0 : 0.0;
-    if (dist.size() > 1) dist.world().all_reduce_max(&better, 1);
-    if (better > 0) {
-      opt.finish();  // (an update beside the next step: done)
-      *best = last.eval_loss;
-      const nlohmann::json j = {{"step", done},           {"eval_loss", last.eval_loss},
-                                {"eval_targets", last.eval_targets}, {"eval_data", eval_data},
-                                {"eval_windows", eval_windows}};
-      save(dir, {{"oomb_best.json", j.dump(2) + "\n"}});
-      std::cout << fmt::format("the lowest held-out loss so far ({:.4f}, after step {}): saved {}", last.eval_loss,
-                               done, dir)
-                << std::endl;
-    }
-    return inner ? inner(done, opt) : false;
-  };
-}
-
 // Every flag that changes the math, resolved, as a checkpoint records it: a resumed run must match
 // each. (--offload and --offload-group give the same bits; the flags that only decide which tokens
 // are read, such as --data-format or --tokenizer, are covered by the data's fingerprint.)
@@ -334,11 +285,7 @@ nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const Chunk
   if (o.optim.schedule != "cosine") f["--lr-schedule"] = o.optim.schedule;
   if (o.optim.min_lr_ratio != 0.1f && o.optim.schedule != "constant")  // (constant: no floor)
     f["--min-lr-ratio"] = flag_value(o.optim.min_lr_ratio);
-  if (o.optim.schedule == "wsd") {
-    OptimConfig c = o.optim;
-    c.total_steps = o.steps;
-    f["--decay-steps"] = wsd_decay_steps(c);
-  }
+  if (o.optim.schedule == "wsd") f["--decay-steps"] = wsd_decay_steps(o.optim);
   return f;
 }
 
@@ -578,7 +525,8 @@ Command add_train(CLI::App& app) {
             o.tensorboard_dir = a->tensorboard;
             o.seed = a->seed;
             o.optim.grad_clip = a->given("--grad-clip") ? a->grad_clip : (o.optim.kind == "sgd" ? 0.0f : 1.0f);
-            check_schedule([&] { OptimConfig c = o.optim; c.total_steps = o.steps; return c; }());
+            o.optim.total_steps = o.steps;
+            check_schedule(o.optim);
             a->seq_len = o.seq_len;
             ChunkPlan plan = chunk_plan(*a, cfg, a->doc_mask ? eos : -1);
             OOMB_CHECK(!a->given("--update-threads") || plan.offload_params,
@@ -685,7 +633,8 @@ Command add_train(CLI::App& app) {
             };
             TrainHooks hooks = ckpt.hooks(model);
             StepStats last;  // the step just done (its held-out loss), for --save-best
-            if (!a->save_best.empty()) add_save_best(*a, o.eval_windows, ckpt.start_step(), dist, last, hooks, save_to);
+            if (!a->save_best.empty())
+              add_save_best(a->save_best, a->eval_data, o.eval_windows, ckpt.start_step(), dist, last, hooks, save_to);
             train(model, *data, o, std::cout, [&](const StepStats& s) { last = s; }, hooks);
             // stopped by SIGINT/SIGTERM (128 + the signal) or --time-limit (75), a checkpoint written
             if (const int status = ckpt.finish()) return status;
