@@ -60,6 +60,38 @@ TEST(CheckpointState, WriteTimeIsOptional) {
   }
 }
 
+// A mix of data (--data given more than once) records each source's position instead of one
+// epoch and offset; the list is checked as the rest is.
+TEST(CheckpointState, AMixRecordsEachSourcesPosition) {
+  CheckpointState s = sample();
+  s.sources = {{"long.bin", 9, 0, 576}, {"short.bin", 3, 2, 64}};
+  const json j = state_to_json(s);
+  EXPECT_FALSE(j.contains("epoch"));
+  EXPECT_FALSE(j.contains("epoch_position"));
+  const CheckpointState t = parse_checkpoint_state(j.dump(), "x");
+  ASSERT_EQ(t.sources.size(), 2u);
+  EXPECT_EQ(t.sources[1].path, "short.bin");
+  EXPECT_EQ(t.sources[1].windows, 3);
+  EXPECT_EQ(t.sources[1].epoch, 2);
+  EXPECT_EQ(t.sources[1].epoch_position, 64);
+  EXPECT_EQ(state_to_json(t), j);
+  json bad = j;
+  bad["sources"] = json::array({j["sources"][0]});
+  EXPECT_THAT(parse_error(bad), HasSubstr("field 'sources' must be a list of two sources or more"));
+  bad = j;
+  bad["sources"][1].erase("windows");
+  EXPECT_THAT(parse_error(bad), HasSubstr("(sources[1]): field 'windows' is missing"));
+  bad = j;
+  bad["sources"][0]["epoch_position"] = -1;
+  EXPECT_THAT(parse_error(bad), HasSubstr("(sources[0]): field 'epoch_position' must be 0 or more"));
+  bad = j;
+  bad["sources"][0] = 5;
+  EXPECT_THAT(parse_error(bad), HasSubstr("(sources[0]): not an object"));
+  bad = j;
+  bad.erase("sources");  // (one source: its epoch and offset are required)
+  EXPECT_THAT(parse_error(bad), HasSubstr("'epoch'"));
+}
+
 TEST(CheckpointState, BadJsonNamesTheFile) {
   const std::string e = error_of([] { parse_checkpoint_state("{\"format\": \"oomb-checkpoint\", ", "ck/s/state.json"); });
   EXPECT_THAT(e, HasSubstr("ck/s/state.json: not valid JSON"));

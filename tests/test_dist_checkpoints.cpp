@@ -13,6 +13,7 @@
 
 #include "dist/mpirun_util.h"
 #include "hf/checkpoint.h"
+#include "metrics_plan.h"
 #include "hf/config.h"
 #include "model/params.h"
 #include "test_util.h"
@@ -306,4 +307,39 @@ TEST(Dist, TimeLimitAndSaveBestDecideAlikeOnEveryRank) {
   EXPECT_EQ(runs, 3);  // (4 steps, one a run)
   EXPECT_EQ(read_text(dir / "cut/oomb_best.json"), read_text(dir / "whole/oomb_best.json"));
   EXPECT_EQ(read_text(dir / "cut/model.safetensors"), read_text(dir / "whole/model.safetensors"));
+}
+
+// A mix of data (--data twice, 3:1) on two ranks: each step's windows are the single rank's (--dp 2
+// --grad-accum 2 against --grad-accum 4), so each source's windows and targets in --metrics are the
+// same and its first step's loss (the same weights) equal within the sums' order; --zero 1, resumed
+// from step 2 on two ranks, ends bit for bit where the uninterrupted run did.
+TEST(Dist, AMixOfDataSharesItsWindowsAcrossRanks) {
+  NEED_MPI();
+  const auto dir = temp_dir("dist_mix");
+  const std::string d = dir.string(), oomb = (binary_dir() / "oomb").string();
+  ASSERT_TRUE(tiny_model_and_tokens(oomb, dir));
+  write_tokens(dir / "short.bin", 1500, 120, 6);
+  const std::string run = fmt::format("{0} train --model {1}/m --data {1}/tokens.bin --data {1}/short.bin "
+                                      "--data-weights 3,1 --seq-len 128 --chunk-size 64 --steps 4 --lr 0.01 --shuffle "
+                                      "--eos-id 3", oomb, d);
+  CmdResult one = run_cmd_in(dir, fmt::format("OMP_NUM_THREADS=1 {} --grad-accum 4 --metrics {}/one.jsonl", run, d));
+  ASSERT_EQ(one.code, 0) << one.out;
+  CmdResult two = mpirun(2, run + fmt::format(" --dp 2 --grad-accum 2 --zero 1 --metrics {0}/two.jsonl --checkpoint-dir "
+                                              "{0}/ck --save-every 2", d));
+  ASSERT_EQ(two.code, 0) << two.out;
+  const std::vector<nlohmann::json> a = metrics_lines(dir / "one.jsonl"), b = metrics_lines(dir / "two.jsonl");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t k = 0; k < 4; ++k)
+    for (size_t s = 0; s < 2; ++s) {
+      EXPECT_EQ(b[k]["sources"][s]["windows"], a[k]["sources"][s]["windows"]) << "step " << k;
+      EXPECT_EQ(b[k]["sources"][s]["targets"], a[k]["sources"][s]["targets"]) << "step " << k;
+    }
+  EXPECT_EQ(a[0]["sources"][0]["windows"], 3);
+  for (size_t s = 0; s < 2; ++s)
+    EXPECT_NEAR(b[0]["sources"][s]["loss"].get<double>(), a[0]["sources"][s]["loss"].get<double>(), 1e-12);
+  CmdResult resumed = mpirun(2, run + fmt::format(" --dp 2 --grad-accum 2 --zero 1 --checkpoint-dir {0}/ck2 --save-every 2 --resume "
+                                                  "{0}/ck/step-000002", d));
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_EQ(read_text(dir / "ck2/step-000004/model.safetensors"), read_text(dir / "ck/step-000004/model.safetensors"));
 }

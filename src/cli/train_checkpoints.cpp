@@ -211,7 +211,7 @@ fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt)
   st.weights_dtype = weights_dtype();
   st.step = done;
   st.windows = done * accum_ * dp;
-  std::tie(st.epoch, st.epoch_position) = position_(st.windows);
+  position_(st.windows, st);
   st.next_lr = double(lr_at(optim_, done));
   std::map<std::string, std::string> extra;
   if (!f_.config_toml.empty()) extra["config.toml"] = f_.config_toml;

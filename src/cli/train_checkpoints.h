@@ -41,8 +41,9 @@ class RunCheckpoints {
   // weights_dtype). Resolves --resume (auto: the newest complete checkpoint in --checkpoint-dir, or
   // none: a fresh start) and refuses a checkpoint of another run, naming the difference. `optim` is
   // the run's optimizer configuration (for the schedule's check), N and grad_accum its window shape,
-  // position(w) where window w starts in the data: its epoch and stream offset (state.json's).
-  using DataPosition = std::function<std::pair<int64_t, int64_t>(int64_t window)>;
+  // position(w, state) where window w starts in the data: its epoch and stream offset, or a mix's
+  // sources' (state.json's epoch, epoch_position, sources).
+  using DataPosition = std::function<void(int64_t window, CheckpointState& state)>;
   RunCheckpoints(const CheckpointFlags& f, CheckpointState now, const OptimConfig& optim, int64_t N,
                  int64_t grad_accum, DataPosition position, std::ostream& log);
   ~RunCheckpoints();

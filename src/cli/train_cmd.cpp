@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_device.h"
 #endif
 #include "data/eos.h"
+#include "cli/train_data.h"
 #include "data/open_data.h"
 #include "data/repeat_task.h"
 #include "hf/checkpoint.h"
@@ -38,9 +39,12 @@ namespace {
 
 struct TrainArgs {
   // precision: "" until the run resolves it for its device (default_precision)
-  std::string model, data, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "auto", precision;
+  std::vector<std::string> data;  // one source, or a mix (cli/train_data.h)
+  std::vector<std::string> data_weights;  // (joined by commas: "0.7,0.3", or a --config file's [0.7, 0.3])
+  std::string model, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "auto", precision;
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
-  std::string tensorboard, sweep = "chunk", eval_data, packing = "wrapped", save_best;
+  std::string tensorboard, sweep = "chunk", packing = "wrapped", save_best;
+  std::vector<std::string> eval_data;  // one held-out set, or several
   int64_t eos_id = -1, offload_group = 0, device_memory = 0, eval_every = 0, eval_windows = 0;
   double peak_tflops = 0;
   bool shuffle = false, doc_mask = false, split_special = false, force = false, keep_attention = false;
@@ -190,48 +194,31 @@ int32_t eos_of(const TrainArgs& a, const ModelConfig& cfg) {
   return resolve_eos(a.model, cfg.vocab).id;
 }
 
-// --data, or with held_out --eval-data (in order: no --shuffle), read as --data is.
-std::unique_ptr<PackedTokens> open_data(const TrainArgs& a, const ModelConfig& cfg, int32_t eos, bool held_out = false) {
+// How --data, or a held-out set (--eval-data: in order, no --shuffle), is read.
+DataOptions data_options(const TrainArgs& a, int32_t eos, const std::string& held_out = "") {
   DataOptions d;
   d.format = a.data_format;
   d.corpus.text_field = a.text_field;
   apply_prompt_fields(a.prompt_fields, d.corpus);
   // (held-out token files: their masks beside them, or none; the fields are the text's)
-  if (held_out && is_token_data(a.eval_data, a.data_format)) d.corpus.prompt_field = d.corpus.completion_field = "";
+  if (!held_out.empty() && is_token_data(held_out, a.data_format))
+    d.corpus.prompt_field = d.corpus.completion_field = "";
   d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);
   d.tokenizer = tokenizer_path(a);
   d.split_special = a.split_special;
-  d.packing = {eos, a.shuffle && !held_out, a.seed, a.doc_mask, a.packing == "whole"};
+  d.packing = {eos, a.shuffle && held_out.empty(), a.seed, a.doc_mask, a.packing == "whole"};
   d.log = &std::cout;
-  return open_training_data(held_out ? a.eval_data : a.data, cfg.vocab, d);
-}
-
-// --eval-windows, or every whole window of the held-out data (at least one), a multiple of --dp.
-int64_t eval_windows(const TrainArgs& a, int64_t N, PackedTokens& held_out) {
-  if (a.eval_windows > 0) return a.eval_windows;
-  const int64_t dp = std::max<int64_t>(1, a.dist.dp), whole = held_out.windows_per_epoch(N);
-  return std::max(dp, whole / dp * dp);
+  return d;
 }
 
 // Refuses outputs that would overwrite an input, before anything is opened for writing.
 void check_paths(const TrainArgs& a) {
+  std::vector<NamedPath> inputs = {{"--model", a.model}, {"--tokenizer", a.tokenizer}};
+  for (const std::string& d : a.data) inputs.push_back({"--data", d, true});
+  for (const std::string& d : a.eval_data) inputs.push_back({"--eval-data", d, true});
   refuse_aliasing({{"--out", a.out, true}, {"--metrics", a.metrics}, {"--checkpoint-dir", a.ckpt.dir, true},
                    {"--tensorboard", a.tensorboard, true}, {"--save-best", a.save_best, true}},
-                  {{"--model", a.model}, {"--data", a.data, true}, {"--eval-data", a.eval_data, true},
-                   {"--tokenizer", a.tokenizer}});
-}
-
-// Says so when one sequence is longer than the data: windows then wrap around within a sequence.
-void note_wrapping(int64_t N, PackedTokens& data) {
-  if (data.whole()) {
-    std::cout << data.whole_summary(N) << std::endl;
-    return;
-  }
-  if (N + 1 <= data.stream_size()) return;
-  std::cout << fmt::format("note: --seq-len {} is longer than the data ({} tokens): every sequence wraps around and "
-                           "repeats the data {:.1f} times",
-                           N, data.stream_size(), double(N + 1) / double(data.stream_size()))
-            << std::endl;
+                  inputs);
 }
 
 // Runs fn on the model's parameters in host memory: the masters themselves on the CPU and with
@@ -248,7 +235,8 @@ void with_host_params(Model& model, const std::function<void(Params&)>& fn, bool
 // Every flag that changes the math, resolved, as a checkpoint records it: a resumed run must match
 // each. (--offload and --offload-group give the same bits; the flags that only decide which tokens
 // are read, such as --data-format or --tokenizer, are covered by the data's fingerprint.)
-nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const ChunkPlan& plan, int32_t eos) {
+nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const ChunkPlan& plan, int32_t eos,
+                          const TrainData& data) {
   nlohmann::json f = {{"--seq-len", o.seq_len},
           {"--grad-accum", o.grad_accum},
           {"--optimizer", o.optim.kind},
@@ -286,17 +274,18 @@ nlohmann::json math_flags(const TrainArgs& a, const TrainOptions& o, const Chunk
   if (o.optim.min_lr_ratio != 0.1f && o.optim.schedule != "constant")  // (constant: no floor)
     f["--min-lr-ratio"] = flag_value(o.optim.min_lr_ratio);
   if (o.optim.schedule == "wsd") f["--decay-steps"] = wsd_decay_steps(o.optim);
+  if (data.mix) f["--data-weights"] = data.weights_flag();  // (the mix's shares; one source: none)
   return f;
 }
 
 // This run as a checkpoint at step 0 describes it (train/checkpoint_state.h).
 CheckpointState run_state(const TrainArgs& a, const TrainOptions& o, const ChunkPlan& plan, int32_t eos,
-                          const ModelConfig& cfg, const PackedTokens& data) {
+                          const ModelConfig& cfg, const TrainData& data) {
   CheckpointState s;
   s.total_steps = o.steps;
   s.model = config_to_json(cfg);
-  s.data = {a.data, data.store().size(), data_fingerprint(data.store(), data.mask())};
-  s.flags = math_flags(a, o, plan, eos);
+  s.data = data.identity(a.data);
+  s.flags = math_flags(a, o, plan, eos, data);
   return s;
 }
 
@@ -328,6 +317,8 @@ int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
   OOMB_CHECK(!a.ckpt.any(), "--checkpoint-dir, --save-every, --keep-last and --resume need --model and --data (the "
              "built-in demo does not checkpoint)");
   OOMB_CHECK(a.eval_data.empty(), "--eval-data needs --model and --data (the built-in demo scores its own task)");
+  OOMB_CHECK(a.data_weights.empty(), "--data-weights needs --model and two --data sources or more (the built-in demo "
+             "trains on its own task)");
   OOMB_CHECK(a.prompt_fields.prompt.empty() && a.prompt_fields.completion.empty() && a.packing == "wrapped",
              "--prompt-field, --completion-field and --packing need --model and --data (the built-in demo makes its "
              "own task)");
@@ -397,7 +388,11 @@ Command add_train(CLI::App& app) {
   CLI::App* c = app.add_subcommand("train", "Train a model (with no --model and --data: the built-in demo)");
   c->add_option("--model", a->model, "Hugging Face model directory (config.json + safetensors)");
   c->add_option("--data", a->data, "Token file (.bin: raw uint32 or llm.c shard), directory of shards, or text "
-                 "(.txt, .jsonl, or a directory of them; tokenized at start)");
+                 "(.txt, .jsonl, or a directory of them; tokenized at start). Given more than once: a mix, each "
+                 "window one source's (--data-weights)")->allow_extra_args(false);
+  c->add_option("--data-weights", a->data_weights, "With --data given more than once: each source's share of the "
+                "windows, comma-separated in --data's order (e.g. 0.7,0.3; numbers > 0, over their sum), each window "
+                "taken from the source furthest behind its share (default: each source's share of the tokens)");
   c->add_option("--data-format", a->data_format, "auto, u32, u16 (nanoGPT), llmc, text or jsonl")
       ->check(CLI::IsMember({"auto", "u32", "u16", "llmc", "text", "jsonl"}))->capture_default_str();
   c->add_option("--tokenizer", a->tokenizer, "Text data: tokenizer.json or a directory with one (default: --model's)");
@@ -469,11 +464,13 @@ Command add_train(CLI::App& app) {
   c->add_option("--metrics", a->metrics, "Write one JSON line of metrics per step to this file");
   CLI::Option* eval_data = c->add_option("--eval-data", a->eval_data, "Held-out data (read as --data is, in order): "
                                          "its loss after every --eval-every steps and the last, in the progress "
-                                         "line, --metrics (eval) and --tensorboard (eval/)");
+                                         "line, --metrics (eval) and --tensorboard (eval/). Given more than once: "
+                                         "each set scored, and the loss over every set's targets")
+                                 ->allow_extra_args(false);
   c->add_option("--eval-every", a->eval_every, "With --eval-data: evaluate every K steps (default: after the last "
                 "only)")->check(count())->needs(eval_data);
   c->add_option("--eval-windows", a->eval_windows, "With --eval-data: windows of --seq-len tokens scored each time, "
-                "from its start (default: every whole window of it; a multiple of --dp)")->check(count())
+                "from its start (default: every whole window of it; a multiple of --dp); of each set")->check(count())
       ->needs(eval_data);
   c->add_option("--save-best", a->save_best, "With --eval-data: save the model (as --out does) here whenever the "
                 "held-out loss is the lowest so far, with oomb_best.json (the step and loss)")->needs(eval_data);
@@ -535,30 +532,24 @@ Command add_train(CLI::App& app) {
             const std::string sweep = resolve_sweep(*a, cfg, plan, *be);
             check_memory_fits(*a, cfg, plan, *be);
             const std::string keep_hint = keep_attention_hint(*a, cfg, plan, *be);  // (before the model takes memory)
-            auto data = open_data(*a, cfg, eos);
-            note_wrapping(o.seq_len, *data);
-            std::unique_ptr<PackedTokens> held_out;
+            TrainData data = open_train_data(a->data, fmt::format("{}", fmt::join(a->data_weights, ",")), cfg.vocab,
+                                             data_options(*a, eos));
+            data.notes(o.seq_len, o.steps * o.grad_accum * std::max<int64_t>(1, a->dist.dp), std::cout);
+            HeldOut held_out;
             if (!a->eval_data.empty()) {
-              held_out = open_data(*a, cfg, eos, true);
-              o.eval_data = held_out.get();
+              held_out = open_held_out(
+                  a->eval_data, [&](const std::string& p) { return data_options(*a, eos, p); }, cfg.vocab, o.seq_len,
+                  a->eval_windows, std::max<int64_t>(1, a->dist.dp), plan.doc_sep,
+                  a->eval_every > 0 ? fmt::format("every {} steps and after the last", a->eval_every)
+                                    : std::string("after the last step"),
+                  std::cout);
+              o.eval_data = held_out.source();
               o.eval_every = a->eval_every;
-              o.eval_windows = eval_windows(*a, o.seq_len, *held_out);
-              check_eval_windows(o.eval_windows, std::max<int64_t>(1, a->dist.dp));  // (before the model is built)
-              check_eval_targets(*held_out, o.eval_windows, o.seq_len, plan.doc_sep);
-              std::cout << fmt::format("held-out loss: {}, {} windows of {} tokens, {}", held_out->describe(),
-                                       o.eval_windows, o.seq_len,
-                                       o.eval_every > 0 ? fmt::format("every {} steps and after the last", o.eval_every)
-                                                        : std::string("after the last step"))
-                        << (o.eval_windows > held_out->windows_per_epoch(o.seq_len) ||
-                                        (!held_out->whole() && o.eval_windows * o.seq_len + 1 > held_out->stream_size())
-                                ? fmt::format(" (more than its {} tokens hold: windows wrap around)",
-                                              held_out->stream_size())
-                                : "")
-                        << std::endl;
+              o.eval_windows = held_out.windows;
             }
-            RunCheckpoints ckpt(a->ckpt, a->ckpt.any() ? run_state(*a, o, plan, eos, cfg, *data) : CheckpointState{},
+            RunCheckpoints ckpt(a->ckpt, a->ckpt.any() ? run_state(*a, o, plan, eos, cfg, data) : CheckpointState{},
                                 o.optim, o.seq_len, o.grad_accum,
-                                [&](int64_t w) { return data->position_of(w, o.seq_len); }, std::cout);
+                                [&](int64_t w, CheckpointState& st) { data.position(w, o.seq_len, st); }, std::cout);
             ckpt.set_dist(&dist);
             Model model(cfg, *be, plan, &dist.tensor_sp(), &dist.world());
             o.dist = &dist;
@@ -596,7 +587,7 @@ Command add_train(CLI::App& app) {
             std::cout << fmt::format("oomb train: {} ({}, {} parameters, {}) on {}, {} tokens per step, {} steps; "
                                      "--device {}, --precision {}",
                                      a->model, cfg.architecture, param_count(cfg), dtype_name(dtype),
-                                     data->describe(), o.seq_len * o.grad_accum, o.steps, a->device, a->precision)
+                                     data.describe(), o.seq_len * o.grad_accum, o.steps, a->device, a->precision)
                       << (a->doc_mask ? fmt::format("; attention within documents ended by token {}", eos) : "")
                       << std::endl;
             if (a->device == "cuda") std::cout << cuda_attention_summary(plan.precision == DType::BF16) << std::endl;
@@ -634,8 +625,8 @@ Command add_train(CLI::App& app) {
             TrainHooks hooks = ckpt.hooks(model);
             StepStats last;  // the step just done (its held-out loss), for --save-best
             if (!a->save_best.empty())
-              add_save_best(a->save_best, a->eval_data, o.eval_windows, ckpt.start_step(), dist, last, hooks, save_to);
-            train(model, *data, o, std::cout, [&](const StepStats& s) { last = s; }, hooks);
+              add_save_best(a->save_best, fmt::format("{}", fmt::join(a->eval_data, " + ")), o.eval_windows, ckpt.start_step(), dist, last, hooks, save_to);
+            train(model, data.source(), o, std::cout, [&](const StepStats& s) { last = s; }, hooks);
             // stopped by SIGINT/SIGTERM (128 + the signal) or --time-limit (75), a checkpoint written
             if (const int status = ckpt.finish()) return status;
             if (!a->out.empty()) {

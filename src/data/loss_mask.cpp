@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "core/fnv.h"
 #include "data/token_store.h"
 
 namespace oomb {
@@ -29,19 +30,6 @@ void LossMask::get(int64_t begin, int64_t n, uint8_t* out) const {
     out[i] = uint8_t((w[size_t(j >> 6)] >> (j & 63)) & 1);
   }
 }
-
-namespace {
-struct Fnv {  // FNV-1a 64 over little-endian words
-  uint64_t h = 0xcbf29ce484222325ull;
-  void mix(uint64_t v) {
-    for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 0x100000001b3ull;
-  }
-  void mix(const std::string& s) {
-    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  }
-  std::string hex() const { return fmt::format("{:016x}", h); }
-};
-}  // namespace
 
 std::string LossMask::fingerprint() const {
   Fnv f;

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace oomb {
 
@@ -20,6 +21,10 @@ class TokenSource {
   // step's). By default read and counted.
   virtual int64_t targets_in(int64_t w, int64_t N, int32_t sep = -1);
   virtual std::string describe() const = 0;
+  // A mix of sources (data/mixed_tokens.h): their names, and the one window w is read from; a
+  // single source has no names and every window is its 0.
+  virtual std::vector<std::string> source_names() const { return {}; }
+  virtual int source_of(int64_t /*w*/) { return 0; }
 };
 
 }  // namespace oomb

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/fnv.h"
 
 namespace oomb {
 
@@ -231,10 +232,8 @@ std::string ConcatTokens::describe() const {
 }
 
 std::string token_fingerprint(const TokenStore& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  auto mix = [&h](uint64_t x, int bytes) {
-    for (int i = 0; i < bytes; ++i, x >>= 8) h = (h ^ (x & 0xff)) * 0x100000001b3ull;
-  };
+  Fnv f;
+  auto mix = [&f](uint64_t x, int bytes) { f.mix(x, bytes); };
   const int64_t n = s.size(), block = 4096, blocks = 256;
   mix(uint64_t(n), 8);
   std::vector<uint32_t> buf(static_cast<size_t>(block));
@@ -247,7 +246,7 @@ std::string token_fingerprint(const TokenStore& s) {
   } else {
     for (int64_t b = 0; b < blocks; ++b) hash_range((n - block) / (blocks - 1) * b, block);
   }
-  return fmt::format("{:016x}", h);
+  return f.hex();
 }
 
 }  // namespace oomb

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/backend.h"
+#include "core/fnv.h"
 
 namespace oomb {
 
@@ -155,10 +156,8 @@ std::string first_nonfinite(const Params& p, Backend& be) {
 
 std::string params_fingerprint(const Params& host) {
   OOMB_CHECK(host.flat().tier != Tier::Device, "params_fingerprint: host parameters");
-  uint64_t h = 0xcbf29ce484222325ull;
-  auto mix = [&h](uint64_t x, int bytes) {
-    for (int i = 0; i < bytes; ++i, x >>= 8) h = (h ^ (x & 0xff)) * 0x100000001b3ull;
-  };
+  Fnv f;
+  auto mix = [&f](uint64_t x, int bytes) { f.mix(x, bytes); };
   // value i of the fp32 flat order: the buffer's, or a mixed layout's tensor's, widened (a frozen
   // bf16 base of a bf16 checkpoint has the fingerprint of its fp32 masters)
   std::vector<int64_t> starts;  // mixed: each spec's first index in that order
@@ -185,7 +184,7 @@ std::string params_fingerprint(const Params& host) {
   } else {
     for (int64_t b = 0; b < blocks; ++b) range((n - block) / (blocks - 1) * b, block);
   }
-  return fmt::format("{:016x}", h);
+  return f.hex();
 }
 
 }  // namespace oomb

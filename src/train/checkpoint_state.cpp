@@ -84,14 +84,12 @@ double flag_value(float x) { return std::stod(fmt::format("{}", x)); }
 json state_to_json(const CheckpointState& s) {
   json files = json::object();
   for (const auto& [name, bytes] : s.files) files[name] = bytes;
-  return {{"format", kFormat},
+  json j = {{"format", kFormat},
           {"version", kCheckpointVersion},
           {"step", s.step},
           {"total_steps", s.total_steps},
           {"adam_step", s.adam_step},
           {"windows", s.windows},
-          {"epoch", s.epoch},
-          {"epoch_position", s.epoch_position},
           {"next_lr", s.next_lr},
           {"weights_dtype", s.weights_dtype},
           {"model", s.model},
@@ -99,6 +97,15 @@ json state_to_json(const CheckpointState& s) {
           {"flags", s.flags},
           {"files", files},
           {"write_s", s.write_s}};
+  if (s.sources.empty()) {
+    j["epoch"] = s.epoch, j["epoch_position"] = s.epoch_position;
+  } else {
+    j["sources"] = json::array();
+    for (const SourcePosition& p : s.sources)
+      j["sources"].push_back(
+          {{"path", p.path}, {"windows", p.windows}, {"epoch", p.epoch}, {"epoch_position", p.epoch_position}});
+  }
+  return j;
 }
 
 CheckpointState state_from_json(const json& j, const std::string& where) {
@@ -116,8 +123,20 @@ CheckpointState state_from_json(const json& j, const std::string& where) {
   s.adam_step = int_field(j, "adam_step", where);
   OOMB_CHECK(s.adam_step <= s.step, "{}: field 'adam_step' ({}) is beyond 'step' ({})", where, s.adam_step, s.step);
   s.windows = int_field(j, "windows", where);
-  s.epoch = int_field(j, "epoch", where);
-  s.epoch_position = int_field(j, "epoch_position", where);
+  if (j.contains("sources")) {  // a mix of data
+    const json& src = j["sources"];
+    OOMB_CHECK(src.is_array() && src.size() >= 2, "{}: field 'sources' must be a list of two sources or more, got {}",
+               where, src.dump());
+    for (size_t i = 0; i < src.size(); ++i) {
+      const std::string at = fmt::format("{} (sources[{}])", where, i);
+      OOMB_CHECK(src[i].is_object(), "{}: not an object", at);
+      s.sources.push_back({string_field(src[i], "path", at), int_field(src[i], "windows", at),
+                           int_field(src[i], "epoch", at), int_field(src[i], "epoch_position", at)});
+    }
+  } else {
+    s.epoch = int_field(j, "epoch", where);
+    s.epoch_position = int_field(j, "epoch_position", where);
+  }
   const json& lr = field(j, "next_lr", where);
   OOMB_CHECK(lr.is_number() && std::isfinite(lr.get<double>()) && lr.get<double>() >= 0,
              "{}: field 'next_lr' must be a finite number >= 0, got {}", where, lr.dump());

@@ -9,6 +9,9 @@
 //    "adam_step": 6,            AdamW's bias-correction count (steps skipped by --skip-nonfinite do not count)
 //    "windows": 12,             training windows consumed (step x --grad-accum)
 //    "epoch": 0, "epoch_position": 192,   where the next window starts in the data's stream
+//    "sources": [{"path": "...", "windows": 8, "epoch": 0, "epoch_position": 128}, ...],
+//                               a mix of data (--data given more than once) instead of the two above:
+//                               each source's windows consumed and where its next one starts
 //    "next_lr": 0.00085,        the schedule's lr at `step` (recomputed and compared on resume)
 //    "weights_dtype": "bf16",   the dtype --model was loaded in (--out saves in it)
 //    "model": {...},            config.json of the run's model as loaded
@@ -24,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace oomb {
 
@@ -36,12 +40,18 @@ struct DataIdentity {
   std::string fingerprint;  // 16 hex digits over the token count and sampled blocks of ids
 };
 
+struct SourcePosition {  // (informational: the window count restores the mix)
+  std::string path;
+  int64_t windows = 0, epoch = 0, epoch_position = 0;
+};
+
 struct CheckpointState {
   int64_t step = 0;
   int64_t total_steps = 1;
   int64_t adam_step = 0;
   int64_t windows = 0;
-  int64_t epoch = 0, epoch_position = 0;
+  int64_t epoch = 0, epoch_position = 0;  // (one source)
+  std::vector<SourcePosition> sources;    // a mix of data; empty: one source
   double next_lr = 0;
   std::string weights_dtype = "f32";  // f32 | bf16 | f16
   nlohmann::json model = nlohmann::json::object();

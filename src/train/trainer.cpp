@@ -3,6 +3,7 @@
 #include "train/flops.h"
 #include "train/metrics_lines.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <limits>
@@ -49,21 +50,39 @@ nlohmann::json memory_json() {
   return j;
 }
 
+// A source's figures from its sums: windows, targets, loss sum, correct (NaN loss without targets).
+static StepStats::Source source_stats(double windows, double targets, double loss_sum, double correct) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  return {int64_t(windows), int64_t(targets), targets > 0 ? loss_sum / targets : nan,
+          targets > 0 ? correct / targets : nan};
+}
+
 // The held-out loss of windows 0 .. o.eval_windows - 1 of o.eval_data (this dp rank's share, summed
-// over the dp group), into st: the loss, accuracy and targets, and the seconds it took.
+// over the dp group), into st: the loss, accuracy and targets (and each set's, with several), and
+// the seconds it took.
 static void evaluate_held_out(Model& model, const TrainOptions& o, Dist& dist, StepStats& st) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t dp = dist.options().dp, N = o.seq_len;
-  double sums[3] = {0, 0, 0};  // loss, targets, correct
+  const size_t S = o.eval_data->source_names().size();
+  std::vector<double> sums(3 + 4 * S, 0.0);  // loss, targets, correct; per set windows, targets, loss, correct
   for (int64_t w = dist.dp_rank(); w < o.eval_windows; w += dp) {
     const LossStats ls = model.evaluate(
         [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { o.eval_data->read(w, N, t0, n, ids, tg); }, N);
     sums[0] += ls.loss_sum, sums[1] += double(ls.targets), sums[2] += double(ls.correct);
+    if (S > 0) {
+      double* s = &sums[3 + 4 * size_t(o.eval_data->source_of(w))];
+      s[0] += 1, s[1] += double(ls.targets), s[2] += ls.loss_sum, s[3] += double(ls.correct);
+    }
   }
-  dist.dp().all_reduce_sum(sums, 3);  // (the sp ranks of a group already agree)
+  dist.dp().all_reduce_sum(sums.data(), sums.size());  // (the sp ranks of a group already agree)
   OOMB_CHECK(sums[1] > 0, "--eval-data: its windows gave no targets to score");
   st.evaluated = true;
   st.eval_loss = sums[0] / sums[1], st.eval_accuracy = sums[2] / sums[1], st.eval_targets = int64_t(sums[1]);
+  st.eval_sets.clear();
+  for (size_t s = 0; s < S; ++s) {
+    const double* b = &sums[3 + 4 * s];
+    st.eval_sets.push_back(source_stats(b[0], b[1], b[2], b[3]));
+  }
   st.eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -79,17 +98,46 @@ void check_eval_windows(int64_t windows, int64_t dp) {
              "windows)", windows, dp);
 }
 
+// A mix's sources as the step's figures name them: each file's name (with its place, "2:name",
+// where two share one).
+static std::vector<std::string> source_labels(const std::vector<std::string>& paths) {
+  std::vector<std::string> names;
+  for (const std::string& p : paths) {
+    std::string n = std::filesystem::path(p).filename().string();
+    names.push_back(n.empty() ? p : n);
+  }
+  std::vector<std::string> labels = names;
+  for (size_t i = 0; i < names.size(); ++i)
+    if (std::count(names.begin(), names.end(), names[i]) > 1) labels[i] = fmt::format("{}:{}", i, names[i]);
+  return labels;
+}
+
+// Each source's (or held-out set's) figures for --metrics: data, windows, targets, loss, accuracy.
+static nlohmann::json sources_json(const std::vector<std::string>& names, const std::vector<StepStats::Source>& v) {
+  nlohmann::json j = nlohmann::json::array();
+  for (size_t s = 0; s < v.size(); ++s)
+    j.push_back({{"data", names[s]}, {"windows", v[s].windows}, {"targets", v[s].targets}, {"loss", v[s].loss},
+                 {"accuracy", v[s].accuracy}});
+  return j;
+}
+
 // A step's scalars for TensorBoard: the --metrics figures, memory per tier in MiB.
-static std::vector<std::pair<std::string, float>> tensorboard_values(const StepStats& st, bool mfu) {
+static std::vector<std::pair<std::string, float>> tensorboard_values(const StepStats& st, bool mfu,
+                                                                     const std::vector<std::string>& sources,
+                                                                     const std::vector<std::string>& eval_sets) {
   std::vector<std::pair<std::string, float>> v = {
       {"train/loss", float(st.loss)},          {"train/accuracy", float(st.accuracy)},
       {"train/lr", st.lr},                     {"train/grad_norm", float(st.grad_norm)},
       {"perf/tokens_per_s", float(st.tokens_per_s)}, {"perf/tflops", float(st.tflops)}};
   if (mfu) v.emplace_back("perf/mfu", float(st.mfu));
+  for (size_t s = 0; s < st.sources.size(); ++s)  // (a source without a target in the step: no point)
+    if (st.sources[s].targets > 0) v.emplace_back("train/loss/" + sources[s], float(st.sources[s].loss));
   if (st.evaluated) {
     v.emplace_back("eval/loss", float(st.eval_loss));
     v.emplace_back("eval/perplexity", float(std::exp(st.eval_loss)));
     v.emplace_back("eval/accuracy", float(st.eval_accuracy));
+    for (size_t s = 0; s < st.eval_sets.size(); ++s)
+      if (st.eval_sets[s].targets > 0) v.emplace_back("eval/loss/" + eval_sets[s], float(st.eval_sets[s].loss));
   }
   for (Tier tier : kTiers) {
     const MemCounter c = Accountant::global().total(tier);
@@ -157,6 +205,11 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
   std::unique_ptr<TensorBoardWriter> tb;
   if (!o.tensorboard_dir.empty() && lead) tb = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
   const int64_t N = o.seq_len;
+  // a mix's sources (none with one): as given, and as TensorBoard's tags name them
+  const std::vector<std::string> source_names = data.source_names(), source_tags = source_labels(source_names);
+  // several held-out sets (none with one): the same
+  const std::vector<std::string> eval_names = o.eval_data ? o.eval_data->source_names() : std::vector<std::string>(),
+                                 eval_tags = source_labels(eval_names);
   model.backend().take_stream_times();  // (OOMB_CUDA_TIMELINE: the first step's window from here, not the load)
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
@@ -167,10 +220,18 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     model.zero_grads();
     // the loss is the mean over every target of the step: its windows' (of every dp rank), counted
     // first, so that a window holding fewer (prompts not trained) weighs less
-    double total = 0;
-    for (int64_t micro = 0; micro < o.grad_accum; ++micro)
-      total += double(data.targets_in((k * o.grad_accum + micro) * dp + dp_rank, N, model.plan().doc_sep));
-    dist.dp().all_reduce_sum(&total, 1);  // (the sp ranks of a group already agree)
+    // (a mix: each source's windows and targets with them, and below its loss and correct targets)
+    std::vector<double> counts(1 + 2 * source_names.size(), 0.0);  // targets; per source windows, targets
+    for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+      const int64_t w = (k * o.grad_accum + micro) * dp + dp_rank, n = data.targets_in(w, N, model.plan().doc_sep);
+      counts[0] += double(n);
+      if (!source_names.empty()) {
+        const size_t s = size_t(data.source_of(w));
+        counts[1 + 2 * s] += 1, counts[2 + 2 * s] += double(n);
+      }
+    }
+    dist.dp().all_reduce_sum(counts.data(), counts.size());  // (the sp ranks of a group already agree)
+    const double total = counts[0];
     st.step = k;
     st.targets = int64_t(total);
     if (st.targets == 0) {  // every target of the step ignored: nothing to train, on any rank
@@ -185,6 +246,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
     }
     double loss_sum = 0;
     int64_t counted = 0, correct = 0;
+    std::vector<double> by_source(2 * source_names.size(), 0.0);  // per source: loss, correct
     for (int64_t micro = 0; st.targets > 0 && micro < o.grad_accum; ++micro) {
       const int64_t w = (k * o.grad_accum + micro) * dp + dp_rank;
       model.set_dropout_key(dropout_window_key(o.seed, w));
@@ -194,7 +256,15 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       loss_sum += ls.loss_sum;
       counted += ls.targets;
       correct += ls.correct;
+      if (!by_source.empty()) {
+        double* s = &by_source[2 * size_t(data.source_of(w))];
+        s[0] += ls.loss_sum, s[1] += double(ls.correct);
+      }
     }
+    if (!by_source.empty() && st.targets > 0) dist.dp().all_reduce_sum(by_source.data(), by_source.size());
+    st.sources.assign(source_names.size(), {});
+    for (size_t s = 0; s < st.sources.size(); ++s)  // (a source without targets, as in a skipped step: NaN)
+      st.sources[s] = source_stats(counts[1 + 2 * s], counts[2 + 2 * s], by_source[2 * s], by_source[2 * s + 1]);
     if (st.targets > 0) {
       sync.reduce(model.grads().flat());  // summed over ranks (zero 2: this rank's shard of the sum)
       double sums[3] = {loss_sum, double(counted), double(correct)};
@@ -267,11 +337,13 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       const ResidentMemory rss = resident_memory();
       j["rss"] = {{"current", rss.current}, {"peak", rss.peak}};
       if (o.peak_flops > 0) j["mfu"] = st.mfu;
+      if (!st.sources.empty()) j["sources"] = sources_json(source_names, st.sources);
       if (st.evaluated) {
         j["eval"] = {{"loss", st.eval_loss},      {"perplexity", std::exp(st.eval_loss)},
                      {"accuracy", st.eval_accuracy}, {"targets", st.eval_targets},
                      {"windows", o.eval_windows}, {"seconds", st.eval_s}, {"moved", eval_moved}};
         if (host_update.host) j["eval"]["update_waited_s"] = st.eval_update_waited_s;
+        if (!st.eval_sets.empty()) j["eval"]["sets"] = sources_json(eval_names, st.eval_sets);
       }
       errno = 0;
       metrics << j.dump() << "\n";
@@ -279,7 +351,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       OOMB_CHECK(metrics.good(), "--metrics {}: cannot write step {}'s line{}", o.metrics_path, k,
                  errno ? std::string(": ") + std::strerror(errno) : "");
     }
-    if (tb) tb->scalars(k, tensorboard_values(st, o.peak_flops > 0));
+    if (tb) tb->scalars(k, tensorboard_values(st, o.peak_flops > 0, source_tags, eval_tags));
     if (lead && (k % o.log_every == 0 || k + 1 == o.steps || k == o.start_step)) {
       const MemCounter host = Accountant::global().total(Tier::Host), dev = Accountant::global().total(Tier::Device),
                        pinned = Accountant::global().total(Tier::Pinned);
@@ -296,6 +368,11 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       log << fmt::format("eval after step {}: loss {:.4f} | perplexity {:.3f} | acc {:5.1f}% | {} windows, {} targets, "
                          "{:.1f}s", k + 1, st.eval_loss, std::exp(st.eval_loss), 100 * st.eval_accuracy,
                          o.eval_windows, st.eval_targets, st.eval_s)
+          << std::endl;
+    for (size_t s = 0; lead && st.evaluated && s < st.eval_sets.size(); ++s)
+      log << fmt::format("  {}: loss {:.4f} | perplexity {:.3f} | acc {:5.1f}% | {} windows, {} targets", eval_names[s],
+                         st.eval_sets[s].loss, std::exp(st.eval_sets[s].loss), 100 * st.eval_sets[s].accuracy,
+                         st.eval_sets[s].windows, st.eval_sets[s].targets)
           << std::endl;
     if (on_step) on_step(st);
     if (hooks.after_step && hooks.after_step(k + 1, opt)) break;

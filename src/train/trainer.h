@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "data/token_source.h"
 #include "dist/dist.h"
@@ -59,6 +60,14 @@ struct StepStats {
   double eval_loss = 0, eval_accuracy = 0, eval_s = 0;
   double eval_update_waited_s = 0;  // --offload params: its wait for this step's update, beside it
   int64_t eval_targets = 0;
+  // A mix of data (TokenSource::source_names): each source's share of the step, in its order (its
+  // loss NaN where its windows held no target; empty with one source)
+  struct Source {
+    int64_t windows = 0, targets = 0;
+    double loss = 0, accuracy = 0;
+  };
+  std::vector<Source> sources;
+  std::vector<Source> eval_sets;  // several held-out sets (--eval-data given more than once): each one's
 };
 
 // Memory per tier and tag as JSON: {"host": {"weights": {"current": B, "peak": B}, ...}, "device": {...}}

@@ -1,0 +1,39 @@
+// Held-out sets scored together (`--eval-data A --eval-data B`): the first windows of each set,
+// the sets laid end to end, so that window w is set s's window w - (the windows of the sets before
+// s). The trainer scores them as one run of windows (the dp ranks sharing them as before) and
+// reports each set's loss by source_of.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/packed_tokens.h"
+
+namespace oomb {
+
+struct WindowSet {
+  std::unique_ptr<PackedTokens> data;
+  std::string path;      // as given
+  int64_t windows = 0;   // > 0: its windows 0 .. windows - 1
+};
+
+class WindowSets final : public TokenSource {
+ public:
+  explicit WindowSets(std::vector<WindowSet> sets);
+  void read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) override;
+  int64_t targets_in(int64_t w, int64_t N, int32_t sep = -1) override;
+  std::string describe() const override;
+  std::vector<std::string> source_names() const override;
+  int source_of(int64_t w) override { return locate(w).first; }
+  // Window w: its set, and that set's own window index.
+  std::pair<int, int64_t> locate(int64_t w) const;
+  int64_t windows() const { return start_.back(); }  // every set's
+
+ private:
+  std::vector<WindowSet> sets_;
+  std::vector<int64_t> start_;  // set s's first window; start_.back(): the total
+};
+
+}  // namespace oomb
