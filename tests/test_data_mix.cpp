@@ -75,7 +75,10 @@ TEST(DataMix, EveryPrefixIsWithinOneWindowOfEachShare) {
   std::mt19937_64 g(5);
   for (int k = 0; k < 20; ++k) {  // random sets of 2 to 16 sources, weights over four orders of magnitude
     std::vector<int64_t> w(2 + g() % 15);
-    for (int64_t& x : w) x = 1 + int64_t(g() % 10000) * int64_t(g() % 2 ? 1 : 0) + int64_t(g() % 10);
+    for (int64_t& x : w) {  // (each draw its own statement: the order is the language's)
+      const int64_t big = int64_t(g() % 10000), on = int64_t(g() % 2), small = int64_t(g() % 10);
+      x = 1 + big * on + small;
+    }
     sets.push_back(w);
   }
   for (const std::vector<int64_t>& weights : sets) {
@@ -91,21 +94,40 @@ TEST(DataMix, EveryPrefixIsWithinOneWindowOfEachShare) {
   }
 }
 
+// The rule walked plainly, window after window from the start: each window's source and index.
+static std::vector<std::pair<int, int64_t>> walk_plainly(const std::vector<int64_t>& p, int64_t windows) {
+  int64_t P = 0;
+  for (int64_t x : p) P += x;
+  std::vector<int64_t> c(p.size(), 0);
+  std::vector<std::pair<int, int64_t>> out;
+  for (int64_t n = 0; n < windows; ++n) {
+    int best = -1;
+    for (size_t s = 0; s < p.size(); ++s)
+      if (c[s] * P < p[s] * (n + 1) && (best < 0 || (c[s] + 1) * p[size_t(best)] < (c[size_t(best)] + 1) * p[s]))
+        best = int(s);
+    out.emplace_back(best, c[size_t(best)]++);
+  }
+  return out;
+}
+
 // Windows asked for in any order (a resumed run, dp ranks, a step's windows counted then read) are
-// those of the walk in order, and windows_before counts them.
+// those of the plain walk in order (the mix's cursor, its saved counts, its period), and
+// windows_before counts them: a period of 10 windows, and one of 4002 (over the saved counts).
 TEST(DataMix, AnyOrderOfReadsGivesTheSameWindows) {
-  MixedTokens walk = mix_of({2, 5, 3});
-  std::vector<std::pair<int, int64_t>> in_order;
-  for (int64_t w = 0; w < 5000; ++w) in_order.push_back(walk.locate(w));
-  std::vector<int64_t> order(5000);
-  for (int64_t w = 0; w < 5000; ++w) order[size_t(w)] = w;
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
-  MixedTokens jumps = mix_of({2, 5, 3});
-  for (int64_t w : order) ASSERT_EQ(jumps.locate(w), in_order[size_t(w)]) << "window " << w;
-  for (int64_t w : {int64_t(0), int64_t(1), int64_t(1023), int64_t(1024), int64_t(1025), int64_t(4999)}) {
-    std::vector<int64_t> want(3, 0);
-    for (int64_t v = 0; v < w; ++v) ++want[size_t(in_order[size_t(v)].first)];
-    EXPECT_EQ(jumps.windows_before(w), want) << "window " << w;
+  for (const std::vector<int64_t>& p : {std::vector<int64_t>{2, 5, 3}, std::vector<int64_t>{3001, 1001}}) {
+    const int64_t W = 10000;
+    const std::vector<std::pair<int, int64_t>> in_order = walk_plainly(p, W);
+    std::vector<int64_t> order(static_cast<size_t>(W));
+    for (int64_t w = 0; w < W; ++w) order[size_t(w)] = w;
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
+    MixedTokens jumps = mix_of(p);
+    for (int64_t w : order) ASSERT_EQ(jumps.locate(w), in_order[size_t(w)]) << "window " << w;
+    for (int64_t w : {int64_t(0), int64_t(1), int64_t(10), int64_t(1023), int64_t(1024), int64_t(4002), int64_t(4003),
+                      int64_t(9999)}) {
+      std::vector<int64_t> want(p.size(), 0);
+      for (int64_t v = 0; v < w; ++v) ++want[size_t(in_order[size_t(v)].first)];
+      EXPECT_EQ(jumps.windows_before(w), want) << "window " << w;
+    }
   }
 }
 
@@ -340,7 +362,8 @@ TEST(DataMix, EachHeldOutSetsLossIsItsOwn) {
   }
   const nlohmann::json rec = nlohmann::json::parse(read_text(r.dir / "best/oomb_best.json"));
   EXPECT_EQ(rec["eval_loss"].get<double>(), best);
-  EXPECT_EQ(rec["eval_data"], fmt::format("{0}/a.bin + {0}/b.bin", r.d));
+  EXPECT_EQ(rec["eval_data"], nlohmann::json::array({r.d + "/a.bin", r.d + "/b.bin"}));
+  EXPECT_EQ(rec["eval_windows"], nlohmann::json::array({2, 2}));  // (each set's: a total would not tell splits apart)
   std::map<std::string, float> last;
   for (const auto& f : fs::directory_iterator(r.dir / "tb"))
     for (const TbEvent& ev : read_events(read_text(f.path())))

@@ -311,8 +311,9 @@ TEST(Dist, TimeLimitAndSaveBestDecideAlikeOnEveryRank) {
 
 // A mix of data (--data twice, 3:1) on two ranks: each step's windows are the single rank's (--dp 2
 // --grad-accum 2 against --grad-accum 4), so each source's windows and targets in --metrics are the
-// same and its first step's loss (the same weights) equal within the sums' order; --zero 1, resumed
-// from step 2 on two ranks, ends bit for bit where the uninterrupted run did.
+// same and its first step's loss (the same weights) equal within the sums' order; so is each of two
+// held-out sets' loss (the ranks sharing their windows); --zero 1, resumed from step 2 on two
+// ranks, ends bit for bit where the uninterrupted run did.
 TEST(Dist, AMixOfDataSharesItsWindowsAcrossRanks) {
   NEED_MPI();
   const auto dir = temp_dir("dist_mix");
@@ -321,7 +322,8 @@ TEST(Dist, AMixOfDataSharesItsWindowsAcrossRanks) {
   write_tokens(dir / "short.bin", 1500, 120, 6);
   const std::string run = fmt::format("{0} train --model {1}/m --data {1}/tokens.bin --data {1}/short.bin "
                                       "--data-weights 3,1 --seq-len 128 --chunk-size 64 --steps 4 --lr 0.01 --shuffle "
-                                      "--eos-id 3", oomb, d);
+                                      "--eos-id 3 --eval-data {1}/short.bin --eval-data {1}/tokens.bin --eval-windows 2 "
+                                      "--eval-every 1", oomb, d);
   CmdResult one = run_cmd_in(dir, fmt::format("OMP_NUM_THREADS=1 {} --grad-accum 4 --metrics {}/one.jsonl", run, d));
   ASSERT_EQ(one.code, 0) << one.out;
   CmdResult two = mpirun(2, run + fmt::format(" --dp 2 --grad-accum 2 --zero 1 --metrics {0}/two.jsonl --checkpoint-dir "
@@ -336,8 +338,14 @@ TEST(Dist, AMixOfDataSharesItsWindowsAcrossRanks) {
       EXPECT_EQ(b[k]["sources"][s]["targets"], a[k]["sources"][s]["targets"]) << "step " << k;
     }
   EXPECT_EQ(a[0]["sources"][0]["windows"], 3);
-  for (size_t s = 0; s < 2; ++s)
+  for (size_t s = 0; s < 2; ++s) {
     EXPECT_NEAR(b[0]["sources"][s]["loss"].get<double>(), a[0]["sources"][s]["loss"].get<double>(), 1e-12);
+    const nlohmann::json &ea = a[0]["eval"]["sets"][s], &eb = b[0]["eval"]["sets"][s];
+    EXPECT_EQ(eb["windows"], 2);
+    EXPECT_EQ(eb["targets"], ea["targets"]);
+    // (one step's weights, summed in another order: within fp32's noise, far from half the windows')
+    EXPECT_NEAR(eb["loss"].get<double>(), ea["loss"].get<double>(), 1e-5) << "held-out set " << s;
+  }
   CmdResult resumed = mpirun(2, run + fmt::format(" --dp 2 --grad-accum 2 --zero 1 --checkpoint-dir {0}/ck2 --save-every 2 --resume "
                                                   "{0}/ck/step-000002", d));
   ASSERT_EQ(resumed.code, 0) << resumed.out;

@@ -11,17 +11,26 @@
 
 namespace oomb::cli {
 
-void add_save_best(const std::string& dir, const std::string& eval_data, int64_t eval_windows, int64_t start_step,
-                   Dist& dist, const StepStats& last, TrainHooks& hooks, const SaveModel& save) {
+void add_save_best(const std::string& dir, const nlohmann::json& eval_data, const nlohmann::json& eval_windows,
+                   int64_t start_step, Dist& dist, const StepStats& last, TrainHooks& hooks, const SaveModel& save) {
   namespace fs = std::filesystem;
   double best = std::numeric_limits<double>::infinity();
   const fs::path record = fs::path(dir) / "oomb_best.json";
   if (dist.leader() && start_step > 0 && fs::exists(record)) {
     std::ifstream in(record);
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    // (one held-out set: its path and window count; several: a list of each)
+    auto all_of = [](const nlohmann::json& v, bool (nlohmann::json::*is)() const noexcept) {
+      if ((v.*is)()) return true;
+      if (!v.is_array() || v.size() < 2) return false;
+      for (const nlohmann::json& x : v)
+        if (!(x.*is)()) return false;
+      return true;
+    };
     OOMB_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer() && j.contains("eval_loss") &&
-                   j["eval_loss"].is_number() && (!j.contains("eval_data") || j["eval_data"].is_string()) &&
-                   (!j.contains("eval_windows") || j["eval_windows"].is_number_integer()),
+                   j["eval_loss"].is_number() &&
+                   (!j.contains("eval_data") || all_of(j["eval_data"], &nlohmann::json::is_string)) &&
+                   (!j.contains("eval_windows") || all_of(j["eval_windows"], &nlohmann::json::is_number_integer)),
                "--save-best: {} is not oomb's record of a best model (step, eval_loss, eval_data, eval_windows); "
                "remove it or choose another "
                "directory", record.string());

@@ -1,6 +1,7 @@
 // oomb train --save-best DIR: the model of the lowest held-out loss so far, with its record.
 #pragma once
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "dist/dist.h"
@@ -16,7 +17,8 @@ using SaveModel = std::function<void(const std::string& dir, const ExtraFiles& e
 // finished, save(DIR, {oomb_best.json}) before the step's checkpoint. Rank 0 decides for every rank (the
 // save may gather shards). A resumed run starts from DIR's oomb_best.json where it is of a step its
 // checkpoint has done (the run up to there is the same) and of the same held-out windows.
-void add_save_best(const std::string& dir, const std::string& eval_data, int64_t eval_windows, int64_t start_step,
-                   Dist& dist, const StepStats& last, TrainHooks& hooks, const SaveModel& save);
+// eval_data, eval_windows: --eval-data's path and window count, or with several sets a list of each.
+void add_save_best(const std::string& dir, const nlohmann::json& eval_data, const nlohmann::json& eval_windows,
+                   int64_t start_step, Dist& dist, const StepStats& last, TrainHooks& hooks, const SaveModel& save);
 
 }  // namespace oomb::cli

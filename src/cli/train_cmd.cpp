@@ -392,7 +392,8 @@ Command add_train(CLI::App& app) {
                  "window one source's (--data-weights)")->allow_extra_args(false);
   c->add_option("--data-weights", a->data_weights, "With --data given more than once: each source's share of the "
                 "windows, comma-separated in --data's order (e.g. 0.7,0.3; numbers > 0, over their sum), each window "
-                "taken from the source furthest behind its share (default: each source's share of the tokens)");
+                "taken, among the sources below their share, from the one whose next window is due first: every "
+                "prefix of the run within one window of each share (default: each source's share of the tokens)");
   c->add_option("--data-format", a->data_format, "auto, u32, u16 (nanoGPT), llmc, text or jsonl")
       ->check(CLI::IsMember({"auto", "u32", "u16", "llmc", "text", "jsonl"}))->capture_default_str();
   c->add_option("--tokenizer", a->tokenizer, "Text data: tokenizer.json or a directory with one (default: --model's)");
@@ -625,7 +626,9 @@ Command add_train(CLI::App& app) {
             TrainHooks hooks = ckpt.hooks(model);
             StepStats last;  // the step just done (its held-out loss), for --save-best
             if (!a->save_best.empty())
-              add_save_best(a->save_best, fmt::format("{}", fmt::join(a->eval_data, " + ")), o.eval_windows, ckpt.start_step(), dist, last, hooks, save_to);
+              add_save_best(a->save_best, held_out.sets ? nlohmann::json(a->eval_data) : nlohmann::json(a->eval_data[0]),
+                            held_out.sets ? nlohmann::json(held_out.set_windows) : nlohmann::json(o.eval_windows),
+                            ckpt.start_step(), dist, last, hooks, save_to);
             train(model, data.source(), o, std::cout, [&](const StepStats& s) { last = s; }, hooks);
             // stopped by SIGINT/SIGTERM (128 + the signal) or --time-limit (75), a checkpoint written
             if (const int status = ckpt.finish()) return status;

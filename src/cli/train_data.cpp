@@ -136,6 +136,7 @@ HeldOut open_held_out(const std::vector<std::string>& paths, const std::function
                          data->describe(), w, N, wraps)
           << std::endl;
     h.windows += w;
+    h.set_windows.push_back(w);
     sets.push_back({std::move(data), p, w});
   }
   if (sets.size() == 1) h.one = std::move(sets[0].data);

@@ -36,7 +36,8 @@ struct TrainData {
 struct HeldOut {
   std::unique_ptr<PackedTokens> one;
   std::unique_ptr<WindowSets> sets;
-  int64_t windows = 0;  // scored each time: every set's
+  int64_t windows = 0;               // scored each time: every set's
+  std::vector<int64_t> set_windows;  // each set's
   TokenSource* source() { return sets ? static_cast<TokenSource*>(sets.get()) : one.get(); }
 };
 // Opens each path (options(path): how it is read) over `windows` of N (--eval-windows; 0: its

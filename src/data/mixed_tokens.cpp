@@ -13,6 +13,7 @@ MixedTokens::MixedTokens(std::vector<MixSource> sources) : sources_(std::move(so
   OOMB_CHECK(sources_.size() <= 1024, "--data: {} sources are more than a mix takes (1024)", sources_.size());
   for (const MixSource& s : sources_) {
     OOMB_CHECK(s.data, "--data {}: not opened", s.path);
+    names_.push_back(s.path);
     OOMB_CHECK(s.weight > 0 && s.weight <= (int64_t(1) << 62) - total_, "--data-weights: {}'s weight {} is not "
                "above 0, or the weights pass 2^62 in all", s.path, s.weight);
     total_ += s.weight;
@@ -37,6 +38,10 @@ void MixedTokens::advance() {
 
 std::pair<int, int64_t> MixedTokens::locate(int64_t w) {
   OOMB_CHECK(w >= 0, "data: window {} is negative", w);
+  if (w >= total_) {  // (the same choices, every count p_s more a period)
+    const auto [s, k] = locate(w % total_);
+    return {s, k + w / total_ * sources_[size_t(s)].weight};
+  }
   if (w < next_ - 1) {  // back to the counts saved at or before w
     const int64_t i = std::min<int64_t>(w / kEvery, int64_t(saved_.size()) - 1);
     count_ = saved_[size_t(i)];
@@ -48,19 +53,13 @@ std::pair<int, int64_t> MixedTokens::locate(int64_t w) {
 }
 
 std::vector<int64_t> MixedTokens::windows_before(int64_t w) {
-  if (w == 0) return std::vector<int64_t>(sources_.size(), 0);
-  locate(w - 1);
-  return count_;
-}
-
-void MixedTokens::read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) {
-  const auto [s, k] = locate(w);
-  sources_[size_t(s)].data->read(k, N, t0, n, ids, targets);
-}
-
-int64_t MixedTokens::targets_in(int64_t w, int64_t N, int32_t sep) {
-  const auto [s, k] = locate(w);
-  return sources_[size_t(s)].data->targets_in(k, N, sep);
+  std::vector<int64_t> c(sources_.size(), 0);
+  if (w % total_ > 0) {
+    locate(w % total_ - 1);
+    c = count_;
+  }
+  for (size_t s = 0; s < c.size(); ++s) c[s] += w / total_ * sources_[s].weight;
+  return c;
 }
 
 std::string MixedTokens::describe() const {
@@ -69,12 +68,6 @@ std::string MixedTokens::describe() const {
     out += fmt::format("{} {:.4g}% of the windows: {}", s == 0 ? ":" : ";", 100 * share(int(s)),
                        sources_[s].data->describe());
   return out;
-}
-
-std::vector<std::string> MixedTokens::source_names() const {
-  std::vector<std::string> names;
-  for (const MixSource& s : sources_) names.push_back(s.path);
-  return names;
 }
 
 std::string MixedTokens::fingerprint() const {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "data/packed_tokens.h"
+#include "data/routed_tokens.h"
 
 namespace oomb {
 
@@ -28,16 +29,13 @@ struct MixSource {
   int64_t weight = 0;  // > 0 (the mix's weights: at most 2^62 in all)
 };
 
-class MixedTokens final : public TokenSource {
+class MixedTokens final : public RoutedTokens {
  public:
   explicit MixedTokens(std::vector<MixSource> sources);
-  void read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) override;
-  int64_t targets_in(int64_t w, int64_t N, int32_t sep = -1) override;
   std::string describe() const override;
-  std::vector<std::string> source_names() const override;
-  int source_of(int64_t w) override { return locate(w).first; }
 
-  // Window w of the mix: its source, and that source's own window index.
+  // Window w of the mix: its source, and that source's own window index. The mix repeats every P
+  // windows (at P each source has given exactly p_s), so w beyond P is w mod P, P periods on.
   std::pair<int, int64_t> locate(int64_t w);
   // Windows each source gave to windows [0, w) of the mix.
   std::vector<int64_t> windows_before(int64_t w);
@@ -51,6 +49,8 @@ class MixedTokens final : public TokenSource {
   int64_t tokens() const;  // every source's store
 
  private:
+  std::pair<int, int64_t> route(int64_t w) override { return locate(w); }
+  PackedTokens& part(int s) override { return source(s); }
   void advance();  // assigns window next_
 
   std::vector<MixSource> sources_;

@@ -13,6 +13,7 @@ WindowSets::WindowSets(std::vector<WindowSet> sets) : sets_(std::move(sets)) {
   for (const WindowSet& s : sets_) {
     OOMB_CHECK(s.data && s.windows > 0, "--eval-data {}: no windows to score", s.path);
     start_.push_back(start_.back() + s.windows);
+    names_.push_back(s.path);
   }
 }
 
@@ -22,27 +23,11 @@ std::pair<int, int64_t> WindowSets::locate(int64_t w) const {
   return {int(s), w - start_[s]};
 }
 
-void WindowSets::read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) {
-  const auto [s, k] = locate(w);
-  sets_[size_t(s)].data->read(k, N, t0, n, ids, targets);
-}
-
-int64_t WindowSets::targets_in(int64_t w, int64_t N, int32_t sep) {
-  const auto [s, k] = locate(w);
-  return sets_[size_t(s)].data->targets_in(k, N, sep);
-}
-
 std::string WindowSets::describe() const {
   std::string out = fmt::format("{} held-out sets", sets_.size());
   for (size_t s = 0; s < sets_.size(); ++s)
     out += fmt::format("{} {} windows of {}", s == 0 ? ":" : ";", sets_[s].windows, sets_[s].data->describe());
   return out;
-}
-
-std::vector<std::string> WindowSets::source_names() const {
-  std::vector<std::string> names;
-  for (const WindowSet& s : sets_) names.push_back(s.path);
-  return names;
 }
 
 }  // namespace oomb

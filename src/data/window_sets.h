@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data/packed_tokens.h"
+#include "data/routed_tokens.h"
 
 namespace oomb {
 
@@ -19,19 +20,17 @@ struct WindowSet {
   int64_t windows = 0;   // > 0: its windows 0 .. windows - 1
 };
 
-class WindowSets final : public TokenSource {
+class WindowSets final : public RoutedTokens {
  public:
   explicit WindowSets(std::vector<WindowSet> sets);
-  void read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) override;
-  int64_t targets_in(int64_t w, int64_t N, int32_t sep = -1) override;
   std::string describe() const override;
-  std::vector<std::string> source_names() const override;
-  int source_of(int64_t w) override { return locate(w).first; }
   // Window w: its set, and that set's own window index.
   std::pair<int, int64_t> locate(int64_t w) const;
   int64_t windows() const { return start_.back(); }  // every set's
 
  private:
+  std::pair<int, int64_t> route(int64_t w) override { return locate(w); }
+  PackedTokens& part(int s) override { return *sets_[size_t(s)].data; }
   std::vector<WindowSet> sets_;
   std::vector<int64_t> start_;  // set s's first window; start_.back(): the total
 };
