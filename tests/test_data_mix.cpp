@@ -178,21 +178,21 @@ TEST(DataMix, EachSourceShufflesWithItsOwnSeed) {
 TEST(DataMix, WeightsAreChecked) {
   // read exactly, as whole numbers in their ratio, in lowest terms
   using W = std::vector<int64_t>;
-  EXPECT_EQ(cli::parse_data_weights("0.7,0.3", 2), (W{7, 3}));
-  EXPECT_EQ(cli::parse_data_weights("0.6,0.2", 2), (W{3, 1}));
-  EXPECT_EQ(cli::parse_data_weights("3,1", 2), (W{3, 1}));
-  EXPECT_EQ(cli::parse_data_weights("1.5,0.25", 2), (W{6, 1}));
-  EXPECT_EQ(cli::parse_data_weights("3,1,2e-1", 3), (W{15, 5, 1}));
-  EXPECT_EQ(cli::parse_data_weights("1E-3,1,.5", 3), (W{1, 1000, 500}));
-  EXPECT_EQ(cli::parse_data_weights("0.7, 0.3", 2), (W{7, 3}));  // (spaces after commas)
-  EXPECT_EQ(cli::parse_data_weights("1000000000000000000,1e18", 2), (W{1, 1}));  // (trailing zeros are not digits kept)
-  EXPECT_EQ(cli::parse_data_weights("0.70000000000000000000,3e-1", 2), (W{7, 3}));
-  EXPECT_EQ(cli::parse_data_weights("1e-99999999,1e-99999999", 2), (W{1, 1}));
+  EXPECT_EQ(parse_data_weights("0.7,0.3", 2), (W{7, 3}));
+  EXPECT_EQ(parse_data_weights("0.6,0.2", 2), (W{3, 1}));
+  EXPECT_EQ(parse_data_weights("3,1", 2), (W{3, 1}));
+  EXPECT_EQ(parse_data_weights("1.5,0.25", 2), (W{6, 1}));
+  EXPECT_EQ(parse_data_weights("3,1,2e-1", 3), (W{15, 5, 1}));
+  EXPECT_EQ(parse_data_weights("1E-3,1,.5", 3), (W{1, 1000, 500}));
+  EXPECT_EQ(parse_data_weights("0.7, 0.3", 2), (W{7, 3}));  // (spaces after commas)
+  EXPECT_EQ(parse_data_weights("1000000000000000000,1e18", 2), (W{1, 1}));  // (trailing zeros are not digits kept)
+  EXPECT_EQ(parse_data_weights("0.70000000000000000000,3e-1", 2), (W{7, 3}));
+  EXPECT_EQ(parse_data_weights("1e-99999999,1e-99999999", 2), (W{1, 1}));
   for (const char* bad : {"", "0.7,", ",0.3", "0.7;0.3", "abc,1", "0,1", "0.000,1", "-1,2", "+1,2", "inf,1", "nan,1",
                           "1e999,1", "1e,1", "0x10,1", "1.2.3,1", "1234567890123456,1", "1e16,1", "1e-16,1"})
-    EXPECT_THAT(error_of([&] { cli::parse_data_weights(bad, 2); }), HasSubstr(fmt::format("--data-weights {}:", bad)))
+    EXPECT_THAT(error_of([&] { parse_data_weights(bad, 2); }), HasSubstr(fmt::format("--data-weights {}:", bad)))
         << bad;
-  EXPECT_THAT(error_of([&] { cli::parse_data_weights("1,2,3", 2); }), HasSubstr("3 weights for 2 --data sources"));
+  EXPECT_THAT(error_of([&] { parse_data_weights("1,2,3", 2); }), HasSubstr("3 weights for 2 --data sources"));
   std::vector<MixSource> one;
   one.push_back({source(100, 0), "a", 1});
   EXPECT_THAT(error_of([&] { MixedTokens m(std::move(one)); }), HasSubstr("two sources or more"));

@@ -19,18 +19,21 @@ void add_save_best(const std::string& dir, const nlohmann::json& eval_data, cons
   if (dist.leader() && start_step > 0 && fs::exists(record)) {
     std::ifstream in(record);
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    // (one held-out set: its path and window count; several: a list of each)
-    auto all_of = [](const nlohmann::json& v, bool (nlohmann::json::*is)() const noexcept) {
-      if ((v.*is)()) return true;
+    // (one held-out set: its path and window count; several: a list of each, as long)
+    auto list_of = [](const nlohmann::json& v, const auto& is) {
       if (!v.is_array() || v.size() < 2) return false;
       for (const nlohmann::json& x : v)
-        if (!(x.*is)()) return false;
+        if (!is(x)) return false;
       return true;
     };
+    auto is_path = [](const nlohmann::json& x) { return x.is_string(); };
+    auto is_count = [](const nlohmann::json& x) { return x.is_number_integer(); };
+    const bool one = (!j.contains("eval_data") || is_path(j["eval_data"])) &&
+                     (!j.contains("eval_windows") || is_count(j["eval_windows"]));
+    const bool several = j.contains("eval_data") && j.contains("eval_windows") && list_of(j["eval_data"], is_path) &&
+                         list_of(j["eval_windows"], is_count) && j["eval_data"].size() == j["eval_windows"].size();
     OOMB_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer() && j.contains("eval_loss") &&
-                   j["eval_loss"].is_number() &&
-                   (!j.contains("eval_data") || all_of(j["eval_data"], &nlohmann::json::is_string)) &&
-                   (!j.contains("eval_windows") || all_of(j["eval_windows"], &nlohmann::json::is_number_integer)),
+                   j["eval_loss"].is_number() && (one || several),
                "--save-best: {} is not oomb's record of a best model (step, eval_loss, eval_data, eval_windows); "
                "remove it or choose another "
                "directory", record.string());

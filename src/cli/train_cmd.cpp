@@ -392,7 +392,7 @@ Command add_train(CLI::App& app) {
                  "window one source's (--data-weights)")->allow_extra_args(false);
   c->add_option("--data-weights", a->data_weights, "With --data given more than once: each source's share of the "
                 "windows, comma-separated in --data's order (e.g. 0.7,0.3; numbers > 0, over their sum), each window "
-                "taken, among the sources below their share, from the one whose next window is due first: every "
+                "taken, among the sources below their share at its end, from the one whose next window is due first: every "
                 "prefix of the run within one window of each share (default: each source's share of the tokens)");
   c->add_option("--data-format", a->data_format, "auto, u32, u16 (nanoGPT), llmc, text or jsonl")
       ->check(CLI::IsMember({"auto", "u32", "u16", "llmc", "text", "jsonl"}))->capture_default_str();

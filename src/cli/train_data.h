@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "data/mix_weights.h"
 #include "data/mixed_tokens.h"
 #include "data/open_data.h"
 #include "data/window_sets.h"
@@ -53,9 +54,5 @@ HeldOut open_held_out(const std::vector<std::string>& paths, const std::function
 TrainData open_train_data(const std::vector<std::string>& paths, const std::string& weights, int64_t vocab,
                           const DataOptions& o);
 
-// --data-weights W1,W2,...: `sources` decimal numbers > 0, read exactly, as whole numbers in their
-// ratio, in lowest terms (0.6,0.2 -> 3,1; 1.5,0.25 -> 6,1); the error names the flag and the value.
-constexpr int64_t kMaxDataWeight = 1'000'000'000'000'000;  // 10^15 (the mix adds at most 1024)
-std::vector<int64_t> parse_data_weights(const std::string& s, size_t sources);
 
 }  // namespace oomb::cli

@@ -53,6 +53,7 @@ std::pair<int, int64_t> MixedTokens::locate(int64_t w) {
 }
 
 std::vector<int64_t> MixedTokens::windows_before(int64_t w) {
+  OOMB_CHECK(w >= 0, "data: window {} is negative", w);
   std::vector<int64_t> c(sources_.size(), 0);
   if (w % total_ > 0) {
     locate(w % total_ - 1);

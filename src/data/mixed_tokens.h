@@ -35,7 +35,7 @@ class MixedTokens final : public RoutedTokens {
   std::string describe() const override;
 
   // Window w of the mix: its source, and that source's own window index. The mix repeats every P
-  // windows (at P each source has given exactly p_s), so w beyond P is w mod P, P periods on.
+  // windows (at P each source has given exactly p_s), so w beyond P is w mod P, w / P periods on.
   std::pair<int, int64_t> locate(int64_t w);
   // Windows each source gave to windows [0, w) of the mix.
   std::vector<int64_t> windows_before(int64_t w);
