@@ -546,7 +546,7 @@ Command add_train(CLI::App& app) {
                   std::cout);
               o.eval_data = held_out.source();
               o.eval_every = a->eval_every;
-              o.eval_windows = held_out.windows;
+              o.eval_windows = held_out.windows();
             }
             RunCheckpoints ckpt(a->ckpt, a->ckpt.any() ? run_state(*a, o, plan, eos, cfg, data) : CheckpointState{},
                                 o.optim, o.seq_len, o.grad_accum,

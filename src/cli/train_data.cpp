@@ -57,7 +57,6 @@ HeldOut open_held_out(const std::vector<std::string>& paths, const std::function
                          sets.empty() ? fmt::format("held-out loss: {} sets, {}:\n", paths.size(), when) : "", p,
                          data->describe(), w, N, wraps)
           << std::endl;
-    h.windows += w;
     h.set_windows.push_back(w);
     sets.push_back({std::move(data), p, w});
   }

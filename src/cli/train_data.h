@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -37,8 +38,8 @@ struct TrainData {
 struct HeldOut {
   std::unique_ptr<PackedTokens> one;
   std::unique_ptr<WindowSets> sets;
-  int64_t windows = 0;               // scored each time: every set's
-  std::vector<int64_t> set_windows;  // each set's
+  std::vector<int64_t> set_windows;  // each set's windows
+  int64_t windows() const { return std::accumulate(set_windows.begin(), set_windows.end(), int64_t(0)); }  // every set's
   TokenSource* source() { return sets ? static_cast<TokenSource*>(sets.get()) : one.get(); }
 };
 // Opens each path (options(path): how it is read) over `windows` of N (--eval-windows; 0: its

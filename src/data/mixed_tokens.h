@@ -8,7 +8,7 @@
 // keeps every prefix of the run within one window of each share, for any number of sources (the
 // largest-deficit rule of Megatron's blended datasets drifts past one with four or more). No
 // generator: window n's source is a function of n and the weights alone, so that a checkpoint's
-// window count restores the mix. The rule runs in integers (cli/train_data.h reads decimal weights
+// window count restores the mix. The rule runs in integers (data/mix_weights.h reads decimal weights
 // exactly into whole ones in lowest terms): 0.6,0.2 and 3,1 are the same mix to the bit. Each
 // source keeps its own packing, shuffling, epochs and loss mask.
 #pragma once

@@ -233,13 +233,12 @@ std::string ConcatTokens::describe() const {
 
 std::string token_fingerprint(const TokenStore& s) {
   Fnv f;
-  auto mix = [&f](uint64_t x, int bytes) { f.mix(x, bytes); };
   const int64_t n = s.size(), block = 4096, blocks = 256;
-  mix(uint64_t(n), 8);
+  f.mix(uint64_t(n), 8);
   std::vector<uint32_t> buf(static_cast<size_t>(block));
   auto hash_range = [&](int64_t at, int64_t len) {
     s.get(at, len, buf.data());
-    for (int64_t i = 0; i < len; ++i) mix(buf[size_t(i)], 4);
+    for (int64_t i = 0; i < len; ++i) f.mix(buf[size_t(i)], 4);
   };
   if (n <= block * blocks) {
     for (int64_t at = 0; at < n; at += block) hash_range(at, std::min(block, n - at));

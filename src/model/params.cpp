@@ -157,7 +157,6 @@ std::string first_nonfinite(const Params& p, Backend& be) {
 std::string params_fingerprint(const Params& host) {
   OOMB_CHECK(host.flat().tier != Tier::Device, "params_fingerprint: host parameters");
   Fnv f;
-  auto mix = [&f](uint64_t x, int bytes) { f.mix(x, bytes); };
   // value i of the fp32 flat order: the buffer's, or a mixed layout's tensor's, widened (a frozen
   // bf16 base of a bf16 checkpoint has the fingerprint of its fp32 masters)
   std::vector<int64_t> starts;  // mixed: each spec's first index in that order
@@ -175,9 +174,9 @@ std::string params_fingerprint(const Params& host) {
     return t.dtype == DType::F32 ? t.f()[j] : bf16_to_f32(static_cast<const uint16_t*>(t.data)[j]);
   };
   const int64_t block = 1024, blocks = 256;
-  mix(uint64_t(n), 8);
+  f.mix(uint64_t(n), 8);
   auto range = [&](int64_t at, int64_t len) {
-    for (int64_t i = at; i < at + len; ++i) mix(std::bit_cast<uint32_t>(value(i)), 4);
+    for (int64_t i = at; i < at + len; ++i) f.mix(std::bit_cast<uint32_t>(value(i)), 4);
   };
   if (n <= block * blocks) {
     range(0, n);

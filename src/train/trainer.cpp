@@ -231,9 +231,8 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       }
     }
     dist.dp().all_reduce_sum(counts.data(), counts.size());  // (the sp ranks of a group already agree)
-    const double total = counts[0];
     st.step = k;
-    st.targets = int64_t(total);
+    st.targets = int64_t(counts[0]);
     if (st.targets == 0) {  // every target of the step ignored: nothing to train, on any rank
       // (no pass waits for the previous step's update beside it, nor does opt.step join it: the
       // next step's zero_grads must not clear gradients it still reads)
@@ -261,20 +260,22 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
         s[0] += ls.loss_sum, s[1] += double(ls.correct);
       }
     }
-    if (!by_source.empty() && st.targets > 0) dist.dp().all_reduce_sum(by_source.data(), by_source.size());
-    st.sources.assign(source_names.size(), {});
-    for (size_t s = 0; s < st.sources.size(); ++s)  // (a source without targets, as in a skipped step: NaN)
-      st.sources[s] = source_stats(counts[1 + 2 * s], counts[2 + 2 * s], by_source[2 * s], by_source[2 * s + 1]);
     if (st.targets > 0) {
       sync.reduce(model.grads().flat());  // summed over ranks (zero 2: this rank's shard of the sum)
-      double sums[3] = {loss_sum, double(counted), double(correct)};
-      dist.dp().all_reduce_sum(sums, 3);  // the sp ranks of a group already agree
+      // the step's loss, targets and correct ones, and a mix's per source (loss, correct), in one collective
+      std::vector<double> sums = {loss_sum, double(counted), double(correct)};
+      sums.insert(sums.end(), by_source.begin(), by_source.end());
+      dist.dp().all_reduce_sum(sums.data(), sums.size());  // the sp ranks of a group already agree
       loss_sum = sums[0], counted = int64_t(sums[1]), correct = int64_t(sums[2]);
+      std::copy(sums.begin() + 3, sums.end(), by_source.begin());
       OOMB_CHECK(counted == st.targets, "step {}: the model counted {} targets where the data counted {}", k + 1,
                  counted, st.targets);
       st.loss = loss_sum / double(counted);
       st.accuracy = double(correct) / double(counted);
     }
+    st.sources.assign(source_names.size(), {});
+    for (size_t s = 0; s < st.sources.size(); ++s)  // (a source without targets, as in a skipped step: NaN)
+      st.sources[s] = source_stats(counts[1 + 2 * s], counts[2 + 2 * s], by_source[2 * s], by_source[2 * s + 1]);
     if (st.targets > 0 && !std::isfinite(st.loss) && !oc.skip_nonfinite) {
       const std::string w = first_nonfinite(model.params(), model.backend());
       fail("step {}: the loss is {}: {} (try a lower --lr, or --skip-nonfinite to skip such steps)", k + 1, st.loss,
