@@ -370,4 +370,41 @@ TEST(DataMix, EachHeldOutSetsLossIsItsOwn) {
       for (const auto& [tag, v] : ev.scalars) last[tag] = v;
   ASSERT_TRUE(last.count("eval/loss/b.bin")) << "no eval/loss/b.bin in the TensorBoard events";
   EXPECT_FLOAT_EQ(last["eval/loss/b.bin"], float(both[1]["eval"]["sets"][1]["loss"].get<double>()));
+
+  // oomb eval of the best model on the same sets (--data given twice, --windows 2 each, chunks of
+  // 32): the record's loss, each set's loss as the metrics of that step, bit for bit; one set alone
+  // gives that set's; the table names each set.
+  size_t at = 0;
+  while (at < both.size() && both[at]["eval"]["loss"].get<double>() != best) ++at;
+  ASSERT_LT(at, both.size());
+  const std::string eval = fmt::format("eval --model {0}/best --seq-len 64 --chunk-size 32 --page-size 16 --buckets 2 "
+                                       "--windows 2 ", r.d);
+  c = oomb_cmd(r.dir, eval + fmt::format("--data {0}/a.bin --data {0}/b.bin --out {0}/sets.json", r.d));
+  ASSERT_EQ(c.code, 0) << c.out;
+  const nlohmann::json e = nlohmann::json::parse(read_text(r.dir / "sets.json"));
+  EXPECT_EQ(e["loss"].get<double>(), best);
+  EXPECT_EQ(e["windows"], 4);
+  EXPECT_EQ(e["targets"], both[at]["eval"]["targets"]);
+  EXPECT_EQ(e["data"], nlohmann::json::array({r.d + "/a.bin", r.d + "/b.bin"}));
+  ASSERT_EQ(e["sets"].size(), 2u) << e.dump();
+  int64_t by_position = 0;
+  for (const nlohmann::json& bucket : e["loss_by_position"]) by_position += bucket["targets"].get<int64_t>();
+  EXPECT_EQ(by_position, e["targets"].get<int64_t>());
+  for (size_t s = 0; s < 2; ++s) {
+    SCOPED_TRACE(s);
+    EXPECT_EQ(e["sets"][s]["loss"].get<double>(), both[at]["eval"]["sets"][s]["loss"].get<double>());
+    EXPECT_EQ(e["sets"][s]["targets"], both[at]["eval"]["sets"][s]["targets"]);
+    EXPECT_EQ(e["sets"][s]["windows"], 2);
+    EXPECT_EQ(e["sets"][s]["loss_by_position"].size(), 2u);
+  }
+  EXPECT_EQ(e["sets"][1]["data"], r.d + "/b.bin");
+  EXPECT_THAT(c.out, HasSubstr(fmt::format("{}/b.bin: loss {:.4f}", r.d, e["sets"][1]["loss"].get<double>())));
+  EXPECT_THAT(c.out, HasSubstr(fmt::format("all 2 sets: loss {:.4f}", best)));
+  c = oomb_cmd(r.dir, eval + fmt::format("--data {}/b.bin --json", r.d));
+  ASSERT_EQ(c.code, 0) << c.out;
+  const nlohmann::json alone = nlohmann::json::parse(c.out.substr(c.out.find('{')));
+  EXPECT_EQ(alone["loss"], e["sets"][1]["loss"]);
+  EXPECT_EQ(alone["loss_by_position"], e["sets"][1]["loss_by_position"]);
+  EXPECT_FALSE(alone.contains("sets"));
+  EXPECT_EQ(alone["data"], r.d + "/b.bin");
 }

@@ -231,6 +231,18 @@ TEST(Dist, EvalOnRanksEqualsOneRank) {
               << std::endl;
     EXPECT_LE(worst, 1e-6);
   }
+  // two held-out sets (the same file twice) on --dp 2: the ranks deal the 12 windows of both and add
+  // each set's sums apart, so each set scores as the file alone did
+  const nlohmann::json two = on_ranks(2, fmt::format("--dp 2 --data {}/tokens.bin", dir.string()));
+  ASSERT_FALSE(two.is_discarded());
+  EXPECT_EQ(two["windows"], 12);
+  EXPECT_EQ(two["targets"].get<int64_t>(), 2 * ref["targets"].get<int64_t>());
+  ASSERT_EQ(two["sets"].size(), 2u) << two.dump();
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(two["sets"][s]["targets"], ref["targets"]) << "set " << s;
+    EXPECT_NEAR(two["sets"][s]["loss"].get<double>(), ref["loss"].get<double>(), 1e-6 * ref["loss"].get<double>())
+        << "set " << s;
+  }
   // control: fewer windows change the figures this compares
   std::string four = eval;
   four.replace(four.find("--windows 6"), 11, "--windows 4");

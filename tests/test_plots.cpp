@@ -56,11 +56,17 @@ TEST(Plots, TrainMetricsAndEvalResultsDrawAsPngs) {
                                                  "--out {}", (dir / "m").string(), (dir / "held.bin").string(),
                                                  (dir / "eval.json").string()));
   ASSERT_EQ(ev.code, 0) << ev.out;
+  write_tokens(dir / "held2.bin", 2 * 64 + 1, 128, 6);  // two held-out sets: a line each
+  const CmdResult sets = oomb_cmd(dir, fmt::format("eval --model {} --data {} --data {} --data-format u32 --seq-len 64 "
+                                                   "--buckets 4 --out {}", (dir / "m").string(),
+                                                   (dir / "held.bin").string(), (dir / "held2.bin").string(),
+                                                   (dir / "sets.json").string()));
+  ASSERT_EQ(sets.code, 0) << sets.out;
   const CmdResult pk = oomb_cmd(dir, fmt::format("eval --model {} --passkey --lengths 32,48 --depths 0,1 --trials 2 "
                                                  "--digits 2 --out {}", (dir / "m").string(),
                                                  (dir / "passkey.json").string()));
   ASSERT_EQ(pk.code, 0) << pk.out;
-  for (const char* name : {"eval", "passkey"}) {
+  for (const char* name : {"eval", "sets", "passkey"}) {
     const CmdResult pe = tool(dir, "plot_eval.py", fmt::format("{} -o {}", (dir / (std::string(name) + ".json")).string(),
                                                                 (dir / (std::string(name) + ".png")).string()));
     EXPECT_EQ(pe.code, 0) << name << ": " << pe.out;

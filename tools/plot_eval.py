@@ -5,9 +5,11 @@ buckets), or for --passkey the accuracy per prompt length and key depth (a heat 
   tools/plot_eval.py eval.json [-o eval.png] [--label NAME] [more.json ...]
 
 Several loss-by-position files go on one plot (e.g. an untrained and a trained model); the
-labels are their "model" fields unless --label gives them. Needs matplotlib (python3-matplotlib)."""
+labels are their "model" fields unless --label gives them. A file of several held-out sets
+(`oomb eval --data A --data B`) draws a line per set, labelled with the set's file name. Needs matplotlib (python3-matplotlib)."""
 import argparse
 import json
+import os
 import sys
 
 import matplotlib
@@ -16,9 +18,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def per_set(runs, labels):
+    """Each file's runs to draw: itself, or each of its held-out sets."""
+    for r, label in zip(runs, labels):
+        if "sets" in r:
+            for s in r["sets"]:
+                yield s, f"{label}: {os.path.basename(str(s.get('data', '?')).rstrip('/'))}"
+        else:
+            yield r, label
+
+
 def loss_by_position(runs, labels, out):
     fig, ax = plt.subplots(figsize=(7, 4))
-    for r, label in zip(runs, labels):
+    for r, label in per_set(runs, labels):
         b = r["loss_by_position"]
         mid = [(x["begin"] + x["end"]) / 2 for x in b]
         ax.plot(mid, [x["loss"] if x["loss"] is not None else float("nan") for x in b], marker="o", label=label)

@@ -1,5 +1,6 @@
 // oomb eval: a model on held-out data (the train command's data flags), chunk-recurrent like
-// training: mean loss, perplexity, accuracy and the loss by position (train/eval.h); or, with
+// training: mean loss, perplexity, accuracy and the loss by position (train/eval.h), of one set or
+// of several (--data given more than once: each set's, and over every set's targets); or, with
 // --passkey, passkey retrieval over lengths x depths (train/passkey_eval.h). A table on stdout, or
 // JSON (--json on stdout, --out FILE.json written atomically); tools/plot_eval.py draws the JSON.
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "core/atomic_file.h"
 #include "data/eos.h"
 #include "data/open_data.h"
+#include "data/window_sets.h"
 #include "hf/checkpoint.h"
 #include "train/eval.h"
 #include "train/passkey_eval.h"
@@ -26,7 +28,8 @@ namespace oomb::cli {
 
 namespace {
 struct EvalArgs {
-  std::string model, data, data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict";
+  std::vector<std::string> data;  // one held-out set, or several
+  std::string model, data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict";
   std::string device = "cpu", out, lora, precision, packing = "wrapped";
   DistOptions dist;
   PromptFields prompt_fields;
@@ -88,14 +91,27 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
   }
   d.packing = {eos, false, 0, false, a.packing == "whole"};
   d.log = log;
-  auto data = open_training_data(a.data, cfg.vocab, d);
-  const int64_t fit = data->windows_per_epoch(N);
-  const int64_t W = a.windows > 0 ? a.windows : fit;
-  if (data->whole()) *log << data->whole_summary(N) << std::endl;
-  if (W > fit || (!data->whole() && N + 1 > data->stream_size()))
-    *log << fmt::format("note: {} windows of {} tokens are more than the data's {} tokens{}: windows wrap around", W, N,
-                        data->stream_size(), data->whole() ? fmt::format(" ({} windows)", fit) : "")
-         << std::endl;
+  // each set over --windows (default: its whole windows), with notes where it is short of them
+  std::vector<WindowSet> sets;
+  for (const std::string& path : a.data) {
+    const std::string name = a.data.size() > 1 ? path + ": " : "";
+    auto data = open_training_data(path, cfg.vocab, d);
+    const int64_t fit = data->windows_per_epoch(N);
+    const int64_t W = a.windows > 0 ? a.windows : fit;
+    OOMB_CHECK(W >= 1, "--data {}: not one whole window of {} tokens (give --windows to score windows that wrap around)",
+               path, N);
+    if (data->whole()) *log << name << data->whole_summary(N) << std::endl;
+    if (W > fit || (!data->whole() && N + 1 > data->stream_size()))
+      *log << fmt::format("note: {}{} windows of {} tokens are more than the data's {} tokens{}: windows wrap around",
+                          name, W, N, data->stream_size(), data->whole() ? fmt::format(" ({} windows)", fit) : "")
+           << std::endl;
+    sets.push_back({std::move(data), path, W});
+  }
+  int64_t W = 0;  // every set's
+  for (const WindowSet& s : sets) W += s.windows;
+  std::unique_ptr<TokenSource> data;
+  if (sets.size() == 1) data = std::move(sets[0].data);
+  else data = std::make_unique<WindowSets>(std::move(sets));
   auto model = load_model(a, cfg, be, ChunkPlan{C, a.page}, dist);
   if (const std::string note = rope_reach_note(cfg, N); !note.empty() && !a.rope_changed) *log << note << std::endl;
   *log << fmt::format("oomb eval: {}{} on {}, {} windows of {} tokens, chunks of {}, {} buckets; --precision {}",
@@ -113,12 +129,22 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
   OOMB_CHECK(r.targets > 0, "eval: the data gave no targets to score");
   if (!dist.leader()) return 0;
   nlohmann::json j = to_json(r);
-  j["model"] = a.model, j["data"] = a.data, j["precision"] = default_precision(a.precision, a.device);
+  j["model"] = a.model, j["precision"] = default_precision(a.precision, a.device);
+  j["data"] = a.data.size() == 1 ? nlohmann::json(a.data[0]) : nlohmann::json(a.data);
+  std::string per_set;
+  for (size_t s = 0; s < r.sets.size(); ++s) {
+    j["sets"][s]["data"] = a.data[s];
+    const EvalResult& e = r.sets[s];
+    per_set += fmt::format("{}: loss {:.4f}  perplexity {:.3f}  accuracy {:.2f}%  ({} windows, {} targets)\n",
+                           a.data[s], e.loss(), e.perplexity(), 100 * e.accuracy(), e.windows, e.targets);
+  }
   if (!a.lora.empty()) j["lora"] = a.lora;
   if (a.rope_changed) j["rope"] = rope_json(cfg);
   emit(a, j,
-       fmt::format("loss {:.4f}  perplexity {:.3f}  accuracy {:.2f}%  ({} targets)\nloss by position:\n{}", r.loss(),
-                   r.perplexity(), 100 * r.accuracy(), r.targets, format_table(r)));
+       per_set + fmt::format("{}loss {:.4f}  perplexity {:.3f}  accuracy {:.2f}%  ({} targets)\nloss by position{}:\n{}",
+                             r.sets.empty() ? "" : fmt::format("all {} sets: ", r.sets.size()), r.loss(),
+                             r.perplexity(), 100 * r.accuracy(), r.targets, r.sets.empty() ? "" : " (every set)",
+                             format_table(r)));
   return 0;
 }
 
@@ -152,7 +178,9 @@ Command add_eval(CLI::App& app) {
   CLI::App* c = app.add_subcommand("eval", "Evaluate a model: held-out loss, perplexity and loss by position, or "
                                    "passkey retrieval (--passkey)");
   c->add_option("--model", a->model, "Hugging Face model directory")->required();
-  c->add_option("--data", a->data, "Held-out data, as oomb train reads it (token files or text)");
+  c->add_option("--data", a->data, "Held-out data, as oomb train reads it (token files or text). Given more than "
+                "once: each set scored over its own --windows, and the loss over every set's targets")
+      ->allow_extra_args(false);
   c->add_option("--data-format", a->data_format, "auto, u32, u16 (nanoGPT), llmc, text or jsonl")
       ->check(CLI::IsMember({"auto", "u32", "u16", "llmc", "text", "jsonl"}))->capture_default_str();
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.json or a directory with one (default: --model's)");
@@ -166,7 +194,8 @@ Command add_eval(CLI::App& app) {
   c->add_option("--eos-id", a->eos_id, "Token ending each document (default: the model's eos_token_id)")
       ->check(count(true));
   c->add_option("--seq-len", a->seq_len, "Tokens per window N")->check(count())->capture_default_str();
-  c->add_option("--windows", a->windows, "Windows to score (default: every whole window of the data)")->check(count());
+  c->add_option("--windows", a->windows, "Windows to score, of each --data (default: every whole window of it)")
+      ->check(count());
   c->add_option("--buckets", a->buckets, "Loss by position: N cut into this many equal buckets")
       ->check(count())->capture_default_str();
   c->add_option("--chunk-size", a->chunk, "Largest chunk C (the chunk is the largest C dividing N / buckets)")
@@ -190,8 +219,9 @@ Command add_eval(CLI::App& app) {
   add_rope_flags(c, a->rope);
   add_dist_flags(c, a->dist, true);
   return {c, [a] {
-            refuse_aliasing({{"--out", a->out}}, {{"--model", a->model}, {"--data", a->data, true},
-                                                  {"--tokenizer", a->tokenizer}});
+            std::vector<NamedPath> inputs = {{"--model", a->model}, {"--tokenizer", a->tokenizer}};
+            for (const std::string& d : a->data) inputs.push_back({"--data", d, true});
+            refuse_aliasing({{"--out", a->out}}, inputs);
             OOMB_CHECK(a->dist.zero == 0, "--zero: evaluation has no optimizer state to shard");
             Dist dist(a->dist);  // the ranks mpirun started, or this process alone
             if (!dist.leader()) std::cout.rdbuf(nullptr);  // rank 0 alone prints (errors: every rank)

@@ -11,6 +11,7 @@
 #include <ostream>
 #include <string>
 
+#include "cli/duration.h"
 #include "cli/stop_signals.h"
 #include "dist/dist.h"
 #include "train/checkpoint.h"
@@ -29,9 +30,6 @@ struct CheckpointFlags {
   bool any() const { return !dir.empty() || !resume.empty() || save_every > 0 || keep_last > 0; }
 };
 void add_checkpoint_flags(CLI::App* c, CheckpointFlags& f);
-// A duration: seconds ("90", "90s"), or a sum of days, hours, minutes and seconds ("1d", "3h50m",
-// "2h30m15s"); the flag names it in the error.
-double parse_duration(const std::string& s, const char* flag);
 // The exit status of a run stopped by --time-limit (sysexits' EX_TEMPFAIL: run it again).
 constexpr int kTimeLimitExit = 75;
 

@@ -35,20 +35,33 @@ EvalResult evaluate_by_position(Model& model, TokenSource& data, int64_t N, int6
   r.seq_len = N, r.windows = windows, r.chunk = C;
   r.buckets.resize(size_t(buckets));
   for (int64_t b = 0; b < buckets; ++b) r.buckets[size_t(b)].begin = b * width, r.buckets[size_t(b)].end = (b + 1) * width;
+  const std::vector<std::string> names = data.source_names();
+  const size_t sets = names.size();
+  if (sets > 1) {
+    r.sets.assign(sets, r);
+    for (EvalResult& s : r.sets) s.windows = 0;
+    for (int64_t w = 0; w < windows; ++w) ++r.sets[size_t(data.source_of(w))].windows;
+  }
   for (int64_t w = first; w < windows; w += stride) {
+    EvalResult* set = sets > 1 ? &r.sets[size_t(data.source_of(w))] : nullptr;
     const ChunkReader read = [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); };
     LossStats prev;
     const LossStats st = model.evaluate(read, N, [&](ChunkSpan c, const LossStats& s) {
-      PositionBucket& b = r.buckets[size_t(c.begin / width)];
-      b.loss_sum += s.loss_sum - prev.loss_sum;
-      b.targets += s.targets - prev.targets;
-      b.correct += s.correct - prev.correct;
+      for (EvalResult* into : {&r, set}) {
+        if (!into) continue;
+        PositionBucket& b = into->buckets[size_t(c.begin / width)];
+        b.loss_sum += s.loss_sum - prev.loss_sum;
+        b.targets += s.targets - prev.targets;
+        b.correct += s.correct - prev.correct;
+      }
       prev = s;
     });
-    r.loss_sum += st.loss_sum, r.targets += st.targets, r.correct += st.correct;
+    for (EvalResult* into : {&r, set})
+      if (into) into->loss_sum += st.loss_sum, into->targets += st.targets, into->correct += st.correct;
     if (log)
-      *log << fmt::format("window {}/{}: loss {:.4f} over {} targets", w + 1, windows,
-                          mean(st.loss_sum, st.targets), st.targets)
+      *log << fmt::format("window {}/{}{}: loss {:.4f} over {} targets", w + 1, windows,
+                          set ? " (" + names[size_t(data.source_of(w))] + ")" : "", mean(st.loss_sum, st.targets),
+                          st.targets)
            << std::endl;
   }
   return r;
@@ -57,16 +70,25 @@ EvalResult evaluate_by_position(Model& model, TokenSource& data, int64_t N, int6
 std::vector<double> eval_sums(const EvalResult& r) {
   std::vector<double> v = {r.loss_sum, double(r.targets), double(r.correct)};
   for (const PositionBucket& b : r.buckets) v.insert(v.end(), {b.loss_sum, double(b.targets), double(b.correct)});
+  for (const EvalResult& s : r.sets) {
+    const std::vector<double> sv = eval_sums(s);
+    v.insert(v.end(), sv.begin(), sv.end());
+  }
   return v;
 }
 
 void set_eval_sums(EvalResult& r, const std::vector<double>& v) {
-  OOMB_CHECK(v.size() == 3 * (r.buckets.size() + 1), "eval: {} sums for {} buckets", v.size(), r.buckets.size());
+  const size_t own = 3 * (r.buckets.size() + 1);
+  OOMB_CHECK(v.size() == own * (r.sets.size() + 1), "eval: {} sums for {} buckets and {} sets", v.size(),
+             r.buckets.size(), r.sets.size());
   r.loss_sum = v[0], r.targets = int64_t(v[1]), r.correct = int64_t(v[2]);
   for (size_t i = 0; i < r.buckets.size(); ++i) {
     PositionBucket& b = r.buckets[i];
     b.loss_sum = v[3 * i + 3], b.targets = int64_t(v[3 * i + 4]), b.correct = int64_t(v[3 * i + 5]);
   }
+  for (size_t s = 0; s < r.sets.size(); ++s)
+    set_eval_sums(r.sets[s], std::vector<double>(v.begin() + std::ptrdiff_t(own * (s + 1)),
+                                                 v.begin() + std::ptrdiff_t(own * (s + 2))));
 }
 
 // JSON has no NaN: an empty bucket's loss is null.
@@ -77,9 +99,14 @@ nlohmann::json to_json(const EvalResult& r) {
   for (const PositionBucket& x : r.buckets)
     b.push_back({{"begin", x.begin}, {"end", x.end}, {"loss", number(x.loss())}, {"targets", x.targets},
                  {"accuracy", number(mean(double(x.correct), x.targets))}});
-  return {{"seq_len", r.seq_len},       {"windows", r.windows},   {"chunk_size", r.chunk},
-          {"targets", r.targets},       {"loss", number(r.loss())}, {"perplexity", number(r.perplexity())},
-          {"accuracy", number(r.accuracy())}, {"loss_by_position", b}};
+  nlohmann::json j = {{"seq_len", r.seq_len},       {"windows", r.windows},   {"chunk_size", r.chunk},
+                      {"targets", r.targets},       {"loss", number(r.loss())}, {"perplexity", number(r.perplexity())},
+                      {"accuracy", number(r.accuracy())}, {"loss_by_position", b}};
+  if (!r.sets.empty()) {
+    j["sets"] = nlohmann::json::array();
+    for (const EvalResult& s : r.sets) j["sets"].push_back(to_json(s));
+  }
+  return j;
 }
 
 std::string format_table(const EvalResult& r) {
