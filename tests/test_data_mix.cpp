@@ -407,4 +407,8 @@ TEST(DataMix, EachHeldOutSetsLossIsItsOwn) {
   EXPECT_EQ(alone["loss_by_position"], e["sets"][1]["loss_by_position"]);
   EXPECT_FALSE(alone.contains("sets"));
   EXPECT_EQ(alone["data"], r.d + "/b.bin");
+  c = oomb_cmd(r.dir, fmt::format("eval --model {0}/best --seq-len 64 --data {0}/a.bin --data {0}/b.bin --windows 2,2,2",
+                                  r.d));
+  EXPECT_NE(c.code, 0);
+  EXPECT_THAT(c.out, HasSubstr("--windows: 3 counts for 2 --data sets"));
 }

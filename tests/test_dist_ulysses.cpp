@@ -231,18 +231,30 @@ TEST(Dist, EvalOnRanksEqualsOneRank) {
               << std::endl;
     EXPECT_LE(worst, 1e-6);
   }
-  // two held-out sets (the same file twice) on --dp 2: the ranks deal the 12 windows of both and add
-  // each set's sums apart, so each set scores as the file alone did
-  const nlohmann::json two = on_ranks(2, fmt::format("--dp 2 --data {}/tokens.bin", dir.string()));
+  // two held-out sets on --dp 2 (tokens.bin over 6 windows, other.bin over 4: --windows per set): the
+  // ranks deal the 10 windows of both and add each set's sums apart, so each set scores as its file
+  // alone does on one rank
+  write_tokens(dir / "other.bin", 2000, 120, 9);
+  const auto other_out = dir / "eval_other.json";
+  std::string alone = eval;
+  alone.replace(alone.find("tokens.bin"), 10, "other.bin");
+  alone.replace(alone.find("--windows 6"), 11, "--windows 4");
+  const nlohmann::json other =
+      result(run_cmd_in(dir, fmt::format("OMP_NUM_THREADS=1 {} --out {}", alone, other_out.string())), other_out);
+  const nlohmann::json two = on_ranks(2, fmt::format("--dp 2 --data {}/other.bin --windows 4", dir.string()));
   ASSERT_FALSE(two.is_discarded());
-  EXPECT_EQ(two["windows"], 12);
-  EXPECT_EQ(two["targets"].get<int64_t>(), 2 * ref["targets"].get<int64_t>());
+  EXPECT_EQ(two["windows"], 10);
   ASSERT_EQ(two["sets"].size(), 2u) << two.dump();
+  EXPECT_EQ(two["targets"].get<int64_t>(), ref["targets"].get<int64_t>() + other["targets"].get<int64_t>());
   for (size_t s = 0; s < 2; ++s) {
-    EXPECT_EQ(two["sets"][s]["targets"], ref["targets"]) << "set " << s;
-    EXPECT_NEAR(two["sets"][s]["loss"].get<double>(), ref["loss"].get<double>(), 1e-6 * ref["loss"].get<double>())
+    const nlohmann::json& want = s == 0 ? ref : other;
+    EXPECT_EQ(two["sets"][s]["windows"], want["windows"]) << "set " << s;
+    EXPECT_EQ(two["sets"][s]["targets"], want["targets"]) << "set " << s;
+    EXPECT_NEAR(two["sets"][s]["loss"].get<double>(), want["loss"].get<double>(), 1e-6 * want["loss"].get<double>())
         << "set " << s;
   }
+  EXPECT_GT(std::abs(other["loss"].get<double>() - ref["loss"].get<double>()), 1e-4 * ref["loss"].get<double>())
+      << "the two files score alike: a swap of their sums would not show";
   // control: fewer windows change the figures this compares
   std::string four = eval;
   four.replace(four.find("--windows 6"), 11, "--windows 4");

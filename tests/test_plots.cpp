@@ -71,6 +71,9 @@ TEST(Plots, TrainMetricsAndEvalResultsDrawAsPngs) {
                                                                 (dir / (std::string(name) + ".png")).string()));
     EXPECT_EQ(pe.code, 0) << name << ": " << pe.out;
     expect_png(dir / (std::string(name) + ".png"));
+    if (std::string(name) == "sets") {  // a line per held-out set
+      EXPECT_THAT(pe.out, ::testing::HasSubstr(fmt::format("(lines: {0}/m: held.bin; {0}/m: held2.bin)", dir.string())));
+    }
   }
 
   write_bytes(dir / "bad.jsonl", "{\"step\": 0}\n{not json\n");

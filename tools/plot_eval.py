@@ -6,7 +6,8 @@ buckets), or for --passkey the accuracy per prompt length and key depth (a heat 
 
 Several loss-by-position files go on one plot (e.g. an untrained and a trained model); the
 labels are their "model" fields unless --label gives them. A file of several held-out sets
-(`oomb eval --data A --data B`) draws a line per set, labelled with the set's file name. Needs matplotlib (python3-matplotlib)."""
+(`oomb eval --data A --data B`) draws a line per set (not the sets together), labelled with the
+set's file name (`i:name`, i from 0, where two sets share one, as oomb train's TensorBoard tags). Needs matplotlib (python3-matplotlib)."""
 import argparse
 import json
 import os
@@ -22,15 +23,19 @@ def per_set(runs, labels):
     """Each file's runs to draw: itself, or each of its held-out sets."""
     for r, label in zip(runs, labels):
         if "sets" in r:
-            for s in r["sets"]:
-                yield s, f"{label}: {os.path.basename(str(s.get('data', '?')).rstrip('/'))}"
+            names = [os.path.basename(str(s.get("data", "?")).rstrip("/")) for s in r["sets"]]
+            for i, (s, name) in enumerate(zip(r["sets"], names)):
+                yield s, f"{label}: {name if names.count(name) == 1 else f'{i}:{name}'}"
         else:
             yield r, label
 
 
 def loss_by_position(runs, labels, out):
+    """Draws the lines; returns their labels."""
     fig, ax = plt.subplots(figsize=(7, 4))
+    drawn = []
     for r, label in per_set(runs, labels):
+        drawn.append(label)
         b = r["loss_by_position"]
         mid = [(x["begin"] + x["end"]) / 2 for x in b]
         ax.plot(mid, [x["loss"] if x["loss"] is not None else float("nan") for x in b], marker="o", label=label)
@@ -41,6 +46,7 @@ def loss_by_position(runs, labels, out):
     ax.legend()
     fig.tight_layout()
     fig.savefig(out, dpi=120)
+    return drawn
 
 
 def passkey(run, label, out):
@@ -81,7 +87,7 @@ def main():
             sys.exit("plot_eval: one passkey file per plot")
         passkey(runs[0], labels[0], out)
     elif all("loss_by_position" in r for r in runs):
-        loss_by_position(runs, labels, out)
+        out += " (lines: " + "; ".join(loss_by_position(runs, labels, out)) + ")"
     else:
         sys.exit("plot_eval: each file must be the JSON of oomb eval (loss_by_position) or oomb eval --passkey")
     print(f"wrote {out}")

@@ -34,7 +34,7 @@ BestRecord parse_best_record(const std::string& text, const std::string& where) 
                  (!j.contains("eval_targets") ||
                   (j["eval_targets"].is_number_integer() && j["eval_targets"].get<int64_t>() >= 0)) &&
                  (one || several),
-             "--save-best: {} is not oomb's record of a best model (step, eval_loss, eval_data, eval_windows); "
+             "--save-best: {} is not oomb's record of a best model (step, eval_loss, eval_targets, eval_data, eval_windows); "
              "remove it or choose another directory",
              where);
   BestRecord r;

@@ -35,7 +35,8 @@ struct EvalArgs {
   PromptFields prompt_fields;
   RopeFlags rope;
   bool rope_changed = false;  // the run's RoPE is not --model's (the flags, the adapter's)
-  int64_t eos_id = -1, seq_len = 2048, chunk = 1024, page = 128, windows = 0, buckets = 16, trials = 4;
+  int64_t eos_id = -1, seq_len = 2048, chunk = 1024, page = 128, buckets = 16, trials = 4;
+  std::vector<int64_t> windows;  // --windows: one count for every set, or one per set
   int digits = 5;
   bool split_special = false, json = false, passkey = false;
   std::vector<int64_t> lengths{1024, 4096};
@@ -91,15 +92,17 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
   }
   d.packing = {eos, false, 0, false, a.packing == "whole"};
   d.log = log;
-  // each set over --windows (default: its whole windows), with notes where it is short of them
+  // each set over --windows (default: its whole windows, at least one), with notes where it is short of them
+  OOMB_CHECK(a.windows.size() <= 1 || a.windows.size() == a.data.size(),
+             "--windows: {} counts for {} --data sets (one count for every set, or one per set)", a.windows.size(),
+             a.data.size());
   std::vector<WindowSet> sets;
-  for (const std::string& path : a.data) {
+  for (size_t i = 0; i < a.data.size(); ++i) {
+    const std::string& path = a.data[i];
     const std::string name = a.data.size() > 1 ? path + ": " : "";
     auto data = open_training_data(path, cfg.vocab, d);
     const int64_t fit = data->windows_per_epoch(N);
-    const int64_t W = a.windows > 0 ? a.windows : fit;
-    OOMB_CHECK(W >= 1, "--data {}: not one whole window of {} tokens (give --windows to score windows that wrap around)",
-               path, N);
+    const int64_t W = a.windows.empty() ? fit : a.windows[a.windows.size() == 1 ? 0 : i];
     if (data->whole()) *log << name << data->whole_summary(N) << std::endl;
     if (W > fit || (!data->whole() && N + 1 > data->stream_size()))
       *log << fmt::format("note: {}{} windows of {} tokens are more than the data's {} tokens{}: windows wrap around",
@@ -119,6 +122,7 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
                       a.buckets, default_precision(a.precision, a.device))
        << (dist.size() > 1 ? fmt::format("; {} ranks: --sp {} x --dp {}", dist.size(), a.dist.sp, a.dist.dp) : "")
        << std::endl;
+  if (const std::string t = describe(dist.threads()); !t.empty()) *log << t << std::endl;
   // dp rank d scores windows d, d + dp, ...; the sums are added over the dp group
   EvalResult r = evaluate_by_position(*model, *data, N, W, a.buckets, log, dist.dp_rank(), a.dist.dp);
   if (a.dist.dp > 1) {
@@ -127,6 +131,9 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
     set_eval_sums(r, sums);
   }
   OOMB_CHECK(r.targets > 0, "eval: the data gave no targets to score");
+  for (size_t s = 0; s < r.sets.size(); ++s)
+    OOMB_CHECK(r.sets[s].targets > 0, "--data {}: its {} windows of {} tokens hold no target to score (every token in "
+               "a prompt)", a.data[s], r.sets[s].windows, N);
   if (!dist.leader()) return 0;
   nlohmann::json j = to_json(r);
   j["model"] = a.model, j["precision"] = default_precision(a.precision, a.device);
@@ -194,8 +201,9 @@ Command add_eval(CLI::App& app) {
   c->add_option("--eos-id", a->eos_id, "Token ending each document (default: the model's eos_token_id)")
       ->check(count(true));
   c->add_option("--seq-len", a->seq_len, "Tokens per window N")->check(count())->capture_default_str();
-  c->add_option("--windows", a->windows, "Windows to score, of each --data (default: every whole window of it)")
-      ->check(count());
+  c->add_option("--windows", a->windows, "Windows to score, of each --data: one count for every set, or one per set "
+                "(3,5; default: every whole window of it)")
+      ->delimiter(',')->check(count());
   c->add_option("--buckets", a->buckets, "Loss by position: N cut into this many equal buckets")
       ->check(count())->capture_default_str();
   c->add_option("--chunk-size", a->chunk, "Largest chunk C (the chunk is the largest C dividing N / buckets)")

@@ -605,6 +605,7 @@ Command add_train(CLI::App& app) {
                                                                plan.head_chunks)
                                                  : "")
                         << std::endl;
+            if (const std::string t = describe(dist.threads()); !t.empty()) std::cout << t << std::endl;
             if (a->given("--sweep") || plan.offload_params) std::cout << sweep << std::endl;
             if (!keep_hint.empty()) std::cout << keep_hint << std::endl;
             // the trained weights (LoRA: the adapters) into dir as a unit with `extra`; every rank calls it

@@ -11,7 +11,7 @@ WindowSets::WindowSets(std::vector<WindowSet> sets) : sets_(std::move(sets)) {
   OOMB_CHECK(!sets_.empty(), "held-out sets: none given");
   start_.push_back(0);
   for (const WindowSet& s : sets_) {
-    OOMB_CHECK(s.data && s.windows > 0, "--eval-data {}: no windows to score", s.path);
+    OOMB_CHECK(s.data && s.windows > 0, "held-out set {}: no windows to score", s.path);
     start_.push_back(start_.back() + s.windows);
     names_.push_back(s.path);
   }

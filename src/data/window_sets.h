@@ -1,7 +1,7 @@
-// Held-out sets scored together (`--eval-data A --eval-data B`): the first windows of each set,
-// the sets laid end to end, so that window w is set s's window w - (the windows of the sets before
-// s). The trainer scores them as one run of windows (the dp ranks sharing them as before) and
-// reports each set's loss by source_of.
+// Held-out sets scored together (`oomb train --eval-data A --eval-data B`, `oomb eval --data A
+// --data B`): the first windows of each set, the sets laid end to end, so that window w is set s's
+// window w - (the windows of the sets before s). The trainer and oomb eval score them as one run of
+// windows (the dp ranks sharing them as before) and report each set's loss by source_of.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -47,7 +47,9 @@ static std::unique_ptr<Comm> world_for(const DistOptions& o) {
   return make_single_comm();
 }
 
-Dist::Dist(const DistOptions& o) : Dist(o, world_for(o)) {}
+Dist::Dist(const DistOptions& o) : Dist(o, world_for(o)) {
+  if (launched_by_mpi()) threads_ = share_cores(local_ranks());
+}
 
 Dist::Dist(const DistOptions& o, std::unique_ptr<Comm> world) : o_(o), world_(std::move(world)) {
   check_dist_options(o);

@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "dist/comm.h"
+#include "dist/rank_threads.h"
 
 namespace oomb {
 
@@ -31,7 +32,7 @@ class Dist {
   // One rank (no MPI).
   Dist();
   // The ranks mpirun started (MPI), or one rank when not launched by an MPI launcher; the world's
-  // size must equal sp x dp.
+  // size must equal sp x dp. Launched, the ranks on this host share its cores (share_cores).
   explicit Dist(const DistOptions& o);
   // Ranks over a given communicator (tests).
   Dist(const DistOptions& o, std::unique_ptr<Comm> world);
@@ -41,6 +42,7 @@ class Dist {
   int rank() const { return world_->rank(); }
   int size() const { return world_->size(); }
   bool leader() const { return rank() == 0; }  // prints, writes metrics and files
+  const RankThreads& threads() const { return threads_; }  // this rank's OpenMP team, as share_cores chose it
   int sp_rank() const { return int(rank() % o_.sp); }
   int dp_rank() const { return int(rank() / o_.sp); }
   Comm& world() { return *world_; }
@@ -70,6 +72,7 @@ class Dist {
   DistOptions o_;
   std::unique_ptr<Comm> world_, sp_, dp_;
   std::unique_ptr<Comm> dev_world_, dev_sp_;  // NCCL (attach)
+  RankThreads threads_;
 };
 
 }  // namespace oomb

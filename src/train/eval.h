@@ -41,7 +41,8 @@ int64_t eval_chunk_size(int64_t N, int64_t buckets, int64_t max_chunk);
 // Windows 0 .. windows-1 of N tokens from data; the model's chunk must be eval_chunk_size's.
 // Progress (one line per window) goes to log when given. With several data-parallel ranks, rank
 // `first` of `stride` scores windows first, first + stride, ... (eval_sums: what the ranks add).
-// Sums go in window order, as oomb train's held-out loss adds them, so the two agree bit for bit.
+// Sums go in window order, as oomb train's held-out loss adds them, so the two agree bit for bit on
+// one rank (over ranks each adds its windows in order, and the all-reduce the ranks' sums).
 EvalResult evaluate_by_position(Model& model, TokenSource& data, int64_t N, int64_t windows, int64_t buckets,
                                 std::ostream* log = nullptr, int64_t first = 0, int64_t stride = 1);
 // The sums of a result (loss, targets, correct: overall, then per bucket; then each set's the same

@@ -159,8 +159,11 @@ double Optimizer::step(int64_t k, float* lr_used) {
       store_->begin_overlapped_update(&gate_);
       worker_update_s_ = -1;  // (an update that fails reports none)
       const auto t0 = std::chrono::steady_clock::now();  // (the thread's start counted too)
-      const auto units = [this, clip, lr, t0] {
-        omp_set_num_threads(update_threads());  // (this thread's own setting: the worker's, or restored below)
+      // (the team from this thread's setting, which a new thread does not inherit: --update-threads,
+      // or OpenMP's, as share_cores may have set it for this rank)
+      const int threads = update_threads();
+      const auto units = [this, clip, lr, t0, threads] {
+        omp_set_num_threads(threads);  // (this thread's own setting: the worker's, or restored below)
         int team = 0;  // the threads its loops run on, as OpenMP makes the team
 #pragma omp parallel
 #pragma omp single

@@ -22,6 +22,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(r.step >= 1, "a step of at least 1");
   check(r.eval_data.is_null() || r.eval_data.is_string() || (r.eval_data.is_array() && r.eval_data.size() >= 2),
         "a path, or a list of two or more");
+  check(r.eval_targets >= -1, "targets recorded (>= 0) or not (-1)");
+  auto positive = [](const nlohmann::json& x) { return x.is_number_integer() && x.get<int64_t>() > 0; };
+  if (r.eval_windows.is_array()) {
+    for (const nlohmann::json& x : r.eval_windows) check(positive(x), "a positive window count per set");
+  } else {
+    check(r.eval_windows.is_null() || positive(r.eval_windows), "a positive window count");
+  }
   if (r.eval_data.is_array() || r.eval_windows.is_array())
     check(r.eval_data.is_array() && r.eval_windows.is_array() && r.eval_data.size() == r.eval_windows.size(),
           "a list of paths with a list of window counts, as long");
