@@ -411,4 +411,18 @@ TEST(DataMix, EachHeldOutSetsLossIsItsOwn) {
                                   r.d));
   EXPECT_NE(c.code, 0);
   EXPECT_THAT(c.out, HasSubstr("--windows: 3 counts for 2 --data sets"));
+
+  // --eval-windows one count per set (3 of a.bin, 1 of b.bin), recorded per set; too many counts refused
+  c = r.train(data, fmt::format("--steps 1 --eval-data {0}/a.bin --eval-data {0}/b.bin --eval-windows 3,1 --metrics "
+                                "{0}/per_set.jsonl --save-best {0}/best2", r.d));
+  ASSERT_EQ(c.code, 0) << c.out;
+  const nlohmann::json ps = metrics_lines(r.dir / "per_set.jsonl").at(0)["eval"];
+  EXPECT_EQ(ps["windows"], 4);
+  EXPECT_EQ(ps["sets"][0]["windows"], 3);
+  EXPECT_EQ(ps["sets"][1]["windows"], 1);
+  EXPECT_EQ(nlohmann::json::parse(read_text(r.dir / "best2/oomb_best.json"))["eval_windows"],
+            nlohmann::json::array({3, 1}));
+  c = r.train(data, fmt::format("--steps 1 --eval-data {0}/a.bin --eval-data {0}/b.bin --eval-windows 1,1,1", r.d));
+  EXPECT_NE(c.code, 0);
+  EXPECT_THAT(c.out, HasSubstr("--eval-windows: 3 counts for 2 --eval-data sets"));
 }

@@ -45,7 +45,8 @@ struct TrainArgs {
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
   std::string tensorboard, sweep = "chunk", packing = "wrapped", save_best;
   std::vector<std::string> eval_data;  // one held-out set, or several
-  int64_t eos_id = -1, offload_group = 0, device_memory = 0, eval_every = 0, eval_windows = 0;
+  int64_t eos_id = -1, offload_group = 0, device_memory = 0, eval_every = 0;
+  std::vector<int64_t> eval_windows;  // --eval-windows: one count for every held-out set, or one per set
   double peak_tflops = 0;
   bool shuffle = false, doc_mask = false, split_special = false, force = false, keep_attention = false;
   int64_t seq_len = 0, steps = 0, grad_accum = 1, log_every = 0, chunk = 0, page = 128;
@@ -471,8 +472,8 @@ Command add_train(CLI::App& app) {
   c->add_option("--eval-every", a->eval_every, "With --eval-data: evaluate every K steps (default: after the last "
                 "only)")->check(count())->needs(eval_data);
   c->add_option("--eval-windows", a->eval_windows, "With --eval-data: windows of --seq-len tokens scored each time, "
-                "from its start (default: every whole window of it; a multiple of --dp); of each set")->check(count())
-      ->needs(eval_data);
+                "from its start (default: every whole window of it; a multiple of --dp); of each set: one count for "
+                "every set, or one per set (2,4)")->delimiter(',')->check(count())->needs(eval_data);
   c->add_option("--save-best", a->save_best, "With --eval-data: save the model (as --out does) here whenever the "
                 "held-out loss is the lowest so far, with oomb_best.json (the step and loss)")->needs(eval_data);
   c->add_option("--tensorboard", a->tensorboard, "Write TensorBoard event files (loss, lr, grad norm, tokens/s, MFU, "

@@ -36,14 +36,18 @@ TrainData open_train_data(const std::vector<std::string>& paths, const std::stri
 }
 
 HeldOut open_held_out(const std::vector<std::string>& paths, const std::function<DataOptions(const std::string&)>& options,
-                      int64_t vocab, int64_t N, int64_t windows, int64_t dp, int32_t sep, const std::string& when,
-                      std::ostream& out) {
+                      int64_t vocab, int64_t N, const std::vector<int64_t>& windows, int64_t dp, int32_t sep,
+                      const std::string& when, std::ostream& out) {
+  OOMB_CHECK(windows.size() <= 1 || windows.size() == paths.size(),
+             "--eval-windows: {} counts for {} --eval-data sets (one count for every set, or one per set)",
+             windows.size(), paths.size());
   HeldOut h;
   std::vector<WindowSet> sets;
-  for (const std::string& p : paths) {
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string& p = paths[i];
     auto data = open_training_data(p, vocab, options(p));
     const int64_t fit = data->windows_per_epoch(N);
-    const int64_t w = windows > 0 ? windows : std::max(dp, fit / dp * dp);
+    const int64_t w = windows.empty() ? std::max(dp, fit / dp * dp) : windows[windows.size() == 1 ? 0 : i];
     check_eval_windows(w, dp);  // (before the model is built)
     check_eval_targets(*data, w, N, sep);
     const std::string wraps = w > fit || (!data->whole() && w * N + 1 > data->stream_size())

@@ -42,12 +42,12 @@ struct HeldOut {
   int64_t windows() const { return std::accumulate(set_windows.begin(), set_windows.end(), int64_t(0)); }  // every set's
   TokenSource* source() { return sets ? static_cast<TokenSource*>(sets.get()) : one.get(); }
 };
-// Opens each path (options(path): how it is read) over `windows` of N (--eval-windows; 0: its
-// whole windows, at least one, a multiple of dp), checks each holds a target to score (sep: the
-// --doc-mask separator or -1) and prints what is scored `when`.
+// Opens each path (options(path): how it is read) over its windows of N (--eval-windows: one count
+// for every set or one per set; none: its whole windows, at least one, a multiple of dp), checks each
+// holds a target to score (sep: the --doc-mask separator or -1) and prints what is scored `when`.
 HeldOut open_held_out(const std::vector<std::string>& paths, const std::function<DataOptions(const std::string&)>& options,
-                      int64_t vocab, int64_t N, int64_t windows, int64_t dp, int32_t sep, const std::string& when,
-                      std::ostream& out);
+                      int64_t vocab, int64_t N, const std::vector<int64_t>& windows, int64_t dp, int32_t sep,
+                      const std::string& when, std::ostream& out);
 
 // Opens each path as open_training_data does (source i shuffled with its own seed, from
 // o.packing.seed); two or more make a mix by `weights` (--data-weights: one number > 0 per path,
