@@ -7,6 +7,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+def run(cmd, env=None):
+    """A command's stdout; its failure ends the benchmark, with its output."""
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
+    return r.stdout
+
+
 def init_model(oomb, init_flags, prefix):
     """A temporary directory and, in it, `oomb init <init_flags>`'s model: (work, model)."""
     work = tempfile.mkdtemp(prefix=prefix)

@@ -11,16 +11,11 @@ speed-up). Per-rank bytes come from rank 0's --metrics line (the accountant), wi
     python3 bench/dist_scaling.py [--build build] [--seq-len 16384] [--chunk 2048] [--steps 3]
                                   [--ranks 1,2,4] [--head-chunks 1] [--kv-heads 4]
 """
-import argparse, json, os, subprocess, tempfile
+import argparse, json, os, tempfile
 
 import numpy as np
 
-
-def run(cmd, env):
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
-    return r.stdout
+from bench_setup import run
 
 
 def main():

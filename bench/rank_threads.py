@@ -8,16 +8,11 @@ device (host_update.update_s, host_update.threads from --metrics).
     python3 bench/rank_threads.py [--build build] [--ranks 2] [--seq-len 2048] [--chunk 512] [--steps 4]
                                   [--out bench/results/rank_threads.jsonl]
 """
-import argparse, json, os, subprocess, tempfile
+import argparse, json, os
 
 import numpy as np
 
-
-def run(cmd, env):
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
-    return r.stdout
+from bench_setup import init_model, run
 
 
 def main():
@@ -30,10 +25,9 @@ def main():
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     oomb = os.path.abspath(os.path.join(a.build, "oomb"))
-    work = tempfile.mkdtemp(prefix="oomb-rank-threads.")
-    model, data = os.path.join(work, "model"), os.path.join(work, "tokens.bin")
-    run([oomb, "init", "--out", model, "--preset", "tiny", "--hidden", "256", "--intermediate", "704", "--layers", "4",
-         "--heads", "8", "--kv-heads", "4", "--vocab", "512"], os.environ.copy())
+    work, model = init_model(oomb, ["--preset", "tiny", "--hidden", "256", "--intermediate", "704", "--layers", "4",
+                                    "--heads", "8", "--kv-heads", "4", "--vocab", "512"], "oomb-rank-threads.")
+    data = os.path.join(work, "tokens.bin")
     np.random.default_rng(0).integers(0, 512, size=a.ranks * a.seq_len * a.steps + 1, dtype=np.uint32).tofile(data)
     ncores = os.cpu_count()
     rows = []
