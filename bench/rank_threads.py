@@ -29,7 +29,7 @@ def main():
                                     "--heads", "8", "--kv-heads", "4", "--vocab", "512"], "oomb-rank-threads.")
     data = os.path.join(work, "tokens.bin")
     np.random.default_rng(0).integers(0, 512, size=a.ranks * a.seq_len * a.steps + 1, dtype=np.uint32).tofile(data)
-    ncores = os.cpu_count()
+    ncores = len(os.sched_getaffinity(0))  # (the CPUs this process, and the unbound ranks, may run on)
     rows = []
     for line, threads in (("every rank a team over every core", str(ncores)), ("the cores shared (oomb's choice)", None)):
         metrics = os.path.join(work, f"m{len(rows)}.jsonl")

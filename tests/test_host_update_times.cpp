@@ -16,9 +16,14 @@
 #include <thread>
 #include <vector>
 
+#include "backend/backend.h"
+#include "data/token_source.h"
 #include "model/update_gate.h"
 #include "model_fixture.h"
 #include "test_util.h"
+#include "train/model.h"
+#include "train/trainer.h"
+#include "train_steps.h"
 
 using namespace oomb;
 using namespace oomb::testing;
@@ -132,4 +137,55 @@ TEST(CliHostUpdate, UpdateThreadsChangeNothingButTheThreads) {
   const CmdResult zero = oomb_cmd(dir, run + " --update-threads 0");
   EXPECT_NE(zero.code, 0);
   EXPECT_NE(zero.out.find("--update-threads"), std::string::npos) << zero.out;
+}
+
+namespace {
+// Window w: step_tokens(N + 1, w)
+class StepWindows final : public TokenSource {
+ public:
+  explicit StepWindows(int64_t vocab) : vocab_(vocab) {}
+  void read(int64_t w, int64_t N, int64_t t0, int64_t n, int32_t* ids, int32_t* targets) override {
+    const std::vector<int32_t> t = step_tokens(N + 1, uint64_t(w), vocab_);
+    std::copy(t.begin() + t0, t.begin() + t0 + n, ids);
+    std::copy(t.begin() + t0 + 1, t.begin() + t0 + n + 1, targets);
+  }
+  std::string describe() const override { return "test windows"; }
+
+ private:
+  int64_t vocab_;
+};
+}  // namespace
+
+// The update beside the next step runs on a thread of its own, which OpenMP gives its default team
+// and not the setting of the thread driving the run (as dist/rank_threads sets a rank's): the
+// optimizer hands that setting over, so the update's team is the driving thread's less one, here
+// two more than OpenMP's default would make it.
+TEST(HostUpdate, TheUpdatesThreadTakesTheTeamOfTheThreadThatStartsIt) {
+  if (tsan_leaves_out("an update on an OpenMP team of several")) return;
+  const auto dir = temp_dir("_update_team");
+  write_tiny_model(dir, tiny_config_json("qwen2", 2), 3);
+  const ModelConfig cfg = load_config(dir);
+  auto sim = make_sim_backend(0, 0);
+  ChunkPlan plan{16, 8};
+  plan.offload_params = true;
+  Model m(cfg, *sim, plan);
+  load_for_training(m, dir);
+  StepWindows data(cfg.vocab);
+  TrainOptions o{32, 3, 1, 100};
+  o.metrics_path = (dir / "m.jsonl").string();
+  const int before = omp_get_max_threads();
+  struct Restore {
+    int n;
+    ~Restore() { omp_set_num_threads(n); }
+  } const restore{before};
+  omp_set_num_threads(before + 2);
+  std::ostringstream log;
+  train(m, data, o, log);
+  std::vector<nlohmann::json> lines;
+  std::string line;
+  for (std::istringstream in(read_text(dir / "m.jsonl")); std::getline(in, line);)
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_TRUE(lines[0]["host_update"]["threads"].is_null());  // (none finished yet)
+  for (size_t k = 1; k < 3; ++k) EXPECT_EQ(lines[k]["host_update"]["threads"], before + 1) << "step " << k;
 }

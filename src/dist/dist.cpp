@@ -27,7 +27,11 @@ static int env_int(std::initializer_list<const char*> keys, int otherwise) {
   return otherwise;
 }
 int local_rank() { return env_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0); }
-int local_ranks() { return env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1); }
+static int g_host_ranks = 0;  // the ranks on this host as the launched ranks counted them (share_cores); 0: not yet
+int local_ranks() {
+  return g_host_ranks > 0 ? g_host_ranks
+                          : env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1);
+}
 
 // Open MPI's, PMIx's and Slurm's (PMI) markers of a rank a launcher started; one definition for
 // builds with and without MPI.
@@ -48,7 +52,10 @@ static std::unique_ptr<Comm> world_for(const DistOptions& o) {
 }
 
 Dist::Dist(const DistOptions& o) : Dist(o, world_for(o)) {
-  if (launched_by_mpi()) threads_ = share_cores(local_ranks());
+  if (launched_by_mpi()) {
+    threads_ = share_cores(*world_);
+    g_host_ranks = threads_.local_ranks;
+  }
 }
 
 Dist::Dist(const DistOptions& o, std::unique_ptr<Comm> world) : o_(o), world_(std::move(world)) {

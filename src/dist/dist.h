@@ -23,7 +23,8 @@ struct DistOptions {
 // Checks the flags alone (sp, dp >= 1, zero in 0..3, comm): errors name the flag.
 void check_dist_options(const DistOptions& o);
 // This process among the ranks on its node, from the launcher's environment (Open MPI, MPICH,
-// Slurm); 0 and 1 without one.
+// Slurm); 0 and 1 without one. Once a launched Dist exists, local_ranks is the count its ranks
+// found by their host names (share_cores), which no launcher's variable can get wrong.
 int local_rank();
 int local_ranks();
 
@@ -32,7 +33,7 @@ class Dist {
   // One rank (no MPI).
   Dist();
   // The ranks mpirun started (MPI), or one rank when not launched by an MPI launcher; the world's
-  // size must equal sp x dp. Launched, the ranks on this host share its cores (share_cores).
+  // size must equal sp x dp. Launched, the ranks on a host share its CPUs (share_cores).
   explicit Dist(const DistOptions& o);
   // Ranks over a given communicator (tests).
   Dist(const DistOptions& o, std::unique_ptr<Comm> world);

@@ -1,28 +1,74 @@
 #include "dist/rank_threads.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fmt/format.h>
 #include <omp.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include "core/fnv.h"
+
 namespace oomb {
 
-int rank_team(int cpus, int online, int local_ranks) {
-  return std::max(1, std::min(cpus, online / std::max(1, local_ranks)));
+RankPlace this_place() {
+  RankPlace p;
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  Fnv f;
+  f.mix(std::string(name));
+  p.host = f.h;
+  cpu_set_t mask;
+  const int n = int(std::min<size_t>(CPU_SETSIZE, 64 * p.cpus.size()));
+  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) {
+    for (int c = 0; c < n; ++c)
+      if (CPU_ISSET(c, &mask)) p.add(c);
+  } else {
+    for (int c = 0; c < std::min<int>(n, int(sysconf(_SC_NPROCESSORS_ONLN))); ++c) p.add(c);
+  }
+  return p;
 }
 
-RankThreads share_cores(int local_ranks) {
+int rank_team(const std::vector<RankPlace>& places, int me) {
+  const RankPlace& mine = places.at(size_t(me));
+  double share = 0;
+  for (int c = 0; c < 64 * int(mine.cpus.size()); ++c) {
+    if (!mine.has(c)) continue;
+    int ranks = 0;
+    for (const RankPlace& p : places) ranks += p.host == mine.host && p.has(c);
+    share += 1.0 / ranks;
+  }
+  return std::max(1, int(std::floor(share + 1e-9)));
+}
+
+// OMP_NUM_THREADS as libgomp reads it: a list of positive whole numbers (its first, the team);
+// anything else libgomp ignores, and so does this.
+static bool env_team() {
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  if (!v || !*v) return false;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return n > 0 && end != v && (*end == '\0' || *end == ',');
+}
+
+RankThreads share_cores(Comm& world) {
+  std::vector<RankPlace> places(size_t(world.size()));
+  const RankPlace mine = this_place();
+  world.all_gather(&mine, places.data(), sizeof(RankPlace));
   RankThreads t;
-  t.local_ranks = local_ranks;
-  t.online = int(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-  cpu_set_t mask;
-  t.cpus = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : t.online;
-  const char* env = std::getenv("OMP_NUM_THREADS");
-  t.env = env && *env;
-  if (!t.env && local_ranks > 1) {
-    omp_set_num_threads(rank_team(t.cpus, t.online, local_ranks));
+  const int me = world.rank();
+  for (int c = 0; c < 64 * int(mine.cpus.size()); ++c) {
+    if (!mine.has(c)) continue;
+    ++t.cpus;
+    int ranks = 0;
+    for (const RankPlace& p : places) ranks += p.host == mine.host && p.has(c);
+    t.most_sharing = std::max(t.most_sharing, ranks);
+  }
+  t.local_ranks = int(std::count_if(places.begin(), places.end(), [&](const RankPlace& p) { return p.host == mine.host; }));
+  t.env = env_team();
+  if (!t.env && t.most_sharing > 1) {
+    omp_set_num_threads(rank_team(places, me));
     t.chosen = true;
   }
   t.threads = omp_get_max_threads();
@@ -31,9 +77,10 @@ RankThreads share_cores(int local_ranks) {
 
 std::string describe(const RankThreads& t) {
   if (!t.chosen) return "";
-  return fmt::format("{} ranks on this host: {} OpenMP thread{} each (of the {} CPUs it may run on, {} online; "
-                     "OMP_NUM_THREADS sets them)",
-                     t.local_ranks, t.threads, t.threads == 1 ? "" : "s", t.cpus, t.online);
+  return fmt::format("{} ranks on this host: {} OpenMP thread{} on rank 0 (its {} CPU{}, each shared by up to {} "
+                     "ranks; OMP_NUM_THREADS sets them)",
+                     t.local_ranks, t.threads, t.threads == 1 ? "" : "s", t.cpus, t.cpus == 1 ? "" : "s",
+                     t.most_sharing);
 }
 
 }  // namespace oomb

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "backend/cpu/cpu_optimizer.h"
 
@@ -78,6 +79,18 @@ std::string Optimizer::first_nonfinite() const { return oomb::first_nonfinite(g_
 
 namespace {
 int64_t g_update_delay_us = 0;
+
+// This thread's OpenMP team set to n for the scope, then put back.
+class TeamScope {
+ public:
+  explicit TeamScope(int n) : before_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~TeamScope() { omp_set_num_threads(before_); }
+  TeamScope(const TeamScope&) = delete;
+  TeamScope& operator=(const TeamScope&) = delete;
+
+ private:
+  int before_;
+};
 }  // namespace
 
 void Optimizer::delay_update_for_test(int64_t microseconds) { g_update_delay_us = microseconds; }
@@ -151,6 +164,9 @@ double Optimizer::step(int64_t k, float* lr_used) {
   const float lr = lr_at(c_, k);
   if (lr_used) *lr_used = lr;
   const float clip = c_.grad_clip > 0 && norm > c_.grad_clip ? float(c_.grad_clip / (norm + 1e-6)) : 1.0f;
+  // the host's update here (not beside the next step: several ranks, --zero): on --update-threads' team
+  std::optional<TeamScope> team;
+  if (host_ && !store_ && c_.update_threads > 0) team.emplace(c_.update_threads);
   if (shard_.on()) return step_shard(clip, lr), norm;
   if (store_) {  // unit by unit, on the update's thread or (not beside) here: the same elementwise bits as below
     if (c_.kind == "adamw") ++t_;
@@ -177,11 +193,7 @@ double Optimizer::step(int64_t k, float* lr_used) {
         worker_update_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       };
       if (!beside_) {
-        const int before = omp_get_max_threads();
-        struct Restore {
-          int n;
-          ~Restore() { omp_set_num_threads(n); }
-        } const restore{before};
+        const TeamScope restore(omp_get_max_threads());  // (units() sets its own)
         units();
         last_update_s_ = worker_update_s_, last_team_ = worker_team_;
         return norm;
