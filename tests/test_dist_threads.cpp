@@ -81,7 +81,7 @@ TEST(Dist, RanksOnOneHostShareItsCpus) {
   const CmdResult shared =
       mpirun_line("--bind-to none -np 2 env -u OMP_NUM_THREADS " + train + (dir / "shared.jsonl").string());
   ASSERT_EQ(shared.code, 0) << shared.out;
-  EXPECT_THAT(shared.out, HasSubstr(fmt::format("2 ranks on this host: {} OpenMP thread{} on rank 0 (its {} CPU{}, each "
+  EXPECT_THAT(shared.out, HasSubstr(fmt::format("2 ranks on this host: {} OpenMP thread{} on rank 0 (its {} CPU{}, "
                                                 "shared by up to 2 ranks", want, want == 1 ? "" : "s", cpus,
                                                 cpus == 1 ? "" : "s")));
   const CmdResult two = mpirun_line("--bind-to none -np 2 env OMP_NUM_THREADS=2 " + train + (dir / "two.jsonl").string());
@@ -105,7 +105,9 @@ TEST(Dist, RanksOnOneHostShareItsCpus) {
   EXPECT_EQ(u[1]["host_update"]["threads"], 1);
   EXPECT_EQ(u[1]["loss"], s[1]["loss"]);
   if (cpus < 2) GTEST_SKIP() << "one CPU here: no two ranks can be bound to cores of their own";
-  const CmdResult own = mpirun_line("--bind-to core -np 2 env -u OMP_NUM_THREADS " + train + (dir / "own.jsonl").string());
+  // (a hardware thread each: --bind-to core would give each every thread of its core)
+  const CmdResult own =
+      mpirun_line("--bind-to hwthread -np 2 env -u OMP_NUM_THREADS " + train + (dir / "own.jsonl").string());
   ASSERT_EQ(own.code, 0) << own.out;
   EXPECT_THAT(own.out, ::testing::Not(HasSubstr("ranks on this host")));
   const std::vector<nlohmann::json> o = metrics_lines(dir / "own.jsonl");

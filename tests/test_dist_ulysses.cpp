@@ -94,7 +94,8 @@ TEST(Dist, Bf16WithinItsOwnOrderNoiseAndHeadChunksGiveOneGroupsBits) {
     EXPECT_GE(figure(r.out, "loss_rel_err"), 0);
     EXPECT_LE(figure(r.out, "loss_rel_err"), std::max(1e-6, 2 * figure(r.out, "loss_noise_single_rank")));
     EXPECT_GE(figure(r.out, "train_loss_rel_err"), 0);
-    EXPECT_LE(figure(r.out, "train_loss_rel_err"), std::max(1e-6, 2 * figure(r.out, "train_loss_noise_single_rank")));
+    EXPECT_LE(figure(r.out, "train_loss_rel_err"),
+              std::min(1e-3, std::max(1e-6, 2 * figure(r.out, "train_loss_noise_single_rank"))));
     EXPECT_GE(figure(r.out, "weights_rel_err"), 0);
     EXPECT_LE(figure(r.out, "weights_rel_err"), std::max(1e-4, 2 * figure(r.out, "weights_noise_single_rank")));
     EXPECT_EQ(figure(r.out, "plan_mismatches"), 0);

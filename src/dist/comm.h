@@ -30,6 +30,9 @@ class Comm {
   virtual void barrier() = 0;
   // The ranks with the same color, ordered by key (MPI_Comm_split).
   virtual std::unique_ptr<Comm> split(int color, int key) = 0;
+  // The ranks that share this one's memory (its host; MPI_Comm_split_type's MPI_COMM_TYPE_SHARED),
+  // in rank order: all of them where the group cannot tell.
+  virtual std::unique_ptr<Comm> split_host() { return split(0, rank()); }
   virtual std::string name() const = 0;  // "mpi", "single", "nccl"
   // The calls take device memory, ordered after the work on the backend's compute stream (NCCL).
   virtual bool on_device() const { return false; }

@@ -23,8 +23,8 @@ struct DistOptions {
 // Checks the flags alone (sp, dp >= 1, zero in 0..3, comm): errors name the flag.
 void check_dist_options(const DistOptions& o);
 // This process among the ranks on its node, from the launcher's environment (Open MPI, MPICH,
-// Slurm); 0 and 1 without one. Once a launched Dist exists, local_ranks is the count its ranks
-// found by their host names (share_cores), which no launcher's variable can get wrong.
+// Slurm); 0 and 1 without one. Once a launched Dist exists, local_ranks is the size of MPI's
+// shared-memory group of this rank (share_cores), whatever the launcher set.
 int local_rank();
 int local_ranks();
 

@@ -59,6 +59,11 @@ class MpiComm final : public Comm {
     MPI_Comm_split(c_, color, key, &c);
     return std::make_unique<MpiComm>(c, timeout_, true);
   }
+  std::unique_ptr<Comm> split_host() override {
+    MPI_Comm c;
+    MPI_Comm_split_type(c_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &c);
+    return std::make_unique<MpiComm>(c, timeout_, true);
+  }
   std::string name() const override { return "mpi"; }
 
  private:

@@ -1,24 +1,22 @@
 #include "dist/rank_threads.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
+#include <type_traits>
 #include <fmt/format.h>
 #include <omp.h>
 #include <sched.h>
 #include <unistd.h>
 
-#include "core/fnv.h"
 
 namespace oomb {
 
 RankPlace this_place() {
   RankPlace p;
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  Fnv f;
-  f.mix(std::string(name));
-  p.host = f.h;
   cpu_set_t mask;
   const int n = int(std::min<size_t>(CPU_SETSIZE, 64 * p.cpus.size()));
   if (sched_getaffinity(0, sizeof(mask), &mask) == 0) {
@@ -42,22 +40,33 @@ int rank_team(const std::vector<RankPlace>& places, int me) {
   return std::max(1, int(std::floor(share + 1e-9)));
 }
 
-// OMP_NUM_THREADS as libgomp reads it: a list of positive whole numbers (its first, the team);
-// anything else libgomp ignores, and so does this.
+// OMP_NUM_THREADS holds a team: a list of positive whole numbers, commas between, spaces around
+// them allowed (libgomp ignores anything else, and so does this).
 static bool env_team() {
-  const char* v = std::getenv("OMP_NUM_THREADS");
-  if (!v || !*v) return false;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  return n > 0 && end != v && (*end == '\0' || *end == ',');
+  const char* p = std::getenv("OMP_NUM_THREADS");
+  if (!p) return false;
+  for (;;) {
+    while (std::isspace(static_cast<unsigned char>(*p))) ++p;
+    if (!std::isdigit(static_cast<unsigned char>(*p))) return false;
+    errno = 0;
+    char* end = nullptr;
+    const long n = std::strtol(p, &end, 10);
+    if (n <= 0 || errno != 0) return false;
+    p = end;
+    while (std::isspace(static_cast<unsigned char>(*p))) ++p;
+    if (*p == '\0') return true;
+    if (*p++ != ',') return false;
+  }
 }
 
 RankThreads share_cores(Comm& world) {
-  std::vector<RankPlace> places(size_t(world.size()));
+  const std::unique_ptr<Comm> host = world.split_host();  // (MPI_COMM_TYPE_SHARED: the ranks of this host)
+  std::vector<RankPlace> places(size_t(host->size()));
   const RankPlace mine = this_place();
-  world.all_gather(&mine, places.data(), sizeof(RankPlace));
+  static_assert(std::is_trivially_copyable_v<RankPlace> && sizeof(RankPlace) == 8 * 17, "RankPlace crosses as bytes");
+  host->all_gather(&mine, places.data(), sizeof(RankPlace));
   RankThreads t;
-  const int me = world.rank();
+  const int me = host->rank();
   for (int c = 0; c < 64 * int(mine.cpus.size()); ++c) {
     if (!mine.has(c)) continue;
     ++t.cpus;
@@ -77,8 +86,8 @@ RankThreads share_cores(Comm& world) {
 
 std::string describe(const RankThreads& t) {
   if (!t.chosen) return "";
-  return fmt::format("{} ranks on this host: {} OpenMP thread{} on rank 0 (its {} CPU{}, each shared by up to {} "
-                     "ranks; OMP_NUM_THREADS sets them)",
+  return fmt::format("{} ranks on this host: {} OpenMP thread{} on rank 0 (its {} CPU{}, shared by up to {} ranks; "
+                     "OMP_NUM_THREADS sets them)",
                      t.local_ranks, t.threads, t.threads == 1 ? "" : "s", t.cpus, t.cpus == 1 ? "" : "s",
                      t.most_sharing);
 }

@@ -2,10 +2,10 @@
 // CPUs it may run on (its affinity mask), so ranks on one host whose masks overlap (mpirun's
 // --bind-to none or --oversubscribe, a socket that several ranks are bound to, a container's or a
 // job's cpuset that every rank inherits) would each run a team over the same CPUs, several threads
-// to a CPU, each spinning at every barrier. Without OMP_NUM_THREADS the ranks exchange where they
-// are (their host and mask) and each takes, of each CPU it may run on, its share among the ranks
-// on its host that may run there: its team is the sum of those shares (at least one thread). A
-// rank bound to CPUs of its own keeps them all.
+// to a CPU, each spinning at every barrier. Without OMP_NUM_THREADS the ranks of each host (MPI's
+// shared-memory group) exchange their masks and each takes, of each CPU it may run on, its share
+// among the host's ranks that may run there: its team is the sum of those shares (at least one
+// thread). A rank bound to CPUs of its own keeps them all.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -16,7 +16,8 @@
 
 namespace oomb {
 
-// Where a rank runs: its host (a hash of the host's name) and its affinity mask (CPUs 0 .. 1023).
+// Where a rank runs: its host (ranks of one host share an id; share_cores gathers one host's) and
+// its affinity mask (CPUs 0 .. 1023).
 struct RankPlace {
   uint64_t host = 0;
   std::array<uint64_t, 16> cpus{};
@@ -38,7 +39,7 @@ struct RankThreads {
 // Rank `me`'s team among `places` (every rank's): the sum over its CPUs of 1 / the ranks on its
 // host whose masks hold that CPU, rounded down, at least 1.
 int rank_team(const std::vector<RankPlace>& places, int me);
-// Every rank of `world` calls it (one all-gather of the places): sets this (the calling) thread's
+// Every rank of `world` calls it (the host's group split off, one all-gather of its masks): sets this (the calling) thread's
 // OpenMP team to rank_team where OMP_NUM_THREADS holds none and a CPU is shared. (A thread started
 // later takes its team from OpenMP's default, not this setting: the optimizer hands its own over.)
 RankThreads share_cores(Comm& world);
