@@ -12,15 +12,27 @@
 
 namespace oomb::cli {
 
-void add_save_best(const std::string& dir, const nlohmann::json& eval_data, const nlohmann::json& eval_windows,
+namespace {
+// A held-out path (or a list of them) as its lexically normal text: e.bin and ./e.bin are one set.
+nlohmann::json normal_paths(const nlohmann::json& v) {
+  if (v.is_string()) return std::filesystem::path(v.get<std::string>()).lexically_normal().string();
+  if (!v.is_array()) return v;
+  nlohmann::json out = nlohmann::json::array();
+  for (const nlohmann::json& x : v) out.push_back(normal_paths(x));
+  return out;
+}
+}  // namespace
+
+void add_save_best(const std::string& dir, const nlohmann::json& given_data, const nlohmann::json& eval_windows,
                    int64_t start_step, Dist& dist, const StepStats& last, TrainHooks& hooks, const SaveModel& save) {
   namespace fs = std::filesystem;
+  const nlohmann::json eval_data = normal_paths(given_data);  // (as recorded and compared)
   double best = std::numeric_limits<double>::infinity();
   const fs::path record = fs::path(dir) / "oomb_best.json";
   if (dist.leader() && start_step > 0 && fs::exists(record)) {
     std::ifstream in(record);
     const BestRecord r = parse_best_record(std::string(std::istreambuf_iterator<char>(in), {}), record.string());
-    const bool same_windows = (r.eval_data.is_null() || r.eval_data == eval_data) &&
+    const bool same_windows = (r.eval_data.is_null() || normal_paths(r.eval_data) == eval_data) &&
                               (r.eval_windows.is_null() || r.eval_windows == eval_windows);
     if (r.step <= start_step && same_windows) {
       best = r.eval_loss;
