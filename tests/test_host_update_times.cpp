@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "data/token_source.h"
+#include "metrics_plan.h"
 #include "model/update_gate.h"
 #include "model_fixture.h"
 #include "test_util.h"
@@ -181,10 +182,7 @@ TEST(HostUpdate, TheUpdatesThreadTakesTheTeamOfTheThreadThatStartsIt) {
   omp_set_num_threads(before + 2);
   std::ostringstream log;
   train(m, data, o, log);
-  std::vector<nlohmann::json> lines;
-  std::string line;
-  for (std::istringstream in(read_text(dir / "m.jsonl")); std::getline(in, line);)
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  const std::vector<nlohmann::json> lines = metrics_lines(dir / "m.jsonl");
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_TRUE(lines[0]["host_update"]["threads"].is_null());  // (none finished yet)
   for (size_t k = 1; k < 3; ++k) EXPECT_EQ(lines[k]["host_update"]["threads"], before + 1) << "step " << k;
