@@ -28,15 +28,18 @@ RankPlace this_place() {
   return p;
 }
 
+// The ranks on mine's host that may run on CPU c.
+static int sharing(const std::vector<RankPlace>& places, const RankPlace& mine, int c) {
+  int ranks = 0;
+  for (const RankPlace& p : places) ranks += p.host == mine.host && p.has(c);
+  return ranks;
+}
+
 int rank_team(const std::vector<RankPlace>& places, int me) {
   const RankPlace& mine = places.at(size_t(me));
   double share = 0;
-  for (int c = 0; c < 64 * int(mine.cpus.size()); ++c) {
-    if (!mine.has(c)) continue;
-    int ranks = 0;
-    for (const RankPlace& p : places) ranks += p.host == mine.host && p.has(c);
-    share += 1.0 / ranks;
-  }
+  for (int c = 0; c < 64 * int(mine.cpus.size()); ++c)
+    if (mine.has(c)) share += 1.0 / sharing(places, mine, c);
   return std::max(1, int(std::floor(share + 1e-9)));
 }
 
@@ -70,11 +73,9 @@ RankThreads share_cores(Comm& world) {
   for (int c = 0; c < 64 * int(mine.cpus.size()); ++c) {
     if (!mine.has(c)) continue;
     ++t.cpus;
-    int ranks = 0;
-    for (const RankPlace& p : places) ranks += p.host == mine.host && p.has(c);
-    t.most_sharing = std::max(t.most_sharing, ranks);
+    t.most_sharing = std::max(t.most_sharing, sharing(places, mine, c));
   }
-  t.local_ranks = int(std::count_if(places.begin(), places.end(), [&](const RankPlace& p) { return p.host == mine.host; }));
+  t.local_ranks = host->size();
   t.env = env_team();
   if (!t.env && t.most_sharing > 1) {
     omp_set_num_threads(rank_team(places, me));

@@ -43,7 +43,8 @@ EvalResult evaluate_by_position(Model& model, TokenSource& data, int64_t N, int6
     for (int64_t w = 0; w < windows; ++w) ++r.sets[size_t(data.source_of(w))].windows;
   }
   for (int64_t w = first; w < windows; w += stride) {
-    EvalResult* set = sets > 1 ? &r.sets[size_t(data.source_of(w))] : nullptr;
+    const size_t s_of_w = sets > 1 ? size_t(data.source_of(w)) : 0;
+    EvalResult* set = sets > 1 ? &r.sets[s_of_w] : nullptr;
     const ChunkReader read = [&](int64_t t0, int64_t n, int32_t* ids, int32_t* tg) { data.read(w, N, t0, n, ids, tg); };
     LossStats prev;
     const LossStats st = model.evaluate(read, N, [&](ChunkSpan c, const LossStats& s) {
@@ -60,7 +61,7 @@ EvalResult evaluate_by_position(Model& model, TokenSource& data, int64_t N, int6
       if (into) into->loss_sum += st.loss_sum, into->targets += st.targets, into->correct += st.correct;
     if (log)
       *log << fmt::format("window {}/{}{}: loss {:.4f} over {} targets", w + 1, windows,
-                          set ? " (" + names[size_t(data.source_of(w))] + ")" : "", mean(st.loss_sum, st.targets),
+                          set ? " (" + names[s_of_w] + ")" : "", mean(st.loss_sum, st.targets),
                           st.targets)
            << std::endl;
   }
