@@ -10,7 +10,7 @@ PKGS=(build-essential cmake ninja-build pkg-config
       libpcre2-dev libutf8proc-dev libonig-dev
       clang libclang-rt-14-dev
       libopenmpi-dev openmpi-bin
-      python3 python3-torch python3-numpy python3-matplotlib
+      python3 python3-torch python3-numpy python3-matplotlib python3-jinja2
       bible-kjv)
 command -v npm > /dev/null || PKGS+=(nodejs npm)
 missing=()

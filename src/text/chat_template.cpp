@@ -1,0 +1,149 @@
+#include "text/chat_template.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "text/jinja/template.h"
+
+namespace oomb {
+
+namespace fs = std::filesystem;
+using jinja::Value;
+
+namespace {
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  OOMB_CHECK(f.good(), "{}: cannot open", p.string());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// bos_token and the like: a string, an AddedToken ({"content": ...}) or null
+Value special_tokens_of(const Value& config) {
+  Value out = Value::object();
+  if (!config.is_object()) return out;
+  for (const char* k : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+    const auto it = config.find(k);
+    if (it == config.end()) continue;
+    if (it->is_string()) out[k] = *it;
+    else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) out[k] = (*it)["content"];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<const ChatTemplate> ChatTemplate::load(const fs::path& path) {
+  std::error_code ec;
+  OOMB_CHECK(fs::exists(path, ec), "chat template {}: no such file or directory", path.string());
+  if (path.extension() == ".jinja") return std::make_shared<ChatTemplate>(read_file(path), path.string(), Value::object());
+  const fs::path dir = fs::is_directory(path, ec) ? path : path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  const fs::path config_path = path.filename() == "tokenizer_config.json" ? path : dir / "tokenizer_config.json";
+  Value config = Value::object();
+  if (fs::exists(config_path, ec)) {
+    try {
+      config = Value::parse(read_file(config_path));
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: not valid JSON: {}", config_path.string(), e.what());
+    }
+    OOMB_CHECK(config.is_object(), "{}: not a JSON object", config_path.string());
+  }
+  const Value special = special_tokens_of(config);
+  if (path.filename() != "tokenizer_config.json" && fs::exists(dir / "chat_template.jinja", ec))
+    return std::make_shared<ChatTemplate>(read_file(dir / "chat_template.jinja"), (dir / "chat_template.jinja").string(),
+                                          special);
+  const auto it = config.find("chat_template");
+  OOMB_CHECK(it != config.end() && !it->is_null(), "{}: no chat_template (nor chat_template.jinja beside it); give "
+             "one with --chat-template FILE.jinja", fs::exists(config_path, ec) ? config_path.string() : dir.string());
+  const std::string name = config_path.string() + " chat_template";
+  if (it->is_string()) return std::make_shared<ChatTemplate>(it->get<std::string>(), name, special);
+  // a list of {"name", "template"}: "default", and "tool_use" for records with tools
+  OOMB_CHECK(it->is_array(), "{}: a string or a list of named templates, not {}", name, it->type_name());
+  std::string dflt, tool_use;
+  for (const Value& t : *it) {
+    OOMB_CHECK(t.is_object() && t.contains("name") && t["name"].is_string() && t.contains("template") &&
+               t["template"].is_string(), "{}: each item needs a string \"name\" and \"template\"", name);
+    if (t["name"] == "default") dflt = t["template"].get<std::string>();
+    if (t["name"] == "tool_use") tool_use = t["template"].get<std::string>();
+  }
+  OOMB_CHECK(!dflt.empty(), "{}: no template named \"default\"", name);
+  auto out = std::make_shared<ChatTemplate>(dflt, name + " default", special);
+  if (!tool_use.empty()) out->tool_use_ = std::make_unique<jinja::Template>(tool_use, name + " tool_use");
+  return out;
+}
+
+ChatTemplate::ChatTemplate(std::string source, std::string name, Value special_tokens)
+    : name_(std::move(name)),
+      default_(std::make_unique<jinja::Template>(source, name_)),
+      special_(std::move(special_tokens)) {}
+
+ChatTemplate::~ChatTemplate() = default;
+
+std::string ChatTemplate::text(const jinja::Template& t, const Value& messages, const Value& tools,
+                               bool add_generation_prompt, std::vector<std::pair<size_t, size_t>>* spans) const {
+  Value vars = special_;
+  vars["messages"] = messages;
+  vars["add_generation_prompt"] = add_generation_prompt;
+  if (!tools.is_null()) vars["tools"] = tools;
+  jinja::Rendered r = t.render(vars);
+  if (spans) *spans = std::move(r.generation);
+  return std::move(r.text);
+}
+
+std::string ChatTemplate::prompt(const Value& messages, const std::string& where) const {
+  OOMB_CHECK(messages.is_array(), "{}: the messages must be a list, not {}", where, messages.type_name());
+  try {
+    return text(*default_, messages, Value(), true);
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+}
+
+std::vector<ChatBlock> ChatTemplate::render(const Value& messages, const Value& tools, const std::string& where) const {
+  OOMB_CHECK(messages.is_array(), "{}: the messages must be a list, not {}", where, messages.type_name());
+  for (size_t i = 0; i < messages.size(); ++i)
+    OOMB_CHECK(messages[i].is_object() && messages[i].contains("role") && messages[i]["role"].is_string(),
+               "{}: message {} needs a string \"role\"", where, i);
+  OOMB_CHECK(tools.is_null() || tools.is_array(), "{}: \"tools\" must be a list, not {}", where, tools.type_name());
+  const jinja::Template& t = !tools.is_null() && tool_use_ ? *tool_use_ : *default_;
+  std::vector<std::pair<size_t, size_t>> spans;
+  std::string full;
+  try {
+    full = text(t, messages, tools, false, &spans);
+    if (!t.has_generation()) {
+      for (size_t i = 0; i < messages.size(); ++i) {
+        if (messages[i]["role"] != "assistant") continue;
+        const Value before(messages.begin(), messages.begin() + std::ptrdiff_t(i));
+        const Value through(messages.begin(), messages.begin() + std::ptrdiff_t(i + 1));
+        const std::string start = text(t, before, tools, true), end = text(t, through, tools, false);
+        OOMB_CHECK(full.starts_with(start) && full.starts_with(end) && start.size() <= end.size(),
+                   "the template renders the conversation before message {} (an assistant's) otherwise than as the "
+                   "start of the whole, so what that message writes cannot be told from the rest; give a template "
+                   "with {{% generation %}} marks around what the assistant writes (--chat-template FILE.jinja)", i);
+        if (end.size() > start.size()) spans.emplace_back(start.size(), end.size());
+      }
+    }
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  std::vector<ChatBlock> out;
+  size_t at = 0;
+  auto add = [&](size_t b, size_t e, bool trained) {
+    if (e <= b) return;
+    if (!out.empty() && out.back().trained == trained) out.back().text += full.substr(b, e - b);
+    else out.push_back({full.substr(b, e - b), trained});
+  };
+  for (const auto& [b, e] : spans) {
+    OOMB_CHECK(b >= at && e <= full.size(), "{}: {}'s generation blocks overlap", where, name_);
+    add(at, b, false);
+    add(b, e, true);
+    at = e;
+  }
+  add(at, full.size(), false);
+  return out;
+}
+
+}  // namespace oomb

@@ -1,0 +1,499 @@
+#include "text/jinja/template.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <map>
+
+#include "core/error.h"
+#include "text/jinja/builtins.h"
+#include "text/jinja/lexer.h"
+#include "text/jinja/parser.h"
+#include "text/jinja/value.h"
+
+namespace oomb::jinja {
+
+namespace {
+
+enum class Flow { Normal, Break, Continue };
+
+class Renderer {
+ public:
+  Renderer(const std::string& name, const Value& variables, const RenderLimits& limits)
+      : name_(name), limits_(limits) {
+    OOMB_CHECK(variables.is_object(), "chat template {}: its variables must be an object", name);
+    scopes_.push_back(variables);
+  }
+
+  Rendered run(const Body& body) {
+    Rendered r;
+    out_ = &r.text;
+    spans_ = &r.generation;
+    exec(body);
+    return r;
+  }
+
+ private:
+  const std::string& name_;
+  std::vector<Value> scopes_;  // [0]: the variables given and top-level sets; back(): innermost
+  size_t frame_ = 1;           // a macro's call sees scopes_[frame_..] and scopes_[0]
+  std::map<std::string, const Stmt*> macros_;
+  std::string* out_ = nullptr;
+  std::vector<std::pair<size_t, size_t>>* spans_ = nullptr;
+  int line_ = 0;
+  int depth_ = 0;
+  RenderLimits limits_;
+  int64_t steps_ = 0;
+
+  void step() {
+    if (++steps_ > limits_.steps) error(fmt::format("more than {} steps (a loop without end?)", limits_.steps));
+  }
+  template <typename V>
+  V bounded(V v) {
+    const size_t n = v.is_string() ? v.template get_ref<const std::string&>().size() : v.is_array() ? v.size() : 0;
+    if (n > limits_.bytes) error(fmt::format("a value of more than {} bytes", limits_.bytes));
+    return v;
+  }
+
+  [[noreturn]] void error(const std::string& what) const { fail("chat template {} line {}: {}", name_, line_, what); }
+
+  // ---- scopes ----
+  const Value* find(const std::string& n) const {
+    for (size_t i = scopes_.size(); i-- > frame_;) {
+      const auto it = scopes_[i].find(n);
+      if (it != scopes_[i].end()) return &*it;
+    }
+    const auto it = scopes_[0].find(n);
+    return it != scopes_[0].end() ? &*it : nullptr;
+  }
+  Value* find_mutable(const std::string& n) {
+    for (size_t i = scopes_.size(); i-- > frame_;) {
+      const auto it = scopes_[i].find(n);
+      if (it != scopes_[i].end()) return &*it;
+    }
+    const auto it = scopes_[0].find(n);
+    return it != scopes_[0].end() ? &*it : nullptr;
+  }
+  Value& innermost() { return scopes_.size() > frame_ ? scopes_.back() : scopes_[0]; }
+
+  // ---- statements ----
+  Flow exec(const Body& body) {
+    for (const auto& s : body) {
+      const Flow f = exec(*s);
+      if (f != Flow::Normal) return f;
+    }
+    return Flow::Normal;
+  }
+
+  Flow exec(const Stmt& s) {
+    line_ = s.line;
+    step();
+    if (out_->size() > limits_.bytes) error(fmt::format("an output of more than {} bytes", limits_.bytes));
+    switch (s.kind) {
+      case Stmt::Text: *out_ += s.text; return Flow::Normal;
+      case Stmt::Output: *out_ += py_str(eval(*s.expr)); return Flow::Normal;
+      case Stmt::If:
+        for (size_t i = 0; i < s.bodies.size(); ++i)
+          if (i >= s.conds.size() || truthy(eval(*s.conds[i]))) return exec(s.bodies[i]);
+        return Flow::Normal;
+      case Stmt::For: return exec_for(s);
+      case Stmt::Set: {
+        Value v = eval(*s.expr);
+        if (!s.text.empty()) {
+          Value* ns = find_mutable(s.targets[0]);
+          if (!ns || !ns->is_object()) error(fmt::format("set {}.{}: '{}' is not a namespace", s.targets[0], s.text,
+                                                          s.targets[0]));
+          (*ns)[s.text] = std::move(v);
+        } else {
+          assign(s.targets, std::move(v), innermost());
+        }
+        return Flow::Normal;
+      }
+      case Stmt::SetBlock: {
+        std::string captured;
+        std::string* saved = out_;
+        auto* saved_spans = spans_;
+        out_ = &captured, spans_ = nullptr;
+        exec(s.bodies[0]);
+        out_ = saved, spans_ = saved_spans;
+        innermost()[s.targets[0]] = captured;
+        return Flow::Normal;
+      }
+      case Stmt::Macro: macros_[s.text] = &s; return Flow::Normal;
+      case Stmt::Generation: {
+        const size_t begin = out_->size();
+        const Flow f = exec(s.bodies[0]);
+        if (spans_) spans_->emplace_back(begin, out_->size());
+        return f;
+      }
+      case Stmt::Break: return Flow::Break;
+      case Stmt::Continue: return Flow::Continue;
+    }
+    return Flow::Normal;
+  }
+
+  void assign(const std::vector<std::string>& targets, Value v, Value& scope) {
+    if (targets.size() == 1) {
+      scope[targets[0]] = std::move(v);
+      return;
+    }
+    const Value items = iterate(v);
+    if (items.size() != targets.size())
+      error(fmt::format("cannot unpack {} values into {} names", items.size(), targets.size()));
+    for (size_t i = 0; i < targets.size(); ++i) scope[targets[i]] = items[i];
+  }
+
+  // What a for loop walks: a list's items, a dict's keys, a string's characters; undefined: nothing
+  Value iterate(const Value& v) {
+    if (v.is_array()) return v;
+    Value out = Value::array();
+    if (v.is_object()) {
+      for (const auto& [k, x] : v.items()) out.push_back(k);
+    } else if (v.is_string()) {
+      for (const std::string& c : characters(v.get_ref<const std::string&>())) out.push_back(c);
+    } else if (!is_undefined(v)) {
+      error(fmt::format("'{}' is not iterable", type_name(v)));
+    }
+    return out;
+  }
+
+  Flow exec_for(const Stmt& s) {
+    const Value all = iterate(eval(*s.expr));
+    Value items = Value::array();
+    if (s.cond) {
+      for (const Value& x : all) {
+        scopes_.push_back(Value::object());
+        assign(s.targets, x, scopes_.back());
+        const bool keep = truthy(eval(*s.cond));
+        scopes_.pop_back();
+        if (keep) items.push_back(x);
+      }
+    } else {
+      items = all;
+    }
+    const int64_t n = int64_t(items.size());
+    for (int64_t i = 0; i < n; ++i) {
+      scopes_.push_back(Value::object());
+      Value& scope = scopes_.back();
+      Value loop = {{"index", i + 1},        {"index0", i},       {"revindex", n - i}, {"revindex0", n - i - 1},
+                    {"first", i == 0},       {"last", i == n - 1}, {"length", n}};
+      loop["previtem"] = i > 0 ? items[size_t(i - 1)] : undefined();
+      loop["nextitem"] = i + 1 < n ? items[size_t(i + 1)] : undefined();
+      scope["loop"] = std::move(loop);
+      step();
+      assign(s.targets, items[size_t(i)], scope);
+      const Flow f = exec(s.bodies[0]);
+      scopes_.pop_back();
+      if (f == Flow::Break) break;
+    }
+    if (n == 0 && s.bodies.size() > 1) return exec(s.bodies[1]);
+    return Flow::Normal;
+  }
+
+  // ---- expressions ----
+  Value eval(const Expr& e) {
+    line_ = e.line;
+    switch (e.kind) {
+      case Expr::Literal: return e.value;
+      case Expr::Name: {
+        const Value* v = find(e.name);
+        return v ? *v : undefined();
+      }
+      case Expr::Attr: return attribute(eval(*e.a), e.name, *e.a);
+      case Expr::Item: {
+        const Value obj = eval(*e.a);
+        const Value key = eval(*e.b);
+        if (key.is_string()) return attribute(obj, key.get<std::string>(), *e.a);
+        if (is_undefined(obj)) error(fmt::format("{} is undefined", describe(*e.a)));
+        return item(obj, key);
+      }
+      case Expr::Slice: {
+        const Value obj = eval(*e.a);
+        const Value a = e.b ? eval(*e.b) : Value(), b = e.c ? eval(*e.c) : Value(), c = e.d ? eval(*e.d) : Value();
+        return slice(obj, a, b, c);
+      }
+      case Expr::Call: return call(e);
+      case Expr::Filter: return filter(e);
+      case Expr::Test: {
+        const bool r = test(e);
+        return e.negated ? !r : r;
+      }
+      case Expr::Unary: {
+        const Value v = eval(*e.a);
+        if (e.name == "not") return !truthy(v);
+        if (!v.is_number() && !v.is_boolean()) error(fmt::format("unary '{}' on {}", e.name, type_name(v)));
+        if (e.name == "+") return v;
+        if (v.is_number_float()) return -v.get<double>();
+        const int64_t i = v.is_boolean() ? int64_t(v.get<bool>()) : v.get<int64_t>();
+        if (i == INT64_MIN) error("unary '-': integer overflow");
+        return -i;
+      }
+      case Expr::Binary: return binary(e);
+      case Expr::Cond:
+        if (truthy(eval(*e.a))) return eval(*e.b);
+        return e.c ? eval(*e.c) : undefined();
+      case Expr::List:
+      case Expr::Tuple: {
+        Value out = Value::array();
+        for (const auto& x : e.items) out.push_back(eval(*x));
+        return out;
+      }
+      case Expr::Dict: {
+        Value out = Value::object();
+        for (size_t i = 0; i + 1 < e.items.size(); i += 2) {
+          const Value k = eval(*e.items[i]);
+          if (!k.is_string()) error(fmt::format("a dict's keys must be strings here, not {}", type_name(k)));
+          out[k.get<std::string>()] = eval(*e.items[i + 1]);
+        }
+        return out;
+      }
+    }
+    return undefined();
+  }
+
+  std::string describe(const Expr& e) const {
+    switch (e.kind) {
+      case Expr::Name: return "'" + e.name + "'";
+      case Expr::Attr: return describe(*e.a) + "." + e.name;
+      case Expr::Item: return describe(*e.a) + "[...]";
+      default: return "the value";
+    }
+  }
+
+  Value attribute(const Value& obj, const std::string& key, const Expr& of) {
+    if (is_undefined(obj)) error(fmt::format("{} is undefined (reading '{}' of it)", describe(of), key));
+    if (obj.is_object()) {
+      const auto it = obj.find(key);
+      return it != obj.end() ? *it : undefined();
+    }
+    return undefined();
+  }
+
+  Value item(const Value& obj, const Value& key) {
+    if (!key.is_number_integer() && !key.is_boolean()) return undefined();
+    int64_t i = key.is_boolean() ? int64_t(key.get<bool>()) : key.get<int64_t>();
+    if (obj.is_array()) {
+      const int64_t n = int64_t(obj.size());
+      if (i < 0) i += n;
+      return i >= 0 && i < n ? obj[size_t(i)] : undefined();
+    }
+    if (obj.is_string()) {
+      const auto cs = characters(obj.get_ref<const std::string&>());
+      const int64_t n = int64_t(cs.size());
+      if (i < 0) i += n;
+      return i >= 0 && i < n ? Value(cs[size_t(i)]) : undefined();
+    }
+    return undefined();
+  }
+
+  Value slice(const Value& obj, const Value& a, const Value& b, const Value& c) {
+    for (const Value* v : {&a, &b, &c})
+      if (!v->is_null() && !v->is_number_integer()) error("slice indices must be integers or none");
+    const int64_t step = c.is_null() ? 1 : c.get<int64_t>();
+    if (step == 0) error("slice step cannot be zero");
+    std::vector<Value> seq;
+    const bool str = obj.is_string();
+    if (str) {
+      for (auto& ch : characters(obj.get_ref<const std::string&>())) seq.emplace_back(std::move(ch));
+    } else if (obj.is_array()) {
+      for (const auto& x : obj) seq.push_back(x);
+    } else {
+      error(fmt::format("cannot slice {}", type_name(obj)));
+    }
+    const int64_t n = int64_t(seq.size());
+    auto clamp = [&](const Value& v, int64_t dflt) {  // Python's slice bounds
+      if (v.is_null()) return dflt;
+      int64_t i = v.get<int64_t>();
+      if (i < 0) i += n;
+      if (step > 0) return std::clamp<int64_t>(i, 0, n);
+      return std::clamp<int64_t>(i, -1, n - 1);
+    };
+    const int64_t from = clamp(a, step > 0 ? 0 : n - 1), to = clamp(b, step > 0 ? n : -1);
+    Value out = str ? Value("") : Value::array();
+    for (int64_t i = from; step > 0 ? i < to : i > to; i += step) {
+      if (str) out.get_ref<std::string&>() += seq[size_t(i)].get<std::string>();
+      else out.push_back(seq[size_t(i)]);
+    }
+    return out;
+  }
+
+  Value binary(const Expr& e) {
+    const std::string& op = e.name;
+    if (op == "and") {
+      Value l = eval(*e.a);
+      return truthy(l) ? eval(*e.b) : l;
+    }
+    if (op == "or") {
+      Value l = eval(*e.a);
+      return truthy(l) ? l : eval(*e.b);
+    }
+    const Value l = eval(*e.a), r = eval(*e.b);
+    line_ = e.line;
+    if (op == "==") return py_equal(l, r);
+    if (op == "!=") return !py_equal(l, r);
+    if (op == "<" || op == ">" || op == "<=" || op == ">=") {
+      const int c = guarded([&] { return py_compare(l, r, op.c_str()); });
+      return op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
+    }
+    if (op == "in") return contains(r, l);
+    if (op == "not in") return !contains(r, l);
+    if (op == "~") return bounded(Value(py_str(l) + py_str(r)));
+    return bounded(guarded([&] { return arithmetic(op, l, r); }));
+  }
+
+  template <typename F>
+  auto guarded(F f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const Error& x) {
+      if (std::string_view(x.what()).starts_with("chat template")) throw;
+      error(x.what());
+    }
+  }
+
+  bool contains(const Value& hay, const Value& needle) {
+    if (hay.is_string()) {
+      if (!needle.is_string()) error(fmt::format("'in <string>' needs a string on the left, not {}", type_name(needle)));
+      return hay.get_ref<const std::string&>().find(needle.get_ref<const std::string&>()) != std::string::npos;
+    }
+    if (hay.is_array()) return std::any_of(hay.begin(), hay.end(), [&](const Value& x) { return py_equal(x, needle); });
+    if (hay.is_object()) return needle.is_string() && hay.contains(needle.get<std::string>());
+    if (is_undefined(hay)) return false;
+    error(fmt::format("'in' needs a string, list or dict on the right, not {}", type_name(hay)));
+  }
+
+  // ---- calls: macros, global functions, methods ----
+  Value call(const Expr& e) {
+    const Expr& f = *e.a;
+    if (f.kind == Expr::Name) {
+      const auto m = macros_.find(f.name);
+      if (m != macros_.end() && !find(f.name)) return call_macro(*m->second, e.args);
+      const Args a = arguments(e.args);
+      line_ = e.line;
+      return guarded([&] { return call_global(f.name, a, std::time(nullptr)); });
+    }
+    if (f.kind == Expr::Attr) {
+      const Value obj = eval(*f.a);
+      const Args a = arguments(e.args);
+      line_ = e.line;
+      return bounded(guarded([&] { return call_method(obj, f.name, a); }));
+    }
+    error("only macros, global functions and methods can be called");
+  }
+
+  Args arguments(const Arguments& args) {
+    Args a;
+    for (const auto& x : args.positional) a.positional.push_back(eval(*x));
+    for (const auto& [k, x] : args.keyword) a.keyword[k] = eval(*x);
+    return a;
+  }
+
+  Value call_macro(const Stmt& m, const Arguments& args) {
+    if (++depth_ > 256) error(fmt::format("macro {}: calls nested more than 256 deep", m.text));
+    const Args a = arguments(args);
+    Value scope = Value::object();
+    if (a.positional.size() > m.params.size())
+      error(fmt::format("macro {} takes {} arguments, given {}", m.text, m.params.size(), a.positional.size()));
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      const auto& [p, def] = m.params[i];
+      const auto k = a.keyword.find(p);
+      if (i < a.positional.size()) scope[p] = a.positional[i];
+      else if (k != a.keyword.end()) scope[p] = k->second;
+      else scope[p] = def ? eval(*def) : undefined();
+    }
+    for (const auto& kv : a.keyword)
+      if (std::none_of(m.params.begin(), m.params.end(), [&](const auto& p) { return p.first == kv.first; }))
+        error(fmt::format("macro {} has no argument '{}'", m.text, kv.first));
+    const size_t saved_frame = frame_;
+    std::string* saved_out = out_;
+    auto* saved_spans = spans_;
+    std::string text;
+    frame_ = scopes_.size();
+    scopes_.push_back(std::move(scope));
+    out_ = &text, spans_ = nullptr;
+    exec(m.bodies[0]);
+    scopes_.pop_back();
+    frame_ = saved_frame, out_ = saved_out, spans_ = saved_spans;
+    --depth_;
+    return text;
+  }
+
+  // ---- filters and tests ----
+  Value filter(const Expr& e) {
+    const Value v = eval(*e.a);
+    const Args a = arguments(e.args);
+    line_ = e.line;
+    if (e.name == "map" || e.name == "select" || e.name == "reject") return higher_order(e.name, v, a);
+    return bounded(guarded([&] { return apply_filter(e.name, v, a); }));
+  }
+
+  bool test(const Expr& e) {
+    const Expr& x = *e.a;
+    if (e.name == "defined" || e.name == "undefined") {  // a missing attribute of a missing value is undefined too
+      bool defined = true;
+      if (x.kind == Expr::Name) defined = find(x.name) != nullptr;
+      else defined = !is_undefined(eval(x));
+      return e.name == "defined" ? defined : !defined;
+    }
+    const Value v = eval(x);
+    const Args a = arguments(e.args);
+    line_ = e.line;
+    if (e.name == "callable") return x.kind == Expr::Name && macros_.count(x.name);
+    return guarded([&] { return apply_test(e.name, v, a); });
+  }
+
+  // map(attribute=...) or map('filter', args...); select/reject('test', args...)
+  Value higher_order(const std::string& name, const Value& v, const Args& a) {
+    const Value items = iterate(v);
+    Value out = Value::array();
+    if (name == "map") {
+      const auto attr = a.keyword.find("attribute");
+      if (attr != a.keyword.end()) {
+        const auto dflt = a.keyword.find("default");
+        for (const Value& x : items) {
+          Value r = x.is_object() && x.contains(attr->second.get<std::string>()) ? x[attr->second.get<std::string>()]
+                                                                                : undefined();
+          out.push_back(is_undefined(r) && dflt != a.keyword.end() ? dflt->second : r);
+        }
+        return out;
+      }
+      if (a.positional.empty() || !a.positional[0].is_string()) error("map needs a filter's name or attribute=");
+      Args rest{std::vector<Value>(a.positional.begin() + 1, a.positional.end()), a.keyword};
+      for (const Value& x : items) out.push_back(guarded([&] { return apply_filter(a.positional[0].get<std::string>(), x, rest); }));
+      return out;
+    }
+    const bool keep_if = name == "select";
+    Args rest;
+    if (!a.positional.empty()) rest.positional.assign(a.positional.begin() + 1, a.positional.end());
+    for (const Value& x : items) {
+      const bool pass = a.positional.empty() ? truthy(x)
+                                             : guarded([&] { return apply_test(a.positional[0].get<std::string>(), x, rest); });
+      if (pass == keep_if) out.push_back(x);
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+static bool holds_generation(const Body& body) {
+  for (const auto& s : body) {
+    if (s->kind == Stmt::Generation) return true;
+    for (const Body& b : s->bodies)
+      if (holds_generation(b)) return true;
+  }
+  return false;
+}
+
+Template::Template(std::string_view source, std::string name)
+    : name_(std::move(name)), body_(std::make_unique<Body>(parse(lex(source, name_), name_))) {
+  has_generation_ = holds_generation(*body_);
+}
+Template::~Template() = default;
+Template::Template(Template&&) noexcept = default;
+
+Rendered Template::render(const Value& variables, const RenderLimits& limits) const {
+  return Renderer(name_, variables, limits).run(*body_);
+}
+
+}  // namespace oomb::jinja
