@@ -378,12 +378,13 @@ TEST(CompletionLoss, BadInputIsNamed) {
                                   "--completion-field a", c.d));
   EXPECT_THAT(r.out, HasSubstr(c.d + "/plain.txt: --prompt-field and --completion-field read JSON lines"));
   r = oomb_cmd(c.dir, "train --steps 1 --prompt-field q --completion-field a");
-  EXPECT_THAT(r.out, HasSubstr("--prompt-field, --completion-field and --packing need --model and --data"));
+  EXPECT_THAT(r.out, HasSubstr("--prompt-field, --completion-field, --messages-field, --chat-template and --packing "
+                               "need --model and --data"));
   write_tokens(c.dir / "t.bin", 200, 300, 1);
   r = oomb_cmd(c.dir, fmt::format("train --model {0}/m --data {0}/t.bin --steps 1 --seq-len 16 --prompt-field q "
                                   "--completion-field a", c.d));
-  EXPECT_THAT(r.out, HasSubstr("token file " + c.d + "/t.bin has no mask beside it; --prompt-field and "
-                               "--completion-field are read when text is tokenized"));
+  EXPECT_THAT(r.out, HasSubstr("token file " + c.d + "/t.bin has no mask beside it; --prompt-field, "
+                               "--completion-field and --messages-field are read when text is tokenized"));
   // held-out windows that are all prompt: refused before the first step
   write_bytes(c.dir / "long_prompt.jsonl", "{\"q\": \"abcdefghijklmnopqrstuvwxyz\", \"a\": \"1\"}\n");
   r = oomb_cmd(c.dir, fmt::format("train --model {0}/m --data {0}/r.jsonl --eos-id {1} --seq-len 16 --steps 1 "

@@ -78,9 +78,9 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
   DataOptions d;
   d.format = a.data_format;
   d.corpus.text_field = a.text_field;
-  apply_prompt_fields(a.prompt_fields, d.corpus);
-  d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);
   const auto tp = tokenizer_file(a);
+  apply_prompt_fields(a.prompt_fields, d.corpus, tp);
+  d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);
   if (!a.tokenizer.empty() || std::filesystem::exists(tp)) d.tokenizer = tp;
   d.split_special = a.split_special;
   int32_t eos = -1;

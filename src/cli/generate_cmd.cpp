@@ -1,7 +1,10 @@
 // oomb generate: continues a prompt with the model, greedy or sampled, decoding token by token over
-// the KV cache (the prompt goes in chunks of at most --chunk-size tokens).
+// the KV cache (the prompt goes in chunks of at most --chunk-size tokens). The prompt: text, ids,
+// or a conversation (--chat, --messages) rendered by the model's chat template with the generation
+// prompt, whose reply alone is printed.
 #include <fmt/format.h>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -12,6 +15,7 @@
 #include "cli/load_model.h"
 #include "cli/rope_flags.h"
 #include "hf/checkpoint.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "train/model.h"
 #include "train/sampling.h"
@@ -21,6 +25,7 @@ namespace oomb::cli {
 namespace {
 struct GenerateArgs {
   std::string model, prompt, prompt_ids, device = "cpu", tokenizer, precision, lora;
+  std::string chat, system, messages, chat_template;
   int64_t max_new = 32, chunk = 256;
   double temperature = 0, top_p = 1;
   uint64_t seed = 0;
@@ -58,6 +63,28 @@ std::string printable(const Tokenizer& tok, const std::vector<int32_t>& ids, int
   }
   return text;
 }
+// --chat (after --system) or --messages FILE: the conversation to reply to.
+jinja::Value conversation(const GenerateArgs& a) {
+  if (!a.chat.empty()) {
+    jinja::Value m = jinja::Value::array();
+    if (!a.system.empty()) m.push_back({{"role", "system"}, {"content", a.system}});
+    m.push_back({{"role", "user"}, {"content", a.chat}});
+    return m;
+  }
+  std::ifstream f(a.messages);
+  OOMB_CHECK(f.good(), "--messages {}: cannot open", a.messages);
+  jinja::Value m;
+  try {
+    m = jinja::Value::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    fail("--messages {}: not valid JSON: {}", a.messages, e.what());
+  }
+  if (m.is_object() && m.contains("messages")) m = m["messages"];  // (a record of conversational data)
+  OOMB_CHECK(m.is_array() && !m.empty(), "--messages {}: a list of messages ({{\"role\", \"content\"}}), or an "
+             "object whose \"messages\" is one", a.messages);
+  return m;
+}
+
 }  // namespace
 
 Command add_generate(CLI::App& app) {
@@ -66,6 +93,13 @@ Command add_generate(CLI::App& app) {
   c->add_option("--model", a->model, "Hugging Face model directory")->required();
   c->add_option("--prompt", a->prompt, "Prompt text (encoded with the model's tokenizer.json, or --tokenizer)");
   c->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids (instead of --prompt)");
+  c->add_option("--chat", a->chat, "A user's message to reply to, through the model's chat template with its "
+                "generation prompt (only the reply is printed)");
+  c->add_option("--system", a->system, "With --chat: a system message before it");
+  c->add_option("--messages", a->messages, "A JSON file of the conversation to reply to (a list of {\"role\", "
+                "\"content\"}, or a record whose \"messages\" is one), through the chat template as --chat");
+  c->add_option("--chat-template", a->chat_template, "With --chat or --messages: the chat template, a .jinja file or "
+                "a tokenizer_config.json (default: the tokenizer's directory's)");
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.json, or a directory holding one (default: --model's)");
   c->add_option("--max-new-tokens", a->max_new, "Tokens to generate")->check(positive())->capture_default_str();
   c->add_option("--temperature", a->temperature, "0: greedy; above 0: sample from softmax(logits / T)")
@@ -81,21 +115,32 @@ Command add_generate(CLI::App& app) {
   c->add_flag("--stop-at-eos,!--no-stop-at-eos", a->stop_at_eos, "Stop at the model's eos_token_id (default on)");
   add_rope_flags(c, a->rope);
   return {c, [a] {
-            OOMB_CHECK(a->prompt.empty() != a->prompt_ids.empty(), "give exactly one of --prompt and --prompt-ids");
+            const bool chat = !a->chat.empty() || !a->messages.empty();
+            OOMB_CHECK(int(!a->prompt.empty()) + int(!a->prompt_ids.empty()) + int(!a->chat.empty()) +
+                           int(!a->messages.empty()) == 1,
+                       "give exactly one of --prompt, --prompt-ids, --chat and --messages");
+            OOMB_CHECK(a->system.empty() || !a->chat.empty(), "--system needs --chat (with --messages, put the system "
+                       "message in the file)");
+            OOMB_CHECK(a->chat_template.empty() || chat, "--chat-template needs --chat or --messages");
             const ModelConfig cfg = run_config(a->model, a->lora, a->rope, std::cerr);  // (stdout: the text)
             std::optional<Tokenizer> tok;
             namespace fs = std::filesystem;
             const fs::path tp = a->tokenizer.empty() ? fs::path(a->model) / "tokenizer.json"
                                 : fs::is_directory(a->tokenizer) ? fs::path(a->tokenizer) / "tokenizer.json"
                                                                   : fs::path(a->tokenizer);
-            if (!a->prompt.empty() || fs::exists(tp)) {
-              OOMB_CHECK(fs::exists(tp), "--prompt needs a tokenizer: {} does not exist (give --tokenizer, or "
-                         "--prompt-ids)", tp.string());
+            if (!a->prompt.empty() || chat || fs::exists(tp)) {
+              OOMB_CHECK(fs::exists(tp), "{} needs a tokenizer: {} does not exist (give --tokenizer, or "
+                         "--prompt-ids)", chat ? (a->chat.empty() ? "--messages" : "--chat") : "--prompt", tp.string());
               tok = Tokenizer::load(tp);
             }
+            std::string text_in = a->prompt;
+            if (chat) {
+              const auto t = ChatTemplate::load(a->chat_template.empty() ? tp : fs::path(a->chat_template));
+              text_in = t->prompt(conversation(*a), a->chat.empty() ? "--messages " + a->messages : "--chat");
+            }
             const std::vector<int32_t> prompt =
-                a->prompt.empty() ? parse_ids(a->prompt_ids, cfg.vocab) : tok->encode(a->prompt);
-            OOMB_CHECK(!prompt.empty(), "--prompt: the text encodes to no tokens");
+                text_in.empty() ? parse_ids(a->prompt_ids, cfg.vocab) : tok->encode(text_in);
+            OOMB_CHECK(!prompt.empty(), "{}: the text encodes to no tokens", chat ? "the conversation" : "--prompt");
             std::unique_ptr<Backend> be = make_backend(a->device);
             const int64_t total = int64_t(prompt.size()) + a->max_new;
             ChunkPlan plan{std::min(a->chunk, total), 128};
@@ -123,8 +168,11 @@ Command add_generate(CLI::App& app) {
             for (int32_t id : out) ids += (ids.empty() ? "" : " ") + std::to_string(id);
             if (tok) {
               int64_t unknown = 0;
-              const std::string text = printable(*tok, out, unknown);
-              std::cout << (a->prompt.empty() ? printable(*tok, prompt, unknown) : a->prompt) << text << std::endl;
+              std::vector<int32_t> reply = out;
+              if (chat && a->stop_at_eos && !reply.empty() && reply.back() == cfg.eos_token_id) reply.pop_back();
+              const std::string text = printable(*tok, reply, unknown);
+              if (chat) std::cout << text << std::endl;  // the reply alone
+              else std::cout << (a->prompt.empty() ? printable(*tok, prompt, unknown) : a->prompt) << text << std::endl;
               std::cerr << "generated ids: " << ids << std::endl;
               if (unknown > 0)
                 std::cerr << fmt::format("generate: {} id(s) past the tokenizer's ({} has {} ids; the model's vocabulary "

@@ -91,7 +91,7 @@ int run(const TokenizeArgs& a) {
   CorpusOptions co;
   co.format = text_format_parse(a.input_format);
   co.text_field = a.text_field;
-  apply_prompt_fields(a.prompt_fields, co);
+  apply_prompt_fields(a.prompt_fields, co, a.tokenizer);
   co.utf8 = utf8_errors_parse(a.utf8_errors);
   co.allow_cuts = tok.cut_after_newline_is_safe();
   const TextCorpus corpus(a.input, co);
@@ -112,7 +112,7 @@ int run(const TokenizeArgs& a) {
   }
   const TokenFormat fmt = token_format_parse(a.format);
   TokenWriter out(a.output, fmt, tok.id_limit());
-  const bool masked = !co.prompt_field.empty();
+  const bool masked = co.masked();
   LossMaskBuilder trained;
   const TokenizeStats st = tokenize_corpus(corpus, tok, to, [&](std::span<const int32_t> ids, bool t) {
     out.put(ids);
@@ -135,8 +135,8 @@ int run(const TokenizeArgs& a) {
                            st.tokens, token_format_name(fmt), fmt == TokenFormat::LlmC ? (out.wide() ? " uint32" : " uint16") : "",
                            st.seconds, double(st.bytes) / 1e6 / std::max(st.seconds, 1e-9), omp_get_max_threads(),
                            to.eos >= 0 ? fmt::format("; each document ends with EOS {} (from {})", to.eos, eos_from) : "")
-            << (masked ? fmt::format("; {} of them in prompts, not trained: the loss mask -> {}", st.untrained,
-                                     mask_path.string())
+            << (masked ? fmt::format("; {} of them {}, not trained: the loss mask -> {}", st.untrained,
+                                     co.messages_field.empty() ? "in prompts" : "context only", mask_path.string())
                        : "")
             << std::endl;
   return 0;

@@ -200,10 +200,10 @@ DataOptions data_options(const TrainArgs& a, int32_t eos, const std::string& hel
   DataOptions d;
   d.format = a.data_format;
   d.corpus.text_field = a.text_field;
-  apply_prompt_fields(a.prompt_fields, d.corpus);
+  apply_prompt_fields(a.prompt_fields, d.corpus, tokenizer_path(a));
   // (held-out token files: their masks beside them, or none; the fields are the text's)
   if (!held_out.empty() && is_token_data(held_out, a.data_format))
-    d.corpus.prompt_field = d.corpus.completion_field = "";
+    d.corpus.prompt_field = d.corpus.completion_field = d.corpus.messages_field = "";
   d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);
   d.tokenizer = tokenizer_path(a);
   d.split_special = a.split_special;
@@ -320,8 +320,9 @@ int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
   OOMB_CHECK(a.eval_data.empty(), "--eval-data needs --model and --data (the built-in demo scores its own task)");
   OOMB_CHECK(a.data_weights.empty(), "--data-weights needs --model and two --data sources or more (the built-in demo "
              "trains on its own task)");
-  OOMB_CHECK(a.prompt_fields.prompt.empty() && a.prompt_fields.completion.empty() && a.packing == "wrapped",
-             "--prompt-field, --completion-field and --packing need --model and --data (the built-in demo makes its "
+  OOMB_CHECK(a.prompt_fields.prompt.empty() && a.prompt_fields.completion.empty() && a.prompt_fields.messages.empty() &&
+                 a.prompt_fields.chat_template.empty() && a.packing == "wrapped",
+             "--prompt-field, --completion-field, --messages-field, --chat-template and --packing need --model and --data (the built-in demo makes its "
              "own task)");
   RepeatTask task(a.seed + 1, 128);
   const ModelConfig cfg = demo_config(task.vocab());

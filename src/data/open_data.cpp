@@ -55,7 +55,7 @@ std::unique_ptr<PackedTokens> open_training_data(const fs::path& path, int64_t v
   OOMB_CHECK(fs::exists(path, ec), "--data {}: cannot open: no such file or directory", path.string());
   OOMB_CHECK(!is_loss_mask_file(path), "--data {}: is a token file's loss mask; give the token file beside it",
              path.string());
-  const bool masked = !o.corpus.prompt_field.empty();
+  const bool masked = o.corpus.masked();
   if (is_token_data(path, o.format)) {
     std::vector<fs::path> files{path};
     if (fs::is_directory(path, ec)) files = visible_files(path);
@@ -64,9 +64,9 @@ std::unique_ptr<PackedTokens> open_training_data(const fs::path& path, int64_t v
     // given the fields, every file must bring its mask (one without would train its prompts)
     const auto unmasked =
         std::find_if(files.begin(), files.end(), [](const fs::path& f) { return !fs::exists(loss_mask_path(f)); });
-    OOMB_CHECK(!masked || unmasked == files.end(), "--data {}: token file {} has no mask beside it; --prompt-field and "
-               "--completion-field are read when text is tokenized (`oomb tokenize --prompt-field` writes each file's "
-               "mask beside it, FILE.mask, which --data reads)", path.string(),
+    OOMB_CHECK(!masked || unmasked == files.end(), "--data {}: token file {} has no mask beside it; --prompt-field, "
+               "--completion-field and --messages-field are read when text is tokenized (`oomb tokenize` with them "
+               "writes each file's mask beside it, FILE.mask, which --data reads)", path.string(),
                unmasked == files.end() ? "" : unmasked->string());
     std::vector<std::unique_ptr<TokenStore>> parts;
     for (const auto& f : files) parts.push_back(open_token_file(f, o.format));
@@ -110,7 +110,7 @@ std::unique_ptr<PackedTokens> open_training_data(const fs::path& path, int64_t v
     *o.log << fmt::format("tokenized {} ({} documents, {:.1f} MB) into {} tokens{} in {:.2f} s ({:.1f} MB/s); "
                           "`oomb tokenize` saves this for the next run\n",
                           path.string(), st.documents, double(st.bytes) / 1e6, st.tokens,
-                          masked ? fmt::format(" ({} in prompts, not trained)", st.untrained) : "", st.seconds,
+                          masked ? fmt::format(" ({} {}, not trained)", st.untrained, o.corpus.messages_field.empty() ? "in prompts" : "context only") : "", st.seconds,
                           double(st.bytes) / 1e6 / std::max(st.seconds, 1e-9));
   return std::make_unique<PackedTokens>(std::make_unique<MemoryTokens>(ids, path.string() + " (tokenized)"), vocab,
                                         o.packing, masked ? std::make_unique<LossMask>(trained) : nullptr);

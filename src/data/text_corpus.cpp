@@ -44,9 +44,10 @@ TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {
     OOMB_CHECK(size > 0, "{}: empty file (no text to tokenize)", f.string());
     total_bytes_ += size;
     jsonl_.push_back(o.format == TextFormat::Jsonl || (o.format == TextFormat::Auto && is_jsonl_name(f)));
-    OOMB_CHECK(jsonl_.back() || o.prompt_field.empty(), "{}: --prompt-field and --completion-field read JSON lines "
+    OOMB_CHECK(jsonl_.back() || !o.masked(), "{}: {} read JSON lines "
                "(a .jsonl or .ndjson name, or the jsonl format flag: train's --data-format, tokenize's --input-format); "
-               "this file would be read as plain text", f.string());
+               "this file would be read as plain text", f.string(),
+               o.messages_field.empty() ? "--prompt-field and --completion-field" : "--messages-field");
   }
 }
 
@@ -110,6 +111,24 @@ void read_jsonl_stream(std::istream& f, const std::string& name, const CorpusOpt
     where = fmt::format("{}:{}", name, n);
     if (o.utf8 == Utf8Errors::Strict) utf8_check(line, name, n);
     else line = utf8_replace_invalid(line);
+    if (!o.messages_field.empty()) {  // (keys in their order: a template may print a record's tools)
+      nlohmann::ordered_json j;
+      try {
+        j = nlohmann::ordered_json::parse(line);
+      } catch (const nlohmann::json::exception& e) {
+        fail("{}: not valid JSON: {}", where, e.what());
+      }
+      OOMB_CHECK(j.is_object(), "{}: a JSON-lines record must be an object, got {}", where, j.type_name());
+      ++docs;
+      const auto m = j.find(o.messages_field);
+      OOMB_CHECK(m != j.end(), "{}: the record has no \"{}\" field (choose the field with --messages-field)", where,
+                 o.messages_field);
+      const auto t = j.find("tools");
+      const std::vector<ChatBlock> blocks =
+          o.chat_template->render(*m, t == j.end() ? nlohmann::ordered_json() : *t, where);
+      for (size_t b = 0; b < blocks.size(); ++b) fn({blocks[b].text, b + 1 == blocks.size(), &where, blocks[b].trained});
+      continue;
+    }
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);

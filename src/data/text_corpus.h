@@ -1,6 +1,7 @@
 // Documents of text: a plain text file (one document), a JSON-lines file (one document per line,
 // from a named string field, or a prompt field and a completion field: TRL's prompt-completion
-// records, the prompt arriving as a block that is not trained), or a directory of such files (recursively, in path order; hidden
+// records, the prompt arriving as a block that is not trained, or a field of chat messages rendered
+// by the model's chat template, the assistant's writing trained), or a directory of such files (recursively, in path order; hidden
 // files skipped). Text reaches the caller in blocks: a whole document, or, for a large plain
 // text file, consecutive parts of it cut at is_cut_point (after '\n', before a character that is
 // not White_Space), only when the caller says such cuts are exact (as they are for Qwen2 and
@@ -10,10 +11,12 @@
 #include <filesystem>
 #include <functional>
 #include <istream>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "text/chat_template.h"
 #include "text/utf8.h"
 
 namespace oomb {
@@ -27,9 +30,16 @@ struct CorpusOptions {
   // JSON lines as prompt-completion records (both named, or neither): each document is the prompt's
   // block (trained: false) followed by the completion's; text_field is not read
   std::string prompt_field, completion_field;
+  // JSON lines as conversations (TRL's conversational records): the list of messages in this field
+  // (and the record's "tools"), rendered by chat_template into blocks, trained where the assistant
+  // writes (text/chat_template.h); text_field is not read
+  std::string messages_field;
+  std::shared_ptr<const ChatTemplate> chat_template;
   Utf8Errors utf8 = Utf8Errors::Strict;
   bool allow_cuts = false;           // large documents may arrive in parts (see above)
   int64_t block_bytes = 64 << 20;    // read size for large text files
+  // some tokens are context only (prompts, or what is not an assistant's): the data carries a loss mask
+  bool masked() const { return !prompt_field.empty() || !messages_field.empty(); }
 };
 
 struct TextBlock {

@@ -1,11 +1,13 @@
-// fuzz-sources: data/text_corpus.cpp data/token_store.cpp data/packed_tokens.cpp data/packed_whole.cpp data/loss_mask.cpp data/loss_mask_file.cpp core/atomic_file.cpp data/token_source.cpp text/utf8.cpp core/memory.cpp
+// fuzz-sources: data/text_corpus.cpp data/token_store.cpp data/packed_tokens.cpp data/packed_whole.cpp data/loss_mask.cpp data/loss_mask_file.cpp core/atomic_file.cpp data/token_source.cpp text/utf8.cpp core/memory.cpp text/chat_template.cpp text/jinja/lexer.cpp text/jinja/parser.cpp text/jinja/template.cpp text/jinja/builtins.cpp text/jinja/value.cpp
+// fuzz-libs: -lutf8proc
 // The dataset readers on arbitrary bytes; only oomb::Error may come out. First byte selects:
 //   0: JSON lines (strict UTF-8)  1: JSON lines (repaired)  2: plain text in small blocks, which
 //   must join back to the (repaired) input  3..5: a token file as u32, u16 or llm.c, packed with
 //   document shuffling and a loss mask (each id's low bit): every epoch must hold the same tokens
 //   as the file (plus a final EOS), each with its bit (the EOS added: 1)  6: JSON lines as
 //   prompt-completion records: a prompt's block is followed by its completion's or ends its record
-//   7: a loss mask file (FILE.mask) for 20 tokens: refused, or 20 bits.
+//   7: a loss mask file (FILE.mask) for 20 tokens: refused, or 20 bits  8: JSON lines as conversations
+//   through a ChatML template: blocks valid UTF-8, never empty, alternating within a record.
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,7 +27,7 @@ using namespace oomb;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string rest(reinterpret_cast<const char*>(data) + 1, size - 1);
-  const int mode = data[0] % 8;
+  const int mode = data[0] % 9;
   try {
     if (mode <= 1) {
       CorpusOptions o;
@@ -57,6 +59,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         open_prompt = !b.trained && !b.ends_document;
       });
       check(!open_prompt, "the last record ends");
+    } else if (mode == 8) {
+      CorpusOptions o;
+      o.utf8 = Utf8Errors::Replace;
+      o.messages_field = "messages";
+      static const auto chatml = std::make_shared<const ChatTemplate>(
+          "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+          "chatml", jinja::Value::object());
+      o.chat_template = chatml;
+      std::istringstream in(rest);
+      bool last_trained = false, ended = true;
+      read_jsonl_stream(in, "fuzz.jsonl", o, [&](const TextBlock& b) {
+        check(utf8_first_invalid(b.text) == b.text.size(), "blocks are valid UTF-8");
+        check(!b.text.empty(), "no empty block");
+        check(ended || b.trained != last_trained, "a record's blocks alternate");
+        last_trained = b.trained, ended = b.ends_document;
+      });
+      check(ended, "the last record ends");
     } else if (mode == 2) {
       CorpusOptions o;
       o.utf8 = Utf8Errors::Replace;
