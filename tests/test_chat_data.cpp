@@ -28,7 +28,8 @@ constexpr int32_t kEos = 7;
 // A template whose markup, users' and assistants' bytes are told apart by their bytes: users write
 // letters, assistants digits; '#' opens a user's turn, '@' an assistant's, '%' a system's; ';'
 // closes a user's or system's turn and '$' an assistant's. So what the assistant writes (its
-// digits and its '$') is exactly the digits and the '$'.
+// digits and its '$') is exactly the digits and the '$'; the EOS after a conversation only
+// separates it (TRL adds none).
 const char* const kTemplate =
     "{% for m in messages %}{{ '#' if m.role == 'user' else ('@' if m.role == 'assistant' else '%') }}"
     "{{ m.content }}{{ '$' if m.role == 'assistant' else ';' }}{% endfor %}{% if add_generation_prompt %}@{% endif %}";
@@ -38,7 +39,7 @@ const char* const kMarked =
     "{% else %}{{ '#' if m.role == 'user' else '%' }}{{ m.content }};{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}@{% endif %}";
 
-bool trained_byte(int32_t id) { return (id >= '0' && id <= '9') || id == '$' || id == kEos; }
+bool trained_byte(int32_t id) { return (id >= '0' && id <= '9') || id == '$'; }
 
 // Conversations of 1..4 exchanges, some with a system message, of letters and digits.
 std::string conversations(int n) {
@@ -152,6 +153,23 @@ TEST(ChatData, TheTemplateIsFoundAsTransformersFindsIt) {
   EXPECT_EQ(ChatTemplate::load(c.dir / "m")->render(msgs, nullptr, "r")[0].text, "<s>D");
   EXPECT_EQ(ChatTemplate::load(c.dir / "m")->render(msgs, jinja::Value::parse("[1, 2]"), "r")[0].text, "T2");
   EXPECT_EQ(ChatTemplate::load(c.dir / "m/tokenizer_config.json")->render(msgs, nullptr, "r")[0].text, "<s>D");
+  // a template file of any name is Jinja, with the tokenizer's special tokens; tools and documents are
+  // None when the record has none (as transformers passes them)
+  write_bytes(c.dir / "t.j2", "{{ bos_token }}{{ tools is none }}{{ documents is none }}");
+  EXPECT_EQ(ChatTemplate::load(c.dir / "t.j2", c.dir / "m/tokenizer.json")->render(msgs, nullptr, "r")[0].text,
+            "<s>TrueTrue");
+  EXPECT_EQ(ChatTemplate::load(c.dir / "t.j2")->render(msgs, nullptr, "r")[0].text, "TrueTrue");  // (no tokenizer)
+  // special_tokens_map.json fills what tokenizer_config.json lacks
+  write_bytes(c.dir / "m/special_tokens_map.json", R"({"bos_token": "<x>", "eos_token": {"content": "</s>"}})");
+  write_bytes(c.dir / "t.j2", "{{ bos_token }}{{ eos_token }}");
+  EXPECT_EQ(ChatTemplate::load(c.dir / "t.j2", c.dir / "m")->render(msgs, nullptr, "r")[0].text, "<s></s>");
+  // newer transformers: additional_chat_templates/tool_use.jinja beside chat_template.jinja
+  write_bytes(c.dir / "m/chat_template.jinja", "plain");
+  fs::create_directories(c.dir / "m/additional_chat_templates");
+  write_bytes(c.dir / "m/additional_chat_templates/tool_use.jinja", "tools: {{ tools | length }}");
+  EXPECT_EQ(ChatTemplate::load(c.dir / "m")->render(msgs, nullptr, "r")[0].text, "plain");
+  EXPECT_EQ(ChatTemplate::load(c.dir / "m")->render(msgs, jinja::Value::parse("[1]"), "r")[0].text, "tools: 1");
+  EXPECT_EQ(ChatTemplate::load(c.dir / "m")->prompt(msgs, jinja::Value::parse("[1, 2]"), "r"), "tools: 2");
 }
 
 // oomb tokenize writes the mask beside the ids and train on it gives the text's losses; train and
@@ -269,6 +287,10 @@ TEST(ChatData, GenerateRepliesToAConversation) {
   write_bytes(c.dir / "conv.json", R"({"messages": [{"role": "system", "content": "be kind"},
                                                     {"role": "user", "content": "ab"}]})");
   EXPECT_EQ(run("--messages " + c.d + "/conv.json").second, plain.second);
+  write_bytes(c.dir / "conv.json", R"({"messages": [{"role": "user", "content": "ab"}], "tools": [1, 2, 3]})");
+  write_bytes(c.dir / "tools.jinja", "{{ tools | length }}{{ messages[0].content }}");
+  EXPECT_EQ(run("--messages " + c.d + "/conv.json --chat-template " + c.d + "/tools.jinja").second,
+            run("--prompt-ids " + ids_of("3ab")).second);  // (a record's tools reach the template)
   write_bytes(c.dir / "other.jinja", "<{{ messages[-1].content }}>");
   EXPECT_EQ(run("--chat ab --chat-template " + c.d + "/other.jinja").second, run("--prompt-ids " + ids_of("<ab>")).second);
   CmdResult r = oomb_cmd(c.dir, fmt::format("generate --model {}/m --chat ab --prompt-ids 1", c.d));

@@ -150,7 +150,10 @@ TEST(Jinja, TheLanguageRendersAsPythonsJinja) {
                       {"xs", {3, 1, 2}},
                       {"d", {{"b", 1}, {"a", {1.0, nullptr, true, "q'uote"}}}},
                       {"none", nullptr},
-                      {"u", "ÄÖü strasse ǅ"}};
+                      {"u", "ÄÖü strasse ǅ"},
+                      {"big", 18446744073709551615ull},
+                      {"tools", {{{"function", {{"name", "g"}, {"args", {1, 2}}}}}, {{"function", {{"name", "h"}}}}}},
+                      {"odd", "a\u00a0b\u200bc\u2028d\x7f"}};
   const std::vector<std::string> templates = {
       // whitespace: trim_blocks, lstrip_blocks, - and +
       "a\n  {% if true %}\n  b\n  {% endif %}\nc",
@@ -219,6 +222,33 @@ TEST(Jinja, TheLanguageRendersAsPythonsJinja) {
       // generation spans
       "a{% generation %}bc{% endgeneration %}d{% for m in messages %}{% generation %}[{{ m.content }}]"
       "{% endgeneration %}{% endfor %}",
+      // what a review found (each once rendered otherwise)
+      "{{ d | tojson(separators=(',', ':')) }}|{{ u | tojson(ensure_ascii=true) }}|{{ d | tojson(true) }}|"
+      "{{ d | tojson(false, 2) }}|{{ d | tojson(indent='\t') }}|{{ '😀' | tojson(true) }}",
+      "{% set x = 1 %}{% generation %}{% set x = 2 %}{{ x }}{% endgeneration %}{{ x }}",
+      "{% raw %}\nabc\n  {% endraw %}\nX",
+      "  {% raw -%}  a {{ b }}\n   {%- endraw %}\nY",
+      "{{ tools | map(attribute='function.name') | list }} {{ tools | selectattr('function.args') | list | length }} "
+      "{{ tools | map(attribute='function.args.1') | list }} {{ messages | join(',', attribute='q') }}|"
+      "{{ tools | map(attribute='function.name.x') | list }} {{ tools | map(attribute='function.args.1', default=0) "
+      "| list }}|"
+      "{{ [[1, 2], [3, 4]] | map(attribute=1) | list }}",
+      "{{ \"hello_world don't foo1bar (x-y)[z]<w\" | title }}|{{ \"they're foo1bar\".title() }}",
+      "{{ 2.5 | round }} {{ 3.5 | round }} {{ 5 | round }} {{ 0.125 | round(2) }} {{ 2.675 | round(2) }} "
+      "{{ 1.5 | round(0, 'floor') }} {{ 1.2 | round(0, 'ceil') }} {{ -0.5 | round }}",
+      "{{ '3.7' | int }} {{ ' 12 ' | int }} {{ '1e3' | int }} {{ 'x1' | int(5) }}",
+      "{{ '  a b  c  '.split(none, 1) }} {{ 'a,b,,c'.split(',') }} {{ ''.split() }}",
+      "{{ '123' is lower }} {{ 'abc1' is lower }} {{ '' is upper }} {{ 'A1' is upper }}",
+      "{{ 3 > 2 > 1 }} {{ 1 < 2 < 2 }} {{ 1 == 1 != 2 }} {{ 'a' in 'ab' in 'abc' }}",
+      "{{ 5.5 % 2 }} {{ -5.5 % 2 }} {{ 5.5 % -2 }} {{ 5.5 // 2 }} {{ -5.5 // 2 }} {{ 1e300 % 7 }} {{ 0.1 % 0.03 }}",
+      "{{ [odd] }} {{ {'k': odd} }} {{ ['\\x01', '\\t'] }}",
+      "{{ big }} {{ [big] }} {{ big | tojson }} {{ big == big }}",
+      "a \v\f {%- if true %}b{% endif -%} \u3000\u00a0\n c",
+      "x\n\u3000 {% if true %}y{% endif %}",
+      "{% for k, v in d | dictsort %}{{ k }}{{ v }}{% endfor %} {{ {'b': 1, 'A': 2, 'c': 0} | dictsort | map('first') "
+      "| list }} {{ {'b': 1, 'A': 2} | dictsort(true) | map('first') | list }} "
+      "{{ {'b': 1, 'a': 2} | dictsort(by='value', reverse=true) | map('last') | list }}",
+      "{% if tools is none %}T{% endif %}{% if documents is defined %}D{% endif %}",
       // refused by both
       "{{ raise_exception('no system role') }}",
       "{{ missing.attr }}",
@@ -232,6 +262,12 @@ TEST(Jinja, TheLanguageRendersAsPythonsJinja) {
       "{{ 'unterminated }}",
       "{% set %}",
       "{{ (1 }}",
+      "{{ 'x' | replace('a', 'b', 'x') }}",
+      "{{ xs | select(1) | list }}",
+      "{{ 'abc' | round }}",
+      "{{ 1 | round('x') }}",
+      "{{ d | tojson(nope=1) }}",
+      "{{ tools | map(attribute='function.args.1.x') | list }}",
   };
   std::vector<Case> cases;
   for (size_t i = 0; i < templates.size(); ++i) cases.push_back({fmt::format("case{}", i), templates[i], vars});
@@ -249,6 +285,35 @@ TEST(Jinja, ErrorsNameTheTemplateAndTheLine) {
             std::string::npos);
   EXPECT_NE(message("{% for x in y %}").find("line 1: the template ends before '{% else %}'"), std::string::npos)
       << message("{% for x in y %}");
+  EXPECT_NE(message("{% macro m() %}{% generation %}x{% endgeneration %}{% endmacro %}")
+                .find("{% generation %} inside a macro or a block {% set %}"),
+            std::string::npos);
+}
+
+// What would exhaust the stack, the memory or the time is an error: a chain of 10,000 operators
+// (Python's Jinja stops at its recursion limit), a value doubled 40 times, a loop without end.
+TEST(Jinja, LimitsAreErrors) {
+  const auto message = [](const std::string& t, const RenderLimits& limits = {}) {
+    return testing::error_of([&] { Template(t, "t").render(Value::object(), limits); });
+  };
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 10000; ++i) chain += "+1";
+  EXPECT_NE(message(chain + " }}").find("an expression nested more than 256 deep"), std::string::npos);
+  EXPECT_NE(message("{% set ns = namespace(l=[]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}",
+                    {100'000'000, size_t(1) << 32, size_t(1) << 16})
+                .find("a value of more than 65536 units"),
+            std::string::npos);
+  EXPECT_NE(message("{% set ns = namespace(l=[]) %}{% for i in range(2000) %}{% set ns.l = [ns.l] %}{% endfor %}")
+                .find("a value nested more than 512 deep"),
+            std::string::npos);
+  EXPECT_NE(message("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", {100000})
+                .find("more than 100000 steps"),
+            std::string::npos);
+  EXPECT_NE(message("{{ 'x' * 1000000000 }}").find("more than 2^26"), std::string::npos);
+  EXPECT_NE(message("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(message("{{ '\\ud800' }}").find("surrogate"), std::string::npos);
+  EXPECT_NE(testing::error_of([] { Template("ok \xff", "t"); }).find("chat template t: not valid UTF-8 at byte 3"),
+            std::string::npos);
 }
 
 }  // namespace

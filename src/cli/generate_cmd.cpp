@@ -63,13 +63,14 @@ std::string printable(const Tokenizer& tok, const std::vector<int32_t>& ids, int
   }
   return text;
 }
-// --chat (after --system) or --messages FILE: the conversation to reply to.
-jinja::Value conversation(const GenerateArgs& a) {
+// --chat (after --system) or --messages FILE: the conversation to reply to, and its tools (a
+// record's "tools", or null).
+std::pair<jinja::Value, jinja::Value> conversation(const GenerateArgs& a) {
   if (!a.chat.empty()) {
     jinja::Value m = jinja::Value::array();
     if (!a.system.empty()) m.push_back({{"role", "system"}, {"content", a.system}});
     m.push_back({{"role", "user"}, {"content", a.chat}});
-    return m;
+    return {m, nullptr};
   }
   std::ifstream f(a.messages);
   OOMB_CHECK(f.good(), "--messages {}: cannot open", a.messages);
@@ -79,10 +80,14 @@ jinja::Value conversation(const GenerateArgs& a) {
   } catch (const nlohmann::json::exception& e) {
     fail("--messages {}: not valid JSON: {}", a.messages, e.what());
   }
-  if (m.is_object() && m.contains("messages")) m = m["messages"];  // (a record of conversational data)
+  jinja::Value tools;
+  if (m.is_object() && m.contains("messages")) {  // (a record of conversational data)
+    if (m.contains("tools")) tools = m["tools"];
+    m = jinja::Value(m["messages"]);
+  }
   OOMB_CHECK(m.is_array() && !m.empty(), "--messages {}: a list of messages ({{\"role\", \"content\"}}), or an "
              "object whose \"messages\" is one", a.messages);
-  return m;
+  return {m, tools};
 }
 
 }  // namespace
@@ -135,8 +140,9 @@ Command add_generate(CLI::App& app) {
             }
             std::string text_in = a->prompt;
             if (chat) {
-              const auto t = ChatTemplate::load(a->chat_template.empty() ? tp : fs::path(a->chat_template));
-              text_in = t->prompt(conversation(*a), a->chat.empty() ? "--messages " + a->messages : "--chat");
+              const auto t = ChatTemplate::load(a->chat_template.empty() ? tp : fs::path(a->chat_template), tp);
+              const auto [messages, tools] = conversation(*a);
+              text_in = t->prompt(messages, tools, a->chat.empty() ? "--messages " + a->messages : "--chat");
             }
             const std::vector<int32_t> prompt =
                 text_in.empty() ? parse_ids(a->prompt_ids, cfg.vocab) : tok->encode(text_in);

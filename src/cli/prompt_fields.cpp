@@ -30,14 +30,9 @@ void apply_prompt_fields(const PromptFields& f, CorpusOptions& co, const std::fi
              "each record's conversation)", f.chat_template);
   co.prompt_field = f.prompt, co.completion_field = f.completion;
   co.messages_field = f.messages;
-  if (f.messages.empty()) return;
-  if (!f.chat_template.empty()) {
-    co.chat_template = ChatTemplate::load(f.chat_template);
-  } else {
-    OOMB_CHECK(!tokenizer.empty(), "--messages-field needs a chat template: give --chat-template, or a tokenizer "
-               "whose directory holds one");
-    co.chat_template = ChatTemplate::load(tokenizer);
-  }
+  // (loaded when text is read: token files bring their masks and need none)
+  co.chat_template_path = f.chat_template.empty() ? tokenizer : std::filesystem::path(f.chat_template);
+  co.tokenizer_path = tokenizer;
 }
 
 }  // namespace oomb::cli

@@ -17,7 +17,8 @@ struct PromptFields {
 
 void add_prompt_fields(CLI::App* c, PromptFields& f);
 // Into the corpus options (both prompt fields, or neither; or the messages field; the check names
-// the flag at fault). The chat template: --chat-template, else the one beside `tokenizer`.
+// the flag at fault). The chat template: --chat-template, else the one beside `tokenizer` (loaded when
+// text is read).
 void apply_prompt_fields(const PromptFields& f, CorpusOptions& co, const std::filesystem::path& tokenizer);
 
 }  // namespace oomb::cli

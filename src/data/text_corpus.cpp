@@ -21,6 +21,11 @@ static bool is_jsonl_name(const fs::path& p) { return p.extension() == ".jsonl" 
 
 TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {
   std::error_code ec;
+  if (!o_.messages_field.empty() && !o_.chat_template) {
+    OOMB_CHECK(!o_.chat_template_path.empty(), "--messages-field needs a chat template: give --chat-template, or a "
+               "tokenizer whose directory holds one");
+    o_.chat_template = ChatTemplate::load(o_.chat_template_path, o_.tokenizer_path);
+  }
   OOMB_CHECK(fs::exists(input, ec), "{}: no such file or directory", input.string());
   if (fs::is_directory(input, ec)) {
     for (fs::recursive_directory_iterator it(input, ec), end; it != end; it.increment(ec)) {
@@ -126,7 +131,10 @@ void read_jsonl_stream(std::istream& f, const std::string& name, const CorpusOpt
       const auto t = j.find("tools");
       const std::vector<ChatBlock> blocks =
           o.chat_template->render(*m, t == j.end() ? nlohmann::ordered_json() : *t, where);
-      for (size_t b = 0; b < blocks.size(); ++b) fn({blocks[b].text, b + 1 == blocks.size(), &where, blocks[b].trained});
+      // (a conversation that renders to nothing is no document, as an empty text is none)
+      // (the EOS after a conversation only separates it: TRL adds none, the template ends each turn)
+      for (size_t b = 0; b < blocks.size(); ++b)
+        fn({blocks[b].text, b + 1 == blocks.size(), &where, blocks[b].trained, false});
       continue;
     }
     nlohmann::json j;

@@ -34,7 +34,8 @@ struct CorpusOptions {
   // (and the record's "tools"), rendered by chat_template into blocks, trained where the assistant
   // writes (text/chat_template.h); text_field is not read
   std::string messages_field;
-  std::shared_ptr<const ChatTemplate> chat_template;
+  std::shared_ptr<const ChatTemplate> chat_template;  // when null, loaded from chat_template_path when text is read
+  std::filesystem::path chat_template_path, tokenizer_path;  // (ChatTemplate::load's arguments)
   Utf8Errors utf8 = Utf8Errors::Strict;
   bool allow_cuts = false;           // large documents may arrive in parts (see above)
   int64_t block_bytes = 64 << 20;    // read size for large text files
@@ -47,6 +48,7 @@ struct TextBlock {
   bool ends_document;     // the last block of its document
   const std::string* where;  // file (and line) for messages
   bool trained = true;  // false: a prompt, whose tokens are not predicted in the loss
+  bool eos_trained = true;  // the EOS after the document (ends_document) is predicted in the loss
 };
 
 class TextCorpus {

@@ -64,7 +64,7 @@ TokenizeStats tokenize_corpus(const TextCorpus& corpus, const Tokenizer& tok, co
   // A batch: copies of blocks (the corpus reuses its buffers), whether each ends a document, and
   // where each comes from (for errors).
   std::vector<std::string> blocks, wheres;
-  std::vector<bool> ends, trained;
+  std::vector<bool> ends, trained, eos_trained;
   int64_t batch = 0;
   std::vector<Unit> units;
   std::vector<std::vector<int32_t>> out;
@@ -120,20 +120,22 @@ TokenizeStats tokenize_corpus(const TextCorpus& corpus, const Tokenizer& tok, co
         ++st.documents;
         if (o.eos >= 0) {
           const int32_t e = o.eos;
-          sink(std::span<const int32_t>(&e, 1), true);
+          sink(std::span<const int32_t>(&e, 1), eos_trained[b]);
           ++st.tokens;
+          if (!eos_trained[b]) ++st.untrained;
         }
       }
       st.bytes += int64_t(blocks[b].size());
     }
     progress.update(std::min(st.bytes, corpus.total_bytes()), st.tokens);
-    blocks.clear(), ends.clear(), trained.clear(), wheres.clear();
+    blocks.clear(), ends.clear(), trained.clear(), eos_trained.clear(), wheres.clear();
     batch = 0;
   };
   corpus.for_each([&](const TextBlock& b) {
     blocks.emplace_back(b.text);
     ends.push_back(b.ends_document);
     trained.push_back(b.trained);
+    eos_trained.push_back(b.eos_trained);
     wheres.push_back(*b.where);
     batch += int64_t(b.text.size());
     if (batch >= o.batch_bytes) flush();

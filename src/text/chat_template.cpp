@@ -21,57 +21,84 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
-// bos_token and the like: a string, an AddedToken ({"content": ...}) or null
-Value special_tokens_of(const Value& config) {
+Value read_json_object(const fs::path& p) {
+  Value v;
+  try {
+    v = Value::parse(read_file(p));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON: {}", p.string(), e.what());
+  }
+  OOMB_CHECK(v.is_object(), "{}: not a JSON object", p.string());
+  return v;
+}
+
+// bos_token and the like, as the tokenizer has them: tokenizer_config.json's, else
+// special_tokens_map.json's; each a string or an AddedToken ({"content": ...})
+Value special_tokens_in(const fs::path& dir) {
   Value out = Value::object();
-  if (!config.is_object()) return out;
-  for (const char* k : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
-    const auto it = config.find(k);
-    if (it == config.end()) continue;
-    if (it->is_string()) out[k] = *it;
-    else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) out[k] = (*it)["content"];
+  std::error_code ec;
+  for (const char* file : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    if (!fs::exists(dir / file, ec)) continue;
+    const Value config = read_json_object(dir / file);
+    for (const char* k : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+      const auto it = config.find(k);
+      if (it == config.end() || out.contains(k)) continue;
+      if (it->is_string()) out[k] = *it;
+      else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) out[k] = (*it)["content"];
+    }
   }
   return out;
 }
 
+fs::path dir_of(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_directory(p, ec) ? p : p.parent_path().empty() ? fs::path(".") : p.parent_path();
+}
+
 }  // namespace
 
-std::shared_ptr<const ChatTemplate> ChatTemplate::load(const fs::path& path) {
+std::shared_ptr<const ChatTemplate> ChatTemplate::load(const fs::path& path, const fs::path& tokenizer) {
   std::error_code ec;
   OOMB_CHECK(fs::exists(path, ec), "chat template {}: no such file or directory", path.string());
-  if (path.extension() == ".jinja") return std::make_shared<ChatTemplate>(read_file(path), path.string(), Value::object());
-  const fs::path dir = fs::is_directory(path, ec) ? path : path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  const fs::path config_path = path.filename() == "tokenizer_config.json" ? path : dir / "tokenizer_config.json";
-  Value config = Value::object();
-  if (fs::exists(config_path, ec)) {
-    try {
-      config = Value::parse(read_file(config_path));
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: not valid JSON: {}", config_path.string(), e.what());
+  const std::string file = path.filename().string();
+  const bool model_files = fs::is_directory(path, ec) || file == "tokenizer_config.json" || file == "tokenizer.json";
+  const fs::path dir = dir_of(path);
+  // the special tokens: the tokenizer's (a template file alone brings none)
+  const Value special = model_files         ? special_tokens_in(dir)
+                        : tokenizer.empty() ? Value::object()
+                                            : special_tokens_in(dir_of(tokenizer));
+  if (!model_files) return std::make_shared<ChatTemplate>(read_file(path), path.string(), special);
+  std::shared_ptr<ChatTemplate> out;
+  const fs::path config_path = file == "tokenizer_config.json" ? path : dir / "tokenizer_config.json";
+  const Value config = fs::exists(config_path, ec) ? read_json_object(config_path) : Value::object();
+  if (file != "tokenizer_config.json" && fs::exists(dir / "chat_template.jinja", ec)) {
+    out = std::make_shared<ChatTemplate>(read_file(dir / "chat_template.jinja"), (dir / "chat_template.jinja").string(),
+                                         special);
+  } else {
+    const auto it = config.find("chat_template");
+    OOMB_CHECK(it != config.end() && !it->is_null(), "{}: no chat_template (nor chat_template.jinja beside it); give "
+               "one with --chat-template FILE.jinja", fs::exists(config_path, ec) ? config_path.string() : dir.string());
+    const std::string name = config_path.string() + " chat_template";
+    if (it->is_string()) {
+      out = std::make_shared<ChatTemplate>(it->get<std::string>(), name, special);
+    } else {  // a list of {"name", "template"}: "default", and "tool_use" for records with tools
+      OOMB_CHECK(it->is_array(), "{}: a string or a list of named templates, not {}", name, it->type_name());
+      std::string dflt, tool_use;
+      for (const Value& t : *it) {
+        OOMB_CHECK(t.is_object() && t.contains("name") && t["name"].is_string() && t.contains("template") &&
+                   t["template"].is_string(), "{}: each item needs a string \"name\" and \"template\"", name);
+        if (t["name"] == "default") dflt = t["template"].get<std::string>();
+        if (t["name"] == "tool_use") tool_use = t["template"].get<std::string>();
+      }
+      OOMB_CHECK(!dflt.empty(), "{}: no template named \"default\"", name);
+      out = std::make_shared<ChatTemplate>(dflt, name + " default", special);
+      if (!tool_use.empty()) out->tool_use_ = std::make_unique<jinja::Template>(tool_use, name + " tool_use");
     }
-    OOMB_CHECK(config.is_object(), "{}: not a JSON object", config_path.string());
   }
-  const Value special = special_tokens_of(config);
-  if (path.filename() != "tokenizer_config.json" && fs::exists(dir / "chat_template.jinja", ec))
-    return std::make_shared<ChatTemplate>(read_file(dir / "chat_template.jinja"), (dir / "chat_template.jinja").string(),
-                                          special);
-  const auto it = config.find("chat_template");
-  OOMB_CHECK(it != config.end() && !it->is_null(), "{}: no chat_template (nor chat_template.jinja beside it); give "
-             "one with --chat-template FILE.jinja", fs::exists(config_path, ec) ? config_path.string() : dir.string());
-  const std::string name = config_path.string() + " chat_template";
-  if (it->is_string()) return std::make_shared<ChatTemplate>(it->get<std::string>(), name, special);
-  // a list of {"name", "template"}: "default", and "tool_use" for records with tools
-  OOMB_CHECK(it->is_array(), "{}: a string or a list of named templates, not {}", name, it->type_name());
-  std::string dflt, tool_use;
-  for (const Value& t : *it) {
-    OOMB_CHECK(t.is_object() && t.contains("name") && t["name"].is_string() && t.contains("template") &&
-               t["template"].is_string(), "{}: each item needs a string \"name\" and \"template\"", name);
-    if (t["name"] == "default") dflt = t["template"].get<std::string>();
-    if (t["name"] == "tool_use") tool_use = t["template"].get<std::string>();
-  }
-  OOMB_CHECK(!dflt.empty(), "{}: no template named \"default\"", name);
-  auto out = std::make_shared<ChatTemplate>(dflt, name + " default", special);
-  if (!tool_use.empty()) out->tool_use_ = std::make_unique<jinja::Template>(tool_use, name + " tool_use");
+  // newer transformers save the named ones beside it: additional_chat_templates/NAME.jinja
+  const fs::path tool_use = dir / "additional_chat_templates" / "tool_use.jinja";
+  if (!out->tool_use_ && file != "tokenizer_config.json" && fs::exists(tool_use, ec))
+    out->tool_use_ = std::make_unique<jinja::Template>(read_file(tool_use), tool_use.string());
   return out;
 }
 
@@ -82,21 +109,23 @@ ChatTemplate::ChatTemplate(std::string source, std::string name, Value special_t
 
 ChatTemplate::~ChatTemplate() = default;
 
-std::string ChatTemplate::text(const jinja::Template& t, const Value& messages, const Value& tools,
+std::string ChatTemplate::text(const jinja::Template& t, Value messages, const Value& tools,
                                bool add_generation_prompt, std::vector<std::pair<size_t, size_t>>* spans) const {
-  Value vars = special_;
-  vars["messages"] = messages;
+  Value vars = special_;  // (as transformers: tools and documents always there, None when not given)
+  vars["messages"] = std::move(messages);
   vars["add_generation_prompt"] = add_generation_prompt;
-  if (!tools.is_null()) vars["tools"] = tools;
+  vars["tools"] = tools;
+  vars["documents"] = nullptr;
   jinja::Rendered r = t.render(vars);
   if (spans) *spans = std::move(r.generation);
   return std::move(r.text);
 }
 
-std::string ChatTemplate::prompt(const Value& messages, const std::string& where) const {
+std::string ChatTemplate::prompt(const Value& messages, const Value& tools, const std::string& where) const {
   OOMB_CHECK(messages.is_array(), "{}: the messages must be a list, not {}", where, messages.type_name());
+  OOMB_CHECK(tools.is_null() || tools.is_array(), "{}: \"tools\" must be a list, not {}", where, tools.type_name());
   try {
-    return text(*default_, messages, Value(), true);
+    return text(!tools.is_null() && tool_use_ ? *tool_use_ : *default_, messages, tools, true);
   } catch (const Error& e) {
     fail("{}: {}", where, e.what());
   }
@@ -116,9 +145,8 @@ std::vector<ChatBlock> ChatTemplate::render(const Value& messages, const Value& 
     if (!t.has_generation()) {
       for (size_t i = 0; i < messages.size(); ++i) {
         if (messages[i]["role"] != "assistant") continue;
-        const Value before(messages.begin(), messages.begin() + std::ptrdiff_t(i));
-        const Value through(messages.begin(), messages.begin() + std::ptrdiff_t(i + 1));
-        const std::string start = text(t, before, tools, true), end = text(t, through, tools, false);
+        const std::string start = text(t, Value(messages.begin(), messages.begin() + std::ptrdiff_t(i)), tools, true);
+        const std::string end = text(t, Value(messages.begin(), messages.begin() + std::ptrdiff_t(i + 1)), tools, false);
         OOMB_CHECK(full.starts_with(start) && full.starts_with(end) && start.size() <= end.size(),
                    "the template renders the conversation before message {} (an assistant's) otherwise than as the "
                    "start of the whole, so what that message writes cannot be told from the rest; give a template "

@@ -1,5 +1,6 @@
 // A model's chat template, as transformers finds it (chat_template.jinja beside the tokenizer, else
-// tokenizer_config.json's chat_template: a string, or a list of named templates), and a conversation
+// tokenizer_config.json's chat_template: a string, or a list of named templates, the tool_use one also
+// in additional_chat_templates/), and a conversation
 // rendered by it into blocks of text: what the assistant's messages write, which is trained, and
 // the rest (system, user and tool messages, the template's own markup), which is context only.
 //
@@ -31,9 +32,11 @@ struct ChatBlock {
 
 class ChatTemplate {
  public:
-  // `path`: a Jinja file (.jinja), a tokenizer_config.json, a tokenizer.json or a model directory.
-  // Errors name the file and the field.
-  static std::shared_ptr<const ChatTemplate> load(const std::filesystem::path& path);
+  // `path`: a model directory, its tokenizer.json or tokenizer_config.json, or a file of Jinja
+  // source (any other file); the special tokens from the model's files, or for a template file from
+  // the directory of `tokenizer`. Errors name the file and the field.
+  static std::shared_ptr<const ChatTemplate> load(const std::filesystem::path& path,
+                                                  const std::filesystem::path& tokenizer = {});
   ChatTemplate(std::string source, std::string name, jinja::Value special_tokens);
   ~ChatTemplate();
 
@@ -42,14 +45,14 @@ class ChatTemplate {
   std::vector<ChatBlock> render(const jinja::Value& messages, const jinja::Value& tools, const std::string& where) const;
   const std::string& name() const { return name_; }
   // The conversation rendered with the generation prompt: where the model writes its reply.
-  std::string prompt(const jinja::Value& messages, const std::string& where) const;
+  std::string prompt(const jinja::Value& messages, const jinja::Value& tools, const std::string& where) const;
 
  private:
   std::string name_;
   std::unique_ptr<jinja::Template> default_, tool_use_;
   jinja::Value special_;  // bos_token, eos_token, unk_token, pad_token as tokenizer_config.json names them
 
-  std::string text(const jinja::Template& t, const jinja::Value& messages, const jinja::Value& tools,
+  std::string text(const jinja::Template& t, jinja::Value messages, const jinja::Value& tools,
                    bool add_generation_prompt, std::vector<std::pair<size_t, size_t>>* spans = nullptr) const;
 };
 

@@ -1,4 +1,4 @@
-// fuzz-sources: text/jinja/lexer.cpp text/jinja/parser.cpp text/jinja/template.cpp text/jinja/builtins.cpp text/jinja/value.cpp text/chat_template.cpp
+// fuzz-sources: text/jinja/lexer.cpp text/jinja/parser.cpp text/jinja/template.cpp text/jinja/builtins.cpp text/jinja/value.cpp text/utf8.cpp text/chat_template.cpp
 // fuzz-libs: -lutf8proc
 // Feeds bytes as a chat template, rendered over conversations with tools, reasoning, Unicode and odd
 // values: only oomb::Error may come out (no crash, hang or other exception, within small limits);
@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool timed = source.find("strftime") != std::string::npos;  // (the clock may tick between renders)
   try {
     const oomb::jinja::Template t(source, "fuzz");
-    const oomb::jinja::RenderLimits limits{20000, size_t(1) << 20};
+    const oomb::jinja::RenderLimits limits{20000, size_t(1) << 20, size_t(1) << 16};
     for (const Value& messages : conversations()) {
       Value vars = {{"messages", messages}, {"add_generation_prompt", true}, {"bos_token", "<s>"},
                     {"tools", Value::parse(R"([{"type": "function", "function": {"name": "f"}}])")}};

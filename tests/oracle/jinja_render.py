@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Renders chat templates the way Hugging Face transformers does (Python's Jinja, immutable sandbox,
 trim_blocks, lstrip_blocks, loop controls, tojson as json.dumps(ensure_ascii=False), raise_exception,
-strftime_now, {% generation %} spans): the reference for oomb's Jinja subset (tests/test_chat_template.cpp).
+strftime_now, {% generation %} spans): the reference for oomb's Jinja subset (tests/test_jinja.cpp).
 
 usage: jinja_render.py CASES.json OUT.json
 CASES: [{"template": str, "variables": {...}}, ...]; OUT: [{"text": str, "generation": [[b, e], ...]} or

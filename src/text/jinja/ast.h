@@ -35,6 +35,7 @@ struct Expr {
     Test,      // a is [not] name(args)
     Unary,     // op a: "not", "-", "+"
     Binary,    // a op b
+    Compare,   // a ops[0] items[0] ops[1] items[1] ...: Python's chain, each operand evaluated once
     Cond,      // b if a else c (c possibly null)
     List,      // [items]
     Tuple,     // (items)
@@ -44,6 +45,8 @@ struct Expr {
   Value value;
   std::string name;  // Name, Attr, Filter, Test; Unary and Binary: the operator
   bool negated = false;  // Test: `is not`
+  int depth = 1;         // of the tree below it (the parser caps it)
+  std::vector<std::string> ops;  // Compare
   ExprPtr a, b, c, d;
   std::vector<ExprPtr> items;
   Arguments args;
@@ -66,7 +69,8 @@ struct Stmt {
     Continue,
   } kind;
   int line;
-  std::string text;  // Text; Set with an attribute: the attribute; Macro: the name
+  std::string text;  // Text; Set with an attribute: the attribute; Macro: the name; For: "neighbours" when
+                     // its body reads loop.previtem or loop.nextitem
   ExprPtr expr, cond;
   std::vector<ExprPtr> conds;
   std::vector<Body> bodies;

@@ -48,11 +48,7 @@ std::string encode(const std::vector<int32_t>& cps) {
   return out;
 }
 
-bool is_space(int32_t cp) {
-  return cp == ' ' || (cp >= '\t' && cp <= '\r') || (cp >= 0x1c && cp <= 0x1f) || cp == 0x85 || cp == 0xa0 ||
-         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f ||
-         cp == 0x205f || cp == 0x3000;  // Python's str.isspace
-}
+bool is_space(int32_t cp) { return py_isspace(cp); }
 
 // str.strip / lstrip / rstrip: `chars` (or whitespace when absent or None)
 std::string strip(const std::string& s, const Value* chars, bool left, bool right) {
@@ -95,10 +91,8 @@ Value split(const std::string& s, const Value* sep, const Value* maxsplit) {
     while (i < cps.size()) {
       while (i < cps.size() && is_space(cps[i])) ++i;
       if (i == cps.size()) break;
-      if (max >= 0 && int64_t(out.size()) == max) {
-        size_t e = cps.size();
-        while (e > i && is_space(cps[e - 1])) --e;
-        out.push_back(encode({cps.begin() + std::ptrdiff_t(i), cps.begin() + std::ptrdiff_t(e)}));
+      if (max >= 0 && int64_t(out.size()) == max) {  // (the rest as it is, its trailing spaces too)
+        out.push_back(encode({cps.begin() + std::ptrdiff_t(i), cps.end()}));
         break;
       }
       const size_t b = i;
@@ -169,7 +163,26 @@ bool starts_or_ends(const std::string& s, const Value& what, bool start) {
 
 double num(const Value& v) { return v.is_boolean() ? double(v.get<bool>()) : v.get<double>(); }
 bool is_int(const Value& v) { return v.is_number_integer() || v.is_boolean(); }
-int64_t int_of(const Value& v) { return v.is_boolean() ? int64_t(v.get<bool>()) : v.get<int64_t>(); }
+int64_t int_of(const Value& v) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+    fail("{}: an integer beyond 64 bits (Python's are unbounded; this subset's hold 64)", v.get<uint64_t>());
+  return v.is_boolean() ? int64_t(v.get<bool>()) : v.get<int64_t>();
+}
+
+// Jinja's title filter (not str.title): words begin after runs of '-', '(', '{', '[', '<' and
+// whitespace; each word's first character upper case, the rest lower
+std::string jinja_title(const std::string& s) {
+  const auto cps = decode(s);
+  std::vector<int32_t> out;
+  bool word_start = true;
+  for (const int32_t c : cps) {
+    const bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || is_space(c);
+    if (sep) out.push_back(c);
+    else out.push_back(word_start ? utf8proc_toupper(c) : utf8proc_tolower(c));
+    word_start = sep;
+  }
+  return encode(out);
+}
 
 std::string escape_html(const std::string& s) {
   std::string out;
@@ -188,6 +201,34 @@ std::string escape_html(const std::string& s) {
 
 }  // namespace
 
+Value attribute_path(const Value& x, const Value& path) {
+  if (is_int(path)) {  // an item's index
+    if (!x.is_array()) return undefined();
+    int64_t i = int_of(path);
+    if (i < 0) i += int64_t(x.size());
+    return i >= 0 && i < int64_t(x.size()) ? x[size_t(i)] : undefined();
+  }
+  if (!path.is_string()) fail("an attribute must be a string or an integer, not {}", type_name(path));
+  const Value* at = &x;
+  const std::string& p = path.get_ref<const std::string&>();
+  for (size_t b = 0;;) {
+    const size_t e = std::min(p.find('.', b), p.size());
+    const std::string part = p.substr(b, e - b);
+    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (at->is_object() && at->contains(part)) {
+      at = &(*at)[part];
+    } else if (digits && at->is_array() && part.size() < 10 && std::stoul(part) < at->size()) {
+      at = &(*at)[std::stoul(part)];
+    } else if (e == p.size()) {
+      return undefined();
+    } else {  // (Jinja reads on into the undefined, which fails)
+      fail("attribute '{}': {} has no '{}'", p, type_name(*at), part);
+    }
+    if (e == p.size()) return *at;
+    b = e + 1;
+  }
+}
+
 std::vector<std::string> characters(const std::string& s) {
   std::vector<std::string> out;
   for (const int32_t cp : decode(s)) out.push_back(encode({cp}));
@@ -199,12 +240,45 @@ Value apply_filter(const std::string& name, const Value& v, const Args& a) {
   if (name == "safe") return v;
   if (name == "string") return py_str(v);
   if (name == "list") return as_list(v);
-  if (name == "tojson") {
-    const Value* indent = arg(a, 0, "indent");
-    const Value* sort = a.keyword.count("sort_keys") ? &a.keyword.at("sort_keys") : nullptr;
-    if (indent && !indent->is_null() && !(is_int(*indent) && int_of(*indent) >= 0 && int_of(*indent) <= 1024))
-      fail("tojson: indent is an integer in 0..1024 or none");
-    return py_json(v, indent && !indent->is_null() ? int(int_of(*indent)) : -1, sort && truthy(*sort));
+  if (name == "tojson") {  // Hugging Face's: tojson(ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+    for (const auto& kv : a.keyword)
+      if (kv.first != "ensure_ascii" && kv.first != "indent" && kv.first != "separators" && kv.first != "sort_keys")
+        fail("tojson has no argument '{}'", kv.first);
+    if (a.positional.size() > 4) fail("tojson takes at most 4 arguments");
+    JsonStyle st;
+    if (const Value* e = arg(a, 0, "ensure_ascii")) st.ensure_ascii = truthy(*e);
+    if (const Value* in = arg(a, 1, "indent"); in && !in->is_null()) {
+      if (in->is_string()) st.indent = in->get<std::string>();
+      else if (is_int(*in) && int_of(*in) <= 1024) st.indent = std::string(size_t(std::max<int64_t>(int_of(*in), 0)), ' ');
+      else fail("tojson: indent is an integer up to 1024, a string or none");
+      st.item_sep = ",";
+    }
+    if (const Value* sep = arg(a, 2, "separators"); sep && !sep->is_null()) {
+      if (!sep->is_array() || sep->size() != 2 || !(*sep)[0].is_string() || !(*sep)[1].is_string())
+        fail("tojson: separators are two strings");
+      st.item_sep = (*sep)[0].get<std::string>(), st.key_sep = (*sep)[1].get<std::string>();
+    }
+    if (const Value* sk = arg(a, 3, "sort_keys")) st.sort_keys = truthy(*sk);
+    return py_json(v, st);
+  }
+  if (name == "dictsort") {  // (value, case_sensitive=False, by='key', reverse=False): its (key, value) pairs
+    if (!v.is_object()) fail("dictsort: {} is not a dict", type_name(v));
+    const Value* cs = arg(a, 0, "case_sensitive");
+    const Value* by = arg(a, 1, "by");
+    const Value* rev = arg(a, 2, "reverse");
+    const bool sensitive = cs && truthy(*cs), by_value = by && by->is_string() && by->get<std::string>() == "value";
+    if (by && !(by->is_string() && (by->get<std::string>() == "key" || by->get<std::string>() == "value")))
+      fail("dictsort: by is 'key' or 'value'");
+    Value out = apply_filter("items", v, {});
+    std::vector<Value> pairs(out.begin(), out.end());
+    std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& x, const Value& y) {
+      Value kx = x[by_value ? 1 : 0], ky = y[by_value ? 1 : 0];
+      if (!sensitive && kx.is_string()) kx = map_case(kx.get<std::string>(), 0);
+      if (!sensitive && ky.is_string()) ky = map_case(ky.get<std::string>(), 0);
+      return py_compare(kx, ky, "dictsort") < 0;
+    });
+    if (rev && truthy(*rev)) std::reverse(pairs.begin(), pairs.end());
+    return Value(pairs);
   }
   if (name == "default" || name == "d") {
     const Value* dflt = arg(a, 0, "default_value");
@@ -232,11 +306,11 @@ Value apply_filter(const std::string& name, const Value& v, const Args& a) {
   if (name == "join") {
     const Value* sep = arg(a, 0, "d");
     const Value* attr = arg(a, 1, "attribute");
+    if (attr && !attr->is_string() && !is_int(*attr)) fail("join: attribute must be a string, not {}", type_name(*attr));
     std::string out;
     bool first = true;
     for (const Value& x : as_list(v)) {
-      const Value& y = attr && x.is_object() && x.contains(attr->get<std::string>()) ? x[attr->get<std::string>()] : x;
-      out += (first ? "" : (sep ? py_str(*sep) : "")) + py_str(y), first = false;
+      out += (first ? "" : (sep ? py_str(*sep) : "")) + py_str(attr ? attribute_path(x, *attr) : x), first = false;
     }
     return out;
   }
@@ -248,12 +322,13 @@ Value apply_filter(const std::string& name, const Value& v, const Args& a) {
     return out;
   }
   if (name == "selectattr" || name == "rejectattr") {
-    const std::string& attr = str_arg(a, 0, name.c_str());
+    if (a.positional.empty()) fail("{} needs an attribute", name);
+    const Value& attr = a.positional[0];
     Args rest;
     if (a.positional.size() > 2) rest.positional.assign(a.positional.begin() + 2, a.positional.end());
     Value out = Value::array();
     for (const Value& x : as_list(v)) {
-      const Value y = x.is_object() && x.contains(attr) ? x[attr] : undefined();
+      const Value y = attribute_path(x, attr);
       const bool pass = a.positional.size() > 1 ? apply_test(str_arg(a, 1, name.c_str()), y, rest) : truthy(y);
       if (pass == (name == "selectattr")) out.push_back(x);
     }
@@ -283,6 +358,13 @@ Value apply_filter(const std::string& name, const Value& v, const Args& a) {
         if (used == s.size()) return i;
       } catch (const std::exception&) {
       }
+      try {  // (Jinja's int: then int(float(value)))
+        size_t used = 0;
+        const std::string s = strip(v.get<std::string>(), nullptr, true, true);
+        const double d = std::trunc(std::stod(s, &used));
+        if (used == s.size() && d >= -9.2e18 && d <= 9.2e18) return int64_t(d);
+      } catch (const std::exception&) {
+      }
     }
     return dflt ? *dflt : Value(0);
   }
@@ -303,11 +385,25 @@ Value apply_filter(const std::string& name, const Value& v, const Args& a) {
   if (name == "round") {
     const Value* p = arg(a, 0, "precision");
     const Value* method = arg(a, 1, "method");
-    const double scale = std::pow(10.0, p ? num(*p) : 0.0);
+    const double scale = std::pow(10.0, p && is_int(*p) ? double(int_of(*p)) : 0.0);
+    if (method && !method->is_string()) fail("round: method must be a string, not {}", type_name(*method));
+    if (!v.is_number() && !v.is_boolean()) fail("round: {} is not a number", type_name(v));
+    if (p && !is_int(*p)) fail("round: precision must be an integer");
     const std::string m = method ? method->get<std::string>() : "common";
+    const int64_t digits = p ? int_of(*p) : 0;
+    if (m == "common") {  // Python's round(): the nearest multiple of 10^-digits, ties to even; an int stays one
+      if (is_int(v)) return int_of(v);
+      if (!std::isfinite(num(v)) || digits > 300 || digits < -300) return num(v);
+      char buf[400];
+      if (digits >= 0) {  // (printf rounds the exact binary value, ties to even, as Python does)
+        std::snprintf(buf, sizeof buf, "%.*f", int(digits), num(v));
+        return std::strtod(buf, nullptr);
+      }
+      return std::nearbyint(num(v) / std::pow(10.0, double(-digits))) * std::pow(10.0, double(-digits));
+    }
+    if (m != "ceil" && m != "floor") fail("round: method must be common, ceil or floor");
     const double x = num(v) * scale;
-    const double r = m == "ceil" ? std::ceil(x) : m == "floor" ? std::floor(x) : std::round(x);
-    return r / scale;
+    return (m == "ceil" ? std::ceil(x) : std::floor(x)) / scale;
   }
   if (name == "escape" || name == "e") return escape_html(py_str(v));
   if (name == "indent") {
@@ -338,9 +434,10 @@ Value apply_filter(const std::string& name, const Value& v, const Args& a) {
     if (name == "upper") return map_case(s, 1);
     if (name == "lower") return map_case(s, 0);
     if (name == "capitalize") return map_case(map_case(s, 0), 2);
-    if (name == "title") return map_case(s, 3);
+    if (name == "title") return jinja_title(s);
     if (name == "replace") {
       const Value* count = arg(a, 2, "count");
+      if (count && !is_int(*count)) fail("replace: count must be an integer");
       return replace(s, str_arg(a, 0, "replace"), str_arg(a, 1, "replace"), count ? int_of(*count) : -1);
     }
   } else if (name == "trim" || name == "upper" || name == "lower" || name == "capitalize" || name == "title" ||
@@ -398,7 +495,9 @@ bool apply_test(const std::string& name, const Value& v, const Args& a) {
   if (name == "lower" || name == "upper") {
     if (!v.is_string()) return false;
     const std::string& s = v.get_ref<const std::string&>();
-    return map_case(s, name == "lower" ? 0 : 1) == s;
+    bool cased = false;  // (Python's islower / isupper: at least one cased character)
+    for (const int32_t cp : decode(s)) cased = cased || utf8proc_toupper(cp) != cp || utf8proc_tolower(cp) != cp;
+    return cased && map_case(s, name == "lower" ? 0 : 1) == s;
   }
   fail("no test named '{}' (oomb's Jinja subset)", name);
 }
@@ -554,8 +653,20 @@ Value arithmetic(const std::string& op, const Value& l, const Value& r) {
   if (op == "**") return std::pow(x, y);
   if (y == 0) fail("float division by zero");
   if (op == "/") return x / y;
-  if (op == "//") return std::floor(x / y);
-  if (op == "%") return x - std::floor(x / y) * y;
+  // Python's float divmod: the remainder from fmod, taking the divisor's sign; the quotient from it
+  double mod = std::fmod(x, y), div = (x - mod) / y;
+  if (mod != 0) {
+    if ((y < 0) != (mod < 0)) mod += y, div -= 1.0;
+  } else {
+    mod = std::copysign(0.0, y);
+  }
+  if (op == "%") return mod;
+  if (op == "//") {
+    if (div == 0) return std::copysign(0.0, x / y);
+    double floordiv = std::floor(div);
+    if (div - floordiv > 0.5) floordiv += 1.0;
+    return floordiv;
+  }
   fail("unknown operator '{}'", op);
 }
 

@@ -23,5 +23,8 @@ bool apply_test(const std::string& name, const Value& v, const Args& a);
 Value call_method(const Value& obj, const std::string& name, const Args& a);
 Value call_global(const std::string& name, const Args& a, std::time_t now);
 Value arithmetic(const std::string& op, const Value& l, const Value& r);  // + - * / // % **
+// Jinja's attribute getter (map, selectattr, join): "a.b.0" goes into dicts by key and lists by
+// index; an integer is an index; a part not there is undefined
+Value attribute_path(const Value& x, const Value& path);
 
 }  // namespace oomb::jinja

@@ -4,12 +4,28 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "text/jinja/value.h"
 
 namespace oomb::jinja {
 
 namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// Python's str.rstrip() (Unicode whitespace)
+void rstrip(std::string& s) {
+  for (size_t n; (n = space_before(s, s.size())) > 0;) s.resize(s.size() - n);
+}
+
+// Jinja's lstrip_blocks: the spaces after the text's last newline go when nothing else follows it there
+// (the text's start counts as a line's when the text before it ended one)
+void lstrip_line(std::string& text, bool line_starting) {
+  const size_t l = text.rfind('\n') + 1;  // npos + 1 == 0
+  if (l == 0 && !line_starting) return;
+  size_t i = l;
+  for (size_t n; i < text.size() && (n = space_at(text, i)) > 0;) i += n;
+  if (i == text.size()) text.resize(l);
+}
 
 // \r\n and \r become \n (Jinja's newline_sequence), and one trailing newline goes (keep_trailing_newline off)
 std::string normalize_newlines(std::string_view s) {
@@ -56,14 +72,9 @@ class Lexer {
       const char kind = s_[open + 1];  // '{', '%' or '#'
       const char sign = open + 2 < s_.size() ? s_[open + 2] : '\0';
       if (sign == '-') {
-        while (!text.empty() && is_space(text.back())) text.pop_back();
+        rstrip(text);
       } else if (sign != '+' && kind != '{') {  // lstrip_blocks: a block or comment tag alone on its line so far
-        const size_t l = text.rfind('\n') + 1;  // npos + 1 == 0
-        if (l > 0 || line_starting) {
-          bool blank = true;
-          for (size_t i = l; i < text.size(); ++i) blank = blank && (text[i] == ' ' || text[i] == '\t');
-          if (blank) text.resize(l);
-        }
+        lstrip_line(text, line_starting);
       }
       emit_text(std::move(text));
       line_ = line_at(open);
@@ -112,7 +123,7 @@ class Lexer {
   bool after_end(char sign, bool block) {
     if (sign == '-') {
       const size_t from = pos_;
-      while (pos_ < s_.size() && is_space(s_[pos_])) ++pos_;
+      for (size_t n; (n = space_at(s_, pos_)) > 0;) pos_ += n;
       return pos_ > from && s_[pos_ - 1] == '\n';
     }
     if (sign != '+' && block && pos_ < s_.size() && s_[pos_] == '\n') {
@@ -138,11 +149,12 @@ class Lexer {
       return false;
     p += 3;
     while (p < s_.size() && is_space(s_[p])) ++p;
-    const char sign = s_[p] == '-' || s_[p] == '+' ? s_[p] : '\0';
+    const char sign = s_[p] == '-' ? s_[p] : '\0';
     p += sign != '\0';
     if (s_.compare(p, 2, "%}") != 0) error("{% raw %} takes nothing more");
     pos_ = p + 2;
-    after_end(sign, true);
+    // (Jinja: `-` strips what follows {% raw %}; no trim_blocks there)
+    const bool line_starting = sign == '-' ? after_end(sign, true) : false;
     for (size_t q = pos_;; ++q) {
       q = s_.find("{%", q);
       if (q == std::string::npos) error("{% raw %} has no {% endraw %}");
@@ -157,8 +169,8 @@ class Lexer {
       r += end_sign != '\0';
       if (s_.compare(r, 2, "%}") != 0) continue;
       std::string text = s_.substr(pos_, q - pos_);
-      if (open_sign == '-')
-        while (!text.empty() && is_space(text.back())) text.pop_back();
+      if (open_sign == '-') rstrip(text);
+      else if (open_sign != '+') lstrip_line(text, line_starting);
       emit_text(std::move(text));
       pos_ = r + 2;
       last_consumed_newline_ = after_end(end_sign, true);
@@ -172,7 +184,7 @@ class Lexer {
     const char close = variable ? '}' : '%';
     std::vector<char> brackets;
     while (true) {
-      while (pos_ < s_.size() && is_space(s_[pos_])) ++pos_;
+      for (size_t n; (n = space_at(s_, pos_)) > 0;) pos_ += n;
       line_ = line_at(pos_);
       if (pos_ >= s_.size()) error(variable ? "a {{ has no }}" : "a {% has no %}");
       if (brackets.empty()) {
@@ -283,10 +295,15 @@ class Lexer {
         case '"': v += '"'; break;
         case '\n': break;  // a line continued
         case 'x': append_utf8(v, hex(2)); break;
-        case 'u': append_utf8(v, hex(4)); break;
+        case 'u': {
+          const uint32_t cp = hex(4);
+          if (cp >= 0xD800 && cp <= 0xDFFF) error("a \\u escape of a surrogate (not a character)");
+          append_utf8(v, cp);
+          break;
+        }
         case 'U': {
           const uint32_t cp = hex(8);
-          if (cp > 0x10FFFF) error("a \\U escape past U+10FFFF");
+          if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) error("a \\U escape that is not a character");
           append_utf8(v, cp);
           break;
         }

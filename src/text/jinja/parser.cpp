@@ -1,5 +1,6 @@
 #include "text/jinja/parser.h"
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "core/error.h"
@@ -23,6 +24,7 @@ class Parser {
   const std::string& name_;
   size_t pos_ = 0;
   int depth_ = 0;  // nesting of blocks and expressions
+  int captured_ = 0;  // inside a macro or a block {% set %}, whose output is a value, not the template's
 
   struct Nest {
     Parser& p;
@@ -145,7 +147,10 @@ class Parser {
       if (skip_name("if")) s->cond = expression(false);
       if (is_name("recursive")) error("recursive for loops are not supported");
       expect(Tok::BlockEnd, "'%}'");
+      const size_t body_from = pos_;
       s->bodies.push_back(statements({"else", "endfor"}));
+      for (size_t i = body_from; i + 1 < pos_; ++i)  // does the body read loop.previtem or loop.nextitem?
+        if (t_[i].kind == Tok::Name && (t_[i].text == "previtem" || t_[i].text == "nextitem")) s->text = "neighbours";
       if (end_tag() == "else") {
         s->bodies.push_back(statements({"endfor"}));
         end_tag();
@@ -165,7 +170,9 @@ class Parser {
         if (s->targets.size() != 1 || !s->text.empty()) error("a block {% set %} takes one name");
         s->kind = Stmt::SetBlock;
         expect(Tok::BlockEnd, "'%}'");
+        ++captured_;
         s->bodies.push_back(statements({"endset"}));
+        --captured_;
         end_tag();
       }
     } else if (kw == "macro") {
@@ -181,9 +188,12 @@ class Parser {
       }
       expect_op(")");
       expect(Tok::BlockEnd, "'%}'");
+      ++captured_;
       s->bodies.push_back(statements({"endmacro"}));
+      --captured_;
       end_tag();
     } else if (kw == "generation") {
+      if (captured_ > 0) error("{% generation %} inside a macro or a block {% set %}: its output is not the template's");
       s->kind = Stmt::Generation;
       expect(Tok::BlockEnd, "'%}'");
       s->bodies.push_back(statements({"endgeneration"}));
@@ -204,6 +214,20 @@ class Parser {
 
   ExprPtr node(Expr::Kind kind, int line) { return std::make_unique<Expr>(Expr{kind, line}); }
 
+  // A node once its children are in: its depth, which is capped (a deeper tree would overflow the
+  // renderer's stack, as Python's Jinja stops at its recursion limit)
+  ExprPtr done(ExprPtr e) {
+    int d = 0;
+    for (const ExprPtr* c : {&e->a, &e->b, &e->c, &e->d})
+      if (*c) d = std::max(d, (*c)->depth);
+    for (const auto& x : e->items) d = std::max(d, x->depth);
+    for (const auto& x : e->args.positional) d = std::max(d, x->depth);
+    for (const auto& kx : e->args.keyword) d = std::max(d, kx.second->depth);
+    e->depth = d + 1;
+    if (e->depth > 256) error("an expression nested more than 256 deep");
+    return e;
+  }
+
   ExprPtr tuple_or_expression() {
     const int line = peek().line;
     ExprPtr first = expression();
@@ -214,7 +238,7 @@ class Parser {
       if (peek().kind == Tok::BlockEnd || peek().kind == Tok::VarEnd) break;
       t->items.push_back(expression());
     }
-    return t;
+    return done(std::move(t));
   }
 
   // a if b else c (with_cond), else an `or` expression
@@ -227,7 +251,7 @@ class Parser {
       c->b = std::move(e);
       c->a = or_expr();
       if (skip_name("else")) c->c = expression();
-      e = std::move(c);
+      e = done(std::move(c));
     }
     return e;
   }
@@ -235,7 +259,7 @@ class Parser {
   ExprPtr binary(const std::string& op, ExprPtr l, ExprPtr r, int line) {
     auto b = node(Expr::Binary, line);
     b->name = op, b->a = std::move(l), b->b = std::move(r);
-    return b;
+    return done(std::move(b));
   }
 
   ExprPtr or_expr() {
@@ -259,13 +283,14 @@ class Parser {
     if (is_name("not")) {
       auto u = node(Expr::Unary, next().line);
       u->name = "not", u->a = not_expr();
-      return u;
+      return done(std::move(u));
     }
     return compare();
   }
   ExprPtr compare() {
     ExprPtr e = math1();
     static const char* const ops[] = {"==", "!=", "<", ">", "<=", ">="};
+    ExprPtr chain;
     while (true) {
       const int line = peek().line;
       std::string op;
@@ -278,9 +303,14 @@ class Parser {
       } else if (is_name("not") && is_name("in", 1)) {
         next(), next(), op = "not in";
       } else {
-        return e;
+        return chain ? done(std::move(chain)) : std::move(e);
       }
-      e = binary(op, std::move(e), math1(), line);
+      if (!chain) {
+        chain = node(Expr::Compare, line);
+        chain->a = std::move(e);
+      }
+      chain->ops.push_back(op);
+      chain->items.push_back(math1());
     }
   }
   ExprPtr math1() {
@@ -322,6 +352,7 @@ class Parser {
       const Token& k = next();
       e = node(Expr::Unary, k.line);
       e->name = k.text, e->a = unary(false);
+      e = done(std::move(e));
     } else {
       e = primary();
     }
@@ -372,7 +403,7 @@ class Parser {
           if (is_op(")")) break;
           t->items.push_back(expression());
         }
-        e = std::move(t);
+        e = done(std::move(t));
       }
       expect_op(")");
       return e;
@@ -385,7 +416,7 @@ class Parser {
         if (!skip_op(",")) break;
       }
       expect_op("]");
-      return l;
+      return done(std::move(l));
     }
     if (is_op("{")) {
       next();
@@ -397,7 +428,7 @@ class Parser {
         if (!skip_op(",")) break;
       }
       expect_op("}");
-      return d;
+      return done(std::move(d));
     }
     error(fmt::format("expected a value, found {}", describe(k)));
   }
@@ -411,16 +442,16 @@ class Parser {
           i->a = std::move(e);
           i->b = node(Expr::Literal, line);
           i->b->value = next().i;
-          e = std::move(i);
+          e = done(std::move(i));
         } else {
           auto a = node(Expr::Attr, line);
           a->a = std::move(e), a->name = expect_name();
-          e = std::move(a);
+          e = done(std::move(a));
         }
       } else if (skip_op("[")) {
-        e = subscript(std::move(e), line);
+        e = done(subscript(std::move(e), line));
       } else if (is_op("(")) {
-        e = call(std::move(e));
+        e = done(call(std::move(e)));
       } else {
         return e;
       }
@@ -482,7 +513,7 @@ class Parser {
         auto f = node(Expr::Filter, line);
         f->a = std::move(e), f->name = dotted_name();
         if (is_op("(")) arguments(f->args);
-        e = std::move(f);
+        e = done(std::move(f));
       } else if (skip_name("is")) {
         auto t = node(Expr::Test, line);
         t->negated = skip_name("not");
@@ -496,9 +527,9 @@ class Parser {
           if (is_name("is")) error("a test's argument cannot be 'is'");
           t->args.positional.push_back(postfix(primary()));
         }
-        e = std::move(t);
+        e = done(std::move(t));
       } else if (is_op("(")) {
-        e = call(std::move(e));
+        e = done(call(std::move(e)));
       } else {
         return e;
       }

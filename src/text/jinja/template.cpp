@@ -10,6 +10,7 @@
 #include "text/jinja/lexer.h"
 #include "text/jinja/parser.h"
 #include "text/jinja/value.h"
+#include "text/utf8.h"
 
 namespace oomb::jinja {
 
@@ -22,7 +23,8 @@ class Renderer {
   Renderer(const std::string& name, const Value& variables, const RenderLimits& limits)
       : name_(name), limits_(limits) {
     OOMB_CHECK(variables.is_object(), "chat template {}: its variables must be an object", name);
-    scopes_.push_back(variables);
+    given_ = &variables;
+    scopes_.push_back(Value::object());
   }
 
   Rendered run(const Body& body) {
@@ -37,6 +39,7 @@ class Renderer {
   const std::string& name_;
   std::vector<Value> scopes_;  // [0]: the variables given and top-level sets; back(): innermost
   size_t frame_ = 1;           // a macro's call sees scopes_[frame_..] and scopes_[0]
+  const Value* given_ = nullptr;  // the variables given, seen below scopes_[0] (read in place, never copied)
   std::map<std::string, const Stmt*> macros_;
   std::string* out_ = nullptr;
   std::vector<std::pair<size_t, size_t>>* spans_ = nullptr;
@@ -48,10 +51,25 @@ class Renderer {
   void step() {
     if (++steps_ > limits_.steps) error(fmt::format("more than {} steps (a loop without end?)", limits_.steps));
   }
-  template <typename V>
-  V bounded(V v) {
-    const size_t n = v.is_string() ? v.template get_ref<const std::string&>().size() : v.is_array() ? v.size() : 0;
-    if (n > limits_.bytes) error(fmt::format("a value of more than {} bytes", limits_.bytes));
+  // A value's size in units (a node, or 8 bytes of a string), counted up to `cap`; nesting past
+  // 512 is an error (as printing or comparing it would be)
+  size_t units(const Value& v, size_t cap, int depth = 0) {
+    if (depth > 512) error("a value nested more than 512 deep");
+    size_t n = 1 + (v.is_string() ? v.get_ref<const std::string&>().size() / 8 : 0);
+    if (v.is_array() || v.is_object())
+      for (const auto& x : v) {
+        if (n > cap) break;
+        n += units(x, cap - n, depth + 1);
+      }
+    return n;
+  }
+  // A value made by the template: its size within the limit, and charged to the steps (building it
+  // took about that much work)
+  Value bounded(Value v) {
+    const size_t n = units(v, limits_.value_units);
+    if (n > limits_.value_units) error(fmt::format("a value of more than {} units (nodes, or 8 bytes of text)",
+                                                  limits_.value_units));
+    steps_ += int64_t(n / 16);
     return v;
   }
 
@@ -64,7 +82,9 @@ class Renderer {
       if (it != scopes_[i].end()) return &*it;
     }
     const auto it = scopes_[0].find(n);
-    return it != scopes_[0].end() ? &*it : nullptr;
+    if (it != scopes_[0].end()) return &*it;
+    const auto g = given_->find(n);
+    return g != given_->end() ? &*g : nullptr;
   }
   Value* find_mutable(const std::string& n) {
     for (size_t i = scopes_.size(); i-- > frame_;) {
@@ -91,14 +111,18 @@ class Renderer {
     if (out_->size() > limits_.bytes) error(fmt::format("an output of more than {} bytes", limits_.bytes));
     switch (s.kind) {
       case Stmt::Text: *out_ += s.text; return Flow::Normal;
-      case Stmt::Output: *out_ += py_str(eval(*s.expr)); return Flow::Normal;
+      case Stmt::Output: {
+        Value t;
+        *out_ += py_str(ref(*s.expr, t));
+        return Flow::Normal;
+      }
       case Stmt::If:
         for (size_t i = 0; i < s.bodies.size(); ++i)
-          if (i >= s.conds.size() || truthy(eval(*s.conds[i]))) return exec(s.bodies[i]);
+          if (Value t; i >= s.conds.size() || truthy(ref(*s.conds[i], t))) return exec(s.bodies[i]);
         return Flow::Normal;
       case Stmt::For: return exec_for(s);
       case Stmt::Set: {
-        Value v = eval(*s.expr);
+        Value v = bounded(eval(*s.expr));
         if (!s.text.empty()) {
           Value* ns = find_mutable(s.targets[0]);
           if (!ns || !ns->is_object()) error(fmt::format("set {}.{}: '{}' is not a namespace", s.targets[0], s.text,
@@ -120,9 +144,11 @@ class Renderer {
         return Flow::Normal;
       }
       case Stmt::Macro: macros_[s.text] = &s; return Flow::Normal;
-      case Stmt::Generation: {
+      case Stmt::Generation: {  // (a call block in Python's Jinja: its sets are its own)
         const size_t begin = out_->size();
+        scopes_.push_back(Value::object());
         const Flow f = exec(s.bodies[0]);
+        scopes_.pop_back();
         if (spans_) spans_->emplace_back(begin, out_->size());
         return f;
       }
@@ -158,13 +184,15 @@ class Renderer {
   }
 
   Flow exec_for(const Stmt& s) {
-    const Value all = iterate(eval(*s.expr));
+    Value t;
+    const Value all = iterate(ref(*s.expr, t));
     Value items = Value::array();
     if (s.cond) {
       for (const Value& x : all) {
         scopes_.push_back(Value::object());
         assign(s.targets, x, scopes_.back());
-        const bool keep = truthy(eval(*s.cond));
+        Value tc;
+        const bool keep = truthy(ref(*s.cond, tc));
         scopes_.pop_back();
         if (keep) items.push_back(x);
       }
@@ -177,8 +205,10 @@ class Renderer {
       Value& scope = scopes_.back();
       Value loop = {{"index", i + 1},        {"index0", i},       {"revindex", n - i}, {"revindex0", n - i - 1},
                     {"first", i == 0},       {"last", i == n - 1}, {"length", n}};
-      loop["previtem"] = i > 0 ? items[size_t(i - 1)] : undefined();
-      loop["nextitem"] = i + 1 < n ? items[size_t(i + 1)] : undefined();
+      if (s.text == "neighbours") {  // (copied only where the body reads loop.previtem or loop.nextitem)
+        loop["previtem"] = i > 0 ? items[size_t(i - 1)] : undefined();
+        loop["nextitem"] = i + 1 < n ? items[size_t(i + 1)] : undefined();
+      }
       scope["loop"] = std::move(loop);
       step();
       assign(s.targets, items[size_t(i)], scope);
@@ -191,26 +221,67 @@ class Renderer {
   }
 
   // ---- expressions ----
+  // Where e names a value held in a scope (a variable, or an attribute or item of one, however deep):
+  // the value itself, not a copy (a conversation's messages are read often); nullptr otherwise.
+  const Value* held(const Expr& e) {
+    if (e.kind == Expr::Name) return find(e.name);
+    if (e.kind != Expr::Attr && e.kind != Expr::Item) return nullptr;
+    const Value* obj = held(*e.a);
+    if (!obj) return nullptr;
+    Value tmp;
+    const Value& key = e.kind == Expr::Attr ? (tmp = e.name) : ref(*e.b, tmp);
+    if (obj->is_object() && key.is_string()) {
+      const auto it = obj->find(key.get_ref<const std::string&>());
+      return it != obj->end() ? &*it : nullptr;
+    }
+    if (obj->is_array() && key.is_number_integer()) {
+      int64_t i = key.get<int64_t>();
+      if (i < 0) i += int64_t(obj->size());
+      return i >= 0 && i < int64_t(obj->size()) ? &(*obj)[size_t(i)] : nullptr;
+    }
+    return nullptr;
+  }
+  // The value of e, held (see held) or evaluated into tmp.
+  const Value& ref(const Expr& e, Value& tmp) {
+    if (const Value* v = held(e)) return *v;
+    tmp = eval(e);
+    return tmp;
+  }
+
   Value eval(const Expr& e) {
     line_ = e.line;
+    Value t0, t1;
     switch (e.kind) {
       case Expr::Literal: return e.value;
       case Expr::Name: {
         const Value* v = find(e.name);
         return v ? *v : undefined();
       }
-      case Expr::Attr: return attribute(eval(*e.a), e.name, *e.a);
+      case Expr::Attr: return attribute(ref(*e.a, t0), e.name, *e.a);
       case Expr::Item: {
-        const Value obj = eval(*e.a);
-        const Value key = eval(*e.b);
+        const Value& obj = ref(*e.a, t0);
+        const Value& key = ref(*e.b, t1);
+        line_ = e.line;
         if (key.is_string()) return attribute(obj, key.get<std::string>(), *e.a);
         if (is_undefined(obj)) error(fmt::format("{} is undefined", describe(*e.a)));
         return item(obj, key);
       }
       case Expr::Slice: {
-        const Value obj = eval(*e.a);
+        const Value& obj = ref(*e.a, t0);
         const Value a = e.b ? eval(*e.b) : Value(), b = e.c ? eval(*e.c) : Value(), c = e.d ? eval(*e.d) : Value();
+        line_ = e.line;
         return slice(obj, a, b, c);
+      }
+      case Expr::Compare: {  // Python's chain: a < b < c is a < b and b < c, b read once
+        Value buf[2];
+        const Value* left = &ref(*e.a, buf[0]);
+        for (size_t i = 0; i < e.items.size(); ++i) {
+          const Value* right = &ref(*e.items[i], buf[(i + 1) % 2]);  // (left is in the other buffer, or held)
+          line_ = e.line;
+          if (!compare(e.ops[i], *left, *right)) return false;
+          left = right;
+        }
+        return true;
       }
       case Expr::Call: return call(e);
       case Expr::Filter: return filter(e);
@@ -219,7 +290,7 @@ class Renderer {
         return e.negated ? !r : r;
       }
       case Expr::Unary: {
-        const Value v = eval(*e.a);
+        const Value& v = ref(*e.a, t0);
         if (e.name == "not") return !truthy(v);
         if (!v.is_number() && !v.is_boolean()) error(fmt::format("unary '{}' on {}", e.name, type_name(v)));
         if (e.name == "+") return v;
@@ -236,7 +307,7 @@ class Renderer {
       case Expr::Tuple: {
         Value out = Value::array();
         for (const auto& x : e.items) out.push_back(eval(*x));
-        return out;
+        return bounded(std::move(out));
       }
       case Expr::Dict: {
         Value out = Value::object();
@@ -245,7 +316,7 @@ class Renderer {
           if (!k.is_string()) error(fmt::format("a dict's keys must be strings here, not {}", type_name(k)));
           out[k.get<std::string>()] = eval(*e.items[i + 1]);
         }
-        return out;
+        return bounded(std::move(out));
       }
     }
     return undefined();
@@ -291,16 +362,10 @@ class Renderer {
       if (!v->is_null() && !v->is_number_integer()) error("slice indices must be integers or none");
     const int64_t step = c.is_null() ? 1 : c.get<int64_t>();
     if (step == 0) error("slice step cannot be zero");
-    std::vector<Value> seq;
     const bool str = obj.is_string();
-    if (str) {
-      for (auto& ch : characters(obj.get_ref<const std::string&>())) seq.emplace_back(std::move(ch));
-    } else if (obj.is_array()) {
-      for (const auto& x : obj) seq.push_back(x);
-    } else {
-      error(fmt::format("cannot slice {}", type_name(obj)));
-    }
-    const int64_t n = int64_t(seq.size());
+    if (!str && !obj.is_array()) error(fmt::format("cannot slice {}", type_name(obj)));
+    const std::vector<std::string> chars = str ? characters(obj.get_ref<const std::string&>()) : std::vector<std::string>();
+    const int64_t n = int64_t(str ? chars.size() : obj.size());
     auto clamp = [&](const Value& v, int64_t dflt) {  // Python's slice bounds
       if (v.is_null()) return dflt;
       int64_t i = v.get<int64_t>();
@@ -311,34 +376,34 @@ class Renderer {
     const int64_t from = clamp(a, step > 0 ? 0 : n - 1), to = clamp(b, step > 0 ? n : -1);
     Value out = str ? Value("") : Value::array();
     for (int64_t i = from; step > 0 ? i < to : i > to; i += step) {
-      if (str) out.get_ref<std::string&>() += seq[size_t(i)].get<std::string>();
-      else out.push_back(seq[size_t(i)]);
+      if (str) out.get_ref<std::string&>() += chars[size_t(i)];
+      else out.push_back(obj[size_t(i)]);
     }
     return out;
   }
 
   Value binary(const Expr& e) {
     const std::string& op = e.name;
-    if (op == "and") {
-      Value l = eval(*e.a);
-      return truthy(l) ? eval(*e.b) : l;
+    if (op == "and" || op == "or") {
+      Value t;
+      const Value& l = ref(*e.a, t);
+      return truthy(l) == (op == "and") ? eval(*e.b) : l;
     }
-    if (op == "or") {
-      Value l = eval(*e.a);
-      return truthy(l) ? l : eval(*e.b);
-    }
-    const Value l = eval(*e.a), r = eval(*e.b);
+    Value tl, tr;
+    const Value& l = ref(*e.a, tl);
+    const Value& r = ref(*e.b, tr);
     line_ = e.line;
-    if (op == "==") return py_equal(l, r);
-    if (op == "!=") return !py_equal(l, r);
-    if (op == "<" || op == ">" || op == "<=" || op == ">=") {
-      const int c = guarded([&] { return py_compare(l, r, op.c_str()); });
-      return op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
-    }
-    if (op == "in") return contains(r, l);
-    if (op == "not in") return !contains(r, l);
     if (op == "~") return bounded(Value(py_str(l) + py_str(r)));
     return bounded(guarded([&] { return arithmetic(op, l, r); }));
+  }
+
+  bool compare(const std::string& op, const Value& l, const Value& r) {
+    if (op == "==") return py_equal(l, r);
+    if (op == "!=") return !py_equal(l, r);
+    if (op == "in") return contains(r, l);
+    if (op == "not in") return !contains(r, l);
+    const int c = guarded([&] { return py_compare(l, r, op.c_str()); });
+    return op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
   }
 
   template <typename F>
@@ -347,6 +412,8 @@ class Renderer {
       return f();
     } catch (const Error& x) {
       if (std::string_view(x.what()).starts_with("chat template")) throw;
+      error(x.what());
+    } catch (const nlohmann::json::exception& x) {  // (a value of a type no check foresaw)
       error(x.what());
     }
   }
@@ -370,10 +437,11 @@ class Renderer {
       if (m != macros_.end() && !find(f.name)) return call_macro(*m->second, e.args);
       const Args a = arguments(e.args);
       line_ = e.line;
-      return guarded([&] { return call_global(f.name, a, std::time(nullptr)); });
+      return bounded(guarded([&] { return call_global(f.name, a, std::time(nullptr)); }));
     }
     if (f.kind == Expr::Attr) {
-      const Value obj = eval(*f.a);
+      Value t;
+      const Value& obj = ref(*f.a, t);
       const Args a = arguments(e.args);
       line_ = e.line;
       return bounded(guarded([&] { return call_method(obj, f.name, a); }));
@@ -420,22 +488,22 @@ class Renderer {
 
   // ---- filters and tests ----
   Value filter(const Expr& e) {
-    const Value v = eval(*e.a);
+    Value t;
+    const Value& v = ref(*e.a, t);
     const Args a = arguments(e.args);
     line_ = e.line;
-    if (e.name == "map" || e.name == "select" || e.name == "reject") return higher_order(e.name, v, a);
+    if (e.name == "map" || e.name == "select" || e.name == "reject") return bounded(higher_order(e.name, v, a));
     return bounded(guarded([&] { return apply_filter(e.name, v, a); }));
   }
 
   bool test(const Expr& e) {
     const Expr& x = *e.a;
-    if (e.name == "defined" || e.name == "undefined") {  // a missing attribute of a missing value is undefined too
-      bool defined = true;
-      if (x.kind == Expr::Name) defined = find(x.name) != nullptr;
-      else defined = !is_undefined(eval(x));
+    Value t;
+    if (e.name == "defined" || e.name == "undefined") {
+      const bool defined = !is_undefined(ref(x, t));
       return e.name == "defined" ? defined : !defined;
     }
-    const Value v = eval(x);
+    const Value& v = ref(x, t);
     const Args a = arguments(e.args);
     line_ = e.line;
     if (e.name == "callable") return x.kind == Expr::Name && macros_.count(x.name);
@@ -451,8 +519,7 @@ class Renderer {
       if (attr != a.keyword.end()) {
         const auto dflt = a.keyword.find("default");
         for (const Value& x : items) {
-          Value r = x.is_object() && x.contains(attr->second.get<std::string>()) ? x[attr->second.get<std::string>()]
-                                                                                : undefined();
+          Value r = guarded([&] { return attribute_path(x, attr->second); });
           out.push_back(is_undefined(r) && dflt != a.keyword.end() ? dflt->second : r);
         }
         return out;
@@ -463,6 +530,8 @@ class Renderer {
       return out;
     }
     const bool keep_if = name == "select";
+    if (!a.positional.empty() && !a.positional[0].is_string())
+      error(fmt::format("{}: the test's name must be a string, not {}", name, type_name(a.positional[0])));
     Args rest;
     if (!a.positional.empty()) rest.positional.assign(a.positional.begin() + 1, a.positional.end());
     for (const Value& x : items) {
@@ -485,15 +554,25 @@ static bool holds_generation(const Body& body) {
   return false;
 }
 
+static std::string_view checked_utf8(std::string_view source, const std::string& name) {
+  const size_t bad = utf8_first_invalid(source);
+  OOMB_CHECK(bad == source.size(), "chat template {}: not valid UTF-8 at byte {}", name, bad);
+  return source;
+}
+
 Template::Template(std::string_view source, std::string name)
-    : name_(std::move(name)), body_(std::make_unique<Body>(parse(lex(source, name_), name_))) {
+    : name_(std::move(name)), body_(std::make_unique<Body>(parse(lex(checked_utf8(source, name_), name_), name_))) {
   has_generation_ = holds_generation(*body_);
 }
 Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 
 Rendered Template::render(const Value& variables, const RenderLimits& limits) const {
-  return Renderer(name_, variables, limits).run(*body_);
+  try {
+    return Renderer(name_, variables, limits).run(*body_);
+  } catch (const nlohmann::json::exception& e) {  // (a value of a type no check foresaw)
+    fail("chat template {}: {}", name_, e.what());
+  }
 }
 
 }  // namespace oomb::jinja

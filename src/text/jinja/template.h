@@ -3,10 +3,11 @@
 // raise_exception, strftime_now and the {% generation %} block that marks what the assistant writes.
 // oomb's subset covers the language chat templates use: if, for (with loop, else and a filter), set
 // (names, namespace attributes, blocks), macros, raw, Python's literals and operators, the string,
-// list and dict methods templates call, and Jinja's common filters and tests. Anything outside it is
-// an error naming the template, its line and what is missing. Known differences from Python: a tuple
-// is a list (printed as [1, 2], not (1, 2)); upper and lower map each code point to one (ß stays ß);
-// a dict's keys are strings.
+// list and dict methods templates call, and Jinja's common filters and tests. A tag, filter, test or
+// method outside it is an error naming the template, its line and what is missing. Known
+// differences from Python: a tuple is a list (printed as [1, 2], not (1, 2)); upper and lower map
+// each code point to one (ß stays ß); a dict's keys are strings; a macro sees the template's
+// variables and its own, not those of a loop it is defined in.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -19,11 +20,13 @@
 
 namespace oomb::jinja {
 
-// What one rendering may take: statements run (loop bodies included) and bytes of output or of any
-// one value; past either it is an error, not a hang or an exhausted memory.
+// What one rendering may take: statements run (loop bodies included, and the building of large
+// values), bytes of output, and the size of a value the template makes (nodes, or 8 bytes of text);
+// past any it is an error, not a hang or an exhausted memory.
 struct RenderLimits {
   int64_t steps = 100'000'000;
   size_t bytes = size_t(1) << 32;
+  size_t value_units = size_t(1) << 24;
 };
 
 struct Rendered {

@@ -5,9 +5,30 @@
 #include <cmath>
 #include <cstdio>
 
+#include <utf8proc.h>
+
 #include "core/error.h"
 
 namespace oomb::jinja {
+
+bool py_isspace(int32_t cp) {
+  return cp == ' ' || (cp >= '\t' && cp <= '\r') || (cp >= 0x1c && cp <= 0x1f) || cp == 0x85 || cp == 0xa0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f ||
+         cp == 0x205f || cp == 0x3000;
+}
+
+size_t space_at(std::string_view s, size_t i) {
+  if (i >= s.size()) return 0;
+  utf8proc_int32_t cp;
+  const auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i), utf8proc_ssize_t(s.size() - i), &cp);
+  return n > 0 && py_isspace(cp) ? size_t(n) : 0;
+}
+
+size_t space_before(std::string_view s, size_t end) {
+  for (size_t n = 1; n <= 3 && n <= end; ++n)  // (Python's spaces take at most 3 bytes)
+    if ((uint8_t(s[end - n]) & 0xC0) != 0x80) return space_at(s, end - n) == n ? n : 0;
+  return 0;
+}
 
 bool truthy(const Value& v) {
   switch (v.type()) {
@@ -51,26 +72,51 @@ std::string float_repr(double d) {
   return fmt::format("{}{}e{}{:02d}", sign, mant, exp < 0 ? '-' : '+', std::abs(exp));
 }
 
+// Python's str.isprintable of a code point: not in Cc, Cf, Cs, Co, Cn, Zl, Zp, nor Zs other than ' '
+static bool printable(int32_t cp) {
+  switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP: return false;
+    case UTF8PROC_CATEGORY_ZS: return cp == ' ';
+    default: return true;
+  }
+}
+
+// Python's repr of a string: its quotes, and escapes for backslashes, quotes and what is not printable
 static std::string quote(const std::string& s) {
   const bool dq = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
   const char q = dq ? '"' : '\'';
   std::string out(1, q);
-  for (const char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == q) out += std::string("\\") + q;
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (uint8_t(c) < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", uint8_t(c));
-    else out += c;
+  auto p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    utf8proc_int32_t cp;
+    auto n = utf8proc_iterate(p + i, utf8proc_ssize_t(s.size() - i), &cp);
+    if (n <= 0) cp = uint8_t(s[i]), n = 1;  // (not UTF-8: the byte)
+    if (cp == '\\') out += "\\\\";
+    else if (cp == q) out += std::string("\\") + q;
+    else if (cp == '\n') out += "\\n";
+    else if (cp == '\r') out += "\\r";
+    else if (cp == '\t') out += "\\t";
+    else if (printable(cp)) out.append(s, i, size_t(n));
+    else if (cp < 0x100) out += fmt::format("\\x{:02x}", cp);
+    else if (cp < 0x10000) out += fmt::format("\\u{:04x}", cp);
+    else out += fmt::format("\\U{:08x}", cp);
+    i += size_t(n);
   }
   return out + q;
 }
 
 static std::string py_str(const Value& v, int depth);
+static std::string integer_text(const Value& v);
 
 static std::string py_repr(const Value& v, int depth) {
   if (v.is_string()) return quote(v.get_ref<const std::string&>());
+  if (is_undefined(v)) return "Undefined";  // (Jinja's Undefined inside a list)
   return py_str(v, depth);
 }
 
@@ -86,7 +132,7 @@ static std::string py_str(const Value& v, int depth) {
     case Value::value_t::null: return "None";
     case Value::value_t::boolean: return v.get<bool>() ? "True" : "False";
     case Value::value_t::number_integer:
-    case Value::value_t::number_unsigned: return std::to_string(v.get<int64_t>());
+    case Value::value_t::number_unsigned: return integer_text(v);
     case Value::value_t::number_float: return float_repr(v.get<double>());
     case Value::value_t::string: return v.get<std::string>();
     case Value::value_t::array: {
@@ -176,30 +222,53 @@ static int py_compare(const Value& a, const Value& b, const char* op, int depth)
   fail("'{}' is not supported between {} and {}", op, type_name(a), type_name(b));
 }
 
-static void json_string(std::string& out, const std::string& s) {
+static void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
-  for (const char c : s) {
+  auto p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    const char c = s[i];
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (uint8_t(c) < 0x20) out += fmt::format("\\u{:04x}", uint8_t(c));
-        else out += c;
+      case '"': out += "\\\""; ++i; continue;
+      case '\\': out += "\\\\"; ++i; continue;
+      case '\n': out += "\\n"; ++i; continue;
+      case '\r': out += "\\r"; ++i; continue;
+      case '\t': out += "\\t"; ++i; continue;
+      case '\b': out += "\\b"; ++i; continue;
+      case '\f': out += "\\f"; ++i; continue;
+      default: break;
+    }
+    if (uint8_t(c) < 0x20 || (ensure_ascii && uint8_t(c) == 0x7f)) {
+      out += fmt::format("\\u{:04x}", uint8_t(c));
+      ++i;
+    } else if (uint8_t(c) < 0x80 || !ensure_ascii) {
+      out += c;
+      ++i;
+    } else {  // ensure_ascii: \uXXXX, a surrogate pair past U+FFFF
+      utf8proc_int32_t cp;
+      const auto n = utf8proc_iterate(p + i, utf8proc_ssize_t(s.size() - i), &cp);
+      if (n <= 0) fail("tojson: a string that is not UTF-8");
+      if (cp >= 0x10000) {
+        const int32_t u = cp - 0x10000;
+        out += fmt::format("\\u{:04x}\\u{:04x}", 0xD800 + (u >> 10), 0xDC00 + (u & 0x3FF));
+      } else {
+        out += fmt::format("\\u{:04x}", cp);
+      }
+      i += size_t(n);
     }
   }
   out += '"';
 }
 
-static void json_dump(std::string& out, const Value& v, int indent, bool sort_keys, int depth) {
+static std::string integer_text(const Value& v) {
+  return v.is_number_unsigned() ? std::to_string(v.get<uint64_t>()) : std::to_string(v.get<int64_t>());
+}
+
+static void json_dump(std::string& out, const Value& v, const JsonStyle& st, int depth) {
   const auto newline = [&](int d) {
-    if (indent >= 0) out += '\n' + std::string(size_t(indent) * size_t(d), ' ');
+    if (!st.indent) return;
+    out += '\n';
+    for (int i = 0; i < d; ++i) out += *st.indent;
   };
-  const char* sep = indent >= 0 ? "," : ", ";
   if (depth > kMaxDepth) fail("tojson: a value nested more than {} deep", kMaxDepth);
   switch (v.type()) {
     case Value::value_t::discarded: fail("tojson: the value is undefined");
@@ -211,8 +280,8 @@ static void json_dump(std::string& out, const Value& v, int indent, bool sort_ke
       break;
     }
     case Value::value_t::number_integer:
-    case Value::value_t::number_unsigned: out += std::to_string(v.get<int64_t>()); break;
-    case Value::value_t::string: json_string(out, v.get_ref<const std::string&>()); break;
+    case Value::value_t::number_unsigned: out += integer_text(v); break;
+    case Value::value_t::string: json_string(out, v.get_ref<const std::string&>(), st.ensure_ascii); break;
     case Value::value_t::array:
       if (v.empty()) {
         out += "[]";
@@ -220,9 +289,9 @@ static void json_dump(std::string& out, const Value& v, int indent, bool sort_ke
       }
       out += '[';
       for (size_t i = 0; i < v.size(); ++i) {
-        if (i) out += sep;
+        if (i) out += st.item_sep;
         newline(depth + 1);
-        json_dump(out, v[i], indent, sort_keys, depth + 1);
+        json_dump(out, v[i], st, depth + 1);
       }
       newline(depth);
       out += ']';
@@ -234,14 +303,14 @@ static void json_dump(std::string& out, const Value& v, int indent, bool sort_ke
       }
       std::vector<const std::string*> keys;
       for (const auto& [k, x] : v.items()) keys.push_back(&k);
-      if (sort_keys) std::sort(keys.begin(), keys.end(), [](auto* a, auto* b) { return *a < *b; });
+      if (st.sort_keys) std::sort(keys.begin(), keys.end(), [](auto* a, auto* b) { return *a < *b; });
       out += '{';
       for (size_t i = 0; i < keys.size(); ++i) {
-        if (i) out += sep;
+        if (i) out += st.item_sep;
         newline(depth + 1);
-        json_string(out, *keys[i]);
-        out += ": ";
-        json_dump(out, v.at(*keys[i]), indent, sort_keys, depth + 1);
+        json_string(out, *keys[i], st.ensure_ascii);
+        out += st.key_sep;
+        json_dump(out, v.at(*keys[i]), st, depth + 1);
       }
       newline(depth);
       out += '}';
@@ -251,9 +320,9 @@ static void json_dump(std::string& out, const Value& v, int indent, bool sort_ke
   }
 }
 
-std::string py_json(const Value& v, int indent, bool sort_keys) {
+std::string py_json(const Value& v, const JsonStyle& style) {
   std::string out;
-  json_dump(out, v, indent, sort_keys, 0);
+  json_dump(out, v, style, 0);
   return out;
 }
 
