@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/prompt_fields.h"
 #include "core/error.h"
 #include "data/loss_mask.h"
 #include "data/open_data.h"
@@ -106,6 +107,15 @@ TEST(ChatData, WhatTheAssistantWritesIsTrained) {
   auto marked = c.open((c.dir / "marked.jinja").string());
   EXPECT_EQ(marked->mask()->fingerprint(), data->mask()->fingerprint());
   EXPECT_EQ(marked->stream_size(), L);
+  // a tokenizer file of another name: the template is its directory's, not the file
+  fs::copy_file(c.dir / "m/tokenizer.json", c.dir / "m/my-tokenizer.json");
+  DataOptions o;
+  o.tokenizer = c.dir / "m/my-tokenizer.json";
+  cli::PromptFields f;
+  f.messages = "messages";
+  cli::apply_prompt_fields(f, o.corpus, o.tokenizer);
+  o.packing = {kEos, false, 0, false};
+  EXPECT_EQ(open_training_data(c.dir / "c.jsonl", 300, o)->mask()->fingerprint(), data->mask()->fingerprint());
 }
 
 // Qwen2.5's kind of template (ChatML): the assistant's content and its <|im_end|>\n are trained;
@@ -159,10 +169,24 @@ TEST(ChatData, TheTemplateIsFoundAsTransformersFindsIt) {
   EXPECT_EQ(ChatTemplate::load(c.dir / "t.j2", c.dir / "m/tokenizer.json")->render(msgs, nullptr, "r")[0].text,
             "<s>TrueTrue");
   EXPECT_EQ(ChatTemplate::load(c.dir / "t.j2")->render(msgs, nullptr, "r")[0].text, "TrueTrue");  // (no tokenizer)
-  // special_tokens_map.json fills what tokenizer_config.json lacks
+  // special_tokens_map.json beside a config of before added_tokens_decoder overrides it (as transformers
+  // reads it), and is not read beside one with it
   write_bytes(c.dir / "m/special_tokens_map.json", R"({"bos_token": "<x>", "eos_token": {"content": "</s>"}})");
   write_bytes(c.dir / "t.j2", "{{ bos_token }}{{ eos_token }}");
-  EXPECT_EQ(ChatTemplate::load(c.dir / "t.j2", c.dir / "m")->render(msgs, nullptr, "r")[0].text, "<s></s>");
+  EXPECT_EQ(ChatTemplate::load(c.dir / "t.j2", c.dir / "m")->render(msgs, nullptr, "r")[0].text, "<x></s>");
+  write_bytes(c.dir / "m/tokenizer_config.json",
+              nlohmann::json({{"bos_token", "<s>"}, {"added_tokens_decoder", nlohmann::json::object()},
+                              {"chat_template", {{{"name", "default"}, {"template", "{{ bos_token }}D"}},
+                                                {{"name", "tool_use"}, {"template", "T{{ tools | length }}"}}}}})
+                  .dump());
+  EXPECT_EQ(ChatTemplate::load(c.dir / "t.j2", c.dir / "m")->render(msgs, nullptr, "r")[0].text, "<s>");
+  // nesting that a copy could not take is refused
+  jinja::Value deep = "x";
+  for (int i = 0; i < 300; ++i) deep = jinja::Value::array({deep});
+  EXPECT_THAT(error_of([&] { ChatTemplate::load(c.dir / "t.j2")->render(jinja::Value::array({{{"role", "user"},
+                                                                                           {"content", deep}}}),
+                                                                          nullptr, "r.jsonl:3"); }),
+              HasSubstr("r.jsonl:3: a value nested more than 256 deep"));
   // newer transformers: additional_chat_templates/tool_use.jinja beside chat_template.jinja
   write_bytes(c.dir / "m/chat_template.jinja", "plain");
   fs::create_directories(c.dir / "m/additional_chat_templates");

@@ -249,6 +249,23 @@ TEST(Jinja, TheLanguageRendersAsPythonsJinja) {
       "| list }} {{ {'b': 1, 'A': 2} | dictsort(true) | map('first') | list }} "
       "{{ {'b': 1, 'a': 2} | dictsort(by='value', reverse=true) | map('last') | list }}",
       "{% if tools is none %}T{% endif %}{% if documents is defined %}D{% endif %}",
+      // a macro that changes a namespace while the caller reads it (the reads must not dangle)
+      "{% set ns = namespace(a='x', l=[1, 2]) %}{% macro m() %}{% set ns.k0 = 0 %}{% set ns.k1 = 1 %}{% set ns.k2 = 2 %}{% set ns.k3 = 3 %}{% set ns.k4 = 4 %}{% set ns.k5 = 5 %}{% set ns.k6 = 6 %}{% set ns.k7 = 7 %}{% set ns.k8 = 8 %}{% set ns.k9 = 9 %}{% set ns.k10 = 10 %}{% set ns.k11 = 11 %}{% set ns.k12 = 12 %}{% set ns.k13 = 13 %}{% set ns.k14 = 14 %}{% set ns.k15 = 15 %}{% set ns.k16 = 16 %}{% set ns.k17 = 17 %}{% set ns.k18 = 18 %}{% set ns.k19 = 19 %}{% set ns.l = [3] %}1{% endmacro %}"
+      "{{ ns.a ~ m() }}{{ ns.l[m() | int - 1] }}{{ ns.a == m() }}{{ ns.l | join(m()) }}{{ ns.k19 }}",
+      // what a second review found
+      "{{ 'ß' | upper }} {{ 'ß'.title() }} {{ 'ǆa'.capitalize() }} {{ 'ǆa' | title }} {{ 'ß' | capitalize }} "
+      "{{ 'straße' | upper }} {{ 'ß' is lower }}",
+      "{{ strftime_now is defined }} {{ raise_exception is defined }} {{ namespace is defined }} {{ nope is defined }}",
+      "{{ none | selectattr('a') | list }} {{ missing | map(attribute='a') | list }} {{ none | select | list }} "
+      "{{ [] | rejectattr('a') | list }} {{ none | reject('odd') | list }}",
+      "{{ big > 1 }} {{ big > n }} {{ -1 < big }} {{ big == -1 }} {{ [big] == [big] }}",
+      "{% for x in xs %}{{ loop['previtem'] }},{% endfor %}|{% macro m(l) %}{{ l.nextitem }}{% endmacro %}"
+      "{% for x in xs %}{{ m(loop) }};{% endfor %}|{% for x in xs %}{{ loop.previtem }}{% endfor %}",
+      "{% set ns = namespace(n=0) %}{% macro inc() %}{% set ns.n = ns.n + 1 %}{% endmacro %}{{ xs[inc() | length] }}"
+      "{{ ns.n }}",
+      "{% break %}",
+      "{% for x in xs %}{% generation %}{% break %}{% endgeneration %}{% endfor %}",
+      "{% macro m() %}{% continue %}{% endmacro %}",
       // refused by both
       "{{ raise_exception('no system role') }}",
       "{{ missing.attr }}",
@@ -310,6 +327,15 @@ TEST(Jinja, LimitsAreErrors) {
                 .find("more than 100000 steps"),
             std::string::npos);
   EXPECT_NE(message("{{ 'x' * 1000000000 }}").find("more than 2^26"), std::string::npos);
+  // nesting of several kinds at once: macros 255 deep, each an expression 50 deep
+  std::string deep = "{% macro m(n) %}{% if n > 0 %}{{ m(n - 1)";
+  for (int i = 0; i < 50; ++i) deep += " ~ ''";
+  EXPECT_NE(message(deep + " }}{% endif %}{% endmacro %}{{ m(255) }}").find("nested more than 1500 deep"),
+            std::string::npos);
+  // a key inside a key, 40 deep, is read once each (not twice at each level: 2^40)
+  std::string keys = "'a'";
+  for (int i = 0; i < 40; ++i) keys = "x[" + keys + "]";
+  EXPECT_EQ(Template("{% set x = [1] %}{{ " + keys + " }}", "t").render(Value::object()).text, "");
   EXPECT_NE(message("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
   EXPECT_NE(message("{{ '\\ud800' }}").find("surrogate"), std::string::npos);
   EXPECT_NE(testing::error_of([] { Template("ok \xff", "t"); }).find("chat template t: not valid UTF-8 at byte 3"),

@@ -140,7 +140,8 @@ Command add_generate(CLI::App& app) {
             }
             std::string text_in = a->prompt;
             if (chat) {
-              const auto t = ChatTemplate::load(a->chat_template.empty() ? tp : fs::path(a->chat_template), tp);
+              const fs::path dir = tp.parent_path().empty() ? fs::path(".") : tp.parent_path();  // (the tokenizer's)
+              const auto t = ChatTemplate::load(a->chat_template.empty() ? dir : fs::path(a->chat_template), tp);
               const auto [messages, tools] = conversation(*a);
               text_in = t->prompt(messages, tools, a->chat.empty() ? "--messages " + a->messages : "--chat");
             }

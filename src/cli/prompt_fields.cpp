@@ -31,7 +31,13 @@ void apply_prompt_fields(const PromptFields& f, CorpusOptions& co, const std::fi
   co.prompt_field = f.prompt, co.completion_field = f.completion;
   co.messages_field = f.messages;
   // (loaded when text is read: token files bring their masks and need none)
-  co.chat_template_path = f.chat_template.empty() ? tokenizer : std::filesystem::path(f.chat_template);
+  // (by default the tokenizer's directory: a tokenizer file may have any name, and is no template)
+  std::error_code ec;
+  const std::filesystem::path tokenizer_dir =
+      tokenizer.empty() || std::filesystem::is_directory(tokenizer, ec) ? tokenizer
+      : tokenizer.parent_path().empty()                               ? std::filesystem::path(".")
+                                                                       : tokenizer.parent_path();
+  co.chat_template_path = f.chat_template.empty() ? tokenizer_dir : std::filesystem::path(f.chat_template);
   co.tokenizer_path = tokenizer;
 }
 

@@ -32,22 +32,51 @@ Value read_json_object(const fs::path& p) {
   return v;
 }
 
-// bos_token and the like, as the tokenizer has them: tokenizer_config.json's, else
-// special_tokens_map.json's; each a string or an AddedToken ({"content": ...})
+// A special token as a tokenizer file has it: a string or an AddedToken ({"content": ...}); null if neither
+Value token_text(const Value& v) {
+  if (v.is_string()) return v;
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"];
+  return nullptr;
+}
+
+// The tokenizer's special tokens, as transformers hands them to a chat template: bos, eos, unk, sep,
+// pad, cls and mask tokens and additional_special_tokens, from tokenizer_config.json; a
+// special_tokens_map.json beside a config without added_tokens_decoder (one of before transformers
+// 4.34) overrides them, as transformers reads it there
 Value special_tokens_in(const fs::path& dir) {
   Value out = Value::object();
   std::error_code ec;
-  for (const char* file : {"tokenizer_config.json", "special_tokens_map.json"}) {
-    if (!fs::exists(dir / file, ec)) continue;
-    const Value config = read_json_object(dir / file);
-    for (const char* k : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+  const auto take = [&](const Value& config) {
+    for (const char* k : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
       const auto it = config.find(k);
-      if (it == config.end() || out.contains(k)) continue;
-      if (it->is_string()) out[k] = *it;
-      else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) out[k] = (*it)["content"];
+      if (it != config.end() && !token_text(*it).is_null()) out[k] = token_text(*it);
     }
-  }
+    const auto extra = config.find("additional_special_tokens");
+    if (extra != config.end() && extra->is_array()) {
+      Value list = Value::array();
+      for (const Value& t : *extra)
+        if (!token_text(t).is_null()) list.push_back(token_text(t));
+      out["additional_special_tokens"] = list;
+    }
+  };
+  const Value config = fs::exists(dir / "tokenizer_config.json", ec) ? read_json_object(dir / "tokenizer_config.json")
+                                                                     : Value::object();
+  take(config);
+  if (!config.contains("added_tokens_decoder") && fs::exists(dir / "special_tokens_map.json", ec))
+    take(read_json_object(dir / "special_tokens_map.json"));
   return out;
+}
+
+// Values nested past this are refused before any copy (which recurses) could overflow the stack.
+void check_nesting(const Value& v, const std::string& where) {
+  std::vector<std::pair<const Value*, int>> todo{{&v, 0}};
+  while (!todo.empty()) {
+    const auto [x, d] = todo.back();
+    todo.pop_back();
+    OOMB_CHECK(d <= 256, "{}: a value nested more than 256 deep", where);
+    if (x->is_array() || x->is_object())
+      for (const Value& y : *x) todo.emplace_back(&y, d + 1);
+  }
 }
 
 fs::path dir_of(const fs::path& p) {
@@ -123,6 +152,7 @@ std::string ChatTemplate::text(const jinja::Template& t, Value messages, const V
 
 std::string ChatTemplate::prompt(const Value& messages, const Value& tools, const std::string& where) const {
   OOMB_CHECK(messages.is_array(), "{}: the messages must be a list, not {}", where, messages.type_name());
+  check_nesting(messages, where), check_nesting(tools, where);
   OOMB_CHECK(tools.is_null() || tools.is_array(), "{}: \"tools\" must be a list, not {}", where, tools.type_name());
   try {
     return text(!tools.is_null() && tool_use_ ? *tool_use_ : *default_, messages, tools, true);
@@ -133,6 +163,7 @@ std::string ChatTemplate::prompt(const Value& messages, const Value& tools, cons
 
 std::vector<ChatBlock> ChatTemplate::render(const Value& messages, const Value& tools, const std::string& where) const {
   OOMB_CHECK(messages.is_array(), "{}: the messages must be a list, not {}", where, messages.type_name());
+  check_nesting(messages, where), check_nesting(tools, where);
   for (size_t i = 0; i < messages.size(); ++i)
     OOMB_CHECK(messages[i].is_object() && messages[i].contains("role") && messages[i]["role"].is_string(),
                "{}: message {} needs a string \"role\"", where, i);

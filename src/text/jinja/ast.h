@@ -46,6 +46,7 @@ struct Expr {
   std::string name;  // Name, Attr, Filter, Test; Unary and Binary: the operator
   bool negated = false;  // Test: `is not`
   int depth = 1;         // of the tree below it (the parser caps it)
+  bool calls = false;    // its tree holds a call (a macro's runs statements, which may change variables)
   std::vector<std::string> ops;  // Compare
   ExprPtr a, b, c, d;
   std::vector<ExprPtr> items;

@@ -68,18 +68,34 @@ std::string strip(const std::string& s, const Value* chars, bool left, bool righ
   return encode(std::vector<int32_t>(cps.begin() + std::ptrdiff_t(b), cps.begin() + std::ptrdiff_t(e)));
 }
 
-std::string map_case(const std::string& s, int how) {  // 0 lower, 1 upper, 2 capitalize, 3 title
-  auto cps = decode(s);
+enum class Case { Lower, Upper, Title };
+
+// c in a case, as Python maps it: one code point to one (utf8proc's), but ß upper is SS, title Ss
+void put_case(std::vector<int32_t>& out, int32_t c, Case to) {
+  if (c == 0xDF && to != Case::Lower) {
+    out.push_back('S'), out.push_back(to == Case::Upper ? 'S' : 's');
+    return;
+  }
+  out.push_back(to == Case::Lower ? utf8proc_tolower(c) : to == Case::Upper ? utf8proc_toupper(c) : utf8proc_totitle(c));
+}
+
+bool cased(int32_t c) { return utf8proc_toupper(c) != c || utf8proc_tolower(c) != c || utf8proc_totitle(c) != c; }
+
+// 0 lower, 1 upper, 2 capitalize (the first title case, the rest lower), 3 str.title (each run of
+// cased characters: its first title case, the rest lower)
+std::string map_case(const std::string& s, int how) {
+  const auto cps = decode(s);
+  std::vector<int32_t> out;
   bool prev_cased = false;
   for (size_t i = 0; i < cps.size(); ++i) {
     const int32_t c = cps[i];
-    bool upper = how == 1;
-    if (how == 2) upper = i == 0;
-    if (how == 3) upper = !prev_cased;
-    cps[i] = upper ? utf8proc_toupper(c) : utf8proc_tolower(c);
-    prev_cased = utf8proc_toupper(c) != c || utf8proc_tolower(c) != c;
+    Case to = how == 1 ? Case::Upper : Case::Lower;
+    if (how == 2 && i == 0) to = Case::Title;
+    if (how == 3 && !prev_cased) to = Case::Title;
+    put_case(out, c, to);
+    prev_cased = cased(c);
   }
-  return encode(cps);
+  return encode(out);
 }
 
 Value split(const std::string& s, const Value* sep, const Value* maxsplit) {
@@ -178,7 +194,7 @@ std::string jinja_title(const std::string& s) {
   for (const int32_t c : cps) {
     const bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || is_space(c);
     if (sep) out.push_back(c);
-    else out.push_back(word_start ? utf8proc_toupper(c) : utf8proc_tolower(c));
+    else put_case(out, c, word_start ? Case::Upper : Case::Lower);  // (Jinja: item[0].upper())
     word_start = sep;
   }
   return encode(out);
@@ -327,6 +343,7 @@ Value apply_filter(const std::string& name, const Value& v, const Args& a) {
     Args rest;
     if (a.positional.size() > 2) rest.positional.assign(a.positional.begin() + 2, a.positional.end());
     Value out = Value::array();
+    if (!truthy(v)) return out;  // (Jinja's: none, undefined or empty give nothing)
     for (const Value& x : as_list(v)) {
       const Value y = attribute_path(x, attr);
       const bool pass = a.positional.size() > 1 ? apply_test(str_arg(a, 1, name.c_str()), y, rest) : truthy(y);
@@ -433,7 +450,7 @@ Value apply_filter(const std::string& name, const Value& v, const Args& a) {
     if (name == "trim") return strip(s, arg(a, 0, "chars"), true, true);
     if (name == "upper") return map_case(s, 1);
     if (name == "lower") return map_case(s, 0);
-    if (name == "capitalize") return map_case(map_case(s, 0), 2);
+    if (name == "capitalize") return map_case(s, 2);
     if (name == "title") return jinja_title(s);
     if (name == "replace") {
       const Value* count = arg(a, 2, "count");
@@ -495,9 +512,9 @@ bool apply_test(const std::string& name, const Value& v, const Args& a) {
   if (name == "lower" || name == "upper") {
     if (!v.is_string()) return false;
     const std::string& s = v.get_ref<const std::string&>();
-    bool cased = false;  // (Python's islower / isupper: at least one cased character)
-    for (const int32_t cp : decode(s)) cased = cased || utf8proc_toupper(cp) != cp || utf8proc_tolower(cp) != cp;
-    return cased && map_case(s, name == "lower" ? 0 : 1) == s;
+    bool any_cased = false;  // (Python's islower / isupper: at least one cased character)
+    for (const int32_t cp : decode(s)) any_cased = any_cased || cased(cp);
+    return any_cased && map_case(s, name == "lower" ? 0 : 1) == s;
   }
   fail("no test named '{}' (oomb's Jinja subset)", name);
 }
@@ -516,7 +533,7 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
     if (name == "upper") return map_case(s, 1);
     if (name == "lower") return map_case(s, 0);
     if (name == "title") return map_case(s, 3);
-    if (name == "capitalize") return map_case(map_case(s, 0), 2);
+    if (name == "capitalize") return map_case(s, 2);
     if (name == "replace") {
       const Value* count = arg(a, 2, "count");
       return replace(s, str_arg(a, 0, "replace"), str_arg(a, 1, "replace"), count ? int_of(*count) : -1);

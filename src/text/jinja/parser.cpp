@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <utility>
 
 #include "core/error.h"
 
@@ -25,6 +26,7 @@ class Parser {
   size_t pos_ = 0;
   int depth_ = 0;  // nesting of blocks and expressions
   int captured_ = 0;  // inside a macro or a block {% set %}, whose output is a value, not the template's
+  int loops_ = 0;     // for loops around, within the same macro or generation block (break's and continue's)
 
   struct Nest {
     Parser& p;
@@ -148,9 +150,15 @@ class Parser {
       if (is_name("recursive")) error("recursive for loops are not supported");
       expect(Tok::BlockEnd, "'%}'");
       const size_t body_from = pos_;
+      ++loops_;
       s->bodies.push_back(statements({"else", "endfor"}));
-      for (size_t i = body_from; i + 1 < pos_; ++i)  // does the body read loop.previtem or loop.nextitem?
-        if (t_[i].kind == Tok::Name && (t_[i].text == "previtem" || t_[i].text == "nextitem")) s->text = "neighbours";
+      --loops_;
+      for (size_t i = body_from; i + 1 < pos_; ++i) {  // may the body read loop.previtem or loop.nextitem?
+        const Token& k = t_[i];
+        const bool named = (k.kind == Tok::Name || k.kind == Tok::String) && (k.text == "previtem" || k.text == "nextitem");
+        const bool whole_loop = k.kind == Tok::Name && k.text == "loop" && !(t_[i + 1].kind == Tok::Op && t_[i + 1].text == ".");
+        if (named || whole_loop) s->text = "neighbours";  // (loop['previtem'], or loop handed to a macro)
+      }
       if (end_tag() == "else") {
         s->bodies.push_back(statements({"endfor"}));
         end_tag();
@@ -189,16 +197,21 @@ class Parser {
       expect_op(")");
       expect(Tok::BlockEnd, "'%}'");
       ++captured_;
+      const int loops = std::exchange(loops_, 0);
       s->bodies.push_back(statements({"endmacro"}));
+      loops_ = loops;
       --captured_;
       end_tag();
     } else if (kw == "generation") {
       if (captured_ > 0) error("{% generation %} inside a macro or a block {% set %}: its output is not the template's");
       s->kind = Stmt::Generation;
       expect(Tok::BlockEnd, "'%}'");
+      const int loops = std::exchange(loops_, 0);  // (a call block in Python's Jinja: loops outside are not its)
       s->bodies.push_back(statements({"endgeneration"}));
+      loops_ = loops;
       end_tag();
     } else if (kw == "break" || kw == "continue") {
+      if (loops_ == 0) error(fmt::format("'{{% {} %}}' outside a loop", kw));
       s->kind = kw == "break" ? Stmt::Break : Stmt::Continue;
       expect(Tok::BlockEnd, "'%}'");
     } else if (kw == "extends" || kw == "include" || kw == "import" || kw == "from" || kw == "block" ||
@@ -218,12 +231,15 @@ class Parser {
   // renderer's stack, as Python's Jinja stops at its recursion limit)
   ExprPtr done(ExprPtr e) {
     int d = 0;
+    bool calls = e->kind == Expr::Call;
+    const auto child = [&](const Expr& x) { d = std::max(d, x.depth), calls = calls || x.calls; };
     for (const ExprPtr* c : {&e->a, &e->b, &e->c, &e->d})
-      if (*c) d = std::max(d, (*c)->depth);
-    for (const auto& x : e->items) d = std::max(d, x->depth);
-    for (const auto& x : e->args.positional) d = std::max(d, x->depth);
-    for (const auto& kx : e->args.keyword) d = std::max(d, kx.second->depth);
+      if (*c) child(**c);
+    for (const auto& x : e->items) child(*x);
+    for (const auto& x : e->args.positional) child(*x);
+    for (const auto& kx : e->args.keyword) child(*kx.second);
     e->depth = d + 1;
+    e->calls = calls;
     if (e->depth > 256) error("an expression nested more than 256 deep");
     return e;
   }

@@ -48,6 +48,17 @@ class Renderer {
   RenderLimits limits_;
   int64_t steps_ = 0;
 
+  int nested_ = 0;  // evaluations and statements in progress, one inside another (macros' too)
+  // What keeps the renderer's recursion within the stack, however macros, statements and expressions
+  // nest together (each is capped alone, not their product)
+  struct Nested {
+    Renderer& r;
+    explicit Nested(Renderer& renderer) : r(renderer) {
+      if (++r.nested_ > 1500) r.error("expressions, statements and macro calls nested more than 1500 deep");
+    }
+    ~Nested() { --r.nested_; }
+  };
+
   void step() {
     if (++steps_ > limits_.steps) error(fmt::format("more than {} steps (a loop without end?)", limits_.steps));
   }
@@ -107,6 +118,7 @@ class Renderer {
 
   Flow exec(const Stmt& s) {
     line_ = s.line;
+    const Nested nested(*this);
     step();
     if (out_->size() > limits_.bytes) error(fmt::format("an output of more than {} bytes", limits_.bytes));
     switch (s.kind) {
@@ -221,35 +233,58 @@ class Renderer {
   }
 
   // ---- expressions ----
-  // Where e names a value held in a scope (a variable, or an attribute or item of one, however deep):
-  // the value itself, not a copy (a conversation's messages are read often); nullptr otherwise.
-  const Value* held(const Expr& e) {
-    if (e.kind == Expr::Name) return find(e.name);
-    if (e.kind != Expr::Attr && e.kind != Expr::Item) return nullptr;
-    const Value* obj = held(*e.a);
-    if (!obj) return nullptr;
-    Value tmp;
-    const Value& key = e.kind == Expr::Attr ? (tmp = e.name) : ref(*e.b, tmp);
-    if (obj->is_object() && key.is_string()) {
-      const auto it = obj->find(key.get_ref<const std::string&>());
-      return it != obj->end() ? &*it : nullptr;
-    }
-    if (obj->is_array() && key.is_number_integer()) {
-      int64_t i = key.get<int64_t>();
-      if (i < 0) i += int64_t(obj->size());
-      return i >= 0 && i < int64_t(obj->size()) ? &(*obj)[size_t(i)] : nullptr;
-    }
-    return nullptr;
-  }
-  // The value of e, held (see held) or evaluated into tmp.
+  // The value of e, without a copy where it is held in a scope (a variable, or an attribute or item
+  // of one, however deep: a conversation's messages are read often); otherwise evaluated into tmp.
+  // Each part of e is evaluated once.
   const Value& ref(const Expr& e, Value& tmp) {
-    if (const Value* v = held(e)) return *v;
+    if (e.kind == Expr::Name) {
+      if (const Value* v = find(e.name)) return *v;
+      tmp = undefined();
+      return tmp;
+    }
+    if (e.kind != Expr::Attr && e.kind != Expr::Item) {
+      tmp = eval(e);
+      return tmp;
+    }
+    const Nested nested(*this);
+    Value t0, t1;
+    const Value& obj = ref_before(*e.a, t0, e.kind == Expr::Item && e.b->calls);
+    const Value& key = e.kind == Expr::Attr ? (t1 = e.name) : ref(*e.b, t1);
+    line_ = e.line;
+    if (&obj != &t0) {  // held: point into it
+      if (obj.is_object() && key.is_string()) {
+        const auto it = obj.find(key.get_ref<const std::string&>());
+        if (it != obj.end()) return *it;
+      } else if (obj.is_array() && key.is_number_integer()) {
+        int64_t i = key.get<int64_t>();
+        if (i < 0) i += int64_t(obj.size());
+        if (i >= 0 && i < int64_t(obj.size())) return obj[size_t(i)];
+      }
+    }
+    if (key.is_string()) tmp = attribute(obj, key.get<std::string>(), *e.a);
+    else if (is_undefined(obj)) error(fmt::format("{} is undefined", describe(*e.a)));
+    else tmp = item(obj, key);
+    return tmp;
+  }
+  // ref(), unless what is evaluated while the reference is in use may call a macro, whose statements
+  // may change the variable it points into ({% set ns.x %}): then a copy in tmp
+  const Value& ref_before(const Expr& e, Value& tmp, bool then_calls) {
+    if (!then_calls) return ref(e, tmp);
     tmp = eval(e);
     return tmp;
+  }
+  static bool calls(const Arguments& a) {
+    for (const auto& x : a.positional)
+      if (x->calls) return true;
+    for (const auto& kx : a.keyword)
+      if (kx.second->calls) return true;
+    return false;
   }
 
   Value eval(const Expr& e) {
     line_ = e.line;
+    const Nested nested(*this);
+    step();
     Value t0, t1;
     switch (e.kind) {
       case Expr::Literal: return e.value;
@@ -257,26 +292,22 @@ class Renderer {
         const Value* v = find(e.name);
         return v ? *v : undefined();
       }
-      case Expr::Attr: return attribute(ref(*e.a, t0), e.name, *e.a);
+      case Expr::Attr:
       case Expr::Item: {
-        const Value& obj = ref(*e.a, t0);
-        const Value& key = ref(*e.b, t1);
-        line_ = e.line;
-        if (key.is_string()) return attribute(obj, key.get<std::string>(), *e.a);
-        if (is_undefined(obj)) error(fmt::format("{} is undefined", describe(*e.a)));
-        return item(obj, key);
+        const Value& v = ref(e, t0);
+        return &v == &t0 ? std::move(t0) : v;
       }
       case Expr::Slice: {
-        const Value& obj = ref(*e.a, t0);
+        const Value& obj = ref_before(*e.a, t0, (e.b && e.b->calls) || (e.c && e.c->calls) || (e.d && e.d->calls));
         const Value a = e.b ? eval(*e.b) : Value(), b = e.c ? eval(*e.c) : Value(), c = e.d ? eval(*e.d) : Value();
         line_ = e.line;
         return slice(obj, a, b, c);
       }
       case Expr::Compare: {  // Python's chain: a < b < c is a < b and b < c, b read once
         Value buf[2];
-        const Value* left = &ref(*e.a, buf[0]);
-        for (size_t i = 0; i < e.items.size(); ++i) {
-          const Value* right = &ref(*e.items[i], buf[(i + 1) % 2]);  // (left is in the other buffer, or held)
+        const Value* left = &ref_before(*e.a, buf[0], e.calls);
+        for (size_t i = 0; i < e.items.size(); ++i) {  // (left is in the other buffer, or held)
+          const Value* right = &ref_before(*e.items[i], buf[(i + 1) % 2], e.calls);
           line_ = e.line;
           if (!compare(e.ops[i], *left, *right)) return false;
           left = right;
@@ -390,7 +421,7 @@ class Renderer {
       return truthy(l) == (op == "and") ? eval(*e.b) : l;
     }
     Value tl, tr;
-    const Value& l = ref(*e.a, tl);
+    const Value& l = ref_before(*e.a, tl, e.b->calls);
     const Value& r = ref(*e.b, tr);
     line_ = e.line;
     if (op == "~") return bounded(Value(py_str(l) + py_str(r)));
@@ -441,7 +472,7 @@ class Renderer {
     }
     if (f.kind == Expr::Attr) {
       Value t;
-      const Value& obj = ref(*f.a, t);
+      const Value& obj = ref_before(*f.a, t, calls(e.args));
       const Args a = arguments(e.args);
       line_ = e.line;
       return bounded(guarded([&] { return call_method(obj, f.name, a); }));
@@ -489,7 +520,7 @@ class Renderer {
   // ---- filters and tests ----
   Value filter(const Expr& e) {
     Value t;
-    const Value& v = ref(*e.a, t);
+    const Value& v = ref_before(*e.a, t, calls(e.args));
     const Args a = arguments(e.args);
     line_ = e.line;
     if (e.name == "map" || e.name == "select" || e.name == "reject") return bounded(higher_order(e.name, v, a));
@@ -499,21 +530,27 @@ class Renderer {
   bool test(const Expr& e) {
     const Expr& x = *e.a;
     Value t;
-    if (e.name == "defined" || e.name == "undefined") {
-      const bool defined = !is_undefined(ref(x, t));
+    if (e.name == "defined" || e.name == "undefined") {  // (a global function or a macro is defined too)
+      const bool defined = !is_undefined(ref(x, t)) || (x.kind == Expr::Name && callable(x.name));
       return e.name == "defined" ? defined : !defined;
     }
-    const Value& v = ref(x, t);
+    const Value& v = ref_before(x, t, calls(e.args));
     const Args a = arguments(e.args);
     line_ = e.line;
-    if (e.name == "callable") return x.kind == Expr::Name && macros_.count(x.name);
+    if (e.name == "callable") return x.kind == Expr::Name && is_undefined(v) && callable(x.name);
     return guarded([&] { return apply_test(e.name, v, a); });
+  }
+
+  bool callable(const std::string& name) const {
+    static const char* const globals[] = {"raise_exception", "strftime_now", "namespace", "range", "dict"};
+    return macros_.count(name) > 0 || std::any_of(std::begin(globals), std::end(globals), [&](const char* g) { return name == g; });
   }
 
   // map(attribute=...) or map('filter', args...); select/reject('test', args...)
   Value higher_order(const std::string& name, const Value& v, const Args& a) {
-    const Value items = iterate(v);
     Value out = Value::array();
+    if (!truthy(v)) return out;  // (Jinja's: none, undefined or empty give nothing)
+    const Value items = iterate(v);
     if (name == "map") {
       const auto attr = a.keyword.find("attribute");
       if (attr != a.keyword.end()) {

@@ -5,9 +5,10 @@
 // (names, namespace attributes, blocks), macros, raw, Python's literals and operators, the string,
 // list and dict methods templates call, and Jinja's common filters and tests. A tag, filter, test or
 // method outside it is an error naming the template, its line and what is missing. Known
-// differences from Python: a tuple is a list (printed as [1, 2], not (1, 2)); upper and lower map
-// each code point to one (ß stays ß); a dict's keys are strings; a macro sees the template's
-// variables and its own, not those of a loop it is defined in.
+// differences from Python: a tuple is a list (printed as [1, 2], not (1, 2)); case maps one code
+// point to one, but ß; a dict's keys are strings; a macro sees the template's variables and its own,
+// not those of a loop it is defined in, and a namespace handed to it is a copy; `set d.x` works on
+// any dict; `| safe` marks nothing.
 #pragma once
 #include <cstddef>
 #include <memory>

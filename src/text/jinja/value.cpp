@@ -167,6 +167,17 @@ const char* type_name(const Value& v) {
 }
 
 static bool numeric(const Value& v) { return v.is_number() || v.is_boolean(); }
+
+// a <=> b for two integers, each signed or unsigned (JSON's non-negative numbers are unsigned)
+static int int_cmp(const Value& a, const Value& b) {
+  const bool ua = a.is_number_unsigned(), ub = b.is_number_unsigned();
+  if (ua && ub) return a.get<uint64_t>() < b.get<uint64_t>() ? -1 : a.get<uint64_t>() > b.get<uint64_t>();
+  if (!ua && !ub) return a.get<int64_t>() < b.get<int64_t>() ? -1 : a.get<int64_t>() > b.get<int64_t>();
+  if (ub) return -int_cmp(b, a);
+  const int64_t y = b.get<int64_t>();
+  if (y < 0) return 1;
+  return a.get<uint64_t>() < uint64_t(y) ? -1 : a.get<uint64_t>() > uint64_t(y);
+}
 static double number(const Value& v) { return v.is_boolean() ? double(v.get<bool>()) : v.get<double>(); }
 
 static bool py_equal(const Value& a, const Value& b, int depth);
@@ -176,7 +187,7 @@ static bool py_equal(const Value& a, const Value& b, int depth) {
   if (depth > kMaxDepth) fail("==: values nested more than {} deep", kMaxDepth);
   if (is_undefined(a) || is_undefined(b)) return is_undefined(a) && is_undefined(b);
   if (numeric(a) && numeric(b)) {
-    if (a.is_number_integer() && b.is_number_integer()) return a.get<int64_t>() == b.get<int64_t>();
+    if (a.is_number_integer() && b.is_number_integer()) return int_cmp(a, b) == 0;
     return number(a) == number(b);
   }
   if (a.type() != b.type()) return false;
@@ -203,8 +214,7 @@ int py_compare(const Value& a, const Value& b, const char* op) { return py_compa
 static int py_compare(const Value& a, const Value& b, const char* op, int depth) {
   if (depth > kMaxDepth) fail("'{}': values nested more than {} deep", op, kMaxDepth);
   if (numeric(a) && numeric(b)) {
-    if (a.is_number_integer() && b.is_number_integer())
-      return a.get<int64_t>() < b.get<int64_t>() ? -1 : a.get<int64_t>() > b.get<int64_t>();
+    if (a.is_number_integer() && b.is_number_integer()) return int_cmp(a, b);
     const double x = number(a), y = number(b);
     return x < y ? -1 : x > y;
   }
