@@ -293,9 +293,10 @@ TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
   ASSERT_TRUE(ParamStore::streams_head(load_config(dir), false));
   auto sim = make_sim_backend(0, 2000);
   const Trained ref = train_steps(*sim, dir, plan_of(false, false), "adamw", 37, 2, 1);
-  // (the sequence's last copies back take 20 ms each for 'sync', so that a busy host, as under
-  // ASan beside other tests, still reads them before they land without the wait)
-  auto slower = make_sim_backend(0, 20000);
+  // (the sequence's last copies back take 100 ms each for 'sync', so that a busy host, as under
+  // ASan beside other tests or with OpenMP's threads spinning, still reads them before they land
+  // without the wait: at 20 ms a full suite on two cores once read them after)
+  auto slower = make_sim_backend(0, 100000);
   for (const char* wait : {"in", "head-in", "sync"}) {
     if (tsan_leaves_out(fmt::format("the param store without its '{}' wait", wait))) continue;
     ParamStore::drop_wait_for_test(wait);
