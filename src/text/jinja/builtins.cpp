@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "text/jinja/value.h"
@@ -153,6 +154,8 @@ int64_t length(const Value& v) {
   fail("length: {} has no length", type_name(v));
 }
 
+}  // namespace
+
 Value as_list(const Value& v) {
   if (v.is_array()) return v;
   Value out = Value::array();
@@ -161,10 +164,12 @@ Value as_list(const Value& v) {
   } else if (v.is_string()) {
     for (const auto& c : characters(v.get_ref<const std::string&>())) out.push_back(c);
   } else if (!is_undefined(v)) {
-    fail("list: {} is not iterable", type_name(v));
+    fail("'{}' is not iterable", type_name(v));
   }
   return out;
 }
+
+namespace {
 
 bool starts_or_ends(const std::string& s, const Value& what, bool start) {
   auto one = [&](const Value& p) {
@@ -198,6 +203,19 @@ std::string jinja_title(const std::string& s) {
     word_start = sep;
   }
   return encode(out);
+}
+
+// text (whitespace around it aside) read whole by read(s, &used) (std::stoll, std::stod); nothing where it is not
+template <typename T, typename Read>
+std::optional<T> read_whole(const std::string& text, Read read) {
+  const std::string s = strip(text, nullptr, true, true);
+  try {
+    size_t used = 0;
+    const T v = read(s, &used);
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
 }
 
 std::string escape_html(const std::string& s) {
@@ -368,35 +386,20 @@ Value apply_filter(const std::string& name, const Value& v, const Args& a) {
       return int64_t(d);
     }
     if (v.is_string()) {
-      try {
-        size_t used = 0;
-        const std::string s = strip(v.get<std::string>(), nullptr, true, true);
-        const int64_t i = std::stoll(s, &used);
-        if (used == s.size()) return i;
-      } catch (const std::exception&) {
-      }
-      try {  // (Jinja's int: then int(float(value)))
-        size_t used = 0;
-        const std::string s = strip(v.get<std::string>(), nullptr, true, true);
-        const double d = std::trunc(std::stod(s, &used));
-        if (used == s.size() && d >= -9.2e18 && d <= 9.2e18) return int64_t(d);
-      } catch (const std::exception&) {
-      }
+      if (const auto i = read_whole<int64_t>(v.get<std::string>(), [](auto& s, size_t* n) { return std::stoll(s, n); }))
+        return *i;
+      // (Jinja's int: then int(float(value)))
+      const auto d = read_whole<double>(v.get<std::string>(), [](auto& s, size_t* n) { return std::stod(s, n); });
+      if (d && std::trunc(*d) >= -9.2e18 && std::trunc(*d) <= 9.2e18) return int64_t(std::trunc(*d));
     }
     return dflt ? *dflt : Value(0);
   }
   if (name == "float") {
     const Value* dflt = arg(a, 0, "default");
     if (v.is_number() || v.is_boolean()) return num(v);
-    if (v.is_string()) {
-      try {
-        size_t used = 0;
-        const std::string s = strip(v.get<std::string>(), nullptr, true, true);
-        const double d = std::stod(s, &used);
-        if (used == s.size()) return d;
-      } catch (const std::exception&) {
-      }
-    }
+    if (v.is_string())
+      if (const auto d = read_whole<double>(v.get<std::string>(), [](auto& s, size_t* n) { return std::stod(s, n); }))
+        return *d;
     return dflt ? *dflt : Value(0.0);
   }
   if (name == "round") {

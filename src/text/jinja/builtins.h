@@ -18,6 +18,9 @@ struct Args {
 };
 
 std::vector<std::string> characters(const std::string& s);  // a UTF-8 string's code points, one string each
+// What a for loop or the list filter walks: a list's items, a dict's keys, a string's characters;
+// undefined: nothing
+Value as_list(const Value& v);
 Value apply_filter(const std::string& name, const Value& v, const Args& a);
 bool apply_test(const std::string& name, const Value& v, const Args& a);
 Value call_method(const Value& obj, const std::string& name, const Args& a);

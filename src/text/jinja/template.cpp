@@ -181,18 +181,8 @@ class Renderer {
     for (size_t i = 0; i < targets.size(); ++i) scope[targets[i]] = items[i];
   }
 
-  // What a for loop walks: a list's items, a dict's keys, a string's characters; undefined: nothing
   Value iterate(const Value& v) {
-    if (v.is_array()) return v;
-    Value out = Value::array();
-    if (v.is_object()) {
-      for (const auto& [k, x] : v.items()) out.push_back(k);
-    } else if (v.is_string()) {
-      for (const std::string& c : characters(v.get_ref<const std::string&>())) out.push_back(c);
-    } else if (!is_undefined(v)) {
-      error(fmt::format("'{}' is not iterable", type_name(v)));
-    }
-    return out;
+    return guarded([&] { return as_list(v); });
   }
 
   Flow exec_for(const Stmt& s) {
