@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "hf/config.h"
@@ -79,7 +80,8 @@ void expect_same(const ModelConfig& a, const ModelConfig& b) {
   SAME(bos_token_id); SAME(eos_token_id); SAME(rope.type); SAME(rope.theta); SAME(rope.factor);
   SAME(rope.low_freq_factor); SAME(rope.high_freq_factor); SAME(rope.original_max_position_embeddings);
   SAME(rope.attention_factor); SAME(rope.beta_fast); SAME(rope.beta_slow); SAME(rope.mscale);
-  SAME(rope.mscale_all_dim); SAME(rope.truncate);
+  SAME(rope.mscale_all_dim); SAME(rope.truncate); SAME(rope.short_factor); SAME(rope.long_factor);
+  SAME(layer_window);
 }
 #undef SAME
 
@@ -241,7 +243,7 @@ TEST(Config, Defaults) {
 TEST(ConfigErrors, Architecture) {
   expect_error(with(small(), "architectures", {"GPT2LMHeadModel"}),
                "unsupported architecture 'GPT2LMHeadModel' in field 'architectures[0]' (supported: "
-               "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM)");
+               "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Phi3ForCausalLM)");
   json j = small();
   j.erase("architectures");
   expect_error(with(j, "model_type", "gpt2"), "unsupported model_type 'gpt2'");
@@ -314,10 +316,12 @@ TEST(ConfigErrors, SlidingWindowAndPartialRotary) {
 }
 
 TEST(ConfigErrors, Rope) {
-  for (const char* t : {"dynamic", "longrope", "su"})
+  for (const char* t : {"dynamic", "su"})
     expect_error(with(small(), "rope_scaling", {{"type", t}, {"factor", 2.0}}),
                  std::string("unsupported rope_type '") + t +
-                     "' in /models/x/config.json (supported: default, linear, llama3, yarn)");
+                     "' in /models/x/config.json (supported: default, linear, llama3, yarn, longrope)");
+  expect_error(with(small(), "rope_scaling", {{"type", "longrope"}, {"factor", 2.0}}),
+               "'rope_scaling' with rope_type 'longrope' is missing required field 'short_factor'");
   expect_error(with(small(), "rope_parameters", {{"rope_type", "dynamic"}, {"factor", 2.0}}),
                "unsupported rope_type 'dynamic'");
   json l3 = {{"rope_type", "llama3"}, {"factor", 8.0}, {"high_freq_factor", 4.0}};
@@ -335,6 +339,86 @@ TEST(ConfigErrors, Rope) {
                "per-layer-type 'rope_parameters'");
   expect_error(with(small(), "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"truncate", 1}}),
                "field 'rope_scaling.truncate' must be true or false");
+}
+
+// Phi-3.5-mini-instruct's config.json as published, but for the 48 + 48 LongRoPE factors (stand-ins).
+json phi35() {
+  json j = json::parse(R"({"architectures": ["Phi3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072,
+    "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 131072, "model_type": "phi3",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0, "sliding_window": 262144, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.3", "use_cache": true, "vocab_size": 32064})");
+  json shorts = json::array(), longs = json::array();
+  for (int i = 0; i < 48; ++i) shorts.push_back(1.0 + 0.01 * i), longs.push_back(1.0 + 1.5 * i);
+  j["rope_scaling"] = {{"long_factor", longs}, {"short_factor", shorts}, {"type", "longrope"}};
+  return j;
+}
+
+TEST(Config, Phi3) {
+  const ModelConfig c = parse_config(phi35(), "phi.json");
+  EXPECT_EQ(c.arch, Arch::Phi3);
+  EXPECT_TRUE(c.fused_projections());
+  EXPECT_EQ(c.head_dim, 96);
+  EXPECT_EQ(c.kv_heads, 32);
+  EXPECT_FALSE(c.qkv_bias || c.o_bias || c.mlp_bias || c.qk_norm);
+  EXPECT_EQ(c.layer_window, std::vector<int64_t>(32, 262144));  // Phi-3 passes sliding_window on every layer
+  EXPECT_EQ(c.rope.type, "longrope");
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
+  EXPECT_EQ(c.rope.factor, 32.0);  // max_position_embeddings / original_max_position_embeddings
+  EXPECT_EQ(c.rope.short_factor.size(), 48u);
+  EXPECT_EQ(c.rope.long_factor[47], 1.0 + 1.5 * 47);
+  EXPECT_EQ(c.eos_token_id, 32000);
+  // defaults of Phi3Config: no sliding window, rms_norm_eps 1e-5, bos 1, eos 32000
+  json d = phi35();
+  for (const char* k : {"sliding_window", "rms_norm_eps", "bos_token_id", "eos_token_id", "rope_scaling"}) d.erase(k);
+  const ModelConfig e = parse_config(d, "phi_defaults.json");
+  EXPECT_EQ(e.layer_window, std::vector<int64_t>(32, 0));
+  EXPECT_EQ(e.rms_norm_eps, 1e-5);
+  EXPECT_EQ(e.bos_token_id, 1);
+  EXPECT_EQ(e.eos_token_id, 32000);
+  EXPECT_EQ(e.rope.type, "default");
+  // the legacy spellings Phi3Config reads as longrope; a Llama takes neither "su" nor a yarn without factor
+  for (const char* t : {"su", "yarn"}) {
+    json l = phi35();
+    l["rope_scaling"]["type"] = t;
+    EXPECT_EQ(parse_config(l, "phi_legacy.json").rope.type, "longrope") << t;
+  }
+  // round trip: the factors, the top-level original_max_position_embeddings, the window
+  const json out = config_to_json(c);
+  EXPECT_EQ(out["original_max_position_embeddings"], 4096);
+  EXPECT_EQ(out["rope_scaling"]["long_factor"], phi35()["rope_scaling"]["long_factor"]);
+  EXPECT_FALSE(out["rope_scaling"].contains("factor"));
+  EXPECT_EQ(out["sliding_window"], 262144);
+  expect_same(c, parse_config(out, "phi_out.json"));
+  expect_same(e, parse_config(config_to_json(e), "phi_defaults_out.json"));
+}
+
+TEST(ConfigErrors, Phi3AndLongRope) {
+  json p = phi35();
+  p["rope_scaling"]["long_factor"].erase(0);
+  expect_error(p, "field 'rope_scaling.long_factor' has 47 entries; head_dim 96 needs 48");
+  p = phi35();
+  p["rope_scaling"].erase("short_factor");
+  expect_error(p, "'rope_scaling' with rope_type 'longrope' is missing required field 'short_factor'");
+  p = phi35();
+  p["rope_scaling"]["short_factor"][3] = 0;
+  expect_error(p, "field 'rope_scaling.short_factor[3]' must be a positive number, got 0");
+  p = phi35();
+  p["rope_scaling"]["short_factor"] = "1.0";
+  expect_error(p, "field 'rope_scaling.short_factor' must be a list of numbers");
+  p = phi35();
+  p["rope_scaling"]["original_max_position_embeddings"] = 4096;
+  p.erase("original_max_position_embeddings");
+  expect_error(p, "longrope takes original_max_position_embeddings at the top level");
+  p = phi35();
+  p.erase("original_max_position_embeddings");
+  expect_error(p, "needs 'factor' or 'attention_factor'");
+  p["rope_scaling"]["factor"] = 4.0;
+  EXPECT_EQ(parse_config(p, "p").rope.factor, 4.0);
+  for (const char* k : {"resid_pdrop", "embd_pdrop", "attention_dropout"})
+    expect_error(with(phi35(), k, 0.1), fmt::format("field '{}' = 0.1: oomb trains without this dropout", k));
 }
 
 TEST(Config, Yarn) {
@@ -503,6 +587,35 @@ std::vector<double> ref_yarn(int dim, double theta, double factor, double L, boo
     v[i] = 1 / (factor * p) * (1 - e) + 1 / p * e;
   }
   return v;
+}
+
+// LongRoPE per transformers' _compute_longrope_parameters, in double: inv_i = 1 / (e_i theta^(2i/d)),
+// e the long factors past the switch length, else the short ones.
+TEST(RopeInvFreq, LongRope) {
+  json j = phi35();
+  const ModelConfig c = parse_config(j, "phi.json");
+  EXPECT_EQ(rope_switch_length(c), 4096);
+  const std::vector<double> base = ref_default(96, 10000.0);
+  for (int64_t length : {0, 1, 4096, 4097, 131072}) {
+    const std::vector<double>& e = length > 4096 ? c.rope.long_factor : c.rope.short_factor;
+    std::vector<double> want(48);
+    for (size_t i = 0; i < 48; ++i) want[i] = base[i] / e[i];
+    float att = 0;
+    expect_close(rope_inv_freq(c, &att, length), want);
+    EXPECT_NEAR(att, std::sqrt(1 + std::log(32.0) / std::log(4096.0)), 1e-6) << length;  // 1.19024
+  }
+  j["rope_scaling"]["attention_factor"] = 0.75;
+  float att = 0;
+  rope_inv_freq(parse_config(j, "phi_att.json"), &att, 5000);
+  EXPECT_EQ(att, 0.75f);
+  j.erase("original_max_position_embeddings");  // the switch at max_position_embeddings, the dict's factor
+  j["rope_scaling"]["factor"] = 2.0;
+  j["rope_scaling"].erase("attention_factor");
+  const ModelConfig f = parse_config(j, "phi_factor.json");
+  EXPECT_EQ(rope_switch_length(f), 131072);
+  rope_inv_freq(f, &att, 131072);
+  EXPECT_NEAR(att, std::sqrt(1 + std::log(2.0) / std::log(131072.0)), 1e-6);
+  EXPECT_EQ(rope_switch_length(parse_config(small(), "s")), 0);
 }
 
 TEST(RopeInvFreq, Yarn) {

@@ -18,11 +18,21 @@ using namespace oomb::testing;
 
 namespace {
 
+// Phi-3 with LongRoPE switching at 12 positions: the prompt (9) decodes with the short factors, and
+// at the 13th token every position takes the long ones (transformers drops its cache there), so each
+// step still equals a full forward of the sequence so far.
+nlohmann::json phi3_longrope() {
+  nlohmann::json j = tiny_config_json("llama", 2);
+  j["architectures"] = {"Phi3ForCausalLM"}, j["model_type"] = "phi3", j["original_max_position_embeddings"] = 12;
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0, 1.1, 1.2, 1.3}}, {"long_factor", {2.0, 5.0, 9.0, 30.0}}};
+  return j;
+}
+
 TEST(Generate, IncrementalDecodingEqualsAFullForward) {
-  for (std::string arch : {"llama", "qwen3"}) {
+  for (std::string arch : {"llama", "qwen3", "phi3"}) {
     SCOPED_TRACE(arch);
     const auto dir = temp_dir("_" + arch);
-    const ModelConfig cfg = write_tiny_model(dir, tiny_config_json(arch, 2), 71);
+    const ModelConfig cfg = write_tiny_model(dir, arch == "phi3" ? phi3_longrope() : tiny_config_json(arch, 2), 71);
     auto be = make_cpu_backend();
     Model inc(cfg, *be, ChunkPlan{5, 4}), full(cfg, *be, ChunkPlan{64, 16});
     load_weights(dir, cfg, inc.params());

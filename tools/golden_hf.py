@@ -42,6 +42,12 @@ def rope(theta):
         else dict(rope_theta=theta)
 
 
+def longrope(theta, short, long):
+    p = {"rope_type": "longrope", "short_factor": short, "long_factor": long}
+    return dict(rope_parameters={**p, "rope_theta": theta}) if TRANSFORMERS_5 \
+        else dict(rope_theta=theta, rope_scaling={**p, "type": "longrope"})
+
+
 MODELS = {
     # untied embeddings, no biases, grouped-query attention (4 query heads over 2 kv heads)
     "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM,
@@ -59,6 +65,14 @@ MODELS = {
                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
                    rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False,
                    **rope(1000000.0)), 1000000.0),
+    # Phi-3: fused qkv_proj and gate_up_proj, LongRoPE switching at 16 positions (N = 40: the long
+    # factors), no pad token (transformers gives the pad token's embedding row no gradient: oomb does)
+    "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM,
+             dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  original_max_position_embeddings=16, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                  pad_token_id=None, bos_token_id=1, eos_token_id=2,
+                  **longrope(10000.0, [1.0, 1.1, 1.2, 1.3], [1.5, 3.5, 9.5, 19.5])), 10000.0),
 }
 N = 40
 

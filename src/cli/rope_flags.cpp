@@ -141,7 +141,7 @@ std::string rope_change_line(const ModelConfig& before, const ModelConfig& after
 std::string rope_reach_note(const ModelConfig& c, int64_t n) {
   const RopeConfig& r = c.rope;
   int64_t reach = c.max_position_embeddings;
-  if (r.type != "default") {  // a scaling's reach: the length it stretches from, times its factor
+  if (r.type != "default" && r.type != "longrope") {  // a scaling's reach: the length it stretches from, times its factor
     const int64_t from = r.original_max_position_embeddings > 0 ? r.original_max_position_embeddings
                                                                 : c.max_position_embeddings;
     reach = std::max(reach, int64_t(std::llround(double(from) * r.factor)));

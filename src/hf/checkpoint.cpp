@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/atomic_file.h"
+#include "hf/fused_projections.h"
 #include "hf/safetensors.h"
 
 namespace oomb {
@@ -20,19 +21,36 @@ DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
   std::map<DType, int64_t> dtypes;
   std::set<std::string> used;
   Buffer wide;  // a frozen bf16 base's tensor in fp32, before it is rounded into place
+  Buffer fused;  // Phi-3: the last fused tensor read (its parts come one after another)
+  std::string fused_name;
   for (const ParamSpec& s : p.specs()) {
-    const TensorInfo* t = st.find(s.name);
-    OOMB_CHECK(t != nullptr, "{}: tensor '{}' is missing from the checkpoint (config: {} layers, {})", dir.string(),
-               s.name, c.layers, c.tie_word_embeddings ? "tied embeddings" : "untied embeddings");
+    const std::optional<FusedPart> part = fused_part(c, s.name);
+    const std::string& name = part ? part->fused : s.name;
+    const TensorInfo* t = st.find(name);
+    OOMB_CHECK(t != nullptr, "{}: tensor '{}' is missing from the checkpoint (config: {} layers, {}{})", dir.string(),
+               name, c.layers, c.tie_word_embeddings ? "tied embeddings" : "untied embeddings",
+               c.fused_projections() ? ", fused q/k/v and gate/up as Phi-3 saves them" : "");
     const Tensor dst = p.view(s);
     const int64_t n = s.numel();
     if (dst.dtype != DType::F32 && wide.bytes() < size_t(n) * 4) wide = Buffer(Tier::Host, Tag::IO, size_t(n) * 4);
     float* x = dst.dtype == DType::F32 ? dst.f() : wide.as<float>();
-    st.read_f32(s.name, x, s.shape);
+    if (part) {
+      const int64_t cols = s.shape.at(1);
+      if (fused_name != name) {
+        fused_name.clear();
+        fused = Buffer(Tier::Host, Tag::IO, size_t(part->fused_rows * cols) * 4);
+        st.read_f32(name, fused.as<float>(), {part->fused_rows, cols});
+        fused_name = name;
+      }
+      std::memcpy(x, fused.as<float>() + part->row0 * cols, size_t(n) * 4);
+    } else {
+      st.read_f32(s.name, x, s.shape);
+    }
     for (int64_t i = 0; i < n; ++i)  // named here, not blamed on the learning rate at the first step
       if (!std::isfinite(x[i])) [[unlikely]]
         fail("{}: tensor '{}' holds a non-finite value ({}) at flat index {} of {}; the checkpoint is damaged or "
-             "was saved after training diverged", dir.string(), s.name, x[i], i, n);
+             "was saved after training diverged", dir.string(), name, x[i] , (part ? part->row0 * s.shape[1] : 0) + i,
+             part ? part->fused_rows * s.shape[1] : n);
     if (dst.dtype != DType::F32) {  // (a frozen bf16 base: a finite value beyond bf16's range rounds to inf)
       convert_from_f32(x, dst.data, dst.dtype, size_t(n));
       const uint16_t* y = static_cast<const uint16_t*>(dst.data);
@@ -42,7 +60,7 @@ DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
                "holds the frozen base in bf16); use --precision fp32", dir.string(), s.name, x[i], i, n);
     }
     dtypes[t->dtype] += s.numel();
-    used.insert(s.name);
+    used.insert(name);
   }
   for (const std::string& name : st.names()) {
     if (used.count(name)) continue;
@@ -100,6 +118,9 @@ static bool model_file(const std::string& name) {
 
 void save_model_tensors(const fs::path& dir, const ModelConfig& c, std::span<const SaveTensor> tensors, DType dtype,
                         const fs::path& copy_from, const ExtraFiles& extra) {
+  std::vector<Buffer> joined;  // Phi-3: the checkpoint's fused tensors
+  const std::vector<SaveTensor> fused = fuse_for_save(c, tensors, joined);
+  tensors = fused;
   // the whole directory is written beside DIR and swapped in: never new weights beside an old config
   AtomicDir out(dir);
   save_safetensors_dir(out.staging(), tensors);

@@ -1,4 +1,4 @@
-// config.json <-> ModelConfig, with transformers' defaults and semantics for Llama, Qwen2, Qwen3 and Mistral.
+// config.json <-> ModelConfig, with transformers' defaults and semantics for Llama, Qwen2, Qwen3, Mistral and Phi-3.
 #include "hf/config.h"
 
 #include <algorithm>
@@ -25,11 +25,16 @@ struct ArchInfo {
   const char* model_type;
   int64_t max_pos;  // transformers' default max_position_embeddings
   int64_t bos, eos;  // transformers' default bos/eos_token_id (-1: None)
+  double eps;        // transformers' default rms_norm_eps
 };
-constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 1, 2},
-                               {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", 32768, -1, -1},
-                               {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", 32768, -1, -1},
-                               {Arch::Mistral, "MistralForCausalLM", "mistral", 4096 * 32, 1, 2}};
+constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 1, 2, 1e-6},
+                               {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", 32768, -1, -1, 1e-6},
+                               {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", 32768, -1, -1, 1e-6},
+                               {Arch::Mistral, "MistralForCausalLM", "mistral", 4096 * 32, 1, 2, 1e-6},
+                               {Arch::Phi3, "Phi3ForCausalLM", "phi3", 4096, 1, 32000, 1e-5}};
+constexpr const char* kArchitectures = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
+                                       "Phi3ForCausalLM";
+constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3";
 
 std::string shown(const json& v, bool quote = true) {  // a short rendering of a value for messages
   if (v.is_structured()) return v.type_name();
@@ -135,18 +140,18 @@ const ArchInfo& detect_arch(const Reader& r) {
     std::string name = a->front().get<std::string>();
     for (const auto& k : kArchs)
       if (name == k.architecture) by_arch = &k;
-    OOMB_CHECK(by_arch, "config {}: unsupported architecture '{}' in field 'architectures[0]' (supported: "
-               "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM)", r.src, shown(a->front(), false));
+    OOMB_CHECK(by_arch, "config {}: unsupported architecture '{}' in field 'architectures[0]' (supported: {})", r.src,
+               shown(a->front(), false), kArchitectures);
   }
   if (r.get("model_type")) {
     std::string t = r.str("model_type", "");
     for (const auto& k : kArchs)
       if (t == k.model_type) by_type = &k;
-    OOMB_CHECK(by_type, "config {}: unsupported model_type '{}' in field 'model_type' (supported: llama, "
-               "qwen2, qwen3, mistral)", r.src, shown(*r.get("model_type"), false));
+    OOMB_CHECK(by_type, "config {}: unsupported model_type '{}' in field 'model_type' (supported: {})", r.src,
+               shown(*r.get("model_type"), false), kModelTypes);
   }
-  OOMB_CHECK(by_arch || by_type, "config {}: missing field 'architectures' (or 'model_type'); supported: "
-             "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM", r.src);
+  OOMB_CHECK(by_arch || by_type, "config {}: missing field 'architectures' (or 'model_type'); supported: {}", r.src,
+             kArchitectures);
   OOMB_CHECK(!by_arch || !by_type || by_arch == by_type,
              "config {}: architectures[0] '{}' does not match model_type '{}'", r.src, by_arch->architecture,
              by_type->model_type);
@@ -162,7 +167,8 @@ void check_partial_rotary(const Reader& r) {
 // RoPE: the classic top-level rope_theta + rope_scaling, or transformers 5's rope_parameters. As in
 // transformers 5, a non-null rope_scaling takes precedence over rope_parameters, and the dict's own
 // rope_theta over the top-level one.
-RopeConfig parse_rope(const Reader& top, int64_t max_pos) {
+RopeConfig parse_rope(const Reader& top, const ModelConfig& c) {
+  const int64_t max_pos = c.max_position_embeddings;
   RopeConfig rc;
   const json* dict = top.get("rope_scaling");
   std::string name = "rope_scaling";
@@ -185,8 +191,10 @@ RopeConfig parse_rope(const Reader& top, int64_t max_pos) {
                  "config {}: '{}' has no 'rope_type' but sets '{}'", top.src, name, k);
   }
   rc.type = r.str(type_key, "default");
-  OOMB_CHECK(rc.type == "default" || rc.type == "linear" || rc.type == "llama3" || rc.type == "yarn",
-             "unsupported rope_type '{}' in {} (supported: default, linear, llama3, yarn)", rc.type, top.src);
+  if (c.arch == Arch::Phi3 && (rc.type == "su" || rc.type == "yarn")) rc.type = "longrope";  // as Phi3Config reads them
+  OOMB_CHECK(rc.type == "default" || rc.type == "linear" || rc.type == "llama3" || rc.type == "yarn" ||
+                 rc.type == "longrope",
+             "unsupported rope_type '{}' in {} (supported: default, linear, llama3, yarn, longrope)", rc.type, top.src);
   const char* t = rc.type.c_str();
   // original_max_position_embeddings: transformers 5 lets a top-level field of that name win.
   auto orig = [&](int64_t def) {
@@ -223,6 +231,41 @@ RopeConfig parse_rope(const Reader& top, int64_t max_pos) {
     OOMB_CHECK(rc.theta != 1.0, "config {}: rope_theta 1 is invalid for yarn (log(theta) = 0)", top.src);
     // `get("truncate", True)` then `if truncate:`: an explicit null means no truncation
     rc.truncate = r.o.contains("truncate") ? r.boolean("truncate", false) : true;
+  } else if (rc.type == "longrope") {
+    auto factors = [&](const char* k) {
+      OOMB_CHECK(r.get(k), "config {}: '{}' with rope_type 'longrope' is missing required field '{}'", top.src, name, k);
+      const json& v = *r.get(k);
+      if (!v.is_array()) r.bad(k, "a list of numbers", v);
+      OOMB_CHECK(int64_t(v.size()) == c.head_dim / 2, "config {}: field '{}{}' has {} entries; head_dim {} needs {} "
+                 "(one per rotary frequency)", top.src, r.prefix, k, v.size(), c.head_dim, c.head_dim / 2);
+      std::vector<double> out;
+      for (size_t i = 0; i < v.size(); ++i) {
+        const bool ok = v[i].is_number() && std::isfinite(v[i].get<double>()) && v[i].get<double>() > 0;
+        OOMB_CHECK(ok, "config {}: field '{}{}[{}]' must be a positive number, got {}", top.src, r.prefix, k, i,
+                   shown(v[i]));
+        out.push_back(v[i].get<double>());
+      }
+      return out;
+    };
+    rc.short_factor = factors("short_factor");
+    rc.long_factor = factors("long_factor");
+    // transformers' longrope reads the top-level original_max_position_embeddings only
+    OOMB_CHECK(!r.get("original_max_position_embeddings") || top.get("original_max_position_embeddings"),
+               "config {}: longrope takes original_max_position_embeddings at the top level of config.json "
+               "(transformers ignores '{}original_max_position_embeddings'); move it there", top.src, r.prefix);
+    if (r.get("attention_factor")) rc.attention_factor = r.num("attention_factor", 1.0);
+    if (top.get("original_max_position_embeddings")) {
+      rc.original_max_position_embeddings = top.size("original_max_position_embeddings", kMaxPositions);
+      rc.factor = double(max_pos) / double(rc.original_max_position_embeddings);
+    } else {  // the default attention_factor needs a factor
+      OOMB_CHECK(rc.attention_factor || r.get("factor"), "config {}: '{}' with rope_type 'longrope' needs "
+                 "'factor' or 'attention_factor' when there is no top-level original_max_position_embeddings",
+                 top.src, name);
+      rc.factor = r.get("factor") ? r.pos_num("factor", 1.0) : 1.0;
+    }
+    const int64_t L = rc.original_max_position_embeddings > 0 ? rc.original_max_position_embeddings : max_pos;
+    OOMB_CHECK(rc.attention_factor || rc.factor <= 1.0 || L > 1, "config {}: longrope's default attention_factor "
+               "divides by ln(original_max_position_embeddings) = ln 1 = 0; give 'attention_factor'", top.src);
   }
   return rc;
 }
@@ -244,7 +287,7 @@ void set_arch(ModelConfig& c, Arch arch) {
 Arch arch_from_model_type(const std::string& model_type) {
   for (const auto& k : kArchs)
     if (model_type == k.model_type) return k.arch;
-  fail("unknown architecture '{}' (known: llama, qwen2, qwen3, mistral)", model_type);
+  fail("unknown architecture '{}' (known: {})", model_type, kModelTypes);
 }
 
 // The layers' sliding windows, as transformers sets them (ModelConfig::layer_window).
@@ -260,6 +303,8 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
   if (c.arch == Arch::Mistral) {
     // MistralConfig defaults sliding_window to 4096; only an explicit null means full attention
     w = !j.contains("sliding_window") ? 4096 : j["sliding_window"].is_null() ? 0 : window();
+  } else if (c.arch == Arch::Phi3) {  // Phi3Config: none by default; given, on every layer
+    w = j.contains("sliding_window") && !j["sliding_window"].is_null() ? window() : 0;
   } else if ((c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3) && r.boolean("use_sliding_window", false) &&
              j.contains("sliding_window") && !j["sliding_window"].is_null()) {
     w = window();
@@ -278,7 +323,7 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
                  "is set{}", r.src, c.arch == Arch::Llama ? " (Llama has none)" : " (sliding_window with use_sliding_window)");
     return;
   }
-  const int64_t first = c.arch == Arch::Mistral ? 0 : r.size("max_window_layers", kMaxLayers, 28);
+  const int64_t first = c.arch == Arch::Mistral || c.arch == Arch::Phi3 ? 0 : r.size("max_window_layers", kMaxLayers, 28);
   for (int64_t l = 0; l < c.layers; ++l)
     c.layer_window[size_t(l)] = lt ? ((*lt)[size_t(l)] == "sliding_attention" ? w : 0) : l >= first ? w : 0;
 }
@@ -313,7 +358,7 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   }
   OOMB_CHECK(c.head_dim % 2 == 0, "config {}: head_dim must be even for RoPE, got {}", source, c.head_dim);
   c.max_position_embeddings = r.size("max_position_embeddings", kMaxPositions, ai.max_pos);
-  c.rms_norm_eps = r.pos_num("rms_norm_eps", 1e-6);
+  c.rms_norm_eps = r.pos_num("rms_norm_eps", ai.eps);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
   // transformers 5 writes "dtype", 4.x "torch_dtype"; "dtype" wins when both are set
   c.torch_dtype = r.str("dtype", r.str("torch_dtype", "float32"));
@@ -333,9 +378,13 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
       c.qk_norm = true;
     }
   }
+  // transformers trains with these dropouts; oomb has none (LoRA's aside), so it refuses rather than differ
+  for (const char* k : {"attention_dropout", "resid_pdrop", "embd_pdrop"})
+    OOMB_CHECK(r.num(k, 0.0) == 0.0, "config {}: field '{}' = {}: oomb trains without this dropout; set it to 0.0",
+               source, k, r.num(k, 0.0));
   parse_windows(r, j, c);
   check_partial_rotary(r);
-  c.rope = parse_rope(r, c.max_position_embeddings);
+  c.rope = parse_rope(r, c);
   c.raw = j;
   return c;
 }
@@ -396,7 +445,7 @@ nlohmann::json config_to_json(const ModelConfig& c) {
     bool qkv = c.arch == Arch::Qwen2;
     OOMB_CHECK(c.qkv_bias == qkv && !c.o_bias && !c.mlp_bias,
                "config_to_json: {} requires qkv_bias={}, o_bias=false, mlp_bias=false", c.architecture, qkv);
-    if (c.arch == Arch::Mistral) {
+    if (c.arch == Arch::Mistral || c.arch == Arch::Phi3) {
       const int64_t w = c.layer_window.empty() ? 0 : c.layer_window.front();
       j["sliding_window"] = w > 0 ? json(w) : json(nullptr);
     }
@@ -407,7 +456,8 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   auto unknown_keys = [](const json& d) {
     static const char* kKnown[] = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor",
                                    "high_freq_factor", "original_max_position_embeddings", "attention_factor",
-                                   "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"};
+                                   "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate",
+                                   "short_factor", "long_factor"};
     json out = json::object();
     if (d.is_object())
       for (const auto& [k, v] : d.items())
@@ -415,7 +465,15 @@ nlohmann::json config_to_json(const ModelConfig& c) {
     return out;
   };
   json rs = nullptr;
-  if (r.type != "default") {
+  if (r.type == "longrope") {  // its factor and original_max_position_embeddings as the file has them
+    rs = unknown_keys(j.value("rope_scaling", json()));
+    rs["rope_type"] = r.type;
+    rs["short_factor"] = r.short_factor;
+    rs["long_factor"] = r.long_factor;
+    if (r.original_max_position_embeddings > 0) j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+    else rs["factor"] = r.factor;
+    if (r.attention_factor) rs["attention_factor"] = *r.attention_factor;
+  } else if (r.type != "default") {
     rs = unknown_keys(j.value("rope_scaling", json()));
     rs["rope_type"] = r.type;
     rs["factor"] = r.factor;

@@ -1,4 +1,4 @@
-// Model configuration from a Hugging Face config.json (Llama, Qwen2, Qwen3, Mistral).
+// Model configuration from a Hugging Face config.json (Llama, Qwen2, Qwen3, Mistral, Phi-3).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -9,10 +9,10 @@
 
 namespace oomb {
 
-enum class Arch { Llama, Qwen2, Mistral, Qwen3 };
+enum class Arch { Llama, Qwen2, Mistral, Qwen3, Phi3 };
 
 struct RopeConfig {
-  std::string type = "default";  // default | linear | llama3 | yarn
+  std::string type = "default";  // default | linear | llama3 | yarn | longrope
   double theta = 10000.0;
   double factor = 1.0;                      // linear, llama3, yarn
   double low_freq_factor = 1.0;             // llama3
@@ -22,6 +22,11 @@ struct RopeConfig {
   double beta_fast = 32.0, beta_slow = 1.0;  // yarn
   std::optional<double> mscale, mscale_all_dim;  // yarn
   bool truncate = true;                     // yarn
+  // longrope: per-frequency divisors (head_dim / 2 each), the short ones for a sequence of at most
+  // original_max_position_embeddings positions (the top-level field; absent: max_position_embeddings),
+  // the long ones past it; factor is max_position_embeddings / original_max_position_embeddings when
+  // that is given, else the dict's own (used only for the default attention_factor).
+  std::vector<double> short_factor, long_factor;
 };
 
 struct ModelConfig {
@@ -44,13 +49,17 @@ struct ModelConfig {
   std::string torch_dtype = "float32";  // dtype the checkpoint declares
   int64_t bos_token_id = -1, eos_token_id = -1;
   RopeConfig rope;
+  // Phi-3 (Phi3ForCausalLM): a Mistral-shaped decoder whose checkpoint fuses q, k and v into
+  // self_attn.qkv_proj ([q; k; v] rows) and gate and up into mlp.gate_up_proj ([gate; up] rows).
+  // Loading splits them into the unfused parameters (model/params) and saving fuses them again.
+  bool fused_projections() const { return arch == Arch::Phi3; }
   nlohmann::json raw;  // the file's own JSON, kept so saving writes back every field
 };
 
 // Sets arch, model_type, architecture and the architecture's fixed parts (Qwen2: q/k/v biases;
 // Qwen3: q/k norms; biases otherwise none, Llama's and Qwen3's attention_bias/mlp_bias cleared).
 void set_arch(ModelConfig& c, Arch arch);
-Arch arch_from_model_type(const std::string& model_type);  // llama | qwen2 | qwen3 | mistral; throws otherwise
+Arch arch_from_model_type(const std::string& model_type);  // llama | qwen2 | qwen3 | mistral | phi3; throws otherwise
 
 // Parses config.json content; `source` (a path) names the file in every error.
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source);

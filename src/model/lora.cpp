@@ -22,6 +22,11 @@ std::vector<int64_t> lora_shape(const ModelConfig& cfg, const LoraConfig& c, int
 }
 
 std::vector<ParamSpec> lora_layout(const ModelConfig& cfg, const LoraConfig& c) {
+  if (cfg.fused_projections())
+    for (int t = 0; t < kLoraTargets; ++t)
+      OOMB_CHECK(!c.targets[t] || t == 3 || t == 6, "LoRA target {} on {}: Phi-3 fuses q, k and v into qkv_proj and "
+                 "gate and up into gate_up_proj, which oomb does not adapt; use --lora-targets o,down",
+                 kLoraModules[t], cfg.architecture);
   std::vector<ParamSpec> s;
   auto add = [&](std::string name, std::vector<int64_t> shape) { add_spec(s, std::move(name), std::move(shape)); };
   for (int64_t l = 0; l < cfg.layers; ++l)

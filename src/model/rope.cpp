@@ -20,6 +20,10 @@
 //            mscale(s, m) = s <= 1 ? 1 : 0.1 m ln(s) + 1;
 //            attention_scaling = attention_factor if given, else mscale(f, mscale) / mscale(f, mscale_all_dim)
 //            when both are given and non-zero, else mscale(f, 1).
+//   longrope: L = the top-level original_max_position_embeddings (absent: max_position_embeddings);
+//            e = long_factor when the sequence's length > L, else short_factor (fl() each);
+//            inv_i = 1 / fl(e_i p_i);  f = max_position_embeddings / L when L is given, else factor;
+//            attention_scaling = attention_factor if given, else f <= 1 ? 1 : sqrt(1 + ln f / ln L).
 //
 // Precision, mirrored from the torch code: every tensor op there is float32 with its own rounding, and
 // Python scalars (θ, f, 2π, L, lo, hi, ...) are rounded to float32 when they meet a float32 tensor. So:
@@ -48,7 +52,13 @@ double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m *
 
 }  // namespace
 
-std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling) {
+int64_t rope_switch_length(const ModelConfig& c) {
+  if (c.rope.type != "longrope") return 0;
+  return c.rope.original_max_position_embeddings > 0 ? c.rope.original_max_position_embeddings
+                                                     : c.max_position_embeddings;
+}
+
+std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling, int64_t length) {
   const RopeConfig& r = c.rope;
   const int64_t d = c.head_dim;
   OOMB_CHECK(d > 0 && d % 2 == 0 && d <= (int64_t(1) << 20), "rope_inv_freq: head_dim must be even and "
@@ -106,8 +116,16 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling)
     else
       a = yarn_mscale(r.factor, 1.0);
     att = float(a);
+  } else if (r.type == "longrope") {
+    const std::vector<double>& e = length > rope_switch_length(c) ? r.long_factor : r.short_factor;
+    OOMB_CHECK(e.size() == half, "rope_inv_freq: longrope needs {} factors (head_dim / 2), has {}", half, e.size());
+    for (size_t i = 0; i < half; ++i) inv[i] = 1.0f / mul32(float(e[i]), pos[i]);
+    const double L = double(rope_switch_length(c));
+    att = float(r.attention_factor ? *r.attention_factor
+                : r.factor <= 1.0   ? 1.0
+                                    : std::sqrt(1.0 + std::log(r.factor) / std::log(L)));
   } else {
-    fail("unsupported rope_type '{}' (supported: default, linear, llama3, yarn)", r.type);
+    fail("unsupported rope_type '{}' (supported: default, linear, llama3, yarn, longrope)", r.type);
   }
   if (attention_scaling) *attention_scaling = att;
   return inv;

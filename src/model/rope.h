@@ -1,12 +1,20 @@
 // RoPE's frequencies as transformers computes them (rope.cpp's header comment has the formulas).
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "hf/config.h"
 
 namespace oomb {
 
-// inv_freq (head_dim/2 values, fp32 as transformers keeps it) and the attention scaling of c.rope.
-std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling);
+// inv_freq (head_dim/2 values, fp32 as transformers keeps it) and the attention scaling of c.rope, for
+// a sequence of `length` positions (0: not known). Only longrope depends on it: its long factors past
+// rope_switch_length(c), its short ones up to it (and for 0, as transformers' initial buffer).
+std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling, int64_t length = 0);
+
+// longrope: the longest sequence its short factors serve (transformers: seq_len = max(position_ids) + 1
+// above it takes the long ones): the top-level original_max_position_embeddings, else
+// max_position_embeddings. 0 for every other rope_type (one table at any length).
+int64_t rope_switch_length(const ModelConfig& c);
 
 }  // namespace oomb

@@ -20,6 +20,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "hf/checkpoint.h"
+#include "hf/fused_projections.h"
 #include "hf/peft.h"
 #include "hf/safetensors.h"
 #include "model/param_shards.h"
@@ -184,7 +185,9 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
       copy = std::make_unique<Params>(model.config(), Tier::Host, Tag::IO);
       stream_packed(model, model.params(), *world, copy->flat().f(), nullptr);
     }
-    save_safetensors_dir(out.staging(), tensors_of(zero3 ? *copy : on_host(model.params(), be, copy), ""));
+    std::vector<Buffer> joined;  // Phi-3: its fused tensors, as the model directory holds them
+    const std::vector<SaveTensor> weights = tensors_of(zero3 ? *copy : on_host(model.params(), be, copy), "");
+    save_safetensors_dir(out.staging(), fuse_for_save(model.config(), weights, joined));
     test_delay();
     ModelConfig saved = model.config();
     saved.torch_dtype = "float32";

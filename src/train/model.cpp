@@ -68,6 +68,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
                   plan.head_chunks),
       sums_(be.tier(), Tag::Data, size_t(loss_sums_bytes(cfg, plan))) {
   inv_freq_ = rope_inv_freq(cfg, &attention_scaling_);
+  rope_switch_ = rope_switch_length(cfg);
   const int64_t C = plan.chunk, Cl = C / plan.sp;
   if (plan.sp > 1) {
     sp_ = std::make_unique<SeqParallel>(*sp, be, Cl * cfg.heads * cfg.head_dim, plan.head_chunks);
@@ -410,9 +411,16 @@ void Model::read_sums(LossStats& st) {
   st.correct = int64_t(s[1]);
 }
 
+void Model::use_rope_for(int64_t length) {
+  if (rope_switch_ == 0 || (length > rope_switch_) == rope_long_) return;
+  inv_freq_ = rope_inv_freq(cfg_, &attention_scaling_, length);
+  rope_long_ = length > rope_switch_;
+}
+
 void Model::logits(const int32_t* ids, int64_t N, float* out) {
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
   OOMB_CHECK(!sp_, "logits: not with --sp (each rank holds only its tokens' logits)");
+  use_rope_for(N);
   const bool changed = sync_compute_weights();
   const int64_t C = plan_.chunk, V = cfg_.vocab;
   logits_tile_ = Buffer(be_.tier(), Tag::Workspace, size_t(C * lm_head_vocab_tile(V)) * 4);
@@ -446,6 +454,7 @@ void Model::begin_decode(int64_t max_tokens) {
   if (logits_tile_.bytes() == 0) logits_tile_ = Buffer(be_.tier(), Tag::Workspace, size_t(lm_head_vocab_tile(cfg_.vocab)) * 4);
   decoded_ = 0;
   decode_max_ = max_tokens;
+  decode_ids_.clear();
 }
 
 void Model::decode(const int32_t* ids, int64_t n, float* out) {
@@ -454,6 +463,23 @@ void Model::decode(const int32_t* ids, int64_t n, float* out) {
              plan_.chunk);
   OOMB_CHECK(decoded_ + n <= decode_max_, "generate: {} tokens exceed the {} the sequence was begun with",
              decoded_ + n, decode_max_);
+  if (rope_switch_ > 0 && decoded_ > 0 && decoded_ <= rope_switch_ && decoded_ + n > rope_switch_) {
+    // longrope: past the switch every position takes the long factors, the cached ones too
+    std::vector<int32_t> all = std::move(decode_ids_);
+    all.insert(all.end(), ids, ids + n);
+    const int64_t max_tokens = decode_max_, C = plan_.chunk, total = int64_t(all.size());
+    end_decode();
+    begin_decode(max_tokens);
+    use_rope_for(total);
+    for (int64_t i = 0; i < total; i += C) decode_step(all.data() + i, std::min(C, total - i), out);
+    return;
+  }
+  use_rope_for(decoded_ + n);
+  decode_step(ids, n, out);
+}
+
+void Model::decode_step(const int32_t* ids, int64_t n, float* out) {
+  if (rope_switch_ > 0) decode_ids_.insert(decode_ids_.end(), ids, ids + n);
   const ChunkSpan c{decoded_, decoded_ + n};
   const ChunkReader read = [&](int64_t t0, int64_t k, int32_t* i, int32_t* t) {
     std::memcpy(i, ids + (t0 - c.begin), size_t(k) * 4);
@@ -481,6 +507,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, int64_t p
   } unset{keeping_, training_};
   keeping_ = backward && plan_.keep_attention > 0;
   training_ = backward;
+  use_rope_for(N);
   OOMB_CHECK(!keeping_ || N <= plan_.keep_attention, "--keep-attention: the model keeps attention outputs for "
              "sequences of up to {} tokens (its --seq-len), got {}", plan_.keep_attention, N);
   if (backward && acts_) return run_layer_major(read, N, weight, per);

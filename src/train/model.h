@@ -99,7 +99,9 @@ class Model {
 
   // Incremental decoding (oomb generate): the K/V of a growing sequence of at most max_tokens stay
   // in the cache between calls. decode appends tokens [length(), length() + n) (n <= C) and writes
-  // the logits of the last one to out (V), host memory, fp32.
+  // the logits of the last one to out (V), host memory, fp32. Under longrope the sequence that first
+  // grows past its switch length is decoded again from its start with the long factors (as
+  // transformers' Phi-3 drops its cache there).
   void begin_decode(int64_t max_tokens);
   void decode(const int32_t* ids, int64_t n, float* out);
   int64_t decoded() const { return decoded_; }
@@ -171,6 +173,10 @@ class Model {
   ParamStore store_;     // hands the sweeps those views, or with --offload params the device's slots
   std::vector<float> inv_freq_;
   float attention_scaling_ = 1.0f;
+  // longrope (model/rope.h): sequences longer than rope_switch_ take the long factors' table
+  int64_t rope_switch_ = 0;
+  bool rope_long_ = false;
+  void use_rope_for(int64_t length);
   KVCache cache_;        // K/V, KV-gradient and document pages (tags kv, kv_grad, data)
   std::unique_ptr<SparseSelector> sparse_;  // --sparse-pages: the choice of pages (tag page_meta)
   ChunkInputs inputs_;   // ids, targets, positions, documents of one chunk (tag data)
@@ -201,6 +207,8 @@ class Model {
   std::vector<int64_t> bottom_up_, top_down_;  // layer orders of the passes
   std::vector<int64_t> cache_up_, cache_down_;  // the same over the cache's layers (K head groups per layer)
   int64_t decoded_ = 0, decode_max_ = 0;      // incremental decoding: tokens so far, capacity
+  std::vector<int32_t> decode_ids_;           // longrope: the tokens so far, decoded again when the table changes
+  void decode_step(const int32_t* ids, int64_t n, float* out);
   Buffer logits_tile_;  // logits of one vocabulary tile: (C, Vt) in logits(), (1, Vt) decoding (tag workspace)
 };
 

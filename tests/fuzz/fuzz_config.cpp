@@ -30,10 +30,22 @@ void check_rope_part(const nlohmann::json& j) {
   } catch (const oomb::Error&) {
     return;
   }
+  for (int64_t length : {int64_t(0), oomb::rope_switch_length(c) + 1}) {
+    float att = 0;
+    for (float v : oomb::rope_inv_freq(c, &att, length))
+      if (!std::isfinite(v)) std::abort();
+    if (!std::isfinite(att)) std::abort();
+  }
+}
+
+// inv_freq for a short and (longrope) a long sequence, then the attention scaling
+std::vector<float> tables(const oomb::ModelConfig& c) {
   float att = 0;
-  for (float v : oomb::rope_inv_freq(c, &att))
-    if (!std::isfinite(v)) std::abort();
-  if (!std::isfinite(att)) std::abort();
+  std::vector<float> t = oomb::rope_inv_freq(c, &att, 0);
+  const std::vector<float> l = oomb::rope_inv_freq(c, nullptr, oomb::rope_switch_length(c) + 1);
+  t.insert(t.end(), l.begin(), l.end());
+  t.push_back(att);
+  return t;
 }
 }  // namespace
 
@@ -47,16 +59,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const oomb::Error&) {
     return 0;
   }
-  float att = 0;
-  std::vector<float> inv = oomb::rope_inv_freq(c, &att);
-  if (inv.size() != size_t(c.head_dim / 2) || !std::isfinite(att)) std::abort();
+  const std::vector<float> inv = tables(c);
+  if (inv.size() != size_t(c.head_dim + 1) || !std::isfinite(inv.back())) std::abort();
   oomb::ModelConfig d = oomb::parse_config(oomb::config_to_json(c), "fuzz/roundtrip.json");
-  std::vector<float> inv2 = oomb::rope_inv_freq(d, nullptr);
+  const std::vector<float> inv2 = tables(d);
   bool same = d.arch == c.arch && d.hidden == c.hidden && d.heads == c.heads && d.kv_heads == c.kv_heads &&
               d.head_dim == c.head_dim && d.vocab == c.vocab && d.eos_token_id == c.eos_token_id &&
               d.bos_token_id == c.bos_token_id && d.rope.type == c.rope.type && d.rope.theta == c.rope.theta &&
               d.rope.factor == c.rope.factor && d.qkv_bias == c.qkv_bias && d.torch_dtype == c.torch_dtype &&
-              d.rope.original_max_position_embeddings == c.rope.original_max_position_embeddings;
+              d.rope.original_max_position_embeddings == c.rope.original_max_position_embeddings &&
+              d.rope.short_factor == c.rope.short_factor && d.rope.long_factor == c.rope.long_factor &&
+              d.layer_window == c.layer_window && d.rms_norm_eps == c.rms_norm_eps;
   for (size_t i = 0; same && i < inv.size(); ++i)
     same = inv[i] == inv2[i] || (std::isnan(inv[i]) && std::isnan(inv2[i]));
   if (!same) {
@@ -76,7 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::fprintf(stderr, "a parsed config's rope_json was refused: %s\n", e.what());
     std::abort();
   }
-  const std::vector<float> inv3 = oomb::rope_inv_freq(moved, nullptr);
+  const std::vector<float> inv3 = tables(moved);
   for (size_t i = 0; i < inv.size(); ++i)
     if (!(inv[i] == inv3[i] || (std::isnan(inv[i]) && std::isnan(inv3[i])))) std::abort();
   if (oomb::rope_json(moved) != rope) {

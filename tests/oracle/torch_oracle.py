@@ -260,9 +260,9 @@ def _bool(cfg_path, d, key, default):
     return v
 
 
-_FAMILIES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral"}
+_FAMILIES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "phi3": "phi3"}
 _ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
-         "MistralForCausalLM": "mistral"}
+         "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3"}
 
 
 def load_config(model_dir):
@@ -287,7 +287,7 @@ def load_config(model_dir):
                 fam = _ARCH[a]
                 break
     if fam is None:
-        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral")
+        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral, phi3")
     c.family = fam
 
     c.hidden = _num(path, d, "hidden_size")
@@ -296,7 +296,7 @@ def load_config(model_dir):
     c.n_heads = _num(path, d, "num_attention_heads")
     c.n_kv = _num(path, d, "num_key_value_heads", default=c.n_heads)
     c.vocab = _num(path, d, "vocab_size")
-    c.eps = _num(path, d, "rms_norm_eps", kind=float, default=1e-6)
+    c.eps = _num(path, d, "rms_norm_eps", kind=float, default=1e-5 if fam == "phi3" else 1e-6)
     hd = d.get("head_dim", None)
     if hd is None and fam == "qwen3":
         c.head_dim = 128  # Qwen3Config's default
@@ -336,7 +336,7 @@ def load_config(model_dir):
     c.windows = [None] * c.n_layers
     sw = d.get("sliding_window", None)
     layer_types = d.get("layer_types", None)
-    if fam == "mistral" and sw is not None:
+    if fam in ("mistral", "phi3") and sw is not None:
         sw = _num(path, d, "sliding_window")
         c.windows = [sw] * c.n_layers
     elif fam in ("qwen2", "qwen3") and _bool(path, d, "use_sliding_window", False) and sw is not None:
@@ -347,6 +347,9 @@ def load_config(model_dir):
             mwl = _num(path, d, "max_window_layers", default=c.n_layers, positive=False)
             c.windows = [sw if i >= mwl else None for i in range(c.n_layers)]
 
+    for k in ("attention_dropout", "resid_pdrop", "embd_pdrop"):  # transformers would drop out in training
+        if d.get(k) not in (None, 0, 0.0):
+            fail(f"{path}: field '{k}' = {d.get(k)!r}: this oracle has no dropout")
     c.rope = parse_rope(path, d, c)
     return c
 
@@ -378,10 +381,12 @@ def parse_rope(path, d, c):
     rtype = p.get("rope_type", p.get("type", "default"))
     if rtype is None:
         rtype = "default"
+    if c.family == "phi3" and rtype in ("su", "yarn"):  # Phi3Config's backward compatibility
+        rtype = "longrope"
     p["rope_type"] = rtype
-    if rtype not in ("default", "linear", "llama3", "yarn"):
+    if rtype not in ("default", "linear", "llama3", "yarn", "longrope"):
         fail(f"{path}: field '{src}.rope_type' = {rtype!r} unsupported "
-             f"(supported: default, linear, llama3, yarn)")
+             f"(supported: default, linear, llama3, yarn, longrope)")
     prf = p.get("partial_rotary_factor", d.get("partial_rotary_factor", None))
     if prf is not None and prf != 1.0:
         fail(f"{path}: field 'partial_rotary_factor' = {prf!r} unsupported (only 1.0)")
@@ -405,7 +410,20 @@ def parse_rope(path, d, c):
                  f"(number), got {v!r}")
         return v
 
-    if rtype == "linear":
+    if rtype == "longrope":
+        # _compute_longrope_parameters: the config's (top-level) original_max_position_embeddings, the
+        # factor max_position_embeddings over it, and the short / long per-frequency factors
+        for key in ("short_factor", "long_factor"):
+            v = p.get(key, None)
+            if not isinstance(v, list) or len(v) != c.head_dim // 2:
+                fail(f"{path}: field '{src}.{key}' must be a list of {c.head_dim // 2} numbers, got {v!r}")
+        top = d.get("original_max_position_embeddings", None)
+        if top is not None:
+            p["switch"] = top
+            p["factor"] = c.max_pos / top
+        else:
+            p["switch"] = c.max_pos
+    elif rtype == "linear":
         need("factor")
     elif rtype == "llama3":
         need("factor")
@@ -438,12 +456,23 @@ def _default_inv_freq(base, dim):
     return 1.0 / (base ** expo)
 
 
-def rope_inv_freq(c):
-    """Returns (inv_freq: float32 tensor [head_dim/2], attention_scaling: python float)."""
+def rope_inv_freq(c, seq_len=None):
+    """Returns (inv_freq: float32 tensor [head_dim/2], attention_scaling: python float) for a
+    sequence of seq_len positions (longrope: its long factors past the switch length)."""
     p = c.rope
     base = p["rope_theta"]
     dim = c.head_dim
     rtype = p["rope_type"]
+    if rtype == "longrope":
+        orig = p["switch"]
+        att = p.get("attention_factor", None)
+        if att is None:
+            factor = p["factor"]
+            att = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+        ext = p["long_factor"] if seq_len is not None and seq_len > orig else p["short_factor"]
+        ext = torch.tensor(ext, dtype=torch.float32)
+        shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+        return 1.0 / (ext * base ** shape), float(att)
     if rtype == "default":
         return _default_inv_freq(base, dim), 1.0
     if rtype == "linear":
@@ -510,7 +539,7 @@ def rope_inv_freq(c):
 
 def rope_cos_sin(c, positions):
     """positions: int64 numpy [N] -> cos, sin float64 tensors [N, head_dim]."""
-    inv, scaling = rope_inv_freq(c)
+    inv, scaling = rope_inv_freq(c, int(positions.max()) + 1)  # transformers: max(position_ids) + 1
     assert inv.dtype == torch.float32
     pos32 = torch.from_numpy(positions.astype(np.float32))
     ang32 = pos32[:, None] * inv[None, :]  # float32 multiply (HF precision)
@@ -532,6 +561,13 @@ def param_specs(c):
     for i in range(c.n_layers):
         pre = f"model.layers.{i}."
         specs.append((pre + "input_layernorm.weight", (H,)))
+        if c.family == "phi3":  # Phi3Attention.qkv_proj and Phi3MLP.gate_up_proj: fused, no biases
+            specs.append((pre + "self_attn.qkv_proj.weight", (qd + 2 * kvd, H)))
+            specs.append((pre + "self_attn.o_proj.weight", (H, qd)))
+            specs.append((pre + "post_attention_layernorm.weight", (H,)))
+            specs.append((pre + "mlp.gate_up_proj.weight", (2 * I, H)))
+            specs.append((pre + "mlp.down_proj.weight", (H, I)))
+            continue
         for nm, od in (("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd)):
             specs.append((pre + f"self_attn.{nm}.weight", (od, H)))
             if c.attn_bias:
@@ -687,9 +723,13 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
             allowed = allowed[None, :, :] & extra_mask[li].repeat_interleave(rep, dim=0)
 
         h = rms_norm(x, g("input_layernorm.weight"), c.eps)
-        q = linear(h, g("self_attn.q_proj.weight"), g("self_attn.q_proj.bias"), "self_attn.q_proj")
-        k = linear(h, g("self_attn.k_proj.weight"), g("self_attn.k_proj.bias"), "self_attn.k_proj")
-        v = linear(h, g("self_attn.v_proj.weight"), g("self_attn.v_proj.bias"), "self_attn.v_proj")
+        if c.family == "phi3":  # qkv[..., :qd], then k, then v (Phi3Attention.forward)
+            qkv = linear(h, g("self_attn.qkv_proj.weight"))
+            q, k, v = qkv[:, :nh * hd], qkv[:, nh * hd:(nh + nkv) * hd], qkv[:, (nh + nkv) * hd:]
+        else:
+            q = linear(h, g("self_attn.q_proj.weight"), g("self_attn.q_proj.bias"), "self_attn.q_proj")
+            k = linear(h, g("self_attn.k_proj.weight"), g("self_attn.k_proj.bias"), "self_attn.k_proj")
+            v = linear(h, g("self_attn.v_proj.weight"), g("self_attn.v_proj.bias"), "self_attn.v_proj")
         q = q.view(N, nh, hd)
         k = k.view(N, nkv, hd)
         if c.family == "qwen3":  # q_norm / k_norm over head_dim, before RoPE
@@ -710,8 +750,11 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
         x = x + linear(o, g("self_attn.o_proj.weight"), g("self_attn.o_proj.bias"), "self_attn.o_proj")
 
         h = rms_norm(x, g("post_attention_layernorm.weight"), c.eps)
-        gate = linear(h, g("mlp.gate_proj.weight"), g("mlp.gate_proj.bias"), "mlp.gate_proj")
-        up = linear(h, g("mlp.up_proj.weight"), g("mlp.up_proj.bias"), "mlp.up_proj")
+        if c.family == "phi3":  # Phi3MLP: gate, up = gate_up_proj(x).chunk(2, dim=-1)
+            gate, up = linear(h, g("mlp.gate_up_proj.weight")).chunk(2, dim=-1)
+        else:
+            gate = linear(h, g("mlp.gate_proj.weight"), g("mlp.gate_proj.bias"), "mlp.gate_proj")
+            up = linear(h, g("mlp.up_proj.weight"), g("mlp.up_proj.bias"), "mlp.up_proj")
         x = x + linear(F.silu(gate) * up, g("mlp.down_proj.weight"), g("mlp.down_proj.bias"), "mlp.down_proj")
 
     x = rms_norm(x, P["model.norm.weight"], c.eps)
