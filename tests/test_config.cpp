@@ -370,6 +370,7 @@ TEST(Config, Phi3) {
   EXPECT_EQ(c.rope.short_factor.size(), 48u);
   EXPECT_EQ(c.rope.long_factor[47], 1.0 + 1.5 * 47);
   EXPECT_EQ(c.eos_token_id, 32000);
+  EXPECT_EQ(c.pad_token_id, 32000);
   // defaults of Phi3Config: no sliding window, rms_norm_eps 1e-5, bos 1, eos 32000
   json d = phi35();
   for (const char* k : {"sliding_window", "rms_norm_eps", "bos_token_id", "eos_token_id", "rope_scaling"}) d.erase(k);
@@ -378,6 +379,13 @@ TEST(Config, Phi3) {
   EXPECT_EQ(e.rms_norm_eps, 1e-5);
   EXPECT_EQ(e.bos_token_id, 1);
   EXPECT_EQ(e.eos_token_id, 32000);
+  EXPECT_EQ(e.pad_token_id, 32000);  // absent: Phi3Config's 32000; null: none
+  EXPECT_EQ(parse_config(with(d, "pad_token_id", nullptr), "phi_null_pad.json").pad_token_id, -1);
+  EXPECT_EQ(parse_config(small(), "s").pad_token_id, -1);  // LlamaConfig's default: none
+  EXPECT_EQ(parse_config(with(small(), "pad_token_id", -1), "s").pad_token_id, 99);  // nn.Embedding's negative index
+  EXPECT_EQ(config_to_json(parse_config(with(small(), "pad_token_id", -1), "s"))["pad_token_id"], -1);
+  EXPECT_FALSE(config_to_json(parse_config(small(), "s")).contains("pad_token_id"));
+  EXPECT_EQ(config_to_json(parse_config(with(d, "pad_token_id", nullptr), "p"))["pad_token_id"], nullptr);
   EXPECT_EQ(e.rope.type, "default");
   // the legacy spellings Phi3Config reads as longrope; a Llama takes neither "su" nor a yarn without factor
   for (const char* t : {"su", "yarn"}) {
@@ -417,6 +425,11 @@ TEST(ConfigErrors, Phi3AndLongRope) {
   expect_error(p, "needs 'factor' or 'attention_factor'");
   p["rope_scaling"]["factor"] = 4.0;
   EXPECT_EQ(parse_config(p, "p").rope.factor, 4.0);
+  expect_error(with(small(), "pad_token_id", 100), "field 'pad_token_id' = 100 is outside the vocabulary (vocab_size 100)");
+  expect_error(with(small(), "pad_token_id", -101), "field 'pad_token_id' = -101 is outside the vocabulary");
+  json tiny_phi = with(small(), "architectures", {"Phi3ForCausalLM"});
+  expect_error(tiny_phi, "no 'pad_token_id', and Phi3ForCausalLM's default 32000 is outside the vocabulary");
+  EXPECT_EQ(parse_config(with(tiny_phi, "pad_token_id", nullptr), "p").pad_token_id, -1);
   for (const char* k : {"resid_pdrop", "embd_pdrop", "attention_dropout"})
     expect_error(with(phi35(), k, 0.1), fmt::format("field '{}' = 0.1: oomb trains without this dropout", k));
 }

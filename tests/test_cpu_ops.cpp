@@ -212,6 +212,18 @@ TEST_F(Fixture, EmbeddingForwardBackward) {
   expect_close(out, ref(table), 0, "out");
   be->embedding_bwd(I, DO, DT);
   expect_close(dt, numgrad([&](const Vec& v) { return dotv(ref(v), R); }, table), 1e-7, "dtable");  // measured 3.1e-8
+  // skip (transformers' padding_idx): that row takes nothing, the others what they took before
+  const int64_t skip = ids[1];
+  std::vector<float> ds(V * d, 0.0f);
+  Tensor DS = Tensor::f32(ds.data(), {V, d});
+  be->embedding_bwd(I, DO, DS, skip);
+  int64_t skipped = 0;
+  for (int64_t t = 0; t < T; ++t) skipped += ids[size_t(t)] == skip;
+  ASSERT_GT(skipped, 0);
+  for (int64_t v = 0; v < V; ++v)
+    for (int64_t c = 0; c < d; ++c)
+      EXPECT_EQ(ds[size_t(v * d + c)], v == skip ? 0.0f : dt[size_t(v * d + c)]) << v << "," << c;
+  EXPECT_THROW(be->embedding_bwd(I, DO, DS, V), Error);
   ids[3] = 6;
   EXPECT_THROW(be->embedding_fwd(I, TB, O), Error);
 }

@@ -174,6 +174,9 @@ TEST(CudaOps, EmbeddingRmsnormRopeSwiglu) {
     C.embedding_bwd(ids.h, dout.h, table.h);
     G.embedding_bwd(ids.d, dout.d, table.d);
     report("embedding_bwd", err(table), 0.0);  // the same additions in the same order
+    C.embedding_bwd(ids.h, dout.h, table.h, 3);  // the row of id 3 (the first token's) takes nothing
+    G.embedding_bwd(ids.d, dout.d, table.d, 3);
+    report("embedding_bwd skip", err(table), 0.0);
 
     Pair w(DType::F32, {d}), y(DType::F32, {T, d}), rstd(DType::F32, {T}), dx(DType::F32, {T, d}), dw(DType::F32, {d});
     w.randn(10), dx.randn(11), dw.randn(12);

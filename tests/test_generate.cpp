@@ -24,6 +24,7 @@ namespace {
 nlohmann::json phi3_longrope() {
   nlohmann::json j = tiny_config_json("llama", 2);
   j["architectures"] = {"Phi3ForCausalLM"}, j["model_type"] = "phi3", j["original_max_position_embeddings"] = 12;
+  j["pad_token_id"] = nullptr;
   j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0, 1.1, 1.2, 1.3}}, {"long_factor", {2.0, 5.0, 9.0, 30.0}}};
   return j;
 }

@@ -57,6 +57,7 @@ class OffloadParams : public ::testing::Test {
     models_ = new std::vector<std::filesystem::path>;
     const std::filesystem::path root = temp_dir("_offload_params");
     // untied with biases (2 layers), tied (3 layers: the slots' parity moves between passes),
+    // Phi-3 with a pad token (its embedding row untouched by the lookup's gradient, on the host too),
     // Qwen3's q/k norms (1 layer: a pass of one); a vocabulary of three lm_head tiles, untied (the
     // tiles stream through their slots) and tied (tiles of the embedding, which stays)
     nlohmann::json qwen2 = tiny_config_json("qwen2", 2), llama = tiny_config_json("llama", 1),
@@ -66,10 +67,13 @@ class OffloadParams : public ::testing::Test {
     llama["tie_word_embeddings"] = true;
     qwen3["num_hidden_layers"] = 1;
     wide_tied["tie_word_embeddings"] = true;
+    // Phi-3 (fused tensors in the file) with a pad token, whose row of the host's embedding takes no gradient
+    nlohmann::json phi3 = tiny_config_json("llama", 2);
+    phi3["architectures"] = {"Phi3ForCausalLM"}, phi3["model_type"] = "phi3", phi3["pad_token_id"] = 5;
     int seed = 11;
     for (auto& [name, j] : std::vector<std::pair<std::string, nlohmann::json>>{
              {"qwen2", qwen2}, {"llama-tied", llama}, {"qwen3", qwen3}, {"qwen2-wide", wide},
-             {"llama-tied-wide", wide_tied}}) {
+             {"llama-tied-wide", wide_tied}, {"phi3-pad", phi3}}) {
       models_->push_back(root / name);
       write_tiny_model(models_->back(), j, uint64_t(seed++));
     }
@@ -210,7 +214,7 @@ TEST_F(OffloadParams, LoraBitwiseIdenticalToResidentParameters) {
       lora.rank = 4;
       lora.alpha = 8;
       lora.train_embeddings_norms = embed_norms;
-      parse_lora_targets("q,v,gate,down", lora);
+      parse_lora_targets(load_config(dir).fused_projections() ? "o,down" : "q,v,gate,down", lora);  // (Phi-3: o, down)
       auto with = [&](ChunkPlan p, SweepOrder order) {
         p.lora = lora;
         p.precision = precision;

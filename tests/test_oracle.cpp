@@ -265,8 +265,15 @@ TEST_F(Oracle, Mistral) { check_against_oracle({"mistral", tiny_config_json("mis
 // ones a sequence within it.
 TEST_F(Oracle, Phi3AndLongRope) {
   json phi3 = tiny_config_json("llama", 2);
-  phi3["architectures"] = {"Phi3ForCausalLM"}, phi3["model_type"] = "phi3";
+  phi3["architectures"] = {"Phi3ForCausalLM"}, phi3["model_type"] = "phi3", phi3["pad_token_id"] = nullptr;
   check_against_oracle({"phi3_window5_C5_P4", with(phi3, {{"sliding_window", 5}}), 17, 5, 4});
+  // a pad token (transformers' padding_idx) that the sequence holds twice: its embedding row takes no
+  // gradient from the lookup; tied, the lm_head's still reaches it
+  const auto toks = write_tokens(temp_dir("_pad") / "t.bin", 18, 61, 12);  // check_against_oracle's tokens
+  ASSERT_GE(std::count(toks.begin(), toks.end() - 1, toks[3]), 2);
+  check_against_oracle({"phi3_pad_C5_P4", with(phi3, {{"pad_token_id", toks[3]}}), 17, 5, 4});
+  check_against_oracle({"llama_pad_tied", with(tiny_config_json("llama", 2), {{"pad_token_id", toks[3] - 61},
+                                                                             {"tie_word_embeddings", true}}), 17});
   std::vector<double> shorts, longs;
   for (int i = 0; i < 4; ++i) shorts.push_back(1.0 + 0.1 * i), longs.push_back(1.5 + 2.0 * i * i);
   const json longrope = with(phi3, {{"original_max_position_embeddings", 16},

@@ -26,6 +26,7 @@ namespace {
 nlohmann::json phi3_json(int64_t kv_heads) {
   nlohmann::json j = tiny_config_json("llama", kv_heads);
   j["architectures"] = {"Phi3ForCausalLM"}, j["model_type"] = "phi3";
+  j["pad_token_id"] = nullptr;  // (Phi3Config's default, 32000, is outside this vocabulary)
   return j;
 }
 

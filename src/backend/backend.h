@@ -113,8 +113,8 @@ class Backend {
 
   // out (T, d) = table[ids];  ids: (T) i32
   void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out);
-  // dtable[ids[t]] += dout[t]
-  void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable);
+  // dtable[ids[t]] += dout[t], except where ids[t] == skip (transformers' padding_idx; -1: none)
+  void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable, int64_t skip = -1);
 
   // y (T, d) = x * rstd * w;  rstd: (T) saved for backward.  y f32, or bf16: each value rounded
   // to nearest even (cast's bits), for a matmul that reads bf16 (--precision bf16)
@@ -286,7 +286,7 @@ class Backend {
   virtual void do_linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, bool dx_accumulate,
                              Tensor* dw, Tensor* db) = 0;
   virtual void do_embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
-  virtual void do_embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable) = 0;
+  virtual void do_embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable, int64_t skip) = 0;
   virtual void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) = 0;
   virtual void do_rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
                               bool dx_accumulate, Tensor& dw) = 0;

@@ -150,15 +150,17 @@ void Backend::embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out)
   do_embedding_fwd(ids, table, out);
 }
 
-void Backend::embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable) {
+void Backend::embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable, int64_t skip) {
   const Check c{*this, "embedding_bwd"};
   c.tensor("ids", ids, 1, DType::I32);
   c.tensor("dout", dout, 2);
   c.tensor("dtable", dtable, 2);
   OOMB_CHECK(dout.dim(0) == ids.dim(0) && dout.dim(1) == dtable.dim(1), "embedding_bwd: dout {} must be ({}, {})",
              dout.shape_str(), ids.dim(0), dtable.dim(1));
+  OOMB_CHECK(skip >= -1 && skip < dtable.dim(0), "embedding_bwd: skip {} must be -1 or a row of dtable ({} rows)", skip,
+             dtable.dim(0));
   const OpScope op_scope(*this);
-  do_embedding_bwd(ids, dout, dtable);
+  do_embedding_bwd(ids, dout, dtable, skip);
 }
 
 void Backend::rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {

@@ -25,13 +25,14 @@ struct ArchInfo {
   const char* model_type;
   int64_t max_pos;  // transformers' default max_position_embeddings
   int64_t bos, eos;  // transformers' default bos/eos_token_id (-1: None)
+  int64_t pad;       // transformers' default pad_token_id (-1: None)
   double eps;        // transformers' default rms_norm_eps
 };
-constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 1, 2, 1e-6},
-                               {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", 32768, -1, -1, 1e-6},
-                               {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", 32768, -1, -1, 1e-6},
-                               {Arch::Mistral, "MistralForCausalLM", "mistral", 4096 * 32, 1, 2, 1e-6},
-                               {Arch::Phi3, "Phi3ForCausalLM", "phi3", 4096, 1, 32000, 1e-5}};
+constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 1, 2, -1, 1e-6},
+                               {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", 32768, -1, -1, -1, 1e-6},
+                               {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", 32768, -1, -1, -1, 1e-6},
+                               {Arch::Mistral, "MistralForCausalLM", "mistral", 4096 * 32, 1, 2, -1, 1e-6},
+                               {Arch::Phi3, "Phi3ForCausalLM", "phi3", 4096, 1, 32000, 32000, 1e-5}};
 constexpr const char* kArchitectures = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
                                        "Phi3ForCausalLM";
 constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3";
@@ -364,6 +365,17 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   c.torch_dtype = r.str("dtype", r.str("torch_dtype", "float32"));
   c.bos_token_id = r.token_id("bos_token_id", ai.bos, false);
   c.eos_token_id = r.token_id("eos_token_id", ai.eos, true);  // an int or a list: the first; raw keeps all
+  if (const json* p = r.get("pad_token_id")) {  // nn.Embedding(vocab, hidden, padding_idx=pad_token_id)
+    const int64_t id = r.integer(*p, "pad_token_id");
+    OOMB_CHECK(id >= -c.vocab && id < c.vocab, "config {}: field 'pad_token_id' = {} is outside the vocabulary "
+               "(vocab_size {}); transformers' embedding refuses it too (set it to null for none)", source, id, c.vocab);
+    c.pad_token_id = id < 0 ? c.vocab + id : id;
+  } else if (!j.contains("pad_token_id") && ai.pad >= 0) {  // absent: the class's default (null: none)
+    OOMB_CHECK(ai.pad < c.vocab, "config {}: no 'pad_token_id', and {}'s default {} is outside the vocabulary "
+               "(vocab_size {}); transformers' embedding would refuse it (set it, or null for none)", source,
+               ai.architecture, ai.pad, c.vocab);
+    c.pad_token_id = ai.pad;
+  }
 
   std::string act = r.str("hidden_act", "silu");
   OOMB_CHECK(act == "silu", "config {}: hidden_act '{}' is not supported (only silu)", source, act);
@@ -434,6 +446,14 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   const json* eos = c.raw.is_object() && c.raw.contains("eos_token_id") ? &c.raw["eos_token_id"] : nullptr;
   bool keep_list = eos && eos->is_array() && !eos->empty() && eos->front() == c.eos_token_id;
   if (!keep_list) j["eos_token_id"] = id(c.eos_token_id);
+  // as read, or null for none (absent would mean the class's default); a negative one stays as given
+  const json* pad = c.raw.is_object() && c.raw.contains("pad_token_id") ? &c.raw["pad_token_id"] : nullptr;
+  const bool same_pad = pad && pad->is_number_integer() && pad->get<int64_t>() < 0 &&
+                        c.vocab + pad->get<int64_t>() == c.pad_token_id;
+  const bool class_pads = std::any_of(std::begin(kArchs), std::end(kArchs),
+                                      [&](const ArchInfo& k) { return k.arch == c.arch && k.pad >= 0; });
+  if (!same_pad && (c.pad_token_id >= 0 || j.contains("pad_token_id") || class_pads))
+    j["pad_token_id"] = id(c.pad_token_id);
   if (c.arch == Arch::Llama || c.arch == Arch::Qwen3) {
     OOMB_CHECK(c.qkv_bias == c.o_bias, "config_to_json: {}'s attention_bias covers q/k/v and o together "
                "(qkv_bias {}, o_bias {})", c.architecture, c.qkv_bias, c.o_bias);

@@ -48,6 +48,10 @@ struct ModelConfig {
   std::vector<int64_t> layer_window;
   std::string torch_dtype = "float32";  // dtype the checkpoint declares
   int64_t bos_token_id = -1, eos_token_id = -1;
+  // transformers builds the embedding with padding_idx = pad_token_id: that row gets no gradient from
+  // the lookup (the tied lm_head's still reaches it). -1: none. A negative id in the file counts from
+  // the end, as nn.Embedding takes it.
+  int64_t pad_token_id = -1;
   RopeConfig rope;
   // Phi-3 (Phi3ForCausalLM): a Mistral-shaped decoder whose checkpoint fuses q, k and v into
   // self_attn.qkv_proj ([q; k; v] rows) and gate and up into mlp.gate_up_proj ([gate; up] rows).

@@ -7,7 +7,8 @@
 
 namespace oomb {
 
-HostEmbedding::HostEmbedding(const ModelConfig& c, Backend& be, int64_t rows) : be_(be), d_(c.hidden), rows_(rows) {
+HostEmbedding::HostEmbedding(const ModelConfig& c, Backend& be, int64_t rows)
+    : be_(be), d_(c.hidden), rows_(rows), pad_(c.pad_token_id) {
   OOMB_CHECK(rows_ > 0, "param store: an embedding on the host needs the rows a chunk takes");
   rows_buf_ = Buffer(Tier::Pinned, Tag::Weights, size_t(bytes(d_, rows_, Tag::Weights)));
   for (int s = 0; s < 2; ++s) sent_[s] = be.new_event(), got_[s] = be.new_event();
@@ -64,7 +65,7 @@ void HostEmbedding::flush(int s) {
   if (after_) be_.synchronize(*after_);
   const Tensor ids(ids_buf_.as<int32_t>() + s * rows_, DType::I32, {n}, Tier::Pinned);
   const Tensor dout(grads_buf_.as<float>() + s * rows_ * d_, DType::F32, {n, d_}, Tier::Pinned);
-  cpu::embedding_bwd(ids, dout, grad_);
+  cpu::embedding_bwd(ids, dout, grad_, pad_);
   pending_[s] = 0;
 }
 

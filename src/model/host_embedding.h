@@ -39,6 +39,7 @@ class HostEmbedding {
   static int64_t bytes(int64_t d, int64_t rows, Tag tag);
   Backend& be_;
   int64_t d_, rows_;
+  int64_t pad_;  // the config's pad_token_id: its row takes no gradient (-1: none)
   Buffer rows_buf_, grads_buf_, ids_buf_;
   Tensor grad_;
   std::unique_ptr<Event> sent_[2], got_[2];

@@ -36,6 +36,13 @@ ModelConfig llama31(ModelConfig c) {
   return c;
 }
 
+// Phi-3's: the pad token (Phi3Config's 32000 unless given) and a sliding window on every layer (0: none)
+ModelConfig phi3(ModelConfig c, int64_t pad, int64_t window) {
+  c.pad_token_id = pad;
+  c.layer_window.assign(size_t(c.layers), window);
+  return c;
+}
+
 struct Preset {
   const char* name;
   std::function<ModelConfig()> make;
@@ -57,6 +64,9 @@ const std::vector<Preset>& presets() {
       {"llama-3-8b", [] { return make(Arch::Llama, 4096, 14336, 32, 32, 8, 128256, false, 500000, 1e-5, 8192); }},
       {"llama-3.1-8b", [] { return llama31(make(Arch::Llama, 4096, 14336, 32, 32, 8, 128256, false, 500000, 1e-5, 131072)); }},
       {"llama-3.1-70b", [] { return llama31(make(Arch::Llama, 8192, 28672, 80, 64, 8, 128256, false, 500000, 1e-5, 131072)); }},
+      // Phi-3 (fused q/k/v and gate/up in the files): Phi-3-mini-4k-instruct's and Phi-4's shapes
+      {"phi-3-mini-4k", [] { return phi3(make(Arch::Phi3, 3072, 8192, 32, 32, 32, 32064, false, 10000, 1e-5, 4096), 32000, 2047); }},
+      {"phi-4", [] { return phi3(make(Arch::Phi3, 5120, 17920, 40, 40, 10, 100352, false, 250000, 1e-5, 16384), -1, 0); }},
   };
   return p;
 }

@@ -364,7 +364,7 @@ void ParamStore::embed_fwd(const Tensor& ids, const int32_t* host_ids, Tensor& o
 
 void ParamStore::embed_bwd(const Tensor& ids, const int32_t* host_ids, const Tensor& dout) {
   if (!host_embed_ || !trained_embed_.empty()) {  // (trained: g_ are the trainable set's, as bound)
-    if (!g_.embed.empty()) be_.embedding_bwd(ids, dout, g_.embed);
+    if (!g_.embed.empty()) be_.embedding_bwd(ids, dout, g_.embed, cfg_.pad_token_id);
     return;
   }
   if (!seq_grads_ || frozen_base_ || grads_ == nullptr) return;  // (LoRA: the embedding is frozen)

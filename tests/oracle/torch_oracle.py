@@ -347,6 +347,11 @@ def load_config(model_dir):
             mwl = _num(path, d, "max_window_layers", default=c.n_layers, positive=False)
             c.windows = [sw if i >= mwl else None for i in range(c.n_layers)]
 
+    # nn.Embedding(vocab, hidden, padding_idx=pad_token_id): that row takes no gradient from the lookup
+    pad = d.get("pad_token_id", 32000) if fam == "phi3" else d.get("pad_token_id", None)
+    if pad is not None and not (isinstance(pad, int) and -c.vocab <= pad < c.vocab):
+        fail(f"{path}: field 'pad_token_id' = {pad!r} is outside the vocabulary")
+    c.pad = None if pad is None else pad % c.vocab
     for k in ("attention_dropout", "resid_pdrop", "embd_pdrop"):  # transformers would drop out in training
         if d.get(k) not in (None, 0, 0.0):
             fail(f"{path}: field '{k}' = {d.get(k)!r}: this oracle has no dropout")
@@ -698,7 +703,7 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
     masks = {}
     scale = 1.0 / math.sqrt(hd)
 
-    x = P["model.embed_tokens.weight"][torch.from_numpy(inputs)]  # [N, H]
+    x = F.embedding(torch.from_numpy(inputs), P["model.embed_tokens.weight"], padding_idx=c.pad)  # [N, H]
     for li in range(c.n_layers):
         pre = f"model.layers.{li}."
         g = lambda n: P.get(pre + n)  # noqa: E731

@@ -52,8 +52,8 @@ class CpuBackend : public Backend {
   void do_embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) override {
     cpu::embedding_fwd(ids, table, out);
   }
-  void do_embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable) override {
-    cpu::embedding_bwd(ids, dout, dtable);
+  void do_embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable, int64_t skip) override {
+    cpu::embedding_bwd(ids, dout, dtable, skip);
   }
   void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) override {
     cpu::rmsnorm_fwd(x, w, eps, y, rstd);

@@ -90,13 +90,14 @@ void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) {
 }
 
 // Deterministic: each thread owns a range of hidden columns and walks tokens in order.
-void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable) {
+void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable, int64_t skip) {
   check_ids("embedding_bwd", ids, dtable.dim(0));
   const int64_t T = ids.dim(0), d = dtable.dim(1);
   const int32_t* id = ids.as<int32_t>();
 #pragma omp parallel for if (T * d >= kParallelMin)
   for (int64_t c = 0; c < d; ++c)
-    for (int64_t t = 0; t < T; ++t) dtable.f()[int64_t(id[t]) * d + c] += dout.f()[t * d + c];
+    for (int64_t t = 0; t < T; ++t)
+      if (id[t] != skip) dtable.f()[int64_t(id[t]) * d + c] += dout.f()[t * d + c];
 }
 
 }  // namespace oomb::cpu

@@ -17,7 +17,7 @@ int64_t widen_elems(std::initializer_list<const Tensor*> operands);
 // Elements the loss widens with bf16 h and w: w, and one tile of h's rows.
 int64_t lm_head_widen_elems(const Tensor& h, const Tensor& w, int64_t tile);
 void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out);
-void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable);
+void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable, int64_t skip = -1);
 void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd);
 void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
                  bool dx_accumulate, Tensor& dw);

@@ -94,9 +94,9 @@ class CudaBackend final : public Backend {
     cuda::k::embedding_fwd(ids.as<int32_t>(), table.f(), out.f(), ids.dim(0), table.dim(1), stream_);
     launched("embedding_fwd");
   }
-  void do_embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable) override {
+  void do_embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable, int64_t skip) override {
     if (sync_each_) check_ids("embedding_bwd", ids, dtable.dim(0));
-    cuda::k::embedding_bwd(ids.as<int32_t>(), dout.f(), dtable.f(), ids.dim(0), dtable.dim(1), stream_);
+    cuda::k::embedding_bwd(ids.as<int32_t>(), dout.f(), dtable.f(), ids.dim(0), dtable.dim(1), int32_t(skip), stream_);
     launched("embedding_bwd");
   }
 

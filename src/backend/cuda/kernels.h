@@ -14,7 +14,8 @@ namespace oomb::cuda::k {
 
 // out (T, d) = table[ids];  dtable[ids[t]] += dout[t], tokens in order per row
 void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t T, int64_t d, cudaStream_t s);
-void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t T, int64_t d, cudaStream_t s);
+void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t T, int64_t d, int32_t skip,
+                   cudaStream_t s);
 
 // y (T, d) = x * rstd * w (f32, or bf16 when y_bf16: rounded to nearest even);  rstd (T)
 void rmsnorm_fwd(const float* x, const float* w, float eps, void* y, bool y_bf16, float* rstd, int64_t T, int64_t d,

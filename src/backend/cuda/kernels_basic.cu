@@ -37,9 +37,11 @@ __global__ void embedding_fwd_k(const int32_t* ids, const float* table, float* o
 
 // One block per token; only the first token of each id works, adding every later token of that id
 // in token order (the CPU backend's order per element). O(T^2) id comparisons, T a chunk.
-__global__ void embedding_bwd_k(const int32_t* ids, const float* dout, float* dtable, int64_t T, int64_t d) {
+__global__ void embedding_bwd_k(const int32_t* ids, const float* dout, float* dtable, int64_t T, int64_t d,
+                                int32_t skip) {
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
+  if (id == skip) return;  // the whole block: transformers' padding_idx row takes nothing
   __shared__ int first;
   if (threadIdx.x == 0) first = 1;
   __syncthreads();
@@ -311,8 +313,9 @@ __global__ void sgd_k(float* p, const float* g, float lr, int64_t n) {
 void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t T, int64_t d, cudaStream_t s) {
   if (T > 0) launch(embedding_fwd_k, unsigned(T), kThreads, 0, s, ids, table, out, d);
 }
-void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t T, int64_t d, cudaStream_t s) {
-  if (T > 0) launch(embedding_bwd_k, unsigned(T), kThreads, 0, s, ids, dout, dtable, T, d);
+void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t T, int64_t d, int32_t skip,
+                   cudaStream_t s) {
+  if (T > 0) launch(embedding_bwd_k, unsigned(T), kThreads, 0, s, ids, dout, dtable, T, d, skip);
 }
 void rmsnorm_fwd(const float* x, const float* w, float eps, void* y, bool y_bf16, float* rstd, int64_t T, int64_t d,
                  cudaStream_t s) {
