@@ -1,4 +1,5 @@
 // config.json parsing, validation, round trip, and rope_inv_freq against double-precision re-derivations.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -81,6 +82,7 @@ void expect_same(const ModelConfig& a, const ModelConfig& b) {
   SAME(rope.low_freq_factor); SAME(rope.high_freq_factor); SAME(rope.original_max_position_embeddings);
   SAME(rope.attention_factor); SAME(rope.beta_fast); SAME(rope.beta_slow); SAME(rope.mscale);
   SAME(rope.mscale_all_dim); SAME(rope.truncate); SAME(rope.short_factor); SAME(rope.long_factor);
+  SAME(rope.factor_given); SAME(pad_token_id);
   SAME(layer_window);
 }
 #undef SAME
@@ -416,22 +418,65 @@ TEST(ConfigErrors, Phi3AndLongRope) {
   p = phi35();
   p["rope_scaling"]["short_factor"] = "1.0";
   expect_error(p, "field 'rope_scaling.short_factor' must be a list of numbers");
-  p = phi35();
-  p["rope_scaling"]["original_max_position_embeddings"] = 4096;
-  p.erase("original_max_position_embeddings");
-  expect_error(p, "longrope takes original_max_position_embeddings at the top level");
-  p = phi35();
-  p.erase("original_max_position_embeddings");
-  expect_error(p, "needs 'factor' or 'attention_factor'");
-  p["rope_scaling"]["factor"] = 4.0;
-  EXPECT_EQ(parse_config(p, "p").rope.factor, 4.0);
+  json l = small();  // longrope switching at 1, with its default attention factor: ln 1 = 0
+  l["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", json::array({1, 1, 1, 1, 1, 1, 1, 1})},
+                       {"long_factor", json::array({2, 2, 2, 2, 2, 2, 2, 2})}, {"original_max_position_embeddings", 1}};
+  expect_error(l, "longrope's default attention_factor divides by ln(original_max_position_embeddings) = ln 1 = 0");
+  l["rope_scaling"]["attention_factor"] = 1.5;
+  EXPECT_NO_THROW(parse_config(l, "l"));
   expect_error(with(small(), "pad_token_id", 100), "field 'pad_token_id' = 100 is outside the vocabulary (vocab_size 100)");
   expect_error(with(small(), "pad_token_id", -101), "field 'pad_token_id' = -101 is outside the vocabulary");
   json tiny_phi = with(small(), "architectures", {"Phi3ForCausalLM"});
   expect_error(tiny_phi, "no 'pad_token_id', and Phi3ForCausalLM's default 32000 is outside the vocabulary");
   EXPECT_EQ(parse_config(with(tiny_phi, "pad_token_id", nullptr), "p").pad_token_id, -1);
-  for (const char* k : {"resid_pdrop", "embd_pdrop", "attention_dropout"})
-    expect_error(with(phi35(), k, 0.1), fmt::format("field '{}' = 0.1: oomb trains without this dropout", k));
+  // dropout: refused for training only (transformers drops out in training), naming the field
+  for (const char* k : {"resid_pdrop", "attention_dropout"}) {
+    const ModelConfig d = parse_config(with(phi35(), k, 0.1), "d.json");  // (eval and generate: no dropout)
+    try {
+      check_training_dropout(d, "/m/config.json");
+      ADD_FAILURE() << k;
+    } catch (const Error& e) {
+      EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr(fmt::format(
+          "config /m/config.json: field '{}' = 0.1: transformers would train with this dropout", k)));
+    }
+  }
+  EXPECT_NO_THROW(check_training_dropout(parse_config(with(phi35(), "embd_pdrop", 0.1), "e"), "e"));  // read by no layer
+  EXPECT_NO_THROW(check_training_dropout(parse_config(with(small(), "resid_pdrop", 0.1), "r"), "r"));  // not Llama's
+  EXPECT_ANY_THROW(check_training_dropout(parse_config(with(small(), "attention_dropout", 0.1), "a"), "a"));
+  EXPECT_NO_THROW(check_training_dropout(parse_config(phi35(), "p"), "p"));
+}
+
+// LongRoPE's lengths and factor, as transformers 5 resolves them (standardize_rope_params, then
+// _compute_longrope_parameters)
+TEST(Config, LongRopeLengthsAndFactor) {
+  json p = phi35();
+  p.erase("original_max_position_embeddings");  // Phi3Config's own: 4096, whatever the dict says
+  p["rope_scaling"]["original_max_position_embeddings"] = 1000;
+  ModelConfig c = parse_config(p, "p");
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
+  EXPECT_EQ(c.rope.factor, 32.0);
+  p["rope_scaling"]["factor"] = 4.0;  // a factor given is the factor
+  c = parse_config(p, "p");
+  EXPECT_EQ(c.rope.factor, 4.0);
+  EXPECT_EQ(config_to_json(c)["rope_scaling"]["factor"], 4.0);
+  expect_same(c, parse_config(config_to_json(c), "p_out"));
+  // a Llama: the top-level length, else the dict's, else max_position_embeddings (128)
+  json l = small();
+  l["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", json::array({1, 1, 1, 1, 1, 1, 1, 1})},
+                       {"long_factor", json::array({2, 2, 2, 2, 2, 2, 2, 2})}};
+  EXPECT_EQ(parse_config(l, "l").rope.original_max_position_embeddings, 128);
+  EXPECT_EQ(parse_config(l, "l").rope.factor, 1.0);
+  l["rope_scaling"]["original_max_position_embeddings"] = 32;
+  c = parse_config(l, "l");
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 32);
+  EXPECT_EQ(c.rope.factor, 4.0);
+  EXPECT_FALSE(config_to_json(c).contains("original_max_position_embeddings"));  // it stays in the dict
+  expect_same(c, parse_config(config_to_json(c), "l_out"));
+  l["original_max_position_embeddings"] = 16;
+  c = parse_config(l, "l");
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 16);
+  EXPECT_EQ(c.rope.factor, 8.0);
+  expect_same(c, parse_config(config_to_json(c), "l_out2"));
 }
 
 TEST(Config, Yarn) {
@@ -621,13 +666,12 @@ TEST(RopeInvFreq, LongRope) {
   float att = 0;
   rope_inv_freq(parse_config(j, "phi_att.json"), &att, 5000);
   EXPECT_EQ(att, 0.75f);
-  j.erase("original_max_position_embeddings");  // the switch at max_position_embeddings, the dict's factor
-  j["rope_scaling"]["factor"] = 2.0;
+  j["rope_scaling"]["factor"] = 2.0;  // the dict's factor, the switch where it was
   j["rope_scaling"].erase("attention_factor");
   const ModelConfig f = parse_config(j, "phi_factor.json");
-  EXPECT_EQ(rope_switch_length(f), 131072);
+  EXPECT_EQ(rope_switch_length(f), 4096);
   rope_inv_freq(f, &att, 131072);
-  EXPECT_NEAR(att, std::sqrt(1 + std::log(2.0) / std::log(131072.0)), 1e-6);
+  EXPECT_NEAR(att, std::sqrt(1 + std::log(2.0) / std::log(4096.0)), 1e-6);
   EXPECT_EQ(rope_switch_length(parse_config(small(), "s")), 0);
 }
 

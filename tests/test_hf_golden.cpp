@@ -1,6 +1,7 @@
 // The engine against Hugging Face's own modelling code: fixtures made by tools/golden_hf.py
 // (transformers, float64, from the float32 weights saved beside them) hold the loss, the logits
-// and every gradient of tiny Llama and Qwen2 models. Full-sequence and chunk-recurrent runs must
+// and every gradient of tiny Llama, Qwen2, Qwen3 and Phi-3 models (Phi-3's: LongRoPE's long factors, a pad
+// token). Full-sequence and chunk-recurrent runs must
 // agree. Skips, saying why, while the fixtures have not been generated (they need transformers).
 #include <gtest/gtest.h>
 
@@ -36,10 +37,38 @@ double rel(const std::vector<float>& a, const std::vector<double>& b) {
 
 class HfGolden : public ::testing::TestWithParam<const char*> {};
 
+// transformers' gradient of the parameter s: its own, or (Phi-3) its rows of the fused qkv_proj
+// ([q; k; v]) or gate_up_proj ([gate; up])
+std::vector<double> hf_grad(const SafetensorsFile& ref, const ModelConfig& cfg, const ParamSpec& s) {
+  if (cfg.arch != Arch::Phi3) return f64(ref, "grad/" + s.name);
+  const int64_t qd = cfg.heads * cfg.head_dim, kd = cfg.kv_heads * cfg.head_dim, I = cfg.intermediate;
+  const struct {
+    const char *part, *fused;
+    int64_t row0;
+  } kParts[] = {{"self_attn.q_proj.weight", "self_attn.qkv_proj.weight", 0},
+                {"self_attn.k_proj.weight", "self_attn.qkv_proj.weight", qd},
+                {"self_attn.v_proj.weight", "self_attn.qkv_proj.weight", qd + kd},
+                {"mlp.gate_proj.weight", "mlp.gate_up_proj.weight", 0},
+                {"mlp.up_proj.weight", "mlp.gate_up_proj.weight", I}};
+  for (const auto& p : kParts)
+    if (s.name.ends_with(p.part)) {
+      const std::vector<double> whole =
+          f64(ref, "grad/" + s.name.substr(0, s.name.size() - std::string(p.part).size()) + p.fused);
+      const auto first = whole.begin() + p.row0 * s.shape[1];
+      return std::vector<double>(first, first + s.numel());
+    }
+  return f64(ref, "grad/" + s.name);
+}
+
 }  // namespace
 
 TEST_P(HfGolden, LossLogitsAndEveryGradient) {
   const auto dir = source_dir() / "tests/fixtures/hf" / GetParam();
+  // Phi-3's fixture is new to tools/golden_hf.py (2026-11-30): no GPU session has made it yet, so it is
+  // pending, not a broken checkout (drop it from here once committed)
+  if (std::string(GetParam()) == "phi3" && !std::filesystem::exists(dir / "reference.safetensors"))
+    GTEST_SKIP() << "tests/fixtures/hf/phi3 is not made yet: the next GPU session's `python3 tools/golden_hf.py` makes "
+                    "it (scripts/gpu_session.sh golden_hf)";
   if (!std::filesystem::exists(dir / "reference.safetensors"))  // committed: missing means a broken checkout
     OOMB_MISSING_REFERENCE(fmt::format("tests/fixtures/hf/{} is missing: it is made by `python3 tools/golden_hf.py` "
                                        "where PyTorch and transformers exist (the GPU machine has both)", GetParam()));
@@ -63,7 +92,7 @@ TEST_P(HfGolden, LossLogitsAndEveryGradient) {
     EXPECT_NEAR(ls.loss_sum / double(ls.targets), loss, 1e-6 * loss);
     double worst = 0;
     for (const ParamSpec& s : m.grads().specs()) {
-      const auto want = f64(ref, "grad/" + s.name);
+      const auto want = hf_grad(ref, cfg, s);
       const Tensor g = m.grads().view(s);
       ASSERT_EQ(int64_t(want.size()), s.numel()) << s.name;
       const double e = rel(std::vector<float>(g.f(), g.f() + s.numel()), want);
@@ -80,7 +109,7 @@ TEST_P(HfGolden, LossLogitsAndEveryGradient) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, HfGolden, ::testing::Values("llama", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Tiny, HfGolden, ::testing::Values("llama", "qwen2", "qwen3", "phi3"));
 
 // Model::logits agrees with the fused loss: cross-entropy from the logits equals evaluate()'s, for
 // a vocabulary of one lm_head tile and of three (each tile's rows copied into theirs of the

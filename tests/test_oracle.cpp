@@ -291,6 +291,12 @@ TEST_F(Oracle, Phi3AndLongRope) {
                               {"rope_scaling", {{"rope_type", "longrope"}, {"short_factor", shorts},
                                                 {"long_factor", longs}, {"attention_factor", 1.25}}}}),
                         21, 6, 4});
+  // transformers 5's form: the length and the factor inside rope_parameters
+  json v5 = tiny_config_json("qwen2", 2);
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 500.0}, {"short_factor", shorts},
+                           {"long_factor", longs}, {"original_max_position_embeddings", 8}, {"factor", 3.0}};
+  check_against_oracle({"qwen2_longrope_parameters", v5, 19});
 }
 
 TEST_F(Oracle, RopeTypes) {

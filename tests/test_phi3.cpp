@@ -104,6 +104,9 @@ TEST(Phi3, PartsApartInMemoryJoinTheSame) {
   EXPECT_EQ(storage.size(), 1u);  // copied: the parts were apart
   EXPECT_THAT(error_of([&] { fuse_for_save(c, std::span(in + 1, 2), storage); }),
               HasSubstr("'model.layers.1.self_attn.qkv_proj.weight' needs 'model.layers.1.self_attn.v_proj.weight'"));
+  const SaveTensor no_q[] = {in[0], in[2]};  // k and v without q: refused, not dropped
+  EXPECT_THAT(error_of([&] { fuse_for_save(c, no_q, storage); }),
+              HasSubstr("'model.layers.1.self_attn.qkv_proj.weight' needs 'model.layers.1.self_attn.q_proj.weight'"));
 }
 
 // A Phi-3's training checkpoint is a Phi-3 model directory, and resuming from it gives the run that

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -212,6 +213,35 @@ TEST(RopeFlags, BadFlagsAreNamed) {
   f = {};
   f.scaling = "yarn", f.factor = 2, f.theta = 1;
   EXPECT_THAT(error_of([&] { apply(q, f); }), HasSubstr("m with the --rope-* flags: rope_theta 1 is invalid for yarn"));
+  // Phi-3 takes LongRoPE only (transformers' Phi3Config); a LongRoPE takes no single factor
+  ModelConfig phi = q;
+  set_arch(phi, Arch::Phi3);
+  phi.rope.type = "longrope", phi.rope.short_factor.assign(8, 1.0), phi.rope.long_factor.assign(8, 4.0);
+  phi.rope.original_max_position_embeddings = 1024;
+  phi = parse_config(config_to_json(phi), "phi");
+  EXPECT_EQ(phi.rope.type, "longrope");
+  for (const char* t : {"linear", "yarn", "llama3"}) {
+    f = {};
+    f.scaling = t, f.factor = 2;
+    EXPECT_THAT(error_of([&] { apply(phi, f); }), HasSubstr(fmt::format("--rope-scaling {}: m takes RoPE scaling "
+                                                                        "longrope only", t)));
+  }
+  f = {};
+  f.factor = 2;
+  EXPECT_THAT(error_of([&] { apply(phi, f); }), HasSubstr("--rope-factor: m's LongRoPE has a factor per frequency"));
+  f = {};
+  f.theta = 20000, f.max_positions = 8192;  // these apply: the attention scaling follows the new length
+  float att = 0;
+  rope_inv_freq(apply(phi, f), &att, 9000);
+  EXPECT_NEAR(att, std::sqrt(1 + std::log(8.0) / std::log(1024.0)), 1e-6);
+  f = {};
+  f.scaling = "none";
+  EXPECT_EQ(apply(phi, f).rope.type, "default");
+  json linear_phi = config_to_json(phi);
+  linear_phi["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  EXPECT_THAT(error_of([&] { parse_config(linear_phi, "lp.json"); }),
+              HasSubstr("config lp.json: Phi3ForCausalLM takes rope_type default or longrope ('rope_scaling.rope_type' "
+                        "= 'linear': transformers' Phi3Config refuses it)"));
   // the RoPE part of a config: another field is refused, naming it and where it came from
   EXPECT_THAT(error_of([&] { with_rope_json(q, {{"rope_theta", 5.0}, {"hidden_size", 8}}, "ad/oomb_rope.json"); }),
               HasSubstr("ad/oomb_rope.json: 'hidden_size' is not a RoPE field"));

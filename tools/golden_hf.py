@@ -43,8 +43,9 @@ def rope(theta):
 
 
 def longrope(theta, short, long):
-    p = {"rope_type": "longrope", "short_factor": short, "long_factor": long}
-    return dict(rope_parameters={**p, "rope_theta": theta}) if TRANSFORMERS_5 \
+    # (4.x's Phi3Config wants exactly type, short_factor and long_factor in rope_scaling)
+    p = {"short_factor": short, "long_factor": long}
+    return dict(rope_parameters={**p, "rope_type": "longrope", "rope_theta": theta}) if TRANSFORMERS_5 \
         else dict(rope_theta=theta, rope_scaling={**p, "type": "longrope"})
 
 
@@ -66,12 +67,12 @@ MODELS = {
                    rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False,
                    **rope(1000000.0)), 1000000.0),
     # Phi-3: fused qkv_proj and gate_up_proj, LongRoPE switching at 16 positions (N = 40: the long
-    # factors), no pad token (transformers gives the pad token's embedding row no gradient: oomb does)
+    # factors), a pad token the ids hold (nn.Embedding's padding_idx: its row takes no lookup gradient)
     "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM,
              dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                   original_max_position_embeddings=16, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                  pad_token_id=None, bos_token_id=1, eos_token_id=2,
+                  pad_token_id=5, bos_token_id=1, eos_token_id=2,
                   **longrope(10000.0, [1.0, 1.1, 1.2, 1.3], [1.5, 3.5, 9.5, 19.5])), 10000.0),
 }
 N = 40
@@ -120,6 +121,8 @@ def make(name, out):
     assert ("lm_head.weight" in names) != config.tie_word_embeddings, f"{name}: lm_head tied wrongly: {names}"
     g = torch.Generator().manual_seed(99)
     ids = torch.randint(0, config.vocab_size, (1, N), generator=g)
+    if getattr(config, "pad_token_id", None) is not None:  # the pad token among the inputs, twice
+        ids[0, 3] = ids[0, 20] = config.pad_token_id
     logits = ref(input_ids=ids, use_cache=False).logits[0].to(torch.float64)  # float64 already: the weights'
     assert logits.shape == (N, config.vocab_size), logits.shape
     loss = F.cross_entropy(logits[:-1], ids[0, 1:])  # what labels=ids means: mean over the N - 1 targets

@@ -63,6 +63,7 @@ Command add_init(CLI::App& app) {
     set("--heads", a->heads, cfg.heads);
     set("--kv-heads", a->kv_heads, cfg.kv_heads);
     set("--vocab", a->vocab, cfg.vocab);
+    if (cfg.pad_token_id >= cfg.vocab) cfg.pad_token_id = -1;  // (a preset's pad token past a smaller --vocab: none)
     if (c->count("--head-dim") > 0) {
       cfg.head_dim = a->head_dim;
     } else {

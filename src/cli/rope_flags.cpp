@@ -50,6 +50,14 @@ ModelConfig apply_rope_flags(const ModelConfig& cfg, const RopeFlags& f, const s
   if (!f.any()) return cfg;
   ModelConfig c = cfg;
   RopeConfig& r = c.rope;
+  // transformers' Phi3Config takes no scaling but longrope (it reads yarn as longrope, refuses the others)
+  OOMB_CHECK(c.arch != Arch::Phi3 || f.scaling.empty() || f.scaling == "none", "--rope-scaling {}: {} takes RoPE "
+             "scaling longrope only (transformers' Phi3Config reads yarn as longrope and refuses linear and llama3); "
+             "--rope-theta and --max-position-embeddings apply", f.scaling, model);
+  OOMB_CHECK(r.type != "longrope" || f.factor == 0 || f.scaling == "none" || (!f.scaling.empty() && f.scaling != r.type),
+             "--rope-factor: {}'s LongRoPE has a factor per frequency (short_factor, long_factor), not one; its "
+             "attention scaling follows max_position_embeddings over original_max_position_embeddings "
+             "(--max-position-embeddings)", model);
   bool scaled = false;  // the flags set a scaling's factor or length
   if (f.scaling == "none") {
     OOMB_CHECK(f.factor == 0 && f.original_max == 0, "--rope-scaling none: --rope-factor and --rope-original-max "

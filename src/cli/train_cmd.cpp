@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "model/rope.h"
 #include "cli/config_file.h"
 #include "cli/dist_flags.h"
 #include "cli/guards.h"
@@ -512,6 +513,7 @@ Command add_train(CLI::App& app) {
             OOMB_CHECK(!a->data.empty(), "--data is required with --model");
             bool rope_changed = false;
             const ModelConfig cfg = run_config(a->model, a->lora.dir, a->rope, std::cout, &rope_changed);
+            check_training_dropout(cfg, (std::filesystem::path(a->model) / "config.json").string());
             check_model_out("--out", a->out, cfg, a->force);
             check_model_out("--save-best", a->save_best, cfg, a->force);
             const int32_t eos = eos_of(*a, cfg);
@@ -596,6 +598,14 @@ Command add_train(CLI::App& app) {
             if (a->device == "cuda") std::cout << cuda_attention_summary(plan.precision == DType::BF16) << std::endl;
             if (const std::string note = rope_reach_note(cfg, o.seq_len); !note.empty() && !rope_changed)
               std::cout << note << std::endl;
+            if (const int64_t sw = rope_switch_length(cfg); sw > 0)  // LongRoPE: which table, and why
+              std::cout << fmt::format("LongRoPE: windows of {} tokens take the {} factors (past {} positions: long){}",
+                                       o.seq_len, o.seq_len > sw ? "long" : "short", sw,
+                                       a->doc_mask ? "; transformers would choose by the longest document's positions "
+                                                     "instead, the short ones where every document is within " +
+                                                         std::to_string(sw)
+                                                   : "")
+                        << std::endl;
             if (dist.size() > 1)  // the ranks' layout, once (rank 0 alone prints)
               std::cout << fmt::format("{} ranks ({}): --sp {} x --dp {}{}; each rank holds {} of every chunk's {} "
                                        "tokens, {} of {} heads and {} of {} kv heads in attention", dist.size(),

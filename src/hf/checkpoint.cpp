@@ -57,7 +57,8 @@ DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
       for (int64_t i = 0; i < n; ++i)
         if (!std::isfinite(bf16_to_f32(y[i]))) [[unlikely]]
           fail("{}: tensor '{}' holds {} at flat index {} of {}, beyond bf16's range (LoRA under --precision bf16 "
-               "holds the frozen base in bf16); use --precision fp32", dir.string(), s.name, x[i], i, n);
+               "holds the frozen base in bf16); use --precision fp32", dir.string(), name, x[i],
+               (part ? part->row0 * s.shape[1] : 0) + i, part ? part->fused_rows * s.shape[1] : n);
     }
     dtypes[t->dtype] += s.numel();
     used.insert(name);

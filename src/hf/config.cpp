@@ -196,6 +196,9 @@ RopeConfig parse_rope(const Reader& top, const ModelConfig& c) {
   OOMB_CHECK(rc.type == "default" || rc.type == "linear" || rc.type == "llama3" || rc.type == "yarn" ||
                  rc.type == "longrope",
              "unsupported rope_type '{}' in {} (supported: default, linear, llama3, yarn, longrope)", rc.type, top.src);
+  OOMB_CHECK(c.arch != Arch::Phi3 || rc.type == "default" || rc.type == "longrope", "config {}: Phi3ForCausalLM takes "
+             "rope_type default or longrope ('{}.rope_type' = '{}': transformers' Phi3Config refuses it)", top.src,
+             name, rc.type);
   const char* t = rc.type.c_str();
   // original_max_position_embeddings: transformers 5 lets a top-level field of that name win.
   auto orig = [&](int64_t def) {
@@ -250,23 +253,18 @@ RopeConfig parse_rope(const Reader& top, const ModelConfig& c) {
     };
     rc.short_factor = factors("short_factor");
     rc.long_factor = factors("long_factor");
-    // transformers' longrope reads the top-level original_max_position_embeddings only
-    OOMB_CHECK(!r.get("original_max_position_embeddings") || top.get("original_max_position_embeddings"),
-               "config {}: longrope takes original_max_position_embeddings at the top level of config.json "
-               "(transformers ignores '{}original_max_position_embeddings'); move it there", top.src, r.prefix);
+    // transformers 5 (standardize_rope_params): a top-level original_max_position_embeddings wins (Phi3Config
+    // always has one: 4096 by default), else the dict's, else max_position_embeddings; the factor is the
+    // dict's, else max_position_embeddings over that length
+    rc.original_max_position_embeddings =
+        c.arch == Arch::Phi3 && !top.get("original_max_position_embeddings") ? 4096 : orig(max_pos);
+    rc.factor_given = r.get("factor") != nullptr;
+    rc.factor = rc.factor_given ? r.pos_num("factor", 1.0)
+                                : double(max_pos) / double(rc.original_max_position_embeddings);
     if (r.get("attention_factor")) rc.attention_factor = r.num("attention_factor", 1.0);
-    if (top.get("original_max_position_embeddings")) {
-      rc.original_max_position_embeddings = top.size("original_max_position_embeddings", kMaxPositions);
-      rc.factor = double(max_pos) / double(rc.original_max_position_embeddings);
-    } else {  // the default attention_factor needs a factor
-      OOMB_CHECK(rc.attention_factor || r.get("factor"), "config {}: '{}' with rope_type 'longrope' needs "
-                 "'factor' or 'attention_factor' when there is no top-level original_max_position_embeddings",
-                 top.src, name);
-      rc.factor = r.get("factor") ? r.pos_num("factor", 1.0) : 1.0;
-    }
-    const int64_t L = rc.original_max_position_embeddings > 0 ? rc.original_max_position_embeddings : max_pos;
-    OOMB_CHECK(rc.attention_factor || rc.factor <= 1.0 || L > 1, "config {}: longrope's default attention_factor "
-               "divides by ln(original_max_position_embeddings) = ln 1 = 0; give 'attention_factor'", top.src);
+    OOMB_CHECK(rc.attention_factor || rc.factor <= 1.0 || rc.original_max_position_embeddings > 1, "config {}: "
+               "longrope's default attention_factor divides by ln(original_max_position_embeddings) = ln 1 = 0; give "
+               "'attention_factor'", top.src);
   }
   return rc;
 }
@@ -390,15 +388,24 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
       c.qk_norm = true;
     }
   }
-  // transformers trains with these dropouts; oomb has none (LoRA's aside), so it refuses rather than differ
-  for (const char* k : {"attention_dropout", "resid_pdrop", "embd_pdrop"})
-    OOMB_CHECK(r.num(k, 0.0) == 0.0, "config {}: field '{}' = {}: oomb trains without this dropout; set it to 0.0",
-               source, k, r.num(k, 0.0));
   parse_windows(r, j, c);
   check_partial_rotary(r);
   c.rope = parse_rope(r, c);
   c.raw = j;
   return c;
+}
+
+void check_training_dropout(const ModelConfig& c, const std::string& source) {
+  static const json kNone = json::object();
+  const Reader r{c.raw.is_object() ? c.raw : kNone, source, ""};
+  // attention_dropout: every family's attention in training; resid_pdrop: Phi3DecoderLayer's (its
+  // embd_pdrop is read by no layer of transformers' Phi-3)
+  for (const char* k : {"attention_dropout", "resid_pdrop"}) {
+    if (std::string(k) == "resid_pdrop" && c.arch != Arch::Phi3) continue;
+    const double p = r.num(k, 0.0);
+    OOMB_CHECK(p == 0.0, "config {}: field '{}' = {}: transformers would train with this dropout and oomb has none "
+               "(LoRA's aside); set it to 0.0 to train (evaluation and generation use no dropout)", source, k, p);
+  }
 }
 
 ModelConfig load_config(const std::filesystem::path& dir_or_file) {
@@ -485,13 +492,16 @@ nlohmann::json config_to_json(const ModelConfig& c) {
     return out;
   };
   json rs = nullptr;
-  if (r.type == "longrope") {  // its factor and original_max_position_embeddings as the file has them
+  if (r.type == "longrope") {  // its factor as the file has it: given, or following the lengths
     rs = unknown_keys(j.value("rope_scaling", json()));
     rs["rope_type"] = r.type;
     rs["short_factor"] = r.short_factor;
     rs["long_factor"] = r.long_factor;
-    if (r.original_max_position_embeddings > 0) j["original_max_position_embeddings"] = r.original_max_position_embeddings;
-    else rs["factor"] = r.factor;
+    if (c.arch == Arch::Phi3 || j.contains("original_max_position_embeddings"))  // (the top-level one wins)
+      j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+    else
+      rs["original_max_position_embeddings"] = r.original_max_position_embeddings;
+    if (r.factor_given) rs["factor"] = r.factor;
     if (r.attention_factor) rs["attention_factor"] = *r.attention_factor;
   } else if (r.type != "default") {
     rs = unknown_keys(j.value("rope_scaling", json()));

@@ -23,10 +23,11 @@ struct RopeConfig {
   std::optional<double> mscale, mscale_all_dim;  // yarn
   bool truncate = true;                     // yarn
   // longrope: per-frequency divisors (head_dim / 2 each), the short ones for a sequence of at most
-  // original_max_position_embeddings positions (the top-level field; absent: max_position_embeddings),
-  // the long ones past it; factor is max_position_embeddings / original_max_position_embeddings when
-  // that is given, else the dict's own (used only for the default attention_factor).
+  // original_max_position_embeddings positions (always set: as transformers 5 resolves it), the long
+  // ones past it; factor (only for the default attention_factor) is the dict's when factor_given, else
+  // max_position_embeddings / original_max_position_embeddings.
   std::vector<double> short_factor, long_factor;
+  bool factor_given = false;
 };
 
 struct ModelConfig {
@@ -67,6 +68,9 @@ Arch arch_from_model_type(const std::string& model_type);  // llama | qwen2 | qw
 
 // Parses config.json content; `source` (a path) names the file in every error.
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source);
+// Training refuses a config whose transformers training would drop out (attention_dropout, Phi-3's
+// resid_pdrop), naming the field; `source` names the file.
+void check_training_dropout(const ModelConfig& c, const std::string& source);
 // Reads DIR/config.json (or the file itself when given a file).
 ModelConfig load_config(const std::filesystem::path& dir_or_file);
 // A config.json for `c` (fields as transformers writes them), merged over c.raw.

@@ -60,11 +60,17 @@ std::vector<SaveTensor> fuse_for_save(const ModelConfig& c, std::span<const Save
       out.push_back(t);
       continue;
     }
-    if (part->row0 != 0) continue;  // joined at the group's first part
     std::string prefix, rest;
     split_layer_name(t.name, prefix, rest);
-    const Group& g = *std::find_if(std::begin(kGroups), std::end(kGroups),
-                                   [&](const Group& x) { return rest == std::string(x.parts[0]) + ".weight"; });
+    const Group& g = *std::find_if(std::begin(kGroups), std::end(kGroups), [&](const Group& x) {
+      return std::any_of(std::begin(x.parts), std::end(x.parts),
+                         [&](const char* p) { return p && rest == std::string(p) + ".weight"; });
+    });
+    if (part->row0 != 0) {  // joined at the group's first part, which must be there
+      OOMB_CHECK(by_name.count(prefix + g.parts[0] + ".weight"), "save: '{}' needs '{}{}.weight' beside '{}'",
+                 part->fused, prefix, g.parts[0], t.name);
+      continue;
+    }
     std::vector<const SaveTensor*> parts;
     for (const char* p : g.parts) {
       if (!p) break;

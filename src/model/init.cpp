@@ -4,6 +4,7 @@
 #include "hf/safetensors.h"
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <numeric>
@@ -66,7 +67,7 @@ const std::vector<Preset>& presets() {
       {"llama-3.1-70b", [] { return llama31(make(Arch::Llama, 8192, 28672, 80, 64, 8, 128256, false, 500000, 1e-5, 131072)); }},
       // Phi-3 (fused q/k/v and gate/up in the files): Phi-3-mini-4k-instruct's and Phi-4's shapes
       {"phi-3-mini-4k", [] { return phi3(make(Arch::Phi3, 3072, 8192, 32, 32, 32, 32064, false, 10000, 1e-5, 4096), 32000, 2047); }},
-      {"phi-4", [] { return phi3(make(Arch::Phi3, 5120, 17920, 40, 40, 10, 100352, false, 250000, 1e-5, 16384), -1, 0); }},
+      {"phi-4", [] { return phi3(make(Arch::Phi3, 5120, 17920, 40, 40, 10, 100352, false, 250000, 1e-5, 16384), 100349, 0); }},
   };
   return p;
 }
@@ -140,6 +141,9 @@ void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, 
   Buffer out(Tier::Host, Tag::Weights, size_t(total) * dtype_size(dtype));
   auto dst = [&](const ParamSpec& s) { return out.as<char>() + size_t(s.offset) * dtype_size(dtype); };
   each_tensor(specs, [&](size_t i) { fill_as(specs[i], seed, std, dtype, dst(specs[i])); });
+  if (c.pad_token_id >= 0)  // transformers' _init_weights zeroes nn.Embedding's padding_idx row
+    std::memset(dst(specs.front()) + size_t(c.pad_token_id * c.hidden) * dtype_size(dtype), 0,
+                size_t(c.hidden) * dtype_size(dtype));
   std::vector<SaveTensor> tensors;
   for (const auto& s : specs) tensors.push_back({s.name, dtype, s.shape, dst(s)});
   save_model_tensors(dir, c, tensors, dtype);

@@ -20,9 +20,9 @@
 //            mscale(s, m) = s <= 1 ? 1 : 0.1 m ln(s) + 1;
 //            attention_scaling = attention_factor if given, else mscale(f, mscale) / mscale(f, mscale_all_dim)
 //            when both are given and non-zero, else mscale(f, 1).
-//   longrope: L = the top-level original_max_position_embeddings (absent: max_position_embeddings);
-//            e = long_factor when the sequence's length > L, else short_factor (fl() each);
-//            inv_i = 1 / fl(e_i p_i);  f = max_position_embeddings / L when L is given, else factor;
+//   longrope: L = original_max_position_embeddings (the top-level one, Phi-3's 4096 when absent; else the
+//            dict's; else max_position_embeddings), e = long_factor when the sequence's length > L, else
+//            short_factor (fl() each); inv_i = 1 / fl(e_i p_i);  f = factor, else max_position_embeddings / L;
 //            attention_scaling = attention_factor if given, else f <= 1 ? 1 : sqrt(1 + ln f / ln L).
 //
 // Precision, mirrored from the torch code: every tensor op there is float32 with its own rounding, and
@@ -53,9 +53,7 @@ double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m *
 }  // namespace
 
 int64_t rope_switch_length(const ModelConfig& c) {
-  if (c.rope.type != "longrope") return 0;
-  return c.rope.original_max_position_embeddings > 0 ? c.rope.original_max_position_embeddings
-                                                     : c.max_position_embeddings;
+  return c.rope.type == "longrope" ? c.rope.original_max_position_embeddings : 0;
 }
 
 std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling, int64_t length) {

@@ -13,8 +13,8 @@ namespace oomb {
 std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling, int64_t length = 0);
 
 // longrope: the longest sequence its short factors serve (transformers: seq_len = max(position_ids) + 1
-// above it takes the long ones): the top-level original_max_position_embeddings, else
-// max_position_embeddings. 0 for every other rope_type (one table at any length).
+// above it takes the long ones): its original_max_position_embeddings. 0 for every other rope_type (one
+// table at any length).
 int64_t rope_switch_length(const ModelConfig& c);
 
 }  // namespace oomb

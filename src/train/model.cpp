@@ -463,8 +463,8 @@ void Model::decode(const int32_t* ids, int64_t n, float* out) {
              plan_.chunk);
   OOMB_CHECK(decoded_ + n <= decode_max_, "generate: {} tokens exceed the {} the sequence was begun with",
              decoded_ + n, decode_max_);
-  if (rope_switch_ > 0 && decoded_ > 0 && decoded_ <= rope_switch_ && decoded_ + n > rope_switch_) {
-    // longrope: past the switch every position takes the long factors, the cached ones too
+  if (redecode_at_switch() && decoded_ > 0 && decoded_ <= rope_switch_ && decoded_ + n > rope_switch_) {
+    // Phi-3's longrope: past the switch every position takes the long factors, the cached ones too
     std::vector<int32_t> all = std::move(decode_ids_);
     all.insert(all.end(), ids, ids + n);
     const int64_t max_tokens = decode_max_, C = plan_.chunk, total = int64_t(all.size());
@@ -472,6 +472,7 @@ void Model::decode(const int32_t* ids, int64_t n, float* out) {
     begin_decode(max_tokens);
     use_rope_for(total);
     for (int64_t i = 0; i < total; i += C) decode_step(all.data() + i, std::min(C, total - i), out);
+    decode_ids_.clear();  // (past the switch: never needed again)
     return;
   }
   use_rope_for(decoded_ + n);
@@ -479,7 +480,7 @@ void Model::decode(const int32_t* ids, int64_t n, float* out) {
 }
 
 void Model::decode_step(const int32_t* ids, int64_t n, float* out) {
-  if (rope_switch_ > 0) decode_ids_.insert(decode_ids_.end(), ids, ids + n);
+  if (redecode_at_switch() && decoded_ + n <= rope_switch_) decode_ids_.insert(decode_ids_.end(), ids, ids + n);
   const ChunkSpan c{decoded_, decoded_ + n};
   const ChunkReader read = [&](int64_t t0, int64_t k, int32_t* i, int32_t* t) {
     std::memcpy(i, ids + (t0 - c.begin), size_t(k) * 4);

@@ -99,9 +99,10 @@ class Model {
 
   // Incremental decoding (oomb generate): the K/V of a growing sequence of at most max_tokens stay
   // in the cache between calls. decode appends tokens [length(), length() + n) (n <= C) and writes
-  // the logits of the last one to out (V), host memory, fp32. Under longrope the sequence that first
-  // grows past its switch length is decoded again from its start with the long factors (as
-  // transformers' Phi-3 drops its cache there).
+  // the logits of the last one to out (V), host memory, fp32. Under longrope the tokens past its
+  // switch length take the long factors; on Phi-3 the sequence that first grows past it is decoded
+  // again from its start with them (transformers' Phi3ForCausalLM drops its cache there; its other
+  // models keep the cached keys of the short factors, and so does oomb).
   void begin_decode(int64_t max_tokens);
   void decode(const int32_t* ids, int64_t n, float* out);
   int64_t decoded() const { return decoded_; }
@@ -207,7 +208,9 @@ class Model {
   std::vector<int64_t> bottom_up_, top_down_;  // layer orders of the passes
   std::vector<int64_t> cache_up_, cache_down_;  // the same over the cache's layers (K head groups per layer)
   int64_t decoded_ = 0, decode_max_ = 0;      // incremental decoding: tokens so far, capacity
-  std::vector<int32_t> decode_ids_;           // longrope: the tokens so far, decoded again when the table changes
+  // Phi-3's longrope: the tokens so far (at most the switch length), decoded again when the table changes
+  std::vector<int32_t> decode_ids_;
+  bool redecode_at_switch() const { return rope_switch_ > 0 && cfg_.arch == Arch::Phi3; }
   void decode_step(const int32_t* ids, int64_t n, float* out);
   Buffer logits_tile_;  // logits of one vocabulary tile: (C, Vt) in logits(), (1, Vt) decoding (tag workspace)
 };

@@ -422,12 +422,16 @@ def parse_rope(path, d, c):
             v = p.get(key, None)
             if not isinstance(v, list) or len(v) != c.head_dim // 2:
                 fail(f"{path}: field '{src}.{key}' must be a list of {c.head_dim // 2} numbers, got {v!r}")
+        # transformers 5's standardize_rope_params: a top-level original_max_position_embeddings wins
+        # (Phi3Config has one whatever the file says: 4096 by default), else the dict's, else
+        # max_position_embeddings; _compute_longrope_parameters: the dict's factor, else max over that
         top = d.get("original_max_position_embeddings", None)
-        if top is not None:
-            p["switch"] = top
-            p["factor"] = c.max_pos / top
-        else:
-            p["switch"] = c.max_pos
+        if top is None and c.family == "phi3":
+            top = 4096
+        orig = top if top is not None else p.get("original_max_position_embeddings", None) or c.max_pos
+        p["switch"] = orig
+        if p.get("factor", None) is None:
+            p["factor"] = c.max_pos / orig
     elif rtype == "linear":
         need("factor")
     elif rtype == "llama3":
