@@ -477,6 +477,39 @@ TEST(Config, LongRopeLengthsAndFactor) {
   EXPECT_EQ(c.rope.original_max_position_embeddings, 16);
   EXPECT_EQ(c.rope.factor, 8.0);
   expect_same(c, parse_config(config_to_json(c), "l_out2"));
+  // a Phi-3's LongRoPE is written as transformers 4.x's Phi3Config takes it: type, short_factor, long_factor
+  json written = config_to_json(parse_config(phi35(), "p"))["rope_scaling"];
+  EXPECT_EQ(written.size(), 3u);
+  EXPECT_EQ(written["type"], "longrope");
+}
+
+// transformers reads `rope_scaling or rope_parameters`: an empty rope_scaling is none, and the dict not
+// read leaves nothing behind in what oomb writes
+TEST(Config, RopeDictTransformersReads) {
+  json l = small();
+  l["rope_scaling"] = json::object();
+  l["rope_parameters"] = {{"rope_type", "longrope"}, {"short_factor", json::array({1, 1, 1, 1, 1, 1, 1, 1})},
+                          {"long_factor", json::array({2, 2, 2, 2, 2, 2, 2, 2})}};
+  EXPECT_EQ(parse_config(l, "l").rope.type, "longrope");
+  json d = small();
+  d["rope_scaling"] = {{"rope_type", "default"}};
+  d["rope_parameters"] = {{"partial_rotary_factor", 0.5}};  // not read: rope_scaling is
+  const ModelConfig c = parse_config(d, "d");
+  const json out = config_to_json(c);
+  EXPECT_FALSE(out["rope_parameters"].contains("partial_rotary_factor"));
+  expect_same(c, parse_config(out, "d_out"));
+}
+
+// the tables are float32, as transformers keeps them: a value that overflows there is refused
+TEST(ConfigErrors, RopeBeyondFloat32) {
+  json l = small();
+  l["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", json::array({1, 1, 1, 1, 1, 1, 1, 1})},
+                       {"long_factor", json::array({2, 2, 2, 2, 2, 2, 2, 2})}, {"attention_factor", 1.5e99}};
+  expect_error(l, "gives a non-finite attention scaling in float32");
+  l["rope_scaling"].erase("attention_factor");
+  l["rope_scaling"]["short_factor"][2] = 1e-45;
+  expect_error(l, "gives a non-finite inverse frequency in float32");
+  expect_error(with(small(), "rope_theta", 1e-300), "gives a non-finite inverse frequency in float32");
 }
 
 TEST(Config, Yarn) {

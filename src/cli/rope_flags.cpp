@@ -56,8 +56,8 @@ ModelConfig apply_rope_flags(const ModelConfig& cfg, const RopeFlags& f, const s
              "--rope-theta and --max-position-embeddings apply", f.scaling, model);
   OOMB_CHECK(r.type != "longrope" || f.factor == 0 || f.scaling == "none" || (!f.scaling.empty() && f.scaling != r.type),
              "--rope-factor: {}'s LongRoPE has a factor per frequency (short_factor, long_factor), not one; its "
-             "attention scaling follows max_position_embeddings over original_max_position_embeddings "
-             "(--max-position-embeddings)", model);
+             "attention scaling follows its factor, or without one max_position_embeddings over "
+             "original_max_position_embeddings (--max-position-embeddings)", model);
   bool scaled = false;  // the flags set a scaling's factor or length
   if (f.scaling == "none") {
     OOMB_CHECK(f.factor == 0 && f.original_max == 0, "--rope-scaling none: --rope-factor and --rope-original-max "
@@ -68,7 +68,7 @@ ModelConfig apply_rope_flags(const ModelConfig& cfg, const RopeFlags& f, const s
                r.type == "default" ? std::string("no scaling") : fmt::format("{} scaling, factor {}", r.type, r.factor));
     RopeConfig n{.type = f.scaling, .theta = r.theta};
     if (scales_from(f.scaling))
-      n.original_max_position_embeddings = scales_from(r.type) && r.original_max_position_embeddings > 0
+      n.original_max_position_embeddings = (scales_from(r.type) || r.type == "longrope") && r.original_max_position_embeddings > 0
                                                ? r.original_max_position_embeddings
                                                : original_of(c);
     r = n;

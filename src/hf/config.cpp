@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/rope.h"
 
 namespace oomb {
 namespace {
@@ -159,6 +160,13 @@ const ArchInfo& detect_arch(const Reader& r) {
   return by_arch ? *by_arch : *by_type;
 }
 
+// The RoPE dict transformers reads: rope_scaling unless null or empty, else rope_parameters.
+const char* rope_dict_key(const json& j) {
+  const auto it = j.find("rope_scaling");
+  const bool none = it == j.end() || it->is_null() || (it->is_object() && it->empty());
+  return none ? "rope_parameters" : "rope_scaling";
+}
+
 void check_partial_rotary(const Reader& r) {
   double f = r.num("partial_rotary_factor", 1.0);
   OOMB_CHECK(f == 1.0, "config {}: field '{}partial_rotary_factor' = {} is not supported (only 1.0: RoPE "
@@ -171,9 +179,9 @@ void check_partial_rotary(const Reader& r) {
 RopeConfig parse_rope(const Reader& top, const ModelConfig& c) {
   const int64_t max_pos = c.max_position_embeddings;
   RopeConfig rc;
-  const json* dict = top.get("rope_scaling");
-  std::string name = "rope_scaling";
-  if (!dict && top.get("rope_parameters")) dict = top.get("rope_parameters"), name = "rope_parameters";
+  // `rope_scaling or rope_parameters`: an empty rope_scaling is none
+  std::string name = rope_dict_key(top.o);
+  const json* dict = top.get(name.c_str());
   if (dict && !dict->is_object()) top.bad(name.c_str(), "an object or null", *dict);
   static const json kEmpty = json::object();
   Reader r{dict ? *dict : kEmpty, top.src, name + "."};
@@ -391,6 +399,14 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   parse_windows(r, j, c);
   check_partial_rotary(r);
   c.rope = parse_rope(r, c);
+  // the tables in float32, as transformers keeps them: a value past float32's range is refused here
+  for (const int64_t length : {int64_t(0), rope_switch_length(c) + 1}) {
+    float att = 0;
+    const std::vector<float> inv = rope_inv_freq(c, &att, length);
+    OOMB_CHECK(std::isfinite(att) && std::all_of(inv.begin(), inv.end(), [](float v) { return std::isfinite(v); }),
+               "config {}: its RoPE ({}, rope_theta {}) gives a non-finite {} in float32", source, c.rope.type,
+               c.rope.theta, std::isfinite(att) ? "inverse frequency" : "attention scaling");
+  }
   c.raw = j;
   return c;
 }
@@ -491,10 +507,15 @@ nlohmann::json config_to_json(const ModelConfig& c) {
         if (!v.is_object() && std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) out[k] = v;
     return out;
   };
+  // the other keys of the dict the RoPE was read from, into both dicts written (so that either, read
+  // back, gives them again); none beside a Phi-3's LongRoPE, which transformers 4.x takes as three keys
+  const bool phi3_longrope = c.arch == Arch::Phi3 && r.type == "longrope";
+  const json extras = phi3_longrope ? json::object() : unknown_keys(j.value(rope_dict_key(j), json()));
   json rs = nullptr;
   if (r.type == "longrope") {  // its factor as the file has it: given, or following the lengths
-    rs = unknown_keys(j.value("rope_scaling", json()));
-    rs["rope_type"] = r.type;
+    // (transformers 4.x's Phi3Config takes a rope_scaling of exactly type, short_factor and long_factor)
+    rs = extras;
+    rs[phi3_longrope ? "type" : "rope_type"] = r.type;
     rs["short_factor"] = r.short_factor;
     rs["long_factor"] = r.long_factor;
     if (c.arch == Arch::Phi3 || j.contains("original_max_position_embeddings"))  // (the top-level one wins)
@@ -504,7 +525,7 @@ nlohmann::json config_to_json(const ModelConfig& c) {
     if (r.factor_given) rs["factor"] = r.factor;
     if (r.attention_factor) rs["attention_factor"] = *r.attention_factor;
   } else if (r.type != "default") {
-    rs = unknown_keys(j.value("rope_scaling", json()));
+    rs = extras;
     rs["rope_type"] = r.type;
     rs["factor"] = r.factor;
     if (r.type == "llama3") {
@@ -528,7 +549,7 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   j["rope_theta"] = r.theta;
   j["rope_scaling"] = rs;
   if (j.contains("rope_parameters")) {  // keep transformers 5's form too, in step with the classic one
-    json rp = unknown_keys(j["rope_parameters"]);
+    json rp = extras;
     if (rs.is_object()) rp.update(rs);
     rp["rope_type"] = r.type;
     rp["rope_theta"] = r.theta;

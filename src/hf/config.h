@@ -76,7 +76,8 @@ ModelConfig load_config(const std::filesystem::path& dir_or_file);
 // A config.json for `c` (fields as transformers writes them), merged over c.raw.
 nlohmann::json config_to_json(const ModelConfig& c);
 // The RoPE part of config_to_json(c): rope_theta, rope_scaling, max_position_embeddings, and
-// rope_parameters and a top-level original_max_position_embeddings where c.raw has them.
+// rope_parameters and a top-level original_max_position_embeddings where config_to_json writes them
+// (c.raw has them, or a Phi-3's LongRoPE).
 nlohmann::json rope_json(const ModelConfig& c);
 // c with the RoPE of a rope_json (its keys replace c's; the RoPE keys it lacks are dropped), read
 // back as config.json would be; `source` names it in errors.

@@ -314,6 +314,8 @@ def load_config(model_dir):
              f"'num_key_value_heads' ({c.n_kv})")
     c.tied = _bool(path, d, "tie_word_embeddings", False)
     c.max_pos = _num(path, d, "max_position_embeddings", required=False)
+    if c.max_pos is None and fam == "phi3":
+        c.max_pos = 4096  # Phi3Config's default
     hidden_act = d.get("hidden_act", "silu")
     if hidden_act not in ("silu", "swish"):
         fail(f"{path}: field 'hidden_act' = {hidden_act!r} unsupported (only silu)")
