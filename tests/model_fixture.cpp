@@ -57,6 +57,26 @@ int64_t frozen_bf16_bytes(const ModelConfig& cfg) {
   return at;
 }
 
+std::string hf_tensor_of(const ModelConfig& cfg, const std::string& name, int64_t& row0, int64_t& total) {
+  row0 = 0, total = -1;
+  if (cfg.arch != Arch::Phi3) return name;
+  const int64_t qd = cfg.heads * cfg.head_dim, kd = cfg.kv_heads * cfg.head_dim, I = cfg.intermediate;
+  const struct {
+    const char *part, *fused;
+    int64_t row0, total;
+  } kParts[] = {{"self_attn.q_proj.weight", "self_attn.qkv_proj.weight", 0, qd + 2 * kd},
+                {"self_attn.k_proj.weight", "self_attn.qkv_proj.weight", qd, qd + 2 * kd},
+                {"self_attn.v_proj.weight", "self_attn.qkv_proj.weight", qd + kd, qd + 2 * kd},
+                {"mlp.gate_proj.weight", "mlp.gate_up_proj.weight", 0, 2 * I},
+                {"mlp.up_proj.weight", "mlp.gate_up_proj.weight", I, 2 * I}};
+  for (const auto& p : kParts)
+    if (name.ends_with(p.part)) {
+      row0 = p.row0, total = p.total;
+      return name.substr(0, name.size() - std::string(p.part).size()) + p.fused;
+    }
+  return name;
+}
+
 std::vector<float> host_grads(Model& m) {
   std::vector<float> g(static_cast<size_t>(m.grads().flat().numel()));
   m.backend().copy(g.data(), Tier::Host, m.grads().flat().data, m.grads().flat().tier, g.size() * 4);

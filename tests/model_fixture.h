@@ -28,6 +28,11 @@ void load_for_training(Model& m, const std::filesystem::path& dir);
 int64_t frozen_bf16_bytes(const ModelConfig& cfg);
 // m's gradients, copied to the host.
 std::vector<float> host_grads(Model& m);
+
+// Phi-3: the checkpoint tensor that holds the engine's parameter `name` (qkv_proj = [q; k; v] rows,
+// gate_up_proj = [gate; up]), its first row there in row0 and its rows in total; written out here, not
+// taken from hf/fused_projections (the code under test). Any other name is its own (total = -1).
+std::string hf_tensor_of(const ModelConfig& cfg, const std::string& name, int64_t& row0, int64_t& total);
 // One forward and backward of ids/targets on a fresh model of dir on `be`: the mean loss and every
 // gradient (host copy); every page is returned afterwards (checked).
 struct StepResult {

@@ -12,6 +12,7 @@
 #include "hf/checkpoint.h"
 #include "train/model.h"
 #include "hf/safetensors.h"
+#include "model_fixture.h"
 #include "test_util.h"
 
 using namespace oomb;
@@ -37,27 +38,13 @@ double rel(const std::vector<float>& a, const std::vector<double>& b) {
 
 class HfGolden : public ::testing::TestWithParam<const char*> {};
 
-// transformers' gradient of the parameter s: its own, or (Phi-3) its rows of the fused qkv_proj
-// ([q; k; v]) or gate_up_proj ([gate; up])
+// transformers' gradient of the parameter s: its own, or (Phi-3) its rows of the fused tensor
 std::vector<double> hf_grad(const SafetensorsFile& ref, const ModelConfig& cfg, const ParamSpec& s) {
-  if (cfg.arch != Arch::Phi3) return f64(ref, "grad/" + s.name);
-  const int64_t qd = cfg.heads * cfg.head_dim, kd = cfg.kv_heads * cfg.head_dim, I = cfg.intermediate;
-  const struct {
-    const char *part, *fused;
-    int64_t row0;
-  } kParts[] = {{"self_attn.q_proj.weight", "self_attn.qkv_proj.weight", 0},
-                {"self_attn.k_proj.weight", "self_attn.qkv_proj.weight", qd},
-                {"self_attn.v_proj.weight", "self_attn.qkv_proj.weight", qd + kd},
-                {"mlp.gate_proj.weight", "mlp.gate_up_proj.weight", 0},
-                {"mlp.up_proj.weight", "mlp.gate_up_proj.weight", I}};
-  for (const auto& p : kParts)
-    if (s.name.ends_with(p.part)) {
-      const std::vector<double> whole =
-          f64(ref, "grad/" + s.name.substr(0, s.name.size() - std::string(p.part).size()) + p.fused);
-      const auto first = whole.begin() + p.row0 * s.shape[1];
-      return std::vector<double>(first, first + s.numel());
-    }
-  return f64(ref, "grad/" + s.name);
+  int64_t row0, total;
+  const std::vector<double> whole = f64(ref, "grad/" + hf_tensor_of(cfg, s.name, row0, total));
+  if (total < 0) return whole;
+  const auto first = whole.begin() + row0 * s.shape[1];
+  return std::vector<double>(first, first + s.numel());
 }
 
 }  // namespace

@@ -43,29 +43,6 @@ void write_random_adapter(const std::filesystem::path& dir, const ModelConfig& c
   save_adapter(dir / "adapter", cfg, c.lora, t, (dir / "model").string());
 }
 
-// Phi-3: the oracle differentiates the checkpoint's fused tensors (qkv_proj = [q; k; v] rows,
-// gate_up_proj = [gate; up]); the engine's parameter `name` is rows [row0, row0 + its rows) of the one
-// returned. Any other name is its own.
-std::string oracle_name(const ModelConfig& cfg, const std::string& name, int64_t& row0, int64_t& total) {
-  row0 = 0, total = -1;
-  if (cfg.arch != Arch::Phi3) return name;
-  const int64_t qd = cfg.heads * cfg.head_dim, kd = cfg.kv_heads * cfg.head_dim, I = cfg.intermediate;
-  const struct {
-    const char *part, *fused;
-    int64_t row0, total;
-  } kParts[] = {{"self_attn.q_proj.weight", "self_attn.qkv_proj.weight", 0, qd + 2 * kd},
-                {"self_attn.k_proj.weight", "self_attn.qkv_proj.weight", qd, qd + 2 * kd},
-                {"self_attn.v_proj.weight", "self_attn.qkv_proj.weight", qd + kd, qd + 2 * kd},
-                {"mlp.gate_proj.weight", "mlp.gate_up_proj.weight", 0, 2 * I},
-                {"mlp.up_proj.weight", "mlp.gate_up_proj.weight", I, 2 * I}};
-  for (const auto& p : kParts)
-    if (name.ends_with(p.part)) {
-      row0 = p.row0, total = p.total;
-      return name.substr(0, name.size() - std::string(p.part).size()) + p.fused;
-    }
-  return name;
-}
-
 void check_against_oracle(const Case& c) {
   SCOPED_TRACE(c.name);
   const auto dir = temp_dir("_" + c.name);
@@ -119,7 +96,7 @@ void check_against_oracle(const Case& c) {
   for (const ParamSpec& s : model.grads().specs()) {
     std::vector<float> want(static_cast<size_t>(s.numel()));
     int64_t row0, total;
-    const std::string name = oracle_name(loaded, s.name, row0, total);
+    const std::string name = hf_tensor_of(loaded, s.name, row0, total);  // (Phi-3: the oracle's are the fused)
     read.insert(name);
     if (total < 0) {
       ref.read_f32("grad." + name, want.data(), s.shape);

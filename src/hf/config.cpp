@@ -416,8 +416,7 @@ void check_training_dropout(const ModelConfig& c, const std::string& source) {
   const Reader r{c.raw.is_object() ? c.raw : kNone, source, ""};
   // attention_dropout: every family's attention in training; resid_pdrop: Phi3DecoderLayer's (its
   // embd_pdrop is read by no layer of transformers' Phi-3)
-  for (const char* k : {"attention_dropout", "resid_pdrop"}) {
-    if (std::string(k) == "resid_pdrop" && c.arch != Arch::Phi3) continue;
+  for (const char* k : {"attention_dropout", c.arch == Arch::Phi3 ? "resid_pdrop" : "attention_dropout"}) {
     const double p = r.num(k, 0.0);
     OOMB_CHECK(p == 0.0, "config {}: field '{}' = {}: transformers would train with this dropout and oomb has none "
                "(LoRA's aside); set it to 0.0 to train (evaluation and generation use no dropout)", source, k, p);

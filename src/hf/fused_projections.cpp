@@ -1,6 +1,5 @@
 #include "hf/fused_projections.h"
 
-#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -38,12 +37,13 @@ std::optional<FusedPart> fused_part(const ModelConfig& c, const std::string& nam
   if (!c.fused_projections() || !split_layer_name(name, prefix, rest)) return std::nullopt;
   for (const Group& g : kGroups) {
     const std::vector<int64_t> rows = part_rows(c, g);
-    int64_t row0 = 0, total = 0;
-    for (int64_t r : rows) total += r;
+    FusedPart f{prefix + g.fused + ".weight"};
     for (size_t i = 0; i < rows.size(); ++i) {
-      if (rest == std::string(g.parts[i]) + ".weight") return FusedPart{prefix + g.fused + ".weight", row0, rows[i], total};
-      row0 += rows[i];
+      f.parts.push_back(prefix + g.parts[i] + ".weight");
+      if (f.parts.back() == name) f.row0 = f.fused_rows, f.rows = rows[i];
+      f.fused_rows += rows[i];
     }
+    if (f.rows > 0) return f;
   }
   return std::nullopt;
 }
@@ -60,50 +60,42 @@ std::vector<SaveTensor> fuse_for_save(const ModelConfig& c, std::span<const Save
       out.push_back(t);
       continue;
     }
-    std::string prefix, rest;
-    split_layer_name(t.name, prefix, rest);
-    const Group& g = *std::find_if(std::begin(kGroups), std::end(kGroups), [&](const Group& x) {
-      return std::any_of(std::begin(x.parts), std::end(x.parts),
-                         [&](const char* p) { return p && rest == std::string(p) + ".weight"; });
-    });
+    auto need = [&](const std::string& p) -> const SaveTensor& {
+      const auto it = by_name.find(p);
+      OOMB_CHECK(it != by_name.end(), "save: '{}' needs '{}' beside '{}'", part->fused, p, t.name);
+      return *it->second;
+    };
     if (part->row0 != 0) {  // joined at the group's first part, which must be there
-      OOMB_CHECK(by_name.count(prefix + g.parts[0] + ".weight"), "save: '{}' needs '{}{}.weight' beside '{}'",
-                 part->fused, prefix, g.parts[0], t.name);
+      need(part->parts.front());
       continue;
     }
-    std::vector<const SaveTensor*> parts;
-    for (const char* p : g.parts) {
-      if (!p) break;
-      auto it = by_name.find(prefix + p + ".weight");
-      OOMB_CHECK(it != by_name.end(), "save: '{}' needs '{}{}.weight' beside '{}'", part->fused, prefix, p, t.name);
-      parts.push_back(it->second);
-    }
     const size_t es = dtype_size(t.dtype);
-    const int64_t cols = t.shape.at(1);
-    bool adjacent = true;
-    for (size_t i = 1; i < parts.size(); ++i) {
-      const SaveTensor& a = *parts[i - 1];
-      adjacent = adjacent && parts[i]->dtype == t.dtype && parts[i]->shape.at(1) == cols &&
-                 static_cast<const char*>(a.data) + size_t(a.shape[0] * cols) * es == parts[i]->data;
-    }
+    const int64_t cols = t.shape.size() == 2 ? t.shape[1] : -1;
+    std::vector<const SaveTensor*> parts;
     int64_t rows = 0;
-    for (const SaveTensor* p : parts) rows += p->shape.at(0);
+    bool adjacent = true;  // each part's bytes right after the one before: joined in place
+    for (const std::string& p : part->parts) {
+      const SaveTensor& s = need(p);
+      OOMB_CHECK(s.dtype == t.dtype && s.shape.size() == 2 && s.shape[1] == cols, "save: '{}' and '{}' do not join "
+                 "into '{}'", t.name, s.name, part->fused);
+      adjacent = adjacent && static_cast<const char*>(t.data) + size_t(rows * cols) * es == s.data;
+      parts.push_back(&s);
+      rows += s.shape[0];
+    }
     OOMB_CHECK(rows == part->fused_rows, "save: '{}' would have {} rows, the config makes it {}", part->fused, rows,
                part->fused_rows);
     const void* data = t.data;
     if (!adjacent) {
-      storage.emplace_back(Tier::Host, Tag::IO, size_t(part->fused_rows * cols) * es);
+      storage.emplace_back(Tier::Host, Tag::IO, size_t(rows * cols) * es);
       char* dst = storage.back().as<char>();
       for (const SaveTensor* p : parts) {
-        OOMB_CHECK(p->dtype == t.dtype && p->shape.size() == 2 && p->shape[1] == cols, "save: '{}' and '{}' do not "
-                   "join into '{}'", t.name, p->name, part->fused);
         const size_t bytes = size_t(p->shape[0] * cols) * es;
         std::memcpy(dst, p->data, bytes);
         dst += bytes;
       }
       data = storage.back().data();
     }
-    out.push_back({part->fused, t.dtype, {part->fused_rows, cols}, data});
+    out.push_back({part->fused, t.dtype, {rows, cols}, data});
   }
   return out;
 }

@@ -17,6 +17,7 @@ namespace oomb {
 struct FusedPart {
   std::string fused;
   int64_t row0 = 0, rows = 0, fused_rows = 0;
+  std::vector<std::string> parts;  // every part's name, in the fused tensor's row order
 };
 std::optional<FusedPart> fused_part(const ModelConfig& c, const std::string& name);
 
