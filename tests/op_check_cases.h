@@ -86,10 +86,15 @@ inline std::vector<BadCall> bad_calls() {
     Tensor dx = t(D::F32, {2, 3}), dw = t(D::F32, {3});
     t.be.rmsnorm_bwd(t(D::F32, {2, 3}), t(D::F32, {3}), t(D::F32, {5}), t(D::F32, {2, 3}), dx, false, dw);
   });
-  add("rope_fwd: head dim 3 must be even", [](OpMemory& t) {
+  add("rope_fwd: rotary dims 3 must be even, positive and at most the head dim 3", [](OpMemory& t) {
     const float inv[2] = {1.0f, 0.5f};
     Tensor x = t(D::F32, {2, 1, 3});
     t.be.rope_fwd(x, t(D::I32, {2}), RopeTable{inv, 1.0f});
+  });
+  add("rope_bwd: rotary dims 6 must be even, positive and at most the head dim 4", [](OpMemory& t) {
+    const float inv[3] = {1.0f, 0.5f, 0.25f};
+    Tensor x = t(D::F32, {2, 1, 4});
+    t.be.rope_bwd(x, t(D::I32, {2}), RopeTable{inv, 1.0f, 6});
   });
   add("rope_bwd: pos must be (2) i32, got (3)", [](OpMemory& t) {
     const float inv[2] = {1.0f, 0.5f};

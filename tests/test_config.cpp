@@ -82,7 +82,7 @@ void expect_same(const ModelConfig& a, const ModelConfig& b) {
   SAME(rope.low_freq_factor); SAME(rope.high_freq_factor); SAME(rope.original_max_position_embeddings);
   SAME(rope.attention_factor); SAME(rope.beta_fast); SAME(rope.beta_slow); SAME(rope.mscale);
   SAME(rope.mscale_all_dim); SAME(rope.truncate); SAME(rope.short_factor); SAME(rope.long_factor);
-  SAME(rope.factor_given); SAME(pad_token_id);
+  SAME(rope.factor_given); SAME(rope.partial_rotary_factor); SAME(pad_token_id);
   SAME(layer_window);
 }
 #undef SAME
@@ -358,6 +358,18 @@ json phi35() {
   return j;
 }
 
+// Every preset (what oomb init and plan start from) is a config.json that reads back as the same config.
+TEST(Config, EveryPresetReadsBackTheSame) {
+  for (const std::string& name : preset_names()) {
+    SCOPED_TRACE(name);
+    ModelConfig p = preset_config(name);
+    const ModelConfig back = parse_config(config_to_json(p), name + "/config.json");
+    if (p.layer_window.empty()) p.layer_window.assign(size_t(p.layers), 0);  // (no window: said either way)
+    expect_same(p, back);
+    EXPECT_EQ(param_count(back), param_count(p));
+  }
+}
+
 TEST(Config, Phi3) {
   const ModelConfig c = parse_config(phi35(), "phi.json");
   EXPECT_EQ(c.arch, Arch::Phi3);
@@ -408,7 +420,7 @@ TEST(Config, Phi3) {
 TEST(ConfigErrors, Phi3AndLongRope) {
   json p = phi35();
   p["rope_scaling"]["long_factor"].erase(0);
-  expect_error(p, "field 'rope_scaling.long_factor' has 47 entries; head_dim 96 needs 48");
+  expect_error(p, "field 'rope_scaling.long_factor' has 47 entries; 96 rotary dims need 48");
   p = phi35();
   p["rope_scaling"].erase("short_factor");
   expect_error(p, "'rope_scaling' with rope_type 'longrope' is missing required field 'short_factor'");

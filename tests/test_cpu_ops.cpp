@@ -1,5 +1,6 @@
 // Per-op checks of the CPU backend: forward against an independent float64 reference written here,
 // backward against central finite differences of that reference (loss = sum(out * R), R random).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -256,32 +257,47 @@ TEST_F(Fixture, RmsNormForwardBackward) {
 }
 
 // ---- rope ----
+// the whole head (R = D), and Phi-3's partial rotation: the first R dims turn, the others pass through
 TEST_F(Fixture, RopeForwardBackward) {
   const int64_t T = 6, H = 3, D = 8;
   std::vector<float> inv = {1.0f, 0.3f, 0.05f, 0.001f};
   std::vector<int32_t> pos = {0, 1, 2, 7, 3, 100};
   const float scaling = 1.2f;
   Vec x = randd(T * H * D, 10), R = randd(T * H * D, 11);
-  auto ref = [&](const Vec& xv) {
-    Vec y(xv.size());
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t i = 0; i < D / 2; ++i) {
-          const double ang = double(float(pos[size_t(t)]) * inv[size_t(i)]);
-          const double c = std::cos(ang) * scaling, s = std::sin(ang) * scaling;
-          const size_t b = size_t((t * H + h) * D);
-          y[b + size_t(i)] = xv[b + size_t(i)] * c - xv[b + size_t(i + D / 2)] * s;
-          y[b + size_t(i + D / 2)] = xv[b + size_t(i + D / 2)] * c + xv[b + size_t(i)] * s;
-        }
-    return y;
-  };
-  auto xf = to_f(x), g = to_f(R);
-  Tensor X = Tensor::f32(xf.data(), {T, H, D}), P = Tensor::i32(pos.data(), {T}), G = Tensor::f32(g.data(), {T, H, D});
-  RopeTable rt{inv.data(), scaling};
-  be->rope_fwd(X, P, rt);
-  expect_close(xf, ref(x), 1.5e-7, "y");  // measured 4.6e-8
-  be->rope_bwd(G, P, rt);
-  expect_close(g, numgrad([&](const Vec& v) { return dotv(ref(v), R); }, x), 1.5e-7, "dx");  // measured 4.6e-8
+  for (const int64_t Rd : {D, int64_t(6), int64_t(2)}) {
+    SCOPED_TRACE("rotary dims " + std::to_string(Rd));
+    auto ref = [&](const Vec& xv) {
+      Vec y = xv;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < Rd / 2; ++i) {
+            const double ang = double(float(pos[size_t(t)]) * inv[size_t(i)]);
+            const double c = std::cos(ang) * scaling, s = std::sin(ang) * scaling;
+            const size_t b = size_t((t * H + h) * D), i1 = b + size_t(i), i2 = b + size_t(i + Rd / 2);
+            y[i1] = xv[i1] * c - xv[i2] * s;
+            y[i2] = xv[i2] * c + xv[i1] * s;
+          }
+      return y;
+    };
+    auto xf = to_f(x), g = to_f(R);
+    Tensor X = Tensor::f32(xf.data(), {T, H, D}), P = Tensor::i32(pos.data(), {T});
+    Tensor G = Tensor::f32(g.data(), {T, H, D});
+    const RopeTable rt{inv.data(), scaling, Rd == D ? 0 : Rd};  // 0: the whole head
+    be->rope_fwd(X, P, rt);
+    expect_close(xf, ref(x), 1.5e-7, "y");  // measured 4.6e-8
+    be->rope_bwd(G, P, rt);
+    expect_close(g, numgrad([&](const Vec& v) { return dotv(ref(v), R); }, x), 1.5e-7, "dx");  // measured 4.6e-8
+  }
+  std::vector<float> xs(size_t(T * H * D));
+  Tensor X = Tensor::f32(xs.data(), {T, H, D}), P = Tensor::i32(pos.data(), {T});
+  for (const int64_t bad : {int64_t(3), int64_t(10)}) {
+    try {
+      be->rope_fwd(X, P, RopeTable{inv.data(), 1.0f, bad});
+      ADD_FAILURE() << "rotary dims " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("rope_fwd: rotary dims " + std::to_string(bad)));
+    }
+  }
 }
 
 // ---- swiglu ----

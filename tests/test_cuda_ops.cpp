@@ -221,13 +221,18 @@ TEST(CudaOps, EmbeddingRmsnormRopeSwiglu) {
       EXPECT_EQ(differ, 0u) << op << ": bf16 outputs that are not the f32 output rounded";
     }
   }
-  for (auto [T, H, D] : std::vector<std::array<int64_t, 3>>{{1, 1, 2}, {9, 3, 16}, {40, 4, 128}}) {
+  // R: the dims turned (Phi-3's partial rotation below D: 12 of 16, 96 of 128, Phi-4-mini's)
+  for (auto [T, H, D, R] :
+       std::vector<std::array<int64_t, 4>>{
+           {1, 1, 2, 2}, {9, 3, 16, 16}, {40, 4, 128, 128}, {9, 3, 16, 12}, {40, 4, 128, 96}}) {
+    SCOPED_TRACE("T " + std::to_string(T) + " H " + std::to_string(H) + " D " + std::to_string(D) + " R " +
+                 std::to_string(R));
     Pair x(DType::F32, {T, H, D}), pos(DType::I32, {T});
     for (int64_t t = 0; t < T; ++t) pos.h.as<int32_t>()[t] = int32_t(t * 977 + 5);  // large positions
     pos.upload(), x.randn(15);
-    std::vector<float> inv(size_t(D / 2));
-    for (size_t i = 0; i < inv.size(); ++i) inv[i] = float(std::pow(10000.0, -2.0 * double(i) / double(D)));
-    const RopeTable r{inv.data(), 1.25f};
+    std::vector<float> inv(size_t(R / 2));
+    for (size_t i = 0; i < inv.size(); ++i) inv[i] = float(std::pow(10000.0, -2.0 * double(i) / double(R)));
+    const RopeTable r{inv.data(), 1.25f, R};
     C.rope_fwd(x.h, pos.h, r);
     G.rope_fwd(x.d, pos.d, r);
     report("rope_fwd", err(x), 5e-7);  // measured 3.7e-8

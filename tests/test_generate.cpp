@@ -29,11 +29,21 @@ nlohmann::json phi3_longrope() {
   return j;
 }
 
+// and turning half of each head (Phi-4-mini's partial rotation: 4 of 8 dims, two factors each)
+nlohmann::json phi3_partial_longrope() {
+  nlohmann::json j = phi3_longrope();
+  j["partial_rotary_factor"] = 0.5;
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0, 1.2}}, {"long_factor", {3.0, 11.0}}};
+  return j;
+}
+
 TEST(Generate, IncrementalDecodingEqualsAFullForward) {
-  for (std::string arch : {"llama", "qwen3", "phi3"}) {
+  for (std::string arch : {"llama", "qwen3", "phi3", "phi3-partial"}) {
     SCOPED_TRACE(arch);
     const auto dir = temp_dir("_" + arch);
-    const ModelConfig cfg = write_tiny_model(dir, arch == "phi3" ? phi3_longrope() : tiny_config_json(arch, 2), 71);
+    const ModelConfig cfg = write_tiny_model(dir, arch == "phi3"           ? phi3_longrope()
+                                                  : arch == "phi3-partial" ? phi3_partial_longrope()
+                                                                           : tiny_config_json(arch, 2), 71);
     auto be = make_cpu_backend();
     Model inc(cfg, *be, ChunkPlan{5, 4}), full(cfg, *be, ChunkPlan{64, 16});
     load_weights(dir, cfg, inc.params());

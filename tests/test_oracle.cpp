@@ -276,6 +276,25 @@ TEST_F(Oracle, Phi3AndLongRope) {
   check_against_oracle({"qwen2_longrope_parameters", v5, 19});
 }
 
+// Phi-3's partial rotation (Phi-4-mini: partial_rotary_factor 0.75): each head's first int(8 f) dims
+// turn, the others pass through, with the default RoPE and with LongRoPE's shorter factor lists
+TEST_F(Oracle, Phi3PartialRotary) {
+  json phi3 = tiny_config_json("llama", 2);
+  phi3["architectures"] = {"Phi3ForCausalLM"}, phi3["model_type"] = "phi3", phi3["pad_token_id"] = nullptr;
+  check_against_oracle({"phi3_partial_half_C5_P4", with(phi3, {{"partial_rotary_factor", 0.5}}), 17, 5, 4});
+  const json phi4mini = with(phi3, {{"partial_rotary_factor", 0.75}, {"original_max_position_embeddings", 16},
+                                    {"tie_word_embeddings", true},
+                                    {"rope_scaling", {{"type", "longrope"}, {"short_factor", {1.0, 1.25, 1.5}},
+                                                      {"long_factor", {2.0, 6.0, 18.0}}}}});
+  check_against_oracle({"phi4mini_longrope_long_C7_P4", phi4mini, 23, 7, 4});
+  check_against_oracle({"phi4mini_longrope_short", phi4mini, 16});
+  // transformers 5's form: the factor inside rope_parameters
+  json v5 = phi3;
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500.0}, {"partial_rotary_factor", 0.25}};
+  check_against_oracle({"phi3_partial_rope_parameters", v5, 19});
+}
+
 TEST_F(Oracle, RopeTypes) {
   const json base = tiny_config_json("llama", 2);
   check_against_oracle({"rope_linear", with(base, {{"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.5}}}}), 31});

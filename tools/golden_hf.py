@@ -42,11 +42,14 @@ def rope(theta):
         else dict(rope_theta=theta)
 
 
-def longrope(theta, short, long):
-    # (4.x's Phi3Config wants exactly type, short_factor and long_factor in rope_scaling)
+def longrope(theta, short, long, partial=None):
+    # (4.x's Phi3Config wants exactly type, short_factor and long_factor in rope_scaling, and the partial
+    # rotation at the top level; 5 reads it from rope_parameters)
     p = {"short_factor": short, "long_factor": long}
-    return dict(rope_parameters={**p, "rope_type": "longrope", "rope_theta": theta}) if TRANSFORMERS_5 \
-        else dict(rope_theta=theta, rope_scaling={**p, "type": "longrope"})
+    extra = {} if partial is None else {"partial_rotary_factor": partial}
+    if TRANSFORMERS_5:
+        return dict(rope_parameters={**p, **extra, "rope_type": "longrope", "rope_theta": theta})
+    return dict(rope_theta=theta, rope_scaling={**p, "type": "longrope"}, **extra)
 
 
 MODELS = {
@@ -74,6 +77,14 @@ MODELS = {
                   original_max_position_embeddings=16, rms_norm_eps=1e-5, tie_word_embeddings=False,
                   pad_token_id=5, bos_token_id=1, eos_token_id=2,
                   **longrope(10000.0, [1.0, 1.1, 1.2, 1.3], [1.5, 3.5, 9.5, 19.5])), 10000.0),
+    # Phi-4-mini's kind: RoPE over half of each head (partial_rotary_factor; 4 of 8 dims, so two LongRoPE
+    # factors each), tied embeddings
+    "phi3_partial": (transformers.Phi3Config, transformers.Phi3ForCausalLM,
+                     dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                          original_max_position_embeddings=16, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                          pad_token_id=5, bos_token_id=1, eos_token_id=2,
+                          **longrope(10000.0, [1.0, 1.3], [2.5, 17.5], partial=0.5)), 10000.0),
 }
 N = 40
 

@@ -51,9 +51,12 @@ struct AttnArgs {
 };
 
 // RoPE parameters as transformers computes them: angle = pos * inv_freq (fp32), cos/sin scaled.
+// dim: the dims of each head it turns, the first ones (0: all D); the others pass through untouched.
 struct RopeTable {
-  const float* inv_freq = nullptr;  // (D/2)
+  const float* inv_freq = nullptr;  // (dim/2)
   float attention_scaling = 1.0f;
+  int64_t dim = 0;
+  int64_t dims(int64_t D) const { return dim > 0 ? dim : D; }
 };
 
 // Work runs on streams: every op on the compute stream; copies may also run on the copy streams.
@@ -123,7 +126,8 @@ class Backend {
   void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
                    bool dx_accumulate, Tensor& dw);
 
-  // x: (T, H, D) rotated in place at positions pos: (T) i32 (rotate-half layout, as in HF Llama)
+  // x: (T, H, D) rotated in place at positions pos: (T) i32 (rotate-half layout, as in HF Llama: pairs
+  // (i, i + R/2) for i < R/2, R = rope.dims(D); dims R.. unchanged, as Phi-3's partial rotation)
   void rope_fwd(Tensor& x, const Tensor& pos, const RopeTable& rope);
   // dx: (T, H, D) in place: the transpose rotation
   void rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& rope);

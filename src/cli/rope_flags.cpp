@@ -62,11 +62,11 @@ ModelConfig apply_rope_flags(const ModelConfig& cfg, const RopeFlags& f, const s
   if (f.scaling == "none") {
     OOMB_CHECK(f.factor == 0 && f.original_max == 0, "--rope-scaling none: --rope-factor and --rope-original-max "
                "belong to a scaling");
-    r = RopeConfig{.theta = r.theta};
+    r = RopeConfig{.theta = r.theta, .partial_rotary_factor = r.partial_rotary_factor};  // (the head's, not a scaling's)
   } else if (!f.scaling.empty() && f.scaling != r.type) {
     OOMB_CHECK(f.factor > 0, "--rope-scaling {} needs --rope-factor (the model's RoPE: {})", f.scaling,
                r.type == "default" ? std::string("no scaling") : fmt::format("{} scaling, factor {}", r.type, r.factor));
-    RopeConfig n{.type = f.scaling, .theta = r.theta};
+    RopeConfig n{.type = f.scaling, .theta = r.theta, .partial_rotary_factor = r.partial_rotary_factor};
     if (scales_from(f.scaling))
       n.original_max_position_embeddings = (scales_from(r.type) || r.type == "longrope") && r.original_max_position_embeddings > 0
                                                ? r.original_max_position_embeddings

@@ -167,10 +167,25 @@ const char* rope_dict_key(const json& j) {
   return none ? "rope_parameters" : "rope_scaling";
 }
 
-void check_partial_rotary(const Reader& r) {
-  double f = r.num("partial_rotary_factor", 1.0);
-  OOMB_CHECK(f == 1.0, "config {}: field '{}partial_rotary_factor' = {} is not supported (only 1.0: RoPE "
-             "over the whole head)", r.src, r.prefix, f);
+// partial_rotary_factor, top level or in the RoPE dict (transformers 5 puts it in the dict; 4.x reads the
+// top-level one): one value if both are given. Only Phi3ForCausalLM's attention rotates part of a head
+// (the other families' apply_rotary_pos_emb takes the whole head, and fails on less).
+double parse_partial_rotary(const Reader& top, const Reader& dict, const ModelConfig& c) {
+  bool in_top = false, in_dict = false;
+  const double t = top.num("partial_rotary_factor", 1.0, &in_top), d = dict.num("partial_rotary_factor", 1.0, &in_dict);
+  OOMB_CHECK(!in_top || !in_dict || t == d, "config {}: 'partial_rotary_factor' is {} at the top level but {} in "
+             "'{}': give one", top.src, t, d, dict.prefix.substr(0, dict.prefix.size() - 1));
+  const double f = in_dict ? d : t;
+  const std::string where = in_dict ? dict.prefix : "";
+  OOMB_CHECK(f == 1.0 || c.arch == Arch::Phi3, "config {}: field '{}partial_rotary_factor' = {} is not supported "
+             "on {} (only 1.0, RoPE over the whole head: its attention takes no partial rotation; Phi3ForCausalLM's "
+             "does)", top.src, where, f, c.architecture);
+  OOMB_CHECK(f > 0 && f <= 1, "config {}: field '{}partial_rotary_factor' must be in (0, 1], got {}", top.src,
+             where, f);
+  const int64_t dims = rope_dim(c.head_dim, f);
+  OOMB_CHECK(dims >= 2 && dims % 2 == 0, "config {}: field '{}partial_rotary_factor' = {} turns int({} * {}) = {} "
+             "dims of each head; an even number of at least 2 is needed", top.src, where, f, c.head_dim, f, dims);
+  return f;
 }
 
 // RoPE: the classic top-level rope_theta + rope_scaling, or transformers 5's rope_parameters. As in
@@ -191,7 +206,8 @@ RopeConfig parse_rope(const Reader& top, const ModelConfig& c) {
   rc.theta = top.num("rope_theta", 10000.0);
   if (r.get("rope_theta")) rc.theta = r.num("rope_theta", rc.theta);
   OOMB_CHECK(rc.theta > 0, "config {}: rope_theta must be positive, got {}", top.src, rc.theta);
-  check_partial_rotary(r);
+  rc.partial_rotary_factor = parse_partial_rotary(top, r, c);
+  const int64_t rot = rope_dim(c.head_dim, rc.partial_rotary_factor);
 
   const char* type_key = r.get("rope_type") ? "rope_type" : "type";  // "type" is the legacy spelling
   if (!r.get(type_key)) {
@@ -248,8 +264,8 @@ RopeConfig parse_rope(const Reader& top, const ModelConfig& c) {
       OOMB_CHECK(r.get(k), "config {}: '{}' with rope_type 'longrope' is missing required field '{}'", top.src, name, k);
       const json& v = *r.get(k);
       if (!v.is_array()) r.bad(k, "a list of numbers", v);
-      OOMB_CHECK(int64_t(v.size()) == c.head_dim / 2, "config {}: field '{}{}' has {} entries; head_dim {} needs {} "
-                 "(one per rotary frequency)", top.src, r.prefix, k, v.size(), c.head_dim, c.head_dim / 2);
+      OOMB_CHECK(int64_t(v.size()) == rot / 2, "config {}: field '{}{}' has {} entries; {} rotary dims need {} "
+                 "(one per rotary frequency)", top.src, r.prefix, k, v.size(), rot, rot / 2);
       std::vector<double> out;
       for (size_t i = 0; i < v.size(); ++i) {
         const bool ok = v[i].is_number() && std::isfinite(v[i].get<double>()) && v[i].get<double>() > 0;
@@ -397,7 +413,6 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
     }
   }
   parse_windows(r, j, c);
-  check_partial_rotary(r);
   c.rope = parse_rope(r, c);
   // the tables in float32, as transformers keeps them: a value past float32's range is refused here
   for (const int64_t length : {int64_t(0), rope_switch_length(c) + 1}) {
@@ -499,7 +514,7 @@ nlohmann::json config_to_json(const ModelConfig& c) {
     static const char* kKnown[] = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor",
                                    "high_freq_factor", "original_max_position_embeddings", "attention_factor",
                                    "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate",
-                                   "short_factor", "long_factor"};
+                                   "short_factor", "long_factor", "partial_rotary_factor"};
     json out = json::object();
     if (d.is_object())
       for (const auto& [k, v] : d.items())
@@ -546,6 +561,9 @@ nlohmann::json config_to_json(const ModelConfig& c) {
     }
   }
   j["rope_theta"] = r.theta;
+  // at the top level, where transformers 4.x reads it and 5 takes it into the dict
+  if (r.partial_rotary_factor != 1.0 || j.contains("partial_rotary_factor"))
+    j["partial_rotary_factor"] = r.partial_rotary_factor;
   j["rope_scaling"] = rs;
   if (j.contains("rope_parameters")) {  // keep transformers 5's form too, in step with the classic one
     json rp = extras;

@@ -22,12 +22,16 @@ struct RopeConfig {
   double beta_fast = 32.0, beta_slow = 1.0;  // yarn
   std::optional<double> mscale, mscale_all_dim;  // yarn
   bool truncate = true;                     // yarn
-  // longrope: per-frequency divisors (head_dim / 2 each), the short ones for a sequence of at most
+  // longrope: per-frequency divisors (rope_dim / 2 each), the short ones for a sequence of at most
   // original_max_position_embeddings positions (always set: as transformers 5 resolves it), the long
   // ones past it; factor (only for the default attention_factor) is the dict's when factor_given, else
   // max_position_embeddings / original_max_position_embeddings.
   std::vector<double> short_factor, long_factor;
   bool factor_given = false;
+  // the fraction of each head RoPE turns: its first int(head_dim * f) dims (rope_dim), the others pass
+  // through. Below 1 on Phi3ForCausalLM only (Phi-4-mini: 0.75), whose attention splits the head so;
+  // longrope's factor lists then have rope_dim / 2 entries.
+  double partial_rotary_factor = 1.0;
 };
 
 struct ModelConfig {

@@ -67,6 +67,14 @@ const std::vector<Preset>& presets() {
       {"llama-3.1-70b", [] { return llama31(make(Arch::Llama, 8192, 28672, 80, 64, 8, 128256, false, 500000, 1e-5, 131072)); }},
       // Phi-3 (fused q/k/v and gate/up in the files): Phi-3-mini-4k-instruct's and Phi-4's shapes
       {"phi-3-mini-4k", [] { return phi3(make(Arch::Phi3, 3072, 8192, 32, 32, 32, 32064, false, 10000, 1e-5, 4096), 32000, 2047); }},
+      // Phi-4-mini's shape: RoPE over 96 of each head's 128 dims (its config.json's LongRoPE tables are
+      // not in the preset: the plan and init do not depend on them)
+      {"phi-4-mini", [] {
+         ModelConfig c =
+             phi3(make(Arch::Phi3, 3072, 8192, 32, 24, 8, 200064, true, 10000, 1e-5, 131072), 199999, 262144);
+         c.rope.partial_rotary_factor = 0.75;
+         return c;
+       }},
       {"phi-4", [] { return phi3(make(Arch::Phi3, 5120, 17920, 40, 40, 10, 100352, false, 250000, 1e-5, 16384), 100349, 0); }},
   };
   return p;

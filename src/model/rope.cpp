@@ -1,6 +1,7 @@
 // rope_inv_freq: the inv_freq buffer and attention scaling that transformers' modeling_rope_utils.py computes.
 //
-// Notation: d = head_dim, i = 0 .. d/2-1, θ = rope_theta, f = factor, fl() = round to float32.
+// Notation: d = rope_dim (head_dim, or int(head_dim * partial_rotary_factor)), i = 0 .. d/2-1,
+// θ = rope_theta, f = factor, fl() = round to float32.
 //   default: p_i = θ^(2i/d);  inv_i = 1 / p_i;  attention_scaling = 1
 //   linear:  inv_i = (1 / p_i) / f;  attention_scaling = 1
 //   llama3:  L = original_max_position_embeddings (absent: max_position_embeddings), lo/hi = low/high_freq_factor,
@@ -52,15 +53,20 @@ double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m *
 
 }  // namespace
 
+int64_t rope_dim(int64_t head_dim, double partial_rotary_factor) {
+  return int64_t(double(head_dim) * partial_rotary_factor);  // Python's int(): truncation
+}
+
 int64_t rope_switch_length(const ModelConfig& c) {
   return c.rope.type == "longrope" ? c.rope.original_max_position_embeddings : 0;
 }
 
 std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling, int64_t length) {
   const RopeConfig& r = c.rope;
-  const int64_t d = c.head_dim;
-  OOMB_CHECK(d > 0 && d % 2 == 0 && d <= (int64_t(1) << 20), "rope_inv_freq: head_dim must be even and "
-             "positive, got {}", d);
+  const int64_t d = rope_dim(c);
+  OOMB_CHECK(d > 0 && d % 2 == 0 && d <= c.head_dim && d <= (int64_t(1) << 20), "rope_inv_freq: the rotary dims "
+             "(head_dim {} * partial_rotary_factor {}) must be even and positive, got {}", c.head_dim,
+             c.rope.partial_rotary_factor, d);
   OOMB_CHECK(r.theta > 0 && std::isfinite(r.theta), "rope_inv_freq: rope_theta must be positive, got {}",
              r.theta);
   const size_t half = size_t(d / 2);
@@ -116,7 +122,7 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling,
     att = float(a);
   } else if (r.type == "longrope") {
     const std::vector<double>& e = length > rope_switch_length(c) ? r.long_factor : r.short_factor;
-    OOMB_CHECK(e.size() == half, "rope_inv_freq: longrope needs {} factors (head_dim / 2), has {}", half, e.size());
+    OOMB_CHECK(e.size() == half, "rope_inv_freq: longrope needs {} factors (rope_dim / 2), has {}", half, e.size());
     for (size_t i = 0; i < half; ++i) inv[i] = 1.0f / mul32(float(e[i]), pos[i]);
     const double L = double(rope_switch_length(c));
     att = float(r.attention_factor ? *r.attention_factor

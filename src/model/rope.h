@@ -7,7 +7,12 @@
 
 namespace oomb {
 
-// inv_freq (head_dim/2 values, fp32 as transformers keeps it) and the attention scaling of c.rope, for
+// The dims of each head RoPE turns, as transformers counts them: int(head_dim * partial_rotary_factor)
+// (the first ones; the rest pass through). head_dim unless the config rotates part of a head.
+int64_t rope_dim(int64_t head_dim, double partial_rotary_factor);
+inline int64_t rope_dim(const ModelConfig& c) { return rope_dim(c.head_dim, c.rope.partial_rotary_factor); }
+
+// inv_freq (rope_dim/2 values, fp32 as transformers keeps it) and the attention scaling of c.rope, for
 // a sequence of `length` positions (0: not known). Only longrope depends on it: its long factors past
 // rope_switch_length(c), its short ones up to it (and for 0, as transformers' initial buffer).
 std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling, int64_t length = 0);

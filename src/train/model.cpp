@@ -271,8 +271,8 @@ LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads,
   // every call on the backend's own kernels where calls are per query tile over chosen pages (the
   // plan's dense_attention is the same predicate)
   attn.own_kernels = plan_.sparse.on();
-  LayerCtx ctx{cfg_, be_, RopeTable{inv_freq_.data(), attention_scaling_}, mine(inputs_.pos(c.size()), c.size()),
-               attn};
+  LayerCtx ctx{cfg_, be_, RopeTable{inv_freq_.data(), attention_scaling_, rope_dim(cfg_)},
+               mine(inputs_.pos(c.size()), c.size()), attn};
   ctx.sp = sp_.get();
   if (attends && sparse_ && c.begin > 0) {
     ctx.sparse = sparse_.get();

@@ -1,6 +1,6 @@
 // fuzz-sources: hf/config.cpp model/rope.cpp
 // Feeds bytes to nlohmann::json::parse then parse_config: only oomb::Error may come out. Successful parses must
-// give finite inv_freq of head_dim/2 values and survive config_to_json -> parse_config unchanged. The same
+// give finite inv_freq of rope_dim/2 values and survive config_to_json -> parse_config unchanged. The same
 // JSON as the RoPE part of a config (with_rope_json, as --lora's oomb_rope.json is read): only oomb::Error,
 // finite inv_freq; and a parsed config's rope_json moved onto the config without its RoPE gives the same
 // inv_freq and rope_json back.
@@ -60,7 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const std::vector<float> inv = tables(c);
-  if (inv.size() != size_t(c.head_dim + 1) || !std::isfinite(inv.back())) std::abort();
+  if (inv.size() != size_t(oomb::rope_dim(c) + 1) || !std::isfinite(inv.back())) std::abort();
   oomb::ModelConfig d = oomb::parse_config(oomb::config_to_json(c), "fuzz/roundtrip.json");
   const std::vector<float> inv2 = tables(d);
   bool same = d.arch == c.arch && d.hidden == c.hidden && d.heads == c.heads && d.kv_heads == c.kv_heads &&
@@ -69,7 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
               d.rope.factor == c.rope.factor && d.qkv_bias == c.qkv_bias && d.torch_dtype == c.torch_dtype &&
               d.rope.original_max_position_embeddings == c.rope.original_max_position_embeddings &&
               d.rope.short_factor == c.rope.short_factor && d.rope.long_factor == c.rope.long_factor &&
-              d.layer_window == c.layer_window && d.rms_norm_eps == c.rms_norm_eps;
+              d.layer_window == c.layer_window && d.rms_norm_eps == c.rms_norm_eps &&
+              d.rope.partial_rotary_factor == c.rope.partial_rotary_factor;
   for (size_t i = 0; same && i < inv.size(); ++i)
     same = inv[i] == inv2[i] || (std::isnan(inv[i]) && std::isnan(inv2[i]));
   if (!same) {

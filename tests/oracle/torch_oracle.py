@@ -394,9 +394,20 @@ def parse_rope(path, d, c):
     if rtype not in ("default", "linear", "llama3", "yarn", "longrope"):
         fail(f"{path}: field '{src}.rope_type' = {rtype!r} unsupported "
              f"(supported: default, linear, llama3, yarn, longrope)")
-    prf = p.get("partial_rotary_factor", d.get("partial_rotary_factor", None))
-    if prf is not None and prf != 1.0:
-        fail(f"{path}: field 'partial_rotary_factor' = {prf!r} unsupported (only 1.0)")
+    # partial_rotary_factor: the dict's (transformers 5), else the top-level one; only Phi3's attention
+    # rotates part of a head (apply_rotary_pos_emb splits q and k at cos.shape[-1])
+    prf = p.get("partial_rotary_factor", None)
+    if prf is None:
+        prf = d.get("partial_rotary_factor", None)
+    if prf is None:
+        prf = 1.0
+    if prf != 1.0 and c.family != "phi3":
+        fail(f"{path}: field 'partial_rotary_factor' = {prf!r} unsupported on {c.family} (only 1.0)")
+    if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not 0 < prf <= 1:
+        fail(f"{path}: field 'partial_rotary_factor' must be in (0, 1], got {prf!r}")
+    c.rope_dim = int(c.head_dim * prf)
+    if c.rope_dim < 2 or c.rope_dim % 2:
+        fail(f"{path}: field 'partial_rotary_factor' = {prf!r} turns {c.rope_dim} dims (even, >= 2 needed)")
     if rtype in ("llama3", "yarn"):
         top = d.get("original_max_position_embeddings", None)
         if top is not None:
@@ -422,8 +433,8 @@ def parse_rope(path, d, c):
         # factor max_position_embeddings over it, and the short / long per-frequency factors
         for key in ("short_factor", "long_factor"):
             v = p.get(key, None)
-            if not isinstance(v, list) or len(v) != c.head_dim // 2:
-                fail(f"{path}: field '{src}.{key}' must be a list of {c.head_dim // 2} numbers, got {v!r}")
+            if not isinstance(v, list) or len(v) != c.rope_dim // 2:
+                fail(f"{path}: field '{src}.{key}' must be a list of {c.rope_dim // 2} numbers, got {v!r}")
         # transformers 5's standardize_rope_params: a top-level original_max_position_embeddings wins
         # (Phi3Config has one whatever the file says: 4096 by default), else the dict's, else
         # max_position_embeddings; _compute_longrope_parameters: the dict's factor, else max over that
@@ -468,11 +479,11 @@ def _default_inv_freq(base, dim):
 
 
 def rope_inv_freq(c, seq_len=None):
-    """Returns (inv_freq: float32 tensor [head_dim/2], attention_scaling: python float) for a
+    """Returns (inv_freq: float32 tensor [rope_dim/2], attention_scaling: python float) for a
     sequence of seq_len positions (longrope: its long factors past the switch length)."""
     p = c.rope
     base = p["rope_theta"]
-    dim = c.head_dim
+    dim = c.rope_dim
     rtype = p["rope_type"]
     if rtype == "longrope":
         orig = p["switch"]
@@ -549,7 +560,7 @@ def rope_inv_freq(c, seq_len=None):
 
 
 def rope_cos_sin(c, positions):
-    """positions: int64 numpy [N] -> cos, sin float64 tensors [N, head_dim]."""
+    """positions: int64 numpy [N] -> cos, sin float64 tensors [N, rope_dim]."""
     inv, scaling = rope_inv_freq(c, int(positions.max()) + 1)  # transformers: max(position_ids) + 1
     assert inv.dtype == torch.float32
     pos32 = torch.from_numpy(positions.astype(np.float32))
@@ -693,6 +704,13 @@ def rotate_half(x):
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
+def apply_rope(x, cos, sin):
+    """x: [heads, N, hd]; the first cos.shape[-1] dims turned, the rest passed through (Phi3's
+    apply_rotary_pos_emb; the whole head when rope_dim = hd, as Llama's)."""
+    r = cos.shape[-1]
+    return torch.cat([x[..., :r] * cos + rotate_half(x[..., :r]) * sin, x[..., r:]], dim=-1)
+
+
 def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_mask=None):
     """inputs/targets/positions/segments: int64 numpy [N]. Returns scalar float64 loss. lora:
     (scale, {module path: (A, B)}[, dropout p, window key]) adds scale * (x' A^T) B^T to each
@@ -749,8 +767,8 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
         q = q.transpose(0, 1)  # [nh, N, hd]
         k = k.transpose(0, 1)  # [nkv, N, hd]
         v = v.view(N, nkv, hd).transpose(0, 1)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
         # repeat_kv: query head j uses kv head j // rep
         k = k.repeat_interleave(rep, dim=0)
         v = v.repeat_interleave(rep, dim=0)

@@ -66,10 +66,11 @@ void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Ten
   }
 }
 
-// x: (T, H, D) in place.  Rotate-half: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); inverse uses -s.
+// x: (T, H, D) in place.  Rotate-half over each head's first R = rope.dims(D) dims: (x1, x2) ->
+// (x1 c - x2 s, x2 c + x1 s), x1 = x[i], x2 = x[i + R/2]; inverse uses -s; dims R.. untouched.
 // The angle is pos * inv_freq rounded to fp32 (as transformers computes it); cos/sin in double.
 void rope(Tensor& x, const Tensor& pos, const RopeTable& rope, bool inverse) {
-  const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2), half = D / 2;
+  const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2), half = rope.dims(D) / 2;
   const double sgn = inverse ? -1.0 : 1.0;
 #pragma omp parallel for if (T * H * D >= kParallelMin)
   for (int64_t t = 0; t < T; ++t) {

@@ -453,16 +453,17 @@ class CudaBackend final : public Backend {
   }
 
   void rope(const char* op, Tensor& x, const Tensor& pos, const RopeTable& r, bool inverse) {
-    const int64_t D = x.dim(2);
+    const int64_t D = x.dim(2), R = r.dims(D);
+    const size_t half = size_t(R / 2);
     // the table lives in host memory; a device copy is kept while its values stay the same
-    if (rope_host_.size() != size_t(D / 2) || std::memcmp(rope_host_.data(), r.inv_freq, size_t(D / 2) * 4) != 0) {
+    if (rope_host_.size() != half || std::memcmp(rope_host_.data(), r.inv_freq, half * 4) != 0) {
       rope_host_.clear();  // marked stale until the copy has succeeded
-      void* dev = rope_dev_.get(size_t(D / 2) * 4);
-      copy(dev, Tier::Device, r.inv_freq, Tier::Host, size_t(D / 2) * 4);
-      rope_host_.assign(r.inv_freq, r.inv_freq + D / 2);
+      void* dev = rope_dev_.get(half * 4);
+      copy(dev, Tier::Device, r.inv_freq, Tier::Host, half * 4);
+      rope_host_.assign(r.inv_freq, r.inv_freq + half);
     }
     cuda::k::rope(x.f(), pos.as<int32_t>(), static_cast<const float*>(rope_dev_.buf.data()), r.attention_scaling,
-                  inverse, x.dim(0), x.dim(1), D, stream_);
+                  inverse, x.dim(0), x.dim(1), D, R, stream_);
     launched(op);
   }
 

@@ -148,10 +148,10 @@ __global__ void add_groups_k(const double* partial, int64_t G, float* out, int64
   out[i] += float(s);
 }
 
-// thread per (t, i < D/2); heads in a loop
+// x: (T, H, D); thread per (t, i < R/2), pairs (i, i + R/2); heads in a loop; dims R.. untouched
 __global__ void rope_k(float* x, const int32_t* pos, const float* inv_freq, float scaling, double sgn, int64_t T,
-                       int64_t H, int64_t D) {
-  const int64_t half = D / 2, e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+                       int64_t H, int64_t D, int64_t R) {
+  const int64_t half = R / 2, e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= T * half) return;
   const int64_t t = e / half, i = e % half;
   const float angle = float(pos[t]) * inv_freq[i];
@@ -334,9 +334,10 @@ void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float*
   if (G > 1) launch(add_groups_k, blocks_for(d), kThreads, 0, s, part, G, dw, d);
 }
 void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bool inverse, int64_t T, int64_t H,
-          int64_t D, cudaStream_t s) {
-  if (T * (D / 2) > 0)
-    launch(rope_k, blocks_for(T * (D / 2)), kThreads, 0, s, x, pos, inv_freq, scaling, inverse ? -1.0 : 1.0, T, H, D);
+          int64_t D, int64_t R, cudaStream_t s) {
+  if (T * (R / 2) > 0)
+    launch(rope_k, blocks_for(T * (R / 2)), kThreads, 0, s, x, pos, inv_freq, scaling, inverse ? -1.0 : 1.0, T, H, D,
+           R);
 }
 void swiglu_fwd(const float* g, const float* u, void* out, bool out_bf16, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
