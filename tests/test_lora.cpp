@@ -83,7 +83,16 @@ std::vector<int32_t> fixture_ids(const SafetensorsFile& ref) {
   return {ids64.begin(), ids64.end()};
 }
 
-class LoraPeft : public ::testing::TestWithParam<const char*> {};
+// Phi-3's adapter (qkv_proj, gate_up_proj) is new to tools/golden_hf.py (2026-11-30): until a GPU session
+// has made it, its tests are pending, not a broken checkout (drop this once committed)
+class LoraPeft : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (std::string(GetParam()) == "phi3" && !fs::exists(fixture("phi3") / "lora/reference.safetensors"))
+      GTEST_SKIP() << "tests/fixtures/hf/phi3/lora is not made yet: the next GPU session's `python3 "
+                      "tools/golden_hf.py` makes it (scripts/gpu_session.sh golden_hf)";
+  }
+};
 
 }  // namespace
 
@@ -148,8 +157,9 @@ TEST_P(LoraPeft, Bf16GradientsWithinTwiceTorchsBf16Error) {
   double torch_err = 0;
   for (const char* mode : {"pure", "autocast"}) {
     double num = 0, den = 0;
-    for (const ParamSpec& s : param_layout(load_config(dir))) {
-      const auto want = f64(base, "grad/" + s.name), got = f64(t16, std::string(mode) + "/grad/" + s.name);
+    for (const TensorInfo& t : base.tensors()) {  // every gradient, by the file's names (Phi-3's fused ones)
+      if (!t.name.starts_with("grad/")) continue;
+      const auto want = f64(base, t.name), got = f64(t16, std::string(mode) + "/" + t.name);
       for (size_t i = 0; i < want.size(); ++i) num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
     }
     torch_err = std::max(torch_err, std::sqrt(num / den));
@@ -183,7 +193,7 @@ TEST_P(LoraPeft, Bf16GradientsWithinTwiceTorchsBf16Error) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, LoraPeft, ::testing::Values("llama", "qwen2"),
+INSTANTIATE_TEST_SUITE_P(Tiny, LoraPeft, ::testing::Values("llama", "qwen2", "phi3"),
                          [](const auto& info) { return std::string(info.param); });
 
 // An adapter oomb saves is PEFT's file: the same tensor names, shapes and dtype as the file PEFT
@@ -579,7 +589,8 @@ TEST(Lora, TrainableEmbeddingsAndNormsGetFullFineTuningsGradients) {
 
 TEST(Lora, BadInputIsNamed) {
   LoraConfig c;
-  EXPECT_NE(error_of([&] { parse_lora_targets("q,qkv", c); }).find("--lora-targets: 'qkv'"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse_lora_targets("q,qk", c); }).find("--lora-targets: 'qk' is not a module"),
+            std::string::npos);
   c.rank = 0;
   parse_lora_targets("q", c);
   EXPECT_NE(error_of([&] { check_lora(c); }).find("--lora-rank"), std::string::npos);

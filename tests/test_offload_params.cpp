@@ -214,7 +214,8 @@ TEST_F(OffloadParams, LoraBitwiseIdenticalToResidentParameters) {
       lora.rank = 4;
       lora.alpha = 8;
       lora.train_embeddings_norms = embed_norms;
-      parse_lora_targets(load_config(dir).fused_projections() ? "o,down" : "q,v,gate,down", lora);  // (Phi-3: o, down)
+      // (Phi-3: its qkv_proj whole)
+      parse_lora_targets(load_config(dir).fused_projections() ? "qkv,down" : "q,v,gate,down", lora);
       auto with = [&](ChunkPlan p, SweepOrder order) {
         p.lora = lora;
         p.precision = precision;

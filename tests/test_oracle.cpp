@@ -152,6 +152,11 @@ TEST_F(Oracle, LoraAdaptersEmbeddingsAndNorms) {
   check_against_oracle({"lora_qwen2_tied_qv_rs_emb", with(tiny_config_json("qwen2", 1), {{"tie_word_embeddings", true}}),
                         19, 6, 4, DType::F32, lora("q,v", true, true)});
   check_against_oracle({"lora_qwen3_o_down_emb", qwen3, 17, 0, 128, DType::F32, lora("o,down,k", false, true)});
+  // Phi-3: PEFT adapts the fused qkv_proj and gate_up_proj, one A shared by the parts, B's rows theirs
+  json phi3 = tiny_config_json("llama", 2);
+  phi3["architectures"] = {"Phi3ForCausalLM"}, phi3["model_type"] = "phi3", phi3["pad_token_id"] = nullptr;
+  check_against_oracle({"lora_phi3_all_C5_P4", phi3, 21, 5, 4, DType::F32, lora("all", false, false)});
+  check_against_oracle({"lora_phi3_qkv_down_emb", phi3, 17, 0, 128, DType::F32, lora("qkv_proj,down", true, true)});
 }
 
 // --lora-dropout: PEFT's dropout on each adapter's input, the oracle drawing oomb's masks from
@@ -164,6 +169,10 @@ TEST_F(Oracle, LoraDropout) {
   check_against_oracle({"dropout_llama_all_C5_P4", llama, 21, 5, 4, DType::F32, lora("all", 0.3, false), 77});
   check_against_oracle({"dropout_qwen2_tied_qvo_emb_C6", with(tiny_config_json("qwen2", 1), {{"tie_word_embeddings", true}}),
                         19, 6, 4, DType::F32, lora("q,v,o,down", 0.1, true), 0xfeedf00dcafe1234ull});
+  // Phi-3's fused linears: one mask per adapter (PEFT drops qkv_proj's input once), keyed as q's, gate's
+  json phi3 = tiny_config_json("llama", 2);
+  phi3["architectures"] = {"Phi3ForCausalLM"}, phi3["model_type"] = "phi3", phi3["pad_token_id"] = nullptr;
+  check_against_oracle({"dropout_phi3_all_C5_P4", phi3, 21, 5, 4, DType::F32, lora("all", 0.3, false), 77});
 }
 
 TEST_F(Oracle, LlamaKvHeadRatios) {

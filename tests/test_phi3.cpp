@@ -1,15 +1,20 @@
 // Phi-3's checkpoints (hf/fused_projections.h): q, k and v are one qkv_proj, gate and up one
 // gate_up_proj. The same weights saved as a Llama and as a Phi-3 load the same; the Phi-3 file's fused
 // tensors are the Llama file's parts one after another; parts that are not adjacent in memory join the
-// same way; a training checkpoint of a Phi-3 holds the fused tensors and resumes bit for bit; LoRA on a
-// fused linear is refused, naming the way out.
+// same way; a training checkpoint of a Phi-3 holds the fused tensors and resumes bit for bit; LoRA adapts
+// the fused linears whole, as PEFT does (a part alone refused), and its adapter saves, loads and merges.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <random>
 
 #include "hf/checkpoint.h"
 #include "hf/fused_projections.h"
+#include "hf/peft.h"
 #include "hf/safetensors.h"
 #include "checkpoint_runs.h"
 #include "model/lora.h"
@@ -125,16 +130,135 @@ TEST(Phi3, TrainingCheckpointHoldsFusedTensorsAndResumes) {
   EXPECT_EQ(resume_difference(whole, first, rest, 3), "");
 }
 
-TEST(Phi3, LoraOnAFusedLinearIsRefused) {
+// LoRA on Phi-3 is PEFT's: one adapter per fused linear (qkv_proj, gate_up_proj), named and shaped as
+// PEFT's, target_modules naming the fused modules; a part alone is refused. (Its numbers: the oracle's
+// lora_phi3_* and dropout_phi3_* cases.)
+TEST(Phi3, LoraAdaptsTheFusedLinearsAsPeftDoes) {
   const ModelConfig c = parse_config(phi3_json(2), "phi3");
   LoraConfig l;
   l.rank = 2;
   parse_lora_targets("q,v", l);
   EXPECT_THAT(error_of([&] { lora_layout(c, l); }),
-              HasSubstr("LoRA target q_proj on Phi3ForCausalLM: Phi-3 fuses q, k and v into qkv_proj and gate and up "
-                        "into gate_up_proj, which oomb does not adapt; use --lora-targets o,down"));
-  parse_lora_targets("o,down", l);
-  EXPECT_EQ(lora_layout(c, l).size(), 2u * 2 * 2);  // A and B of o and down in both layers
+              HasSubstr("LoRA on Phi3ForCausalLM: q_proj and k_proj are one linear in its files "
+                        "(model.layers.0.self_attn.qkv_proj.weight), which PEFT adapts as one module: adapt both or "
+                        "neither"));
+  parse_lora_targets("gate", l);
+  EXPECT_THAT(error_of([&] { lora_layout(c, l); }), HasSubstr("gate_proj and up_proj are one linear"));
+  parse_lora_targets("all", l);
+  const std::vector<ParamSpec> s = lora_layout(c, l);
+  ASSERT_EQ(s.size(), 2u * 4 * 2);  // A and B of qkv, o, gate_up and down in both layers
+  const int64_t qkv_rows = 4 * 8 + 2 * 2 * 8, gate_up_rows = 2 * 48;
+  EXPECT_EQ(s[0].name, "base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight");
+  EXPECT_EQ(s[0].shape, (std::vector<int64_t>{2, 32}));
+  EXPECT_EQ(s[1].name, "base_model.model.model.layers.0.self_attn.qkv_proj.lora_B.weight");
+  EXPECT_EQ(s[1].shape, (std::vector<int64_t>{qkv_rows, 2}));
+  EXPECT_EQ(s[4].name, "base_model.model.model.layers.0.mlp.gate_up_proj.lora_A.weight");
+  EXPECT_EQ(s[5].shape, (std::vector<int64_t>{gate_up_rows, 2}));
+  EXPECT_EQ(l.target_names(true), (std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}));
+  LoraConfig back;
+  parse_lora_targets("qkv_proj,o_proj,gate_up_proj,down_proj", back);  // as PEFT's adapter_config.json names them
+  EXPECT_EQ(back.target_names(), l.target_names());
+  // the parts' views: A shared, B's rows in the fused tensor's order
+  Params p(c, s, Tier::Host, Tag::IO);
+  const auto get = [&](const std::string& n) { return p.get(n); };
+  const LoraPair q = lora_pair(get, c, 1, kQ), k = lora_pair(get, c, 1, kK), v = lora_pair(get, c, 1, kV);
+  EXPECT_EQ(q.a.data, k.a.data);
+  EXPECT_EQ(k.a.data, v.a.data);
+  EXPECT_EQ(q.b.dim(0), 32);
+  EXPECT_EQ(k.b.dim(0), 16);
+  EXPECT_EQ(static_cast<float*>(k.b.data), q.b.f() + 32 * 2);
+  EXPECT_EQ(static_cast<float*>(v.b.data), k.b.f() + 16 * 2);
+  EXPECT_EQ(lora_pair(get, c, 1, kUp).b.f(), lora_pair(get, c, 1, kGate).b.f() + 48 * 2);
+}
+
+// A Phi-3 adapter saved is PEFT's (fused names and target_modules), loads back to the same numbers, and
+// the model merged from it (each part's rows of B times the shared A, into q, k, v) computes what base +
+// adapter compute.
+TEST(Phi3, LoraAdapterSavesLoadsAndMerges) {
+  const auto dir = temp_dir();
+  const ModelConfig cfg = write_tiny_model(dir, phi3_json(2), 5);
+  ChunkPlan plan{19, 8};
+  plan.lora.rank = 3;
+  plan.lora.alpha = 6;
+  parse_lora_targets("all", plan.lora);
+  auto be = make_cpu_backend();
+  Model m(cfg, *be, plan);
+  load_weights(dir, cfg, m.params());
+  init_lora(m.trainable(), m.params(), 11);
+  std::mt19937 rng(3);  // B non-zero, so the adapter changes the model
+  std::normal_distribution<float> nd(0.0f, 0.2f);
+  for (const ParamSpec& s : m.trainable().specs())
+    if (s.name.ends_with("lora_B.weight"))
+      for (int64_t i = 0; i < s.numel(); ++i) m.trainable().view(s).f()[i] = nd(rng);
+  const fs::path out = temp_dir("_adapter") / "a";
+  save_adapter(out, cfg, plan.lora, m.trainable(), dir.string());
+  const SafetensorsFile f = SafetensorsFile::open(out / "adapter_model.safetensors");
+  EXPECT_NE(f.find("base_model.model.model.layers.1.self_attn.qkv_proj.lora_B.weight"), nullptr);
+  EXPECT_NE(f.find("base_model.model.model.layers.1.mlp.gate_up_proj.lora_A.weight"), nullptr);
+  EXPECT_EQ(f.find("base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight"), nullptr);
+  const LoraConfig back = load_adapter_config(out);
+  EXPECT_EQ(back.target_names(), plan.lora.target_names());
+  std::ifstream cf(out / "adapter_config.json");
+  auto tm = nlohmann::json::parse(cf).at("target_modules").get<std::vector<std::string>>();
+  std::sort(tm.begin(), tm.end());
+  EXPECT_EQ(tm, (std::vector<std::string>{"down_proj", "gate_up_proj", "o_proj", "qkv_proj"}));
+  Params again(cfg, lora_layout(cfg, back), Tier::Host, Tag::IO);
+  load_adapter(out, m.params(), again);
+  EXPECT_EQ(std::memcmp(again.flat().data, m.trainable().flat().data, again.flat().bytes()), 0);
+
+  std::vector<int32_t> ids(19);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7 + 3) % 61);
+  const int64_t N = int64_t(ids.size());
+  std::vector<float> want(size_t(N * cfg.vocab)), got(want.size()), base(want.size());
+  m.logits(ids.data(), N, want.data());
+  Params merged(cfg, Tier::Host, Tag::IO);
+  load_weights(dir, cfg, merged);
+  merge_adapter(merged, m.trainable(), plan.lora);
+  Model plain(cfg, *be, {N, 8});
+  ASSERT_EQ(plain.params().flat().bytes(), merged.flat().bytes());
+  std::memcpy(plain.params().flat().data, merged.flat().data, merged.flat().bytes());
+  plain.logits(ids.data(), N, got.data());
+  Model b(cfg, *be, {N, 8});
+  load_weights(dir, cfg, b.params());
+  b.logits(ids.data(), N, base.data());
+  EXPECT_LE(rel_error(got, want), 3e-6);
+  EXPECT_GT(rel_error(base, want), 1e-3);  // (the adapter does change the model)
+}
+
+// Through the CLI: --lora-rank alone on a Phi-3 adapts qkv_proj (the default q,v's linear), the adapter
+// is PEFT's, and the model merged from it computes what base + adapter compute; a part alone is refused.
+TEST(Phi3, CliLoraDefaultsToQkvAndMerges) {
+  const auto dir = temp_dir();
+  const fs::path m = dir / "m", a = dir / "a", merged = dir / "merged";
+  nlohmann::json j = phi3_json(2);
+  j["bos_token_id"] = 1, j["eos_token_id"] = 2;  // (Phi3Config's 32000 is past this vocabulary; saves write it)
+  write_tiny_model(m, j, 9);
+  write_tokens(dir / "t.bin", 400, 61, 2);
+  const std::string data = (dir / "t.bin").string();
+  CmdResult r = oomb_cmd(dir, fmt::format("train --model {} --data {} --seq-len 32 --chunk-size 16 --lr 1e-2 --steps 3 "
+                                          "--lora-rank 4 --out {}", m.string(), data, a.string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("LoRA: rank 4, alpha 16, on qkv_proj ("));
+  const auto cfg = nlohmann::json::parse(read_text(a / "adapter_config.json"));
+  EXPECT_EQ(cfg["target_modules"], nlohmann::json::array({"qkv_proj"}));
+  r = oomb_cmd(dir, fmt::format("merge --model {} --lora {} --out {}", m.string(), a.string(), merged.string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(SafetensorsModel::open(merged).find("model.layers.0.self_attn.qkv_proj.weight"), nullptr);
+  auto first_loss = [&](const std::string& args) {  // one step of SGD at a tiny lr prints the loss
+    const CmdResult s = oomb_cmd(dir, fmt::format("train --data {} --seq-len 32 --chunk-size 16 --steps 1 "
+                                                  "--optimizer sgd --lr 1e-9 {}", data, args));
+    EXPECT_EQ(s.code, 0) << s.out;
+    const auto at = s.out.find("loss ");
+    return at == std::string::npos ? -1.0 : std::stod(s.out.substr(at + 5));
+  };
+  const double adapted = first_loss(fmt::format("--model {} --lora {}", m.string(), a.string())),
+               plain = first_loss(fmt::format("--model {}", merged.string())),
+               base = first_loss(fmt::format("--model {}", m.string()));
+  EXPECT_NEAR(plain, adapted, 1e-4 * adapted);  // the progress line's 4 decimals
+  EXPECT_NE(adapted, base) << "the adapter changed nothing";
+  EXPECT_THAT(oomb_cmd(dir, fmt::format("train --model {} --data {} --seq-len 32 --steps 1 --lora-rank 4 "
+                                        "--lora-targets q,v", m.string(), data)).out,
+              HasSubstr("q_proj and k_proj are one linear in its files"));
 }
 
 }  // namespace

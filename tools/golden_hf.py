@@ -211,6 +211,8 @@ LORA = {  # the adapter each model gets, as PEFT's LoraConfig arguments
     "llama": dict(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                      "up_proj", "down_proj"]),
     "qwen2": dict(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"], use_rslora=True),
+    # Phi-3's fused linears, one adapter each (A shared by q, k and v; B their rows)
+    "phi3": dict(r=4, lora_alpha=8, target_modules=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]),
 }
 
 

@@ -13,7 +13,8 @@ void add_lora_flags(CLI::App* c, LoraFlags& f, bool with_dir) {
                 "fine-tuning)")->check(count(true));
   c->add_option("--lora-alpha", f.alpha, "LoRA: the adapters' scale is alpha / r (alpha / sqrt(r) with --rslora)")
       ->check(positive())->capture_default_str();
-  c->add_option("--lora-targets", f.targets, "LoRA: the linears adapted, from q,k,v,o,gate,up,down (or all)")
+  c->add_option("--lora-targets", f.targets,
+                 "LoRA: the linears adapted, from q,k,v,o,gate,up,down (or all; Phi-3: qkv, o, gate_up, down)")
       ->capture_default_str();
   c->add_option("--lora-dropout", f.dropout, std::string("LoRA: dropout on each adapter's input while training, as "
                 "PEFT's lora_dropout (the base linear reads the input itself); the mask a function of --seed, the window "
@@ -42,8 +43,8 @@ LoraConfig lora_config(const LoraFlags& f, const CLI::App* cmd) {
     if (given("--lora-targets")) {
       LoraConfig t;
       parse_lora_targets(f.targets, t);
-      OOMB_CHECK(t.target_names() == c.target_names(), "--lora-targets {} disagrees with {} (target_modules {})",
-                 f.targets, where, fmt::format("{}", fmt::join(c.target_names(), ",")));
+      OOMB_CHECK(t.target_names() == c.target_names(), "--lora-targets {} disagrees with {} (its target_modules, "
+                 "a fused linear as its parts: {})", f.targets, where, fmt::format("{}", fmt::join(c.target_names(), ",")));
     }
     c.train_embeddings_norms = c.train_embeddings_norms || f.train_embeddings_norms;
     if (given("--lora-dropout")) c.dropout = f.dropout;  // (a training choice: the adapter's is its default)
@@ -64,6 +65,11 @@ LoraConfig lora_config(const LoraFlags& f, const CLI::App* cmd) {
   parse_lora_targets(f.targets, c);
   check_lora(c);
   return c;
+}
+
+void default_lora_targets(LoraConfig& c, const LoraFlags& f, const CLI::App* cmd, const ModelConfig& cfg) {
+  if (c.on() && f.dir.empty() && cmd->count("--lora-targets") == 0 && cfg.fused_projections())
+    parse_lora_targets("qkv_proj", c);
 }
 
 }  // namespace oomb::cli

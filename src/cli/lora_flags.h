@@ -21,5 +21,8 @@ void add_lora_flags(CLI::App* c, LoraFlags& f, bool with_dir);
 // --lora DIR (a --lora-* flag that disagrees with it is an error naming both values; but
 // --lora-dropout, a training choice, replaces the adapter's lora_dropout).
 LoraConfig lora_config(const LoraFlags& f, const CLI::App* cmd);
+// Without --lora-targets (nor --lora DIR), a model whose files fuse q, k and v (Phi-3) adapts its
+// qkv_proj, the linear holding the default's q and v (which cannot be adapted apart there).
+void default_lora_targets(LoraConfig& c, const LoraFlags& f, const CLI::App* cmd, const ModelConfig& cfg);
 
 }  // namespace oomb::cli

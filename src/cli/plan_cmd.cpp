@@ -92,6 +92,7 @@ Command add_plan(CLI::App& app) {
             OOMB_CHECK(!offload || device != "cpu", "--offload {}: the cpu backend has no device memory to offload from "
                        "(use --device sim or cuda)", a->offload);
             plan.lora = lora_config(a->lora, a->cmd);
+            default_lora_targets(plan.lora, a->lora, a->cmd, cfg);
             // the backend's workspace, and of it cuDNN's attention buffers (cuda, where cuDNN loads)
             auto cudnn_bytes = [&](const ChunkPlan& p) {
               return device == "cuda" && cudnn_attention_planned() ? cudnn_attention_bytes(workspace_shape(cfg, p)) : 0;
@@ -170,7 +171,7 @@ Command add_plan(CLI::App& app) {
               const MemoryPlan mf = plan_for(full);
               std::cout << fmt::format("LoRA rank {} on {} ({} trainable parameters{}): the base frozen, no gradients or "
                                        "moments for it{}\n",
-                                       plan.lora.rank, fmt::join(plan.lora.target_names(), ", "),
+                                       plan.lora.rank, fmt::join(plan.lora.target_names(cfg.fused_projections()), ", "),
                                        lora_param_count(cfg, plan.lora),
                                        plan.lora.train_embeddings_norms ? ", embeddings and norms included" : "",
                                        frozen_bf16(plan) ? "; held once in bf16 (its matrices; no fp32 masters)" : "")

@@ -502,7 +502,7 @@ Command add_train(CLI::App& app) {
             auto be = make_backend(a->device, a->device_memory, local_rank());
             dist.attach(*be);
             a->device_comm = dist.device_comm();
-            const LoraConfig lora = lora_config(a->lora, a->cmd);
+            LoraConfig lora = lora_config(a->lora, a->cmd);
             OOMB_CHECK(!lora.on() || !(a->model.empty() && a->data.empty()),
                        "--lora-rank / --lora need --model and --data (the built-in demo trains every parameter)");
             OOMB_CHECK(!a->rope.any() || !(a->model.empty() && a->data.empty()),
@@ -513,6 +513,7 @@ Command add_train(CLI::App& app) {
             OOMB_CHECK(!a->data.empty(), "--data is required with --model");
             bool rope_changed = false;
             const ModelConfig cfg = run_config(a->model, a->lora.dir, a->rope, std::cout, &rope_changed);
+            default_lora_targets(lora, a->lora, a->cmd, cfg);
             check_training_dropout(cfg, (std::filesystem::path(a->model) / "config.json").string());
             check_model_out("--out", a->out, cfg, a->force);
             check_model_out("--save-best", a->save_best, cfg, a->force);
@@ -583,7 +584,8 @@ Command add_train(CLI::App& app) {
               model.upload_trainable(host);
               std::cout << fmt::format("LoRA: rank {}, alpha {}{}, on {} ({} trainable parameters of {}){}{}",
                                        lora.rank, lora.alpha, lora.rslora ? " (rsLoRA)" : "",
-                                       fmt::join(lora.target_names(), ", "), lora_param_count(cfg, lora),
+                                       fmt::join(lora.target_names(cfg.fused_projections()), ", "),
+                                       lora_param_count(cfg, lora),
                                        param_count(cfg), lora.train_embeddings_norms ? "; embeddings and norms train" : "",
                                        lora.dropout > 0 ? fmt::format("; dropout {}", lora.dropout) : "")
                         << std::endl;

@@ -90,7 +90,7 @@ LoraConfig parse_adapter_config(const nlohmann::json& j, const std::string& file
 }
 
 nlohmann::json adapter_config_json(const LoraConfig& c, const std::string& base_model,
-                                   const std::vector<std::string>& modules_to_save) {
+                                   const std::vector<std::string>& modules_to_save, bool fused_modules) {
   using nlohmann::json;
   return {{"peft_type", "LORA"},
           {"task_type", "CAUSAL_LM"},
@@ -99,7 +99,7 @@ nlohmann::json adapter_config_json(const LoraConfig& c, const std::string& base_
           {"lora_alpha", c.alpha},
           {"lora_dropout", c.dropout},
           {"use_rslora", c.rslora},
-          {"target_modules", c.target_names()},
+          {"target_modules", c.target_names(fused_modules)},
           {"bias", "none"},
           {"fan_in_fan_out", false},
           {"inference_mode", true},

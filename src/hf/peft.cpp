@@ -104,7 +104,7 @@ void write_adapter_files(const fs::path& dir, const ModelConfig& cfg, const Lora
   std::vector<SaveTensor> tensors;
   for (const ParamSpec& s : trainable.specs())
     tensors.push_back({peft_key(s.name), DType::F32, s.shape, trainable.view(s).data});
-  const nlohmann::json j = adapter_config_json(c, base_model, modules_to_save(cfg));
+  const nlohmann::json j = adapter_config_json(c, base_model, modules_to_save(cfg), cfg.fused_projections());
   save_safetensors(dir / kWeightsFile, tensors, {{"format", "pt"}});
   write_file_atomic(dir / kConfigFile, j.dump(2) + "\n");
   write_file_atomic(dir / kRopeFile, rope_json(cfg).dump(2) + "\n");
@@ -121,7 +121,7 @@ void merge_adapter(Params& base, const Params& trainable, const LoraConfig& c) {
     for (int t = 0; t < kLoraTargets; ++t) {
       if (!c.targets[t]) continue;
       Tensor w = base.get(fmt::format("model.layers.{}.{}.weight", l, kWeight[t]));
-      const Tensor a = trainable.get(lora_name(l, t, false)), b = trainable.get(lora_name(l, t, true));
+      const auto [a, b] = lora_pair([&](const std::string& n) { return trainable.get(n); }, cfg, l, t);
       const int64_t out = w.dim(0), in = w.dim(1), r = a.dim(0);
       for (int64_t i = 0; i < out; ++i)  // W[i, j] += s sum_k B[i, k] A[k, j], k in order
         for (int64_t j = 0; j < in; ++j) {

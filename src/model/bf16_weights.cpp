@@ -71,7 +71,8 @@ Bf16Weights::Bf16Weights(const ModelConfig& c, const LoraConfig& lora, Tier tier
   layers.resize(size_t(c.layers));
   for (int64_t l = 0; l < c.layers; ++l)
     for (int t = 0; t < kLoraTargets; ++t)
-      if (lora.targets[t]) layers[size_t(l)].lora[t] = {get(lora_name(l, t, false)), get(lora_name(l, t, true))};
+      if (lora.targets[t])
+        layers[size_t(l)].lora[t] = lora_pair([&](const std::string& n) { return get(n); }, c, l, t);
 }
 
 void Bf16Weights::sync(Backend& be, const Params& masters) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/lora.h"
+
 namespace oomb {
 
 namespace {
@@ -136,8 +138,6 @@ std::span<const SparseRun> sparse_runs(const LayerCtx& ctx, const Tensor& q, boo
                             o.first_page(ctx.layer, begin));
 }
 
-enum LoraSlot { kQ, kK, kV, kO, kGate, kUp, kDown };
-
 // --precision bf16: x (f32) rounded in place to bf16 values, where attention reads it as f32.
 void to_bf16(const LayerCtx& ctx, Tensor& x) {
   if (ctx.bf16) ctx.be.round_bf16(x);
@@ -162,9 +162,11 @@ Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
   return t;
 }
 
-// --lora-dropout while training: adapter t's mask in this layer (its rows the token side's tokens).
+// --lora-dropout while training: adapter t's mask in this layer (its rows the token side's tokens); the
+// parts of a fused linear (Phi-3's q, k, v) share its one adapter's mask, as PEFT drops its input once.
 DropoutMask lora_mask(const LayerCtx& ctx, int t) {
-  return dropout_mask(dropout_module_key(ctx.dropout_key, ctx.layer, t), ctx.tok0, ctx.lora_dropout);
+  return dropout_mask(dropout_module_key(ctx.dropout_key, ctx.layer, lora_module(ctx.cfg, t)), ctx.tok0,
+                      ctx.lora_dropout);
 }
 // The adapter's input: x, or with --lora-dropout x dropped (PEFT's nn.Dropout before lora_A) into
 // plan.lora_z, free until the adapter's output goes there; x's dtype.

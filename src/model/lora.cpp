@@ -1,16 +1,41 @@
 #include "model/lora.h"
 
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
+#include "hf/fused_projections.h"
 
 namespace oomb {
 
-std::string lora_name(int64_t layer, int target, bool b) {
-  const bool attn = target < 4;
-  return "base_model.model.model.layers." + std::to_string(layer) + (attn ? ".self_attn." : ".mlp.") +
-         kLoraModules[target] + (b ? ".lora_B.weight" : ".lora_A.weight");
+namespace {
+
+// The base linear target t adapts in layer l: model.layers.L.self_attn.q_proj.weight, ...
+std::string base_weight(int64_t layer, int target) {
+  return "model.layers." + std::to_string(layer) + (target < kGate ? ".self_attn." : ".mlp.") +
+         kLoraModules[target] + ".weight";
+}
+
+// Where target t's base linear lives in the files: a fused linear's rows, or nothing (itself)
+std::optional<FusedPart> fused_of(const ModelConfig& cfg, int64_t layer, int target) {
+  return fused_part(cfg, base_weight(layer, target));
+}
+
+}  // namespace
+
+std::string lora_name(const ModelConfig& cfg, int64_t layer, int target, bool b) {
+  const auto f = fused_of(cfg, layer, target);
+  const std::string w = f ? f->fused : base_weight(layer, target);
+  return "base_model.model." + w.substr(0, w.size() - 7) + (b ? ".lora_B.weight" : ".lora_A.weight");  // - ".weight"
+}
+
+int lora_module(const ModelConfig& cfg, int target) {
+  const auto f = fused_of(cfg, 0, target);
+  if (!f) return target;
+  for (int t = 0; t < kLoraTargets; ++t)
+    if (f->parts.front() == base_weight(0, t)) return t;
+  fail("lora_module: {}'s first part {} is no LoRA target", f->fused, f->parts.front());
 }
 
 std::vector<int64_t> lora_shape(const ModelConfig& cfg, const LoraConfig& c, int target, bool b) {
@@ -18,22 +43,23 @@ std::vector<int64_t> lora_shape(const ModelConfig& cfg, const LoraConfig& c, int
                 I = cfg.intermediate;
   //                      q   k   v   o   gate up  down
   const int64_t in[] = {d, d, d, qd, d, d, I}, out[] = {qd, kd, kd, d, I, I, d};
-  return b ? std::vector<int64_t>{out[target], c.rank} : std::vector<int64_t>{c.rank, in[target]};
+  const auto f = fused_of(cfg, 0, target);
+  return b ? std::vector<int64_t>{f ? f->fused_rows : out[target], c.rank} : std::vector<int64_t>{c.rank, in[target]};
 }
 
 std::vector<ParamSpec> lora_layout(const ModelConfig& cfg, const LoraConfig& c) {
-  if (cfg.fused_projections())
-    for (int t = 0; t < kLoraTargets; ++t)
-      OOMB_CHECK(!c.targets[t] || t == 3 || t == 6, "LoRA target {} on {}: Phi-3 fuses q, k and v into qkv_proj and "
-                 "gate and up into gate_up_proj, which oomb does not adapt; use --lora-targets o,down",
-                 kLoraModules[t], cfg.architecture);
+  for (int t = 0; t < kLoraTargets; ++t)  // a fused linear is adapted whole: PEFT adapts modules
+    OOMB_CHECK(c.targets[t] == c.targets[lora_module(cfg, t)], "LoRA on {}: {} and {} are one linear in its files "
+               "({}), which PEFT adapts as one module: adapt both or neither (--lora-targets qkv_proj / gate_up_proj "
+               "name the whole)", cfg.architecture, kLoraModules[lora_module(cfg, t)], kLoraModules[t],
+               fused_of(cfg, 0, t)->fused);
   std::vector<ParamSpec> s;
   auto add = [&](std::string name, std::vector<int64_t> shape) { add_spec(s, std::move(name), std::move(shape)); };
   for (int64_t l = 0; l < cfg.layers; ++l)
     for (int t = 0; t < kLoraTargets; ++t)
-      if (c.targets[t]) {
-        add(lora_name(l, t, false), lora_shape(cfg, c, t, false));
-        add(lora_name(l, t, true), lora_shape(cfg, c, t, true));
+      if (c.targets[t] && lora_module(cfg, t) == t) {  // (a fused linear's other parts share its adapter)
+        add(lora_name(cfg, l, t, false), lora_shape(cfg, c, t, false));
+        add(lora_name(cfg, l, t, true), lora_shape(cfg, c, t, true));
       }
   if (c.train_embeddings_norms)
     for (const ParamSpec& p : param_layout(cfg)) {
@@ -41,6 +67,13 @@ std::vector<ParamSpec> lora_layout(const ModelConfig& cfg, const LoraConfig& c) 
       if (norm || p.name == "model.embed_tokens.weight") add(p.name, p.shape);
     }
   return s;
+}
+
+LoraPair lora_pair(const std::function<Tensor(const std::string&)>& get, const ModelConfig& cfg, int64_t layer,
+                   int target) {
+  LoraPair p{get(lora_name(cfg, layer, target, false)), get(lora_name(cfg, layer, target, true))};
+  if (const auto f = fused_of(cfg, layer, target)) p.b = p.b.rows(f->row0, f->rows);
+  return p;
 }
 
 int64_t lora_param_count(const ModelConfig& cfg, const LoraConfig& c) {
@@ -55,7 +88,7 @@ std::vector<LayerParams> lora_layers(const std::vector<LayerParams>& base, const
   for (int64_t l = 0; l < cfg.layers; ++l) {
     LayerParams& L = r[size_t(l)];
     for (int t = 0; t < kLoraTargets; ++t)
-      if (c.targets[t]) L.lora[t] = {trainable.get(lora_name(l, t, false)), trainable.get(lora_name(l, t, true))};
+      if (c.targets[t]) L.lora[t] = lora_pair([&](const std::string& n) { return trainable.get(n); }, cfg, l, t);
     L.lora_scale = c.scale();
     const LayerParams& T = trainable.layers[size_t(l)];  // the norms, where they train
     for (auto [dst, src] : {std::pair{&L.attn_norm, &T.attn_norm}, {&L.mlp_norm, &T.mlp_norm},

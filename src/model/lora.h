@@ -6,6 +6,7 @@
 // names, trainable base tensors by their Hugging Face names.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,9 @@ struct LoraConfig {
   double dropout = 0;
   bool on() const { return rank > 0; }
   float scale() const;
-  std::vector<std::string> target_names() const;  // PEFT's module names, in kLoraModules' order
+  // PEFT's module names, in kLoraModules' order; `fused`: a fused linear's parts as its one name
+  // (qkv_proj, gate_up_proj: a Phi-3's target_modules)
+  std::vector<std::string> target_names(bool fused = false) const;
 };
 
 // Parses --lora-targets: a comma list of q,k,v,o,gate,up,down (or PEFT's q_proj, ...), or all.
@@ -41,14 +44,23 @@ void check_lora(const LoraConfig& c);
 // A dropout probability in [0, 1); throws naming `where` (a flag, or a file and its field).
 void check_lora_dropout(double p, const std::string& where);
 
-// PEFT's name of an adapter tensor: base_model.model.model.layers.L.self_attn.q_proj.lora_A.weight
-std::string lora_name(int64_t layer, int target, bool b);
+// PEFT's name of an adapter tensor: base_model.model.model.layers.L.self_attn.q_proj.lora_A.weight. On a
+// model whose files fuse linears (Phi-3), PEFT adapts the fused module: q, k and v share one adapter
+// named by qkv_proj (A (r, in), B (q + k + v rows, r)), gate and up one named by gate_up_proj.
+std::string lora_name(const ModelConfig& cfg, int64_t layer, int target, bool b);
+// The adapter whose tensors and dropout mask target t shares: the first part of its fused linear
+// (q for k and v, gate for up on Phi-3), else t itself.
+int lora_module(const ModelConfig& cfg, int target);
 // The trainable layout: every adapter (A then B, layers in order, targets in kLoraModules' order),
 // then, with train_embeddings_norms, the embedding and every norm (an untied lm_head stays frozen).
 std::vector<ParamSpec> lora_layout(const ModelConfig& cfg, const LoraConfig& c);
 int64_t lora_param_count(const ModelConfig& cfg, const LoraConfig& c);
-// The shape PEFT gives an adapter: A (r, in), B (out, r).
+// The shape PEFT gives an adapter: A (r, in), B (out, r) (a fused linear's out: all its parts' rows).
 std::vector<int64_t> lora_shape(const ModelConfig& cfg, const LoraConfig& c, int target, bool b);
+// Target t's adapter in layer l, from `get` (a tensor of lora_layout by name): A, and B's rows that are
+// t's (all of B unless t is part of a fused linear, whose A its parts share).
+LoraPair lora_pair(const std::function<Tensor(const std::string&)>& get, const ModelConfig& cfg, int64_t layer,
+                   int target);
 
 // Binds the adapters of `trainable` (a Params of lora_layout) into each layer's LoRA slots, and,
 // with train_embeddings_norms, its norms over the base ones. `base` gives the frozen rest.

@@ -2,6 +2,7 @@
 // and the flags' check; apart from the layout's code, so a parser (hf/adapter_config) needs no more.
 #include <cmath>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
 #include "model/lora.h"  // (LoraConfig's header: the layout's too)
@@ -12,10 +13,15 @@ float LoraConfig::scale() const {
   return float(rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank));
 }
 
-std::vector<std::string> LoraConfig::target_names() const {
+std::vector<std::string> LoraConfig::target_names(bool fused) const {
   std::vector<std::string> r;
-  for (int i = 0; i < kLoraTargets; ++i)
-    if (targets[i]) r.push_back(kLoraModules[i]);
+  for (int i = 0; i < kLoraTargets; ++i) {
+    if (!targets[i]) continue;
+    if (!fused) r.push_back(kLoraModules[i]);
+    else if (i == kQ) r.push_back("qkv_proj");  // q, k, v: one linear
+    else if (i == kGate) r.push_back("gate_up_proj");  // gate, up: one linear
+    else if (i != kK && i != kV && i != kUp) r.push_back(kLoraModules[i]);
+  }
   return r;
 }
 
@@ -30,11 +36,16 @@ void parse_lora_targets(const std::string& list, LoraConfig& c, const std::strin
       for (bool& t : c.targets) t = true;
       continue;
     }
+    if (item == "qkv" || item == "qkv_proj" || item == "gate_up" || item == "gate_up_proj") {  // Phi-3's fused
+      for (const int i : item.starts_with("qkv") ? std::vector{kQ, kK, kV} : std::vector{kGate, kUp})
+        c.targets[i] = true;
+      continue;
+    }
     bool found = false;
     for (int i = 0; i < kLoraTargets; ++i)
       if (item == shorts[i] || item == kLoraModules[i]) c.targets[i] = found = true;
     OOMB_CHECK(found, "{}: '{}' is not a module LoRA can adapt (q, k, v, o, gate, up, down, their PEFT names "
-               "q_proj .. down_proj, or all)", flag, item);
+               "q_proj .. down_proj, Phi-3's fused qkv_proj and gate_up_proj, or all)", flag, item);
   }
 }
 

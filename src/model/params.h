@@ -49,6 +49,7 @@ std::string first_nonfinite(const Params& p, Backend& be);
 
 // LoRA's slots of a layer (model/lora.h), by target: q, k, v, o, gate, up, down.
 inline constexpr int kLoraTargets = 7;
+enum LoraSlot { kQ, kK, kV, kO, kGate, kUp, kDown };
 struct LoraPair {
   Tensor a, b;  // A (r, in), B (out, r); empty: the linear is not adapted
 };

@@ -684,7 +684,9 @@ def mix64(z):
 
 def dropout_scale(window_key, layer, module, n_rows, n_cols, p):
     """[n_rows, n_cols] float64: 1 / (1 - p) where the value at (position, feature) is kept, else 0."""
-    km = mix64(window_key ^ (8 * layer + LORA_TARGETS.index(module)))
+    # a fused Phi-3 linear (one adapter, one mask) is keyed as its first part
+    index = {"qkv_proj": 0, "gate_up_proj": 4}.get(module)
+    km = mix64(window_key ^ (8 * layer + (LORA_TARGETS.index(module) if index is None else index)))
     threshold = int(p * 4294967296.0)
     keep = [[(mix64(km ^ mix64((t << 32) | i)) >> 32) >= threshold for i in range(n_cols)] for t in range(n_rows)]
     return torch.tensor(keep, dtype=torch.float64) / (1.0 - p)
@@ -753,7 +755,7 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
 
         h = rms_norm(x, g("input_layernorm.weight"), c.eps)
         if c.family == "phi3":  # qkv[..., :qd], then k, then v (Phi3Attention.forward)
-            qkv = linear(h, g("self_attn.qkv_proj.weight"))
+            qkv = linear(h, g("self_attn.qkv_proj.weight"), None, "self_attn.qkv_proj")
             q, k, v = qkv[:, :nh * hd], qkv[:, nh * hd:(nh + nkv) * hd], qkv[:, (nh + nkv) * hd:]
         else:
             q = linear(h, g("self_attn.q_proj.weight"), g("self_attn.q_proj.bias"), "self_attn.q_proj")
@@ -780,7 +782,7 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
 
         h = rms_norm(x, g("post_attention_layernorm.weight"), c.eps)
         if c.family == "phi3":  # Phi3MLP: gate, up = gate_up_proj(x).chunk(2, dim=-1)
-            gate, up = linear(h, g("mlp.gate_up_proj.weight")).chunk(2, dim=-1)
+            gate, up = linear(h, g("mlp.gate_up_proj.weight"), None, "mlp.gate_up_proj").chunk(2, dim=-1)
         else:
             gate = linear(h, g("mlp.gate_proj.weight"), g("mlp.gate_proj.bias"), "mlp.gate_proj")
             up = linear(h, g("mlp.up_proj.weight"), g("mlp.up_proj.bias"), "mlp.up_proj")
