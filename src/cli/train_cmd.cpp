@@ -601,12 +601,12 @@ Command add_train(CLI::App& app) {
             if (const std::string note = rope_reach_note(cfg, o.seq_len); !note.empty() && !rope_changed)
               std::cout << note << std::endl;
             if (const int64_t sw = rope_switch_length(cfg); sw > 0)  // LongRoPE: which table, and why
-              std::cout << fmt::format("LongRoPE: windows of {} tokens take the {} factors (past {} positions: long){}",
-                                       o.seq_len, o.seq_len > sw ? "long" : "short", sw,
-                                       a->doc_mask ? "; transformers would choose by the longest document's positions "
-                                                     "instead, the short ones where every document is within " +
-                                                         std::to_string(sw)
-                                                   : "")
+              std::cout << (a->doc_mask ? fmt::format("LongRoPE: each window takes the long factors where its longest "
+                                                      "document passes {} positions, else the short ones (as "
+                                                      "transformers chooses by max(position_ids) + 1)", sw)
+                                        : fmt::format("LongRoPE: windows of {} tokens take the {} factors (past {} "
+                                                      "positions: long)", o.seq_len, o.seq_len > sw ? "long" : "short",
+                                                      sw))
                         << std::endl;
             if (dist.size() > 1)  // the ranks' layout, once (rank 0 alone prints)
               std::cout << fmt::format("{} ranks ({}): --sp {} x --dp {}{}; each rank holds {} of every chunk's {} "

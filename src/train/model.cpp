@@ -417,15 +417,31 @@ void Model::use_rope_for(int64_t length) {
   rope_long_ = length > rope_switch_;
 }
 
+int64_t Model::rope_length(const ChunkReader& read, int64_t N) const {
+  if (rope_switch_ == 0 || plan_.doc_sep < 0) return N;
+  const int64_t C = plan_.chunk;
+  std::vector<int32_t> ids(size_t(std::min(C, N))), targets(ids.size());
+  int64_t longest = 0, start = 0;  // a document starts at 0 and after each separator
+  for (int64_t t0 = 0; t0 < N; t0 += C) {
+    const int64_t n = std::min(C, N - t0);
+    read(t0, n, ids.data(), targets.data());
+    for (int64_t i = 0; i < n; ++i) {
+      longest = std::max(longest, t0 + i - start + 1);
+      if (ids[size_t(i)] == plan_.doc_sep) start = t0 + i + 1;
+    }
+  }
+  return longest;
+}
+
 void Model::logits(const int32_t* ids, int64_t N, float* out) {
   OOMB_CHECK(N > 0, "model: sequence length must be positive, got {}", N);
   OOMB_CHECK(!sp_, "logits: not with --sp (each rank holds only its tokens' logits)");
-  use_rope_for(N);
   const bool changed = sync_compute_weights();
   const int64_t C = plan_.chunk, V = cfg_.vocab;
   logits_tile_ = Buffer(be_.tier(), Tag::Workspace, size_t(C * lm_head_vocab_tile(V)) * 4);
   std::vector<int32_t> none(size_t(N), -1);
   const ChunkReader read = array_reader(ids, none.data());
+  use_rope_for(rope_length(read, N));
   cache_.begin_sequence(N, std::min(C, N), false);
   if (sparse_) sparse_->begin_sequence(N, C, false);
   inputs_.begin_sequence();
@@ -508,7 +524,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, int64_t p
   } unset{keeping_, training_};
   keeping_ = backward && plan_.keep_attention > 0;
   training_ = backward;
-  use_rope_for(N);
+  use_rope_for(rope_length(read, N));
   OOMB_CHECK(!keeping_ || N <= plan_.keep_attention, "--keep-attention: the model keeps attention outputs for "
              "sequences of up to {} tokens (its --seq-len), got {}", plan_.keep_attention, N);
   if (backward && acts_) return run_layer_major(read, N, weight, per);

@@ -178,6 +178,9 @@ class Model {
   int64_t rope_switch_ = 0;
   bool rope_long_ = false;
   void use_rope_for(int64_t length);
+  // The length transformers picks LongRoPE's table by, max(position_ids) + 1: N, or with --doc-mask
+  // (positions restarting per document) the sequence's longest document (read through `read`).
+  int64_t rope_length(const ChunkReader& read, int64_t N) const;
   KVCache cache_;        // K/V, KV-gradient and document pages (tags kv, kv_grad, data)
   std::unique_ptr<SparseSelector> sparse_;  // --sparse-pages: the choice of pages (tag page_meta)
   ChunkInputs inputs_;   // ids, targets, positions, documents of one chunk (tag data)
