@@ -99,6 +99,7 @@ void check_against_oracle(const Case& c) {
   model.set_dropout_key(c.dropout_key);
   std::vector<int32_t> ids(toks.begin(), toks.end() - 1), targets(toks.begin() + 1, toks.end());
   const LossStats ls = model.forward_backward(ids.data(), targets.data(), c.N, 1.0f);
+  EXPECT_EQ(ls.targets, c.N - int64_t(c.docs.size()));  // (each separator's target is not trained)
   if (c.lora.dropout > 0) {  // control: dropout changed the training loss (evaluation drops nothing)
     const double ev = model.evaluate(ids.data(), targets.data(), c.N).loss_sum;
     EXPECT_GT(std::abs(ls.loss_sum - ev) / std::abs(ev), 1e-4) << "--lora-dropout changed nothing";

@@ -601,7 +601,7 @@ Command add_train(CLI::App& app) {
             if (const std::string note = rope_reach_note(cfg, o.seq_len); !note.empty() && !rope_changed)
               std::cout << note << std::endl;
             if (const int64_t sw = rope_switch_length(cfg); sw > 0)  // LongRoPE: which table, and why
-              std::cout << (a->doc_mask ? fmt::format("LongRoPE: each window takes the long factors where its longest "
+              std::cout << (a->doc_mask && o.seq_len > sw ? fmt::format("LongRoPE: each window takes the long factors where its longest "
                                                       "document passes {} positions, else the short ones (as "
                                                       "transformers chooses by max(position_ids) + 1)", sw)
                                         : fmt::format("LongRoPE: windows of {} tokens take the {} factors (past {} "

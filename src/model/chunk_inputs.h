@@ -12,6 +12,8 @@
 namespace oomb {
 
 // Supplies tokens [t0, t0 + n) of the current sequence: input ids and next-token targets (< 0: ignored).
+// Without side effects: the model reads any span of [0, N), as often as it needs (the backward's
+// recompute, the layer order's sweeps, Model::rope_length's look at the documents).
 using ChunkReader = std::function<void(int64_t t0, int64_t n, int32_t* ids, int32_t* targets)>;
 
 // Chunk t of T covers [begin, end); chunks are aligned to the end of the sequence, so the last one
