@@ -18,6 +18,14 @@ namespace oomb {
 // The linear layers LoRA may adapt (LayerParams::lora's order), by PEFT's module names.
 inline constexpr const char* kLoraModules[kLoraTargets] = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                            "gate_proj", "up_proj", "down_proj"};
+// The fused linears of Phi-3's files, which PEFT adapts as one module each: its name, --lora-targets'
+// short one, and the targets it holds (its first is the module's own).
+struct LoraFusedModule {
+  const char *name, *short_name;
+  std::vector<int> parts;
+};
+inline const LoraFusedModule kLoraFused[] = {{"qkv_proj", "qkv", {kQ, kK, kV}},
+                                              {"gate_up_proj", "gate_up", {kGate, kUp}}};
 
 struct LoraConfig {
   int64_t rank = 0;  // 0: no LoRA (full fine-tuning)

@@ -1,5 +1,6 @@
 // LoraConfig's own functions (model/lora.h): its scale, its targets' names, --lora-targets' parse
 // and the flags' check; apart from the layout's code, so a parser (hf/adapter_config) needs no more.
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <vector>
@@ -17,10 +18,11 @@ std::vector<std::string> LoraConfig::target_names(bool fused) const {
   std::vector<std::string> r;
   for (int i = 0; i < kLoraTargets; ++i) {
     if (!targets[i]) continue;
-    if (!fused) r.push_back(kLoraModules[i]);
-    else if (i == kQ) r.push_back("qkv_proj");  // q, k, v: one linear
-    else if (i == kGate) r.push_back("gate_up_proj");  // gate, up: one linear
-    else if (i != kK && i != kV && i != kUp) r.push_back(kLoraModules[i]);
+    const auto m = std::find_if(std::begin(kLoraFused), std::end(kLoraFused), [&](const LoraFusedModule& f) {
+      return std::find(f.parts.begin(), f.parts.end(), i) != f.parts.end();
+    });
+    if (!fused || m == std::end(kLoraFused)) r.push_back(kLoraModules[i]);
+    else if (m->parts.front() == i) r.push_back(m->name);  // (its other parts: the same module)
   }
   return r;
 }
@@ -36,12 +38,10 @@ void parse_lora_targets(const std::string& list, LoraConfig& c, const std::strin
       for (bool& t : c.targets) t = true;
       continue;
     }
-    if (item == "qkv" || item == "qkv_proj" || item == "gate_up" || item == "gate_up_proj") {  // Phi-3's fused
-      for (const int i : item.starts_with("qkv") ? std::vector{kQ, kK, kV} : std::vector{kGate, kUp})
-        c.targets[i] = true;
-      continue;
-    }
     bool found = false;
+    for (const LoraFusedModule& m : kLoraFused)
+      if (item == m.name || item == m.short_name)
+        for (const int i : m.parts) c.targets[i] = found = true;
     for (int i = 0; i < kLoraTargets; ++i)
       if (item == shorts[i] || item == kLoraModules[i]) c.targets[i] = found = true;
     OOMB_CHECK(found, "{}: '{}' is not a module LoRA can adapt (q, k, v, o, gate, up, down, their PEFT names "
