@@ -187,6 +187,19 @@ inline std::vector<BadCall> bad_calls() {
     const Backend::RowPiece pieces[] = {{nullptr, -1}, {nullptr, 5}};
     t.be.cast_from_pieces(pieces, D::BF16, x);
   });
+  add("scale: x and y must be f32 or bf16, got i32 and f32", [](OpMemory& t) {
+    Tensor y = t(D::F32, {4});
+    t.be.scale(t(D::I32, {4}), 2.0f, y);
+  });
+  add("scale: x (4) and y (3) differ in size", [](OpMemory& t) {
+    Tensor y = t(D::BF16, {3});
+    t.be.scale(t(D::F32, {4}), 2.0f, y);
+  });
+  add("scale: in place, x and y must share one dtype, got f32 and bf16", [](OpMemory& t) {  // (it would read what it wrote)
+    const Tensor x = t(D::F32, {4});
+    Tensor y(x.data, D::BF16, {4}, x.tier);
+    t.be.scale(x, 2.0f, y);
+  });
   add("add: x must be f32 or bf16, got i32", [](OpMemory& t) {
     Tensor y = t(D::F32, {4});
     t.be.add(y, t(D::I32, {4}));

@@ -356,6 +356,39 @@ TEST_F(Fixture, NormAndSwiGluWriteBf16AsTheirF32OutputsRounded) {
   }
 }
 
+// scale(x, s, y): y = s x as an fp32 product, a bf16 y that product rounded (the reference's own
+// rounding), from an f32 or bf16 x, and in place
+TEST_F(Fixture, ScaleWritesEachDtypeAsTheF32ProductRounded) {
+  const int64_t n = 5003;
+  const float s = 0.22f;
+  auto x = randn(size_t(n), 25, 3.0f);
+  std::vector<uint16_t> xb(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) xb[size_t(i)] = ref::bf16_encode(x[size_t(i)]);
+  for (const bool from_bf16 : {false, true}) {
+    SCOPED_TRACE(from_bf16 ? "x bf16" : "x f32");
+    std::vector<float> y(static_cast<size_t>(n)), in_place = x;
+    std::vector<uint16_t> y16(static_cast<size_t>(n)), in_place16 = xb;
+    const Tensor X = from_bf16 ? Tensor(xb.data(), DType::BF16, {n}, Tier::Host) : Tensor(x.data(), DType::F32, {n}, Tier::Host);
+    Tensor Y(y.data(), DType::F32, {n}, Tier::Host), Y16(y16.data(), DType::BF16, {n}, Tier::Host);
+    be->scale(X, s, Y);
+    be->scale(X, s, Y16);
+    Tensor P = from_bf16 ? Tensor(in_place16.data(), DType::BF16, {n}, Tier::Host)
+                         : Tensor(in_place.data(), DType::F32, {n}, Tier::Host);
+    be->scale(P, s, P);
+    size_t flips = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t k = size_t(i);
+      const float want = (from_bf16 ? float(ref::bf16_value(xb[k])) : x[k]) * s;
+      ASSERT_EQ(y[k], want) << i;
+      ASSERT_EQ(y16[k], ref::bf16_encode(want)) << i;
+      if (from_bf16) ASSERT_EQ(in_place16[k], ref::bf16_encode(want)) << i;
+      else ASSERT_EQ(in_place[k], want) << i;
+      flips += ref::bf16_value(y16[k]) != double(want);
+    }
+    EXPECT_GT(flips, size_t(n) / 2) << "the products were bf16 values already";
+  }
+}
+
 // ---- the row-wise ops at real model widths ----
 // Widths above any kernel's block size (Qwen2-0.5B's 896, Qwen2-7B's 3584, Llama's 4096, 5120) and
 // an odd one, several rows each, so every row loop runs more than once and ends on a partial step.

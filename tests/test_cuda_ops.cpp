@@ -408,6 +408,17 @@ TEST(CudaOps, LossReductionsAndOptimizers) {
     C.add(y.h, xb.h), G.add(y.d, xb.d);
     C.scale(y.h, 0.75f), G.scale(y.d, 0.75f);
     report("add/scale", err(y), 0.0);
+    // y = s x between each pair of dtypes (bf16 outputs rounded as cast rounds), and in place: the host's bits
+    for (const DType xt : {DType::F32, DType::BF16})
+      for (const DType yt : {DType::F32, DType::BF16}) {
+        Pair sy(yt, {n});
+        const Pair& sx = xt == DType::F32 ? x : xb;
+        C.scale(sx.h, 0.22f, sy.h), G.scale(sx.d, 0.22f, sy.d);
+        C.scale(sy.h, 3.1f, sy.h), G.scale(sy.d, 3.1f, sy.d);
+        const std::vector<char> got = sy.download();
+        EXPECT_EQ(std::memcmp(got.data(), sy.h.data, got.size()), 0) << "scale " << dtype_name(xt) << " -> "
+                                                                     << dtype_name(yt) << ", n " << n;
+      }
     report("sum_squares", std::abs(G.sum_squares(y.d) - C.sum_squares(y.h)) / C.sum_squares(y.h), 1e-12);  // measured <= 5.9e-14
     const Backend::AdamW a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
     C.adamw_step(y.h, x.h, m.h, v.h, a), G.adamw_step(y.d, x.d, m.d, v.d, a);

@@ -259,6 +259,8 @@ class Backend {
   void add(Tensor& y, const Tensor& x);  // y += x; x f32 or bf16 (read as fp32)
   void zero(Tensor& y);
   void scale(Tensor& y, float s);
+  // y = s x, computed in fp32; x and y f32 or bf16 (y rounded as cast rounds) of one size, y may be x
+  void scale(const Tensor& x, float s, Tensor& y);
   double sum_squares(const Tensor& x);
   // y (T, n) = x where the mask keeps it, times m.scale, else 0 (LoRA's dropout; row t is sequence
   // position m.row0 + t), or y += that when accumulate. x f32 or bf16 (read as fp32); y f32, or
@@ -319,7 +321,7 @@ class Backend {
   virtual void do_round_bf16(Tensor& x) = 0;
   virtual void do_add(Tensor& y, const Tensor& x) = 0;
   virtual void do_zero(Tensor& y) = 0;
-  virtual void do_scale(Tensor& y, float s) = 0;
+  virtual void do_scale(const Tensor& x, float s, Tensor& y) = 0;
   virtual double do_sum_squares(const Tensor& x) = 0;
   virtual void do_dropout(const Tensor& x, const DropoutMask& m, Tensor& y, bool accumulate) = 0;
   virtual void do_adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamW& a) = 0;

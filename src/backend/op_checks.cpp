@@ -438,7 +438,20 @@ void Backend::zero(Tensor& y) {
 void Backend::scale(Tensor& y, float s) {
   Check{*this, "scale"}.tensor("y", y, -1);
   const OpScope op_scope(*this);
-  do_scale(y, s);
+  do_scale(y, s, y);
+}
+
+void Backend::scale(const Tensor& x, float s, Tensor& y) {
+  const Check c{*this, "scale"};
+  OOMB_CHECK(is_float(x.dtype) && is_float(y.dtype), "scale: x and y must be f32 or bf16, got {} and {}",
+             dtype_name(x.dtype), dtype_name(y.dtype));
+  c.where("x", x, -1);
+  c.where("y", y, -1);
+  c.numel("x", x, "y", y);
+  OOMB_CHECK(x.data != y.data || x.dtype == y.dtype, "scale: in place, x and y must share one dtype, got {} and {}",
+             dtype_name(x.dtype), dtype_name(y.dtype));
+  const OpScope op_scope(*this);
+  do_scale(x, s, y);
 }
 
 void Backend::dropout(const Tensor& x, const DropoutMask& m, Tensor& y, bool accumulate) {

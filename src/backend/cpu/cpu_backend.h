@@ -136,10 +136,15 @@ class CpuBackend : public Backend {
     for (int64_t i = 0; i < n; ++i) y.f()[i] += x.f()[i];
   }
   void do_zero(Tensor& y) override { std::fill_n(static_cast<char*>(y.data), y.bytes(), 0); }
-  void do_scale(Tensor& y, float s) override {
+  void do_scale(const Tensor& x, float s, Tensor& y) override {
     const int64_t n = y.numel();
+    const bool xb = x.dtype == DType::BF16, yb = y.dtype == DType::BF16;
 #pragma omp parallel for if (n >= cpu::kParallelMin)
-    for (int64_t i = 0; i < n; ++i) y.f()[i] *= s;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = (xb ? bf16_to_f32(x.as<uint16_t>()[i]) : x.f()[i]) * s;
+      if (yb) y.as<uint16_t>()[i] = f32_to_bf16(v);
+      else y.f()[i] = v;
+    }
   }
   double do_sum_squares(const Tensor& x) override { return cpu::sum_squares(x.f(), x.numel()); }
   void do_dropout(const Tensor& x, const DropoutMask& m, Tensor& y, bool accumulate) override {

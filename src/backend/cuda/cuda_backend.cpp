@@ -333,8 +333,8 @@ class CudaBackend final : public Backend {
     launched("round_bf16");
   }
   void do_zero(Tensor& y) override { fill_zero(y.data, y.bytes()); }
-  void do_scale(Tensor& y, float s) override {
-    cuda::k::scale(y.f(), s, y.numel(), stream_);
+  void do_scale(const Tensor& x, float s, Tensor& y) override {
+    cuda::k::scale(x.data, x.dtype == DType::BF16, s, y.data, y.dtype == DType::BF16, y.numel(), stream_);
     launched("scale");
   }
   double do_sum_squares(const Tensor& x) override {

@@ -45,9 +45,10 @@ void swiglu_bwd(const float* g, const float* u, const float* dout, void* dg, voi
 void dropout(const void* x, bool x_bf16, const DropoutMask& m, void* y, bool y_bf16, bool accumulate, int64_t T,
              int64_t n, cudaStream_t s);
 
-// y += x (x f32, or bf16 when x_bf16);  y *= a
+// y += x (x f32, or bf16 when x_bf16)
 void add(float* y, const void* x, bool x_bf16, int64_t n, cudaStream_t s);
-void scale(float* y, float a, int64_t n, cudaStream_t s);
+// y (n) = a x in fp32, x and y f32 or bf16 (y rounded to nearest even); y may be x
+void scale(const void* x, bool x_bf16, float a, void* y, bool y_bf16, int64_t n, cudaStream_t s);
 // y (n) = x converted between f32 and bf16 (round to nearest even; same dtype: a copy)
 void cast(const void* x, bool x_bf16, void* y, bool y_bf16, int64_t n, cudaStream_t s);
 // x (rows, row_elems) converted to or from pieces: piece i holds rows [row0[i], row0[i] + rows[i])

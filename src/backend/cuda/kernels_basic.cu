@@ -61,6 +61,9 @@ __global__ void embedding_bwd_k(const int32_t* ids, const float* dout, float* dt
 // An output element: the f32 value, or it rounded to bf16 (cast's bits).
 __device__ inline void put(float* o, int64_t i, float v) { o[i] = v; }
 __device__ inline void put(uint16_t* o, int64_t i, float v) { o[i] = to_bf16(v); }
+// An input element as fp32.
+__device__ inline float widen(float x) { return x; }
+__device__ inline float widen(uint16_t h) { return from_bf16(h); }
 
 // grid T; y: float or uint16_t (bf16)
 template <typename Out>
@@ -251,9 +254,11 @@ __global__ void round_bf16_k(float* x, int64_t n) {
   if (i < n) x[i] = from_bf16(to_bf16(x[i]));
 }
 
-__global__ void scale_k(float* y, float a, int64_t n) {
+// x, y: float or uint16_t (bf16)
+template <typename In, typename Out>
+__global__ void scale_k(const In* x, float a, Out* y, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] *= a;
+  if (i < n) put(y, i, __fmul_rn(widen(x[i]), a));
 }
 
 // grid: chunks of kSumChunk
@@ -269,9 +274,6 @@ __global__ void add_rows_k(float* y, const float* b, int64_t T, int64_t out) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < T * out) y[i] += b[i % out];
 }
-
-__device__ inline float widen(float x) { return x; }
-__device__ inline float widen(uint16_t h) { return from_bf16(h); }
 
 // db (out) += sum_t dy[t, o]; dy: (T, out); partial: (G, out) or null (G = 1)
 // grid: (out / 32, G) blocks of (32, kRowLanes), as above
@@ -398,8 +400,16 @@ void round_bf16(float* x, int64_t n, cudaStream_t s) {
   if (n > 0) launch(round_bf16_k, blocks_for(n), kThreads, 0, s, x, n);
 }
 
-void scale(float* y, float a, int64_t n, cudaStream_t s) {
-  if (n > 0) launch(scale_k, blocks_for(n), kThreads, 0, s, y, a, n);
+void scale(const void* x, bool x_bf16, float a, void* y, bool y_bf16, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  const auto *xf = static_cast<const float*>(x);
+  const auto *xh = static_cast<const uint16_t*>(x);
+  auto *yf = static_cast<float*>(y);
+  auto *yh = static_cast<uint16_t*>(y);
+  if (x_bf16 && y_bf16) launch(scale_k<uint16_t, uint16_t>, blocks_for(n), kThreads, 0, s, xh, a, yh, n);
+  else if (x_bf16) launch(scale_k<uint16_t, float>, blocks_for(n), kThreads, 0, s, xh, a, yf, n);
+  else if (y_bf16) launch(scale_k<float, uint16_t>, blocks_for(n), kThreads, 0, s, xf, a, yh, n);
+  else launch(scale_k<float, float>, blocks_for(n), kThreads, 0, s, xf, a, yf, n);
 }
 void sum_squares_chunks(const float* x, int64_t n, double* partial, cudaStream_t s) {
   if (n > 0) launch(sum_squares_k, unsigned((n + kSumChunk - 1) / kSumChunk), 1024, 0, s, x, n, partial);
