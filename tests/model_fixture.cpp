@@ -19,6 +19,7 @@ nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads) {
   const std::string cls = arch == "qwen2"     ? "Qwen2ForCausalLM"
                           : arch == "qwen3"   ? "Qwen3ForCausalLM"
                           : arch == "mistral" ? "MistralForCausalLM"
+                          : arch == "granite" ? "GraniteForCausalLM"
                                               : "LlamaForCausalLM";
   nlohmann::json j = {{"architectures", {cls}},     {"model_type", arch},        {"hidden_size", 32},
           {"intermediate_size", 48},    {"num_hidden_layers", 2},    {"num_attention_heads", 4},
@@ -26,6 +27,13 @@ nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads) {
           {"vocab_size", 61},           {"max_position_embeddings", 64}, {"rope_theta", 10000.0},
           {"tie_word_embeddings", false}, {"torch_dtype", "float32"}};
   if (arch == "mistral") j["sliding_window"] = nullptr;  // transformers' default is 4096
+  return j;
+}
+
+nlohmann::json tiny_granite_json(int64_t kv_heads) {
+  nlohmann::json j = tiny_config_json("granite", kv_heads);
+  j["embedding_multiplier"] = 3.5, j["residual_multiplier"] = 0.37, j["attention_multiplier"] = 0.21;
+  j["logits_scaling"] = 2.7, j["tie_word_embeddings"] = true, j["pad_token_id"] = 0;
   return j;
 }
 

@@ -15,6 +15,9 @@ namespace oomb::testing {
 
 // A small config.json: hidden 32, 2 layers, 4 heads of dim 8, intermediate 48, vocab 61.
 nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads);
+// A tiny Granite with its four multipliers off 1 (none a power of two; attention's apart from
+// 1/sqrt(head_dim)), tied, token 0 its pad (as IBM's files)
+nlohmann::json tiny_granite_json(int64_t kv_heads);
 // Writes dir/config.json (exactly `cfg_json`) and dir/model.safetensors with random weights:
 // matrices N(0, 0.15), norms 1 + N(0, 0.1), biases N(0, 0.1), stored in `dtype`.
 ModelConfig write_tiny_model(const std::filesystem::path& dir, const nlohmann::json& cfg_json, uint64_t seed,

@@ -83,7 +83,8 @@ void expect_same(const ModelConfig& a, const ModelConfig& b) {
   SAME(rope.attention_factor); SAME(rope.beta_fast); SAME(rope.beta_slow); SAME(rope.mscale);
   SAME(rope.mscale_all_dim); SAME(rope.truncate); SAME(rope.short_factor); SAME(rope.long_factor);
   SAME(rope.factor_given); SAME(rope.partial_rotary_factor); SAME(pad_token_id);
-  SAME(layer_window);
+  SAME(layer_window); SAME(embedding_multiplier); SAME(residual_multiplier); SAME(attention_multiplier);
+  SAME(logits_scaling);
 }
 #undef SAME
 
@@ -245,7 +246,8 @@ TEST(Config, Defaults) {
 TEST(ConfigErrors, Architecture) {
   expect_error(with(small(), "architectures", {"GPT2LMHeadModel"}),
                "unsupported architecture 'GPT2LMHeadModel' in field 'architectures[0]' (supported: "
-               "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Phi3ForCausalLM)");
+               "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Phi3ForCausalLM, "
+               "GraniteForCausalLM)");
   json j = small();
   j.erase("architectures");
   expect_error(with(j, "model_type", "gpt2"), "unsupported model_type 'gpt2'");

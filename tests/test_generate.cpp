@@ -38,11 +38,12 @@ nlohmann::json phi3_partial_longrope() {
 }
 
 TEST(Generate, IncrementalDecodingEqualsAFullForward) {
-  for (std::string arch : {"llama", "qwen3", "phi3", "phi3-partial"}) {
+  for (std::string arch : {"llama", "qwen3", "phi3", "phi3-partial", "granite"}) {
     SCOPED_TRACE(arch);
     const auto dir = temp_dir("_" + arch);
     const ModelConfig cfg = write_tiny_model(dir, arch == "phi3"           ? phi3_longrope()
                                                   : arch == "phi3-partial" ? phi3_partial_longrope()
+                                                  : arch == "granite"      ? tiny_granite_json(2)
                                                                            : tiny_config_json(arch, 2), 71);
     auto be = make_cpu_backend();
     Model inc(cfg, *be, ChunkPlan{5, 4}), full(cfg, *be, ChunkPlan{64, 16});

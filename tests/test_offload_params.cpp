@@ -59,7 +59,8 @@ class OffloadParams : public ::testing::Test {
     // untied with biases (2 layers), tied (3 layers: the slots' parity moves between passes),
     // Phi-3 with a pad token (its embedding row untouched by the lookup's gradient, on the host too),
     // Qwen3's q/k norms (1 layer: a pass of one); a vocabulary of three lm_head tiles, untied (the
-    // tiles stream through their slots) and tied (tiles of the embedding, which stays)
+    // tiles stream through their slots) and tied (tiles of the embedding, which stays); a Granite
+    // (its multipliers on the host's embedding lookup and the streamed head)
     nlohmann::json qwen2 = tiny_config_json("qwen2", 2), llama = tiny_config_json("llama", 1),
                    qwen3 = tiny_config_json("qwen3", 2), wide = wide_vocab(tiny_config_json("qwen2", 2)),
                    wide_tied = wide_vocab(tiny_config_json("llama", 1));
@@ -73,7 +74,7 @@ class OffloadParams : public ::testing::Test {
     int seed = 11;
     for (auto& [name, j] : std::vector<std::pair<std::string, nlohmann::json>>{
              {"qwen2", qwen2}, {"llama-tied", llama}, {"qwen3", qwen3}, {"qwen2-wide", wide},
-             {"llama-tied-wide", wide_tied}, {"phi3-pad", phi3}}) {
+             {"llama-tied-wide", wide_tied}, {"phi3-pad", phi3}, {"granite", tiny_granite_json(2)}}) {
       models_->push_back(root / name);
       write_tiny_model(models_->back(), j, uint64_t(seed++));
     }

@@ -268,6 +268,27 @@ TEST_F(Oracle, SlidingWindows) {
 
 TEST_F(Oracle, Mistral) { check_against_oracle({"mistral", tiny_config_json("mistral", 2), 17}); }
 
+// Granite: the embedding's output, each residual branch, attention's scores and the logits scaled by
+// the file's multipliers (none a power of two, attention's apart from 1/sqrt(head_dim)): untied and
+// tied with GQA, biases and a pad row, chunked, LoRA with dropout (LongLoRA's embeddings and norms),
+// a bf16 checkpoint; and GraniteConfig's defaults (1.0 each: attention's scale 1, not 1/sqrt(8)).
+TEST_F(Oracle, Granite) {
+  const json mults = {{"embedding_multiplier", 3.5}, {"residual_multiplier", 0.37}, {"attention_multiplier", 0.21},
+                      {"logits_scaling", 2.7}};
+  const json g = with(tiny_config_json("granite", 2), mults);
+  check_against_oracle({"granite_untied_kv2", g, 23});
+  check_against_oracle({"granite_tied_kv1_bias_pad",
+                        with(with(tiny_config_json("granite", 1), mults),
+                             {{"tie_word_embeddings", true}, {"attention_bias", true}, {"mlp_bias", true},
+                              {"pad_token_id", 0}}),
+                        19});
+  check_against_oracle({"granite_C7_P4", g, 29, 7, 4});
+  check_against_oracle({"granite_defaults", tiny_config_json("granite", 4), 17});
+  check_against_oracle({"granite_lora_dropout_C5_P4", g, 21, 5, 4, DType::F32, lora_of("all", false, true, 0.5),
+                        91});
+  check_against_oracle({"granite_bf16", g, 19, 0, 128, DType::BF16});
+}
+
 // Phi-3: fused q/k/v and gate/up in the checkpoint, a sliding window on every layer, and LongRoPE,
 // whose long factors serve a sequence past original_max_position_embeddings (16 here) and its short
 // ones a sequence within it.

@@ -80,8 +80,13 @@ namespace {
 void within_twice_torchs_bf16_error(Backend& be) {
   double loss_sq = 0, torch_loss_sq = 0;
   int models = 0;
-  for (const char* name : {"llama", "qwen2", "qwen3"}) {
+  for (const char* name : {"llama", "qwen2", "qwen3", "granite"}) {
     const fs::path dir = source_dir() / "tests/fixtures/hf" / name;
+    if (std::string(name) == "granite" && !fs::exists(dir)) {  // (new to tools/golden_hf.py on 2026-11-30)
+      std::cout << "[ bf16     ] granite: pending, tests/fixtures/hf/granite is not made yet (the next GPU "
+                   "session's `python3 tools/golden_hf.py` makes it)\n";
+      continue;
+    }
     if (!fs::exists(dir / "reference_bf16.safetensors"))
       OOMB_MISSING_REFERENCE(fmt::format("{} is missing: made by `python3 tools/golden_hf.py` on a GPU machine",
                                          (dir / "reference_bf16.safetensors").string()));
@@ -130,8 +135,9 @@ void within_twice_torchs_bf16_error(Backend& be) {
   }
   // where the fixtures carry 16 more sequences per model (tools/golden_hf.py since 2026-11-24), the
   // loss is held to the rule over all of them too
-  for (const char* name : {"llama", "qwen2", "qwen3"}) {
+  for (const char* name : {"llama", "qwen2", "qwen3", "granite"}) {
     const fs::path dir = source_dir() / "tests/fixtures/hf" / name;
+    if (!fs::exists(dir / "reference_bf16.safetensors")) continue;  // (granite: pending, said above)
     const SafetensorsFile t16 = SafetensorsFile::open(dir / "reference_bf16.safetensors");
     const TensorInfo* seqs = t16.find("seqs/input_ids");
     if (!seqs) continue;

@@ -41,7 +41,8 @@ class Sweep : public ::testing::Test {
     const std::filesystem::path root = temp_dir("_sweep");
     // untied with biases (2 layers), tied (3 layers), Qwen3's q/k norms (1 layer), Qwen2 with
     // a sliding window on its second layer (gradient pages differ by layer), and a vocabulary of
-    // three lm_head tiles (offloaded, they stream through the store's tile slots)
+    // three lm_head tiles (offloaded, they stream through the store's tile slots); a Granite (its
+    // multipliers: the embedding's scaled in layer 0's pass, the logits' in the loss pass)
     nlohmann::json qwen2 = tiny_config_json("qwen2", 2), llama = tiny_config_json("llama", 1),
                    qwen3 = tiny_config_json("qwen3", 2), window = tiny_config_json("qwen2", 2),
                    wide = tiny_config_json("qwen2", 2);
@@ -55,7 +56,7 @@ class Sweep : public ::testing::Test {
     int seed = 21;
     for (auto& [name, j] : std::vector<std::pair<std::string, nlohmann::json>>{
              {"qwen2", qwen2}, {"llama-tied", llama}, {"qwen3", qwen3}, {"qwen2-window", window},
-             {"qwen2-wide", wide}}) {
+             {"qwen2-wide", wide}, {"granite", tiny_granite_json(2)}}) {
       models_->push_back(root / name);
       write_tiny_model(models_->back(), j, uint64_t(seed++));
     }

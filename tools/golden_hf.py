@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Hugging Face golden fixtures: tiny random-init Llama, Qwen2 and Qwen3 models built with transformers'
-own modelling code, saved in Hugging Face format with their loss, logits and every gradient, so
+"""Hugging Face golden fixtures: tiny random-init Llama, Qwen2, Qwen3, Phi-3 and Granite models built with
+transformers' own modelling code, saved in Hugging Face format with their loss, logits and every gradient, so
 that tests/test_hf_golden.cpp checks oomb against Hugging Face in every CI run (on the CPU).
 
 Needs PyTorch, transformers and safetensors (the GPU machine has all three; Debian has no
@@ -85,6 +85,14 @@ MODELS = {
                           original_max_position_embeddings=16, rms_norm_eps=1e-5, tie_word_embeddings=True,
                           pad_token_id=5, bos_token_id=1, eos_token_id=2,
                           **longrope(10000.0, [1.0, 1.3], [2.5, 17.5], partial=0.5)), 10000.0),
+    # Granite: a Llama with muP's four multipliers (none a power of two; attention's apart from
+    # 1/sqrt(head_dim)), tied embeddings, token 0 the pad (as IBM's files)
+    "granite": (transformers.GraniteConfig, transformers.GraniteForCausalLM,
+                dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                     rms_norm_eps=1e-5, tie_word_embeddings=True, pad_token_id=0, bos_token_id=0, eos_token_id=0,
+                     embedding_multiplier=3.5, residual_multiplier=0.37, attention_multiplier=0.21,
+                     logits_scaling=2.7, **rope(10000.0)), 10000.0),
 }
 N = 40
 
@@ -213,6 +221,7 @@ LORA = {  # the adapter each model gets, as PEFT's LoraConfig arguments
     "qwen2": dict(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"], use_rslora=True),
     # Phi-3's fused linears, one adapter each (A shared by q, k and v; B their rows)
     "phi3": dict(r=4, lora_alpha=8, target_modules=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]),
+    "granite": dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"]),
 }
 
 

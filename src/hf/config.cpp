@@ -1,4 +1,5 @@
-// config.json <-> ModelConfig, with transformers' defaults and semantics for Llama, Qwen2, Qwen3, Mistral and Phi-3.
+// config.json <-> ModelConfig, with transformers' defaults and semantics for Llama, Qwen2, Qwen3, Mistral, Phi-3
+// and Granite.
 #include "hf/config.h"
 
 #include <algorithm>
@@ -33,10 +34,14 @@ constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 
                                {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", 32768, -1, -1, -1, 1e-6},
                                {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", 32768, -1, -1, -1, 1e-6},
                                {Arch::Mistral, "MistralForCausalLM", "mistral", 4096 * 32, 1, 2, -1, 1e-6},
-                               {Arch::Phi3, "Phi3ForCausalLM", "phi3", 4096, 1, 32000, 32000, 1e-5}};
+                               {Arch::Phi3, "Phi3ForCausalLM", "phi3", 4096, 1, 32000, 32000, 1e-5},
+                               {Arch::Granite, "GraniteForCausalLM", "granite", 2048, 1, 2, -1, 1e-6}};
 constexpr const char* kArchitectures = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
-                                       "Phi3ForCausalLM";
-constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3";
+                                       "Phi3ForCausalLM, GraniteForCausalLM";
+constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite";
+// Granite's four scalars, as config.json names them
+constexpr const char* kGraniteScalars[] = {"embedding_multiplier", "residual_multiplier", "attention_multiplier",
+                                           "logits_scaling"};
 
 std::string shown(const json& v, bool quote = true) {  // a short rendering of a value for messages
   if (v.is_structured()) return v.type_name();
@@ -305,6 +310,16 @@ void set_arch(ModelConfig& c, Arch arch) {
   c.qkv_bias = arch == Arch::Qwen2;
   c.qk_norm = arch == Arch::Qwen3;
   c.o_bias = c.mlp_bias = false;
+  if (arch != Arch::Granite) {
+    c.embedding_multiplier = c.residual_multiplier = c.logits_scaling = 1.0;
+    c.attention_multiplier = 0.0;
+  } else if (c.attention_multiplier == 0.0) {
+    c.attention_multiplier = 1.0;  // GraniteConfig's default
+  }
+}
+
+float attention_scale(const ModelConfig& c) {
+  return c.attention_multiplier > 0 ? float(c.attention_multiplier) : float(1.0 / std::sqrt(double(c.head_dim)));
 }
 
 Arch arch_from_model_type(const std::string& model_type) {
@@ -343,7 +358,8 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
   if (w == 0) {
     for (const auto& e : lt ? *lt : json::array())
       OOMB_CHECK(e == "full_attention", "config {}: layer_types asks for sliding_attention, but no sliding window "
-                 "is set{}", r.src, c.arch == Arch::Llama ? " (Llama has none)" : " (sliding_window with use_sliding_window)");
+                 "is set{}", r.src, c.arch == Arch::Llama ? " (Llama has none)" : c.arch == Arch::Granite ? " (Granite has none)"
+                 : " (sliding_window with use_sliding_window)");
     return;
   }
   const int64_t first = c.arch == Arch::Mistral || c.arch == Arch::Phi3 ? 0 : r.size("max_window_layers", kMaxLayers, 28);
@@ -401,7 +417,7 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
 
   std::string act = r.str("hidden_act", "silu");
   OOMB_CHECK(act == "silu", "config {}: hidden_act '{}' is not supported (only silu)", source, act);
-  if (c.arch == Arch::Llama) {
+  if (c.arch == Arch::Llama || c.arch == Arch::Granite) {
     c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
     c.mlp_bias = r.boolean("mlp_bias", false);
   } else if (c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3) {
@@ -410,6 +426,15 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
     } else {
       c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);  // Qwen3: q/k/v/o together, no MLP bias
       c.qk_norm = true;
+    }
+  }
+  if (c.arch == Arch::Granite) {  // GraniteConfig: 1.0 each unless given
+    double* to[] = {&c.embedding_multiplier, &c.residual_multiplier, &c.attention_multiplier, &c.logits_scaling};
+    for (size_t i = 0; i < std::size(kGraniteScalars); ++i) {
+      const double v = r.pos_num(kGraniteScalars[i], 1.0);
+      OOMB_CHECK(std::isfinite(float(v)) && float(v) > 0, "config {}: field '{}' = {} is outside float32's range "
+                 "(the engine multiplies by it in float32)", source, kGraniteScalars[i], v);
+      *to[i] = v;
     }
   }
   parse_windows(r, j, c);
@@ -491,13 +516,20 @@ nlohmann::json config_to_json(const ModelConfig& c) {
                                       [&](const ArchInfo& k) { return k.arch == c.arch && k.pad >= 0; });
   if (!same_pad && (c.pad_token_id >= 0 || j.contains("pad_token_id") || class_pads))
     j["pad_token_id"] = id(c.pad_token_id);
-  if (c.arch == Arch::Llama || c.arch == Arch::Qwen3) {
+  const double scalars[] = {c.embedding_multiplier, c.residual_multiplier, c.attention_multiplier, c.logits_scaling};
+  if (c.arch == Arch::Granite) {
+    for (size_t i = 0; i < std::size(kGraniteScalars); ++i) j[kGraniteScalars[i]] = scalars[i];
+  } else {
+    OOMB_CHECK(scalars[0] == 1 && scalars[1] == 1 && scalars[2] == 0 && scalars[3] == 1, "config_to_json: the "
+               "embedding, residual, attention and logits multipliers belong to Granite only");
+  }
+  if (c.arch == Arch::Llama || c.arch == Arch::Qwen3 || c.arch == Arch::Granite) {
     OOMB_CHECK(c.qkv_bias == c.o_bias, "config_to_json: {}'s attention_bias covers q/k/v and o together "
                "(qkv_bias {}, o_bias {})", c.architecture, c.qkv_bias, c.o_bias);
-    OOMB_CHECK(c.arch == Arch::Llama || !c.mlp_bias, "config_to_json: Qwen3 has no MLP bias");
+    OOMB_CHECK(c.arch != Arch::Qwen3 || !c.mlp_bias, "config_to_json: Qwen3 has no MLP bias");
     OOMB_CHECK(c.qk_norm == (c.arch == Arch::Qwen3), "config_to_json: q/k norms belong to Qwen3 only");
     j["attention_bias"] = c.qkv_bias;
-    if (c.arch == Arch::Llama) j["mlp_bias"] = c.mlp_bias;
+    if (c.arch != Arch::Qwen3) j["mlp_bias"] = c.mlp_bias;
   } else {
     bool qkv = c.arch == Arch::Qwen2;
     OOMB_CHECK(c.qkv_bias == qkv && !c.o_bias && !c.mlp_bias,

@@ -1,4 +1,4 @@
-// Model configuration from a Hugging Face config.json (Llama, Qwen2, Qwen3, Mistral, Phi-3).
+// Model configuration from a Hugging Face config.json (Llama, Qwen2, Qwen3, Mistral, Phi-3, Granite).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -9,7 +9,7 @@
 
 namespace oomb {
 
-enum class Arch { Llama, Qwen2, Mistral, Qwen3, Phi3 };
+enum class Arch { Llama, Qwen2, Mistral, Qwen3, Phi3, Granite };
 
 struct RopeConfig {
   std::string type = "default";  // default | linear | llama3 | yarn | longrope
@@ -63,12 +63,22 @@ struct ModelConfig {
   // Loading splits them into the unfused parameters (model/params) and saving fuses them again.
   bool fused_projections() const { return arch == Arch::Phi3; }
   nlohmann::json raw;  // the file's own JSON, kept so saving writes back every field
+  // Granite (GraniteForCausalLM): a Llama with four scalars (muP's). The embedding's output is
+  // multiplied by embedding_multiplier; each layer's attention and MLP outputs by residual_multiplier
+  // before their residual adds; attention's scores by attention_multiplier, in place of
+  // 1/sqrt(head_dim); the logits are divided by logits_scaling. GraniteConfig's defaults are 1.0 each;
+  // every other family has 1, and attention_multiplier 0 (1/sqrt(head_dim): attention_scale()).
+  double embedding_multiplier = 1.0, residual_multiplier = 1.0, attention_multiplier = 0.0, logits_scaling = 1.0;
 };
 
+// Attention's softmax scale: attention_multiplier where set (Granite), else 1/sqrt(head_dim).
+float attention_scale(const ModelConfig& c);
+
 // Sets arch, model_type, architecture and the architecture's fixed parts (Qwen2: q/k/v biases;
-// Qwen3: q/k norms; biases otherwise none, Llama's and Qwen3's attention_bias/mlp_bias cleared).
+// Qwen3: q/k norms; biases otherwise none, Llama's and Qwen3's attention_bias/mlp_bias cleared;
+// Granite's multipliers kept, every other family's reset to none).
 void set_arch(ModelConfig& c, Arch arch);
-Arch arch_from_model_type(const std::string& model_type);  // llama | qwen2 | qwen3 | mistral | phi3; throws otherwise
+Arch arch_from_model_type(const std::string& model_type);  // llama | qwen2 | qwen3 | mistral | phi3 | granite; throws otherwise
 
 // Parses config.json content; `source` (a path) names the file in every error.
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source);

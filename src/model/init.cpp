@@ -44,6 +44,14 @@ ModelConfig phi3(ModelConfig c, int64_t pad, int64_t window) {
   return c;
 }
 
+// Granite's four multipliers and its pad token
+ModelConfig granite(ModelConfig c, double embedding, double residual, double attention, double logits, int64_t pad) {
+  c.embedding_multiplier = embedding, c.residual_multiplier = residual;
+  c.attention_multiplier = attention, c.logits_scaling = logits;
+  c.pad_token_id = pad;
+  return c;
+}
+
 struct Preset {
   const char* name;
   std::function<ModelConfig()> make;
@@ -76,6 +84,11 @@ const std::vector<Preset>& presets() {
          return c;
        }},
       {"phi-4", [] { return phi3(make(Arch::Phi3, 5120, 17920, 40, 40, 10, 100352, false, 250000, 1e-5, 16384), 100349, 0); }},
+      // Granite 3.2 / 3.3 8B's shape (128K context): muP's multipliers, token 0 the pad
+      {"granite-3.3-8b", [] {
+         return granite(make(Arch::Granite, 4096, 12800, 40, 32, 8, 49159, true, 1e7, 1e-5, 131072), 12.0, 0.22,
+                        0.0078125, 16.0, 0);
+       }},
   };
   return p;
 }

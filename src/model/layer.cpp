@@ -153,12 +153,32 @@ void o_from_kept(const LayerCtx& ctx, LayerBuffers& plan) {
 }
 // A matmul's operand x (T, n) f32: itself, or under --precision bf16 its bf16 copy, cast into
 // `to` (plan.x16, plan.dy16 or plan.lora_u16). x itself stays fp32.
-Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
-  if (!ctx.bf16) return x;
+Tensor bf16_operand(const Tensor& x, const Tensor& to) {
   Tensor t(to.data, DType::BF16, {x.dim(0), x.dim(1)}, to.tier);
   OOMB_CHECK(x.ndim == 2 && t.numel() <= to.numel(), "layer: {} does not fit the bf16 matmul scratch {}",
              x.shape_str(), to.shape_str());
+  return t;
+}
+Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
+  if (!ctx.bf16) return x;
+  Tensor t = bf16_operand(x, to);
   ctx.be.cast(x, t);
+  return t;
+}
+
+// Granite: a residual branch's output (o_proj's, down's; (T, d) f32) times residual_multiplier, before
+// its residual add. Elsewhere nothing.
+void scale_branch(const LayerCtx& ctx, Tensor& y) {
+  if (ctx.cfg.residual_multiplier != 1.0) ctx.be.scale(y, float(ctx.cfg.residual_multiplier));
+}
+// Its backward: the branch's output gradient from the residual stream's dh (T, d), as its matmul
+// reads it: for_matmul(dh), or with Granite's multiplier m, m dh in f32 `scratch` (T, d) (bf16: m dh
+// rounded once into dy16).
+Tensor branch_grad(const LayerCtx& ctx, const Tensor& dh, Tensor& scratch, const Tensor& dy16) {
+  const double m = ctx.cfg.residual_multiplier;
+  if (m == 1.0) return for_matmul(ctx, dh, dy16);
+  Tensor t = ctx.bf16 ? bf16_operand(dh, dy16) : scratch;
+  ctx.be.scale(dh, float(m), t);
   return t;
 }
 
@@ -438,7 +458,8 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
 }
 
 // The rest of a layer's forward from the token side's attention output o_loc: h_out = hmid +
-// down(swiglu(gate(b), up(b))), hmid = h_in + o_proj(o), b = norm2(hmid).
+// down(swiglu(gate(b), up(b))), hmid = h_in + o_proj(o), b = norm2(hmid) (Granite: each branch, down
+// and o_proj, times residual_multiplier).
 static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out,
                          LayerBuffers& plan) {
   Backend& be = ctx.be;
@@ -447,6 +468,7 @@ static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor
   const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16);  // (T, H D)
   be.linear_fwd(o, p.wo, opt(p.bo), A.hmid);
   lora_fwd(ctx, p, kO, o, A.hmid, plan);
+  scale_branch(ctx, A.hmid);
   be.add(A.hmid, h_in);
   const Tensor& b = A.b;  // (T, d), read by gate and up
   be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
@@ -458,6 +480,7 @@ static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor
   be.swiglu_fwd(A.gate, A.up, A.act);
   be.linear_fwd(act, p.wdown, opt(p.bdown), h_out);
   lora_fwd(ctx, p, kDown, act, h_out, plan);
+  scale_branch(ctx, h_out);
   be.add(h_out, A.hmid);
 }
 
@@ -471,8 +494,9 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   // adapters' part of each input gradient)
   // (--precision bf16: each matmul's input and output gradient bf16, as in the forward: the
   // forward's a, b and act as their ops wrote them, dgate and dup so written, the rest cast)
+  // (Granite: each branch's output gradient times residual_multiplier, in da until q's backward)
   const Tensor& act = A.act;
-  const Tensor dh_out = for_matmul(ctx, dh, plan.dy16);
+  const Tensor dh_out = branch_grad(ctx, dh, S.da, plan.dy16);
   be.linear_bwd(act, p.wdown, dh_out, &S.dact, false, opt(g.wdown), opt(g.bdown));
   lora_bwd(ctx, p, g, kDown, act, dh_out, &S.dact, plan);
   const Tensor &dgate = S.dgate, &dup = S.dup, &b = A.b;
@@ -484,7 +508,7 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, p.mlp_norm, plan));  // dh := dL/dhmid
   // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in)
   Tensor dattn2 = flat2(plan.dattn_loc);
-  const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16), dhmid = for_matmul(ctx, dh, plan.dy16);
+  const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16), dhmid = branch_grad(ctx, dh, S.da, plan.dy16);
   be.linear_bwd(o, p.wo, dhmid, &dattn2, false, opt(g.wo), opt(g.bo));
   lora_bwd(ctx, p, g, kO, o, dhmid, &dattn2, plan);
   to_bf16(ctx, plan.dattn_loc);  // dO feeds attention's backward matmuls

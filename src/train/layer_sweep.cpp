@@ -58,7 +58,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
   };
   auto embedded = [&](int64_t n) {  // h_0 of this rank's rows of the loaded chunk
     Tensor h0 = h_[0].rows(0, local(n));
-    store_.embed_fwd(mine(inputs_.ids(n), n), my_host_ids(n), h0);
+    embed(n, h0);
     return h0;
   };
 
@@ -95,8 +95,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
     LayerBuffers buf = layer_plan_.view(n);
     Tensor dhn = buf.g.da, dh = acts_->out();
     head_loss(hn, mine(inputs_.targets(n), n), scale, &dhn, !head_later, head_later ? pass_sums_ : sums_t_);
-    be_.rmsnorm_bwd(h, store_.final_norm(), rstd_final_.rows(0, local(n)), dhn, dh, false,
-                    norm_grad(store_.grad_final_norm(), store_.final_norm(), buf));
+    final_norm_bwd(h, dhn, dh, buf);
     acts_->next();
   }
 
@@ -126,7 +125,7 @@ LossStats Model::run_layer_major(const ChunkReader& read, int64_t N, float weigh
           const Tensor hn = final_norm(acts_->in(1));
           head_loss(hn, mine(inputs_.targets(n), n), scale, nullptr, true, sums_t_);
         }
-        store_.embed_bwd(mine(inputs_.ids(n), n), my_host_ids(n), dh);
+        embed_bwd(n, dh);
         cache_.docs().release_from(first_free);
       }
       acts_->next();

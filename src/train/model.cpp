@@ -263,7 +263,7 @@ void Model::download_trainable(Params& host) const {
 // recalled from the forward sweep's record. The forward sweep also writes the chunk's K/V.
 LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads, bool forward_sweep) {
   AttnArgs attn;
-  attn.scale = float(1.0 / std::sqrt(double(cfg_.head_dim)));
+  attn.scale = attention_scale(cfg_);
   attn.q_idx0 = c.begin;
   attn.q_doc = inputs_.doc();
   attn.window = size_t(l) < cfg_.layer_window.size() ? cfg_.layer_window[size_t(l)] : 0;
@@ -343,7 +343,7 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   LayerBuffers buf = layer_plan_.view(n);
   Tensor h0 = h_[0].rows(0, t);
   store_.begin_pass(bottom_up_, false);
-  store_.embed_fwd(mine(inputs_.ids(n), n), my_host_ids(n), h0);
+  embed(n, h0);
   for (int64_t l = 0; l < L; ++l) {
     const size_t li = size_t(l);
     const LayerCtx ctx = layer_ctx(l, c, l < attending, false, write);
@@ -355,9 +355,21 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
   }
 }
 
+void Model::embed(int64_t n, Tensor& h0) {
+  store_.embed_fwd(mine(inputs_.ids(n), n), my_host_ids(n), h0);
+  if (cfg_.embedding_multiplier != 1.0) be_.scale(h0, float(cfg_.embedding_multiplier));
+}
+
+void Model::embed_bwd(int64_t n, Tensor& dh) {
+  if (cfg_.embedding_multiplier != 1.0) be_.scale(dh, float(cfg_.embedding_multiplier));
+  store_.embed_bwd(mine(inputs_.ids(n), n), my_host_ids(n), dh);
+}
+
 // rstd_final and the final RMSNorm of the last layer's output h (n, d), the lm_head's input,
 // returned: into hnorm (n, d), or with --precision bf16 written in bf16 (rounded as a cast rounds)
-// into the layer plan's matmul scratch (free between the layers' passes; no hnorm then).
+// into the layer plan's matmul scratch (free between the layers' passes; no hnorm then). Granite's
+// logits_scaling divides it in place (the logits, linear in it, so divided; bf16: rounded again,
+// exact for the powers of two Granite's files give).
 Tensor Model::final_norm(const Tensor& h) {
   const int64_t n = h.dim(0);
   const bool bf16 = plan_.precision == DType::BF16;
@@ -365,7 +377,16 @@ Tensor Model::final_norm(const Tensor& h) {
                   : hnorm_.rows(0, n);
   Tensor rstd = rstd_final_.rows(0, n);
   be_.rmsnorm_fwd(h, store_.final_norm(), float(cfg_.rms_norm_eps), hn, rstd);
+  if (cfg_.logits_scaling != 1.0) be_.scale(hn, float(1.0 / cfg_.logits_scaling), hn);
   return hn;
+}
+
+void Model::final_norm_bwd(const Tensor& h, Tensor& dhn, Tensor& dh, LayerBuffers& buf) {
+  const int64_t n = h.dim(0);
+  if (cfg_.logits_scaling != 1.0) be_.scale(dhn, float(1.0 / cfg_.logits_scaling));
+  // (under LoRA a frozen final norm's gradient goes to scratch)
+  be_.rmsnorm_bwd(h, store_.final_norm(), rstd_final_.rows(0, n), dhn, dh, false,
+                  norm_grad(store_.grad_final_norm(), store_.final_norm(), buf));
 }
 
 void Model::head_loss(const Tensor& hn, const Tensor& targets, float scale, Tensor* dh, bool dw, Tensor& sums) {
@@ -573,10 +594,8 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, int64_t p
     const int64_t tn = local(n);  // this rank's tokens
     const Tensor hn = final_norm(h_.back().rows(0, tn));
     Tensor dh = dh_.rows(0, tn), dhn = buf.g.da;  // (tn, d) scratch, free until the layers' backward
-    // (under LoRA a frozen final norm's gradient goes to scratch)
     head_loss(hn, mine(inputs_.targets(n), n), scale, &dhn, true, sums_t_);
-    be_.rmsnorm_bwd(h_.back().rows(0, tn), store_.final_norm(), rstd_final_.rows(0, tn), dhn, dh, false,
-                    norm_grad(store_.grad_final_norm(), store_.final_norm(), buf));
+    final_norm_bwd(h_.back().rows(0, tn), dhn, dh, buf);
     const int64_t first_free = (c.begin + P - 1) / P;  // pages starting at or after the chunk
     if (!sparse_) cache_.begin_pass(cache_down_, c.begin, true);
     store_.begin_pass(top_down_, true);
@@ -593,7 +612,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, int64_t p
       // no remaining (earlier) chunk reads these tokens' K/V or their gradients
       release_pages(l, first_free);
     }
-    store_.embed_bwd(mine(inputs_.ids(n), n), my_host_ids(n), dh);
+    embed_bwd(n, dh);
     cache_.docs().release_from(first_free);
   }
   read_sums(st);

@@ -134,7 +134,15 @@ class Model {
   void keep_attention(LayerBuffers& buf, int64_t layer, ChunkSpan c);
   void release_pages(int64_t layer, int64_t first_page);
   void forward_layers(ChunkSpan c, Sweep sweep);
+  // h0 (this rank's rows of the loaded chunk of n tokens) = the embedding's rows of their ids, times
+  // Granite's embedding_multiplier; embed_bwd, its backward from dh0 (dh scaled so in place first)
+  void embed(int64_t n, Tensor& h0);
+  void embed_bwd(int64_t n, Tensor& dh);
+  // The lm_head's input: the final RMSNorm of h (n, d), divided by Granite's logits_scaling (so the
+  // logits are); final_norm_bwd, its backward from dhn (that input's gradient, scaled in place) into
+  // dh, the final norm's weight gradient accumulated
   Tensor final_norm(const Tensor& h);
+  void final_norm_bwd(const Tensor& h, Tensor& dhn, Tensor& dh, LayerBuffers& buf);
   // The fused loss of hn (n, d) against the lm_head's vocabulary tiles (the param store's): the
   // tiles ascending into the rows' statistics, the loss into sums, then (dh or dw) the tiles
   // descending for dh (n, d) and the lm_head's gradient.

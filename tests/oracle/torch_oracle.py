@@ -260,9 +260,10 @@ def _bool(cfg_path, d, key, default):
     return v
 
 
-_FAMILIES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "phi3": "phi3"}
+_FAMILIES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "phi3": "phi3",
+             "granite": "granite"}
 _ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
-         "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3"}
+         "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3", "GraniteForCausalLM": "granite"}
 
 
 def load_config(model_dir):
@@ -287,7 +288,7 @@ def load_config(model_dir):
                 fam = _ARCH[a]
                 break
     if fam is None:
-        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral, phi3")
+        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral, phi3, granite")
     c.family = fam
 
     c.hidden = _num(path, d, "hidden_size")
@@ -320,7 +321,16 @@ def load_config(model_dir):
     if hidden_act not in ("silu", "swish"):
         fail(f"{path}: field 'hidden_act' = {hidden_act!r} unsupported (only silu)")
 
-    if fam == "llama":
+    # GraniteModel: inputs_embeds * embedding_multiplier; GraniteDecoderLayer: residual + out *
+    # residual_multiplier; GraniteAttention: scaling = attention_multiplier; GraniteForCausalLM:
+    # logits / logits_scaling. GraniteConfig's defaults: 1.0 each. Other families: none of them.
+    c.emb_mult, c.res_mult, c.att_mult, c.logit_div = 1.0, 1.0, None, 1.0
+    if fam == "granite":
+        c.emb_mult = _num(path, d, "embedding_multiplier", kind=float, default=1.0)
+        c.res_mult = _num(path, d, "residual_multiplier", kind=float, default=1.0)
+        c.att_mult = _num(path, d, "attention_multiplier", kind=float, default=1.0)
+        c.logit_div = _num(path, d, "logits_scaling", kind=float, default=1.0)
+    if fam in ("llama", "granite"):  # LlamaAttention / LlamaMLP's biases
         c.attn_bias = _bool(path, d, "attention_bias", False)
         c.o_bias = c.attn_bias
         c.mlp_bias = _bool(path, d, "mlp_bias", False)
@@ -727,9 +737,10 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
     seg = torch.from_numpy(segments)
     base_mask = (jj <= ii) & (seg[None, :] == seg[:, None])
     masks = {}
-    scale = 1.0 / math.sqrt(hd)
+    scale = 1.0 / math.sqrt(hd) if c.att_mult is None else c.att_mult
 
     x = F.embedding(torch.from_numpy(inputs), P["model.embed_tokens.weight"], padding_idx=c.pad)  # [N, H]
+    x = x * c.emb_mult
     for li in range(c.n_layers):
         pre = f"model.layers.{li}."
         g = lambda n: P.get(pre + n)  # noqa: E731
@@ -778,7 +789,7 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
         s = s.masked_fill(~allowed, float("-inf"))
         a = torch.softmax(s, dim=-1)
         o = (a @ v).transpose(0, 1).reshape(N, nh * hd)
-        x = x + linear(o, g("self_attn.o_proj.weight"), g("self_attn.o_proj.bias"), "self_attn.o_proj")
+        x = x + linear(o, g("self_attn.o_proj.weight"), g("self_attn.o_proj.bias"), "self_attn.o_proj") * c.res_mult
 
         h = rms_norm(x, g("post_attention_layernorm.weight"), c.eps)
         if c.family == "phi3":  # Phi3MLP: gate, up = gate_up_proj(x).chunk(2, dim=-1)
@@ -786,11 +797,12 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
         else:
             gate = linear(h, g("mlp.gate_proj.weight"), g("mlp.gate_proj.bias"), "mlp.gate_proj")
             up = linear(h, g("mlp.up_proj.weight"), g("mlp.up_proj.bias"), "mlp.up_proj")
-        x = x + linear(F.silu(gate) * up, g("mlp.down_proj.weight"), g("mlp.down_proj.bias"), "mlp.down_proj")
+        x = x + linear(F.silu(gate) * up, g("mlp.down_proj.weight"), g("mlp.down_proj.bias"),
+                       "mlp.down_proj") * c.res_mult
 
     x = rms_norm(x, P["model.norm.weight"], c.eps)
     w_out = P["model.embed_tokens.weight"] if c.tied else P["lm_head.weight"]
-    logits = x @ w_out.t()
+    logits = (x @ w_out.t()) / c.logit_div
     return F.cross_entropy(logits, torch.from_numpy(targets), reduction="mean", ignore_index=-100)
 
 
