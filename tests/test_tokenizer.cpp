@@ -249,6 +249,51 @@ TEST(Tokenizer, EveryByteSequenceRoundTripsWithoutANormalizer) {
   }
 }
 
+// Hugging Face's Digits pre_tokenizer (StarCoder's and Granite's tokenizer.json: individual digits,
+// then ByteLevel's GPT-2 split), as tokenizers' digits.rs splits: each character char::is_numeric
+// takes (Unicode's N: Nd, Nl, No) a piece of its own, or (individual_digits false) each run of them
+// one piece. Merges across the would-be cuts show where the pieces end: "Ġ1" and "12"; the last byte
+// of U+0663 with the first of U+0664 (Arabic-Indic digits, Nd); a space with the first byte of "½"
+// (U+00BD, No), of "Ⅻ" (U+216B, Nl) and of "€" (U+20AC, Sc: not numeric, so never cut).
+TEST(Tokenizer, DigitsSplitNumbersAsHuggingFaceDoes) {
+  auto tok = [](const json& digits) {
+    json j = tokenizer_json({{" ", "1"}, {"1", "2"}, {"\xA3", "\xD9"}, {" ", "\xC2"}, {" ", "\xE2"}});
+    json seq = json::array();
+    if (!digits.is_null()) seq.push_back(digits);
+    seq.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}});
+    j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", seq}};
+    return make(j);
+  };
+  const Tokenizer plain = tok(nullptr), runs = tok({{"type", "Digits"}, {"individual_digits", false}}),
+                  each = tok({{"type", "Digits"}, {"individual_digits", true}}), dflt = tok({{"type", "Digits"}});
+  auto id = [&](const std::string& s) { return plain.token_id(bl(s)); };
+  using V = std::vector<int32_t>;
+  // "a 12": GPT-2's split alone gives "a", " 12" ("Ġ1" merges first); Digits cuts "a ", "12" or "1", "2"
+  EXPECT_EQ(plain.encode("a 12"), (V{'a', id(" 1"), '2'}));
+  EXPECT_EQ(runs.encode("a 12"), (V{'a', ' ', id("12")}));
+  EXPECT_EQ(each.encode("a 12"), (V{'a', ' ', '1', '2'}));
+  EXPECT_EQ(dflt.encode("a 12"), runs.encode("a 12"));  // individual_digits defaults to false
+  // U+0663 U+0664 (D9 A3 D9 A4): one run, or two pieces
+  const std::string arabic = "\xD9\xA3\xD9\xA4";
+  EXPECT_EQ(runs.encode(arabic), (V{0xD9, id("\xA3\xD9"), 0xA4}));
+  EXPECT_EQ(each.encode(arabic), (V{0xD9, 0xA3, 0xD9, 0xA4}));
+  // " ½", " Ⅻ": numeric, cut from their space; " €" is not
+  for (const Tokenizer* t : {&runs, &each}) {
+    EXPECT_EQ(t->encode(" \xC2\xBD"), (V{' ', 0xC2, 0xBD}));
+    EXPECT_EQ(t->encode(" \xE2\x85\xAB"), (V{' ', 0xE2, 0x85, 0xAB}));
+    EXPECT_EQ(t->encode(" \xE2\x82\xAC"), (V{id(" \xE2"), 0x82, 0xAC}));
+  }
+  EXPECT_EQ(plain.encode(" \xC2\xBD"), (V{id(" \xC2"), 0xBD}));  // (the control: GPT-2's " ?\p{N}+" keeps them)
+  EXPECT_THAT(error_of({{"model", tokenizer_json({})["model"]},
+                        {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", json::array({
+                                                {{"type", "ByteLevel"}}, {{"type", "Digits"}}})}}}}),
+              HasSubstr("a Digits after the ByteLevel pre_tokenizer is not supported"));
+  EXPECT_THAT(error_of({{"model", tokenizer_json({})["model"]},
+                        {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", json::array({
+                                                {{"type", "Digits"}, {"individual_digits", "yes"}}, {{"type", "ByteLevel"}}})}}}}),
+              HasSubstr("pre_tokenizer Digits.individual_digits must be true or false"));
+}
+
 TEST(Tokenizer, RejectsWhatItDoesNotSupportNamingTheField) {
   auto with = [](auto edit) {
     json j = tokenizer_json({{"a", "b"}});

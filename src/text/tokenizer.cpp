@@ -66,13 +66,24 @@ void Tokenizer::add_steps(const json& j, std::string_view where) {
     Step s{Step::Split, std::make_shared<RegexSplit>(rx, std::string(where) + ": pre_tokenizer Split"),
            behavior == "Removed", false};
     steps_.push_back(std::move(s));
+  } else if (type == "Digits") {
+    // Hugging Face's Digits: the characters char::is_numeric takes (Unicode's N: Nd, Nl, No) split
+    // off, each alone (individual_digits) or a run together (StarCoder's and Granite's tokenizers:
+    // individual, before ByteLevel) -- a Split on \p{N} or \p{N}+, Isolated
+    const bool individual = opt(j, "individual_digits", false, where, "pre_tokenizer Digits");
+    for (const Step& s : steps_)
+      OOMB_CHECK(s.kind != Step::ByteLevel, "{}: a Digits after the ByteLevel pre_tokenizer is not supported", where);
+    Step s{Step::Split, std::make_shared<RegexSplit>(individual ? "\\p{N}" : "\\p{N}+",
+                                                     std::string(where) + ": pre_tokenizer Digits"),
+           false, false};
+    steps_.push_back(std::move(s));
   } else if (type == "ByteLevel") {
     Step s{Step::ByteLevel, nullptr, false, opt(j, "add_prefix_space", false, where, "ByteLevel pre_tokenizer")};
     if (opt(j, "use_regex", true, where, "ByteLevel pre_tokenizer"))
       s.regex = std::make_shared<RegexSplit>(kGpt2Pattern, std::string(where) + ": ByteLevel pre_tokenizer");
     steps_.push_back(std::move(s));
   } else {
-    fail("{}: unsupported pre_tokenizer type \"{}\" (supported: Split, ByteLevel, Sequence of them)", where,
+    fail("{}: unsupported pre_tokenizer type \"{}\" (supported: Split, Digits, ByteLevel, Sequence of them)", where,
          type.empty() ? j.dump() : type);
   }
 }
