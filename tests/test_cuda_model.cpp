@@ -113,9 +113,9 @@ void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::v
   const double tensor_bound = tc ? 5e-2 : 1e-2, whole_bound = tc ? 2e-2 : 6e-3, loss_bound = tc ? 4e-4 : 1e-4;
   size_t run = 0;
   double worst = 0, worst_whole = 0, worst_loss = 0, least_control = INFINITY;
-  for (std::string arch : {"llama", "qwen2", "qwen3"}) {
+  for (std::string arch : {"llama", "qwen2", "qwen3", "granite"}) {  // (granite: its multipliers in bf16)
     const auto dir = temp_dir("_" + arch);
-    write_tiny_model(dir, tiny_config_json(arch, 2), 71);
+    write_tiny_model(dir, arch == "granite" ? tiny_granite_json(2) : tiny_config_json(arch, 2), 71);
     auto toks = write_tokens(dir / "t.bin", 131, 61, 72);
     std::vector<int32_t> ids(toks.begin(), toks.end() - 1), tg(toks.begin() + 1, toks.end());
     for (size_t i = 0; i < ids.size(); i += 17) ids[i] = 60;
@@ -161,8 +161,12 @@ void bf16_step_against_the_cpu(Backend& gpu_backend, bool tc, std::vector<std::v
       }
       const double whole = rel_error(g.grads, c.grads), control = rel_error(g.grads, f32.grads);
       EXPECT_LE(whole, whole_bound) << "the whole gradient";
+      if (arch == "granite") std::cout << fmt::format("[ cuda     ] granite {} C={}: whole {:.2e}, control {:.2e}\n", mode,
+                                                      plan.chunk, whole, control);
       worst_whole = std::max(worst_whole, whole);
-      EXPECT_GT(control, 5e-3) << "the GPU's bf16 step is about as close to the fp32 step as to the bf16 policy";
+      // (Granite's bf16 step lies nearer fp32's, its branches scaled by 0.37: 3.97e-3 to 4.67e-3 on simt)
+      EXPECT_GT(control, arch == "granite" ? 2e-3 : 5e-3)
+          << "the GPU's bf16 step is about as close to the fp32 step as to the bf16 policy";
       if (!tc) {
         EXPECT_GT(control, 2 * whole) << "the GPU's bf16 step is not nearer the bf16 policy than the fp32 step";
       }

@@ -177,6 +177,17 @@ TEST(Dist, KeepingAttentionWithSequenceParallel) {
   expect_head_chunks_equal_to_one(2, "--sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --keep-attention");
 }
 
+// Granite's multipliers on ranks (the token side scales the embedding, both branches and the lm_head's
+// input, the attention side's softmax takes attention_multiplier): --sp keeping attention in the layer
+// order with --doc-mask, and ZeRO-3 with the parameters offloaded, each against the single rank.
+TEST(Dist, GraniteOnRanks) {
+  NEED_MPI();
+  const CmdResult r = expect_equal_to_single_rank(2, "--sp 2 --arch granite --keep-attention --sweep layer --doc-mask");
+  EXPECT_EQ(figure(r.out, "layer_vs_chunk_order_differing"), 0);
+  expect_equal_to_single_rank(2, "--dp 2 --grad-accum 2 --zero 3 --arch granite --tie --device sim --offload kv,params",
+                              "OOMB_GRAD_SYNC_PIECE=1000");
+}
+
 // Negative control: a tied head's gradient added in the layer order's loss pass (as a plain layer
 // order would) is caught by the bitwise comparison with the chunk order.
 TEST(Dist, LayerSweepWithSequenceParallelSeesAFault) {

@@ -374,11 +374,16 @@ class SparseModel : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new std::filesystem::path(temp_dir("_sparse"));
     write_tiny_model(*dir_, tiny_config_json("qwen2", 2), 21);
+    granite_ = new std::filesystem::path(temp_dir("_sparse_granite"));
+    write_tiny_model(*granite_, tiny_granite_json(2), 22);
   }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::filesystem::path* dir_;
+  static void TearDownTestSuite() {
+    delete dir_;
+    delete granite_;
+  }
+  static std::filesystem::path *dir_, *granite_;
 };
-std::filesystem::path* SparseModel::dir_ = nullptr;
+std::filesystem::path *SparseModel::dir_ = nullptr, *SparseModel::granite_ = nullptr;
 
 // K >= the earlier pages: every tile reads every page, one run per chunk, the bits of dense
 // attention (per group and shared, with --doc-mask, bf16 pages, on the CPU and offloaded on the
@@ -444,6 +449,7 @@ struct MaskCase {
   int64_t tile, K, S;
   bool shared, docs;
   PageScore score = PageScore::Mean;
+  bool granite = false;  // the Granite model (its multipliers; attention's scale attention_multiplier)
 };
 
 TEST_F(SparseModel, EqualsDenseAttentionUnderTheRecordedMask) {
@@ -453,11 +459,14 @@ TEST_F(SparseModel, EqualsDenseAttentionUnderTheRecordedMask) {
   const MaskCase cases[] = {{16, 1, 1, false, false}, {32, 2, 0, false, false}, {64, 3, 1, false, true},
                             {16, 2, 2, true, false},  {8, 1, 0, true, true},    {32, 4, 1, false, true},
                             {16, 1, 1, false, false, PageScore::Quest}, {8, 2, 0, true, true, PageScore::Quest},
-                            {32, 4, 1, false, true, PageScore::Quest}};
+                            {32, 4, 1, false, true, PageScore::Quest},
+                            {16, 2, 1, false, true, PageScore::Mean, true}, {8, 1, 0, true, false, PageScore::Quest, true}};
   double worst_loss = 0, worst_grad = 0;
   for (const MaskCase& mc : cases) {
-    const std::string label = fmt::format("{} tile {} K {} S {} {}{}", page_score_name(mc.score), mc.tile, mc.K, mc.S,
+    const std::string label = fmt::format("{}{} tile {} K {} S {} {}{}", mc.granite ? "granite " : "",
+                                          page_score_name(mc.score), mc.tile, mc.K, mc.S,
                                           mc.shared ? "shared" : "per group", mc.docs ? " doc-mask" : "");
+    const std::filesystem::path& model = mc.granite ? *granite_ : *dir_;
     SCOPED_TRACE(label);
     const auto dir = temp_dir("_mask");
     const auto t = tokens(N + 1, 17 + uint64_t(mc.tile), mc.docs ? 3 : -1);
@@ -466,7 +475,7 @@ TEST_F(SparseModel, EqualsDenseAttentionUnderTheRecordedMask) {
     p.sparse = sparse(mc.K, mc.tile, mc.S, mc.shared, mc.score);
     auto cpu = make_cpu_backend();
     Model* mp = nullptr;
-    const Step got = step(*cpu, *dir_, ids, tg, p, &mp);
+    const Step got = step(*cpu, model, ids, tg, p, &mp);
     std::unique_ptr<Model> m(mp);
     const ModelConfig& cfg = m->config();
     const int64_t L = cfg.layers, G = cfg.kv_heads;
@@ -500,7 +509,7 @@ TEST_F(SparseModel, EqualsDenseAttentionUnderTheRecordedMask) {
     }
     const std::string cmd = fmt::format(
         "{} {}/tests/oracle/torch_oracle.py --model {} --tokens {} --mask {} --out {}{} > {} 2>&1", torch_python(),
-        source_dir().string(), dir_->string(), (dir / "tokens.bin").string(), (dir / "mask.bin").string(),
+        source_dir().string(), model.string(), (dir / "tokens.bin").string(), (dir / "mask.bin").string(),
         (dir / "oracle.safetensors").string(),
         mc.docs ? fmt::format(" --doc-ids {} --ignore-targets-of 3", (dir / "docs.bin").string()) : "",
         (dir / "oracle.log").string());

@@ -432,8 +432,9 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
     double* to[] = {&c.embedding_multiplier, &c.residual_multiplier, &c.attention_multiplier, &c.logits_scaling};
     for (size_t i = 0; i < std::size(kGraniteScalars); ++i) {
       const double v = r.pos_num(kGraniteScalars[i], 1.0);
-      OOMB_CHECK(std::isfinite(float(v)) && float(v) > 0, "config {}: field '{}' = {} is outside float32's range "
-                 "(the engine multiplies by it in float32)", source, kGraniteScalars[i], v);
+      const double by = i == 3 ? 1.0 / v : v;  // (the logits: the engine multiplies by the reciprocal)
+      OOMB_CHECK(std::isfinite(float(by)) && float(by) > 0, "config {}: field '{}' = {} is outside float32's range "
+                 "(the engine multiplies by {} in float32)", source, kGraniteScalars[i], v, i == 3 ? "1 / it" : "it");
       *to[i] = v;
     }
   }

@@ -70,7 +70,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
               d.rope.original_max_position_embeddings == c.rope.original_max_position_embeddings &&
               d.rope.short_factor == c.rope.short_factor && d.rope.long_factor == c.rope.long_factor &&
               d.layer_window == c.layer_window && d.rms_norm_eps == c.rms_norm_eps &&
-              d.rope.partial_rotary_factor == c.rope.partial_rotary_factor;
+              d.rope.partial_rotary_factor == c.rope.partial_rotary_factor &&
+              d.embedding_multiplier == c.embedding_multiplier && d.residual_multiplier == c.residual_multiplier &&
+              d.attention_multiplier == c.attention_multiplier && d.logits_scaling == c.logits_scaling &&
+              d.o_bias == c.o_bias && d.mlp_bias == c.mlp_bias;
   for (size_t i = 0; same && i < inv.size(); ++i)
     same = inv[i] == inv2[i] || (std::isnan(inv[i]) && std::isnan(inv2[i]));
   if (!same) {
