@@ -20,6 +20,7 @@ nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads) {
                           : arch == "qwen3"   ? "Qwen3ForCausalLM"
                           : arch == "mistral" ? "MistralForCausalLM"
                           : arch == "granite" ? "GraniteForCausalLM"
+                          : arch == "smollm3" ? "SmolLM3ForCausalLM"
                                               : "LlamaForCausalLM";
   nlohmann::json j = {{"architectures", {cls}},     {"model_type", arch},        {"hidden_size", 32},
           {"intermediate_size", 48},    {"num_hidden_layers", 2},    {"num_attention_heads", 4},
@@ -27,6 +28,7 @@ nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads) {
           {"vocab_size", 61},           {"max_position_embeddings", 64}, {"rope_theta", 10000.0},
           {"tie_word_embeddings", false}, {"torch_dtype", "float32"}};
   if (arch == "mistral") j["sliding_window"] = nullptr;  // transformers' default is 4096
+  if (arch == "smollm3") j["pad_token_id"] = nullptr;    // (SmolLM3Config's 128004 is past this vocabulary)
   return j;
 }
 

@@ -84,7 +84,7 @@ void expect_same(const ModelConfig& a, const ModelConfig& b) {
   SAME(rope.mscale_all_dim); SAME(rope.truncate); SAME(rope.short_factor); SAME(rope.long_factor);
   SAME(rope.factor_given); SAME(rope.partial_rotary_factor); SAME(pad_token_id);
   SAME(layer_window); SAME(embedding_multiplier); SAME(residual_multiplier); SAME(attention_multiplier);
-  SAME(logits_scaling);
+  SAME(logits_scaling); SAME(layer_rope);
 }
 #undef SAME
 
@@ -247,7 +247,7 @@ TEST(ConfigErrors, Architecture) {
   expect_error(with(small(), "architectures", {"GPT2LMHeadModel"}),
                "unsupported architecture 'GPT2LMHeadModel' in field 'architectures[0]' (supported: "
                "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Phi3ForCausalLM, "
-               "GraniteForCausalLM)");
+               "GraniteForCausalLM, SmolLM3ForCausalLM)");
   json j = small();
   j.erase("architectures");
   expect_error(with(j, "model_type", "gpt2"), "unsupported model_type 'gpt2'");

@@ -37,13 +37,21 @@ nlohmann::json phi3_partial_longrope() {
   return j;
 }
 
+// SmolLM3 with its second layer NoPE
+nlohmann::json nope_second_layer() {
+  nlohmann::json j = tiny_config_json("smollm3", 2);
+  j["no_rope_layers"] = {1, 0};
+  return j;
+}
+
 TEST(Generate, IncrementalDecodingEqualsAFullForward) {
-  for (std::string arch : {"llama", "qwen3", "phi3", "phi3-partial", "granite"}) {
+  for (std::string arch : {"llama", "qwen3", "phi3", "phi3-partial", "granite", "smollm3"}) {
     SCOPED_TRACE(arch);
     const auto dir = temp_dir("_" + arch);
     const ModelConfig cfg = write_tiny_model(dir, arch == "phi3"           ? phi3_longrope()
                                                   : arch == "phi3-partial" ? phi3_partial_longrope()
                                                   : arch == "granite"      ? tiny_granite_json(2)
+                                                  : arch == "smollm3"      ? nope_second_layer()
                                                                            : tiny_config_json(arch, 2), 71);
     auto be = make_cpu_backend();
     Model inc(cfg, *be, ChunkPlan{5, 4}), full(cfg, *be, ChunkPlan{64, 16});

@@ -268,6 +268,33 @@ TEST_F(Oracle, SlidingWindows) {
 
 TEST_F(Oracle, Mistral) { check_against_oracle({"mistral", tiny_config_json("mistral", 2), 17}); }
 
+// SmolLM3: NoPE layers (no RoPE on q and k), as no_rope_layers lists them or SmolLM3Config's
+// no_rope_layer_interval makes them; its default tie (absent: tied); attention and MLP biases; its
+// sliding window, which SmolLM3Config puts on the NoPE layers; YaRN (its 128K) over the RoPE layers;
+// full-sequence and chunked; LoRA.
+TEST_F(Oracle, SmolLM3NoPeLayers) {
+  const json s = tiny_config_json("smollm3", 2);
+  json untold_tie = with(s, {{"no_rope_layers", {1, 0}}});
+  untold_tie.erase("tie_word_embeddings");
+  check_against_oracle({"smollm3_nope1_tied_by_default", untold_tie, 23});
+  // (a NoPE layer's k bias adds one constant to each query's scores: softmax ignores it, so its gradient
+  // is zero but for rounding, no relative error to hold; attention_bias goes where every layer turns)
+  check_against_oracle({"smollm3_nope0_C7_P4_mlp_bias", with(s, {{"no_rope_layers", {0, 1, 1}}, {"mlp_bias", true}}),
+                        29, 7, 4});
+  check_against_oracle({"smollm3_rope_both_attention_bias", with(s, {{"no_rope_layers", {1, 1}},
+                                                                     {"attention_bias", true}}), 17});
+  check_against_oracle({"smollm3_interval2", with(s, {{"no_rope_layer_interval", 2}}), 19});
+  check_against_oracle({"smollm3_window_on_nope_C6_P4",
+                        with(s, {{"no_rope_layers", {1, 0}}, {"use_sliding_window", true}, {"sliding_window", 5}}), 31,
+                        6, 4});
+  check_against_oracle({"smollm3_yarn_nope_C9_P4",
+                        with(s, {{"no_rope_layers", {0, 1}}, {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 2.0},
+                                                                             {"original_max_position_embeddings", 16}}}}),
+                        37, 9, 4});
+  check_against_oracle({"smollm3_lora_C5_P4", with(s, {{"no_rope_layers", {1, 0}}}), 21, 5, 4, DType::F32,
+                        lora_of("all", false, true)});
+}
+
 // Granite: the embedding's output, each residual branch, attention's scores and the logits scaled by
 // the file's multipliers (none a power of two, attention's apart from 1/sqrt(head_dim)): untied and
 // tied with GQA, biases and a pad row, chunked, LoRA with dropout (LongLoRA's embeddings and norms),

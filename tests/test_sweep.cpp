@@ -42,7 +42,8 @@ class Sweep : public ::testing::Test {
     // untied with biases (2 layers), tied (3 layers), Qwen3's q/k norms (1 layer), Qwen2 with
     // a sliding window on its second layer (gradient pages differ by layer), and a vocabulary of
     // three lm_head tiles (offloaded, they stream through the store's tile slots); a Granite (its
-    // multipliers: the embedding's scaled in layer 0's pass, the logits' in the loss pass)
+    // multipliers: the embedding's scaled in layer 0's pass, the logits' in the loss pass); a SmolLM3
+    // whose first layer turns no q or k
     nlohmann::json qwen2 = tiny_config_json("qwen2", 2), llama = tiny_config_json("llama", 1),
                    qwen3 = tiny_config_json("qwen3", 2), window = tiny_config_json("qwen2", 2),
                    wide = tiny_config_json("qwen2", 2);
@@ -53,10 +54,12 @@ class Sweep : public ::testing::Test {
     window["use_sliding_window"] = true;
     window["sliding_window"] = 16;
     window["max_window_layers"] = 1;
+    nlohmann::json smollm3 = tiny_config_json("smollm3", 2);  // (its first layer NoPE)
+    smollm3["no_rope_layers"] = {0, 1};
     int seed = 21;
     for (auto& [name, j] : std::vector<std::pair<std::string, nlohmann::json>>{
              {"qwen2", qwen2}, {"llama-tied", llama}, {"qwen3", qwen3}, {"qwen2-window", window},
-             {"qwen2-wide", wide}, {"granite", tiny_granite_json(2)}}) {
+             {"qwen2-wide", wide}, {"granite", tiny_granite_json(2)}, {"smollm3-nope", smollm3}}) {
       models_->push_back(root / name);
       write_tiny_model(models_->back(), j, uint64_t(seed++));
     }

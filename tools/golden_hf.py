@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Hugging Face golden fixtures: tiny random-init Llama, Qwen2, Qwen3, Phi-3 and Granite models built with
-transformers' own modelling code, saved in Hugging Face format with their loss, logits and every gradient, so
+"""Hugging Face golden fixtures: tiny random-init Llama, Qwen2, Qwen3, Phi-3, Granite and SmolLM3 models built
+with transformers' own modelling code, saved in Hugging Face format with their loss, logits and every gradient, so
 that tests/test_hf_golden.cpp checks oomb against Hugging Face in every CI run (on the CPU).
 
 Needs PyTorch, transformers and safetensors (the GPU machine has all three; Debian has no
@@ -93,6 +93,13 @@ MODELS = {
                      rms_norm_eps=1e-5, tie_word_embeddings=True, pad_token_id=0, bos_token_id=0, eos_token_id=0,
                      embedding_multiplier=3.5, residual_multiplier=0.37, attention_multiplier=0.21,
                      logits_scaling=2.7, **rope(10000.0)), 10000.0),
+    # SmolLM3: its first layer NoPE (no RoPE on q and k), untied, a pad token the ids hold (SmolLM3Config's
+    # 128004 is past this vocabulary)
+    "smollm3": (transformers.SmolLM3Config, transformers.SmolLM3ForCausalLM,
+                dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                     rms_norm_eps=1e-6, tie_word_embeddings=False, pad_token_id=5, bos_token_id=1, eos_token_id=2,
+                     no_rope_layers=[0, 1], mlp_bias=False, attention_bias=False, **rope(10000.0)), 10000.0),
 }
 N = 40
 

@@ -1,5 +1,5 @@
-// config.json <-> ModelConfig, with transformers' defaults and semantics for Llama, Qwen2, Qwen3, Mistral, Phi-3
-// and Granite.
+// config.json <-> ModelConfig, with transformers' defaults and semantics for Llama, Qwen2, Qwen3, Mistral, Phi-3,
+// Granite and SmolLM3.
 #include "hf/config.h"
 
 #include <algorithm>
@@ -29,16 +29,19 @@ struct ArchInfo {
   int64_t bos, eos;  // transformers' default bos/eos_token_id (-1: None)
   int64_t pad;       // transformers' default pad_token_id (-1: None)
   double eps;        // transformers' default rms_norm_eps
+  double theta = 10000.0;  // transformers' default rope_theta
 };
 constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 1, 2, -1, 1e-6},
                                {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", 32768, -1, -1, -1, 1e-6},
                                {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", 32768, -1, -1, -1, 1e-6},
                                {Arch::Mistral, "MistralForCausalLM", "mistral", 4096 * 32, 1, 2, -1, 1e-6},
                                {Arch::Phi3, "Phi3ForCausalLM", "phi3", 4096, 1, 32000, 32000, 1e-5},
-                               {Arch::Granite, "GraniteForCausalLM", "granite", 2048, 1, 2, -1, 1e-6}};
+                               {Arch::Granite, "GraniteForCausalLM", "granite", 2048, 1, 2, -1, 1e-6},
+                               {Arch::SmolLM3, "SmolLM3ForCausalLM", "smollm3", 32768, 128000, 128001, 128004, 1e-6,
+                                2e6}};
 constexpr const char* kArchitectures = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
-                                       "Phi3ForCausalLM, GraniteForCausalLM";
-constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite";
+                                       "Phi3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM";
+constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite, smollm3";
 // Granite's four scalars, as config.json names them
 constexpr const char* kGraniteScalars[] = {"embedding_multiplier", "residual_multiplier", "attention_multiplier",
                                            "logits_scaling"};
@@ -208,7 +211,10 @@ RopeConfig parse_rope(const Reader& top, const ModelConfig& c) {
   for (const auto& [k, v] : r.o.items())
     OOMB_CHECK(!v.is_object(), "config {}: per-layer-type '{}' ('{}' is an object) is not supported", top.src,
                name, k);
-  rc.theta = top.num("rope_theta", 10000.0);
+  double theta = 10000.0;
+  for (const auto& k : kArchs)
+    if (k.arch == c.arch) theta = k.theta;
+  rc.theta = top.num("rope_theta", theta);
   if (r.get("rope_theta")) rc.theta = r.num("rope_theta", rc.theta);
   OOMB_CHECK(rc.theta > 0, "config {}: rope_theta must be positive, got {}", top.src, rc.theta);
   rc.partial_rotary_factor = parse_partial_rotary(top, r, c);
@@ -316,6 +322,7 @@ void set_arch(ModelConfig& c, Arch arch) {
   } else if (c.attention_multiplier == 0.0) {
     c.attention_multiplier = 1.0;  // GraniteConfig's default
   }
+  if (arch != Arch::SmolLM3) c.layer_rope.clear();
 }
 
 float attention_scale(const ModelConfig& c) {
@@ -326,6 +333,28 @@ Arch arch_from_model_type(const std::string& model_type) {
   for (const auto& k : kArchs)
     if (model_type == k.model_type) return k.arch;
   fail("unknown architecture '{}' (known: {})", model_type, kModelTypes);
+}
+
+// SmolLM3's no_rope_layers (1: the layer turns q and k, 0: a NoPE layer; at least one entry per layer,
+// the first num_hidden_layers read), or SmolLM3Config's default: a NoPE layer every
+// no_rope_layer_interval layers (4), the last of each run.
+void parse_nope(const Reader& r, ModelConfig& c) {
+  c.layer_rope.clear();
+  if (c.arch != Arch::SmolLM3) return;
+  c.layer_rope.resize(size_t(c.layers));
+  if (const json* v = r.get("no_rope_layers")) {
+    if (!v->is_array() || int64_t(v->size()) < c.layers)
+      r.bad("no_rope_layers", fmt::format("a list of at least {} entries (1: RoPE, 0: none)", c.layers).c_str(), *v);
+    for (int64_t l = 0; l < c.layers; ++l) {
+      const json& e = (*v)[size_t(l)];
+      const int64_t x = e.is_boolean() ? int64_t(e.get<bool>()) : r.integer(e, "no_rope_layers");
+      OOMB_CHECK(x == 0 || x == 1, "config {}: no_rope_layers[{}] = {}: 1 (RoPE) or 0 (none)", r.src, l, x);
+      c.layer_rope[size_t(l)] = x == 1;
+    }
+  } else {
+    const int64_t k = r.size("no_rope_layer_interval", kMaxLayers, 4);
+    for (int64_t l = 0; l < c.layers; ++l) c.layer_rope[size_t(l)] = (l + 1) % k != 0;
+  }
 }
 
 // The layers' sliding windows, as transformers sets them (ModelConfig::layer_window).
@@ -343,8 +372,8 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
     w = !j.contains("sliding_window") ? 4096 : j["sliding_window"].is_null() ? 0 : window();
   } else if (c.arch == Arch::Phi3) {  // Phi3Config: none by default; given, on every layer
     w = j.contains("sliding_window") && !j["sliding_window"].is_null() ? window() : 0;
-  } else if ((c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3) && r.boolean("use_sliding_window", false) &&
-             j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+  } else if ((c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3 || c.arch == Arch::SmolLM3) &&
+             r.boolean("use_sliding_window", false) && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
     w = window();
   }
   const json* lt = r.get("layer_types");
@@ -362,9 +391,13 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
                  : " (sliding_window with use_sliding_window)");
     return;
   }
-  const int64_t first = c.arch == Arch::Mistral || c.arch == Arch::Phi3 ? 0 : r.size("max_window_layers", kMaxLayers, 28);
+  // (SmolLM3Config without layer_types: the window on its NoPE layers)
+  const int64_t first = c.arch == Arch::Mistral || c.arch == Arch::Phi3 || c.arch == Arch::SmolLM3
+                            ? 0 : r.size("max_window_layers", kMaxLayers, 28);
   for (int64_t l = 0; l < c.layers; ++l)
-    c.layer_window[size_t(l)] = lt ? ((*lt)[size_t(l)] == "sliding_attention" ? w : 0) : l >= first ? w : 0;
+    c.layer_window[size_t(l)] = lt ? ((*lt)[size_t(l)] == "sliding_attention" ? w : 0)
+                                : c.arch == Arch::SmolLM3 ? (c.rope_on(l) ? 0 : w)
+                                : l >= first ? w : 0;
 }
 
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
@@ -398,7 +431,8 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   OOMB_CHECK(c.head_dim % 2 == 0, "config {}: head_dim must be even for RoPE, got {}", source, c.head_dim);
   c.max_position_embeddings = r.size("max_position_embeddings", kMaxPositions, ai.max_pos);
   c.rms_norm_eps = r.pos_num("rms_norm_eps", ai.eps);
-  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
+  // (SmolLM3Config leaves it to transformers 4.x's PretrainedConfig: tied)
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", c.arch == Arch::SmolLM3);
   // transformers 5 writes "dtype", 4.x "torch_dtype"; "dtype" wins when both are set
   c.torch_dtype = r.str("dtype", r.str("torch_dtype", "float32"));
   c.bos_token_id = r.token_id("bos_token_id", ai.bos, false);
@@ -417,7 +451,7 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
 
   std::string act = r.str("hidden_act", "silu");
   OOMB_CHECK(act == "silu", "config {}: hidden_act '{}' is not supported (only silu)", source, act);
-  if (c.arch == Arch::Llama || c.arch == Arch::Granite) {
+  if (c.arch == Arch::Llama || c.arch == Arch::Granite || c.arch == Arch::SmolLM3) {
     c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
     c.mlp_bias = r.boolean("mlp_bias", false);
   } else if (c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3) {
@@ -438,6 +472,7 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
       *to[i] = v;
     }
   }
+  parse_nope(r, c);
   parse_windows(r, j, c);
   c.rope = parse_rope(r, c);
   // the tables in float32, as transformers keeps them: a value past float32's range is refused here
@@ -524,7 +559,14 @@ nlohmann::json config_to_json(const ModelConfig& c) {
     OOMB_CHECK(scalars[0] == 1 && scalars[1] == 1 && scalars[2] == 0 && scalars[3] == 1, "config_to_json: the "
                "embedding, residual, attention and logits multipliers belong to Granite only");
   }
-  if (c.arch == Arch::Llama || c.arch == Arch::Qwen3 || c.arch == Arch::Granite) {
+  OOMB_CHECK(c.layer_rope.empty() || (c.arch == Arch::SmolLM3 && int64_t(c.layer_rope.size()) == c.layers),
+             "config_to_json: NoPE layers belong to SmolLM3 only, one entry per layer");
+  if (c.arch == Arch::SmolLM3) {
+    json nope = json::array();
+    for (int64_t l = 0; l < c.layers; ++l) nope.push_back(int(c.rope_on(l)));
+    j["no_rope_layers"] = nope;
+  }
+  if (c.arch == Arch::Llama || c.arch == Arch::Qwen3 || c.arch == Arch::Granite || c.arch == Arch::SmolLM3) {
     OOMB_CHECK(c.qkv_bias == c.o_bias, "config_to_json: {}'s attention_bias covers q/k/v and o together "
                "(qkv_bias {}, o_bias {})", c.architecture, c.qkv_bias, c.o_bias);
     OOMB_CHECK(c.arch != Arch::Qwen3 || !c.mlp_bias, "config_to_json: Qwen3 has no MLP bias");

@@ -1,4 +1,4 @@
-// Model configuration from a Hugging Face config.json (Llama, Qwen2, Qwen3, Mistral, Phi-3, Granite).
+// Model configuration from a Hugging Face config.json (Llama, Qwen2, Qwen3, Mistral, Phi-3, Granite, SmolLM3).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -9,7 +9,7 @@
 
 namespace oomb {
 
-enum class Arch { Llama, Qwen2, Mistral, Qwen3, Phi3, Granite };
+enum class Arch { Llama, Qwen2, Mistral, Qwen3, Phi3, Granite, SmolLM3 };
 
 struct RopeConfig {
   std::string type = "default";  // default | linear | llama3 | yarn | longrope
@@ -69,6 +69,10 @@ struct ModelConfig {
   // 1/sqrt(head_dim); the logits are divided by logits_scaling. GraniteConfig's defaults are 1.0 each;
   // every other family has 1, and attention_multiplier 0 (1/sqrt(head_dim): attention_scale()).
   double embedding_multiplier = 1.0, residual_multiplier = 1.0, attention_multiplier = 0.0, logits_scaling = 1.0;
+  // SmolLM3 (SmolLM3ForCausalLM): per layer whether RoPE turns its q and k (no_rope_layers' 1), or not
+  // (0: a NoPE layer; SmolLM3Config's default every 4th, no_rope_layer_interval). Empty: every layer.
+  std::vector<bool> layer_rope;
+  bool rope_on(int64_t layer) const { return layer_rope.empty() || layer_rope[size_t(layer)]; }
 };
 
 // Attention's softmax scale: attention_multiplier where set (Granite), else 1/sqrt(head_dim).
@@ -76,9 +80,11 @@ float attention_scale(const ModelConfig& c);
 
 // Sets arch, model_type, architecture and the architecture's fixed parts (Qwen2: q/k/v biases;
 // Qwen3: q/k norms; biases otherwise none, Llama's and Qwen3's attention_bias/mlp_bias cleared;
-// Granite's multipliers kept, every other family's reset to none).
+// Granite's multipliers kept, every other family's reset to none; SmolLM3's NoPE layers kept, every
+// other family's cleared).
 void set_arch(ModelConfig& c, Arch arch);
-Arch arch_from_model_type(const std::string& model_type);  // llama | qwen2 | qwen3 | mistral | phi3 | granite; throws otherwise
+// llama | qwen2 | qwen3 | mistral | phi3 | granite | smollm3; throws otherwise
+Arch arch_from_model_type(const std::string& model_type);
 
 // Parses config.json content; `source` (a path) names the file in every error.
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source);

@@ -84,6 +84,13 @@ const std::vector<Preset>& presets() {
          return c;
        }},
       {"phi-4", [] { return phi3(make(Arch::Phi3, 5120, 17920, 40, 40, 10, 100352, false, 250000, 1e-5, 16384), 100349, 0); }},
+      // SmolLM3-3B's shape (64K context, 128K with YaRN): every 4th layer NoPE, token 128004 the pad
+      {"smollm3-3b", [] {
+         ModelConfig c = make(Arch::SmolLM3, 2048, 11008, 36, 16, 4, 128256, true, 5e6, 1e-6, 65536);
+         c.pad_token_id = 128004;
+         for (int64_t l = 0; l < c.layers; ++l) c.layer_rope.push_back((l + 1) % 4 != 0);
+         return c;
+       }},
       // Granite 3.2 / 3.3 8B's shape (128K context): muP's multipliers, token 0 the pad
       {"granite-3.3-8b", [] {
          return granite(make(Arch::Granite, 4096, 12800, 40, 32, 8, 49159, true, 1e7, 1e-5, 131072), 12.0, 0.22,

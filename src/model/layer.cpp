@@ -410,7 +410,8 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
     Tensor kn = heads2(plan.k_loc), rk = flat1(A.rstd_k);
     be.rmsnorm_fwd(heads2(A.k_raw), p.k_norm, eps, kn, rk);
   }
-  be.rope_fwd(plan.k_loc, ctx.pos, ctx.rope);
+  const bool rope = ctx.cfg.rope_on(ctx.layer);  // (SmolLM3's NoPE layers: q and k as projected)
+  if (rope) be.rope_fwd(plan.k_loc, ctx.pos, ctx.rope);
   if (ctx.kv_bf16) {  // the values bf16 pages will hold, for this chunk's own attention too
     be.round_bf16(plan.k_loc);
     be.round_bf16(plan.v_loc);
@@ -423,7 +424,7 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
       Tensor qn = heads2(plan.q_loc), rq = flat1(A.rstd_q);
       be.rmsnorm_fwd(heads2(A.q_raw), p.q_norm, eps, qn, rq);
     }
-    be.rope_fwd(plan.q_loc, ctx.pos, ctx.rope);
+    if (rope) be.rope_fwd(plan.q_loc, ctx.pos, ctx.rope);
     to_bf16(ctx, plan.q_loc);
   }
   // Attention, head group by head group (one group: all of this rank's heads). The recompute
@@ -544,8 +545,10 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
     to_tokens(ctx, plan.dk, plan.dk_loc, j);
     to_tokens(ctx, plan.dv, plan.dv_loc, j);
   }
-  be.rope_bwd(plan.dq_loc, ctx.pos, ctx.rope);
-  be.rope_bwd(plan.dk_loc, ctx.pos, ctx.rope);
+  if (ctx.cfg.rope_on(ctx.layer)) {  // (not on SmolLM3's NoPE layers)
+    be.rope_bwd(plan.dq_loc, ctx.pos, ctx.rope);
+    be.rope_bwd(plan.dk_loc, ctx.pos, ctx.rope);
+  }
   Tensor dq = plan.dq_loc, dk = plan.dk_loc;  // gradients of the projections' outputs
   if (!p.q_norm.empty()) {  // through Qwen3's per-head norms
     Tensor dqr = heads2(S.dq_raw), dkr = heads2(S.dk_raw);

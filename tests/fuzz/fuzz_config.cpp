@@ -73,7 +73,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
               d.rope.partial_rotary_factor == c.rope.partial_rotary_factor &&
               d.embedding_multiplier == c.embedding_multiplier && d.residual_multiplier == c.residual_multiplier &&
               d.attention_multiplier == c.attention_multiplier && d.logits_scaling == c.logits_scaling &&
-              d.o_bias == c.o_bias && d.mlp_bias == c.mlp_bias;
+              d.o_bias == c.o_bias && d.mlp_bias == c.mlp_bias && d.layer_rope == c.layer_rope &&
+              d.tie_word_embeddings == c.tie_word_embeddings;
   for (size_t i = 0; same && i < inv.size(); ++i)
     same = inv[i] == inv2[i] || (std::isnan(inv[i]) && std::isnan(inv2[i]));
   if (!same) {

@@ -261,9 +261,10 @@ def _bool(cfg_path, d, key, default):
 
 
 _FAMILIES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "phi3": "phi3",
-             "granite": "granite"}
+             "granite": "granite", "smollm3": "smollm3"}
 _ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
-         "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3", "GraniteForCausalLM": "granite"}
+         "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3", "GraniteForCausalLM": "granite",
+         "SmolLM3ForCausalLM": "smollm3"}
 
 
 def load_config(model_dir):
@@ -288,7 +289,7 @@ def load_config(model_dir):
                 fam = _ARCH[a]
                 break
     if fam is None:
-        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral, phi3, granite")
+        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral, phi3, granite, smollm3")
     c.family = fam
 
     c.hidden = _num(path, d, "hidden_size")
@@ -313,7 +314,8 @@ def load_config(model_dir):
     if c.n_heads % c.n_kv:
         fail(f"{path}: field 'num_attention_heads' ({c.n_heads}) is not a multiple of "
              f"'num_key_value_heads' ({c.n_kv})")
-    c.tied = _bool(path, d, "tie_word_embeddings", False)
+    # (SmolLM3Config leaves tie_word_embeddings to transformers 4.x's PretrainedConfig, whose default is True)
+    c.tied = _bool(path, d, "tie_word_embeddings", fam == "smollm3")
     c.max_pos = _num(path, d, "max_position_embeddings", required=False)
     if c.max_pos is None and fam == "phi3":
         c.max_pos = 4096  # Phi3Config's default
@@ -330,7 +332,7 @@ def load_config(model_dir):
         c.res_mult = _num(path, d, "residual_multiplier", kind=float, default=1.0)
         c.att_mult = _num(path, d, "attention_multiplier", kind=float, default=1.0)
         c.logit_div = _num(path, d, "logits_scaling", kind=float, default=1.0)
-    if fam in ("llama", "granite"):  # LlamaAttention / LlamaMLP's biases
+    if fam in ("llama", "granite", "smollm3"):  # LlamaAttention / LlamaMLP's biases
         c.attn_bias = _bool(path, d, "attention_bias", False)
         c.o_bias = c.attn_bias
         c.mlp_bias = _bool(path, d, "mlp_bias", False)
@@ -342,6 +344,18 @@ def load_config(model_dir):
     else:
         c.attn_bias, c.o_bias, c.mlp_bias = False, False, False
 
+    # SmolLM3Attention.use_rope = config.no_rope_layers[layer_idx]; SmolLM3Config's default: every
+    # no_rope_layer_interval-th layer (1-based) without
+    c.rope_layers = [True] * c.n_layers
+    if fam == "smollm3":
+        nope = d.get("no_rope_layers")
+        if nope is None:
+            k = _num(path, d, "no_rope_layer_interval", default=4)
+            nope = [int((i + 1) % k != 0) for i in range(c.n_layers)]
+        if not isinstance(nope, list) or len(nope) < c.n_layers:
+            fail(f"{path}: field 'no_rope_layers' must list at least {c.n_layers} entries")
+        c.rope_layers = [bool(nope[i]) for i in range(c.n_layers)]
+
     # Sliding-window attention (Mistral; Qwen2 when use_sliding_window).  Irrelevant
     # whenever N <= window, but applied for fidelity: key j visible to query i iff
     # i - j < window (HF's `kv_idx > q_idx - sliding_window`).
@@ -351,16 +365,18 @@ def load_config(model_dir):
     if fam in ("mistral", "phi3") and sw is not None:
         sw = _num(path, d, "sliding_window")
         c.windows = [sw] * c.n_layers
-    elif fam in ("qwen2", "qwen3") and _bool(path, d, "use_sliding_window", False) and sw is not None:
+    elif fam in ("qwen2", "qwen3", "smollm3") and _bool(path, d, "use_sliding_window", False) and sw is not None:
         sw = _num(path, d, "sliding_window")
         if isinstance(layer_types, list) and len(layer_types) == c.n_layers:
             c.windows = [sw if t == "sliding_attention" else None for t in layer_types]
+        elif fam == "smollm3":  # SmolLM3Config's layer_types: the window on the NoPE layers
+            c.windows = [None if c.rope_layers[i] else sw for i in range(c.n_layers)]
         else:
             mwl = _num(path, d, "max_window_layers", default=c.n_layers, positive=False)
             c.windows = [sw if i >= mwl else None for i in range(c.n_layers)]
 
     # nn.Embedding(vocab, hidden, padding_idx=pad_token_id): that row takes no gradient from the lookup
-    pad = d.get("pad_token_id", 32000) if fam == "phi3" else d.get("pad_token_id", None)
+    pad = d.get("pad_token_id", {"phi3": 32000, "smollm3": 128004}.get(fam))  # (the classes' defaults)
     if pad is not None and not (isinstance(pad, int) and -c.vocab <= pad < c.vocab):
         fail(f"{path}: field 'pad_token_id' = {pad!r} is outside the vocabulary")
     c.pad = None if pad is None else pad % c.vocab
@@ -780,8 +796,9 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
         q = q.transpose(0, 1)  # [nh, N, hd]
         k = k.transpose(0, 1)  # [nkv, N, hd]
         v = v.view(N, nkv, hd).transpose(0, 1)
-        q = apply_rope(q, cos, sin)
-        k = apply_rope(k, cos, sin)
+        if c.rope_layers[li]:  # (SmolLM3's NoPE layers: none)
+            q = apply_rope(q, cos, sin)
+            k = apply_rope(k, cos, sin)
         # repeat_kv: query head j uses kv head j // rep
         k = k.repeat_interleave(rep, dim=0)
         v = v.repeat_interleave(rep, dim=0)
