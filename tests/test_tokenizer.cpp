@@ -254,10 +254,12 @@ TEST(Tokenizer, EveryByteSequenceRoundTripsWithoutANormalizer) {
 // takes (Unicode's N: Nd, Nl, No) a piece of its own, or (individual_digits false) each run of them
 // one piece. Merges across the would-be cuts show where the pieces end: "Ġ1" and "12"; the last byte
 // of U+0663 with the first of U+0664 (Arabic-Indic digits, Nd); a space with the first byte of "½"
-// (U+00BD, No), of "Ⅻ" (U+216B, Nl) and of "€" (U+20AC, Sc: not numeric, so never cut).
+// (U+00BD, No), of "Ⅻ" (U+216B, Nl) and of "€" (U+20AC, Sc: not numeric, so never cut); and with the
+// first byte of digits Unicode added after PCRE2's tables (Kawi U+11F50, 15.0; Tolong Siki U+11DE9,
+// 17.0; Kaktovik U+1D2D3, 15.0), which Rust's char::is_numeric in tokenizers takes as numeric.
 TEST(Tokenizer, DigitsSplitNumbersAsHuggingFaceDoes) {
   auto tok = [](const json& digits) {
-    json j = tokenizer_json({{" ", "1"}, {"1", "2"}, {"\xA3", "\xD9"}, {" ", "\xC2"}, {" ", "\xE2"}});
+    json j = tokenizer_json({{" ", "1"}, {"1", "2"}, {"\xA3", "\xD9"}, {" ", "\xC2"}, {" ", "\xE2"}, {" ", "\xF0"}});
     json seq = json::array();
     if (!digits.is_null()) seq.push_back(digits);
     seq.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}});
@@ -265,14 +267,13 @@ TEST(Tokenizer, DigitsSplitNumbersAsHuggingFaceDoes) {
     return make(j);
   };
   const Tokenizer plain = tok(nullptr), runs = tok({{"type", "Digits"}, {"individual_digits", false}}),
-                  each = tok({{"type", "Digits"}, {"individual_digits", true}}), dflt = tok({{"type", "Digits"}});
+                  each = tok({{"type", "Digits"}, {"individual_digits", true}});
   auto id = [&](const std::string& s) { return plain.token_id(bl(s)); };
   using V = std::vector<int32_t>;
   // "a 12": GPT-2's split alone gives "a", " 12" ("Ġ1" merges first); Digits cuts "a ", "12" or "1", "2"
   EXPECT_EQ(plain.encode("a 12"), (V{'a', id(" 1"), '2'}));
   EXPECT_EQ(runs.encode("a 12"), (V{'a', ' ', id("12")}));
   EXPECT_EQ(each.encode("a 12"), (V{'a', ' ', '1', '2'}));
-  EXPECT_EQ(dflt.encode("a 12"), runs.encode("a 12"));  // individual_digits defaults to false
   // U+0663 U+0664 (D9 A3 D9 A4): one run, or two pieces
   const std::string arabic = "\xD9\xA3\xD9\xA4";
   EXPECT_EQ(runs.encode(arabic), (V{0xD9, id("\xA3\xD9"), 0xA4}));
@@ -284,14 +285,23 @@ TEST(Tokenizer, DigitsSplitNumbersAsHuggingFaceDoes) {
     EXPECT_EQ(t->encode(" \xE2\x82\xAC"), (V{id(" \xE2"), 0x82, 0xAC}));
   }
   EXPECT_EQ(plain.encode(" \xC2\xBD"), (V{id(" \xC2"), 0xBD}));  // (the control: GPT-2's " ?\p{N}+" keeps them)
+  for (const std::string newer : {"\xF0\x91\xBD\x90", "\xF0\x91\xB7\xA9", "\xF0\x9D\x8B\x93"}) {
+    const std::vector<uint8_t> b(newer.begin(), newer.end());
+    EXPECT_EQ(each.encode(" " + newer), (V{' ', b[0], b[1], b[2], b[3]})) << "U+" << std::hex << int(b[3]);
+    EXPECT_EQ(plain.encode(" " + newer), (V{id(" \xF0"), b[1], b[2], b[3]}));  // (PCRE2's \p{N} lacks them)
+  }
   EXPECT_THAT(error_of({{"model", tokenizer_json({})["model"]},
                         {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", json::array({
-                                                {{"type", "ByteLevel"}}, {{"type", "Digits"}}})}}}}),
+                                                {{"type", "ByteLevel"}}, {{"type", "Digits"}, {"individual_digits", true}}})}}}}),
               HasSubstr("a Digits after the ByteLevel pre_tokenizer is not supported"));
   EXPECT_THAT(error_of({{"model", tokenizer_json({})["model"]},
                         {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", json::array({
                                                 {{"type", "Digits"}, {"individual_digits", "yes"}}, {{"type", "ByteLevel"}}})}}}}),
               HasSubstr("pre_tokenizer Digits.individual_digits must be true or false"));
+  EXPECT_THAT(error_of({{"model", tokenizer_json({})["model"]},
+                        {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", json::array({
+                                                {{"type", "Digits"}}, {{"type", "ByteLevel"}}})}}}}),
+              HasSubstr("pre_tokenizer Digits needs \"individual_digits\""));
 }
 
 TEST(Tokenizer, RejectsWhatItDoesNotSupportNamingTheField) {

@@ -30,6 +30,16 @@ static std::string type_of(const json& j) {
   return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
 }
 
+// Unicode 17's numeric characters (N: Nd, Nl, No), as Rust's char::is_numeric takes them in the
+// tokenizers builds that carry Unicode 17's tables: PCRE2's \p{N} (Debian's 10.42: Unicode 14) and the
+// 133 added since (Unicode 15 to 17: Garay, Myanmar Pao and Eastern Pwo Karen, Sunuwar, Tolong Siki,
+// Kawi, Gurung Khema, Kirat Rai, Outlined digits, Kaktovik numerals, Nag Mundari, Ol Onal; listed
+// from Node's ICU 78 tables). A build on older tables cuts fewer of these.
+constexpr const char* kNumeric =
+    R"([\p{N}\x{10D40}-\x{10D49}\x{116D0}-\x{116E3}\x{11BF0}-\x{11BF9}\x{11DE0}-\x{11DE9}\x{11F50}-\x{11F59})"
+    R"(\x{16130}-\x{16139}\x{16D70}-\x{16D79}\x{16FF4}-\x{16FF6}\x{1CCF0}-\x{1CCF9}\x{1D2C0}-\x{1D2D3})"
+    R"(\x{1E4F0}-\x{1E4F9}\x{1E5F1}-\x{1E5FA}])";
+
 // PCRE2-escaped literal for a Split with {"String": ...}.
 static std::string escape_literal(std::string_view s) {
   std::string r;
@@ -69,11 +79,14 @@ void Tokenizer::add_steps(const json& j, std::string_view where) {
   } else if (type == "Digits") {
     // Hugging Face's Digits: the characters char::is_numeric takes (Unicode's N: Nd, Nl, No) split
     // off, each alone (individual_digits) or a run together (StarCoder's and Granite's tokenizers:
-    // individual, before ByteLevel) -- a Split on \p{N} or \p{N}+, Isolated
+    // individual, before ByteLevel) -- a Split on kNumeric or kNumeric+, Isolated. (Its field has no
+    // default in tokenizers' serde: absent, the file does not load there, nor here.)
+    OOMB_CHECK(j.contains("individual_digits"), "{}: pre_tokenizer Digits needs \"individual_digits\"", where);
     const bool individual = opt(j, "individual_digits", false, where, "pre_tokenizer Digits");
     for (const Step& s : steps_)
       OOMB_CHECK(s.kind != Step::ByteLevel, "{}: a Digits after the ByteLevel pre_tokenizer is not supported", where);
-    Step s{Step::Split, std::make_shared<RegexSplit>(individual ? "\\p{N}" : "\\p{N}+",
+    const std::string numeric(kNumeric);
+    Step s{Step::Split, std::make_shared<RegexSplit>(individual ? numeric : numeric + "+",
                                                      std::string(where) + ": pre_tokenizer Digits"),
            false, false};
     steps_.push_back(std::move(s));
