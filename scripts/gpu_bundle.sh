@@ -11,10 +11,10 @@ B=build-gpu
 bash scripts/install-deps.sh
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DOOMB_FUZZ=OFF > $B.configure.log
 cmake --build $B -j "$(nproc)" --target oomb test_cuda_device test_cuda_timeline test_cuda_ops test_cuda_attention test_cuda_model test_cuda_features test_hf_golden \
-  test_gemm_layout test_precision oomb_attention_lab dist_check test_cudnn_deviceless
+  test_gemm_layout test_precision oomb_attention_lab dist_check test_cudnn_deviceless test_lora
 rm -rf gpu-bundle && mkdir -p gpu-bundle/lib
 for f in oomb test_cuda_device test_cuda_timeline test_cuda_ops test_cuda_attention test_cuda_model test_cuda_features test_hf_golden test_gemm_layout \
-  test_precision dev/oomb_attention_lab dist_check test_cudnn_deviceless; do
+  test_precision dev/oomb_attention_lab dist_check test_cudnn_deviceless test_lora; do
   cp $B/$f gpu-bundle/ && strip gpu-bundle/$(basename $f)
 done
 # the negative control: test_cuda_attention built with a CUDA attention backward that drops a query must fail

@@ -16,12 +16,13 @@
 #              --keep-attention) under OOMB_CUDA_TIMELINE=1: per step, how long the compute and
 #              copy streams were busy, at once, and idle, beside the host's update and the bytes
 #              moved (~200 s)
-#   core     in this order: the Hugging Face fixtures (tools/golden_hf.py), the device's, the
+#   core     in this order: the Hugging Face fixtures (tools/golden_hf.py) and their check on the CPU
+#            (test_hf_golden, test_lora's PEFT fixtures, the CPU's bf16 budget), the device's, the
 #            stream timeline's and the ops' CUDA tests, this GPU's cuDNN device properties, cuDNN's check, the attention lab at
 #            7B's head shape (oomb's kernels and cuDNN, checked and timed; its check under
 #            racecheck), the model's CUDA tests (the bf16 step through cuDNN's attention; generate,
 #            eval, sparse pages, windows and --offload params steps in test_cuda_features),
-#            FlashAttention's rule on the GPU, test_hf_golden on the fixtures, PEFT loading oomb's
+#            FlashAttention's rule on the GPU, PEFT loading oomb's
 #            adapter, tensorboard reading oomb's event files, the negative controls, two MPI ranks
 #   extras   the lab at 0.5B's head shape, PyTorch's own attention kernels, the CUDA tests under
 #            compute-sanitizer memcheck, LoRA's memory on the
@@ -154,6 +155,10 @@ core() {
   step golden_hf 150 sh -c "rm -rf tests/fixtures/hf && python3 tools/golden_hf.py --out tests/fixtures/hf" &&
     [ -f tests/fixtures/hf/qwen2/reference.safetensors ] &&
     tar czf "$OUT/hf_fixtures.tgz" tests/fixtures/hf && cp -r tests/fixtures/hf "$W/hf_fixtures"
+  # the new fixtures checked at once, on the CPU (Phi-3, Granite, SmolLM3 and their PEFT adapters were
+  # first made here): oomb against transformers' own code, PEFT's, and the CPU's bf16 against PyTorch's
+  step fixtures_check 60 sh -c "'$W/bin/test_hf_golden' && '$W/bin/test_lora' --gtest_filter='Tiny/LoraPeft.*' &&
+    '$W/bin/test_precision' --gtest_filter='Bf16Budget.LossAndEvery*'"
   step cuda_device 90 "$W/bin/test_cuda_device"
   # OOMB_CUDA_TIMELINE: every op and copy counted once, the figures adding up, and a copy beside
   # 40 large GEMMs counted as hidden behind them (the timeline phase below relies on it)
@@ -188,7 +193,6 @@ core() {
   step cuda_features 120 "$W/bin/test_cuda_features"
   # FlashAttention's rule for the GPU's bf16 step against the committed fixtures
   step bf16_budget_cuda 60 "$W/bin/test_precision" --gtest_filter='Bf16Budget.Cuda*'
-  step hf_golden 60 "$W/bin/test_hf_golden"
   # a LoRA adapter oomb saved, loaded by PEFT itself (issue 13)
   step peft_check 60 python3 tools/peft_check.py --oomb "$W/bin/oomb"
   # oomb's TensorBoard event files, read by the tensorboard package (issue 12)

@@ -39,11 +39,14 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
   auto cpu = make_cpu_backend();
   double worst = 0, worst_bf16 = 0, worst_loss = 0;
   int cases = 0;
-  for (std::string arch : {"llama", "qwen2", "qwen3", "granite"})
+  for (std::string arch : {"llama", "qwen2", "qwen3", "granite", "smollm3"})
     for (int64_t G : {int64_t(1), int64_t(2), int64_t(4)}) {
-      if (arch == "granite" && G != 2) continue;  // (its multipliers; the head ratios are Llama's)
+      // (Granite: its multipliers; SmolLM3: a NoPE layer; the head ratios are Llama's)
+      if ((arch == "granite" || arch == "smollm3") && G != 2) continue;
       const auto dir = temp_dir(fmt::format("_{}_{}", arch, G));
-      write_tiny_model(dir, arch == "granite" ? tiny_granite_json(G) : tiny_config_json(arch, G), 51 + uint64_t(G));
+      nlohmann::json j = arch == "granite" ? tiny_granite_json(G) : tiny_config_json(arch, G);
+      if (arch == "smollm3") j["no_rope_layers"] = {1, 0};
+      write_tiny_model(dir, j, 51 + uint64_t(G));
       auto toks = write_tokens(dir / "t.bin", 131, 61, 52);
       std::vector<int32_t> ids(toks.begin(), toks.end() - 1), tg(toks.begin() + 1, toks.end());
       for (size_t i = 0; i < ids.size(); i += 17) ids[i] = 60;  // documents for the masked runs

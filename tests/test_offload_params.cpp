@@ -60,7 +60,7 @@ class OffloadParams : public ::testing::Test {
     // Phi-3 with a pad token (its embedding row untouched by the lookup's gradient, on the host too),
     // Qwen3's q/k norms (1 layer: a pass of one); a vocabulary of three lm_head tiles, untied (the
     // tiles stream through their slots) and tied (tiles of the embedding, which stays); a Granite
-    // (its multipliers on the host's embedding lookup and the streamed head)
+    // (its multipliers on the host's embedding lookup and the streamed head); a SmolLM3 with a NoPE layer
     nlohmann::json qwen2 = tiny_config_json("qwen2", 2), llama = tiny_config_json("llama", 1),
                    qwen3 = tiny_config_json("qwen3", 2), wide = wide_vocab(tiny_config_json("qwen2", 2)),
                    wide_tied = wide_vocab(tiny_config_json("llama", 1));
@@ -71,10 +71,13 @@ class OffloadParams : public ::testing::Test {
     // Phi-3 (fused tensors in the file) with a pad token, whose row of the host's embedding takes no gradient
     nlohmann::json phi3 = tiny_config_json("llama", 2);
     phi3["architectures"] = {"Phi3ForCausalLM"}, phi3["model_type"] = "phi3", phi3["pad_token_id"] = 5;
+    nlohmann::json smollm3 = tiny_config_json("smollm3", 2);  // (its second layer NoPE)
+    smollm3["no_rope_layers"] = {1, 0};
     int seed = 11;
     for (auto& [name, j] : std::vector<std::pair<std::string, nlohmann::json>>{
              {"qwen2", qwen2}, {"llama-tied", llama}, {"qwen3", qwen3}, {"qwen2-wide", wide},
-             {"llama-tied-wide", wide_tied}, {"phi3-pad", phi3}, {"granite", tiny_granite_json(2)}}) {
+             {"llama-tied-wide", wide_tied}, {"phi3-pad", phi3}, {"granite", tiny_granite_json(2)},
+             {"smollm3-nope", smollm3}}) {
       models_->push_back(root / name);
       write_tiny_model(models_->back(), j, uint64_t(seed++));
     }

@@ -2,15 +2,18 @@
 // q or k. Its config.json read with SmolLM3Config's defaults (a NoPE layer every
 // no_rope_layer_interval, tied, rope_theta 2e6, pad 128004), its sliding window on the NoPE layers,
 // refused where the engine cannot follow it, written back the same; the preset's parameters; a NoPE
-// layer's keys in the cache are the projections themselves. (Its loss and gradients against the
-// float64 oracle: Oracle.SmolLM3NoPeLayers; generation, --sweep layer and --offload params: those
-// suites' SmolLM3 cases; transformers' own SmolLM3: pending until a GPU session commits its fixture.)
+// layer's keys in the cache are the projections themselves; oomb init gives any shape its NoPE layers.
+// (Its loss and gradients against the float64 oracle: Oracle.SmolLM3NoPeLayers; generation, --sweep
+// layer, --offload params and the CUDA step (simt): those suites' SmolLM3 cases; transformers' own
+// SmolLM3, with its window on the NoPE layer: pending until a GPU session commits its fixture.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
+
+#include <functional>
 
 #include "hf/checkpoint.h"
 #include "train/model.h"
@@ -137,6 +140,22 @@ TEST(SmolLM3, WrittenBackReadsTheSame) {
   EXPECT_TRUE(llama.layer_rope.empty());
   llama.layer_rope = {true, false, true, false, true};
   EXPECT_THAT(error_of([&] { config_to_json(llama); }), HasSubstr("NoPE layers belong to SmolLM3 only"));
+}
+
+// oomb init: the preset with other --layers, and another family's preset made SmolLM3, take
+// SmolLM3Config's NoPE layers (every 4th), one per layer, in the config.json written.
+TEST(SmolLM3, InitGivesEveryShapeItsNoPeLayers) {
+  const auto dir = temp_dir();
+  auto nope_of = [&](const std::string& args) {
+    const std::string out = (dir / std::to_string(std::hash<std::string>{}(args))).string();
+    const CmdResult r = oomb_cmd(dir, "init --out " + out + " " + args);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return json::parse(read_text(std::filesystem::path(out) / "config.json"))["no_rope_layers"];
+  };
+  EXPECT_EQ(nope_of("--preset smollm3-3b --layers 6 --hidden 64 --heads 4 --kv-heads 2 --vocab 300"),
+            json({1, 1, 1, 0, 1, 1}));
+  EXPECT_EQ(nope_of("--preset tiny --arch smollm3 --layers 4"), json({1, 1, 1, 0}));
+  EXPECT_EQ(nope_of("--preset tiny --arch llama"), json());  // (none: Llama's file has no such field)
 }
 
 // A NoPE layer's keys are its k projection as it is: for a sequence of two equal tokens at positions

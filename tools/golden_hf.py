@@ -93,13 +93,15 @@ MODELS = {
                      rms_norm_eps=1e-5, tie_word_embeddings=True, pad_token_id=0, bos_token_id=0, eos_token_id=0,
                      embedding_multiplier=3.5, residual_multiplier=0.37, attention_multiplier=0.21,
                      logits_scaling=2.7, **rope(10000.0)), 10000.0),
-    # SmolLM3: its first layer NoPE (no RoPE on q and k), untied, a pad token the ids hold (SmolLM3Config's
-    # 128004 is past this vocabulary)
+    # SmolLM3: its first layer NoPE (no RoPE on q and k), with the sliding window SmolLM3Config puts on the
+    # NoPE layers (9 of N = 40 positions), untied, a pad token the ids hold (SmolLM3Config's 128004 is
+    # past this vocabulary)
     "smollm3": (transformers.SmolLM3Config, transformers.SmolLM3ForCausalLM,
                 dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                      rms_norm_eps=1e-6, tie_word_embeddings=False, pad_token_id=5, bos_token_id=1, eos_token_id=2,
-                     no_rope_layers=[0, 1], mlp_bias=False, attention_bias=False, **rope(10000.0)), 10000.0),
+                     no_rope_layers=[0, 1], use_sliding_window=True, sliding_window=9, mlp_bias=False,
+                     attention_bias=False, **rope(10000.0)), 10000.0),
 }
 N = 40
 

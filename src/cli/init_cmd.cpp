@@ -29,9 +29,9 @@ Command add_init(CLI::App& app) {
   std::string presets;
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   c->add_option("--preset", a->preset, "Model shape: " + presets)->capture_default_str();
-  c->add_option("--arch", a->arch, "Override the architecture: llama, qwen2, qwen3, mistral, phi3, granite (a preset of another "
-                 "family made Granite takes GraniteConfig's multipliers, 1.0 each: attention's scale 1, not "
-                 "1/sqrt(head_dim))");
+  c->add_option("--arch", a->arch, "Override the architecture: llama, qwen2, qwen3, mistral, phi3, granite, smollm3 (a "
+                 "preset of another family made Granite takes GraniteConfig's multipliers, 1.0 each: attention's "
+                 "scale 1, not 1/sqrt(head_dim); made SmolLM3, SmolLM3Config's NoPE layers: every 4th)");
   c->add_option("--hidden", a->hidden, "hidden_size")->check(count());
   c->add_option("--intermediate", a->intermediate, "intermediate_size")->check(count());
   c->add_option("--layers", a->layers, "num_hidden_layers")->check(count());
@@ -62,6 +62,7 @@ Command add_init(CLI::App& app) {
                            cfg.intermediate, preset_intermediate, cfg.hidden, preset_hidden);
     }
     set("--layers", a->layers, cfg.layers);
+    if (cfg.arch == Arch::SmolLM3 && int64_t(cfg.layer_rope.size()) != cfg.layers) smollm3_default_nope(cfg);
     set("--heads", a->heads, cfg.heads);
     set("--kv-heads", a->kv_heads, cfg.kv_heads);
     set("--vocab", a->vocab, cfg.vocab);

@@ -323,6 +323,12 @@ void set_arch(ModelConfig& c, Arch arch) {
     c.attention_multiplier = 1.0;  // GraniteConfig's default
   }
   if (arch != Arch::SmolLM3) c.layer_rope.clear();
+  else if (int64_t(c.layer_rope.size()) != c.layers) smollm3_default_nope(c);
+}
+
+void smollm3_default_nope(ModelConfig& c) {
+  c.layer_rope.assign(size_t(std::max<int64_t>(c.layers, 0)), true);
+  for (int64_t l = 3; l < c.layers; l += 4) c.layer_rope[size_t(l)] = false;  // (l + 1) % 4 == 0
 }
 
 float attention_scale(const ModelConfig& c) {

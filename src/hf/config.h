@@ -80,9 +80,12 @@ float attention_scale(const ModelConfig& c);
 
 // Sets arch, model_type, architecture and the architecture's fixed parts (Qwen2: q/k/v biases;
 // Qwen3: q/k norms; biases otherwise none, Llama's and Qwen3's attention_bias/mlp_bias cleared;
-// Granite's multipliers kept, every other family's reset to none; SmolLM3's NoPE layers kept, every
-// other family's cleared).
+// Granite's multipliers kept, every other family's reset to none; SmolLM3's NoPE layers kept (or its
+// default made, smollm3_default_nope), every other family's cleared).
 void set_arch(ModelConfig& c, Arch arch);
+// SmolLM3Config's NoPE layers where config.json lists none: every 4th (no_rope_layer_interval's default),
+// one entry per layer of c. set_arch gives a SmolLM3 whose list does not fit its layers these.
+void smollm3_default_nope(ModelConfig& c);
 // llama | qwen2 | qwen3 | mistral | phi3 | granite | smollm3; throws otherwise
 Arch arch_from_model_type(const std::string& model_type);
 

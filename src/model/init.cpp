@@ -17,8 +17,8 @@ namespace {
 ModelConfig make(Arch arch, int64_t d, int64_t I, int64_t L, int64_t H, int64_t G, int64_t V, bool tie,
                  double theta, double eps, int64_t max_pos, int64_t head_dim = 0) {
   ModelConfig c;
-  set_arch(c, arch);
   c.hidden = d, c.intermediate = I, c.layers = L, c.heads = H, c.kv_heads = G, c.vocab = V;
+  set_arch(c, arch);  // (after the layers: a SmolLM3's NoPE layers, one per layer)
   c.head_dim = head_dim > 0 ? head_dim : d / H;
   c.tie_word_embeddings = tie;
   c.rope.theta = theta;
@@ -88,8 +88,7 @@ const std::vector<Preset>& presets() {
       {"smollm3-3b", [] {
          ModelConfig c = make(Arch::SmolLM3, 2048, 11008, 36, 16, 4, 128256, true, 5e6, 1e-6, 65536);
          c.pad_token_id = 128004;
-         for (int64_t l = 0; l < c.layers; ++l) c.layer_rope.push_back((l + 1) % 4 != 0);
-         return c;
+         return c;  // (make's set_arch gave it SmolLM3Config's NoPE layers: every 4th)
        }},
       // Granite 3.2 / 3.3 8B's shape (128K context): muP's multipliers, token 0 the pad
       {"granite-3.3-8b", [] {
