@@ -69,7 +69,7 @@ TEST(SmolLM3, ReadsItsConfig) {
 }
 
 // SmolLM3Config's defaults where the file says nothing: a NoPE layer every 4th (the interval's),
-// tied (transformers 4.x's PretrainedConfig), rope_theta 2e6, 32768 positions, bos 128000, eos 128001,
+// tied (transformers 5's field default, 4.x's PretrainedConfig's), rope_theta 2e6, 32768 positions, bos 128000, eos 128001,
 // pad 128004 (refused where past the vocabulary, as nn.Embedding would refuse it); the sliding window,
 // when used, on the NoPE layers unless layer_types says otherwise.
 TEST(SmolLM3, DefaultsAreSmolLM3Configs) {

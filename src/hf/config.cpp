@@ -437,7 +437,7 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   OOMB_CHECK(c.head_dim % 2 == 0, "config {}: head_dim must be even for RoPE, got {}", source, c.head_dim);
   c.max_position_embeddings = r.size("max_position_embeddings", kMaxPositions, ai.max_pos);
   c.rms_norm_eps = r.pos_num("rms_norm_eps", ai.eps);
-  // (SmolLM3Config leaves it to transformers 4.x's PretrainedConfig: tied)
+  // (SmolLM3Config: tied; transformers 5 says so itself, 4.x by PretrainedConfig's default)
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", c.arch == Arch::SmolLM3);
   // transformers 5 writes "dtype", 4.x "torch_dtype"; "dtype" wins when both are set
   c.torch_dtype = r.str("dtype", r.str("torch_dtype", "float32"));

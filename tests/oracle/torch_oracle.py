@@ -314,7 +314,7 @@ def load_config(model_dir):
     if c.n_heads % c.n_kv:
         fail(f"{path}: field 'num_attention_heads' ({c.n_heads}) is not a multiple of "
              f"'num_key_value_heads' ({c.n_kv})")
-    # (SmolLM3Config leaves tie_word_embeddings to transformers 4.x's PretrainedConfig, whose default is True)
+    # (SmolLM3Config's tie_word_embeddings: True, transformers 5's own default, 4.x's PretrainedConfig's)
     c.tied = _bool(path, d, "tie_word_embeddings", fam == "smollm3")
     c.max_pos = _num(path, d, "max_position_embeddings", required=False)
     if c.max_pos is None and fam == "phi3":
