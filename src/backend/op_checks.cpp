@@ -56,6 +56,14 @@ struct Check {
     OOMB_CHECK(t.numel() == like.numel(), "{}: {} {} and {} {} differ in size", op, what, t.shape_str(), like_name,
                like.shape_str());
   }
+  // an elementwise op's input a and output b: f32 or bf16 each, of one size (any shapes)
+  void float_pair(const char* a_name, const Tensor& a, const char* b_name, const Tensor& b) const {
+    OOMB_CHECK(is_float(a.dtype) && is_float(b.dtype), "{}: {} and {} must be f32 or bf16, got {} and {}", op, a_name,
+               b_name, dtype_name(a.dtype), dtype_name(b.dtype));
+    where(a_name, a, -1);
+    where(b_name, b, -1);
+    numel(a_name, a, b_name, b);
+  }
 
   // The KV blocks of attention against q (T, H, D): every block (len, G, D) alike.
   void blocks(const Tensor& q, std::span<const KVBlock> blocks, bool backward) const {
@@ -370,12 +378,7 @@ void Backend::lm_head_xent_grad(const Tensor& h, const Tensor& w, int64_t v0, co
 }
 
 void Backend::cast(const Tensor& src, Tensor& dst) {
-  const Check c{*this, "cast"};
-  OOMB_CHECK(is_float(src.dtype) && is_float(dst.dtype), "cast: src and dst must be f32 or bf16, got {} and {}",
-             dtype_name(src.dtype), dtype_name(dst.dtype));
-  c.where("src", src, -1);
-  c.where("dst", dst, -1);
-  c.numel("src", src, "dst", dst);
+  Check{*this, "cast"}.float_pair("src", src, "dst", dst);
   const OpScope op_scope(*this);
   do_cast(src, dst);
 }
@@ -442,12 +445,7 @@ void Backend::scale(Tensor& y, float s) {
 }
 
 void Backend::scale(const Tensor& x, float s, Tensor& y) {
-  const Check c{*this, "scale"};
-  OOMB_CHECK(is_float(x.dtype) && is_float(y.dtype), "scale: x and y must be f32 or bf16, got {} and {}",
-             dtype_name(x.dtype), dtype_name(y.dtype));
-  c.where("x", x, -1);
-  c.where("y", y, -1);
-  c.numel("x", x, "y", y);
+  Check{*this, "scale"}.float_pair("x", x, "y", y);
   OOMB_CHECK(x.data != y.data || x.dtype == y.dtype, "scale: in place, x and y must share one dtype, got {} and {}",
              dtype_name(x.dtype), dtype_name(y.dtype));
   const OpScope op_scope(*this);
