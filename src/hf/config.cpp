@@ -42,6 +42,11 @@ constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 
 constexpr const char* kArchitectures = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
                                        "Phi3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM";
 constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite, smollm3";
+const ArchInfo& arch_info(Arch a) {
+  for (const auto& k : kArchs)
+    if (k.arch == a) return k;
+  fail("config: architecture {} has no entry", int(a));
+}
 // Granite's four scalars, as config.json names them
 constexpr const char* kGraniteScalars[] = {"embedding_multiplier", "residual_multiplier", "attention_multiplier",
                                            "logits_scaling"};
@@ -211,10 +216,7 @@ RopeConfig parse_rope(const Reader& top, const ModelConfig& c) {
   for (const auto& [k, v] : r.o.items())
     OOMB_CHECK(!v.is_object(), "config {}: per-layer-type '{}' ('{}' is an object) is not supported", top.src,
                name, k);
-  double theta = 10000.0;
-  for (const auto& k : kArchs)
-    if (k.arch == c.arch) theta = k.theta;
-  rc.theta = top.num("rope_theta", theta);
+  rc.theta = top.num("rope_theta", arch_info(c.arch).theta);
   if (r.get("rope_theta")) rc.theta = r.num("rope_theta", rc.theta);
   OOMB_CHECK(rc.theta > 0, "config {}: rope_theta must be positive, got {}", top.src, rc.theta);
   rc.partial_rotary_factor = parse_partial_rotary(top, r, c);
@@ -307,12 +309,10 @@ RopeConfig parse_rope(const Reader& top, const ModelConfig& c) {
 }  // namespace
 
 void set_arch(ModelConfig& c, Arch arch) {
-  for (const auto& k : kArchs)
-    if (k.arch == arch) {
-      c.arch = arch;
-      c.model_type = k.model_type;
-      c.architecture = k.architecture;
-    }
+  const ArchInfo& k = arch_info(arch);
+  c.arch = arch;
+  c.model_type = k.model_type;
+  c.architecture = k.architecture;
   c.qkv_bias = arch == Arch::Qwen2;
   c.qk_norm = arch == Arch::Qwen3;
   c.o_bias = c.mlp_bias = false;
@@ -554,9 +554,7 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   const json* pad = c.raw.is_object() && c.raw.contains("pad_token_id") ? &c.raw["pad_token_id"] : nullptr;
   const bool same_pad = pad && pad->is_number_integer() && pad->get<int64_t>() < 0 &&
                         c.vocab + pad->get<int64_t>() == c.pad_token_id;
-  const bool class_pads = std::any_of(std::begin(kArchs), std::end(kArchs),
-                                      [&](const ArchInfo& k) { return k.arch == c.arch && k.pad >= 0; });
-  if (!same_pad && (c.pad_token_id >= 0 || j.contains("pad_token_id") || class_pads))
+  if (!same_pad && (c.pad_token_id >= 0 || j.contains("pad_token_id") || arch_info(c.arch).pad >= 0))
     j["pad_token_id"] = id(c.pad_token_id);
   const double scalars[] = {c.embedding_multiplier, c.residual_multiplier, c.attention_multiplier, c.logits_scaling};
   if (c.arch == Arch::Granite) {
