@@ -6,6 +6,7 @@
 
 #include <boost/context/fiber.hpp>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,22 +26,33 @@ constexpr size_t kStack = size_t(256) << 10;  // per thread; kernels keep a few 
 constexpr size_t kDefaultShared = 48 << 10;   // CUDA's dynamic shared memory without opting in
 constexpr size_t kMaxShared = 227 << 10;      // Hopper's most per block (sharedMemPerBlockOptin)
 constexpr size_t kMaxExchange = 64;
+constexpr int kMaxThreads = 1024;
+using Threads = std::array<uint64_t, kMaxThreads / 64>;  // a set of a block's threads, bit i thread i
 
 struct Barrier {
   int expected = 0, arrived = 0;
-  uint64_t gen = 0;
   const char* what = nullptr;  // what the threads arrived at so far wait for (each must wait for the same)
+  Threads waiting{};           // those that arrived, in the words first..last (a warp's: one)
+  int first = 0, last = kMaxThreads / 64 - 1;
 };
 
 namespace ctx = boost::context;
 
+// Each fiber's stack starts this far below its mapping's top. The mappings are kStack apart, so their
+// tops (where boost::context keeps a fiber's record and the hot frames lie) would all fall into the
+// same few sets of the caches, and every switch to a fiber would miss; thread i starts i * 1040
+// bytes lower (mod 64 KiB: 4096 distinct offsets, a line apart and more).
+constexpr size_t kColorRange = size_t(64) << 10;
+size_t stack_color(size_t i) { return i * 1040 % kColorRange; }
+
 // boost::context's stack allocator over simt's stacks, reused across launches
 struct PoolStack {
   char* base;
+  size_t color;
   ctx::stack_context allocate() {
     ctx::stack_context sc;
-    sc.size = kStack;
-    sc.sp = base + kStack;
+    sc.size = kStack - color;
+    sc.sp = base + kStack - color;
     return sc;
   }
   void deallocate(ctx::stack_context&) noexcept {}
@@ -52,8 +64,6 @@ struct Fiber {
   Dim3 tid;
   int warp = 0, lane = 0;
   bool done = false;
-  Barrier* waiting = nullptr;
-  uint64_t wait_gen = 0;
   int parity = 0;  // which of its warp's two exchange buffers the next collective uses
   const char* where = "";
 };
@@ -65,18 +75,23 @@ struct Warp {
   uint32_t wrote[2] = {0, 0};  // the lanes that gave a value to each buffer's collective
 };
 
-// One block's run on the calling thread.
+// One block's run on the calling thread. The fibers switch to one another directly (one stack switch
+// per wait, not two through a scheduler), in the order a scheduler's passes over the threads would
+// take: a fiber that waits hands over to the next thread after it, cyclically, that can go on.
 struct Block {
   std::vector<Fiber> fibers;
   std::vector<Warp> warps;
   Barrier bar;
-  ctx::fiber sched;  // where the scheduler resumes
-  Fiber* cur = nullptr;
+  ctx::fiber sched;  // where run_block resumes once every thread is done
+  Fiber* cur = nullptr;   // the running fiber (nullptr: run_block)
+  Fiber* from = nullptr;  // the one that switched to it, whose continuation it keeps on arrival
+  Threads ready{};        // the threads that can go on: neither done nor waiting at a barrier
+  bool reverse = false;   // OOMB_SIMT_ORDER=reverse: the threads in the order last to first
+  int finished = 0;
   Body body = nullptr;
   void* arg = nullptr;
   std::vector<unsigned char> shared;
 #ifdef SIMT_ASAN
-  void* fake = nullptr;
   const void* sched_bottom = nullptr;
   size_t sched_size = 0;
 #endif
@@ -101,17 +116,95 @@ std::string where(const Fiber& f) {
                      f.tid.z);
 }
 
-// to the scheduler from the running fiber, and back when it is resumed
-void yield_to_scheduler() {
-  Block& b = *g_block;
+// the lowest thread of `s` at or above i, or -1
+int lowest_from(const Threads& s, int i) {
+  if (i >= kMaxThreads) return -1;
+  int w = i >> 6;
+  for (uint64_t m = s[size_t(w)] & (~uint64_t(0) << (i & 63));; m = s[size_t(w)]) {
+    if (m) return 64 * w + __builtin_ctzll(m);
+    if (++w == int(s.size())) return -1;
+  }
+}
+
+// the highest thread of `s` at or below i, or -1
+int highest_to(const Threads& s, int i) {
+  if (i < 0) return -1;
+  int w = i >> 6;
+  for (uint64_t m = s[size_t(w)] & (~uint64_t(0) >> (63 - (i & 63)));; m = s[size_t(w)]) {
+    if (m) return 64 * w + 63 - __builtin_clzll(m);
+    if (--w < 0) return -1;
+  }
+}
+
+// The next thread after the running one that can go on (nullptr: none can), in the threads' order
+// (first to last, or last to first), cyclically: the order a scheduler's passes over them would take.
+Fiber* next_to_run(Block& b) {
+  const int i = int(b.cur - b.fibers.data());
+  int j = b.reverse ? highest_to(b.ready, i - 1) : lowest_from(b.ready, i + 1);
+  if (j < 0) j = b.reverse ? highest_to(b.ready, kMaxThreads - 1) : lowest_from(b.ready, 0);
+  return j < 0 ? nullptr : &b.fibers[size_t(j)];
+}
+
+void set_ready(Block& b, const Fiber& f, bool ready) {
+  const size_t i = size_t(&f - b.fibers.data());
+  const uint64_t bit = uint64_t(1) << (i & 63);
+  b.ready[i >> 6] = ready ? b.ready[i >> 6] | bit : b.ready[i >> 6] & ~bit;
+}
+
+// The barrier's last thread arrived (or its last that had not exited did): those waiting go on.
+void release(Block& b, Barrier& bar) {
+  bar.arrived = 0;
+  for (int w = bar.first; w <= bar.last; ++w) {
+    b.ready[size_t(w)] |= bar.waiting[size_t(w)];
+    bar.waiting[size_t(w)] = 0;
+  }
+}
+
+[[noreturn]] void deadlock(const Block& b) {
+  std::string at;
+  for (const Fiber& f : b.fibers)
+    if (!f.done && at.size() < 400) at += fmt::format("\n  {} waits at {}", where(f), f.where);
+  die("deadlock: the block's threads wait at barriers that never fill (a __syncthreads or warp collective "
+      "not every thread reaches):" + at);
+}
+
+// The continuation of the fiber (or run_block) that just switched to the running one.
+void keep(Block& b, ctx::fiber&& c) {
+  if (b.from) {
+    b.from->cont = std::move(c);
+  } else {
+    b.sched = std::move(c);
+  }
+}
+
+// Makes `next` (nullptr: run_block) the running one: what the switch leaves behind is set.
+ctx::fiber& hand_over(Block& b, Fiber* next) {
+  b.from = b.cur;
+  b.cur = next;
+  if (next) thread_idx = next->tid, running_lane = next->lane;
+  return next ? next->cont : b.sched;
+}
+
+// From the running fiber (or run_block) to `next`, and back once something switches to it again.
+void switch_to(Block& b, Fiber* next) {
 #ifdef SIMT_ASAN  // ASan's protocol for a stack switch: announce it, then confirm it on arrival
   void* fake = nullptr;
-  __sanitizer_start_switch_fiber(&fake, b.sched_bottom, b.sched_size);
+  __sanitizer_start_switch_fiber(&fake, next ? next->stack : b.sched_bottom, next ? kStack : b.sched_size);
 #endif
-  b.sched = std::move(b.sched).resume();
+  ctx::fiber& target = hand_over(b, next);
+  ctx::fiber c = std::move(target).resume();
 #ifdef SIMT_ASAN
-  __sanitizer_finish_switch_fiber(fake, &b.sched_bottom, &b.sched_size);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
+  keep(b, std::move(c));
+}
+
+// The running fiber waits at a barrier: the next that can go on runs.
+void wait_at_barrier() {
+  Block& b = *g_block;
+  Fiber* next = next_to_run(b);
+  if (!next) deadlock(b);
+  switch_to(b, next);
 }
 
 // The running fiber arrives at a barrier; it goes on once every thread the barrier waits for has.
@@ -124,36 +217,43 @@ void arrive(Barrier& bar, const char* what) {
     die(fmt::format("{} arrives at {} while its warp's other threads wait at {}", where(f), what, bar.what));
   }
   if (++bar.arrived == bar.expected) {
-    bar.arrived = 0;
-    ++bar.gen;
+    release(b, bar);
     return;
   }
-  f.waiting = &bar;
-  f.wait_gen = bar.gen;
+  const size_t i = size_t(&f - b.fibers.data());
+  bar.waiting[i >> 6] |= uint64_t(1) << (i & 63);
+  set_ready(b, f, false);
   f.where = what;
-  yield_to_scheduler();
+  wait_at_barrier();
 }
 
-ctx::fiber fiber_main(ctx::fiber&& sched) {
+ctx::fiber fiber_main(ctx::fiber&& caller) {
   Block& b = *g_block;
-  b.sched = std::move(sched);
 #ifdef SIMT_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, &b.sched_bottom, &b.sched_size);
+  const void* bottom = nullptr;
+  size_t size = 0;
+  __sanitizer_finish_switch_fiber(nullptr, &bottom, &size);
+  if (!b.from) b.sched_bottom = bottom, b.sched_size = size;  // entered from run_block
 #endif
+  keep(b, std::move(caller));
   b.body(b.arg);
   Fiber& f = *b.cur;
   f.done = true;
+  set_ready(b, f, false);
+  ++b.finished;
   // an exited thread no longer holds back the block's barriers nor its warp's collectives (sm_70
   // and later); a shuffle that reads it dies (exchange's `valid`)
   Warp& w = b.warps[size_t(f.warp)];
   for (Barrier* bar : {&b.bar, &w.bar}) {
     --bar->expected;
-    if (bar->arrived > 0 && bar->arrived == bar->expected) bar->arrived = 0, ++bar->gen;
+    if (bar->arrived > 0 && bar->arrived == bar->expected) release(b, *bar);
   }
-#ifdef SIMT_ASAN
-  __sanitizer_start_switch_fiber(nullptr, b.sched_bottom, b.sched_size);  // this stack ends
+  Fiber* next = next_to_run(b);
+  if (!next && b.finished < int(b.fibers.size())) deadlock(b);
+#ifdef SIMT_ASAN  // this stack ends
+  __sanitizer_start_switch_fiber(nullptr, next ? next->stack : b.sched_bottom, next ? kStack : b.sched_size);
 #endif
-  return std::move(b.sched);
+  return std::move(hand_over(b, next));
 }
 
 char* stack(size_t i) {
@@ -185,9 +285,13 @@ void run_block(Block& b, Dim3 block) {
     Warp& wp = b.warps[size_t(w)];
     wp.lanes = std::min(32, n - 32 * w);
     wp.bar.expected = wp.lanes;
+    wp.bar.first = wp.bar.last = w / 2;
   }
   b.bar = Barrier{};
   b.bar.expected = n;
+  b.bar.last = (n - 1) / 64;
+  b.ready.fill(0);
+  for (int i = 0; i < n; ++i) b.ready[size_t(i) >> 6] |= uint64_t(1) << (i & 63);
   std::memset(b.shared.data(), 0xCD, b.shared.size());  // shared memory starts as garbage, as on a GPU
   garble_static_shared();
   for (int i = 0; i < n; ++i) {
@@ -195,36 +299,14 @@ void run_block(Block& b, Dim3 block) {
     f.tid = {unsigned(i) % block.x, unsigned(i) / block.x % block.y, unsigned(i) / (block.x * block.y)};
     f.warp = i / 32, f.lane = i % 32;
     f.stack = stack(size_t(i));
-    f.cont = ctx::fiber(std::allocator_arg, PoolStack{f.stack}, fiber_main);
+    f.cont = ctx::fiber(std::allocator_arg, PoolStack{f.stack, stack_color(size_t(i))}, fiber_main);
   }
-  int finished = 0;
-  while (finished < n) {
-    bool ran = false;
-    for (int k = 0; k < n; ++k) {
-      Fiber& f = b.fibers[size_t(reverse_order() ? n - 1 - k : k)];
-      if (f.done || (f.waiting && f.waiting->gen == f.wait_gen)) continue;
-      f.waiting = nullptr;
-      b.cur = &f;
-      thread_idx = f.tid;
-#ifdef SIMT_ASAN
-      __sanitizer_start_switch_fiber(&b.fake, f.stack, kStack);
-#endif
-      f.cont = std::move(f.cont).resume();
-#ifdef SIMT_ASAN
-      __sanitizer_finish_switch_fiber(b.fake, nullptr, nullptr);
-#endif
-      ran = true;
-      if (f.done) ++finished;
-    }
-    if (!ran && finished < n) {
-      std::string at;
-      for (const Fiber& f : b.fibers)
-        if (!f.done && at.size() < 400) at += fmt::format("\n  {} waits at {}", where(f), f.where);
-      die("deadlock: the block's threads wait at barriers that never fill (a __syncthreads or warp collective "
-          "not every thread reaches):" + at);
-    }
-  }
-  b.cur = nullptr;
+  // the threads run from the first place; run_block goes on when the last is done
+  b.cur = b.from = nullptr;
+  b.finished = 0;
+  b.reverse = reverse_order();
+  switch_to(b, &b.fibers[b.reverse ? size_t(n) - 1 : 0]);
+  if (b.finished != n) die("a block returned to its launch before every thread was done");
 }
 
 }  // namespace
@@ -286,7 +368,6 @@ void sync_warp() {
   arrive(b.warps[size_t(b.cur->warp)].bar, "__syncwarp");
 }
 
-int lane() { return g_block->cur->lane; }
 int warp_lanes() { return g_block->warps[size_t(g_block->cur->warp)].lanes; }
 
 namespace {
@@ -320,11 +401,9 @@ Exchanged exchange(const void* v, size_t bytes) {
   return {buf, w.wrote[p]};
 }
 
-const void* Exchanged::from(int src, size_t bytes) const {
-  if (!(valid >> src & 1))
-    die(fmt::format("{} reads lane {} in a warp collective, which has exited (undefined on a GPU)",
-                    where(*g_block->cur), src));
-  return static_cast<const unsigned char*>(data) + size_t(src) * bytes;
+void read_exited_lane(int src) {
+  die(fmt::format("{} reads lane {} in a warp collective, which has exited (undefined on a GPU)", where(*g_block->cur),
+                  src));
 }
 
 namespace {

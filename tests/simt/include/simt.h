@@ -22,6 +22,7 @@ struct Dim3 {
 // defined here (inline, constant-initialized), so no TLS wrapper is called (GCC's UBSan took an
 // extern one's missing initializer for a null pointer)
 inline thread_local Dim3 thread_idx, block_idx, block_dim, grid_dim;
+inline thread_local int running_lane = 0;  // the running thread's lane in its warp (lane())
 
 // A kernel's body (one thread's run) and its argument.
 using Body = void (*)(void* arg);
@@ -38,15 +39,19 @@ bool reverse_order();
 
 void sync_block();  // __syncthreads
 void sync_warp();   // __syncwarp
-int lane();         // the running thread's lane in its warp
+inline int lane() { return running_lane; }  // the running thread's lane in its warp
 int warp_lanes();   // lanes of its warp (32, or fewer in a block's last partial warp)
 // A warp collective: every live lane gives `bytes` (at most 64) and gets all lanes' (lane i's at
 // i * bytes); lanes that exited before it gave nothing (their bit in `valid` clear), and reading
 // one of those dies, naming it.
+[[noreturn]] void read_exited_lane(int src);  // dies, naming the lane and the reader
 struct Exchanged {
   const void* data;
   uint32_t valid;
-  const void* from(int src, size_t bytes) const;
+  const void* from(int src, size_t bytes) const {
+    if (!(valid >> src & 1)) read_exited_lane(src);
+    return static_cast<const unsigned char*>(data) + size_t(src) * bytes;
+  }
 };
 Exchanged exchange(const void* v, size_t bytes);
 template <class T>
