@@ -21,6 +21,7 @@ nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads) {
                           : arch == "mistral" ? "MistralForCausalLM"
                           : arch == "granite" ? "GraniteForCausalLM"
                           : arch == "smollm3" ? "SmolLM3ForCausalLM"
+                          : arch == "olmo2"   ? "Olmo2ForCausalLM"
                                               : "LlamaForCausalLM";
   nlohmann::json j = {{"architectures", {cls}},     {"model_type", arch},        {"hidden_size", 32},
           {"intermediate_size", 48},    {"num_hidden_layers", 2},    {"num_attention_heads", 4},

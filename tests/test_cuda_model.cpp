@@ -39,10 +39,10 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
   auto cpu = make_cpu_backend();
   double worst = 0, worst_bf16 = 0, worst_loss = 0;
   int cases = 0;
-  for (std::string arch : {"llama", "qwen2", "qwen3", "granite", "smollm3"})
+  for (std::string arch : {"llama", "qwen2", "qwen3", "granite", "smollm3", "olmo2"})
     for (int64_t G : {int64_t(1), int64_t(2), int64_t(4)}) {
-      // (Granite: its multipliers; SmolLM3: a NoPE layer; the head ratios are Llama's)
-      if ((arch == "granite" || arch == "smollm3") && G != 2) continue;
+      // (Granite: its multipliers; SmolLM3: a NoPE layer; OLMo 2: its post-norms; the head ratios are Llama's)
+      if ((arch == "granite" || arch == "smollm3" || arch == "olmo2") && G != 2) continue;
       const auto dir = temp_dir(fmt::format("_{}_{}", arch, G));
       nlohmann::json j = arch == "granite" ? tiny_granite_json(G) : tiny_config_json(arch, G);
       if (arch == "smollm3") j["no_rope_layers"] = {1, 0};

@@ -45,7 +45,7 @@ nlohmann::json nope_second_layer() {
 }
 
 TEST(Generate, IncrementalDecodingEqualsAFullForward) {
-  for (std::string arch : {"llama", "qwen3", "phi3", "phi3-partial", "granite", "smollm3"}) {
+  for (std::string arch : {"llama", "qwen3", "phi3", "phi3-partial", "granite", "smollm3", "olmo2"}) {
     SCOPED_TRACE(arch);
     const auto dir = temp_dir("_" + arch);
     const ModelConfig cfg = write_tiny_model(dir, arch == "phi3"           ? phi3_longrope()

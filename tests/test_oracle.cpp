@@ -316,6 +316,26 @@ TEST_F(Oracle, Granite) {
   check_against_oracle({"granite_bf16", g, 19, 0, 128, DType::BF16});
 }
 
+// OLMo 2: each branch reads the residual stream and its output is normalized (post_attention_layernorm,
+// post_feedforward_layernorm), q and k normalized over the whole projection before RoPE: untied with
+// GQA and Olmo2Config's pad (1), tied with attention_bias, chunked (the recompute and the pages' dK/dV
+// through the post-norms), YaRN chunked, LoRA with dropout and LongLoRA's norms (OLMo 2's names), a
+// bf16 checkpoint, and --sweep's other order is the layer tests' (test_sweep).
+TEST_F(Oracle, Olmo2PostNorms) {
+  const json o = tiny_config_json("olmo2", 2);
+  check_against_oracle({"olmo2_kv2_pad1", o, 23});
+  check_against_oracle({"olmo2_tied_kv1_attention_bias",
+                        with(tiny_config_json("olmo2", 1), {{"tie_word_embeddings", true}, {"attention_bias", true}}),
+                        19});
+  check_against_oracle({"olmo2_C7_P4", o, 29, 7, 4});
+  check_against_oracle({"olmo2_yarn_C9_P4",
+                        with(o, {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 2.0},
+                                                   {"original_max_position_embeddings", 16}}}}),
+                        37, 9, 4});
+  check_against_oracle({"olmo2_lora_dropout_C5_P4", o, 21, 5, 4, DType::F32, lora_of("all", false, true, 0.5), 77});
+  check_against_oracle({"olmo2_bf16", o, 19, 0, 128, DType::BF16});
+}
+
 // Phi-3: fused q/k/v and gate/up in the checkpoint, a sliding window on every layer, and LongRoPE,
 // whose long factors serve a sequence past original_max_position_embeddings (16 here) and its short
 // ones a sequence within it.

@@ -102,6 +102,13 @@ MODELS = {
                      rms_norm_eps=1e-6, tie_word_embeddings=False, pad_token_id=5, bos_token_id=1, eos_token_id=2,
                      no_rope_layers=[0, 1], use_sliding_window=True, sliding_window=9, mlp_bias=False,
                      attention_bias=False, **rope(10000.0)), 10000.0),
+    # OLMo 2: each branch's output normalized (no norm before attention), q and k normalized over the
+    # whole projection before RoPE, attention_bias on q/k/v/o, Olmo2Config's pad (1) the ids may hold
+    "olmo2": (transformers.Olmo2Config, transformers.Olmo2ForCausalLM,
+              dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                   rms_norm_eps=1e-5, tie_word_embeddings=False, pad_token_id=1, bos_token_id=None, eos_token_id=2,
+                   attention_bias=True, **rope(500000.0)), 500000.0),
 }
 N = 40
 

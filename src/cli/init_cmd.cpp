@@ -29,7 +29,7 @@ Command add_init(CLI::App& app) {
   std::string presets;
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   c->add_option("--preset", a->preset, "Model shape: " + presets)->capture_default_str();
-  c->add_option("--arch", a->arch, "Override the architecture: llama, qwen2, qwen3, mistral, phi3, granite, smollm3 (a "
+  c->add_option("--arch", a->arch, "Override the architecture: llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2 (a "
                  "preset of another family made Granite takes GraniteConfig's multipliers, 1.0 each: attention's "
                  "scale 1, not 1/sqrt(head_dim); made SmolLM3, SmolLM3Config's NoPE layers: every 4th)");
   c->add_option("--hidden", a->hidden, "hidden_size")->check(count());

@@ -38,10 +38,11 @@ constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 
                                {Arch::Phi3, "Phi3ForCausalLM", "phi3", 4096, 1, 32000, 32000, 1e-5},
                                {Arch::Granite, "GraniteForCausalLM", "granite", 2048, 1, 2, -1, 1e-6},
                                {Arch::SmolLM3, "SmolLM3ForCausalLM", "smollm3", 32768, 128000, 128001, 128004, 1e-6,
-                                2e6}};
+                                2e6},
+                               {Arch::Olmo2, "Olmo2ForCausalLM", "olmo2", 2048, -1, 50279, 1, 1e-5}};
 constexpr const char* kArchitectures = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
-                                       "Phi3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM";
-constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite, smollm3";
+                                       "Phi3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM";
+constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2";
 const ArchInfo& arch_info(Arch a) {
   for (const auto& k : kArchs)
     if (k.arch == a) return k;
@@ -314,7 +315,7 @@ void set_arch(ModelConfig& c, Arch arch) {
   c.model_type = k.model_type;
   c.architecture = k.architecture;
   c.qkv_bias = arch == Arch::Qwen2;
-  c.qk_norm = arch == Arch::Qwen3;
+  c.qk_norm = arch == Arch::Qwen3 || arch == Arch::Olmo2;
   c.o_bias = c.mlp_bias = false;
   if (arch != Arch::Granite) {
     c.embedding_multiplier = c.residual_multiplier = c.logits_scaling = 1.0;
@@ -394,7 +395,7 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
     for (const auto& e : lt ? *lt : json::array())
       OOMB_CHECK(e == "full_attention", "config {}: layer_types asks for sliding_attention, but no sliding window "
                  "is set{}", r.src, c.arch == Arch::Llama ? " (Llama has none)" : c.arch == Arch::Granite ? " (Granite has none)"
-                 : " (sliding_window with use_sliding_window)");
+                 : c.arch == Arch::Olmo2 ? " (OLMo 2 has none)" : " (sliding_window with use_sliding_window)");
     return;
   }
   // (SmolLM3Config without layer_types: the window on its NoPE layers)
@@ -460,6 +461,9 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   if (c.arch == Arch::Llama || c.arch == Arch::Granite || c.arch == Arch::SmolLM3) {
     c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
     c.mlp_bias = r.boolean("mlp_bias", false);
+  } else if (c.arch == Arch::Olmo2) {  // OlmoAttention's attention_bias (q/k/v/o); OlmoMLP has none
+    c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
+    c.qk_norm = true;
   } else if (c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3) {
     if (c.arch == Arch::Qwen2) {
       c.qkv_bias = true;  // Qwen2 always has q/k/v biases and none on o_proj or the MLP
@@ -570,13 +574,16 @@ nlohmann::json config_to_json(const ModelConfig& c) {
     for (int64_t l = 0; l < c.layers; ++l) nope.push_back(int(c.rope_on(l)));
     j["no_rope_layers"] = nope;
   }
-  if (c.arch == Arch::Llama || c.arch == Arch::Qwen3 || c.arch == Arch::Granite || c.arch == Arch::SmolLM3) {
+  if (c.arch == Arch::Llama || c.arch == Arch::Qwen3 || c.arch == Arch::Granite || c.arch == Arch::SmolLM3 ||
+      c.arch == Arch::Olmo2) {
+    const bool no_mlp_bias = c.arch == Arch::Qwen3 || c.arch == Arch::Olmo2;
     OOMB_CHECK(c.qkv_bias == c.o_bias, "config_to_json: {}'s attention_bias covers q/k/v and o together "
                "(qkv_bias {}, o_bias {})", c.architecture, c.qkv_bias, c.o_bias);
-    OOMB_CHECK(c.arch != Arch::Qwen3 || !c.mlp_bias, "config_to_json: Qwen3 has no MLP bias");
-    OOMB_CHECK(c.qk_norm == (c.arch == Arch::Qwen3), "config_to_json: q/k norms belong to Qwen3 only");
+    OOMB_CHECK(!no_mlp_bias || !c.mlp_bias, "config_to_json: {} has no MLP bias", c.architecture);
+    OOMB_CHECK(c.qk_norm == (c.arch == Arch::Qwen3 || c.arch == Arch::Olmo2), "config_to_json: q/k norms belong to "
+               "Qwen3 and OLMo 2 only");
     j["attention_bias"] = c.qkv_bias;
-    if (c.arch != Arch::Qwen3) j["mlp_bias"] = c.mlp_bias;
+    if (!no_mlp_bias) j["mlp_bias"] = c.mlp_bias;
   } else {
     bool qkv = c.arch == Arch::Qwen2;
     OOMB_CHECK(c.qkv_bias == qkv && !c.o_bias && !c.mlp_bias,

@@ -1,4 +1,5 @@
-// Model configuration from a Hugging Face config.json (Llama, Qwen2, Qwen3, Mistral, Phi-3, Granite, SmolLM3).
+// Model configuration from a Hugging Face config.json (Llama, Qwen2, Qwen3, Mistral, Phi-3, Granite, SmolLM3,
+// OLMo 2).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -9,7 +10,7 @@
 
 namespace oomb {
 
-enum class Arch { Llama, Qwen2, Mistral, Qwen3, Phi3, Granite, SmolLM3 };
+enum class Arch { Llama, Qwen2, Mistral, Qwen3, Phi3, Granite, SmolLM3, Olmo2 };
 
 struct RopeConfig {
   std::string type = "default";  // default | linear | llama3 | yarn | longrope
@@ -45,7 +46,7 @@ struct ModelConfig {
   bool qkv_bias = false;  // Qwen2: always; Llama: attention_bias
   bool o_bias = false;    // Llama: attention_bias
   bool mlp_bias = false;  // Llama: mlp_bias
-  bool qk_norm = false;   // Qwen3: RMSNorm of each head of q and k (over head_dim) before RoPE
+  bool qk_norm = false;   // Qwen3, OLMo 2: RMSNorm of q and k before RoPE (qk_norm_full says over what)
   // Sliding-window attention per layer: 0 = full attention, else a query sees the keys less than
   // this many positions behind it (transformers: kv_idx > q_idx - sliding_window). Mistral's
   // sliding_window on every layer; Qwen2/Qwen3's when use_sliding_window, on the layers from
@@ -73,20 +74,26 @@ struct ModelConfig {
   // (0: a NoPE layer; SmolLM3Config's default every 4th, no_rope_layer_interval). Empty: every layer.
   std::vector<bool> layer_rope;
   bool rope_on(int64_t layer) const { return layer_rope.empty() || layer_rope[size_t(layer)]; }
+  // OLMo 2 (Olmo2ForCausalLM): each layer normalizes its branches' outputs rather than their inputs,
+  // h = x + norm1(attn(x)), out = h + norm2(mlp(h)) (post_attention_layernorm, post_feedforward_layernorm:
+  // the layer's attn_norm and mlp_norm), and its q and k norms take the whole projection (H D and G D
+  // wide) where Qwen3's take each head (D).
+  bool post_norm() const { return arch == Arch::Olmo2; }
+  bool qk_norm_full() const { return arch == Arch::Olmo2; }
 };
 
 // Attention's softmax scale: attention_multiplier where set (Granite), else 1/sqrt(head_dim).
 float attention_scale(const ModelConfig& c);
 
 // Sets arch, model_type, architecture and the architecture's fixed parts (Qwen2: q/k/v biases;
-// Qwen3: q/k norms; biases otherwise none, Llama's and Qwen3's attention_bias/mlp_bias cleared;
+// Qwen3 and OLMo 2: q/k norms; biases otherwise none, Llama's and Qwen3's attention_bias/mlp_bias cleared;
 // Granite's multipliers kept, every other family's reset to none; SmolLM3's NoPE layers kept (or its
 // default made, smollm3_default_nope), every other family's cleared).
 void set_arch(ModelConfig& c, Arch arch);
 // SmolLM3Config's NoPE layers where config.json lists none: every 4th (no_rope_layer_interval's default),
 // one entry per layer of c. set_arch gives a SmolLM3 whose list does not fit its layers these.
 void smollm3_default_nope(ModelConfig& c);
-// llama | qwen2 | qwen3 | mistral | phi3 | granite | smollm3; throws otherwise
+// llama | qwen2 | qwen3 | mistral | phi3 | granite | smollm3 | olmo2; throws otherwise
 Arch arch_from_model_type(const std::string& model_type);
 
 // Parses config.json content; `source` (a path) names the file in every error.

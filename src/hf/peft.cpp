@@ -25,6 +25,7 @@ bool is_adapter(const std::string& name) { return name.starts_with(kPrefix) && n
 // PEFT's modules_to_save names for the trainable base tensors (LongLoRA's embeddings and norms).
 std::vector<std::string> modules_to_save(const ModelConfig& cfg) {
   std::vector<std::string> m{"embed_tokens", "input_layernorm", "post_attention_layernorm", "norm"};
+  if (cfg.post_norm()) m[1] = "post_feedforward_layernorm";  // (OLMo 2's layer norms)
   if (cfg.qk_norm) m.insert(m.end(), {"q_norm", "k_norm"});
   return m;
 }

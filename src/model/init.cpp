@@ -90,6 +90,13 @@ const std::vector<Preset>& presets() {
          c.pad_token_id = 128004;
          return c;  // (make's set_arch gave it SmolLM3Config's NoPE layers: every 4th)
        }},
+      // OLMo 2 7B's shape (OLMo-2-1124-7B: norms after each branch, q/k norms over the whole projection),
+      // token 100277 the pad
+      {"olmo2-7b", [] {
+         ModelConfig c = make(Arch::Olmo2, 4096, 11008, 32, 32, 32, 100352, false, 500000, 1e-6, 4096);
+         c.pad_token_id = 100277;
+         return c;
+       }},
       // Granite 3.2 / 3.3 8B's shape (128K context): muP's multipliers, token 0 the pad
       {"granite-3.3-8b", [] {
          return granite(make(Arch::Granite, 4096, 12800, 40, 32, 8, 49159, true, 1e7, 1e-5, 131072), 12.0, 0.22,

@@ -182,6 +182,19 @@ Tensor branch_grad(const LayerCtx& ctx, const Tensor& dh, Tensor& scratch, const
   return t;
 }
 
+// q's or k's rows as their norm takes them: each head's (Qwen3: (T heads, D)) or each token's whole
+// projection (OLMo 2: (T, heads D)); and the norm's rstd for those rows, from its plan tensor.
+Tensor qk_rows(const LayerCtx& ctx, const Tensor& t) { return ctx.cfg.qk_norm_full() ? flat2(t) : heads2(t); }
+Tensor qk_rstd(const LayerCtx& ctx, const Tensor& r, const Tensor& t) { return flat1(r).rows(0, qk_rows(ctx, t).dim(0)); }
+
+// OLMo 2 (post_norm): the attention's and the MLP's input is the residual stream itself, x (T, d) f32;
+// the matmuls read it, or under --precision bf16 its copy `copy` (LayerActs::a, ::b), cast once in
+// the forward. Elsewhere the branch norm's output, `copy` itself.
+bool reads_stream(const LayerCtx& ctx) { return ctx.cfg.post_norm() && !ctx.bf16; }
+const Tensor& branch_input(const LayerCtx& ctx, const Tensor& x, const Tensor& copy) {
+  return reads_stream(ctx) ? x : copy;
+}
+
 // --lora-dropout while training: adapter t's mask in this layer (its rows the token side's tokens); the
 // parts of a fused linear (Phi-3's q, k, v) share its one adapter's mask, as PEFT drops its input once.
 DropoutMask lora_mask(const LayerCtx& ctx, int t) {
@@ -320,6 +333,10 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_ra
     g.dq_raw = f({t, H, D});
     g.dk_raw = f({t, G, D});
   }
+  if (c.post_norm()) {
+    A.y1 = f({t, d});
+    A.y2 = f({t, d});
+  }
   b.k = f({T, Ga, D});
   b.v = f({T, Ga, D});
   b.dk = f({T, Ga, D});
@@ -354,7 +371,7 @@ LayerBuffers LayerBuffers::first(int64_t T, int64_t P) const {
     *t = t->rows(0, T);  // the attention side: every token
   for (Tensor* t : {&r.acts.a, &r.acts.rstd1, &r.acts.hmid, &r.acts.b, &r.acts.rstd2, &r.acts.gate, &r.acts.up,
                     &r.acts.act, &r.g.da, &r.g.db, &r.g.dgate, &r.g.dup, &r.g.dact, &r.acts.q_raw, &r.acts.k_raw,
-                    &r.acts.rstd_q, &r.acts.rstd_k, &r.g.dq_raw, &r.g.dk_raw, &r.lora_u, &r.lora_du, &r.lora_z,
+                    &r.acts.rstd_q, &r.acts.rstd_k, &r.g.dq_raw, &r.g.dk_raw, &r.acts.y1, &r.acts.y2, &r.lora_u, &r.lora_du, &r.lora_z,
                     &r.x16, &r.dy16, &r.lora_u16, &r.q_loc, &r.o_loc, &r.dattn_loc, &r.k_loc, &r.v_loc, &r.dq_loc, &r.dk_loc, &r.dv_loc})
     *t = t->rows(0, T / P);  // the token side: this rank's tokens
   return r;
@@ -375,8 +392,9 @@ int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, boo
                                            (lora_rank > 0 ? int64_t(Arena::need(DType::BF16, {t, lora_rank})) : 0)
                                      : 0;
   const int64_t exchange = sp > 1 ? 3 * n({t, H, D}) + 2 * n({t, G, D}) : 0;
+  const int64_t post_norm = c.post_norm() ? 2 * n({t, d}) : 0;
   return operands + 3 * n({t, d}) + 2 * n({t}) + 4 * n({T, Ha, D}) + 2 * n({T, Ha}) + 3 * n({t, I}) +
-         4 * n({T, Ga, D}) + qk_norm + lora + bf16_scratch + exchange;
+         4 * n({T, Ga, D}) + qk_norm + lora + bf16_scratch + exchange + post_norm;
 }
 
 static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out,
@@ -398,17 +416,18 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   }
   // (--precision bf16: each matmul reads bf16 operands, written so by the op before it or cast
   // below; LoRA's adapters read the same ones as their base linear)
-  const Tensor& a = A.a;  // (T, d), read by k, v and q
-  be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
-  const bool qk = !p.q_norm.empty();  // Qwen3: q, k = per-head rmsnorm(proj(a)) before RoPE
+  const Tensor& a = branch_input(ctx, h_in, A.a);  // (T, d), read by k, v and q
+  if (!ctx.cfg.post_norm()) be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
+  else if (ctx.bf16) be.cast(h_in, A.a);  // (OLMo 2: a = h_in)
+  const bool qk = !p.q_norm.empty();  // Qwen3, OLMo 2: q, k = rmsnorm(proj(a)) before RoPE (qk_rows)
   Tensor k2 = flat2(qk ? A.k_raw : plan.k_loc), v2 = flat2(plan.v_loc);
   be.linear_fwd(a, p.wk, opt(p.bk), k2);
   lora_fwd(ctx, p, kK, a, k2, plan);
   be.linear_fwd(a, p.wv, opt(p.bv), v2);
   lora_fwd(ctx, p, kV, a, v2, plan);
   if (qk) {
-    Tensor kn = heads2(plan.k_loc), rk = flat1(A.rstd_k);
-    be.rmsnorm_fwd(heads2(A.k_raw), p.k_norm, eps, kn, rk);
+    Tensor kn = qk_rows(ctx, plan.k_loc), rk = qk_rstd(ctx, A.rstd_k, A.k_raw);
+    be.rmsnorm_fwd(qk_rows(ctx, A.k_raw), p.k_norm, eps, kn, rk);
   }
   const bool rope = ctx.cfg.rope_on(ctx.layer);  // (SmolLM3's NoPE layers: q and k as projected)
   if (rope) be.rope_fwd(plan.k_loc, ctx.pos, ctx.rope);
@@ -421,8 +440,8 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
     be.linear_fwd(a, p.wq, opt(p.bq), q2);
     lora_fwd(ctx, p, kQ, a, q2, plan);
     if (qk) {
-      Tensor qn = heads2(plan.q_loc), rq = flat1(A.rstd_q);
-      be.rmsnorm_fwd(heads2(A.q_raw), p.q_norm, eps, qn, rq);
+      Tensor qn = qk_rows(ctx, plan.q_loc), rq = qk_rstd(ctx, A.rstd_q, A.q_raw);
+      be.rmsnorm_fwd(qk_rows(ctx, A.q_raw), p.q_norm, eps, qn, rq);
     }
     if (rope) be.rope_fwd(plan.q_loc, ctx.pos, ctx.rope);
     to_bf16(ctx, plan.q_loc);
@@ -460,28 +479,35 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
 
 // The rest of a layer's forward from the token side's attention output o_loc: h_out = hmid +
 // down(swiglu(gate(b), up(b))), hmid = h_in + o_proj(o), b = norm2(hmid) (Granite: each branch, down
-// and o_proj, times residual_multiplier).
+// and o_proj, times residual_multiplier; OLMo 2: hmid = h_in + norm1(y1), y1 = o_proj(o), b = hmid,
+// h_out = hmid + norm2(y2), y2 = down(...)).
 static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out,
                          LayerBuffers& plan) {
   Backend& be = ctx.be;
   LayerActs& A = plan.acts;
   const float eps = float(ctx.cfg.rms_norm_eps);
+  const bool post = ctx.cfg.post_norm();
   const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16);  // (T, H D)
-  be.linear_fwd(o, p.wo, opt(p.bo), A.hmid);
-  lora_fwd(ctx, p, kO, o, A.hmid, plan);
-  scale_branch(ctx, A.hmid);
+  Tensor& y1 = post ? A.y1 : A.hmid;
+  be.linear_fwd(o, p.wo, opt(p.bo), y1);
+  lora_fwd(ctx, p, kO, o, y1, plan);
+  if (post) be.rmsnorm_fwd(A.y1, p.attn_norm, eps, A.hmid, A.rstd1);
+  else scale_branch(ctx, A.hmid);
   be.add(A.hmid, h_in);
-  const Tensor& b = A.b;  // (T, d), read by gate and up
-  be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
+  const Tensor& b = branch_input(ctx, A.hmid, A.b);  // (T, d), read by gate and up
+  if (!post) be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
+  else if (ctx.bf16) be.cast(A.hmid, A.b);
   be.linear_fwd(b, p.wgate, opt(p.bgate), A.gate);
   lora_fwd(ctx, p, kGate, b, A.gate, plan);
   be.linear_fwd(b, p.wup, opt(p.bup), A.up);
   lora_fwd(ctx, p, kUp, b, A.up, plan);
   const Tensor& act = A.act;  // (T, I)
   be.swiglu_fwd(A.gate, A.up, A.act);
-  be.linear_fwd(act, p.wdown, opt(p.bdown), h_out);
-  lora_fwd(ctx, p, kDown, act, h_out, plan);
-  scale_branch(ctx, h_out);
+  Tensor& y2 = post ? A.y2 : h_out;
+  be.linear_fwd(act, p.wdown, opt(p.bdown), y2);
+  lora_fwd(ctx, p, kDown, act, y2, plan);
+  if (post) be.rmsnorm_fwd(A.y2, p.mlp_norm, eps, h_out, A.rstd2);
+  else scale_branch(ctx, h_out);
   be.add(h_out, A.hmid);
 }
 
@@ -496,20 +522,28 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   // (--precision bf16: each matmul's input and output gradient bf16, as in the forward: the
   // forward's a, b and act as their ops wrote them, dgate and dup so written, the rest cast)
   // (Granite: each branch's output gradient times residual_multiplier, in da until q's backward)
+  // (OLMo 2: each branch's output gradient through its norm, into da; the branch's input is the
+  // residual stream, so its gradient adds to dh directly)
+  const bool post = ctx.cfg.post_norm();
   const Tensor& act = A.act;
-  const Tensor dh_out = branch_grad(ctx, dh, S.da, plan.dy16);
+  if (post) be.rmsnorm_bwd(A.y2, p.mlp_norm, A.rstd2, dh, S.da, false, norm_grad(g.mlp_norm, p.mlp_norm, plan));
+  const Tensor dh_out = post ? for_matmul(ctx, S.da, plan.dy16) : branch_grad(ctx, dh, S.da, plan.dy16);
   be.linear_bwd(act, p.wdown, dh_out, &S.dact, false, opt(g.wdown), opt(g.bdown));
   lora_bwd(ctx, p, g, kDown, act, dh_out, &S.dact, plan);
-  const Tensor &dgate = S.dgate, &dup = S.dup, &b = A.b;
+  const Tensor &dgate = S.dgate, &dup = S.dup, &b = branch_input(ctx, A.hmid, A.b);
+  Tensor& db = post ? dh : S.db;  // (OLMo 2: b = hmid, dh := dh + dL/db)
   be.swiglu_bwd(A.gate, A.up, S.dact, S.dgate, S.dup);
-  be.linear_bwd(b, p.wgate, dgate, &S.db, false, opt(g.wgate), opt(g.bgate));
-  lora_bwd(ctx, p, g, kGate, b, dgate, &S.db, plan);
-  be.linear_bwd(b, p.wup, dup, &S.db, true, opt(g.wup), opt(g.bup));
-  lora_bwd(ctx, p, g, kUp, b, dup, &S.db, plan);
-  be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, p.mlp_norm, plan));  // dh := dL/dhmid
+  be.linear_bwd(b, p.wgate, dgate, &db, post, opt(g.wgate), opt(g.bgate));
+  lora_bwd(ctx, p, g, kGate, b, dgate, &db, plan);
+  be.linear_bwd(b, p.wup, dup, &db, true, opt(g.wup), opt(g.bup));
+  lora_bwd(ctx, p, g, kUp, b, dup, &db, plan);
+  if (!post)  // dh := dL/dhmid
+    be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, p.mlp_norm, plan));
   // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in)
   Tensor dattn2 = flat2(plan.dattn_loc);
-  const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16), dhmid = branch_grad(ctx, dh, S.da, plan.dy16);
+  if (post) be.rmsnorm_bwd(A.y1, p.attn_norm, A.rstd1, dh, S.da, false, norm_grad(g.attn_norm, p.attn_norm, plan));
+  const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16);
+  const Tensor dhmid = post ? for_matmul(ctx, S.da, plan.dy16) : branch_grad(ctx, dh, S.da, plan.dy16);
   be.linear_bwd(o, p.wo, dhmid, &dattn2, false, opt(g.wo), opt(g.bo));
   lora_bwd(ctx, p, g, kO, o, dhmid, &dattn2, plan);
   to_bf16(ctx, plan.dattn_loc);  // dO feeds attention's backward matmuls
@@ -550,26 +584,29 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
     be.rope_bwd(plan.dk_loc, ctx.pos, ctx.rope);
   }
   Tensor dq = plan.dq_loc, dk = plan.dk_loc;  // gradients of the projections' outputs
-  if (!p.q_norm.empty()) {  // through Qwen3's per-head norms
-    Tensor dqr = heads2(S.dq_raw), dkr = heads2(S.dk_raw);
-    be.rmsnorm_bwd(heads2(A.q_raw), p.q_norm, flat1(A.rstd_q), heads2(plan.dq_loc), dqr, false,
-                   norm_grad(g.q_norm, p.q_norm, plan));
-    be.rmsnorm_bwd(heads2(A.k_raw), p.k_norm, flat1(A.rstd_k), heads2(plan.dk_loc), dkr, false,
-                   norm_grad(g.k_norm, p.k_norm, plan));
+  if (!p.q_norm.empty()) {  // through the q/k norms (Qwen3's per head, OLMo 2's per token)
+    Tensor dqr = qk_rows(ctx, S.dq_raw), dkr = qk_rows(ctx, S.dk_raw);
+    be.rmsnorm_bwd(qk_rows(ctx, A.q_raw), p.q_norm, qk_rstd(ctx, A.rstd_q, A.q_raw), qk_rows(ctx, plan.dq_loc), dqr,
+                   false, norm_grad(g.q_norm, p.q_norm, plan));
+    be.rmsnorm_bwd(qk_rows(ctx, A.k_raw), p.k_norm, qk_rstd(ctx, A.rstd_k, A.k_raw), qk_rows(ctx, plan.dk_loc), dkr,
+                   false, norm_grad(g.k_norm, p.k_norm, plan));
     dq = S.dq_raw, dk = S.dk_raw;
   }
-  // q, k were rotated in place; the projections' backward needs only their input a
-  const Tensor& a = A.a;
+  // q, k were rotated in place; the projections' backward needs only their input a (OLMo 2: h_in,
+  // whose gradient dh takes theirs directly)
+  const Tensor& a = branch_input(ctx, h_in, A.a);
+  Tensor& da = post ? dh : S.da;
   const Tensor dq16 = for_matmul(ctx, flat2(dq), plan.dy16);
-  be.linear_bwd(a, p.wq, dq16, &S.da, false, opt(g.wq), opt(g.bq));
-  lora_bwd(ctx, p, g, kQ, a, dq16, &S.da, plan);
+  be.linear_bwd(a, p.wq, dq16, &da, post, opt(g.wq), opt(g.bq));
+  lora_bwd(ctx, p, g, kQ, a, dq16, &da, plan);
   const Tensor dk16 = for_matmul(ctx, flat2(dk), plan.dy16);
-  be.linear_bwd(a, p.wk, dk16, &S.da, true, opt(g.wk), opt(g.bk));
-  lora_bwd(ctx, p, g, kK, a, dk16, &S.da, plan);
+  be.linear_bwd(a, p.wk, dk16, &da, true, opt(g.wk), opt(g.bk));
+  lora_bwd(ctx, p, g, kK, a, dk16, &da, plan);
   const Tensor dv16 = for_matmul(ctx, flat2(plan.dv_loc), plan.dy16);
-  be.linear_bwd(a, p.wv, dv16, &S.da, true, opt(g.wv), opt(g.bv));
-  lora_bwd(ctx, p, g, kV, a, dv16, &S.da, plan);
-  be.rmsnorm_bwd(h_in, p.attn_norm, A.rstd1, S.da, dh, true, norm_grad(g.attn_norm, p.attn_norm, plan));  // dh := dL/dh_in
+  be.linear_bwd(a, p.wv, dv16, &da, true, opt(g.wv), opt(g.bv));
+  lora_bwd(ctx, p, g, kV, a, dv16, &da, plan);
+  if (!post)  // dh := dL/dh_in
+    be.rmsnorm_bwd(h_in, p.attn_norm, A.rstd1, S.da, dh, true, norm_grad(g.attn_norm, p.attn_norm, plan));
 }
 
 }  // namespace oomb

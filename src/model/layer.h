@@ -1,4 +1,5 @@
-// One decoder layer (pre-norm attention + SwiGLU MLP): forward, and backward from its saved input.
+// One decoder layer (attention + SwiGLU MLP, each branch's input normalized, or with OLMo 2 its output):
+// forward, and backward from its saved input.
 // Buffers for T tokens are planned once (LayerPlan); nothing is allocated per call.
 #pragma once
 #include <functional>
@@ -23,13 +24,18 @@ namespace oomb {
 // (*: only matmuls read it: bf16 under --precision bf16, written so by its op, rounded as a cast
 // rounds; f32 otherwise.)
 struct LayerActs {
+  // (OLMo 2, ModelConfig::post_norm: a and b are h_in's and hmid's copies the matmuls read, bf16
+  // under --precision bf16, else unused (the matmuls read h_in and hmid); rstd1 and rstd2 are the
+  // norms' of y1 and y2, o_proj's and down's outputs (t, d) before them)
   Tensor a, rstd1;       // attn-norm output (t, d)*, its rstd (t)
   Tensor q, o, lse;      // attention side: (T, H, D) after RoPE, attention output (T, H, D), (T, H)
   Tensor hmid;           // h + attention (T, d)
   Tensor b, rstd2;       // mlp-norm output (T, d)*, (T)
   Tensor gate, up, act;  // (T, I); act*
-  // Qwen3's q/k norms: q and k before their norm (T, H, D), (T, G, D) and the rows' rstd (T*H), (T*G)
+  // q/k norms: q and k before their norm (T, H, D), (T, G, D) and the rows' rstd: Qwen3's per head
+  // (T*H), (T*G), OLMo 2's per token (the first T of each)
   Tensor q_raw, k_raw, rstd_q, rstd_k;
+  Tensor y1, y2;  // OLMo 2: o_proj's and down's outputs before their norms (T, d)
 };
 struct LayerGradScratch {
   Tensor dq, dattn;         // (T, H, D)

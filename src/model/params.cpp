@@ -15,6 +15,13 @@ int64_t ParamSpec::numel() const {
   return n;
 }
 
+// A layer's two norms' names: Llama's before attention and before the MLP, or OLMo 2's after each
+// (ModelConfig::post_norm); attn_norm is the first tensor of every layer either way.
+static std::pair<const char*, const char*> layer_norm_names(const ModelConfig& c) {
+  if (c.post_norm()) return {"post_attention_layernorm.weight", "post_feedforward_layernorm.weight"};
+  return {"input_layernorm.weight", "post_attention_layernorm.weight"};
+}
+
 void add_spec(std::vector<ParamSpec>& layout, std::string name, std::vector<int64_t> shape) {
   const int64_t off = layout.empty() ? 0 : layout.back().offset + layout.back().numel();
   layout.push_back({std::move(name), std::move(shape), off});
@@ -25,9 +32,10 @@ std::vector<ParamSpec> param_layout(const ModelConfig& c) {
   auto add = [&](std::string name, std::vector<int64_t> shape) { add_spec(s, std::move(name), std::move(shape)); };
   const int64_t d = c.hidden, qd = c.heads * c.head_dim, kd = c.kv_heads * c.head_dim, I = c.intermediate;
   add("model.embed_tokens.weight", {c.vocab, d});
+  const auto [norm1, norm2] = layer_norm_names(c);
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", {d});
+    add(p + norm1, {d});
     add(p + "self_attn.q_proj.weight", {qd, d});
     if (c.qkv_bias) add(p + "self_attn.q_proj.bias", {qd});
     add(p + "self_attn.k_proj.weight", {kd, d});
@@ -36,11 +44,11 @@ std::vector<ParamSpec> param_layout(const ModelConfig& c) {
     if (c.qkv_bias) add(p + "self_attn.v_proj.bias", {kd});
     add(p + "self_attn.o_proj.weight", {d, qd});
     if (c.o_bias) add(p + "self_attn.o_proj.bias", {d});
-    if (c.qk_norm) {  // Qwen3: per-head RMSNorm weights of q and k
-      add(p + "self_attn.q_norm.weight", {c.head_dim});
-      add(p + "self_attn.k_norm.weight", {c.head_dim});
+    if (c.qk_norm) {  // RMSNorm weights of q and k: Qwen3's per head, OLMo 2's over the whole projection
+      add(p + "self_attn.q_norm.weight", {c.qk_norm_full() ? qd : c.head_dim});
+      add(p + "self_attn.k_norm.weight", {c.qk_norm_full() ? kd : c.head_dim});
     }
-    add(p + "post_attention_layernorm.weight", {d});
+    add(p + norm2, {d});
     add(p + "mlp.gate_proj.weight", {I, d});
     if (c.mlp_bias) add(p + "mlp.gate_proj.bias", {I});
     add(p + "mlp.up_proj.weight", {I, d});
@@ -88,15 +96,16 @@ Params::Params(const ModelConfig& c, std::vector<ParamSpec> specs, Tier tier, Ta
   final_norm = get("model.norm.weight");
   lm_head = c.tie_word_embeddings ? embed : get("lm_head.weight");
   layers.resize(size_t(c.layers));
+  const auto [norm1, norm2] = layer_norm_names(c);
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerParams& L = layers[size_t(l)];
-    L.attn_norm = get(p + "input_layernorm.weight");
+    L.attn_norm = get(p + norm1);
     L.wq = get(p + "self_attn.q_proj.weight");
     L.wk = get(p + "self_attn.k_proj.weight");
     L.wv = get(p + "self_attn.v_proj.weight");
     L.wo = get(p + "self_attn.o_proj.weight");
-    L.mlp_norm = get(p + "post_attention_layernorm.weight");
+    L.mlp_norm = get(p + norm2);
     L.wgate = get(p + "mlp.gate_proj.weight");
     L.wup = get(p + "mlp.up_proj.weight");
     L.wdown = get(p + "mlp.down_proj.weight");

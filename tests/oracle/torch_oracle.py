@@ -261,10 +261,10 @@ def _bool(cfg_path, d, key, default):
 
 
 _FAMILIES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "phi3": "phi3",
-             "granite": "granite", "smollm3": "smollm3"}
+             "granite": "granite", "smollm3": "smollm3", "olmo2": "olmo2"}
 _ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
          "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3", "GraniteForCausalLM": "granite",
-         "SmolLM3ForCausalLM": "smollm3"}
+         "SmolLM3ForCausalLM": "smollm3", "Olmo2ForCausalLM": "olmo2"}
 
 
 def load_config(model_dir):
@@ -289,7 +289,7 @@ def load_config(model_dir):
                 fam = _ARCH[a]
                 break
     if fam is None:
-        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral, phi3, granite, smollm3")
+        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2")
     c.family = fam
 
     c.hidden = _num(path, d, "hidden_size")
@@ -298,7 +298,7 @@ def load_config(model_dir):
     c.n_heads = _num(path, d, "num_attention_heads")
     c.n_kv = _num(path, d, "num_key_value_heads", default=c.n_heads)
     c.vocab = _num(path, d, "vocab_size")
-    c.eps = _num(path, d, "rms_norm_eps", kind=float, default=1e-5 if fam == "phi3" else 1e-6)
+    c.eps = _num(path, d, "rms_norm_eps", kind=float, default=1e-5 if fam in ("phi3", "olmo2") else 1e-6)
     hd = d.get("head_dim", None)
     if hd is None and fam == "qwen3":
         c.head_dim = 128  # Qwen3Config's default
@@ -338,7 +338,7 @@ def load_config(model_dir):
         c.mlp_bias = _bool(path, d, "mlp_bias", False)
     elif fam == "qwen2":
         c.attn_bias, c.o_bias, c.mlp_bias = True, False, False
-    elif fam == "qwen3":  # Qwen3Attention: attention_bias on q/k/v/o; no MLP bias
+    elif fam in ("qwen3", "olmo2"):  # Qwen3Attention, OlmoAttention: attention_bias on q/k/v/o; no MLP bias
         c.attn_bias = _bool(path, d, "attention_bias", False)
         c.o_bias, c.mlp_bias = c.attn_bias, False
     else:
@@ -376,7 +376,7 @@ def load_config(model_dir):
             c.windows = [sw if i >= mwl else None for i in range(c.n_layers)]
 
     # nn.Embedding(vocab, hidden, padding_idx=pad_token_id): that row takes no gradient from the lookup
-    pad = d.get("pad_token_id", {"phi3": 32000, "smollm3": 128004}.get(fam))  # (the classes' defaults)
+    pad = d.get("pad_token_id", {"phi3": 32000, "smollm3": 128004, "olmo2": 1}.get(fam))  # (the classes' defaults)
     if pad is not None and not (isinstance(pad, int) and -c.vocab <= pad < c.vocab):
         fail(f"{path}: field 'pad_token_id' = {pad!r} is outside the vocabulary")
     c.pad = None if pad is None else pad % c.vocab
@@ -608,7 +608,8 @@ def param_specs(c):
     specs = [("model.embed_tokens.weight", (V, H))]
     for i in range(c.n_layers):
         pre = f"model.layers.{i}."
-        specs.append((pre + "input_layernorm.weight", (H,)))
+        if c.family != "olmo2":  # (OLMo 2: no norm before attention)
+            specs.append((pre + "input_layernorm.weight", (H,)))
         if c.family == "phi3":  # Phi3Attention.qkv_proj and Phi3MLP.gate_up_proj: fused, no biases
             specs.append((pre + "self_attn.qkv_proj.weight", (qd + 2 * kvd, H)))
             specs.append((pre + "self_attn.o_proj.weight", (H, qd)))
@@ -626,7 +627,12 @@ def param_specs(c):
         if c.family == "qwen3":  # Qwen3RMSNorm(head_dim) of every q and k head
             specs.append((pre + "self_attn.q_norm.weight", (hd,)))
             specs.append((pre + "self_attn.k_norm.weight", (hd,)))
+        if c.family == "olmo2":  # Olmo2RMSNorm(heads * head_dim) of the whole q and k
+            specs.append((pre + "self_attn.q_norm.weight", (qd,)))
+            specs.append((pre + "self_attn.k_norm.weight", (kvd,)))
         specs.append((pre + "post_attention_layernorm.weight", (H,)))
+        if c.family == "olmo2":
+            specs.append((pre + "post_feedforward_layernorm.weight", (H,)))
         for nm, shp, bshp in (("gate_proj", (I, H), (I,)), ("up_proj", (I, H), (I,)),
                               ("down_proj", (H, I), (H,))):
             specs.append((pre + f"mlp.{nm}.weight", shp))
@@ -780,7 +786,9 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
         if extra_mask is not None:  # [n_kv, N, N] -> per query head
             allowed = allowed[None, :, :] & extra_mask[li].repeat_interleave(rep, dim=0)
 
-        h = rms_norm(x, g("input_layernorm.weight"), c.eps)
+        # (OLMo 2, Olmo2DecoderLayer: each branch reads the residual stream and its output is normalized)
+        olmo2 = c.family == "olmo2"
+        h = x if olmo2 else rms_norm(x, g("input_layernorm.weight"), c.eps)
         if c.family == "phi3":  # qkv[..., :qd], then k, then v (Phi3Attention.forward)
             qkv = linear(h, g("self_attn.qkv_proj.weight"), None, "self_attn.qkv_proj")
             q, k, v = qkv[:, :nh * hd], qkv[:, nh * hd:(nh + nkv) * hd], qkv[:, (nh + nkv) * hd:]
@@ -788,6 +796,9 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
             q = linear(h, g("self_attn.q_proj.weight"), g("self_attn.q_proj.bias"), "self_attn.q_proj")
             k = linear(h, g("self_attn.k_proj.weight"), g("self_attn.k_proj.bias"), "self_attn.k_proj")
             v = linear(h, g("self_attn.v_proj.weight"), g("self_attn.v_proj.bias"), "self_attn.v_proj")
+        if olmo2:  # Olmo2Attention: q_norm(q_proj(x)), k_norm(k_proj(x)) over the whole projection
+            q = rms_norm(q, g("self_attn.q_norm.weight"), c.eps)
+            k = rms_norm(k, g("self_attn.k_norm.weight"), c.eps)
         q = q.view(N, nh, hd)
         k = k.view(N, nkv, hd)
         if c.family == "qwen3":  # q_norm / k_norm over head_dim, before RoPE
@@ -806,16 +817,17 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
         s = s.masked_fill(~allowed, float("-inf"))
         a = torch.softmax(s, dim=-1)
         o = (a @ v).transpose(0, 1).reshape(N, nh * hd)
-        x = x + linear(o, g("self_attn.o_proj.weight"), g("self_attn.o_proj.bias"), "self_attn.o_proj") * c.res_mult
+        y = linear(o, g("self_attn.o_proj.weight"), g("self_attn.o_proj.bias"), "self_attn.o_proj")
+        x = x + (rms_norm(y, g("post_attention_layernorm.weight"), c.eps) if olmo2 else y * c.res_mult)
 
-        h = rms_norm(x, g("post_attention_layernorm.weight"), c.eps)
+        h = x if olmo2 else rms_norm(x, g("post_attention_layernorm.weight"), c.eps)
         if c.family == "phi3":  # Phi3MLP: gate, up = gate_up_proj(x).chunk(2, dim=-1)
             gate, up = linear(h, g("mlp.gate_up_proj.weight"), None, "mlp.gate_up_proj").chunk(2, dim=-1)
         else:
             gate = linear(h, g("mlp.gate_proj.weight"), g("mlp.gate_proj.bias"), "mlp.gate_proj")
             up = linear(h, g("mlp.up_proj.weight"), g("mlp.up_proj.bias"), "mlp.up_proj")
-        x = x + linear(F.silu(gate) * up, g("mlp.down_proj.weight"), g("mlp.down_proj.bias"),
-                       "mlp.down_proj") * c.res_mult
+        y = linear(F.silu(gate) * up, g("mlp.down_proj.weight"), g("mlp.down_proj.bias"), "mlp.down_proj")
+        x = x + (rms_norm(y, g("post_feedforward_layernorm.weight"), c.eps) if olmo2 else y * c.res_mult)
 
     x = rms_norm(x, P["model.norm.weight"], c.eps)
     w_out = P["model.embed_tokens.weight"] if c.tied else P["lm_head.weight"]
