@@ -188,6 +188,18 @@ TEST(Dist, GraniteOnRanks) {
                               "OOMB_GRAD_SYNC_PIECE=1000");
 }
 
+// OLMo 2's post-norms and whole-projection q/k norms on ranks (the token side holds every head of
+// its tokens, so the q/k norms see whole rows): --sp with head chunks, --sp keeping attention in the
+// layer order with --doc-mask, and ZeRO-3 with the parameters offloaded, each against the single rank.
+TEST(Dist, Olmo2OnRanks) {
+  NEED_MPI();
+  expect_head_chunks_equal_to_one(2, "--sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --arch olmo2");
+  const CmdResult r = expect_equal_to_single_rank(2, "--sp 2 --arch olmo2 --keep-attention --sweep layer --doc-mask");
+  EXPECT_EQ(figure(r.out, "layer_vs_chunk_order_differing"), 0);
+  expect_equal_to_single_rank(2, "--dp 2 --grad-accum 2 --zero 3 --arch olmo2 --device sim --offload kv,params",
+                              "OOMB_GRAD_SYNC_PIECE=1000");
+}
+
 // Negative control: a tied head's gradient added in the layer order's loss pass (as a plain layer
 // order would) is caught by the bitwise comparison with the chunk order.
 TEST(Dist, LayerSweepWithSequenceParallelSeesAFault) {
