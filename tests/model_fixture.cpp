@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <cmath>
 #include <fstream>
 #include <random>
 
@@ -11,6 +13,7 @@
 #include "hf/safetensors.h"
 #include "data/repeat_task.h"
 #include "train/trainer.h"
+#include "test_util.h"
 #include <sstream>
 
 namespace oomb::testing {
@@ -22,6 +25,7 @@ nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads) {
                           : arch == "granite" ? "GraniteForCausalLM"
                           : arch == "smollm3" ? "SmolLM3ForCausalLM"
                           : arch == "olmo2"   ? "Olmo2ForCausalLM"
+                          : arch == "olmo3"   ? "Olmo3ForCausalLM"
                                               : "LlamaForCausalLM";
   nlohmann::json j = {{"architectures", {cls}},     {"model_type", arch},        {"hidden_size", 32},
           {"intermediate_size", 48},    {"num_hidden_layers", 2},    {"num_attention_heads", 4},
@@ -57,6 +61,49 @@ StepResult one_step(Backend& be, const std::filesystem::path& dir, const std::ve
   EXPECT_EQ(m.kv().pages_in_use(), 0);
   EXPECT_EQ(m.kv_grad().pages_in_use(), 0);
   return s;
+}
+
+namespace {
+// the model dir and the 79 tokens (ids, targets) those two checks step over
+struct TinyRun {
+  std::filesystem::path dir;
+  std::vector<int32_t> ids, targets;
+};
+TinyRun tiny_run(const nlohmann::json& config, uint64_t seed) {
+  TinyRun r{temp_dir(fmt::format("_tiny_run_{}", seed)), {}, {}};
+  write_tiny_model(r.dir, config, seed);
+  const auto toks = write_tokens(r.dir / "t.bin", 80, 61, seed + 1);
+  r.ids.assign(toks.begin(), toks.end() - 1);
+  r.targets.assign(toks.begin() + 1, toks.end());
+  return r;
+}
+}  // namespace
+
+void expect_kept_attention_bits(const nlohmann::json& config, uint64_t seed) {
+  const TinyRun r = tiny_run(config, seed);
+  auto be = make_cpu_backend();
+  for (const DType precision : {DType::F32, DType::BF16})
+    for (const bool layer_order : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(precision), layer_order ? "layer order" : "chunk order"));
+      ChunkPlan plan{23, 8};
+      plan.precision = precision;
+      plan.sweep = layer_order ? SweepOrder::Layer : SweepOrder::Chunk;
+      const StepResult recomputed = one_step(*be, r.dir, r.ids, r.targets, plan);
+      plan.keep_attention = int64_t(r.ids.size());
+      const StepResult kept = one_step(*be, r.dir, r.ids, r.targets, plan);
+      EXPECT_EQ(kept.loss, recomputed.loss);
+      EXPECT_EQ(kept.grads, recomputed.grads);
+    }
+}
+
+std::pair<double, double> bf16_against_f32(const nlohmann::json& config, uint64_t seed) {
+  const TinyRun r = tiny_run(config, seed);
+  auto be = make_cpu_backend();
+  ChunkPlan plan{23, 8};
+  const StepResult f32 = one_step(*be, r.dir, r.ids, r.targets, plan);
+  plan.precision = DType::BF16;
+  const StepResult bf16 = one_step(*be, r.dir, r.ids, r.targets, plan);
+  return {std::abs(bf16.loss - f32.loss) / f32.loss, rel_error(bf16.grads, f32.grads)};
 }
 
 int64_t frozen_bf16_bytes(const ModelConfig& cfg) {

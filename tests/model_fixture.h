@@ -44,6 +44,12 @@ struct StepResult {
 };
 StepResult one_step(Backend& be, const std::filesystem::path& dir, const std::vector<int32_t>& ids,
                     const std::vector<int32_t>& targets, const ChunkPlan& plan);
+// A tiny model of `config` (seed `seed`) stepped on the CPU over 79 tokens in chunks of 23, pages of 8:
+// with --keep-attention against the recompute, in fp32 and bf16, each sweep order: the same bits
+// (checked here).
+void expect_kept_attention_bits(const nlohmann::json& config, uint64_t seed);
+// The same step in bf16 against fp32: {the loss's relative distance, the whole gradient's}.
+std::pair<double, double> bf16_against_f32(const nlohmann::json& config, uint64_t seed);
 // `steps` training steps of N tokens (the repeat task, seed 2) of a model initialised with seed 1
 // on a fresh backend (the simulated device, or the CPU), for the accountant's peaks; returns the
 // plan of that run (workspace from the backend that ran). The masters are initialised in place

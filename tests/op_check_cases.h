@@ -96,6 +96,11 @@ inline std::vector<BadCall> bad_calls() {
     Tensor x = t(D::F32, {2, 1, 4});
     t.be.rope_bwd(x, t(D::I32, {2}), RopeTable{inv, 1.0f, 6});
   });
+  add("rope_fwd: RoPE table slot 2 (0: the configured RoPE, 1: the plain one)", [](OpMemory& t) {
+    const float inv[2] = {1.0f, 0.5f};
+    Tensor x = t(D::F32, {2, 1, 4});
+    t.be.rope_fwd(x, t(D::I32, {2}), RopeTable{inv, 1.0f, 0, 2});
+  });
   add("rope_bwd: pos must be (2) i32, got (3)", [](OpMemory& t) {
     const float inv[2] = {1.0f, 0.5f};
     Tensor x = t(D::F32, {2, 1, 4});

@@ -39,13 +39,17 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
   auto cpu = make_cpu_backend();
   double worst = 0, worst_bf16 = 0, worst_loss = 0;
   int cases = 0;
-  for (std::string arch : {"llama", "qwen2", "qwen3", "granite", "smollm3", "olmo2"})
+  for (std::string arch : {"llama", "qwen2", "qwen3", "granite", "smollm3", "olmo2", "olmo3"})
     for (int64_t G : {int64_t(1), int64_t(2), int64_t(4)}) {
-      // (Granite: its multipliers; SmolLM3: a NoPE layer; OLMo 2: its post-norms; the head ratios are Llama's)
-      if ((arch == "granite" || arch == "smollm3" || arch == "olmo2") && G != 2) continue;
+      // (Granite: its multipliers; SmolLM3: a NoPE layer; OLMo 2: its post-norms; OLMo 3: a sliding layer
+      // on the plain RoPE beside a full one on YaRN, the device's two tables; the head ratios are Llama's)
+      if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && G != 2) continue;
       const auto dir = temp_dir(fmt::format("_{}_{}", arch, G));
       nlohmann::json j = arch == "granite" ? tiny_granite_json(G) : tiny_config_json(arch, G);
       if (arch == "smollm3") j["no_rope_layers"] = {1, 0};
+      if (arch == "olmo3")
+        j["sliding_window"] = 9, j["layer_types"] = {"sliding_attention", "full_attention"},
+        j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 16}};
       write_tiny_model(dir, j, 51 + uint64_t(G));
       auto toks = write_tokens(dir / "t.bin", 131, 61, 52);
       std::vector<int32_t> ids(toks.begin(), toks.end() - 1), tg(toks.begin() + 1, toks.end());
@@ -403,36 +407,46 @@ TEST(CudaModel, OffloadIsBitwiseIdenticalToResidentPages) {
 TEST(CudaModel, PlanEqualsEveryMeasuredPeak) {
   std::string why;
   if (!make_cuda_backend(&why)) GTEST_SKIP() << why;
-  nlohmann::json j = tiny_config_json("qwen2", 2);
-  const ModelConfig cfg = parse_config(j, "plan test config");
   Accountant& acc = Accountant::global();
-  for (DType precision : {DType::F32, DType::BF16})
-  for (bool offload : {false, true})
-    for (int64_t N : {300, 1000}) {
-      ChunkPlan plan{128, 32};
-      plan.offload_kv = offload;
-      plan.offload_group = offload ? 3 : 0;
-      plan.precision = precision;
-      SCOPED_TRACE(fmt::format("N={} offload={} precision={}", N, offload, dtype_name(precision)));
-      acc.reset_peaks();
-      MemoryPlan pred;
-      {
-        auto be = make_cuda_backend(&why);
-        Model m(cfg, *be, plan);
-        Params host(cfg, Tier::Host, Tag::IO);
-        init_params(host, 1);
-        m.upload_params(host);
-        RepeatTask task(2, cfg.vocab);
-        TrainOptions o{N, 2, 1, 1, {}, ""};
-        std::ostringstream log;
-        train(m, task, o, log);
-        pred = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(workspace_shape(cfg, plan)),
-                           Tier::Device, be->pinned_workspace_bytes());
-      }
-      expect_peaks_equal(pred);
-      std::cout << fmt::format("[ cuda     ] plan N={} offload={} {}: device {} B, pinned {} B, as measured\n", N,
-                               offload, dtype_name(precision), pred.total(Tier::Device), pred.total(Tier::Pinned));
+  auto measure = [&](const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& what) {
+    SCOPED_TRACE(what);
+    acc.reset_peaks();
+    MemoryPlan pred;
+    {
+      auto be = make_cuda_backend(&why);
+      Model m(cfg, *be, plan);
+      Params host(cfg, Tier::Host, Tag::IO);
+      init_params(host, 1);
+      m.upload_params(host);
+      RepeatTask task(2, cfg.vocab);
+      TrainOptions o{N, 2, 1, 1, {}, ""};
+      std::ostringstream log;
+      train(m, task, o, log);
+      pred = plan_memory(cfg, plan, N, o.optim.kind, be->workspace_bytes(workspace_shape(cfg, plan)), Tier::Device,
+                         be->pinned_workspace_bytes());
     }
+    expect_peaks_equal(pred);
+    std::cout << fmt::format("[ cuda     ] plan {}: device {} B, pinned {} B, as measured\n", what,
+                             pred.total(Tier::Device), pred.total(Tier::Pinned));
+  };
+  const ModelConfig cfg = parse_config(tiny_config_json("qwen2", 2), "plan test config");
+  for (DType precision : {DType::F32, DType::BF16})
+    for (bool offload : {false, true})
+      for (int64_t N : {300, 1000}) {
+        ChunkPlan plan{128, 32};
+        plan.offload_kv = offload;
+        plan.offload_group = offload ? 3 : 0;
+        plan.precision = precision;
+        measure(cfg, plan, N, fmt::format("N={} offload={} {}", N, offload, dtype_name(precision)));
+      }
+  // OLMo 3 with YaRN: its sliding layer's plain RoPE is a second table on the device (RopeTable::slot
+  // 1), which the plan counts (WorkspaceShape::rope_tables)
+  nlohmann::json olmo3 = tiny_config_json("olmo3", 2);
+  olmo3["sliding_window"] = 40, olmo3["layer_types"] = {"sliding_attention", "full_attention"};
+  olmo3["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 16}};
+  const ModelConfig o3 = parse_config(olmo3, "olmo3 plan test config");
+  ASSERT_EQ(workspace_shape(o3, ChunkPlan{128, 32}).rope_tables, 2);
+  measure(o3, ChunkPlan{128, 32}, 300, "olmo3 N=300");
 }
 
 // OOMB_CUDA_PROFILE=PATH.json: the profile counts the arithmetic of a step as its schedule spends it

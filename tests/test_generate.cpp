@@ -44,14 +44,23 @@ nlohmann::json nope_second_layer() {
   return j;
 }
 
+// OLMo 3 with a window on its first layer (turned by the plain RoPE) and YaRN on its second
+nlohmann::json olmo3_window_yarn() {
+  nlohmann::json j = tiny_config_json("olmo3", 2);
+  j["sliding_window"] = 4, j["layer_types"] = {"sliding_attention", "full_attention"};
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 8}};
+  return j;
+}
+
 TEST(Generate, IncrementalDecodingEqualsAFullForward) {
-  for (std::string arch : {"llama", "qwen3", "phi3", "phi3-partial", "granite", "smollm3", "olmo2"}) {
+  for (std::string arch : {"llama", "qwen3", "phi3", "phi3-partial", "granite", "smollm3", "olmo2", "olmo3"}) {
     SCOPED_TRACE(arch);
     const auto dir = temp_dir("_" + arch);
     const ModelConfig cfg = write_tiny_model(dir, arch == "phi3"           ? phi3_longrope()
                                                   : arch == "phi3-partial" ? phi3_partial_longrope()
                                                   : arch == "granite"      ? tiny_granite_json(2)
                                                   : arch == "smollm3"      ? nope_second_layer()
+                                                  : arch == "olmo3"        ? olmo3_window_yarn()
                                                                            : tiny_config_json(arch, 2), 71);
     auto be = make_cpu_backend();
     Model inc(cfg, *be, ChunkPlan{5, 4}), full(cfg, *be, ChunkPlan{64, 16});

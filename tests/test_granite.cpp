@@ -183,41 +183,14 @@ TEST(Granite, LogitsAreTheLmHeadsDividedByLogitsScaling) {
 // --keep-attention's passes (the layers below the top make only their output, OutputOnly; the top
 // its internals from the kept attention output) scale the branches as the recompute does: the same
 // bits, in fp32 and under --precision bf16, in both sweep orders.
-TEST(Granite, KeepingAttentionGivesTheRecomputedBits) {
-  const auto dir = temp_dir();
-  write_tiny_model(dir, tiny_granite_json(2), 6);
-  auto toks = write_tokens(dir / "t.bin", 80, 61, 7);
-  const std::vector<int32_t> ids(toks.begin(), toks.end() - 1), tg(toks.begin() + 1, toks.end());
-  auto be = make_cpu_backend();
-  for (const DType precision : {DType::F32, DType::BF16})
-    for (const bool layer_order : {false, true}) {
-      SCOPED_TRACE(fmt::format("{} {}", dtype_name(precision), layer_order ? "layer order" : "chunk order"));
-      ChunkPlan plan{23, 8};
-      plan.precision = precision;
-      plan.sweep = layer_order ? SweepOrder::Layer : SweepOrder::Chunk;
-      const StepResult recomputed = one_step(*be, dir, ids, tg, plan);
-      plan.keep_attention = int64_t(ids.size());
-      const StepResult kept = one_step(*be, dir, ids, tg, plan);
-      EXPECT_EQ(kept.loss, recomputed.loss);
-      EXPECT_EQ(kept.grads, recomputed.grads);
-    }
-}
+TEST(Granite, KeepingAttentionGivesTheRecomputedBits) { expect_kept_attention_bits(tiny_granite_json(2), 6); }
 
 // --precision bf16 on a Granite: within bf16's reach of the fp32 step (the loss 1e-2, the whole
 // gradient 3e-2: the multipliers' scaled gradients in bf16 scratch, the lm_head's input divided in
 // bf16); a bf16 path that dropped a multiplier would be off by its factor (0.37, 3.5, 2.7: tens of
 // percent). (Its budget against PyTorch's bf16 waits for the GPU's fixture: test_precision.)
 TEST(Granite, Bf16StepTracksTheF32Step) {
-  const auto dir = temp_dir();
-  write_tiny_model(dir, tiny_granite_json(2), 8);
-  auto toks = write_tokens(dir / "t.bin", 80, 61, 9);
-  const std::vector<int32_t> ids(toks.begin(), toks.end() - 1), tg(toks.begin() + 1, toks.end());
-  auto be = make_cpu_backend();
-  ChunkPlan plan{23, 8};
-  const StepResult f32 = one_step(*be, dir, ids, tg, plan);
-  plan.precision = DType::BF16;
-  const StepResult bf16 = one_step(*be, dir, ids, tg, plan);
-  const double loss_err = std::abs(bf16.loss - f32.loss) / f32.loss, grad_err = rel_error(bf16.grads, f32.grads);
+  const auto [loss_err, grad_err] = bf16_against_f32(tiny_granite_json(2), 8);
   EXPECT_LE(loss_err, 1e-2);
   EXPECT_LE(grad_err, 3e-2);
   EXPECT_GT(grad_err, 1e-4) << "no bf16 rounding happened";

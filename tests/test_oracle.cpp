@@ -334,6 +334,26 @@ TEST_F(Oracle, Olmo2PostNorms) {
                         37, 9, 4});
   check_against_oracle({"olmo2_lora_dropout_C5_P4", o, 21, 5, 4, DType::F32, lora_of("all", false, true, 0.5), 77});
   check_against_oracle({"olmo2_bf16", o, 19, 0, 128, DType::BF16});
+  // heads wider than the hidden size (H D = 64, d = 32: q_norm wider than every other norm), LoRA with
+  // the norms frozen (their gradients go to the layer's scratch, as wide as q_norm)
+  check_against_oracle({"olmo2_head_dim16_lora_frozen_norms_C6_P4", with(o, {{"head_dim", 16}}), 23, 6, 4, DType::F32,
+                        lora_of("all", false, false)});
+}
+
+// OLMo 3: OLMo 2 with sliding windows on three layers of four (Olmo3Config's layer_types: four layers
+// here) or as layer_types says, the sliding layers turning q and k by the plain RoPE of rope_theta
+// while the full layers take the configured YaRN (as OLMo-core trains them), chunked over the window.
+TEST_F(Oracle, Olmo3SlidingLayersAndTheirRope) {
+  const json o = tiny_config_json("olmo3", 2);
+  const json yarn = {{"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 16}};
+  check_against_oracle({"olmo3_4layers_window5_yarn_C9_P4",
+                        with(o, {{"num_hidden_layers", 4}, {"sliding_window", 5}, {"rope_scaling", yarn}}), 37, 9, 4});
+  check_against_oracle({"olmo3_layer_types_window6_yarn_C7_P4",
+                        with(o, {{"sliding_window", 6}, {"layer_types", {"full_attention", "sliding_attention"}},
+                                 {"rope_scaling", yarn}}),
+                        29, 7, 4});
+  check_against_oracle({"olmo3_default_window_tied_bias", with(o, {{"tie_word_embeddings", true},
+                                                                   {"attention_bias", true}}), 19});
 }
 
 // Phi-3: fused q/k/v and gate/up in the checkpoint, a sliding window on every layer, and LongRoPE,

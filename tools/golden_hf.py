@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hugging Face golden fixtures: tiny random-init Llama, Qwen2, Qwen3, Phi-3, Granite and SmolLM3 models built
+"""Hugging Face golden fixtures: tiny random-init Llama, Qwen2, Qwen3, Phi-3, Granite, SmolLM3, OLMo 2 and 3 models built
 with transformers' own modelling code, saved in Hugging Face format with their loss, logits and every gradient, so
 that tests/test_hf_golden.cpp checks oomb against Hugging Face in every CI run (on the CPU).
 
@@ -109,6 +109,14 @@ MODELS = {
                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                    rms_norm_eps=1e-5, tie_word_embeddings=False, pad_token_id=1, bos_token_id=None, eos_token_id=2,
                    attention_bias=True, **rope(500000.0)), 500000.0),
+    # OLMo 3: OLMo 2 with a sliding window (9 of N = 40 positions) on its first layer, as layer_types
+    # says; no RoPE scaling (transformers 5's Olmo3Model gives its sliding layers the configured scaling,
+    # OLMo-core and oomb the plain RoPE: the same thing without one)
+    "olmo3": (transformers.Olmo3Config, transformers.Olmo3ForCausalLM,
+              dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                   rms_norm_eps=1e-6, tie_word_embeddings=True, pad_token_id=1, bos_token_id=None, eos_token_id=2,
+                   sliding_window=9, layer_types=["sliding_attention", "full_attention"], **rope(500000.0)), 500000.0),
 }
 N = 40
 

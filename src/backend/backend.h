@@ -56,6 +56,9 @@ struct RopeTable {
   const float* inv_freq = nullptr;  // (dim/2)
   float attention_scaling = 1.0f;
   int64_t dim = 0;
+  // which of the backend's kept copies holds it (CUDA keeps one per slot on the device): 0 the
+  // configured RoPE, 1 the plain one of the layers that take no scaling (ModelConfig::rope_scaled)
+  int slot = 0;
   int64_t dims(int64_t D) const { return dim > 0 ? dim : D; }
 };
 
@@ -92,6 +95,7 @@ struct WorkspaceShape {
   bool dense_attention = false;  // some attention calls see every earlier key unmasked (no documents,
                                  // a layer without a window): CUDA may route them through cuDNN
   int64_t q_width = 0;  // H D of the q projection: every head (--sp: the token side's), read when bf16
+  int64_t rope_tables = 1;  // RoPE tables a run turns by (2: some layers take the plain one and some not, RopeTable::slot)
 };
 
 class Backend {

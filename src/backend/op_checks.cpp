@@ -204,6 +204,8 @@ void check_rope(const Check& c, const Tensor& x, const Tensor& pos, const RopeTa
   c.tensor("pos", pos, 1, DType::I32);
   OOMB_CHECK(pos.dim(0) == x.dim(0), "{}: pos must be ({}) i32, got {}", c.op, x.dim(0), pos.shape_str());
   OOMB_CHECK(r.inv_freq != nullptr, "{}: no inv_freq table", c.op);
+  OOMB_CHECK(r.slot == 0 || r.slot == 1, "{}: RoPE table slot {} (0: the configured RoPE, 1: the plain one)", c.op,
+             r.slot);
   const int64_t R = r.dims(x.dim(2));
   OOMB_CHECK(R % 2 == 0 && R > 0 && R <= x.dim(2), "{}: rotary dims {} must be even, positive and at most the head "
              "dim {}", c.op, R, x.dim(2));

@@ -29,9 +29,10 @@ Command add_init(CLI::App& app) {
   std::string presets;
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   c->add_option("--preset", a->preset, "Model shape: " + presets)->capture_default_str();
-  c->add_option("--arch", a->arch, "Override the architecture: llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2 (a "
+  c->add_option("--arch", a->arch, "Override the architecture: llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3 (a "
                  "preset of another family made Granite takes GraniteConfig's multipliers, 1.0 each: attention's "
-                 "scale 1, not 1/sqrt(head_dim); made SmolLM3, SmolLM3Config's NoPE layers: every 4th)");
+                 "scale 1, not 1/sqrt(head_dim); made SmolLM3, SmolLM3Config's NoPE layers: every 4th; made OLMo 3, "
+                 "Olmo3Config's windows: 4096 on three layers of four)");
   c->add_option("--hidden", a->hidden, "hidden_size")->check(count());
   c->add_option("--intermediate", a->intermediate, "intermediate_size")->check(count());
   c->add_option("--layers", a->layers, "num_hidden_layers")->check(count());
@@ -63,6 +64,7 @@ Command add_init(CLI::App& app) {
     }
     set("--layers", a->layers, cfg.layers);
     if (cfg.arch == Arch::SmolLM3 && int64_t(cfg.layer_rope.size()) != cfg.layers) smollm3_default_nope(cfg);
+    if (cfg.arch == Arch::Olmo3 && int64_t(cfg.layer_window.size()) != cfg.layers) olmo3_default_windows(cfg);
     set("--heads", a->heads, cfg.heads);
     set("--kv-heads", a->kv_heads, cfg.kv_heads);
     set("--vocab", a->vocab, cfg.vocab);

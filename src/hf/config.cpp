@@ -39,10 +39,12 @@ constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 
                                {Arch::Granite, "GraniteForCausalLM", "granite", 2048, 1, 2, -1, 1e-6},
                                {Arch::SmolLM3, "SmolLM3ForCausalLM", "smollm3", 32768, 128000, 128001, 128004, 1e-6,
                                 2e6},
-                               {Arch::Olmo2, "Olmo2ForCausalLM", "olmo2", 2048, -1, 50279, 1, 1e-5}};
+                               {Arch::Olmo2, "Olmo2ForCausalLM", "olmo2", 2048, -1, 50279, 1, 1e-5},
+                               {Arch::Olmo3, "Olmo3ForCausalLM", "olmo3", 2048, -1, 50279, 1, 1e-5}};
 constexpr const char* kArchitectures = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
-                                       "Phi3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM";
-constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2";
+                                       "Phi3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
+                                       "Olmo3ForCausalLM";
+constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3";
 const ArchInfo& arch_info(Arch a) {
   for (const auto& k : kArchs)
     if (k.arch == a) return k;
@@ -315,7 +317,7 @@ void set_arch(ModelConfig& c, Arch arch) {
   c.model_type = k.model_type;
   c.architecture = k.architecture;
   c.qkv_bias = arch == Arch::Qwen2;
-  c.qk_norm = arch == Arch::Qwen3 || arch == Arch::Olmo2;
+  c.qk_norm = arch == Arch::Qwen3 || c.post_norm();
   c.o_bias = c.mlp_bias = false;
   if (arch != Arch::Granite) {
     c.embedding_multiplier = c.residual_multiplier = c.logits_scaling = 1.0;
@@ -325,6 +327,13 @@ void set_arch(ModelConfig& c, Arch arch) {
   }
   if (arch != Arch::SmolLM3) c.layer_rope.clear();
   else if (int64_t(c.layer_rope.size()) != c.layers) smollm3_default_nope(c);
+  const bool slides = std::any_of(c.layer_window.begin(), c.layer_window.end(), [](int64_t w) { return w > 0; });
+  if (arch == Arch::Olmo3 && (int64_t(c.layer_window.size()) != c.layers || !slides)) olmo3_default_windows(c);
+}
+
+void olmo3_default_windows(ModelConfig& c) {
+  c.layer_window.assign(size_t(std::max<int64_t>(c.layers, 0)), 4096);
+  for (int64_t l = 3; l < c.layers; l += 4) c.layer_window[size_t(l)] = 0;  // (l + 1) % 4 == 0: full attention
 }
 
 void smollm3_default_nope(ModelConfig& c) {
@@ -379,6 +388,8 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
     w = !j.contains("sliding_window") ? 4096 : j["sliding_window"].is_null() ? 0 : window();
   } else if (c.arch == Arch::Phi3) {  // Phi3Config: none by default; given, on every layer
     w = j.contains("sliding_window") && !j["sliding_window"].is_null() ? window() : 0;
+  } else if (c.arch == Arch::Olmo3) {  // Olmo3Config: 4096 unless given, on its sliding_attention layers
+    w = !j.contains("sliding_window") ? 4096 : j["sliding_window"].is_null() ? 0 : window();
   } else if ((c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3 || c.arch == Arch::SmolLM3) &&
              r.boolean("use_sliding_window", false) && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
     w = window();
@@ -392,17 +403,23 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
                  "supported (full_attention or sliding_attention)", r.src, shown(e));
   }
   if (w == 0) {
+    OOMB_CHECK(lt || c.arch != Arch::Olmo3 || c.layers == 0, "config {}: OLMo 3's sliding_window is null, but "
+               "Olmo3Config's layer_types (absent here) slide three layers of every four: give a window, or "
+               "layer_types", r.src);
     for (const auto& e : lt ? *lt : json::array())
       OOMB_CHECK(e == "full_attention", "config {}: layer_types asks for sliding_attention, but no sliding window "
                  "is set{}", r.src, c.arch == Arch::Llama ? " (Llama has none)" : c.arch == Arch::Granite ? " (Granite has none)"
-                 : c.arch == Arch::Olmo2 ? " (OLMo 2 has none)" : " (sliding_window with use_sliding_window)");
+                 : c.arch == Arch::Olmo2 ? " (OLMo 2 has none; OLMo 3 has)"
+                 : c.arch == Arch::Olmo3 ? " (OLMo 3's sliding_window is null)" : " (sliding_window with use_sliding_window)");
     return;
   }
   // (SmolLM3Config without layer_types: the window on its NoPE layers)
   const int64_t first = c.arch == Arch::Mistral || c.arch == Arch::Phi3 || c.arch == Arch::SmolLM3
                             ? 0 : r.size("max_window_layers", kMaxLayers, 28);
+  // (Olmo3Config without layer_types: sliding_attention but on every 4th layer)
   for (int64_t l = 0; l < c.layers; ++l)
     c.layer_window[size_t(l)] = lt ? ((*lt)[size_t(l)] == "sliding_attention" ? w : 0)
+                                : c.arch == Arch::Olmo3 ? ((l + 1) % 4 != 0 ? w : 0)
                                 : c.arch == Arch::SmolLM3 ? (c.rope_on(l) ? 0 : w)
                                 : l >= first ? w : 0;
 }
@@ -461,7 +478,7 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   if (c.arch == Arch::Llama || c.arch == Arch::Granite || c.arch == Arch::SmolLM3) {
     c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
     c.mlp_bias = r.boolean("mlp_bias", false);
-  } else if (c.arch == Arch::Olmo2) {  // OlmoAttention's attention_bias (q/k/v/o); OlmoMLP has none
+  } else if (c.post_norm()) {  // OLMo 2 / 3: OlmoAttention's attention_bias (q/k/v/o); OlmoMLP has none
     c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
     c.qk_norm = true;
   } else if (c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3) {
@@ -575,15 +592,28 @@ nlohmann::json config_to_json(const ModelConfig& c) {
     j["no_rope_layers"] = nope;
   }
   if (c.arch == Arch::Llama || c.arch == Arch::Qwen3 || c.arch == Arch::Granite || c.arch == Arch::SmolLM3 ||
-      c.arch == Arch::Olmo2) {
-    const bool no_mlp_bias = c.arch == Arch::Qwen3 || c.arch == Arch::Olmo2;
+      c.post_norm()) {
+    const bool no_mlp_bias = c.arch == Arch::Qwen3 || c.post_norm();
     OOMB_CHECK(c.qkv_bias == c.o_bias, "config_to_json: {}'s attention_bias covers q/k/v and o together "
                "(qkv_bias {}, o_bias {})", c.architecture, c.qkv_bias, c.o_bias);
     OOMB_CHECK(!no_mlp_bias || !c.mlp_bias, "config_to_json: {} has no MLP bias", c.architecture);
-    OOMB_CHECK(c.qk_norm == (c.arch == Arch::Qwen3 || c.arch == Arch::Olmo2), "config_to_json: q/k norms belong to "
-               "Qwen3 and OLMo 2 only");
+    OOMB_CHECK(c.qk_norm == (c.arch == Arch::Qwen3 || c.post_norm()), "config_to_json: q/k norms belong to "
+               "Qwen3 and OLMo 2 / 3 only");
     j["attention_bias"] = c.qkv_bias;
     if (!no_mlp_bias) j["mlp_bias"] = c.mlp_bias;
+    if (c.arch == Arch::Olmo3) {  // its window and which layers take it, one entry per layer
+      int64_t w = 0;
+      json types = json::array();
+      for (int64_t l = 0; l < c.layers; ++l) {
+        const int64_t lw = size_t(l) < c.layer_window.size() ? c.layer_window[size_t(l)] : 0;
+        OOMB_CHECK(lw == 0 || w == 0 || lw == w, "config_to_json: OLMo 3's sliding layers share one window ({} and {})",
+                   w, lw);
+        if (lw > 0) w = lw;
+        types.push_back(lw > 0 ? "sliding_attention" : "full_attention");
+      }
+      j["sliding_window"] = w > 0 ? json(w) : json(nullptr);
+      j["layer_types"] = types;
+    }
   } else {
     bool qkv = c.arch == Arch::Qwen2;
     OOMB_CHECK(c.qkv_bias == qkv && !c.o_bias && !c.mlp_bias,

@@ -1,5 +1,5 @@
 // Model configuration from a Hugging Face config.json (Llama, Qwen2, Qwen3, Mistral, Phi-3, Granite, SmolLM3,
-// OLMo 2).
+// OLMo 2, OLMo 3).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -10,7 +10,7 @@
 
 namespace oomb {
 
-enum class Arch { Llama, Qwen2, Mistral, Qwen3, Phi3, Granite, SmolLM3, Olmo2 };
+enum class Arch { Llama, Qwen2, Mistral, Qwen3, Phi3, Granite, SmolLM3, Olmo2, Olmo3 };
 
 struct RopeConfig {
   std::string type = "default";  // default | linear | llama3 | yarn | longrope
@@ -78,22 +78,32 @@ struct ModelConfig {
   // h = x + norm1(attn(x)), out = h + norm2(mlp(h)) (post_attention_layernorm, post_feedforward_layernorm:
   // the layer's attn_norm and mlp_norm), and its q and k norms take the whole projection (H D and G D
   // wide) where Qwen3's take each head (D).
-  bool post_norm() const { return arch == Arch::Olmo2; }
-  bool qk_norm_full() const { return arch == Arch::Olmo2; }
+  // OLMo 3 (Olmo3ForCausalLM) is OLMo 2 with sliding windows on three layers of four (layer_types).
+  bool post_norm() const { return arch == Arch::Olmo2 || arch == Arch::Olmo3; }
+  bool qk_norm_full() const { return post_norm(); }
+  // Whether layer l turns q and k by the configured RoPE (its scaling included), or by the plain one
+  // (rope_theta alone): OLMo 3's sliding layers take the plain one, as OLMo-core trained them and
+  // vLLM runs them (transformers 5's Olmo3Model gives every layer the configured one).
+  bool rope_scaled(int64_t l) const {
+    return arch != Arch::Olmo3 || size_t(l) >= layer_window.size() || layer_window[size_t(l)] == 0;
+  }
 };
 
 // Attention's softmax scale: attention_multiplier where set (Granite), else 1/sqrt(head_dim).
 float attention_scale(const ModelConfig& c);
 
 // Sets arch, model_type, architecture and the architecture's fixed parts (Qwen2: q/k/v biases;
-// Qwen3 and OLMo 2: q/k norms; biases otherwise none, Llama's and Qwen3's attention_bias/mlp_bias cleared;
+// Qwen3 and OLMo 2 / 3: q/k norms; biases otherwise none, Llama's and Qwen3's attention_bias/mlp_bias cleared;
 // Granite's multipliers kept, every other family's reset to none; SmolLM3's NoPE layers kept (or its
 // default made, smollm3_default_nope), every other family's cleared).
 void set_arch(ModelConfig& c, Arch arch);
 // SmolLM3Config's NoPE layers where config.json lists none: every 4th (no_rope_layer_interval's default),
 // one entry per layer of c. set_arch gives a SmolLM3 whose list does not fit its layers these.
 void smollm3_default_nope(ModelConfig& c);
-// llama | qwen2 | qwen3 | mistral | phi3 | granite | smollm3 | olmo2; throws otherwise
+// Olmo3Config's windows where config.json gives none: 4096 on three layers of every four, one entry per
+// layer of c. set_arch gives an OLMo 3 whose windows do not fit its layers, or slide nowhere, these.
+void olmo3_default_windows(ModelConfig& c);
+// llama | qwen2 | qwen3 | mistral | phi3 | granite | smollm3 | olmo2 | olmo3; throws otherwise
 Arch arch_from_model_type(const std::string& model_type);
 
 // Parses config.json content; `source` (a path) names the file in every error.

@@ -277,8 +277,15 @@ void check_groups(const LayerCtx& ctx, const LayerBuffers& plan) {
 
 Tensor& norm_grad(Tensor& g, const Tensor& w, LayerBuffers& b) {
   if (!g.empty()) return g;
+  OOMB_CHECK(w.dim(0) <= b.discard.dim(0), "layer: a frozen norm of {} exceeds its gradient scratch of {}", w.dim(0),
+             b.discard.dim(0));
   b.discard_as = b.discard.rows(0, w.dim(0));
   return b.discard_as;
+}
+
+// The widest norm weight (frozen norms' gradients go to scratch this wide): d, D, or OLMo's q norm's H D.
+static int64_t norm_width(const ModelConfig& c) {
+  return std::max({c.hidden, c.head_dim, c.qk_norm_full() ? c.heads * c.head_dim : int64_t(0)});
 }
 
 // The widest output a LoRA adapter writes: q, k, v, o, gate, up or down.
@@ -306,13 +313,15 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_ra
   auto m = [&](std::initializer_list<int64_t> s) { return arena_.take(bf16 ? DType::BF16 : DType::F32, s); };
   LayerBuffers& b = all_;
   LayerActs& A = b.acts;
-  A.a = m({t, d});
+  // (post_norm in fp32: the matmuls read h_in and hmid themselves, and no gradient goes through db)
+  const bool copies = !c.post_norm() || bf16;
+  if (copies) A.a = m({t, d});
   A.rstd1 = f({t});
   A.q = f({T, Ha, D});
   A.o = f({T, Ha, D});
   A.lse = f({T, Ha});
   A.hmid = f({t, d});
-  A.b = m({t, d});
+  if (copies) A.b = m({t, d});
   A.rstd2 = f({t});
   A.gate = f({t, I});
   A.up = f({t, I});
@@ -321,7 +330,7 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_ra
   g.dq = f({T, Ha, D});
   g.dattn = f({T, Ha, D});
   g.da = f({t, d});
-  g.db = f({t, d});
+  if (!c.post_norm()) g.db = f({t, d});
   g.dgate = m({t, I});
   g.dup = m({t, I});
   g.dact = f({t, I});
@@ -356,7 +365,7 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_ra
     b.lora_u = f({t, lora_rank});
     b.lora_du = f({t, lora_rank});
     b.lora_z = f({t, lora_widest(c)});
-    b.discard = f({std::max(d, D)});
+    b.discard = f({norm_width(c)});
   }
   if (bf16) {
     b.x16 = arena_.take(DType::BF16, {t, matmul_width(c)});
@@ -383,16 +392,17 @@ int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, boo
   const int64_t t = T / sp, Ha = H / (sp * head_chunks), Ga = G / (sp * head_chunks);
   auto n = [](std::initializer_list<int64_t> s) { return int64_t(Arena::need(DType::F32, s)); };
   const DType op = bf16 ? DType::BF16 : DType::F32;  // a, b, act, dgate, dup: the matmuls' operands
-  const int64_t operands = 2 * int64_t(Arena::need(op, {t, d})) + 3 * int64_t(Arena::need(op, {t, I}));
+  const int64_t copies = !c.post_norm() || bf16 ? 2 * int64_t(Arena::need(op, {t, d})) : 0;  // a, b
+  const int64_t operands = copies + 3 * int64_t(Arena::need(op, {t, I}));
   const int64_t qk_norm = c.qk_norm ? 2 * n({t, H, D}) + 2 * n({t, G, D}) + n({t, H}) + n({t, G}) : 0;
   const int64_t lora =
-      lora_rank > 0 ? 2 * n({t, lora_rank}) + n({t, lora_widest(c)}) + n({std::max(d, D)}) : 0;
+      lora_rank > 0 ? 2 * n({t, lora_rank}) + n({t, lora_widest(c)}) + n({norm_width(c)}) : 0;
   const int64_t bf16_scratch = bf16 ? int64_t(Arena::need(DType::BF16, {t, matmul_width(c)})) +
                                            int64_t(Arena::need(DType::BF16, {t, dy16_width(c)})) +
                                            (lora_rank > 0 ? int64_t(Arena::need(DType::BF16, {t, lora_rank})) : 0)
                                      : 0;
   const int64_t exchange = sp > 1 ? 3 * n({t, H, D}) + 2 * n({t, G, D}) : 0;
-  const int64_t post_norm = c.post_norm() ? 2 * n({t, d}) : 0;
+  const int64_t post_norm = c.post_norm() ? n({t, d}) : 0;  // y1 and y2, less db
   return operands + 3 * n({t, d}) + 2 * n({t}) + 4 * n({T, Ha, D}) + 2 * n({T, Ha}) + 3 * n({t, I}) +
          4 * n({T, Ga, D}) + qk_norm + lora + bf16_scratch + exchange + post_norm;
 }
@@ -516,7 +526,8 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   Backend& be = ctx.be;
   LayerActs& A = plan.acts;
   LayerGradScratch& S = plan.g;
-  // MLP: h_out = hmid + down(swiglu(gate(b), up(b))), b = norm2(hmid)
+  // MLP: h_out = hmid + down(swiglu(gate(b), up(b))), b = norm2(hmid) (OLMo 2: h_out = hmid + norm2(y2),
+  // y2 = down(swiglu(gate(hmid), up(hmid))))
   // (frozen weights under LoRA have no gradient tensors: opt(g.w) is null, and lora_bwd adds the
   // adapters' part of each input gradient)
   // (--precision bf16: each matmul's input and output gradient bf16, as in the forward: the
@@ -539,7 +550,8 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   lora_bwd(ctx, p, g, kUp, b, dup, &db, plan);
   if (!post)  // dh := dL/dhmid
     be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, p.mlp_norm, plan));
-  // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in)
+  // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in) (OLMo 2: hmid =
+  // h_in + norm1(y1), y1 = o_proj(...), a = h_in, q and k through their norms before RoPE)
   Tensor dattn2 = flat2(plan.dattn_loc);
   if (post) be.rmsnorm_bwd(A.y1, p.attn_norm, A.rstd1, dh, S.da, false, norm_grad(g.attn_norm, p.attn_norm, plan));
   const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16);

@@ -24,9 +24,9 @@ namespace oomb {
 // (*: only matmuls read it: bf16 under --precision bf16, written so by its op, rounded as a cast
 // rounds; f32 otherwise.)
 struct LayerActs {
-  // (OLMo 2, ModelConfig::post_norm: a and b are h_in's and hmid's copies the matmuls read, bf16
-  // under --precision bf16, else unused (the matmuls read h_in and hmid); rstd1 and rstd2 are the
-  // norms' of y1 and y2, o_proj's and down's outputs (t, d) before them)
+  // (OLMo 2 / 3, ModelConfig::post_norm: a and b are h_in's and hmid's copies the matmuls read, bf16
+  // under --precision bf16, else not allocated (the matmuls read h_in and hmid); rstd1 and rstd2 are
+  // the norms' of y1 and y2, o_proj's and down's outputs (t, d) before them)
   Tensor a, rstd1;       // attn-norm output (t, d)*, its rstd (t)
   Tensor q, o, lse;      // attention side: (T, H, D) after RoPE, attention output (T, H, D), (T, H)
   Tensor hmid;           // h + attention (T, d)
@@ -39,8 +39,8 @@ struct LayerActs {
 };
 struct LayerGradScratch {
   Tensor dq, dattn;         // (T, H, D)
-  Tensor dq_raw, dk_raw;    // (T, H, D), (T, G, D): through Qwen3's q/k norms
-  Tensor da, db;            // (T, d)
+  Tensor dq_raw, dk_raw;    // (T, H, D), (T, G, D): through the q/k norms (Qwen3, OLMo 2 / 3)
+  Tensor da, db;            // (T, d) (db: not with post_norm, whose branch input gradient goes into dh)
   Tensor dgate, dup, dact;  // (T, I); dgate*, dup*
 };
 

@@ -65,6 +65,9 @@ WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk, const LoraCo
                    c.intermediate, chunk / sp};
   s.kv_heads = c.kv_heads / sp;
   s.q_width = c.heads * c.head_dim;
+  bool scaled = false, plain = false;  // (RopeTable::slot 0 and 1: the device keeps a copy of each used)
+  for (int64_t l = 0; l < c.layers; ++l) (c.rope_scaled(l) ? scaled : plain) = true;
+  s.rope_tables = std::max(1, int(scaled) + int(plain));
   return s;
 }
 

@@ -56,7 +56,7 @@ struct LoraPair {
 
 struct LayerParams {
   Tensor attn_norm, wq, bq, wk, bk, wv, bv, wo, bo;
-  Tensor q_norm, k_norm;  // Qwen3: (D) each; empty otherwise
+  Tensor q_norm, k_norm;  // Qwen3: (D) each; OLMo 2 / 3: (H D), (G D); empty otherwise
   Tensor mlp_norm, wgate, bgate, wup, bup, wdown, bdown;
   LoraPair lora[kLoraTargets];  // adapters (weights, or their gradients in a gradient set)
   float lora_scale = 0.0f;

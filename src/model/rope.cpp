@@ -135,4 +135,13 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling,
   return inv;
 }
 
+std::vector<float> rope_inv_freq_plain(const ModelConfig& c) {
+  ModelConfig plain = c;
+  const double theta = c.rope.theta, partial = c.rope.partial_rotary_factor;
+  plain.rope = RopeConfig{};
+  plain.rope.theta = theta, plain.rope.partial_rotary_factor = partial;
+  float scaling = 1.0f;
+  return rope_inv_freq(plain, &scaling);
+}
+
 }  // namespace oomb

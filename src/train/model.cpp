@@ -68,6 +68,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
                   plan.head_chunks),
       sums_(be.tier(), Tag::Data, size_t(loss_sums_bytes(cfg, plan))) {
   inv_freq_ = rope_inv_freq(cfg, &attention_scaling_);
+  inv_freq_plain_ = rope_inv_freq_plain(cfg);
   rope_switch_ = rope_switch_length(cfg);
   const int64_t C = plan.chunk, Cl = C / plan.sp;
   if (plan.sp > 1) {
@@ -271,8 +272,10 @@ LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads,
   // every call on the backend's own kernels where calls are per query tile over chosen pages (the
   // plan's dense_attention is the same predicate)
   attn.own_kernels = plan_.sparse.on();
-  LayerCtx ctx{cfg_, be_, RopeTable{inv_freq_.data(), attention_scaling_, rope_dim(cfg_)},
-               mine(inputs_.pos(c.size()), c.size()), attn};
+  // (OLMo 3's sliding layers: the plain RoPE, rope_theta's alone)
+  const RopeTable rope = cfg_.rope_scaled(l) ? RopeTable{inv_freq_.data(), attention_scaling_, rope_dim(cfg_)}
+                                             : RopeTable{inv_freq_plain_.data(), 1.0f, rope_dim(cfg_), 1};
+  LayerCtx ctx{cfg_, be_, rope, mine(inputs_.pos(c.size()), c.size()), attn};
   ctx.sp = sp_.get();
   if (attends && sparse_ && c.begin > 0) {
     ctx.sparse = sparse_.get();

@@ -182,6 +182,7 @@ class Model {
   ParamStore store_;     // hands the sweeps those views, or with --offload params the device's slots
   std::vector<float> inv_freq_;
   float attention_scaling_ = 1.0f;
+  std::vector<float> inv_freq_plain_;  // the layers that take no scaling (ModelConfig::rope_scaled): rope_theta's alone
   // longrope (model/rope.h): sequences longer than rope_switch_ take the long factors' table
   int64_t rope_switch_ = 0;
   bool rope_long_ = false;

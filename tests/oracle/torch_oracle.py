@@ -261,10 +261,10 @@ def _bool(cfg_path, d, key, default):
 
 
 _FAMILIES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "phi3": "phi3",
-             "granite": "granite", "smollm3": "smollm3", "olmo2": "olmo2"}
+             "granite": "granite", "smollm3": "smollm3", "olmo2": "olmo2", "olmo3": "olmo3"}
 _ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
          "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3", "GraniteForCausalLM": "granite",
-         "SmolLM3ForCausalLM": "smollm3", "Olmo2ForCausalLM": "olmo2"}
+         "SmolLM3ForCausalLM": "smollm3", "Olmo2ForCausalLM": "olmo2", "Olmo3ForCausalLM": "olmo3"}
 
 
 def load_config(model_dir):
@@ -289,7 +289,7 @@ def load_config(model_dir):
                 fam = _ARCH[a]
                 break
     if fam is None:
-        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2")
+        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3")
     c.family = fam
 
     c.hidden = _num(path, d, "hidden_size")
@@ -298,7 +298,7 @@ def load_config(model_dir):
     c.n_heads = _num(path, d, "num_attention_heads")
     c.n_kv = _num(path, d, "num_key_value_heads", default=c.n_heads)
     c.vocab = _num(path, d, "vocab_size")
-    c.eps = _num(path, d, "rms_norm_eps", kind=float, default=1e-5 if fam in ("phi3", "olmo2") else 1e-6)
+    c.eps = _num(path, d, "rms_norm_eps", kind=float, default=1e-5 if fam in ("phi3", "olmo2", "olmo3") else 1e-6)
     hd = d.get("head_dim", None)
     if hd is None and fam == "qwen3":
         c.head_dim = 128  # Qwen3Config's default
@@ -338,7 +338,7 @@ def load_config(model_dir):
         c.mlp_bias = _bool(path, d, "mlp_bias", False)
     elif fam == "qwen2":
         c.attn_bias, c.o_bias, c.mlp_bias = True, False, False
-    elif fam in ("qwen3", "olmo2"):  # Qwen3Attention, OlmoAttention: attention_bias on q/k/v/o; no MLP bias
+    elif fam in ("qwen3", "olmo2", "olmo3"):  # Qwen3Attention, OlmoAttention: attention_bias on q/k/v/o; no MLP bias
         c.attn_bias = _bool(path, d, "attention_bias", False)
         c.o_bias, c.mlp_bias = c.attn_bias, False
     else:
@@ -362,7 +362,13 @@ def load_config(model_dir):
     c.windows = [None] * c.n_layers
     sw = d.get("sliding_window", None)
     layer_types = d.get("layer_types", None)
-    if fam in ("mistral", "phi3") and sw is not None:
+    if fam == "olmo3":  # Olmo3Config: sliding_window 4096, on layer_types' or three of every four layers
+        sw = _num(path, d, "sliding_window") if "sliding_window" in d and sw is not None else (
+            None if "sliding_window" in d else 4096)
+        if not isinstance(layer_types, list):
+            layer_types = ["sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(c.n_layers)]
+        c.windows = [sw if t == "sliding_attention" else None for t in layer_types]
+    elif fam in ("mistral", "phi3") and sw is not None:
         sw = _num(path, d, "sliding_window")
         c.windows = [sw] * c.n_layers
     elif fam in ("qwen2", "qwen3", "smollm3") and _bool(path, d, "use_sliding_window", False) and sw is not None:
@@ -376,7 +382,7 @@ def load_config(model_dir):
             c.windows = [sw if i >= mwl else None for i in range(c.n_layers)]
 
     # nn.Embedding(vocab, hidden, padding_idx=pad_token_id): that row takes no gradient from the lookup
-    pad = d.get("pad_token_id", {"phi3": 32000, "smollm3": 128004, "olmo2": 1}.get(fam))  # (the classes' defaults)
+    pad = d.get("pad_token_id", {"phi3": 32000, "smollm3": 128004, "olmo2": 1, "olmo3": 1}.get(fam))  # (the classes' defaults)
     if pad is not None and not (isinstance(pad, int) and -c.vocab <= pad < c.vocab):
         fail(f"{path}: field 'pad_token_id' = {pad!r} is outside the vocabulary")
     c.pad = None if pad is None else pad % c.vocab
@@ -608,7 +614,7 @@ def param_specs(c):
     specs = [("model.embed_tokens.weight", (V, H))]
     for i in range(c.n_layers):
         pre = f"model.layers.{i}."
-        if c.family != "olmo2":  # (OLMo 2: no norm before attention)
+        if c.family not in ("olmo2", "olmo3"):  # (OLMo 2 / 3: no norm before attention)
             specs.append((pre + "input_layernorm.weight", (H,)))
         if c.family == "phi3":  # Phi3Attention.qkv_proj and Phi3MLP.gate_up_proj: fused, no biases
             specs.append((pre + "self_attn.qkv_proj.weight", (qd + 2 * kvd, H)))
@@ -627,11 +633,11 @@ def param_specs(c):
         if c.family == "qwen3":  # Qwen3RMSNorm(head_dim) of every q and k head
             specs.append((pre + "self_attn.q_norm.weight", (hd,)))
             specs.append((pre + "self_attn.k_norm.weight", (hd,)))
-        if c.family == "olmo2":  # Olmo2RMSNorm(heads * head_dim) of the whole q and k
+        if c.family in ("olmo2", "olmo3"):  # Olmo2RMSNorm(heads * head_dim) of the whole q and k
             specs.append((pre + "self_attn.q_norm.weight", (qd,)))
             specs.append((pre + "self_attn.k_norm.weight", (kvd,)))
         specs.append((pre + "post_attention_layernorm.weight", (H,)))
-        if c.family == "olmo2":
+        if c.family in ("olmo2", "olmo3"):
             specs.append((pre + "post_feedforward_layernorm.weight", (H,)))
         for nm, shp, bshp in (("gate_proj", (I, H), (I,)), ("up_proj", (I, H), (I,)),
                               ("down_proj", (H, I), (H,))):
@@ -754,6 +760,14 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
     hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv
     rep = nh // nkv
     cos, sin = rope_cos_sin(c, positions)  # [N, hd]
+    # OLMo 3's sliding layers: the plain RoPE of rope_theta (as OLMo-core trains them and vLLM runs them;
+    # transformers 5's Olmo3Model gives every layer the configured one)
+    plain = None
+    if c.family == "olmo3":
+        pc = Cfg()
+        pc.__dict__.update(c.__dict__)
+        pc.rope = {"rope_type": "default", "rope_theta": c.rope["rope_theta"]}
+        plain = rope_cos_sin(pc, positions)
     ii = torch.arange(N)[:, None]
     jj = torch.arange(N)[None, :]
     seg = torch.from_numpy(segments)
@@ -787,7 +801,7 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
             allowed = allowed[None, :, :] & extra_mask[li].repeat_interleave(rep, dim=0)
 
         # (OLMo 2, Olmo2DecoderLayer: each branch reads the residual stream and its output is normalized)
-        olmo2 = c.family == "olmo2"
+        olmo2 = c.family in ("olmo2", "olmo3")
         h = x if olmo2 else rms_norm(x, g("input_layernorm.weight"), c.eps)
         if c.family == "phi3":  # qkv[..., :qd], then k, then v (Phi3Attention.forward)
             qkv = linear(h, g("self_attn.qkv_proj.weight"), None, "self_attn.qkv_proj")
@@ -808,8 +822,9 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
         k = k.transpose(0, 1)  # [nkv, N, hd]
         v = v.view(N, nkv, hd).transpose(0, 1)
         if c.rope_layers[li]:  # (SmolLM3's NoPE layers: none)
-            q = apply_rope(q, cos, sin)
-            k = apply_rope(k, cos, sin)
+            lc, ls = plain if plain is not None and win is not None else (cos, sin)
+            q = apply_rope(q, lc, ls)
+            k = apply_rope(k, lc, ls)
         # repeat_kv: query head j uses kv head j // rep
         k = k.repeat_interleave(rep, dim=0)
         v = v.repeat_interleave(rep, dim=0)

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -455,14 +456,15 @@ class CudaBackend final : public Backend {
   void rope(const char* op, Tensor& x, const Tensor& pos, const RopeTable& r, bool inverse) {
     const int64_t D = x.dim(2), R = r.dims(D);
     const size_t half = size_t(R / 2);
-    // the table lives in host memory; a device copy is kept while its values stay the same
-    if (rope_host_.size() != half || std::memcmp(rope_host_.data(), r.inv_freq, half * 4) != 0) {
-      rope_host_.clear();  // marked stale until the copy has succeeded
-      void* dev = rope_dev_.get(half * 4);
-      copy(dev, Tier::Device, r.inv_freq, Tier::Host, half * 4);
-      rope_host_.assign(r.inv_freq, r.inv_freq + half);
+    // the table lives in host memory; a device copy is kept per slot while its values stay the same
+    std::vector<float>& host = rope_host_[size_t(r.slot)];
+    cuda::Scratch& dev = rope_dev_[size_t(r.slot)];
+    if (host.size() != half || std::memcmp(host.data(), r.inv_freq, half * 4) != 0) {
+      host.clear();  // marked stale until the copy has succeeded
+      copy(dev.get(half * 4), Tier::Device, r.inv_freq, Tier::Host, half * 4);
+      host.assign(r.inv_freq, r.inv_freq + half);
     }
-    cuda::k::rope(x.f(), pos.as<int32_t>(), static_cast<const float*>(rope_dev_.buf.data()), r.attention_scaling,
+    cuda::k::rope(x.f(), pos.as<int32_t>(), static_cast<const float*>(dev.buf.data()), r.attention_scaling,
                   inverse, x.dim(0), x.dim(1), D, R, stream_);
     launched(op);
   }
@@ -567,10 +569,11 @@ class CudaBackend final : public Backend {
   Buffer gemm_ws_;
   Buffer group_sums_;  // the column sums' groups (rmsnorm_bwd's dw, the bias gradient), on stream_
   std::unique_ptr<cuda::Gemm> gemm_;
-  cuda::Scratch logits_, partials_, dsum_, rope_dev_;
+  cuda::Scratch logits_, partials_, dsum_;
+  std::array<cuda::Scratch, 2> rope_dev_;  // RopeTable::slot's device copies
   cuda::CudnnAttention cudnn_attention_;  // dense attention through cuDNN (OOMB_CUDA_ATTENTION)
   std::vector<cuda::k::AttnBlock> table_;
-  std::vector<float> rope_host_;
+  std::array<std::vector<float>, 2> rope_host_;
   std::vector<int32_t> ids_host_;
 };
 

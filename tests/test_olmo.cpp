@@ -1,6 +1,7 @@
 // OLMo 2 (Olmo2ForCausalLM, hf/config.h): each layer normalizes its branches' outputs rather than their
 // inputs (post_attention_layernorm, post_feedforward_layernorm), and its q and k norms take the whole
-// projection. Its config.json read with Olmo2Config's defaults (rms_norm_eps 1e-5, pad 1, eos 50279,
+// projection. OLMo 3 (Olmo3ForCausalLM): OLMo 2 with sliding windows on three layers of four, whose
+// RoPE is the plain one of rope_theta (the full layers' takes the configured scaling). Its config.json read with Olmo2Config's defaults (rms_norm_eps 1e-5, pad 1, eos 50279,
 // attention_bias over q/k/v/o, no MLP bias), refused where the engine cannot follow it, written back
 // the same; the parameters as transformers names and shapes them; the preset's count; oomb init and a
 // CLI run that trains and saves one. (Its loss and gradients against the float64 oracle:
@@ -13,12 +14,15 @@
 #include <cmath>
 #include <iostream>
 #include <fstream>
+#include <functional>
 #include <fmt/format.h>
 
 #include "hf/config.h"
 #include "hf/safetensors.h"
 #include "model/init.h"
+#include "model/memory_plan.h"
 #include "model/params.h"
+#include "model/rope.h"
 #include "model_fixture.h"
 #include "train/model.h"
 #include "test_util.h"
@@ -94,7 +98,7 @@ TEST(Olmo2, ReadsItsConfig) {
 // adds none (OlmoMLP has no bias).
 TEST(Olmo2, DefaultsAreOlmo2Configs) {
   json j = tiny_config_json("olmo2", 2);
-  for (const char* k : {"rms_norm_eps", "max_position_embeddings"}) j.erase(k);
+  for (const char* k : {"rms_norm_eps", "max_position_embeddings", "rope_theta"}) j.erase(k);
   const ModelConfig c = parse_config(j, "olmo2.json");
   EXPECT_EQ(c.rms_norm_eps, 1e-5);
   EXPECT_EQ(c.pad_token_id, 1);
@@ -114,7 +118,7 @@ TEST(Olmo2, RefusedWhereItCannotBeFollowed) {
   json j = tiny_config_json("olmo2", 2);
   j["layer_types"] = {"sliding_attention", "full_attention"};
   EXPECT_THAT(refusal(j), HasSubstr("layer_types asks for sliding_attention, but no sliding window is set (OLMo 2 "
-                                    "has none)"));
+                                    "has none; OLMo 3 has)"));
   json pad = tiny_config_json("olmo2", 2);
   pad["vocab_size"] = 1;
   pad.erase("pad_token_id");
@@ -154,45 +158,85 @@ TEST(Olmo2, WrittenBackReadsTheSame) {
 // takes it rather than attending again, and the recompute sweep below the top layer makes only the
 // layer's output from it) runs the post-norms as the recompute does: the same bits, in fp32 and under
 // --precision bf16 (whose matmuls read the residual stream's bf16 copies), in both sweep orders.
-TEST(Olmo2, KeepingAttentionGivesTheRecomputedBits) {
-  const auto dir = temp_dir();
-  write_tiny_model(dir, tiny_config_json("olmo2", 2), 6);
-  auto toks = write_tokens(dir / "t.bin", 80, 61, 7);
-  const std::vector<int32_t> ids(toks.begin(), toks.end() - 1), tg(toks.begin() + 1, toks.end());
-  auto be = make_cpu_backend();
-  for (const DType precision : {DType::F32, DType::BF16})
-    for (const bool layer_order : {false, true}) {
-      SCOPED_TRACE(fmt::format("{} {}", dtype_name(precision), layer_order ? "layer order" : "chunk order"));
-      ChunkPlan plan{23, 8};
-      plan.precision = precision;
-      plan.sweep = layer_order ? SweepOrder::Layer : SweepOrder::Chunk;
-      const StepResult recomputed = one_step(*be, dir, ids, tg, plan);
-      plan.keep_attention = int64_t(ids.size());
-      const StepResult kept = one_step(*be, dir, ids, tg, plan);
-      EXPECT_EQ(kept.loss, recomputed.loss);
-      EXPECT_EQ(kept.grads, recomputed.grads);
-    }
-}
+TEST(Olmo2, KeepingAttentionGivesTheRecomputedBits) { expect_kept_attention_bits(tiny_config_json("olmo2", 2), 6); }
 
 // --precision bf16 on an OLMo 2: within bf16's reach of the fp32 step (the loss 1e-2, the whole gradient
 // 3e-2), and rounded (more than 1e-4 apart). A bf16 path whose attention or MLP read something other
 // than the residual stream (the norm's output, as the other families' do) would be a different model,
 // tens of percent away.
 TEST(Olmo2, Bf16StepTracksTheF32Step) {
-  const auto dir = temp_dir();
-  write_tiny_model(dir, tiny_config_json("olmo2", 2), 8);
-  auto toks = write_tokens(dir / "t.bin", 80, 61, 9);
-  const std::vector<int32_t> ids(toks.begin(), toks.end() - 1), tg(toks.begin() + 1, toks.end());
-  auto be = make_cpu_backend();
-  ChunkPlan plan{23, 8};
-  const StepResult f32 = one_step(*be, dir, ids, tg, plan);
-  plan.precision = DType::BF16;
-  const StepResult bf16 = one_step(*be, dir, ids, tg, plan);
-  const double loss_err = std::abs(bf16.loss - f32.loss) / f32.loss, grad_err = rel_error(bf16.grads, f32.grads);
+  const auto [loss_err, grad_err] = bf16_against_f32(tiny_config_json("olmo2", 2), 8);
   EXPECT_LE(loss_err, 1e-2);
   EXPECT_LE(grad_err, 3e-2);
   EXPECT_GT(grad_err, 1e-4) << "no bf16 rounding happened";
   std::cout << fmt::format("[ olmo2    ] bf16 against fp32: loss {:.1e}, whole gradient {:.2e}\n", loss_err, grad_err);
+}
+
+// Olmo3Config's windows: 4096 on three layers of four unless layer_types or sliding_window say otherwise
+// (a null window with sliding layers refused); the sliding layers take the plain RoPE, the full ones
+// the configured YaRN; written back with its window and every layer's type.
+TEST(Olmo3, WindowsRopeAndRoundTrip) {
+  json j = tiny_config_json("olmo3", 2);
+  j["num_hidden_layers"] = 8;
+  ModelConfig c = parse_config(j, "olmo3.json");
+  EXPECT_EQ(c.arch, Arch::Olmo3);
+  EXPECT_TRUE(c.post_norm() && c.qk_norm_full() && c.qk_norm);
+  EXPECT_EQ(c.layer_window, (std::vector<int64_t>{4096, 4096, 4096, 0, 4096, 4096, 4096, 0}));
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);  // (the fixture's; Olmo3Config's is OLMo 2's 1e-5)
+  for (int64_t l = 0; l < 8; ++l) EXPECT_EQ(c.rope_scaled(l), l % 4 == 3) << l;
+  EXPECT_TRUE(shape_of(c, "model.layers.0.input_layernorm.weight").empty());
+  EXPECT_EQ(shape_of(c, "model.layers.0.self_attn.q_norm.weight"), std::vector<int64_t>{4 * 8});
+  json k = j;
+  k["sliding_window"] = 7;
+  k["layer_types"] = {"full_attention", "sliding_attention", "full_attention", "full_attention", "full_attention",
+                      "full_attention", "full_attention", "sliding_attention"};
+  c = parse_config(k, "k.json");
+  EXPECT_EQ(c.layer_window, (std::vector<int64_t>{0, 7, 0, 0, 0, 0, 0, 7}));
+  const json out = config_to_json(c);
+  EXPECT_EQ(out["sliding_window"], 7);
+  EXPECT_EQ(out["layer_types"], k["layer_types"]);
+  EXPECT_EQ(parse_config(out, "written.json").layer_window, c.layer_window);
+  // the plain table is rope_theta's own; the full layers' is YaRN's
+  k["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16}};
+  c = parse_config(k, "yarn.json");
+  float scaled_att = 0, plain_att = 0;
+  const std::vector<float> scaled = rope_inv_freq(c, &scaled_att), plain = rope_inv_freq_plain(c);
+  ModelConfig unscaled = c;
+  unscaled.rope = RopeConfig{};
+  unscaled.rope.theta = c.rope.theta;
+  EXPECT_EQ(plain, rope_inv_freq(unscaled, &plain_att));
+  EXPECT_NE(plain, scaled);
+  EXPECT_GT(scaled_att, 1.0f);
+  EXPECT_EQ(workspace_shape(c, ChunkPlan{16, 8}).rope_tables, 2);
+  json all_sliding = k;  // (one table: the plain one alone)
+  all_sliding["num_hidden_layers"] = 2, all_sliding.erase("layer_types");
+  EXPECT_EQ(workspace_shape(parse_config(all_sliding, "s.json"), ChunkPlan{16, 8}).rope_tables, 1);
+  EXPECT_EQ(workspace_shape(parse_config(tiny_config_json("olmo2", 2), "o2.json"), ChunkPlan{16, 8}).rope_tables, 1);
+  json null_window = j;
+  null_window["sliding_window"] = nullptr;
+  EXPECT_THAT(refusal(null_window), HasSubstr("OLMo 3's sliding_window is null, but Olmo3Config's layer_types (absent "
+                                              "here) slide three layers of every four"));
+  null_window["layer_types"] = k["layer_types"];
+  EXPECT_THAT(refusal(null_window), HasSubstr("layer_types asks for sliding_attention, but no sliding window is set "
+                                              "(OLMo 3's sliding_window is null)"));
+}
+
+// oomb init: another family's preset made OLMo 3, and then with other --layers, takes Olmo3Config's
+// windows (4096 on three layers of four), one per layer, in the config.json written.
+TEST(Olmo3, InitGivesEveryShapeItsWindows) {
+  const auto dir = temp_dir();
+  auto types_of = [&](const std::string& args) {
+    const std::string out = (dir / std::to_string(std::hash<std::string>{}(args))).string();
+    const CmdResult r = oomb_cmd(dir, "init --out " + out + " " + args);
+    EXPECT_EQ(r.code, 0) << r.out;
+    const json j = json::parse(read_text(fs::path(out) / "config.json"));
+    EXPECT_EQ(j["sliding_window"], 4096) << args;
+    return j["layer_types"];
+  };
+  const json s = "sliding_attention", f = "full_attention";
+  EXPECT_EQ(types_of("--preset tiny --arch olmo3"), json({s, s}));
+  EXPECT_EQ(types_of("--preset olmo2-7b --arch olmo3 --layers 5 --hidden 64 --heads 4 --kv-heads 2 --vocab 300"),
+            json({s, s, s, f, s}));
 }
 
 // oomb init from the preset, then oomb train: the loss falls, and the saved checkpoint has OLMo 2's
