@@ -1,7 +1,8 @@
 // OLMo 2 (Olmo2ForCausalLM, hf/config.h): each layer normalizes its branches' outputs rather than their
 // inputs (post_attention_layernorm, post_feedforward_layernorm), and its q and k norms take the whole
 // projection. OLMo 3 (Olmo3ForCausalLM): OLMo 2 with sliding windows on three layers of four, whose
-// RoPE is the plain one of rope_theta (the full layers' takes the configured scaling). Its config.json read with Olmo2Config's defaults (rms_norm_eps 1e-5, pad 1, eos 50279,
+// RoPE is the plain one of rope_theta (the full layers' takes the configured scaling). (Against the
+// float64 oracle: Oracle.Olmo2PostNorms and Oracle.Olmo3SlidingLayersAndTheirRope.) Its config.json read with Olmo2Config's defaults (rms_norm_eps 1e-5, pad 1, eos 50279,
 // attention_bias over q/k/v/o, no MLP bias), refused where the engine cannot follow it, written back
 // the same; the parameters as transformers names and shapes them; the preset's count; oomb init and a
 // CLI run that trains and saves one. (Its loss and gradients against the float64 oracle:
@@ -199,12 +200,11 @@ TEST(Olmo3, WindowsRopeAndRoundTrip) {
   // the plain table is rope_theta's own; the full layers' is YaRN's
   k["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16}};
   c = parse_config(k, "yarn.json");
-  float scaled_att = 0, plain_att = 0;
+  float scaled_att = 0;
   const std::vector<float> scaled = rope_inv_freq(c, &scaled_att), plain = rope_inv_freq_plain(c);
-  ModelConfig unscaled = c;
-  unscaled.rope = RopeConfig{};
-  unscaled.rope.theta = c.rope.theta;
-  EXPECT_EQ(plain, rope_inv_freq(unscaled, &plain_att));
+  ASSERT_EQ(plain.size(), 4u);  // (head_dim 8)
+  for (size_t i = 0; i < plain.size(); ++i)  // theta^(-2i/D), as rounded to float32
+    EXPECT_NEAR(plain[i], std::pow(10000.0, -double(2 * i) / 8.0), 1e-6 * plain[i]) << i;
   EXPECT_NE(plain, scaled);
   EXPECT_GT(scaled_att, 1.0f);
   EXPECT_EQ(workspace_shape(c, ChunkPlan{16, 8}).rope_tables, 2);
@@ -235,8 +235,42 @@ TEST(Olmo3, InitGivesEveryShapeItsWindows) {
   };
   const json s = "sliding_attention", f = "full_attention";
   EXPECT_EQ(types_of("--preset tiny --arch olmo3"), json({s, s}));
+  // (Phi-3's window on every layer is not OLMo 3's)
+  EXPECT_EQ(types_of("--preset phi-3-mini-4k --arch olmo3 --layers 4 --hidden 64 --heads 4 --kv-heads 4 --vocab 300"),
+            json({s, s, s, f}));
   EXPECT_EQ(types_of("--preset olmo2-7b --arch olmo3 --layers 5 --hidden 64 --heads 4 --kv-heads 2 --vocab 300"),
             json({s, s, s, f, s}));
+}
+
+// transformers 5's form: rope_parameters per layer type, the full layers' YaRN and the sliding layers' own
+// theta, read, written back the same way and read again; a sliding layers' RoPE that is not plain, or a
+// third layer type, refused; Olmo3Config's theta (5e5) where the file gives none.
+TEST(Olmo3, RopeParametersPerLayerType) {
+  json j = tiny_config_json("olmo3", 2);
+  j.erase("rope_theta");
+  EXPECT_EQ(parse_config(j, "no_theta.json").rope.theta, 5e5);
+  j["rope_parameters"] = {{"full_attention", {{"rope_type", "yarn"}, {"rope_theta", 1e6}, {"factor", 2.0},
+                                              {"original_max_position_embeddings", 16}}},
+                          {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  const ModelConfig c = parse_config(j, "per_type.json");
+  EXPECT_EQ(c.rope.type, "yarn");
+  EXPECT_EQ(c.rope.theta, 1e6);
+  EXPECT_EQ(c.sliding_rope_theta, 10000.0);
+  EXPECT_NEAR(rope_inv_freq_plain(c)[1], std::pow(10000.0, -2.0 / 8.0), 1e-6);
+  const json out = config_to_json(c);
+  EXPECT_EQ(out["rope_parameters"]["sliding_attention"], json({{"rope_type", "default"}, {"rope_theta", 10000.0}}));
+  EXPECT_EQ(out["rope_parameters"]["full_attention"]["rope_type"], "yarn");
+  const ModelConfig back = parse_config(out, "written.json");
+  EXPECT_EQ(back.sliding_rope_theta, 10000.0);
+  EXPECT_EQ(back.rope.theta, 1e6);
+  EXPECT_EQ(back.rope.factor, 2.0);
+  json bad = j;
+  bad["rope_parameters"]["sliding_attention"]["rope_type"] = "linear";
+  EXPECT_THAT(refusal(bad), HasSubstr("rope_parameters.sliding_attention.rope_type = 'linear': OLMo 3's sliding "
+                                      "layers take the plain RoPE"));
+  bad = j;
+  bad["rope_parameters"]["chunked_attention"] = json::object();
+  EXPECT_THAT(refusal(bad), HasSubstr("rope_parameters per layer type has 'chunked_attention'"));
 }
 
 // oomb init from the preset, then oomb train: the loss falls, and the saved checkpoint has OLMo 2's

@@ -352,6 +352,15 @@ TEST_F(Oracle, Olmo3SlidingLayersAndTheirRope) {
                         with(o, {{"sliding_window", 6}, {"layer_types", {"full_attention", "sliding_attention"}},
                                  {"rope_scaling", yarn}}),
                         29, 7, 4});
+  // transformers 5's rope_parameters per layer type: the sliding layers' own theta, the full ones' YaRN
+  check_against_oracle({"olmo3_rope_per_layer_type_C9_P4",
+                        with(o, {{"num_hidden_layers", 4}, {"sliding_window", 5},
+                                 {"rope_parameters", {{"full_attention", {{"rope_type", "yarn"}, {"rope_theta", 5e5},
+                                                                          {"factor", 2.0},
+                                                                          {"original_max_position_embeddings", 16}}},
+                                                      {"sliding_attention", {{"rope_type", "default"},
+                                                                             {"rope_theta", 100.0}}}}}}),
+                        37, 9, 4});
   check_against_oracle({"olmo3_default_window_tied_bias", with(o, {{"tie_word_embeddings", true},
                                                                    {"attention_bias", true}}), 19});
 }

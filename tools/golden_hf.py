@@ -110,18 +110,27 @@ MODELS = {
                    rms_norm_eps=1e-5, tie_word_embeddings=False, pad_token_id=1, bos_token_id=None, eos_token_id=2,
                    attention_bias=True, **rope(500000.0)), 500000.0),
     # OLMo 3: OLMo 2 with a sliding window (9 of N = 40 positions) on its first layer, as layer_types
-    # says; no RoPE scaling (transformers 5's Olmo3Model gives its sliding layers the configured scaling,
-    # OLMo-core and oomb the plain RoPE: the same thing without one)
+    # says, whose RoPE is the plain one of its own theta, the full layer's YaRN past 16 positions
+    # (transformers 5's rope_parameters per layer type; 4.x's Olmo3 has one RoPE for all layers)
     "olmo3": (transformers.Olmo3Config, transformers.Olmo3ForCausalLM,
               dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                    rms_norm_eps=1e-6, tie_word_embeddings=True, pad_token_id=1, bos_token_id=None, eos_token_id=2,
-                   sliding_window=9, layer_types=["sliding_attention", "full_attention"], **rope(500000.0)), 500000.0),
+                   sliding_window=9, layer_types=["sliding_attention", "full_attention"],
+                   **(dict(rope_parameters={
+                       "full_attention": {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 2.0,
+                                          "original_max_position_embeddings": 16},
+                       "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+                      if TRANSFORMERS_5 else rope(500000.0))), 500000.0),
 }
 N = 40
 
 
 def saved_theta(cfg):  # rope_theta as config.json holds it, in either transformers' form
+    rp = cfg.get("rope_parameters")
+    if isinstance(rp, dict) and isinstance(rp.get("full_attention"), dict):  # (per layer type: OLMo 3's)
+        rp = rp["full_attention"]
+        return float(rp.get("rope_theta", cfg.get("rope_theta", 10000.0)))
     for k in ("rope_parameters", "rope_scaling"):
         if isinstance(cfg.get(k), dict) and "rope_theta" in cfg[k]:
             return float(cfg[k]["rope_theta"])

@@ -40,7 +40,7 @@ constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 
                                {Arch::SmolLM3, "SmolLM3ForCausalLM", "smollm3", 32768, 128000, 128001, 128004, 1e-6,
                                 2e6},
                                {Arch::Olmo2, "Olmo2ForCausalLM", "olmo2", 2048, -1, 50279, 1, 1e-5},
-                               {Arch::Olmo3, "Olmo3ForCausalLM", "olmo3", 2048, -1, 50279, 1, 1e-5}};
+                               {Arch::Olmo3, "Olmo3ForCausalLM", "olmo3", 2048, -1, 50279, 1, 1e-5, 5e5}};
 constexpr const char* kArchitectures = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
                                        "Phi3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
                                        "Olmo3ForCausalLM";
@@ -313,6 +313,7 @@ RopeConfig parse_rope(const Reader& top, const ModelConfig& c) {
 
 void set_arch(ModelConfig& c, Arch arch) {
   const ArchInfo& k = arch_info(arch);
+  const Arch from = c.arch;
   c.arch = arch;
   c.model_type = k.model_type;
   c.architecture = k.architecture;
@@ -328,7 +329,9 @@ void set_arch(ModelConfig& c, Arch arch) {
   if (arch != Arch::SmolLM3) c.layer_rope.clear();
   else if (int64_t(c.layer_rope.size()) != c.layers) smollm3_default_nope(c);
   const bool slides = std::any_of(c.layer_window.begin(), c.layer_window.end(), [](int64_t w) { return w > 0; });
-  if (arch == Arch::Olmo3 && (int64_t(c.layer_window.size()) != c.layers || !slides)) olmo3_default_windows(c);
+  if (arch == Arch::Olmo3 && (from != Arch::Olmo3 || int64_t(c.layer_window.size()) != c.layers || !slides))
+    olmo3_default_windows(c);
+  if (arch != Arch::Olmo3) c.sliding_rope_theta = 0;
 }
 
 void olmo3_default_windows(ModelConfig& c) {
@@ -424,6 +427,37 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
                                 : l >= first ? w : 0;
 }
 
+// The RoPE, and OLMo 3's sliding layers' plain one. transformers 5 writes an OLMo 3's rope_parameters per
+// layer type: {"full_attention": {...}, "sliding_attention": {"rope_type": "default", "rope_theta": ...}};
+// the full layers' dict is the RoPE (read as a flat rope_parameters would be), the sliding layers' must
+// be default, and its theta (the top-level rope_theta's, or Olmo3Config's 5e5, where it gives none)
+// becomes sliding_rope_theta. Every other file: parse_rope.
+static RopeConfig olmo3_rope(const Reader& r, const json& j, ModelConfig& c) {
+  const json* rp = r.get("rope_parameters");
+  const bool per_type = c.arch == Arch::Olmo3 && rp && rp->is_object() &&
+                        (rp->contains("full_attention") || rp->contains("sliding_attention"));
+  if (!per_type) return parse_rope(r, c);
+  for (const auto& [k, v] : rp->items())
+    OOMB_CHECK(k == "full_attention" || k == "sliding_attention", "config {}: rope_parameters per layer type has "
+               "'{}' (OLMo 3's are full_attention and sliding_attention)", r.src, k);
+  json flat = j;
+  flat["rope_parameters"] = rp->contains("full_attention") ? (*rp)["full_attention"] : json::object();
+  const RopeConfig rc = parse_rope(Reader{flat, r.src, ""}, c);
+  const json sliding = rp->contains("sliding_attention") ? (*rp)["sliding_attention"] : json::object();
+  if (!sliding.is_object()) r.bad("rope_parameters.sliding_attention", "an object", sliding);
+  const Reader s{sliding, r.src, "rope_parameters.sliding_attention."};
+  const std::string type = s.str("rope_type", "default");
+  OOMB_CHECK(type == "default", "config {}: rope_parameters.sliding_attention.rope_type = '{}': OLMo 3's sliding "
+             "layers take the plain RoPE (default)", r.src, type);
+  for (const auto& [k, v] : sliding.items())
+    OOMB_CHECK(k == "rope_type" || k == "rope_theta", "config {}: rope_parameters.sliding_attention sets '{}' "
+               "(a default RoPE has rope_theta alone)", r.src, k);
+  c.sliding_rope_theta = s.num("rope_theta", r.num("rope_theta", arch_info(c.arch).theta));
+  OOMB_CHECK(c.sliding_rope_theta > 1, "config {}: rope_parameters.sliding_attention.rope_theta must be above 1, "
+             "got {}", r.src, c.sliding_rope_theta);
+  return rc;
+}
+
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   OOMB_CHECK(j.is_object(), "config {}: the top level must be a JSON object, got {}", source, j.type_name());
   Reader r{j, source, ""};
@@ -501,7 +535,7 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   }
   parse_nope(r, c);
   parse_windows(r, j, c);
-  c.rope = parse_rope(r, c);
+  c.rope = olmo3_rope(r, j, c);
   // the tables in float32, as transformers keeps them: a value past float32's range is refused here
   for (const int64_t length : {int64_t(0), rope_switch_length(c) + 1}) {
     float att = 0;
@@ -681,11 +715,17 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   if (r.partial_rotary_factor != 1.0 || j.contains("partial_rotary_factor"))
     j["partial_rotary_factor"] = r.partial_rotary_factor;
   j["rope_scaling"] = rs;
-  if (j.contains("rope_parameters")) {  // keep transformers 5's form too, in step with the classic one
+  const bool sliding_theta = c.arch == Arch::Olmo3 && c.sliding_rope_theta > 0 && c.sliding_rope_theta != r.theta;
+  if (j.contains("rope_parameters") || sliding_theta) {  // keep transformers 5's form too, in step with the classic one
     json rp = extras;
     if (rs.is_object()) rp.update(rs);
     rp["rope_type"] = r.type;
     rp["rope_theta"] = r.theta;
+    // (OLMo 3: per layer type, as transformers 5 writes it; the sliding layers' plain RoPE)
+    if (c.arch == Arch::Olmo3)
+      rp = {{"full_attention", rp},
+            {"sliding_attention", {{"rope_type", "default"},
+                                   {"rope_theta", c.sliding_rope_theta > 0 ? c.sliding_rope_theta : r.theta}}}};
     j["rope_parameters"] = rp;
   }
   return j;

@@ -81,12 +81,14 @@ struct ModelConfig {
   // OLMo 3 (Olmo3ForCausalLM) is OLMo 2 with sliding windows on three layers of four (layer_types).
   bool post_norm() const { return arch == Arch::Olmo2 || arch == Arch::Olmo3; }
   bool qk_norm_full() const { return post_norm(); }
-  // Whether layer l turns q and k by the configured RoPE (its scaling included), or by the plain one
-  // (rope_theta alone): OLMo 3's sliding layers take the plain one, as OLMo-core trained them and
-  // vLLM runs them (transformers 5's Olmo3Model gives every layer the configured one).
+  // Whether layer l turns q and k by the configured RoPE (its scaling included), or by the plain one:
+  // OLMo 3's sliding layers take the plain one, as OLMo-core trained them and transformers' Olmo3Model
+  // (rope_parameters per layer type: sliding_attention's is default) and vLLM run them. Its theta is
+  // sliding_rope_theta where the file gives the sliding layers their own (0: rope.theta).
   bool rope_scaled(int64_t l) const {
     return arch != Arch::Olmo3 || size_t(l) >= layer_window.size() || layer_window[size_t(l)] == 0;
   }
+  double sliding_rope_theta = 0;
 };
 
 // Attention's softmax scale: attention_multiplier where set (Granite), else 1/sqrt(head_dim).

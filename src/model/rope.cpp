@@ -137,7 +137,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling,
 
 std::vector<float> rope_inv_freq_plain(const ModelConfig& c) {
   ModelConfig plain = c;
-  const double theta = c.rope.theta, partial = c.rope.partial_rotary_factor;
+  const double theta = c.sliding_rope_theta > 0 ? c.sliding_rope_theta : c.rope.theta;
+  const double partial = c.rope.partial_rotary_factor;
   plain.rope = RopeConfig{};
   plain.rope.theta = theta, plain.rope.partial_rotary_factor = partial;
   float scaling = 1.0f;

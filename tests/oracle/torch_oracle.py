@@ -362,11 +362,13 @@ def load_config(model_dir):
     c.windows = [None] * c.n_layers
     sw = d.get("sliding_window", None)
     layer_types = d.get("layer_types", None)
+    c.sliding = [False] * c.n_layers
     if fam == "olmo3":  # Olmo3Config: sliding_window 4096, on layer_types' or three of every four layers
         sw = _num(path, d, "sliding_window") if "sliding_window" in d and sw is not None else (
             None if "sliding_window" in d else 4096)
         if not isinstance(layer_types, list):
             layer_types = ["sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(c.n_layers)]
+        c.sliding = [t == "sliding_attention" for t in layer_types]
         c.windows = [sw if t == "sliding_attention" else None for t in layer_types]
     elif fam in ("mistral", "phi3") and sw is not None:
         sw = _num(path, d, "sliding_window")
@@ -389,6 +391,17 @@ def load_config(model_dir):
     for k in ("attention_dropout", "resid_pdrop", "embd_pdrop"):  # transformers would drop out in training
         if d.get(k) not in (None, 0, 0.0):
             fail(f"{path}: field '{k}' = {d.get(k)!r}: this oracle has no dropout")
+    # OLMo 3: rope_parameters per layer type (transformers 5's form): the full layers' dict is the RoPE,
+    # the sliding layers' a default one with its own theta
+    rp = d.get("rope_parameters")
+    c.sliding_theta = None
+    if fam == "olmo3" and isinstance(rp, dict) and ("full_attention" in rp or "sliding_attention" in rp):
+        sl = rp.get("sliding_attention") or {}
+        if sl.get("rope_type", "default") != "default":
+            fail(f"{path}: rope_parameters.sliding_attention must be a default RoPE")
+        c.sliding_theta = sl.get("rope_theta", d.get("rope_theta", 500000.0))
+        d = dict(d)
+        d["rope_parameters"] = rp.get("full_attention") or {}
     c.rope = parse_rope(path, d, c)
     return c
 
@@ -413,7 +426,7 @@ def parse_rope(path, d, c):
     if theta is None:
         theta = d.get("rope_theta", None)
         if theta is None:
-            theta = 10000.0
+            theta = 500000.0 if c.family == "olmo3" else 10000.0  # (Olmo3Config's default_theta)
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 1:
         fail(f"{path}: field 'rope_theta' must be a number > 1, got {theta!r}")
     p["rope_theta"] = theta
@@ -760,13 +773,14 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
     hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv
     rep = nh // nkv
     cos, sin = rope_cos_sin(c, positions)  # [N, hd]
-    # OLMo 3's sliding layers: the plain RoPE of rope_theta (as OLMo-core trains them and vLLM runs them;
-    # transformers 5's Olmo3Model gives every layer the configured one)
+    # OLMo 3's sliding layers (by layer type): the plain RoPE of rope_theta, or of their own theta where
+    # rope_parameters gives one per layer type (as transformers' Olmo3Model and OLMo-core run them)
     plain = None
     if c.family == "olmo3":
         pc = Cfg()
         pc.__dict__.update(c.__dict__)
-        pc.rope = {"rope_type": "default", "rope_theta": c.rope["rope_theta"]}
+        pc.rope = {"rope_type": "default",
+                   "rope_theta": c.sliding_theta if c.sliding_theta is not None else c.rope["rope_theta"]}
         plain = rope_cos_sin(pc, positions)
     ii = torch.arange(N)[:, None]
     jj = torch.arange(N)[None, :]
@@ -822,7 +836,7 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
         k = k.transpose(0, 1)  # [nkv, N, hd]
         v = v.view(N, nkv, hd).transpose(0, 1)
         if c.rope_layers[li]:  # (SmolLM3's NoPE layers: none)
-            lc, ls = plain if plain is not None and win is not None else (cos, sin)
+            lc, ls = plain if plain is not None and c.sliding[li] else (cos, sin)
             q = apply_rope(q, lc, ls)
             k = apply_rope(k, lc, ls)
         # repeat_kv: query head j uses kv head j // rep
