@@ -447,6 +447,13 @@ TEST(CudaModel, PlanEqualsEveryMeasuredPeak) {
   const ModelConfig o3 = parse_config(olmo3, "olmo3 plan test config");
   ASSERT_EQ(workspace_shape(o3, ChunkPlan{128, 32}).rope_tables, 2);
   measure(o3, ChunkPlan{128, 32}, 300, "olmo3 N=300");
+  // Phi-4-mini's kind, RoPE over half of each head: its table holds rope_dim / 2 values, not head_dim / 2
+  nlohmann::json partial = tiny_config_json("llama", 2);
+  partial["architectures"] = {"Phi3ForCausalLM"}, partial["model_type"] = "phi3", partial["pad_token_id"] = nullptr;
+  partial["partial_rotary_factor"] = 0.5;
+  const ModelConfig p3 = parse_config(partial, "partial rotary plan test config");
+  ASSERT_EQ(workspace_shape(p3, ChunkPlan{128, 32}).rope_dim, 4);
+  measure(p3, ChunkPlan{128, 32}, 300, "phi3 partial rotary N=300");
 }
 
 // OOMB_CUDA_PROFILE=PATH.json: the profile counts the arithmetic of a step as its schedule spends it

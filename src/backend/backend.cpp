@@ -38,7 +38,8 @@ size_t cuda_workspace_bytes(const WorkspaceShape& s) {
   // attention backward: (C, H) of a call (--sp-head-chunks K: H / K heads)
   const size_t dsum = size_t(std::max<int64_t>(s.chunk * (s.heads / s.head_chunks), 1)) * 4;
   const size_t partials = size_t((s.params + kSumChunk - 1) / kSumChunk) * 8;
-  const size_t rope = size_t(s.head_dim / 2) * 4 * size_t(std::max<int64_t>(s.rope_tables, 1));
+  const int64_t R = s.rope_dim > 0 ? s.rope_dim : s.head_dim;  // (a table holds R / 2 values: the rope op's)
+  const size_t rope = size_t(R / 2) * 4 * size_t(std::max<int64_t>(s.rope_tables, 1));
   return loss + kGemmWorkspace + kTables + kRowGroups + dsum + partials + rope;
 }
 

@@ -96,6 +96,7 @@ struct WorkspaceShape {
                                  // a layer without a window): CUDA may route them through cuDNN
   int64_t q_width = 0;  // H D of the q projection: every head (--sp: the token side's), read when bf16
   int64_t rope_tables = 1;  // RoPE tables a run turns by (2: some layers take the plain one and some not, RopeTable::slot)
+  int64_t rope_dim = 0;     // the dims RoPE turns of each head (RopeTable::dim; 0: head_dim)
 };
 
 class Backend {

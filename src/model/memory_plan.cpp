@@ -10,6 +10,7 @@
 #include "model/chunk_inputs.h"
 #include "model/layer.h"
 #include "model/param_shards.h"
+#include "model/rope.h"
 #include "model/param_store.h"
 #include "model/params.h"
 
@@ -68,6 +69,7 @@ WorkspaceShape workspace_shape(const ModelConfig& c, int64_t chunk, const LoraCo
   bool scaled = false, plain = false;  // (RopeTable::slot 0 and 1: the device keeps a copy of each used)
   for (int64_t l = 0; l < c.layers; ++l) (c.rope_scaled(l) ? scaled : plain) = true;
   s.rope_tables = std::max(1, int(scaled) + int(plain));
+  s.rope_dim = rope_dim(c);
   return s;
 }
 
