@@ -39,14 +39,6 @@ const char* kGranite8b = R"({"architectures": ["GraniteForCausalLM"], "attention
   "rope_theta": 10000000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
   "transformers_version": "4.49.0", "use_cache": true, "vocab_size": 49159})";
 
-// The loss of each progress line ("... loss X ...") of oomb train's output.
-std::vector<double> losses_of(const std::string& out) {
-  std::vector<double> v;
-  for (size_t at = out.find("loss "); at != std::string::npos; at = out.find("loss ", at + 5))
-    if (at == 0 || out[at - 1] == ' ') v.push_back(std::stod(out.substr(at + 5)));
-  return v;
-}
-
 std::string refusal(const json& j) {
   return error_of([&] { parse_config(j, "granite.json"); });
 }

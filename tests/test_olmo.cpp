@@ -57,14 +57,6 @@ std::vector<int64_t> shape_of(const ModelConfig& c, const std::string& name) {
   return {};
 }
 
-// The loss of each progress line ("... loss X ...") of oomb train's output.
-std::vector<double> losses_of(const std::string& out) {
-  std::vector<double> v;
-  for (size_t at = out.find("loss "); at != std::string::npos; at = out.find("loss ", at + 5))
-    if (at == 0 || out[at - 1] == ' ') v.push_back(std::stod(out.substr(at + 5)));
-  return v;
-}
-
 TEST(Olmo2, ReadsItsConfig) {
   const ModelConfig c = parse_config(olmo2_7b(), "olmo2.json");
   EXPECT_EQ(c.arch, Arch::Olmo2);

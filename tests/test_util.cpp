@@ -177,4 +177,11 @@ CmdResult oomb_cmd(const std::filesystem::path& dir, const std::string& args, co
   return {WEXITSTATUS(rc), read_text(log)};
 }
 
+std::vector<double> losses_of(const std::string& out) {
+  std::vector<double> v;
+  for (size_t at = out.find("loss "); at != std::string::npos; at = out.find("loss ", at + 5))
+    if (at == 0 || out[at - 1] == ' ') v.push_back(std::stod(out.substr(at + 5)));
+  return v;
+}
+
 }  // namespace oomb::testing

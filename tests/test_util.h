@@ -51,6 +51,8 @@ bool tsan_leaves_out(const std::string& what);
 
 // The message of the oomb::Error that f throws, or "(no error)".
 std::string error_of(const std::function<void()>& f);
+// The loss of each progress line ("... loss X ...") of oomb train's output.
+std::vector<double> losses_of(const std::string& out);
 
 // The real tokenizer.json of an npm reference package ("qwen3" or "llama3"), installed into
 // tools/node_modules by scripts/install-deps.sh; empty when it is not there.

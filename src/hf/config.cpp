@@ -45,6 +45,8 @@ constexpr const char* kArchitectures = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen
                                        "Phi3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
                                        "Olmo3ForCausalLM";
 constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3";
+// Olmo3Config's layer_types where the file gives none: sliding_attention but on every 4th layer
+bool olmo3_slides_by_default(int64_t l) { return (l + 1) % 4 != 0; }
 const ArchInfo& arch_info(Arch a) {
   for (const auto& k : kArchs)
     if (k.arch == a) return k;
@@ -335,8 +337,8 @@ void set_arch(ModelConfig& c, Arch arch) {
 }
 
 void olmo3_default_windows(ModelConfig& c) {
-  c.layer_window.assign(size_t(std::max<int64_t>(c.layers, 0)), 4096);
-  for (int64_t l = 3; l < c.layers; l += 4) c.layer_window[size_t(l)] = 0;  // (l + 1) % 4 == 0: full attention
+  c.layer_window.assign(size_t(std::max<int64_t>(c.layers, 0)), 0);
+  for (int64_t l = 0; l < c.layers; ++l) c.layer_window[size_t(l)] = olmo3_slides_by_default(l) ? 4096 : 0;
 }
 
 void smollm3_default_nope(ModelConfig& c) {
@@ -386,13 +388,12 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
                "would let no query see any key", r.src, shown(v));
     return r.size("sliding_window", kMaxPositions);
   };
-  if (c.arch == Arch::Mistral) {
-    // MistralConfig defaults sliding_window to 4096; only an explicit null means full attention
+  if (c.arch == Arch::Mistral || c.arch == Arch::Olmo3) {
+    // MistralConfig and Olmo3Config default sliding_window to 4096 (Olmo3's on its sliding_attention
+    // layers); only an explicit null means none
     w = !j.contains("sliding_window") ? 4096 : j["sliding_window"].is_null() ? 0 : window();
   } else if (c.arch == Arch::Phi3) {  // Phi3Config: none by default; given, on every layer
     w = j.contains("sliding_window") && !j["sliding_window"].is_null() ? window() : 0;
-  } else if (c.arch == Arch::Olmo3) {  // Olmo3Config: 4096 unless given, on its sliding_attention layers
-    w = !j.contains("sliding_window") ? 4096 : j["sliding_window"].is_null() ? 0 : window();
   } else if ((c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3 || c.arch == Arch::SmolLM3) &&
              r.boolean("use_sliding_window", false) && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
     w = window();
@@ -422,7 +423,7 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
   // (Olmo3Config without layer_types: sliding_attention but on every 4th layer)
   for (int64_t l = 0; l < c.layers; ++l)
     c.layer_window[size_t(l)] = lt ? ((*lt)[size_t(l)] == "sliding_attention" ? w : 0)
-                                : c.arch == Arch::Olmo3 ? ((l + 1) % 4 != 0 ? w : 0)
+                                : c.arch == Arch::Olmo3 ? (olmo3_slides_by_default(l) ? w : 0)
                                 : c.arch == Arch::SmolLM3 ? (c.rope_on(l) ? 0 : w)
                                 : l >= first ? w : 0;
 }

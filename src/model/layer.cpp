@@ -166,15 +166,24 @@ Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
   return t;
 }
 
-// Granite: a residual branch's output (o_proj's, down's; (T, d) f32) times residual_multiplier, before
-// its residual add. Elsewhere nothing.
-void scale_branch(const LayerCtx& ctx, Tensor& y) {
-  if (ctx.cfg.residual_multiplier != 1.0) ctx.be.scale(y, float(ctx.cfg.residual_multiplier));
+// A residual branch's output (o_proj's, down's; (T, d) f32) made what its residual add takes, in out:
+// Granite's times residual_multiplier (in place: the matmul wrote out itself);
+// OLMo 2 (post_norm): the branch's matmul wrote y (LayerActs::y1, y2), and out = norm(y) (weight w,
+// its rstd saved) is what the residual add takes.
+void finish_branch(const LayerCtx& ctx, const Tensor& y, const Tensor& w, Tensor& rstd, Tensor& out) {
+  if (ctx.cfg.post_norm()) ctx.be.rmsnorm_fwd(y, w, float(ctx.cfg.rms_norm_eps), out, rstd);
+  else if (ctx.cfg.residual_multiplier != 1.0) ctx.be.scale(out, float(ctx.cfg.residual_multiplier));
 }
 // Its backward: the branch's output gradient from the residual stream's dh (T, d), as its matmul
 // reads it: for_matmul(dh), or with Granite's multiplier m, m dh in f32 `scratch` (T, d) (bf16: m dh
-// rounded once into dy16).
-Tensor branch_grad(const LayerCtx& ctx, const Tensor& dh, Tensor& scratch, const Tensor& dy16) {
+// rounded once into dy16); OLMo 2: dh through the branch's norm into `scratch` (dw += its weight's
+// gradient), cast as for_matmul casts.
+Tensor branch_grad(const LayerCtx& ctx, const Tensor& dh, Tensor& scratch, const Tensor& dy16, const Tensor& y,
+                   const Tensor& w, const Tensor& rstd, Tensor& dw) {
+  if (ctx.cfg.post_norm()) {
+    ctx.be.rmsnorm_bwd(y, w, rstd, dh, scratch, false, dw);
+    return for_matmul(ctx, scratch, dy16);
+  }
   const double m = ctx.cfg.residual_multiplier;
   if (m == 1.0) return for_matmul(ctx, dh, dy16);
   Tensor t = ctx.bf16 ? bf16_operand(dh, dy16) : scratch;
@@ -501,8 +510,7 @@ static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor
   Tensor& y1 = post ? A.y1 : A.hmid;
   be.linear_fwd(o, p.wo, opt(p.bo), y1);
   lora_fwd(ctx, p, kO, o, y1, plan);
-  if (post) be.rmsnorm_fwd(A.y1, p.attn_norm, eps, A.hmid, A.rstd1);
-  else scale_branch(ctx, A.hmid);
+  finish_branch(ctx, y1, p.attn_norm, A.rstd1, A.hmid);
   be.add(A.hmid, h_in);
   const Tensor& b = branch_input(ctx, A.hmid, A.b);  // (T, d), read by gate and up
   if (!post) be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
@@ -516,8 +524,7 @@ static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor
   Tensor& y2 = post ? A.y2 : h_out;
   be.linear_fwd(act, p.wdown, opt(p.bdown), y2);
   lora_fwd(ctx, p, kDown, act, y2, plan);
-  if (post) be.rmsnorm_fwd(A.y2, p.mlp_norm, eps, h_out, A.rstd2);
-  else scale_branch(ctx, h_out);
+  finish_branch(ctx, y2, p.mlp_norm, A.rstd2, h_out);
   be.add(h_out, A.hmid);
 }
 
@@ -537,8 +544,8 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   // residual stream, so its gradient adds to dh directly)
   const bool post = ctx.cfg.post_norm();
   const Tensor& act = A.act;
-  if (post) be.rmsnorm_bwd(A.y2, p.mlp_norm, A.rstd2, dh, S.da, false, norm_grad(g.mlp_norm, p.mlp_norm, plan));
-  const Tensor dh_out = post ? for_matmul(ctx, S.da, plan.dy16) : branch_grad(ctx, dh, S.da, plan.dy16);
+  const Tensor dh_out =
+      branch_grad(ctx, dh, S.da, plan.dy16, A.y2, p.mlp_norm, A.rstd2, norm_grad(g.mlp_norm, p.mlp_norm, plan));
   be.linear_bwd(act, p.wdown, dh_out, &S.dact, false, opt(g.wdown), opt(g.bdown));
   lora_bwd(ctx, p, g, kDown, act, dh_out, &S.dact, plan);
   const Tensor &dgate = S.dgate, &dup = S.dup, &b = branch_input(ctx, A.hmid, A.b);
@@ -553,9 +560,9 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in) (OLMo 2: hmid =
   // h_in + norm1(y1), y1 = o_proj(...), a = h_in, q and k through their norms before RoPE)
   Tensor dattn2 = flat2(plan.dattn_loc);
-  if (post) be.rmsnorm_bwd(A.y1, p.attn_norm, A.rstd1, dh, S.da, false, norm_grad(g.attn_norm, p.attn_norm, plan));
   const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16);
-  const Tensor dhmid = post ? for_matmul(ctx, S.da, plan.dy16) : branch_grad(ctx, dh, S.da, plan.dy16);
+  const Tensor dhmid =
+      branch_grad(ctx, dh, S.da, plan.dy16, A.y1, p.attn_norm, A.rstd1, norm_grad(g.attn_norm, p.attn_norm, plan));
   be.linear_bwd(o, p.wo, dhmid, &dattn2, false, opt(g.wo), opt(g.bo));
   lora_bwd(ctx, p, g, kO, o, dhmid, &dattn2, plan);
   to_bf16(ctx, plan.dattn_loc);  // dO feeds attention's backward matmuls
