@@ -26,6 +26,7 @@ nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads) {
                           : arch == "smollm3" ? "SmolLM3ForCausalLM"
                           : arch == "olmo2"   ? "Olmo2ForCausalLM"
                           : arch == "olmo3"   ? "Olmo3ForCausalLM"
+                          : arch == "gemma3_text" ? "Gemma3ForCausalLM"
                                               : "LlamaForCausalLM";
   nlohmann::json j = {{"architectures", {cls}},     {"model_type", arch},        {"hidden_size", 32},
           {"intermediate_size", 48},    {"num_hidden_layers", 2},    {"num_attention_heads", 4},
@@ -41,6 +42,15 @@ nlohmann::json tiny_granite_json(int64_t kv_heads) {
   nlohmann::json j = tiny_config_json("granite", kv_heads);
   j["embedding_multiplier"] = 3.5, j["residual_multiplier"] = 0.37, j["attention_multiplier"] = 0.21;
   j["logits_scaling"] = 2.7, j["tie_word_embeddings"] = true, j["pad_token_id"] = 0;
+  return j;
+}
+
+nlohmann::json tiny_gemma3_json(int64_t kv_heads) {
+  nlohmann::json j = tiny_config_json("gemma3_text", kv_heads);
+  j.erase("tie_word_embeddings");
+  j["sliding_window"] = 6, j["layer_types"] = {"sliding_attention", "full_attention"};
+  j["rope_local_base_freq"] = 100.0, j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  j["query_pre_attn_scalar"] = 20, j["head_dim"] = 16;
   return j;
 }
 
@@ -152,8 +162,8 @@ ModelConfig write_tiny_model(const std::filesystem::path& dir, const nlohmann::j
   for (const ParamSpec& s : p.specs()) {
     const bool norm = s.name.ends_with("norm.weight"), bias = s.name.ends_with(".bias");
     if (!norm && !bias) continue;
-    float* x = p.view(s).f();
-    for (int64_t i = 0; i < s.numel(); ++i) x[i] = (norm ? 1.0f : 0.0f) + nd(rng);
+    float* x = p.view(s).f();  // (a norm scales by about 1: Gemma 3's 1 + w by w about 0)
+    for (int64_t i = 0; i < s.numel(); ++i) x[i] = (norm ? 1.0f - cfg.norm_offset() : 0.0f) + nd(rng);
   }
   save_model(dir, cfg, p, dtype);
   write_file_atomic(dir / "config.json", cfg_json.dump(2));  // exactly the JSON under test

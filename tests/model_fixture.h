@@ -18,8 +18,13 @@ nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads);
 // A tiny Granite with its four multipliers off 1 (none a power of two; attention's apart from
 // 1/sqrt(head_dim)), tied, token 0 its pad (as IBM's files)
 nlohmann::json tiny_granite_json(int64_t kv_heads);
+// A tiny Gemma 3: its first layer sliding (window 6, turned by the plain RoPE of rope_local_base_freq
+// 100), its second full (rope_theta's, scaled linearly x2); heads of 16 (q twice as wide as hidden, as
+// Gemma's); query_pre_attn_scalar 20; tied, pad 0 (Gemma3TextConfig's).
+nlohmann::json tiny_gemma3_json(int64_t kv_heads);
 // Writes dir/config.json (exactly `cfg_json`) and dir/model.safetensors with random weights:
-// matrices N(0, 0.15), norms 1 + N(0, 0.1), biases N(0, 0.1), stored in `dtype`.
+// matrices N(0, 0.15), norms 1 + N(0, 0.1) (Gemma 3's, scaling by 1 + w: N(0, 0.1)), biases N(0, 0.1),
+// stored in `dtype`.
 ModelConfig write_tiny_model(const std::filesystem::path& dir, const nlohmann::json& cfg_json, uint64_t seed,
                              DType dtype = DType::F32);
 // The weights of dir loaded into m, through a host copy when the backend's memory is a device's;

@@ -106,17 +106,17 @@ inline std::vector<BadCall> bad_calls() {
     Tensor x = t(D::F32, {2, 1, 4});
     t.be.rope_bwd(x, t(D::I32, {3}), RopeTable{inv, 1.0f});
   });
-  add("swiglu_bwd: dup (2, 4) and gate (2, 3) must have the same shape", [](OpMemory& t) {
+  add("glu_bwd: dup (2, 4) and gate (2, 3) must have the same shape", [](OpMemory& t) {
     Tensor g = t(D::F32, {2, 3}), dg = t(D::F32, {2, 3}), du = t(D::F32, {2, 4});
-    t.be.swiglu_bwd(g, g, g, dg, du);
+    t.be.glu_bwd(g, g, g, dg, du);
   });
-  add("swiglu_bwd: dup is f32 but dgate is bf16", [](OpMemory& t) {
+  add("glu_bwd: dup is f32 but dgate is bf16", [](OpMemory& t) {
     Tensor g = t(D::F32, {2, 3}), dg = t(D::BF16, {2, 3}), du = t(D::F32, {2, 3});
-    t.be.swiglu_bwd(g, g, g, dg, du);
+    t.be.glu_bwd(g, g, g, dg, du);
   });
-  add("swiglu_fwd: up must be f32, got bf16", [](OpMemory& t) {
+  add("glu_fwd: up must be f32, got bf16", [](OpMemory& t) {
     Tensor g = t(D::F32, {2, 3}), out = t(D::BF16, {2, 3});
-    t.be.swiglu_fwd(g, t(D::BF16, {2, 3}), out);
+    t.be.glu_fwd(g, t(D::BF16, {2, 3}), out);
   });
   add("attention_fwd: query heads 3 not a multiple of kv heads 2", [](OpMemory& t) {
     Tensor q = t(D::F32, {2, 3, 4}), o = t(D::F32, {2, 3, 4}), lse = t(D::F32, {2, 3});

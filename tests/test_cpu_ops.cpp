@@ -256,6 +256,43 @@ TEST_F(Fixture, RmsNormForwardBackward) {
   expect_close(dw, numgrad([&](const Vec& v) { return dotv(ref(x, v), R); }, w), 5e-8, "dw");  // measured 1.2e-8
 }
 
+// Gemma 3's norm (w_offset 1): y = x r (1 + w) against float64, its gradients numerically (dw as for w
+// itself); and bit for bit the offset-free op with w + 1 as its weight (the same f32 sum, once).
+TEST_F(Fixture, RmsNormWithWeightOffset) {
+  const int64_t T = 5, d = 8;
+  const double eps = 1e-6;
+  Vec x = randd(T * d, 17), w = randd(d, 18, 0.1), R = randd(T * d, 19);
+  auto ref = [&](const Vec& xv, const Vec& wv) {
+    Vec y(xv.size());
+    for (int64_t t = 0; t < T; ++t) {
+      double ss = 0;
+      for (int64_t i = 0; i < d; ++i) ss += xv[size_t(t * d + i)] * xv[size_t(t * d + i)];
+      const double r = 1.0 / std::sqrt(ss / double(d) + eps);
+      for (int64_t i = 0; i < d; ++i) y[size_t(t * d + i)] = xv[size_t(t * d + i)] * r * (1.0 + wv[size_t(i)]);
+    }
+    return y;
+  };
+  auto xf = to_f(x), wf = to_f(w), Rf = to_f(R);
+  std::vector<float> w1(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) w1[i] = wf[i] + 1.0f;
+  std::vector<float> y(T * d), y1(T * d), rstd(T), dx(T * d), dx1(T * d), dw(d, 0.0f), dw1(d, 0.0f);
+  Tensor X = Tensor::f32(xf.data(), {T, d}), W = Tensor::f32(wf.data(), {d}), W1 = Tensor::f32(w1.data(), {d});
+  Tensor Y = Tensor::f32(y.data(), {T, d}), Y1 = Tensor::f32(y1.data(), {T, d});
+  Tensor RS = Tensor::f32(rstd.data(), {T}), DY = Tensor::f32(Rf.data(), {T, d});
+  Tensor DX = Tensor::f32(dx.data(), {T, d}), DX1 = Tensor::f32(dx1.data(), {T, d});
+  Tensor DW = Tensor::f32(dw.data(), {d}), DW1 = Tensor::f32(dw1.data(), {d});
+  be->rmsnorm_fwd(X, W, float(eps), Y, RS, 1.0f);
+  expect_close(y, ref(x, w), 2e-7, "y");
+  be->rmsnorm_bwd(X, W, RS, DY, DX, false, DW, 1.0f);
+  expect_close(dx, numgrad([&](const Vec& v) { return dotv(ref(v, w), R); }, x), 1.5e-7, "dx");
+  expect_close(dw, numgrad([&](const Vec& v) { return dotv(ref(x, v), R); }, w), 5e-8, "dw");
+  be->rmsnorm_fwd(X, W1, float(eps), Y1, RS);
+  be->rmsnorm_bwd(X, W1, RS, DY, DX1, false, DW1);
+  EXPECT_EQ(y1, y);
+  EXPECT_EQ(dx1, dx);
+  EXPECT_EQ(dw1, dw);
+}
+
 // ---- rope ----
 // the whole head (R = D), and Phi-3's partial rotation: the first R dims turn, the others pass through
 TEST_F(Fixture, RopeForwardBackward) {
@@ -313,15 +350,41 @@ TEST_F(Fixture, SwiGluForwardBackward) {
   std::vector<float> o(n), dg(n), du(n);
   Tensor Gt = Tensor::f32(gf.data(), {n}), U = Tensor::f32(uf.data(), {n}), O = Tensor::f32(o.data(), {n});
   Tensor DO = Tensor::f32(Rf.data(), {n}), DG = Tensor::f32(dg.data(), {n}), DU = Tensor::f32(du.data(), {n});
-  be->swiglu_fwd(Gt, U, O);
+  be->glu_fwd(Gt, U, O);
   expect_close(o, ref(gt, up), 1e-7, "out");  // measured 3.4e-8
-  be->swiglu_bwd(Gt, U, DO, DG, DU);
+  be->glu_bwd(Gt, U, DO, DG, DU);
   expect_close(dg, numgrad([&](const Vec& v) { return dotv(ref(v, up), R); }, gt), 2e-7, "dgate");  // measured 6.8e-8
   expect_close(du, numgrad([&](const Vec& v) { return dotv(ref(gt, v), R); }, up), 2.5e-7, "dup");  // measured 8.2e-8
 }
 
+// GeGLU (Gemma 3's gelu_pytorch_tanh): out = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) u against
+// float64, its gradients numerically.
+TEST_F(Fixture, GeGluForwardBackward) {
+  const int64_t n = 24;
+  Vec gt = randd(n, 32, 3.0), up = randd(n, 33), R = randd(n, 34);
+  auto ref = [&](const Vec& g, const Vec& u) {
+    Vec o(static_cast<size_t>(n), 0.0);
+    for (size_t i = 0; i < size_t(n); ++i)
+      o[i] = 0.5 * g[i] * (1 + std::tanh(std::sqrt(2 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * u[i];
+    return o;
+  };
+  auto gf = to_f(gt), uf = to_f(up), Rf = to_f(R);
+  std::vector<float> o(n), dg(n), du(n);
+  Tensor Gt = Tensor::f32(gf.data(), {n}), U = Tensor::f32(uf.data(), {n}), O = Tensor::f32(o.data(), {n});
+  Tensor DO = Tensor::f32(Rf.data(), {n}), DG = Tensor::f32(dg.data(), {n}), DU = Tensor::f32(du.data(), {n});
+  be->glu_fwd(Gt, U, O, Act::GeluTanh);
+  expect_close(o, ref(gt, up), 2e-7, "out");
+  be->glu_bwd(Gt, U, DO, DG, DU, Act::GeluTanh);
+  expect_close(dg, numgrad([&](const Vec& v) { return dotv(ref(v, up), R); }, gt), 3e-7, "dgate");
+  expect_close(du, numgrad([&](const Vec& v) { return dotv(ref(gt, v), R); }, up), 3e-7, "dup");
+  std::vector<float> silu(n);  // (not SwiGLU's values)
+  Tensor S = Tensor::f32(silu.data(), {n});
+  be->glu_fwd(Gt, U, S);
+  EXPECT_NE(silu, o);
+}
+
 // ---- bf16 outputs (--precision bf16: the norms' and swiglu's outputs feed only matmuls) ----
-// rmsnorm_fwd's y, swiglu_fwd's out and swiglu_bwd's dgate, dup written as bf16 hold, bit for bit,
+// rmsnorm_fwd's y, glu_fwd's out and glu_bwd's dgate, dup written as bf16 hold, bit for bit,
 // the op's own f32 outputs rounded to nearest even (tests/dtype_reference.h, not core/dtype's
 // conversion); rstd is the f32 run's. Sizes below and above the threads' threshold (32K elements).
 TEST_F(Fixture, NormAndSwiGluWriteBf16AsTheirF32OutputsRounded) {
@@ -339,10 +402,10 @@ TEST_F(Fixture, NormAndSwiGluWriteBf16AsTheirF32OutputsRounded) {
     Tensor R(rs.data(), DType::F32, {T}, Tier::Host), R16(rs16.data(), DType::F32, {T}, Tier::Host);
     be->rmsnorm_fwd(X, W, 1e-6f, Y, R);
     be->rmsnorm_fwd(X, W, 1e-6f, Y16, R16);
-    be->swiglu_fwd(G, U, O);
-    be->swiglu_fwd(G, U, O16);
-    be->swiglu_bwd(G, U, DO, DG, DU);
-    be->swiglu_bwd(G, U, DO, DG16, DU16);
+    be->glu_fwd(G, U, O);
+    be->glu_fwd(G, U, O16);
+    be->glu_bwd(G, U, DO, DG, DU);
+    be->glu_bwd(G, U, DO, DG16, DU16);
     EXPECT_EQ(rs16, rs);
     size_t flips = 0;  // elements whose f32 value is not itself a bf16 value (the rounding is exercised)
     for (size_t i = 0; i < n; ++i) {
@@ -353,6 +416,16 @@ TEST_F(Fixture, NormAndSwiGluWriteBf16AsTheirF32OutputsRounded) {
       flips += ref::bf16_value(y16[i]) != double(y[i]);
     }
     EXPECT_GT(flips, n / 2) << "the f32 outputs were bf16 values already";
+    // GeGLU (Gemma 3's) the same way
+    be->glu_fwd(G, U, O, Act::GeluTanh);
+    be->glu_fwd(G, U, O16, Act::GeluTanh);
+    be->glu_bwd(G, U, DO, DG, DU, Act::GeluTanh);
+    be->glu_bwd(G, U, DO, DG16, DU16, Act::GeluTanh);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(o16[i], ref::bf16_encode(o[i])) << "geglu out at " << i;
+      ASSERT_EQ(dg16[i], ref::bf16_encode(dg[i])) << "geglu dgate at " << i;
+      ASSERT_EQ(du16[i], ref::bf16_encode(du[i])) << "geglu dup at " << i;
+    }
   }
 }
 
@@ -465,8 +538,8 @@ TEST_F(Fixture, RowWiseOpsAtModelWidths) {
       Tensor G = Tensor::f32(g.data(), {T, d}), U = Tensor::f32(u.data(), {T, d}), O = Tensor::f32(og.data(), {T, d});
       Tensor DO = Tensor::f32(dout.data(), {T, d}), DG = Tensor::f32(dgg.data(), {T, d}),
              DU = Tensor::f32(dug.data(), {T, d});
-      be->swiglu_fwd(G, U, O);
-      be->swiglu_bwd(G, U, DO, DG, DU);
+      be->glu_fwd(G, U, O);
+      be->glu_bwd(G, U, DO, DG, DU);
       expect_close(og, o, 2e-7, "swiglu out" + at);      // measured <= 6.1e-8
       expect_close(dgg, dg, 2e-7, "swiglu dgate" + at);  // measured <= 6.9e-8
       expect_close(dug, du, 2e-7, "swiglu dup" + at);    // measured <= 6.0e-8

@@ -39,13 +39,15 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
   auto cpu = make_cpu_backend();
   double worst = 0, worst_bf16 = 0, worst_loss = 0;
   int cases = 0;
-  for (std::string arch : {"llama", "qwen2", "qwen3", "granite", "smollm3", "olmo2", "olmo3"})
+  for (std::string arch : {"llama", "qwen2", "qwen3", "granite", "smollm3", "olmo2", "olmo3", "gemma3"})
     for (int64_t G : {int64_t(1), int64_t(2), int64_t(4)}) {
       // (Granite: its multipliers; SmolLM3: a NoPE layer; OLMo 2: its post-norms; OLMo 3: a sliding layer
-      // on the plain RoPE beside a full one on YaRN, the device's two tables; the head ratios are Llama's)
+      // on the plain RoPE beside a full one on YaRN, the device's two tables; Gemma 3: its four norms
+      // scaling by 1 + w, GeGLU, a sliding and a full layer; the head ratios are Llama's)
       if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && G != 2) continue;
       const auto dir = temp_dir(fmt::format("_{}_{}", arch, G));
-      nlohmann::json j = arch == "granite" ? tiny_granite_json(G) : tiny_config_json(arch, G);
+      nlohmann::json j = arch == "granite" ? tiny_granite_json(G) : arch == "gemma3" ? tiny_gemma3_json(G)
+                                                                                      : tiny_config_json(arch, G);
       if (arch == "smollm3") j["no_rope_layers"] = {1, 0};
       if (arch == "olmo3")
         j["sliding_window"] = 9, j["layer_types"] = {"sliding_attention", "full_attention"},
@@ -447,6 +449,13 @@ TEST(CudaModel, PlanEqualsEveryMeasuredPeak) {
   const ModelConfig o3 = parse_config(olmo3, "olmo3 plan test config");
   ASSERT_EQ(workspace_shape(o3, ChunkPlan{128, 32}).rope_tables, 2);
   measure(o3, ChunkPlan{128, 32}, 300, "olmo3 N=300");
+  // Gemma 3: y1, y2 and their norms' rstd beside Llama's activations; two tables
+  const ModelConfig g3 = parse_config(tiny_gemma3_json(2), "gemma3 plan test config");
+  for (const DType precision : {DType::F32, DType::BF16}) {
+    ChunkPlan plan{128, 32};
+    plan.precision = precision;
+    measure(g3, plan, 300, fmt::format("gemma3 N=300 {}", dtype_name(precision)));
+  }
   // Phi-4-mini's kind, RoPE over half of each head: its table holds rope_dim / 2 values, not head_dim / 2
   nlohmann::json partial = tiny_config_json("llama", 2);
   partial["architectures"] = {"Phi3ForCausalLM"}, partial["model_type"] = "phi3", partial["pad_token_id"] = nullptr;

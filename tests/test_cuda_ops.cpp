@@ -187,31 +187,49 @@ TEST(CudaOps, EmbeddingRmsnormRopeSwiglu) {
     G.rmsnorm_bwd(out.d, w.d, rstd.d, dout.d, dx.d, true, dw.d);
     report("rmsnorm_bwd dx", err(dx), 5e-7);  // measured 5.1e-8
     report("rmsnorm_bwd dw", err(dw), 5e-7);  // measured 0
+    C.rmsnorm_fwd(out.h, w.h, 1e-5f, y.h, rstd.h, 1.0f);  // (Gemma 3's: times 1 + w)
+    G.rmsnorm_fwd(out.d, w.d, 1e-5f, y.d, rstd.d, 1.0f);
+    report("rmsnorm_fwd w_offset 1", err(y), 5e-7);
+    C.rmsnorm_bwd(out.h, w.h, rstd.h, dout.h, dx.h, false, dw.h, 1.0f);
+    G.rmsnorm_bwd(out.d, w.d, rstd.d, dout.d, dx.d, false, dw.d, 1.0f);
+    report("rmsnorm_bwd w_offset 1 dx", err(dx), 5e-7);
+    report("rmsnorm_bwd w_offset 1 dw", err(dw), 5e-7);
+    C.rmsnorm_fwd(out.h, w.h, 1e-5f, y.h, rstd.h);  // (y as below expects it)
+    G.rmsnorm_fwd(out.d, w.d, 1e-5f, y.d, rstd.d);
 
     Pair g(DType::F32, {T, d}), u(DType::F32, {T, d}), o(DType::F32, {T, d}), dg(DType::F32, {T, d}),
         du(DType::F32, {T, d});
     g.randn(13, 3.0f), u.randn(14);
-    C.swiglu_fwd(g.h, u.h, o.h);
-    G.swiglu_fwd(g.d, u.d, o.d);
-    report("swiglu_fwd", err(o), 3e-7);  // measured 9.7e-9
-    C.swiglu_bwd(g.h, u.h, dout.h, dg.h, du.h);
-    G.swiglu_bwd(g.d, u.d, dout.d, dg.d, du.d);
-    report("swiglu_bwd dg", err(dg), 3e-7);  // measured 3.4e-8
-    report("swiglu_bwd du", err(du), 3e-7);  // measured 9.6e-9
+    C.glu_fwd(g.h, u.h, o.h);
+    G.glu_fwd(g.d, u.d, o.d);
+    report("glu_fwd", err(o), 3e-7);  // measured 9.7e-9
+    C.glu_bwd(g.h, u.h, dout.h, dg.h, du.h);
+    G.glu_bwd(g.d, u.d, dout.d, dg.d, du.d);
+    report("glu_bwd dg", err(dg), 3e-7);  // measured 3.4e-8
+    report("glu_bwd du", err(du), 3e-7);  // measured 9.6e-9
+    C.glu_fwd(g.h, u.h, o.h, Act::GeluTanh);  // (Gemma 3's GeGLU)
+    G.glu_fwd(g.d, u.d, o.d, Act::GeluTanh);
+    report("glu_fwd gelu_tanh", err(o), 3e-7);
+    C.glu_bwd(g.h, u.h, dout.h, dg.h, du.h, Act::GeluTanh);
+    G.glu_bwd(g.d, u.d, dout.d, dg.d, du.d, Act::GeluTanh);
+    report("glu_bwd gelu_tanh dg", err(dg), 3e-7);
+    report("glu_bwd gelu_tanh du", err(du), 3e-7);
+    C.glu_fwd(g.h, u.h, o.h);  // (SwiGLU's again, as below expects them)
+    G.glu_fwd(g.d, u.d, o.d);
+    C.glu_bwd(g.h, u.h, dout.h, dg.h, du.h);
+    G.glu_bwd(g.d, u.d, dout.d, dg.d, du.d);
 
     // the same three ops writing bf16 (--precision bf16's matmul operands): the GPU's own f32
     // outputs above rounded to nearest even, bit for bit (tests/dtype_reference.h); rstd the same
     Pair y16(DType::BF16, {T, d}), rstd16(DType::F32, {T}), o16(DType::BF16, {T, d}), dg16(DType::BF16, {T, d}),
         du16(DType::BF16, {T, d});
     G.rmsnorm_fwd(out.d, w.d, 1e-5f, y16.d, rstd16.d);
-    G.swiglu_fwd(g.d, u.d, o16.d);
-    G.swiglu_bwd(g.d, u.d, dout.d, dg16.d, du16.d);
+    G.glu_fwd(g.d, u.d, o16.d);
+    G.glu_bwd(g.d, u.d, dout.d, dg16.d, du16.d);
     EXPECT_EQ(rstd16.device_f32(), rstd.device_f32());
-    for (const auto& [op, b16, f32] : {std::tuple<const char*, const Pair*, const Pair*>{"rmsnorm_fwd y", &y16, &y},
-                                       {"swiglu_fwd out", &o16, &o}, {"swiglu_bwd dgate", &dg16, &dg},
-                                       {"swiglu_bwd dup", &du16, &du}}) {
-      const std::vector<char> bytes = b16->download();
-      const std::vector<float> want = f32->device_f32();
+    auto expect_rounded = [](const char* op, const Pair& b16, const Pair& f32) {
+      const std::vector<char> bytes = b16.download();
+      const std::vector<float> want = f32.device_f32();
       size_t differ = 0;
       for (size_t i = 0; i < want.size(); ++i) {
         uint16_t h;
@@ -219,7 +237,19 @@ TEST(CudaOps, EmbeddingRmsnormRopeSwiglu) {
         differ += h != ref::bf16_encode(want[i]);
       }
       EXPECT_EQ(differ, 0u) << op << ": bf16 outputs that are not the f32 output rounded";
-    }
+    };
+    expect_rounded("rmsnorm_fwd y", y16, y);
+    expect_rounded("glu_fwd out", o16, o);
+    expect_rounded("glu_bwd dgate", dg16, dg);
+    expect_rounded("glu_bwd dup", du16, du);
+    // GeGLU's (Gemma 3's) bf16 outputs: its f32 ones rounded, bit for bit
+    G.glu_fwd(g.d, u.d, o.d, Act::GeluTanh);
+    G.glu_fwd(g.d, u.d, o16.d, Act::GeluTanh);
+    G.glu_bwd(g.d, u.d, dout.d, dg.d, du.d, Act::GeluTanh);
+    G.glu_bwd(g.d, u.d, dout.d, dg16.d, du16.d, Act::GeluTanh);
+    expect_rounded("geglu out", o16, o);
+    expect_rounded("geglu dgate", dg16, dg);
+    expect_rounded("geglu dup", du16, du);
   }
   // R: the dims turned (Phi-3's partial rotation below D: 12 of 16, 96 of 128, Phi-4-mini's)
   for (auto [T, H, D, R] :

@@ -200,6 +200,14 @@ TEST(Dist, Olmo2OnRanks) {
                               "OOMB_GRAD_SYNC_PIECE=1000");
 }
 
+// Gemma 3's four norms (1 + w), per-head q/k norms, GeGLU and its sliding layer's own RoPE on ranks: --sp
+// keeping attention in the layer order with --doc-mask against the single rank.
+TEST(Dist, Gemma3OnRanks) {
+  NEED_MPI();
+  const CmdResult r = expect_equal_to_single_rank(2, "--sp 2 --arch gemma3_text --keep-attention --sweep layer --doc-mask");
+  EXPECT_EQ(figure(r.out, "layer_vs_chunk_order_differing"), 0);
+}
+
 // Negative control: a tied head's gradient added in the layer order's loss pass (as a plain layer
 // order would) is caught by the bitwise comparison with the chunk order.
 TEST(Dist, LayerSweepWithSequenceParallelSeesAFault) {

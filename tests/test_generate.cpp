@@ -53,7 +53,7 @@ nlohmann::json olmo3_window_yarn() {
 }
 
 TEST(Generate, IncrementalDecodingEqualsAFullForward) {
-  for (std::string arch : {"llama", "qwen3", "phi3", "phi3-partial", "granite", "smollm3", "olmo2", "olmo3"}) {
+  for (std::string arch : {"llama", "qwen3", "phi3", "phi3-partial", "granite", "smollm3", "olmo2", "olmo3", "gemma3"}) {
     SCOPED_TRACE(arch);
     const auto dir = temp_dir("_" + arch);
     const ModelConfig cfg = write_tiny_model(dir, arch == "phi3"           ? phi3_longrope()
@@ -61,6 +61,7 @@ TEST(Generate, IncrementalDecodingEqualsAFullForward) {
                                                   : arch == "granite"      ? tiny_granite_json(2)
                                                   : arch == "smollm3"      ? nope_second_layer()
                                                   : arch == "olmo3"        ? olmo3_window_yarn()
+                                                  : arch == "gemma3"       ? tiny_gemma3_json(2)
                                                                            : tiny_config_json(arch, 2), 71);
     auto be = make_cpu_backend();
     Model inc(cfg, *be, ChunkPlan{5, 4}), full(cfg, *be, ChunkPlan{64, 16});

@@ -206,11 +206,11 @@ TEST(Olmo3, WindowsRopeAndRoundTrip) {
   EXPECT_EQ(workspace_shape(parse_config(tiny_config_json("olmo2", 2), "o2.json"), ChunkPlan{16, 8}).rope_tables, 1);
   json null_window = j;
   null_window["sliding_window"] = nullptr;
-  EXPECT_THAT(refusal(null_window), HasSubstr("OLMo 3's sliding_window is null, but Olmo3Config's layer_types (absent "
-                                              "here) slide three layers of every four"));
+  EXPECT_THAT(refusal(null_window), HasSubstr("Olmo3ForCausalLM's sliding_window is null, but its config's layer_types "
+                                              "(absent here) slide three layers of every four"));
   null_window["layer_types"] = k["layer_types"];
   EXPECT_THAT(refusal(null_window), HasSubstr("layer_types asks for sliding_attention, but no sliding window is set "
-                                              "(OLMo 3's sliding_window is null)"));
+                                              "(its sliding_window is null)"));
 }
 
 // oomb init: another family's preset made OLMo 3, and then with other --layers, takes Olmo3Config's
@@ -258,8 +258,8 @@ TEST(Olmo3, RopeParametersPerLayerType) {
   EXPECT_EQ(back.rope.factor, 2.0);
   json bad = j;
   bad["rope_parameters"]["sliding_attention"]["rope_type"] = "linear";
-  EXPECT_THAT(refusal(bad), HasSubstr("rope_parameters.sliding_attention.rope_type = 'linear': OLMo 3's sliding "
-                                      "layers take the plain RoPE"));
+  EXPECT_THAT(refusal(bad), HasSubstr("rope_parameters.sliding_attention.rope_type = 'linear': Olmo3ForCausalLM's "
+                                      "sliding layers take the plain RoPE"));
   bad = j;
   bad["rope_parameters"]["chunked_attention"] = json::object();
   EXPECT_THAT(refusal(bad), HasSubstr("rope_parameters per layer type has 'chunked_attention'"));

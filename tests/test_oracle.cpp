@@ -365,6 +365,44 @@ TEST_F(Oracle, Olmo3SlidingLayersAndTheirRope) {
                                                                    {"attention_bias", true}}), 19});
 }
 
+// Gemma 3: each branch's input and output normalized, every norm scaling by 1 + w, q and k normalized per
+// head (heads of 16: q twice as wide as hidden, as Gemma's), GELU's tanh approximation gating the MLP, the
+// embedding times sqrt(hidden) and the scores times query_pre_attn_scalar^-1/2; five sliding layers of six
+// (here: six layers) turning q and k by the plain
+// RoPE of rope_local_base_freq while the full layer takes the configured linear scaling of rope_theta;
+// chunked over the window; as layer_types says; transformers 5's rope_parameters per layer type; tied (its
+// default) with attention_bias and its pad (0); LoRA with dropout and LongLoRA's four layer norms; a bf16
+// checkpoint; LoRA with the norms frozen.
+TEST_F(Oracle, Gemma3SandwichNormsAndGelu) {
+  const json o = with(tiny_config_json("gemma3_text", 2),
+                      {{"tie_word_embeddings", nullptr}, {"pad_token_id", nullptr}, {"query_pre_attn_scalar", 20},
+                       {"rope_theta", 1e6}, {"rope_local_base_freq", 100.0}, {"head_dim", 16}});
+  const json linear = {{"rope_type", "linear"}, {"factor", 2.0}};
+  check_against_oracle({"gemma3_6layers_window5_linear_C9_P4",
+                        with(o, {{"num_hidden_layers", 6}, {"sliding_window", 5}, {"rope_scaling", linear}}), 37, 9,
+                        4});
+  check_against_oracle({"gemma3_layer_types_window6_kv1_untied_C7_P4",
+                        with(with(o, {{"sliding_window", 6}, {"layer_types", {"full_attention", "sliding_attention"}},
+                                      {"tie_word_embeddings", false}}),
+                             {{"num_key_value_heads", 1}}),
+                        29, 7, 4});
+  check_against_oracle({"gemma3_rope_per_layer_type_C9_P4",
+                        with(o, {{"num_hidden_layers", 3}, {"sliding_window", 5}, {"sliding_window_pattern", 3},
+                                 {"rope_parameters", {{"full_attention", {{"rope_type", "linear"}, {"rope_theta", 5e5},
+                                                                          {"factor", 3.0}}},
+                                                      {"sliding_attention", {{"rope_type", "default"},
+                                                                             {"rope_theta", 50.0}}}}}}),
+                        37, 9, 4});
+  check_against_oracle({"gemma3_defaults_bias_pad0", with(tiny_config_json("gemma3_text", 4),
+                                                          {{"tie_word_embeddings", nullptr}, {"pad_token_id", nullptr},
+                                                           {"attention_bias", true}}),
+                        19});
+  check_against_oracle({"gemma3_lora_dropout_C5_P4", o, 21, 5, 4, DType::F32, lora_of("all", false, true, 0.5), 83});
+  // the norms frozen: their gradients (the post-norms' too) go to the layer's scratch
+  check_against_oracle({"gemma3_lora_frozen_norms_C6_P4", o, 23, 6, 4, DType::F32, lora_of("all", false, false)});
+  check_against_oracle({"gemma3_bf16", o, 19, 0, 128, DType::BF16});
+}
+
 // Phi-3: fused q/k/v and gate/up in the checkpoint, a sliding window on every layer, and LongRoPE,
 // whose long factors serve a sequence past original_max_position_embeddings (16 here) and its short
 // ones a sequence within it.

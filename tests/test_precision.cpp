@@ -434,13 +434,13 @@ TEST(Bf16Budget, AttentionReadsTheChunksOwnKeysAsBf16) {
 }
 
 // --precision bf16: the matmuls' operands that only matmuls read come out of their ops in bf16
-// (rmsnorm_fwd's a and b, swiglu_fwd's act, swiglu_bwd's dgate and dup, each rounded as cast
+// (rmsnorm_fwd's a and b, glu_fwd's act, glu_bwd's dgate and dup, each rounded as cast
 // rounds), so no cast of an f32 (T, I) tensor runs in a step (before: five a layer and chunk, the
 // act of each forward pass and the backward, dgate and dup) and the two layer norms' outputs are
 // bf16 (Qwen3's per-head q/k norms feed RoPE: f32). With fp32 matmuls every output stays f32.
 class OperandSpy final : public CpuBackend {
  public:
-  int64_t wide_casts = 0, casts = 0, norms16 = 0, norms = 0, head_norms = 0, swiglu16 = 0, swiglu = 0, swiglu_bwd16 = 0;
+  int64_t wide_casts = 0, casts = 0, norms16 = 0, norms = 0, head_norms = 0, swiglu16 = 0, swiglu = 0, glu_bwd16 = 0;
   int64_t I = 0, T = 0, D = 0;
 
  protected:
@@ -449,20 +449,21 @@ class OperandSpy final : public CpuBackend {
     wide_casts += src.dtype == DType::F32 && src.ndim == 2 && src.dim(1) == I && src.dim(0) <= T;  // (not a weight)
     CpuBackend::do_cast(src, dst);
   }
-  void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) override {
+  void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd, float off) override {
     ++norms;
     norms16 += y.dtype == DType::BF16;
     head_norms += x.dim(1) == D;  // Qwen3's q/k norms, over each head's rows
-    CpuBackend::do_rmsnorm_fwd(x, w, eps, y, rstd);
+    CpuBackend::do_rmsnorm_fwd(x, w, eps, y, rstd, off);
   }
-  void do_swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) override {
+  void do_glu_fwd(const Tensor& gate, const Tensor& up, Tensor& out, Act act) override {
     ++swiglu;
     swiglu16 += out.dtype == DType::BF16;
-    CpuBackend::do_swiglu_fwd(gate, up, out);
+    CpuBackend::do_glu_fwd(gate, up, out, act);
   }
-  void do_swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) override {
-    swiglu_bwd16 += dgate.dtype == DType::BF16;
-    CpuBackend::do_swiglu_bwd(gate, up, dout, dgate, dup);
+  void do_glu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup,
+                  Act act) override {
+    glu_bwd16 += dgate.dtype == DType::BF16;
+    CpuBackend::do_glu_bwd(gate, up, dout, dgate, dup, act);
   }
 };
 
@@ -488,15 +489,15 @@ TEST(Bf16Budget, NormsAndSwiGluWriteTheMatmulsOperands) {
       EXPECT_EQ(be.wide_casts, 0) << "casts of an f32 (T, I) tensor";
       EXPECT_GT(be.swiglu, 0);
       if (precision == DType::BF16) {
-        EXPECT_EQ(be.swiglu16, be.swiglu) << "swiglu_fwd writing f32";
-        EXPECT_EQ(be.swiglu_bwd16, chunks * L) << "swiglu_bwd writing f32";
+        EXPECT_EQ(be.swiglu16, be.swiglu) << "glu_fwd writing f32";
+        EXPECT_EQ(be.glu_bwd16, chunks * L) << "glu_bwd writing f32";
         // each forward pass: two a layer, and the final norm (the lm_head's input)
         EXPECT_EQ(be.norms - be.norms16, be.head_norms) << "norms other than Qwen3's q/k norms writing f32";
         EXPECT_GT(be.norms16, 2 * be.swiglu) << "the final norm writing f32";
         EXPECT_EQ(be.head_norms > 0, cfg.qk_norm);
         EXPECT_GT(be.casts, 0) << "the rest still cast (o, the output gradients, q, dO, own K/V)";
       } else {
-        EXPECT_EQ(be.norms16 + be.swiglu16 + be.swiglu_bwd16, 0) << "bf16 outputs with fp32 matmuls";
+        EXPECT_EQ(be.norms16 + be.swiglu16 + be.glu_bwd16, 0) << "bf16 outputs with fp32 matmuls";
       }
       std::cout << fmt::format("[ bf16     ] {} {}: {} casts in a step of {} chunks x {} layers, none of (T, I)\n",
                                model, dtype_name(precision), be.casts, chunks, L);

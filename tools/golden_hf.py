@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Hugging Face golden fixtures: tiny random-init Llama, Qwen2, Qwen3, Phi-3, Granite, SmolLM3, OLMo 2 and 3 models built
+"""Hugging Face golden fixtures: tiny random-init Llama, Qwen2, Qwen3, Phi-3, Granite, SmolLM3, OLMo 2 and 3 and Gemma 3
+models built
 with transformers' own modelling code, saved in Hugging Face format with their loss, logits and every gradient, so
 that tests/test_hf_golden.cpp checks oomb against Hugging Face in every CI run (on the CPU).
 
@@ -122,13 +123,28 @@ MODELS = {
                                           "original_max_position_embeddings": 16},
                        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
                       if TRANSFORMERS_5 else rope(500000.0))), 500000.0),
+    # Gemma 3: each branch's input and output normalized, every norm scaling by 1 + w (weights about 0 here),
+    # q and k normalized per head, GeGLU, the embedding times sqrt(32), the scores times
+    # query_pre_attn_scalar^-1/2 (20); a sliding window (9 of N = 40) on its first layer, turned by the plain
+    # RoPE of its own theta, the full layer's scaled linearly x2; tied, Gemma3TextConfig's pad (0) the ids hold
+    # (head_dim 16: q as wide as 2 hidden, as Gemma's heads are wider than its hidden size)
+    "gemma3": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM,
+               dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                    rms_norm_eps=1e-6, tie_word_embeddings=True, pad_token_id=0, bos_token_id=2, eos_token_id=1,
+                    sliding_window=9, layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=20,
+                    **(dict(rope_parameters={
+                        "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 2.0},
+                        "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}})
+                       if TRANSFORMERS_5 else dict(rope_theta=1000000.0, rope_local_base_freq=100.0,
+                                                   rope_scaling={"rope_type": "linear", "factor": 2.0}))), 1000000.0),
 }
 N = 40
 
 
 def saved_theta(cfg):  # rope_theta as config.json holds it, in either transformers' form
     rp = cfg.get("rope_parameters")
-    if isinstance(rp, dict) and isinstance(rp.get("full_attention"), dict):  # (per layer type: OLMo 3's)
+    if isinstance(rp, dict) and isinstance(rp.get("full_attention"), dict):  # (per layer type: OLMo 3's, Gemma 3's)
         rp = rp["full_attention"]
         return float(rp.get("rope_theta", cfg.get("rope_theta", 10000.0)))
     for k in ("rope_parameters", "rope_scaling"):
@@ -150,6 +166,8 @@ def make(name, out):
     config_cls, model_cls, kw, theta = MODELS[name]
     torch.manual_seed(1234)
     config = config_cls(**kw)
+    if "layer_types" in kw:  # (a transformers that ignores layer_types would make another model)
+        assert list(config.layer_types) == kw["layer_types"], f"{name}: layer_types {config.layer_types}"
     model = model_cls(config).to(torch.float32)
     with torch.no_grad():  # larger than the default init, so that every path carries signal
         for p in model.parameters():
@@ -162,7 +180,11 @@ def make(name, out):
         saved = json.load(f)
     assert saved_theta(saved) == theta, f"{name}: config.json has rope theta {saved_theta(saved)}, not {theta}"
     # as oomb reads config.json (save_pretrained leaves out some values equal to the defaults)
-    assert saved.get("tie_word_embeddings", False) == kw["tie_word_embeddings"], f"{name}: tie_word_embeddings lost"
+    # (absent: the family's default as oomb takes it, tied for SmolLM3 and Gemma 3; save_pretrained drops a
+    # value equal to the class's default)
+    tied_by_default = name in ("smollm3", "gemma3")
+    assert saved.get("tie_word_embeddings", tied_by_default) == kw["tie_word_embeddings"], \
+        f"{name}: tie_word_embeddings lost"
 
     # the reference: the saved float32 weights, computed in float64, eager attention
     ref = load_f64(model_cls, d)
@@ -255,6 +277,9 @@ LORA = {  # the adapter each model gets, as PEFT's LoraConfig arguments
     # Phi-3's fused linears, one adapter each (A shared by q, k and v; B their rows)
     "phi3": dict(r=4, lora_alpha=8, target_modules=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]),
     "granite": dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"]),
+    # Gemma 3: every linear, its GeGLU's gate and up included
+    "gemma3": dict(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                      "down_proj"]),
 }
 
 

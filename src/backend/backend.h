@@ -8,6 +8,7 @@
 
 #include "backend/dropout_mask.h"
 #include "backend/stream_times.h"
+#include "core/activation.h"
 #include "core/tensor.h"
 
 namespace oomb {
@@ -124,12 +125,13 @@ class Backend {
   // dtable[ids[t]] += dout[t], except where ids[t] == skip (transformers' padding_idx; -1: none)
   void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable, int64_t skip = -1);
 
-  // y (T, d) = x * rstd * w;  rstd: (T) saved for backward.  y f32, or bf16: each value rounded
-  // to nearest even (cast's bits), for a matmul that reads bf16 (--precision bf16)
-  void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd);
-  // dx (T, d) = ... (or += when dx_accumulate);  dw += ...
+  // y (T, d) = x * rstd * (w + w_offset);  rstd: (T) saved for backward.  y f32, or bf16: each value
+  // rounded to nearest even (cast's bits), for a matmul that reads bf16 (--precision bf16). w_offset:
+  // 0, or Gemma 3's 1 (its norms scale by 1 + w, in f32)
+  void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd, float w_offset = 0.0f);
+  // dx (T, d) = ... (or += when dx_accumulate);  dw += ... (the same for w as for w + w_offset)
   void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                   bool dx_accumulate, Tensor& dw);
+                   bool dx_accumulate, Tensor& dw, float w_offset = 0.0f);
 
   // x: (T, H, D) rotated in place at positions pos: (T) i32 (rotate-half layout, as in HF Llama: pairs
   // (i, i + R/2) for i < R/2, R = rope.dims(D); dims R.. unchanged, as Phi-3's partial rotation)
@@ -137,11 +139,12 @@ class Backend {
   // dx: (T, H, D) in place: the transpose rotation
   void rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& rope);
 
-  // out = silu(gate) * up;  all (T, I).  out f32, or bf16 (rounded as rmsnorm_fwd's y); dgate and
-  // dup likewise, both of one dtype
-  void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out);
-  void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
-                  Tensor& dup);
+  // out = act(gate) * up;  all (T, I); act silu (SwiGLU) or gelu_tanh (GeGLU: 0.5 g (1 + tanh(sqrt(2/pi)
+  // (g + 0.044715 g^3)))).  out f32, or bf16 (rounded as rmsnorm_fwd's y); dgate and dup likewise, both
+  // of one dtype
+  void glu_fwd(const Tensor& gate, const Tensor& up, Tensor& out, Act act = Act::Silu);
+  void glu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup,
+               Act act = Act::Silu);
 
   // Causal GQA attention over KV blocks, online softmax. q, o: (T, H, D); lse: (T, H) fp32
   void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
@@ -298,14 +301,15 @@ class Backend {
                              Tensor* dw, Tensor* db) = 0;
   virtual void do_embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
   virtual void do_embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable, int64_t skip) = 0;
-  virtual void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) = 0;
+  virtual void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd,
+                              float w_offset) = 0;
   virtual void do_rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                              bool dx_accumulate, Tensor& dw) = 0;
+                              bool dx_accumulate, Tensor& dw, float w_offset) = 0;
   virtual void do_rope_fwd(Tensor& x, const Tensor& pos, const RopeTable& rope) = 0;
   virtual void do_rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& rope) = 0;
-  virtual void do_swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
-  virtual void do_swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
-                             Tensor& dup) = 0;
+  virtual void do_glu_fwd(const Tensor& gate, const Tensor& up, Tensor& out, Act act) = 0;
+  virtual void do_glu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup,
+                          Act act) = 0;
   virtual void do_attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,
                                 Tensor& lse) = 0;
   virtual void do_attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,

@@ -171,7 +171,7 @@ void Backend::embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtabl
   do_embedding_bwd(ids, dout, dtable, skip);
 }
 
-void Backend::rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
+void Backend::rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd, float w_offset) {
   const Check c{*this, "rmsnorm_fwd"};
   c.tensor("x", x, 2);
   c.tensor("w", w, 1);
@@ -180,11 +180,11 @@ void Backend::rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y
   OOMB_CHECK(w.dim(0) == x.dim(1) && rstd.dim(0) == x.dim(0), "rmsnorm_fwd: w {} / rstd {} do not fit x {}",
              w.shape_str(), rstd.shape_str(), x.shape_str());
   const OpScope op_scope(*this);
-  do_rmsnorm_fwd(x, w, eps, y, rstd);
+  do_rmsnorm_fwd(x, w, eps, y, rstd, w_offset);
 }
 
 void Backend::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, bool acc,
-                          Tensor& dw) {
+                          Tensor& dw, float w_offset) {
   const Check c{*this, "rmsnorm_bwd"};
   c.tensor("x", x, 2);
   c.tensor("w", w, 1);
@@ -195,7 +195,7 @@ void Backend::rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, 
   c.f32_like("dx", dx, "x", x);
   c.f32_like("dw", dw, "w", w);
   const OpScope op_scope(*this);
-  do_rmsnorm_bwd(x, w, rstd, dy, dx, acc, dw);
+  do_rmsnorm_bwd(x, w, rstd, dy, dx, acc, dw, w_offset);
 }
 
 namespace {
@@ -224,26 +224,26 @@ void Backend::rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& r) {
   do_rope_bwd(dx, pos, r);
 }
 
-void Backend::swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) {
-  const Check c{*this, "swiglu_fwd"};
+void Backend::glu_fwd(const Tensor& gate, const Tensor& up, Tensor& out, Act act) {
+  const Check c{*this, "glu_fwd"};
   c.tensor("gate", gate, -1);
   c.f32_like("up", up, "gate", gate);
   c.float_like("out", out, "gate", gate);
   const OpScope op_scope(*this);
-  do_swiglu_fwd(gate, up, out);
+  do_glu_fwd(gate, up, out, act);
 }
 
-void Backend::swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) {
-  const Check c{*this, "swiglu_bwd"};
+void Backend::glu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup, Act act) {
+  const Check c{*this, "glu_bwd"};
   c.tensor("gate", gate, -1);
   c.f32_like("up", up, "gate", gate);
   c.f32_like("dout", dout, "gate", gate);
   c.float_like("dgate", dgate, "gate", gate);
   c.float_like("dup", dup, "gate", gate);
-  OOMB_CHECK(dup.dtype == dgate.dtype, "swiglu_bwd: dup is {} but dgate is {}", dtype_name(dup.dtype),
+  OOMB_CHECK(dup.dtype == dgate.dtype, "glu_bwd: dup is {} but dgate is {}", dtype_name(dup.dtype),
              dtype_name(dgate.dtype));
   const OpScope op_scope(*this);
-  do_swiglu_bwd(gate, up, dout, dgate, dup);
+  do_glu_bwd(gate, up, dout, dgate, dup, act);
 }
 
 void Backend::attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,

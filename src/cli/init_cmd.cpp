@@ -1,4 +1,5 @@
 // oomb init: writes a random-init Hugging Face model directory from a preset or explicit dimensions.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fmt/format.h>
@@ -29,16 +30,18 @@ Command add_init(CLI::App& app) {
   std::string presets;
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   c->add_option("--preset", a->preset, "Model shape: " + presets)->capture_default_str();
-  c->add_option("--arch", a->arch, "Override the architecture: llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3 (a "
+  c->add_option("--arch", a->arch, "Override the architecture: llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3, gemma3_text (a "
                  "preset of another family made Granite takes GraniteConfig's multipliers, 1.0 each: attention's "
                  "scale 1, not 1/sqrt(head_dim); made SmolLM3, SmolLM3Config's NoPE layers: every 4th; made OLMo 3, "
-                 "Olmo3Config's windows: 4096 on three layers of four)");
+                 "Olmo3Config's windows: 4096 on three layers of four; made Gemma 3, Gemma3TextConfig's: 4096 on five "
+                 "layers of six, query_pre_attn_scalar 256)");
   c->add_option("--hidden", a->hidden, "hidden_size")->check(count());
   c->add_option("--intermediate", a->intermediate, "intermediate_size")->check(count());
   c->add_option("--layers", a->layers, "num_hidden_layers")->check(count());
   c->add_option("--heads", a->heads, "num_attention_heads")->check(count());
   c->add_option("--kv-heads", a->kv_heads, "num_key_value_heads")->check(count());
-  c->add_option("--head-dim", a->head_dim, "head_dim (default hidden / heads)")->check(count());
+  c->add_option("--head-dim", a->head_dim, "head_dim (default: the preset's, or hidden / heads where --hidden or "
+                 "--heads is given)")->check(count());
   c->add_option("--vocab", a->vocab, "vocab_size")->check(count());
   c->add_option("--rope-theta", a->rope_theta, "rope_theta")->check(positive());
   c->add_option("--tie-embeddings", a->tie, "tie_word_embeddings: true or false")->check(CLI::IsMember({"true", "false"}));
@@ -65,13 +68,17 @@ Command add_init(CLI::App& app) {
     set("--layers", a->layers, cfg.layers);
     if (cfg.arch == Arch::SmolLM3 && int64_t(cfg.layer_rope.size()) != cfg.layers) smollm3_default_nope(cfg);
     if (cfg.arch == Arch::Olmo3 && int64_t(cfg.layer_window.size()) != cfg.layers) olmo3_default_windows(cfg);
+    if (cfg.arch == Arch::Gemma3 && int64_t(cfg.layer_window.size()) != cfg.layers) {
+      const auto w = std::max_element(cfg.layer_window.begin(), cfg.layer_window.end());
+      gemma3_default_windows(cfg, w != cfg.layer_window.end() && *w > 0 ? *w : 4096);
+    }
     set("--heads", a->heads, cfg.heads);
     set("--kv-heads", a->kv_heads, cfg.kv_heads);
     set("--vocab", a->vocab, cfg.vocab);
     if (cfg.pad_token_id >= cfg.vocab) cfg.pad_token_id = -1;  // (a preset's pad token past a smaller --vocab: none)
     if (c->count("--head-dim") > 0) {
       cfg.head_dim = a->head_dim;
-    } else {
+    } else if (c->count("--hidden") > 0 || c->count("--heads") > 0) {
       OOMB_CHECK(cfg.heads > 0 && cfg.hidden % cfg.heads == 0,
                  "--hidden {} is not a multiple of --heads {}; give --head-dim to choose the head size",
                  cfg.hidden, cfg.heads);

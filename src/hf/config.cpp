@@ -1,5 +1,5 @@
 // config.json <-> ModelConfig, with transformers' defaults and semantics for Llama, Qwen2, Qwen3, Mistral, Phi-3,
-// Granite and SmolLM3.
+// Granite, SmolLM3, OLMo 2 and 3, and Gemma 3.
 #include "hf/config.h"
 
 #include <algorithm>
@@ -40,13 +40,16 @@ constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 
                                {Arch::SmolLM3, "SmolLM3ForCausalLM", "smollm3", 32768, 128000, 128001, 128004, 1e-6,
                                 2e6},
                                {Arch::Olmo2, "Olmo2ForCausalLM", "olmo2", 2048, -1, 50279, 1, 1e-5},
-                               {Arch::Olmo3, "Olmo3ForCausalLM", "olmo3", 2048, -1, 50279, 1, 1e-5, 5e5}};
+                               {Arch::Olmo3, "Olmo3ForCausalLM", "olmo3", 2048, -1, 50279, 1, 1e-5, 5e5},
+                               {Arch::Gemma3, "Gemma3ForCausalLM", "gemma3_text", 131072, 2, 1, 0, 1e-6, 1e6}};
 constexpr const char* kArchitectures = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
                                        "Phi3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
-                                       "Olmo3ForCausalLM";
-constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3";
-// Olmo3Config's layer_types where the file gives none: sliding_attention but on every 4th layer
-bool olmo3_slides_by_default(int64_t l) { return (l + 1) % 4 != 0; }
+                                       "Olmo3ForCausalLM, Gemma3ForCausalLM";
+constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3, gemma3_text";
+// Olmo3Config's layer_types where the file gives none: sliding_attention but on every 4th layer (Gemma3TextConfig's:
+// but on every sliding_window_pattern-th, 6)
+bool slides_by_default(int64_t l, int64_t pattern = 4) { return (l + 1) % pattern != 0; }
+bool olmo3_slides_by_default(int64_t l) { return slides_by_default(l); }
 const ArchInfo& arch_info(Arch a) {
   for (const auto& k : kArchs)
     if (k.arch == a) return k;
@@ -158,6 +161,9 @@ const ArchInfo& detect_arch(const Reader& r) {
     if (!a->is_array() || a->empty() || !a->front().is_string())
       r.bad("architectures", "a non-empty list of strings", *a);
     std::string name = a->front().get<std::string>();
+    OOMB_CHECK(name != "Gemma3ForConditionalGeneration", "config {}: a Gemma 3 with its vision tower "
+               "(Gemma3ForConditionalGeneration); oomb trains the text model, Gemma3ForCausalLM (model_type "
+               "gemma3_text): its text_config as config.json and its language model's weights", r.src);
     for (const auto& k : kArchs)
       if (name == k.architecture) by_arch = &k;
     OOMB_CHECK(by_arch, "config {}: unsupported architecture '{}' in field 'architectures[0]' (supported: {})", r.src,
@@ -333,7 +339,37 @@ void set_arch(ModelConfig& c, Arch arch) {
   const bool slides = std::any_of(c.layer_window.begin(), c.layer_window.end(), [](int64_t w) { return w > 0; });
   if (arch == Arch::Olmo3 && (from != Arch::Olmo3 || int64_t(c.layer_window.size()) != c.layers || !slides))
     olmo3_default_windows(c);
-  if (arch != Arch::Olmo3) c.sliding_rope_theta = 0;
+  if (arch == Arch::Gemma3 && (from != Arch::Gemma3 || int64_t(c.layer_window.size()) != c.layers || !slides))
+    gemma3_default_windows(c, 4096);
+  if (!c.split_rope() || from != arch) c.sliding_rope_theta = arch == Arch::Gemma3 ? 10000.0 : 0.0;
+  if (arch != Arch::Gemma3) c.query_pre_attn_scalar = 0;
+  else if (c.query_pre_attn_scalar <= 0) c.query_pre_attn_scalar = 256;  // Gemma3TextConfig's default
+}
+
+// The sliding_window_pattern p that gives c's layers their kinds (sliding but on every p-th), or 0 where
+// none does: the file's where it does, else 6 (Gemma3TextConfig's), else the smallest.
+static int64_t gemma3_window_pattern(const ModelConfig& c) {
+  auto fits = [&](int64_t p) {
+    for (int64_t l = 0; l < c.layers; ++l)
+      if ((size_t(l) < c.layer_window.size() && c.layer_window[size_t(l)] > 0) != slides_by_default(l, p)) return false;
+    return true;
+  };
+  const json* raw = c.raw.is_object() && c.raw.contains("sliding_window_pattern") ? &c.raw["sliding_window_pattern"] : nullptr;
+  if (raw && raw->is_number_integer() && raw->get<int64_t>() > 0 && fits(raw->get<int64_t>())) return raw->get<int64_t>();
+  if (fits(6)) return 6;
+  for (int64_t p = 1; p <= c.layers + 1; ++p)
+    if (fits(p)) return p;
+  return 0;
+}
+
+void gemma3_default_windows(ModelConfig& c, int64_t window) {
+  c.layer_window.assign(size_t(std::max<int64_t>(c.layers, 0)), 0);
+  for (int64_t l = 0; l < c.layers; ++l) c.layer_window[size_t(l)] = slides_by_default(l, 6) ? window : 0;
+}
+
+double ModelConfig::embed_scale() const {
+  // (Gemma: torch.tensor(hidden_size ** 0.5), a float32 scalar)
+  return arch == Arch::Gemma3 ? double(float(std::sqrt(double(hidden)))) : embedding_multiplier;
 }
 
 void olmo3_default_windows(ModelConfig& c) {
@@ -347,6 +383,7 @@ void smollm3_default_nope(ModelConfig& c) {
 }
 
 float attention_scale(const ModelConfig& c) {
+  if (c.query_pre_attn_scalar > 0) return float(std::pow(c.query_pre_attn_scalar, -0.5));
   return c.attention_multiplier > 0 ? float(c.attention_multiplier) : float(1.0 / std::sqrt(double(c.head_dim)));
 }
 
@@ -388,9 +425,9 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
                "would let no query see any key", r.src, shown(v));
     return r.size("sliding_window", kMaxPositions);
   };
-  if (c.arch == Arch::Mistral || c.arch == Arch::Olmo3) {
-    // MistralConfig and Olmo3Config default sliding_window to 4096 (Olmo3's on its sliding_attention
-    // layers); only an explicit null means none
+  if (c.arch == Arch::Mistral || c.split_rope()) {
+    // MistralConfig, Olmo3Config and Gemma3TextConfig default sliding_window to 4096 (the latter two's
+    // on their sliding_attention layers); only an explicit null means none
     w = !j.contains("sliding_window") ? 4096 : j["sliding_window"].is_null() ? 0 : window();
   } else if (c.arch == Arch::Phi3) {  // Phi3Config: none by default; given, on every layer
     w = j.contains("sliding_window") && !j["sliding_window"].is_null() ? window() : 0;
@@ -407,40 +444,47 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
                  "supported (full_attention or sliding_attention)", r.src, shown(e));
   }
   if (w == 0) {
-    OOMB_CHECK(lt || c.arch != Arch::Olmo3 || c.layers == 0, "config {}: OLMo 3's sliding_window is null, but "
-               "Olmo3Config's layer_types (absent here) slide three layers of every four: give a window, or "
-               "layer_types", r.src);
+    OOMB_CHECK(lt || !c.split_rope() || c.layers == 0, "config {}: {}'s sliding_window is null, but its config's "
+               "layer_types (absent here) slide {}: give a window, or layer_types", r.src, c.architecture,
+               c.arch == Arch::Olmo3 ? "three layers of every four" : "five layers of every six");
     for (const auto& e : lt ? *lt : json::array())
       OOMB_CHECK(e == "full_attention", "config {}: layer_types asks for sliding_attention, but no sliding window "
                  "is set{}", r.src, c.arch == Arch::Llama ? " (Llama has none)" : c.arch == Arch::Granite ? " (Granite has none)"
                  : c.arch == Arch::Olmo2 ? " (OLMo 2 has none; OLMo 3 has)"
-                 : c.arch == Arch::Olmo3 ? " (OLMo 3's sliding_window is null)" : " (sliding_window with use_sliding_window)");
+                 : c.split_rope() ? " (its sliding_window is null)" : " (sliding_window with use_sliding_window)");
     return;
   }
   // (SmolLM3Config without layer_types: the window on its NoPE layers)
   const int64_t first = c.arch == Arch::Mistral || c.arch == Arch::Phi3 || c.arch == Arch::SmolLM3
                             ? 0 : r.size("max_window_layers", kMaxLayers, 28);
-  // (Olmo3Config without layer_types: sliding_attention but on every 4th layer)
+  // (Olmo3Config without layer_types: sliding_attention but on every 4th layer; Gemma3TextConfig: but on
+  // every sliding_window_pattern-th, 6)
+  // (read only without layer_types, as transformers reads it)
+  const int64_t pattern = c.arch == Arch::Gemma3 && !lt ? r.size("sliding_window_pattern", kMaxLayers, 6) : 4;
   for (int64_t l = 0; l < c.layers; ++l)
     c.layer_window[size_t(l)] = lt ? ((*lt)[size_t(l)] == "sliding_attention" ? w : 0)
-                                : c.arch == Arch::Olmo3 ? (olmo3_slides_by_default(l) ? w : 0)
+                                : c.split_rope() ? (slides_by_default(l, pattern) ? w : 0)
                                 : c.arch == Arch::SmolLM3 ? (c.rope_on(l) ? 0 : w)
                                 : l >= first ? w : 0;
 }
 
-// The RoPE, and OLMo 3's sliding layers' plain one. transformers 5 writes an OLMo 3's rope_parameters per
-// layer type: {"full_attention": {...}, "sliding_attention": {"rope_type": "default", "rope_theta": ...}};
+// The RoPE, and OLMo 3's or Gemma 3's sliding layers' plain one. transformers 5 writes their rope_parameters
+// per layer type: {"full_attention": {...}, "sliding_attention": {"rope_type": "default", "rope_theta": ...}};
 // the full layers' dict is the RoPE (read as a flat rope_parameters would be), the sliding layers' must
-// be default, and its theta (the top-level rope_theta's, or Olmo3Config's 5e5, where it gives none)
-// becomes sliding_rope_theta. Every other file: parse_rope.
-static RopeConfig olmo3_rope(const Reader& r, const json& j, ModelConfig& c) {
+// be default, and its theta becomes sliding_rope_theta: where it gives none, OLMo 3's top-level rope_theta
+// (or Olmo3Config's 5e5), Gemma 3's rope_local_base_freq (or Gemma3TextConfig's 10000), as also where the
+// file has no such dict. Every other family: parse_rope.
+static RopeConfig rope_by_layer_type(const Reader& r, const json& j, ModelConfig& c) {
   const json* rp = r.get("rope_parameters");
-  const bool per_type = c.arch == Arch::Olmo3 && rp && rp->is_object() &&
+  const bool per_type = c.split_rope() && rp && rp->is_object() &&
                         (rp->contains("full_attention") || rp->contains("sliding_attention"));
+  const double local = c.arch == Arch::Gemma3 ? r.pos_num("rope_local_base_freq", 10000.0) : 0.0;
+  c.sliding_rope_theta = local;
+  OOMB_CHECK(local == 0 || local > 1, "config {}: field 'rope_local_base_freq' must be above 1, got {}", r.src, local);
   if (!per_type) return parse_rope(r, c);
   for (const auto& [k, v] : rp->items())
     OOMB_CHECK(k == "full_attention" || k == "sliding_attention", "config {}: rope_parameters per layer type has "
-               "'{}' (OLMo 3's are full_attention and sliding_attention)", r.src, k);
+               "'{}' (its layer types are full_attention and sliding_attention)", r.src, k);
   json flat = j;
   flat["rope_parameters"] = rp->contains("full_attention") ? (*rp)["full_attention"] : json::object();
   const RopeConfig rc = parse_rope(Reader{flat, r.src, ""}, c);
@@ -448,12 +492,12 @@ static RopeConfig olmo3_rope(const Reader& r, const json& j, ModelConfig& c) {
   if (!sliding.is_object()) r.bad("rope_parameters.sliding_attention", "an object", sliding);
   const Reader s{sliding, r.src, "rope_parameters.sliding_attention."};
   const std::string type = s.str("rope_type", "default");
-  OOMB_CHECK(type == "default", "config {}: rope_parameters.sliding_attention.rope_type = '{}': OLMo 3's sliding "
-             "layers take the plain RoPE (default)", r.src, type);
+  OOMB_CHECK(type == "default", "config {}: rope_parameters.sliding_attention.rope_type = '{}': {}'s sliding "
+             "layers take the plain RoPE (default)", r.src, type, c.architecture);
   for (const auto& [k, v] : sliding.items())
     OOMB_CHECK(k == "rope_type" || k == "rope_theta", "config {}: rope_parameters.sliding_attention sets '{}' "
                "(a default RoPE has rope_theta alone)", r.src, k);
-  c.sliding_rope_theta = s.num("rope_theta", r.num("rope_theta", arch_info(c.arch).theta));
+  c.sliding_rope_theta = s.num("rope_theta", local > 0 ? local : r.num("rope_theta", arch_info(c.arch).theta));
   OOMB_CHECK(c.sliding_rope_theta > 1, "config {}: rope_parameters.sliding_attention.rope_theta must be above 1, "
              "got {}", r.src, c.sliding_rope_theta);
   return rc;
@@ -477,8 +521,9 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
              c.kv_heads);
   if (r.get("head_dim")) {
     c.head_dim = r.size("head_dim", kMaxHeadDim);
-  } else if (c.arch == Arch::Qwen3) {
-    c.head_dim = 128;  // Qwen3Config's default, whatever hidden_size / num_attention_heads is
+  } else if (c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3) {
+    // Qwen3Config's default 128, Gemma3TextConfig's 256, whatever hidden_size / num_attention_heads is
+    c.head_dim = c.arch == Arch::Qwen3 ? 128 : 256;
   } else {
     OOMB_CHECK(c.hidden % c.heads == 0,
                "config {}: hidden_size ({}) must be divisible by num_attention_heads ({}) when head_dim is not "
@@ -490,8 +535,8 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   OOMB_CHECK(c.head_dim % 2 == 0, "config {}: head_dim must be even for RoPE, got {}", source, c.head_dim);
   c.max_position_embeddings = r.size("max_position_embeddings", kMaxPositions, ai.max_pos);
   c.rms_norm_eps = r.pos_num("rms_norm_eps", ai.eps);
-  // (SmolLM3Config: tied; transformers 5 says so itself, 4.x by PretrainedConfig's default)
-  c.tie_word_embeddings = r.boolean("tie_word_embeddings", c.arch == Arch::SmolLM3);
+  // (SmolLM3Config and Gemma3TextConfig: tied; transformers 5 says so itself, 4.x by PretrainedConfig's default)
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", c.arch == Arch::SmolLM3 || c.arch == Arch::Gemma3);
   // transformers 5 writes "dtype", 4.x "torch_dtype"; "dtype" wins when both are set
   c.torch_dtype = r.str("dtype", r.str("torch_dtype", "float32"));
   c.bos_token_id = r.token_id("bos_token_id", ai.bos, false);
@@ -508,12 +553,24 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
     c.pad_token_id = ai.pad;
   }
 
-  std::string act = r.str("hidden_act", "silu");
-  OOMB_CHECK(act == "silu", "config {}: hidden_act '{}' is not supported (only silu)", source, act);
+  if (c.arch == Arch::Gemma3) {  // (Gemma3MLP reads hidden_activation, never hidden_act)
+    const std::string act = r.str("hidden_activation", "gelu_pytorch_tanh");
+    OOMB_CHECK(act == "gelu_pytorch_tanh", "config {}: hidden_activation '{}' is not supported (Gemma 3's is "
+               "gelu_pytorch_tanh)", source, act);
+    c.query_pre_attn_scalar = r.pos_num("query_pre_attn_scalar", 256);
+    for (const char* k : {"final_logit_softcapping", "attn_logit_softcapping"})
+      OOMB_CHECK(!r.get(k), "config {}: field '{}' = {}: softcapping (Gemma 2's) is not supported; Gemma 3 has none "
+                 "(null)", source, k, shown(*r.get(k)));
+    OOMB_CHECK(!r.boolean("use_bidirectional_attention", false), "config {}: field 'use_bidirectional_attention' is "
+               "true (an embedding model's attention, EmbeddingGemma's); oomb trains causal language models", source);
+  } else {
+    std::string act = r.str("hidden_act", "silu");
+    OOMB_CHECK(act == "silu", "config {}: hidden_act '{}' is not supported (only silu)", source, act);
+  }
   if (c.arch == Arch::Llama || c.arch == Arch::Granite || c.arch == Arch::SmolLM3) {
     c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
     c.mlp_bias = r.boolean("mlp_bias", false);
-  } else if (c.post_norm()) {  // OLMo 2 / 3: OlmoAttention's attention_bias (q/k/v/o); OlmoMLP has none
+  } else if (c.post_norm()) {  // OLMo 2 / 3, Gemma 3: the attention's attention_bias (q/k/v/o); the MLP has none
     c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
     c.qk_norm = true;
   } else if (c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3) {
@@ -536,7 +593,7 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   }
   parse_nope(r, c);
   parse_windows(r, j, c);
-  c.rope = olmo3_rope(r, j, c);
+  c.rope = rope_by_layer_type(r, j, c);
   // the tables in float32, as transformers keeps them: a value past float32's range is refused here
   for (const int64_t length : {int64_t(0), rope_switch_length(c) + 1}) {
     float att = 0;
@@ -598,7 +655,15 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  if (!j.contains("hidden_act")) j["hidden_act"] = "silu";
+  if (c.arch == Arch::Gemma3) {
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+    const int64_t p = gemma3_window_pattern(c);  // (transformers 4.50 to 4.52 read the layers' kinds from it alone)
+    if (p > 0) j["sliding_window_pattern"] = p;
+    else j.erase("sliding_window_pattern");
+  } else if (!j.contains("hidden_act")) {
+    j["hidden_act"] = "silu";
+  }
   j["torch_dtype"] = c.torch_dtype;
   if (j.contains("dtype")) j["dtype"] = c.torch_dtype;
   auto id = [](int64_t v) { return v >= 0 ? json(v) : json(nullptr); };
@@ -633,16 +698,16 @@ nlohmann::json config_to_json(const ModelConfig& c) {
                "(qkv_bias {}, o_bias {})", c.architecture, c.qkv_bias, c.o_bias);
     OOMB_CHECK(!no_mlp_bias || !c.mlp_bias, "config_to_json: {} has no MLP bias", c.architecture);
     OOMB_CHECK(c.qk_norm == (c.arch == Arch::Qwen3 || c.post_norm()), "config_to_json: q/k norms belong to "
-               "Qwen3 and OLMo 2 / 3 only");
+               "Qwen3, OLMo 2 / 3 and Gemma 3 only");
     j["attention_bias"] = c.qkv_bias;
     if (!no_mlp_bias) j["mlp_bias"] = c.mlp_bias;
-    if (c.arch == Arch::Olmo3) {  // its window and which layers take it, one entry per layer
+    if (c.split_rope()) {  // its window and which layers take it, one entry per layer
       int64_t w = 0;
       json types = json::array();
       for (int64_t l = 0; l < c.layers; ++l) {
         const int64_t lw = size_t(l) < c.layer_window.size() ? c.layer_window[size_t(l)] : 0;
-        OOMB_CHECK(lw == 0 || w == 0 || lw == w, "config_to_json: OLMo 3's sliding layers share one window ({} and {})",
-                   w, lw);
+        OOMB_CHECK(lw == 0 || w == 0 || lw == w, "config_to_json: {}'s sliding layers share one window ({} and {})",
+                   c.architecture, w, lw);
         if (lw > 0) w = lw;
         types.push_back(lw > 0 ? "sliding_attention" : "full_attention");
       }
@@ -675,7 +740,10 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   // the other keys of the dict the RoPE was read from, into both dicts written (so that either, read
   // back, gives them again); none beside a Phi-3's LongRoPE, which transformers 4.x takes as three keys
   const bool phi3_longrope = c.arch == Arch::Phi3 && r.type == "longrope";
-  const json extras = phi3_longrope ? json::object() : unknown_keys(j.value(rope_dict_key(j), json()));
+  // (a dict per layer type, OLMo 3's or Gemma 3's: the full layers' is the RoPE's)
+  json source = j.value(rope_dict_key(j), json());
+  if (c.split_rope() && source.is_object() && source.contains("full_attention")) source = source["full_attention"];
+  const json extras = phi3_longrope ? json::object() : unknown_keys(source);
   json rs = nullptr;
   if (r.type == "longrope") {  // its factor as the file has it: given, or following the lengths
     // (transformers 4.x's Phi3Config takes a rope_scaling of exactly type, short_factor and long_factor)
@@ -716,14 +784,15 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   if (r.partial_rotary_factor != 1.0 || j.contains("partial_rotary_factor"))
     j["partial_rotary_factor"] = r.partial_rotary_factor;
   j["rope_scaling"] = rs;
+  if (c.arch == Arch::Gemma3) j["rope_local_base_freq"] = c.sliding_rope_theta;
   const bool sliding_theta = c.arch == Arch::Olmo3 && c.sliding_rope_theta > 0 && c.sliding_rope_theta != r.theta;
   if (j.contains("rope_parameters") || sliding_theta) {  // keep transformers 5's form too, in step with the classic one
     json rp = extras;
     if (rs.is_object()) rp.update(rs);
     rp["rope_type"] = r.type;
     rp["rope_theta"] = r.theta;
-    // (OLMo 3: per layer type, as transformers 5 writes it; the sliding layers' plain RoPE)
-    if (c.arch == Arch::Olmo3)
+    // (OLMo 3, Gemma 3: per layer type, as transformers 5 writes it; the sliding layers' plain RoPE)
+    if (c.split_rope())
       rp = {{"full_attention", rp},
             {"sliding_attention", {{"rope_type", "default"},
                                    {"rope_theta", c.sliding_rope_theta > 0 ? c.sliding_rope_theta : r.theta}}}};

@@ -1,5 +1,5 @@
 // Model configuration from a Hugging Face config.json (Llama, Qwen2, Qwen3, Mistral, Phi-3, Granite, SmolLM3,
-// OLMo 2, OLMo 3).
+// OLMo 2, OLMo 3, Gemma 3).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "core/activation.h"
+
 namespace oomb {
 
-enum class Arch { Llama, Qwen2, Mistral, Qwen3, Phi3, Granite, SmolLM3, Olmo2, Olmo3 };
+enum class Arch { Llama, Qwen2, Mistral, Qwen3, Phi3, Granite, SmolLM3, Olmo2, Olmo3, Gemma3 };
 
 struct RopeConfig {
   std::string type = "default";  // default | linear | llama3 | yarn | longrope
@@ -79,19 +81,35 @@ struct ModelConfig {
   // the layer's attn_norm and mlp_norm), and its q and k norms take the whole projection (H D and G D
   // wide) where Qwen3's take each head (D).
   // OLMo 3 (Olmo3ForCausalLM) is OLMo 2 with sliding windows on three layers of four (layer_types).
-  bool post_norm() const { return arch == Arch::Olmo2 || arch == Arch::Olmo3; }
-  bool qk_norm_full() const { return post_norm(); }
+  // Gemma 3 (Gemma3ForCausalLM) normalizes both: h = x + norm1'(attn(norm1(x))), out = h +
+  // norm2'(mlp(norm2(h))) (input_layernorm, post_attention_layernorm, pre_feedforward_layernorm,
+  // post_feedforward_layernorm), its q and k norms per head as Qwen3's.
+  bool pre_norm() const { return arch != Arch::Olmo2 && arch != Arch::Olmo3; }
+  bool post_norm() const { return !pre_norm() || arch == Arch::Gemma3; }
+  bool qk_norm_full() const { return !pre_norm(); }
+  // Gemma 3's norms scale by 1 + w (Gemma3RMSNorm, in f32; its weights start at 0), every other
+  // family's by w: the rmsnorm op's w_offset.
+  float norm_offset() const { return arch == Arch::Gemma3 ? 1.0f : 0.0f; }
+  // The MLP's activation: Gemma 3's hidden_activation gelu_pytorch_tanh (GeGLU), every other family's silu.
+  Act mlp_act() const { return arch == Arch::Gemma3 ? Act::GeluTanh : Act::Silu; }
+  // Gemma 3 scales the embedding's output by sqrt(hidden_size) (Gemma3TextScaledWordEmbedding, in f32)
+  // and the attention scores by query_pre_attn_scalar^-1/2 (0 elsewhere).
+  double query_pre_attn_scalar = 0;
+  double embed_scale() const;
   // Whether layer l turns q and k by the configured RoPE (its scaling included), or by the plain one:
   // OLMo 3's sliding layers take the plain one, as OLMo-core trained them and transformers' Olmo3Model
   // (rope_parameters per layer type: sliding_attention's is default) and vLLM run them. Its theta is
-  // sliding_rope_theta where the file gives the sliding layers their own (0: rope.theta).
+  // sliding_rope_theta where the file gives the sliding layers their own (0: rope.theta). Gemma 3's
+  // sliding layers likewise, with rope_local_base_freq (Gemma3TextConfig's 10000).
+  bool split_rope() const { return arch == Arch::Olmo3 || arch == Arch::Gemma3; }
   bool rope_scaled(int64_t l) const {
-    return arch != Arch::Olmo3 || size_t(l) >= layer_window.size() || layer_window[size_t(l)] == 0;
+    return !split_rope() || size_t(l) >= layer_window.size() || layer_window[size_t(l)] == 0;
   }
   double sliding_rope_theta = 0;
 };
 
-// Attention's softmax scale: attention_multiplier where set (Granite), else 1/sqrt(head_dim).
+// Attention's softmax scale: attention_multiplier where set (Granite), query_pre_attn_scalar^-1/2 (Gemma 3),
+// else 1/sqrt(head_dim).
 float attention_scale(const ModelConfig& c);
 
 // Sets arch, model_type, architecture and the architecture's fixed parts (Qwen2: q/k/v biases;
@@ -105,7 +123,9 @@ void smollm3_default_nope(ModelConfig& c);
 // Olmo3Config's windows where config.json gives none: 4096 on three layers of every four, one entry per
 // layer of c. set_arch gives an OLMo 3 whose windows do not fit its layers, or slide nowhere, these.
 void olmo3_default_windows(ModelConfig& c);
-// llama | qwen2 | qwen3 | mistral | phi3 | granite | smollm3 | olmo2 | olmo3; throws otherwise
+// Gemma3TextConfig's: `window` on five layers of every six (sliding_window_pattern 6).
+void gemma3_default_windows(ModelConfig& c, int64_t window);
+// llama | qwen2 | qwen3 | mistral | phi3 | granite | smollm3 | olmo2 | olmo3 | gemma3_text; throws otherwise
 Arch arch_from_model_type(const std::string& model_type);
 
 // Parses config.json content; `source` (a path) names the file in every error.

@@ -26,6 +26,7 @@ bool is_adapter(const std::string& name) { return name.starts_with(kPrefix) && n
 std::vector<std::string> modules_to_save(const ModelConfig& cfg) {
   std::vector<std::string> m{"embed_tokens", "input_layernorm", "post_attention_layernorm", "norm"};
   if (cfg.post_norm()) m[1] = "post_feedforward_layernorm";  // (OLMo 2's layer norms)
+  if (cfg.pre_norm() && cfg.post_norm()) m.insert(m.end(), {"input_layernorm", "pre_feedforward_layernorm"});  // (Gemma 3's four)
   if (cfg.qk_norm) m.insert(m.end(), {"q_norm", "k_norm"});
   return m;
 }

@@ -97,6 +97,23 @@ const std::vector<Preset>& presets() {
          c.pad_token_id = 100277;
          return c;
        }},
+      // Gemma 3 1B's shape (32K context; Gemma3ForCausalLM): five sliding layers (512) of every six, their
+      // RoPE of theta 10000 and the others' of 1e6; head_dim 256 whatever hidden / heads is; token 0 the pad
+      {"gemma3-1b", [] {
+         ModelConfig c = make(Arch::Gemma3, 1152, 6912, 26, 4, 1, 262144, true, 1e6, 1e-6, 32768, 256);
+         gemma3_default_windows(c, 512);
+         c.pad_token_id = 0;
+         return c;
+       }},
+      // Gemma 3 4B's language model (128K context: linear RoPE scaling x8 on the full layers, windows of 1024)
+      {"gemma3-4b", [] {
+         ModelConfig c = make(Arch::Gemma3, 2560, 10240, 34, 8, 4, 262208, true, 1e6, 1e-6, 131072, 256);
+         gemma3_default_windows(c, 1024);
+         c.rope.type = "linear";
+         c.rope.factor = 8;
+         c.pad_token_id = 0;
+         return c;
+       }},
       // Granite 3.2 / 3.3 8B's shape (128K context): muP's multipliers, token 0 the pad
       {"granite-3.3-8b", [] {
          return granite(make(Arch::Granite, 4096, 12800, 40, 32, 8, 49159, true, 1e7, 1e-5, 131072), 12.0, 0.22,
@@ -143,10 +160,10 @@ static void each_tensor(const std::vector<ParamSpec>& specs, F fill) {
   if (error) std::rethrow_exception(error);
 }
 
-// Tensor s's values (matrices ~ N(0, std) from the tensor's own generator, norms 1, biases 0) in
-// dtype at dst, generated in blocks on the stack: no scratch, and the generator's sequence is the
-// tensor's whatever the block
-static void fill_as(const ParamSpec& s, uint64_t seed, float std, DType dtype, void* dst) {
+// Tensor s's values (matrices ~ N(0, std) from the tensor's own generator, norms 1 (Gemma 3's 0: it
+// scales by 1 + w), biases 0) in dtype at dst, generated in blocks on the stack: no scratch, and the
+// generator's sequence is the tensor's whatever the block
+static void fill_as(const ParamSpec& s, const ModelConfig& c, uint64_t seed, float std, DType dtype, void* dst) {
   const int64_t n = s.numel();
   const bool is_norm = s.name.ends_with("norm.weight"), is_bias = s.name.ends_with(".bias");
   std::mt19937_64 rng(seed ^ std::hash<std::string>{}(s.name));
@@ -155,7 +172,7 @@ static void fill_as(const ParamSpec& s, uint64_t seed, float std, DType dtype, v
   float block[kBlock];
   for (int64_t i = 0; i < n; i += kBlock) {
     const int64_t m = std::min(kBlock, n - i);
-    for (int64_t k = 0; k < m; ++k) block[k] = is_norm ? 1.0f : is_bias ? 0.0f : nd(rng);
+    for (int64_t k = 0; k < m; ++k) block[k] = is_norm ? 1.0f - c.norm_offset() : is_bias ? 0.0f : nd(rng);
     convert_from_f32(block, static_cast<char*>(dst) + size_t(i) * dtype_size(dtype), dtype, size_t(m));
   }
 }
@@ -163,7 +180,7 @@ static void fill_as(const ParamSpec& s, uint64_t seed, float std, DType dtype, v
 void init_params(Params& p, uint64_t seed, float std) {
   each_tensor(p.specs(), [&](size_t i) {
     const Tensor t = p.view(p.specs()[i]);
-    fill_as(p.specs()[i], seed, std, t.dtype, t.data);  // (a frozen bf16 base: the same values, rounded)
+    fill_as(p.specs()[i], p.config(), seed, std, t.dtype, t.data);  // (a frozen bf16 base: the same values, rounded)
   });
 }
 
@@ -174,7 +191,7 @@ void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, 
   for (const auto& s : specs) total += s.numel();
   Buffer out(Tier::Host, Tag::Weights, size_t(total) * dtype_size(dtype));
   auto dst = [&](const ParamSpec& s) { return out.as<char>() + size_t(s.offset) * dtype_size(dtype); };
-  each_tensor(specs, [&](size_t i) { fill_as(specs[i], seed, std, dtype, dst(specs[i])); });
+  each_tensor(specs, [&](size_t i) { fill_as(specs[i], c, seed, std, dtype, dst(specs[i])); });
   if (c.pad_token_id >= 0)  // transformers' _init_weights zeroes nn.Embedding's padding_idx row
     std::memset(dst(specs.front()) + size_t(c.pad_token_id * c.hidden) * dtype_size(dtype), 0,
                 size_t(c.hidden) * dtype_size(dtype));

@@ -166,22 +166,36 @@ Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
   return t;
 }
 
+// The norm of a residual branch's output (ModelConfig::post_norm): its weight and its rstd's activation.
+// OLMo 2's are its only norms (attn_norm, mlp_norm; rstd1, rstd2), Gemma 3's its second pair
+// (attn_post_norm, mlp_post_norm; rstd3, rstd4).
+struct BranchNorm {
+  Tensor LayerParams::* w;
+  Tensor LayerActs::* rstd;
+};
+BranchNorm branch_norm(const ModelConfig& c, bool mlp) {
+  if (!c.pre_norm()) return mlp ? BranchNorm{&LayerParams::mlp_norm, &LayerActs::rstd2}
+                                : BranchNorm{&LayerParams::attn_norm, &LayerActs::rstd1};
+  return mlp ? BranchNorm{&LayerParams::mlp_post_norm, &LayerActs::rstd4}
+             : BranchNorm{&LayerParams::attn_post_norm, &LayerActs::rstd3};
+}
+
 // A residual branch's output (o_proj's, down's; (T, d) f32) made what its residual add takes, in out:
 // Granite's times residual_multiplier (in place: the matmul wrote out itself);
-// OLMo 2 (post_norm): the branch's matmul wrote y (LayerActs::y1, y2), and out = norm(y) (weight w,
-// its rstd saved) is what the residual add takes.
+// OLMo 2, Gemma 3 (post_norm): the branch's matmul wrote y (LayerActs::y1, y2), and out = norm(y)
+// (its weight w, its rstd saved) is what the residual add takes.
 void finish_branch(const LayerCtx& ctx, const Tensor& y, const Tensor& w, Tensor& rstd, Tensor& out) {
-  if (ctx.cfg.post_norm()) ctx.be.rmsnorm_fwd(y, w, float(ctx.cfg.rms_norm_eps), out, rstd);
+  if (ctx.cfg.post_norm()) ctx.be.rmsnorm_fwd(y, w, float(ctx.cfg.rms_norm_eps), out, rstd, ctx.cfg.norm_offset());
   else if (ctx.cfg.residual_multiplier != 1.0) ctx.be.scale(out, float(ctx.cfg.residual_multiplier));
 }
 // Its backward: the branch's output gradient from the residual stream's dh (T, d), as its matmul
 // reads it: for_matmul(dh), or with Granite's multiplier m, m dh in f32 `scratch` (T, d) (bf16: m dh
-// rounded once into dy16); OLMo 2: dh through the branch's norm into `scratch` (dw += its weight's
-// gradient), cast as for_matmul casts.
+// rounded once into dy16); OLMo 2, Gemma 3: dh through the branch's norm into `scratch` (dw += its
+// weight's gradient), cast as for_matmul casts.
 Tensor branch_grad(const LayerCtx& ctx, const Tensor& dh, Tensor& scratch, const Tensor& dy16, const Tensor& y,
                    const Tensor& w, const Tensor& rstd, Tensor& dw) {
   if (ctx.cfg.post_norm()) {
-    ctx.be.rmsnorm_bwd(y, w, rstd, dh, scratch, false, dw);
+    ctx.be.rmsnorm_bwd(y, w, rstd, dh, scratch, false, dw, ctx.cfg.norm_offset());
     return for_matmul(ctx, scratch, dy16);
   }
   const double m = ctx.cfg.residual_multiplier;
@@ -191,15 +205,15 @@ Tensor branch_grad(const LayerCtx& ctx, const Tensor& dh, Tensor& scratch, const
   return t;
 }
 
-// q's or k's rows as their norm takes them: each head's (Qwen3: (T heads, D)) or each token's whole
-// projection (OLMo 2: (T, heads D)); and the norm's rstd for those rows, from its plan tensor.
+// q's or k's rows as their norm takes them: each head's (Qwen3, Gemma 3: (T heads, D)) or each token's
+// whole projection (OLMo 2: (T, heads D)); and the norm's rstd for those rows, from its plan tensor.
 Tensor qk_rows(const LayerCtx& ctx, const Tensor& t) { return ctx.cfg.qk_norm_full() ? flat2(t) : heads2(t); }
 Tensor qk_rstd(const LayerCtx& ctx, const Tensor& r, const Tensor& t) { return flat1(r).rows(0, qk_rows(ctx, t).dim(0)); }
 
-// OLMo 2 (post_norm): the attention's and the MLP's input is the residual stream itself, x (T, d) f32;
+// OLMo 2 (no pre_norm): the attention's and the MLP's input is the residual stream itself, x (T, d) f32;
 // the matmuls read it, or under --precision bf16 its copy `copy` (LayerActs::a, ::b), cast once in
 // the forward. Elsewhere the branch norm's output, `copy` itself.
-bool reads_stream(const LayerCtx& ctx) { return ctx.cfg.post_norm() && !ctx.bf16; }
+bool reads_stream(const LayerCtx& ctx) { return !ctx.cfg.pre_norm() && !ctx.bf16; }
 const Tensor& branch_input(const LayerCtx& ctx, const Tensor& x, const Tensor& copy) {
   return reads_stream(ctx) ? x : copy;
 }
@@ -322,8 +336,8 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_ra
   auto m = [&](std::initializer_list<int64_t> s) { return arena_.take(bf16 ? DType::BF16 : DType::F32, s); };
   LayerBuffers& b = all_;
   LayerActs& A = b.acts;
-  // (post_norm in fp32: the matmuls read h_in and hmid themselves, and no gradient goes through db)
-  const bool copies = !c.post_norm() || bf16;
+  // (no pre_norm, in fp32: the matmuls read h_in and hmid themselves, and no gradient goes through db)
+  const bool copies = c.pre_norm() || bf16;
   if (copies) A.a = m({t, d});
   A.rstd1 = f({t});
   A.q = f({T, Ha, D});
@@ -339,7 +353,7 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_ra
   g.dq = f({T, Ha, D});
   g.dattn = f({T, Ha, D});
   g.da = f({t, d});
-  if (!c.post_norm()) g.db = f({t, d});
+  if (c.pre_norm()) g.db = f({t, d});
   g.dgate = m({t, I});
   g.dup = m({t, I});
   g.dact = f({t, I});
@@ -354,6 +368,10 @@ LayerPlan::LayerPlan(const ModelConfig& c, int64_t T, Tier tier, int64_t lora_ra
   if (c.post_norm()) {
     A.y1 = f({t, d});
     A.y2 = f({t, d});
+  }
+  if (c.post_norm() && c.pre_norm()) {
+    A.rstd3 = f({t});
+    A.rstd4 = f({t});
   }
   b.k = f({T, Ga, D});
   b.v = f({T, Ga, D});
@@ -389,7 +407,7 @@ LayerBuffers LayerBuffers::first(int64_t T, int64_t P) const {
     *t = t->rows(0, T);  // the attention side: every token
   for (Tensor* t : {&r.acts.a, &r.acts.rstd1, &r.acts.hmid, &r.acts.b, &r.acts.rstd2, &r.acts.gate, &r.acts.up,
                     &r.acts.act, &r.g.da, &r.g.db, &r.g.dgate, &r.g.dup, &r.g.dact, &r.acts.q_raw, &r.acts.k_raw,
-                    &r.acts.rstd_q, &r.acts.rstd_k, &r.g.dq_raw, &r.g.dk_raw, &r.acts.y1, &r.acts.y2, &r.lora_u, &r.lora_du, &r.lora_z,
+                    &r.acts.rstd_q, &r.acts.rstd_k, &r.g.dq_raw, &r.g.dk_raw, &r.acts.y1, &r.acts.y2, &r.acts.rstd3, &r.acts.rstd4, &r.lora_u, &r.lora_du, &r.lora_z,
                     &r.x16, &r.dy16, &r.lora_u16, &r.q_loc, &r.o_loc, &r.dattn_loc, &r.k_loc, &r.v_loc, &r.dq_loc, &r.dk_loc, &r.dv_loc})
     *t = t->rows(0, T / P);  // the token side: this rank's tokens
   return r;
@@ -401,7 +419,7 @@ int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, boo
   const int64_t t = T / sp, Ha = H / (sp * head_chunks), Ga = G / (sp * head_chunks);
   auto n = [](std::initializer_list<int64_t> s) { return int64_t(Arena::need(DType::F32, s)); };
   const DType op = bf16 ? DType::BF16 : DType::F32;  // a, b, act, dgate, dup: the matmuls' operands
-  const int64_t copies = !c.post_norm() || bf16 ? 2 * int64_t(Arena::need(op, {t, d})) : 0;  // a, b
+  const int64_t copies = c.pre_norm() || bf16 ? 2 * int64_t(Arena::need(op, {t, d})) : 0;  // a, b
   const int64_t operands = copies + 3 * int64_t(Arena::need(op, {t, I}));
   const int64_t qk_norm = c.qk_norm ? 2 * n({t, H, D}) + 2 * n({t, G, D}) + n({t, H}) + n({t, G}) : 0;
   const int64_t lora =
@@ -411,7 +429,8 @@ int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, boo
                                            (lora_rank > 0 ? int64_t(Arena::need(DType::BF16, {t, lora_rank})) : 0)
                                      : 0;
   const int64_t exchange = sp > 1 ? 3 * n({t, H, D}) + 2 * n({t, G, D}) : 0;
-  const int64_t post_norm = c.post_norm() ? n({t, d}) : 0;  // y1 and y2, less db
+  // y1 and y2, less db (OLMo 2), or with rstd3 and rstd4 (Gemma 3)
+  const int64_t post_norm = !c.post_norm() ? 0 : c.pre_norm() ? 2 * n({t, d}) + 2 * n({t}) : n({t, d});
   return operands + 3 * n({t, d}) + 2 * n({t}) + 4 * n({T, Ha, D}) + 2 * n({T, Ha}) + 3 * n({t, I}) +
          4 * n({T, Ga, D}) + qk_norm + lora + bf16_scratch + exchange + post_norm;
 }
@@ -424,7 +443,7 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   Backend& be = ctx.be;
   LayerActs& A = plan.acts;
   check_groups(ctx, plan);
-  const float eps = float(ctx.cfg.rms_norm_eps);
+  const float eps = float(ctx.cfg.rms_norm_eps), off = ctx.cfg.norm_offset();
   if (pass == LayerPass::OutputOnly) {  // o from the kept attention output: the token side's, each head group's
     for (int64_t j = 0; j < ctx.head_chunks; ++j) {
       plan.keep_group(j);
@@ -436,9 +455,9 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   // (--precision bf16: each matmul reads bf16 operands, written so by the op before it or cast
   // below; LoRA's adapters read the same ones as their base linear)
   const Tensor& a = branch_input(ctx, h_in, A.a);  // (T, d), read by k, v and q
-  if (!ctx.cfg.post_norm()) be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1);
+  if (ctx.cfg.pre_norm()) be.rmsnorm_fwd(h_in, p.attn_norm, eps, A.a, A.rstd1, off);
   else if (ctx.bf16) be.cast(h_in, A.a);  // (OLMo 2: a = h_in)
-  const bool qk = !p.q_norm.empty();  // Qwen3, OLMo 2: q, k = rmsnorm(proj(a)) before RoPE (qk_rows)
+  const bool qk = !p.q_norm.empty();  // Qwen3, OLMo 2, Gemma 3: q, k = rmsnorm(proj(a)) before RoPE (qk_rows)
   Tensor k2 = flat2(qk ? A.k_raw : plan.k_loc), v2 = flat2(plan.v_loc);
   be.linear_fwd(a, p.wk, opt(p.bk), k2);
   lora_fwd(ctx, p, kK, a, k2, plan);
@@ -446,7 +465,7 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
   lora_fwd(ctx, p, kV, a, v2, plan);
   if (qk) {
     Tensor kn = qk_rows(ctx, plan.k_loc), rk = qk_rstd(ctx, A.rstd_k, A.k_raw);
-    be.rmsnorm_fwd(qk_rows(ctx, A.k_raw), p.k_norm, eps, kn, rk);
+    be.rmsnorm_fwd(qk_rows(ctx, A.k_raw), p.k_norm, eps, kn, rk, off);
   }
   const bool rope = ctx.cfg.rope_on(ctx.layer);  // (SmolLM3's NoPE layers: q and k as projected)
   if (rope) be.rope_fwd(plan.k_loc, ctx.pos, ctx.rope);
@@ -460,7 +479,7 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
     lora_fwd(ctx, p, kQ, a, q2, plan);
     if (qk) {
       Tensor qn = qk_rows(ctx, plan.q_loc), rq = qk_rstd(ctx, A.rstd_q, A.q_raw);
-      be.rmsnorm_fwd(qk_rows(ctx, A.q_raw), p.q_norm, eps, qn, rq);
+      be.rmsnorm_fwd(qk_rows(ctx, A.q_raw), p.q_norm, eps, qn, rq, off);
     }
     if (rope) be.rope_fwd(plan.q_loc, ctx.pos, ctx.rope);
     to_bf16(ctx, plan.q_loc);
@@ -497,34 +516,36 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
 }
 
 // The rest of a layer's forward from the token side's attention output o_loc: h_out = hmid +
-// down(swiglu(gate(b), up(b))), hmid = h_in + o_proj(o), b = norm2(hmid) (Granite: each branch, down
-// and o_proj, times residual_multiplier; OLMo 2: hmid = h_in + norm1(y1), y1 = o_proj(o), b = hmid,
-// h_out = hmid + norm2(y2), y2 = down(...)).
+// down(act(gate(b)) up(b)), hmid = h_in + o_proj(o), b = norm2(hmid) (act: silu, Gemma 3's gelu_tanh;
+// Granite: each branch, down and o_proj, times residual_multiplier; OLMo 2: hmid = h_in + norm1(y1),
+// y1 = o_proj(o), b = hmid, h_out = hmid + norm2(y2), y2 = down(...); Gemma 3: hmid = h_in + norm1'(y1),
+// h_out = hmid + norm2'(y2), b = norm2(hmid)).
 static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out,
                          LayerBuffers& plan) {
   Backend& be = ctx.be;
   LayerActs& A = plan.acts;
   const float eps = float(ctx.cfg.rms_norm_eps);
   const bool post = ctx.cfg.post_norm();
+  const BranchNorm n1 = branch_norm(ctx.cfg, false), n2 = branch_norm(ctx.cfg, true);
   const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16);  // (T, H D)
   Tensor& y1 = post ? A.y1 : A.hmid;
   be.linear_fwd(o, p.wo, opt(p.bo), y1);
   lora_fwd(ctx, p, kO, o, y1, plan);
-  finish_branch(ctx, y1, p.attn_norm, A.rstd1, A.hmid);
+  finish_branch(ctx, y1, p.*n1.w, A.*n1.rstd, A.hmid);
   be.add(A.hmid, h_in);
   const Tensor& b = branch_input(ctx, A.hmid, A.b);  // (T, d), read by gate and up
-  if (!post) be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2);
+  if (ctx.cfg.pre_norm()) be.rmsnorm_fwd(A.hmid, p.mlp_norm, eps, A.b, A.rstd2, ctx.cfg.norm_offset());
   else if (ctx.bf16) be.cast(A.hmid, A.b);
   be.linear_fwd(b, p.wgate, opt(p.bgate), A.gate);
   lora_fwd(ctx, p, kGate, b, A.gate, plan);
   be.linear_fwd(b, p.wup, opt(p.bup), A.up);
   lora_fwd(ctx, p, kUp, b, A.up, plan);
   const Tensor& act = A.act;  // (T, I)
-  be.swiglu_fwd(A.gate, A.up, A.act);
+  be.glu_fwd(A.gate, A.up, A.act, ctx.cfg.mlp_act());
   Tensor& y2 = post ? A.y2 : h_out;
   be.linear_fwd(act, p.wdown, opt(p.bdown), y2);
   lora_fwd(ctx, p, kDown, act, y2, plan);
-  finish_branch(ctx, y2, p.mlp_norm, A.rstd2, h_out);
+  finish_branch(ctx, y2, p.*n2.w, A.*n2.rstd, h_out);
   be.add(h_out, A.hmid);
 }
 
@@ -533,36 +554,38 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   Backend& be = ctx.be;
   LayerActs& A = plan.acts;
   LayerGradScratch& S = plan.g;
-  // MLP: h_out = hmid + down(swiglu(gate(b), up(b))), b = norm2(hmid) (OLMo 2: h_out = hmid + norm2(y2),
-  // y2 = down(swiglu(gate(hmid), up(hmid))))
+  // MLP: h_out = hmid + down(act(gate(b)) up(b)), b = norm2(hmid) (OLMo 2: h_out = hmid + norm2(y2),
+  // y2 = down(act(gate(hmid)) up(hmid)); Gemma 3: h_out = hmid + norm2'(y2), b = norm2(hmid))
   // (frozen weights under LoRA have no gradient tensors: opt(g.w) is null, and lora_bwd adds the
   // adapters' part of each input gradient)
   // (--precision bf16: each matmul's input and output gradient bf16, as in the forward: the
   // forward's a, b and act as their ops wrote them, dgate and dup so written, the rest cast)
   // (Granite: each branch's output gradient times residual_multiplier, in da until q's backward)
-  // (OLMo 2: each branch's output gradient through its norm, into da; the branch's input is the
-  // residual stream, so its gradient adds to dh directly)
-  const bool post = ctx.cfg.post_norm();
+  // (OLMo 2, Gemma 3: each branch's output gradient through its norm, into da; OLMo 2's branch input is
+  // the residual stream, so its gradient adds to dh directly)
+  const bool pre = ctx.cfg.pre_norm();
+  const float off = ctx.cfg.norm_offset();
+  const BranchNorm n1 = branch_norm(ctx.cfg, false), n2 = branch_norm(ctx.cfg, true);
   const Tensor& act = A.act;
   const Tensor dh_out =
-      branch_grad(ctx, dh, S.da, plan.dy16, A.y2, p.mlp_norm, A.rstd2, norm_grad(g.mlp_norm, p.mlp_norm, plan));
+      branch_grad(ctx, dh, S.da, plan.dy16, A.y2, p.*n2.w, A.*n2.rstd, norm_grad(g.*n2.w, p.*n2.w, plan));
   be.linear_bwd(act, p.wdown, dh_out, &S.dact, false, opt(g.wdown), opt(g.bdown));
   lora_bwd(ctx, p, g, kDown, act, dh_out, &S.dact, plan);
   const Tensor &dgate = S.dgate, &dup = S.dup, &b = branch_input(ctx, A.hmid, A.b);
-  Tensor& db = post ? dh : S.db;  // (OLMo 2: b = hmid, dh := dh + dL/db)
-  be.swiglu_bwd(A.gate, A.up, S.dact, S.dgate, S.dup);
-  be.linear_bwd(b, p.wgate, dgate, &db, post, opt(g.wgate), opt(g.bgate));
+  Tensor& db = pre ? S.db : dh;  // (OLMo 2: b = hmid, dh := dh + dL/db)
+  be.glu_bwd(A.gate, A.up, S.dact, S.dgate, S.dup, ctx.cfg.mlp_act());
+  be.linear_bwd(b, p.wgate, dgate, &db, !pre, opt(g.wgate), opt(g.bgate));
   lora_bwd(ctx, p, g, kGate, b, dgate, &db, plan);
   be.linear_bwd(b, p.wup, dup, &db, true, opt(g.wup), opt(g.bup));
   lora_bwd(ctx, p, g, kUp, b, dup, &db, plan);
-  if (!post)  // dh := dL/dhmid
-    be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, p.mlp_norm, plan));
+  if (pre)  // dh := dL/dhmid
+    be.rmsnorm_bwd(A.hmid, p.mlp_norm, A.rstd2, S.db, dh, true, norm_grad(g.mlp_norm, p.mlp_norm, plan), off);
   // Attention: hmid = h_in + o_proj(attn(rope(q(a)), rope(k(a)), v(a))), a = norm1(h_in) (OLMo 2: hmid =
   // h_in + norm1(y1), y1 = o_proj(...), a = h_in, q and k through their norms before RoPE)
   Tensor dattn2 = flat2(plan.dattn_loc);
   const Tensor o = for_matmul(ctx, flat2(plan.o_loc), plan.x16);
   const Tensor dhmid =
-      branch_grad(ctx, dh, S.da, plan.dy16, A.y1, p.attn_norm, A.rstd1, norm_grad(g.attn_norm, p.attn_norm, plan));
+      branch_grad(ctx, dh, S.da, plan.dy16, A.y1, p.*n1.w, A.*n1.rstd, norm_grad(g.*n1.w, p.*n1.w, plan));
   be.linear_bwd(o, p.wo, dhmid, &dattn2, false, opt(g.wo), opt(g.bo));
   lora_bwd(ctx, p, g, kO, o, dhmid, &dattn2, plan);
   to_bf16(ctx, plan.dattn_loc);  // dO feeds attention's backward matmuls
@@ -606,17 +629,17 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   if (!p.q_norm.empty()) {  // through the q/k norms (Qwen3's per head, OLMo 2's per token)
     Tensor dqr = qk_rows(ctx, S.dq_raw), dkr = qk_rows(ctx, S.dk_raw);
     be.rmsnorm_bwd(qk_rows(ctx, A.q_raw), p.q_norm, qk_rstd(ctx, A.rstd_q, A.q_raw), qk_rows(ctx, plan.dq_loc), dqr,
-                   false, norm_grad(g.q_norm, p.q_norm, plan));
+                   false, norm_grad(g.q_norm, p.q_norm, plan), off);
     be.rmsnorm_bwd(qk_rows(ctx, A.k_raw), p.k_norm, qk_rstd(ctx, A.rstd_k, A.k_raw), qk_rows(ctx, plan.dk_loc), dkr,
-                   false, norm_grad(g.k_norm, p.k_norm, plan));
+                   false, norm_grad(g.k_norm, p.k_norm, plan), off);
     dq = S.dq_raw, dk = S.dk_raw;
   }
   // q, k were rotated in place; the projections' backward needs only their input a (OLMo 2: h_in,
   // whose gradient dh takes theirs directly)
   const Tensor& a = branch_input(ctx, h_in, A.a);
-  Tensor& da = post ? dh : S.da;
+  Tensor& da = pre ? S.da : dh;
   const Tensor dq16 = for_matmul(ctx, flat2(dq), plan.dy16);
-  be.linear_bwd(a, p.wq, dq16, &da, post, opt(g.wq), opt(g.bq));
+  be.linear_bwd(a, p.wq, dq16, &da, !pre, opt(g.wq), opt(g.bq));
   lora_bwd(ctx, p, g, kQ, a, dq16, &da, plan);
   const Tensor dk16 = for_matmul(ctx, flat2(dk), plan.dy16);
   be.linear_bwd(a, p.wk, dk16, &da, true, opt(g.wk), opt(g.bk));
@@ -624,8 +647,8 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   const Tensor dv16 = for_matmul(ctx, flat2(plan.dv_loc), plan.dy16);
   be.linear_bwd(a, p.wv, dv16, &da, true, opt(g.wv), opt(g.bv));
   lora_bwd(ctx, p, g, kV, a, dv16, &da, plan);
-  if (!post)  // dh := dL/dh_in
-    be.rmsnorm_bwd(h_in, p.attn_norm, A.rstd1, S.da, dh, true, norm_grad(g.attn_norm, p.attn_norm, plan));
+  if (pre)  // dh := dL/dh_in
+    be.rmsnorm_bwd(h_in, p.attn_norm, A.rstd1, S.da, dh, true, norm_grad(g.attn_norm, p.attn_norm, plan), off);
 }
 
 }  // namespace oomb

@@ -1,4 +1,5 @@
-// One decoder layer (attention + SwiGLU MLP, each branch's input normalized, or with OLMo 2 its output):
+// One decoder layer (attention + gated MLP, each branch's input normalized, or with OLMo 2 its output, or
+// with Gemma 3 both):
 // forward, and backward from its saved input.
 // Buffers for T tokens are planned once (LayerPlan); nothing is allocated per call.
 #pragma once
@@ -24,9 +25,10 @@ namespace oomb {
 // (*: only matmuls read it: bf16 under --precision bf16, written so by its op, rounded as a cast
 // rounds; f32 otherwise.)
 struct LayerActs {
-  // (OLMo 2 / 3, ModelConfig::post_norm: a and b are h_in's and hmid's copies the matmuls read, bf16
+  // (OLMo 2 / 3, no ModelConfig::pre_norm: a and b are h_in's and hmid's copies the matmuls read, bf16
   // under --precision bf16, else not allocated (the matmuls read h_in and hmid); rstd1 and rstd2 are
-  // the norms' of y1 and y2, o_proj's and down's outputs (t, d) before them)
+  // the norms' of y1 and y2, o_proj's and down's outputs (t, d) before them. Gemma 3, both: a and b
+  // as Llama's, rstd3 and rstd4 those of y1 and y2.)
   Tensor a, rstd1;       // attn-norm output (t, d)*, its rstd (t)
   Tensor q, o, lse;      // attention side: (T, H, D) after RoPE, attention output (T, H, D), (T, H)
   Tensor hmid;           // h + attention (T, d)
@@ -35,12 +37,13 @@ struct LayerActs {
   // q/k norms: q and k before their norm (T, H, D), (T, G, D) and the rows' rstd: Qwen3's per head
   // (T*H), (T*G), OLMo 2's per token (the first T of each)
   Tensor q_raw, k_raw, rstd_q, rstd_k;
-  Tensor y1, y2;  // OLMo 2: o_proj's and down's outputs before their norms (T, d)
+  Tensor y1, y2;  // OLMo 2, Gemma 3 (ModelConfig::post_norm): o_proj's and down's outputs before their norms (T, d)
+  Tensor rstd3, rstd4;  // Gemma 3: their norms' rstd (T)
 };
 struct LayerGradScratch {
   Tensor dq, dattn;         // (T, H, D)
   Tensor dq_raw, dk_raw;    // (T, H, D), (T, G, D): through the q/k norms (Qwen3, OLMo 2 / 3)
-  Tensor da, db;            // (T, d) (db: not with post_norm, whose branch input gradient goes into dh)
+  Tensor da, db;            // (T, d) (db: not without pre_norm, whose branch input gradient goes into dh)
   Tensor dgate, dup, dact;  // (T, I); dgate*, dup*
 };
 

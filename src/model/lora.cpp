@@ -92,7 +92,8 @@ std::vector<LayerParams> lora_layers(const std::vector<LayerParams>& base, const
     L.lora_scale = c.scale();
     const LayerParams& T = trainable.layers[size_t(l)];  // the norms, where they train
     for (auto [dst, src] : {std::pair{&L.attn_norm, &T.attn_norm}, {&L.mlp_norm, &T.mlp_norm},
-                            {&L.q_norm, &T.q_norm}, {&L.k_norm, &T.k_norm}})
+                            {&L.q_norm, &T.q_norm}, {&L.k_norm, &T.k_norm}, {&L.attn_post_norm, &T.attn_post_norm},
+                            {&L.mlp_post_norm, &T.mlp_post_norm}})
       if (!src->empty() || base.empty()) *dst = *src;
   }
   return r;

@@ -21,7 +21,7 @@ constexpr Tensor LayerParams::* kLayerFields[] = {
     &LayerParams::bk,        &LayerParams::wv,     &LayerParams::bv,    &LayerParams::wo,
     &LayerParams::bo,        &LayerParams::q_norm, &LayerParams::k_norm, &LayerParams::mlp_norm,
     &LayerParams::wgate,     &LayerParams::bgate,  &LayerParams::wup,   &LayerParams::bup,
-    &LayerParams::wdown,     &LayerParams::bdown};
+    &LayerParams::wdown,     &LayerParams::bdown,  &LayerParams::attn_post_norm, &LayerParams::mlp_post_norm};
 
 // t, which lies in a range starting at `from`, moved to the same place in a range starting at `to`.
 Tensor rebase(const Tensor& t, const float* from, float* to, Tier tier) {
@@ -631,7 +631,10 @@ const LayerParams& ParamStore::acquire(int64_t l) {
   const LayerParams& a = adapters_[size_t(l)];
   std::copy(std::begin(a.lora), std::end(a.lora), std::begin(v.lora));
   v.lora_scale = a.lora_scale;
-  if (trained_norms_) v.attn_norm = a.attn_norm, v.mlp_norm = a.mlp_norm, v.q_norm = a.q_norm, v.k_norm = a.k_norm;
+  if (trained_norms_) {
+    v.attn_norm = a.attn_norm, v.mlp_norm = a.mlp_norm, v.q_norm = a.q_norm, v.k_norm = a.k_norm;
+    v.attn_post_norm = a.attn_post_norm, v.mlp_post_norm = a.mlp_post_norm;
+  }
   return v;
 }
 

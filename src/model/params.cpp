@@ -15,12 +15,18 @@ int64_t ParamSpec::numel() const {
   return n;
 }
 
-// A layer's two norms' names: Llama's before attention and before the MLP, or OLMo 2's after each
-// (ModelConfig::post_norm); attn_norm is the first tensor of every layer either way.
+// A layer's two norms' names (attn_norm, mlp_norm): Llama's before attention and before the MLP, OLMo 2's
+// after each (ModelConfig::pre_norm), Gemma 3's before each (and after each: gemma3_post_norm_names);
+// attn_norm is the first tensor of every layer either way.
 static std::pair<const char*, const char*> layer_norm_names(const ModelConfig& c) {
-  if (c.post_norm()) return {"post_attention_layernorm.weight", "post_feedforward_layernorm.weight"};
+  if (!c.pre_norm()) return {"post_attention_layernorm.weight", "post_feedforward_layernorm.weight"};
+  if (c.post_norm()) return {"input_layernorm.weight", "pre_feedforward_layernorm.weight"};
   return {"input_layernorm.weight", "post_attention_layernorm.weight"};
 }
+// Gemma 3's norms after each branch (attn_post_norm, mlp_post_norm)
+constexpr const char* kPostAttnNorm = "post_attention_layernorm.weight";
+constexpr const char* kPostMlpNorm = "post_feedforward_layernorm.weight";
+static bool sandwich(const ModelConfig& c) { return c.pre_norm() && c.post_norm(); }
 
 void add_spec(std::vector<ParamSpec>& layout, std::string name, std::vector<int64_t> shape) {
   const int64_t off = layout.empty() ? 0 : layout.back().offset + layout.back().numel();
@@ -48,6 +54,7 @@ std::vector<ParamSpec> param_layout(const ModelConfig& c) {
       add(p + "self_attn.q_norm.weight", {c.qk_norm_full() ? qd : c.head_dim});
       add(p + "self_attn.k_norm.weight", {c.qk_norm_full() ? kd : c.head_dim});
     }
+    if (sandwich(c)) add(p + kPostAttnNorm, {d});
     add(p + norm2, {d});
     add(p + "mlp.gate_proj.weight", {I, d});
     if (c.mlp_bias) add(p + "mlp.gate_proj.bias", {I});
@@ -55,6 +62,7 @@ std::vector<ParamSpec> param_layout(const ModelConfig& c) {
     if (c.mlp_bias) add(p + "mlp.up_proj.bias", {I});
     add(p + "mlp.down_proj.weight", {d, I});
     if (c.mlp_bias) add(p + "mlp.down_proj.bias", {d});
+    if (sandwich(c)) add(p + kPostMlpNorm, {d});
   }
   add("model.norm.weight", {d});
   if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab, d});
@@ -118,6 +126,10 @@ Params::Params(const ModelConfig& c, std::vector<ParamSpec> specs, Tier tier, Ta
     if (c.qk_norm) {
       L.q_norm = get(p + "self_attn.q_norm.weight");
       L.k_norm = get(p + "self_attn.k_norm.weight");
+    }
+    if (sandwich(c)) {
+      L.attn_post_norm = get(p + kPostAttnNorm);
+      L.mlp_post_norm = get(p + kPostMlpNorm);
     }
     if (c.mlp_bias) {
       L.bgate = get(p + "mlp.gate_proj.bias");

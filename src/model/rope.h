@@ -17,7 +17,7 @@ inline int64_t rope_dim(const ModelConfig& c) { return rope_dim(c.head_dim, c.ro
 // rope_switch_length(c), its short ones up to it (and for 0, as transformers' initial buffer).
 std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling, int64_t length = 0);
 
-// The plain RoPE of c's rope_theta (OLMo 3's sliding_rope_theta where set) over the same dims (rope_type
+// The plain RoPE of c's rope_theta (OLMo 3's and Gemma 3's sliding_rope_theta where set) over the same dims (rope_type
 // default, attention scaling 1): the table of a layer that does not take the configured scaling
 // (ModelConfig::rope_scaled).
 std::vector<float> rope_inv_freq_plain(const ModelConfig& c);

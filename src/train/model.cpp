@@ -272,7 +272,7 @@ LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads,
   // every call on the backend's own kernels where calls are per query tile over chosen pages (the
   // plan's dense_attention is the same predicate)
   attn.own_kernels = plan_.sparse.on();
-  // (OLMo 3's sliding layers: the plain RoPE, rope_theta's alone)
+  // (OLMo 3's and Gemma 3's sliding layers: the plain RoPE, of their own theta)
   const RopeTable rope = cfg_.rope_scaled(l) ? RopeTable{inv_freq_.data(), attention_scaling_, rope_dim(cfg_)}
                                              : RopeTable{inv_freq_plain_.data(), 1.0f, rope_dim(cfg_), 1};
   LayerCtx ctx{cfg_, be_, rope, mine(inputs_.pos(c.size()), c.size()), attn};
@@ -360,11 +360,11 @@ void Model::forward_layers(ChunkSpan c, Sweep sweep) {
 
 void Model::embed(int64_t n, Tensor& h0) {
   store_.embed_fwd(mine(inputs_.ids(n), n), my_host_ids(n), h0);
-  if (cfg_.embedding_multiplier != 1.0) be_.scale(h0, float(cfg_.embedding_multiplier));
+  if (cfg_.embed_scale() != 1.0) be_.scale(h0, float(cfg_.embed_scale()));
 }
 
 void Model::embed_bwd(int64_t n, Tensor& dh) {
-  if (cfg_.embedding_multiplier != 1.0) be_.scale(dh, float(cfg_.embedding_multiplier));
+  if (cfg_.embed_scale() != 1.0) be_.scale(dh, float(cfg_.embed_scale()));
   store_.embed_bwd(mine(inputs_.ids(n), n), my_host_ids(n), dh);
 }
 
@@ -379,7 +379,7 @@ Tensor Model::final_norm(const Tensor& h) {
   Tensor hn = bf16 ? Tensor(layer_plan_.view(n).x16.data, DType::BF16, {n, cfg_.hidden}, be_.tier())
                   : hnorm_.rows(0, n);
   Tensor rstd = rstd_final_.rows(0, n);
-  be_.rmsnorm_fwd(h, store_.final_norm(), float(cfg_.rms_norm_eps), hn, rstd);
+  be_.rmsnorm_fwd(h, store_.final_norm(), float(cfg_.rms_norm_eps), hn, rstd, cfg_.norm_offset());
   if (cfg_.logits_scaling != 1.0) be_.scale(hn, float(1.0 / cfg_.logits_scaling), hn);
   return hn;
 }
@@ -389,7 +389,7 @@ void Model::final_norm_bwd(const Tensor& h, Tensor& dhn, Tensor& dh, LayerBuffer
   if (cfg_.logits_scaling != 1.0) be_.scale(dhn, float(1.0 / cfg_.logits_scaling));
   // (under LoRA a frozen final norm's gradient goes to scratch)
   be_.rmsnorm_bwd(h, store_.final_norm(), rstd_final_.rows(0, n), dhn, dh, false,
-                  norm_grad(store_.grad_final_norm(), store_.final_norm(), buf));
+                  norm_grad(store_.grad_final_norm(), store_.final_norm(), buf), cfg_.norm_offset());
 }
 
 void Model::head_loss(const Tensor& hn, const Tensor& targets, float scale, Tensor* dh, bool dw, Tensor& sums) {

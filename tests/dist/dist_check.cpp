@@ -267,9 +267,11 @@ int main(int argc, char** argv) {
     const bool z3 = a.dist.zero == 3;
     if (z3 && a.skip_reduce) ParamStore::skip_reduce_for_test(true);
     const int64_t dp = a.dist.dp, N = a.seq;
-    // (--arch granite: with its four multipliers off 1, tiny_granite_json's)
-    nlohmann::json cj = a.arch == "granite" ? testing::tiny_granite_json(a.kv_heads)
-                                            : testing::tiny_config_json(a.arch, a.kv_heads);
+    // (--arch granite: with its four multipliers off 1, tiny_granite_json's; gemma3_text: a sliding layer
+    // and a full one, tiny_gemma3_json's)
+    nlohmann::json cj = a.arch == "granite"       ? testing::tiny_granite_json(a.kv_heads)
+                        : a.arch == "gemma3_text" ? testing::tiny_gemma3_json(a.kv_heads)
+                                                  : testing::tiny_config_json(a.arch, a.kv_heads);
     cj["tie_word_embeddings"] = a.tie;
     cj["num_attention_heads"] = a.heads;
     const ModelConfig cfg = parse_config(cj, "dist_check");

@@ -261,10 +261,11 @@ def _bool(cfg_path, d, key, default):
 
 
 _FAMILIES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "phi3": "phi3",
-             "granite": "granite", "smollm3": "smollm3", "olmo2": "olmo2", "olmo3": "olmo3"}
+             "granite": "granite", "smollm3": "smollm3", "olmo2": "olmo2", "olmo3": "olmo3", "gemma3_text": "gemma3"}
 _ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
          "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3", "GraniteForCausalLM": "granite",
-         "SmolLM3ForCausalLM": "smollm3", "Olmo2ForCausalLM": "olmo2", "Olmo3ForCausalLM": "olmo3"}
+         "SmolLM3ForCausalLM": "smollm3", "Olmo2ForCausalLM": "olmo2", "Olmo3ForCausalLM": "olmo3",
+         "Gemma3ForCausalLM": "gemma3"}
 
 
 def load_config(model_dir):
@@ -289,7 +290,7 @@ def load_config(model_dir):
                 fam = _ARCH[a]
                 break
     if fam is None:
-        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3")
+        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3, gemma3_text")
     c.family = fam
 
     c.hidden = _num(path, d, "hidden_size")
@@ -300,8 +301,8 @@ def load_config(model_dir):
     c.vocab = _num(path, d, "vocab_size")
     c.eps = _num(path, d, "rms_norm_eps", kind=float, default=1e-5 if fam in ("phi3", "olmo2", "olmo3") else 1e-6)
     hd = d.get("head_dim", None)
-    if hd is None and fam == "qwen3":
-        c.head_dim = 128  # Qwen3Config's default
+    if hd is None and fam in ("qwen3", "gemma3"):
+        c.head_dim = 128 if fam == "qwen3" else 256  # Qwen3Config's default, Gemma3TextConfig's
     elif hd is None:
         if c.hidden % c.n_heads:
             fail(f"{path}: 'head_dim' absent and hidden_size {c.hidden} not divisible by "
@@ -315,13 +316,20 @@ def load_config(model_dir):
         fail(f"{path}: field 'num_attention_heads' ({c.n_heads}) is not a multiple of "
              f"'num_key_value_heads' ({c.n_kv})")
     # (SmolLM3Config's tie_word_embeddings: True, transformers 5's own default, 4.x's PretrainedConfig's)
-    c.tied = _bool(path, d, "tie_word_embeddings", fam == "smollm3")
+    c.tied = _bool(path, d, "tie_word_embeddings", fam in ("smollm3", "gemma3"))  # (and Gemma3TextConfig's)
     c.max_pos = _num(path, d, "max_position_embeddings", required=False)
     if c.max_pos is None and fam == "phi3":
         c.max_pos = 4096  # Phi3Config's default
-    hidden_act = d.get("hidden_act", "silu")
-    if hidden_act not in ("silu", "swish"):
-        fail(f"{path}: field 'hidden_act' = {hidden_act!r} unsupported (only silu)")
+    if fam == "gemma3":  # Gemma3MLP: ACT2FN[config.hidden_activation]
+        if d.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+            fail(f"{path}: field 'hidden_activation' unsupported (only gelu_pytorch_tanh)")
+        for k in ("final_logit_softcapping", "attn_logit_softcapping"):
+            if d.get(k) is not None:
+                fail(f"{path}: field '{k}': this oracle has no softcapping")
+    else:
+        hidden_act = d.get("hidden_act", "silu")
+        if hidden_act not in ("silu", "swish"):
+            fail(f"{path}: field 'hidden_act' = {hidden_act!r} unsupported (only silu)")
 
     # GraniteModel: inputs_embeds * embedding_multiplier; GraniteDecoderLayer: residual + out *
     # residual_multiplier; GraniteAttention: scaling = attention_multiplier; GraniteForCausalLM:
@@ -332,13 +340,18 @@ def load_config(model_dir):
         c.res_mult = _num(path, d, "residual_multiplier", kind=float, default=1.0)
         c.att_mult = _num(path, d, "attention_multiplier", kind=float, default=1.0)
         c.logit_div = _num(path, d, "logits_scaling", kind=float, default=1.0)
+    # Gemma3TextScaledWordEmbedding: times torch.tensor(hidden_size ** 0.5) (a float32 scalar);
+    # Gemma3Attention: scaling = query_pre_attn_scalar ** -0.5 (Gemma3TextConfig's 256)
+    if fam == "gemma3":
+        c.emb_mult = float(torch.tensor(c.hidden ** 0.5, dtype=torch.float32))
+        c.att_mult = _num(path, d, "query_pre_attn_scalar", kind=float, default=256.0) ** -0.5
     if fam in ("llama", "granite", "smollm3"):  # LlamaAttention / LlamaMLP's biases
         c.attn_bias = _bool(path, d, "attention_bias", False)
         c.o_bias = c.attn_bias
         c.mlp_bias = _bool(path, d, "mlp_bias", False)
     elif fam == "qwen2":
         c.attn_bias, c.o_bias, c.mlp_bias = True, False, False
-    elif fam in ("qwen3", "olmo2", "olmo3"):  # Qwen3Attention, OlmoAttention: attention_bias on q/k/v/o; no MLP bias
+    elif fam in ("qwen3", "olmo2", "olmo3", "gemma3"):  # their attention: attention_bias on q/k/v/o; no MLP bias
         c.attn_bias = _bool(path, d, "attention_bias", False)
         c.o_bias, c.mlp_bias = c.attn_bias, False
     else:
@@ -363,11 +376,13 @@ def load_config(model_dir):
     sw = d.get("sliding_window", None)
     layer_types = d.get("layer_types", None)
     c.sliding = [False] * c.n_layers
-    if fam == "olmo3":  # Olmo3Config: sliding_window 4096, on layer_types' or three of every four layers
+    if fam in ("olmo3", "gemma3"):  # sliding_window 4096, on layer_types' or three of every four layers
         sw = _num(path, d, "sliding_window") if "sliding_window" in d and sw is not None else (
             None if "sliding_window" in d else 4096)
+        # (Gemma3TextConfig: five of every sliding_window_pattern = 6)
+        every = _num(path, d, "sliding_window_pattern", default=6) if fam == "gemma3" else 4
         if not isinstance(layer_types, list):
-            layer_types = ["sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(c.n_layers)]
+            layer_types = ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(c.n_layers)]
         c.sliding = [t == "sliding_attention" for t in layer_types]
         c.windows = [sw if t == "sliding_attention" else None for t in layer_types]
     elif fam in ("mistral", "phi3") and sw is not None:
@@ -384,7 +399,7 @@ def load_config(model_dir):
             c.windows = [sw if i >= mwl else None for i in range(c.n_layers)]
 
     # nn.Embedding(vocab, hidden, padding_idx=pad_token_id): that row takes no gradient from the lookup
-    pad = d.get("pad_token_id", {"phi3": 32000, "smollm3": 128004, "olmo2": 1, "olmo3": 1}.get(fam))  # (the classes' defaults)
+    pad = d.get("pad_token_id", {"phi3": 32000, "smollm3": 128004, "olmo2": 1, "olmo3": 1, "gemma3": 0}.get(fam))  # (the classes' defaults)
     if pad is not None and not (isinstance(pad, int) and -c.vocab <= pad < c.vocab):
         fail(f"{path}: field 'pad_token_id' = {pad!r} is outside the vocabulary")
     c.pad = None if pad is None else pad % c.vocab
@@ -393,13 +408,15 @@ def load_config(model_dir):
             fail(f"{path}: field '{k}' = {d.get(k)!r}: this oracle has no dropout")
     # OLMo 3: rope_parameters per layer type (transformers 5's form): the full layers' dict is the RoPE,
     # the sliding layers' a default one with its own theta
+    # (Gemma 3: the sliding layers' default RoPE of rope_local_base_freq, Gemma3TextConfig's 10000, unless
+    # rope_parameters.sliding_attention gives its own)
     rp = d.get("rope_parameters")
-    c.sliding_theta = None
-    if fam == "olmo3" and isinstance(rp, dict) and ("full_attention" in rp or "sliding_attention" in rp):
+    c.sliding_theta = _num(path, d, "rope_local_base_freq", kind=float, default=10000.0) if fam == "gemma3" else None
+    if fam in ("olmo3", "gemma3") and isinstance(rp, dict) and ("full_attention" in rp or "sliding_attention" in rp):
         sl = rp.get("sliding_attention") or {}
         if sl.get("rope_type", "default") != "default":
             fail(f"{path}: rope_parameters.sliding_attention must be a default RoPE")
-        c.sliding_theta = sl.get("rope_theta", d.get("rope_theta", 500000.0))
+        c.sliding_theta = sl.get("rope_theta", c.sliding_theta or d.get("rope_theta", 500000.0))
         d = dict(d)
         d["rope_parameters"] = rp.get("full_attention") or {}
     c.rope = parse_rope(path, d, c)
@@ -426,7 +443,8 @@ def parse_rope(path, d, c):
     if theta is None:
         theta = d.get("rope_theta", None)
         if theta is None:
-            theta = 500000.0 if c.family == "olmo3" else 10000.0  # (Olmo3Config's default_theta)
+            # (Olmo3Config's default_theta, Gemma3TextConfig's)
+            theta = {"olmo3": 500000.0, "gemma3": 1000000.0}.get(c.family, 10000.0)
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 1:
         fail(f"{path}: field 'rope_theta' must be a number > 1, got {theta!r}")
     p["rope_theta"] = theta
@@ -627,7 +645,7 @@ def param_specs(c):
     specs = [("model.embed_tokens.weight", (V, H))]
     for i in range(c.n_layers):
         pre = f"model.layers.{i}."
-        if c.family not in ("olmo2", "olmo3"):  # (OLMo 2 / 3: no norm before attention)
+        if c.family not in ("olmo2", "olmo3"):  # (OLMo 2 / 3: no norm before attention; Gemma 3: both)
             specs.append((pre + "input_layernorm.weight", (H,)))
         if c.family == "phi3":  # Phi3Attention.qkv_proj and Phi3MLP.gate_up_proj: fused, no biases
             specs.append((pre + "self_attn.qkv_proj.weight", (qd + 2 * kvd, H)))
@@ -643,14 +661,16 @@ def param_specs(c):
         specs.append((pre + "self_attn.o_proj.weight", (H, qd)))
         if c.o_bias:
             specs.append((pre + "self_attn.o_proj.bias", (H,)))
-        if c.family == "qwen3":  # Qwen3RMSNorm(head_dim) of every q and k head
+        if c.family in ("qwen3", "gemma3"):  # Qwen3RMSNorm(head_dim) of every q and k head (Gemma3RMSNorm's)
             specs.append((pre + "self_attn.q_norm.weight", (hd,)))
             specs.append((pre + "self_attn.k_norm.weight", (hd,)))
         if c.family in ("olmo2", "olmo3"):  # Olmo2RMSNorm(heads * head_dim) of the whole q and k
             specs.append((pre + "self_attn.q_norm.weight", (qd,)))
             specs.append((pre + "self_attn.k_norm.weight", (kvd,)))
         specs.append((pre + "post_attention_layernorm.weight", (H,)))
-        if c.family in ("olmo2", "olmo3"):
+        if c.family == "gemma3":
+            specs.append((pre + "pre_feedforward_layernorm.weight", (H,)))
+        if c.family in ("olmo2", "olmo3", "gemma3"):
             specs.append((pre + "post_feedforward_layernorm.weight", (H,)))
         for nm, shp, bshp in (("gate_proj", (I, H), (I,)), ("up_proj", (I, H), (I,)),
                               ("down_proj", (H, I), (H,))):
@@ -776,7 +796,7 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
     # OLMo 3's sliding layers (by layer type): the plain RoPE of rope_theta, or of their own theta where
     # rope_parameters gives one per layer type (as transformers' Olmo3Model and OLMo-core run them)
     plain = None
-    if c.family == "olmo3":
+    if c.family in ("olmo3", "gemma3"):
         pc = Cfg()
         pc.__dict__.update(c.__dict__)
         pc.rope = {"rope_type": "default",
@@ -791,6 +811,9 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
 
     x = F.embedding(torch.from_numpy(inputs), P["model.embed_tokens.weight"], padding_idx=c.pad)  # [N, H]
     x = x * c.emb_mult
+    gemma = c.family == "gemma3"
+    # Gemma3RMSNorm: x rsqrt(mean x^2 + eps) (1 + w)
+    norm = (lambda x, w, eps: rms_norm(x, 1.0 + w, eps)) if gemma else rms_norm
     for li in range(c.n_layers):
         pre = f"model.layers.{li}."
         g = lambda n: P.get(pre + n)  # noqa: E731
@@ -816,7 +839,7 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
 
         # (OLMo 2, Olmo2DecoderLayer: each branch reads the residual stream and its output is normalized)
         olmo2 = c.family in ("olmo2", "olmo3")
-        h = x if olmo2 else rms_norm(x, g("input_layernorm.weight"), c.eps)
+        h = x if olmo2 else norm(x, g("input_layernorm.weight"), c.eps)
         if c.family == "phi3":  # qkv[..., :qd], then k, then v (Phi3Attention.forward)
             qkv = linear(h, g("self_attn.qkv_proj.weight"), None, "self_attn.qkv_proj")
             q, k, v = qkv[:, :nh * hd], qkv[:, nh * hd:(nh + nkv) * hd], qkv[:, (nh + nkv) * hd:]
@@ -829,9 +852,9 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
             k = rms_norm(k, g("self_attn.k_norm.weight"), c.eps)
         q = q.view(N, nh, hd)
         k = k.view(N, nkv, hd)
-        if c.family == "qwen3":  # q_norm / k_norm over head_dim, before RoPE
-            q = rms_norm(q, g("self_attn.q_norm.weight"), c.eps)
-            k = rms_norm(k, g("self_attn.k_norm.weight"), c.eps)
+        if c.family in ("qwen3", "gemma3"):  # q_norm / k_norm over head_dim, before RoPE
+            q = norm(q, g("self_attn.q_norm.weight"), c.eps)
+            k = norm(k, g("self_attn.k_norm.weight"), c.eps)
         q = q.transpose(0, 1)  # [nh, N, hd]
         k = k.transpose(0, 1)  # [nkv, N, hd]
         v = v.view(N, nkv, hd).transpose(0, 1)
@@ -847,18 +870,21 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
         a = torch.softmax(s, dim=-1)
         o = (a @ v).transpose(0, 1).reshape(N, nh * hd)
         y = linear(o, g("self_attn.o_proj.weight"), g("self_attn.o_proj.bias"), "self_attn.o_proj")
-        x = x + (rms_norm(y, g("post_attention_layernorm.weight"), c.eps) if olmo2 else y * c.res_mult)
+        # (Gemma3DecoderLayer: post_attention_layernorm of the branch, pre_feedforward_layernorm before the MLP)
+        x = x + (norm(y, g("post_attention_layernorm.weight"), c.eps) if olmo2 or gemma else y * c.res_mult)
 
-        h = x if olmo2 else rms_norm(x, g("post_attention_layernorm.weight"), c.eps)
+        h = x if olmo2 else norm(x, g("pre_feedforward_layernorm.weight" if gemma else "post_attention_layernorm.weight"),
+                                 c.eps)
         if c.family == "phi3":  # Phi3MLP: gate, up = gate_up_proj(x).chunk(2, dim=-1)
             gate, up = linear(h, g("mlp.gate_up_proj.weight"), None, "mlp.gate_up_proj").chunk(2, dim=-1)
         else:
             gate = linear(h, g("mlp.gate_proj.weight"), g("mlp.gate_proj.bias"), "mlp.gate_proj")
             up = linear(h, g("mlp.up_proj.weight"), g("mlp.up_proj.bias"), "mlp.up_proj")
-        y = linear(F.silu(gate) * up, g("mlp.down_proj.weight"), g("mlp.down_proj.bias"), "mlp.down_proj")
-        x = x + (rms_norm(y, g("post_feedforward_layernorm.weight"), c.eps) if olmo2 else y * c.res_mult)
+        act = F.gelu(gate, approximate="tanh") if gemma else F.silu(gate)  # (gelu_pytorch_tanh)
+        y = linear(act * up, g("mlp.down_proj.weight"), g("mlp.down_proj.bias"), "mlp.down_proj")
+        x = x + (norm(y, g("post_feedforward_layernorm.weight"), c.eps) if olmo2 or gemma else y * c.res_mult)
 
-    x = rms_norm(x, P["model.norm.weight"], c.eps)
+    x = norm(x, P["model.norm.weight"], c.eps)
     w_out = P["model.embed_tokens.weight"] if c.tied else P["lm_head.weight"]
     logits = (x @ w_out.t()) / c.logit_div
     return F.cross_entropy(logits, torch.from_numpy(targets), reduction="mean", ignore_index=-100)

@@ -55,18 +55,21 @@ class CpuBackend : public Backend {
   void do_embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable, int64_t skip) override {
     cpu::embedding_bwd(ids, dout, dtable, skip);
   }
-  void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) override {
-    cpu::rmsnorm_fwd(x, w, eps, y, rstd);
+  void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd, float off) override {
+    cpu::rmsnorm_fwd(x, w, eps, y, rstd, off);
   }
   void do_rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, bool acc,
-                   Tensor& dw) override {
-    cpu::rmsnorm_bwd(x, w, rstd, dy, dx, acc, dw);
+                      Tensor& dw, float off) override {
+    cpu::rmsnorm_bwd(x, w, rstd, dy, dx, acc, dw, off);
   }
   void do_rope_fwd(Tensor& x, const Tensor& pos, const RopeTable& r) override { cpu::rope(x, pos, r, false); }
   void do_rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& r) override { cpu::rope(dx, pos, r, true); }
-  void do_swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) override { cpu::swiglu_fwd(gate, up, out); }
-  void do_swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) override {
-    cpu::swiglu_bwd(gate, up, dout, dgate, dup);
+  void do_glu_fwd(const Tensor& gate, const Tensor& up, Tensor& out, Act act) override {
+    cpu::glu_fwd(gate, up, out, act);
+  }
+  void do_glu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup,
+                  Act act) override {
+    cpu::glu_bwd(gate, up, dout, dgate, dup, act);
   }
   void do_page_key_means(const Tensor& k, int64_t t0, int64_t page_size, Tensor& means) override {
     cpu::page_key_means(k, t0, page_size, means);

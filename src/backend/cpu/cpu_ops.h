@@ -18,12 +18,13 @@ int64_t widen_elems(std::initializer_list<const Tensor*> operands);
 int64_t lm_head_widen_elems(const Tensor& h, const Tensor& w, int64_t tile);
 void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out);
 void embedding_bwd(const Tensor& ids, const Tensor& dout, Tensor& dtable, int64_t skip = -1);
-void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd);
+void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd, float w_offset = 0.0f);
 void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                 bool dx_accumulate, Tensor& dw);
+                 bool dx_accumulate, Tensor& dw, float w_offset = 0.0f);
 void rope(Tensor& x, const Tensor& pos, const RopeTable& rope, bool inverse);
-void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out);
-void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup);
+void glu_fwd(const Tensor& gate, const Tensor& up, Tensor& out, Act act = Act::Silu);
+void glu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup,
+             Act act = Act::Silu);
 void dropout(const Tensor& x, const DropoutMask& m, Tensor& y, bool accumulate);
 void attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o, Tensor& lse);
 void attention_bwd(const Tensor& q, const Tensor& o, const Tensor& lse, const Tensor& dout,

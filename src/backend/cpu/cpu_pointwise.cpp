@@ -1,4 +1,4 @@
-// RMSNorm, RoPE and SwiGLU on the CPU, with their backward passes; dropout.
+// RMSNorm, RoPE and the gated MLP activation (SwiGLU, GeGLU) on the CPU, with their backward passes; dropout.
 #include <algorithm>
 #include <cmath>
 
@@ -23,7 +23,7 @@ void with_out(Tensor& out, Fn fn) {
 }  // namespace
 
 // x, y: (T, d); w: (d); rstd: (T); y f32 or bf16
-void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
+void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd, float w_offset) {
   const int64_t T = x.dim(0), d = x.dim(1);
   with_out(y, [&](auto* yp) {
 #pragma omp parallel for if (T * d >= kParallelMin)
@@ -34,14 +34,15 @@ void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor&
       for (int64_t i = 0; i < d; ++i) ss += double(xr[i]) * xr[i];
       float r = float(1.0 / std::sqrt(ss / double(d) + eps));
       rstd.f()[t] = r;
-      for (int64_t i = 0; i < d; ++i) put(yr, i, xr[i] * r * w.f()[i]);
+      for (int64_t i = 0; i < d; ++i) put(yr, i, xr[i] * r * (w.f()[i] + w_offset));
     }
   });
 }
 
-// y = x r w, r = (mean x^2 + eps)^-1/2:  dx = r (g - x r^2 mean(g x)),  g = dy w;  dw += sum_t dy x r
+// y = x r w', w' = w + w_offset, r = (mean x^2 + eps)^-1/2:  dx = r (g - x r^2 mean(g x)),  g = dy w';
+// dw += sum_t dy x r
 void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                 bool dx_accumulate, Tensor& dw) {
+                 bool dx_accumulate, Tensor& dw, float w_offset) {
   const int64_t T = x.dim(0), d = x.dim(1);
   const float* wp = w.f();
 #pragma omp parallel for if (T * d >= kParallelMin)
@@ -50,10 +51,10 @@ void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Ten
     float* dxr = dx.f() + t * d;
     const float r = rstd.f()[t];
     double dot = 0;
-    for (int64_t i = 0; i < d; ++i) dot += double(dyr[i]) * wp[i] * xr[i];
+    for (int64_t i = 0; i < d; ++i) dot += double(dyr[i]) * (wp[i] + w_offset) * xr[i];
     const float c = float(dot / double(d)) * r * r;
     for (int64_t i = 0; i < d; ++i) {
-      float g = r * (dyr[i] * wp[i] - xr[i] * c);
+      float g = r * (dyr[i] * (wp[i] + w_offset) - xr[i] * c);
       dxr[i] = dx_accumulate ? dxr[i] + g : g;
     }
   }
@@ -91,22 +92,48 @@ void rope(Tensor& x, const Tensor& pos, const RopeTable& rope, bool inverse) {
 
 static inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
+// GELU's tanh approximation, as PyTorch's gelu(approximate='tanh') computes it in float:
+// y = 0.5 g (1 + t), t = tanh(b (g + k g^3)), b = sqrt(2/pi), k = 0.044715
+constexpr float kGeluBeta = 0.7978845608028654f, kGeluKappa = 0.044715f;
+static inline float gelu_tanh(float g) {
+  const float t = std::tanh(kGeluBeta * (g + kGeluKappa * g * g * g));
+  return 0.5f * g * (1.0f + t);
+}
+// dy/dg = 0.5 (1 + t) + 0.5 g (1 - t^2) b (1 + 3 k g^2)
+static inline float gelu_tanh_grad(float g) {
+  const float t = std::tanh(kGeluBeta * (g + kGeluKappa * g * g * g));
+  return 0.5f * (1.0f + t) + 0.5f * g * (1.0f - t * t) * kGeluBeta * (1.0f + 3.0f * kGeluKappa * g * g);
+}
+
 // gate, up, out: (T, I); out f32 or bf16
-void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) {
+void glu_fwd(const Tensor& gate, const Tensor& up, Tensor& out, Act act) {
   const int64_t n = gate.numel();
   const float *g = gate.f(), *u = up.f();
   with_out(out, [&](auto* o) {
+    if (act == Act::GeluTanh) {
+#pragma omp parallel for if (n >= kParallelMin)
+      for (int64_t i = 0; i < n; ++i) put(o, i, gelu_tanh(g[i]) * u[i]);
+      return;
+    }
 #pragma omp parallel for if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) put(o, i, g[i] * sigmoid(g[i]) * u[i]);
   });
 }
 
-// d/dg [g sig(g)] = sig(g) (1 + g (1 - sig(g)));  dgate, dup f32 or bf16 (one dtype)
-void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) {
+// d/dg [g sig(g)] = sig(g) (1 + g (1 - sig(g))) (GeGLU: gelu_tanh_grad);  dgate, dup f32 or bf16 (one dtype)
+void glu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup, Act act) {
   const int64_t n = gate.numel();
   const float *g = gate.f(), *u = up.f(), *d = dout.f();
   with_out(dgate, [&](auto* dg) {
     auto* du = reinterpret_cast<decltype(dg)>(dup.data);
+    if (act == Act::GeluTanh) {
+#pragma omp parallel for if (n >= kParallelMin)
+      for (int64_t i = 0; i < n; ++i) {
+        put(du, i, d[i] * gelu_tanh(g[i]));
+        put(dg, i, d[i] * u[i] * gelu_tanh_grad(g[i]));
+      }
+      return;
+    }
 #pragma omp parallel for if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
       const float s = sigmoid(g[i]);

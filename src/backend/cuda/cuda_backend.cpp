@@ -101,13 +101,13 @@ class CudaBackend final : public Backend {
     launched("embedding_bwd");
   }
 
-  void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) override {
-    cuda::k::rmsnorm_fwd(x.f(), w.f(), eps, y.data, y.dtype == DType::BF16, rstd.f(), x.dim(0), x.dim(1), stream_);
+  void do_rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd, float off) override {
+    cuda::k::rmsnorm_fwd(x.f(), w.f(), off, eps, y.data, y.dtype == DType::BF16, rstd.f(), x.dim(0), x.dim(1), stream_);
     launched("rmsnorm_fwd");
   }
   void do_rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, bool acc,
-                   Tensor& dw) override {
-    cuda::k::rmsnorm_bwd(x.f(), w.f(), rstd.f(), dy.f(), dx.f(), acc, dw.f(), group_sums_.as<double>(), x.dim(0),
+                      Tensor& dw, float off) override {
+    cuda::k::rmsnorm_bwd(x.f(), w.f(), off, rstd.f(), dy.f(), dx.f(), acc, dw.f(), group_sums_.as<double>(), x.dim(0),
                          x.dim(1), stream_);
     launched("rmsnorm_bwd");
   }
@@ -115,14 +115,15 @@ class CudaBackend final : public Backend {
   void do_rope_fwd(Tensor& x, const Tensor& pos, const RopeTable& r) override { rope("rope_fwd", x, pos, r, false); }
   void do_rope_bwd(Tensor& dx, const Tensor& pos, const RopeTable& r) override { rope("rope_bwd", dx, pos, r, true); }
 
-  void do_swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) override {
-    cuda::k::swiglu_fwd(gate.f(), up.f(), out.data, out.dtype == DType::BF16, gate.numel(), stream_);
-    launched("swiglu_fwd");
+  void do_glu_fwd(const Tensor& gate, const Tensor& up, Tensor& out, Act act) override {
+    cuda::k::glu_fwd(gate.f(), up.f(), out.data, out.dtype == DType::BF16, act == Act::GeluTanh, gate.numel(), stream_);
+    launched("glu_fwd");
   }
-  void do_swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) override {
-    cuda::k::swiglu_bwd(gate.f(), up.f(), dout.f(), dgate.data, dup.data, dgate.dtype == DType::BF16, gate.numel(),
-                        stream_);
-    launched("swiglu_bwd");
+  void do_glu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup,
+                  Act act) override {
+    cuda::k::glu_bwd(gate.f(), up.f(), dout.f(), dgate.data, dup.data, dgate.dtype == DType::BF16, act == Act::GeluTanh,
+                     gate.numel(), stream_);
+    launched("glu_bwd");
   }
 
   void do_attention_fwd(const Tensor& q, std::span<const KVBlock> blocks, const AttnArgs& a, Tensor& o,

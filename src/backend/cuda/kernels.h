@@ -17,14 +17,14 @@ void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t T
 void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t T, int64_t d, int32_t skip,
                    cudaStream_t s);
 
-// y (T, d) = x * rstd * w (f32, or bf16 when y_bf16: rounded to nearest even);  rstd (T)
-void rmsnorm_fwd(const float* x, const float* w, float eps, void* y, bool y_bf16, float* rstd, int64_t T, int64_t d,
-                 cudaStream_t s);
-// dx (T, d) = (or +=) rstd (dy w - x rstd^2 mean(dy w x));  dw (d) += sum_t dy x rstd (fp64 in a
+// y (T, d) = x * rstd * (w + w_offset) (f32, or bf16 when y_bf16: rounded to nearest even);  rstd (T)
+void rmsnorm_fwd(const float* x, const float* w, float w_offset, float eps, void* y, bool y_bf16, float* rstd, int64_t T,
+                 int64_t d, cudaStream_t s);
+// dx (T, d) = (or +=) rstd (dy w' - x rstd^2 mean(dy w' x)), w' = w + w_offset;  dw (d) += sum_t dy x rstd (fp64 in a
 // fixed order: groups of rows (grid.y), in each 32 lanes of rows each in order, then the lanes in
 // order, then the groups in order). partial: kRowGroupBytes of device memory, the groups' sums.
-void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, bool dx_accumulate,
-                 float* dw, double* partial, int64_t T, int64_t d, cudaStream_t s);
+void rmsnorm_bwd(const float* x, const float* w, float w_offset, const float* rstd, const float* dy, float* dx,
+                 bool dx_accumulate, float* dw, double* partial, int64_t T, int64_t d, cudaStream_t s);
 // The column sums' grid: up to about kRowGroupBlocks blocks (4 per SM of an H100's 132) where T
 // allows. Groups G > 1 only where G * ceil(d / 32) <= kRowGroupBlocks: (G, d) fp64 fit kRowGroupBytes.
 constexpr int64_t kRowGroupBlocks = 512;
@@ -35,10 +35,11 @@ constexpr size_t kRowGroupBytes = size_t(kRowGroupBlocks) * 32 * 8;
 void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bool inverse, int64_t T, int64_t H,
           int64_t D, int64_t R, cudaStream_t s);
 
-// out = silu(g) * u;  backward: dg, du.  out, and dg with du: f32, or bf16 (rounded to nearest even)
-void swiglu_fwd(const float* g, const float* u, void* out, bool out_bf16, int64_t n, cudaStream_t s);
-void swiglu_bwd(const float* g, const float* u, const float* dout, void* dg, void* du, bool d_bf16, int64_t n,
-                cudaStream_t s);
+// out = act(g) * u, act silu or (gelu) GELU's tanh approximation;  backward: dg, du.  out, and dg with
+// du: f32, or bf16 (rounded to nearest even)
+void glu_fwd(const float* g, const float* u, void* out, bool out_bf16, bool gelu, int64_t n, cudaStream_t s);
+void glu_bwd(const float* g, const float* u, const float* dout, void* dg, void* du, bool d_bf16, bool gelu, int64_t n,
+             cudaStream_t s);
 
 // y (T, n) = x where m keeps it, times m.scale, else 0 (or y += that: accumulate, y f32). x, y
 // f32 or bf16 (y rounded to nearest even)

@@ -1,4 +1,4 @@
-// Embedding, RMSNorm, RoPE, SwiGLU, elementwise ops and conversions, reductions and optimizer updates.
+// Embedding, RMSNorm, RoPE, SwiGLU / GeGLU, elementwise ops and conversions, reductions and optimizer updates.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -67,7 +67,7 @@ __device__ inline float widen(uint16_t h) { return from_bf16(h); }
 
 // grid T; y: float or uint16_t (bf16)
 template <typename Out>
-__global__ void rmsnorm_fwd_k(const float* x, const float* w, float eps, Out* y, float* rstd, int64_t d) {
+__global__ void rmsnorm_fwd_k(const float* x, const float* w, float off, float eps, Out* y, float* rstd, int64_t d) {
   const int64_t t = blockIdx.x;
   const float* xr = x + t * d;
   double ss = 0;
@@ -75,21 +75,21 @@ __global__ void rmsnorm_fwd_k(const float* x, const float* w, float eps, Out* y,
   ss = block_sum(ss);
   const float r = float(1.0 / sqrt(ss / double(d) + eps));
   if (threadIdx.x == 0) rstd[t] = r;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) put(y, t * d + i, xr[i] * r * w[i]);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) put(y, t * d + i, xr[i] * r * (w[i] + off));
 }
 
 // grid T
-__global__ void rmsnorm_bwd_dx_k(const float* x, const float* w, const float* rstd, const float* dy, float* dx,
-                                 bool acc, int64_t d) {
+__global__ void rmsnorm_bwd_dx_k(const float* x, const float* w, float off, const float* rstd, const float* dy,
+                                 float* dx, bool acc, int64_t d) {
   const int64_t t = blockIdx.x;
   const float *xr = x + t * d, *dyr = dy + t * d;
   const float r = rstd[t];
   double dot = 0;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dot += double(dyr[i]) * w[i] * xr[i];
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dot += double(dyr[i]) * (w[i] + off) * xr[i];
   dot = block_sum(dot);
   const float c = float(dot / double(d)) * r * r;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float g = r * (dyr[i] * w[i] - xr[i] * c);
+    const float g = r * (dyr[i] * (w[i] + off) - xr[i] * c);
     dx[t * d + i] = acc ? dx[t * d + i] + g : g;
   }
 }
@@ -168,12 +168,20 @@ __global__ void rope_k(float* x, const int32_t* pos, const float* inv_freq, floa
 }
 
 __device__ inline float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+// GELU's tanh approximation (PyTorch's gelu(approximate='tanh')): 0.5 g (1 + t), t = tanh(b (g + k g^3))
+constexpr float kGeluBeta = 0.7978845608028654f, kGeluKappa = 0.044715f;
+__device__ inline float gelu_tanh(float g) { return 0.5f * g * (1.0f + tanhf(kGeluBeta * (g + kGeluKappa * g * g * g))); }
+// its derivative: 0.5 (1 + t) + 0.5 g (1 - t^2) b (1 + 3 k g^2)
+__device__ inline float gelu_tanh_grad(float g) {
+  const float t = tanhf(kGeluBeta * (g + kGeluKappa * g * g * g));
+  return 0.5f * (1.0f + t) + 0.5f * g * (1.0f - t * t) * kGeluBeta * (1.0f + 3.0f * kGeluKappa * g * g);
+}
 
-// out, dg, du: float or uint16_t (bf16)
+// out, dg, du: float or uint16_t (bf16); gelu: GeGLU, else SwiGLU
 template <typename Out>
-__global__ void swiglu_fwd_k(const float* g, const float* u, Out* out, int64_t n) {
+__global__ void glu_fwd_k(const float* g, const float* u, Out* out, bool gelu, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) put(out, i, g[i] * sigmoid(g[i]) * u[i]);
+  if (i < n) put(out, i, (gelu ? gelu_tanh(g[i]) : g[i] * sigmoid(g[i])) * u[i]);
 }
 
 // thread per element of x, y: (T, n)
@@ -193,9 +201,14 @@ __global__ void dropout_k(const In* x, DropoutMask m, Out* y, bool accumulate, i
 }
 
 template <typename Out>
-__global__ void swiglu_bwd_k(const float* g, const float* u, const float* dout, Out* dg, Out* du, int64_t n) {
+__global__ void glu_bwd_k(const float* g, const float* u, const float* dout, Out* dg, Out* du, bool gelu, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
+  if (gelu) {
+    put(du, i, dout[i] * gelu_tanh(g[i]));
+    put(dg, i, dout[i] * u[i] * gelu_tanh_grad(g[i]));
+    return;
+  }
   const float s = sigmoid(g[i]);
   put(du, i, dout[i] * g[i] * s);
   put(dg, i, dout[i] * u[i] * s * (1.0f + g[i] * (1.0f - s)));
@@ -319,16 +332,17 @@ void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t
                    cudaStream_t s) {
   if (T > 0) launch(embedding_bwd_k, unsigned(T), kThreads, 0, s, ids, dout, dtable, T, d, skip);
 }
-void rmsnorm_fwd(const float* x, const float* w, float eps, void* y, bool y_bf16, float* rstd, int64_t T, int64_t d,
-                 cudaStream_t s) {
+void rmsnorm_fwd(const float* x, const float* w, float w_offset, float eps, void* y, bool y_bf16, float* rstd, int64_t T,
+                 int64_t d, cudaStream_t s) {
   if (T <= 0) return;
-  if (y_bf16) launch(rmsnorm_fwd_k<uint16_t>, unsigned(T), kThreads, 0, s, x, w, eps, static_cast<uint16_t*>(y), rstd, d);
-  else launch(rmsnorm_fwd_k<float>, unsigned(T), kThreads, 0, s, x, w, eps, static_cast<float*>(y), rstd, d);
+  if (y_bf16)
+    launch(rmsnorm_fwd_k<uint16_t>, unsigned(T), kThreads, 0, s, x, w, w_offset, eps, static_cast<uint16_t*>(y), rstd, d);
+  else launch(rmsnorm_fwd_k<float>, unsigned(T), kThreads, 0, s, x, w, w_offset, eps, static_cast<float*>(y), rstd, d);
 }
-void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, bool dx_accumulate,
-                 float* dw, double* partial, int64_t T, int64_t d, cudaStream_t s) {
+void rmsnorm_bwd(const float* x, const float* w, float w_offset, const float* rstd, const float* dy, float* dx,
+                 bool dx_accumulate, float* dw, double* partial, int64_t T, int64_t d, cudaStream_t s) {
   if (T == 0) return;
-  launch(rmsnorm_bwd_dx_k, unsigned(T), kThreads, 0, s, x, w, rstd, dy, dx, dx_accumulate, d);
+  launch(rmsnorm_bwd_dx_k, unsigned(T), kThreads, 0, s, x, w, w_offset, rstd, dy, dx, dx_accumulate, d);
   const int64_t G = row_groups(T, d);
   double* part = G > 1 ? partial : nullptr;
   launch(rmsnorm_bwd_dw_k, dim3(blocks_for(d, 32), unsigned(G)), dim3(32, kRowLanes), 0, s, x, rstd, dy, dw, part, T,
@@ -341,10 +355,10 @@ void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bo
     launch(rope_k, blocks_for(T * (R / 2)), kThreads, 0, s, x, pos, inv_freq, scaling, inverse ? -1.0 : 1.0, T, H, D,
            R);
 }
-void swiglu_fwd(const float* g, const float* u, void* out, bool out_bf16, int64_t n, cudaStream_t s) {
+void glu_fwd(const float* g, const float* u, void* out, bool out_bf16, bool gelu, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  if (out_bf16) launch(swiglu_fwd_k<uint16_t>, blocks_for(n), kThreads, 0, s, g, u, static_cast<uint16_t*>(out), n);
-  else launch(swiglu_fwd_k<float>, blocks_for(n), kThreads, 0, s, g, u, static_cast<float*>(out), n);
+  if (out_bf16) launch(glu_fwd_k<uint16_t>, blocks_for(n), kThreads, 0, s, g, u, static_cast<uint16_t*>(out), gelu, n);
+  else launch(glu_fwd_k<float>, blocks_for(n), kThreads, 0, s, g, u, static_cast<float*>(out), gelu, n);
 }
 void dropout(const void* x, bool x_bf16, const DropoutMask& m, void* y, bool y_bf16, bool accumulate, int64_t T,
              int64_t n, cudaStream_t s) {
@@ -359,15 +373,15 @@ void dropout(const void* x, bool x_bf16, const DropoutMask& m, void* y, bool y_b
   else if (y_bf16) launch(dropout_k<float, uint16_t>, b, kThreads, 0, s, xf, m, yh, accumulate, T, n);
   else launch(dropout_k<float, float>, b, kThreads, 0, s, xf, m, yf, accumulate, T, n);
 }
-void swiglu_bwd(const float* g, const float* u, const float* dout, void* dg, void* du, bool d_bf16, int64_t n,
-                cudaStream_t s) {
+void glu_bwd(const float* g, const float* u, const float* dout, void* dg, void* du, bool d_bf16, bool gelu, int64_t n,
+             cudaStream_t s) {
   if (n <= 0) return;
   if (d_bf16)
-    launch(swiglu_bwd_k<uint16_t>, blocks_for(n), kThreads, 0, s, g, u, dout, static_cast<uint16_t*>(dg),
-           static_cast<uint16_t*>(du), n);
+    launch(glu_bwd_k<uint16_t>, blocks_for(n), kThreads, 0, s, g, u, dout, static_cast<uint16_t*>(dg),
+           static_cast<uint16_t*>(du), gelu, n);
   else
-    launch(swiglu_bwd_k<float>, blocks_for(n), kThreads, 0, s, g, u, dout, static_cast<float*>(dg),
-           static_cast<float*>(du), n);
+    launch(glu_bwd_k<float>, blocks_for(n), kThreads, 0, s, g, u, dout, static_cast<float*>(dg),
+           static_cast<float*>(du), gelu, n);
 }
 void add(float* y, const void* x, bool x_bf16, int64_t n, cudaStream_t s) {
   if (n == 0) return;
