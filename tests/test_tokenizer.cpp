@@ -1,5 +1,6 @@
 // The tokenizer on small tokenizer.json files written here: merges in both stored formats, merge
-// order, long pieces, ignore_merges, added tokens, NFC, decoding and every rejected input.
+// order, long pieces, ignore_merges, added tokens, NFC, decoding, the SentencePiece style (byte
+// fallback, Prepend / Replace, MergedWithPrevious, its decoder) and every rejected input.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -29,6 +30,15 @@ Tokenizer make(const json& j) { return Tokenizer::parse(j.dump(), "test/tokenize
 std::string error_of(const json& j) {
   try {
     make(j);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string error_of_encode(const Tokenizer& t, const std::string& text) {
+  try {
+    t.encode(text);
   } catch (const Error& e) {
     return e.what();
   }
@@ -322,7 +332,8 @@ TEST(Tokenizer, RejectsWhatItDoesNotSupportNamingTheField) {
   EXPECT_THAT(with([](json& j) { j["pre_tokenizer"] = nullptr; }), HasSubstr("has no ByteLevel step"));
   EXPECT_THAT(with([](json& j) { j["decoder"] = {{"type", "Metaspace"}}; }),
               HasSubstr("unsupported decoder type \"Metaspace\""));
-  EXPECT_THAT(with([](json& j) { j["model"]["byte_fallback"] = true; }), HasSubstr("model.byte_fallback = true"));
+  EXPECT_THAT(with([](json& j) { j["model"]["byte_fallback"] = true; }),
+              HasSubstr("a ByteLevel pre_tokenizer with model.byte_fallback"));
   EXPECT_THAT(with([](json& j) { j["model"]["continuing_subword_prefix"] = "##"; }),
               HasSubstr("model.continuing_subword_prefix = \"##\" is not supported"));
   EXPECT_THAT(with([](json& j) { j["model"]["vocab"].erase(bl("\n")); }),
@@ -358,6 +369,79 @@ TEST(Tokenizer, RejectsWhatItDoesNotSupportNamingTheField) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("bad.json: not valid JSON"));
   }
+}
+
+// A SentencePiece-style BPE (Llama 2's form): "▁" before the text and for every space, each character its
+// token or its bytes' <0xXX> tokens or unk (fused), merges over the whole text; decoded with "▁" as
+// spaces, byte runs as UTF-8, one leading space stripped.
+json sentencepiece_json() {
+  return {{"normalizer", {{"type", "Sequence"},
+                          {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                                                       {{"type", "Replace"}, {"pattern", {{"String", " "}}},
+                                                        {"content", "\u2581"}}})}}},
+          {"pre_tokenizer", nullptr},
+          {"model", {{"type", "BPE"}, {"byte_fallback", true}, {"fuse_unk", true}, {"unk_token", "<unk>"},
+                     {"vocab", {{"<unk>", 0}, {"<s>", 1}, {"\u2581", 2}, {"a", 3}, {"b", 4}, {"\u2581a", 5},
+                                {"ab", 6}, {"<0xC3>", 7}, {"<0xA9>", 8}, {"\u2581ab", 9}}},
+                     {"merges", json::array({json::array({"\u2581", "a"}), json::array({"a", "b"}),
+                                             json::array({"\u2581a", "b"})})}}},
+          {"added_tokens", json::array({{{"id", 1}, {"content", "<s>"}, {"special", true}}})},
+          {"decoder", {{"type", "Sequence"},
+                       {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}},
+                                                  {"content", " "}},
+                                                 {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+                                                 {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}}};
+}
+
+TEST(Tokenizer, SentencePieceStyleByteFallbackAndItsDecoder) {
+  const Tokenizer t = make(sentencepiece_json());
+  EXPECT_TRUE(t.sentencepiece());
+  EXPECT_FALSE(t.cut_after_newline_is_safe());
+  EXPECT_EQ(t.encode("ab"), (std::vector<int32_t>{9}));  // ▁ a b -> ▁a b -> ▁ab (rank order, not a+b first)
+  EXPECT_EQ(t.encode("a \u00e9"), (std::vector<int32_t>{5, 2, 7, 8}));  // é by its bytes
+  EXPECT_EQ(t.encode("xxb"), (std::vector<int32_t>{2, 0, 4}));          // x x: one fused unk
+  EXPECT_EQ(t.encode("<s>ab"), (std::vector<int32_t>{1, 9}));           // "▁" before every stretch of text
+  EXPECT_EQ(t.decode(t.encode("a \u00e9")), "a \u00e9");
+  EXPECT_EQ(t.decode({{2, 7, 8, 4}}), "\u00e9b");           // (one space stripped)
+  EXPECT_EQ(t.decode({{3, 7, 4}}), "a\xEF\xBF\xBD" "b");     // a lone byte: U+FFFD
+  EXPECT_EQ(t.decode({{1, 9}}), "<s> ab");
+  EXPECT_EQ(t.decode({{1, 9}}, true), "ab");
+  EXPECT_EQ(t.token_id("\u2581ab"), 9);
+  EXPECT_EQ(t.token_id("<0xC3>"), 7);
+  // without byte tokens or unk_token, a character the vocabulary lacks is named
+  json no_unk = sentencepiece_json();
+  no_unk["model"].erase("unk_token");
+  EXPECT_THAT(error_of_encode(make(no_unk), "x"), HasSubstr("the character \"x\" has no token"));
+  // Gemma's form: no Prepend, a Split on " " with MergedWithPrevious (each space ends the piece before it)
+  json g = sentencepiece_json();
+  g["normalizer"] = nullptr;
+  g["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"},
+                        {"invert", false}};
+  g["model"]["vocab"][" "] = 10, g["model"]["vocab"][" b"] = 11, g["model"]["vocab"]["a "] = 12;
+  g["model"]["merges"].push_back(json::array({" ", "b"}));
+  g["model"]["merges"].push_back(json::array({"a", " "}));
+  EXPECT_EQ(make(g).encode("a b"), (std::vector<int32_t>{12, 4}));  // "a ", "b" (Isolated: a, " ", b; none: a, " b")
+  g["pre_tokenizer"]["behavior"] = "Isolated";
+  EXPECT_EQ(make(g).encode("a b"), (std::vector<int32_t>{3, 10, 4}));
+}
+
+TEST(Tokenizer, SentencePieceStyleRefusalsNameTheField) {
+  auto with = [](auto edit) {
+    json j = sentencepiece_json();
+    edit(j);
+    return error_of(j);
+  };
+  EXPECT_THAT(with([](json& j) { j["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}}; }),
+              HasSubstr("normalizer Replace's pattern must be {\"String\": ...}, got {\"Regex\":\" +\"}"));
+  EXPECT_THAT(with([](json& j) { j["normalizer"]["normalizers"][0]["prepend"] = 1; }),
+              HasSubstr("normalizer Prepend's prepend must be a string, got 1"));
+  EXPECT_THAT(with([](json& j) { j["decoder"]["decoders"][3]["stop"] = 1; }),
+              HasSubstr("decoder Strip must strip one ASCII character at the start only"));
+  EXPECT_THAT(with([](json& j) { j["decoder"] = {{"type", "Metaspace"}}; }),
+              HasSubstr("unsupported decoder type \"Metaspace\" for a byte_fallback tokenizer"));
+  EXPECT_THAT(with([](json& j) { j["decoder"] = nullptr; }), HasSubstr("a byte_fallback tokenizer without a decoder"));
+  EXPECT_THAT(with([](json& j) { j["model"]["unk_token"] = "<nope>"; }),
+              HasSubstr("model.unk_token \"<nope>\" is not in model.vocab"));
 }
 
 TEST(Tokenizer, LoadNamesTheMissingFile) {

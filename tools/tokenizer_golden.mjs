@@ -1,13 +1,18 @@
 // Regenerates tests/fixtures/tokenizer_golden.jsonl: a few thousand strings and the ids that an
 // independent implementation (transformers.js, as packaged by @lenml/tokenizers) gives them with
-// the real Qwen3 and Llama 3 tokenizer.json files. tests/test_tokenizer_golden.cpp requires oomb
-// to give identical ids.
+// the real Qwen3 and Llama 3 tokenizer.json files (byte-level BPE) and Gemma 3's and Llama 2's
+// (SentencePiece-style BPE with byte fallback). tests/test_tokenizer_golden.cpp requires oomb to give
+// identical ids.
 //
-//   node tools/tokenizer_golden.mjs [--out tests/fixtures/tokenizer_golden.jsonl] [--seed 1]
+//   node tools/tokenizer_golden.mjs [--out tests/fixtures/tokenizer_golden.jsonl] [--seed 1] [--from FILE]
+//
+// --from FILE: the strings of an earlier golden file (its "cat", "text" or "hex") rather than new ones,
+// each encoded again by every tokenizer, then the sp_special cases (the SentencePiece-style tokenizers'
+// special tokens among words) appended: a tokenizer added later gets the same strings as those before.
 //
 // Each line: {"cat": ..., "text": ...} or {"cat": "invalid_utf8", "hex": ...} (bytes that are not
-// valid UTF-8; both sides replace each maximal invalid subpart with U+FFFD first), plus "qwen3"
-// and "llama3": the ids (no BOS/EOS).
+// valid UTF-8; both sides replace each maximal invalid subpart with U+FFFD first), plus "qwen3",
+// "llama3", "gemma3" and "llama2": the ids (no BOS/EOS).
 //
 // Excluded on purpose, where the references themselves disagree (see docs/ARCHITECTURE.md):
 // U+0085 and U+FEFF (JavaScript's \s differs from Oniguruma's, which Hugging Face uses), U+017F
@@ -36,7 +41,8 @@ function load(pkg) {
     tokenizerConfig: JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8")),
   });
 }
-const tokenizers = { qwen3: load("tokenizer-qwen3"), llama3: load("tokenizer-llama3") };
+const tokenizers = { qwen3: load("tokenizer-qwen3"), llama3: load("tokenizer-llama3"),
+                     gemma3: load("tokenizer-gemma3"), llama2: load("tokenizer-llama2") };
 
 // mulberry32: a small seeded generator, so the set is reproducible
 function rand() {
@@ -52,7 +58,7 @@ const cp = (a, b) => String.fromCodePoint(int(a, b));
 const times = (n, f) => Array.from({ length: n }, f).join("");
 
 const bible = execFileSync("bible", ["-f", "Genesis 1:1-Revelation 22:21"], { maxBuffer: 1 << 24 }).toString();
-const code = ["src/text/tokenizer.cpp", "src/model/model.cpp", "tests/oracle/torch_oracle.py", "Makefile",
+const code = ["src/text/tokenizer.cpp", "src/train/model.cpp", "tests/oracle/torch_oracle.py", "Makefile",
               "CMakeLists.txt", "scripts/install-deps.sh", "src/backend/backend.h"]
   .map((f) => fs.readFileSync(path.join(root, f), "utf8"));
 const excerpt = (s, min, max) => {
@@ -66,6 +72,8 @@ const emoji = ["😀", "👍", "👍🏽", "❤️", "🇺🇸", "🇯🇵", "�
                "☕", "👩🏾‍🔬", "😂😂😂", "🙏", "⭐️", "©️", "™", "🐍", "🦙"];
 const scripts = [[0x0410, 0x044f], [0x0391, 0x03c9], [0x05d0, 0x05ea], [0x0627, 0x064a], [0x0905, 0x0939],
                  [0x0e01, 0x0e2e], [0x10d0, 0x10f0], [0x0531, 0x0556], [0x0b85, 0x0bb9], [0x1200, 0x1248]];
+const spSpecials = ["<s>", "</s>", "<unk>", "<bos>", "<eos>", "<pad>", "<start_of_turn>", "<end_of_turn>",
+                    "<start_of_image>", "<unused0>", "<mask>", "[multimodal]"];
 const specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|begin_of_text|>",
                   "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|reserved_special_token_7|>",
                   "<|fim_prefix|>", "<tool_call>", "<|vision_pad|>"];
@@ -132,6 +140,8 @@ const gen = {
     () => times(int(200, 1500), () => cp(0x4e00, 0x9fa5)),
     () => "ab".repeat(int(200, 2000)),
   ])(),
+  sp_special: () => times(int(1, 6), () => pick([pick(spSpecials), pick(spSpecials), pick(words), " ", "\n",
+                                                 pick(words) + " ", " " + pick(words), "user\n", "  "])),
   empty_and_tiny: () => pick(["", " ", "a", "\n", "'", "'s", "0", "é", "e\u0301", "😀", "<|endoftext|>", "  a", "a  "]),
 };
 
@@ -148,11 +158,28 @@ function invalidBytes() {
   return Buffer.from(parts);
 }
 
-const counts = { prose: 300, prose_caps: 100, code: 300, digits: 250, whitespace: 250, whitespace_edges: 100, cjk: 200,
+const counts = { sp_special: 200, prose: 300, prose_caps: 100, code: 300, digits: 250, whitespace: 250, whitespace_edges: 100, cjk: 200,
                  emoji: 150, combining: 250, scripts: 150, special: 250, contractions: 200, punctuation: 150,
                  random_bmp: 200, long: 40, empty_and_tiny: 13, invalid_utf8: 150 };
 const lines = [];
-for (const [cat, n] of Object.entries(counts)) {
+const from = arg("--from", "");
+const encodeAll = (rec, text) => {
+  for (const [name, tok] of Object.entries(tokenizers)) rec[name] = tok.encode(text, { add_special_tokens: false });
+  lines.push(JSON.stringify(rec));
+};
+if (from) {
+  for (const line of fs.readFileSync(from, "utf8").split("\n").filter((l) => l.length > 0)) {
+    const old = JSON.parse(line), rec = { cat: old.cat };
+    if (old.hex !== undefined) rec.hex = old.hex;
+    else rec.text = old.text;
+    encodeAll(rec, old.hex !== undefined ? new TextDecoder("utf-8").decode(Buffer.from(old.hex, "hex")) : old.text);
+  }
+  for (let i = 0; i < 200; ++i) {
+    const text = gen.sp_special();
+    encodeAll({ cat: "sp_special", text }, text);
+  }
+}
+for (const [cat, n] of Object.entries(from ? {} : counts)) {
   for (let i = 0; i < n; ++i) {
     const rec = { cat };
     let text;

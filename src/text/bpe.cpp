@@ -1,6 +1,7 @@
 #include "text/bpe.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
 #include "core/error.h"
@@ -29,9 +30,8 @@ BytePairModel BytePairModel::from_json(const json& j, std::string_view where) {
   OOMB_CHECK(j.is_object(), "{}: \"model\" must be an object", where);
   const std::string type = j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
   OOMB_CHECK(type == "BPE", "{}: unsupported model type \"{}\" (supported: BPE, the byte-level BPE of "
-             "Qwen2/Qwen2.5/Qwen3 and Llama 3)", where, type.empty() ? j.value("type", json()).dump() : type);
-  OOMB_CHECK(!opt_bool(j, "byte_fallback", where), "{}: model.byte_fallback = true is not supported "
-             "(a SentencePiece-style BPE, not byte-level)", where);
+             "Qwen2/Qwen2.5/Qwen3 and Llama 3 or the SentencePiece-style one of Llama 2 and Gemma)", where,
+             type.empty() ? j.value("type", json()).dump() : type);
   if (j.contains("dropout") && !j["dropout"].is_null())
     OOMB_CHECK(j["dropout"].is_number() && j["dropout"].get<double>() == 0.0,
                "{}: model.dropout = {} is not supported (training-time BPE dropout)", where, j["dropout"].dump());
@@ -39,6 +39,8 @@ BytePairModel BytePairModel::from_json(const json& j, std::string_view where) {
   check_empty_or_null(j, "end_of_word_suffix", where);
   BytePairModel m;
   m.ignore_merges_ = opt_bool(j, "ignore_merges", where);
+  m.byte_fallback_ = opt_bool(j, "byte_fallback", where);
+  m.fuse_unk_ = opt_bool(j, "fuse_unk", where);
 
   OOMB_CHECK(j.contains("vocab") && j["vocab"].is_object(), "{}: model.vocab must be an object of token: id", where);
   const json& vocab = j["vocab"];
@@ -54,12 +56,28 @@ BytePairModel BytePairModel::from_json(const json& j, std::string_view where) {
              "{}: model.vocab ids reach {} for {} entries; the ids are too sparse", where, limit - 1, vocab.size());
   m.bytes_.resize(size_t(limit));
   m.present_.assign(size_t(limit), false);
+  m.byte_token_.assign(size_t(limit), false);
+  m.fallback_id_.fill(-1);
   std::string raw;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     const int32_t id = int32_t(it.value().get<int64_t>());
     OOMB_CHECK(!m.present_[size_t(id)], "{}: model.vocab gives id {} to two tokens (the second is {})", where, id,
                json(it.key()).dump());
     m.present_[size_t(id)] = true;
+    if (m.byte_fallback_) {  // as written; <0xXX> (two upper-case hex digits) stands for its byte
+      const std::string& k = it.key();
+      m.other_.emplace(k, id);
+      m.bytes_[size_t(id)] = k;
+      unsigned b = 0;
+      if (k.size() == 6 && k.starts_with("<0x") && k[5] == '>' && std::isxdigit(static_cast<unsigned char>(k[3])) &&
+          std::isxdigit(static_cast<unsigned char>(k[4])) && !std::islower(static_cast<unsigned char>(k[3])) &&
+          !std::islower(static_cast<unsigned char>(k[4]))) {
+        b = unsigned(std::stoul(k.substr(3, 2), nullptr, 16));
+        m.fallback_id_[b] = id, m.byte_token_[size_t(id)] = true;
+        m.bytes_[size_t(id)] = std::string(1, char(b));
+      }
+      continue;
+    }
     if (byte_level_decode(it.key(), raw)) {
       m.by_bytes_.emplace(raw, id);
       m.bytes_[size_t(id)] = raw;
@@ -68,7 +86,15 @@ BytePairModel BytePairModel::from_json(const json& j, std::string_view where) {
       m.bytes_[size_t(id)] = it.key();  // decoded as written, as Hugging Face's ByteLevel decoder does
     }
   }
-  for (int b = 0; b < 256; ++b) {
+  if (m.byte_fallback_) {
+    const json u = j.value("unk_token", json());
+    OOMB_CHECK(u.is_null() || u.is_string(), "{}: model.unk_token must be a string or null, got {}", where, u.dump());
+    if (u.is_string()) {
+      m.unk_ = m.find(u.get<std::string>());
+      OOMB_CHECK(m.unk_ >= 0, "{}: model.unk_token {} is not in model.vocab", where, u.dump());
+    }
+  }
+  for (int b = 0; b < 256 && !m.byte_fallback_; ++b) {
     const auto it = m.by_bytes_.find(std::string(1, char(b)));
     OOMB_CHECK(it != m.by_bytes_.end(), "{}: model.vocab lacks the byte-level token of byte {:#04x}; this is not a "
                "byte-level BPE vocabulary", where, b);
@@ -102,7 +128,7 @@ BytePairModel BytePairModel::from_json(const json& j, std::string_view where) {
 
 int32_t BytePairModel::find(std::string_view token) const {
   std::string raw;
-  if (byte_level_decode(token, raw)) {
+  if (!byte_fallback_ && byte_level_decode(token, raw)) {
     const auto it = by_bytes_.find(raw);
     return it == by_bytes_.end() ? -1 : it->second;
   }
@@ -166,11 +192,38 @@ void BytePairModel::merge_large(std::vector<int32_t>& ids, BpeCache& c) const {
   for (int32_t i = 0; i >= 0; i = s[size_t(i)].next) ids.push_back(s[size_t(i)].id);
 }
 
+// Each UTF-8 character of `piece` as its token, or its bytes' <0xXX> tokens, or unk_token's (fused).
+void BytePairModel::initial_symbols(std::string_view piece, std::vector<int32_t>& ids) const {
+  ids.clear();
+  bool last_unk = false;
+  for (size_t i = 0; i < piece.size();) {
+    const size_t n = size_t(std::max(1, utf8_seq_len(piece, i)));  // (valid UTF-8 arrives; a stray byte alone)
+    const std::string_view ch = piece.substr(i, n);
+    i += n;
+    if (const auto it = other_.find(ch); it != other_.end()) {
+      ids.push_back(it->second), last_unk = false;
+      continue;
+    }
+    bool bytes = true;
+    for (char b : ch) bytes = bytes && fallback_id_[static_cast<unsigned char>(b)] >= 0;
+    if (bytes) {
+      for (char b : ch) ids.push_back(fallback_id_[static_cast<unsigned char>(b)]);
+      last_unk = false;
+      continue;
+    }
+    OOMB_CHECK(unk_ >= 0, "BPE: the character {} has no token, no byte tokens and no unk_token",
+               nlohmann::json(std::string(ch)).dump());
+    if (!(fuse_unk_ && last_unk)) ids.push_back(unk_);
+    last_unk = true;
+  }
+}
+
 void BytePairModel::encode(std::string_view bytes, std::vector<int32_t>& out, BpeCache& c) const {
   if (bytes.empty()) return;
   if (ignore_merges_) {  // a piece that is itself a token is taken whole
-    const auto it = by_bytes_.find(bytes);
-    if (it != by_bytes_.end()) return out.push_back(it->second);
+    const StringIdMap& whole = byte_fallback_ ? other_ : by_bytes_;
+    const auto it = whole.find(bytes);
+    if (it != whole.end()) return out.push_back(it->second);
   }
   constexpr size_t kCacheMaxLen = 256;
   const bool cacheable = bytes.size() < kCacheMaxLen;
@@ -183,8 +236,12 @@ void BytePairModel::encode(std::string_view bytes, std::vector<int32_t>& out, Bp
     }
   }
   auto& w = c.work;
-  w.resize(bytes.size());
-  for (size_t i = 0; i < bytes.size(); ++i) w[i] = byte_id_[static_cast<unsigned char>(bytes[i])];
+  if (byte_fallback_) {
+    initial_symbols(bytes, w);
+  } else {
+    w.resize(bytes.size());
+    for (size_t i = 0; i < bytes.size(); ++i) w[i] = byte_id_[static_cast<unsigned char>(bytes[i])];
+  }
   if (w.size() <= 48) merge_small(w);
   else merge_large(w, c);
   out.insert(out.end(), w.begin(), w.end());

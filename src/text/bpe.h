@@ -1,7 +1,9 @@
-// The BPE model of a byte-level tokenizer.json: vocabulary, ranked merges and ignore_merges.
-// Pieces arrive as raw bytes; each byte starts as the token of its byte-level character, then
-// the lowest-ranked adjacent pair is merged (the leftmost among equals) until none applies, as
-// in Hugging Face's tokenizers and transformers.js.
+// The BPE model of a tokenizer.json: vocabulary, ranked merges and ignore_merges. Byte-level (Qwen, Llama 3):
+// pieces arrive as raw bytes, each byte starting as the token of its byte-level character. SentencePiece
+// style (byte_fallback: Llama 2, Mistral, Phi-3, Gemma): each character starts as its own token as the
+// vocabulary writes it, or where it has none as the tokens <0xXX> of its UTF-8 bytes (or unk_token's,
+// consecutive ones fused with fuse_unk). Then the lowest-ranked adjacent pair is merged (the leftmost
+// among equals) until none applies, as in Hugging Face's tokenizers and transformers.js.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -63,8 +65,11 @@ class BytePairModel {
   static BytePairModel from_json(const nlohmann::json& j, std::string_view where);
   // Appends the ids of one piece of raw bytes.
   void encode(std::string_view bytes, std::vector<int32_t>& out, BpeCache& cache) const;
-  // The raw bytes a vocabulary id stands for (a token outside the byte-level alphabet: its UTF-8).
+  // The raw bytes a vocabulary id stands for (a token outside the byte-level alphabet: its UTF-8;
+  // SentencePiece style: the token as written, a <0xXX> token its byte).
   bool has(int32_t id) const { return id >= 0 && size_t(id) < bytes_.size() && present_[size_t(id)]; }
+  bool byte_fallback() const { return byte_fallback_; }
+  bool is_byte_token(int32_t id) const { return byte_fallback_ && byte_token_[size_t(id)]; }
   const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
   int64_t id_limit() const { return int64_t(bytes_.size()); }  // 1 + the largest id
   // The id of a vocabulary entry given as tokenizer.json writes it (byte-level string), or -1.
@@ -81,6 +86,7 @@ class BytePairModel {
     return it == pairs_.end() ? nullptr : &it->second;
   }
   void merge_small(std::vector<int32_t>& ids) const;
+  void initial_symbols(std::string_view piece, std::vector<int32_t>& ids) const;  // SentencePiece style
   void merge_large(std::vector<int32_t>& ids, BpeCache& c) const;
 
   std::array<int32_t, 256> byte_id_{};
@@ -90,6 +96,10 @@ class BytePairModel {
   std::vector<std::string> bytes_;
   std::vector<bool> present_;
   bool ignore_merges_ = false;
+  bool byte_fallback_ = false, fuse_unk_ = false;
+  int32_t unk_ = -1;
+  std::array<int32_t, 256> fallback_id_{};  // <0xXX>'s id, -1 where the vocabulary lacks it
+  std::vector<bool> byte_token_;
 };
 
 }  // namespace oomb

@@ -11,22 +11,37 @@ namespace oomb {
 
 Normalizer Normalizer::from_json(const nlohmann::json& j, std::string_view where) {
   Normalizer n;
-  if (j.is_null()) return n;
+  if (!j.is_null()) n.add(j, where);
+  return n;
+}
+
+void Normalizer::add(const nlohmann::json& j, std::string_view where) {
   OOMB_CHECK(j.is_object() && j.contains("type") && j["type"].is_string(),
              "{}: \"normalizer\" must be null or an object with a string \"type\"", where);
   const std::string type = j["type"];
+  auto text = [&](const nlohmann::json& v, const char* what) {
+    OOMB_CHECK(v.is_string(), "{}: normalizer {}'s {} must be a string, got {}", where, type, what, v.dump());
+    return v.get<std::string>();
+  };
   if (type == "NFC") {
-    n.nfc_ = true;
+    ops_.push_back({Op::Nfc, "", ""});
+  } else if (type == "Prepend") {
+    ops_.push_back({Op::Prepend, text(j.value("prepend", nlohmann::json()), "prepend"), ""});
+  } else if (type == "Replace") {
+    const nlohmann::json p = j.value("pattern", nlohmann::json());
+    OOMB_CHECK(p.is_object() && p.contains("String"), "{}: normalizer Replace's pattern must be {{\"String\": ...}}, "
+               "got {} (a Regex pattern is not supported)", where, p.dump());
+    const std::string from = text(p["String"], "pattern");
+    OOMB_CHECK(!from.empty(), "{}: normalizer Replace's pattern is empty", where);
+    ops_.push_back({Op::Replace, from, text(j.value("content", nlohmann::json()), "content")});
   } else if (type == "Sequence") {
     OOMB_CHECK(j.contains("normalizers") && j["normalizers"].is_array(),
                "{}: normalizer Sequence needs a \"normalizers\" array", where);
-    for (const auto& sub : j["normalizers"]) n.nfc_ |= from_json(sub, where).nfc_;
+    for (const auto& sub : j["normalizers"]) add(sub, where);
   } else {
-    fail("{}: unsupported normalizer type \"{}\" (supported: NFC, or none, as in the byte-level BPE "
-         "tokenizers of Qwen2/Qwen2.5/Qwen3 and Llama 3)",
-         where, type);
+    fail("{}: unsupported normalizer type \"{}\" (supported: NFC, Prepend, Replace of a String, a Sequence of them, "
+         "or none)", where, type);
   }
-  return n;
 }
 
 // Every code point below U+0300 (the first combining mark) is already in NFC and never composes
@@ -51,9 +66,32 @@ std::string nfc(std::string_view s) {
 }
 
 std::string_view Normalizer::apply(std::string_view s, std::string& out) const {
-  if (!nfc_ || trivially_nfc(s)) return s;
-  out = nfc(s);
-  return out;
+  std::string_view cur = s;
+  std::string next;
+  for (const Op& op : ops_) {
+    if (op.kind == Op::Nfc) {
+      if (trivially_nfc(cur)) continue;
+      next = nfc(cur);
+    } else if (op.kind == Op::Prepend) {
+      if (cur.empty()) continue;
+      next = op.a;
+      next += cur;
+    } else {
+      size_t at = cur.find(op.a);
+      if (at == std::string_view::npos) continue;
+      next.clear();
+      size_t from = 0;
+      for (; at != std::string_view::npos; at = cur.find(op.a, from)) {
+        next.append(cur.substr(from, at - from));
+        next += op.b;
+        from = at + op.a.size();
+      }
+      next.append(cur.substr(from));
+    }
+    out.swap(next);  // (cur may view the old out, now next: it is read no more)
+    cur = out;
+  }
+  return cur;
 }
 
 }  // namespace oomb

@@ -1,22 +1,31 @@
-// Text normalizers of tokenizer.json: none, or Unicode NFC (Debian's utf8proc, Unicode 15).
+// Text normalizers of tokenizer.json: none; Unicode NFC (Debian's utf8proc, Unicode 15); and the
+// SentencePiece-style BPE families' Prepend and Replace of a literal (Llama 2's "▁" before the text and
+// for every space, Gemma's for every space); or a Sequence of those, applied in order.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace oomb {
 
 class Normalizer {
  public:
-  // `j`: the "normalizer" value of tokenizer.json (null, {"type": "NFC"}, or a Sequence of those).
+  // `j`: the "normalizer" value of tokenizer.json (null, {"type": "NFC"}, {"type": "Prepend", "prepend":
+  // ...}, {"type": "Replace", "pattern": {"String": ...}, "content": ...}, or a Sequence of those).
   static Normalizer from_json(const nlohmann::json& j, std::string_view where);
-  bool identity() const { return !nfc_; }
+  bool identity() const { return ops_.empty(); }
   // Writes the normalized form of valid UTF-8 `s` into out; returns a view of the result,
   // which is `s` itself when nothing changes (out is then untouched).
   std::string_view apply(std::string_view s, std::string& out) const;
 
  private:
-  bool nfc_ = false;
+  struct Op {
+    enum Kind { Nfc, Prepend, Replace } kind;
+    std::string a, b;  // Prepend: a before a non-empty text; Replace: every a by b
+  };
+  void add(const nlohmann::json& j, std::string_view where);
+  std::vector<Op> ops_;
 };
 
 // NFC of valid UTF-8 (exposed for tests).

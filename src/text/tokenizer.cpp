@@ -70,11 +70,11 @@ void Tokenizer::add_steps(const json& j, std::string_view where) {
     const std::string behavior = opt(j, "behavior", std::string("Isolated"), where, "pre_tokenizer Split");
     for (const Step& s : steps_)  // Hugging Face would run the regex on the byte-level characters
       OOMB_CHECK(s.kind != Step::ByteLevel, "{}: a Split after the ByteLevel pre_tokenizer is not supported", where);
-    OOMB_CHECK(behavior == "Isolated" || behavior == "Removed",
-               "{}: pre_tokenizer Split behavior \"{}\" is not supported (supported: Isolated, Removed)", where,
-               behavior);
+    OOMB_CHECK(behavior == "Isolated" || behavior == "Removed" || behavior == "MergedWithPrevious",
+               "{}: pre_tokenizer Split behavior \"{}\" is not supported (supported: Isolated, Removed, "
+               "MergedWithPrevious)", where, behavior);
     Step s{Step::Split, std::make_shared<RegexSplit>(rx, std::string(where) + ": pre_tokenizer Split"),
-           behavior == "Removed", false};
+           behavior == "Removed", false, behavior == "MergedWithPrevious"};
     steps_.push_back(std::move(s));
   } else if (type == "Digits") {
     // Hugging Face's Digits: the characters char::is_numeric takes (Unicode's N: Nd, Nl, No) split
@@ -88,10 +88,11 @@ void Tokenizer::add_steps(const json& j, std::string_view where) {
     const std::string numeric(kNumeric);
     Step s{Step::Split, std::make_shared<RegexSplit>(individual ? numeric : numeric + "+",
                                                      std::string(where) + ": pre_tokenizer Digits"),
-           false, false};
+           false, false, false};
     steps_.push_back(std::move(s));
   } else if (type == "ByteLevel") {
-    Step s{Step::ByteLevel, nullptr, false, opt(j, "add_prefix_space", false, where, "ByteLevel pre_tokenizer")};
+    Step s{Step::ByteLevel, nullptr, false, opt(j, "add_prefix_space", false, where, "ByteLevel pre_tokenizer"),
+           false};
     if (opt(j, "use_regex", true, where, "ByteLevel pre_tokenizer"))
       s.regex = std::make_shared<RegexSplit>(kGpt2Pattern, std::string(where) + ": ByteLevel pre_tokenizer");
     steps_.push_back(std::move(s));
@@ -125,11 +126,18 @@ Tokenizer Tokenizer::parse_checked(std::string_view text, std::string_view where
   t.add_steps(j.value("pre_tokenizer", json()), where);
   bool byte_level = false;
   for (const Step& s : t.steps_) byte_level |= s.kind == Step::ByteLevel;
-  OOMB_CHECK(byte_level, "{}: the pre_tokenizer has no ByteLevel step; only byte-level BPE tokenizers are supported",
-             where);
+  const bool sp = t.bpe_.byte_fallback();
+  OOMB_CHECK(byte_level || sp, "{}: the pre_tokenizer has no ByteLevel step and the model no byte_fallback; only "
+             "byte-level BPE tokenizers and SentencePiece-style ones (byte_fallback) are supported", where);
+  OOMB_CHECK(!byte_level || !sp, "{}: a ByteLevel pre_tokenizer with model.byte_fallback: a tokenizer of neither "
+             "family this reads", where);
   const json dec = j.value("decoder", json());
-  OOMB_CHECK(dec.is_null() || type_of(dec) == "ByteLevel",
-             "{}: unsupported decoder type \"{}\" (supported: ByteLevel)", where, type_of(dec));
+  if (sp) {
+    t.parse_sp_decoder(dec, where);
+  } else {
+    OOMB_CHECK(dec.is_null() || type_of(dec) == "ByteLevel",
+               "{}: unsupported decoder type \"{}\" (supported: ByteLevel)", where, type_of(dec));
+  }
   t.added_ = AddedTokens::from_json(j.value("added_tokens", json()), where);
   t.id_limit_ = t.bpe_.id_limit();
   bool newline_in_added = false;
@@ -151,8 +159,36 @@ Tokenizer Tokenizer::parse_checked(std::string_view text, std::string_view where
     if (s.regex && std::find(std::begin(known), std::end(known), s.regex->source()) == std::end(known))
       patterns_known = false;
   }
-  t.newline_cut_safe_ = patterns_known && !newline_in_added;
+  // (SentencePiece style: a piece runs across newlines, and a Prepend normalizer starts every section)
+  t.newline_cut_safe_ = patterns_known && !newline_in_added && !sp;
   return t;
+}
+
+// The decoders of the SentencePiece-style families: a Sequence of Replace (a String pattern), ByteFallback,
+// Fuse and Strip (a one-character content, nothing stripped at the end), as Llama 2's and Gemma's are.
+void Tokenizer::parse_sp_decoder(const json& j, std::string_view where) {
+  OOMB_CHECK(!j.is_null(), "{}: a byte_fallback tokenizer without a decoder (its tokens' \"▁\" would stay)", where);
+  const std::string type = type_of(j);
+  if (type == "Sequence") {
+    OOMB_CHECK(j.contains("decoders") && j["decoders"].is_array(), "{}: decoder Sequence needs a \"decoders\" array",
+               where);
+    for (const auto& sub : j["decoders"]) parse_sp_decoder(sub, where);
+  } else if (type == "Replace") {
+    const json p = j.value("pattern", json());
+    OOMB_CHECK(p.is_object() && p.contains("String") && p["String"].is_string() && j.contains("content") &&
+                   j["content"].is_string() && dec_from_.empty(),
+               "{}: decoder Replace must be one, of a {{\"String\": ...}} pattern by a string content", where);
+    dec_from_ = p["String"].get<std::string>(), dec_to_ = j["content"].get<std::string>();
+    OOMB_CHECK(!dec_from_.empty(), "{}: decoder Replace's pattern is empty", where);
+  } else if (type == "Strip") {
+    const std::string content = opt(j, "content", std::string(" "), where, "decoder Strip");
+    OOMB_CHECK(content.size() == 1 && j.value("stop", 0) == 0 && j.value("start", 0) >= 0,
+               "{}: decoder Strip must strip one ASCII character at the start only, got {}", where, j.dump());
+    strip_char_ = content[0], strip_start_ = j.value("start", 0);
+  } else {
+    OOMB_CHECK(type == "ByteFallback" || type == "Fuse", "{}: unsupported decoder type \"{}\" for a byte_fallback "
+               "tokenizer (supported: Replace, ByteFallback, Fuse, Strip, a Sequence of them)", where, type);
+  }
 }
 
 Tokenizer Tokenizer::load(const fs::path& path) {
@@ -205,8 +241,16 @@ void Tokenizer::encode_pieces(std::string_view s, std::vector<int32_t>& out, Enc
       }
       st.pieces.clear();
       step.regex->split(ps, st.pieces);
-      for (const Piece& q : st.pieces)
-        if (!(step.removed && q.match)) st.next_views.push_back(ps.substr(q.begin, q.end - q.begin));
+      const size_t first = st.next_views.size();
+      for (const Piece& q : st.pieces) {
+        if (step.removed && q.match) continue;
+        if (step.merged_prev && q.match && st.next_views.size() > first) {  // the delimiter ends the piece before it
+          std::string_view& prev = st.next_views.back();
+          prev = std::string_view(prev.data(), prev.size() + (q.end - q.begin));
+          continue;
+        }
+        st.next_views.push_back(ps.substr(q.begin, q.end - q.begin));
+      }
     }
     st.views.swap(st.next_views);
   }
@@ -235,7 +279,43 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
 
 bool Tokenizer::has_id(int32_t id) const { return added_.by_id(id) != nullptr || bpe_.has(id); }
 
+std::string Tokenizer::decode_sp(std::span<const int32_t> ids, bool skip_special) const {
+  std::string text, run;  // run: the bytes of consecutive <0xXX> tokens
+  auto flush = [&] {
+    if (utf8_first_invalid(run) == run.size()) text += run;
+    else
+      for (size_t i = 0; i < run.size(); ++i) text += "\xEF\xBF\xBD";  // (ByteFallback: U+FFFD per byte)
+    run.clear();
+  };
+  auto put = [&](std::string_view token) {
+    flush();
+    if (dec_from_.empty()) return void(text += token);
+    for (size_t at = 0;;) {
+      const size_t hit = token.find(dec_from_, at);
+      text += token.substr(at, hit - at);
+      if (hit == std::string_view::npos) break;
+      text += dec_to_, at = hit + dec_from_.size();
+    }
+  };
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    if (const AddedToken* a = added_.by_id(id)) {
+      if (!(skip_special && a->special)) put(a->content);
+      continue;
+    }
+    OOMB_CHECK(bpe_.has(id), "decode: token id {} (at {}) is not in the tokenizer {} ({} ids)", id, i, source_,
+               id_limit_);
+    if (bpe_.is_byte_token(id)) run += bpe_.bytes(id);
+    else put(bpe_.bytes(id));
+  }
+  flush();
+  size_t cut = 0;
+  while (cut < text.size() && int64_t(cut) < strip_start_ && text[cut] == strip_char_) ++cut;
+  return text.substr(cut);
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  if (bpe_.byte_fallback()) return decode_sp(ids, skip_special);
   std::string bytes, raw;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];

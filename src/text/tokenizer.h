@@ -1,6 +1,10 @@
 // A Hugging Face tokenizer.json of the byte-level BPE families (Qwen2/Qwen2.5/Qwen3, Llama 3,
 // GPT-2 style): added tokens found first, then NFC where configured, the Split regexes exactly
-// as the file states them, byte-level mapping and BPE merges. Encoding adds no BOS/EOS.
+// as the file states them, byte-level mapping and BPE merges. Or of the SentencePiece-style BPE
+// families (model.byte_fallback: Llama 2, Mistral, Phi-3, Gemma): the normalizer's Prepend and
+// Replace of "▁", no pre-tokenizer or a Split on a literal (Gemma's on " ", MergedWithPrevious),
+// characters with byte fallback, and the decoder's Replace, ByteFallback, Fuse and Strip. Encoding
+// adds no BOS/EOS.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -55,6 +59,8 @@ class Tokenizer {
   // Text may be cut at every is_cut_point (text/utf8.h: after '\n', before a character that is
   // not White_Space) and its parts encoded apart with the same result (see tokenizer.cpp).
   bool cut_after_newline_is_safe() const { return newline_cut_safe_; }
+  // A SentencePiece-style BPE (model.byte_fallback: Llama 2, Mistral, Phi-3, Gemma), not a byte-level one.
+  bool sentencepiece() const { return bpe_.byte_fallback(); }
 
  private:
   struct Step {  // one pre-tokenizer
@@ -62,6 +68,7 @@ class Tokenizer {
     std::shared_ptr<RegexSplit> regex;  // Split, or ByteLevel with use_regex
     bool removed = false;               // Split behaviour "Removed" (else "Isolated")
     bool prefix_space = false;          // ByteLevel add_prefix_space
+    bool merged_prev = false;           // Split behaviour "MergedWithPrevious"
   };
   static Tokenizer parse_checked(std::string_view json_text, std::string_view where);
   void add_steps(const nlohmann::json& j, std::string_view where);
@@ -75,6 +82,13 @@ class Tokenizer {
   AddedTokens added_;
   int64_t id_limit_ = 0;
   bool newline_cut_safe_ = false;
+  // the SentencePiece-style decoder: every dec_from_ in a token by dec_to_, <0xXX> runs as their
+  // bytes (U+FFFD per byte where invalid), and up to strip_start_ leading strip_char_s off the text
+  std::string dec_from_, dec_to_;
+  int64_t strip_start_ = 0;
+  char strip_char_ = ' ';
+  void parse_sp_decoder(const nlohmann::json& j, std::string_view where);
+  std::string decode_sp(std::span<const int32_t> ids, bool skip_special) const;
 };
 
 }  // namespace oomb
