@@ -151,6 +151,31 @@ std::vector<float> host_grads(Model& m) {
   return g;
 }
 
+void expect_bf16_tracks_f32(const nlohmann::json& config, uint64_t seed, const std::string& name) {
+  const auto [loss_err, grad_err] = bf16_against_f32(config, seed);
+  EXPECT_LE(loss_err, 1e-2);
+  EXPECT_LE(grad_err, 3e-2);
+  EXPECT_GT(grad_err, 1e-4) << "no bf16 rounding happened";
+  std::cout << fmt::format("[ {:<8} ] bf16 against fp32: loss {:.1e}, whole gradient {:.2e}\n", name, loss_err,
+                           grad_err);
+}
+
+std::string expect_cli_trains(const std::filesystem::path& dir, const std::filesystem::path& model,
+                              const std::filesystem::path& out) {
+  std::vector<uint32_t> cycle(400);
+  for (size_t i = 0; i < cycle.size(); ++i) cycle[i] = uint32_t(1 + (i * 7) % 13);
+  std::ofstream(dir / "t.bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(cycle.data()), std::streamsize(cycle.size() * 4));
+  const CmdResult r = oomb_cmd(dir, fmt::format("train --model {} --data {} --seq-len 32 --chunk-size 16 --lr 1e-2 "
+                                                "--steps 6 --out {}", model.string(), (dir / "t.bin").string(),
+                                                out.string()));
+  EXPECT_EQ(r.code, 0) << r.out;
+  const std::vector<double> losses = losses_of(r.out);
+  EXPECT_EQ(losses.size(), 6u) << r.out;
+  EXPECT_TRUE(losses.size() == 6 && losses.back() < losses.front()) << r.out;
+  return r.out;
+}
+
 ModelConfig write_tiny_model(const std::filesystem::path& dir, const nlohmann::json& cfg_json, uint64_t seed,
                              DType dtype) {
   std::filesystem::create_directories(dir);

@@ -55,6 +55,13 @@ StepResult one_step(Backend& be, const std::filesystem::path& dir, const std::ve
 void expect_kept_attention_bits(const nlohmann::json& config, uint64_t seed);
 // The same step in bf16 against fp32: {the loss's relative distance, the whole gradient's}.
 std::pair<double, double> bf16_against_f32(const nlohmann::json& config, uint64_t seed);
+// That step checked as the families' tests check it: within bf16's reach of fp32 (the loss 1e-2, the
+// whole gradient 3e-2) and rounded (more than 1e-4 apart); the figures printed under `name`.
+void expect_bf16_tracks_f32(const nlohmann::json& config, uint64_t seed, const std::string& name);
+// oomb train (in `dir`) of the model in `model` on a repeating cycle (400 tokens of 1..13; 32 a step in
+// chunks of 16, lr 1e-2, 6 steps), saved to `out`: checks that it ran and its loss fell; its output.
+std::string expect_cli_trains(const std::filesystem::path& dir, const std::filesystem::path& model,
+                              const std::filesystem::path& out);
 // `steps` training steps of N tokens (the repeat task, seed 2) of a model initialised with seed 1
 // on a fresh backend (the simulated device, or the CPU), for the accountant's peaks; returns the
 // plan of that run (workspace from the backend that ran). The masters are initialised in place
