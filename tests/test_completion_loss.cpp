@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -666,4 +667,21 @@ TEST(CompletionLoss, TrainPacksWholeRecords) {
   int64_t all = 0;
   for (size_t w = 0; w < windows.size(); ++w) all += targets_of(w);
   EXPECT_EQ(j["targets"], all);
+}
+
+// A SentencePiece-style tokenizer's Prepend ("▁", Llama 2's) starts a record's text, not its completion:
+// the completion continues its prompt, as in the one string Hugging Face (TRL) encodes.
+TEST(CompletionLoss, ASentencePieceCompletionContinuesItsPrompt) {
+  const auto dir = temp_dir();
+  write_bytes(dir / "tok.json", sentencepiece_tokenizer_json().dump());
+  write_bytes(dir / "r.jsonl", "{\"q\": \"ab\", \"a\": \" ab\"}\n{\"q\": \"a\", \"a\": \"b\"}\n");
+  const CmdResult r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/tok.json --input {0}/r.jsonl --output "
+                                                "{0}/r.bin --eos 1 --prompt-field q --completion-field a",
+                                                dir.string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string bytes = read_text(dir / "r.bin");
+  std::vector<int32_t> ids(bytes.size() / 4);
+  std::memcpy(ids.data(), bytes.data(), ids.size() * 4);
+  // ▁ab | ▁ab, </s>; ▁a | b (not ▁, b), </s>
+  EXPECT_EQ(ids, (std::vector<int32_t>{9, 9, 1, 5, 4, 1}));
 }

@@ -36,14 +36,7 @@ std::string error_of(const json& j) {
   return "(no error)";
 }
 
-std::string error_of_encode(const Tokenizer& t, const std::string& text) {
-  try {
-    t.encode(text);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+
 
 // The plain statement of BPE, over strings: merge the lowest-ranked adjacent pair (leftmost
 // among equals) until none applies.
@@ -332,7 +325,7 @@ TEST(Tokenizer, RejectsWhatItDoesNotSupportNamingTheField) {
   EXPECT_THAT(with([](json& j) { j["pre_tokenizer"] = nullptr; }), HasSubstr("has no ByteLevel step"));
   EXPECT_THAT(with([](json& j) { j["decoder"] = {{"type", "Metaspace"}}; }),
               HasSubstr("unsupported decoder type \"Metaspace\""));
-  EXPECT_THAT(with([](json& j) { j["model"]["byte_fallback"] = true; }),
+  EXPECT_THAT(with([](json& j) { j["model"]["byte_fallback"] = true, j["model"]["unk_token"] = "a"; }),
               HasSubstr("a ByteLevel pre_tokenizer with model.byte_fallback"));
   EXPECT_THAT(with([](json& j) { j["model"]["continuing_subword_prefix"] = "##"; }),
               HasSubstr("model.continuing_subword_prefix = \"##\" is not supported"));
@@ -371,30 +364,8 @@ TEST(Tokenizer, RejectsWhatItDoesNotSupportNamingTheField) {
   }
 }
 
-// A SentencePiece-style BPE (Llama 2's form): "▁" before the text and for every space, each character its
-// token or its bytes' <0xXX> tokens or unk (fused), merges over the whole text; decoded with "▁" as
-// spaces, byte runs as UTF-8, one leading space stripped.
-json sentencepiece_json() {
-  return {{"normalizer", {{"type", "Sequence"},
-                          {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\u2581"}},
-                                                       {{"type", "Replace"}, {"pattern", {{"String", " "}}},
-                                                        {"content", "\u2581"}}})}}},
-          {"pre_tokenizer", nullptr},
-          {"model", {{"type", "BPE"}, {"byte_fallback", true}, {"fuse_unk", true}, {"unk_token", "<unk>"},
-                     {"vocab", {{"<unk>", 0}, {"<s>", 1}, {"\u2581", 2}, {"a", 3}, {"b", 4}, {"\u2581a", 5},
-                                {"ab", 6}, {"<0xC3>", 7}, {"<0xA9>", 8}, {"\u2581ab", 9}}},
-                     {"merges", json::array({json::array({"\u2581", "a"}), json::array({"a", "b"}),
-                                             json::array({"\u2581a", "b"})})}}},
-          {"added_tokens", json::array({{{"id", 1}, {"content", "<s>"}, {"special", true}}})},
-          {"decoder", {{"type", "Sequence"},
-                       {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}},
-                                                  {"content", " "}},
-                                                 {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
-                                                 {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}}};
-}
-
 TEST(Tokenizer, SentencePieceStyleByteFallbackAndItsDecoder) {
-  const Tokenizer t = make(sentencepiece_json());
+  const Tokenizer t = make(sentencepiece_tokenizer_json());
   EXPECT_TRUE(t.sentencepiece());
   EXPECT_FALSE(t.cut_after_newline_is_safe());
   EXPECT_EQ(t.encode("ab"), (std::vector<int32_t>{9}));  // ▁ a b -> ▁a b -> ▁ab (rank order, not a+b first)
@@ -408,12 +379,19 @@ TEST(Tokenizer, SentencePieceStyleByteFallbackAndItsDecoder) {
   EXPECT_EQ(t.decode({{1, 9}}, true), "ab");
   EXPECT_EQ(t.token_id("\u2581ab"), 9);
   EXPECT_EQ(t.token_id("<0xC3>"), 7);
-  // without byte tokens or unk_token, a character the vocabulary lacks is named
-  json no_unk = sentencepiece_json();
-  no_unk["model"].erase("unk_token");
-  EXPECT_THAT(error_of_encode(make(no_unk), "x"), HasSubstr("the character \"x\" has no token"));
+  // a normalized added token is found as the normalizer makes it ("▁<x>" here), as Hugging Face finds it
+  json n = sentencepiece_tokenizer_json();
+  n["model"]["vocab"]["<x>"] = 10;
+  n["added_tokens"].push_back({{"id", 10}, {"content", "<x>"}, {"normalized", true}, {"special", false}});
+  EXPECT_EQ(make(n).encode("a <x>"), (std::vector<int32_t>{5, 10}));  // "▁a▁<x>": ▁a, then ▁<x> whole
+  EXPECT_EQ(make(n).encode("a<x>"), (std::vector<int32_t>{5, 0}));    // "▁a<x>": no "▁<x>" (<, x, > unk, fused)
+  // a Prepend starts a text only where it does not continue earlier text of its document
+  EncodeOptions cont;
+  cont.continues = true;
+  EXPECT_EQ(t.encode("ab", cont), (std::vector<int32_t>{6}));            // no "▁": a+b
+  EXPECT_EQ(t.encode(" ab<s>ab", cont), (std::vector<int32_t>{9, 1, 9}));  // a section after a token: "▁" again
   // Gemma's form: no Prepend, a Split on " " with MergedWithPrevious (each space ends the piece before it)
-  json g = sentencepiece_json();
+  json g = sentencepiece_tokenizer_json();
   g["normalizer"] = nullptr;
   g["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"},
                         {"invert", false}};
@@ -421,13 +399,16 @@ TEST(Tokenizer, SentencePieceStyleByteFallbackAndItsDecoder) {
   g["model"]["merges"].push_back(json::array({" ", "b"}));
   g["model"]["merges"].push_back(json::array({"a", " "}));
   EXPECT_EQ(make(g).encode("a b"), (std::vector<int32_t>{12, 4}));  // "a ", "b" (Isolated: a, " ", b; none: a, " b")
+  // a delimiter after a delimiter, or first, stands alone (tokenizers' "The-final--countdown": The-, final-, -, ...)
+  EXPECT_EQ(make(g).encode("a  b"), (std::vector<int32_t>{12, 10, 4}));
+  EXPECT_EQ(make(g).encode(" a b"), (std::vector<int32_t>{10, 12, 4}));
   g["pre_tokenizer"]["behavior"] = "Isolated";
   EXPECT_EQ(make(g).encode("a b"), (std::vector<int32_t>{3, 10, 4}));
 }
 
 TEST(Tokenizer, SentencePieceStyleRefusalsNameTheField) {
   auto with = [](auto edit) {
-    json j = sentencepiece_json();
+    json j = sentencepiece_tokenizer_json();
     edit(j);
     return error_of(j);
   };
@@ -442,6 +423,11 @@ TEST(Tokenizer, SentencePieceStyleRefusalsNameTheField) {
   EXPECT_THAT(with([](json& j) { j["decoder"] = nullptr; }), HasSubstr("a byte_fallback tokenizer without a decoder"));
   EXPECT_THAT(with([](json& j) { j["model"]["unk_token"] = "<nope>"; }),
               HasSubstr("model.unk_token \"<nope>\" is not in model.vocab"));
+  EXPECT_THAT(with([](json& j) { j["model"].erase("unk_token"); }),
+              HasSubstr("model.vocab lacks the byte token <0x00> and model.unk_token is null"));
+  EXPECT_THAT(with([](json& j) { std::swap(j["decoder"]["decoders"][1], j["decoder"]["decoders"][3]); }),
+              HasSubstr("the decoders [\"Replace\",\"Strip\",\"Fuse\",\"ByteFallback\"] of a byte_fallback tokenizer "
+                        "are not supported"));
 }
 
 TEST(Tokenizer, LoadNamesTheMissingFile) {

@@ -41,4 +41,25 @@ json byte_tokenizer_json(const std::vector<std::pair<std::string, std::string>>&
             {"ignore_merges", ignore_merges}, {"vocab", vocab}, {"merges", m}}}};
 }
 
+nlohmann::json sentencepiece_tokenizer_json() {
+  using nlohmann::json;
+  return {{"normalizer", {{"type", "Sequence"},
+                          {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                                                       {{"type", "Replace"}, {"pattern", {{"String", " "}}},
+                                                        {"content", "\u2581"}}})}}},
+          {"pre_tokenizer", nullptr},
+          {"model", {{"type", "BPE"}, {"byte_fallback", true}, {"fuse_unk", true}, {"unk_token", "<unk>"},
+                     {"vocab", {{"<unk>", 0}, {"<s>", 1}, {"\u2581", 2}, {"a", 3}, {"b", 4}, {"\u2581a", 5},
+                                {"ab", 6}, {"<0xC3>", 7}, {"<0xA9>", 8}, {"\u2581ab", 9}}},
+                     {"merges", json::array({json::array({"\u2581", "a"}), json::array({"a", "b"}),
+                                             json::array({"\u2581a", "b"})})}}},
+          {"added_tokens", json::array({{{"id", 1}, {"content", "<s>"}, {"special", true}}})},
+          {"decoder", {{"type", "Sequence"},
+                       {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}},
+                                                  {"content", " "}},
+                                                 {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+                                                 {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}}};
+}
+
+
 }  // namespace oomb::testing

@@ -16,5 +16,10 @@ std::string bl(std::string_view raw);
 // per merge result; merges stored as pairs or as "a b" strings.
 nlohmann::json byte_tokenizer_json(const std::vector<std::pair<std::string, std::string>>& merges,
                                    bool pair_format = true, bool ignore_merges = false);
+// A SentencePiece-style BPE (Llama 2's form): "▁" before the text and for every space, each character its
+// token or its bytes' <0xXX> tokens (only é's: C3, A9) or <unk> (0, fused); vocabulary <unk> 0, <s> 1 (added,
+// special), ▁ 2, a 3, b 4, ▁a 5, ab 6, <0xC3> 7, <0xA9> 8, ▁ab 9; merges ▁+a, a+b, ▁a+b; decoded with "▁"
+// as spaces, byte runs as UTF-8, one leading space stripped.
+nlohmann::json sentencepiece_tokenizer_json();
 
 }  // namespace oomb::testing

@@ -20,6 +20,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Unit {
   size_t block, begin, end;
+  bool continues;  // the text before it is of the same document (EncodeOptions::continues)
 };
 
 class Progress {
@@ -64,7 +65,8 @@ TokenizeStats tokenize_corpus(const TextCorpus& corpus, const Tokenizer& tok, co
   // A batch: copies of blocks (the corpus reuses its buffers), whether each ends a document, and
   // where each comes from (for errors).
   std::vector<std::string> blocks, wheres;
-  std::vector<bool> ends, trained, eos_trained;
+  std::vector<bool> ends, trained, eos_trained, continues;
+  bool document_open = false;  // the last block seen did not end its document
   int64_t batch = 0;
   std::vector<Unit> units;
   std::vector<std::vector<int32_t>> out;
@@ -82,7 +84,7 @@ TokenizeStats tokenize_corpus(const TextCorpus& corpus, const Tokenizer& tok, co
               break;
             }
         }
-        units.push_back({b, at, end});
+        units.push_back({b, at, end, continues[b] || at > 0});
         at = end;
       }
     }
@@ -95,8 +97,10 @@ TokenizeStats tokenize_corpus(const TextCorpus& corpus, const Tokenizer& tok, co
       const Unit& x = units[u];
       out[u].clear();
       try {
+        EncodeOptions uo = eo;
+        uo.continues = x.continues;
         tok.encode(std::string_view(blocks[x.block]).substr(x.begin, x.end - x.begin), out[u],
-                   states[size_t(omp_get_thread_num())], eo);
+                   states[size_t(omp_get_thread_num())], uo);
       } catch (...) {
 #pragma omp critical
         if (!error || u < error_unit) error = std::current_exception(), error_unit = u;
@@ -128,12 +132,14 @@ TokenizeStats tokenize_corpus(const TextCorpus& corpus, const Tokenizer& tok, co
       st.bytes += int64_t(blocks[b].size());
     }
     progress.update(std::min(st.bytes, corpus.total_bytes()), st.tokens);
-    blocks.clear(), ends.clear(), trained.clear(), eos_trained.clear(), wheres.clear();
+    blocks.clear(), ends.clear(), trained.clear(), eos_trained.clear(), continues.clear(), wheres.clear();
     batch = 0;
   };
   corpus.for_each([&](const TextBlock& b) {
     blocks.emplace_back(b.text);
     ends.push_back(b.ends_document);
+    continues.push_back(document_open);
+    document_open = !b.ends_document;
     trained.push_back(b.trained);
     eos_trained.push_back(b.eos_trained);
     wheres.push_back(*b.where);

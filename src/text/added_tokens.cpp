@@ -41,7 +41,8 @@ static bool word_char(uint32_t c) {
   }
 }
 
-AddedTokens AddedTokens::from_json(const nlohmann::json& j, std::string_view where) {
+AddedTokens AddedTokens::from_json(const nlohmann::json& j, std::string_view where,
+                                   const std::function<std::string(std::string_view)>& normalize) {
   AddedTokens a;
   if (j.is_null()) return a;
   OOMB_CHECK(j.is_array(), "{}: \"added_tokens\" must be an array", where);
@@ -72,8 +73,10 @@ AddedTokens AddedTokens::from_json(const nlohmann::json& j, std::string_view whe
   }
   for (size_t k = 0; k < a.tokens_.size(); ++k) {
     Trie& t = a.tries_[a.tokens_[k].normalized];
+    const std::string key = a.tokens_[k].normalized && normalize ? normalize(a.tokens_[k].content) : a.tokens_[k].content;
+    if (key.empty()) continue;
     int32_t node = 0;
-    for (unsigned char ch : a.tokens_[k].content) {
+    for (unsigned char ch : key) {
       const uint64_t key = uint64_t(node) << 8 | ch;
       auto it = t.edges.find(key);
       if (it == t.edges.end()) {
@@ -83,7 +86,7 @@ AddedTokens AddedTokens::from_json(const nlohmann::json& j, std::string_view whe
       node = it->second;
     }
     if (t.terminal[size_t(node)] < 0) t.terminal[size_t(node)] = int32_t(k);  // same content twice: the first
-    t.first_byte[static_cast<unsigned char>(a.tokens_[k].content[0])] = true;
+    t.first_byte[static_cast<unsigned char>(key[0])] = true;
   }
   return a;
 }

@@ -5,6 +5,7 @@
 // are to stay text); lstrip / rstrip take the White_Space beside a match with it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -26,7 +27,10 @@ struct AddedMatch {
 
 class AddedTokens {
  public:
-  static AddedTokens from_json(const nlohmann::json& j, std::string_view where);
+  // normalize: the tokenizer's normalizer; a token with normalized = true is found by its content so
+  // normalized (Hugging Face's refresh_added_tokens: under Llama 2's "▁" Prepend, "<x>" is found as "▁<x>")
+  static AddedTokens from_json(const nlohmann::json& j, std::string_view where,
+                               const std::function<std::string(std::string_view)>& normalize = {});
   const std::vector<AddedToken>& all() const { return tokens_; }
   const AddedToken* by_id(int32_t id) const;
   const AddedToken* by_content(std::string_view content) const;

@@ -64,17 +64,17 @@ BytePairModel BytePairModel::from_json(const json& j, std::string_view where) {
     OOMB_CHECK(!m.present_[size_t(id)], "{}: model.vocab gives id {} to two tokens (the second is {})", where, id,
                json(it.key()).dump());
     m.present_[size_t(id)] = true;
-    if (m.byte_fallback_) {  // as written; <0xXX> (two upper-case hex digits) stands for its byte
+    if (m.byte_fallback_) {  // as written; <0xXX> stands for its byte
       const std::string& k = it.key();
       m.other_.emplace(k, id);
       m.bytes_[size_t(id)] = k;
-      unsigned b = 0;
       if (k.size() == 6 && k.starts_with("<0x") && k[5] == '>' && std::isxdigit(static_cast<unsigned char>(k[3])) &&
-          std::isxdigit(static_cast<unsigned char>(k[4])) && !std::islower(static_cast<unsigned char>(k[3])) &&
-          !std::islower(static_cast<unsigned char>(k[4]))) {
-        b = unsigned(std::stoul(k.substr(3, 2), nullptr, 16));
-        m.fallback_id_[b] = id, m.byte_token_[size_t(id)] = true;
+          std::isxdigit(static_cast<unsigned char>(k[4]))) {
+        const unsigned b = unsigned(std::stoul(k.substr(3, 2), nullptr, 16));
+        m.byte_token_[size_t(id)] = true;  // (decoded as its byte in either case, as ByteFallback's decoder does)
         m.bytes_[size_t(id)] = std::string(1, char(b));
+        if (!std::islower(static_cast<unsigned char>(k[3])) && !std::islower(static_cast<unsigned char>(k[4])))
+          m.fallback_id_[b] = id;  // (encoding looks up "<0x%02X>", upper case)
       }
       continue;
     }
@@ -93,6 +93,10 @@ BytePairModel BytePairModel::from_json(const json& j, std::string_view where) {
       m.unk_ = m.find(u.get<std::string>());
       OOMB_CHECK(m.unk_ >= 0, "{}: model.unk_token {} is not in model.vocab", where, u.dump());
     }
+    const auto missing = std::find(m.fallback_id_.begin(), m.fallback_id_.end(), -1);
+    OOMB_CHECK(m.unk_ >= 0 || missing == m.fallback_id_.end(), "{}: model.vocab lacks the byte token <0x{:02X}> and "
+               "model.unk_token is null: a character with neither a token nor its bytes' would be dropped (as Hugging "
+               "Face drops it); give unk_token", where, missing - m.fallback_id_.begin());
   }
   for (int b = 0; b < 256 && !m.byte_fallback_; ++b) {
     const auto it = m.by_bytes_.find(std::string(1, char(b)));

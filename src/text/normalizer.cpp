@@ -65,7 +65,13 @@ std::string nfc(std::string_view s) {
   return r;
 }
 
-std::string_view Normalizer::apply(std::string_view s, std::string& out) const {
+bool Normalizer::nfc_only() const {
+  for (const Op& op : ops_)
+    if (op.kind != Op::Nfc) return false;
+  return true;
+}
+
+std::string_view Normalizer::apply(std::string_view s, std::string& out, bool no_prepend) const {
   std::string_view cur = s;
   std::string next;
   for (const Op& op : ops_) {
@@ -73,7 +79,7 @@ std::string_view Normalizer::apply(std::string_view s, std::string& out) const {
       if (trivially_nfc(cur)) continue;
       next = nfc(cur);
     } else if (op.kind == Op::Prepend) {
-      if (cur.empty()) continue;
+      if (cur.empty() || no_prepend) continue;
       next = op.a;
       next += cur;
     } else {

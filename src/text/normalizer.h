@@ -16,8 +16,11 @@ class Normalizer {
   static Normalizer from_json(const nlohmann::json& j, std::string_view where);
   bool identity() const { return ops_.empty(); }
   // Writes the normalized form of valid UTF-8 `s` into out; returns a view of the result,
-  // which is `s` itself when nothing changes (out is then untouched).
-  std::string_view apply(std::string_view s, std::string& out) const;
+  // which is `s` itself when nothing changes (out is then untouched). no_prepend: skip Prepend (s
+  // continues earlier text).
+  std::string_view apply(std::string_view s, std::string& out, bool no_prepend = false) const;
+  // Whether every op is NFC (or there is none): a normalization that never reaches across a newline.
+  bool nfc_only() const;
 
  private:
   struct Op {

@@ -133,12 +133,22 @@ Tokenizer Tokenizer::parse_checked(std::string_view text, std::string_view where
              "family this reads", where);
   const json dec = j.value("decoder", json());
   if (sp) {
-    t.parse_sp_decoder(dec, where);
+    std::vector<std::string> order;
+    t.parse_sp_decoder(dec, where, order);
+    // (applied in this order: the tokens' "▁", their bytes, joined, the text's start)
+    static const std::vector<std::vector<std::string>> kOrders = {
+        {"Replace", "ByteFallback", "Fuse"}, {"Replace", "ByteFallback", "Fuse", "Strip"}, {"ByteFallback", "Fuse"}};
+    OOMB_CHECK(std::find(kOrders.begin(), kOrders.end(), order) != kOrders.end(), "{}: the decoders {} of a "
+               "byte_fallback tokenizer are not supported (supported: Replace, ByteFallback, Fuse, then Strip, in "
+               "that order)", where, json(order).dump());
   } else {
     OOMB_CHECK(dec.is_null() || type_of(dec) == "ByteLevel",
                "{}: unsupported decoder type \"{}\" (supported: ByteLevel)", where, type_of(dec));
   }
-  t.added_ = AddedTokens::from_json(j.value("added_tokens", json()), where);
+  t.added_ = AddedTokens::from_json(j.value("added_tokens", json()), where, [&](std::string_view c) {
+    std::string out;
+    return std::string(t.normalizer_.apply(c, out));
+  });
   t.id_limit_ = t.bpe_.id_limit();
   bool newline_in_added = false;
   for (const AddedToken& a : t.added_.all()) {
@@ -160,19 +170,20 @@ Tokenizer Tokenizer::parse_checked(std::string_view text, std::string_view where
       patterns_known = false;
   }
   // (SentencePiece style: a piece runs across newlines, and a Prepend normalizer starts every section)
-  t.newline_cut_safe_ = patterns_known && !newline_in_added && !sp;
+  t.newline_cut_safe_ = patterns_known && !newline_in_added && !sp && t.normalizer_.nfc_only();
   return t;
 }
 
 // The decoders of the SentencePiece-style families: a Sequence of Replace (a String pattern), ByteFallback,
 // Fuse and Strip (a one-character content, nothing stripped at the end), as Llama 2's and Gemma's are.
-void Tokenizer::parse_sp_decoder(const json& j, std::string_view where) {
+void Tokenizer::parse_sp_decoder(const json& j, std::string_view where, std::vector<std::string>& order) {
   OOMB_CHECK(!j.is_null(), "{}: a byte_fallback tokenizer without a decoder (its tokens' \"▁\" would stay)", where);
   const std::string type = type_of(j);
   if (type == "Sequence") {
     OOMB_CHECK(j.contains("decoders") && j["decoders"].is_array(), "{}: decoder Sequence needs a \"decoders\" array",
                where);
-    for (const auto& sub : j["decoders"]) parse_sp_decoder(sub, where);
+    for (const auto& sub : j["decoders"]) parse_sp_decoder(sub, where, order);
+    return;
   } else if (type == "Replace") {
     const json p = j.value("pattern", json());
     OOMB_CHECK(p.is_object() && p.contains("String") && p["String"].is_string() && j.contains("content") &&
@@ -189,6 +200,7 @@ void Tokenizer::parse_sp_decoder(const json& j, std::string_view where) {
     OOMB_CHECK(type == "ByteFallback" || type == "Fuse", "{}: unsupported decoder type \"{}\" for a byte_fallback "
                "tokenizer (supported: Replace, ByteFallback, Fuse, Strip, a Sequence of them)", where, type);
   }
+  order.push_back(type);
 }
 
 Tokenizer Tokenizer::load(const fs::path& path) {
@@ -213,8 +225,8 @@ int32_t Tokenizer::token_id(std::string_view token) const {
 // Normalize; added tokens with normalized = true; pre-tokenize (each step splits every piece);
 // BPE each piece.
 void Tokenizer::encode_section(std::string_view text, std::vector<int32_t>& out, EncodeState& st,
-                               const EncodeOptions& o) const {
-  const std::string_view s = normalizer_.apply(text, st.normalized);
+                               const EncodeOptions& o, bool continues) const {
+  const std::string_view s = normalizer_.apply(text, st.normalized, continues);
   if (s.empty()) return;
   if (!added_.any_normalized()) return encode_pieces(s, out, st);
   std::vector<AddedMatch> matches;  // rare: no tokenizer of the supported families has such tokens
@@ -241,15 +253,17 @@ void Tokenizer::encode_pieces(std::string_view s, std::vector<int32_t>& out, Enc
       }
       st.pieces.clear();
       step.regex->split(ps, st.pieces);
-      const size_t first = st.next_views.size();
+      bool after_text = false;  // the piece before is text (not a delimiter) of this ps
       for (const Piece& q : st.pieces) {
         if (step.removed && q.match) continue;
-        if (step.merged_prev && q.match && st.next_views.size() > first) {  // the delimiter ends the piece before it
+        if (step.merged_prev && q.match && after_text) {  // the delimiter ends the text before it
           std::string_view& prev = st.next_views.back();
           prev = std::string_view(prev.data(), prev.size() + (q.end - q.begin));
+          after_text = false;
           continue;
         }
         st.next_views.push_back(ps.substr(q.begin, q.end - q.begin));
+        after_text = !q.match;
       }
     }
     st.views.swap(st.next_views);
@@ -263,11 +277,11 @@ void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, EncodeS
   added_.find(text, false, o.split_special, st.matches);
   size_t at = 0;
   for (const AddedMatch& m : st.matches) {
-    if (m.begin > at) encode_section(text.substr(at, m.begin - at), out, st, o);
+    if (m.begin > at) encode_section(text.substr(at, m.begin - at), out, st, o, o.continues && at == 0);
     out.push_back(m.token->id);
     at = m.end;
   }
-  if (at < text.size()) encode_section(text.substr(at), out, st, o);
+  if (at < text.size()) encode_section(text.substr(at), out, st, o, o.continues && at == 0);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& o) const {

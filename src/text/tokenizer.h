@@ -34,6 +34,10 @@ struct EncodeState {
 
 struct EncodeOptions {
   bool split_special = false;  // true: special tokens in the text are encoded as plain text
+  // true: the text continues earlier text of its document (a completion after its prompt, a chat
+  // template's next block), so a Prepend normalizer (Llama 2's "▁") does not start it, as it would
+  // not in the one string Hugging Face encodes; later sections (after an added token) take it still
+  bool continues = false;
 };
 
 class Tokenizer {
@@ -72,7 +76,8 @@ class Tokenizer {
   };
   static Tokenizer parse_checked(std::string_view json_text, std::string_view where);
   void add_steps(const nlohmann::json& j, std::string_view where);
-  void encode_section(std::string_view text, std::vector<int32_t>& out, EncodeState& st, const EncodeOptions& o) const;
+  void encode_section(std::string_view text, std::vector<int32_t>& out, EncodeState& st, const EncodeOptions& o,
+                      bool continues) const;
   void encode_pieces(std::string_view s, std::vector<int32_t>& out, EncodeState& st) const;
 
   std::string source_;
@@ -87,7 +92,7 @@ class Tokenizer {
   std::string dec_from_, dec_to_;
   int64_t strip_start_ = 0;
   char strip_char_ = ' ';
-  void parse_sp_decoder(const nlohmann::json& j, std::string_view where);
+  void parse_sp_decoder(const nlohmann::json& j, std::string_view where, std::vector<std::string>& order);
   std::string decode_sp(std::span<const int32_t> ids, bool skip_special) const;
 };
 
