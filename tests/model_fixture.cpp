@@ -151,6 +151,12 @@ std::vector<float> host_grads(Model& m) {
   return g;
 }
 
+std::vector<int64_t> param_shape(const ModelConfig& c, const std::string& name) {
+  for (const ParamSpec& s : param_layout(c))
+    if (s.name == name) return s.shape;
+  return {};
+}
+
 void expect_bf16_tracks_f32(const nlohmann::json& config, uint64_t seed, const std::string& name) {
   const auto [loss_err, grad_err] = bf16_against_f32(config, seed);
   EXPECT_LE(loss_err, 1e-2);

@@ -55,6 +55,8 @@ StepResult one_step(Backend& be, const std::filesystem::path& dir, const std::ve
 void expect_kept_attention_bits(const nlohmann::json& config, uint64_t seed);
 // The same step in bf16 against fp32: {the loss's relative distance, the whole gradient's}.
 std::pair<double, double> bf16_against_f32(const nlohmann::json& config, uint64_t seed);
+// The shape of parameter `name` in c's layout (empty: no such parameter).
+std::vector<int64_t> param_shape(const ModelConfig& c, const std::string& name);
 // That step checked as the families' tests check it: within bf16's reach of fp32 (the loss 1e-2, the
 // whole gradient 3e-2) and rounded (more than 1e-4 apart); the figures printed under `name`.
 void expect_bf16_tracks_f32(const nlohmann::json& config, uint64_t seed, const std::string& name);

@@ -51,12 +51,6 @@ std::string refusal(const json& j) {
   return error_of([&] { parse_config(j, "gemma3.json"); });
 }
 
-std::vector<int64_t> shape_of(const ModelConfig& c, const std::string& name) {
-  for (const ParamSpec& s : param_layout(c))
-    if (s.name == name) return s.shape;
-  return {};
-}
-
 TEST(Gemma3, ReadsItsConfig) {
   const ModelConfig c = parse_config(gemma3_1b(), "gemma3.json");
   EXPECT_EQ(c.arch, Arch::Gemma3);
@@ -83,10 +77,10 @@ TEST(Gemma3, ReadsItsConfig) {
   const std::string l = "model.layers.5.";
   for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight", "pre_feedforward_layernorm.weight",
                         "post_feedforward_layernorm.weight"})
-    EXPECT_EQ(shape_of(c, l + n), std::vector<int64_t>{1152}) << n;
-  EXPECT_EQ(shape_of(c, l + "self_attn.q_norm.weight"), std::vector<int64_t>{256});
-  EXPECT_EQ(shape_of(c, l + "self_attn.k_norm.weight"), std::vector<int64_t>{256});
-  EXPECT_TRUE(shape_of(c, "lm_head.weight").empty());
+    EXPECT_EQ(param_shape(c, l + n), std::vector<int64_t>{1152}) << n;
+  EXPECT_EQ(param_shape(c, l + "self_attn.q_norm.weight"), std::vector<int64_t>{256});
+  EXPECT_EQ(param_shape(c, l + "self_attn.k_norm.weight"), std::vector<int64_t>{256});
+  EXPECT_TRUE(param_shape(c, "lm_head.weight").empty());
   // the preset is this model: its parameters counted here from the shapes (tied)
   const int64_t d = 1152, I = 6912, q = 4 * 256, kv = 256;
   const int64_t layer = d * q + 2 * d * kv + q * d + 3 * I * d + 4 * d + 2 * 256;

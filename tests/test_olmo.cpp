@@ -50,13 +50,6 @@ std::string refusal(const json& j) {
   return error_of([&] { parse_config(j, "olmo2.json"); });
 }
 
-// The shape of parameter `name` in c's layout (empty: no such parameter).
-std::vector<int64_t> shape_of(const ModelConfig& c, const std::string& name) {
-  for (const ParamSpec& s : param_layout(c))
-    if (s.name == name) return s.shape;
-  return {};
-}
-
 TEST(Olmo2, ReadsItsConfig) {
   const ModelConfig c = parse_config(olmo2_7b(), "olmo2.json");
   EXPECT_EQ(c.arch, Arch::Olmo2);
@@ -72,11 +65,11 @@ TEST(Olmo2, ReadsItsConfig) {
   EXPECT_EQ(c.layer_window, std::vector<int64_t>(32, 0));
   // transformers' names and shapes: no norm before attention, the q/k norms as wide as q and k
   const std::string l = "model.layers.7.";
-  EXPECT_TRUE(shape_of(c, l + "input_layernorm.weight").empty());
-  EXPECT_EQ(shape_of(c, l + "post_attention_layernorm.weight"), std::vector<int64_t>{4096});
-  EXPECT_EQ(shape_of(c, l + "post_feedforward_layernorm.weight"), std::vector<int64_t>{4096});
-  EXPECT_EQ(shape_of(c, l + "self_attn.q_norm.weight"), std::vector<int64_t>{32 * 128});
-  EXPECT_EQ(shape_of(c, l + "self_attn.k_norm.weight"), std::vector<int64_t>{32 * 128});
+  EXPECT_TRUE(param_shape(c, l + "input_layernorm.weight").empty());
+  EXPECT_EQ(param_shape(c, l + "post_attention_layernorm.weight"), std::vector<int64_t>{4096});
+  EXPECT_EQ(param_shape(c, l + "post_feedforward_layernorm.weight"), std::vector<int64_t>{4096});
+  EXPECT_EQ(param_shape(c, l + "self_attn.q_norm.weight"), std::vector<int64_t>{32 * 128});
+  EXPECT_EQ(param_shape(c, l + "self_attn.k_norm.weight"), std::vector<int64_t>{32 * 128});
   // the preset is this model: its parameters counted here from the shapes (untied)
   const int64_t d = 4096, I = 11008, layer = 4 * d * d + 3 * I * d + 2 * d + 2 * d;
   EXPECT_EQ(param_count(c), 2 * 100352 * d + 32 * layer + d);
@@ -103,8 +96,8 @@ TEST(Olmo2, DefaultsAreOlmo2Configs) {
   const ModelConfig b = parse_config(j, "b.json");
   EXPECT_TRUE(b.qkv_bias && b.o_bias);
   EXPECT_FALSE(b.mlp_bias);
-  EXPECT_FALSE(shape_of(b, "model.layers.0.self_attn.o_proj.bias").empty());
-  EXPECT_TRUE(shape_of(b, "model.layers.0.mlp.down_proj.bias").empty());
+  EXPECT_FALSE(param_shape(b, "model.layers.0.self_attn.o_proj.bias").empty());
+  EXPECT_TRUE(param_shape(b, "model.layers.0.mlp.down_proj.bias").empty());
 }
 
 TEST(Olmo2, RefusedWhereItCannotBeFollowed) {
@@ -171,8 +164,8 @@ TEST(Olmo3, WindowsRopeAndRoundTrip) {
   EXPECT_EQ(c.layer_window, (std::vector<int64_t>{4096, 4096, 4096, 0, 4096, 4096, 4096, 0}));
   EXPECT_EQ(c.rms_norm_eps, 1e-6);  // (the fixture's; Olmo3Config's is OLMo 2's 1e-5)
   for (int64_t l = 0; l < 8; ++l) EXPECT_EQ(c.rope_scaled(l), l % 4 == 3) << l;
-  EXPECT_TRUE(shape_of(c, "model.layers.0.input_layernorm.weight").empty());
-  EXPECT_EQ(shape_of(c, "model.layers.0.self_attn.q_norm.weight"), std::vector<int64_t>{4 * 8});
+  EXPECT_TRUE(param_shape(c, "model.layers.0.input_layernorm.weight").empty());
+  EXPECT_EQ(param_shape(c, "model.layers.0.self_attn.q_norm.weight"), std::vector<int64_t>{4 * 8});
   json k = j;
   k["sliding_window"] = 7;
   k["layer_types"] = {"full_attention", "sliding_attention", "full_attention", "full_attention", "full_attention",
