@@ -367,7 +367,7 @@ TEST(Tokenizer, RejectsWhatItDoesNotSupportNamingTheField) {
 TEST(Tokenizer, SentencePieceStyleByteFallbackAndItsDecoder) {
   const Tokenizer t = make(sentencepiece_tokenizer_json());
   EXPECT_TRUE(t.sentencepiece());
-  EXPECT_FALSE(t.cut_after_newline_is_safe());
+  EXPECT_FALSE(t.cut_after_newline_is_safe());  // (its Prepend; and no "\n" token)
   EXPECT_EQ(t.encode("ab"), (std::vector<int32_t>{9}));  // ▁ a b -> ▁a b -> ▁ab (rank order, not a+b first)
   EXPECT_EQ(t.encode("a \u00e9"), (std::vector<int32_t>{5, 2, 7, 8}));  // é by its bytes
   EXPECT_EQ(t.encode("xxb"), (std::vector<int32_t>{2, 0, 4}));          // x x: one fused unk
@@ -404,6 +404,21 @@ TEST(Tokenizer, SentencePieceStyleByteFallbackAndItsDecoder) {
   EXPECT_EQ(make(g).encode(" a b"), (std::vector<int32_t>{10, 12, 4}));
   g["pre_tokenizer"]["behavior"] = "Isolated";
   EXPECT_EQ(make(g).encode("a b"), (std::vector<int32_t>{3, 10, 4}));
+  // cut after a newline where "\n" is an added token (Gemma's) and nothing prepends or strips
+  EXPECT_FALSE(make(g).cut_after_newline_is_safe());
+  g["added_tokens"].push_back({{"id", 13}, {"content", "\n"}, {"special", false}});
+  EXPECT_TRUE(make(g).cut_after_newline_is_safe());
+  const std::string text = "ab b\na ab\n\n\nb a\nab";
+  std::vector<int32_t> parts;
+  EncodeState st;
+  for (const std::string piece : {"ab b\n", "a ab\n\n\n", "b a\n", "ab"}) make(g).encode(piece, parts, st);
+  EXPECT_EQ(parts, make(g).encode(text));
+  json lstrip = g;
+  lstrip["added_tokens"].push_back({{"id", 14}, {"content", "<x>"}, {"lstrip", true}});  // (takes a "\n" before it)
+  EXPECT_FALSE(make(lstrip).cut_after_newline_is_safe());
+  json prepend = g;
+  prepend["normalizer"] = {{"type", "Prepend"}, {"prepend", "\u2581"}};
+  EXPECT_FALSE(make(prepend).cut_after_newline_is_safe());
 }
 
 TEST(Tokenizer, SentencePieceStyleRefusalsNameTheField) {

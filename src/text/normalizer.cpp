@@ -71,6 +71,12 @@ bool Normalizer::nfc_only() const {
   return true;
 }
 
+bool Normalizer::prepends() const {
+  for (const Op& op : ops_)
+    if (op.kind == Op::Prepend) return true;
+  return false;
+}
+
 std::string_view Normalizer::apply(std::string_view s, std::string& out, bool no_prepend) const {
   std::string_view cur = s;
   std::string next;

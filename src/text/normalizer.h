@@ -21,6 +21,8 @@ class Normalizer {
   std::string_view apply(std::string_view s, std::string& out, bool no_prepend = false) const;
   // Whether every op is NFC (or there is none): a normalization that never reaches across a newline.
   bool nfc_only() const;
+  // Whether it prepends (Llama 2's "▁"): then a text encoded in parts is not the whole text encoded.
+  bool prepends() const;
 
  private:
   struct Op {

@@ -169,8 +169,23 @@ Tokenizer Tokenizer::parse_checked(std::string_view text, std::string_view where
     if (s.regex && std::find(std::begin(known), std::end(known), s.regex->source()) == std::end(known))
       patterns_known = false;
   }
-  // (SentencePiece style: a piece runs across newlines, and a Prepend normalizer starts every section)
-  t.newline_cut_safe_ = patterns_known && !newline_in_added && !sp && t.normalizer_.nfc_only();
+  // The SentencePiece style: a piece runs across newlines, and a Prepend normalizer starts every section;
+  // but where "\n" is an added token found in the raw text (Gemma's, with its runs), and no other added
+  // token holds a newline or strips whitespace, every newline ends a section, so text cut after one
+  // (before a character that is not White_Space, where a run of them ends) encodes the same, unless a
+  // normalizer prepends.
+  bool sp_cuttable = false;
+  if (sp && !t.normalizer_.prepends()) {
+    const AddedToken* nl = t.added_.by_content("\n");
+    sp_cuttable = nl && !nl->normalized;
+    for (const AddedToken& a : t.added_.all()) {
+      const bool newlines_only = a.content.find_first_not_of('\n') == std::string::npos;
+      if (a.lstrip || a.rstrip || a.single_word || (a.content.find('\n') != std::string::npos &&
+                                                    (!newlines_only || a.normalized)))
+        sp_cuttable = false;
+    }
+  }
+  t.newline_cut_safe_ = sp ? sp_cuttable : patterns_known && !newline_in_added && t.normalizer_.nfc_only();
   return t;
 }
 
