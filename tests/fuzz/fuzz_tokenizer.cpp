@@ -5,7 +5,8 @@
 // real Qwen3 tokenizer.json when tools/node_modules has it, else a small one with merges, added
 // tokens and NFC); it must hold: ids within the tokenizer, decode(encode(s)) == NFC(s), and
 // cutting s at every is_cut_point changes no id. First byte odd: the rest is a tokenizer.json,
-// which must load or fail with oomb::Error only, and then encode.
+// which must load or fail with oomb::Error only, and then encode (cut where it says it may be cut
+// after a newline, to the same ids).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -63,9 +64,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     const Tokenizer t = Tokenizer::parse(rest, "fuzz/tokenizer.json");
-    const auto ids = t.encode("Hello, world! 123 \xE4\xB8\xAD\xE6\x96\x87 <|endoftext|>\n\n  x");
+    const std::string text = "Hello, world! 123 \xE4\xB8\xAD\xE6\x96\x87 <|endoftext|>\n\n  x\nab b\n\n\na\n<s> b";
+    const auto ids = t.encode(text);
     for (int32_t id : ids) check(id >= 0 && id < t.id_limit(), "ids within a fuzzed tokenizer");
     t.decode(ids);
+    if (t.cut_after_newline_is_safe()) {  // (what a fuzzed tokenizer claims, it must hold)
+      std::vector<int32_t> parts;
+      EncodeState st;
+      size_t at = 0;
+      for (size_t i = 1; i < text.size(); ++i)
+        if (is_cut_point(text, i)) {
+          t.encode(std::string_view(text).substr(at, i - at), parts, st);
+          at = i;
+        }
+      t.encode(std::string_view(text).substr(at), parts, st);
+      check(parts == ids, "a fuzzed tokenizer that says it may be cut after a newline encodes the same so");
+    }
   } catch (const Error&) {
   }
   return 0;
