@@ -18,6 +18,7 @@
 #include "text/normalizer.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"
+#include "tokenizer_fixture.h"
 
 using namespace oomb;
 using namespace oomb::testing;
@@ -132,16 +133,8 @@ TEST_P(Golden, CuttingAtEveryCutPointChangesNothing) {
   std::string text;
   for (const json& c : golden()) text += utf8_replace_invalid(text_of(c)) + "\n";
   const auto whole = t->encode(text);
-  std::vector<int32_t> parts;
-  EncodeState st;
-  size_t at = 0, cuts = 0;
-  for (size_t i = 1; i < text.size(); ++i) {
-    if (is_cut_point(text, i)) {
-      t->encode(std::string_view(text).substr(at, i - at), parts, st);
-      at = i, ++cuts;
-    }
-  }
-  t->encode(std::string_view(text).substr(at), parts, st);
+  size_t cuts = 0;
+  const std::vector<int32_t> parts = encode_cut_at_newlines(*t, text, &cuts);
   EXPECT_GT(cuts, 3000u);
   EXPECT_EQ(parts, whole);
 }

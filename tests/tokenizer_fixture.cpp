@@ -62,4 +62,15 @@ nlohmann::json sentencepiece_tokenizer_json() {
 }
 
 
+std::vector<int32_t> encode_cut_at_newlines(const Tokenizer& t, std::string_view s, size_t* cuts) {
+  std::vector<int32_t> parts;
+  EncodeState st;
+  size_t at = 0, n = 0;
+  for (size_t i = 1; i < s.size(); ++i)
+    if (is_cut_point(s, i)) t.encode(s.substr(at, i - at), parts, st), at = i, ++n;
+  t.encode(s.substr(at), parts, st);
+  if (cuts) *cuts = n;
+  return parts;
+}
+
 }  // namespace oomb::testing

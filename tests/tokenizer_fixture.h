@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "text/tokenizer.h"
+
 namespace oomb::testing {
 
 // The Qwen2 split pattern, as its tokenizer.json states it.
@@ -21,5 +23,7 @@ nlohmann::json byte_tokenizer_json(const std::vector<std::pair<std::string, std:
 // special), ▁ 2, a 3, b 4, ▁a 5, ab 6, <0xC3> 7, <0xA9> 8, ▁ab 9; merges ▁+a, a+b, ▁a+b; decoded with "▁"
 // as spaces, byte runs as UTF-8, one leading space stripped.
 nlohmann::json sentencepiece_tokenizer_json();
+// The ids of s encoded in parts, cut at every is_cut_point (text/utf8.h); *cuts: how many cuts.
+std::vector<int32_t> encode_cut_at_newlines(const Tokenizer& t, std::string_view s, size_t* cuts = nullptr);
 
 }  // namespace oomb::testing

@@ -67,10 +67,9 @@ Command add_init(CLI::App& app) {
     }
     set("--layers", a->layers, cfg.layers);
     if (cfg.arch == Arch::SmolLM3 && int64_t(cfg.layer_rope.size()) != cfg.layers) smollm3_default_nope(cfg);
-    if (cfg.arch == Arch::Olmo3 && int64_t(cfg.layer_window.size()) != cfg.layers) olmo3_default_windows(cfg);
-    if (cfg.arch == Arch::Gemma3 && int64_t(cfg.layer_window.size()) != cfg.layers) {
+    if (cfg.split_rope() && int64_t(cfg.layer_window.size()) != cfg.layers) {  // (the preset's window, on these layers)
       const auto w = std::max_element(cfg.layer_window.begin(), cfg.layer_window.end());
-      gemma3_default_windows(cfg, w != cfg.layer_window.end() && *w > 0 ? *w : 4096);
+      default_windows(cfg, w != cfg.layer_window.end() && *w > 0 ? *w : 4096);
     }
     set("--heads", a->heads, cfg.heads);
     set("--kv-heads", a->kv_heads, cfg.kv_heads);

@@ -48,8 +48,8 @@ constexpr const char* kArchitectures = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen
 constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3, gemma3_text";
 // Olmo3Config's layer_types where the file gives none: sliding_attention but on every 4th layer (Gemma3TextConfig's:
 // but on every sliding_window_pattern-th, 6)
-bool slides_by_default(int64_t l, int64_t pattern = 4) { return (l + 1) % pattern != 0; }
-bool olmo3_slides_by_default(int64_t l) { return slides_by_default(l); }
+bool slides_by_default(int64_t l, int64_t pattern) { return (l + 1) % pattern != 0; }
+int64_t default_window_pattern(Arch a) { return a == Arch::Gemma3 ? 6 : 4; }
 const ArchInfo& arch_info(Arch a) {
   for (const auto& k : kArchs)
     if (k.arch == a) return k;
@@ -337,10 +337,7 @@ void set_arch(ModelConfig& c, Arch arch) {
   if (arch != Arch::SmolLM3) c.layer_rope.clear();
   else if (int64_t(c.layer_rope.size()) != c.layers) smollm3_default_nope(c);
   const bool slides = std::any_of(c.layer_window.begin(), c.layer_window.end(), [](int64_t w) { return w > 0; });
-  if (arch == Arch::Olmo3 && (from != Arch::Olmo3 || int64_t(c.layer_window.size()) != c.layers || !slides))
-    olmo3_default_windows(c);
-  if (arch == Arch::Gemma3 && (from != Arch::Gemma3 || int64_t(c.layer_window.size()) != c.layers || !slides))
-    gemma3_default_windows(c, 4096);
+  if (c.split_rope() && (from != arch || int64_t(c.layer_window.size()) != c.layers || !slides)) default_windows(c);
   if (!c.split_rope() || from != arch) c.sliding_rope_theta = arch == Arch::Gemma3 ? 10000.0 : 0.0;
   if (arch != Arch::Gemma3) c.query_pre_attn_scalar = 0;
   else if (c.query_pre_attn_scalar <= 0) c.query_pre_attn_scalar = 256;  // Gemma3TextConfig's default
@@ -356,25 +353,21 @@ static int64_t gemma3_window_pattern(const ModelConfig& c) {
   };
   const json* raw = c.raw.is_object() && c.raw.contains("sliding_window_pattern") ? &c.raw["sliding_window_pattern"] : nullptr;
   if (raw && raw->is_number_integer() && raw->get<int64_t>() > 0 && fits(raw->get<int64_t>())) return raw->get<int64_t>();
-  if (fits(6)) return 6;
+  if (fits(default_window_pattern(c.arch))) return default_window_pattern(c.arch);
   for (int64_t p = 1; p <= c.layers + 1; ++p)
     if (fits(p)) return p;
   return 0;
 }
 
-void gemma3_default_windows(ModelConfig& c, int64_t window) {
+void default_windows(ModelConfig& c, int64_t window) {
   c.layer_window.assign(size_t(std::max<int64_t>(c.layers, 0)), 0);
-  for (int64_t l = 0; l < c.layers; ++l) c.layer_window[size_t(l)] = slides_by_default(l, 6) ? window : 0;
+  const int64_t pattern = default_window_pattern(c.arch);
+  for (int64_t l = 0; l < c.layers; ++l) c.layer_window[size_t(l)] = slides_by_default(l, pattern) ? window : 0;
 }
 
 double ModelConfig::embed_scale() const {
   // (Gemma: torch.tensor(hidden_size ** 0.5), a float32 scalar)
   return arch == Arch::Gemma3 ? double(float(std::sqrt(double(hidden)))) : embedding_multiplier;
-}
-
-void olmo3_default_windows(ModelConfig& c) {
-  c.layer_window.assign(size_t(std::max<int64_t>(c.layers, 0)), 0);
-  for (int64_t l = 0; l < c.layers; ++l) c.layer_window[size_t(l)] = olmo3_slides_by_default(l) ? 4096 : 0;
 }
 
 void smollm3_default_nope(ModelConfig& c) {
@@ -460,7 +453,8 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
   // (Olmo3Config without layer_types: sliding_attention but on every 4th layer; Gemma3TextConfig: but on
   // every sliding_window_pattern-th, 6)
   // (read only without layer_types, as transformers reads it)
-  const int64_t pattern = c.arch == Arch::Gemma3 && !lt ? r.size("sliding_window_pattern", kMaxLayers, 6) : 4;
+  const int64_t pattern = c.arch == Arch::Gemma3 && !lt ? r.size("sliding_window_pattern", kMaxLayers, 6)
+                                                         : default_window_pattern(c.arch);
   for (int64_t l = 0; l < c.layers; ++l)
     c.layer_window[size_t(l)] = lt ? ((*lt)[size_t(l)] == "sliding_attention" ? w : 0)
                                 : c.split_rope() ? (slides_by_default(l, pattern) ? w : 0)

@@ -120,11 +120,11 @@ void set_arch(ModelConfig& c, Arch arch);
 // SmolLM3Config's NoPE layers where config.json lists none: every 4th (no_rope_layer_interval's default),
 // one entry per layer of c. set_arch gives a SmolLM3 whose list does not fit its layers these.
 void smollm3_default_nope(ModelConfig& c);
-// Olmo3Config's windows where config.json gives none: 4096 on three layers of every four, one entry per
-// layer of c. set_arch gives an OLMo 3 whose windows do not fit its layers, or slide nowhere, these.
-void olmo3_default_windows(ModelConfig& c);
-// Gemma3TextConfig's: `window` on five layers of every six (sliding_window_pattern 6).
-void gemma3_default_windows(ModelConfig& c, int64_t window);
+// The windows of an OLMo 3 or Gemma 3 whose config.json gives no layer types: `window` (their configs'
+// 4096) on three layers of every four (Olmo3Config), or five of every six (Gemma3TextConfig's
+// sliding_window_pattern), one entry per layer of c. set_arch gives such a model whose windows do not fit
+// its layers, or slide nowhere, these.
+void default_windows(ModelConfig& c, int64_t window = 4096);
 // llama | qwen2 | qwen3 | mistral | phi3 | granite | smollm3 | olmo2 | olmo3 | gemma3_text; throws otherwise
 Arch arch_from_model_type(const std::string& model_type);
 

@@ -101,14 +101,14 @@ const std::vector<Preset>& presets() {
       // RoPE of theta 10000 and the others' of 1e6; head_dim 256 whatever hidden / heads is; token 0 the pad
       {"gemma3-1b", [] {
          ModelConfig c = make(Arch::Gemma3, 1152, 6912, 26, 4, 1, 262144, true, 1e6, 1e-6, 32768, 256);
-         gemma3_default_windows(c, 512);
+         default_windows(c, 512);
          c.pad_token_id = 0;
          return c;
        }},
       // Gemma 3 4B's language model (128K context: linear RoPE scaling x8 on the full layers, windows of 1024)
       {"gemma3-4b", [] {
          ModelConfig c = make(Arch::Gemma3, 2560, 10240, 34, 8, 4, 262208, true, 1e6, 1e-6, 131072, 256);
-         gemma3_default_windows(c, 1024);
+         default_windows(c, 1024);
          c.rope.type = "linear";
          c.rope.factor = 8;
          c.pad_token_id = 0;

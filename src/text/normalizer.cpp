@@ -65,6 +65,16 @@ std::string nfc(std::string_view s) {
   return r;
 }
 
+void append_replacing(std::string& out, std::string_view s, std::string_view from, std::string_view to) {
+  for (size_t at = 0;;) {
+    const size_t hit = s.find(from, at);
+    out.append(s.substr(at, hit - at));
+    if (hit == std::string_view::npos) return;
+    out.append(to);
+    at = hit + from.size();
+  }
+}
+
 bool Normalizer::nfc_only() const {
   for (const Op& op : ops_)
     if (op.kind != Op::Nfc) return false;
@@ -89,16 +99,9 @@ std::string_view Normalizer::apply(std::string_view s, std::string& out, bool no
       next = op.a;
       next += cur;
     } else {
-      size_t at = cur.find(op.a);
-      if (at == std::string_view::npos) continue;
+      if (cur.find(op.a) == std::string_view::npos) continue;
       next.clear();
-      size_t from = 0;
-      for (; at != std::string_view::npos; at = cur.find(op.a, from)) {
-        next.append(cur.substr(from, at - from));
-        next += op.b;
-        from = at + op.a.size();
-      }
-      next.append(cur.substr(from));
+      append_replacing(next, cur, op.a, op.b);
     }
     out.swap(next);  // (cur may view the old out, now next: it is read no more)
     cur = out;

@@ -35,5 +35,7 @@ class Normalizer {
 
 // NFC of valid UTF-8 (exposed for tests).
 std::string nfc(std::string_view s);
+// Appends s to out with every `from` (not empty) written as `to` (the Replace of a normalizer or decoder).
+void append_replacing(std::string& out, std::string_view s, std::string_view from, std::string_view to);
 
 }  // namespace oomb

@@ -318,13 +318,8 @@ std::string Tokenizer::decode_sp(std::span<const int32_t> ids, bool skip_special
   };
   auto put = [&](std::string_view token) {
     flush();
-    if (dec_from_.empty()) return void(text += token);
-    for (size_t at = 0;;) {
-      const size_t hit = token.find(dec_from_, at);
-      text += token.substr(at, hit - at);
-      if (hit == std::string_view::npos) break;
-      text += dec_to_, at = hit + dec_from_.size();
-    }
+    if (dec_from_.empty()) text += token;
+    else append_replacing(text, token, dec_from_, dec_to_);
   };
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];

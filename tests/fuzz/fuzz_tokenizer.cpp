@@ -46,17 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     t.encode(s, ids, st);
     for (int32_t id : ids) check(id >= 0 && id < t.id_limit(), "ids within the tokenizer");
     check(t.decode(ids) == nfc(s), "decode(encode(s)) == NFC(s)");
-    if (t.cut_after_newline_is_safe()) {
-      std::vector<int32_t> parts;
-      size_t at = 0;
-      for (size_t i = 1; i < s.size(); ++i)
-        if (is_cut_point(s, i)) {
-          t.encode(std::string_view(s).substr(at, i - at), parts, st);
-          at = i;
-        }
-      t.encode(std::string_view(s).substr(at), parts, st);
-      check(parts == ids, "cutting at every cut point changes nothing");
-    }
+    if (t.cut_after_newline_is_safe())
+      check(testing::encode_cut_at_newlines(t, s) == ids, "cutting at every cut point changes nothing");
     EncodeOptions plain;
     plain.split_special = true;
     check(t.decode(t.encode(s, plain)) == nfc(s), "round trip with special tokens as text");
@@ -68,18 +59,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto ids = t.encode(text);
     for (int32_t id : ids) check(id >= 0 && id < t.id_limit(), "ids within a fuzzed tokenizer");
     t.decode(ids);
-    if (t.cut_after_newline_is_safe()) {  // (what a fuzzed tokenizer claims, it must hold)
-      std::vector<int32_t> parts;
-      EncodeState st;
-      size_t at = 0;
-      for (size_t i = 1; i < text.size(); ++i)
-        if (is_cut_point(text, i)) {
-          t.encode(std::string_view(text).substr(at, i - at), parts, st);
-          at = i;
-        }
-      t.encode(std::string_view(text).substr(at), parts, st);
-      check(parts == ids, "a fuzzed tokenizer that says it may be cut after a newline encodes the same so");
-    }
+    if (t.cut_after_newline_is_safe())  // (what a fuzzed tokenizer claims, it must hold)
+      check(testing::encode_cut_at_newlines(t, text) == ids,
+            "a fuzzed tokenizer that says it may be cut after a newline encodes the same so");
   } catch (const Error&) {
   }
   return 0;
