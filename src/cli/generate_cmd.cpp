@@ -52,12 +52,13 @@ std::vector<int32_t> parse_ids(const std::string& s, int64_t vocab) {
 }
 // The text of ids, where an id the tokenizer does not have (a model's vocabulary padded past its
 // tokenizer's, as Qwen2.5's is) shows as <|id N|> rather than ending the command; counted in unknown.
+// The parts after the first continue it (a decoder's Strip or Metaspace treats the text's start apart).
 std::string printable(const Tokenizer& tok, const std::vector<int32_t>& ids, int64_t& unknown) {
   std::string text;
   size_t from = 0;
   for (size_t i = 0; i <= ids.size(); ++i) {
     if (i < ids.size() && tok.has_id(ids[i])) continue;
-    text += tok.decode(std::span(ids).subspan(from, i - from));
+    text += tok.decode(std::span(ids).subspan(from, i - from), false, from > 0);
     if (i < ids.size()) text += fmt::format("<|id {}|>", ids[i]), ++unknown;
     from = i + 1;
   }

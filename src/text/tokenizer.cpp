@@ -50,6 +50,27 @@ static std::string escape_literal(std::string_view s) {
   return r;
 }
 
+// Hugging Face's Metaspace: "replacement" one character; "prepend_scheme" always (the default), first or
+// never; the older "add_prefix_space", where given false, means never (and contradicts another scheme).
+std::pair<std::string, Tokenizer::Prepend> Tokenizer::parse_metaspace(const json& j, std::string_view where,
+                                                                      std::string_view what) {
+  OOMB_CHECK(j.contains("replacement"), "{}: {} Metaspace needs \"replacement\"", where, what);
+  const std::string full = std::string(what) + " Metaspace";
+  const std::string rep = opt(j, "replacement", std::string(), where, full);
+  OOMB_CHECK(!rep.empty() && size_t(utf8_seq_len(rep, 0)) == rep.size(),
+             "{}: {}.replacement must be one character, got {}", where, full, j["replacement"].dump());
+  OOMB_CHECK(!j.contains("prepend_scheme") || j["prepend_scheme"].is_string(), "{}: {}.prepend_scheme must be a "
+             "string, got {}", where, full, j.value("prepend_scheme", json()).dump());
+  const std::string scheme = opt(j, "prepend_scheme", std::string("always"), where, full);
+  OOMB_CHECK(scheme == "always" || scheme == "first" || scheme == "never",
+             "{}: {}.prepend_scheme \"{}\" is not always, first or never", where, full, scheme);
+  Prepend p = scheme == "always" ? Prepend::Always : scheme == "first" ? Prepend::First : Prepend::Never;
+  // (as tokenizers 0.19 on: without a prepend_scheme, add_prefix_space false contradicts "always")
+  OOMB_CHECK(opt(j, "add_prefix_space", true, where, full) || p == Prepend::Never, "{}: {}.add_prefix_space is "
+             "false but prepend_scheme is \"{}\" (Hugging Face refuses the pair too)", where, full, scheme);
+  return {rep, p};
+}
+
 void Tokenizer::add_steps(const json& j, std::string_view where) {
   if (j.is_null()) return;
   const std::string type = type_of(j);
@@ -90,14 +111,29 @@ void Tokenizer::add_steps(const json& j, std::string_view where) {
                                                      std::string(where) + ": pre_tokenizer Digits"),
            false, false, false};
     steps_.push_back(std::move(s));
+  } else if (type == "Metaspace") {
+    // Hugging Face's Metaspace: every " " by the replacement, which also starts the text (always: every
+    // piece; first: only the piece at the text's start) unless it starts with one; with "split" (the
+    // default), each replacement then begins a piece.
+    for (const Step& s : steps_)
+      OOMB_CHECK(s.kind != Step::ByteLevel && s.kind != Step::Metaspace, "{}: a Metaspace pre_tokenizer after a "
+                 "ByteLevel or Metaspace one is not supported", where);
+    auto [rep, prepend] = parse_metaspace(j, where, "pre_tokenizer");
+    Step s{Step::Metaspace, nullptr};
+    s.meta = rep, s.prepend = prepend, s.meta_split = opt(j, "split", true, where, "pre_tokenizer Metaspace");
+    steps_.push_back(std::move(s));
   } else if (type == "ByteLevel") {
+    for (const Step& s : steps_)
+      OOMB_CHECK(s.kind != Step::Metaspace, "{}: a ByteLevel pre_tokenizer after a Metaspace one is not supported",
+                 where);
     Step s{Step::ByteLevel, nullptr, false, opt(j, "add_prefix_space", false, where, "ByteLevel pre_tokenizer"),
            false};
     if (opt(j, "use_regex", true, where, "ByteLevel pre_tokenizer"))
       s.regex = std::make_shared<RegexSplit>(kGpt2Pattern, std::string(where) + ": ByteLevel pre_tokenizer");
     steps_.push_back(std::move(s));
   } else {
-    fail("{}: unsupported pre_tokenizer type \"{}\" (supported: Split, Digits, ByteLevel, Sequence of them)", where,
+    fail("{}: unsupported pre_tokenizer type \"{}\" (supported: Split, Digits, ByteLevel, Metaspace, Sequence of "
+         "them)", where,
          type.empty() ? j.dump() : type);
   }
 }
@@ -131,16 +167,24 @@ Tokenizer Tokenizer::parse_checked(std::string_view text, std::string_view where
              "byte-level BPE tokenizers and SentencePiece-style ones (byte_fallback) are supported", where);
   OOMB_CHECK(!byte_level || !sp, "{}: a ByteLevel pre_tokenizer with model.byte_fallback: a tokenizer of neither "
              "family this reads", where);
+  // "first" is the piece that starts the original text; a normalizer that prepends or replaces can move
+  // that start where Hugging Face follows the original offsets (which this does not track)
+  for (const Step& s : t.steps_)
+    OOMB_CHECK(s.kind != Step::Metaspace || s.prepend != Prepend::First || t.normalizer_.nfc_only(), "{}: a Metaspace "
+               "pre_tokenizer with prepend_scheme \"first\" after a normalizer other than NFC is not supported", where);
   const json dec = j.value("decoder", json());
   if (sp) {
     std::vector<std::string> order;
     t.parse_sp_decoder(dec, where, order);
     // (applied in this order: the tokens' "▁", their bytes, joined, the text's start)
+    // (a Metaspace's first token is the first token still, whether its bytes are joined before or after)
     static const std::vector<std::vector<std::string>> kOrders = {
-        {"Replace", "ByteFallback", "Fuse"}, {"Replace", "ByteFallback", "Fuse", "Strip"}, {"ByteFallback", "Fuse"}};
+        {"Replace", "ByteFallback", "Fuse"}, {"Replace", "ByteFallback", "Fuse", "Strip"}, {"ByteFallback", "Fuse"},
+        {"ByteFallback", "Metaspace"}, {"Metaspace", "ByteFallback"}, {"ByteFallback", "Metaspace", "Fuse"},
+        {"Metaspace", "ByteFallback", "Fuse"}};
     OOMB_CHECK(std::find(kOrders.begin(), kOrders.end(), order) != kOrders.end(), "{}: the decoders {} of a "
                "byte_fallback tokenizer are not supported (supported: Replace, ByteFallback, Fuse, then Strip, in "
-               "that order)", where, json(order).dump());
+               "that order; or ByteFallback and Metaspace, either first, then Fuse)", where, json(order).dump());
   } else {
     OOMB_CHECK(dec.is_null() || type_of(dec) == "ByteLevel",
                "{}: unsupported decoder type \"{}\" (supported: ByteLevel)", where, type_of(dec));
@@ -175,7 +219,7 @@ Tokenizer Tokenizer::parse_checked(std::string_view text, std::string_view where
   // (before a character that is not White_Space, where a run of them ends) encodes the same, unless a
   // normalizer prepends.
   bool sp_cuttable = false;
-  if (sp && !t.normalizer_.prepends()) {
+  if (sp && !t.normalizer_.prepends() && !t.metaspace_prepends()) {
     const AddedToken* nl = t.added_.by_content("\n");
     sp_cuttable = nl && !nl->normalized;
     for (const AddedToken& a : t.added_.all()) {
@@ -203,9 +247,15 @@ void Tokenizer::parse_sp_decoder(const json& j, std::string_view where, std::vec
     const json p = j.value("pattern", json());
     OOMB_CHECK(p.is_object() && p.contains("String") && p["String"].is_string() && j.contains("content") &&
                    j["content"].is_string() && dec_from_.empty(),
-               "{}: decoder Replace must be one, of a {{\"String\": ...}} pattern by a string content", where);
+               "{}: decoder Replace must be one (without a Metaspace), of a {{\"String\": ...}} pattern by a string "
+               "content", where);
     dec_from_ = p["String"].get<std::string>(), dec_to_ = j["content"].get<std::string>();
     OOMB_CHECK(!dec_from_.empty(), "{}: decoder Replace's pattern is empty", where);
+  } else if (type == "Metaspace") {  // every replacement in a token a space, but none in the first token
+    OOMB_CHECK(dec_from_.empty(), "{}: a decoder Metaspace with a Replace or another Metaspace", where);
+    auto [rep, prepend] = parse_metaspace(j, where, "decoder");
+    dec_from_ = rep, dec_to_ = " ", dec_first_drops_ = prepend != Prepend::Never;
+    dec_bytes_replaced_ = std::find(order.begin(), order.end(), "ByteFallback") != order.end();
   } else if (type == "Strip") {
     const std::string content = opt(j, "content", std::string(" "), where, "decoder Strip");
     OOMB_CHECK(content.size() == 1 && j.value("stop", 0) == 0 && j.value("start", 0) >= 0,
@@ -213,7 +263,7 @@ void Tokenizer::parse_sp_decoder(const json& j, std::string_view where, std::vec
     strip_char_ = content[0], strip_start_ = j.value("start", 0);
   } else {
     OOMB_CHECK(type == "ByteFallback" || type == "Fuse", "{}: unsupported decoder type \"{}\" for a byte_fallback "
-               "tokenizer (supported: Replace, ByteFallback, Fuse, Strip, a Sequence of them)", where, type);
+               "tokenizer (supported: Replace, Metaspace, ByteFallback, Fuse, Strip, a Sequence of them)", where, type);
   }
   order.push_back(type);
 }
@@ -237,29 +287,40 @@ int32_t Tokenizer::token_id(std::string_view token) const {
   return bpe_.find(token);
 }
 
+bool Tokenizer::metaspace_prepends() const {
+  return std::any_of(steps_.begin(), steps_.end(),
+                     [](const Step& s) { return s.kind == Step::Metaspace && s.prepend != Prepend::Never; });
+}
+
 // Normalize; added tokens with normalized = true; pre-tokenize (each step splits every piece);
-// BPE each piece.
+// BPE each piece. text_start: the section begins the text.
 void Tokenizer::encode_section(std::string_view text, std::vector<int32_t>& out, EncodeState& st,
-                               const EncodeOptions& o, bool continues) const {
-  const std::string_view s = normalizer_.apply(text, st.normalized, continues);
+                               const EncodeOptions& o, bool text_start) const {
+  const Origin origin = !text_start ? Origin::Inside : o.continues ? Origin::Continuing : Origin::Start;
+  const std::string_view s = normalizer_.apply(text, st.normalized, origin == Origin::Continuing);
   if (s.empty()) return;
-  if (!added_.any_normalized()) return encode_pieces(s, out, st);
+  if (!added_.any_normalized()) return encode_pieces(s, out, st, origin);
   std::vector<AddedMatch> matches;  // rare: no tokenizer of the supported families has such tokens
   added_.find(s, true, o.split_special, matches);
   size_t at = 0;
   for (const AddedMatch& m : matches) {
-    if (m.begin > at) encode_pieces(s.substr(at, m.begin - at), out, st);
+    if (m.begin > at) encode_pieces(s.substr(at, m.begin - at), out, st, at == 0 ? origin : Origin::Inside);
     out.push_back(m.token->id);
     at = m.end;
   }
-  if (at < s.size()) encode_pieces(s.substr(at), out, st);
+  if (at < s.size()) encode_pieces(s.substr(at), out, st, at == 0 ? origin : Origin::Inside);
 }
 
-void Tokenizer::encode_pieces(std::string_view s, std::vector<int32_t>& out, EncodeState& st) const {
+void Tokenizer::encode_pieces(std::string_view s, std::vector<int32_t>& out, EncodeState& st, Origin origin) const {
   st.prefixed.clear();  // a deque: views of its strings stay valid as it grows
   st.views.assign(1, s);
   for (const Step& step : steps_) {
     st.next_views.clear();
+    if (step.kind == Step::Metaspace) {
+      for (std::string_view ps : st.views) metaspace(step, ps, ps.data() == s.data() ? origin : Origin::Inside, st);
+      st.views.swap(st.next_views);
+      continue;
+    }
     for (std::string_view ps : st.views) {
       if (step.prefix_space && (ps.empty() || ps[0] != ' ')) ps = st.prefixed.emplace_back(" " + std::string(ps));
       if (!step.regex) {
@@ -286,17 +347,37 @@ void Tokenizer::encode_pieces(std::string_view s, std::vector<int32_t>& out, Enc
   for (std::string_view p : st.views) bpe_.encode(p, out, st.bpe);
 }
 
+// Hugging Face's Metaspace on one piece: every " " by the replacement; the replacement before it (where it
+// does not start so already) when the scheme is always, except at the start of a text that continues
+// earlier text, or first and the piece starts its text; then, with split, a piece from each replacement on.
+void Tokenizer::metaspace(const Step& step, std::string_view ps, Origin origin, EncodeState& st) const {
+  const bool prepend = step.prepend == Prepend::Always ? origin != Origin::Continuing
+                       : step.prepend == Prepend::First ? origin == Origin::Start
+                                                        : false;
+  std::string& r = st.prefixed.emplace_back();
+  if (prepend && !(ps.starts_with(' ') || ps.starts_with(step.meta))) r = step.meta;
+  append_replacing(r, ps, " ", step.meta);
+  if (r.empty()) return;
+  if (!step.meta_split) return st.next_views.push_back(r);
+  const std::string_view v = r;
+  for (size_t at = 0; at < v.size();) {  // (MergedWithNext: a replacement begins each piece after the first)
+    const size_t next = v.find(step.meta, at + (v.compare(at, step.meta.size(), step.meta) == 0 ? step.meta.size() : 0));
+    st.next_views.push_back(v.substr(at, next - at));
+    at = next;
+  }
+}
+
 void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, EncodeState& st,
                        const EncodeOptions& o) const {
   st.matches.clear();
   added_.find(text, false, o.split_special, st.matches);
   size_t at = 0;
   for (const AddedMatch& m : st.matches) {
-    if (m.begin > at) encode_section(text.substr(at, m.begin - at), out, st, o, o.continues && at == 0);
+    if (m.begin > at) encode_section(text.substr(at, m.begin - at), out, st, o, at == 0);
     out.push_back(m.token->id);
     at = m.end;
   }
-  if (at < text.size()) encode_section(text.substr(at), out, st, o, o.continues && at == 0);
+  if (at < text.size()) encode_section(text.substr(at), out, st, o, at == 0);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& o) const {
@@ -308,18 +389,22 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
 
 bool Tokenizer::has_id(int32_t id) const { return added_.by_id(id) != nullptr || bpe_.has(id); }
 
-std::string Tokenizer::decode_sp(std::span<const int32_t> ids, bool skip_special) const {
+std::string Tokenizer::decode_sp(std::span<const int32_t> ids, bool skip_special, bool continues) const {
   std::string text, run;  // run: the bytes of consecutive <0xXX> tokens
+  bool first = !continues;  // the next token is the first the decoders see (a Metaspace drops its replacement there)
+  bool run_first = false;   // the run is the first token
   auto flush = [&] {
-    if (utf8_first_invalid(run) == run.size()) text += run;
-    else
+    if (utf8_first_invalid(run) != run.size())
       for (size_t i = 0; i < run.size(); ++i) text += "\xEF\xBF\xBD";  // (ByteFallback: U+FFFD per byte)
+    else if (dec_bytes_replaced_) append_replacing(text, run, dec_from_, run_first && dec_first_drops_ ? "" : dec_to_);
+    else text += run;
     run.clear();
   };
   auto put = [&](std::string_view token) {
     flush();
     if (dec_from_.empty()) text += token;
-    else append_replacing(text, token, dec_from_, dec_to_);
+    else append_replacing(text, token, dec_from_, first && dec_first_drops_ ? "" : dec_to_);
+    first = false;
   };
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
@@ -329,17 +414,21 @@ std::string Tokenizer::decode_sp(std::span<const int32_t> ids, bool skip_special
     }
     OOMB_CHECK(bpe_.has(id), "decode: token id {} (at {}) is not in the tokenizer {} ({} ids)", id, i, source_,
                id_limit_);
-    if (bpe_.is_byte_token(id)) run += bpe_.bytes(id);
-    else put(bpe_.bytes(id));
+    if (bpe_.is_byte_token(id)) {
+      if (run.empty()) run_first = first;
+      run += bpe_.bytes(id), first = false;
+    } else {
+      put(bpe_.bytes(id));
+    }
   }
   flush();
   size_t cut = 0;
-  while (cut < text.size() && int64_t(cut) < strip_start_ && text[cut] == strip_char_) ++cut;
+  while (!continues && cut < text.size() && int64_t(cut) < strip_start_ && text[cut] == strip_char_) ++cut;
   return text.substr(cut);
 }
 
-std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
-  if (bpe_.byte_fallback()) return decode_sp(ids, skip_special);
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special, bool continues) const {
+  if (bpe_.byte_fallback()) return decode_sp(ids, skip_special, continues);
   std::string bytes, raw;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];

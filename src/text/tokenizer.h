@@ -2,9 +2,10 @@
 // GPT-2 style): added tokens found first, then NFC where configured, the Split regexes exactly
 // as the file states them, byte-level mapping and BPE merges. Or of the SentencePiece-style BPE
 // families (model.byte_fallback: Llama 2, Mistral, Phi-3, Gemma): the normalizer's Prepend and
-// Replace of "▁", no pre-tokenizer or a Split on a literal (Gemma's on " ", MergedWithPrevious),
-// characters with byte fallback, and the decoder's Replace, ByteFallback, Fuse and Strip. Encoding
-// adds no BOS/EOS.
+// Replace of "▁" (the legacy form) or the Metaspace pre-tokenizer (Mistral v0.3's, and every Llama-style
+// file transformers 5 writes: "▁" for each space, before the text's start only), no pre-tokenizer or a
+// Split on a literal (Gemma's on " ", MergedWithPrevious), characters with byte fallback, and the
+// decoder's Replace or Metaspace, ByteFallback, Fuse and Strip. Encoding adds no BOS/EOS.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -35,8 +36,9 @@ struct EncodeState {
 struct EncodeOptions {
   bool split_special = false;  // true: special tokens in the text are encoded as plain text
   // true: the text continues earlier text of its document (a completion after its prompt, a chat
-  // template's next block), so a Prepend normalizer (Llama 2's "▁") does not start it, as it would
-  // not in the one string Hugging Face encodes; later sections (after an added token) take it still
+  // template's next block), so a Prepend normalizer (Llama 2's "▁") or a Metaspace pre-tokenizer
+  // does not start it with "▁", as neither would in the one string Hugging Face encodes; later
+  // sections (after an added token) take the Prepend and a Metaspace "always" still
   bool continues = false;
 };
 
@@ -51,8 +53,9 @@ class Tokenizer {
   void encode(std::string_view text, std::vector<int32_t>& out, EncodeState& st, const EncodeOptions& o = {}) const;
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions& o = {}) const;
   // Bytes of the ids joined, as UTF-8 (invalid sequences become U+FFFD, as in Hugging Face).
-  // An id the tokenizer does not have is an error naming it.
-  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  // An id the tokenizer does not have is an error naming it. continues: the ids follow others decoded
+  // before (no decoder step that treats the text's start or first token apart applies).
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false, bool continues = false) const;
 
   int64_t id_limit() const { return id_limit_; }  // 1 + the largest id (vocabulary or added)
   bool has_id(int32_t id) const;  // in the vocabulary or an added token
@@ -67,18 +70,33 @@ class Tokenizer {
   bool sentencepiece() const { return bpe_.byte_fallback(); }
 
  private:
+  // Where a piece of text lies: not at the text's start, at the start of a text that begins its
+  // document, or at the start of one that continues earlier text (EncodeOptions::continues).
+  enum class Origin { Inside, Start, Continuing };
+  enum class Prepend { Always, First, Never };  // Metaspace's prepend_scheme
   struct Step {  // one pre-tokenizer
-    enum Kind { Split, ByteLevel } kind;
+    enum Kind { Split, ByteLevel, Metaspace } kind;
     std::shared_ptr<RegexSplit> regex;  // Split, or ByteLevel with use_regex
     bool removed = false;               // Split behaviour "Removed" (else "Isolated")
     bool prefix_space = false;          // ByteLevel add_prefix_space
     bool merged_prev = false;           // Split behaviour "MergedWithPrevious"
+    std::string meta;                   // Metaspace: the replacement of " " (one character)
+    Prepend prepend = Prepend::Always;  // Metaspace: which pieces get a leading `meta`
+    bool meta_split = false;            // Metaspace: each `meta` starts a piece
   };
   static Tokenizer parse_checked(std::string_view json_text, std::string_view where);
   void add_steps(const nlohmann::json& j, std::string_view where);
   void encode_section(std::string_view text, std::vector<int32_t>& out, EncodeState& st, const EncodeOptions& o,
-                      bool continues) const;
-  void encode_pieces(std::string_view s, std::vector<int32_t>& out, EncodeState& st) const;
+                      bool text_start) const;
+  // origin: where s begins (pieces that begin later in s are Inside)
+  void encode_pieces(std::string_view s, std::vector<int32_t>& out, EncodeState& st, Origin origin) const;
+  // a Metaspace step prepends "▁" (then text cut in parts encodes apart)
+  bool metaspace_prepends() const;
+  // Appends to st.next_views the pieces of the Metaspace step on ps.
+  void metaspace(const Step& step, std::string_view ps, Origin origin, EncodeState& st) const;
+  // A Metaspace's replacement and prepend scheme (pre-tokenizer or decoder: `what`).
+  static std::pair<std::string, Prepend> parse_metaspace(const nlohmann::json& j, std::string_view where,
+                                                         std::string_view what);
 
   std::string source_;
   Normalizer normalizer_;
@@ -87,13 +105,16 @@ class Tokenizer {
   AddedTokens added_;
   int64_t id_limit_ = 0;
   bool newline_cut_safe_ = false;
-  // the SentencePiece-style decoder: every dec_from_ in a token by dec_to_, <0xXX> runs as their
+  // the SentencePiece-style decoder: every dec_from_ in a token by dec_to_ (a Replace, or a Metaspace's
+  // " " for its replacement, with none in the first token where dec_first_drops_), <0xXX> runs as their
   // bytes (U+FFFD per byte where invalid), and up to strip_start_ leading strip_char_s off the text
   std::string dec_from_, dec_to_;
+  bool dec_first_drops_ = false;
+  bool dec_bytes_replaced_ = false;  // a Metaspace after ByteFallback: a byte run's text is a token it sees
   int64_t strip_start_ = 0;
   char strip_char_ = ' ';
   void parse_sp_decoder(const nlohmann::json& j, std::string_view where, std::vector<std::string>& order);
-  std::string decode_sp(std::span<const int32_t> ids, bool skip_special) const;
+  std::string decode_sp(std::span<const int32_t> ids, bool skip_special, bool continues) const;
 };
 
 }  // namespace oomb
