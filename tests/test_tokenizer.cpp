@@ -359,7 +359,7 @@ TEST(Tokenizer, RejectsWhatItDoesNotSupportNamingTheField) {
 TEST(Tokenizer, SentencePieceStyleByteFallbackAndItsDecoder) {
   const Tokenizer t = make(sentencepiece_tokenizer_json());
   EXPECT_TRUE(t.sentencepiece());
-  EXPECT_FALSE(t.cut_after_newline_is_safe());  // (its Prepend; and no "\n" token)
+  EXPECT_FALSE(t.cut_after_newline_is_safe());  // ("\n" has no token nor byte token: an unk, which may fuse)
   EXPECT_EQ(t.encode("ab"), (std::vector<int32_t>{9}));  // ▁ a b -> ▁a b -> ▁ab (rank order, not a+b first)
   EXPECT_EQ(t.encode("a \u00e9"), (std::vector<int32_t>{5, 2, 7, 8}));  // é by its bytes
   EXPECT_EQ(t.encode("xxb"), (std::vector<int32_t>{2, 0, 4}));          // x x: one fused unk
@@ -408,9 +408,12 @@ TEST(Tokenizer, SentencePieceStyleByteFallbackAndItsDecoder) {
   json lstrip = g;
   lstrip["added_tokens"].push_back({{"id", 14}, {"content", "<x>"}, {"lstrip", true}});  // (takes a "\n" before it)
   EXPECT_FALSE(make(lstrip).cut_after_newline_is_safe());
+  // a Prepend starts every section, so every line after a "\n" token in the whole text, but not a part that
+  // continues its text
   json prepend = g;
   prepend["normalizer"] = {{"type", "Prepend"}, {"prepend", "\u2581"}};
   EXPECT_FALSE(make(prepend).cut_after_newline_is_safe());
+  EXPECT_NE(encode_cut_at_newlines(make(prepend), text), make(prepend).encode(text));
 }
 
 TEST(Tokenizer, SentencePieceStyleRefusalsNameTheField) {

@@ -6,7 +6,7 @@
 // "▁" characters come back as spaces; where a "▁" starts every stretch of text between special tokens,
 // only where the text holds none; where a leading space is the "▁" the text's start gets, only where
 // the text starts otherwise), and cutting text at every cut point (after '\n', before non-White_Space:
-// parallel tokenization) changes nothing (Llama 2's says it cannot be cut so).
+// parallel tokenization; each part after the first continuing the text) changes nothing.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -148,10 +148,8 @@ TEST_P(Golden, DecodeInvertsEncode) {
 TEST_P(Golden, CuttingAtEveryCutPointChangesNothing) {
   const Tokenizer* t = real(GetParam());
   if (!t) OOMB_MISSING_REFERENCE(npm_missing_reason(file_of(GetParam())));
-  if (file_of(GetParam()) == "llama2") {  // (a piece runs across newlines there; its "▁" starts every part)
-    EXPECT_FALSE(t->cut_after_newline_is_safe());
-    return;
-  }  // (Gemma 3's: its "\n" runs are added tokens, so every newline ends a section)
+  // (Gemma 3's "\n" runs are added tokens, so every newline ends a section; Llama 2's "\n" is <0x0A>, which
+  // no merge takes, and the parts after the first continue the text, so its "▁" starts only the first)
   ASSERT_TRUE(t->cut_after_newline_is_safe());
   std::string text;
   for (const json& c : golden()) text += utf8_replace_invalid(text_of(c)) + "\n";

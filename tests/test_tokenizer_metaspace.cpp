@@ -134,17 +134,23 @@ TEST(Metaspace, DecodingTextThatContinuesTreatsNoTokenAsFirst) {
   }
 }
 
-TEST(Metaspace, CutAfterANewlineTokenWhereNothingPrepends) {
-  json j = metaspace_form(sentencepiece_tokenizer_json(), "never");
+TEST(Metaspace, CutAfterANewlineTokenTheLaterPartsContinuing) {
+  const std::string text = "ab b\na ab\n\n\nb a\nab";
+  for (const std::string scheme : {"never", "first"}) {
+    json j = metaspace_form(sentencepiece_tokenizer_json(), scheme);
+    j["added_tokens"].push_back({{"id", 10}, {"content", "\n"}, {"special", false}});
+    const Tokenizer t = parse_test_tokenizer(j);
+    ASSERT_TRUE(t.cut_after_newline_is_safe()) << scheme;
+    size_t cuts = 0;
+    EXPECT_EQ(encode_cut_at_newlines(t, text, &cuts), t.encode(text)) << scheme;
+    EXPECT_EQ(cuts, 3u);
+  }
+  // "always" starts every line after a "\n" token with "▁" in the whole text, but not a part that continues
+  json j = metaspace_form(sentencepiece_tokenizer_json(), "always");
   j["added_tokens"].push_back({{"id", 10}, {"content", "\n"}, {"special", false}});
   const Tokenizer t = parse_test_tokenizer(j);
-  ASSERT_TRUE(t.cut_after_newline_is_safe());
-  const std::string text = "ab b\na ab\n\n\nb a\nab";
-  size_t cuts = 0;
-  EXPECT_EQ(encode_cut_at_newlines(t, text, &cuts), t.encode(text));
-  EXPECT_EQ(cuts, 3u);
-  j["pre_tokenizer"]["prepend_scheme"] = "first";
-  EXPECT_FALSE(parse_test_tokenizer(j).cut_after_newline_is_safe());
+  EXPECT_FALSE(t.cut_after_newline_is_safe());
+  EXPECT_NE(encode_cut_at_newlines(t, text), t.encode(text));
 }
 
 TEST(Metaspace, RefusalsNameTheField) {

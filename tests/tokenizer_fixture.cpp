@@ -82,12 +82,17 @@ std::string tokenizer_error(const nlohmann::json& j) {
 }
 
 std::vector<int32_t> encode_cut_at_newlines(const Tokenizer& t, std::string_view s, size_t* cuts) {
+  auto continuing = [](size_t at) {  // (every part after the first continues the text)
+    EncodeOptions o;
+    o.continues = at > 0;
+    return o;
+  };
   std::vector<int32_t> parts;
   EncodeState st;
   size_t at = 0, n = 0;
   for (size_t i = 1; i < s.size(); ++i)
-    if (is_cut_point(s, i)) t.encode(s.substr(at, i - at), parts, st), at = i, ++n;
-  t.encode(s.substr(at), parts, st);
+    if (is_cut_point(s, i)) t.encode(s.substr(at, i - at), parts, st, continuing(at)), at = i, ++n;
+  t.encode(s.substr(at), parts, st, continuing(at));
   if (cuts) *cuts = n;
   return parts;
 }

@@ -31,7 +31,8 @@ nlohmann::json metaspace_form(nlohmann::json j, const std::string& scheme, bool 
 // is named test/tokenizer.json.
 Tokenizer parse_test_tokenizer(const nlohmann::json& j);
 std::string tokenizer_error(const nlohmann::json& j);
-// The ids of s encoded in parts, cut at every is_cut_point (text/utf8.h); *cuts: how many cuts.
+// The ids of s encoded in parts, cut at every is_cut_point (text/utf8.h), each after the first as text
+// that continues (EncodeOptions::continues); *cuts: how many cuts.
 std::vector<int32_t> encode_cut_at_newlines(const Tokenizer& t, std::string_view s, size_t* cuts = nullptr);
 
 }  // namespace oomb::testing

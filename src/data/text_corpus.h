@@ -4,8 +4,8 @@
 // by the model's chat template, the assistant's writing trained), or a directory of such files (recursively, in path order; hidden
 // files skipped). Text reaches the caller in blocks: a whole document, or, for a large plain
 // text file, consecutive parts of it cut at is_cut_point (after '\n', before a character that is
-// not White_Space), only when the caller says such cuts are exact (as they are for Qwen2 and
-// Llama 3 tokenizers). A file without such points arrives whole.
+// not White_Space), only when the caller says such cuts are exact (as they are for the Qwen2, Llama 3,
+// Gemma 3 and Llama 2 tokenizers). A file without such points arrives whole.
 #pragma once
 #include <cstdint>
 #include <filesystem>

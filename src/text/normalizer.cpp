@@ -87,6 +87,12 @@ bool Normalizer::prepends() const {
   return false;
 }
 
+bool Normalizer::replaces_newline() const {
+  for (const Op& op : ops_)
+    if (op.kind == Op::Replace && op.a.find('\n') != std::string::npos) return true;
+  return false;
+}
+
 std::string_view Normalizer::apply(std::string_view s, std::string& out, bool no_prepend) const {
   std::string_view cur = s;
   std::string next;

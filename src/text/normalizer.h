@@ -21,8 +21,10 @@ class Normalizer {
   std::string_view apply(std::string_view s, std::string& out, bool no_prepend = false) const;
   // Whether every op is NFC (or there is none): a normalization that never reaches across a newline.
   bool nfc_only() const;
-  // Whether it prepends (Llama 2's "▁"): then a text encoded in parts is not the whole text encoded.
+  // Whether it prepends (Llama 2's "▁"): a text that continues earlier text must say so.
   bool prepends() const;
+  // Whether a Replace's pattern holds a newline (so text cut after one normalizes otherwise).
+  bool replaces_newline() const;
 
  private:
   struct Op {

@@ -96,6 +96,7 @@ void Tokenizer::add_steps(const json& j, std::string_view where) {
                "MergedWithPrevious)", where, behavior);
     Step s{Step::Split, std::make_shared<RegexSplit>(rx, std::string(where) + ": pre_tokenizer Split"),
            behavior == "Removed", false, behavior == "MergedWithPrevious"};
+    if (p.contains("String")) s.literal = p["String"].get<std::string>();
     steps_.push_back(std::move(s));
   } else if (type == "Digits") {
     // Hugging Face's Digits: the characters char::is_numeric takes (Unicode's N: Nd, Nl, No) split
@@ -213,15 +214,33 @@ Tokenizer Tokenizer::parse_checked(std::string_view text, std::string_view where
     if (s.regex && std::find(std::begin(known), std::end(known), s.regex->source()) == std::end(known))
       patterns_known = false;
   }
-  // The SentencePiece style: a piece runs across newlines, and a Prepend normalizer starts every section;
-  // but where "\n" is an added token found in the raw text (Gemma's, with its runs), and no other added
-  // token holds a newline or strips whitespace, every newline ends a section, so text cut after one
-  // (before a character that is not White_Space, where a run of them ends) encodes the same, unless a
-  // normalizer prepends.
+  // The SentencePiece style: a piece runs across newlines. Text cut after one (before a character that
+  // is not White_Space, where a run of them ends) encodes the same where either every newline ends a
+  // section ("\n" an added token found in the raw text: Gemma's, with its runs), or the BPE takes no
+  // merge across a newline (Llama 2's: "\n" is <0x0A>, which no merge takes) and no pre-tokenizer piece
+  // boundary moves at a cut (Metaspace; a Split on a literal that holds no newline and starts with
+  // White_Space); and no normalizer Replace holds a newline, no added token holds one (but Gemma's runs)
+  // or strips whitespace. A Prepend normalizer or Metaspace "▁" starts only the first part: the parts
+  // after it continue the text (EncodeOptions::continues). But one that starts every section (a Prepend, a
+  // Metaspace "always") would start each line after a newline token in the whole text too: not with any.
   bool sp_cuttable = false;
-  if (sp && !t.normalizer_.prepends() && !t.metaspace_prepends()) {
+  if (sp && !t.normalizer_.replaces_newline()) {
     const AddedToken* nl = t.added_.by_content("\n");
-    sp_cuttable = nl && !nl->normalized;
+    bool steps_keep = true;
+    for (const Step& s : t.steps_) {
+      size_t i = 0;
+      steps_keep = steps_keep && (s.kind == Step::Metaspace ||
+                                  (s.kind == Step::Split && !s.literal.empty() && s.literal.find('\n') == std::string::npos &&
+                                   is_white_space(utf8_next(s.literal, i))));
+    }
+    const bool every_section = t.normalizer_.prepends() || std::any_of(t.steps_.begin(), t.steps_.end(), [](const Step& s) {
+      return s.kind == Step::Metaspace && s.prepend == Prepend::Always;
+    });
+    const bool newline_tokens = std::any_of(t.added_.all().begin(), t.added_.all().end(), [](const AddedToken& a) {
+      return !a.normalized && !a.content.empty() && a.content.find_first_not_of('\n') == std::string::npos;
+    });
+    const bool boundary = t.bpe_.newline_is_boundary() && steps_keep;
+    sp_cuttable = every_section ? boundary && !newline_tokens : (nl && !nl->normalized) || boundary;
     for (const AddedToken& a : t.added_.all()) {
       const bool newlines_only = a.content.find_first_not_of('\n') == std::string::npos;
       if (a.lstrip || a.rstrip || a.single_word || (a.content.find('\n') != std::string::npos &&

@@ -64,7 +64,8 @@ class Tokenizer {
   const AddedTokens& added() const { return added_; }
   const std::string& source() const { return source_; }
   // Text may be cut at every is_cut_point (text/utf8.h: after '\n', before a character that is
-  // not White_Space) and its parts encoded apart with the same result (see tokenizer.cpp).
+  // not White_Space) and its parts encoded apart with the same result, every part after the first
+  // with EncodeOptions::continues (see tokenizer.cpp).
   bool cut_after_newline_is_safe() const { return newline_cut_safe_; }
   // A SentencePiece-style BPE (model.byte_fallback: Llama 2, Mistral, Phi-3, Gemma), not a byte-level one.
   bool sentencepiece() const { return bpe_.byte_fallback(); }
@@ -83,6 +84,7 @@ class Tokenizer {
     std::string meta;                   // Metaspace: the replacement of " " (one character)
     Prepend prepend = Prepend::Always;  // Metaspace: which pieces get a leading `meta`
     bool meta_split = false;            // Metaspace: each `meta` starts a piece
+    std::string literal;                // Split: the pattern, where a {"String": ...}
   };
   static Tokenizer parse_checked(std::string_view json_text, std::string_view where);
   void add_steps(const nlohmann::json& j, std::string_view where);
