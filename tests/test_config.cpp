@@ -199,6 +199,21 @@ TEST(Config, Mistral) {
   EXPECT_EQ(c.eos_token_id, 2);
 }
 
+// The Mistral presets: 7B v0.3's is its config.json (kMistral) as read (but the dtype and token ids, as every preset), with its 7,248,023,552 parameters; NeMo
+// 12B's has 12,247,782,400 (its model card's 12.2B), head_dim 128 beside hidden 5120.
+TEST(Config, MistralPresets) {
+  ModelConfig p = preset_config("mistral-7b-v0.3");
+  p.layer_window.assign(size_t(p.layers), 0);  // (no window: said either way)
+  const ModelConfig file = parse_config(json::parse(kMistral), "mistral.json");
+  p.torch_dtype = file.torch_dtype, p.bos_token_id = file.bos_token_id, p.eos_token_id = file.eos_token_id;  // (a shape)
+  expect_same(p, file);
+  EXPECT_EQ(param_count(file), 7248023552);
+  const ModelConfig nemo = preset_config("mistral-nemo-12b");
+  EXPECT_EQ(nemo.head_dim, 128);
+  EXPECT_EQ(nemo.max_position_embeddings, 1024000);
+  EXPECT_EQ(param_count(nemo), 12247782400);
+}
+
 TEST(Config, Transformers5RopeParameters) {
   ModelConfig c = parse_config(json::parse(kV5), "v5.json");
   EXPECT_EQ(c.torch_dtype, "bfloat16");

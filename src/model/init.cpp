@@ -73,6 +73,11 @@ const std::vector<Preset>& presets() {
       {"llama-3-8b", [] { return make(Arch::Llama, 4096, 14336, 32, 32, 8, 128256, false, 500000, 1e-5, 8192); }},
       {"llama-3.1-8b", [] { return llama31(make(Arch::Llama, 4096, 14336, 32, 32, 8, 128256, false, 500000, 1e-5, 131072)); }},
       {"llama-3.1-70b", [] { return llama31(make(Arch::Llama, 8192, 28672, 80, 64, 8, 128256, false, 500000, 1e-5, 131072)); }},
+      // Mistral 7B v0.3's shape (32K context, no sliding window, vocabulary 32768: its tokenizer.json is the
+      // Metaspace form) and Mistral NeMo 12B's (head_dim 128 with hidden 5120; a 1,024,000-token RoPE range)
+      {"mistral-7b-v0.3", [] { return make(Arch::Mistral, 4096, 14336, 32, 32, 8, 32768, false, 1e6, 1e-5, 32768); }},
+      {"mistral-nemo-12b",
+       [] { return make(Arch::Mistral, 5120, 14336, 40, 32, 8, 131072, false, 1e6, 1e-5, 1024000, 128); }},
       // Phi-3 (fused q/k/v and gate/up in the files): Phi-3-mini-4k-instruct's and Phi-4's shapes
       {"phi-3-mini-4k", [] { return phi3(make(Arch::Phi3, 3072, 8192, 32, 32, 32, 32064, false, 10000, 1e-5, 4096), 32000, 2047); }},
       // Phi-4-mini's shape: RoPE over 96 of each head's 128 dims (its config.json's LongRoPE tables are
