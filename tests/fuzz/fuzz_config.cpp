@@ -1,4 +1,4 @@
-// fuzz-sources: hf/config.cpp model/rope.cpp
+// fuzz-sources: hf/config.cpp hf/config_write.cpp model/rope.cpp
 // Feeds bytes to nlohmann::json::parse then parse_config: only oomb::Error may come out. Successful parses must
 // give finite inv_freq of rope_dim/2 values and survive config_to_json -> parse_config unchanged. The same
 // JSON as the RoPE part of a config (with_rope_json, as --lora's oomb_rope.json is read): only oomb::Error,
