@@ -223,15 +223,12 @@ void BytePairModel::initial_symbols(std::string_view piece, std::vector<int32_t>
 }
 
 bool BytePairModel::newline_is_boundary() const {
-  if (!byte_fallback_) return false;
+  if (!byte_fallback_ || ignore_merges_) return false;
   const auto own = other_.find(std::string_view("\n"));
   const int32_t nl = own != other_.end() ? own->second : fallback_id_['\n'];
   if (nl < 0) return false;
   for (const auto& [k, m] : pairs_)
     if (int32_t(k >> 32) == nl || int32_t(uint32_t(k)) == nl) return false;
-  if (ignore_merges_)
-    for (const auto& [token, id] : other_)
-      if (token.size() > 1 && token.find('\n') != std::string::npos) return false;
   return true;
 }
 

@@ -76,8 +76,8 @@ class BytePairModel {
   int32_t find(std::string_view token) const;
   int64_t merges() const { return int64_t(pairs_.size()); }
   // SentencePiece style: "\n" starts as one token no merge takes (its own or <0x0A>, not an unk that could
-  // fuse), and no token holding more than "\n" is taken whole (ignore_merges), so the ids of a piece are
-  // those of its parts cut after a newline.
+  // fuse), and no piece is taken whole (not ignore_merges: a part may be a token the whole is not), so the
+  // ids of a piece are those of its parts cut after a newline.
   bool newline_is_boundary() const;
 
  private:

@@ -218,21 +218,17 @@ Tokenizer Tokenizer::parse_checked(std::string_view text, std::string_view where
   // is not White_Space, where a run of them ends) encodes the same where either every newline ends a
   // section ("\n" an added token found in the raw text: Gemma's, with its runs), or the BPE takes no
   // merge across a newline (Llama 2's: "\n" is <0x0A>, which no merge takes) and no pre-tokenizer piece
-  // boundary moves at a cut (Metaspace; a Split on a literal that holds no newline and starts with
-  // White_Space); and no normalizer Replace holds a newline, no added token holds one (but Gemma's runs)
-  // or strips whitespace. A Prepend normalizer or Metaspace "▁" starts only the first part: the parts
+  // boundary moves at a cut (Metaspace; a Split on " ", which a Metaspace never starts with "▁"); and no
+  // normalizer Replace holds a newline, no added token holds one, as written or normalized (but Gemma's
+  // runs), or strips whitespace. A Prepend normalizer or Metaspace "▁" starts only the first part: the parts
   // after it continue the text (EncodeOptions::continues). But one that starts every section (a Prepend, a
   // Metaspace "always") would start each line after a newline token in the whole text too: not with any.
   bool sp_cuttable = false;
   if (sp && !t.normalizer_.replaces_newline()) {
     const AddedToken* nl = t.added_.by_content("\n");
     bool steps_keep = true;
-    for (const Step& s : t.steps_) {
-      size_t i = 0;
-      steps_keep = steps_keep && (s.kind == Step::Metaspace ||
-                                  (s.kind == Step::Split && !s.literal.empty() && s.literal.find('\n') == std::string::npos &&
-                                   is_white_space(utf8_next(s.literal, i))));
-    }
+    for (const Step& s : t.steps_)
+      steps_keep = steps_keep && (s.kind == Step::Metaspace || (s.kind == Step::Split && s.literal == " "));
     const bool every_section = t.normalizer_.prepends() || std::any_of(t.steps_.begin(), t.steps_.end(), [](const Step& s) {
       return s.kind == Step::Metaspace && s.prepend == Prepend::Always;
     });
@@ -243,8 +239,10 @@ Tokenizer Tokenizer::parse_checked(std::string_view text, std::string_view where
     sp_cuttable = every_section ? boundary && !newline_tokens : (nl && !nl->normalized) || boundary;
     for (const AddedToken& a : t.added_.all()) {
       const bool newlines_only = a.content.find_first_not_of('\n') == std::string::npos;
+      std::string out;
       if (a.lstrip || a.rstrip || a.single_word || (a.content.find('\n') != std::string::npos &&
-                                                    (!newlines_only || a.normalized)))
+                                                    (!newlines_only || a.normalized)) ||
+          (a.normalized && t.normalizer_.apply(a.content, out).find('\n') != std::string_view::npos))
         sp_cuttable = false;
     }
   }

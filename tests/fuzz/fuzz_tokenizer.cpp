@@ -55,7 +55,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     const Tokenizer t = Tokenizer::parse(rest, "fuzz/tokenizer.json");
-    const std::string text = "Hello, world! 123 \xE4\xB8\xAD\xE6\x96\x87 <|endoftext|>\n\n  x\nab b\n\n\na\n<s> b";
+    const std::string text =
+        "Hello, world! 123 \xE4\xB8\xAD\xE6\x96\x87 <|endoftext|>\n\n  x\nab b\n\n\na\n<s> b\nxb\nba\tx\n\xC3\xA9";
     const auto ids = t.encode(text);
     for (int32_t id : ids) check(id >= 0 && id < t.id_limit(), "ids within a fuzzed tokenizer");
     t.decode(ids);
