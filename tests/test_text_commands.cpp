@@ -136,10 +136,17 @@ TEST(TextCommands, TokenizeWritesExactlyTheIdsOfTheWholeFile) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr(fmt::format("{} tokens (u32)", ids.size())));
   EXPECT_EQ(read_u32(dir / "out.bin"), std::vector<uint32_t>(ids.begin(), ids.end()));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("cannot be cut")));
   r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {} --input {}/in.txt --output {}/out2.bin --threads 1",
                                 real.parent_path().string(), dir.string(), dir.string()));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(read_text(dir / "out2.bin"), read_text(dir / "out.bin"));
+  // a tokenizer whose text is not cut says why its threads do not help one long document
+  write_bytes(dir / "sp.json", sentencepiece_tokenizer_json().dump());  // ("\n" an unk: see test_tokenizer_cuts)
+  write_bytes(dir / "ab.txt", "ab\nb a\n");
+  r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/sp.json --input {0}/ab.txt --output {0}/ab.bin", dir.string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("(one per document: this tokenizer's text cannot be cut exactly)"));
 }
 
 TEST(TextCommands, TokenizeFormatsDocumentsAndErrors) {

@@ -130,10 +130,12 @@ int run(const TokenizeArgs& a) {
     OOMB_CHECK(!ec, "{}: cannot remove the loss mask of the ids tokenized before: {}", mask_path.string(), ec.message());
   }
   std::cout << fmt::format("oomb tokenize: {} ({} document{}, {:.2f} MB) -> {}: {} tokens ({}{}) in {:.3f} s, "
-                           "{:.1f} MB/s, {} threads{}",
+                           "{:.1f} MB/s, {} threads{}{}",
                            a.input, st.documents, st.documents == 1 ? "" : "s", double(st.bytes) / 1e6, a.output,
                            st.tokens, token_format_name(fmt), fmt == TokenFormat::LlmC ? (out.wide() ? " uint32" : " uint16") : "",
                            st.seconds, double(st.bytes) / 1e6 / std::max(st.seconds, 1e-9), omp_get_max_threads(),
+                           // (why a long document keeps one core: see Tokenizer::cut_after_newline_is_safe)
+                           co.allow_cuts ? "" : " (one per document: this tokenizer's text cannot be cut exactly)",
                            to.eos >= 0 ? fmt::format("; each document ends with EOS {} (from {})", to.eos, eos_from) : "")
             << (masked ? fmt::format("; {} of them {}, not trained: the loss mask -> {}", st.untrained,
                                      co.messages_field.empty() ? "in prompts" : "context only", mask_path.string())
