@@ -304,11 +304,6 @@ int32_t Tokenizer::token_id(std::string_view token) const {
   return bpe_.find(token);
 }
 
-bool Tokenizer::metaspace_prepends() const {
-  return std::any_of(steps_.begin(), steps_.end(),
-                     [](const Step& s) { return s.kind == Step::Metaspace && s.prepend != Prepend::Never; });
-}
-
 // Normalize; added tokens with normalized = true; pre-tokenize (each step splits every piece);
 // BPE each piece. text_start: the section begins the text.
 void Tokenizer::encode_section(std::string_view text, std::vector<int32_t>& out, EncodeState& st,
@@ -378,7 +373,7 @@ void Tokenizer::metaspace(const Step& step, std::string_view ps, Origin origin, 
   if (!step.meta_split) return st.next_views.push_back(r);
   const std::string_view v = r;
   for (size_t at = 0; at < v.size();) {  // (MergedWithNext: a replacement begins each piece after the first)
-    const size_t next = v.find(step.meta, at + (v.compare(at, step.meta.size(), step.meta) == 0 ? step.meta.size() : 0));
+    const size_t next = v.find(step.meta, at + (v.substr(at).starts_with(step.meta) ? step.meta.size() : 0));
     st.next_views.push_back(v.substr(at, next - at));
     at = next;
   }

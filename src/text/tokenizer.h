@@ -92,8 +92,6 @@ class Tokenizer {
                       bool text_start) const;
   // origin: where s begins (pieces that begin later in s are Inside)
   void encode_pieces(std::string_view s, std::vector<int32_t>& out, EncodeState& st, Origin origin) const;
-  // a Metaspace step prepends "▁" (then text cut in parts encodes apart)
-  bool metaspace_prepends() const;
   // Appends to st.next_views the pieces of the Metaspace step on ps.
   void metaspace(const Step& step, std::string_view ps, Origin origin, EncodeState& st) const;
   // A Metaspace's replacement and prepend scheme (pre-tokenizer or decoder: `what`).
