@@ -40,7 +40,7 @@
 # in all (the machine's start included): everything here ends within GPU_SESSION_BUDGET seconds
 # (default 540) of the start, each step under its own time limit too, so give the device tool
 # timeout_s 600 and plan ONE call:  `all --models 0.5b,1.5b --lengths 8192,32768` (golden_hf not
-# skipped until tests/fixtures/hf/phi3, phi3_partial, granite, smollm3, olmo2, olmo3 and gemma3 are committed: tools/golden_hf.py gained them on 2026-11-30 and 12-01;
+# skipped until tests/fixtures/hf/phi3, phi3_partial, granite, smollm3, olmo2, olmo3, gemma3, glm and glm4 are committed: tools/golden_hf.py gained them on 2026-11-30 to 12-02;
 # then GPU_SESSION_SKIP=golden_hf), and `--chunks 4096 --offloads
 # "none;params"` (`--offload params`' cost beside the resident step; its rows' notes give the
 # host's update time and the step's wait for it; the +keep rows were measured on 2026-11-28).

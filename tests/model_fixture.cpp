@@ -27,6 +27,8 @@ nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads) {
                           : arch == "olmo2"   ? "Olmo2ForCausalLM"
                           : arch == "olmo3"   ? "Olmo3ForCausalLM"
                           : arch == "gemma3_text" ? "Gemma3ForCausalLM"
+                          : arch == "glm"     ? "GlmForCausalLM"
+                          : arch == "glm4"    ? "Glm4ForCausalLM"
                                               : "LlamaForCausalLM";
   nlohmann::json j = {{"architectures", {cls}},     {"model_type", arch},        {"hidden_size", 32},
           {"intermediate_size", 48},    {"num_hidden_layers", 2},    {"num_attention_heads", 4},
@@ -35,6 +37,7 @@ nlohmann::json tiny_config_json(const std::string& arch, int64_t kv_heads) {
           {"tie_word_embeddings", false}, {"torch_dtype", "float32"}};
   if (arch == "mistral") j["sliding_window"] = nullptr;  // transformers' default is 4096
   if (arch == "smollm3") j["pad_token_id"] = nullptr;    // (SmolLM3Config's 128004 is past this vocabulary)
+  if (arch == "glm" || arch == "glm4") j["pad_token_id"] = nullptr;  // (GlmConfig's 151329 too)
   return j;
 }
 
@@ -127,7 +130,8 @@ int64_t frozen_bf16_bytes(const ModelConfig& cfg) {
 
 std::string hf_tensor_of(const ModelConfig& cfg, const std::string& name, int64_t& row0, int64_t& total) {
   row0 = 0, total = -1;
-  if (cfg.arch != Arch::Phi3) return name;
+  const bool glm = cfg.arch == Arch::Glm || cfg.arch == Arch::Glm4;  // (GLM's files fuse gate and up alone)
+  if (cfg.arch != Arch::Phi3 && !glm) return name;
   const int64_t qd = cfg.heads * cfg.head_dim, kd = cfg.kv_heads * cfg.head_dim, I = cfg.intermediate;
   const struct {
     const char *part, *fused;
@@ -138,7 +142,7 @@ std::string hf_tensor_of(const ModelConfig& cfg, const std::string& name, int64_
                 {"mlp.gate_proj.weight", "mlp.gate_up_proj.weight", 0, 2 * I},
                 {"mlp.up_proj.weight", "mlp.gate_up_proj.weight", I, 2 * I}};
   for (const auto& p : kParts)
-    if (name.ends_with(p.part)) {
+    if (name.ends_with(p.part) && (!glm || std::string(p.fused) == "mlp.gate_up_proj.weight")) {
       row0 = p.row0, total = p.total;
       return name.substr(0, name.size() - std::string(p.part).size()) + p.fused;
     }

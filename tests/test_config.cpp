@@ -263,7 +263,7 @@ TEST(ConfigErrors, Architecture) {
                "unsupported architecture 'GPT2LMHeadModel' in field 'architectures[0]' (supported: "
                "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Phi3ForCausalLM, "
                "GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, "
-               "Gemma3ForCausalLM)");
+               "Gemma3ForCausalLM, GlmForCausalLM, Glm4ForCausalLM)");
   json j = small();
   j.erase("architectures");
   expect_error(with(j, "model_type", "gpt2"), "unsupported model_type 'gpt2'");

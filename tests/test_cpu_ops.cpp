@@ -288,15 +288,17 @@ TEST_F(Fixture, RmsNormWithWeightOffset) {
 }
 
 // ---- rope ----
-// the whole head (R = D), and Phi-3's partial rotation: the first R dims turn, the others pass through
+// the whole head (R = D), and Phi-3's partial rotation: the first R dims turn, the others pass through;
+// each with frequency i on dims (i, i + R/2), and on (2i, 2i + 1) (GLM's interleaved pairs)
 TEST_F(Fixture, RopeForwardBackward) {
   const int64_t T = 6, H = 3, D = 8;
   std::vector<float> inv = {1.0f, 0.3f, 0.05f, 0.001f};
   std::vector<int32_t> pos = {0, 1, 2, 7, 3, 100};
   const float scaling = 1.2f;
   Vec x = randd(T * H * D, 10), R = randd(T * H * D, 11);
+  for (const bool inter : {false, true})
   for (const int64_t Rd : {D, int64_t(6), int64_t(2)}) {
-    SCOPED_TRACE("rotary dims " + std::to_string(Rd));
+    SCOPED_TRACE("rotary dims " + std::to_string(Rd) + (inter ? " interleaved" : ""));
     auto ref = [&](const Vec& xv) {
       Vec y = xv;
       for (int64_t t = 0; t < T; ++t)
@@ -304,7 +306,8 @@ TEST_F(Fixture, RopeForwardBackward) {
           for (int64_t i = 0; i < Rd / 2; ++i) {
             const double ang = double(float(pos[size_t(t)]) * inv[size_t(i)]);
             const double c = std::cos(ang) * scaling, s = std::sin(ang) * scaling;
-            const size_t b = size_t((t * H + h) * D), i1 = b + size_t(i), i2 = b + size_t(i + Rd / 2);
+            const size_t b = size_t((t * H + h) * D), i1 = b + size_t(inter ? 2 * i : i),
+                         i2 = b + size_t(inter ? 2 * i + 1 : i + Rd / 2);
             y[i1] = xv[i1] * c - xv[i2] * s;
             y[i2] = xv[i2] * c + xv[i1] * s;
           }
@@ -313,7 +316,7 @@ TEST_F(Fixture, RopeForwardBackward) {
     auto xf = to_f(x), g = to_f(R);
     Tensor X = Tensor::f32(xf.data(), {T, H, D}), P = Tensor::i32(pos.data(), {T});
     Tensor G = Tensor::f32(g.data(), {T, H, D});
-    const RopeTable rt{inv.data(), scaling, Rd == D ? 0 : Rd};  // 0: the whole head
+    const RopeTable rt{inv.data(), scaling, Rd == D ? 0 : Rd, 0, inter};  // 0: the whole head
     be->rope_fwd(X, P, rt);
     expect_close(xf, ref(x), 1.5e-7, "y");  // measured 4.6e-8
     be->rope_bwd(G, P, rt);

@@ -39,11 +39,12 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
   auto cpu = make_cpu_backend();
   double worst = 0, worst_bf16 = 0, worst_loss = 0;
   int cases = 0;
-  for (std::string arch : {"llama", "qwen2", "qwen3", "granite", "smollm3", "olmo2", "olmo3", "gemma3"})
+  for (std::string arch : {"llama", "qwen2", "qwen3", "granite", "smollm3", "olmo2", "olmo3", "gemma3", "glm4"})
     for (int64_t G : {int64_t(1), int64_t(2), int64_t(4)}) {
       // (Granite: its multipliers; SmolLM3: a NoPE layer; OLMo 2: its post-norms; OLMo 3: a sliding layer
       // on the plain RoPE beside a full one on YaRN, the device's two tables; Gemma 3: its four norms
-      // scaling by 1 + w, GeGLU, a sliding and a full layer; the head ratios are Llama's)
+      // scaling by 1 + w, GeGLU, a sliding and a full layer; GLM-4: interleaved RoPE over half of each head,
+      // q/k/v biases, gate/up fused in the files, its four plain norms; the head ratios are Llama's)
       if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && G != 2) continue;
       const auto dir = temp_dir(fmt::format("_{}_{}", arch, G));
       nlohmann::json j = arch == "granite" ? tiny_granite_json(G) : arch == "gemma3" ? tiny_gemma3_json(G)

@@ -53,7 +53,8 @@ nlohmann::json olmo3_window_yarn() {
 }
 
 TEST(Generate, IncrementalDecodingEqualsAFullForward) {
-  for (std::string arch : {"llama", "qwen3", "phi3", "phi3-partial", "granite", "smollm3", "olmo2", "olmo3", "gemma3"}) {
+  for (std::string arch :
+       {"llama", "qwen3", "phi3", "phi3-partial", "granite", "smollm3", "olmo2", "olmo3", "gemma3", "glm", "glm4"}) {
     SCOPED_TRACE(arch);
     const auto dir = temp_dir("_" + arch);
     const ModelConfig cfg = write_tiny_model(dir, arch == "phi3"           ? phi3_longrope()

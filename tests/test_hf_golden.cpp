@@ -51,11 +51,12 @@ std::vector<double> hf_grad(const SafetensorsFile& ref, const ModelConfig& cfg, 
 
 TEST_P(HfGolden, LossLogitsAndEveryGradient) {
   const auto dir = source_dir() / "tests/fixtures/hf" / GetParam();
-  // Phi-3's, Granite's, SmolLM3's, OLMo 2's and 3's and Gemma 3's fixtures are new to tools/golden_hf.py (2026-11-30, -12-01):
+  // Phi-3's, Granite's, SmolLM3's, OLMo 2's and 3's, Gemma 3's and GLM's fixtures are new to tools/golden_hf.py (2026-11-30
+  // to 12-02):
   // no GPU session has made them yet, so they are pending, not a broken checkout (drop this once committed)
   const std::string name = GetParam();
   if ((name == "phi3" || name == "phi3_partial" || name == "granite" || name == "smollm3" || name == "olmo2" ||
-       name == "olmo3" || name == "gemma3") &&
+       name == "olmo3" || name == "gemma3" || name == "glm" || name == "glm4") &&
       !std::filesystem::exists(dir / "reference.safetensors"))
     GTEST_SKIP() << "tests/fixtures/hf/" << name << " is not made yet: the next GPU session's `python3 "
                     "tools/golden_hf.py` makes it (scripts/gpu_session.sh golden_hf)";
@@ -100,7 +101,7 @@ TEST_P(HfGolden, LossLogitsAndEveryGradient) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, HfGolden, ::testing::Values("llama", "qwen2", "qwen3", "phi3", "phi3_partial", "granite",
-                                                              "smollm3", "olmo2", "olmo3", "gemma3"));
+                                                              "smollm3", "olmo2", "olmo3", "gemma3", "glm", "glm4"));
 
 // Model::logits agrees with the fused loss: cross-entropy from the logits equals evaluate()'s, for
 // a vocabulary of one lm_head tile and of three (each tile's rows copied into theirs of the

@@ -77,7 +77,8 @@ class OffloadParams : public ::testing::Test {
     for (auto& [name, j] : std::vector<std::pair<std::string, nlohmann::json>>{
              {"qwen2", qwen2}, {"llama-tied", llama}, {"qwen3", qwen3}, {"qwen2-wide", wide},
              {"llama-tied-wide", wide_tied}, {"phi3-pad", phi3}, {"granite", tiny_granite_json(2)},
-             {"smollm3-nope", smollm3}, {"olmo2", tiny_config_json("olmo2", 2)}, {"gemma3", tiny_gemma3_json(2)}}) {
+             {"smollm3-nope", smollm3}, {"olmo2", tiny_config_json("olmo2", 2)}, {"gemma3", tiny_gemma3_json(2)},
+             {"glm4", tiny_config_json("glm4", 2)}}) {
       models_->push_back(root / name);
       write_tiny_model(models_->back(), j, uint64_t(seed++));
     }
@@ -218,8 +219,10 @@ TEST_F(OffloadParams, LoraBitwiseIdenticalToResidentParameters) {
       lora.rank = 4;
       lora.alpha = 8;
       lora.train_embeddings_norms = embed_norms;
-      // (Phi-3: its qkv_proj whole)
-      parse_lora_targets(load_config(dir).fused_projections() ? "qkv,down" : "q,v,gate,down", lora);
+      // (Phi-3: its qkv_proj whole; GLM-4: its gate_up_proj whole)
+      const ModelConfig fused = load_config(dir);
+      parse_lora_targets(fused.fused_qkv() ? "qkv,down" : fused.fused_gate_up() ? "q,v,gate_up,down" : "q,v,gate,down",
+                         lora);
       auto with = [&](ChunkPlan p, SweepOrder order) {
         p.lora = lora;
         p.precision = precision;

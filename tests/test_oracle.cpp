@@ -403,6 +403,31 @@ TEST_F(Oracle, Gemma3SandwichNormsAndGelu) {
   check_against_oracle({"gemma3_bf16", o, 19, 0, 128, DType::BF16});
 }
 
+// GLM (GlmForCausalLM): RoPE on interleaved pairs (2i, 2i + 1) of the first half of each head (GlmConfig's
+// partial_rotary_factor 0.5, by default), q/k/v biases (attention_bias, true by default) and none on o_proj,
+// gate and up fused in the checkpoint: chunked; the whole head turned, without biases; YaRN over the part
+// turned; LoRA with dropout on every linear (the fused gate_up_proj one adapter, one mask) and LongLoRA's
+// norms. GLM-4 (Glm4ForCausalLM): the same with a norm after each branch too (post_self_attn_layernorm,
+// post_mlp_layernorm; its post_attention_layernorm normalizes the MLP's input): chunked; tied with a pad;
+// LoRA with its four layer norms trained, and frozen; a bf16 checkpoint.
+TEST_F(Oracle, GlmInterleavedPartialRopeAndGlm4Norms) {
+  const json glm = with(tiny_config_json("glm", 2), {{"head_dim", 16}});  // (RoPE on 8 of 16 dims)
+  check_against_oracle({"glm_defaults_C7_P4", glm, 29, 7, 4});
+  check_against_oracle({"glm_whole_head_no_bias", with(glm, {{"partial_rotary_factor", 1.0},
+                                                             {"attention_bias", false}}), 19});
+  check_against_oracle({"glm_yarn_C9_P4", with(glm, {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 2.0},
+                                                                       {"original_max_position_embeddings", 16}}}}),
+                        37, 9, 4});
+  check_against_oracle({"glm_lora_dropout_C5_P4", glm, 21, 5, 4, DType::F32, lora_of("all", false, true, 0.5), 87});
+  const json glm4 = tiny_config_json("glm4", 2);
+  check_against_oracle({"glm4_C7_P4", glm4, 29, 7, 4});
+  check_against_oracle({"glm4_tied_pad_C6_P4", with(glm4, {{"tie_word_embeddings", true}, {"pad_token_id", 7}}), 23, 6,
+                        4});
+  check_against_oracle({"glm4_lora_norms_C5_P4", glm4, 21, 5, 4, DType::F32, lora_of("all", false, true)});
+  check_against_oracle({"glm4_lora_frozen_norms", glm4, 19, 0, 128, DType::F32, lora_of("gate_up,down", false, false)});
+  check_against_oracle({"glm4_bf16", glm4, 19, 0, 128, DType::BF16});
+}
+
 // Phi-3: fused q/k/v and gate/up in the checkpoint, a sliding window on every layer, and LongRoPE,
 // whose long factors serve a sequence past original_max_position_embeddings (16 here) and its short
 // ones a sequence within it.

@@ -154,7 +154,7 @@ TEST(Phi3, LoraAdaptsTheFusedLinearsAsPeftDoes) {
   EXPECT_EQ(s[1].shape, (std::vector<int64_t>{qkv_rows, 2}));
   EXPECT_EQ(s[4].name, "base_model.model.model.layers.0.mlp.gate_up_proj.lora_A.weight");
   EXPECT_EQ(s[5].shape, (std::vector<int64_t>{gate_up_rows, 2}));
-  EXPECT_EQ(l.target_names(true), (std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}));
+  EXPECT_EQ(l.target_names(true, true), (std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}));
   LoraConfig back;
   parse_lora_targets("qkv_proj,o_proj,gate_up_proj,down_proj", back);  // as PEFT's adapter_config.json names them
   EXPECT_EQ(back.target_names(), l.target_names());

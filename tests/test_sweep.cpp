@@ -60,7 +60,8 @@ class Sweep : public ::testing::Test {
     for (auto& [name, j] : std::vector<std::pair<std::string, nlohmann::json>>{
              {"qwen2", qwen2}, {"llama-tied", llama}, {"qwen3", qwen3}, {"qwen2-window", window},
              {"qwen2-wide", wide}, {"granite", tiny_granite_json(2)}, {"smollm3-nope", smollm3},
-             {"olmo2", tiny_config_json("olmo2", 2)}, {"gemma3", tiny_gemma3_json(2)}}) {
+             {"olmo2", tiny_config_json("olmo2", 2)}, {"gemma3", tiny_gemma3_json(2)},
+             {"glm4", tiny_config_json("glm4", 2)}}) {
       models_->push_back(root / name);
       write_tiny_model(models_->back(), j, uint64_t(seed++));
     }

@@ -36,11 +36,12 @@ from safetensors.torch import save_file
 TRANSFORMERS_5 = int(transformers.__version__.split(".")[0]) >= 5
 
 
-def rope(theta):
-    # transformers 5 takes RoPE as rope_parameters (rope_theta is still read for compatibility);
-    # 4.x takes rope_theta
-    return dict(rope_parameters={"rope_type": "default", "rope_theta": theta}) if TRANSFORMERS_5 \
-        else dict(rope_theta=theta)
+def rope(theta, partial=None):
+    # transformers 5 takes RoPE as rope_parameters (rope_theta is still read for compatibility), the partial
+    # rotation in it; 4.x takes rope_theta and a top-level partial_rotary_factor
+    extra = {} if partial is None else {"partial_rotary_factor": partial}
+    return dict(rope_parameters={"rope_type": "default", "rope_theta": theta, **extra}) if TRANSFORMERS_5 \
+        else dict(rope_theta=theta, **extra)
 
 
 def longrope(theta, short, long, partial=None):
@@ -138,6 +139,20 @@ MODELS = {
                         "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}})
                        if TRANSFORMERS_5 else dict(rope_theta=1000000.0, rope_local_base_freq=100.0,
                                                    rope_scaling={"rope_type": "linear", "factor": 2.0}))), 1000000.0),
+    # GLM: RoPE on interleaved pairs of the first half of each head (8 of 16 dims), q/k/v biases and none on
+    # o_proj, gate and up fused (gate_up_proj), untied, a pad token the ids hold
+    "glm": (transformers.GlmConfig, transformers.GlmForCausalLM,
+            dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                 rms_norm_eps=1e-5, tie_word_embeddings=False, pad_token_id=5, bos_token_id=None, eos_token_id=2,
+                 attention_bias=True, **rope(10000.0, partial=0.5)), 10000.0),
+    # GLM-4 (0414): GLM with a norm after each branch as well (post_self_attn_layernorm, post_mlp_layernorm;
+    # post_attention_layernorm the MLP's input's), tied
+    "glm4": (transformers.Glm4Config, transformers.Glm4ForCausalLM,
+             dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                  rms_norm_eps=1e-5, tie_word_embeddings=True, pad_token_id=5, bos_token_id=None, eos_token_id=2,
+                  attention_bias=True, **rope(10000.0, partial=0.5)), 10000.0),
 }
 N = 40
 
@@ -169,6 +184,9 @@ def make(name, out):
     if "layer_types" in kw:  # (a transformers that ignores layer_types would make another model)
         assert list(config.layer_types) == kw["layer_types"], f"{name}: layer_types {config.layer_types}"
     model = model_cls(config).to(torch.float32)
+    if name in ("glm", "glm4"):  # (a transformers that dropped the partial rotation would turn whole heads)
+        inv = model.model.rotary_emb.inv_freq
+        assert inv.numel() == 4, f"{name}: RoPE turns {2 * inv.numel()} dims of each head, not 8 of 16"
     with torch.no_grad():  # larger than the default init, so that every path carries signal
         for p in model.parameters():
             p.normal_(0.0, 0.15) if p.dim() > 1 else p.normal_(1.0 if p.abs().max() == 1 else 0.0, 0.1)
@@ -277,6 +295,8 @@ LORA = {  # the adapter each model gets, as PEFT's LoraConfig arguments
     # Phi-3's fused linears, one adapter each (A shared by q, k and v; B their rows)
     "phi3": dict(r=4, lora_alpha=8, target_modules=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]),
     "granite": dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"]),
+    # GLM: its fused gate_up_proj one adapter (B: gate's and up's rows)
+    "glm": dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "gate_up_proj", "down_proj"]),
     # Gemma 3: every linear, its GeGLU's gate and up included
     "gemma3": dict(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                       "down_proj"]),

@@ -60,7 +60,12 @@ struct RopeTable {
   // which of the backend's kept copies holds it (CUDA keeps one per slot on the device): 0 the
   // configured RoPE, 1 the plain one of the layers that take no scaling (ModelConfig::rope_scaled)
   int slot = 0;
+  // frequency i turns the pair (2i, 2i + 1) (GLM's interleaved RoPE) rather than (i, i + dim/2)
+  bool interleaved = false;
   int64_t dims(int64_t D) const { return dim > 0 ? dim : D; }
+  // the two dims frequency i of `half` turns
+  int64_t first(int64_t i) const { return interleaved ? 2 * i : i; }
+  int64_t second(int64_t i, int64_t half) const { return interleaved ? 2 * i + 1 : i + half; }
 };
 
 // Work runs on streams: every op on the compute stream; copies may also run on the copy streams.

@@ -30,11 +30,12 @@ Command add_init(CLI::App& app) {
   std::string presets;
   for (const auto& p : preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   c->add_option("--preset", a->preset, "Model shape: " + presets)->capture_default_str();
-  c->add_option("--arch", a->arch, "Override the architecture: llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3, gemma3_text (a "
+  c->add_option("--arch", a->arch, "Override the architecture: llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3, gemma3_text, glm, glm4 (a "
                  "preset of another family made Granite takes GraniteConfig's multipliers, 1.0 each: attention's "
                  "scale 1, not 1/sqrt(head_dim); made SmolLM3, SmolLM3Config's NoPE layers: every 4th; made OLMo 3, "
                  "Olmo3Config's windows: 4096 on three layers of four; made Gemma 3, Gemma3TextConfig's: 4096 on five "
-                 "layers of six, query_pre_attn_scalar 256)");
+                 "layers of six, query_pre_attn_scalar 256; made GLM or GLM-4, GlmConfig's partial_rotary_factor 0.5 "
+                 "and q/k/v biases)");
   c->add_option("--hidden", a->hidden, "hidden_size")->check(count());
   c->add_option("--intermediate", a->intermediate, "intermediate_size")->check(count());
   c->add_option("--layers", a->layers, "num_hidden_layers")->check(count());

@@ -68,7 +68,7 @@ LoraConfig lora_config(const LoraFlags& f, const CLI::App* cmd) {
 }
 
 void default_lora_targets(LoraConfig& c, const LoraFlags& f, const CLI::App* cmd, const ModelConfig& cfg) {
-  if (c.on() && f.dir.empty() && cmd->count("--lora-targets") == 0 && cfg.fused_projections())
+  if (c.on() && f.dir.empty() && cmd->count("--lora-targets") == 0 && cfg.fused_qkv())
     parse_lora_targets("qkv_proj", c);
 }
 

@@ -171,7 +171,7 @@ Command add_plan(CLI::App& app) {
               const MemoryPlan mf = plan_for(full);
               std::cout << fmt::format("LoRA rank {} on {} ({} trainable parameters{}): the base frozen, no gradients or "
                                        "moments for it{}\n",
-                                       plan.lora.rank, fmt::join(plan.lora.target_names(cfg.fused_projections()), ", "),
+                                       plan.lora.rank, fmt::join(plan.lora.target_names(cfg.fused_qkv(), cfg.fused_gate_up()), ", "),
                                        lora_param_count(cfg, plan.lora),
                                        plan.lora.train_embeddings_norms ? ", embeddings and norms included" : "",
                                        frozen_bf16(plan) ? "; held once in bf16 (its matrices; no fp32 masters)" : "")

@@ -584,7 +584,7 @@ Command add_train(CLI::App& app) {
               model.upload_trainable(host);
               std::cout << fmt::format("LoRA: rank {}, alpha {}{}, on {} ({} trainable parameters of {}){}{}",
                                        lora.rank, lora.alpha, lora.rslora ? " (rsLoRA)" : "",
-                                       fmt::join(lora.target_names(cfg.fused_projections()), ", "),
+                                       fmt::join(lora.target_names(cfg.fused_qkv(), cfg.fused_gate_up()), ", "),
                                        lora_param_count(cfg, lora),
                                        param_count(cfg), lora.train_embeddings_norms ? "; embeddings and norms train" : "",
                                        lora.dropout > 0 ? fmt::format("; dropout {}", lora.dropout) : "")

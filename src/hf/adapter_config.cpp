@@ -90,7 +90,8 @@ LoraConfig parse_adapter_config(const nlohmann::json& j, const std::string& file
 }
 
 nlohmann::json adapter_config_json(const LoraConfig& c, const std::string& base_model,
-                                   const std::vector<std::string>& modules_to_save, bool fused_modules) {
+                                   const std::vector<std::string>& modules_to_save, bool fused_qkv,
+                                   bool fused_gate_up) {
   using nlohmann::json;
   return {{"peft_type", "LORA"},
           {"task_type", "CAUSAL_LM"},
@@ -99,7 +100,7 @@ nlohmann::json adapter_config_json(const LoraConfig& c, const std::string& base_
           {"lora_alpha", c.alpha},
           {"lora_dropout", c.dropout},
           {"use_rslora", c.rslora},
-          {"target_modules", c.target_names(fused_modules)},
+          {"target_modules", c.target_names(fused_qkv, fused_gate_up)},
           {"bias", "none"},
           {"fan_in_fan_out", false},
           {"inference_mode", true},

@@ -13,9 +13,10 @@ namespace oomb {
 // j: the file's JSON; file: its path, for the messages. Throws oomb::Error only.
 LoraConfig parse_adapter_config(const nlohmann::json& j, const std::string& file);
 // The config for c; modules_to_save: PEFT's names of the trainable base tensors (LongLoRA's
-// embeddings and norms), used when c.train_embeddings_norms; fused_modules: target_modules names a
-// fused linear as one (Phi-3's qkv_proj, gate_up_proj).
+// embeddings and norms), used when c.train_embeddings_norms; fused_qkv, fused_gate_up: target_modules
+// names that fused linear as one (Phi-3's qkv_proj and gate_up_proj, GLM's gate_up_proj).
 nlohmann::json adapter_config_json(const LoraConfig& c, const std::string& base_model,
-                                   const std::vector<std::string>& modules_to_save, bool fused_modules = false);
+                                   const std::vector<std::string>& modules_to_save, bool fused_qkv = false,
+                                   bool fused_gate_up = false);
 
 }  // namespace oomb

@@ -29,7 +29,7 @@ DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
     const TensorInfo* t = st.find(name);
     OOMB_CHECK(t != nullptr, "{}: tensor '{}' is missing from the checkpoint (config: {} layers, {}{})", dir.string(),
                name, c.layers, c.tie_word_embeddings ? "tied embeddings" : "untied embeddings",
-               c.fused_projections() ? ", fused q/k/v and gate/up as Phi-3 saves them" : "");
+               c.fused_qkv() ? ", fused q/k/v and gate/up as Phi-3 saves them" : c.fused_gate_up() ? ", fused gate/up as GLM saves them" : "");
     const Tensor dst = p.view(s);
     const int64_t n = s.numel();
     if (dst.dtype != DType::F32 && wide.bytes() < size_t(n) * 4) wide = Buffer(Tier::Host, Tag::IO, size_t(n) * 4);

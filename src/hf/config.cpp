@@ -1,5 +1,5 @@
 // config.json -> ModelConfig, with transformers' defaults and semantics for Llama, Qwen2, Qwen3, Mistral, Phi-3,
-// Granite, SmolLM3, OLMo 2 and 3, and Gemma 3 (the writer: config_write.cpp).
+// Granite, SmolLM3, OLMo 2 and 3, Gemma 3, GLM and GLM-4 (the writer: config_write.cpp).
 #include "hf/config.h"
 
 #include <algorithm>
@@ -32,15 +32,21 @@ constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 
                                 2e6},
                                {Arch::Olmo2, "Olmo2ForCausalLM", "olmo2", 2048, -1, 50279, 1, 1e-5},
                                {Arch::Olmo3, "Olmo3ForCausalLM", "olmo3", 2048, -1, 50279, 1, 1e-5, 5e5},
-                               {Arch::Gemma3, "Gemma3ForCausalLM", "gemma3_text", 131072, 2, 1, 0, 1e-6, 1e6}};
+                               {Arch::Gemma3, "Gemma3ForCausalLM", "gemma3_text", 131072, 2, 1, 0, 1e-6, 1e6},
+                               // (GlmConfig / Glm4Config: eos_token_id [151329, 151336, 151338], bos None)
+                               {Arch::Glm, "GlmForCausalLM", "glm", 131072, -1, 151329, 151329, 1.5625e-7},
+                               {Arch::Glm4, "Glm4ForCausalLM", "glm4", 131072, -1, 151329, 151329, 1.5625e-7}};
 constexpr const char* kArchitectures = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
                                        "Phi3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
-                                       "Olmo3ForCausalLM, Gemma3ForCausalLM";
-constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3, gemma3_text";
+                                       "Olmo3ForCausalLM, Gemma3ForCausalLM, GlmForCausalLM, Glm4ForCausalLM";
+constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3, gemma3_text, "
+                                    "glm, glm4";
 // Olmo3Config's layer_types where the file gives none: sliding_attention but on every 4th layer (Gemma3TextConfig's:
 // but on every sliding_window_pattern-th, 6)
 bool slides_by_default(int64_t l, int64_t pattern) { return (l + 1) % pattern != 0; }
 int64_t default_window_pattern(Arch a) { return a == Arch::Gemma3 ? 6 : 4; }
+bool takes_partial_rotary(Arch a) { return a == Arch::Phi3 || a == Arch::Glm || a == Arch::Glm4; }
+double default_partial_rotary(Arch a) { return a == Arch::Glm || a == Arch::Glm4 ? 0.5 : 1.0; }
 const ArchInfo& arch_info(Arch a) {
   for (const auto& k : kArchs)
     if (k.arch == a) return k;
@@ -179,18 +185,20 @@ const char* rope_dict_key(const json& j) {
 }
 
 // partial_rotary_factor, top level or in the RoPE dict (transformers 5 puts it in the dict; 4.x reads the
-// top-level one): one value if both are given. Only Phi3ForCausalLM's attention rotates part of a head
-// (the other families' apply_rotary_pos_emb takes the whole head, and fails on less).
+// top-level one): one value if both are given. Only Phi3ForCausalLM's and GLM's attention rotates part of a
+// head (the other families' apply_rotary_pos_emb takes the whole head, and fails on less); GlmConfig and
+// Glm4Config default it to 0.5.
 double parse_partial_rotary(const Reader& top, const Reader& dict, const ModelConfig& c) {
   bool in_top = false, in_dict = false;
-  const double t = top.num("partial_rotary_factor", 1.0, &in_top), d = dict.num("partial_rotary_factor", 1.0, &in_dict);
+  const double def = default_partial_rotary(c.arch);
+  const double t = top.num("partial_rotary_factor", def, &in_top), d = dict.num("partial_rotary_factor", def, &in_dict);
   OOMB_CHECK(!in_top || !in_dict || t == d, "config {}: 'partial_rotary_factor' is {} at the top level but {} in "
              "'{}': give one", top.src, t, d, dict.prefix.substr(0, dict.prefix.size() - 1));
   const double f = in_dict ? d : t;
   const std::string where = in_dict ? dict.prefix : "";
-  OOMB_CHECK(f == 1.0 || c.arch == Arch::Phi3, "config {}: field '{}partial_rotary_factor' = {} is not supported "
-             "on {} (only 1.0, RoPE over the whole head: its attention takes no partial rotation; Phi3ForCausalLM's "
-             "does)", top.src, where, f, c.architecture);
+  OOMB_CHECK(f == 1.0 || takes_partial_rotary(c.arch), "config {}: field '{}partial_rotary_factor' = {} is not "
+             "supported on {} (only 1.0, RoPE over the whole head: its attention takes no partial rotation; "
+             "Phi3ForCausalLM's and GlmForCausalLM's do)", top.src, where, f, c.architecture);
   OOMB_CHECK(f > 0 && f <= 1, "config {}: field '{}partial_rotary_factor' must be in (0, 1], got {}", top.src,
              where, f);
   const int64_t dims = rope_dim(c.head_dim, f);
@@ -314,8 +322,11 @@ void set_arch(ModelConfig& c, Arch arch) {
   c.arch = arch;
   c.model_type = k.model_type;
   c.architecture = k.architecture;
-  c.qkv_bias = arch == Arch::Qwen2;
-  c.qk_norm = arch == Arch::Qwen3 || c.post_norm();
+  c.qkv_bias = arch == Arch::Qwen2 || arch == Arch::Glm || arch == Arch::Glm4;
+  c.qk_norm = c.has_qk_norm();
+  if (!takes_partial_rotary(arch)) c.rope.partial_rotary_factor = 1.0;
+  else if (!takes_partial_rotary(from) || (from == Arch::Phi3) != (arch == Arch::Phi3))
+    c.rope.partial_rotary_factor = default_partial_rotary(arch);
   c.o_bias = c.mlp_bias = false;
   if (arch != Arch::Granite) {
     c.embedding_multiplier = c.residual_multiplier = c.logits_scaling = 1.0;
@@ -502,9 +513,10 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
              c.kv_heads);
   if (r.get("head_dim")) {
     c.head_dim = r.size("head_dim", kMaxHeadDim);
-  } else if (c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3) {
-    // Qwen3Config's default 128, Gemma3TextConfig's 256, whatever hidden_size / num_attention_heads is
-    c.head_dim = c.arch == Arch::Qwen3 ? 128 : 256;
+  } else if (c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3 || c.arch == Arch::Glm || c.arch == Arch::Glm4) {
+    // Qwen3Config's and GlmConfig's default 128, Gemma3TextConfig's 256, whatever hidden_size /
+    // num_attention_heads is
+    c.head_dim = c.arch == Arch::Gemma3 ? 256 : 128;
   } else {
     OOMB_CHECK(c.hidden % c.heads == 0,
                "config {}: hidden_size ({}) must be divisible by num_attention_heads ({}) when head_dim is not "
@@ -551,6 +563,8 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   if (c.arch == Arch::Llama || c.arch == Arch::Granite || c.arch == Arch::SmolLM3) {
     c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
     c.mlp_bias = r.boolean("mlp_bias", false);
+  } else if (c.arch == Arch::Glm || c.arch == Arch::Glm4) {  // attention_bias (default true) on q/k/v alone
+    c.qkv_bias = r.boolean("attention_bias", true);
   } else if (c.post_norm()) {  // OLMo 2 / 3, Gemma 3: the attention's attention_bias (q/k/v/o); the MLP has none
     c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
     c.qk_norm = true;

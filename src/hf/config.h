@@ -1,5 +1,5 @@
 // Model configuration from a Hugging Face config.json (Llama, Qwen2, Qwen3, Mistral, Phi-3, Granite, SmolLM3,
-// OLMo 2, OLMo 3, Gemma 3).
+// OLMo 2, OLMo 3, Gemma 3, GLM, GLM-4).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -12,7 +12,7 @@
 
 namespace oomb {
 
-enum class Arch { Llama, Qwen2, Mistral, Qwen3, Phi3, Granite, SmolLM3, Olmo2, Olmo3, Gemma3 };
+enum class Arch { Llama, Qwen2, Mistral, Qwen3, Phi3, Granite, SmolLM3, Olmo2, Olmo3, Gemma3, Glm, Glm4 };
 
 struct RopeConfig {
   std::string type = "default";  // default | linear | llama3 | yarn | longrope
@@ -32,8 +32,8 @@ struct RopeConfig {
   std::vector<double> short_factor, long_factor;
   bool factor_given = false;
   // the fraction of each head RoPE turns: its first int(head_dim * f) dims (rope_dim), the others pass
-  // through. Below 1 on Phi3ForCausalLM only (Phi-4-mini: 0.75), whose attention splits the head so;
-  // longrope's factor lists then have rope_dim / 2 entries.
+  // through. Below 1 on Phi3ForCausalLM (Phi-4-mini: 0.75) and GLM / GLM-4 (their configs' default 0.5),
+  // whose attention splits the head so; longrope's factor lists then have rope_dim / 2 entries.
   double partial_rotary_factor = 1.0;
 };
 
@@ -62,9 +62,16 @@ struct ModelConfig {
   int64_t pad_token_id = -1;
   RopeConfig rope;
   // Phi-3 (Phi3ForCausalLM): a Mistral-shaped decoder whose checkpoint fuses q, k and v into
-  // self_attn.qkv_proj ([q; k; v] rows) and gate and up into mlp.gate_up_proj ([gate; up] rows).
-  // Loading splits them into the unfused parameters (model/params) and saving fuses them again.
-  bool fused_projections() const { return arch == Arch::Phi3; }
+  // self_attn.qkv_proj ([q; k; v] rows) and gate and up into mlp.gate_up_proj ([gate; up] rows); GLM's
+  // and GLM-4's fuse gate and up alone. Loading splits them into the unfused parameters (model/params)
+  // and saving fuses them again.
+  bool fused_qkv() const { return arch == Arch::Phi3; }
+  bool fused_gate_up() const { return arch == Arch::Phi3 || arch == Arch::Glm || arch == Arch::Glm4; }
+  bool fused_projections() const { return fused_qkv() || fused_gate_up(); }
+  // GLM (GlmForCausalLM: glm-4-9b-chat-hf and its 1M-context sibling) and GLM-4 (Glm4ForCausalLM:
+  // GLM-4-0414) turn interleaved pairs (2i, 2i + 1) of each head's rotary dims where the others turn
+  // (i, i + rope_dim / 2): RopeTable::interleaved.
+  bool rope_interleaved() const { return arch == Arch::Glm || arch == Arch::Glm4; }
   nlohmann::json raw;  // the file's own JSON, kept so saving writes back every field
   // Granite (GraniteForCausalLM): a Llama with four scalars (muP's). The embedding's output is
   // multiplied by embedding_multiplier; each layer's attention and MLP outputs by residual_multiplier
@@ -83,9 +90,13 @@ struct ModelConfig {
   // OLMo 3 (Olmo3ForCausalLM) is OLMo 2 with sliding windows on three layers of four (layer_types).
   // Gemma 3 (Gemma3ForCausalLM) normalizes both: h = x + norm1'(attn(norm1(x))), out = h +
   // norm2'(mlp(norm2(h))) (input_layernorm, post_attention_layernorm, pre_feedforward_layernorm,
-  // post_feedforward_layernorm), its q and k norms per head as Qwen3's.
+  // post_feedforward_layernorm), its q and k norms per head as Qwen3's. GLM-4 (Glm4ForCausalLM) too, by
+  // other names (input_layernorm, post_self_attn_layernorm, post_attention_layernorm: the MLP's input,
+  // post_mlp_layernorm), with plain norms and no q/k norms.
   bool pre_norm() const { return arch != Arch::Olmo2 && arch != Arch::Olmo3; }
-  bool post_norm() const { return !pre_norm() || arch == Arch::Gemma3; }
+  bool post_norm() const { return !pre_norm() || arch == Arch::Gemma3 || arch == Arch::Glm4; }
+  // The families whose attention normalizes q and k (Qwen3, OLMo 2 / 3, Gemma 3)
+  bool has_qk_norm() const { return arch == Arch::Qwen3 || !pre_norm() || arch == Arch::Gemma3; }
   bool qk_norm_full() const { return !pre_norm(); }
   // Gemma 3's norms scale by 1 + w (Gemma3RMSNorm, in f32; its weights start at 0), every other
   // family's by w: the rmsnorm op's w_offset.
@@ -112,10 +123,12 @@ struct ModelConfig {
 // else 1/sqrt(head_dim).
 float attention_scale(const ModelConfig& c);
 
-// Sets arch, model_type, architecture and the architecture's fixed parts (Qwen2: q/k/v biases;
-// Qwen3 and OLMo 2 / 3: q/k norms; biases otherwise none, Llama's and Qwen3's attention_bias/mlp_bias cleared;
-// Granite's multipliers kept, every other family's reset to none; SmolLM3's NoPE layers kept (or its
-// default made, smollm3_default_nope), every other family's cleared).
+// Sets arch, model_type, architecture and the architecture's fixed parts (Qwen2 and GLM / GLM-4: q/k/v biases
+// (GlmConfig's attention_bias default); Qwen3, OLMo 2 / 3 and Gemma 3: q/k norms; biases otherwise none,
+// Llama's and Qwen3's attention_bias/mlp_bias cleared; Granite's multipliers kept, every other family's reset to
+// none; SmolLM3's NoPE layers kept (or its default made, smollm3_default_nope), every other family's cleared;
+// GLM's partial_rotary_factor 0.5 where the config came from a family with none, 1 on a family that rotates
+// whole heads).
 void set_arch(ModelConfig& c, Arch arch);
 // SmolLM3Config's NoPE layers where config.json lists none: every 4th (no_rope_layer_interval's default),
 // one entry per layer of c. set_arch gives a SmolLM3 whose list does not fit its layers these.
@@ -125,7 +138,8 @@ void smollm3_default_nope(ModelConfig& c);
 // sliding_window_pattern), one entry per layer of c. set_arch gives such a model whose windows do not fit
 // its layers, or slide nowhere, these.
 void default_windows(ModelConfig& c, int64_t window = 4096);
-// llama | qwen2 | qwen3 | mistral | phi3 | granite | smollm3 | olmo2 | olmo3 | gemma3_text; throws otherwise
+// llama | qwen2 | qwen3 | mistral | phi3 | granite | smollm3 | olmo2 | olmo3 | gemma3_text | glm | glm4; throws
+// otherwise
 Arch arch_from_model_type(const std::string& model_type);
 
 // Parses config.json content; `source` (a path) names the file in every error.

@@ -18,6 +18,10 @@ struct ArchInfo {
   double theta = 10000.0;  // transformers' default rope_theta
 };
 const ArchInfo& arch_info(Arch a);
+// Whether a family's attention turns part of each head (partial_rotary_factor below 1: Phi-3, GLM, GLM-4), and
+// its config class's default factor (GlmConfig's and Glm4Config's 0.5; 1 elsewhere)
+bool takes_partial_rotary(Arch a);
+double default_partial_rotary(Arch a);
 // Granite's four scalars, as config.json names them
 inline constexpr const char* kGraniteScalars[] = {"embedding_multiplier", "residual_multiplier",
                                                   "attention_multiplier", "logits_scaling"};

@@ -62,14 +62,18 @@ nlohmann::json config_to_json(const ModelConfig& c) {
     for (int64_t l = 0; l < c.layers; ++l) nope.push_back(int(c.rope_on(l)));
     j["no_rope_layers"] = nope;
   }
-  if (c.arch == Arch::Llama || c.arch == Arch::Qwen3 || c.arch == Arch::Granite || c.arch == Arch::SmolLM3 ||
-      c.post_norm()) {
+  OOMB_CHECK(c.qk_norm == c.has_qk_norm(), "config_to_json: q/k norms belong to Qwen3, OLMo 2 / 3 and Gemma 3 "
+             "only");
+  if (c.arch == Arch::Glm || c.arch == Arch::Glm4) {
+    OOMB_CHECK(!c.o_bias && !c.mlp_bias, "config_to_json: {}'s attention_bias covers q/k/v alone; it has no o_proj "
+               "or MLP bias", c.architecture);
+    j["attention_bias"] = c.qkv_bias;
+  } else if (c.arch == Arch::Llama || c.arch == Arch::Qwen3 || c.arch == Arch::Granite || c.arch == Arch::SmolLM3 ||
+             c.post_norm()) {
     const bool no_mlp_bias = c.arch == Arch::Qwen3 || c.post_norm();
     OOMB_CHECK(c.qkv_bias == c.o_bias, "config_to_json: {}'s attention_bias covers q/k/v and o together "
                "(qkv_bias {}, o_bias {})", c.architecture, c.qkv_bias, c.o_bias);
     OOMB_CHECK(!no_mlp_bias || !c.mlp_bias, "config_to_json: {} has no MLP bias", c.architecture);
-    OOMB_CHECK(c.qk_norm == (c.arch == Arch::Qwen3 || c.post_norm()), "config_to_json: q/k norms belong to "
-               "Qwen3, OLMo 2 / 3 and Gemma 3 only");
     j["attention_bias"] = c.qkv_bias;
     if (!no_mlp_bias) j["mlp_bias"] = c.mlp_bias;
     if (c.split_rope()) {  // its window and which layers take it, one entry per layer
@@ -152,7 +156,8 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   }
   j["rope_theta"] = r.theta;
   // at the top level, where transformers 4.x reads it and 5 takes it into the dict
-  if (r.partial_rotary_factor != 1.0 || j.contains("partial_rotary_factor"))
+  // (always where the class's default is not 1: GLM's 0.5)
+  if (r.partial_rotary_factor != 1.0 || j.contains("partial_rotary_factor") || default_partial_rotary(c.arch) != 1.0)
     j["partial_rotary_factor"] = r.partial_rotary_factor;
   j["rope_scaling"] = rs;
   if (c.arch == Arch::Gemma3) j["rope_local_base_freq"] = c.sliding_rope_theta;

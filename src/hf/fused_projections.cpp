@@ -36,6 +36,7 @@ std::optional<FusedPart> fused_part(const ModelConfig& c, const std::string& nam
   std::string prefix, rest;
   if (!c.fused_projections() || !split_layer_name(name, prefix, rest)) return std::nullopt;
   for (const Group& g : kGroups) {
+    if (!(g.parts[2] ? c.fused_qkv() : c.fused_gate_up())) continue;
     const std::vector<int64_t> rows = part_rows(c, g);
     FusedPart f{prefix + g.fused + ".weight"};
     for (size_t i = 0; i < rows.size(); ++i) {

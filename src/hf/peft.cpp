@@ -26,7 +26,10 @@ bool is_adapter(const std::string& name) { return name.starts_with(kPrefix) && n
 std::vector<std::string> modules_to_save(const ModelConfig& cfg) {
   std::vector<std::string> m{"embed_tokens", "input_layernorm", "post_attention_layernorm", "norm"};
   if (cfg.post_norm()) m[1] = "post_feedforward_layernorm";  // (OLMo 2's layer norms)
-  if (cfg.pre_norm() && cfg.post_norm()) m.insert(m.end(), {"input_layernorm", "pre_feedforward_layernorm"});  // (Gemma 3's four)
+  if (cfg.arch == Arch::Glm4) m = {"embed_tokens", "input_layernorm", "post_attention_layernorm", "norm",
+                                   "post_self_attn_layernorm", "post_mlp_layernorm"};  // (GLM-4's four)
+  else if (cfg.pre_norm() && cfg.post_norm())
+    m.insert(m.end(), {"input_layernorm", "pre_feedforward_layernorm"});  // (Gemma 3's four)
   if (cfg.qk_norm) m.insert(m.end(), {"q_norm", "k_norm"});
   return m;
 }
@@ -106,7 +109,7 @@ void write_adapter_files(const fs::path& dir, const ModelConfig& cfg, const Lora
   std::vector<SaveTensor> tensors;
   for (const ParamSpec& s : trainable.specs())
     tensors.push_back({peft_key(s.name), DType::F32, s.shape, trainable.view(s).data});
-  const nlohmann::json j = adapter_config_json(c, base_model, modules_to_save(cfg), cfg.fused_projections());
+  const nlohmann::json j = adapter_config_json(c, base_model, modules_to_save(cfg), cfg.fused_qkv(), cfg.fused_gate_up());
   save_safetensors(dir / kWeightsFile, tensors, {{"format", "pt"}});
   write_file_atomic(dir / kConfigFile, j.dump(2) + "\n");
   write_file_atomic(dir / kRopeFile, rope_json(cfg).dump(2) + "\n");

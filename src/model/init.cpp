@@ -119,6 +119,19 @@ const std::vector<Preset>& presets() {
          c.pad_token_id = 0;
          return c;
        }},
+      // GLM-4 9B's shape (GlmConfig's defaults, glm-4-9b-chat-hf's; 128K context): interleaved RoPE over the
+      // first 64 of each head's 128 dims, q/k/v biases, gate/up fused in the files, token 151329 the pad
+      {"glm-4-9b", [] {
+         ModelConfig c = make(Arch::Glm, 4096, 13696, 40, 32, 2, 151552, false, 10000, 1.5625e-7, 131072, 128);
+         c.pad_token_id = 151329;
+         return c;  // (make's set_arch gave it GlmConfig's partial_rotary_factor 0.5 and its q/k/v biases)
+       }},
+      // Glm4Config's defaults (GLM-4-9B-0414's shape): GLM-4 9B with a norm after each branch as well
+      {"glm4-9b-0414", [] {
+         ModelConfig c = make(Arch::Glm4, 4096, 13696, 40, 32, 2, 151552, false, 10000, 1.5625e-7, 131072, 128);
+         c.pad_token_id = 151329;
+         return c;
+       }},
       // Granite 3.2 / 3.3 8B's shape (128K context): muP's multipliers, token 0 the pad
       {"granite-3.3-8b", [] {
          return granite(make(Arch::Granite, 4096, 12800, 40, 32, 8, 49159, true, 1e7, 1e-5, 131072), 12.0, 0.22,

@@ -182,7 +182,7 @@ BranchNorm branch_norm(const ModelConfig& c, bool mlp) {
 
 // A residual branch's output (o_proj's, down's; (T, d) f32) made what its residual add takes, in out:
 // Granite's times residual_multiplier (in place: the matmul wrote out itself);
-// OLMo 2, Gemma 3 (post_norm): the branch's matmul wrote y (LayerActs::y1, y2), and out = norm(y)
+// OLMo 2, Gemma 3, GLM-4 (post_norm): the branch's matmul wrote y (LayerActs::y1, y2), and out = norm(y)
 // (its weight w, its rstd saved) is what the residual add takes.
 void finish_branch(const LayerCtx& ctx, const Tensor& y, const Tensor& w, Tensor& rstd, Tensor& out) {
   if (ctx.cfg.post_norm()) ctx.be.rmsnorm_fwd(y, w, float(ctx.cfg.rms_norm_eps), out, rstd, ctx.cfg.norm_offset());
@@ -429,7 +429,7 @@ int64_t LayerPlan::bytes(const ModelConfig& c, int64_t T, int64_t lora_rank, boo
                                            (lora_rank > 0 ? int64_t(Arena::need(DType::BF16, {t, lora_rank})) : 0)
                                      : 0;
   const int64_t exchange = sp > 1 ? 3 * n({t, H, D}) + 2 * n({t, G, D}) : 0;
-  // y1 and y2, less db (OLMo 2), or with rstd3 and rstd4 (Gemma 3)
+  // y1 and y2, less db (OLMo 2), or with rstd3 and rstd4 (Gemma 3, GLM-4)
   const int64_t post_norm = !c.post_norm() ? 0 : c.pre_norm() ? 2 * n({t, d}) + 2 * n({t}) : n({t, d});
   return operands + 3 * n({t, d}) + 2 * n({t}) + 4 * n({T, Ha, D}) + 2 * n({T, Ha}) + 3 * n({t, I}) +
          4 * n({T, Ga, D}) + qk_norm + lora + bf16_scratch + exchange + post_norm;
@@ -518,7 +518,7 @@ void layer_forward(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in
 // The rest of a layer's forward from the token side's attention output o_loc: h_out = hmid +
 // down(act(gate(b)) up(b)), hmid = h_in + o_proj(o), b = norm2(hmid) (act: silu, Gemma 3's gelu_tanh;
 // Granite: each branch, down and o_proj, times residual_multiplier; OLMo 2: hmid = h_in + norm1(y1),
-// y1 = o_proj(o), b = hmid, h_out = hmid + norm2(y2), y2 = down(...); Gemma 3: hmid = h_in + norm1'(y1),
+// y1 = o_proj(o), b = hmid, h_out = hmid + norm2(y2), y2 = down(...); Gemma 3, GLM-4: hmid = h_in + norm1'(y1),
 // h_out = hmid + norm2'(y2), b = norm2(hmid)).
 static void layer_output(const LayerCtx& ctx, const LayerParams& p, const Tensor& h_in, Tensor& h_out,
                          LayerBuffers& plan) {
@@ -555,7 +555,7 @@ void layer_backward(const LayerCtx& ctx, const LayerParams& p, LayerParams& g, c
   LayerActs& A = plan.acts;
   LayerGradScratch& S = plan.g;
   // MLP: h_out = hmid + down(act(gate(b)) up(b)), b = norm2(hmid) (OLMo 2: h_out = hmid + norm2(y2),
-  // y2 = down(act(gate(hmid)) up(hmid)); Gemma 3: h_out = hmid + norm2'(y2), b = norm2(hmid))
+  // y2 = down(act(gate(hmid)) up(hmid)); Gemma 3, GLM-4: h_out = hmid + norm2'(y2), b = norm2(hmid))
   // (frozen weights under LoRA have no gradient tensors: opt(g.w) is null, and lora_bwd adds the
   // adapters' part of each input gradient)
   // (--precision bf16: each matmul's input and output gradient bf16, as in the forward: the

@@ -37,8 +37,8 @@ struct LayerActs {
   // q/k norms: q and k before their norm (T, H, D), (T, G, D) and the rows' rstd: Qwen3's per head
   // (T*H), (T*G), OLMo 2's per token (the first T of each)
   Tensor q_raw, k_raw, rstd_q, rstd_k;
-  Tensor y1, y2;  // OLMo 2, Gemma 3 (ModelConfig::post_norm): o_proj's and down's outputs before their norms (T, d)
-  Tensor rstd3, rstd4;  // Gemma 3: their norms' rstd (T)
+  Tensor y1, y2;  // OLMo 2, Gemma 3, GLM-4 (ModelConfig::post_norm): o_proj's and down's outputs before their norms (T, d)
+  Tensor rstd3, rstd4;  // Gemma 3, GLM-4: their norms' rstd (T)
 };
 struct LayerGradScratch {
   Tensor dq, dattn;         // (T, H, D)

@@ -18,7 +18,7 @@ namespace oomb {
 // The linear layers LoRA may adapt (LayerParams::lora's order), by PEFT's module names.
 inline constexpr const char* kLoraModules[kLoraTargets] = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                            "gate_proj", "up_proj", "down_proj"};
-// The fused linears of Phi-3's files, which PEFT adapts as one module each: its name, --lora-targets'
+// The fused linears of Phi-3's files (GLM's: gate_up_proj alone), which PEFT adapts as one module each: its name, --lora-targets'
 // short one, and the targets it holds (its first is the module's own).
 struct LoraFusedModule {
   const char *name, *short_name;
@@ -39,9 +39,9 @@ struct LoraConfig {
   double dropout = 0;
   bool on() const { return rank > 0; }
   float scale() const;
-  // PEFT's module names, in kLoraModules' order; `fused`: a fused linear's parts as its one name
-  // (qkv_proj, gate_up_proj: a Phi-3's target_modules)
-  std::vector<std::string> target_names(bool fused = false) const;
+  // PEFT's module names, in kLoraModules' order; fused_qkv, fused_gate_up: that fused linear's parts as
+  // its one name (qkv_proj, gate_up_proj: a Phi-3's target_modules; gate_up_proj alone: a GLM's)
+  std::vector<std::string> target_names(bool fused_qkv = false, bool fused_gate_up = false) const;
 };
 
 // Parses --lora-targets: a comma list of q,k,v,o,gate,up,down (or PEFT's q_proj, ...), or all.

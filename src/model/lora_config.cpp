@@ -14,14 +14,15 @@ float LoraConfig::scale() const {
   return float(rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank));
 }
 
-std::vector<std::string> LoraConfig::target_names(bool fused) const {
+std::vector<std::string> LoraConfig::target_names(bool fused_qkv, bool fused_gate_up) const {
   std::vector<std::string> r;
   for (int i = 0; i < kLoraTargets; ++i) {
     if (!targets[i]) continue;
     const auto m = std::find_if(std::begin(kLoraFused), std::end(kLoraFused), [&](const LoraFusedModule& f) {
       return std::find(f.parts.begin(), f.parts.end(), i) != f.parts.end();
     });
-    if (!fused || m == std::end(kLoraFused)) r.push_back(kLoraModules[i]);
+    const bool fused = m != std::end(kLoraFused) && (m->parts.size() == 3 ? fused_qkv : fused_gate_up);
+    if (!fused) r.push_back(kLoraModules[i]);
     else if (m->parts.front() == i) r.push_back(m->name);  // (its other parts: the same module)
   }
   return r;
@@ -45,7 +46,7 @@ void parse_lora_targets(const std::string& list, LoraConfig& c, const std::strin
     for (int i = 0; i < kLoraTargets; ++i)
       if (item == shorts[i] || item == kLoraModules[i]) c.targets[i] = found = true;
     OOMB_CHECK(found, "{}: '{}' is not a module LoRA can adapt (q, k, v, o, gate, up, down, their PEFT names "
-               "q_proj .. down_proj, Phi-3's fused qkv_proj and gate_up_proj, or all)", flag, item);
+               "q_proj .. down_proj, Phi-3's fused qkv_proj and gate_up_proj (GLM's gate_up_proj), or all)", flag, item);
   }
 }
 

@@ -16,16 +16,18 @@ int64_t ParamSpec::numel() const {
 }
 
 // A layer's two norms' names (attn_norm, mlp_norm): Llama's before attention and before the MLP, OLMo 2's
-// after each (ModelConfig::pre_norm), Gemma 3's before each (and after each: gemma3_post_norm_names);
-// attn_norm is the first tensor of every layer either way.
+// after each (ModelConfig::pre_norm), Gemma 3's and GLM-4's before each (and after each:
+// post_norm_names); attn_norm is the first tensor of every layer either way.
 static std::pair<const char*, const char*> layer_norm_names(const ModelConfig& c) {
   if (!c.pre_norm()) return {"post_attention_layernorm.weight", "post_feedforward_layernorm.weight"};
-  if (c.post_norm()) return {"input_layernorm.weight", "pre_feedforward_layernorm.weight"};
-  return {"input_layernorm.weight", "post_attention_layernorm.weight"};
+  if (c.arch == Arch::Gemma3) return {"input_layernorm.weight", "pre_feedforward_layernorm.weight"};
+  return {"input_layernorm.weight", "post_attention_layernorm.weight"};  // (GLM-4's too: its MLP's input)
 }
-// Gemma 3's norms after each branch (attn_post_norm, mlp_post_norm)
-constexpr const char* kPostAttnNorm = "post_attention_layernorm.weight";
-constexpr const char* kPostMlpNorm = "post_feedforward_layernorm.weight";
+// Gemma 3's and GLM-4's norms after each branch (attn_post_norm, mlp_post_norm)
+static std::pair<const char*, const char*> post_norm_names(const ModelConfig& c) {
+  if (c.arch == Arch::Glm4) return {"post_self_attn_layernorm.weight", "post_mlp_layernorm.weight"};
+  return {"post_attention_layernorm.weight", "post_feedforward_layernorm.weight"};
+}
 static bool sandwich(const ModelConfig& c) { return c.pre_norm() && c.post_norm(); }
 
 void add_spec(std::vector<ParamSpec>& layout, std::string name, std::vector<int64_t> shape) {
@@ -39,6 +41,7 @@ std::vector<ParamSpec> param_layout(const ModelConfig& c) {
   const int64_t d = c.hidden, qd = c.heads * c.head_dim, kd = c.kv_heads * c.head_dim, I = c.intermediate;
   add("model.embed_tokens.weight", {c.vocab, d});
   const auto [norm1, norm2] = layer_norm_names(c);
+  const auto [post1, post2] = post_norm_names(c);
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     add(p + norm1, {d});
@@ -54,7 +57,7 @@ std::vector<ParamSpec> param_layout(const ModelConfig& c) {
       add(p + "self_attn.q_norm.weight", {c.qk_norm_full() ? qd : c.head_dim});
       add(p + "self_attn.k_norm.weight", {c.qk_norm_full() ? kd : c.head_dim});
     }
-    if (sandwich(c)) add(p + kPostAttnNorm, {d});
+    if (sandwich(c)) add(p + post1, {d});
     add(p + norm2, {d});
     add(p + "mlp.gate_proj.weight", {I, d});
     if (c.mlp_bias) add(p + "mlp.gate_proj.bias", {I});
@@ -62,7 +65,7 @@ std::vector<ParamSpec> param_layout(const ModelConfig& c) {
     if (c.mlp_bias) add(p + "mlp.up_proj.bias", {I});
     add(p + "mlp.down_proj.weight", {d, I});
     if (c.mlp_bias) add(p + "mlp.down_proj.bias", {d});
-    if (sandwich(c)) add(p + kPostMlpNorm, {d});
+    if (sandwich(c)) add(p + post2, {d});
   }
   add("model.norm.weight", {d});
   if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab, d});
@@ -105,6 +108,7 @@ Params::Params(const ModelConfig& c, std::vector<ParamSpec> specs, Tier tier, Ta
   lm_head = c.tie_word_embeddings ? embed : get("lm_head.weight");
   layers.resize(size_t(c.layers));
   const auto [norm1, norm2] = layer_norm_names(c);
+  const auto [post1, post2] = post_norm_names(c);
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerParams& L = layers[size_t(l)];
@@ -128,8 +132,8 @@ Params::Params(const ModelConfig& c, std::vector<ParamSpec> specs, Tier tier, Ta
       L.k_norm = get(p + "self_attn.k_norm.weight");
     }
     if (sandwich(c)) {
-      L.attn_post_norm = get(p + kPostAttnNorm);
-      L.mlp_post_norm = get(p + kPostMlpNorm);
+      L.attn_post_norm = get(p + post1);
+      L.mlp_post_norm = get(p + post2);
     }
     if (c.mlp_bias) {
       L.bgate = get(p + "mlp.gate_proj.bias");

@@ -58,7 +58,7 @@ struct LayerParams {
   Tensor attn_norm, wq, bq, wk, bk, wv, bv, wo, bo;
   Tensor q_norm, k_norm;  // Qwen3: (D) each; OLMo 2 / 3: (H D), (G D); empty otherwise
   Tensor mlp_norm, wgate, bgate, wup, bup, wdown, bdown;
-  Tensor attn_post_norm, mlp_post_norm;  // Gemma 3: the norms of the branches' outputs (d); empty otherwise
+  Tensor attn_post_norm, mlp_post_norm;  // Gemma 3, GLM-4: the norms of the branches' outputs (d); empty otherwise
   LoraPair lora[kLoraTargets];  // adapters (weights, or their gradients in a gradient set)
   float lora_scale = 0.0f;
 };

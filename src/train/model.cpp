@@ -273,8 +273,9 @@ LayerCtx Model::layer_ctx(int64_t l, ChunkSpan c, bool attends, bool with_grads,
   // plan's dense_attention is the same predicate)
   attn.own_kernels = plan_.sparse.on();
   // (OLMo 3's and Gemma 3's sliding layers: the plain RoPE, of their own theta)
-  const RopeTable rope = cfg_.rope_scaled(l) ? RopeTable{inv_freq_.data(), attention_scaling_, rope_dim(cfg_)}
-                                             : RopeTable{inv_freq_plain_.data(), 1.0f, rope_dim(cfg_), 1};
+  const RopeTable rope = cfg_.rope_scaled(l)
+                             ? RopeTable{inv_freq_.data(), attention_scaling_, rope_dim(cfg_), 0, cfg_.rope_interleaved()}
+                             : RopeTable{inv_freq_plain_.data(), 1.0f, rope_dim(cfg_), 1, cfg_.rope_interleaved()};
   LayerCtx ctx{cfg_, be_, rope, mine(inputs_.pos(c.size()), c.size()), attn};
   ctx.sp = sp_.get();
   if (attends && sparse_ && c.begin > 0) {

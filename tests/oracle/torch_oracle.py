@@ -261,11 +261,12 @@ def _bool(cfg_path, d, key, default):
 
 
 _FAMILIES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "phi3": "phi3",
-             "granite": "granite", "smollm3": "smollm3", "olmo2": "olmo2", "olmo3": "olmo3", "gemma3_text": "gemma3"}
+             "granite": "granite", "smollm3": "smollm3", "olmo2": "olmo2", "olmo3": "olmo3", "gemma3_text": "gemma3",
+             "glm": "glm", "glm4": "glm4"}
 _ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
          "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3", "GraniteForCausalLM": "granite",
          "SmolLM3ForCausalLM": "smollm3", "Olmo2ForCausalLM": "olmo2", "Olmo3ForCausalLM": "olmo3",
-         "Gemma3ForCausalLM": "gemma3"}
+         "Gemma3ForCausalLM": "gemma3", "GlmForCausalLM": "glm", "Glm4ForCausalLM": "glm4"}
 
 
 def load_config(model_dir):
@@ -290,7 +291,7 @@ def load_config(model_dir):
                 fam = _ARCH[a]
                 break
     if fam is None:
-        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3, gemma3_text")
+        fail(f"{path}: field 'model_type' = {mt!r} is not one of llama, qwen2, qwen3, mistral, phi3, granite, smollm3, olmo2, olmo3, gemma3_text, glm, glm4")
     c.family = fam
 
     c.hidden = _num(path, d, "hidden_size")
@@ -299,10 +300,11 @@ def load_config(model_dir):
     c.n_heads = _num(path, d, "num_attention_heads")
     c.n_kv = _num(path, d, "num_key_value_heads", default=c.n_heads)
     c.vocab = _num(path, d, "vocab_size")
-    c.eps = _num(path, d, "rms_norm_eps", kind=float, default=1e-5 if fam in ("phi3", "olmo2", "olmo3") else 1e-6)
+    c.eps = _num(path, d, "rms_norm_eps", kind=float,
+                 default={"phi3": 1e-5, "olmo2": 1e-5, "olmo3": 1e-5, "glm": 1.5625e-7, "glm4": 1.5625e-7}.get(fam, 1e-6))
     hd = d.get("head_dim", None)
-    if hd is None and fam in ("qwen3", "gemma3"):
-        c.head_dim = 128 if fam == "qwen3" else 256  # Qwen3Config's default, Gemma3TextConfig's
+    if hd is None and fam in ("qwen3", "gemma3", "glm", "glm4"):
+        c.head_dim = 256 if fam == "gemma3" else 128  # Qwen3Config's and GlmConfig's default, Gemma3TextConfig's
     elif hd is None:
         if c.hidden % c.n_heads:
             fail(f"{path}: 'head_dim' absent and hidden_size {c.hidden} not divisible by "
@@ -351,6 +353,9 @@ def load_config(model_dir):
         c.mlp_bias = _bool(path, d, "mlp_bias", False)
     elif fam == "qwen2":
         c.attn_bias, c.o_bias, c.mlp_bias = True, False, False
+    elif fam in ("glm", "glm4"):  # GlmAttention: attention_bias (GlmConfig's True) on q, k, v; o_proj and the MLP none
+        c.attn_bias = _bool(path, d, "attention_bias", True)
+        c.o_bias, c.mlp_bias = False, False
     elif fam in ("qwen3", "olmo2", "olmo3", "gemma3"):  # their attention: attention_bias on q/k/v/o; no MLP bias
         c.attn_bias = _bool(path, d, "attention_bias", False)
         c.o_bias, c.mlp_bias = c.attn_bias, False
@@ -399,7 +404,8 @@ def load_config(model_dir):
             c.windows = [sw if i >= mwl else None for i in range(c.n_layers)]
 
     # nn.Embedding(vocab, hidden, padding_idx=pad_token_id): that row takes no gradient from the lookup
-    pad = d.get("pad_token_id", {"phi3": 32000, "smollm3": 128004, "olmo2": 1, "olmo3": 1, "gemma3": 0}.get(fam))  # (the classes' defaults)
+    pad = d.get("pad_token_id", {"phi3": 32000, "smollm3": 128004, "olmo2": 1, "olmo3": 1, "gemma3": 0, "glm": 151329,
+                                 "glm4": 151329}.get(fam))  # (the classes' defaults)
     if pad is not None and not (isinstance(pad, int) and -c.vocab <= pad < c.vocab):
         fail(f"{path}: field 'pad_token_id' = {pad!r} is outside the vocabulary")
     c.pad = None if pad is None else pad % c.vocab
@@ -457,14 +463,15 @@ def parse_rope(path, d, c):
     if rtype not in ("default", "linear", "llama3", "yarn", "longrope"):
         fail(f"{path}: field '{src}.rope_type' = {rtype!r} unsupported "
              f"(supported: default, linear, llama3, yarn, longrope)")
-    # partial_rotary_factor: the dict's (transformers 5), else the top-level one; only Phi3's attention
-    # rotates part of a head (apply_rotary_pos_emb splits q and k at cos.shape[-1])
+    # partial_rotary_factor: the dict's (transformers 5), else the top-level one; only Phi3's and GLM's
+    # attention rotates part of a head (apply_rotary_pos_emb splits q and k at cos.shape[-1]); GlmConfig's
+    # default 0.5
     prf = p.get("partial_rotary_factor", None)
     if prf is None:
         prf = d.get("partial_rotary_factor", None)
     if prf is None:
-        prf = 1.0
-    if prf != 1.0 and c.family != "phi3":
+        prf = 0.5 if c.family in ("glm", "glm4") else 1.0
+    if prf != 1.0 and c.family not in ("phi3", "glm", "glm4"):
         fail(f"{path}: field 'partial_rotary_factor' = {prf!r} unsupported on {c.family} (only 1.0)")
     if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not 0 < prf <= 1:
         fail(f"{path}: field 'partial_rotary_factor' must be in (0, 1], got {prf!r}")
@@ -629,7 +636,8 @@ def rope_cos_sin(c, positions):
     pos32 = torch.from_numpy(positions.astype(np.float32))
     ang32 = pos32[:, None] * inv[None, :]  # float32 multiply (HF precision)
     ang = ang32.to(torch.float64)
-    ang = torch.cat([ang, ang], dim=-1)
+    # (GLM's apply_rotary_pos_emb: cos[..., :rope_dim / 2].repeat_interleave(2), frequency i on dims 2i, 2i + 1)
+    ang = ang.repeat_interleave(2, dim=-1) if c.family in ("glm", "glm4") else torch.cat([ang, ang], dim=-1)
     return torch.cos(ang) * scaling, torch.sin(ang) * scaling
 
 
@@ -661,6 +669,14 @@ def param_specs(c):
         specs.append((pre + "self_attn.o_proj.weight", (H, qd)))
         if c.o_bias:
             specs.append((pre + "self_attn.o_proj.bias", (H,)))
+        if c.family in ("glm", "glm4"):  # GlmMLP: gate_up_proj fused; Glm4DecoderLayer: a norm after each branch too
+            specs.append((pre + "post_attention_layernorm.weight", (H,)))
+            specs.append((pre + "mlp.gate_up_proj.weight", (2 * I, H)))
+            specs.append((pre + "mlp.down_proj.weight", (H, I)))
+            if c.family == "glm4":
+                specs.append((pre + "post_self_attn_layernorm.weight", (H,)))
+                specs.append((pre + "post_mlp_layernorm.weight", (H,)))
+            continue
         if c.family in ("qwen3", "gemma3"):  # Qwen3RMSNorm(head_dim) of every q and k head (Gemma3RMSNorm's)
             specs.append((pre + "self_attn.q_norm.weight", (hd,)))
             specs.append((pre + "self_attn.k_norm.weight", (hd,)))
@@ -772,16 +788,18 @@ def linear(x, w, b=None):
     return y if b is None else y + b
 
 
-def rotate_half(x):
+def rotate_half(x, interleaved=False):
+    if interleaved:  # GLM's: (x0, x1, x2, x3, ...) -> (-x1, x0, -x3, x2, ...)
+        return torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
     h = x.shape[-1] // 2
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
-def apply_rope(x, cos, sin):
-    """x: [heads, N, hd]; the first cos.shape[-1] dims turned, the rest passed through (Phi3's
+def apply_rope(x, cos, sin, interleaved=False):
+    """x: [heads, N, hd]; the first cos.shape[-1] dims turned, the rest passed through (Phi3's and GLM's
     apply_rotary_pos_emb; the whole head when rope_dim = hd, as Llama's)."""
     r = cos.shape[-1]
-    return torch.cat([x[..., :r] * cos + rotate_half(x[..., :r]) * sin, x[..., r:]], dim=-1)
+    return torch.cat([x[..., :r] * cos + rotate_half(x[..., :r], interleaved) * sin, x[..., r:]], dim=-1)
 
 
 def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_mask=None):
@@ -812,6 +830,7 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
     x = F.embedding(torch.from_numpy(inputs), P["model.embed_tokens.weight"], padding_idx=c.pad)  # [N, H]
     x = x * c.emb_mult
     gemma = c.family == "gemma3"
+    glm = c.family in ("glm", "glm4")  # (interleaved RoPE)
     # Gemma3RMSNorm: x rsqrt(mean x^2 + eps) (1 + w)
     norm = (lambda x, w, eps: rms_norm(x, 1.0 + w, eps)) if gemma else rms_norm
     for li in range(c.n_layers):
@@ -860,8 +879,8 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
         v = v.view(N, nkv, hd).transpose(0, 1)
         if c.rope_layers[li]:  # (SmolLM3's NoPE layers: none)
             lc, ls = plain if plain is not None and c.sliding[li] else (cos, sin)
-            q = apply_rope(q, lc, ls)
-            k = apply_rope(k, lc, ls)
+            q = apply_rope(q, lc, ls, glm)
+            k = apply_rope(k, lc, ls, glm)
         # repeat_kv: query head j uses kv head j // rep
         k = k.repeat_interleave(rep, dim=0)
         v = v.repeat_interleave(rep, dim=0)
@@ -871,18 +890,21 @@ def forward_loss(c, P, inputs, targets, positions, segments, lora=None, extra_ma
         o = (a @ v).transpose(0, 1).reshape(N, nh * hd)
         y = linear(o, g("self_attn.o_proj.weight"), g("self_attn.o_proj.bias"), "self_attn.o_proj")
         # (Gemma3DecoderLayer: post_attention_layernorm of the branch, pre_feedforward_layernorm before the MLP)
-        x = x + (norm(y, g("post_attention_layernorm.weight"), c.eps) if olmo2 or gemma else y * c.res_mult)
+        # (Glm4DecoderLayer: post_self_attn_layernorm of the branch; its post_attention_layernorm is the MLP's input's)
+        x = x + (norm(y, g("post_attention_layernorm.weight"), c.eps) if olmo2 or gemma
+                 else rms_norm(y, g("post_self_attn_layernorm.weight"), c.eps) if c.family == "glm4" else y * c.res_mult)
 
         h = x if olmo2 else norm(x, g("pre_feedforward_layernorm.weight" if gemma else "post_attention_layernorm.weight"),
                                  c.eps)
-        if c.family == "phi3":  # Phi3MLP: gate, up = gate_up_proj(x).chunk(2, dim=-1)
+        if c.family in ("phi3", "glm", "glm4"):  # Phi3MLP, GlmMLP: gate, up = gate_up_proj(x).chunk(2, dim=-1)
             gate, up = linear(h, g("mlp.gate_up_proj.weight"), None, "mlp.gate_up_proj").chunk(2, dim=-1)
         else:
             gate = linear(h, g("mlp.gate_proj.weight"), g("mlp.gate_proj.bias"), "mlp.gate_proj")
             up = linear(h, g("mlp.up_proj.weight"), g("mlp.up_proj.bias"), "mlp.up_proj")
         act = F.gelu(gate, approximate="tanh") if gemma else F.silu(gate)  # (gelu_pytorch_tanh)
         y = linear(act * up, g("mlp.down_proj.weight"), g("mlp.down_proj.bias"), "mlp.down_proj")
-        x = x + (norm(y, g("post_feedforward_layernorm.weight"), c.eps) if olmo2 or gemma else y * c.res_mult)
+        x = x + (norm(y, g("post_feedforward_layernorm.weight"), c.eps) if olmo2 or gemma
+                 else rms_norm(y, g("post_mlp_layernorm.weight"), c.eps) if c.family == "glm4" else y * c.res_mult)
 
     x = norm(x, P["model.norm.weight"], c.eps)
     w_out = P["model.embed_tokens.weight"] if c.tied else P["lm_head.weight"]

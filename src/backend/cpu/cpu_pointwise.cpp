@@ -68,7 +68,8 @@ void rmsnorm_bwd(const Tensor& x, const Tensor& w, const Tensor& rstd, const Ten
 }
 
 // x: (T, H, D) in place.  Rotate-half over each head's first R = rope.dims(D) dims: (x1, x2) ->
-// (x1 c - x2 s, x2 c + x1 s), x1 = x[i], x2 = x[i + R/2]; inverse uses -s; dims R.. untouched.
+// (x1 c - x2 s, x2 c + x1 s), x1 = x[i], x2 = x[i + R/2] (interleaved: x[2i], x[2i + 1]); inverse uses
+// -s; dims R.. untouched.
 // The angle is pos * inv_freq rounded to fp32 (as transformers computes it); cos/sin in double.
 void rope(Tensor& x, const Tensor& pos, const RopeTable& rope, bool inverse) {
   const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2), half = rope.dims(D) / 2;
@@ -82,9 +83,10 @@ void rope(Tensor& x, const Tensor& pos, const RopeTable& rope, bool inverse) {
       const float s = float(sgn * std::sin(double(angle)) * rope.attention_scaling);
       for (int64_t h = 0; h < H; ++h) {
         float* xr = x.f() + (t * H + h) * D;
-        const float x1 = xr[i], x2 = xr[i + half];
-        xr[i] = x1 * c - x2 * s;
-        xr[i + half] = x2 * c + x1 * s;
+        const int64_t a = rope.first(i), b = rope.second(i, half);
+        const float x1 = xr[a], x2 = xr[b];
+        xr[a] = x1 * c - x2 * s;
+        xr[b] = x2 * c + x1 * s;
       }
     }
   }

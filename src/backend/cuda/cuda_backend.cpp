@@ -466,7 +466,7 @@ class CudaBackend final : public Backend {
       host.assign(r.inv_freq, r.inv_freq + half);
     }
     cuda::k::rope(x.f(), pos.as<int32_t>(), static_cast<const float*>(dev.buf.data()), r.attention_scaling,
-                  inverse, x.dim(0), x.dim(1), D, R, stream_);
+                  inverse, x.dim(0), x.dim(1), D, R, r.interleaved, stream_);
     launched(op);
   }
 

@@ -30,10 +30,10 @@ void rmsnorm_bwd(const float* x, const float* w, float w_offset, const float* rs
 constexpr int64_t kRowGroupBlocks = 512;
 constexpr size_t kRowGroupBytes = size_t(kRowGroupBlocks) * 32 * 8;
 
-// x (T, H, D): each head's first R dims rotated in place at pos (T); inv_freq (R/2) in device memory;
-// inverse: the transpose
+// x (T, H, D): each head's first R dims rotated in place at pos (T), pairs (i, i + R/2) or (interleaved)
+// (2i, 2i + 1); inv_freq (R/2) in device memory; inverse: the transpose
 void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bool inverse, int64_t T, int64_t H,
-          int64_t D, int64_t R, cudaStream_t s);
+          int64_t D, int64_t R, bool interleaved, cudaStream_t s);
 
 // out = act(g) * u, act silu or (gelu) GELU's tanh approximation;  backward: dg, du.  out, and dg with
 // du: f32, or bf16 (rounded to nearest even)

@@ -151,19 +151,21 @@ __global__ void add_groups_k(const double* partial, int64_t G, float* out, int64
   out[i] += float(s);
 }
 
-// x: (T, H, D); thread per (t, i < R/2), pairs (i, i + R/2); heads in a loop; dims R.. untouched
+// x: (T, H, D); thread per (t, i < R/2), pairs (i, i + R/2) (interleaved: (2i, 2i + 1)); heads in a
+// loop; dims R.. untouched
 __global__ void rope_k(float* x, const int32_t* pos, const float* inv_freq, float scaling, double sgn, int64_t T,
-                       int64_t H, int64_t D, int64_t R) {
+                       int64_t H, int64_t D, int64_t R, bool interleaved) {
   const int64_t half = R / 2, e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= T * half) return;
   const int64_t t = e / half, i = e % half;
   const float angle = float(pos[t]) * inv_freq[i];
   const float c = float(cos(double(angle)) * scaling), sn = float(sgn * sin(double(angle)) * scaling);
+  const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
   for (int64_t h = 0; h < H; ++h) {
     float* xr = x + (t * H + h) * D;
-    const float x1 = xr[i], x2 = xr[i + half];
-    xr[i] = x1 * c - x2 * sn;
-    xr[i + half] = x2 * c + x1 * sn;
+    const float x1 = xr[a], x2 = xr[b];
+    xr[a] = x1 * c - x2 * sn;
+    xr[b] = x2 * c + x1 * sn;
   }
 }
 
@@ -350,10 +352,10 @@ void rmsnorm_bwd(const float* x, const float* w, float w_offset, const float* rs
   if (G > 1) launch(add_groups_k, blocks_for(d), kThreads, 0, s, part, G, dw, d);
 }
 void rope(float* x, const int32_t* pos, const float* inv_freq, float scaling, bool inverse, int64_t T, int64_t H,
-          int64_t D, int64_t R, cudaStream_t s) {
+          int64_t D, int64_t R, bool interleaved, cudaStream_t s) {
   if (T * (R / 2) > 0)
     launch(rope_k, blocks_for(T * (R / 2)), kThreads, 0, s, x, pos, inv_freq, scaling, inverse ? -1.0 : 1.0, T, H, D,
-           R);
+           R, interleaved);
 }
 void glu_fwd(const float* g, const float* u, void* out, bool out_bf16, bool gelu, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
