@@ -464,6 +464,12 @@ TEST(CudaModel, PlanEqualsEveryMeasuredPeak) {
   const ModelConfig p3 = parse_config(partial, "partial rotary plan test config");
   ASSERT_EQ(workspace_shape(p3, ChunkPlan{128, 32}).rope_dim, 4);
   measure(p3, ChunkPlan{128, 32}, 300, "phi3 partial rotary N=300");
+  // GLM-4: its four norms (y1, y2, rstd3, rstd4 as Gemma's), q/k/v biases, interleaved RoPE over half a head
+  const ModelConfig g4 = parse_config(tiny_config_json("glm4", 2), "glm4 plan test config");
+  ASSERT_EQ(workspace_shape(g4, ChunkPlan{128, 32}).rope_dim, 4);
+  ChunkPlan g4_bf16{128, 32};
+  g4_bf16.precision = DType::BF16;
+  measure(g4, g4_bf16, 300, "glm4 N=300 bf16");
 }
 
 // OOMB_CUDA_PROFILE=PATH.json: the profile counts the arithmetic of a step as its schedule spends it
