@@ -52,6 +52,11 @@ json glm4_9b() {
   return j;
 }
 
+json with_eos(json j, const json& eos) {
+  j["eos_token_id"] = eos;
+  return j;
+}
+
 std::string refusal(const json& j) {
   return error_of([&] { parse_config(j, "glm.json"); });
 }
@@ -117,15 +122,16 @@ TEST(Glm, Glm4HasANormAfterEachBranch) {
   EXPECT_TRUE(param_shape(c, l + "pre_feedforward_layernorm.weight").empty());
   EXPECT_TRUE(param_shape(c, l + "self_attn.q_norm.weight").empty());
   EXPECT_EQ(param_count(c), param_count(parse_config(glm_9b(), "glm.json")) + 40 * 2 * 4096);
-  EXPECT_EQ(param_count(preset_config("glm4-9b-0414")), param_count(c));
+  EXPECT_EQ(param_count(preset_config("glm4-9b")), param_count(c));
 }
 
 // GlmConfig's defaults where the file says nothing: partial_rotary_factor 0.5, attention_bias true, head_dim
-// 128 (not hidden / heads), rms_norm_eps 1.5625e-7, 131072 positions, eos 151329, pad 151329 (refused where
-// the vocabulary is smaller, as transformers' embedding would), untied.
+// 128 (not hidden / heads), 2 KV heads (not the head count), rms_norm_eps 1.5625e-7, 131072 positions, eos
+// [151329, 151336, 151338] (generation stops at each; written back whole), pad 151329 (refused where the
+// vocabulary is smaller, as transformers' embedding would), untied.
 TEST(Glm, DefaultsAreGlmConfigs) {
   json j = glm_9b();
-  for (const char* k : {"partial_rotary_factor", "attention_bias", "head_dim", "rms_norm_eps",
+  for (const char* k : {"partial_rotary_factor", "attention_bias", "head_dim", "rms_norm_eps", "num_key_value_heads",
                         "max_position_embeddings", "eos_token_id", "pad_token_id", "tie_word_embeddings"})
     j.erase(k);
   j["hidden_size"] = 2048;  // (hidden / heads 64: the default head_dim is not it)
@@ -135,9 +141,20 @@ TEST(Glm, DefaultsAreGlmConfigs) {
   EXPECT_EQ(c.head_dim, 128);
   EXPECT_EQ(c.rms_norm_eps, 1.5625e-7);
   EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_EQ(c.kv_heads, 2);
   EXPECT_EQ(c.eos_token_id, 151329);
+  const std::vector<int64_t> eos = {151329, 151336, 151338};
+  EXPECT_EQ(eos_token_ids(c), eos);
+  EXPECT_EQ(config_to_json(c)["eos_token_id"], json(eos));
+  EXPECT_EQ(eos_token_ids(parse_config(glm_9b(), "listed.json")), eos);  // (the file's list)
+  EXPECT_EQ(eos_token_ids(parse_config(with_eos(j, 151336), "one.json")), std::vector<int64_t>{151336});
   EXPECT_EQ(c.pad_token_id, 151329);
   EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(parse_config(with_eos(tiny_config_json("llama", 2), json{5, 9}), "l.json").eos_token_id, 5);
+  EXPECT_EQ(eos_token_ids(parse_config(with_eos(tiny_config_json("llama", 2), json{5, 9}), "l.json")),
+            (std::vector<int64_t>{5, 9}));
+  EXPECT_EQ(eos_token_ids(parse_config(tiny_config_json("llama", 2), "absent.json")), std::vector<int64_t>{2});  // (LlamaConfig's)
+  EXPECT_TRUE(eos_token_ids(parse_config(with_eos(tiny_config_json("llama", 2), nullptr), "null.json")).empty());
   json small = tiny_config_json("glm", 2);
   small.erase("pad_token_id");
   EXPECT_THAT(refusal(small), HasSubstr("no 'pad_token_id', and GlmForCausalLM's default 151329 is outside the "
@@ -185,12 +202,17 @@ TEST(Glm, WrittenBackReadsTheSame) {
     EXPECT_EQ(back.qkv_bias, true);
     EXPECT_EQ(param_count(back), param_count(c));
   }
+  // a config made here (no file behind it): the factor 1 and no biases written, absent being 0.5 and true
   json whole = tiny_config_json("glm", 2);
   whole["partial_rotary_factor"] = 1.0, whole["attention_bias"] = false;
-  const json out = config_to_json(parse_config(whole, "w.json"));
-  EXPECT_EQ(out["partial_rotary_factor"], 1.0);  // (absent would read back as GLM's 0.5)
+  ModelConfig made = parse_config(whole, "w.json");
+  made.raw = json::object();
+  const json out = config_to_json(made);
+  EXPECT_EQ(out["partial_rotary_factor"], 1.0);
   EXPECT_EQ(out["attention_bias"], false);
-  EXPECT_EQ(parse_config(out, "w2.json").rope.partial_rotary_factor, 1.0);
+  const ModelConfig back = parse_config(out, "w2.json");
+  EXPECT_EQ(back.rope.partial_rotary_factor, 1.0);
+  EXPECT_FALSE(back.qkv_bias);
 
   ModelConfig m = parse_config(tiny_config_json("llama", 2), "llama.json");
   set_arch(m, Arch::Glm);
@@ -244,7 +266,7 @@ TEST(Glm, Bf16StepTracksTheF32Step) { expect_bf16_tracks_f32(tiny_glm4(), 8, "gl
 // tensors by transformers' names (gate and up fused again, GLM-4's four norms) and its config.json the same
 // family and factor.
 TEST(Glm, CliInitsTrainsAndSavesGlmAndGlm4) {
-  for (const std::string preset : {"glm-4-9b", "glm4-9b-0414"}) {
+  for (const std::string preset : {"glm-4-9b", "glm4-9b"}) {
     SCOPED_TRACE(preset);
     const auto dir = temp_dir("_" + preset);
     const fs::path m = dir / "m", out = dir / "out";

@@ -2,6 +2,7 @@
 // the KV cache (the prompt goes in chunks of at most --chunk-size tokens). The prompt: text, ids,
 // or a conversation (--chat, --messages) rendered by the model's chat template with the generation
 // prompt, whose reply alone is printed.
+#include <algorithm>
 #include <fmt/format.h>
 #include <filesystem>
 #include <fstream>
@@ -118,7 +119,8 @@ Command add_generate(CLI::App& app) {
   add_precision_flag(c, a->precision, "the matmuls (LoRA's adapters too)");
   c->add_option("--lora", a->lora, "A PEFT LoRA adapter directory (oomb train's --out with LoRA, or a checkpoint of "
                 "a LoRA run) on --model as its base; no merge needed");
-  c->add_flag("--stop-at-eos,!--no-stop-at-eos", a->stop_at_eos, "Stop at the model's eos_token_id (default on)");
+  c->add_flag("--stop-at-eos,!--no-stop-at-eos", a->stop_at_eos, "Stop at the model's eos_token_id, any of a list "
+              "(default on)");
   add_rope_flags(c, a->rope);
   return {c, [a] {
             const bool chat = !a->chat.empty() || !a->messages.empty();
@@ -163,11 +165,12 @@ Command add_generate(CLI::App& app) {
               model.decode(prompt.data() + i, n, logits.data());
             }
             std::mt19937_64 rng(a->seed);
+            const std::vector<int64_t> eos = eos_token_ids(cfg);
             std::vector<int32_t> out;
             for (int64_t k = 0; k < a->max_new; ++k) {
               const int32_t next = sample_next(logits.data(), cfg.vocab, {a->temperature, a->top_p}, rng);
               out.push_back(next);
-              if (a->stop_at_eos && next == cfg.eos_token_id) break;
+              if (a->stop_at_eos && std::count(eos.begin(), eos.end(), next)) break;
               if (k + 1 < a->max_new) model.decode(&next, 1, logits.data());
             }
             model.end_decode();
@@ -177,7 +180,8 @@ Command add_generate(CLI::App& app) {
             if (tok) {
               int64_t unknown = 0;
               std::vector<int32_t> reply = out;
-              if (chat && a->stop_at_eos && !reply.empty() && reply.back() == cfg.eos_token_id) reply.pop_back();
+              if (chat && a->stop_at_eos && !reply.empty() && std::count(eos.begin(), eos.end(), reply.back()))
+                reply.pop_back();
               const std::string text = printable(*tok, reply, unknown);
               if (chat) std::cout << text << std::endl;  // the reply alone
               else std::cout << (a->prompt.empty() ? printable(*tok, prompt, unknown) : a->prompt) << text << std::endl;

@@ -14,7 +14,7 @@ void add_lora_flags(CLI::App* c, LoraFlags& f, bool with_dir) {
   c->add_option("--lora-alpha", f.alpha, "LoRA: the adapters' scale is alpha / r (alpha / sqrt(r) with --rslora)")
       ->check(positive())->capture_default_str();
   c->add_option("--lora-targets", f.targets,
-                 "LoRA: the linears adapted, from q,k,v,o,gate,up,down (or all; Phi-3: qkv, o, gate_up, down)")
+                 "LoRA: the linears adapted, from q,k,v,o,gate,up,down (or all; Phi-3: qkv, o, gate_up, down; GLM: gate_up)")
       ->capture_default_str();
   c->add_option("--lora-dropout", f.dropout, std::string("LoRA: dropout on each adapter's input while training, as "
                 "PEFT's lora_dropout (the base linear reads the input itself); the mask a function of --seed, the window "

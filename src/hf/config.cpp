@@ -442,6 +442,7 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
       OOMB_CHECK(e == "full_attention", "config {}: layer_types asks for sliding_attention, but no sliding window "
                  "is set{}", r.src, c.arch == Arch::Llama ? " (Llama has none)" : c.arch == Arch::Granite ? " (Granite has none)"
                  : c.arch == Arch::Olmo2 ? " (OLMo 2 has none; OLMo 3 has)"
+                 : c.arch == Arch::Glm || c.arch == Arch::Glm4 ? " (GLM has none)"
                  : c.split_rope() ? " (its sliding_window is null)" : " (sliding_window with use_sliding_window)");
     return;
   }
@@ -506,7 +507,8 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   c.intermediate = r.size("intermediate_size", kMaxInter);
   c.layers = r.size("num_hidden_layers", kMaxLayers);
   c.heads = r.size("num_attention_heads", kMaxHeads);
-  c.kv_heads = r.size("num_key_value_heads", kMaxHeads, c.heads);  // null/absent -> num_attention_heads
+  // null/absent -> num_attention_heads; GlmConfig's and Glm4Config's 2 (no fallback to the head count)
+  c.kv_heads = r.size("num_key_value_heads", kMaxHeads, c.arch == Arch::Glm || c.arch == Arch::Glm4 ? 2 : c.heads);
   c.vocab = r.size("vocab_size", kMaxVocab);
   OOMB_CHECK(c.heads % c.kv_heads == 0,
              "config {}: num_attention_heads ({}) must be divisible by num_key_value_heads ({})", source, c.heads,
@@ -599,6 +601,20 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   }
   c.raw = j;
   return c;
+}
+
+std::vector<int64_t> eos_token_ids(const ModelConfig& c) {
+  const json* list = c.raw.is_object() && c.raw.contains("eos_token_id") ? &c.raw["eos_token_id"] : nullptr;
+  std::vector<int64_t> ids;
+  if (list && list->is_array() && !list->empty() && list->front() == c.eos_token_id) {  // (parse_config checked them)
+    for (const json& v : *list)
+      if (v.is_number_integer() && v.get<int64_t>() >= 0) ids.push_back(v.get<int64_t>());
+  } else if (!list && (c.arch == Arch::Glm || c.arch == Arch::Glm4) && c.eos_token_id == arch_info(c.arch).eos) {
+    ids = {151329, 151336, 151338};  // (GlmConfig's default)
+  } else if (c.eos_token_id >= 0) {
+    ids = {c.eos_token_id};
+  }
+  return ids;
 }
 
 void check_training_dropout(const ModelConfig& c, const std::string& source) {

@@ -119,6 +119,11 @@ struct ModelConfig {
   double sliding_rope_theta = 0;
 };
 
+// The ids that end a sequence: config.json's eos_token_id, all of a list (GLM's chat models end a reply
+// with 151336 or 151338 as well as 151329), else c.eos_token_id; where the file gives none, the class's
+// default (GlmConfig's list of three). Empty: none.
+std::vector<int64_t> eos_token_ids(const ModelConfig& c);
+
 // Attention's softmax scale: attention_multiplier where set (Granite), query_pre_attn_scalar^-1/2 (Gemma 3),
 // else 1/sqrt(head_dim).
 float attention_scale(const ModelConfig& c);

@@ -41,7 +41,9 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   j["bos_token_id"] = id(c.bos_token_id);
   const json* eos = c.raw.is_object() && c.raw.contains("eos_token_id") ? &c.raw["eos_token_id"] : nullptr;
   bool keep_list = eos && eos->is_array() && !eos->empty() && eos->front() == c.eos_token_id;
-  if (!keep_list) j["eos_token_id"] = id(c.eos_token_id);
+  // (GLM's default is a list: written whole, so that the file means what the class's default did)
+  const std::vector<int64_t> all = eos_token_ids(c);
+  if (!keep_list) j["eos_token_id"] = all.size() > 1 ? json(all) : id(c.eos_token_id);
   // as read, or null for none (absent would mean the class's default); a negative one stays as given
   const json* pad = c.raw.is_object() && c.raw.contains("pad_token_id") ? &c.raw["pad_token_id"] : nullptr;
   const bool same_pad = pad && pad->is_number_integer() && pad->get<int64_t>() < 0 &&

@@ -1,5 +1,6 @@
-// Phi-3's fused checkpoint tensors (ModelConfig::fused_projections): self_attn.qkv_proj holds q, k and
-// v as row blocks [q; k; v], mlp.gate_up_proj holds [gate; up]. The model keeps them apart.
+// Phi-3's and GLM's fused checkpoint tensors (ModelConfig::fused_qkv, fused_gate_up): self_attn.qkv_proj
+// holds q, k and v as row blocks [q; k; v] (Phi-3), mlp.gate_up_proj holds [gate; up] (both). The model
+// keeps them apart.
 #pragma once
 #include <optional>
 #include <span>

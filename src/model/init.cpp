@@ -126,8 +126,9 @@ const std::vector<Preset>& presets() {
          c.pad_token_id = 151329;
          return c;  // (make's set_arch gave it GlmConfig's partial_rotary_factor 0.5 and its q/k/v biases)
        }},
-      // Glm4Config's defaults (GLM-4-9B-0414's shape): GLM-4 9B with a norm after each branch as well
-      {"glm4-9b-0414", [] {
+      // Glm4Config's defaults (the GLM-4-0414 architecture at the 9B shape; GLM-4-9B-0414's own config.json
+      // may give another context length and eps): GLM-4 9B with a norm after each branch as well
+      {"glm4-9b", [] {
          ModelConfig c = make(Arch::Glm4, 4096, 13696, 40, 32, 2, 151552, false, 10000, 1.5625e-7, 131072, 128);
          c.pad_token_id = 151329;
          return c;

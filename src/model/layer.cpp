@@ -167,8 +167,8 @@ Tensor for_matmul(const LayerCtx& ctx, const Tensor& x, const Tensor& to) {
 }
 
 // The norm of a residual branch's output (ModelConfig::post_norm): its weight and its rstd's activation.
-// OLMo 2's are its only norms (attn_norm, mlp_norm; rstd1, rstd2), Gemma 3's its second pair
-// (attn_post_norm, mlp_post_norm; rstd3, rstd4).
+// OLMo 2's are its only norms (attn_norm, mlp_norm; rstd1, rstd2), Gemma 3's and GLM-4's their second
+// pair (attn_post_norm, mlp_post_norm; rstd3, rstd4).
 struct BranchNorm {
   Tensor LayerParams::* w;
   Tensor LayerActs::* rstd;
@@ -190,7 +190,7 @@ void finish_branch(const LayerCtx& ctx, const Tensor& y, const Tensor& w, Tensor
 }
 // Its backward: the branch's output gradient from the residual stream's dh (T, d), as its matmul
 // reads it: for_matmul(dh), or with Granite's multiplier m, m dh in f32 `scratch` (T, d) (bf16: m dh
-// rounded once into dy16); OLMo 2, Gemma 3: dh through the branch's norm into `scratch` (dw += its
+// rounded once into dy16); OLMo 2, Gemma 3, GLM-4: dh through the branch's norm into `scratch` (dw += its
 // weight's gradient), cast as for_matmul casts.
 Tensor branch_grad(const LayerCtx& ctx, const Tensor& dh, Tensor& scratch, const Tensor& dy16, const Tensor& y,
                    const Tensor& w, const Tensor& rstd, Tensor& dw) {
