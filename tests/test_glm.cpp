@@ -19,6 +19,7 @@
 #include "hf/adapter_config.h"
 #include "hf/config.h"
 #include "hf/fused_projections.h"
+#include "hf/peft.h"
 #include "hf/safetensors.h"
 #include "model/init.h"
 #include "model/lora.h"
@@ -228,7 +229,8 @@ TEST(Glm, WrittenBackReadsTheSame) {
 }
 
 // LoRA on a GLM: PEFT adapts its fused gate_up_proj as one module (B: gate's and up's rows), q, k and v as
-// their own; gate without up is refused naming the fused linear; target_modules names it once.
+// their own; gate without up is refused naming the fused linear; target_modules names it once; GLM-4's
+// modules_to_save its four norms.
 TEST(Glm, LoraAdaptsTheFusedGateUpAsOneModule) {
   const ModelConfig c = parse_config(tiny_config_json("glm", 2), "glm.json");
   LoraConfig l;
@@ -245,6 +247,16 @@ TEST(Glm, LoraAdaptsTheFusedGateUpAsOneModule) {
   EXPECT_EQ(lora_shape(c, l, kQ, true), (std::vector<int64_t>{4 * 8, 2}));
   const std::vector<std::string> modules = adapter_config_json(l, "m", {}, c.fused_qkv(), c.fused_gate_up())["target_modules"];
   EXPECT_EQ(modules, (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"}));
+  // LongLoRA's trainable norms on a GLM-4: PEFT's modules_to_save names its four layer norms
+  const ModelConfig g4 = parse_config(tiny_config_json("glm4", 2), "glm4.json");
+  l.train_embeddings_norms = true;
+  const Params trainable(g4, lora_layout(g4, l), Tier::Host, Tag::IO);
+  const auto dir = temp_dir("_adapter");
+  write_adapter_files(dir, g4, l, trainable, "base");
+  std::vector<std::string> saved = json::parse(read_text(dir / "adapter_config.json"))["modules_to_save"];
+  std::sort(saved.begin(), saved.end());
+  EXPECT_EQ(saved, (std::vector<std::string>{"embed_tokens", "input_layernorm", "norm", "post_attention_layernorm",
+                                             "post_mlp_layernorm", "post_self_attn_layernorm"}));
   parse_lora_targets("q,gate", l);
   EXPECT_THAT(error_of([&] { lora_layout(c, l); }), HasSubstr("gate_proj and up_proj are one linear in its files "
                                                               "(model.layers.0.mlp.gate_up_proj.weight)"));

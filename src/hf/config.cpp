@@ -45,8 +45,8 @@ constexpr const char* kModelTypes = "llama, qwen2, qwen3, mistral, phi3, granite
 // but on every sliding_window_pattern-th, 6)
 bool slides_by_default(int64_t l, int64_t pattern) { return (l + 1) % pattern != 0; }
 int64_t default_window_pattern(Arch a) { return a == Arch::Gemma3 ? 6 : 4; }
-bool takes_partial_rotary(Arch a) { return a == Arch::Phi3 || a == Arch::Glm || a == Arch::Glm4; }
-double default_partial_rotary(Arch a) { return a == Arch::Glm || a == Arch::Glm4 ? 0.5 : 1.0; }
+bool takes_partial_rotary(Arch a) { return a == Arch::Phi3 || glm_family(a); }
+double default_partial_rotary(Arch a) { return glm_family(a) ? 0.5 : 1.0; }
 const ArchInfo& arch_info(Arch a) {
   for (const auto& k : kArchs)
     if (k.arch == a) return k;
@@ -322,10 +322,10 @@ void set_arch(ModelConfig& c, Arch arch) {
   c.arch = arch;
   c.model_type = k.model_type;
   c.architecture = k.architecture;
-  c.qkv_bias = arch == Arch::Qwen2 || arch == Arch::Glm || arch == Arch::Glm4;
+  c.qkv_bias = arch == Arch::Qwen2 || glm_family(arch);
   c.qk_norm = c.has_qk_norm();
-  if (!takes_partial_rotary(arch)) c.rope.partial_rotary_factor = 1.0;
-  else if (!takes_partial_rotary(from) || (from == Arch::Phi3) != (arch == Arch::Phi3))
+  // (a family's own factor kept within it, and between GLM and GLM-4)
+  if (!takes_partial_rotary(arch) || default_partial_rotary(from) != default_partial_rotary(arch))
     c.rope.partial_rotary_factor = default_partial_rotary(arch);
   c.o_bias = c.mlp_bias = false;
   if (arch != Arch::Granite) {
@@ -442,7 +442,7 @@ void parse_windows(const Reader& r, const json& j, ModelConfig& c) {
       OOMB_CHECK(e == "full_attention", "config {}: layer_types asks for sliding_attention, but no sliding window "
                  "is set{}", r.src, c.arch == Arch::Llama ? " (Llama has none)" : c.arch == Arch::Granite ? " (Granite has none)"
                  : c.arch == Arch::Olmo2 ? " (OLMo 2 has none; OLMo 3 has)"
-                 : c.arch == Arch::Glm || c.arch == Arch::Glm4 ? " (GLM has none)"
+                 : glm_family(c.arch) ? " (GLM has none)"
                  : c.split_rope() ? " (its sliding_window is null)" : " (sliding_window with use_sliding_window)");
     return;
   }
@@ -508,14 +508,14 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   c.layers = r.size("num_hidden_layers", kMaxLayers);
   c.heads = r.size("num_attention_heads", kMaxHeads);
   // null/absent -> num_attention_heads; GlmConfig's and Glm4Config's 2 (no fallback to the head count)
-  c.kv_heads = r.size("num_key_value_heads", kMaxHeads, c.arch == Arch::Glm || c.arch == Arch::Glm4 ? 2 : c.heads);
+  c.kv_heads = r.size("num_key_value_heads", kMaxHeads, glm_family(c.arch) ? 2 : c.heads);
   c.vocab = r.size("vocab_size", kMaxVocab);
   OOMB_CHECK(c.heads % c.kv_heads == 0,
              "config {}: num_attention_heads ({}) must be divisible by num_key_value_heads ({})", source, c.heads,
              c.kv_heads);
   if (r.get("head_dim")) {
     c.head_dim = r.size("head_dim", kMaxHeadDim);
-  } else if (c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3 || c.arch == Arch::Glm || c.arch == Arch::Glm4) {
+  } else if (c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3 || glm_family(c.arch)) {
     // Qwen3Config's and GlmConfig's default 128, Gemma3TextConfig's 256, whatever hidden_size /
     // num_attention_heads is
     c.head_dim = c.arch == Arch::Gemma3 ? 256 : 128;
@@ -565,7 +565,7 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   if (c.arch == Arch::Llama || c.arch == Arch::Granite || c.arch == Arch::SmolLM3) {
     c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
     c.mlp_bias = r.boolean("mlp_bias", false);
-  } else if (c.arch == Arch::Glm || c.arch == Arch::Glm4) {  // attention_bias (default true) on q/k/v alone
+  } else if (glm_family(c.arch)) {  // attention_bias (default true) on q/k/v alone
     c.qkv_bias = r.boolean("attention_bias", true);
   } else if (c.post_norm()) {  // OLMo 2 / 3, Gemma 3: the attention's attention_bias (q/k/v/o); the MLP has none
     c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
@@ -609,7 +609,7 @@ std::vector<int64_t> eos_token_ids(const ModelConfig& c) {
   if (list && list->is_array() && !list->empty() && list->front() == c.eos_token_id) {  // (parse_config checked them)
     for (const json& v : *list)
       if (v.is_number_integer() && v.get<int64_t>() >= 0) ids.push_back(v.get<int64_t>());
-  } else if (!list && (c.arch == Arch::Glm || c.arch == Arch::Glm4) && c.eos_token_id == arch_info(c.arch).eos) {
+  } else if (!list && (glm_family(c.arch)) && c.eos_token_id == arch_info(c.arch).eos) {
     ids = {151329, 151336, 151338};  // (GlmConfig's default)
   } else if (c.eos_token_id >= 0) {
     ids = {c.eos_token_id};

@@ -18,6 +18,8 @@ struct ArchInfo {
   double theta = 10000.0;  // transformers' default rope_theta
 };
 const ArchInfo& arch_info(Arch a);
+// GLM and GLM-4, which share GlmConfig's defaults (2 KV heads, head_dim 128, q/k/v biases, eos list, RoPE)
+inline bool glm_family(Arch a) { return a == Arch::Glm || a == Arch::Glm4; }
 // Whether a family's attention turns part of each head (partial_rotary_factor below 1: Phi-3, GLM, GLM-4), and
 // its config class's default factor (GlmConfig's and Glm4Config's 0.5; 1 elsewhere)
 bool takes_partial_rotary(Arch a);

@@ -66,7 +66,7 @@ nlohmann::json config_to_json(const ModelConfig& c) {
   }
   OOMB_CHECK(c.qk_norm == c.has_qk_norm(), "config_to_json: q/k norms belong to Qwen3, OLMo 2 / 3 and Gemma 3 "
              "only");
-  if (c.arch == Arch::Glm || c.arch == Arch::Glm4) {
+  if (glm_family(c.arch)) {
     OOMB_CHECK(!c.o_bias && !c.mlp_bias, "config_to_json: {}'s attention_bias covers q/k/v alone; it has no o_proj "
                "or MLP bias", c.architecture);
     j["attention_bias"] = c.qkv_bias;

@@ -22,15 +22,17 @@ constexpr const char* kPrefix = "base_model.model.";
 
 bool is_adapter(const std::string& name) { return name.starts_with(kPrefix) && name.find(".lora_") != std::string::npos; }
 
-// PEFT's modules_to_save names for the trainable base tensors (LongLoRA's embeddings and norms).
+// PEFT's modules_to_save names for the trainable base tensors (LongLoRA's embeddings and norms): the
+// embedding, the final norm and every norm of a layer as the parameter layout names them (each family's
+// own: OLMo 2's after each branch, Gemma 3's and GLM-4's four, the q/k norms).
 std::vector<std::string> modules_to_save(const ModelConfig& cfg) {
-  std::vector<std::string> m{"embed_tokens", "input_layernorm", "post_attention_layernorm", "norm"};
-  if (cfg.post_norm()) m[1] = "post_feedforward_layernorm";  // (OLMo 2's layer norms)
-  if (cfg.arch == Arch::Glm4) m = {"embed_tokens", "input_layernorm", "post_attention_layernorm", "norm",
-                                   "post_self_attn_layernorm", "post_mlp_layernorm"};  // (GLM-4's four)
-  else if (cfg.pre_norm() && cfg.post_norm())
-    m.insert(m.end(), {"input_layernorm", "pre_feedforward_layernorm"});  // (Gemma 3's four)
-  if (cfg.qk_norm) m.insert(m.end(), {"q_norm", "k_norm"});
+  std::vector<std::string> m{"embed_tokens", "norm"};
+  const std::string layer0 = "model.layers.0.", weight = ".weight";
+  for (const ParamSpec& s : param_layout(cfg))
+    if (s.name.starts_with(layer0) && s.name.ends_with("norm" + weight)) {
+      const std::string module = s.name.substr(0, s.name.size() - weight.size());
+      m.push_back(module.substr(module.rfind('.') + 1));  // (self_attn.q_norm: q_norm)
+    }
   return m;
 }
 }  // namespace
