@@ -99,13 +99,15 @@ TEST(Gemma3, ReadsItsConfig) {
 }
 
 // Gemma3TextConfig's defaults where the file says nothing: rms_norm_eps 1e-6, bos 2, eos 1, pad 0, tied,
-// 131072 positions, rope_theta 1e6 and rope_local_base_freq 1e4, head_dim 256 (not hidden / heads),
-// query_pre_attn_scalar 256, a window of 4096 on five layers of every six.
+// 131072 positions, rope_theta 1e6 and rope_local_base_freq 1e4, head_dim 256 (not hidden / heads), 4 KV
+// heads (not the head count), query_pre_attn_scalar 256, a window of 4096 on five layers of every six.
 TEST(Gemma3, DefaultsAreGemma3TextConfigs) {
   json j = tiny_config_json("gemma3_text", 2);
-  for (const char* k : {"rms_norm_eps", "max_position_embeddings", "rope_theta", "tie_word_embeddings", "head_dim"})
+  for (const char* k : {"rms_norm_eps", "max_position_embeddings", "rope_theta", "tie_word_embeddings", "head_dim",
+                        "num_key_value_heads"})
     j.erase(k);
   j["num_hidden_layers"] = 7;
+  j["num_attention_heads"] = 8;  // (4 KV heads where absent, not the head count)
   const ModelConfig c = parse_config(j, "gemma3.json");
   EXPECT_EQ(c.rms_norm_eps, 1e-6);
   EXPECT_EQ(c.bos_token_id, 2);
@@ -116,6 +118,7 @@ TEST(Gemma3, DefaultsAreGemma3TextConfigs) {
   EXPECT_EQ(c.rope.theta, 1e6);
   EXPECT_EQ(c.sliding_rope_theta, 1e4);
   EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.kv_heads, 4);
   EXPECT_EQ(c.query_pre_attn_scalar, 256);
   EXPECT_EQ(c.layer_window, (std::vector<int64_t>{4096, 4096, 4096, 4096, 4096, 0, 4096}));
   j["attention_bias"] = true, j["mlp_bias"] = true;

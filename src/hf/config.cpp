@@ -507,8 +507,9 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   c.intermediate = r.size("intermediate_size", kMaxInter);
   c.layers = r.size("num_hidden_layers", kMaxLayers);
   c.heads = r.size("num_attention_heads", kMaxHeads);
-  // null/absent -> num_attention_heads; GlmConfig's and Glm4Config's 2 (no fallback to the head count)
-  c.kv_heads = r.size("num_key_value_heads", kMaxHeads, glm_family(c.arch) ? 2 : c.heads);
+  // null/absent -> num_attention_heads; GlmConfig's and Glm4Config's 2, Gemma3TextConfig's 4 (no fallback to
+  // the head count in either)
+  c.kv_heads = r.size("num_key_value_heads", kMaxHeads, glm_family(c.arch) ? 2 : c.arch == Arch::Gemma3 ? 4 : c.heads);
   c.vocab = r.size("vocab_size", kMaxVocab);
   OOMB_CHECK(c.heads % c.kv_heads == 0,
              "config {}: num_attention_heads ({}) must be divisible by num_key_value_heads ({})", source, c.heads,

@@ -298,8 +298,9 @@ def load_config(model_dir):
     c.inter = _num(path, d, "intermediate_size")
     c.n_layers = _num(path, d, "num_hidden_layers")
     c.n_heads = _num(path, d, "num_attention_heads")
-    # (GlmConfig's and Glm4Config's default: 2, no fallback to num_attention_heads)
-    c.n_kv = _num(path, d, "num_key_value_heads", default=2 if fam in ("glm", "glm4") else c.n_heads)
+    # (GlmConfig's and Glm4Config's default: 2, Gemma3TextConfig's 4; no fallback to num_attention_heads)
+    kv_default = {"glm": 2, "glm4": 2, "gemma3": 4}.get(fam, c.n_heads)
+    c.n_kv = _num(path, d, "num_key_value_heads", default=kv_default)
     c.vocab = _num(path, d, "vocab_size")
     c.eps = _num(path, d, "rms_norm_eps", kind=float,
                  default={"phi3": 1e-5, "olmo2": 1e-5, "olmo3": 1e-5, "glm": 1.5625e-7, "glm4": 1.5625e-7}.get(fam, 1e-6))
