@@ -31,6 +31,14 @@
 using namespace oomb;
 using namespace oomb::testing;
 
+namespace {
+#ifdef OOMB_SIMT
+constexpr bool kSimt = true;  // the CUDA backend's code on the CPU (tests/simt)
+#else
+constexpr bool kSimt = false;
+#endif
+}  // namespace
+
 
 TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
   std::string why;
@@ -76,9 +84,14 @@ TEST(CudaModel, ChunkedStepMatchesTheCpuAndRepeatsBitForBit) {
           EXPECT_LE(e, tol) << s.name;
           (f32 ? worst : worst_bf16) = std::max(f32 ? worst : worst_bf16, e);
         }
-        const StepResult again = one_step(*gpu, dir, ids, tg, plan);
-        EXPECT_EQ(std::memcmp(again.grads.data(), g.grads.data(), g.grads.size() * 4), 0) << "not deterministic";
-        EXPECT_EQ(again.loss, g.loss);
+        // the same bits again: on a GPU every case (atomics and the streams may reorder); on simt, which
+        // runs in one order, each model's last plan, the one with most parts (a read of memory a previous
+        // step left behind would differ): the repeats of the other five took two of the suite's minutes
+        if (!kSimt || (plan.doc_sep >= 0 && plan.kv_dtype == DType::BF16)) {
+          const StepResult again = one_step(*gpu, dir, ids, tg, plan);
+          EXPECT_EQ(std::memcmp(again.grads.data(), g.grads.data(), g.grads.size() * 4), 0) << "not deterministic";
+          EXPECT_EQ(again.loss, g.loss);
+        }
         ++cases;
       }
     }
@@ -435,7 +448,7 @@ TEST(CudaModel, PlanEqualsEveryMeasuredPeak) {
   const ModelConfig cfg = parse_config(tiny_config_json("qwen2", 2), "plan test config");
   for (DType precision : {DType::F32, DType::BF16})
     for (bool offload : {false, true})
-      for (int64_t N : {300, 1000}) {
+      for (int64_t N : {300, 700}) {  // (3 and 6 chunks: the pools' and groups' counts grow, nothing else)
         ChunkPlan plan{128, 32};
         plan.offload_kv = offload;
         plan.offload_group = offload ? 3 : 0;

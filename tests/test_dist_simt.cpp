@@ -19,6 +19,9 @@ using namespace oomb::testing;
 
 namespace {
 const char* const kSimt = "simt_dist_check";
+// half dist_check's default window (256 tokens in chunks of 64): simt's runs take minutes, each rank
+// still several chunks and pages of 16
+#define SIMT_SHAPE " --seq-len 128 --chunk-size 32"
 
 #define NEED_SIMT_MPI()                                                                                     \
   do {                                                                                                      \
@@ -29,8 +32,8 @@ const char* const kSimt = "simt_dist_check";
 
 TEST(DistSimt, TwoRanksOverHostStaging) {
   NEED_SIMT_MPI();
-  expect_equal_to_single_rank(2, "--sp 2 --device cuda --comm mpi", "", kSimt);
-  expect_equal_to_single_rank(2, "--dp 2 --zero 3 --device cuda --comm mpi --offload kv,params",
+  expect_equal_to_single_rank(2, "--sp 2 --device cuda --comm mpi" SIMT_SHAPE, "", kSimt);
+  expect_equal_to_single_rank(2, "--dp 2 --zero 3 --device cuda --comm mpi --offload kv,params" SIMT_SHAPE,
                               "OOMB_GRAD_SYNC_PIECE=1000", kSimt);
 }
 
@@ -39,12 +42,13 @@ TEST(DistSimt, TwoRanksOverHostStaging) {
 TEST(DistSimt, HeadChunksOnTheDeviceGroup) {
   NEED_SIMT_MPI();
   expect_head_chunks_equal_to_one(
-      2, "--sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --doc-mask --device cuda --comm sim-device", kSimt);
+      2, "--sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --doc-mask --device cuda --comm sim-device" SIMT_SHAPE,
+      kSimt);
 }
 
 TEST(DistSimt, FourRanksOnTheDeviceGroup) {
   NEED_SIMT_MPI();
-  expect_equal_to_single_rank(4, "--sp 2 --dp 2 --zero 2 --doc-mask --device cuda --comm sim-device --offload kv",
+  expect_equal_to_single_rank(4, "--sp 2 --dp 2 --zero 2 --doc-mask --device cuda --comm sim-device --offload kv" SIMT_SHAPE,
                               "OOMB_GRAD_SYNC_PIECE=1000", kSimt);
 }
 
@@ -53,7 +57,7 @@ TEST(DistSimt, FourRanksOnTheDeviceGroup) {
 // copy stream then runs before the call, where it otherwise runs after it).
 TEST(DistSimt, Bf16InTheOtherOrder) {
   NEED_SIMT_MPI();
-  expect_equal_to_single_rank(2, "--sp 2 --precision bf16 --offload kv --device cuda --comm sim-device",
+  expect_equal_to_single_rank(2, "--sp 2 --precision bf16 --offload kv --device cuda --comm sim-device" SIMT_SHAPE,
                               "OOMB_SIMT_ORDER=reverse", kSimt);
 }
 
@@ -61,7 +65,7 @@ TEST(DistSimt, Bf16InTheOtherOrder) {
 TEST(DistSimt, CheckFailsWithoutTheGradientSum) {
   NEED_SIMT_MPI();
   const CmdResult r =
-      mpirun(2, (binary_dir() / kSimt).string() + " --sp 2 --device cuda --comm sim-device --skip-reduce");
+      mpirun(2, (binary_dir() / kSimt).string() + " --sp 2 --device cuda --comm sim-device --skip-reduce" SIMT_SHAPE);
   std::cout << r.out;
   EXPECT_NE(r.code, 0);
   EXPECT_GT(figure(r.out, "grad_rel_err"), 1e-2);
