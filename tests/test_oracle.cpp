@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
+#include <vector>
 #include <iostream>
 #include <fmt/format.h>
 
@@ -47,9 +49,22 @@ void write_random_adapter(const std::filesystem::path& dir, const ModelConfig& c
   save_adapter(dir / "adapter", cfg, c.lora, t, (dir / "model").string());
 }
 
-void check_against_oracle(const Case& c) {
+// A case with its files written, waiting for the oracle's run.
+struct Prepared {
+  Case c;
+  std::filesystem::path dir;
+  std::vector<int32_t> toks;
+  int32_t sep = -1;
+  std::string args;  // torch_oracle.py's
+};
+
+std::string quoted(const std::filesystem::path& p) { return "'" + p.string() + "'"; }  // (temp_dir's: no quotes)
+
+// The case's model, tokens, documents and adapter in its directory, and the oracle's arguments.
+void prepare(const Case& c, Prepared& p) {
   SCOPED_TRACE(c.name);
-  const auto dir = temp_dir("_" + c.name);
+  p.c = c;
+  const auto dir = p.dir = temp_dir("_" + c.name);
   // A BF16 / F16 checkpoint is the engine's save of the fp32 weights (the same seed saved in F32 is
   // beside it): the oracle checks that every value is torch's rounding of the fp32 one, then both
   // sides load the same low-precision file, torch with its own decoding.
@@ -81,11 +96,21 @@ void check_against_oracle(const Case& c) {
     extra += " --lora " + (dir / "adapter").string();
     if (c.lora.dropout > 0) extra += fmt::format(" --lora-dropout-key {}", c.dropout_key);
   }
-  const std::string cmd = fmt::format("{} {}/tests/oracle/torch_oracle.py --model {} --tokens {} --out {}{} > {} 2>&1",
-                                      torch_python(), source_dir().string(), (dir / "model").string(),
-                                      (dir / "tokens.bin").string(), (dir / "oracle.safetensors").string(), extra,
-                                      (dir / "oracle.log").string());
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "oracle failed: " << read_text(dir / "oracle.log");
+  p.toks = toks;
+  p.sep = sep;
+  p.args = fmt::format("{} --model {} --tokens {} --out {}{}", quoted(dir / "oracle.log"), quoted(dir / "model"),
+                       quoted(dir / "tokens.bin"), quoted(dir / "oracle.safetensors"), extra);
+}
+
+// The engine's loss and gradients against the oracle's (its run done).
+void compare(const Prepared& p, const std::filesystem::path& jobs_log) {
+  const Case& c = p.c;
+  SCOPED_TRACE(c.name);
+  const auto& dir = p.dir;
+  const auto& toks = p.toks;
+  const int32_t sep = p.sep;
+  ASSERT_TRUE(std::filesystem::exists(dir / "oracle.safetensors"))
+      << "oracle failed: " << read_text(std::filesystem::exists(dir / "oracle.log") ? dir / "oracle.log" : jobs_log);
 
   auto be = make_cpu_backend();
   const ModelConfig loaded = load_config(dir / "model");
@@ -137,12 +162,40 @@ void check_against_oracle(const Case& c) {
   EXPECT_EQ(read.size(), ref.names().size() - 1) << "the oracle and the engine disagree on the parameter set";
 }
 
+// The oracle for every prepared case in one interpreter (torch_oracle.py --jobs: importing torch takes
+// seconds, once a test rather than once a case), then each case compared.
+void run_oracle(const std::vector<Prepared>& cases) {
+  if (cases.empty()) return;
+  const auto dir = temp_dir("_jobs");
+  {
+    std::ofstream jobs(dir / "jobs.txt");
+    for (const Prepared& p : cases)
+      if (!p.args.empty()) jobs << p.args << "\n";  // (empty: its preparation failed, and said so)
+  }
+  const std::string cmd = fmt::format("{} {}/tests/oracle/torch_oracle.py --jobs {} > {} 2>&1", torch_python(),
+                                      source_dir().string(), quoted(dir / "jobs.txt"), quoted(dir / "jobs.log"));
+  const int code = std::system(cmd.c_str());
+  for (const Prepared& p : cases)
+    if (!p.args.empty()) compare(p, dir / "jobs.log");
+  EXPECT_EQ(code, 0) << read_text(dir / "jobs.log");
+}
+
+// check_against_oracle(c) writes the case's files at once; the oracle runs for all of a test's cases
+// at its end (TearDown), and each is compared then, its name in the failures' trace.
 class Oracle : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
     if (!torch_available(&why)) OOMB_MISSING_REFERENCE(why);
   }
+  void TearDown() override { run_oracle(pending_); }
+  void check_against_oracle(const Case& c) {
+    pending_.emplace_back();
+    prepare(c, pending_.back());
+  }
+
+ private:
+  std::vector<Prepared> pending_;
 };
 
 // LoRA of rank 3, alpha 5 on `targets`

@@ -36,6 +36,12 @@ DIR        Hugging Face config.json + model.safetensors (or sharded model-*.safe
 Prints one JSON line: {"loss": L, "n_params": <number of scalar parameters>, "n_tokens": N}.
 Any input problem -> message on stderr naming the file / field, exit code 2.
 
+    /usr/bin/python3 tests/oracle/torch_oracle.py --jobs FILE
+
+runs many in one interpreter (importing torch takes seconds): each line of FILE is 'LOG ARGS...',
+shell words, ARGS the options above and LOG the file its output goes to; a run that fails leaves
+its --out unwritten and the others go on (exit 2 if any failed).
+
 Model semantics: transformers' LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM,
 written from scratch in plain torch ops, everything in float64 (weights are converted
 exactly; BF16 and F16 are decoded by torch's own conversions, independent of the engine's).
@@ -51,11 +57,14 @@ Everything after that (q/k rotation, attention, softmax, loss) is float64.
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import shlex
 import struct
 import sys
+import traceback
 
 import numpy as np
 import torch
@@ -1029,7 +1038,7 @@ def run(args):
     print(json.dumps({"loss": loss.item(), "n_params": n_params, "n_tokens": int(N)}))
 
 
-def main(argv=None):
+def parser():
     ap = argparse.ArgumentParser(description="float64 PyTorch oracle: causal-LM loss + grads")
     ap.add_argument("--model", required=True, help="dir with config.json + safetensors")
     ap.add_argument("--tokens", required=True, help="raw LE uint32 token ids, N+1 of them")
@@ -1046,13 +1055,51 @@ def main(argv=None):
                     "backend/dropout_mask.h; decimal uint64)")
     ap.add_argument("--expect-rounded-from", dest="expect_rounded_from", default=None,
                     help="dir of an F32 checkpoint: --model's BF16/F16 tensors must be torch's rounding of it")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def run_one(args):
     try:
         run(args)
     except OracleError as e:
         print(f"torch_oracle: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def run_jobs(path):
+    """--jobs FILE: one run per line, 'LOG ARGS...' (shell words): each run's output goes to its LOG.
+    One interpreter for them all (importing torch takes seconds); a run that fails leaves its --out
+    unwritten, its error in its LOG, and the others go on. Exit 2 if any failed."""
+    try:
+        with open(path) as f:
+            lines = [ln for ln in f.read().splitlines() if ln.strip()]
+    except OSError as e:
+        print(f"torch_oracle: error: --jobs {path}: {e.strerror}", file=sys.stderr)
+        return 2
+    failed = 0
+    for i, line in enumerate(lines, 1):
+        words = shlex.split(line)
+        log, argv = words[0], words[1:]
+        with open(log, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                code = run_one(parser().parse_args(argv))
+            except SystemExit as e:  # argparse's refusal (its message already on the log)
+                code = e.code if isinstance(e.code, int) else 2
+            except Exception:  # a bug here: the traceback on the log, the other runs go on
+                traceback.print_exc()
+                code = 1
+        if code != 0:
+            failed += 1
+            print(f"torch_oracle: --jobs {path} line {i} failed (exit {code}): see {log}", file=sys.stderr)
+    return 2 if failed else 0
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "--jobs":
+        return run_jobs(argv[1])
+    return run_one(parser().parse_args(argv))
 
 
 if __name__ == "__main__":
