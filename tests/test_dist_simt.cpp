@@ -38,7 +38,7 @@ TEST(DistSimt, TwoRanksOverHostStaging) {
 }
 
 // The head groups' buffers on the CUDA backend: the attention backward's scratch is a group's
-// (the plan had counted every head's, 512 bytes over per rank here)
+// (the plan had counted every head's, 256 bytes over per rank at these chunks of 32)
 TEST(DistSimt, HeadChunksOnTheDeviceGroup) {
   NEED_SIMT_MPI();
   expect_head_chunks_equal_to_one(

@@ -58,7 +58,12 @@ struct Prepared {
   std::string args;  // torch_oracle.py's
 };
 
-std::string quoted(const std::filesystem::path& p) { return "'" + p.string() + "'"; }  // (temp_dir's: no quotes)
+// a path as one shell word (the jobs file's lines and the command are shell words)
+std::string sh_word(const std::filesystem::path& p) {
+  std::string q = "'";
+  for (const char ch : p.string()) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
 
 // The case's model, tokens, documents and adapter in its directory, and the oracle's arguments.
 void prepare(const Case& c, Prepared& p) {
@@ -72,7 +77,7 @@ void prepare(const Case& c, Prepared& p) {
   std::string extra;
   if (c.dtype != DType::F32) {
     write_tiny_model(dir / "model_f32", c.cfg, 11, DType::F32);
-    extra = " --expect-rounded-from " + (dir / "model_f32").string();
+    extra = " --expect-rounded-from " + sh_word(dir / "model_f32");
   }
   auto toks = write_tokens(dir / "tokens.bin", c.N + 1, cfg.vocab, 12);
   const int32_t sep = c.docs.empty() ? -1 : int32_t(cfg.vocab - 1);
@@ -89,17 +94,17 @@ void prepare(const Case& c, Prepared& p) {
         .write(reinterpret_cast<const char*>(toks.data()), std::streamsize(toks.size() * 4));
     std::ofstream(dir / "docs.bin", std::ios::binary)
         .write(reinterpret_cast<const char*>(doc_ids.data()), std::streamsize(doc_ids.size() * 4));
-    extra += fmt::format(" --doc-ids {} --ignore-targets-of {}", (dir / "docs.bin").string(), sep);
+    extra += fmt::format(" --doc-ids {} --ignore-targets-of {}", sh_word(dir / "docs.bin"), sep);
   }
   if (c.lora.on()) {
     write_random_adapter(dir, cfg, c);
-    extra += " --lora " + (dir / "adapter").string();
+    extra += " --lora " + sh_word(dir / "adapter");
     if (c.lora.dropout > 0) extra += fmt::format(" --lora-dropout-key {}", c.dropout_key);
   }
   p.toks = toks;
   p.sep = sep;
-  p.args = fmt::format("{} --model {} --tokens {} --out {}{}", quoted(dir / "oracle.log"), quoted(dir / "model"),
-                       quoted(dir / "tokens.bin"), quoted(dir / "oracle.safetensors"), extra);
+  p.args = fmt::format("{} --model {} --tokens {} --out {}{}", sh_word(dir / "oracle.log"), sh_word(dir / "model"),
+                       sh_word(dir / "tokens.bin"), sh_word(dir / "oracle.safetensors"), extra);
 }
 
 // The engine's loss and gradients against the oracle's (its run done).
@@ -166,14 +171,15 @@ void compare(const Prepared& p, const std::filesystem::path& jobs_log) {
 // seconds, once a test rather than once a case), then each case compared.
 void run_oracle(const std::vector<Prepared>& cases) {
   if (cases.empty()) return;
-  const auto dir = temp_dir("_jobs");
+  const auto dir = temp_dir(".jobs");  // (each case's is "_" + its name)
   {
     std::ofstream jobs(dir / "jobs.txt");
     for (const Prepared& p : cases)
       if (!p.args.empty()) jobs << p.args << "\n";  // (empty: its preparation failed, and said so)
   }
-  const std::string cmd = fmt::format("{} {}/tests/oracle/torch_oracle.py --jobs {} > {} 2>&1", torch_python(),
-                                      source_dir().string(), quoted(dir / "jobs.txt"), quoted(dir / "jobs.log"));
+  const std::string cmd = fmt::format("{} {} --jobs {} > {} 2>&1", sh_word(torch_python()),
+                                      sh_word(source_dir() / "tests" / "oracle" / "torch_oracle.py"),
+                                      sh_word(dir / "jobs.txt"), sh_word(dir / "jobs.log"));
   const int code = std::system(cmd.c_str());
   for (const Prepared& p : cases)
     if (!p.args.empty()) compare(p, dir / "jobs.log");
@@ -190,6 +196,11 @@ class Oracle : public ::testing::Test {
   }
   void TearDown() override { run_oracle(pending_); }
   void check_against_oracle(const Case& c) {
+    for (const Prepared& p : pending_)  // (its directory would replace the earlier case's before the run)
+      if (p.c.name == c.name) {
+        ADD_FAILURE() << "two cases named " << c.name << " in one test";
+        return;
+      }
     pending_.emplace_back();
     prepare(c, pending_.back());
   }
@@ -446,9 +457,11 @@ TEST_F(Oracle, Gemma3SandwichNormsAndGelu) {
                                                       {"sliding_attention", {{"rope_type", "default"},
                                                                              {"rope_theta", 50.0}}}}}}),
                         37, 9, 4});
-  check_against_oracle({"gemma3_defaults_bias_pad0", with(tiny_config_json("gemma3_text", 4),
-                                                          {{"tie_word_embeddings", nullptr}, {"pad_token_id", nullptr},
-                                                           {"attention_bias", true}}),
+  // (8 heads, num_key_value_heads absent: Gemma3TextConfig's 4, not the head count)
+  check_against_oracle({"gemma3_defaults_kv4_of_8_bias_pad0",
+                        with(tiny_config_json("gemma3_text", 4),
+                             {{"tie_word_embeddings", nullptr}, {"pad_token_id", nullptr}, {"attention_bias", true},
+                              {"num_attention_heads", 8}, {"num_key_value_heads", nullptr}}),
                         19});
   check_against_oracle({"gemma3_lora_dropout_C5_P4", o, 21, 5, 4, DType::F32, lora_of("all", false, true, 0.5), 83});
   // the norms frozen: their gradients (the post-norms' too) go to the layer's scratch

@@ -1079,9 +1079,15 @@ def run_jobs(path):
         return 2
     failed = 0
     for i, line in enumerate(lines, 1):
-        words = shlex.split(line)
-        log, argv = words[0], words[1:]
-        with open(log, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            words = shlex.split(line)
+            log, argv = words[0], words[1:]
+            out = open(log, "w")
+        except (ValueError, IndexError, OSError) as e:  # this line unreadable: the others go on
+            failed += 1
+            print(f"torch_oracle: --jobs {path} line {i}: {e}", file=sys.stderr)
+            continue
+        with out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             try:
                 code = run_one(parser().parse_args(argv))
             except SystemExit as e:  # argparse's refusal (its message already on the log)
