@@ -32,10 +32,12 @@ constexpr ArchInfo kArchs[] = {{Arch::Llama, "LlamaForCausalLM", "llama", 2048, 
                                 2e6},
                                {Arch::Olmo2, "Olmo2ForCausalLM", "olmo2", 2048, -1, 50279, 1, 1e-5},
                                {Arch::Olmo3, "Olmo3ForCausalLM", "olmo3", 2048, -1, 50279, 1, 1e-5, 5e5},
-                               {Arch::Gemma3, "Gemma3ForCausalLM", "gemma3_text", 131072, 2, 1, 0, 1e-6, 1e6},
+                               {Arch::Gemma3, "Gemma3ForCausalLM", "gemma3_text", 131072, 2, 1, 0, 1e-6, 1e6, 4},
                                // (GlmConfig / Glm4Config: eos_token_id [151329, 151336, 151338], bos None)
-                               {Arch::Glm, "GlmForCausalLM", "glm", 131072, -1, 151329, 151329, 1.5625e-7},
-                               {Arch::Glm4, "Glm4ForCausalLM", "glm4", 131072, -1, 151329, 151329, 1.5625e-7}};
+                               {Arch::Glm, "GlmForCausalLM", "glm", 131072, -1, 151329, 151329, 1.5625e-7,
+                                10000.0, 2},
+                               {Arch::Glm4, "Glm4ForCausalLM", "glm4", 131072, -1, 151329, 151329, 1.5625e-7,
+                                10000.0, 2}};
 constexpr const char* kArchitectures = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, "
                                        "Phi3ForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
                                        "Olmo3ForCausalLM, Gemma3ForCausalLM, GlmForCausalLM, Glm4ForCausalLM";
@@ -509,7 +511,7 @@ ModelConfig parse_config(const nlohmann::json& j, const std::string& source) {
   c.heads = r.size("num_attention_heads", kMaxHeads);
   // null/absent -> num_attention_heads; GlmConfig's and Glm4Config's 2, Gemma3TextConfig's 4 (no fallback to
   // the head count in either)
-  c.kv_heads = r.size("num_key_value_heads", kMaxHeads, glm_family(c.arch) ? 2 : c.arch == Arch::Gemma3 ? 4 : c.heads);
+  c.kv_heads = r.size("num_key_value_heads", kMaxHeads, ai.kv_heads ? ai.kv_heads : c.heads);
   c.vocab = r.size("vocab_size", kMaxVocab);
   OOMB_CHECK(c.heads % c.kv_heads == 0,
              "config {}: num_attention_heads ({}) must be divisible by num_key_value_heads ({})", source, c.heads,

@@ -16,6 +16,7 @@ struct ArchInfo {
   int64_t pad;       // transformers' default pad_token_id (-1: None)
   double eps;        // transformers' default rms_norm_eps
   double theta = 10000.0;  // transformers' default rope_theta
+  int64_t kv_heads = 0;    // transformers' default num_key_value_heads (0: num_attention_heads)
 };
 const ArchInfo& arch_info(Arch a);
 // GLM and GLM-4, which share GlmConfig's defaults (2 KV heads, head_dim 128, q/k/v biases, eos list, RoPE)
