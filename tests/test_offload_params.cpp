@@ -87,6 +87,7 @@ class OffloadParams : public ::testing::Test {
   void TearDown() override {
     ParamStore::drop_wait_for_test(nullptr);
     Optimizer::delay_update_for_test(0);
+    Optimizer::hold_update_for_test(false);
   }
   static std::vector<std::filesystem::path>* models_;
 };
@@ -385,19 +386,23 @@ TEST_F(OffloadParams, OverlappedUpdateEqualsTheUpdateInPlace) {
           }
           ++compared;
         }
-  // each of the pass's waits for the update, skipped alone with a slow update: another result (the
-  // 3-tile untied model, whose lm_head is the update's last unit, read at the loss)
+  // each of the pass's waits for the update, skipped alone with the update held until the pass waits
+  // for a later unit (or the step's end): another result (the 3-tile untied model, whose lm_head is
+  // the update's last unit, read at the loss)
   const auto& wide = (*models_)[3];
   ASSERT_TRUE(ParamStore::streams_head(load_config(wide), false) && !load_config(wide).tie_word_embeddings);
   const Trained in_place = train_steps(*sim, wide, plan_of(false, true), "adamw", N, 2, 1, false);
+  Optimizer::hold_update_for_test(true);  // held, with every wait: the same bits (the hold itself changes nothing)
+  EXPECT_EQ(difference(in_place, train_steps(*sim, wide, plan_of(false, true), "adamw", N, 2, 1, true)), "") << "held";
+  Optimizer::hold_update_for_test(false);
   std::string early;
   for (const char* wait : {"update-head", "update-layer", "update-lm"}) {
     if (tsan_leaves_out(fmt::format("the next step without the update's '{}' wait", wait))) continue;
-    Optimizer::delay_update_for_test(20000);
+    Optimizer::hold_update_for_test(true);  // (each unit once the pass waits for one at or after it)
     ParamStore::drop_wait_for_test(wait);
     const std::string diff = difference(in_place, train_steps(*sim, wide, plan_of(false, true), "adamw", N, 2, 1, true));
     ParamStore::drop_wait_for_test(nullptr);
-    Optimizer::delay_update_for_test(0);
+    Optimizer::hold_update_for_test(false);
     EXPECT_NE(diff, "") << "without the '" << wait << "' wait the next step still reads the updated weights";
     early += fmt::format("{}without '{}': {}", early.empty() ? "" : "; ", wait, diff);
   }

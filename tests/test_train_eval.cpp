@@ -188,7 +188,9 @@ TEST(TrainEval, WaitsForTheUpdateBesideIt) {
   }
   if (tsan_leaves_out("the evaluation without the param store's update wait")) return;
   ParamStore::drop_wait_for_test("update-layer");
+  Optimizer::hold_update_for_test(true);  // (each unit once the pass waits for one at or after it)
   const HeldOut early = held_out_losses(dir, true);
+  Optimizer::hold_update_for_test(false);
   ParamStore::drop_wait_for_test(nullptr);
   EXPECT_NE(early.losses, held_out_losses(dir, false).losses)
       << "without the layers' update wait the evaluation still read updated weights";

@@ -79,6 +79,7 @@ std::string Optimizer::first_nonfinite() const { return oomb::first_nonfinite(g_
 
 namespace {
 int64_t g_update_delay_us = 0;
+bool g_hold_update = false;
 
 // This thread's OpenMP team set to n for the scope, then put back.
 class TeamScope {
@@ -94,8 +95,10 @@ class TeamScope {
 }  // namespace
 
 void Optimizer::delay_update_for_test(int64_t microseconds) { g_update_delay_us = microseconds; }
+void Optimizer::hold_update_for_test(bool hold) { g_hold_update = hold; }
 
 Optimizer::~Optimizer() {
+  gate_.release();
   if (worker_.joinable()) worker_.join();
   if (store_) store_->end_overlapped_update();
 }
@@ -116,6 +119,7 @@ void Optimizer::overlap_with(ParamStore& store, bool beside) {
 
 void Optimizer::finish() const {
   if (worker_.joinable()) {
+    gate_.release();  // (a test's held update: its units now)
     const auto t0 = std::chrono::steady_clock::now();
     worker_.join();  // (at once when the passes waited for every unit)
     join_waited_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -170,7 +174,7 @@ double Optimizer::step(int64_t k, float* lr_used) {
   if (shard_.on()) return step_shard(clip, lr), norm;
   if (store_) {  // unit by unit, on the update's thread or (not beside) here: the same elementwise bits as below
     if (c_.kind == "adamw") ++t_;
-    gate_.start(int64_t(units_.size()));
+    gate_.start(int64_t(units_.size()), beside_ && g_hold_update);
     try {
       store_->begin_overlapped_update(&gate_);
       worker_update_s_ = -1;  // (an update that fails reports none)
@@ -187,6 +191,7 @@ double Optimizer::step(int64_t k, float* lr_used) {
         worker_team_ = team;
         for (size_t u = 0; u < units_.size(); ++u) {
           if (g_update_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(g_update_delay_us));
+          gate_.hold_unit(int64_t(u));
           update(units_[u], clip, lr);
           gate_.done(int64_t(u));
         }

@@ -93,6 +93,10 @@ class Optimizer {
   ~Optimizer();
   // Tests: the overlapped update sleeps this long before each unit (0: never)
   static void delay_update_for_test(int64_t microseconds);
+  // Tests: the overlapped update does each unit only once the pass waits for it or a later one, or
+  // finish() is called (UpdateGate's hold): what a pass without one of its waits reads before its
+  // next wait is the old weights, however loaded the machine
+  static void hold_update_for_test(bool hold);
   // The name of the first gradient tensor (in the checkpoint's order) holding NaN or Inf; "" if none.
   std::string first_nonfinite() const;
   static double grad_norm(Params& grads, Backend& be);
