@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/sim_hold.h"
 #include "hf/checkpoint.h"
 #include "model/sweep_plan.h"
 #include "train/model.h"
@@ -154,10 +155,11 @@ TEST_F(Offload, BitwiseIdenticalWithACopyDelay) {
   }
 }
 
-// With a delay on every copy, each of the offload's waits matters: without it attention reads a
+// With every copy held until something waits for it (kHoldCopies), each of the offload's waits
+// matters, whatever the machine's load: without it attention reads a
 // group before it has arrived, a chunk's K/V staging is overwritten before it went out (four
 // layers: the first chunk reuses a staging buffer with no group wait between), or the chunk's own
-// gradients are read before they came in; with the copies out lagging, a group's pages come in
+// gradients are read before they came in; with the copies out held, a group's pages come in
 // before what went home has landed ('gone').
 TEST_F(Offload, DroppingAWaitBreaksIt) {
   const auto dir = temp_dir();
@@ -167,18 +169,19 @@ TEST_F(Offload, DroppingAWaitBreaksIt) {
   const Case c{97, 13, 16, 2, DType::F32, DType::F32, false};
   const auto t = tokens(c.N + 1, 7);
   const std::vector<int32_t> ids(t.begin(), t.end() - 1), tg(t.begin() + 1, t.end());
-  auto sim = make_sim_backend(0, 300);
+  auto sim = make_sim_backend(0, 300), held = make_sim_backend(0, kHoldCopies);
   const StepResult ref = run(*sim, dir, ids, tg, c.N, plan_of(c, false));
   ASSERT_TRUE(same_bits(ref, run(*sim, dir, ids, tg, c.N, plan_of(c, true))));
+  ASSERT_TRUE(same_bits(ref, run(*held, dir, ids, tg, c.N, plan_of(c, true)))) << "every copy held until waited for";
   for (const char* wait : {"in", "write", "own"}) {
     SCOPED_TRACE(wait);
     if (tsan_leaves_out(fmt::format("the KV cache without its '{}' wait", wait))) continue;
     KVCache::drop_wait_for_test(wait);
-    const StepResult broken = run(*sim, dir, ids, tg, c.N, plan_of(c, true), false);
+    const StepResult broken = run(*held, dir, ids, tg, c.N, plan_of(c, true), false);
     KVCache::drop_wait_for_test(nullptr);
     EXPECT_FALSE(same_bits(ref, broken)) << "the test does not notice a missing '" << wait << "' wait";
   }
-  auto lagging = make_sim_backend(0, 50, 5000);
+  auto lagging = make_sim_backend(0, 50, kHoldCopies);
   ASSERT_TRUE(same_bits(ref, run(*lagging, dir, ids, tg, c.N, plan_of(c, true))));
   if (tsan_leaves_out("the KV cache without its 'gone' wait")) return;
   KVCache::drop_wait_for_test("gone");
@@ -297,17 +300,17 @@ TEST_F(Offload, BadInputIsNamed) {
   EXPECT_NE(error_of([&] { Model m(cfg, *sim, p); }).find("exceeds --device-memory 4096"), std::string::npos);
 }
 
-// The simulated device's copy engine: a copy is not there until its event is waited for (with a
-// delay), and work on the copy stream runs in order.
+// The simulated device's copy engine: a copy is not there until its event is waited for (held:
+// kHoldCopies), and work on the copy stream runs in order.
 TEST(SimDevice, CopiesArriveAtTheirEventInOrder) {
-  auto sim = make_sim_backend(0, 20000);
+  auto sim = make_sim_backend(0, kHoldCopies);
   Buffer host(Tier::Pinned, Tag::IO, 4096), dev(Tier::Device, Tag::IO, 4096);
   std::memset(host.data(), 7, 4096);
   auto e = sim->new_event();
   sim->copy_async(dev.data(), Tier::Device, host.data(), Tier::Pinned, 4096, Stream::Copy);
   sim->fill_zero_async(dev.as<char>() + 1024, 1024, Stream::Copy);
   sim->record(*e, Stream::Copy);
-  EXPECT_EQ(dev.as<char>()[0], 0) << "the copy landed before its delay: the test would pass by luck";
+  EXPECT_EQ(dev.as<char>()[0], 0) << "the copy landed before anything waited for it";
   sim->wait(Stream::Compute, *e);
   EXPECT_EQ(dev.as<char>()[0], 7);
   EXPECT_EQ(dev.as<char>()[1024], 0);  // the fill ran after the copy
@@ -315,13 +318,14 @@ TEST(SimDevice, CopiesArriveAtTheirEventInOrder) {
 }
 
 // The two copy streams run beside each other, each in order: a copy in waits for an event of the
-// copy-out stream (a copy back that lags) before it overwrites what that copy reads, and the host's
-// wait for the copy in covers both; without the wait the copy in overtakes it (the control).
+// copy-out stream (a copy back held until something waits for it) before it overwrites what that
+// copy reads, and the host's wait for the copy in covers both; without the wait the copy in
+// overtakes it (the control).
 TEST(SimDevice, ACopyStreamWaitsForTheOthersEvent) {
   for (const bool wait : {true, false}) {
     SCOPED_TRACE(wait ? "waiting" : "not waiting");
     if (!wait && tsan_leaves_out("a copy in without its wait for the copy out")) continue;
-    auto sim = make_sim_backend(0, 0, 20000);  // the copies out lag 20 ms
+    auto sim = make_sim_backend(0, 0, kHoldCopies);  // the copies out held
     Buffer host(Tier::Pinned, Tag::IO, 4096), dev(Tier::Device, Tag::IO, 4096), back(Tier::Pinned, Tag::IO, 4096);
     std::memset(host.data(), 7, 4096);
     std::memset(dev.data(), 3, 4096);

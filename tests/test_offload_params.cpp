@@ -15,6 +15,7 @@
 #include <map>
 #include <sstream>
 
+#include "backend/sim_hold.h"
 #include "cli/guards.h"
 #include "data/repeat_task.h"
 #include "model/bf16_weights.h"
@@ -98,13 +99,15 @@ TEST_F(OffloadParams, BitwiseIdenticalToResidentParameters) {
   int compared = 0;
   for (const auto& dir : *models_)
     for (const std::string opt : {"adamw", "sgd"})
-      for (const auto& [delay, out_delay] : {std::pair<int64_t, int64_t>{0, 0}, {200, 200}, {20, 2000}}) {
-        if (out_delay != delay && opt != "adamw") continue;  // (the copies out lagging: AdamW alone)
+      for (const auto& [delay, out_delay] :
+           {std::pair<int64_t, int64_t>{0, 0}, {200, 200}, {20, 2000}, {kHoldCopies, kHoldCopies}}) {
+        if ((out_delay != delay || delay == kHoldCopies) && opt != "adamw") continue;  // (lagging, held: AdamW alone)
         auto sim = make_sim_backend(0, delay, out_delay);
         const Trained ref = train_steps(*sim, dir, plan_of(false, false), opt, N, 3, 2);
         for (const bool kv : {false, true}) {
-          SCOPED_TRACE(fmt::format("{} {} delay {} us (out {} us), --offload {}", dir.filename().string(), opt, delay,
-                                   out_delay, kv ? "kv,params" : "params"));
+          const auto us = [](int64_t d) { return d == kHoldCopies ? std::string("held") : fmt::format("{} us", d); };
+          SCOPED_TRACE(fmt::format("{} {} delay {} (out {}), --offload {}", dir.filename().string(), opt, us(delay),
+                                   us(out_delay), kv ? "kv,params" : "params"));
           const Trained off = train_steps(*sim, dir, plan_of(kv, true), opt, N, 3, 2);
           EXPECT_EQ(difference(ref, off), "");
           ++compared;
@@ -141,9 +144,9 @@ TEST_F(OffloadParams, Bf16BitwiseIdenticalToResidentParameters) {
     const std::string fp32 = difference(ref, train_steps(*sim, dir, plan_of(false, true), "adamw", N, 3, 2));
     EXPECT_NE(fp32, "") << "control: fp32 offloaded parameters give bf16's bits";
     if (dir == models_->front() && !tsan_leaves_out("bf16 images without the param store's 'in' wait")) {
-      auto slow = make_sim_backend(0, 2000);
+      auto held = make_sim_backend(0, kHoldCopies);
       ParamStore::drop_wait_for_test("in");
-      const std::string early = difference(ref, train_steps(*slow, dir, bf16(plan_of(false, true)), "adamw", N, 3, 2));
+      const std::string early = difference(ref, train_steps(*held, dir, bf16(plan_of(false, true)), "adamw", N, 3, 2));
       ParamStore::drop_wait_for_test(nullptr);
       EXPECT_NE(early, "") << "without the 'in' wait the bf16 images still arrive in time";
       std::cout << fmt::format("[ offload  ] bf16: fp32 offloaded against bf16 resident: {}; without the 'in' wait: {}\n",
@@ -192,7 +195,7 @@ TEST_F(OffloadParams, EvaluationLogitsAndDecodingStreamTheTiles) {
   EXPECT_TRUE(same(res.decoded, off.decoded)) << "decoded logits, rel. error " << rel_error(res.decoded, off.decoded);
   if (tsan_leaves_out("lm_head tiles without the param store's 'head-in' wait")) continue;
   ParamStore::drop_wait_for_test("head-in");
-  const Out early = run(true, 2000);
+  const Out early = run(true, kHoldCopies);
   ParamStore::drop_wait_for_test(nullptr);
   EXPECT_FALSE(same(res.logits, early.logits)) << "control: without the 'head-in' wait the logits are the same";
   std::cout << fmt::format("[ offload  ] 3 lm_head tiles streamed ({}): evaluation loss {}, {} logits and 3 decoded "
@@ -259,9 +262,9 @@ TEST_F(OffloadParams, LoraBitwiseIdenticalToResidentParameters) {
       if (dir != models_->front()) continue;
       std::string early = "(left out)";
       if (!embed_norms && !tsan_leaves_out("LoRA's base without the param store's 'in' wait")) {
-        auto slow = make_sim_backend(0, 2000);
+        auto held = make_sim_backend(0, kHoldCopies);
         ParamStore::drop_wait_for_test("in");
-        early = difference(ref, train_steps(*slow, dir, with(plan_of(false, true), SweepOrder::Chunk), "adamw", N, 3, 2));
+        early = difference(ref, train_steps(*held, dir, with(plan_of(false, true), SweepOrder::Chunk), "adamw", N, 3, 2));
         ParamStore::drop_wait_for_test(nullptr);
         EXPECT_NE(early, "") << "without the 'in' wait the streamed base still arrives in time";
       }
@@ -294,9 +297,10 @@ TEST_F(OffloadParams, LoraBitwiseIdenticalToResidentParameters) {
 }
 
 // Skipping the wait for a layer's arrival, for an lm_head tile's, or the host's wait for the copies
-// at the end of a sequence, gives another result (with a copy delay, the copies are still under way);
-// so does skipping a fetch's wait for a layer's or a tile's gradients to have gone out, with the
-// copies out lagging (the slot's gradients overwritten, or the host's read, before they left);
+// at the end of a sequence, gives another result (every copy held until something waits for it:
+// the copies are still under way); so does skipping a fetch's wait for a layer's or a tile's
+// gradients to have gone out, with the copies out held (the slot's gradients overwritten, or the
+// host's read, before they left); once held with every wait, the same bits;
 // tied to a streamed lm_head, so does adding a chunk's embedding part after the next chunk's lm_head
 // part (the resident run's order broken). (Its wait for the tiles' gradients to come back first
 // cannot be shown here: the simulated device's compute stream is the host, whose waits for the
@@ -306,21 +310,21 @@ TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
   ASSERT_TRUE(ParamStore::streams_head(load_config(dir), false));
   auto sim = make_sim_backend(0, 2000);
   const Trained ref = train_steps(*sim, dir, plan_of(false, false), "adamw", 37, 2, 1);
-  // (the sequence's last copies back take 100 ms each for 'sync', so that a busy host, as under
-  // ASan beside other tests or with OpenMP's threads spinning, still reads them before they land
-  // without the wait: at 20 ms a full suite on two cores once read them after)
-  auto slower = make_sim_backend(0, 100000);
+  // (every copy held until something waits for it: without a wait the pass reads what has not
+  // landed however busy the host; a finite delay's race was once lost under a full suite)
+  auto held = make_sim_backend(0, kHoldCopies);
+  EXPECT_EQ(difference(ref, train_steps(*held, dir, plan_of(false, true), "adamw", 37, 2, 1)), "") << "held";
   for (const char* wait : {"in", "head-in", "sync"}) {
     if (tsan_leaves_out(fmt::format("the param store without its '{}' wait", wait))) continue;
     ParamStore::drop_wait_for_test(wait);
-    const Trained off = train_steps(std::string(wait) == "sync" ? *slower : *sim, dir, plan_of(false, true), "adamw", 37, 2, 1);
+    const Trained off = train_steps(*held, dir, plan_of(false, true), "adamw", 37, 2, 1);
     ParamStore::drop_wait_for_test(nullptr);
     const std::string diff = difference(ref, off);
     EXPECT_NE(diff, "") << "without the '" << wait << "' wait the result is still the same";
     std::cout << fmt::format("[ offload  ] without the '{}' wait: {}\n", wait, diff);
   }
   // ('out': the 3-layer model, whose backward reuses a slot within the pass; 'head-out': 3 tiles)
-  auto lagging = make_sim_backend(0, 20, 5000);
+  auto lagging = make_sim_backend(0, 20, kHoldCopies);  // (the copies out held)
   const auto& deep = (*models_)[1];
   const Trained deep_ref = train_steps(*sim, deep, plan_of(false, false), "adamw", 37, 2, 1);
   EXPECT_EQ(difference(ref, train_steps(*lagging, dir, plan_of(false, true), "adamw", 37, 2, 1)), "");

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "backend/sim_hold.h"
 #include "model/init.h"
 #include "model/sweep_plan.h"
 #include "train/model.h"
@@ -163,12 +164,14 @@ TEST_F(Sweep, EvaluationOfALayerOrderModelIsTheChunkOrders) {
   }
 }
 
-// With a copy delay, skipping the wait for a chunk's layer input gives another result, and so does
-// skipping a fetch's wait for the outputs sent out with the copies out lagging ('gone'); so does
+// With every copy held until something waits for it, skipping the wait for a chunk's layer input
+// gives another result, and so does skipping a fetch's wait for the outputs sent out with the copies
+// out held ('gone'), however loaded the machine; so does
 // adding a tied embedding's lm_head part in the loss pass instead of beside its embedding part.
 TEST_F(Sweep, SkippingTheWaitOrAddingTheTiedHeadEarlyBreaksIt) {
   {
-    auto sim = make_sim_backend(0, 2000), lagging = make_sim_backend(0, 100, 5000);
+    auto sim = make_sim_backend(0, 2000), held = make_sim_backend(0, kHoldCopies),
+         lagging = make_sim_backend(0, 100, kHoldCopies);
     const auto& dir = models_->front();
     const Trained ref = train_steps(*sim, dir, plan_of(SweepOrder::Chunk, false, true), "adamw", kN, 2, 1);
     EXPECT_EQ(difference(ref, train_steps(*lagging, dir, plan_of(SweepOrder::Layer, false, true), "adamw", kN, 2, 1)),
@@ -178,7 +181,7 @@ TEST_F(Sweep, SkippingTheWaitOrAddingTheTiedHeadEarlyBreaksIt) {
       ActivationStore::drop_wait_for_test(wait);
       const bool in = std::string(wait) == "in";
       const std::string diff =
-          difference(ref, train_steps(in ? *sim : *lagging, dir, plan_of(SweepOrder::Layer, false, true), "adamw", kN, 2, 1));
+          difference(ref, train_steps(in ? *held : *lagging, dir, plan_of(SweepOrder::Layer, false, true), "adamw", kN, 2, 1));
       ActivationStore::drop_wait_for_test(nullptr);
       EXPECT_NE(diff, "") << "without the '" << wait << "' wait the result is still the same";
       std::cout << fmt::format("[ sweep    ] without the activation store's '{}' wait: {}\n", wait, diff);

@@ -4,8 +4,9 @@
 // is done when it is issued; a compute-stream wait on a copy event is a host wait for that engine,
 // and a copy stream's wait for the other's event an item in its queue that waits for the other
 // engine. An injected delay before every asynchronous copy (OOMB_SIM_COPY_DELAY_US) makes a missing
-// wait read or overwrite memory too early, giving a wrong answer rather than passing by luck. All
-// offload logic is tested here.
+// wait read or overwrite memory too early, giving a wrong answer rather than passing by luck; a delay
+// of kHoldCopies (sim_hold.h) holds each copy until something waits for it. All offload logic is
+// tested here.
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <utility>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/sim_hold.h"
 
 namespace oomb {
 
@@ -25,10 +27,12 @@ namespace {
 void* sim_alloc(size_t bytes) { return zeroed_host_alloc(bytes, "simulated device memory"); }
 void sim_free(void* p) { std::free(p); }
 
-// Work items run in order on one thread; item k (from 1) is done once done_ >= k.
+// Work items run in order on one thread; item k (from 1) is done once done_ >= k. Held (a delay of
+// kHoldCopies): item k runs only once something waited for it or a later one (requested_ >= k).
 class CopyEngine {
  public:
-  explicit CopyEngine(int64_t delay_us) : delay_us_(delay_us), th_([this] { run(); }) {}
+  explicit CopyEngine(int64_t delay_us)
+      : delay_us_(delay_us == kHoldCopies ? 0 : delay_us), hold_(delay_us == kHoldCopies), th_([this] { run(); }) {}
   ~CopyEngine() {
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -53,22 +57,27 @@ class CopyEngine {
   // The host waits for items 1..seq; an item's failure surfaces here.
   void wait_for(uint64_t seq) {
     std::unique_lock<std::mutex> l(mu_);
+    request(seq);
     done_cv_.wait(l, [&] { return done_ >= seq || error_; });
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
   // The other engine's thread waits for items 1..seq; a failure stays here for the host to see.
   void reached(uint64_t seq) {
     std::unique_lock<std::mutex> l(mu_);
+    request(seq);
     done_cv_.wait(l, [&] { return done_ >= seq || error_; });
   }
 
  private:
+  void request(uint64_t seq) {  // (mu_ held)
+    if (hold_ && seq > requested_) requested_ = seq, cv_.notify_all();
+  }
   void run() {
     for (;;) {
       Item it;
       {
         std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return stop_ || !q_.empty(); });
+        cv_.wait(l, [&] { return stop_ || (!q_.empty() && (!hold_ || done_ < requested_)); });
         if (q_.empty()) return;
         it = std::move(q_.front());
         q_.pop_front();
@@ -90,6 +99,7 @@ class CopyEngine {
   }
 
   const int64_t delay_us_;
+  const bool hold_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   struct Item {
@@ -97,7 +107,7 @@ class CopyEngine {
     bool delayed = true;
   };
   std::deque<Item> q_;
-  uint64_t issued_ = 0, done_ = 0;
+  uint64_t issued_ = 0, done_ = 0, requested_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
   std::thread th_;  // last: starts after the members it uses
