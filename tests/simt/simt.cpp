@@ -438,10 +438,13 @@ void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
     return bf16_value(all[l].b[i / 2], i & 1);
   };
   const int l = lane(), group = l >> 2, t = l & 3;
-  for (int i = 0; i < 4; ++i) {
-    const int r = group + 8 * (i >= 2), n = 2 * t + (i & 1);
+  // this lane's rows of A (group, group + 8) and columns of B (2 t, 2 t + 1), each decoded once
+  float rows[2][16], cols[2][16];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k) rows[h][k] = A(group + 8 * h, k), cols[h][k] = B(k, 2 * t + h);
+  for (int i = 0; i < 4; ++i) {  // c_i at row group + 8 (i >= 2), column 2 t + (i & 1)
     float acc = 0.0f;
-    for (int k = 0; k < 16; ++k) acc += A(r, k) * B(k, n);  // products of bf16 values are exact in fp32
+    for (int k = 0; k < 16; ++k) acc += rows[i >> 1][k] * cols[i & 1][k];  // products of bf16 values are exact in fp32
     c[i] += acc;
   }
 }
