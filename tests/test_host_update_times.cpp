@@ -8,10 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -29,14 +32,27 @@
 using namespace oomb;
 using namespace oomb::testing;
 
+namespace {
+// The state of this process's thread `tid` (R running, S asleep, ...), from /proc
+char thread_state(pid_t tid) {
+  std::ifstream f(fmt::format("/proc/self/task/{}/stat", tid));
+  const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t p = s.rfind(')');  // (the name in parentheses may hold spaces)
+  return p != std::string::npos && p + 2 < s.size() ? s[p + 2] : '?';
+}
+}  // namespace
+
 TEST(UpdateGate, TakeWaitedCountsOnlyTheTimeWaitBlocked) {
   UpdateGate gate;
   gate.wait(0);  // no update: at once
   EXPECT_EQ(gate.take_waited_s(), 0.0);
   gate.start(2);
   std::atomic<bool> waiting{false};
+  const pid_t tester = gettid();
   std::thread worker([&] {
-    while (!waiting) std::this_thread::yield();  // (the 40 ms from when the test is about to wait)
+    // the 40 ms from when the test's thread sleeps in wait() (however long the machine's load kept
+    // it from getting there)
+    while (!waiting || thread_state(tester) != 'S') std::this_thread::yield();
     std::this_thread::sleep_for(std::chrono::milliseconds(40));
     gate.done(0);
     gate.done(1);
