@@ -268,8 +268,8 @@ TEST(CompletionLoss, AStepWithoutTargetsIsSkipped) {
 
 namespace {
 // The weights after 3 AdamW steps of one window each, the second all prompt (skipped), on the
-// simulated device, each update slowed to 20 ms a unit (with --offload params it runs beside the
-// next step).
+// simulated device, each update held until a pass waits for it or the trainer's finish() (with
+// --offload params it runs beside the next step).
 std::vector<float> weights_after_a_skip(const fs::path& dir, bool offload) {
   const ModelConfig cfg = load_config(dir);
   auto sim = make_sim_backend(0, 100);
@@ -281,10 +281,10 @@ std::vector<float> weights_after_a_skip(const fs::path& dir, bool offload) {
   TrainOptions o{32, 3, 1, 100};
   o.optim.lr = 1e-2f;
   std::ostringstream log;
-  struct Slow {
-    Slow() { Optimizer::delay_update_for_test(20000); }
-    ~Slow() { Optimizer::delay_update_for_test(0); }
-  } slow;
+  struct Held {  // (a step that does not wait for the update leaves it undone)
+    Held() { Optimizer::hold_update_for_test(true); }
+    ~Held() { Optimizer::hold_update_for_test(false); }
+  } held;
   train(m, data, o, log);
   EXPECT_THAT(log.str(), HasSubstr("step 2: skipped"));
   return host_params(m);

@@ -66,6 +66,28 @@ TEST(UpdateGate, TakeWaitedCountsOnlyTheTimeWaitBlocked) {
   EXPECT_EQ(gate.take_waited_s(), 0.0);
 }
 
+// Held (tests' controls), the update does a unit only once a pass waited for it or a later one: after
+// a wait for unit 1 it stands before unit 2 (which nothing asked for) until release().
+TEST(UpdateGate, AHeldUpdateGoesAsFarAsAWaitOrTheRelease) {
+  UpdateGate gate;
+  gate.start(3, true);
+  std::atomic<int> done{0};
+  std::thread worker([&] {
+    for (int u = 0; u < 3; ++u) {
+      gate.hold_unit(u);
+      done = u + 1;
+      gate.done(u);
+    }
+  });
+  gate.wait(1);
+  EXPECT_EQ(done, 2);
+  EXPECT_TRUE(gate.running());
+  gate.release();
+  worker.join();
+  EXPECT_EQ(done, 3);
+  gate.wait(2);
+}
+
 // The metrics lines of 3 AdamW steps on the simulated device: with --offload params, host_update
 // on every line; the update beside the next step has none finished at the first line (null), then
 // the previous step's seconds; --no-overlap-update times the step's own update and never waits;

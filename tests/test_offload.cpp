@@ -345,7 +345,7 @@ TEST(SimDevice, ACopyStreamWaitsForTheOthersEvent) {
   }
   {  // OOMB_COPY_STREAMS=1: one queue for both, in issue order without the wait
     const ScopedEnv one("OOMB_COPY_STREAMS", "1");
-    auto sim = make_sim_backend(0, 0, 20000);
+    auto sim = make_sim_backend(0, 0, kHoldCopies);  // (two queues: the copy back held behind the copy in)
     Buffer host(Tier::Pinned, Tag::IO, 64), dev(Tier::Device, Tag::IO, 64), back(Tier::Pinned, Tag::IO, 64);
     std::memset(host.data(), 7, 64);
     std::memset(dev.data(), 3, 64);

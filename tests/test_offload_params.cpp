@@ -145,6 +145,7 @@ TEST_F(OffloadParams, Bf16BitwiseIdenticalToResidentParameters) {
     EXPECT_NE(fp32, "") << "control: fp32 offloaded parameters give bf16's bits";
     if (dir == models_->front() && !tsan_leaves_out("bf16 images without the param store's 'in' wait")) {
       auto held = make_sim_backend(0, kHoldCopies);
+      EXPECT_EQ(difference(ref, train_steps(*held, dir, bf16(plan_of(false, true)), "adamw", N, 3, 2)), "") << "held";
       ParamStore::drop_wait_for_test("in");
       const std::string early = difference(ref, train_steps(*held, dir, bf16(plan_of(false, true)), "adamw", N, 3, 2));
       ParamStore::drop_wait_for_test(nullptr);
@@ -193,6 +194,8 @@ TEST_F(OffloadParams, EvaluationLogitsAndDecodingStreamTheTiles) {
   EXPECT_EQ(std::memcmp(&res.loss, &off.loss, sizeof res.loss), 0) << res.loss << " vs " << off.loss;
   EXPECT_TRUE(same(res.logits, off.logits)) << "logits, rel. error " << rel_error(res.logits, off.logits);
   EXPECT_TRUE(same(res.decoded, off.decoded)) << "decoded logits, rel. error " << rel_error(res.decoded, off.decoded);
+  const Out held = run(true, kHoldCopies);
+  EXPECT_TRUE(same(res.logits, held.logits) && same(res.decoded, held.decoded)) << "held, with every wait";
   if (tsan_leaves_out("lm_head tiles without the param store's 'head-in' wait")) continue;
   ParamStore::drop_wait_for_test("head-in");
   const Out early = run(true, kHoldCopies);
@@ -263,6 +266,8 @@ TEST_F(OffloadParams, LoraBitwiseIdenticalToResidentParameters) {
       std::string early = "(left out)";
       if (!embed_norms && !tsan_leaves_out("LoRA's base without the param store's 'in' wait")) {
         auto held = make_sim_backend(0, kHoldCopies);
+        EXPECT_EQ(difference(ref, train_steps(*held, dir, with(plan_of(false, true), SweepOrder::Chunk), "adamw", N, 3, 2)),
+                  "") << "held";
         ParamStore::drop_wait_for_test("in");
         early = difference(ref, train_steps(*held, dir, with(plan_of(false, true), SweepOrder::Chunk), "adamw", N, 3, 2));
         ParamStore::drop_wait_for_test(nullptr);

@@ -187,11 +187,14 @@ TEST(TrainEval, WaitsForTheUpdateBesideIt) {
     }
   }
   if (tsan_leaves_out("the evaluation without the param store's update wait")) return;
-  ParamStore::drop_wait_for_test("update-layer");
-  Optimizer::hold_update_for_test(true);  // (each unit once the pass waits for one at or after it)
-  const HeldOut early = held_out_losses(dir, true);
-  Optimizer::hold_update_for_test(false);
-  ParamStore::drop_wait_for_test(nullptr);
+  HeldOut early;
+  {
+    struct Early {  // (each unit once the pass waits for one at or after it)
+      Early() { ParamStore::drop_wait_for_test("update-layer"), Optimizer::hold_update_for_test(true); }
+      ~Early() { ParamStore::drop_wait_for_test(nullptr), Optimizer::hold_update_for_test(false); }
+    } early_reads;
+    early = held_out_losses(dir, true);
+  }
   EXPECT_NE(early.losses, held_out_losses(dir, false).losses)
       << "without the layers' update wait the evaluation still read updated weights";
 }

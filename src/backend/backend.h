@@ -386,7 +386,8 @@ size_t cuda_pinned_workspace_bytes();  // the block tables' pinned staging
 // capacity: bytes of device memory (0 = unlimited). copy_delay_us: a delay before every
 // asynchronous copy, so that a missing wait gives a wrong answer rather than passing by luck
 // (default: OOMB_SIM_COPY_DELAY_US); copy_out_delay_us: Stream::CopyOut's instead (default: the
-// same), so that a test can make the copies out lag those in.
+// same), so that a test can make the copies out lag those in. Either may be kHoldCopies (sim_hold.h):
+// each copy held until something waits for it.
 std::unique_ptr<Backend> make_sim_backend(int64_t capacity = 0, int64_t copy_delay_us = -1,
                                           int64_t copy_out_delay_us = -1);
 // Null when the build has no CUDA backend or no GPU is visible; `why` says which.

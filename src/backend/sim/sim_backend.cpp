@@ -5,8 +5,8 @@
 // and a copy stream's wait for the other's event an item in its queue that waits for the other
 // engine. An injected delay before every asynchronous copy (OOMB_SIM_COPY_DELAY_US) makes a missing
 // wait read or overwrite memory too early, giving a wrong answer rather than passing by luck; a delay
-// of kHoldCopies (sim_hold.h) holds each copy until something waits for it. All offload logic is
-// tested here.
+// of kHoldCopies (sim_hold.h) holds each copy until something waits for it or for a later one on its
+// stream. All offload logic is tested here.
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
