@@ -241,18 +241,26 @@ def make(name, out):
 def make_bf16(name, d, model_cls, ids):
     """PyTorch's own bf16 on the GPU, the yardstick of FlashAttention's error rule (oomb's bf16 error
     against float64 at most twice PyTorch's): DIR/reference_bf16.safetensors holds, for the same ids,
-    pure/loss F64 (1) and pure/grad/NAME F32 (every parameter in bf16, eager attention), and
+    pure/loss F64 (1) and pure/grad/NAME F32 (every parameter in bf16, eager attention: the model as
+    from_pretrained(dtype=bfloat16) loads it, RoPE's frequencies in float32 as transformers computes them,
+    not Module.to(bfloat16), which would round those buffers too and loosen the yardstick), and
     autocast/loss, autocast/grad/NAME (float32 weights under torch.autocast(bfloat16)); and, since one
     loss is one draw of the rounding, 16 more sequences: seqs/input_ids I64 (16, N), their float64
     losses seqs/loss64 and PyTorch's seqs/pure_loss, seqs/autocast_loss F64 (16)."""
     if not torch.cuda.is_available():
         print(f"{name}: no GPU, so no bf16 reference")
         return
+    def load(dtype):
+        m = model_cls.from_pretrained(d, dtype=dtype, attn_implementation="eager").cuda()
+        assert all(p.dtype == dtype for p in m.parameters()), f"{name}: not every parameter is {dtype}"
+        return m
+
     out = {}
     for mode in ("pure", "autocast"):
-        m = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").cuda()
-        if mode == "pure":
-            m = m.to(torch.bfloat16)
+        m = load(torch.bfloat16 if mode == "pure" else torch.float32)
+        if mode == "pure":  # (the buffers' dtypes, for the record: RoPE's inv_freq float32 where HF keeps it)
+            bufs = sorted({f"{b}: {t.dtype}" for b, t in m.named_buffers() if t.is_floating_point()})
+            print(f"{name}: bf16 model's floating buffers: {', '.join(bufs) or 'none'}")
         m.train(False)
         x = ids.cuda()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "autocast"):
@@ -267,8 +275,7 @@ def make_bf16(name, d, model_cls, ids):
     seqs = torch.randint(0, vocab, (16, ids.shape[1]), generator=g)
     ref = load_f64(model_cls, d)
     ref.train(False)
-    pure = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").cuda().to(torch.bfloat16)
-    auto = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").cuda()
+    pure, auto = load(torch.bfloat16), load(torch.float32)
     l64, lp, la = [], [], []
     with torch.no_grad():
         for s in seqs:
