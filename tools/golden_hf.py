@@ -54,26 +54,26 @@ def longrope(theta, short, long, partial=None):
     return dict(rope_theta=theta, rope_scaling={**p, "type": "longrope"}, **extra)
 
 
-MODELS = {
+MODELS = {  # name: (transformers' config class, model class, config arguments, rope theta config.json holds)
     # untied embeddings, no biases, grouped-query attention (4 query heads over 2 kv heads)
-    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM,
+    "llama": ("LlamaConfig", "LlamaForCausalLM",
               dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
                    rms_norm_eps=1e-5, tie_word_embeddings=False, **rope(10000.0)), 10000.0),
     # tied embeddings, q/k/v biases (Qwen2's), one kv head
-    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM",
               dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=256,
                    rms_norm_eps=1e-6, tie_word_embeddings=True, **rope(1000000.0)), 1000000.0),
     # Qwen3: per-head q/k RMSNorm before RoPE, head_dim 16 apart from hidden / heads (32 / 4), no biases
-    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM",
               dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
                    rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False,
                    **rope(1000000.0)), 1000000.0),
     # Phi-3: fused qkv_proj and gate_up_proj, LongRoPE switching at 16 positions (N = 40: the long
     # factors), a pad token the ids hold (nn.Embedding's padding_idx: its row takes no lookup gradient)
-    "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM,
+    "phi3": ("Phi3Config", "Phi3ForCausalLM",
              dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                   original_max_position_embeddings=16, rms_norm_eps=1e-5, tie_word_embeddings=False,
@@ -81,7 +81,7 @@ MODELS = {
                   **longrope(10000.0, [1.0, 1.1, 1.2, 1.3], [1.5, 3.5, 9.5, 19.5])), 10000.0),
     # Phi-4-mini's kind: RoPE over half of each head (partial_rotary_factor; 4 of 8 dims, so two LongRoPE
     # factors each), tied embeddings
-    "phi3_partial": (transformers.Phi3Config, transformers.Phi3ForCausalLM,
+    "phi3_partial": ("Phi3Config", "Phi3ForCausalLM",
                      dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                           original_max_position_embeddings=16, rms_norm_eps=1e-5, tie_word_embeddings=True,
@@ -89,7 +89,7 @@ MODELS = {
                           **longrope(10000.0, [1.0, 1.3], [2.5, 17.5], partial=0.5)), 10000.0),
     # Granite: a Llama with muP's four multipliers (none a power of two; attention's apart from
     # 1/sqrt(head_dim)), tied embeddings, token 0 the pad (as IBM's files)
-    "granite": (transformers.GraniteConfig, transformers.GraniteForCausalLM,
+    "granite": ("GraniteConfig", "GraniteForCausalLM",
                 dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                      rms_norm_eps=1e-5, tie_word_embeddings=True, pad_token_id=0, bos_token_id=0, eos_token_id=0,
@@ -98,7 +98,7 @@ MODELS = {
     # SmolLM3: its first layer NoPE (no RoPE on q and k), with the sliding window SmolLM3Config puts on the
     # NoPE layers (9 of N = 40 positions), untied, a pad token the ids hold (SmolLM3Config's 128004 is
     # past this vocabulary)
-    "smollm3": (transformers.SmolLM3Config, transformers.SmolLM3ForCausalLM,
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM",
                 dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                      rms_norm_eps=1e-6, tie_word_embeddings=False, pad_token_id=5, bos_token_id=1, eos_token_id=2,
@@ -106,7 +106,7 @@ MODELS = {
                      attention_bias=False, **rope(10000.0)), 10000.0),
     # OLMo 2: each branch's output normalized (no norm before attention), q and k normalized over the
     # whole projection before RoPE, attention_bias on q/k/v/o, Olmo2Config's pad (1) the ids may hold
-    "olmo2": (transformers.Olmo2Config, transformers.Olmo2ForCausalLM,
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM",
               dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                    rms_norm_eps=1e-5, tie_word_embeddings=False, pad_token_id=1, bos_token_id=None, eos_token_id=2,
@@ -114,7 +114,7 @@ MODELS = {
     # OLMo 3: OLMo 2 with a sliding window (9 of N = 40 positions) on its first layer, as layer_types
     # says, whose RoPE is the plain one of its own theta, the full layer's YaRN past 16 positions
     # (transformers 5's rope_parameters per layer type; 4.x's Olmo3 has one RoPE for all layers)
-    "olmo3": (transformers.Olmo3Config, transformers.Olmo3ForCausalLM,
+    "olmo3": ("Olmo3Config", "Olmo3ForCausalLM",
               dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                    rms_norm_eps=1e-6, tie_word_embeddings=True, pad_token_id=1, bos_token_id=None, eos_token_id=2,
@@ -129,7 +129,7 @@ MODELS = {
     # query_pre_attn_scalar^-1/2 (20); a sliding window (9 of N = 40) on its first layer, turned by the plain
     # RoPE of its own theta, the full layer's scaled linearly x2; tied, Gemma3TextConfig's pad (0) the ids hold
     # (head_dim 16: q as wide as 2 hidden, as Gemma's heads are wider than its hidden size)
-    "gemma3": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM,
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
                dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
                     rms_norm_eps=1e-6, tie_word_embeddings=True, pad_token_id=0, bos_token_id=2, eos_token_id=1,
@@ -141,14 +141,14 @@ MODELS = {
                                                    rope_scaling={"rope_type": "linear", "factor": 2.0}))), 1000000.0),
     # GLM: RoPE on interleaved pairs of the first half of each head (8 of 16 dims), q/k/v biases and none on
     # o_proj, gate and up fused (gate_up_proj), untied, a pad token the ids hold
-    "glm": (transformers.GlmConfig, transformers.GlmForCausalLM,
+    "glm": ("GlmConfig", "GlmForCausalLM",
             dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
                  rms_norm_eps=1e-5, tie_word_embeddings=False, pad_token_id=5, bos_token_id=None, eos_token_id=2,
                  attention_bias=True, **rope(10000.0, partial=0.5)), 10000.0),
     # GLM-4 (0414): GLM with a norm after each branch as well (post_self_attn_layernorm, post_mlp_layernorm;
     # post_attention_layernorm the MLP's input's), tied
-    "glm4": (transformers.Glm4Config, transformers.Glm4ForCausalLM,
+    "glm4": ("Glm4Config", "Glm4ForCausalLM",
              dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
                   rms_norm_eps=1e-5, tie_word_embeddings=True, pad_token_id=5, bos_token_id=None, eos_token_id=2,
@@ -178,7 +178,11 @@ def load_f64(model_cls, d):
 
 
 def make(name, out):
-    config_cls, model_cls, kw, theta = MODELS[name]
+    config_name, model_name, kw, theta = MODELS[name]
+    # (by name: a transformers without a family fails that family alone, not the script's import)
+    missing = [c for c in (config_name, model_name) if not hasattr(transformers, c)]
+    assert not missing, f"{name}: transformers {transformers.__version__} has no {', '.join(missing)}"
+    config_cls, model_cls = getattr(transformers, config_name), getattr(transformers, model_name)
     torch.manual_seed(1234)
     config = config_cls(**kw)
     if "layer_types" in kw:  # (a transformers that ignores layer_types would make another model)
