@@ -160,8 +160,9 @@ step() {  # name, time limit (s), command...: log to $W/name.log, its result lin
 
 core() {
   # the fixtures first: CPU only, quick, and what CI keeps using afterwards
-  step golden_hf 150 sh -c "rm -rf tests/fixtures/hf && python3 tools/golden_hf.py --out tests/fixtures/hf" &&
-    [ -f tests/fixtures/hf/qwen2/reference.safetensors ] &&
+  # (packed whatever the step's status: a family transformers fails to make leaves the others' fixtures)
+  step golden_hf 150 sh -c "rm -rf tests/fixtures/hf && python3 tools/golden_hf.py --out tests/fixtures/hf"
+  [ -f tests/fixtures/hf/qwen2/reference.safetensors ] &&
     tar czf "$OUT/hf_fixtures.tgz" tests/fixtures/hf && cp -r tests/fixtures/hf "$W/hf_fixtures"
   # the new fixtures checked at once, on the CPU (Phi-3, Granite, SmolLM3 and their PEFT adapters were
   # first made here): oomb against transformers' own code, PEFT's, and the CPU's bf16 against PyTorch's

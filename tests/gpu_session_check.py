@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 MUTANT_SUFFIX = "_mutant_drop_query"  # gpu_bundle.sh's negative control: test_cuda_attention, another define
+CUDA_ONLY = {"oomb_attention_lab"}  # the programs a build without nvcc does not have (dev/CMakeLists.txt)
 OOMB_SUBCOMMANDS = ("train", "plan", "init")
 
 
@@ -25,6 +26,24 @@ def logical_lines(text):  # backslash-newline continuations joined
 
 def flags_of(s):
     return re.findall(r"(?<![\w$-])(--[a-z][\w-]*)", s)
+
+
+def option_flags(help_text):  # the options a CLI11 --help lists (not flags its prose mentions)
+    return set(re.findall(r"^\s+(?:-\w,)?(--[\w-]+)", help_text, re.M))
+
+
+def comment_text(script):  # the script's comment lines, joined (its usage examples)
+    return " ".join(line.lstrip("# ") for line in script.splitlines() if line.lstrip().startswith("#"))
+
+
+def shapes(session):  # GPU_SESSION_TIMELINE's default and GPU_SESSION_PROFILE's: "[NAME=VALUE...] preset N C [flags]"
+    texts = [m.group(1) for m in re.finditer(r"GPU_SESSION_(?:TIMELINE|PROFILE)(?::-|=\")([^}\"]*)", session)]
+    out = []
+    for shape in (x for t in texts for x in t.split(";")):
+        words = [w for w in shape.split() if not re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", w)]
+        if len(words) >= 3 and words[1].isdigit():  # (not the usage's "preset N C [flags]")
+            out.append(words)
+    return out
 
 
 def command_tail(line, start):  # the text of one command: up to the next &&, ||, a pipe or ;
@@ -41,7 +60,7 @@ class Checker:
         self.findings.append(msg)
 
     def missing(self, program, msg):  # without nvcc the CUDA-only programs are not built: said, not a finding
-        if self.have_cuda:
+        if self.have_cuda or program not in CUDA_ONLY:
             self.find(msg)
         elif program not in self.unbuilt:
             self.unbuilt.append(program)
@@ -53,26 +72,43 @@ class Checker:
                 return p
         return None
 
+    def help_flags(self, prog, *sub):  # the options of `prog [sub] --help` (CLI11)
+        key = (prog,) + sub
+        if key not in self._help:
+            exe = self.program(prog)
+            if exe is None:
+                self.find(f"no program {prog} in this build, so its flags cannot be checked")
+            out = subprocess.run([exe, *sub, "--help"], capture_output=True, text=True).stdout if exe else ""
+            self._help[key] = option_flags(out)
+        return self._help[key]
+
     def oomb_flags(self, sub):
-        if sub not in self._help:
-            exe = self.program("oomb")
-            out = subprocess.run([exe, sub, "--help"], capture_output=True, text=True).stdout if exe else ""
-            self._help[sub] = set(flags_of(out))
-        return self._help[sub]
+        return self.help_flags("oomb", sub)
 
     def check_bundle(self, session, bundle):
         # the programs gpu_bundle.sh builds (--target ...) and packs (gpu-bundle/NAME)
         targets = set()
         for m in re.finditer(r"--target((?:[ \t]+\w+)+)", bundle.replace("\\\n", " ")):
             targets |= set(m.group(1).split())
-        packed = {os.path.basename(w) for m in re.finditer(r"for f in ([^;]+); do", bundle.replace("\\\n", " "))
-                  for w in m.group(1).split()} | set(re.findall(r"gpu-bundle/(\w+)", bundle))
-        if not targets or not packed:
+        copied = [w for m in re.finditer(r"for f in ([^;]+); do", bundle.replace("\\\n", " ")) for w in m.group(1).split()
+                  if re.fullmatch(r"[\w/]+", w)]  # (not the loop over gpu-bundle/* that collects libraries)
+        packed = {os.path.basename(w) for w in copied} | set(re.findall(r"gpu-bundle/(\w+)", bundle))
+        if not targets or not copied:
             self.find("gpu_bundle.sh: no --target list or no packed programs found (has its form changed?)")
         for t in sorted(targets):
             if self.program(t) is None:
                 self.missing(t, f"gpu_bundle.sh builds target '{t}', which this build does not have")
+        for w in copied:  # each copied from its place in the build, and built by the --target list above
+            name = os.path.basename(w)
+            if name not in targets:
+                self.find(f"gpu_bundle.sh copies '{w}', which its --target list does not build")
+            elif self.program(name) is not None and not os.path.isfile(os.path.join(self.build, w)):
+                self.find(f"gpu_bundle.sh copies '{w}', but the build puts {name} at {self.program(name)}")
         used = set(re.findall(r"\$(?:W/bin|B)/([A-Za-z_]\w*)", session)) - {"lib", "COMMIT"}
+        # (a loop's programs: for t in A B ...; do ... $B/$t)
+        for m in re.finditer(r"for (\w+) in ([\w ]+); do(.*?)\bdone\b", session, re.S):
+            if re.search(r"\$(?:W/bin|B)/\$\{?" + m.group(1) + r"\b", m.group(3)):
+                used |= set(m.group(2).split())
         if not used:
             self.find("gpu_session.sh: no $W/bin/NAME or $B/NAME programs found (has its form changed?)")
         for u in sorted(used - packed):
@@ -111,7 +147,7 @@ class Checker:
                         self.find(f"gpu_session.sh: oomb {sub} {f}: not a flag of `oomb {sub} --help`")
         # train's flags inside shapes (GPU_SESSION_TIMELINE's default, GPU_SESSION_PROFILE's) and in a
         # command line kept in a variable (dist_mpi_sp2's A='train ...', then oomb $A --sp 2)
-        held = [m.group(1) for m in re.finditer(r"GPU_SESSION_(?:TIMELINE|PROFILE)(?::-|=\")([^}\"]*)", session)]
+        held = [" ".join(words) for words in shapes(session)]
         held += [m.group(1) for m in re.finditer(r"\bA='train ([^']*)'", session)]
         held += [command_tail(line, m.end()) for line in logical_lines(session)
                  for m in re.finditer(r"/oomb['\"]?[ \t]+\\?\$A\b", line)]
@@ -122,6 +158,19 @@ class Checker:
                 n += 1
                 if f not in self.oomb_flags("train"):
                     self.find(f"gpu_session.sh: a shape's {f}: not a flag of `oomb train --help`")
+        # a flag kept in a variable for train and plan (largest's flag="--offload ...")
+        for m in re.finditer(r"\bflag=\"(--[\w-]+)", session):
+            for sub in ("train", "plan"):
+                n += 1
+                if m.group(1) not in self.oomb_flags(sub):
+                    self.find(f"gpu_session.sh: flag=\"{m.group(1)} ...\": not a flag of `oomb {sub} --help`")
+        # the test programs' own (dist_check's CLI)
+        for line in logical_lines(session):
+            for m in re.finditer(r"/dist_check['\"]?", line):
+                for f in flags_of(command_tail(line, m.end())):
+                    n += 1
+                    if f not in self.help_flags("dist_check"):
+                        self.find(f"gpu_session.sh: dist_check {f}: not a flag of `dist_check --help`")
         if n == 0:
             self.find("gpu_session.sh: no oomb flags found (has its form changed?)")
         self.checked += n
@@ -131,10 +180,15 @@ class Checker:
         m = re.search(r"for p in ([\w. -]+); do", session)  # (pick_largest's list)
         if m:
             names |= set(m.group(1).split())
-        names |= set(re.findall(r"(?:GPU_SESSION_(?:TIMELINE|PROFILE)[^\n]*?|;|\")((?:qwen|llama)[\w.-]+)\s+\d", session))
+        names |= {words[0] for words in shapes(session)}
+        names |= {p.strip("'\"") for p in re.findall(r"--preset[ \t]+(\S+)", session)}
+        names = {p for p in names if "$" not in p}  # (not "$1", "$preset": those come from the lists above)
         if not names:
             self.find("gpu_session.sh: no presets found (has its form changed?)")
         exe = self.program("oomb")
+        if exe is None:
+            self.find("no program oomb in this build, so the presets cannot be checked")
+            return
         for p in sorted(names):
             r = subprocess.run([exe, "plan", "--preset", p, "--seq-len", "8192", "--chunk-size", "4096"],
                                capture_output=True, text=True)
@@ -155,7 +209,7 @@ class Checker:
             self.find("gpu_session.sh: no attention lab flags found (has its form changed?)")
         self.checked += n
 
-    def check_python(self, session):
+    def check_python(self, session, bundle):
         n = 0
         # the tools in the script, and bench/cuda_step.py's options in the usage lines of the header
         lines = logical_lines(session)
@@ -163,6 +217,26 @@ class Checker:
                  for m in re.finditer(r"python3\s+((?:tools|bench)/\w+\.py)", line)]
         calls += [("bench/cuda_step.py", m.group(1)) for line in lines
                   for m in re.finditer(r"gpu_session\.sh (?:all|bench)\b(.*)", line)]
+        # the usage examples in backquotes: gpu_session.sh's header (a span opening with all or bench:
+        # bench/cuda_step.py's options; with a flag: cuda_step.py's or oomb train's), gpu_bundle.sh's and the README's
+        readme = self.readme.replace("\n", " ")
+        step_opts = set(re.findall(r"add_argument\(\s*[\"'](--[\w-]+)",
+                                   open(os.path.join(self.src, "bench", "cuda_step.py")).read()))
+        for where, text in (("gpu_session.sh", comment_text(session)), ("gpu_bundle.sh", comment_text(bundle)),
+                            ("README.md", readme)):
+            for m in re.finditer(r"`([^`]*)`", text):
+                span = m.group(1).strip()
+                first = span.split()[0] if span.split() else ""
+                if re.search(r"gpu_session\.sh (?:all|bench)\b", span) or (where != "README.md" and first in ("all", "bench")):
+                    known, what = step_opts, "bench/cuda_step.py's options"
+                elif where == "gpu_session.sh" and first.startswith("--"):
+                    known, what = step_opts | self.oomb_flags("train"), "bench/cuda_step.py's or oomb train's options"
+                else:
+                    continue
+                for f in flags_of(span):
+                    n += 1
+                    if f not in known:
+                        self.find(f"{where}: the usage `{span[:60]}`: {f} is not one of {what}")
         for path, tail in calls:
             full = os.path.join(self.src, path)
             if not os.path.isfile(full):
@@ -177,7 +251,8 @@ class Checker:
             self.find("gpu_session.sh: no Python tool options found (has its form changed?)")
         self.checked += n
 
-    def run(self, session, bundle):
+    def run(self, session, bundle, readme=None):
+        self.readme = open(os.path.join(self.src, "README.md")).read() if readme is None else readme
         for name, text in (("gpu_session.sh", session), ("gpu_bundle.sh", bundle)):
             r = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
             if r.returncode != 0:
@@ -187,7 +262,7 @@ class Checker:
         self.check_oomb(session)
         self.check_presets(session)
         self.check_lab(session)
-        self.check_python(session)
+        self.check_python(session, bundle)
         return self.findings
 
 
@@ -198,29 +273,54 @@ def read_scripts(src):
 
 def self_test(src, build, have_cuda):
     session, bundle = read_scripts(src)
+    readme = open(os.path.join(src, "README.md")).read()
     clean = Checker(src, build, have_cuda).run(session, bundle)
     if clean:
         print("self-test: the scripts as they are have findings; fix those first:\n  " + "\n  ".join(clean))
         return 1
+
+    def s(old, new):  # gpu_session.sh broken
+        return session.replace(old, new, 1), bundle, readme
+
+    def b(old, new):  # gpu_bundle.sh broken
+        return session, bundle.replace(old, new, 1), readme
+
     mutants = {  # each broken copy, and a word its finding must contain
-        "filter": (session.replace("Bf16Budget.Cuda*", "Bf16Budget.Cdua*", 1), "Cdua"),
-        "train flag": (session.replace("--steps 3 --optimizer adamw", "--stesp 3 --optimizer adamw", 1), "--stesp"),
-        "shape flag": (session.replace("--sweep chunk", "--swep chunk", 1), "--swep"),
-        "held flag": (session.replace("--log-every 1';", "--log-evry 1';", 1), "--log-evry"),
-        "mpi flag": (session.replace("\\$A --sp 2", "\\$A --spp 2", 1), "--spp"),
-        "preset": (session.replace("qwen3-1.7b", "qwen3-1.7bb", 1), "qwen3-1.7bb"),
-        "program": (session.replace("$W/bin/test_cuda_timeline", "$W/bin/test_cuda_timelines", 1), "timelines"),
-        "lab flag": (session.replace("--kv-heads 4 --dim 128", "--kv-head 4 --dim 128", 1), "--kv-head"),
-        "tool flag": (session.replace("--lens", "--lengths", 1), "offload.py --lengths"),
-        "syntax": (session.replace("esac\necho", "echo", 1), "bash -n"),
+        "filter": (s("Bf16Budget.Cuda*", "Bf16Budget.Cdua*"), "Cdua"),
+        "train flag": (s("--steps 3 --optimizer adamw", "--stesp 3 --optimizer adamw"), "--stesp"),
+        "init flag": (s("--dtype bf16 --out", "--dtyp bf16 --out"), "--dtyp"),
+        "plan flag": (s('--device-memory "$free"', '--device-memroy "$free"'), "--device-memroy"),
+        "shape flag": (s("--sweep chunk", "--swep chunk"), "--swep"),
+        "held flag": (s("--log-every 1';", "--log-evry 1';"), "--log-evry"),
+        "mpi flag": (s("\\$A --sp 2", "\\$A --spp 2"), "--spp"),
+        "dist_check flag": (s("--device cuda --comm mpi", "--device cuda --com mpi"), "--com"),
+        "header usage flag": (s("`--chunks 4096 --offloads", "`--chunk 4096 --offloads"), "--chunk "),
+        "README usage flag": ((session, bundle, readme.replace("gpu_session.sh all --models", "gpu_session.sh all --model", 1)),
+                              "--model "),
+        "preset": (s("qwen3-1.7b", "qwen3-1.7bb"), "qwen3-1.7bb"),
+        "tool's preset": (s("--preset qwen2.5-0.5b --oomb", "--preset qwen2.5-0.5bb --oomb"), "qwen2.5-0.5bb"),
+        "env shape's preset": (s("OOMB_COPY_STREAMS=1 qwen2.5-1.5b", "OOMB_COPY_STREAMS=1 qwen2.5-1.5bb"), "qwen2.5-1.5bb"),
+        "program": (s("$W/bin/test_cuda_timeline", "$W/bin/test_cuda_timelines"), "timelines"),
+        "memcheck loop's program": (s("for t in test_cuda_device test_cuda_ops", "for t in test_cuda_devise test_cuda_ops"),
+                                    "test_cuda_devise"),
+        "bundle target": (b("test_gemm_layout test_precision oomb_attention_lab", "test_gemm_layout oomb_attention_lab"),
+                          "test_precision"),
+        "bundle path": (b("test_precision dev/oomb_attention_lab", "test_precision oomb_attention_lab"), "oomb_attention_lab"),
+        "lab flag": (s("--kv-heads 4 --dim 128", "--kv-head 4 --dim 128"), "--kv-head"),
+        "tool flag": (s("--lens", "--lengths"), "offload.py --lengths"),
+        "syntax": (s("esac\necho", "echo"), "bash -n"),
     }
+    needs = {"bundle path": "oomb_attention_lab"}  # (its finding compares the copy with the built program's place)
     bad = 0
-    for what, (text, word) in mutants.items():
-        if text == session:
-            print(f"self-test: the {what} mutation found nothing to change in gpu_session.sh")
+    for what, ((text, btext, rtext), word) in mutants.items():
+        if what in needs and Checker(src, build, have_cuda).program(needs[what]) is None:
+            print(f"self-test: {what}: not tried, this build has no {needs[what]}")
+            continue
+        if (text, btext, rtext) == (session, bundle, readme):
+            print(f"self-test: the {what} mutation found nothing to change")
             bad += 1
             continue
-        got = Checker(src, build, have_cuda).run(text, bundle)
+        got = Checker(src, build, have_cuda).run(text, btext, rtext)
         if not any(word in f for f in got):
             print(f"self-test: the {what} mutation ('{word}') was not reported: {got}")
             bad += 1

@@ -27,7 +27,7 @@ namespace {
 // Widths above any kernel's block size (Qwen2-0.5B's 896, Qwen2-7B's 3584, Llama's 4096, 5120) and
 // an odd one, several rows each, so every row loop runs more than once and ends on a partial step.
 // References: float64, gradients written out analytically (finite differences over 5120-wide rows
-// would cost too much; the small cases above check the same formulas by differences).
+// would cost too much; test_cpu_ops.cpp's small cases check the same formulas by differences).
 constexpr int64_t kWidths[] = {896, 3584, 4096, 5120, 4099};
 
 TEST_F(Fixture, RowWiseOpsAtModelWidths) {
