@@ -175,7 +175,6 @@ TEST_F(Offload, DroppingAWaitBreaksIt) {
   ASSERT_TRUE(same_bits(ref, run(*held, dir, ids, tg, c.N, plan_of(c, true)))) << "every copy held until waited for";
   for (const char* wait : {"in", "write", "own"}) {
     SCOPED_TRACE(wait);
-    if (tsan_leaves_out(fmt::format("the KV cache without its '{}' wait", wait))) continue;
     KVCache::drop_wait_for_test(wait);
     const StepResult broken = run(*held, dir, ids, tg, c.N, plan_of(c, true), false);
     KVCache::drop_wait_for_test(nullptr);
@@ -183,7 +182,6 @@ TEST_F(Offload, DroppingAWaitBreaksIt) {
   }
   auto lagging = make_sim_backend(0, 50, kHoldCopies);
   ASSERT_TRUE(same_bits(ref, run(*lagging, dir, ids, tg, c.N, plan_of(c, true))));
-  if (tsan_leaves_out("the KV cache without its 'gone' wait")) return;
   KVCache::drop_wait_for_test("gone");
   const StepResult broken = run(*lagging, dir, ids, tg, c.N, plan_of(c, true), false);
   KVCache::drop_wait_for_test(nullptr);
@@ -324,7 +322,6 @@ TEST(SimDevice, CopiesArriveAtTheirEventInOrder) {
 TEST(SimDevice, ACopyStreamWaitsForTheOthersEvent) {
   for (const bool wait : {true, false}) {
     SCOPED_TRACE(wait ? "waiting" : "not waiting");
-    if (!wait && tsan_leaves_out("a copy in without its wait for the copy out")) continue;
     auto sim = make_sim_backend(0, 0, kHoldCopies);  // the copies out held
     Buffer host(Tier::Pinned, Tag::IO, 4096), dev(Tier::Device, Tag::IO, 4096), back(Tier::Pinned, Tag::IO, 4096);
     std::memset(host.data(), 7, 4096);

@@ -143,7 +143,7 @@ TEST_F(OffloadParams, Bf16BitwiseIdenticalToResidentParameters) {
     }
     const std::string fp32 = difference(ref, train_steps(*sim, dir, plan_of(false, true), "adamw", N, 3, 2));
     EXPECT_NE(fp32, "") << "control: fp32 offloaded parameters give bf16's bits";
-    if (dir == models_->front() && !tsan_leaves_out("bf16 images without the param store's 'in' wait")) {
+    if (dir == models_->front()) {
       auto held = make_sim_backend(0, kHoldCopies);
       EXPECT_EQ(difference(ref, train_steps(*held, dir, bf16(plan_of(false, true)), "adamw", N, 3, 2)), "") << "held";
       ParamStore::drop_wait_for_test("in");
@@ -196,7 +196,6 @@ TEST_F(OffloadParams, EvaluationLogitsAndDecodingStreamTheTiles) {
   EXPECT_TRUE(same(res.decoded, off.decoded)) << "decoded logits, rel. error " << rel_error(res.decoded, off.decoded);
   const Out held = run(true, kHoldCopies);
   EXPECT_TRUE(same(res.logits, held.logits) && same(res.decoded, held.decoded)) << "held, with every wait";
-  if (tsan_leaves_out("lm_head tiles without the param store's 'head-in' wait")) continue;
   ParamStore::drop_wait_for_test("head-in");
   const Out early = run(true, kHoldCopies);
   ParamStore::drop_wait_for_test(nullptr);
@@ -263,8 +262,8 @@ TEST_F(OffloadParams, LoraBitwiseIdenticalToResidentParameters) {
           ++compared;
         }
       if (dir != models_->front()) continue;
-      std::string early = "(left out)";
-      if (!embed_norms && !tsan_leaves_out("LoRA's base without the param store's 'in' wait")) {
+      std::string early = "(not run with --train-embeddings-norms)";
+      if (!embed_norms) {
         auto held = make_sim_backend(0, kHoldCopies);
         EXPECT_EQ(difference(ref, train_steps(*held, dir, with(plan_of(false, true), SweepOrder::Chunk), "adamw", N, 3, 2)),
                   "") << "held";
@@ -320,7 +319,6 @@ TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
   auto held = make_sim_backend(0, kHoldCopies);
   EXPECT_EQ(difference(ref, train_steps(*held, dir, plan_of(false, true), "adamw", 37, 2, 1)), "") << "held";
   for (const char* wait : {"in", "head-in", "sync"}) {
-    if (tsan_leaves_out(fmt::format("the param store without its '{}' wait", wait))) continue;
     ParamStore::drop_wait_for_test(wait);
     const Trained off = train_steps(*held, dir, plan_of(false, true), "adamw", 37, 2, 1);
     ParamStore::drop_wait_for_test(nullptr);
@@ -336,7 +334,6 @@ TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
   EXPECT_EQ(difference(deep_ref, train_steps(*lagging, deep, plan_of(false, true), "adamw", 37, 2, 1)), "");
   for (const char* wait : {"out", "head-out"}) {
     const bool layers = std::string(wait) == "out";
-    if (tsan_leaves_out(fmt::format("the param store without its '{}' wait", wait))) continue;
     ParamStore::drop_wait_for_test(wait);
     const Trained off = train_steps(*lagging, layers ? deep : dir, plan_of(false, true), "adamw", 37, 2, 1);
     ParamStore::drop_wait_for_test(nullptr);
@@ -354,7 +351,6 @@ TEST_F(OffloadParams, SkippingAWaitBreaksIt) {
   EXPECT_EQ(difference(tied_ref, train_steps(*sim, tied, plan_of(false, true), "adamw", 37, 2, 1)), "");
   EXPECT_EQ(difference(tied_ref, train_steps(*sim, tied, layer_order, "adamw", 37, 2, 1)), "");
   for (const char* wait : {"tied-order"}) {
-    if (tsan_leaves_out(fmt::format("the param store without '{}'", wait))) continue;
     ParamStore::drop_wait_for_test(wait);
     const Trained off = train_steps(*sim, tied, layer_order, "adamw", 37, 2, 1);
     ParamStore::drop_wait_for_test(nullptr);
@@ -406,7 +402,6 @@ TEST_F(OffloadParams, OverlappedUpdateEqualsTheUpdateInPlace) {
   Optimizer::hold_update_for_test(false);
   std::string early;
   for (const char* wait : {"update-head", "update-layer", "update-lm"}) {
-    if (tsan_leaves_out(fmt::format("the next step without the update's '{}' wait", wait))) continue;
     Optimizer::hold_update_for_test(true);  // (each unit once the pass waits for one at or after it)
     ParamStore::drop_wait_for_test(wait);
     const std::string diff = difference(in_place, train_steps(*sim, wide, plan_of(false, true), "adamw", N, 2, 1, true));

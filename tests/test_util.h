@@ -44,9 +44,10 @@ class ScopedEnv {
 };
 
 // Under ThreadSanitizer (make test-tsan): true, said on stdout with `what`, and the caller leaves
-// `what` out; elsewhere false. For what ThreadSanitizer cannot judge: the controls that drop a wait
-// on purpose (drop_wait_for_test: their race is the point), and OpenMP teams of several threads
-// (libgomp is not instrumented, so its barriers read as races).
+// `what` out; elsewhere false. For what ThreadSanitizer cannot judge: OpenMP teams of several threads
+// (libgomp is not instrumented, so its barriers read as races). (The controls that drop a wait on
+// purpose are judged: their copies and updates are held until a later wait, kHoldCopies and
+// Optimizer::hold_update_for_test, so the early read is ordered before the write it misses.)
 bool tsan_leaves_out(const std::string& what);
 
 // The message of the oomb::Error that f throws, or "(no error)".
