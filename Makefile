@@ -45,8 +45,9 @@ test-asan: deps
 # own build directory (CUDA and fuzzers off): any report fails the test that made it. One OpenMP
 # thread: libgomp is not instrumented, so its teams' barriers would read as races (those runs are
 # left out: tests/test_util.h, tsan_leaves_out). The controls that drop a wait on purpose run there
-# too: their copies are held until a later wait (kHoldCopies), so the early read is ordered, not a
-# race. A test may take ten times as long as in the plain build: an hour's TIMEOUT.
+# too: what the dropped wait should order is held (every copy, or the copies out, kHoldCopies; the
+# update's units, hold_update_for_test) and runs only while a wait for it blocks, so the early read
+# or overwrite is ordered, not a race. A test may take ten times as long: an hour's TIMEOUT.
 TSAN_BUILD ?= build-tsan
 TSAN_TESTS ?= test_offload test_offload_params test_sweep test_host_update test_host_update_times \
   test_host_waits test_kv_traffic test_stream_times test_train_eval test_cli

@@ -26,6 +26,40 @@ def subcommands(oomb):
     return re.findall(r"^  (\w+)\s", out.split("Subcommands:")[-1], re.M)
 
 
+def command_texts(text):
+    """(line number, text) of each place a command is written: a fenced block's logical lines (a
+    backslash continuation joined, a shell comment cut) and each backquoted span outside the fences
+    (which may wrap lines within a paragraph). Prose outside both is not read as a command."""
+    out, paragraph, fenced = [], [], False
+
+    def spans():  # the backquoted spans of the paragraph so far
+        body = "".join(line for _, line in paragraph)
+        for m in re.finditer(r"`([^`]+)`", body):
+            out.append((paragraph[0][0] + body.count("\n", 0, m.start()), m.group(1).replace("\n", " ")))
+        paragraph.clear()
+
+    lines = text.splitlines(keepends=True)
+    n = 0
+    while n < len(lines):
+        line = lines[n]
+        if line.lstrip().startswith("```"):
+            spans()
+            fenced = not fenced
+        elif fenced:
+            first, joined = n + 1, line.rstrip("\n")
+            while joined.endswith("\\") and n + 1 < len(lines):
+                n += 1
+                joined = joined[:-1] + " " + lines[n].rstrip("\n")
+            out.append((first, re.sub(r"(^|\s)#.*", "", joined)))
+        elif not line.strip():  # a paragraph's end: no span crosses it
+            spans()
+        else:
+            paragraph.append((n + 1, line))
+        n += 1
+    spans()
+    return out
+
+
 def check(texts, oomb):
     subs = subcommands(oomb)
     opts = {s: option_flags(subprocess.run([oomb, s, "--help"], capture_output=True, text=True).stdout) for s in subs}
@@ -35,9 +69,9 @@ def check(texts, oomb):
     if not subs:
         return [f"{oomb} --help lists no subcommands"], 0
     for path, text in texts.items():
-        for n, line in enumerate(text.splitlines(), 1):
-            # a command: oomb SUB and what follows it on the line (in a code block or a backquoted span)
-            for m in re.finditer(r"\boomb (\w+)([^`|;&]*)", line):
+        for n, line in command_texts(text):
+            # a command: oomb SUB and what follows it, up to a separator or the next oomb
+            for m in re.finditer(r"\boomb (\w+)([^|;&]*?)(?=\boomb |[|;&]|$)", line):
                 if m.group(1) not in opts:
                     continue
                 commands += 1
@@ -51,7 +85,7 @@ def check(texts, oomb):
 
 
 def read_docs(src):
-    return {p: open(os.path.join(src, p)).read() for p in DOCS}
+    return {p: open(os.path.join(src, p), encoding="utf-8").read() for p in DOCS}
 
 
 def self_test(src, oomb):
@@ -59,10 +93,19 @@ def self_test(src, oomb):
     if check(texts, oomb)[0]:
         print("self-test: the docs as they are have findings; fix those first")
         return 1
-    mutants = {  # (file, old, new, a word the finding must contain)
-        "README command": ("README.md", "--seq-len", "--seqlen", "--seqlen"),
+    mutants = {  # (file, old, new, a word the finding must contain; None: no finding may come)
+        # another subcommand's flag: only the per-command check can tell
+        "README command": ("README.md", "oomb init --preset tiny --arch qwen2", "oomb init --passkey --preset tiny --arch qwen2",
+                           "oomb init --passkey"),
+        "README continuation line": ("README.md", "--device cpu --metrics run.jsonl", "--device cpu --passkey --metrics run.jsonl",
+                                     "oomb train --passkey"),
         "README prose": ("README.md", "`--sparse-pages", "`--sparse-page", "--sparse-page:"),
         "ARCHITECTURE command": ("docs/ARCHITECTURE.md", "oomb plan --", "oomb plan --bogus-flag --", "--bogus-flag"),
+        "BENCHMARKS wrapped span": ("docs/BENCHMARKS.md", "--chunk-size\n256 --steps 4`", "--chunk-size\n256 --bogus 4`",
+                                    "oomb train --bogus"),
+        "prose is not a command": ("docs/BENCHMARKS.md", "\n\nMeasured: `oomb train --device sim --offload params",
+                                   "\n\nas oomb plan says, torchrun --nproc-per-node 8 saw.\n\nMeasured: `oomb train "
+                                   "--device sim --offload params", None),
     }
     bad = 0
     for what, (path, old, new, word) in mutants.items():
@@ -73,7 +116,10 @@ def self_test(src, oomb):
             continue
         t[path] = t[path].replace(old, new, 1)
         got = check(t, oomb)[0]
-        if any(word in f for f in got):
+        if word is None:
+            print(f"self-test: {what}: {'NOT quiet: ' + str(got) if got else 'no finding'}")
+            bad += 1 if got else 0
+        elif any(word in f for f in got):
             print(f"self-test: {what}: reported")
         else:
             print(f"self-test: {what}: NOT reported: {got}")
@@ -88,6 +134,9 @@ def main(argv):
         print(__doc__)
         return 2
     src, oomb = argv[0], os.path.join(argv[1], "oomb")
+    if not os.access(oomb, os.X_OK):
+        print(f"FINDING: no program {oomb}: build the oomb target first")
+        return 1
     if test:
         return self_test(src, oomb)
     findings, commands = check(read_docs(src), oomb)

@@ -28,8 +28,9 @@ def flags_of(s):
     return re.findall(r"(?<![\w$-])(--[a-z][\w-]*)", s)
 
 
-def option_flags(help_text):  # the options a CLI11 --help lists (not flags its prose mentions)
-    return set(re.findall(r"^\s+(?:-\w,)?(--[\w-]+)", help_text, re.M))
+def option_flags(help_text):  # the options a CLI11 --help lists, each name of an alias pair (not its prose's)
+    names = re.findall(r"^  ((?:-\w,)?--[\w-]+(?:,--[\w-]+)*)", help_text, re.M)
+    return {f for n in names for f in re.findall(r"--[\w-]+", n)}
 
 
 def comment_text(script):  # the script's comment lines, joined (its usage examples)
