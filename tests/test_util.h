@@ -46,8 +46,9 @@ class ScopedEnv {
 // Under ThreadSanitizer (make test-tsan): true, said on stdout with `what`, and the caller leaves
 // `what` out; elsewhere false. For what ThreadSanitizer cannot judge: OpenMP teams of several threads
 // (libgomp is not instrumented, so its barriers read as races). (The controls that drop a wait on
-// purpose are judged: their copies and updates are held until a later wait, kHoldCopies and
-// Optimizer::hold_update_for_test, so the early read is ordered before the write it misses.)
+// purpose are judged: what the dropped wait should order is held, every copy or the copies out
+// (kHoldCopies) or the update's units (Optimizer::hold_update_for_test), and a held item runs only
+// while the thread waiting for it is blocked, so the early read or overwrite is ordered with it.)
 bool tsan_leaves_out(const std::string& what);
 
 // The message of the oomb::Error that f throws, or "(no error)".
