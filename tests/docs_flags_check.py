@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_session_check import flags_of, option_flags  # noqa: E402
+from gpu_session_check import flags_of, help_options  # noqa: E402
 
 DOCS = ("README.md", "docs/ARCHITECTURE.md", "docs/BENCHMARKS.md")
 # flags the README gives to other programs: mpirun's, tensorboard's, gpu_session.sh's benchmark
@@ -62,9 +62,8 @@ def command_texts(text):
 
 def check(texts, oomb):
     subs = subcommands(oomb)
-    opts = {s: option_flags(subprocess.run([oomb, s, "--help"], capture_output=True, text=True).stdout) for s in subs}
-    top = option_flags(subprocess.run([oomb, "--help"], capture_output=True, text=True).stdout)  # (--version)
-    union = top.union(*opts.values())
+    opts = {s: help_options(oomb, s) for s in subs}
+    union = help_options(oomb).union(*opts.values())  # (the top level's: --version)
     findings, commands = [], 0
     if not subs:
         return [f"{oomb} --help lists no subcommands"], 0

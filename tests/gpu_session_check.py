@@ -2,13 +2,14 @@
 """Checks, on the CPU, what scripts/gpu_session.sh will ask of this build on the device machine, whose
 15 minutes a typo would waste: both GPU scripts parse (bash -n); every program the session runs is one
 gpu_bundle.sh builds and packs; every --gtest_filter selects at least one test of its program (a filter
-matching nothing passes silently); every flag given to oomb train, plan and init, to the attention lab
-and to the Python tools (tools/, bench/) is one they take; every preset named exists.
+matching nothing passes silently); every flag given to oomb train, plan and init, dist_check, the
+attention lab and the Python tools (tools/, bench/) is one they take, the usage examples' too; every
+preset named exists.
 
     gpu_session_check.py SOURCE_DIR BUILD_DIR HAVE_CUDA   (exit 0: ok, 1: a finding; without CUDA the
         programs only a CUDA build has are named as not checked)
     gpu_session_check.py --self-test SOURCE_DIR BUILD_DIR HAVE_CUDA
-        (a filter, a flag, a preset and a program each broken in a copy of the script: each reported)
+        (20 kinds of mistake, each made in a copy of the scripts or the README: each reported)
 """
 import os
 import re
@@ -31,6 +32,14 @@ def flags_of(s):
 def option_flags(help_text):  # the options a CLI11 --help lists, each name of an alias pair (not its prose's)
     names = re.findall(r"^  ((?:-\w,)?--[\w-]+(?:,--[\w-]+)*)", help_text, re.M)
     return {f for n in names for f in re.findall(r"--[\w-]+", n)}
+
+
+def help_options(exe, *args):  # the options of `exe [args] --help` (CLI11)
+    return option_flags(subprocess.run([exe, *args, "--help"], capture_output=True, text=True).stdout)
+
+
+def argparse_options(path):  # the options a Python tool's add_argument calls declare
+    return set(re.findall(r"add_argument\(\s*[\"'](--[\w-]+)", open(path).read()))
 
 
 def comment_text(script):  # the script's comment lines, joined (its usage examples)
@@ -79,8 +88,7 @@ class Checker:
             exe = self.program(prog)
             if exe is None:
                 self.find(f"no program {prog} in this build, so its flags cannot be checked")
-            out = subprocess.run([exe, *sub, "--help"], capture_output=True, text=True).stdout if exe else ""
-            self._help[key] = option_flags(out)
+            self._help[key] = help_options(exe, *sub) if exe else set()
         return self._help[key]
 
     def oomb_flags(self, sub):
@@ -88,10 +96,9 @@ class Checker:
 
     def check_bundle(self, session, bundle):
         # the programs gpu_bundle.sh builds (--target ...) and packs (gpu-bundle/NAME)
-        targets = set()
-        for m in re.finditer(r"--target((?:[ \t]+\w+)+)", bundle.replace("\\\n", " ")):
-            targets |= set(m.group(1).split())
-        copied = [w for m in re.finditer(r"for f in ([^;]+); do", bundle.replace("\\\n", " ")) for w in m.group(1).split()
+        joined = bundle.replace("\\\n", " ")
+        targets = {t for m in re.finditer(r"--target((?:[ \t]+\w+)+)", joined) for t in m.group(1).split()}
+        copied = [w for m in re.finditer(r"for f in ([^;]+); do", joined) for w in m.group(1).split()
                   if re.fullmatch(r"[\w/]+", w)]  # (not the loop over gpu-bundle/* that collects libraries)
         packed = {os.path.basename(w) for w in copied} | set(re.findall(r"gpu-bundle/(\w+)", bundle))
         if not targets or not copied:
@@ -221,8 +228,7 @@ class Checker:
         # the usage examples in backquotes: gpu_session.sh's header (a span opening with all or bench:
         # bench/cuda_step.py's options; with a flag: cuda_step.py's or oomb train's), gpu_bundle.sh's and the README's
         readme = self.readme.replace("\n", " ")
-        step_opts = set(re.findall(r"add_argument\(\s*[\"'](--[\w-]+)",
-                                   open(os.path.join(self.src, "bench", "cuda_step.py")).read()))
+        step_opts = argparse_options(os.path.join(self.src, "bench", "cuda_step.py"))
         for where, text in (("gpu_session.sh", comment_text(session)), ("gpu_bundle.sh", comment_text(bundle)),
                             ("README.md", readme)):
             for m in re.finditer(r"`([^`]*)`", text):
@@ -243,7 +249,7 @@ class Checker:
             if not os.path.isfile(full):
                 self.find(f"gpu_session.sh runs {path}, which does not exist")
                 continue
-            known = set(re.findall(r"add_argument\(\s*[\"'](--[\w-]+)", open(full).read()))
+            known = argparse_options(full)
             for f in flags_of(tail):
                 n += 1
                 if f not in known:
