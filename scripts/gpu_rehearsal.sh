@@ -43,8 +43,9 @@ phase timeline GPU_SESSION_BUDGET=200 \
   GPU_SESSION_TIMELINE="tiny-qwen2 256 64 --offload params;OOMB_COPY_STREAMS=1 tiny-qwen2 256 64 --offload params --sweep chunk;tiny-qwen2 256 64 --keep-attention" \
   bash scripts/gpu_session.sh timeline
 phase largest GPU_SESSION_BUDGET=120 GPU_SESSION_LARGEST="tiny-qwen2 kv,params 256 64" bash scripts/gpu_session.sh largest
-phase bench GPU_SESSION_BUDGET=200 GPU_SESSION_SKIP=offload GPU_SESSION_PROFILE="tiny-qwen2 256 64" \
-  bash scripts/gpu_session.sh bench --models tiny --lengths 256 --chunks 64 --offloads "none;params" --no-hf
+# (as the header's 128K call: a profile with --keep-attention, lines by --offloads)
+phase bench GPU_SESSION_BUDGET=200 GPU_SESSION_SKIP=offload GPU_SESSION_PROFILE="tiny-qwen2 256 64 --keep-attention" \
+  bash scripts/gpu_session.sh bench --models tiny --lengths 256 --chunks 64 --offloads "none;params;none+keep;kv" --no-hf
 
 python3 - "$T" <<'PY'
 import json, os, re, sys, tarfile
@@ -78,14 +79,14 @@ check("largest: tiny-qwen2 with --offload kv,params" in s, "largest: the preset 
 check(len(re.findall(r"^step +\d/3 \| loss ", s, re.M)) == 3, "largest: three steps trained")
 rows = [json.loads(l) for l in open(f"{t}/out/bench/bench.jsonl")] if os.path.exists(f"{t}/out/bench/bench.jsonl") else []
 lines = {r["line"]: r for r in rows}
-check(set(lines) == {"oomb bf16", "oomb bf16 --offload params"} and all((r["tokens_per_s"] or 0) > 0 for r in rows),
+check(set(lines) == {"oomb bf16", "oomb bf16 --offload params", "oomb bf16 --keep-attention", "oomb bf16 --offload kv"} and all((r["tokens_per_s"] or 0) > 0 for r in rows),
       "bench: a measured row per line (" + (", ".join(f"{r['line']}: {r['tokens_per_s']}" for r in rows) or "none") + ")")
 hu = (lines.get("oomb bf16 --offload params") or {}).get("host_update") or {}
 check(hu.get("update_s") is not None and "host update" in lines["oomb bf16 --offload params"]["note"],
       "bench: the --offload params row notes the host's update")
 check("| model | line | N | C | tokens/s |" in text(f"{t}/out/bench/bench.md"), "bench: bench.md has the table")
 names = tarfile.open(f"{t}/out/bench/results.tgz").getnames() if os.path.exists(f"{t}/out/bench/results.tgz") else []
-check(any(n.endswith("profile_tiny-qwen2_256.json") for n in names), "bench: the op profile's JSON packed")
+check(any(n.endswith("profile_tiny-qwen2_256_keep.json") for n in names), "bench: the op profile's JSON packed")
 if bad:
     for ph in ("timeline", "largest", "bench"):
         print(f"--- {ph}.log (tail)\n" + "".join(open(f"{t}/{ph}.log").readlines()[-25:]))
