@@ -220,7 +220,7 @@ TEST(TextCorpus, BadInputNamesFileAndLine) {
             d + "bad.txt: invalid UTF-8 at line 3, column 8 (byte 0xc3 at offset 15); fix the file or pass "
                 "--utf8-errors replace to substitute U+FFFD");
   EXPECT_EQ(err("empty.txt", ""), d + "empty.txt: empty file (no text to tokenize)");
-  EXPECT_THAT(err("broken.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"\n"), HasSubstr(d + "broken.jsonl:2: not valid JSON"));
+  EXPECT_THAT(err("broken.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"\n"), HasSubstr(d + "broken.jsonl:2: not valid JSON: column 13: syntax error while parsing object - unexpected end of input"));
   EXPECT_THAT(err("huge.jsonl", "{\"text\": \"a\", \"n\": 1e999}\n"), HasSubstr(d + "huge.jsonl:1: not valid JSON"));
   EXPECT_EQ(err("arr.jsonl", "[1, 2]\n"), d + "arr.jsonl:1: a JSON-lines record must be an object, got array");
   EXPECT_EQ(err("num.jsonl", "{\"text\": 5}\n"), d + "num.jsonl:1: field \"text\" is number, not a string");

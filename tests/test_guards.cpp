@@ -509,3 +509,54 @@ TEST(Guards, SmallThings) {
     EXPECT_THAT(r.out, Not(HasSubstr("1797693"))) << args;
   }
 }
+
+// A user's slips, named before any work: --model given a file or a folder without config.json (every
+// command that takes it); eval --out in a folder that does not exist (refused before the first window,
+// not after the last); an --eval-data set named as --eval-data; a fresh run into a --checkpoint-dir
+// holding an earlier run's checkpoints (both runs' steps would mix there, and --resume auto take the
+// newest), which stay as they were; a run that saves nothing says so; --prompt-ids split by spaces.
+TEST(Guards, SlipsAreNamedBeforeAnyWork) {
+  const auto dir = temp_dir();
+  const std::string d = dir.string();
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --out {}/m", d)).code, 0);
+  write_u32(dir / "t.bin", ids_below(2000, 128, 2));
+  fs::create_directories(dir / "empty");
+  for (const char* cmd : {"train --data {0}/t.bin --steps 1", "eval --data {0}/t.bin", "generate --prompt-ids 1,2",
+                          "merge --lora {0}/m --out {0}/merged", "plan --seq-len 64"}) {
+    const std::string c = fmt::format(fmt::runtime(cmd), d);
+    CmdResult r = oomb_cmd(dir, fmt::format("{} --model {}/m/config.json", c, d));
+    EXPECT_NE(r.code, 0) << c;
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("--model: '{}/m/config.json' is a file; give the model's directory", d))) << c;
+    r = oomb_cmd(dir, fmt::format("{} --model {}/empty", c, d));
+    EXPECT_NE(r.code, 0) << c;
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("--model: '{}/empty' holds no config.json", d))) << c;
+  }
+  CmdResult r = oomb_cmd(dir, fmt::format("generate --model {}/m --prompt-ids '1 2 3'", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--prompt-ids: '1 2 3' is not a token id below 128 (separate the ids by commas: 1,2,3)"));
+  r = oomb_cmd(dir, fmt::format("eval --model {0}/m --data {0}/t.bin --seq-len 16 --out {0}/nodir/e.json", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--out {0}/nodir/e.json: its folder {0}/nodir does not exist", d)));
+  EXPECT_THAT(r.out, Not(HasSubstr("windows")));
+  const std::string train = fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 16 --chunk-size 8 --steps 2", d);
+  r = oomb_cmd(dir, train + fmt::format(" --eval-data {}/nope.bin", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--eval-data {}/nope.bin: cannot open", d)));
+  r = oomb_cmd(dir, train);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("16 tokens per step in chunks of 8, 2 steps"));
+  EXPECT_THAT(r.out, HasSubstr("note: no --out, --checkpoint-dir or --save-best: the trained weights will not be saved"));
+  r = oomb_cmd(dir, train + fmt::format(" --checkpoint-dir {}/ck --save-every 1", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, Not(HasSubstr("will not be saved")));
+  const auto before = hashes({dir / "ck"});
+  r = oomb_cmd(dir, train + fmt::format(" --checkpoint-dir {}/ck --save-every 1 --lr 1e-3", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--checkpoint-dir {0}/ck: holds 2 checkpoints of an earlier run (the newest: "
+                                           "{0}/ck/step-000002); continue it with --resume auto", d)));
+  EXPECT_THAT(r.out, Not(HasSubstr("step ")));
+  EXPECT_EQ(hashes({dir / "ck"}), before);
+  r = oomb_cmd(dir, train + fmt::format(" --checkpoint-dir {}/ck --save-every 1 --resume auto", d));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("resumed from"));
+}

@@ -184,7 +184,7 @@ Command add_eval(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   CLI::App* c = app.add_subcommand("eval", "Evaluate a model: held-out loss, perplexity and loss by position, or "
                                    "passkey retrieval (--passkey)");
-  c->add_option("--model", a->model, "Hugging Face model directory")->required();
+  c->add_option("--model", a->model, "Hugging Face model directory")->required()->check(model_dir());
   c->add_option("--data", a->data, "Held-out data, as oomb train reads it (token files or text). Given more than "
                 "once: each set scored over its own --windows, and the loss over every set's targets")
       ->allow_extra_args(false);
@@ -230,6 +230,7 @@ Command add_eval(CLI::App& app) {
             std::vector<NamedPath> inputs = {{"--model", a->model}, {"--tokenizer", a->tokenizer}};
             for (const std::string& d : a->data) inputs.push_back({"--data", d, true});
             refuse_aliasing({{"--out", a->out}}, inputs);
+            check_file_out("--out", a->out);  // (written at the end: refused now, not after every window)
             OOMB_CHECK(a->dist.zero == 0, "--zero: evaluation has no optimizer state to shard");
             Dist dist(a->dist);  // the ranks mpirun started, or this process alone
             if (!dist.leader()) std::cout.rdbuf(nullptr);  // rank 0 alone prints (errors: every rank)

@@ -45,7 +45,8 @@ std::vector<int32_t> parse_ids(const std::string& s, int64_t vocab) {
     } catch (const std::exception&) {
       used = 0;
     }
-    OOMB_CHECK(used == tok.size() && v >= 0 && v < vocab, "--prompt-ids: '{}' is not a token id below {}", tok, vocab);
+    OOMB_CHECK(used == tok.size() && v >= 0 && v < vocab, "--prompt-ids: '{}' is not a token id below {}{}", tok, vocab,
+               tok.find_first_of(" \t;") != std::string::npos ? " (separate the ids by commas: 1,2,3)" : "");
     ids.push_back(int32_t(v));
   }
   OOMB_CHECK(!ids.empty(), "--prompt-ids: no ids given");
@@ -97,7 +98,7 @@ std::pair<jinja::Value, jinja::Value> conversation(const GenerateArgs& a) {
 Command add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* c = app.add_subcommand("generate", "Continue a prompt with a model (greedy, or temperature / top-p sampling)");
-  c->add_option("--model", a->model, "Hugging Face model directory")->required();
+  c->add_option("--model", a->model, "Hugging Face model directory")->required()->check(model_dir());
   c->add_option("--prompt", a->prompt, "Prompt text (encoded with the model's tokenizer.json, or --tokenizer)");
   c->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids (instead of --prompt)");
   c->add_option("--chat", a->chat, "A user's message to reply to, through the model's chat template with its "

@@ -95,6 +95,16 @@ void check_model_out(const std::string& flag, const std::string& dir, const Mode
   OOMB_CHECK(::access(up.c_str(), W_OK | X_OK) == 0, "{} {}: {} is not writable", flag, dir, up.string());
 }
 
+void check_file_out(const std::string& flag, const std::string& file) {
+  if (file.empty()) return;
+  std::error_code ec;
+  const fs::path f(file);
+  OOMB_CHECK(!fs::is_directory(f, ec), "{} {}: is a directory; give a file name", flag, file);
+  const fs::path up = f.has_parent_path() ? f.parent_path() : fs::path(".");
+  OOMB_CHECK(fs::is_directory(up, ec), "{} {}: its folder {} does not exist", flag, file, up.string());
+  OOMB_CHECK(::access(up.c_str(), W_OK | X_OK) == 0, "{} {}: its folder {} is not writable", flag, file, up.string());
+}
+
 namespace {
 
 struct Overflow {

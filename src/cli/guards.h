@@ -29,6 +29,10 @@ void refuse_aliasing(const std::vector<NamedPath>& outputs, const std::vector<Na
 // config.json) and force is off. Creates nothing.
 void check_model_out(const std::string& flag, const std::string& dir, const ModelConfig& cfg, bool force);
 
+// Fails before any work when `flag` FILE cannot be written at the run's end: FILE is a directory, or
+// its folder does not exist or is not writable. Creates nothing.
+void check_file_out(const std::string& flag, const std::string& file);
+
 // The memory the plan needs against what the machine has: host + pinned bytes against `host_limit`
 // (MemAvailable), device bytes against `device_limit` (0: unknown, unchecked). Refuses, naming the
 // tier, the tag that takes most, and the largest N (at this C) and C (at this N) that fit, unless

@@ -23,7 +23,7 @@ struct MergeArgs {
 Command add_merge(CLI::App& app) {
   auto a = std::make_shared<MergeArgs>();
   CLI::App* c = app.add_subcommand("merge", "Merge a LoRA adapter (PEFT format) into its base model");
-  c->add_option("--model", a->model, "The base model's Hugging Face directory")->required();
+  c->add_option("--model", a->model, "The base model's Hugging Face directory")->required()->check(model_dir());
   c->add_option("--lora", a->lora, "The adapter's directory (adapter_config.json, adapter_model.safetensors)")
       ->required();
   c->add_option("--out", a->out, "Where the merged model goes (Hugging Face format, the base's dtype)")->required();

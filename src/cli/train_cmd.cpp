@@ -389,7 +389,7 @@ int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
 Command add_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   CLI::App* c = app.add_subcommand("train", "Train a model (with no --model and --data: the built-in demo)");
-  c->add_option("--model", a->model, "Hugging Face model directory (config.json + safetensors)");
+  c->add_option("--model", a->model, "Hugging Face model directory (config.json + safetensors)")->check(model_dir());
   c->add_option("--data", a->data, "Token file (.bin: raw uint32 or llm.c shard), directory of shards, or text "
                  "(.txt, .jsonl, or a directory of them; tokenized at start). Given more than once: a mix, each "
                  "window one source's (--data-weights)")->allow_extra_args(false);
@@ -591,13 +591,17 @@ Command add_train(CLI::App& app) {
                         << std::endl;
             }
             o.start_step = ckpt.start_step();
-            std::cout << fmt::format("oomb train: {} ({}, {} parameters, {}) on {}, {} tokens per step, {} steps; "
-                                     "--device {}, --precision {}",
+            std::cout << fmt::format("oomb train: {} ({}, {} parameters, {}) on {}, {} tokens per step in chunks "
+                                     "of {}, {} step{}; --device {}, --precision {}",
                                      a->model, cfg.architecture, param_count(cfg), dtype_name(dtype),
-                                     data.describe(), o.seq_len * o.grad_accum, o.steps, a->device, a->precision)
+                                     data.describe(), o.seq_len * o.grad_accum, plan.chunk, o.steps,
+                                     o.steps == 1 ? "" : "s", a->device, a->precision)
                       << (a->doc_mask ? fmt::format("; attention within documents ended by token {}", eos) : "")
                       << std::endl;
             if (a->device == "cuda") std::cout << cuda_attention_summary(plan.precision == DType::BF16) << std::endl;
+            if (a->out.empty() && a->ckpt.dir.empty() && a->save_best.empty())
+              std::cout << "note: no --out, --checkpoint-dir or --save-best: the trained weights will not be saved"
+                        << std::endl;
             if (const std::string note = rope_reach_note(cfg, o.seq_len); !note.empty() && !rope_changed)
               std::cout << note << std::endl;
             if (const int64_t sw = rope_switch_length(cfg); sw > 0)  // LongRoPE: which table, and why

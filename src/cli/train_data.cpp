@@ -35,6 +35,19 @@ TrainData open_train_data(const std::vector<std::string>& paths, const std::stri
   return d;
 }
 
+namespace {
+// An --eval-data set, opened as --data is; the readers name their input --data, and here it is --eval-data.
+std::unique_ptr<PackedTokens> open_eval_set(const std::string& path, int64_t vocab, const DataOptions& o) {
+  try {
+    return open_training_data(path, vocab, o);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.rfind("--data ", 0) == 0) throw Error("--eval-data " + what.substr(7));
+    throw;
+  }
+}
+}  // namespace
+
 HeldOut open_held_out(const std::vector<std::string>& paths, const std::function<DataOptions(const std::string&)>& options,
                       int64_t vocab, int64_t N, const std::vector<int64_t>& windows, int64_t dp, int32_t sep,
                       const std::string& when, std::ostream& out) {
@@ -45,7 +58,7 @@ HeldOut open_held_out(const std::vector<std::string>& paths, const std::function
   std::vector<WindowSet> sets;
   for (size_t i = 0; i < paths.size(); ++i) {
     const std::string& p = paths[i];
-    auto data = open_training_data(p, vocab, options(p));
+    auto data = open_eval_set(p, vocab, options(p));
     const int64_t fit = data->windows_per_epoch(N);
     const int64_t w = windows.empty() ? std::max(dp, fit / dp * dp) : windows[windows.size() == 1 ? 0 : i];
     check_eval_windows(w, dp);  // (before the model is built)

@@ -1,6 +1,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include <fmt/format.h>
@@ -43,5 +44,22 @@ CLI::Validator count(bool allow_zero) {
       allow_zero ? "INT >= 0" : "INT > 0");
 }
 CLI::Validator non_negative() { return number_check(true); }
+
+CLI::Validator model_dir() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        namespace fs = std::filesystem;
+        std::error_code ec;
+        const fs::path p(s);
+        if (!fs::exists(p, ec)) return "'" + s + "': no such directory";
+        if (!fs::is_directory(p, ec))
+          return "'" + s + "' is a file; give the model's directory (the folder holding config.json and the "
+                 ".safetensors weights)";
+        if (!fs::exists(p / "config.json", ec))
+          return "'" + s + "' holds no config.json: not a Hugging Face model directory";
+        return {};
+      },
+      "DIR");
+}
 
 }  // namespace oomb::cli

@@ -17,6 +17,14 @@ TextFormat text_format_parse(const std::string& s) {
   fail("--input-format: '{}' is not one of auto, text, jsonl", s);
 }
 
+// A JSON-lines record's error: nlohmann's "parse error at line 1, column N" is the record's column N
+// (the line is the file's, named before it).
+static std::string record_error(const nlohmann::json::exception& e) {
+  const std::string m = e.what(), at = "parse error at line 1, ";
+  const size_t p = m.find(at);
+  return p == std::string::npos ? m : m.substr(p + at.size());
+}
+
 static bool is_jsonl_name(const fs::path& p) { return p.extension() == ".jsonl" || p.extension() == ".ndjson"; }
 
 TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {
@@ -121,7 +129,7 @@ void read_jsonl_stream(std::istream& f, const std::string& name, const CorpusOpt
       try {
         j = nlohmann::ordered_json::parse(line);
       } catch (const nlohmann::json::exception& e) {
-        fail("{}: not valid JSON: {}", where, e.what());
+        fail("{}: not valid JSON: {}", where, record_error(e));
       }
       OOMB_CHECK(j.is_object(), "{}: a JSON-lines record must be an object, got {}", where, j.type_name());
       ++docs;
@@ -141,7 +149,7 @@ void read_jsonl_stream(std::istream& f, const std::string& name, const CorpusOpt
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
-      fail("{}: not valid JSON: {}", where, e.what());
+      fail("{}: not valid JSON: {}", where, record_error(e));
     }
     OOMB_CHECK(j.is_object(), "{}: a JSON-lines record must be an object, got {}", where, j.type_name());
     ++docs;

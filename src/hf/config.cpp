@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -637,7 +638,8 @@ ModelConfig load_config(const std::filesystem::path& dir_or_file) {
   std::error_code ec;
   if (std::filesystem::is_directory(p, ec)) p /= "config.json";
   std::ifstream f(p, std::ios::binary);
-  OOMB_CHECK(f.good(), "load_config: cannot open {}", p.string());
+  OOMB_CHECK(f.good(), "config {}: cannot open: {}", p.string(),
+             std::filesystem::exists(p, ec) ? std::strerror(errno) : "no such file");
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string text = ss.str();
@@ -647,10 +649,10 @@ ModelConfig load_config(const std::filesystem::path& dir_or_file) {
   } catch (const json::parse_error& e) {
     size_t byte = std::min<size_t>(e.byte ? e.byte - 1 : 0, text.size()), line = 1, col = 1;
     for (size_t i = 0; i < byte; ++i) text[i] == '\n' ? (++line, col = 1) : ++col;
-    fail("load_config: {}: invalid JSON at line {}, column {} (byte {}): {}", p.string(), line, col, e.byte,
+    fail("config {}: invalid JSON at line {}, column {} (byte {}): {}", p.string(), line, col, e.byte,
          e.what());
   } catch (const json::exception& e) {  // e.g. a number out of range
-    fail("load_config: {}: invalid JSON: {}", p.string(), e.what());
+    fail("config {}: invalid JSON: {}", p.string(), e.what());
   }
   return parse_config(j, p.string());
 }
