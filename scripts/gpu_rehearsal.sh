@@ -47,6 +47,11 @@ phase largest GPU_SESSION_BUDGET=120 GPU_SESSION_LARGEST="tiny-qwen2 kv,params 2
 phase bench GPU_SESSION_BUDGET=200 GPU_SESSION_SKIP=offload GPU_SESSION_PROFILE="tiny-qwen2 256 64 --keep-attention" \
   bash scripts/gpu_session.sh bench --models tiny --lengths 256 --chunks 64 --offloads "none;params;none+keep;kv" --no-hf
 
+# the largest phase's own choice (pick_largest: oomb plan --json against the stand-in's 80 GiB and this
+# host's memory) without training it: one line, a preset and an offload setting
+(cd "$R" && W=$T/pick && mkdir -p "$W/bin" && ln -s "$BUILD/oomb" "$W/bin/oomb" &&
+  source <(sed -n '/^pick_largest() {/,/^}/p' scripts/gpu_session.sh) && pick_largest) > "$T/pick.txt" 2>&1
+
 python3 - "$T" <<'PY'
 import json, os, re, sys, tarfile
 t = sys.argv[1]
@@ -77,6 +82,9 @@ for label in ("tiny-qwen2 256 64 --offload params", "OOMB_COPY_STREAMS=1 tiny-qw
 s = text(f"{t}/out/largest/summary.txt")
 check("largest: tiny-qwen2 with --offload kv,params" in s, "largest: the preset and offload given are taken")
 check(len(re.findall(r"^step +\d/3 \| loss ", s, re.M)) == 3, "largest: three steps trained")
+pick = text(f"{t}/pick.txt").split("\n")
+check(len(pick) == 2 and pick[1] == "" and re.fullmatch(r"[a-z0-9.-]+ (kv,params|params|kv|none)", pick[0]) is not None,
+      f"largest: pick_largest names one preset and offload ({pick[0]!r})")
 rows = [json.loads(l) for l in open(f"{t}/out/bench/bench.jsonl")] if os.path.exists(f"{t}/out/bench/bench.jsonl") else []
 lines = {r["line"]: r for r in rows}
 check(set(lines) == {"oomb bf16", "oomb bf16 --offload params", "oomb bf16 --keep-attention", "oomb bf16 --offload kv"} and all((r["tokens_per_s"] or 0) > 0 for r in rows),
