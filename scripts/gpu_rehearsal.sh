@@ -9,12 +9,13 @@
 #   bash scripts/gpu_rehearsal.sh [BUILD_DIR]      (default: build; needs BUILD_DIR/simt_oomb)
 #
 # Runs in a temporary copy of scripts/ and bench/ (the session writes beside them); exit 0 when
-# every step ran (rc=0) and every check below holds, 1 naming each failed check. ~1 minute.
+# every step ran (rc=0) and every check below holds, 1 naming each failed check. ~35 s.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$SRC/build}" && pwd) || exit 2
 [ -x "$BUILD/simt_oomb" ] || { echo "gpu_rehearsal: no $BUILD/simt_oomb (build it: ninja simt_oomb)" >&2; exit 2; }
-T=$(mktemp -d "${TMPDIR:-/tmp}/oomb-rehearsal.XXXXXX")
+T=$(mktemp -d "${TMPDIR:-/tmp}/oomb-rehearsal.XXXXXX") && [ -d "$T" ] ||
+  { echo "gpu_rehearsal: cannot make a temporary directory under ${TMPDIR:-/tmp}" >&2; exit 2; }
 trap 'rm -rf "$T"' EXIT
 R=$T/tree
 mkdir -p "$R/gpu-bundle" "$T/bin" "$T/tmp"
@@ -73,8 +74,10 @@ s = text(f"{t}/out/timeline/summary.txt")
 for label in ("tiny-qwen2 256 64 --offload params", "OOMB_COPY_STREAMS=1 tiny-qwen2 256 64 --offload params --sweep chunk",
               "tiny-qwen2 256 64 --keep-attention"):
     rows = [l for l in s.splitlines() if l.startswith(f"| {label} | step ")]
-    check(len(rows) == 3 and all(re.search(r"\| \d+ tok/s \| span [0-9.]+ s: compute [0-9.]+, copy", r) for r in rows),
-          f"timeline: 3 step rows for '{label}'")
+    # (each row's span and ops from --metrics' streams: none there reads as 0)
+    spans = [re.search(r"\| \d+ tok/s \| span ([0-9.]+) s: compute [0-9.]+, copy .*\((\d+) ops, ", r) for r in rows]
+    check(len(rows) == 3 and all(m and float(m.group(1)) > 0 and int(m.group(2)) > 0 for m in spans),
+          f"timeline: 3 step rows for '{label}', each with its span and ops")
     if "params" in label:
         check(all("host update" in r for r in rows) and re.search(r"host update [0-9.]+ s on \d+ threads", rows[-1] if rows else ""),
               f"timeline: '{label}' rows give the host's update")

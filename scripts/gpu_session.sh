@@ -70,7 +70,8 @@ case $phase in all|tests|bench|largest|timeline) ;; --quick) phase=tests quick=1
 OUT=${OUT:-$PWD/out/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # nothing outside can be reached there
-W=$(mktemp -d "${TMPDIR:-/tmp}/oomb-gpu.XXXXXX")  # logs and scratch; packed into $OUT after every step
+W=$(mktemp -d "${TMPDIR:-/tmp}/oomb-gpu.XXXXXX") && [ -d "$W" ] ||  # logs and scratch; packed into $OUT after every step
+  { echo "cannot make a temporary directory under ${TMPDIR:-/tmp}" | tee -a "$OUT/summary.txt"; exit 1; }
 B=$PWD/gpu-bundle
 # gpu_bundle.sh packs the bundle (too big for the device tool's carry as it is): unpack it here,
 # afresh (a warm machine keeps the ignored gpu-bundle/ of an earlier call)
@@ -305,6 +306,7 @@ for name, flag in (("--offload params fits", "params"), ("--offload kv fits", "k
         print(sys.argv[1], flag); sys.exit(0)
 sys.exit(1)' "$p" && return
   done
+  echo "pick_largest: no preset's plan fits (or oomb plan failed): qwen3-1.7b with kv,params" >&2
   echo "qwen3-1.7b kv,params"
 }
 largest() {  # GPU_SESSION_LARGEST="preset offload [N C]": N and C 8192 and 4096 unless given

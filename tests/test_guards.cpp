@@ -522,7 +522,7 @@ TEST(Guards, SlipsAreNamedBeforeAnyWork) {
   write_u32(dir / "t.bin", ids_below(2000, 128, 2));
   fs::create_directories(dir / "empty");
   for (const char* cmd : {"train --data {0}/t.bin --steps 1", "eval --data {0}/t.bin", "generate --prompt-ids 1,2",
-                          "merge --lora {0}/m --out {0}/merged", "plan --seq-len 64"}) {
+                          "merge --lora {0}/m --out {0}/merged"}) {
     const std::string c = fmt::format(fmt::runtime(cmd), d);
     CmdResult r = oomb_cmd(dir, fmt::format("{} --model {}/m/config.json", c, d));
     EXPECT_NE(r.code, 0) << c;
@@ -531,7 +531,12 @@ TEST(Guards, SlipsAreNamedBeforeAnyWork) {
     EXPECT_NE(r.code, 0) << c;
     EXPECT_THAT(r.out, HasSubstr(fmt::format("--model: '{}/empty' holds no config.json", d))) << c;
   }
-  CmdResult r = oomb_cmd(dir, fmt::format("generate --model {}/m --prompt-ids '1 2 3'", d));
+  // (oomb plan reads the config alone: a model's config.json will do)
+  CmdResult r = oomb_cmd(dir, fmt::format("plan --seq-len 64 --model {}/m/config.json", d));
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = oomb_cmd(dir, fmt::format("plan --seq-len 64 --model {}/empty", d));
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--model: '{}/empty' holds no config.json", d)));
+  r = oomb_cmd(dir, fmt::format("generate --model {}/m --prompt-ids '1 2 3'", d));
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr("--prompt-ids: '1 2 3' is not a token id below 128 (separate the ids by commas: 1,2,3)"));
   r = oomb_cmd(dir, fmt::format("eval --model {0}/m --data {0}/t.bin --seq-len 16 --out {0}/nodir/e.json", d));
@@ -555,6 +560,10 @@ TEST(Guards, SlipsAreNamedBeforeAnyWork) {
   EXPECT_THAT(r.out, HasSubstr(fmt::format("--checkpoint-dir {0}/ck: holds 2 checkpoints of an earlier run (the newest: "
                                            "{0}/ck/step-000002); continue it with --resume auto", d)));
   EXPECT_THAT(r.out, Not(HasSubstr("step ")));
+  // (the same from a checkpoint's config.toml, which records this --checkpoint-dir)
+  r = oomb_cmd(dir, fmt::format("train --config {}/ck/step-000002/config.toml", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--checkpoint-dir {}/ck: holds 2 checkpoints of an earlier run", d)));
   EXPECT_EQ(hashes({dir / "ck"}), before);
   r = oomb_cmd(dir, train + fmt::format(" --checkpoint-dir {}/ck --save-every 1 --resume auto", d));
   EXPECT_EQ(r.code, 0) << r.out;

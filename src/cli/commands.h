@@ -14,8 +14,9 @@ CLI::Validator non_negative();
 // Whole numbers in int64 (1.. or 0..): "1e3", "1.5" and values beyond 2^63 - 1 are errors, not
 // truncated or saturated.
 CLI::Validator count(bool allow_zero = false);
-// --model: an existing directory holding a config.json (a file given, or a folder without one, is named so).
-CLI::Validator model_dir();
+// --model: an existing directory holding a config.json (a file given, or a folder without one, is named so);
+// config_file: a .json file too (oomb plan reads the config alone).
+CLI::Validator model_dir(bool config_file = false);
 
 // --precision as given, else its default for the device: bf16 on cuda (tensor cores), fp32 elsewhere
 // (the CPU reference and the simulated device).

@@ -66,7 +66,11 @@ ExpandedArgs expand_config(const CLI::App& app, const std::vector<std::string>& 
 std::string resolved_config(const CLI::App& sub) {
   std::istringstream in(sub.config_to_str(false, false));
   std::string out = "# oomb " + sub.get_name() + ": the flags of this run (oomb " + sub.get_name() +
-                    " --config FILE repeats it)\n";
+                    " --config FILE repeats it" +
+                    (sub.get_name() == "train" ? "; where checkpoint-dir holds its checkpoints, with --resume auto or "
+                                                 "another --checkpoint-dir"
+                                               : "") +
+                    ")\n";
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("config=", 0) == 0) continue;
     // CLI11 writes a value that reads as a number bare, surrounding spaces and all (" 5", from a

@@ -46,7 +46,9 @@ std::vector<int32_t> parse_ids(const std::string& s, int64_t vocab) {
       used = 0;
     }
     OOMB_CHECK(used == tok.size() && v >= 0 && v < vocab, "--prompt-ids: '{}' is not a token id below {}{}", tok, vocab,
-               tok.find_first_of(" \t;") != std::string::npos ? " (separate the ids by commas: 1,2,3)" : "");
+               s.find(',') == std::string::npos && tok.find_first_of(" \t;") != std::string::npos
+                   ? " (separate the ids by commas: 1,2,3)"
+                   : "");
     ids.push_back(int32_t(v));
   }
   OOMB_CHECK(!ids.empty(), "--prompt-ids: no ids given");

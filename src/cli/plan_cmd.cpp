@@ -43,7 +43,8 @@ std::string head_groups(const ModelConfig& cfg, const ChunkPlan& plan) {
 Command add_plan(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   CLI::App* c = app.add_subcommand("plan", "Predict peak memory per tag for a training run, without running it");
-  c->add_option("--model", a->model, "Hugging Face model directory (or use --preset)")->check(model_dir());
+  c->add_option("--model", a->model, "Hugging Face model directory, or its config.json (or use --preset)")
+      ->check(model_dir(true));
   c->add_option("--preset", a->preset, "A model shape from `oomb init --help`");
   c->add_option("--seq-len", a->seq_len, "Tokens per sequence N")->required()->check(count());
   c->add_option("--chunk-size", a->chunk, "Tokens per chunk C (default min(N, 1024), as oomb train)")->check(count());

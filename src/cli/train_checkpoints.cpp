@@ -28,6 +28,14 @@ void add_checkpoint_flags(CLI::App* c, CheckpointFlags& f) {
                 "be as in the checkpoint");
 }
 
+void refuse_earlier_checkpoints(const CheckpointFlags& f) {
+  if (f.dir.empty() || !f.resume.empty()) return;
+  const std::vector<CheckpointEntry> old = list_checkpoints(f.dir);
+  OOMB_CHECK(old.empty(), "--checkpoint-dir {}: holds {} checkpoint{} of an earlier run (the newest: {}); continue "
+             "it with --resume auto, or give this run a directory of its own", f.dir, old.size(),
+             old.size() == 1 ? "" : "s", old.back().path.string());
+}
+
 namespace {
 // The schedule a checkpoint ran under: this run's optimizer with the checkpoint's --steps and schedule flags
 // (absent: cosine to 0.1, as before they were recorded); none where they do not read.
@@ -69,12 +77,6 @@ RunCheckpoints::RunCheckpoints(const CheckpointFlags& f, CheckpointState now, co
     OOMB_CHECK(!fs::exists(f_.dir, ec) || fs::is_directory(f_.dir, ec), "--checkpoint-dir {}: exists and is not a "
                "directory", f_.dir);
     if (fs::exists(f_.dir, ec) && leader()) remove_stale_checkpoint_files(f_.dir);
-    // a fresh run writing its steps among an earlier run's would leave both, and --resume auto would
-    // later take whichever step is newest
-    const std::vector<CheckpointEntry> old = f_.resume.empty() ? list_checkpoints(f_.dir) : std::vector<CheckpointEntry>{};
-    OOMB_CHECK(old.empty(), "--checkpoint-dir {}: holds {} checkpoint{} of an earlier run (the newest: {}); continue "
-               "it with --resume auto, or give this run a directory of its own", f_.dir, old.size(),
-               old.size() == 1 ? "" : "s", old.back().path.string());
   }
   if (f_.resume.empty()) return;
   if (f_.resume == "auto") {

@@ -30,6 +30,9 @@ struct CheckpointFlags {
   bool any() const { return !dir.empty() || !resume.empty() || save_every > 0 || keep_last > 0; }
 };
 void add_checkpoint_flags(CLI::App* c, CheckpointFlags& f);
+// Before any work: a fresh run (no --resume) into a --checkpoint-dir holding checkpoints is refused (its
+// steps would mix with an earlier run's, and --resume auto later take the newest), naming the newest.
+void refuse_earlier_checkpoints(const CheckpointFlags& f);
 // The exit status of a run stopped by --time-limit (sysexits' EX_TEMPFAIL: run it again).
 constexpr int kTimeLimitExit = 75;
 

@@ -213,7 +213,8 @@ DataOptions data_options(const TrainArgs& a, int32_t eos, const std::string& hel
   return d;
 }
 
-// Refuses outputs that would overwrite an input, before anything is opened for writing.
+// Refuses outputs that would overwrite an input, or mix with an earlier run's checkpoints, before anything
+// is opened for writing.
 void check_paths(const TrainArgs& a) {
   std::vector<NamedPath> inputs = {{"--model", a.model}, {"--tokenizer", a.tokenizer}};
   for (const std::string& d : a.data) inputs.push_back({"--data", d, true});
@@ -221,6 +222,7 @@ void check_paths(const TrainArgs& a) {
   refuse_aliasing({{"--out", a.out, true}, {"--metrics", a.metrics}, {"--checkpoint-dir", a.ckpt.dir, true},
                    {"--tensorboard", a.tensorboard, true}, {"--save-best", a.save_best, true}},
                   inputs);
+  refuse_earlier_checkpoints(a.ckpt);
 }
 
 // Runs fn on the model's parameters in host memory: the masters themselves on the CPU and with

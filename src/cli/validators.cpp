@@ -45,13 +45,14 @@ CLI::Validator count(bool allow_zero) {
 }
 CLI::Validator non_negative() { return number_check(true); }
 
-CLI::Validator model_dir() {
+CLI::Validator model_dir(bool config_file) {
   return CLI::Validator(
-      [](std::string& s) -> std::string {
+      [config_file](std::string& s) -> std::string {
         namespace fs = std::filesystem;
         std::error_code ec;
         const fs::path p(s);
         if (!fs::exists(p, ec)) return "'" + s + "': no such directory";
+        if (config_file && fs::is_regular_file(p, ec) && p.extension() == ".json") return {};
         if (!fs::is_directory(p, ec))
           return "'" + s + "' is a file; give the model's directory (the folder holding config.json and the "
                  ".safetensors weights)";
