@@ -295,8 +295,10 @@ pick_largest() {
   local free p
   free=$(( $(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1) * 1048576 ))
   for p in llama-3.1-70b qwen3-8b llama-3.1-8b qwen2.5-7b qwen3-4b qwen3-1.7b; do
+    # (plan exits 3 where kv,params does not fit: its JSON is read whatever the status)
     "$W/bin/oomb" plan --preset "$p" --seq-len 8192 --chunk-size 4096 --device cuda --offload kv,params \
-      --device-memory "$free" --json 2>/dev/null | python3 -c '
+      --device-memory "$free" --json 2>/dev/null > "$W/pick_plan.json"
+    python3 -c '
 import json, sys
 f = json.load(sys.stdin)["fits"]
 if f["fits"]:
@@ -304,7 +306,7 @@ if f["fits"]:
 for name, flag in (("--offload params fits", "params"), ("--offload kv fits", "kv"), ("no --offload fits", "none")):
     if name in f["other_offloads"]:
         print(sys.argv[1], flag); sys.exit(0)
-sys.exit(1)' "$p" && return
+sys.exit(1)' "$p" < "$W/pick_plan.json" && return
   done
   echo "pick_largest: no preset's plan fits (or oomb plan failed): qwen3-1.7b with kv,params" >&2
   echo "qwen3-1.7b kv,params"

@@ -18,6 +18,9 @@ CLI::Validator count(bool allow_zero = false);
 // config_file: a .json file too (oomb plan reads the config alone).
 CLI::Validator model_dir(bool config_file = false);
 
+// oomb plan --device-memory's exit status when the plan does not fit (the plan printed all the same).
+inline constexpr int kPlanDoesNotFit = 3;
+
 // --precision as given, else its default for the device: bf16 on cuda (tensor cores), fp32 elsewhere
 // (the CPU reference and the simulated device).
 inline std::string default_precision(const std::string& given, const std::string& device) {

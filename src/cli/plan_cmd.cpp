@@ -67,7 +67,8 @@ Command add_plan(CLI::App& app) {
   add_sparse_flags(c, a->sparse);
   add_sweep_flag(c, a->sweep);
   c->add_option("--device-memory", a->device_memory, "With --device sim or cuda: a device's capacity in bytes; says "
-                 "whether the plan fits it and this host's available memory, and which other --offload settings would")
+                 "whether the plan fits it and this host's available memory, and which other --offload settings would "
+                 "(exit status 3 when it does not fit)")
       ->check(count());
   c->add_option("--host-memory", a->host_memory, "With --device-memory: the host's memory in bytes for that check "
                  "and --sweep auto's (default: this host's available memory, MemAvailable)")->check(count());
@@ -146,7 +147,7 @@ Command add_plan(CLI::App& app) {
                                     {"kv", t.kv}, {"kv_grads", t.kv_grads}, {"kv_exact", t.kv_exact},
                                     {"total", t.total()}, {"host_bytes", t.host_bytes}};
               std::cout << j.dump() << std::endl;
-              return 0;
+              return a->device_memory > 0 && !fits ? kPlanDoesNotFit : 0;
             }
             std::cout << fmt::format("{} ({} parameters), N = {}, C = {}, page = {} tokens, kv {}, kv_grad {}, {}, {} {}{}{}\n",
                                      a->model.empty() ? a->preset : a->model, param_count(cfg), a->seq_len,
@@ -241,7 +242,7 @@ Command add_plan(CLI::App& app) {
                                        format_bytes(host_limit.bytes), format_bytes(need_dev), format_bytes(need_host),
                                        others.empty() ? "; no other --offload setting fits" : "; ", others)
                         << (keep_fits.empty() ? "" : keep_fits + "\n");
-            return 0;
+            return a->device_memory > 0 && !fits ? kPlanDoesNotFit : 0;
           }};
 }
 
