@@ -52,12 +52,12 @@ inline void __syncwarp(unsigned = 0xffffffffu) { simt::sync_warp(); }
 // taken modulo the width within the caller's segment; xor reaching past the segment's end returns
 // the caller's own value.
 template <class T>
-T __shfl_sync(unsigned, T v, int src, int width = 32) {
+[[gnu::always_inline]] inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
   const int base = simt::lane() & ~(width - 1);
   return simt::exchange(v)[base + (src & (width - 1))];
 }
 template <class T>
-T __shfl_xor_sync(unsigned, T v, int mask, int width = 32) {
+[[gnu::always_inline]] inline T __shfl_xor_sync(unsigned, T v, int mask, int width = 32) {
   const int base = simt::lane() & ~(width - 1), to = simt::lane() ^ mask;
   const auto all = simt::exchange(v);
   return to >= base + width ? v : all[to & 31];
