@@ -3,8 +3,24 @@
 set(OOMB_FUZZ_RUNS 20000 CACHE STRING "libFuzzer runs per target under ctest")
 file(GLOB OOMB_FUZZERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_*.cpp)
 set(FUZZ_DIR ${CMAKE_BINARY_DIR}/fuzz)
-set(FUZZ_FLAGS -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-    -I${CMAKE_SOURCE_DIR}/src)
+set(FUZZ_SANITIZE -fsanitize=address,undefined -fno-sanitize-recover=undefined)
+set(FUZZ_CXX -std=c++20 -O1 -g ${FUZZ_SANITIZE} -I${CMAKE_SOURCE_DIR}/src)
+# Each engine source compiles once into fuzz/obj/ (instrumented for coverage, not linked with
+# libFuzzer's main), shared by every fuzzer that lists it; clang's depfiles track the headers.
+function(oomb_fuzz_object src out)
+  file(RELATIVE_PATH rel ${CMAKE_SOURCE_DIR} ${src})
+  string(REGEX REPLACE "[/.]" "_" stem ${rel})
+  set(obj ${FUZZ_DIR}/obj/${stem}.o)
+  get_property(done GLOBAL PROPERTY OOMB_FUZZ_OBJECTS)
+  if(NOT obj IN_LIST done)
+    add_custom_command(OUTPUT ${obj}
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${FUZZ_DIR}/obj
+      COMMAND ${OOMB_CLANGXX} ${FUZZ_CXX} -fsanitize=fuzzer-no-link -MD -MT ${obj} -MF ${obj}.d -c ${src} -o ${obj}
+      DEPENDS ${src} DEPFILE ${obj}.d VERBATIM)
+    set_property(GLOBAL APPEND PROPERTY OOMB_FUZZ_OBJECTS ${obj})
+  endif()
+  set(${out} ${obj} PARENT_SCOPE)
+endfunction()
 foreach(src ${OOMB_FUZZERS})
   get_filename_component(name ${src} NAME_WE)
   # each fuzzer lists the engine sources it needs on a line "// fuzz-sources: a.cpp b.cpp"
@@ -22,14 +38,18 @@ foreach(src ${OOMB_FUZZERS})
   if(runs STREQUAL "")
     set(runs ${OOMB_FUZZ_RUNS})
   endif()
-  set(dep_paths "")
+  set(objs "")
   foreach(d ${deps})
-    list(APPEND dep_paths ${CMAKE_SOURCE_DIR}/src/${d})
+    get_filename_component(dep ${CMAKE_SOURCE_DIR}/src/${d} ABSOLUTE)
+    oomb_fuzz_object(${dep} obj)
+    list(APPEND objs ${obj})
   endforeach()
+  # (the fuzzer's own depfile under obj/: `make fuzz` runs whatever fuzz/fuzz_* holds)
   add_custom_command(OUTPUT ${FUZZ_DIR}/${name}
-    COMMAND ${CMAKE_COMMAND} -E make_directory ${FUZZ_DIR}
-    COMMAND ${OOMB_CLANGXX} ${FUZZ_FLAGS} -DOOMB_SOURCE_DIR="${CMAKE_SOURCE_DIR}" ${src} ${dep_paths} -lfmt ${libs} -o ${FUZZ_DIR}/${name}
-    DEPENDS ${src} ${dep_paths} VERBATIM)
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${FUZZ_DIR}/obj
+    COMMAND ${OOMB_CLANGXX} ${FUZZ_CXX} -fsanitize=fuzzer -MD -MT ${FUZZ_DIR}/${name} -MF ${FUZZ_DIR}/obj/${name}.d
+            -DOOMB_SOURCE_DIR="${CMAKE_SOURCE_DIR}" ${src} ${objs} -lfmt ${libs} -o ${FUZZ_DIR}/${name}
+    DEPENDS ${src} ${objs} DEPFILE ${FUZZ_DIR}/obj/${name}.d VERBATIM)
   add_custom_target(${name} ALL DEPENDS ${FUZZ_DIR}/${name})
   set(corpus ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/${name})
   # reproducible: every run starts from a fresh copy of the committed seed corpus (never one grown by
