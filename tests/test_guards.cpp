@@ -570,3 +570,46 @@ TEST(Guards, SlipsAreNamedBeforeAnyWork) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("resumed from"));
 }
+
+// One exit status per kind of ending, for job scripts: 0 done (and --help, --version); 2 a command
+// line that does not parse (an unknown command or flag, a value not of the flag's kind, a required
+// flag missing, a repeated one, a --config file that does not read), named after "oomb: error:" with
+// the command's --help; 1 every other error (a flag's value refused against the model, the files or
+// the other flags, a run that fails); 3 a plan that does not fit (PlanSaysWhetherItFits... above).
+TEST(Guards, UsageErrorsExitTwoAndRunErrorsOne) {
+  const auto dir = temp_dir();
+  const std::string d = dir.string();
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --out {}/m", d)).code, 0);
+  write_u32(dir / "t.bin", ids_below(2000, 128, 2));
+  const std::string train = fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 16 --steps 1", d);
+  std::ofstream(dir / "bad.toml") << "seq-len = \n";
+  const struct {
+    std::string args, says;
+  } usage[] = {
+      {"trian", "'trian' is not a command"},
+      {train + " --bogus", "The following argument was not expected: --bogus (oomb train --help)"},
+      {train + " --seq-len abc", "--seq-len: 'abc' is not a whole number"},
+      {fmt::format("eval --model {}/nope --data x", d), "no such directory (oomb eval --help)"},
+      {fmt::format("tokenize --output {}/o.bin", d), "is required (oomb tokenize --help)"},
+      {train + " --steps 2", "--steps"},
+      {fmt::format("train --config {}/bad.toml", d), "bad.toml"},
+      {"plan --preset tiny", "--seq-len is required (oomb plan --help)"},
+  };
+  for (const auto& u : usage) {
+    const CmdResult r = oomb_cmd(dir, u.args);
+    EXPECT_EQ(r.code, 2) << u.args << "\n" << r.out;
+    EXPECT_THAT(r.out, HasSubstr("oomb: error: ")) << u.args;
+    EXPECT_THAT(r.out, HasSubstr(u.says)) << u.args;
+    EXPECT_THAT(r.out, Not(HasSubstr("step "))) << u.args;
+  }
+  EXPECT_EQ(oomb_cmd(dir, "train --help").code, 0);
+  EXPECT_EQ(oomb_cmd(dir, "--version").code, 0);
+  // refused once the command runs (a preset it does not know, data it cannot open): 1
+  CmdResult r = oomb_cmd(dir, "plan --seq-len 64 --preset nope");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("oomb: error: --preset: unknown preset 'nope'"));
+  r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/nope.bin --seq-len 16 --steps 1", d));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--data {}/nope.bin: cannot open", d)));
+  EXPECT_EQ(oomb_cmd(dir, train).code, 0);
+}

@@ -53,9 +53,15 @@ int main(int argc, char** argv) {
   try {
     app.parse(int(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
-    if (!ex.config.empty() && e.get_exit_code() != 0)
-      std::cerr << "oomb: note: flags were also read from --config " << ex.config << std::endl;
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --help-all
+    // a usage error (an unknown or repeated flag, a value its check refuses, one missing): exit
+    // status 2, as for an unknown command, whatever CLI11's own code for it
+    std::string help = "oomb --help";
+    for (const auto& c : cmds)
+      if (c.sub->parsed()) help = "oomb " + c.sub->get_name() + " --help";
+    std::cerr << "oomb: error: " << e.what() << " (" << help << ")" << std::endl;
+    if (!ex.config.empty()) std::cerr << "oomb: note: flags were also read from --config " << ex.config << std::endl;
+    return 2;
   }
   try {
     for (const auto& c : cmds)
