@@ -5,16 +5,18 @@ file(GLOB OOMB_FUZZERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_*.c
 set(FUZZ_DIR ${CMAKE_BINARY_DIR}/fuzz)
 set(FUZZ_SANITIZE -fsanitize=address,undefined -fno-sanitize-recover=undefined)
 set(FUZZ_CXX -std=c++20 -O1 -g ${FUZZ_SANITIZE} -I${CMAKE_SOURCE_DIR}/src)
-# Each engine source compiles once into fuzz/obj/ (instrumented for coverage, not linked with
-# libFuzzer's main), shared by every fuzzer that lists it; clang's depfiles track the headers.
+# Each engine source compiles once into fuzz/obj/ (its path under the source tree kept, so no two
+# share an object; instrumented for coverage, not linked with libFuzzer's main), shared by every
+# fuzzer that lists it; clang's depfiles track the headers. (Ninja builds a shared object once; the
+# Makefile generators would build it once per fuzzer, side by side: the project configures Ninja.)
 function(oomb_fuzz_object src out)
   file(RELATIVE_PATH rel ${CMAKE_SOURCE_DIR} ${src})
-  string(REGEX REPLACE "[/.]" "_" stem ${rel})
-  set(obj ${FUZZ_DIR}/obj/${stem}.o)
+  set(obj ${FUZZ_DIR}/obj/${rel}.o)
+  get_filename_component(objdir ${obj} DIRECTORY)
   get_property(done GLOBAL PROPERTY OOMB_FUZZ_OBJECTS)
   if(NOT obj IN_LIST done)
     add_custom_command(OUTPUT ${obj}
-      COMMAND ${CMAKE_COMMAND} -E make_directory ${FUZZ_DIR}/obj
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${objdir}
       COMMAND ${OOMB_CLANGXX} ${FUZZ_CXX} -fsanitize=fuzzer-no-link -MD -MT ${obj} -MF ${obj}.d -c ${src} -o ${obj}
       DEPENDS ${src} DEPFILE ${obj}.d VERBATIM)
     set_property(GLOBAL APPEND PROPERTY OOMB_FUZZ_OBJECTS ${obj})
