@@ -571,11 +571,12 @@ TEST(Guards, SlipsAreNamedBeforeAnyWork) {
   EXPECT_THAT(r.out, HasSubstr("resumed from"));
 }
 
-// One exit status per kind of ending, for job scripts: 0 done (and --help, --version); 2 a command
-// line that does not parse (an unknown command or flag, a value not of the flag's kind, a required
-// flag missing, a repeated one, a --config file that does not read), named after "oomb: error:" with
-// the command's --help; 1 every other error (a flag's value refused against the model, the files or
-// the other flags, a run that fails); 3 a plan that does not fit (PlanSaysWhetherItFits... above).
+// One exit status per kind of ending, for job scripts: 0 done (and --help, --version); 2 what is
+// refused while the command line is read (an unknown command or flag, a value its flag's own check
+// refuses, --model not a model directory, a flag without one it needs, a required flag missing, a
+// repeated one, a --config file that does not read), named after "oomb: error:" with the command's
+// --help; 1 what the command refuses once it runs, and a run that fails; 3 a plan that does not fit
+// (PlanSaysWhetherItFits... above).
 TEST(Guards, UsageErrorsExitTwoAndRunErrorsOne) {
   const auto dir = temp_dir();
   const std::string d = dir.string();
@@ -593,6 +594,8 @@ TEST(Guards, UsageErrorsExitTwoAndRunErrorsOne) {
       {fmt::format("tokenize --output {}/o.bin", d), "is required (oomb tokenize --help)"},
       {train + " --steps 2", "--steps"},
       {fmt::format("train --config {}/bad.toml", d), "bad.toml"},
+      {fmt::format("train --config {}/bad.toml", d), "(oomb train --help)"},
+      {train + " --save-every 1", "--save-every requires --checkpoint-dir"},
       {"plan --preset tiny", "--seq-len is required (oomb plan --help)"},
   };
   for (const auto& u : usage) {

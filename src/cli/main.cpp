@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
   try {  // --config FILE: the file's flags join the arguments (cli/config_file.h)
     ex = oomb::cli::expand_config(app, std::vector<std::string>(argv, argv + argc));
   } catch (const oomb::Error& e) {
-    std::cerr << "oomb: error: " << e.what() << std::endl;
+    const std::string cmd = argc > 1 && argv[1][0] != '-' ? std::string(" ") + argv[1] : "";
+    std::cerr << "oomb: error: " << e.what() << " (oomb" << cmd << " --help)" << std::endl;
     return 2;
   }
   std::vector<char*> args;
@@ -53,9 +54,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(int(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --help-all
-    // a usage error (an unknown or repeated flag, a value its check refuses, one missing): exit
-    // status 2, as for an unknown command, whatever CLI11's own code for it
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // what CLI11 refuses while reading the command line (an unknown or repeated flag, a value its
+    // check refuses, a required one missing): exit status 2, as for an unknown command or a bad
+    // --config, whatever CLI11's own code for it
     std::string help = "oomb --help";
     for (const auto& c : cmds)
       if (c.sub->parsed()) help = "oomb " + c.sub->get_name() + " --help";
