@@ -123,6 +123,7 @@ Command add_plan(CLI::App& app) {
             const Limit dev{a->device_memory, "--device-memory"};
             const int64_t need_dev = m.total(Tier::Device), need_host = m.total(Tier::Host) + m.total(Tier::Pinned);
             const bool fits = need_dev <= dev.bytes && need_host <= host_limit.bytes;
+            const int status = a->device_memory > 0 && !fits ? kPlanDoesNotFit : 0;  // (printed all the same)
             const std::string others = a->device_memory == 0 ? "" : offload_fits(
                 plan.offload_kv, plan.offload_params, host_limit, dev, [&](bool kv, bool params) {
                   return plan_with_offload(plan, kv, params, a->sweep, a->cmd->count("--sweep") > 0, cfg, a->seq_len,
@@ -147,7 +148,7 @@ Command add_plan(CLI::App& app) {
                                     {"kv", t.kv}, {"kv_grads", t.kv_grads}, {"kv_exact", t.kv_exact},
                                     {"total", t.total()}, {"host_bytes", t.host_bytes}};
               std::cout << j.dump() << std::endl;
-              return a->device_memory > 0 && !fits ? kPlanDoesNotFit : 0;
+              return status;
             }
             std::cout << fmt::format("{} ({} parameters), N = {}, C = {}, page = {} tokens, kv {}, kv_grad {}, {}, {} {}{}{}\n",
                                      a->model.empty() ? a->preset : a->model, param_count(cfg), a->seq_len,
@@ -242,7 +243,7 @@ Command add_plan(CLI::App& app) {
                                        format_bytes(host_limit.bytes), format_bytes(need_dev), format_bytes(need_host),
                                        others.empty() ? "; no other --offload setting fits" : "; ", others)
                         << (keep_fits.empty() ? "" : keep_fits + "\n");
-            return a->device_memory > 0 && !fits ? kPlanDoesNotFit : 0;
+            return status;
           }};
 }
 
