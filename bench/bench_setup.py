@@ -64,8 +64,8 @@ def plan(oomb, flags):
 
 def train_peaks(oomb, model, data, flags, steps, metrics):
     """`oomb train` of `steps` steps with `flags` (--metrics into the file `metrics`): the last step's
-    loss, the device's activations and total peaks (the accountant's), the wall seconds of the whole
-    command, and `oomb plan`'s device activations and total for the same flags."""
+    loss, the device's activations and total peaks and the pinned activations' (the accountant's), the
+    wall seconds of the whole command, and `oomb plan`'s figures for the same flags."""
     if os.path.exists(metrics):
         os.remove(metrics)
     cmd = [oomb, "train", "--model", model, "--data", data, "--steps", str(steps), "--lr", "1e-3",
@@ -77,7 +77,11 @@ def train_peaks(oomb, model, data, flags, steps, metrics):
         sys.exit(f"oomb failed: {' '.join(cmd)}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
     last = json.loads(open(metrics).read().splitlines()[-1])
     mem = last["memory"].get("device", {})
-    want = plan(oomb, ["--model", model] + flags)["device"]
+    pinned = last["memory"].get("pinned", {})
+    planned = plan(oomb, ["--model", model] + flags)
+    want = planned["device"]
     return {"loss": last["loss"], "activations": mem.get("activations", {}).get("peak", 0),
             "total": mem.get("total", {}).get("peak", 0), "seconds": seconds,
-            "plan_activations": want["activations"], "plan_total": want["total"]}
+            "plan_activations": want["activations"], "plan_total": want["total"],
+            "pinned_activations": pinned.get("activations", {}).get("peak", 0),
+            "plan_pinned_activations": planned["pinned"]["activations"]}

@@ -187,18 +187,21 @@ def main():
                     help="oomb's --precision: bf16 (bf16 GEMMs on cuBLASLt, fp32 accumulation) or fp32")
     ap.add_argument("--offloads", default="none",
                     help="oomb lines by --offload, separated by ';' (none, params, kv, kv,params; +keep: "
-                         "--keep-attention, e.g. none+keep)")
+                         "--keep-attention, e.g. none+keep; attention+keep or kv,attention+keep: its store in "
+                         "pinned memory)")
     a = ap.parse_args()
     offloads = ["" if o.strip() in ("", "none") else o.strip() for o in a.offloads.split(";")]
     for o in offloads:
         base, *mods = o.split("+")
-        if (o and base != "none" and any(x not in ("kv", "params") for x in base.split(","))) or \
+        if (o and base != "none" and any(x not in ("kv", "params", "attention") for x in base.split(","))) or \
+                ("attention" in base.split(",") and "keep" not in mods) or \
                 any(m not in ("sync", "chunk", "layer", "keep") for m in mods) or len(set(mods)) < len(mods) or \
                 ("chunk" in mods and "layer" in mods) or \
                 (set(mods) - {"keep"} and "params" not in base.split(",")):
             ap.error(f"--offloads: unknown '{o}' (none, params, kv, kv,params; with params, +sync: the host update "
                      "after the step, --no-overlap-update; +chunk or +layer: --sweep; +keep: --keep-attention, "
-                     "\"none+keep\" alone; ';' between lines)")
+                     "\"none+keep\" alone; attention (kv,attention+keep): the kept outputs offloaded, only with "
+                     "+keep; ';' between lines)")
     for mk in a.models.split(","):
         if mk not in PRESETS:
             ap.error(f"--models: unknown '{mk}' (known: {', '.join(PRESETS)})")

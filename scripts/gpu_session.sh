@@ -49,11 +49,12 @@
 # streams' time. Two phases in one device call each need an OUT of their own (each packs its logs
 # into $OUT/results.tgz): `OUT=$OUT/largest bash ... largest; OUT=$OUT/timeline bash ... timeline`.
 # The 128K rows (an H200:
-# 7B fits there with --offload kv) and their profile, a call of their own:
+# 7B fits there with --offload kv, and with --offload kv,attention --keep-attention: 132.42 GiB by
+# the plan, where keeping on the device needs 155.75) and their profile, a call of their own:
 #   GPU_SESSION_SKIP=offload GPU_SESSION_PROFILE="qwen2.5-0.5b 131072 4096 --keep-attention" \
 #     GPU_SESSION_PROFILE_CAP=200 bash scripts/gpu_session.sh bench --models 0.5b,7b --lengths 131072 \
-#     --chunks 4096 --offloads "none;none+keep;kv"
-#   (a line whose plan exceeds the GPU is skipped without running)
+#     --chunks 4096 --offloads "none;none+keep;kv;kv,attention+keep"
+#   (a line whose plan exceeds the GPU is skipped without running; the 7B lines take some 100 s each)
 #
 # What comes back in $OUT (at most 8 files; each is rewritten as the run goes, so a run killed
 # from outside still returns what it had): summary.txt (each step's result lines), bench.md and

@@ -144,3 +144,68 @@ TEST(CliKeepAttention, PlanPerTokenCountsTheStore) {
   ASSERT_GT(without, 0);
   EXPECT_NEAR(with - without, double(cfg.layers * cfg.heads * (cfg.head_dim + 1) * 4), 0.1);
 }
+
+// --offload attention through the command line: oomb train gives --keep-attention's steps bit for
+// bit; what it holds (device and pinned activations) is what oomb plan says, the store in pinned
+// memory and two chunks' rows on the device; the plan's line names it. Where the store on the device
+// does not fit but offloaded it does, the advice says so; without --keep-attention the flag is refused.
+TEST(CliKeepAttention, OffloadedStoreThroughTheCommandLine) {
+  const TinyRun run;
+  const auto& dir = run.dir;
+  const std::string& m = run.m;
+  const ModelConfig& cfg = run.cfg;
+  const int64_t N = 256, C = 64, L = cfg.layers, H = cfg.heads, D = cfg.head_dim;
+  const std::string flags = fmt::format("--seq-len {} --chunk-size {} --device sim --optimizer adamw --keep-attention",
+                                        N, C);
+  std::vector<std::string> steps[2];
+  int64_t device[2] = {0, 0}, pinned[2] = {0, 0};
+  for (const bool home : {false, true}) {
+    SCOPED_TRACE(fmt::format("offloaded={}", home));
+    const std::string f = flags + (home ? " --offload attention" : "");
+    const auto metrics = dir / fmt::format("o{}.jsonl", home);
+    const CmdResult r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --steps 2 {} --metrics {}", m,
+                                                  dir.string(), f, metrics.string()));
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::string line;
+    for (std::istringstream in(read_text(metrics)); std::getline(in, line);) {
+      if (line.empty()) continue;
+      const auto j = nlohmann::json::parse(line);
+      steps[home].push_back(fmt::format("{}: loss {:a} grad_norm {:a}", j["step"].get<int>(), j["loss"].get<double>(),
+                                        j["grad_norm"].get<double>()));
+      device[home] = j["memory"]["device"]["activations"]["peak"].get<int64_t>();
+      pinned[home] = j["memory"]["pinned"].value("activations", nlohmann::json{{"peak", 0}})["peak"].get<int64_t>();
+    }
+    const CmdResult p = oomb_cmd(dir, fmt::format("plan --model {} {} --json", m, f));
+    ASSERT_EQ(p.code, 0) << p.out;
+    EXPECT_EQ(nlohmann::json::parse(p.out)["device"]["activations"].get<int64_t>(), device[home]);
+    EXPECT_EQ(nlohmann::json::parse(p.out)["pinned"]["activations"].get<int64_t>(), pinned[home]);
+  }
+  ASSERT_EQ(steps[0].size(), 2u);
+  EXPECT_EQ(steps[0], steps[1]);
+  const int64_t row = L * H * (D + 1) * 4;  // (fp32 on sim)
+  EXPECT_EQ(device[0] - device[1], (N - 2 * C) * row);
+  EXPECT_EQ(pinned[1] - pinned[0], N * row);
+  const CmdResult t = oomb_cmd(dir, fmt::format("plan --model {} {} --offload attention", m, flags));
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_THAT(t.out, HasSubstr(fmt::format("--offload attention holds them in pinned memory ({} more pinned "
+                                           "activations), two chunks' rows on the device, {} moved a sequence",
+                                           format_bytes(N * row), format_bytes(2 * N * row))));
+  // a device that takes the store offloaded but not on the device: the advice names the flags
+  auto device_need = [&](const std::string& more) -> int64_t {
+    const CmdResult p = oomb_cmd(dir, fmt::format("plan --model {} {} --json{}", m, flags, more));
+    EXPECT_EQ(p.code, 0) << p.out;
+    return p.code == 0 ? nlohmann::json::parse(p.out)["device"]["total"].get<int64_t>() : 0;
+  };
+  const int64_t offloaded = device_need(" --offload attention"), resident = device_need("");
+  ASSERT_LT(offloaded, resident);
+  std::string plain = flags.substr(0, flags.find(" --keep-attention"));
+  const CmdResult r = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --steps 1 {} --device-memory {}", m,
+                                                dir.string(), plain, offloaded));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--keep-attention --offload attention would fit (device {}, of "
+                                           "--device-memory {})", format_bytes(offloaded), format_bytes(offloaded))));
+  const CmdResult bad = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --steps 1 {} --offload attention", m,
+                                                  dir.string(), plain));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.out, HasSubstr("--offload attention: only with --keep-attention"));
+}

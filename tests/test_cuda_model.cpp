@@ -549,7 +549,8 @@ TEST(CudaModel, ProfileCountsTheArithmeticOfEveryAttentionPairAndMatmul) {
 
 // --keep-attention on CUDA: the forward sweep's attention outputs stand in for the recompute's, the
 // same bits (loss and every gradient), fp32 and bf16 (tensor cores, or cuDNN's route where it takes
-// the call), pages resident and offloaded.
+// the call), pages and the kept outputs resident, and both offloaded (--offload kv,attention: the
+// outputs through two chunks' device slots, copied on the two copy streams).
 TEST(CudaModel, KeepingAttentionGivesTheSameBits) {
   std::string why;
   auto gpu = make_cuda_backend(&why);
@@ -567,6 +568,7 @@ TEST(CudaModel, KeepingAttentionGivesTheSameBits) {
       plan.offload_group = offload ? 2 : 0;
       const StepResult recomputed = one_step(*gpu, dir, ids, tg, plan);
       plan.keep_attention = int64_t(ids.size());
+      plan.offload_attention = offload;
       const StepResult kept = one_step(*gpu, dir, ids, tg, plan);
       EXPECT_EQ(kept.loss, recomputed.loss);
       EXPECT_EQ(std::memcmp(kept.grads.data(), recomputed.grads.data(), kept.grads.size() * 4), 0)

@@ -169,10 +169,12 @@ TEST(Dist, LayerSweepWithSequenceParallel) {
 
 // --keep-attention with --sp: each rank keeps its heads' attention outputs for every chunk (N rows,
 // H/P heads); within 1e-6 of one rank keeping them, the plan equal to every rank's peaks; with head
-// groups, K = 1's bits on the same ranks. Both orders, pages resident and offloaded.
+// groups, K = 1's bits on the same ranks. Both orders, pages resident and offloaded, and the kept
+// outputs offloaded (--offload attention: each rank's through its own device slots).
 TEST(Dist, KeepingAttentionWithSequenceParallel) {
   NEED_MPI();
   expect_equal_to_single_rank(2, "--sp 2 --keep-attention --doc-mask");
+  expect_equal_to_single_rank(2, "--sp 2 --keep-attention --device sim --offload kv,attention --doc-mask");
   expect_equal_to_single_rank(2, "--sp 2 --keep-attention --sweep layer --device sim --offload kv");
   expect_head_chunks_equal_to_one(2, "--sp 2 --heads 8 --kv-heads 4 --sp-head-chunks 2 --keep-attention");
 }

@@ -8,10 +8,12 @@
 #include <fmt/format.h>
 #include <atomic>
 #include <cstring>
+#include <tuple>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/sim_hold.h"
 #include "hf/checkpoint.h"
+#include "model/kept_attention_offload.h"
 #include "model/sweep_plan.h"
 #include "train/model.h"
 #include "model_fixture.h"
@@ -266,6 +268,139 @@ TEST_F(Offload, KeepingAttentionCostsWhatThePlanSays) {
     const int64_t buffers = (chunk_order ? L : 1) * C * H * (D * chunk_o_bytes + 4);
     EXPECT_EQ(activations[1] - activations[0], L * N * H * (D * o_bytes + 4) - buffers) << sweep_name(order);
   }
+}
+
+// --offload attention: the kept outputs in pinned host memory, each chunk's rows through two sets
+// of device slots, give the bits of the store on the device (loss, every gradient, the steady
+// state's steps, evaluation), fp32 and bf16, pages resident or offloaded, documents, sliding windows,
+// sparse pages, one chunk or many, with a copy delay each way and with every copy held until
+// something waits for it.
+TEST_F(Offload, OffloadedKeptAttentionGivesTheSameBits) {
+  const auto window = temp_dir();
+  nlohmann::json j = tiny_config_json("mistral", 2);
+  j["sliding_window"] = 21;
+  write_tiny_model(window, j, 8);
+  const DType F = DType::F32, B = DType::BF16;
+  struct Keep {
+    Case c;
+    bool offload_kv, bf16, sparse, windowed;
+    int64_t delay_in, delay_out;
+  };
+  const Keep cases[] = {
+      {{97, 13, 16, 2, F, F, false}, false, false, false, false, 200, -1},
+      {{97, 13, 16, 2, F, F, true}, true, false, false, false, 50, 3000},
+      {{131, 32, 16, 3, B, B, false}, true, true, false, false, kHoldCopies, -1},
+      {{131, 32, 16, 2, F, F, false}, false, true, false, false, 0, kHoldCopies},
+      {{97, 13, 4, 2, F, F, false}, true, false, false, true, 300, -1},
+      {{131, 32, 16, 0, F, F, false}, false, false, true, false, 200, -1},
+      {{40, 40, 16, 0, F, F, false}, false, true, false, false, 200, -1},  // one chunk
+      {{64, 32, 16, 0, F, F, false}, false, false, false, false, 200, -1},  // two: no slot set used twice
+  };
+  for (const Keep& k : cases) {
+    SCOPED_TRACE(name(k.c) + fmt::format(" offload kv {} bf16 {} sparse {} window {} delays {} {}", k.offload_kv,
+                                         k.bf16, k.sparse, k.windowed, k.delay_in, k.delay_out));
+    const auto t = tokens(k.c.N + 1, uint64_t(k.c.N * 5 + k.c.C));
+    const std::vector<int32_t> ids(t.begin(), t.end() - 1), tg(t.begin() + 1, t.end());
+    ChunkPlan keep = plan_of(k.c, k.offload_kv);
+    keep.precision = k.bf16 ? B : F;
+    if (k.sparse) keep.sparse.pages = 2, keep.sparse.tile = 16;
+    keep.keep_attention = k.c.N + 5;  // (planned for a longer sequence: this one's rows are the first)
+    const std::filesystem::path& dir = k.windowed ? window : *dir_;
+    auto sim = make_sim_backend(0, k.delay_in, k.delay_out);
+    const StepResult on_device = run(*sim, dir, ids, tg, k.c.N, keep);
+    ChunkPlan home = keep;
+    home.offload_attention = true;
+    const StepResult offloaded = run(*sim, dir, ids, tg, k.c.N, home);
+    EXPECT_TRUE(same_bits(on_device, offloaded)) << "loss " << offloaded.loss << " vs " << on_device.loss
+                                                 << ", gradient rel. error "
+                                                 << rel_error(offloaded.grads, on_device.grads);
+  }
+}
+
+// With every copy held until something waits for it, each of --offload attention's waits matters:
+// without "in" the backward reads a set before its rows came in; without "write" the forward sweep's
+// third chunk overwrites the first's rows before they went home (the copies out held); without
+// "gone" the backward fetches rows from home before they landed there.
+TEST_F(Offload, DroppingAKeptAttentionWaitBreaksIt) {
+  const Case c{97, 13, 16, 2, DType::F32, DType::F32, false};
+  const auto t = tokens(c.N + 1, 11);
+  const std::vector<int32_t> ids(t.begin(), t.end() - 1), tg(t.begin() + 1, t.end());
+  ChunkPlan keep = plan_of(c, false);
+  keep.keep_attention = c.N;
+  ChunkPlan home = keep;
+  home.offload_attention = true;
+  auto sim = make_sim_backend(0, 300);
+  const StepResult ref = run(*sim, *dir_, ids, tg, c.N, keep);
+  for (const auto& [wait, in, out] : {std::tuple{"in", kHoldCopies, int64_t(-1)}, {"write", int64_t(0), kHoldCopies},
+                                      {"gone", int64_t(50), kHoldCopies}}) {
+    SCOPED_TRACE(wait);
+    auto held = make_sim_backend(0, in, out);
+    ASSERT_TRUE(same_bits(ref, run(*held, *dir_, ids, tg, c.N, home))) << "with every wait";
+    KeptAttentionOffload::drop_wait_for_test(wait);
+    auto held2 = make_sim_backend(0, in, out);
+    const StepResult broken = run(*held2, *dir_, ids, tg, c.N, home, false);
+    KeptAttentionOffload::drop_wait_for_test(nullptr);
+    EXPECT_FALSE(same_bits(ref, broken)) << "the test does not notice a missing '" << wait << "' wait";
+  }
+}
+
+// What offloading the kept outputs costs: every (tier, tag) peak equals the plan; the device's
+// activations are those of the store on the device less the store plus two chunks' rows of it, the
+// pinned activations the store; the bytes moved a step are kept_attention_traffic's.
+TEST_F(Offload, OffloadedKeptAttentionCostsWhatThePlanSays) {
+  const ModelConfig cfg = load_config(*dir_);
+  const int64_t N = 256, C = 64, H = cfg.heads, D = cfg.head_dim, L = cfg.layers;
+  Accountant& acc = Accountant::global();
+  for (const DType precision : {DType::F32, DType::BF16}) {
+    int64_t device[2] = {0, 0}, pinned[2] = {0, 0};
+    for (const bool home : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} offloaded={}", dtype_name(precision), home));
+      ChunkPlan plan{C, 16};
+      plan.precision = precision;
+      plan.keep_attention = N;
+      plan.offload_attention = home;
+      acc.reset_peaks();
+      const MemoryPlan pred = train_for_peaks(cfg, plan, N, true, 2);
+      expect_peaks_equal(pred);
+      device[home] = acc.get(Tier::Device, Tag::Activations).peak;
+      pinned[home] = acc.get(Tier::Pinned, Tag::Activations).peak;
+    }
+    const int64_t o_bytes = precision == DType::BF16 ? 2 : 4, row = L * H * (D * o_bytes + 4);
+    EXPECT_EQ(device[0] - device[1], (N - 2 * C) * row) << dtype_name(precision);
+    EXPECT_EQ(pinned[1] - pinned[0], N * row) << dtype_name(precision);
+  }
+  // the traffic of three steps
+  auto sim = make_sim_backend();
+  ChunkPlan plan{C, 16};
+  plan.keep_attention = N;
+  plan.offload_attention = true;
+  Model m(cfg, *sim, plan);
+  load_for_training(m, *dir_);
+  const auto t = tokens(N + 1, 5);
+  for (int step = 0; step < 3; ++step) m.forward_backward(t.data(), t.data() + 1, N, 1.0f);
+  const KeptAttentionOffload::Traffic& tr = m.kept_attention_offload()->traffic();
+  EXPECT_EQ(tr.in + tr.out, 3 * kept_attention_traffic(cfg, plan, N));
+  EXPECT_EQ(tr.in, tr.out);
+}
+
+// --offload attention without --keep-attention, in the layer order, or without a device is refused,
+// naming the flags.
+TEST_F(Offload, OffloadingKeptAttentionRefusesWhatItCannotTake) {
+  const ModelConfig cfg = load_config(*dir_);
+  auto cpu = make_cpu_backend();
+  auto sim = make_sim_backend();
+  ChunkPlan p{32, 16};
+  p.offload_attention = true;
+  EXPECT_EQ(error_of([&] { Model m(cfg, *sim, p); }),
+            "--offload attention: only with --keep-attention (it moves the kept attention outputs into pinned host "
+            "memory)");
+  p.keep_attention = 64;
+  EXPECT_EQ(error_of([&] { Model m(cfg, *cpu, p); }),
+            "--offload attention: the backend has no device memory to offload from (use --device sim or cuda)");
+  p.sweep = SweepOrder::Layer;
+  EXPECT_EQ(error_of([&] { Model m(cfg, *sim, p); }),
+            "--offload attention: only in the chunk order (--sweep chunk); the layer order keeps its attention "
+            "outputs on the device");
 }
 
 // A sequence longer than the model keeps attention for is refused, naming the flag; evaluating

@@ -40,8 +40,8 @@ inline DType kv_page_dtype(const std::string& given, DType precision) {
 
 // --keep-attention (oomb train, oomb plan): ChunkPlan::keep_attention for the run's --seq-len.
 inline constexpr const char* KEEP_ATTENTION_HELP =
-    "Keep every layer's attention output and LSE for the whole sequence in the backend's memory (the device's; "
-    "the host's on --device cpu; L x N x H x (2 D + 4) "
+    "Keep every layer's attention output and LSE for the whole sequence in the backend's memory (the device's, "
+    "or pinned host memory with --offload attention; the host's on --device cpu; L x N x H x (2 D + 4) "
     "bytes under --precision bf16, (D + 1) x 4 under fp32; tag activations), so that no layer attends again "
     "before its backward: L attention forward passes a "
     "step instead of 2 L - 1 (the layer order, or sparse pages: 2 L); the same bits";

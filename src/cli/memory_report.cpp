@@ -49,8 +49,10 @@ void set_offload(const std::string& list, int64_t group, int64_t N, ChunkPlan& p
       plan.offload_kv = true;
     else if (name == "params")
       plan.offload_params = true;
+    else if (name == "attention")
+      plan.offload_attention = true;
     else
-      fail("--offload: '{}' is not one of kv, params", name);
+      fail("--offload: '{}' is not one of kv, params, attention", name);
     if (comma == std::string::npos) break;
     at = comma + 1;
   }

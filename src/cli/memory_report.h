@@ -13,7 +13,7 @@ namespace oomb::cli {
 std::string plan_table(const MemoryPlan& m);
 // {"device": {"weights": B, ..., "total": B}, "host": {...}, "pinned": {...}, "total": B}
 nlohmann::json plan_json(const MemoryPlan& m);
-// --offload's list ("kv", "params" or "kv,params") and --offload-group (0: the default) into the plan for
+// --offload's list (any of "kv", "params", "attention", comma-separated) and --offload-group (0: the default) into the plan for
 // sequences of N tokens; other names, a group without --offload kv, or a group larger than a
 // layer's pages are errors naming the flag.
 void set_offload(const std::string& list, int64_t group, int64_t N, ChunkPlan& plan);

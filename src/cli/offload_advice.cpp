@@ -45,11 +45,18 @@ bool fits_within(const MemoryPlan& m, const Limit& host, const Limit& device) {
 }
 
 std::optional<MemoryPlan> keep_attention_fits(ChunkPlan plan, int64_t N, const Limit& host, const Limit& device,
-                                              const std::function<MemoryPlan(const ChunkPlan&)>& plan_for) {
+                                              const std::function<MemoryPlan(const ChunkPlan&)>& plan_for,
+                                              bool* offloaded) {
   plan.keep_attention = N;
-  MemoryPlan m = plan_for(plan);
-  if (!fits_within(m, host, device)) return std::nullopt;
-  return m;
+  for (const bool off : {false, true}) {
+    if (off && (!offloaded || plan.sweep != SweepOrder::Chunk)) break;
+    plan.offload_attention = off;
+    MemoryPlan m = plan_for(plan);
+    if (!fits_within(m, host, device)) continue;
+    if (offloaded) *offloaded = off;
+    return m;
+  }
+  return std::nullopt;
 }
 
 }  // namespace oomb::cli

@@ -28,8 +28,11 @@ std::string offload_fits(bool kv, bool params, const Limit& host, const Limit& d
 bool fits_within(const MemoryPlan& m, const Limit& host, const Limit& device);
 
 // The run's plan with --keep-attention for its N tokens, where it fits both limits; nothing
-// otherwise. plan_for(p) is p's plan.
+// otherwise. plan_for(p) is p's plan. With `offloaded` (a run on a device, in the chunk order), where
+// the store on the device does not fit, the plan with --offload attention too, and *offloaded says
+// which of the two it is.
 std::optional<MemoryPlan> keep_attention_fits(ChunkPlan plan, int64_t N, const Limit& host, const Limit& device,
-                                              const std::function<MemoryPlan(const ChunkPlan&)>& plan_for);
+                                              const std::function<MemoryPlan(const ChunkPlan&)>& plan_for,
+                                              bool* offloaded = nullptr);
 
 }  // namespace oomb::cli

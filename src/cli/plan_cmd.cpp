@@ -53,7 +53,8 @@ Command add_plan(CLI::App& app) {
   c->add_option("--device", a->device, "cpu, sim or cuda (default cpu; cuda with --offload)")
       ->check(CLI::IsMember({"cpu", "sim", "cuda"}));
   c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory; params: master weights and "
-                 "gradients in pinned host memory, AdamW moments in host memory; kv,params: both");
+                 "gradients in pinned host memory, AdamW moments in host memory; attention (with --keep-attention): "
+                 "the kept attention outputs in pinned host memory; any of them, comma-separated (kv,params)");
   c->add_option("--offload-group", a->offload_group, "Pages per group streamed through the device (default ~4 MiB)")
       ->check(count());
   c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32 or bf16")
@@ -86,7 +87,7 @@ Command add_plan(CLI::App& app) {
             set_offload(a->offload, a->offload_group, a->seq_len, plan);
             set_sparse(a->sparse, cfg, plan);
             set_dist(a->dist, 0, plan);
-            const bool offload = plan.offload_kv || plan.offload_params;
+            const bool offload = plan.offload_kv || plan.offload_params || plan.offload_attention;
             const std::string device = !a->device.empty() ? a->device : offload ? "cuda" : "cpu";
             const std::string precision = default_precision(a->precision, device);
             plan.precision = precision == "bf16" ? DType::BF16 : DType::F32;
@@ -131,10 +132,12 @@ Command add_plan(CLI::App& app) {
                 });
             // --device-memory without --keep-attention: whether keeping would fit too
             std::string keep_fits;
+            bool keep_offloaded = false;
             if (a->device_memory > 0 && fits && plan.keep_attention == 0)
-              if (const auto mk = keep_attention_fits(plan, a->seq_len, host_limit, dev, plan_for))
-                keep_fits = fmt::format("--keep-attention fits too (device {}): {} attention forward passes a step "
-                                        "instead of {}", format_bytes(mk->total(Tier::Device)), cfg.layers,
+              if (const auto mk = keep_attention_fits(plan, a->seq_len, host_limit, dev, plan_for, &keep_offloaded))
+                keep_fits = fmt::format("--keep-attention{} fits too (device {}): {} attention forward passes a step "
+                                        "instead of {}", keep_offloaded ? " --offload attention" : "",
+                                        format_bytes(mk->total(Tier::Device)), cfg.layers,
                                         recomputed_attention_passes(cfg, plan));
             if (a->json) {
               nlohmann::json j = plan_json(m);
@@ -150,7 +153,7 @@ Command add_plan(CLI::App& app) {
               std::cout << j.dump() << std::endl;
               return status;
             }
-            std::cout << fmt::format("{} ({} parameters), N = {}, C = {}, page = {} tokens, kv {}, kv_grad {}, {}, {} {}{}{}\n",
+            std::cout << fmt::format("{} ({} parameters), N = {}, C = {}, page = {} tokens, kv {}, kv_grad {}, {}, {} {}{}{}{}\n",
                                      a->model.empty() ? a->preset : a->model, param_count(cfg), a->seq_len,
                                      plan.chunk, plan.page_size, dtype_name(plan.kv_dtype), a->kv_grad_dtype, a->optimizer, device,
                                      precision,
@@ -158,7 +161,8 @@ Command add_plan(CLI::App& app) {
                                                                    KVCache::group_for(kv_cache_options(cfg, plan),
                                                                                       a->seq_len))
                                                      : "",
-                                     plan.offload_params ? ", params offloaded (two layer slots on the device)" : "")
+                                     plan.offload_params ? ", params offloaded (two layer slots on the device)" : "",
+                                     plan.offload_attention ? ", kept attention offloaded (two chunks' rows on the device)" : "")
                       << (plan.ranks > 1 ? fmt::format("per rank, of {} ranks (--sp {} x --dp {}{}): each holds {} of "
                                                        "every chunk's tokens, {} heads and {} kv heads in attention{}\n",
                                                        plan.ranks, plan.sp, a->dist.dp,
@@ -191,15 +195,23 @@ Command add_plan(CLI::App& app) {
             if (plan.keep_attention > 0) {  // what keeping costs, and what it saves
               ChunkPlan off = plan;
               off.keep_attention = 0;
+              off.offload_attention = false;
               const MemoryPlan m0 = plan_for(off);
               const Tier dev = device == "cpu" ? Tier::Host : Tier::Device;
               const int64_t L = cfg.layers, fwd = recomputed_attention_passes(cfg, plan);
+              auto more = [&](Tier t) { return m.get(t, Tag::Activations) - m0.get(t, Tag::Activations); };
               std::cout << fmt::format("--keep-attention: {} more {} activations (every layer's attention output and "
                                        "LSE for all {} tokens, in place of the layers' own buffers; {} in all against {}), for {} attention forward passes "
-                                       "a step instead of {}, beside the {} backward\n",
-                                       format_bytes(m.get(dev, Tag::Activations) - m0.get(dev, Tag::Activations)),
-                                       tier_name(dev), a->seq_len, format_bytes(m.total()), format_bytes(m0.total()),
-                                       L, fwd, L);
+                                       "a step instead of {}, beside the {} backward{}\n",
+                                       format_bytes(more(dev)), tier_name(dev), a->seq_len, format_bytes(m.total()),
+                                       format_bytes(m0.total()), L, fwd, L,
+                                       plan.offload_attention
+                                           ? fmt::format("; --offload attention holds them in pinned memory ({} more "
+                                                         "pinned activations), two chunks' rows on the device, {} moved "
+                                                         "a sequence (out, then back in)",
+                                                         format_bytes(more(Tier::Pinned)),
+                                                         format_bytes(kept_attention_traffic(cfg, plan, a->seq_len)))
+                                           : "");
             }
             if (plan.head_chunks > 1) {  // what head groups are for: attention's buffers of fewer heads
               ChunkPlan one = plan;

@@ -21,6 +21,10 @@ std::string set_sweep(const std::string& given_flag, bool given, const ModelConf
   plan_for(plan);  // the plan's bounds first: a size that would overflow is refused, naming the flag
   const SweepChoice s = sweep_traffic(cfg, plan, N);
   auto moved = [](const SweepTraffic& t) { return (t.kv_exact ? "" : "at most ") + format_bytes(t.total()); };
+  if (plan.offload_attention && flag == "auto") {  // (the layer order keeps its outputs on the device)
+    plan.sweep = SweepOrder::Chunk;
+    return "sweep chunk (--sweep auto with --offload attention takes the chunk order, the one that offloads them)";
+  }
   if (zero3(plan)) {  // (the byte counts below do not model --zero 3's collectives: auto is not decided by them)
     plan.sweep = flag == "layer" ? SweepOrder::Layer : SweepOrder::Chunk;
     if (flag == "layer")

@@ -143,6 +143,7 @@ void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPl
     if (plan.keep_attention > 0) {
       ChunkPlan off = plan;
       off.keep_attention = 0;
+      off.offload_attention = false;
       const MemoryPlan m0 = plan_p(off);
       keep = be.tier() == Tier::Device
                  ? fmt::format("without --keep-attention it needs device {}, host and pinned {}",
@@ -167,13 +168,14 @@ std::string keep_attention_hint(const TrainArgs& a, const ModelConfig& cfg, cons
   const bool on_device = be.tier() == Tier::Device;
   const Limit dev = device_limit(a), host = host_share(available_host_memory(), local_ranks());
   if (plan.keep_attention > 0 || (on_device && dev.bytes <= 0)) return "";  // (a device of unknown size: no hint)
+  bool offloaded = false;
   const auto m = keep_attention_fits(plan, a.seq_len, host, dev, [&](const ChunkPlan& p) {
     return plan_memory(cfg, p, a.seq_len, a.optim.kind, be.workspace_bytes(workspace_shape(cfg, p)), be.tier(),
                        be.pinned_workspace_bytes());
-  });
+  }, on_device ? &offloaded : nullptr);
   if (!m) return "";
-  return fmt::format("--keep-attention would fit ({} {}, of {} {}): {} attention forward passes a step instead of {}, "
-                     "the same bits", on_device ? "device" : "host",
+  return fmt::format("--keep-attention{} would fit ({} {}, of {} {}): {} attention forward passes a step instead of {}, "
+                     "the same bits", offloaded ? " --offload attention" : "", on_device ? "device" : "host",
                      format_bytes(on_device ? m->total(Tier::Device) : m->total(Tier::Host) + m->total(Tier::Pinned)),
                      on_device ? dev.what : host.what, format_bytes(on_device ? dev.bytes : host.bytes), cfg.layers,
                      recomputed_attention_passes(cfg, plan));
@@ -463,7 +465,9 @@ Command add_train(CLI::App& app) {
       ->check(count());
   c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory, streamed through the "
                  "device in groups of pages; params: master weights and gradients in pinned host memory, AdamW "
-                 "moments in host memory, layers streamed through two device slots; kv,params: both");
+                 "moments in host memory, layers streamed through two device slots; attention (with --keep-attention): "
+                 "the kept attention outputs in pinned host memory, two chunks' rows on the device; any of them, "
+                 "comma-separated (kv,params)");
   c->add_option("--offload-group", a->offload_group, "With --offload kv: pages per group (default about 4 MiB of "
                  "K/V, at most a layer's pages)")->check(count());
   c->add_option("--out", a->out, "Save the trained model here (HF format, the loaded dtype) after the last step");

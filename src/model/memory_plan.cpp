@@ -175,6 +175,16 @@ void check_zero3(const ChunkPlan& p, Tier dev) {
   OOMB_CHECK(!p.lora.on(), "--zero 3 with LoRA: not supported yet (the frozen base would be sharded; use --zero 2)");
 }
 
+void check_offload_attention(const ChunkPlan& p, Tier dev) {
+  if (!p.offload_attention) return;
+  OOMB_CHECK(p.keep_attention > 0, "--offload attention: only with --keep-attention (it moves the kept attention "
+             "outputs into pinned host memory)");
+  OOMB_CHECK(dev == Tier::Device, "--offload attention: the backend has no device memory to offload from (use "
+             "--device sim or cuda)");
+  OOMB_CHECK(p.sweep == SweepOrder::Chunk, "--offload attention: only in the chunk order (--sweep chunk); the layer "
+             "order keeps its attention outputs on the device");
+}
+
 void check_offload_params(const ModelConfig& cfg, const ChunkPlan& p) {
   if (!p.offload_params || !p.lora.on()) return;
   OOMB_CHECK(!p.lora.train_embeddings_norms || !cfg.tie_word_embeddings, "--offload params with "
@@ -187,6 +197,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
                        size_t workspace_bytes, Tier dev, size_t pinned_workspace_bytes) {
   check_zero3(plan, dev);
   check_offload_params(cfg, plan);
+  check_offload_attention(plan, dev);
   const int64_t P = param_count(cfg), C = std::min(plan.chunk, N), sp = plan.sp;
   check_plan_size(cfg, N, C, P);
   ChunkPlan used = plan;
@@ -238,8 +249,10 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
   }
   m.at(dev, Tag::Activations) =
       LayerPlan::bytes(cfg, C, plan.lora.rank, plan.precision == DType::BF16, sp, K) +
-      saved_bytes(cfg, C / sp, plan.sweep, bf16) + saved_attention_bytes(grp, C, plan.sweep, bf16, K, plan.keep_attention > 0) +
-      kept_attention_bytes(grp, plan.keep_attention, K, plan.precision == DType::BF16);
+      saved_bytes(cfg, C / sp, plan.sweep, bf16) + saved_attention_bytes(grp, C, plan.sweep, bf16, K, plan.keep_attention > 0);
+  // --keep-attention's store, where it lives; offloaded, two chunks' rows of it on the device
+  m.at(kept_attention_home(plan, dev), Tag::Activations) += kept_attention_bytes(grp, plan.keep_attention, K, bf16);
+  if (plan.offload_attention) m.at(dev, Tag::Activations) += 2 * kept_attention_bytes(grp, C, K, bf16);
   if (plan.sweep == SweepOrder::Layer) {  // every layer's output of this rank's rows, and their device slots
     const int64_t arrays = ActivationStore::arrays(cfg, recomputes_tied_head(cfg, plan));
     m.at(ActivationStore::home(dev), Tag::Activations) += ActivationStore::host_bytes(cfg, arrays, N / sp);

@@ -60,6 +60,10 @@ struct ChunkPlan {
   // order (2 L to L in the layer order or with sparse pages), against kept_attention_bytes (the
   // output in bf16 under --precision bf16, whose outputs hold bf16 values). The same bits.
   int64_t keep_attention = 0;
+  // --offload attention (with --keep-attention, in the chunk order): that store in pinned host
+  // memory, each chunk's rows passing through two chunks' worth of device slots
+  // (model/kept_attention_offload); the same bits.
+  bool offload_attention = false;
   // --sp P: the ranks sharing each chunk (Ulysses, dist/ulysses.h); the plan is one rank's. Each
   // holds C/P tokens outside attention and H/P heads (G/P kv heads: its K/V and gradient pages) in it.
   int64_t sp = 1;
@@ -93,6 +97,12 @@ void check_zero3(const ChunkPlan& p, Tier dev);
 // --offload params with LoRA streams the frozen base (with --train-embeddings-norms, an untied
 // one: the trainable embedding and norms stay resident); refuses what it cannot take, naming the flags.
 void check_offload_params(const ModelConfig& cfg, const ChunkPlan& p);
+
+// --offload attention: needs --keep-attention, the chunk order and a device (backend tier `dev`);
+// refuses anything else, naming the flags.
+void check_offload_attention(const ChunkPlan& p, Tier dev);
+// Where --keep-attention's store lives: the backend's memory, or pinned with --offload attention.
+inline Tier kept_attention_home(const ChunkPlan& p, Tier dev) { return p.offload_attention ? Tier::Pinned : dev; }
 
 // What one rank of --sp P sees inside attention: the model with H/P heads and G/P kv heads.
 ModelConfig attention_side(const ModelConfig& cfg, int64_t sp);
@@ -160,5 +170,7 @@ int64_t saved_attention_bytes(const ModelConfig& cfg, int64_t C, SweepOrder swee
 // every layer's and head group's attention output (N, H, D), bf16 or f32, and LSE (N, H) f32, of
 // attention_group(cfg, plan)'s heads. Each pass addresses chunk c's rows of it directly.
 int64_t kept_attention_bytes(const ModelConfig& cfg, int64_t N, int64_t groups, bool bf16);
+// With --offload attention the store is in pinned memory (kept_attention_home) and the device holds
+// two chunks' rows of it: 2 kept_attention_bytes(cfg, C, groups, bf16).
 
 }  // namespace oomb

@@ -89,6 +89,12 @@ SweepTraffic kv_order_traffic(const ModelConfig& c, const ChunkPlan& plan, int64
   return s;
 }
 
+int64_t kept_attention_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N) {
+  const ModelConfig g = attention_group(c, plan);
+  const int64_t o_bytes = plan.precision == DType::BF16 ? 2 : 4;
+  return 2 * c.layers * plan.head_chunks * N * g.heads * (g.head_dim * o_bytes + 4);
+}
+
 SweepChoice sweep_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N) {
   ChunkPlan layer = plan;
   layer.sweep = SweepOrder::Layer;
@@ -104,6 +110,7 @@ SweepChoice sweep_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N
     s.chunk.weights -= rows, s.layer.weights -= rows;
   }
   if (plan.lora.on()) s.chunk.grads = s.layer.grads = 0;  // the frozen base has none; LoRA's stay
+  if (plan.offload_attention) s.chunk.activations += kept_attention_traffic(c, plan, N);
   for (auto [t, order] : {std::pair{&s.chunk, SweepOrder::Chunk}, std::pair{&s.layer, SweepOrder::Layer}}) {
     const SweepTraffic k = kv_order_traffic(c, plan, N, order);
     t->kv = k.kv;

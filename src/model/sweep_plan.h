@@ -52,8 +52,12 @@ SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int
 // The K/V pages' traffic of one sequence in an order (zero unless plan.offload_kv).
 SweepTraffic kv_order_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N, SweepOrder order);
 
+// --offload attention's bytes for one sequence: every layer's and head group's kept output and LSE
+// out in the forward sweep and in again in the backward (model/kept_attention_offload).
+int64_t kept_attention_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N);
+
 // The two orders' traffic for a plan (its offload_params decides whether weights move, its
-// offload_kv whether pages do), and
+// offload_kv whether pages do, its offload_attention whether the chunk order's kept outputs do), and
 // --sweep auto's choice: the layer order when it moves fewer bytes and its plan fits the host
 // (layer_fits_host), else the chunk order.
 struct SweepChoice {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 namespace oomb {
 
@@ -37,6 +38,12 @@ static Comm* checked_zero3(const ModelConfig& cfg, const ChunkPlan& plan, Tier d
   return world;
 }
 
+// --keep-attention's store: with --offload attention, only with a device and the chunk order.
+static const ChunkPlan& checked_keep(const ChunkPlan& plan, Tier dev) {
+  check_offload_attention(plan, dev);
+  return plan;
+}
+
 // The whole model's layout (host_layout), and the masters' (under --zero 3 this rank's shards).
 static std::vector<ParamSpec> whole_layout(const ModelConfig& cfg, const ChunkPlan& plan) {
   return frozen_bf16(plan) ? frozen_bf16_layout(cfg) : param_layout(cfg);
@@ -61,7 +68,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
                   size_t(saved_attention_bytes(attention_group(cfg, plan), plan.chunk, plan.sweep,
                                                 plan.precision == DType::BF16, plan.head_chunks,
                                                 plan.keep_attention > 0))),
-      kept_attn_(be.tier(), Tag::Activations,
+      kept_attn_(kept_attention_home(checked_keep(plan, be.tier()), be.tier()), Tag::Activations,
                  size_t(kept_attention_bytes(attention_group(cfg, plan), plan.keep_attention, plan.head_chunks,
                                              plan.precision == DType::BF16))),
       layer_plan_(cfg, plan.chunk, be.tier(), plan.lora.rank, plan.precision == DType::BF16, plan.sp,
@@ -102,6 +109,7 @@ Model::Model(const ModelConfig& cfg, Backend& be, const ChunkPlan& plan, Comm* s
     kept_lse_.push_back(kept_attn_.take(DType::F32, {plan.keep_attention, Hg}));
   }
   if (plan.keep_attention > 0) kept_chunk_o_.resize(size_t(K)), kept_chunk_lse_.resize(size_t(K));
+  if (plan.offload_attention) kept_home_ = std::make_unique<KeptAttentionOffload>(be, kept_o_, kept_lse_, C);
   sums_t_ = Tensor(sums_.data(), DType::F64, {2}, be.tier());
   tied_head_ = recomputes_tied_head(cfg, plan);
   if (tied_head_) pass_sums_ = Tensor(sums_.as<double>() + 2, DType::F64, {2}, be.tier());
@@ -311,9 +319,9 @@ void Model::keep_attention(LayerBuffers& buf, int64_t l, ChunkSpan c) {
                "--keep-attention keeps them only while training)", l);
     return buf.keep_attention_in(&att_o_[at], &att_lse_[at], n);
   }
-  for (size_t j = 0; j < kept_chunk_o_.size(); ++j) {
-    kept_chunk_o_[j] = kept_o_[at + j].rows(c.begin, n);
-    kept_chunk_lse_[j] = kept_lse_[at + j].rows(c.begin, n);
+  for (size_t j = 0; j < kept_chunk_o_.size(); ++j) {  // (offloaded: the chunk's rows in their device slot)
+    kept_chunk_o_[j] = kept_home_ ? kept_home_->o(at + j, c) : kept_o_[at + j].rows(c.begin, n);
+    kept_chunk_lse_[j] = kept_home_ ? kept_home_->lse(at + j, c) : kept_lse_[at + j].rows(c.begin, n);
   }
   buf.keep_attention_in(kept_chunk_o_.data(), kept_chunk_lse_.data(), n);
 }
@@ -561,6 +569,13 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, int64_t p
   store_.begin_sequence(backward, changed);
   be_.zero(sums_t_);
   LossStats st;
+  const bool homing = keeping_ && kept_home_;  // --offload attention: the kept rows pass through device slots
+  if (homing) {
+    chunks_up_.resize(size_t(T));
+    std::iota(chunks_up_.begin(), chunks_up_.end(), int64_t(0));
+    chunks_down_.assign(chunks_up_.rbegin(), chunks_up_.rend());
+    kept_home_->begin_pass(N, chunks_up_, true);
+  }
 
   // Forward sweep: fill the K/V pages chunk by chunk (with the loss too when only evaluating).
   for (int64_t t = 0; t < T; ++t) {
@@ -571,6 +586,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, int64_t p
     // the page metadata as the forward sweep sees it
     // (keeping, the last layer attends too: its output is kept for the backward)
     forward_layers(c, backward && !sparse_ && !keeping_ ? Sweep::ForwardKVOnlyLast : Sweep::Forward);
+    if (homing) kept_home_->next();
     if (!backward) {
       head_loss(final_norm(h_.back().rows(0, local(n))), mine(inputs_.targets(n), n), 1.0f, nullptr, false, sums_t_);
       if (after_chunk) {
@@ -588,6 +604,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, int64_t p
   const float scale = loss_scale(weight, per, st.targets);
 
   // Backward sweep, chunks in reverse.
+  if (homing) kept_home_->begin_pass(N, chunks_down_, false);
   for (int64_t t = T - 1; t >= 0; --t) {
     const ChunkSpan c = chunk_span(N, C, t);
     const int64_t n = c.size();
@@ -618,6 +635,7 @@ LossStats Model::run(const ChunkReader& read, int64_t N, float weight, int64_t p
     }
     embed_bwd(n, dh);
     cache_.docs().release_from(first_free);
+    if (homing) kept_home_->next();
   }
   read_sums(st);
   store_.end_sequence();

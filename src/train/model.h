@@ -24,6 +24,7 @@
 #include "kv/kv_cache.h"
 #include "model/activation_store.h"
 #include "model/chunk_inputs.h"
+#include "model/kept_attention_offload.h"
 #include "hf/config.h"
 #include "model/bf16_weights.h"
 #include "model/layer.h"
@@ -111,6 +112,8 @@ class Model {
   const KVCache& kv_cache() const { return cache_; }
   // The layer order's host arrays (null in the chunk order): their traffic (tests, benchmarks).
   const ActivationStore* activations() const { return acts_.get(); }
+  // --offload attention's slots (null without it): their traffic (tests, benchmarks).
+  const KeptAttentionOffload* kept_attention_offload() const { return kept_home_.get(); }
   // Tests only: "tied-head" adds a tied embedding's lm_head gradient in the layer order's loss pass
   // (as a plain layer order would) instead of beside the embedding's; "reduce-once": --zero 3's
   // layer order reduces a layer's gradients once for every chunk (ParamStore::reduce_chunk skipped);
@@ -208,10 +211,13 @@ class Model {
   std::vector<Tensor> att_o_, att_lse_;
   std::vector<Tensor> kept_o_, kept_lse_;  // --keep-attention's store (kept_attn_), as att_o_
   std::vector<Tensor> kept_chunk_o_, kept_chunk_lse_;  // one chunk's rows of a layer's, each head group's
+  // --offload attention: the store (kept_attn_) in pinned memory, chunks' rows through device slots
+  std::unique_ptr<KeptAttentionOffload> kept_home_;
   bool keeping_ = false;  // this run keeps every chunk's attention output (--keep-attention, training)
   bool training_ = false;  // this run trains (forward_backward): --lora-dropout drops
   uint64_t dropout_key_ = 0;  // set_dropout_key's
-  // the layer order: the host arrays, the chunks in order and reversed, the loss pass's sums when
+  // the layer order: the host arrays, the chunks in order and reversed (--offload attention's passes
+  // take them too), the loss pass's sums when
   // the tied head's are added later (tied_head_)
   std::unique_ptr<ActivationStore> acts_;
   std::vector<int64_t> chunks_up_, chunks_down_;

@@ -99,8 +99,9 @@ ChunkPlan plan_of(const Args& a, int64_t sp, int64_t ranks, int64_t rank, int ze
   p.chunk = a.chunk;
   p.page_size = a.page;
   p.doc_sep = a.doc_mask ? 0 : -1;
-  p.offload_kv = a.offload == "kv" || a.offload == "kv,params";
-  p.offload_params = a.offload == "params" || a.offload == "kv,params";
+  p.offload_kv = a.offload.find("kv") != std::string::npos;
+  p.offload_params = a.offload.find("params") != std::string::npos;
+  p.offload_attention = a.offload.find("attention") != std::string::npos;
   p.sp = sp, p.ranks = ranks, p.rank = rank, p.zero = zero;
   p.sweep = a.sweep == "layer" ? SweepOrder::Layer : SweepOrder::Chunk;
   p.precision = a.precision == "bf16" ? DType::BF16 : DType::F32;

@@ -1,0 +1,128 @@
+#include "model/kept_attention_offload.h"
+
+#include <string>
+
+namespace oomb {
+
+namespace {
+std::string g_dropped_wait;  // tests only
+bool dropped(const char* which) { return !g_dropped_wait.empty() && g_dropped_wait == which; }
+
+// a slot of C rows of o (N, H, D) or lse (N, H)
+Tensor slot_of(Arena* a, const Tensor& t, int64_t C) {
+  if (t.ndim == 3) return a ? a->take(t.dtype, {C, t.dim(1), t.dim(2)}) : Tensor(nullptr, t.dtype, {C, t.dim(1), t.dim(2)});
+  OOMB_CHECK(t.ndim == 2, "--offload attention: a kept tensor of {} dims", t.ndim);
+  return a ? a->take(t.dtype, {C, t.dim(1)}) : Tensor(nullptr, t.dtype, {C, t.dim(1)});
+}
+size_t slot_bytes(const Tensor& t, int64_t C) { return (slot_of(nullptr, t, C).bytes() + 63) / 64 * 64; }
+}  // namespace
+
+void KeptAttentionOffload::drop_wait_for_test(const char* which) { g_dropped_wait = which ? which : ""; }
+
+int64_t KeptAttentionOffload::device_bytes(std::span<const Tensor> o, std::span<const Tensor> lse, int64_t C) {
+  int64_t b = 0;
+  for (const Tensor& t : o) b += int64_t(slot_bytes(t, C));
+  for (const Tensor& t : lse) b += int64_t(slot_bytes(t, C));
+  return 2 * b;
+}
+
+KeptAttentionOffload::KeptAttentionOffload(Backend& be, std::span<const Tensor> o, std::span<const Tensor> lse,
+                                           int64_t C)
+    : be_(be),
+      host_o_(o.begin(), o.end()),
+      host_lse_(lse.begin(), lse.end()),
+      C_(C),
+      slots_(be.tier(), Tag::Activations, size_t(device_bytes(o, lse, C))) {
+  OOMB_CHECK(o.size() == lse.size(), "--offload attention: {} outputs against {} LSEs", o.size(), lse.size());
+  for (int s = 0; s < 2; ++s) {
+    for (size_t a = 0; a < o.size(); ++a) {
+      o_[s].push_back(slot_of(&slots_, o[a], C));
+      lse_[s].push_back(slot_of(&slots_, lse[a], C));
+    }
+    arrived_[s] = be.new_event();
+    used_[s] = be.new_event();
+    gone_[s] = be.new_event();
+  }
+}
+
+KeptAttentionOffload::~KeptAttentionOffload() { be_.synchronize(); }
+
+ChunkSpan KeptAttentionOffload::span(size_t pos) const { return chunk_span(N_, C_, chunks_[pos]); }
+
+void KeptAttentionOffload::begin_pass(int64_t N, std::span<const int64_t> chunks, bool write) {
+  OOMB_CHECK(N > 0 && (host_o_.empty() || N <= host_o_[0].dim(0)),
+             "--offload attention: a sequence of {} tokens, the store keeps {}", N,
+             host_o_.empty() ? 0 : host_o_[0].dim(0));
+  N_ = N;
+  chunks_.assign(chunks.begin(), chunks.end());
+  write_ = write;
+  pos_ = 0;
+  if (chunks_.empty()) return;
+  if (!write_) {
+    fetch(0);
+    if (chunks_.size() > 1) fetch(1);
+  }
+  enter(0);
+}
+
+// Chunk `pos`'s rows from home into its set, once the compute stream is done with the set's previous
+// chunk and everything sent home has landed (the pass reads what the forward sweep wrote).
+void KeptAttentionOffload::fetch(size_t pos) {
+  const int s = int(pos & 1);
+  const ChunkSpan c = span(pos);
+  be_.wait(Stream::Copy, *used_[s]);
+  if (last_gone_ >= 0 && !dropped("gone")) be_.wait(Stream::Copy, *gone_[last_gone_]);
+  for (size_t a = 0; a < host_o_.size(); ++a)
+    for (const auto* t : {&host_o_, &host_lse_}) {
+      const Tensor& home = (*t)[a];
+      const Tensor& slot = (t == &host_o_ ? o_ : lse_)[s][a];
+      const size_t bytes = home.rows(c.begin, c.size()).bytes();
+      be_.copy_async(slot.data, slot.tier, home.rows(c.begin, c.size()).data, home.tier, bytes, Stream::Copy);
+      traffic_.in += int64_t(bytes);
+    }
+  be_.record(*arrived_[s], Stream::Copy);
+}
+
+void KeptAttentionOffload::enter(size_t pos) {
+  const int s = int(pos & 1);
+  if (write_ ? !dropped("write") : !dropped("in")) be_.wait(Stream::Compute, write_ ? *gone_[s] : *arrived_[s]);
+}
+
+void KeptAttentionOffload::check(ChunkSpan c) const {
+  OOMB_CHECK(pos_ < chunks_.size() && span(pos_).begin == c.begin && span(pos_).end == c.end,
+             "--offload attention: tokens [{}, {}) asked for outside the pass's current chunk", c.begin, c.end);
+}
+
+Tensor KeptAttentionOffload::o(size_t a, ChunkSpan c) const {
+  check(c);
+  return o_[pos_ & 1][a].rows(0, c.size());
+}
+
+Tensor KeptAttentionOffload::lse(size_t a, ChunkSpan c) const {
+  check(c);
+  return lse_[pos_ & 1][a].rows(0, c.size());
+}
+
+void KeptAttentionOffload::next() {
+  OOMB_CHECK(pos_ < chunks_.size(), "--offload attention: next past the pass's chunks");
+  const int s = int(pos_ & 1);
+  be_.record(*used_[s], Stream::Compute);
+  if (write_) {  // the chunk's rows home, once the compute stream has written them
+    const ChunkSpan c = span(pos_);
+    be_.wait(Stream::CopyOut, *used_[s]);
+    for (size_t a = 0; a < host_o_.size(); ++a)
+      for (const auto* t : {&host_o_, &host_lse_}) {
+        const Tensor home = (*t)[a].rows(c.begin, c.size());
+        const Tensor& slot = (t == &host_o_ ? o_ : lse_)[s][a];
+        be_.copy_async(home.data, home.tier, slot.data, slot.tier, home.bytes(), Stream::CopyOut);
+        traffic_.out += int64_t(home.bytes());
+      }
+    be_.record(*gone_[s], Stream::CopyOut);
+    last_gone_ = s;
+  }
+  ++pos_;
+  if (!write_ && pos_ + 1 < chunks_.size()) fetch(pos_ + 1);
+  if (pos_ < chunks_.size()) enter(pos_);
+}
+
+}  // namespace oomb
