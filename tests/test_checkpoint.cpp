@@ -10,6 +10,8 @@
 #include <bit>
 #include <cstring>
 #include <unistd.h>
+#include <fstream>
+#include <map>
 #include <sstream>
 
 #include "backend/backend.h"
@@ -84,6 +86,27 @@ TEST(TrainCheckpoint, LayoutLoadsAsAModelDirectory) {
   EXPECT_EQ(st.step, 2);
   EXPECT_EQ(st.adam_step, 2);
   EXPECT_EQ(st.files.size(), 3u);
+}
+
+// A saved model (an --out, a checkpoint, a merge) carries the tokenizer's and the chat's files of the
+// directory it came from, the named chat templates' folder included, so that the saved model chats
+// and tokenizes as its source did; files the source lacks are not made up.
+TEST(TrainCheckpoint, SavedModelCarriesTheTokenizerAndChatFiles) {
+  const auto dir = temp_dir();
+  const ModelConfig cfg = write_tiny_model(dir / "src", tiny_config_json("llama", 2), 3);
+  const std::map<std::string, std::string> files = {
+      {"tokenizer.json", "{}"}, {"tokenizer_config.json", "{\"eos_token\": \"x\"}"},
+      {"chat_template.jinja", "{{ messages }}"}, {"additional_chat_templates/tool_use.jinja", "{{ tools }}"},
+      {"generation_config.json", "{}"}, {"tokenizer.model", "sp"}};
+  for (const auto& [name, text] : files) {
+    fs::create_directories((dir / "src" / name).parent_path());
+    std::ofstream(dir / "src" / name) << text;
+  }
+  Params w(cfg, Tier::Host, Tag::IO);
+  load_weights(dir / "src", cfg, w);
+  save_model(dir / "out", cfg, w, DType::F32, dir / "src");
+  for (const auto& [name, text] : files) EXPECT_EQ(read_text(dir / "out" / name), text) << name;
+  EXPECT_FALSE(fs::exists(dir / "out" / "merges.txt"));
 }
 
 // A checkpoint's weights load in the float64 oracle (tests/oracle/torch_oracle.py, reading the

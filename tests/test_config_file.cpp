@@ -76,10 +76,28 @@ TEST_F(ConfigFile, RunFromTomlEqualsRunFromFlags) {
     EXPECT_THAT(read_text(saved), HasSubstr("seq-len=64"));
     EXPECT_THAT(read_text(dir / "ck" / step / "state.json"), HasSubstr("config.toml"));  // its size is checked
   }
+  // (not with its outputs: they hold the first run's results, and a fresh run would replace them)
+  const std::string first = read_text(dir / "a.jsonl");
+  const CmdResult same = oomb_cmd(dir, fmt::format("train --config {0}/ck/step-000004/config.toml --checkpoint-dir "
+                                                   "{0}/ck2", dir.string()));
+  EXPECT_EQ(same.code, 1);
+  EXPECT_THAT(same.out, HasSubstr(fmt::format("--metrics {0}/a.jsonl (from --config {0}/ck/step-000004/config.toml): "
+                                              "holds the results of the run that checkpoint comes from, which a fresh "
+                                              "run would replace: give --metrics anew, or --resume auto to continue "
+                                              "that run", dir.string())));
+  EXPECT_EQ(read_text(dir / "a.jsonl"), first);
+  EXPECT_FALSE(std::filesystem::exists(dir / "ck2"));
   const CmdResult again = oomb_cmd(dir, fmt::format("train --config {0}/ck/step-000004/config.toml --metrics "
                                                     "{0}/e.jsonl --checkpoint-dir {0}/ck2", dir.string()));
   ASSERT_EQ(again.code, 0) << again.out;
   EXPECT_EQ(steps_of(dir / "e.jsonl"), a);
+  // a resumed run's checkpoints keep its flags but --resume: repeating it starts afresh
+  const CmdResult resumed = oomb_cmd(dir, fmt::format("train --config {0}/ck/step-000002/config.toml --resume "
+                                                      "{0}/ck/step-000002 --checkpoint-dir {0}/ck3 --metrics {0}/r.jsonl",
+                                                      dir.string()));
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_THAT(read_text(dir / "ck3" / "step-000004" / "config.toml"), ::testing::Not(HasSubstr("\nresume")));
+  EXPECT_EQ(steps_of(dir / "r.jsonl"), std::vector<std::string>(a.begin() + 2, a.end()));  // (steps 2 and 3)
 }
 
 TEST_F(ConfigFile, ErrorsNameTheFileAndKey) {

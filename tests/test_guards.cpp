@@ -109,7 +109,19 @@ TEST(Guards, OutputsNeverAliasInputs) {
       {fmt::format("train --model {0}/m --data {0}/shards --seq-len 16 --steps 1 --metrics {0}/shards/log.jsonl", d),
        "lies inside --data " + d + "/shards"},
       {train + fmt::format("--out {0}/o --metrics {0}/o/log.jsonl", d), "one output would overwrite the other"},
+      // nothing goes inside a model's, a tokenizer's or an adapter's directory, and merge writes neither input
+      {train + fmt::format("--metrics {}/m/config.json", d), "--metrics " + d + "/m/config.json: lies inside --model"},
+      {train + fmt::format("--tensorboard {}/m/tb", d), "lies inside --model " + d + "/m"},
+      {fmt::format("eval --model {0}/m --data {0}/t.bin --seq-len 16 --out {0}/m/model.safetensors", d),
+       "--out " + d + "/m/model.safetensors: lies inside --model"},
+      {fmt::format("tokenize --tokenizer {0}/m --input {0}/in.txt --output {0}/m/tokenizer.json", d),
+       "--output " + d + "/m/tokenizer.json: lies inside --tokenizer"},
+      {fmt::format("merge --model {0}/m --lora {0}/ad --out {0}/m", d), "--out " + d + "/m: is the same path as --model"},
+      {fmt::format("merge --model {0}/m --lora {0}/m --out {0}/m/merged", d), "lies inside --model"},
+      {fmt::format("eval --model {0}/m --lora {0}/ad --data {0}/t.bin --seq-len 16 --out {0}/ad/adapter_config.json", d),
+       "lies inside --lora " + d + "/ad"},
   };
+  fs::create_directories(dir / "ad");
   for (const auto& [args, msg] : cases) {
     SCOPED_TRACE(args);
     const CmdResult r = oomb_cmd(dir, args);

@@ -9,6 +9,17 @@
 
 namespace oomb::cli {
 
+namespace {
+std::string g_file;                  // the --config file expand_config read
+std::vector<std::string> g_flags;    // the flags it gave ("--out")
+}  // namespace
+
+std::string config_gave(const std::string& flag) {
+  for (const std::string& f : g_flags)
+    if (f == flag) return g_file;
+  return "";
+}
+
 void add_config_flag(CLI::App* sub) {
   sub->add_option("--config", "TOML file of flags (keys: the flags without dashes, e.g. seq-len = 4096); flags "
                   "on the command line win")->configurable(false);
@@ -58,7 +69,9 @@ ExpandedArgs expand_config(const CLI::App& app, const std::vector<std::string>& 
     if (given) continue;
     OOMB_CHECK(!it.inputs.empty(), "--config {}: key '{}' has no value", f, it.name);
     for (const std::string& v : it.inputs) from_file.push_back("--" + it.name + "=" + v);
+    g_flags.push_back("--" + it.name);
   }
+  g_file = f;
   out.args.insert(out.args.begin() + 2, from_file.begin(), from_file.end());
   return out;
 }
@@ -67,12 +80,12 @@ std::string resolved_config(const CLI::App& sub) {
   std::istringstream in(sub.config_to_str(false, false));
   std::string out = "# oomb " + sub.get_name() + ": the flags of this run (oomb " + sub.get_name() +
                     " --config FILE repeats it" +
-                    (sub.get_name() == "train" ? "; where checkpoint-dir holds its checkpoints, with --resume auto or "
-                                                 "another --checkpoint-dir"
+                    (sub.get_name() == "train" ? ": continue it with --resume auto, or repeat it into another "
+                                                 "--checkpoint-dir with outputs of its own"
                                                : "") +
                     ")\n";
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind("config=", 0) == 0) continue;
+    if (line.rfind("config=", 0) == 0 || line.rfind("resume=", 0) == 0) continue;
     // CLI11 writes a value that reads as a number bare, surrounding spaces and all (" 5", from a
     // quoted string in the file), and TOML trims a bare value: quoted, it reads back as it was
     const size_t eq = line.find('=');

@@ -18,11 +18,16 @@ struct ExpandedArgs {
   std::vector<std::string> args;  // argv with the file's flags after the command's name
   std::string config;             // the file read, empty when none
 };
-// args = argv; args[1] names a subcommand of app (main.cpp has checked it).
+// args = argv; args[1] names a subcommand of app (main.cpp has checked it). Records which flags
+// the file gave (config_gave).
 ExpandedArgs expand_config(const CLI::App& app, const std::vector<std::string>& args);
+// The --config file that gave `flag` ("--out") its value in this process's expand_config, or ""
+// (not given there, or given on the command line, which wins).
+std::string config_gave(const std::string& flag);
 
 // The flags a parsed subcommand was given (by the command line or a --config file), as TOML that
-// --config reads back: what a checkpoint keeps as config.toml.
+// --config reads back: what a checkpoint keeps as config.toml. --resume is left out: repeating the
+// run starts afresh unless the repeat resumes itself.
 std::string resolved_config(const CLI::App& sub);
 
 }  // namespace oomb::cli

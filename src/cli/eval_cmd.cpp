@@ -227,7 +227,8 @@ Command add_eval(CLI::App& app) {
   add_rope_flags(c, a->rope);
   add_dist_flags(c, a->dist, true);
   return {c, [a] {
-            std::vector<NamedPath> inputs = {{"--model", a->model}, {"--tokenizer", a->tokenizer}};
+            std::vector<NamedPath> inputs = {{"--model", a->model, true}, {"--tokenizer", a->tokenizer, true},
+                                             {"--lora", a->lora, true}};
             for (const std::string& d : a->data) inputs.push_back({"--data", d, true});
             refuse_aliasing({{"--out", a->out}}, inputs);
             check_file_out("--out", a->out);  // (written at the end: refused now, not after every window)

@@ -30,6 +30,8 @@ Command add_merge(CLI::App& app) {
   c->add_flag("--force", a->force, "Replace a different model in --out");
   add_rope_flags(c, a->rope);
   return {c, [a] {
+            // the merged model replaces --out as a unit: neither input may be it, hold it or lie inside it
+            refuse_aliasing({{"--out", a->out, true}}, {{"--model", a->model, true}, {"--lora", a->lora, true}});
             // the merged model's RoPE: the one the adapter was trained under (oomb_rope.json), then the flags
             const ModelConfig cfg = run_config(a->model, a->lora, a->rope, std::cout);
             check_model_out("--out", a->out, cfg, a->force);

@@ -85,7 +85,7 @@ int run(const TokenizeArgs& a) {
   // before anything is opened for writing: the output must not be the text or the tokenizer
   const std::filesystem::path mask_path = loss_mask_path(a.output);
   refuse_aliasing({{"--output", a.output}, {"--output's loss mask", mask_path.string()}},
-                  {{"--input", a.input, true}, {"--tokenizer", a.tokenizer}});
+                  {{"--input", a.input, true}, {"--tokenizer", a.tokenizer, true}});
   if (a.threads > 0) omp_set_num_threads(a.threads);
   const Tokenizer tok = Tokenizer::load(a.tokenizer);
   CorpusOptions co;

@@ -218,13 +218,28 @@ DataOptions data_options(const TrainArgs& a, int32_t eos, const std::string& hel
 // Refuses outputs that would overwrite an input, or mix with an earlier run's checkpoints, before anything
 // is opened for writing.
 void check_paths(const TrainArgs& a) {
-  std::vector<NamedPath> inputs = {{"--model", a.model}, {"--tokenizer", a.tokenizer}};
+  // (the model's, the tokenizer's and the adapter's directories are read as a whole: nothing goes inside)
+  std::vector<NamedPath> inputs = {{"--model", a.model, true}, {"--tokenizer", a.tokenizer, true},
+                                   {"--lora", a.lora.dir, true}};
   for (const std::string& d : a.data) inputs.push_back({"--data", d, true});
   for (const std::string& d : a.eval_data) inputs.push_back({"--eval-data", d, true});
   refuse_aliasing({{"--out", a.out, true}, {"--metrics", a.metrics}, {"--checkpoint-dir", a.ckpt.dir, true},
                    {"--tensorboard", a.tensorboard, true}, {"--save-best", a.save_best, true}},
                   inputs);
   refuse_earlier_checkpoints(a.ckpt);
+  // A checkpoint's config.toml repeats its run, outputs and all: a fresh run from it (no --resume)
+  // must not replace that run's results with its own.
+  if (!a.ckpt.resume.empty()) return;
+  namespace fs = std::filesystem;
+  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--out", a.out}, {"--metrics", a.metrics},
+                                   {"--tensorboard", a.tensorboard}, {"--save-best", a.save_best}}) {
+    const std::string file = config_gave(flag);
+    std::error_code ec;
+    if (path.empty() || file.empty() || !fs::exists(fs::path(file).parent_path() / "state.json", ec)) continue;
+    OOMB_CHECK(!fs::exists(path, ec) || (fs::is_directory(path, ec) && fs::is_empty(path, ec)),
+               "{} {} (from --config {}): holds the results of the run that checkpoint comes from, which a fresh "
+               "run would replace: give {} anew, or --resume auto to continue that run", flag, path, file, flag);
+  }
 }
 
 // Runs fn on the model's parameters in host memory: the masters themselves on the CPU and with

@@ -130,10 +130,13 @@ void save_model_tensors(const fs::path& dir, const ModelConfig& c, std::span<con
   write_file_atomic(out.staging() / "config.json", config_to_json(saved).dump(2) + "\n");
   std::error_code ec;
   if (!copy_from.empty()) {
+    // the tokenizer's and the chat's files, as transformers saves them beside the weights
     for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                             "merges.txt", "generation_config.json"}) {
+                             "merges.txt", "tokenizer.model", "added_tokens.json", "generation_config.json",
+                             "chat_template.jinja", "chat_template.json", "additional_chat_templates"}) {
       if (!fs::exists(copy_from / name, ec)) continue;
-      fs::copy_file(copy_from / name, out.staging() / name, fs::copy_options::overwrite_existing, ec);
+      fs::copy(copy_from / name, out.staging() / name,
+               fs::copy_options::overwrite_existing | fs::copy_options::recursive, ec);
       OOMB_CHECK(!ec, "{}: cannot copy {}: {}", dir.string(), name, ec.message());
     }
   }

@@ -18,7 +18,7 @@ DType load_weights(const std::filesystem::path& dir, const ModelConfig& c, Param
 
 // Writes DIR/config.json and DIR's safetensors (tensors in `dtype`) as one unit (core/atomic_file.h
 // AtomicDir): a crash at any moment leaves the old directory or the new one, never new weights
-// beside an old config.json. Tokenizer and generation files found in copy_from are copied along;
+// beside an old config.json. Tokenizer, chat template and generation files found in copy_from are copied along;
 // other files of an existing DIR are kept. extra: more files (name -> contents) in the same unit.
 using ExtraFiles = std::map<std::string, std::string>;
 void save_model(const std::filesystem::path& dir, const ModelConfig& c, const Params& p, DType dtype,
