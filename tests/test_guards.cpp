@@ -609,6 +609,9 @@ TEST(Guards, UsageErrorsExitTwoAndRunErrorsOne) {
       {fmt::format("train --config {}/bad.toml", d), "(oomb train --help)"},
       {train + " --save-every 1", "--save-every requires --checkpoint-dir"},
       {"plan --preset tiny", "--seq-len is required (oomb plan --help)"},
+      {fmt::format("init --dtype fp8 --out {}/f", d), "--dtype: fp8 not in {f32,bf16,f16}"},
+      {fmt::format("generate --model {}/m --prompt-ids 1 --top-p 0", d), "--top-p: must be positive, got 0"},
+      {fmt::format("generate --model {}/m --prompt-ids 1 --top-p 1.5", d), "--top-p: must be at most 1, got 1.5"},
   };
   for (const auto& u : usage) {
     const CmdResult r = oomb_cmd(dir, u.args);
@@ -626,5 +629,15 @@ TEST(Guards, UsageErrorsExitTwoAndRunErrorsOne) {
   r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/nope.bin --seq-len 16 --steps 1", d));
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr(fmt::format("--data {}/nope.bin: cannot open", d)));
+  // a flag the chosen optimizer would ignore is refused; a warmup as long as the run is pointed out
+  r = oomb_cmd(dir, train + " --optimizer sgd --weight-decay 0.1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--weight-decay: AdamW's only (--optimizer sgd has no weight decay)"));
+  r = oomb_cmd(dir, train + " --warmup-steps 5");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("note: --warmup-steps 5 is not below --steps 1: the learning rate stays in its warmup"));
+  r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 16 --steps 2 --warmup-steps 1", d));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, Not(HasSubstr("stays in its warmup")));
   EXPECT_EQ(oomb_cmd(dir, train).code, 0);
 }

@@ -115,7 +115,10 @@ Command add_generate(CLI::App& app) {
   c->add_option("--temperature", a->temperature, "0: greedy; above 0: sample from softmax(logits / T)")
       ->check(non_negative())->capture_default_str();
   c->add_option("--top-p", a->top_p, "Nucleus sampling: the smallest set of tokens holding this probability")
-      ->check(CLI::Range(1e-9, 1.0))->capture_default_str();
+      ->check(CLI::Validator([](std::string& v) -> std::string {  // (0, 1]
+        if (std::string why = positive()(v); !why.empty()) return why;
+        return std::stod(v) <= 1.0 ? "" : "must be at most 1, got " + v;
+      }, "NUMBER in (0, 1]"))->capture_default_str();
   c->add_option("--seed", a->seed, "Seed of the sampling")->capture_default_str();
   c->add_option("--chunk-size", a->chunk, "Prompt tokens per forward pass")->check(positive())->capture_default_str();
   c->add_option("--device", a->device, "cpu, sim or cuda")->capture_default_str();

@@ -555,6 +555,11 @@ Command add_train(CLI::App& app) {
             ChunkPlan plan = chunk_plan(*a, cfg, a->doc_mask ? eos : -1);
             OOMB_CHECK(!a->given("--update-threads") || plan.offload_params,
                        "--update-threads: only with --offload params (the update runs on the host only then)");
+            OOMB_CHECK(!a->given("--weight-decay") || a->optim.kind == "adamw",
+                       "--weight-decay: AdamW's only (--optimizer {} has no weight decay)", a->optim.kind);
+            if (a->given("--warmup-steps") && a->optim.warmup_steps >= a->steps)
+              std::cout << fmt::format("note: --warmup-steps {} is not below --steps {}: the learning rate stays in "
+                                       "its warmup and never reaches --lr\n", a->optim.warmup_steps, a->steps);
             plan.lora = lora;
             const std::string sweep = resolve_sweep(*a, cfg, plan, *be);
             check_memory_fits(*a, cfg, plan, *be);
