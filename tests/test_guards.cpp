@@ -555,6 +555,10 @@ TEST(Guards, SlipsAreNamedBeforeAnyWork) {
   r = oomb_cmd(dir, fmt::format("eval --model {0}/m --data {0}/t.bin --seq-len 16 --out {0}/nodir/e.json", d));
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr(fmt::format("--out {0}/nodir/e.json: its folder {0}/nodir does not exist", d)));
+  write_bytes(dir / "in.txt", "some text\n");
+  r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/m --input {0}/in.txt --output {0}/nodir/x.bin", d));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--output {0}/nodir/x.bin: its folder {0}/nodir does not exist", d)));
   EXPECT_THAT(r.out, Not(HasSubstr("windows")));
   const std::string train = fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 16 --chunk-size 8 --steps 2", d);
   r = oomb_cmd(dir, train + fmt::format(" --eval-data {}/nope.bin", d));

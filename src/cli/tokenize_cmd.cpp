@@ -86,6 +86,7 @@ int run(const TokenizeArgs& a) {
   const std::filesystem::path mask_path = loss_mask_path(a.output);
   refuse_aliasing({{"--output", a.output}, {"--output's loss mask", mask_path.string()}},
                   {{"--input", a.input, true}, {"--tokenizer", a.tokenizer, true}});
+  check_file_out("--output", a.output);  // (its folder: named now, not as a temporary file it cannot create)
   if (a.threads > 0) omp_set_num_threads(a.threads);
   const Tokenizer tok = Tokenizer::load(a.tokenizer);
   CorpusOptions co;
