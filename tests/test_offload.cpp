@@ -95,6 +95,15 @@ ChunkPlan plan_of(const Case& c, bool offload) {
   return p;
 }
 
+// A Mistral of two layers whose attention slides over 21 tokens, in a directory of its own.
+std::filesystem::path windowed_model() {
+  const auto dir = temp_dir();
+  nlohmann::json j = tiny_config_json("mistral", 2);
+  j["sliding_window"] = 21;
+  write_tiny_model(dir, j, 8);
+  return dir;
+}
+
 class Offload : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -140,10 +149,7 @@ TEST_F(Offload, BitwiseIdenticalToResidentPages) {
 
 // Sliding windows: only the pages a chunk's window reaches stream through the device.
 TEST_F(Offload, SlidingWindowBitwiseIdentical) {
-  const auto dir = temp_dir();
-  nlohmann::json j = tiny_config_json("mistral", 2);
-  j["sliding_window"] = 21;
-  write_tiny_model(dir, j, 8);
+  const auto dir = windowed_model();
   const DType F = DType::F32;
   for (const Case& c : {Case{97, 13, 4, 2, F, F, false}, Case{131, 32, 16, 1, F, F, true}}) expect_bitwise(c, 0, &dir);
   expect_bitwise(Case{97, 13, 4, 3, F, F, false}, 300, &dir);
@@ -194,10 +200,7 @@ TEST_F(Offload, DroppingAWaitBreaksIt) {
 // state's steps, evaluation), on the CPU and the simulated device (with a copy delay), pages
 // resident or offloaded, fp32 and bf16, both sweep orders, documents, sliding windows, sparse pages.
 TEST_F(Offload, KeepingAttentionGivesTheSameBits) {
-  const auto window = temp_dir();
-  nlohmann::json j = tiny_config_json("mistral", 2);
-  j["sliding_window"] = 21;
-  write_tiny_model(window, j, 8);
+  const auto window = windowed_model();
   const DType F = DType::F32, B = DType::BF16;
   struct Keep {
     Case c;
@@ -276,10 +279,7 @@ TEST_F(Offload, KeepingAttentionCostsWhatThePlanSays) {
 // sparse pages, one chunk or many, with a copy delay each way and with every copy held until
 // something waits for it.
 TEST_F(Offload, OffloadedKeptAttentionGivesTheSameBits) {
-  const auto window = temp_dir();
-  nlohmann::json j = tiny_config_json("mistral", 2);
-  j["sliding_window"] = 21;
-  write_tiny_model(window, j, 8);
+  const auto window = windowed_model();
   const DType F = DType::F32, B = DType::BF16;
   struct Keep {
     Case c;
