@@ -147,7 +147,8 @@ TEST(CliKeepAttention, PlanPerTokenCountsTheStore) {
 
 // --offload attention through the command line: oomb train gives --keep-attention's steps bit for
 // bit; what it holds (device and pinned activations) is what oomb plan says, the store in pinned
-// memory and two chunks' rows on the device; the plan's line names it. Where the store on the device
+// memory and two chunks' rows on the device; --metrics' moved counts the store out and back in once a
+// step; the plan's line names it. Where the store on the device
 // does not fit but offloaded it does, the advice says so; without --keep-attention the flag is refused.
 TEST(CliKeepAttention, OffloadedStoreThroughTheCommandLine) {
   const TinyRun run;
@@ -158,7 +159,7 @@ TEST(CliKeepAttention, OffloadedStoreThroughTheCommandLine) {
   const std::string flags = fmt::format("--seq-len {} --chunk-size {} --device sim --optimizer adamw --keep-attention",
                                         N, C);
   std::vector<std::string> steps[2];
-  int64_t device[2] = {0, 0}, pinned[2] = {0, 0};
+  int64_t device[2] = {0, 0}, pinned[2] = {0, 0}, moved[2] = {0, 0};
   for (const bool home : {false, true}) {
     SCOPED_TRACE(fmt::format("offloaded={}", home));
     const std::string f = flags + (home ? " --offload attention" : "");
@@ -174,6 +175,7 @@ TEST(CliKeepAttention, OffloadedStoreThroughTheCommandLine) {
                                         j["grad_norm"].get<double>()));
       device[home] = j["memory"]["device"]["activations"]["peak"].get<int64_t>();
       pinned[home] = j["memory"]["pinned"].value("activations", nlohmann::json{{"peak", 0}})["peak"].get<int64_t>();
+      moved[home] = j["moved"]["activations"].get<int64_t>();  // (the step's)
     }
     const CmdResult p = oomb_cmd(dir, fmt::format("plan --model {} {} --json", m, f));
     ASSERT_EQ(p.code, 0) << p.out;
@@ -185,6 +187,8 @@ TEST(CliKeepAttention, OffloadedStoreThroughTheCommandLine) {
   const int64_t row = L * H * (D + 1) * 4;  // (fp32 on sim)
   EXPECT_EQ(device[0] - device[1], (N - 2 * C) * row);
   EXPECT_EQ(pinned[1] - pinned[0], N * row);
+  EXPECT_EQ(moved[0], 0);
+  EXPECT_EQ(moved[1], 2 * N * row);  // every token's outputs out, then back in
   const CmdResult t = oomb_cmd(dir, fmt::format("plan --model {} {} --offload attention", m, flags));
   ASSERT_EQ(t.code, 0) << t.out;
   EXPECT_THAT(t.out, HasSubstr(fmt::format("--offload attention holds them in pinned memory ({} more pinned "

@@ -22,16 +22,19 @@ namespace oomb {
 
 namespace {
 // Bytes copied between host and device so far by the parameter store (--offload params), the
-// layer order's activation store and the offloaded KV cache (--offload kv; model/sweep_plan counts
-// the same).
+// layer order's activation store and --offload attention's kept outputs (both activations), and the
+// offloaded KV cache (--offload kv; model/sweep_plan counts the same).
 struct Moved {
   int64_t weights = 0, grads = 0, activations = 0, kv = 0, kv_grads = 0;
 };
 Moved moved(const Model& m) {
   const ParamStore::Traffic& p = m.store().traffic();
   const ActivationStore* a = m.activations();
+  const KeptAttentionOffload* o = m.kept_attention_offload();
   const KVTraffic& k = m.kv_cache().traffic();
-  return {p.weights_in, p.grads_in + p.grads_out, a ? a->traffic().in + a->traffic().out : 0, k.kv(), k.grads()};
+  return {p.weights_in, p.grads_in + p.grads_out,
+          (a ? a->traffic().in + a->traffic().out : 0) + (o ? o->traffic().in + o->traffic().out : 0), k.kv(),
+          k.grads()};
 }
 }  // namespace
 
