@@ -46,7 +46,7 @@ phase timeline GPU_SESSION_BUDGET=200 \
 phase largest GPU_SESSION_BUDGET=120 GPU_SESSION_LARGEST="tiny-qwen2 kv,params 256 64" bash scripts/gpu_session.sh largest
 # (as the header's 128K call: a profile with --keep-attention, lines by --offloads)
 phase bench GPU_SESSION_BUDGET=200 GPU_SESSION_SKIP=offload GPU_SESSION_PROFILE="tiny-qwen2 256 64 --keep-attention" \
-  bash scripts/gpu_session.sh bench --models tiny --lengths 256 --chunks 64 --offloads "none;params;none+keep;kv" --no-hf
+  bash scripts/gpu_session.sh bench --models tiny --lengths 256 --chunks 64 --offloads "none;params;none+keep;kv;kv,attention+keep" --no-hf
 
 # the largest phase's own choice (pick_largest: oomb plan --json against the stand-in's 80 GiB and this
 # host's memory) without training it: one line, a preset and an offload setting
@@ -90,7 +90,8 @@ check(len(pick) == 2 and pick[1] == "" and re.fullmatch(r"[a-z0-9.-]+ (kv,params
       f"largest: pick_largest names one preset and offload ({pick[0]!r})")
 rows = [json.loads(l) for l in open(f"{t}/out/bench/bench.jsonl")] if os.path.exists(f"{t}/out/bench/bench.jsonl") else []
 lines = {r["line"]: r for r in rows}
-check(set(lines) == {"oomb bf16", "oomb bf16 --offload params", "oomb bf16 --keep-attention", "oomb bf16 --offload kv"} and all((r["tokens_per_s"] or 0) > 0 for r in rows),
+check(set(lines) == {"oomb bf16", "oomb bf16 --offload params", "oomb bf16 --keep-attention", "oomb bf16 --offload kv",
+                     "oomb bf16 --offload kv,attention --keep-attention"} and all((r["tokens_per_s"] or 0) > 0 for r in rows),
       "bench: a measured row per line (" + (", ".join(f"{r['line']}: {r['tokens_per_s']}" for r in rows) or "none") + ")")
 hu = (lines.get("oomb bf16 --offload params") or {}).get("host_update") or {}
 check(hu.get("update_s") is not None and "host update" in lines["oomb bf16 --offload params"]["note"],

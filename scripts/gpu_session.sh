@@ -13,7 +13,8 @@
 #     timeline three steps of each GPU_SESSION_TIMELINE shape ("preset N C [flags]; ..."; default
 #              1.5B at 8K with --offload params, auto's sweep (layer where the host has room:
 #              22 GiB a step by the plan) and the chunk order (33 GiB), 0.5B at 128K with
-#              --keep-attention) under OOMB_CUDA_TIMELINE=1: per step, how long the compute and
+#              --keep-attention, its store on the device and offloaded: do the copies hide?)
+#              under OOMB_CUDA_TIMELINE=1: per step, how long the compute and
 #              copy streams were busy, at once, and idle, beside the host's update and the bytes
 #              moved (~200 s)
 #   core     in this order: the Hugging Face fixtures (tools/golden_hf.py) and their check on the CPU
@@ -359,7 +360,7 @@ timeline() {
   local shapes shape a n=0
   # (a shape may start with NAME=VALUE words: its run's environment; OOMB_COPY_STREAMS=1 puts the
   # copies out on the copies in's queue, so the second copy stream's share shows beside the first)
-  IFS=';' read -ra shapes <<< "${GPU_SESSION_TIMELINE:-qwen2.5-1.5b 8192 4096 --offload params;OOMB_COPY_STREAMS=1 qwen2.5-1.5b 8192 4096 --offload params;qwen2.5-1.5b 8192 4096 --offload params --sweep chunk;qwen2.5-0.5b 131072 4096 --keep-attention}"
+  IFS=';' read -ra shapes <<< "${GPU_SESSION_TIMELINE:-qwen2.5-1.5b 8192 4096 --offload params;OOMB_COPY_STREAMS=1 qwen2.5-1.5b 8192 4096 --offload params;qwen2.5-1.5b 8192 4096 --offload params --sweep chunk;qwen2.5-0.5b 131072 4096 --keep-attention;qwen2.5-0.5b 131072 4096 --keep-attention --offload attention}"
   for shape in "${shapes[@]}"; do
     read -ra a <<< "$shape"
     local envs=()
