@@ -148,8 +148,9 @@ TEST(CliKeepAttention, PlanPerTokenCountsTheStore) {
 // --offload attention through the command line: oomb train gives --keep-attention's steps bit for
 // bit; what it holds (device and pinned activations) is what oomb plan says, the store in pinned
 // memory and two chunks' rows on the device; --metrics' moved counts the store out and back in once a
-// step; the plan's line names it. Where the store on the device
-// does not fit but offloaded it does, the advice says so; without --keep-attention the flag is refused.
+// step; the plan's line names it. Where the store on the device does not fit but offloaded it does,
+// the advice says so, and a run keeping it there is refused naming --offload attention; without
+// --keep-attention the flag is refused.
 TEST(CliKeepAttention, OffloadedStoreThroughTheCommandLine) {
   const TinyRun run;
   const auto& dir = run.dir;
@@ -208,6 +209,12 @@ TEST(CliKeepAttention, OffloadedStoreThroughTheCommandLine) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr(fmt::format("--keep-attention --offload attention would fit (device {}, of "
                                            "--device-memory {})", format_bytes(offloaded), format_bytes(offloaded))));
+  // with --keep-attention on that device: refused, naming the setting that fits
+  const CmdResult kept = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --steps 1 {} --device-memory {}", m,
+                                                   dir.string(), flags, offloaded));
+  EXPECT_EQ(kept.code, 1);
+  EXPECT_THAT(kept.out, HasSubstr(fmt::format("--offload attention fits (device {}, host and pinned",
+                                              format_bytes(offloaded))));
   const CmdResult bad = oomb_cmd(dir, fmt::format("train --model {} --data {}/t.bin --steps 1 {} --offload attention", m,
                                                   dir.string(), plain));
   EXPECT_EQ(bad.code, 1);

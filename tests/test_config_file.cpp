@@ -87,6 +87,12 @@ TEST_F(ConfigFile, RunFromTomlEqualsRunFromFlags) {
                                               "that run", dir.string())));
   EXPECT_EQ(read_text(dir / "a.jsonl"), first);
   EXPECT_FALSE(std::filesystem::exists(dir / "ck2"));
+  // (--resume auto into a directory without checkpoints starts afresh: refused alike)
+  const CmdResult fresh = oomb_cmd(dir, fmt::format("train --config {0}/ck/step-000004/config.toml --checkpoint-dir "
+                                                    "{0}/ck2 --resume auto", dir.string()));
+  EXPECT_EQ(fresh.code, 1);
+  EXPECT_THAT(fresh.out, HasSubstr("holds the results of the run that checkpoint comes from"));
+  EXPECT_EQ(read_text(dir / "a.jsonl"), first);
   const CmdResult again = oomb_cmd(dir, fmt::format("train --config {0}/ck/step-000004/config.toml --metrics "
                                                     "{0}/e.jsonl --checkpoint-dir {0}/ck2", dir.string()));
   ASSERT_EQ(again.code, 0) << again.out;

@@ -344,21 +344,25 @@ TEST(Guards, PlanCheckNamesTierTagAndWhatFitsOrWarnsWithForce) {
 // The other --offload settings whose plans fit both limits, each with its needs: not the run's own,
 // not one the run cannot take, not one over either limit.
 TEST(Guards, OffloadFitsNamesTheOtherSettingsWithinBothLimits) {
-  auto plan_of = [](bool kv, bool params) -> std::optional<MemoryPlan> {
-    if (kv && !params) return std::nullopt;  // a setting the run cannot take
+  auto plan_of = [](const cli::Offloads& o) -> std::optional<MemoryPlan> {
+    if (o.kv && !o.params) return std::nullopt;  // a setting the run cannot take
     MemoryPlan m;
-    m.at(Tier::Device, Tag::Weights) = params ? 100 : 300;
-    m.at(Tier::Pinned, Tag::Weights) = params ? 400 : 0;
-    m.at(Tier::Host, Tag::Optimizer) = params ? 50 + (kv ? 100 : 0) : 0;
+    m.at(Tier::Device, Tag::Weights) = (o.params ? 100 : 300) - (o.attention ? 50 : 0);
+    m.at(Tier::Pinned, Tag::Weights) = (o.params ? 400 : 0) + (o.attention ? 50 : 0);
+    m.at(Tier::Host, Tag::Optimizer) = o.params ? 50 + (o.kv ? 100 : 0) : 0;
     return m;
   };
   const cli::Limit host{500, "MemAvailable"}, dev{200, "--device-memory"};
-  EXPECT_EQ(cli::offload_fits(false, false, host, dev, plan_of), "--offload params fits (device 100 B, host and pinned 450 B)");
+  EXPECT_EQ(cli::offload_fits({}, false, host, dev, plan_of), "--offload params fits (device 100 B, host and pinned 450 B)");
   // from --offload params: none (300 B over the device's 200), kv,params (550 B over the host's 500)
-  EXPECT_EQ(cli::offload_fits(false, true, host, dev, plan_of), "");
-  EXPECT_EQ(cli::offload_fits(false, true, {600, "MemAvailable"}, {300, "--device-memory"}, plan_of),
+  EXPECT_EQ(cli::offload_fits({false, true}, false, host, dev, plan_of), "");
+  EXPECT_EQ(cli::offload_fits({false, true}, false, {600, "MemAvailable"}, {300, "--device-memory"}, plan_of),
             "no --offload fits (device 300 B, host and pinned 0 B); --offload kv,params fits (device 100 B, host and "
             "pinned 550 B)");
+  // a run keeping attention: the settings with its store offloaded too (250 B on the device without params)
+  EXPECT_EQ(cli::offload_fits({}, true, host, {250, "--device-memory"}, plan_of),
+            "--offload params fits (device 100 B, host and pinned 450 B); --offload attention fits (device 250 B, host "
+            "and pinned 50 B); --offload params,attention fits (device 50 B, host and pinned 500 B)");
 }
 
 // A run whose plan does not fit the device is refused naming the --offload setting that would fit,
@@ -613,7 +617,7 @@ TEST(Guards, UsageErrorsExitTwoAndRunErrorsOne) {
       {fmt::format("train --config {}/bad.toml", d), "(oomb train --help)"},
       {train + " --save-every 1", "--save-every requires --checkpoint-dir"},
       {"plan --preset tiny", "--seq-len is required (oomb plan --help)"},
-      {fmt::format("init --dtype fp8 --out {}/f", d), "--dtype: fp8 not in {f32,bf16,f16}"},
+      {fmt::format("init --dtype fp8 --out {}/f", d), "--dtype: 'fp8' is not one of f32, bf16, f16"},
       {fmt::format("generate --model {}/m --prompt-ids 1 --top-p 0", d), "--top-p: must be positive, got 0"},
       {fmt::format("generate --model {}/m --prompt-ids 1 --top-p 1.5", d), "--top-p: must be at most 1, got 1.5"},
   };
@@ -625,6 +629,7 @@ TEST(Guards, UsageErrorsExitTwoAndRunErrorsOne) {
     EXPECT_THAT(r.out, Not(HasSubstr("step "))) << u.args;
   }
   EXPECT_EQ(oomb_cmd(dir, "train --help").code, 0);
+  EXPECT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --dtype fp32 --out {}/f32", d)).code, 0);  // (an alias)
   EXPECT_EQ(oomb_cmd(dir, "--version").code, 0);
   // refused once the command runs (a preset it does not know, data it cannot open): 1
   CmdResult r = oomb_cmd(dir, "plan --seq-len 64 --preset nope");
@@ -639,8 +644,10 @@ TEST(Guards, UsageErrorsExitTwoAndRunErrorsOne) {
   EXPECT_THAT(r.out, HasSubstr("--weight-decay: AdamW's only (--optimizer sgd has no weight decay)"));
   r = oomb_cmd(dir, train + " --warmup-steps 5");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("note: --warmup-steps 5 is not below --steps 1: the learning rate stays in its warmup"));
-  r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 16 --steps 2 --warmup-steps 1", d));
+  EXPECT_THAT(r.out, HasSubstr("note: --warmup-steps 5 is longer than the run's 1 steps: the learning rate stays in its "
+                               "warmup"));
+  // (a warmup as long as the run reaches --lr at its last step)
+  r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 16 --steps 2 --warmup-steps 2", d));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, Not(HasSubstr("stays in its warmup")));
   EXPECT_EQ(oomb_cmd(dir, train).code, 0);

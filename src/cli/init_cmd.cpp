@@ -47,7 +47,14 @@ Command add_init(CLI::App& app) {
   c->add_option("--rope-theta", a->rope_theta, "rope_theta")->check(positive());
   c->add_option("--tie-embeddings", a->tie, "tie_word_embeddings: true or false")->check(CLI::IsMember({"true", "false"}));
   c->add_option("--seed", a->seed, "Random seed")->capture_default_str();
-  c->add_option("--dtype", a->dtype, "Stored dtype: f32, bf16, f16")->check(CLI::IsMember({"f32", "bf16", "f16"}))
+  c->add_option("--dtype", a->dtype, "Stored dtype: f32, bf16, f16")->check(CLI::Validator([](std::string& v) -> std::string {  // (dtype_parse's names)
+        try {
+          dtype_parse(v);
+          return "";
+        } catch (const Error&) {
+          return "'" + v + "' is not one of f32, bf16, f16 (or float32, fp32, bfloat16, float16, fp16)";
+        }
+      }, "DTYPE"))
       ->capture_default_str();
   c->add_flag("--force", a->force, "Overwrite an existing model in --out");
   return {c, [a, c] {

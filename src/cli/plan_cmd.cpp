@@ -126,8 +126,8 @@ Command add_plan(CLI::App& app) {
             const bool fits = need_dev <= dev.bytes && need_host <= host_limit.bytes;
             const int status = a->device_memory > 0 && !fits ? kPlanDoesNotFit : 0;  // (printed all the same)
             const std::string others = a->device_memory == 0 ? "" : offload_fits(
-                plan.offload_kv, plan.offload_params, host_limit, dev, [&](bool kv, bool params) {
-                  return plan_with_offload(plan, kv, params, a->sweep, a->cmd->count("--sweep") > 0, cfg, a->seq_len,
+                offloads_of(plan), plan.keep_attention > 0, host_limit, dev, [&](const Offloads& o) {
+                  return plan_with_offload(plan, o, a->sweep, a->cmd->count("--sweep") > 0, cfg, a->seq_len,
                                            host_limit.bytes, Tier::Device, plan_for);
                 });
             // --device-memory without --keep-attention: whether keeping would fit too
@@ -136,7 +136,9 @@ Command add_plan(CLI::App& app) {
             if (a->device_memory > 0 && fits && plan.keep_attention == 0)
               if (const auto mk = keep_attention_fits(plan, a->seq_len, host_limit, dev, plan_for, &keep_offloaded))
                 keep_fits = fmt::format("--keep-attention{} fits too (device {}): {} attention forward passes a step "
-                                        "instead of {}", keep_offloaded ? " --offload attention" : "",
+                                        "instead of {}", keep_offloaded ? " " + offload_name({plan.offload_kv,
+                                                                                             plan.offload_params, true})
+                                                                        : "",
                                         format_bytes(mk->total(Tier::Device)), cfg.layers,
                                         recomputed_attention_passes(cfg, plan));
             if (a->json) {

@@ -153,8 +153,8 @@ void check_memory_fits(const TrainArgs& a, const ModelConfig& cfg, const ChunkPl
                                format_bytes(m0.total(Tier::Host) + m0.total(Tier::Pinned)));
     }
     if (be.tier() != Tier::Device) return keep;
-    const std::string others = offload_fits(plan.offload_kv, plan.offload_params, host, dev, [&](bool kv, bool params) {
-      return plan_with_offload(plan, kv, params, a.sweep, a.given("--sweep"), cfg, a.seq_len, host.bytes, be.tier(),
+    const std::string others = offload_fits(offloads_of(plan), plan.keep_attention > 0, host, dev, [&](const Offloads& o) {
+      return plan_with_offload(plan, o, a.sweep, a.given("--sweep"), cfg, a.seq_len, host.bytes, be.tier(),
                                plan_p);
     });
     return keep.empty() ? others : others.empty() ? keep : keep + "; " + others;
@@ -174,8 +174,10 @@ std::string keep_attention_hint(const TrainArgs& a, const ModelConfig& cfg, cons
                        be.pinned_workspace_bytes());
   }, on_device ? &offloaded : nullptr);
   if (!m) return "";
+  Offloads with = offloads_of(plan);
+  with.attention = true;
   return fmt::format("--keep-attention{} would fit ({} {}, of {} {}): {} attention forward passes a step instead of {}, "
-                     "the same bits", offloaded ? " --offload attention" : "", on_device ? "device" : "host",
+                     "the same bits", offloaded ? " " + offload_name(with) : "", on_device ? "device" : "host",
                      format_bytes(on_device ? m->total(Tier::Device) : m->total(Tier::Host) + m->total(Tier::Pinned)),
                      on_device ? dev.what : host.what, format_bytes(on_device ? dev.bytes : host.bytes), cfg.layers,
                      recomputed_attention_passes(cfg, plan));
@@ -229,12 +231,16 @@ void check_paths(const TrainArgs& a) {
   refuse_earlier_checkpoints(a.ckpt);
   // A checkpoint's config.toml repeats its run, outputs and all: a fresh run from it (no --resume)
   // must not replace that run's results with its own.
-  if (!a.ckpt.resume.empty()) return;
+  // (--resume auto resumes only where the directory holds a checkpoint; else the run starts afresh)
   namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool resumes = !a.ckpt.resume.empty() &&
+                       (a.ckpt.resume != "auto" || (fs::is_directory(a.ckpt.dir, ec) && !latest_checkpoint(a.ckpt.dir, nullptr).empty()));
+  if (resumes) return;
+  // (--tensorboard is left out: each run writes an event file of its own there)
   for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--out", a.out}, {"--metrics", a.metrics},
-                                   {"--tensorboard", a.tensorboard}, {"--save-best", a.save_best}}) {
+                                   {"--save-best", a.save_best}}) {
     const std::string file = config_gave(flag);
-    std::error_code ec;
     if (path.empty() || file.empty() || !fs::exists(fs::path(file).parent_path() / "state.json", ec)) continue;
     OOMB_CHECK(!fs::exists(path, ec) || (fs::is_directory(path, ec) && fs::is_empty(path, ec)),
                "{} {} (from --config {}): holds the results of the run that checkpoint comes from, which a fresh "
@@ -557,9 +563,9 @@ Command add_train(CLI::App& app) {
                        "--update-threads: only with --offload params (the update runs on the host only then)");
             OOMB_CHECK(!a->given("--weight-decay") || a->optim.kind == "adamw",
                        "--weight-decay: AdamW's only (--optimizer {} has no weight decay)", a->optim.kind);
-            if (a->given("--warmup-steps") && a->optim.warmup_steps >= a->steps)
-              std::cout << fmt::format("note: --warmup-steps {} is not below --steps {}: the learning rate stays in "
-                                       "its warmup and never reaches --lr\n", a->optim.warmup_steps, a->steps);
+            if (o.optim.warmup_steps > o.steps)  // (the warmup's step k takes lr (k + 1) / warmup)
+              std::cout << fmt::format("note: --warmup-steps {} is longer than the run's {} steps: the learning rate "
+                                       "stays in its warmup and never reaches --lr\n", o.optim.warmup_steps, o.steps);
             plan.lora = lora;
             const std::string sweep = resolve_sweep(*a, cfg, plan, *be);
             check_memory_fits(*a, cfg, plan, *be);

@@ -2,12 +2,14 @@
 // host memory (the store, every layer's and head group's (N, H, D) output and (N, H) LSE), and each
 // chunk's rows pass through one of two sets of device slots, so that the device holds two chunks'
 // worth (constant in N) instead of the sequence's (MEMO's swap of what recomputing would make again):
-//   the forward sweep (chunks in order) writes chunk i's outputs into set i % 2; once the compute
-//     stream is done with the chunk they go home on the copy-out stream, and chunk i + 2 waits for
-//     them to have gone before it writes the set again;
-//   the backward sweep (chunks in reverse) reads them: chunk i's come into set i % 2 on the copy
-//     stream while the chunk before it in the pass computes, once the compute stream is done with
-//     the set and everything sent home has landed.
+//   a pass takes the sets by its chunks' positions in it, p % 2;
+//   the forward sweep (chunks in order) writes each chunk's outputs into its set; once the compute
+//     stream is done with the chunk they go home on the copy-out stream, and the chunk two places on
+//     waits for them to have gone before it writes the set again;
+//   the backward sweep (chunks in reverse) reads them: each chunk's come into its set on the copy
+//     stream while the one before it in the pass (the next later chunk) computes, once the compute
+//     stream is done with the set and everything sent home has landed. The pass's first chunk (the
+//     sequence's last) waits for its own rows' way out and back: not hidden, one chunk's rows.
 // Events order the streams; the host never waits. The same bits as the store on the device.
 #pragma once
 #include <memory>
