@@ -222,7 +222,9 @@ TEST(Resume, AnotherRunIsRefusedNamingTheDifference) {
       {with("--lr 2e-3", "--lr 3e-3"), "--lr is 0.003 here but 0.002 in the checkpoint"},
       {with("--seq-len 128", "--seq-len 64"), "--seq-len is 64 here but 128 in the checkpoint"},
       {with("--chunk-size 32", "--chunk-size 64"), "--chunk-size is 64 here but 32 in the checkpoint"},
-      {with("--optimizer adamw", "--optimizer sgd"), "--optimizer is sgd here but adamw in the checkpoint"},
+      // (SGD takes no --weight-decay: refused before any resume)
+      {with("--optimizer adamw --lr 2e-3 --weight-decay 0.1", "--optimizer sgd --lr 2e-3"),
+       "--optimizer is sgd here but adamw in the checkpoint"},
       {with("--shuffle", "--seed 9 --shuffle"), "--seed is 9 here but 0 in the checkpoint"},
       // (--steps 6 resumes here: steps 0-3, the warmup and the peak, have the same lr under either length; a
       // schedule that would not is refused in test_lr_schedule)
