@@ -8,13 +8,13 @@ namespace {
 std::string g_dropped_wait;  // tests only
 bool dropped(const char* which) { return !g_dropped_wait.empty() && g_dropped_wait == which; }
 
-// a slot of C rows of o (N, H, D) or lse (N, H)
-Tensor slot_of(Arena* a, const Tensor& t, int64_t C) {
-  if (t.ndim == 3) return a ? a->take(t.dtype, {C, t.dim(1), t.dim(2)}) : Tensor(nullptr, t.dtype, {C, t.dim(1), t.dim(2)});
-  OOMB_CHECK(t.ndim == 2, "--offload attention: a kept tensor of {} dims", t.ndim);
-  return a ? a->take(t.dtype, {C, t.dim(1)}) : Tensor(nullptr, t.dtype, {C, t.dim(1)});
+// a slot of C rows of o (N, H, D) or lse (N, H): its bytes in an arena, and taken from one
+size_t slot_bytes(const Tensor& t, int64_t C) {
+  return t.ndim == 3 ? Arena::need(t.dtype, {C, t.dim(1), t.dim(2)}) : Arena::need(t.dtype, {C, t.dim(1)});
 }
-size_t slot_bytes(const Tensor& t, int64_t C) { return (slot_of(nullptr, t, C).bytes() + 63) / 64 * 64; }
+Tensor take_slot(Arena& a, const Tensor& t, int64_t C) {
+  return t.ndim == 3 ? a.take(t.dtype, {C, t.dim(1), t.dim(2)}) : a.take(t.dtype, {C, t.dim(1)});
+}
 }  // namespace
 
 void KeptAttentionOffload::drop_wait_for_test(const char* which) { g_dropped_wait = which ? which : ""; }
@@ -36,8 +36,8 @@ KeptAttentionOffload::KeptAttentionOffload(Backend& be, std::span<const Tensor> 
   OOMB_CHECK(o.size() == lse.size(), "--offload attention: {} outputs against {} LSEs", o.size(), lse.size());
   for (int s = 0; s < 2; ++s) {
     for (size_t a = 0; a < o.size(); ++a) {
-      o_[s].push_back(slot_of(&slots_, o[a], C));
-      lse_[s].push_back(slot_of(&slots_, lse[a], C));
+      o_[s].push_back(take_slot(slots_, o[a], C));
+      lse_[s].push_back(take_slot(slots_, lse[a], C));
     }
     arrived_[s] = be.new_event();
     used_[s] = be.new_event();
@@ -72,15 +72,19 @@ void KeptAttentionOffload::fetch(size_t pos) {
   const ChunkSpan c = span(pos);
   be_.wait(Stream::Copy, *used_[s]);
   if (last_gone_ >= 0 && !dropped("gone")) be_.wait(Stream::Copy, *gone_[last_gone_]);
-  for (size_t a = 0; a < host_o_.size(); ++a)
-    for (const auto* t : {&host_o_, &host_lse_}) {
-      const Tensor& home = (*t)[a];
-      const Tensor& slot = (t == &host_o_ ? o_ : lse_)[s][a];
-      const size_t bytes = home.rows(c.begin, c.size()).bytes();
-      be_.copy_async(slot.data, slot.tier, home.rows(c.begin, c.size()).data, home.tier, bytes, Stream::Copy);
-      traffic_.in += int64_t(bytes);
-    }
+  copy_rows(s, c, true);
   be_.record(*arrived_[s], Stream::Copy);
+}
+
+// Chunk c's rows of every array between home and set s: in on the copy stream, or out on the copy-out stream.
+void KeptAttentionOffload::copy_rows(int s, ChunkSpan c, bool in) {
+  for (size_t a = 0; a < host_o_.size(); ++a)
+    for (const auto& [home_of, slot_of] : {std::pair{&host_o_, &o_[s]}, {&host_lse_, &lse_[s]}}) {
+      const Tensor home = (*home_of)[a].rows(c.begin, c.size()), slot = (*slot_of)[a];
+      if (in) be_.copy_async(slot.data, slot.tier, home.data, home.tier, home.bytes(), Stream::Copy);
+      else be_.copy_async(home.data, home.tier, slot.data, slot.tier, home.bytes(), Stream::CopyOut);
+      (in ? traffic_.in : traffic_.out) += int64_t(home.bytes());
+    }
 }
 
 void KeptAttentionOffload::enter(size_t pos) {
@@ -110,13 +114,7 @@ void KeptAttentionOffload::next() {
   if (write_) {  // the chunk's rows home, once the compute stream has written them
     const ChunkSpan c = span(pos_);
     be_.wait(Stream::CopyOut, *used_[s]);
-    for (size_t a = 0; a < host_o_.size(); ++a)
-      for (const auto* t : {&host_o_, &host_lse_}) {
-        const Tensor home = (*t)[a].rows(c.begin, c.size());
-        const Tensor& slot = (t == &host_o_ ? o_ : lse_)[s][a];
-        be_.copy_async(home.data, home.tier, slot.data, slot.tier, home.bytes(), Stream::CopyOut);
-        traffic_.out += int64_t(home.bytes());
-      }
+    copy_rows(s, c, false);
     be_.record(*gone_[s], Stream::CopyOut);
     last_gone_ = s;
   }

@@ -51,6 +51,7 @@ class KeptAttentionOffload {
 
  private:
   void fetch(size_t pos);
+  void copy_rows(int set, ChunkSpan c, bool in);
   void enter(size_t pos);  // the compute stream's wait before it touches the chunk's slots
   ChunkSpan span(size_t pos) const;
   void check(ChunkSpan c) const;
