@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <atomic>
 #include <cstring>
+#include <numeric>
 #include <tuple>
 
 #include "backend/cpu/cpu_backend.h"
@@ -317,10 +318,12 @@ TEST_F(Offload, OffloadedKeptAttentionGivesTheSameBits) {
   }
 }
 
-// With every copy held until something waits for it, each of --offload attention's waits matters:
-// without "in" the backward reads a set before its rows came in; without "write" the forward sweep's
-// third chunk overwrites the first's rows before they went home (the copies out held); without
-// "gone" the backward fetches rows from home before they landed there.
+// With every copy held until something waits for it, each of --offload attention's waits the model
+// needs matters: without "in" the backward reads a set before its rows came in; without "write" the
+// forward sweep's third chunk overwrites the first's rows before they went home (the copies out
+// held). (The fetch's "gone" wait: in the model's order the compute stream has waited for every row
+// the backward fetches to go home, so KeptAttentionSlotsGiveBackEveryChunkInAnyOrder shows it in
+// another order.)
 TEST_F(Offload, DroppingAKeptAttentionWaitBreaksIt) {
   const Case c{97, 13, 16, 2, DType::F32, DType::F32, false};
   const auto t = tokens(c.N + 1, 11);
@@ -331,8 +334,7 @@ TEST_F(Offload, DroppingAKeptAttentionWaitBreaksIt) {
   home.offload_attention = true;
   auto sim = make_sim_backend(0, 300);
   const StepResult ref = run(*sim, *dir_, ids, tg, c.N, keep);
-  for (const auto& [wait, in, out] : {std::tuple{"in", kHoldCopies, int64_t(-1)}, {"write", int64_t(0), kHoldCopies},
-                                      {"gone", int64_t(50), kHoldCopies}}) {
+  for (const auto& [wait, in, out] : {std::tuple{"in", kHoldCopies, int64_t(-1)}, {"write", int64_t(0), kHoldCopies}}) {
     SCOPED_TRACE(wait);
     auto held = make_sim_backend(0, in, out);
     ASSERT_TRUE(same_bits(ref, run(*held, *dir_, ids, tg, c.N, home))) << "with every wait";
@@ -346,7 +348,8 @@ TEST_F(Offload, DroppingAKeptAttentionWaitBreaksIt) {
 
 // What offloading the kept outputs costs: every (tier, tag) peak equals the plan; the device's
 // activations are those of the store on the device less the store plus two chunks' rows of it, the
-// pinned activations the store; the bytes moved a step are kept_attention_traffic's.
+// pinned activations the store; the bytes moved a step are kept_attention_traffic's: every row out,
+// and in all but the last two chunks'.
 TEST_F(Offload, OffloadedKeptAttentionCostsWhatThePlanSays) {
   const ModelConfig cfg = load_config(*dir_);
   const int64_t N = 256, C = 64, H = cfg.heads, D = cfg.head_dim, L = cfg.layers;
@@ -380,7 +383,88 @@ TEST_F(Offload, OffloadedKeptAttentionCostsWhatThePlanSays) {
   for (int step = 0; step < 3; ++step) m.forward_backward(t.data(), t.data() + 1, N, 1.0f);
   const KeptAttentionOffload::Traffic& tr = m.kept_attention_offload()->traffic();
   EXPECT_EQ(tr.in + tr.out, 3 * kept_attention_traffic(cfg, plan, N));
-  EXPECT_EQ(tr.in, tr.out);
+  // every row out; in, all but the last two chunks' (the backward finds them in their slots)
+  const int64_t row = L * H * (D * 4 + 4);
+  EXPECT_EQ(tr.out, 3 * N * row);
+  EXPECT_EQ(tr.in, 3 * (N - 2 * C) * row);
+}
+
+// KeptAttentionOffload by itself: after a forward pass writes every chunk's rows, a pass reading the
+// chunks in any order (the model's reverse, forward, shuffled, the reverse again) finds every chunk's
+// rows as written, with every copy in or out held until something waits for it. The reverse pass
+// fetches all but the last two chunks (the forward left those in their slots). In the forward order
+// the fifth chunk's rows went home with nothing on the compute stream waiting for them: without the
+// fetch's "gone" wait it reads what was at home before.
+TEST_F(Offload, KeptAttentionSlotsGiveBackEveryChunkInAnyOrder) {
+  const int64_t N = 100, C = 16, H = 3, D = 4, T = chunk_count(N, C);  // 7 chunks, the first of 4 tokens
+  const int64_t row = 2 * H * (D + 1) * 4;  // two arrays' o and LSE, fp32
+  std::vector<int64_t> up(static_cast<size_t>(T), 0), down, shuffled{3, 6, 0, 5, 1, 4, 2};
+  std::iota(up.begin(), up.end(), int64_t(0));
+  down.assign(up.rbegin(), up.rend());
+  for (const auto& [in, out, dropped, order] :
+       {std::tuple{kHoldCopies, int64_t(-1), "", 0}, {int64_t(0), kHoldCopies, "", 0}, {int64_t(50), kHoldCopies, "", 0},
+        {int64_t(50), kHoldCopies, "gone", 1}}) {
+    SCOPED_TRACE(fmt::format("delays {} {}, dropped '{}'", in, out, dropped));
+    auto sim = make_sim_backend(0, in, out);
+    Arena home(Tier::Pinned, Tag::Activations, 4 * Arena::need(DType::F32, {N, H, D}));
+    Arena host(Tier::Pinned, Tag::IO, 2 * Arena::need(DType::F32, {C, H, D}));
+    std::vector<Tensor> o, lse;
+    for (int a = 0; a < 2; ++a) {
+      o.push_back(home.take(DType::F32, {N, H, D}));
+      lse.push_back(home.take(DType::F32, {N, H}));
+    }
+    Tensor given = host.take(DType::F32, {C, H, D}), got = host.take(DType::F32, {C, H, D});
+    // the value of array a's element i of token t, o or LSE
+    auto value = [](int a, bool is_lse, int64_t t, int64_t i) {
+    return float(a * 100000 + is_lse * 50000 + t * 100 + i);
+  };
+    KeptAttentionOffload kept(*sim, o, lse, C);
+    KeptAttentionOffload::drop_wait_for_test(*dropped ? dropped : nullptr);
+    kept.begin_pass(N, up, true);
+    for (int64_t t = 0; t < T; ++t) {  // each slot's rows from `given`, filled on the host once the stream is done with it
+      const ChunkSpan c = chunk_span(N, C, t);
+      for (int a = 0; a < 2; ++a)
+        for (const bool is_lse : {false, true}) {
+          const Tensor slot = is_lse ? kept.lse(size_t(a), c) : kept.o(size_t(a), c);
+          const int64_t w = slot.numel() / c.size();
+          sim->synchronize();
+          float* g = static_cast<float*>(given.data);
+          for (int64_t i = 0; i < slot.numel(); ++i) g[i] = value(a, is_lse, c.begin + i / w, i % w);
+          sim->copy_async(slot.data, slot.tier, given.data, given.tier, slot.bytes(), Stream::Compute);
+        }
+      kept.next();
+    }
+    const KeptAttentionOffload::Traffic before = kept.traffic();
+    int64_t wrong = 0;
+    const std::vector<int64_t>* orders[] = {&down, &up, &shuffled, &down};
+    for (size_t k = 0; k < 4; ++k) {
+      if (order == 1 && k != 1) continue;
+      kept.begin_pass(N, *orders[k], false);
+      for (const int64_t t : *orders[k]) {
+        const ChunkSpan c = chunk_span(N, C, t);
+        for (int a = 0; a < 2; ++a)
+          for (const bool is_lse : {false, true}) {
+            const Tensor slot = is_lse ? kept.lse(size_t(a), c) : kept.o(size_t(a), c);
+            sim->copy_async(got.data, got.tier, slot.data, slot.tier, slot.bytes(), Stream::Compute);
+            sim->synchronize();
+            const float* g = static_cast<const float*>(got.data);
+            const int64_t w = slot.numel() / c.size();
+            for (int64_t i = 0; i < slot.numel(); ++i) wrong += g[i] != value(a, is_lse, c.begin + i / w, i % w);
+          }
+        kept.next();
+      }
+      if (k == 0) {
+        EXPECT_EQ(kept.traffic().in - before.in, (N - 2 * C) * row);  // not the last two chunks'
+      }
+    }
+    KeptAttentionOffload::drop_wait_for_test(nullptr);
+    EXPECT_EQ(before.out, N * row);
+    if (*dropped) {
+      EXPECT_GT(wrong, 0) << "the test does not notice a missing '" << dropped << "' wait";
+    } else {
+      EXPECT_EQ(wrong, 0);
+    }
+  }
 }
 
 // --offload attention without --keep-attention, in the layer order, or without a device is refused,

@@ -210,7 +210,7 @@ Command add_plan(CLI::App& app) {
                                        plan.offload_attention
                                            ? fmt::format("; --offload attention holds them in pinned memory ({} more "
                                                          "pinned activations), two chunks' rows on the device, {} moved "
-                                                         "a sequence (out, then back in)",
+                                                         "a sequence (out, then back in but the last two chunks')",
                                                          format_bytes(more(Tier::Pinned)),
                                                          format_bytes(kept_attention_traffic(cfg, plan, a->seq_len)))
                                            : "");

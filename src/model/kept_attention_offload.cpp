@@ -7,6 +7,7 @@ namespace oomb {
 namespace {
 std::string g_dropped_wait;  // tests only
 bool dropped(const char* which) { return !g_dropped_wait.empty() && g_dropped_wait == which; }
+bool same(ChunkSpan a, ChunkSpan b) { return a.end > a.begin && a.begin == b.begin && a.end == b.end; }
 
 // a slot of C rows of o (N, H, D) or lse (N, H): its bytes in an arena, and taken from one
 size_t slot_bytes(const Tensor& t, int64_t C) {
@@ -57,10 +58,13 @@ void KeptAttentionOffload::begin_pass(int64_t N, std::span<const int64_t> chunks
   chunks_.assign(chunks.begin(), chunks.end());
   write_ = write;
   pos_ = 0;
+  first_set_ = 0;
+  fetched_[0] = fetched_[1] = false;
   if (chunks_.empty()) return;
-  if (!write_) {
-    fetch(0);
-    if (chunks_.size() > 1) fetch(1);
+  if (!write_) {  // the first two chunks: from their sets if they are still there, else from home
+    if (same(holds_[1], span(0))) first_set_ = 1;
+    for (size_t pos = 0; pos < std::min<size_t>(2, chunks_.size()); ++pos)
+      if (!same(holds_[set(pos)], span(pos))) fetch(pos);
   }
   enter(0);
 }
@@ -68,12 +72,14 @@ void KeptAttentionOffload::begin_pass(int64_t N, std::span<const int64_t> chunks
 // Chunk `pos`'s rows from home into its set, once the compute stream is done with the set's previous
 // chunk and everything sent home has landed (the pass reads what the forward sweep wrote).
 void KeptAttentionOffload::fetch(size_t pos) {
-  const int s = int(pos & 1);
+  const int s = set(pos);
   const ChunkSpan c = span(pos);
   be_.wait(Stream::Copy, *used_[s]);
   if (last_gone_ >= 0 && !dropped("gone")) be_.wait(Stream::Copy, *gone_[last_gone_]);
   copy_rows(s, c, true);
   be_.record(*arrived_[s], Stream::Copy);
+  holds_[s] = c;
+  fetched_[s] = true;
 }
 
 // Chunk c's rows of every array between home and set s: in on the copy stream, or out on the copy-out stream.
@@ -88,8 +94,13 @@ void KeptAttentionOffload::copy_rows(int s, ChunkSpan c, bool in) {
 }
 
 void KeptAttentionOffload::enter(size_t pos) {
-  const int s = int(pos & 1);
-  if (write_ ? !dropped("write") : !dropped("in")) be_.wait(Stream::Compute, write_ ? *gone_[s] : *arrived_[s]);
+  const int s = set(pos);
+  if (write_) {
+    holds_[s] = {};  // (until the compute stream is done writing it)
+    if (!dropped("write")) be_.wait(Stream::Compute, *gone_[s]);
+  } else if (fetched_[s] && !dropped("in")) {  // (rows the forward sweep left in the set need no wait)
+    be_.wait(Stream::Compute, *arrived_[s]);
+  }
 }
 
 void KeptAttentionOffload::check(ChunkSpan c) const {
@@ -99,24 +110,26 @@ void KeptAttentionOffload::check(ChunkSpan c) const {
 
 Tensor KeptAttentionOffload::o(size_t a, ChunkSpan c) const {
   check(c);
-  return o_[pos_ & 1][a].rows(0, c.size());
+  return o_[set(pos_)][a].rows(0, c.size());
 }
 
 Tensor KeptAttentionOffload::lse(size_t a, ChunkSpan c) const {
   check(c);
-  return lse_[pos_ & 1][a].rows(0, c.size());
+  return lse_[set(pos_)][a].rows(0, c.size());
 }
 
 void KeptAttentionOffload::next() {
   OOMB_CHECK(pos_ < chunks_.size(), "--offload attention: next past the pass's chunks");
-  const int s = int(pos_ & 1);
+  const int s = set(pos_);
   be_.record(*used_[s], Stream::Compute);
+  fetched_[s] = false;
   if (write_) {  // the chunk's rows home, once the compute stream has written them
     const ChunkSpan c = span(pos_);
     be_.wait(Stream::CopyOut, *used_[s]);
     copy_rows(s, c, false);
     be_.record(*gone_[s], Stream::CopyOut);
     last_gone_ = s;
+    holds_[s] = c;
   }
   ++pos_;
   if (!write_ && pos_ + 1 < chunks_.size()) fetch(pos_ + 1);

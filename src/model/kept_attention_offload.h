@@ -2,14 +2,15 @@
 // host memory (the store, every layer's and head group's (N, H, D) output and (N, H) LSE), and each
 // chunk's rows pass through one of two sets of device slots, so that the device holds two chunks'
 // worth (constant in N) instead of the sequence's (MEMO's swap of what recomputing would make again):
-//   a pass takes the sets by its chunks' positions in it, p % 2;
+//   a pass takes the sets by its chunks' positions in it, alternating;
 //   the forward sweep (chunks in order) writes each chunk's outputs into its set; once the compute
 //     stream is done with the chunk they go home on the copy-out stream, and the chunk two places on
 //     waits for them to have gone before it writes the set again;
 //   the backward sweep (chunks in reverse) reads them: each chunk's come into its set on the copy
 //     stream while the one before it in the pass (the next later chunk) computes, once the compute
-//     stream is done with the set and everything sent home has landed. The pass's first chunk (the
-//     sequence's last) waits for its own rows' way out and back: not hidden, one chunk's rows.
+//     stream is done with the set and everything sent home has landed. Its first two chunks (the
+//     sequence's last two) are still in the sets the forward sweep left them in: they come from
+//     nowhere, so nothing waits on a way out and back and two chunks' rows fewer cross.
 // Events order the streams; the host never waits. The same bits as the store on the device.
 #pragma once
 #include <memory>
@@ -53,6 +54,7 @@ class KeptAttentionOffload {
   void fetch(size_t pos);
   void copy_rows(int set, ChunkSpan c, bool in);
   void enter(size_t pos);  // the compute stream's wait before it touches the chunk's slots
+  int set(size_t pos) const { return int((pos + first_set_) & 1); }
   ChunkSpan span(size_t pos) const;
   void check(ChunkSpan c) const;
 
@@ -63,12 +65,16 @@ class KeptAttentionOffload {
   std::vector<Tensor> o_[2], lse_[2];
   std::unique_ptr<Event> arrived_[2], used_[2], gone_[2];
   int last_gone_ = -1;  // the set whose rows went home last (the copy-out stream runs in order)
+  // the tokens whose rows set s holds, as they are at home (empty: none, or being written)
+  ChunkSpan holds_[2] = {};
+  bool fetched_[2] = {false, false};  // the set's rows are on their way in (the compute stream waits)
   Traffic traffic_;
   // the pass
   int64_t N_ = 0;
   std::vector<int64_t> chunks_;
   bool write_ = false;
   size_t pos_ = 0;
+  size_t first_set_ = 0;  // the set of the pass's first chunk
 };
 
 }  // namespace oomb

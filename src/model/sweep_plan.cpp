@@ -92,7 +92,9 @@ SweepTraffic kv_order_traffic(const ModelConfig& c, const ChunkPlan& plan, int64
 int64_t kept_attention_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N) {
   const ModelConfig g = attention_group(c, plan);
   const int64_t o_bytes = plan.precision == DType::BF16 ? 2 : 4;
-  return 2 * c.layers * plan.head_chunks * N * g.heads * (g.head_dim * o_bytes + 4);
+  // every row out; back in all but the last two chunks' (still in their slots for the backward)
+  const int64_t rows_in = std::max<int64_t>(0, N - 2 * plan.chunk);  // (chunk_span: the short chunk comes first)
+  return c.layers * plan.head_chunks * (N + rows_in) * g.heads * (g.head_dim * o_bytes + 4);
 }
 
 SweepChoice sweep_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N) {

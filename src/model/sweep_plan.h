@@ -53,7 +53,8 @@ SweepTraffic layer_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int
 SweepTraffic kv_order_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N, SweepOrder order);
 
 // --offload attention's bytes for one sequence: every layer's and head group's kept output and LSE
-// out in the forward sweep and in again in the backward (model/kept_attention_offload).
+// out in the forward sweep and in again in the backward, but the last two chunks' rows, which the
+// backward finds still in their slots (model/kept_attention_offload).
 int64_t kept_attention_traffic(const ModelConfig& c, const ChunkPlan& plan, int64_t N);
 
 // The two orders' traffic for a plan (its offload_params decides whether weights move, its
