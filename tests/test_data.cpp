@@ -19,6 +19,7 @@
 using namespace oomb;
 using namespace oomb::testing;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace {
 
@@ -190,6 +191,28 @@ TEST(Packing, ShuffledEpochsArePermutationsOfTheDocuments) {
               HasSubstr("--shuffle needs the EOS id"));
 }
 
+// Data whose loss mask trains no token (prompts only, or chats without an assistant's turn) is refused
+// when it opens, before a step; one trained token is enough.
+TEST(Packing, DataThatTrainsNoTokenIsRefused) {
+  const auto dir = temp_dir();
+  write_ids(dir / "t.bin", iota_ids(10, 3), 4);
+  for (const int64_t trained : {0, 1}) {
+    LossMaskBuilder b;
+    b.append(10 - trained, false);
+    b.append(trained, true);
+    auto open = [&] {
+      return PackedTokens(std::make_unique<FileTokens>(dir / "t.bin", TokenFormat::U32), 61, {},
+                          std::make_unique<LossMask>(b));
+    };
+    if (trained) {
+      EXPECT_NO_THROW(open());
+    } else {
+      EXPECT_THAT(error_of(open), HasSubstr("t.bin (10 tokens, u32): none of its 10 tokens is trained (every one is "
+                                            "a prompt's, or not an assistant's): there is nothing to learn"));
+    }
+  }
+}
+
 TEST(TextCorpus, FilesJsonLinesAndDirectories) {
   const auto dir = temp_dir();
   std::filesystem::create_directories(dir / "c/sub");
@@ -209,6 +232,45 @@ TEST(TextCorpus, FilesJsonLinesAndDirectories) {
               HasSubstr("d.jsonl:1: the record has no \"body\" field (choose the field with --text-field)"));
 }
 
+// A directory's files are read by their names: .txt / .text as text, .jsonl / .ndjson / .json as JSON
+// lines, in any case; anything else (a README, a LICENSE, a compressed file) is refused, naming it,
+// unless a format is named. A --text-field the user gave, on a file read as text, is refused.
+TEST(TextCorpus, DirectoriesTakeTextAndJsonLinesByName) {
+  const auto dir = temp_dir();
+  std::filesystem::create_directories(dir / "c");
+  write_bytes(dir / "c/a.TXT", "plain");
+  write_bytes(dir / "c/b.JSONL", "{\"text\": \"upper\"}\n");
+  write_bytes(dir / "c/c.json", "{\"text\": \"datasets\"}\n{\"text\": \"to_json\"}\n");
+  std::vector<std::string> seen;
+  TextCorpus(dir / "c", {}).for_each([&](const TextBlock& b) { seen.emplace_back(b.text); });
+  EXPECT_EQ(seen, (std::vector<std::string>{"plain", "upper", "datasets", "to_json"}));
+  write_bytes(dir / "c/README.md", "notes");
+  const std::string c = (dir / "c").string();
+  EXPECT_EQ(error_of([&] { TextCorpus(dir / "c", {}); }),
+            c + ": " + c + "/README.md is neither text (.txt) nor JSON lines (.jsonl, .ndjson, .json); move it out of "
+            "the directory, or name the format (train's --data-format, tokenize's --input-format: text reads every "
+            "file as text)");
+  CorpusOptions text;
+  text.format = TextFormat::Text;
+  seen.clear();
+  TextCorpus(dir / "c", text).for_each([&](const TextBlock& b) { seen.emplace_back(b.text); });
+  EXPECT_EQ(seen, (std::vector<std::string>{"notes", "plain", "{\"text\": \"upper\"}\n",
+                                            "{\"text\": \"datasets\"}\n{\"text\": \"to_json\"}\n"}));  // (markup too)
+  std::filesystem::remove(dir / "c/README.md");
+  write_bytes(dir / "c/more.txt.gz", "\x1f\x8b");
+  EXPECT_THAT(error_of([&] { TextCorpus(dir / "c", {}); }), HasSubstr("more.txt.gz is neither text (.txt) nor JSON "
+                                                                    "lines (.jsonl, .ndjson, .json) but compressed: "
+                                                                    "decompress it"));
+  CorpusOptions field;
+  field.text_field = "body";
+  field.text_field_given = true;
+  EXPECT_EQ(error_of([&] { TextCorpus(dir / "c/a.TXT", field); }),
+            c + "/a.TXT: --text-field read JSON lines (a .jsonl, .ndjson or .json name, or the jsonl format flag: "
+            "train's --data-format, tokenize's --input-format); this file would be read as plain text");
+  field.text_field = "text";
+  EXPECT_NO_THROW(TextCorpus(dir / "c/c.json", field));
+}
+
 TEST(TextCorpus, BadInputNamesFileAndLine) {
   const auto dir = temp_dir();
   auto err = [&](const std::string& name, const std::string& bytes, CorpusOptions o = {}) {
@@ -222,7 +284,13 @@ TEST(TextCorpus, BadInputNamesFileAndLine) {
   EXPECT_EQ(err("empty.txt", ""), d + "empty.txt: empty file (no text to tokenize)");
   EXPECT_THAT(err("broken.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"\n"), HasSubstr(d + "broken.jsonl:2: not valid JSON: column 13: syntax error while parsing object - unexpected end of input"));
   EXPECT_THAT(err("huge.jsonl", "{\"text\": \"a\", \"n\": 1e999}\n"), HasSubstr(d + "huge.jsonl:1: not valid JSON"));
-  EXPECT_EQ(err("arr.jsonl", "[1, 2]\n"), d + "arr.jsonl:1: a JSON-lines record must be an object, got array");
+  const std::string whole = " (the file looks like one JSON document, not JSON lines, one record per line: convert "
+                            "it, e.g. jq -c '.[]' FILE > FILE.jsonl)";
+  EXPECT_EQ(err("arr.jsonl", "[1, 2]\n"), d + "arr.jsonl:1: a JSON-lines record must be an object, got array" + whole);
+  EXPECT_THAT(err("pretty.json", "[\n  {\"text\": \"a\"}\n]\n"), HasSubstr(d + "pretty.json:1: not valid JSON"));
+  EXPECT_THAT(err("pretty.json", "[\n  {\"text\": \"a\"}\n]\n"), HasSubstr(whole));
+  EXPECT_THAT(err("object.json", "{\n  \"text\": \"a\"\n}\n"), HasSubstr(whole));
+  EXPECT_THAT(err("later.jsonl", "{\"text\": \"a\"}\n[1]\n"), Not(HasSubstr("one JSON document")));
   EXPECT_EQ(err("num.jsonl", "{\"text\": 5}\n"), d + "num.jsonl:1: field \"text\" is number, not a string");
   EXPECT_EQ(err("blank.jsonl", "\n  \n"), d + "blank.jsonl: no JSON records (only blank lines)");
   EXPECT_THAT(err("bad.jsonl", "{\"text\": \"a\"}\n{\"text\": \"\xFF\"}\n"),

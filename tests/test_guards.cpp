@@ -3,6 +3,7 @@
 // had) and checks the guard's message, and that the inputs of every refused run are unchanged.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <functional>
 #include <signal.h>
@@ -161,9 +162,24 @@ TEST(Guards, ModelDirectoryIsWrittenAsAUnit) {
   EXPECT_EQ(read_text(dir / "other/NOTES.md"), "my notes");
   for (const auto& e : fs::directory_iterator(dir))  // no staging directory left
     EXPECT_THAT(e.path().filename().string(), Not(HasSubstr("oomb-new")));
-  // the same model again (an earlier save of the same run) is replaced without --force
+  // the same model again (an earlier save of the same run) is replaced without --force; the directory
+  // keeps its permissions (setgid too); a save a killed oomb left beside it goes at the start, said
+  fs::permissions(dir / "other", fs::perms(02750), fs::perm_options::replace);
+  const fs::path stale = dir / ".other.oomb-new.2000000000";  // (no such process)
+  fs::create_directories(stale);
+  write_bytes(stale / "model.safetensors", "half");
   r = oomb_cmd(dir, train + fmt::format("--out {}/other", d));
   EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(fs::status(dir / "other").permissions(), fs::perms(02750));
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--out {0}/other: removed {0}/.other.oomb-new.2000000000, a save an oomb "
+                                           "that no longer runs left unfinished", d)));
+  EXPECT_LT(r.out.find("removed"), r.out.find("step "));  // (before the training, not at the save)
+  // an output below a file: named as not a directory
+  write_bytes(dir / "afile", "x");
+  r = oomb_cmd(dir, train + fmt::format("--out {}/afile/x", d));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--out {0}/afile/x: {0}/afile is not a directory", d)));
 }
 
 // 2. SIGKILL at random moments of saves over an existing model: the directory always loads as
@@ -252,6 +268,19 @@ TEST(Guards, EveryWriteIsChecked) {
       dir, fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 16 --steps 2 --metrics /dev/full", d));
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("--metrics /dev/full: cannot write step 0's line: No space left on device"));
+  // past a file-size limit (ulimit -f) the write fails as a full disk does, named, not by SIGXFSZ
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit small = old;
+  small.rlim_cur = 8192;  // (the tiny model's weights are larger; the command's log is not)
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const CmdResult big = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 16 --steps 1 "
+                                                  "--out {0}/o", d));
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  EXPECT_EQ(big.code, 1) << big.out;
+  EXPECT_THAT(big.out, HasSubstr("File too large")) << big.out;
+  EXPECT_THAT(big.out, HasSubstr("oomb: error:")) << big.out;
+  EXPECT_FALSE(fs::exists(dir / "o"));
 }
 
 // 4. Sizes never overflow: no wrapped byte counts, no saturated flags.

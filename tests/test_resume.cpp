@@ -460,4 +460,86 @@ TEST(Resume, SigtermAndSigintWriteACheckpointAndStop) {
   }
 }
 
+// Resuming from an earlier checkpoint into the --checkpoint-dir that holds later ones (a branch:
+// another schedule's decay) is refused, naming them, before anything is replaced; into a directory
+// of its own it runs. A run without --out writes a checkpoint at its last step (the result); with
+// --out, only every --save-every steps.
+TEST(Resume, BranchesKeepTheirSourceAndTheLastStepIsKept) {
+  const auto dir = temp_dir();
+  make_inputs(dir);
+  const std::string d = dir.string(), train = train_args(dir, 5);
+  CmdResult r = oomb_cmd(dir, train + fmt::format(" --checkpoint-dir {}/ck --save-every 2", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto steps = [](const fs::path& ck) {
+    std::vector<int64_t> s;
+    for (const CheckpointEntry& e : list_checkpoints(ck)) s.push_back(e.step);
+    return s;
+  };
+  EXPECT_EQ(steps(dir / "ck"), (std::vector<int64_t>{2, 4, 5}));
+  r = oomb_cmd(dir, train + fmt::format(" --checkpoint-dir {}/ck-out --save-every 2 --out {}/o", d, d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(steps(dir / "ck-out"), (std::vector<int64_t>{2, 4}));
+  const std::string ck4 = (dir / "ck" / checkpoint_name(4)).string(), ck5 = (dir / "ck" / checkpoint_name(5)).string();
+  const std::string before = read_text(fs::path(ck4) / "state.json") + read_text(fs::path(ck5) / "state.json");
+  r = oomb_cmd(dir, train + fmt::format(" --checkpoint-dir {0}/ck --save-every 2 --resume {0}/ck/{1}", d,
+                                        checkpoint_name(2)));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--resume {0}/ck/{1}: --checkpoint-dir {0}/ck holds 2 later checkpoints ({2}, "
+                                           "{3}), which this run would replace as it saves (and --resume auto then "
+                                           "take the newest); give this run a --checkpoint-dir of its own, or remove "
+                                           "them", d, checkpoint_name(2), checkpoint_name(4), checkpoint_name(5))));
+  EXPECT_EQ(read_text(fs::path(ck4) / "state.json") + read_text(fs::path(ck5) / "state.json"), before);
+  r = oomb_cmd(dir, train + fmt::format(" --checkpoint-dir {0}/branch --save-every 2 --resume {0}/ck/{1}", d,
+                                        checkpoint_name(2)));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(steps(dir / "branch"), (std::vector<int64_t>{4, 5}));
+  // the newest, or auto, continues in place
+  r = oomb_cmd(dir, train + fmt::format(" --checkpoint-dir {}/ck --save-every 2 --resume auto", d));
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// SIGTERM or SIGINT once the last step has begun: the run is done, so it is not stopped; the final
+// save (--out, or without it the last step's checkpoint) finishes, saying so, and the exit status is
+// 0 (without the handler the signal would end the process in the middle of the save).
+TEST(Resume, ASignalDuringTheFinalSaveLetsItFinish) {
+  const auto dir = temp_dir();
+  make_inputs(dir);
+  const std::string d = dir.string(), train = train_args(dir, 3);
+  for (const bool out : {true, false}) {
+    const int sig = out ? SIGTERM : SIGINT;
+    SCOPED_TRACE(out ? "--out, SIGTERM" : "--checkpoint-dir, SIGINT");
+    const fs::path sd = dir / (out ? "o" : "c");
+    fs::create_directories(sd);
+    const std::string args = train + (out ? fmt::format(" --out {}/model", sd.string())
+                                          : fmt::format(" --checkpoint-dir {}/ck", sd.string()));
+    const pid_t pid = spawn(args, sd / "log", 1500);  // (each checkpoint file, and the model before its swap)
+    const fs::path where = out ? sd : sd / "ck";
+    auto saving = [&] {
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(where, ec))
+        if (e.path().filename().string().find(".oomb-new.") != std::string::npos) return true;
+      return false;
+    };
+    while (!saving()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ::kill(pid, sig);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    const std::string log = read_text(sd / "log");
+    ASSERT_TRUE(WIFEXITED(status)) << log;
+    EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+    EXPECT_THAT(log, HasSubstr(out ? "oomb train: signal received: the final save finishes first"
+                                   : "oomb train: signal received: the step under way finishes"));
+    EXPECT_THAT(log, HasSubstr(fmt::format("oomb train: {} received after the last step began: the run finished{}",
+                                           out ? "SIGTERM" : "SIGINT",
+                                           out ? fmt::format(" and saved --out {}/model", sd.string()) : "")));
+    if (out) {
+      EXPECT_NO_THROW(load_config(sd / "model"));
+      EXPECT_TRUE(fs::exists(sd / "model" / "model.safetensors"));
+    } else {
+      ASSERT_EQ(list_checkpoints(sd / "ck").size(), 1u) << log;
+      EXPECT_EQ(open_checkpoint(list_checkpoints(sd / "ck")[0].path).step, 3);
+    }
+  }
+}
+
 }  // namespace

@@ -114,7 +114,7 @@ TEST(SaveBest, ResumingKeepsTheBestSoFar) {
   EXPECT_THAT(c.out, HasSubstr("oomb_best.json is of other held-out windows; the best is looked for afresh"));
   EXPECT_EQ(record(r.dir / "cut")["step"], 5);
   write_bytes(r.dir / "cut/oomb_best.json", "[1, 2]");
-  c = oomb_cmd(r.dir, r.train(flags + fmt::format("cut --checkpoint-dir {}/ck --resume {}/ck/step-000004", d, d)));
+  c = oomb_cmd(r.dir, r.train(flags + fmt::format("cut --checkpoint-dir {}/ck3 --resume {}/ck/step-000004", d, d)));
   EXPECT_NE(c.code, 0);
   EXPECT_THAT(c.out, HasSubstr("--save-best: " + d + "/cut/oomb_best.json is not oomb's record of a best model"));
 }

@@ -30,6 +30,7 @@ namespace {
 struct EvalArgs {
   std::vector<std::string> data;  // one held-out set, or several
   std::string model, data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict";
+  bool text_field_given = false;
   std::string device = "cpu", out, lora, precision, packing = "wrapped";
   DistOptions dist;
   PromptFields prompt_fields;
@@ -78,6 +79,7 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
   DataOptions d;
   d.format = a.data_format;
   d.corpus.text_field = a.text_field;
+  d.corpus.text_field_given = a.text_field_given;
   const auto tp = tokenizer_file(a);
   apply_prompt_fields(a.prompt_fields, d.corpus, tp);
   d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);
@@ -226,7 +228,8 @@ Command add_eval(CLI::App& app) {
                 "a LoRA run) evaluated on --model as its base");
   add_rope_flags(c, a->rope);
   add_dist_flags(c, a->dist, true);
-  return {c, [a] {
+  return {c, [a, c] {
+            a->text_field_given = c->count("--text-field") > 0;
             std::vector<NamedPath> inputs = {{"--model", a->model, true}, {"--tokenizer", a->tokenizer, true},
                                              {"--lora", a->lora, true}};
             for (const std::string& d : a->data) inputs.push_back({"--data", d, true});

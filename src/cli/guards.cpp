@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <ostream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace oomb::cli {
@@ -92,7 +93,20 @@ void check_model_out(const std::string& flag, const std::string& dir, const Mode
   if (!up.has_filename()) up = up.parent_path();
   up = up.parent_path();
   while (!up.empty() && !fs::exists(up, ec) && up != up.root_path()) up = up.parent_path();
+  OOMB_CHECK(fs::is_directory(up, ec), "{} {}: {} is not a directory", flag, dir, up.string());
   OOMB_CHECK(::access(up.c_str(), W_OK | X_OK) == 0, "{} {}: {} is not writable", flag, dir, up.string());
+}
+
+void remove_stale_saves(const std::string& flag, const std::string& dir, std::ostream& log) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  fs::path d = fs::path(dir).has_filename() ? fs::path(dir) : fs::path(dir).parent_path();
+  if (fs::is_symlink(d, ec)) d = fs::canonical(d, ec);  // (as AtomicDir writes where the link points)
+  if (!fs::is_directory(d.has_parent_path() ? d.parent_path() : fs::path("."), ec)) return;
+  for (const fs::path& p : AtomicDir::remove_stale(d))
+    log << fmt::format("{} {}: removed {}, a save an oomb that no longer runs left unfinished", flag, dir,
+                      p.lexically_normal().string())
+        << std::endl;
 }
 
 void check_file_out(const std::string& flag, const std::string& file) {

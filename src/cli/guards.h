@@ -4,6 +4,7 @@
 #pragma once
 #include <filesystem>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ void refuse_aliasing(const std::vector<NamedPath>& outputs, const std::vector<Na
 // the nearest existing ancestor is not writable, or DIR holds a model other than `cfg` (a different
 // config.json) and force is off. Creates nothing.
 void check_model_out(const std::string& flag, const std::string& dir, const ModelConfig& cfg, bool force);
+// Removes what a killed save into `flag` DIR left beside it (staging directories of writers no longer
+// running, a whole model's size each), saying so on `log`; a save would remove them only at its end.
+void remove_stale_saves(const std::string& flag, const std::string& dir, std::ostream& log);
 
 // Fails before any work when `flag` FILE cannot be written at the run's end: FILE is a directory, or
 // its folder does not exist or is not writable. Creates nothing.

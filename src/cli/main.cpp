@@ -1,4 +1,5 @@
 // oomb: train LLMs on million-token contexts with little GPU memory.
+#include <csignal>
 #include <cstring>
 #include <iostream>
 
@@ -20,6 +21,9 @@ static int fail_run(const char* what) {
 }
 
 int main(int argc, char** argv) {
+  // past a file-size limit (ulimit -f) a write fails with EFBIG, which the writer reports naming the
+  // file, instead of the process ending without a word
+  ::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"oomb: chunk-recurrent long-context LLM training", "oomb"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("oomb ") + OOMB_VERSION);

@@ -35,6 +35,7 @@ Command add_merge(CLI::App& app) {
             // the merged model's RoPE: the one the adapter was trained under (oomb_rope.json), then the flags
             const ModelConfig cfg = run_config(a->model, a->lora, a->rope, std::cout);
             check_model_out("--out", a->out, cfg, a->force);
+            remove_stale_saves("--out", a->out, std::cout);
             const LoraConfig lc = load_adapter_config(a->lora);
             Params base(cfg, Tier::Host, Tag::IO), adapter(cfg, lora_layout(cfg, lc), Tier::Host, Tag::IO);
             const DType dtype = load_weights(a->model, cfg, base);

@@ -1,6 +1,7 @@
 #include "cli/stop_signals.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -15,12 +16,19 @@ std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 struct sigaction g_old_int, g_old_term;
 
-void on_signal(int sig) { g_signal.store(sig); }  // async-signal-safe: a lock-free store
+const char* g_note = "";  // said on stderr when the first signal arrives
+
+void on_signal(int sig) {  // async-signal-safe: a lock-free store and write(2)
+  g_signal.store(sig);
+  ssize_t ignored = ::write(STDERR_FILENO, g_note, std::strlen(g_note));
+  (void)ignored;
+}
 
 }  // namespace
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals(const char* note) {
   g_signal.store(0);
+  g_note = note;
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;

@@ -1,13 +1,14 @@
-// SIGINT and SIGTERM while training with --checkpoint-dir: the first one is noted (the step under
-// way finishes, a checkpoint is written and the run stops, saying where it is); a second one
-// stops the process at once, as without the handler (the checkpoints already written are whole).
+// SIGINT and SIGTERM while training with --checkpoint-dir, or while a finished run saves --out: the
+// first one is noted, saying `note` on stderr (the step under way finishes, a checkpoint is written
+// and the run stops, saying where it is; or the save finishes); a second one stops the process at
+// once, as without the handler (the checkpoints already written are whole, an earlier --out intact).
 #pragma once
 
 namespace oomb::cli {
 
 class StopSignals {
  public:
-  StopSignals();   // installs the handlers
+  explicit StopSignals(const char* note);  // installs the handlers; `note`: a static string
   ~StopSignals();  // restores the previous ones
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

@@ -27,7 +27,7 @@ struct TokenizeArgs {
   std::string tokenizer, input, output, format = "u32", input_format = "auto", text_field = "text", eos,
       utf8_errors = "strict";
   int threads = 0;
-  bool split_special = false, quiet = false;
+  bool split_special = false, quiet = false, text_field_given = false;
   PromptFields prompt_fields;
 };
 
@@ -92,6 +92,7 @@ int run(const TokenizeArgs& a) {
   CorpusOptions co;
   co.format = text_format_parse(a.input_format);
   co.text_field = a.text_field;
+  co.text_field_given = a.text_field_given;
   apply_prompt_fields(a.prompt_fields, co, a.tokenizer);
   co.utf8 = utf8_errors_parse(a.utf8_errors);
   co.allow_cuts = tok.cut_after_newline_is_safe();
@@ -165,7 +166,10 @@ Command add_tokenize(CLI::App& app) {
       ->check(CLI::IsMember({"strict", "replace"}))->capture_default_str();
   c->add_option("--threads", a->threads, "Encoding threads (default: all cores)")->check(count());
   c->add_flag("--quiet", a->quiet, "No progress bar");
-  return {c, [a] { return run(*a); }};
+  return {c, [a, c] {
+            a->text_field_given = c->count("--text-field") > 0;
+            return run(*a);
+          }};
 }
 
 }  // namespace oomb::cli

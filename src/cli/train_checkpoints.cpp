@@ -5,6 +5,7 @@
 #include <chrono>
 #include <tuple>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -90,6 +91,16 @@ RunCheckpoints::RunCheckpoints(const CheckpointFlags& f, CheckpointState now, co
     from_ = f_.resume;
   }
   saved_ = open_checkpoint(from_);
+  if (!f_.dir.empty() && f_.resume != "auto") {  // a branch from an earlier checkpoint would replace later ones
+    std::vector<std::string> later;
+    for (const CheckpointEntry& e : list_checkpoints(f_.dir))
+      if (e.step > saved_.step) later.push_back(e.path.filename().string());
+    OOMB_CHECK(later.empty(), "--resume {}: --checkpoint-dir {} holds {} later checkpoint{} ({}), which this run "
+               "would replace as it saves (and --resume auto then take the newest); give this run a --checkpoint-dir "
+               "of its own, or remove them", from_.string(), f_.dir, later.size(), later.size() == 1 ? "" : "s",
+               later.size() <= 3 ? fmt::format("{}", fmt::join(later, ", "))
+                                 : fmt::format("{}, ..., {}", later.front(), later.back()));
+  }
   CheckpointState cmp = now_;  // a LoRA base's fingerprint is known once loaded (set_lora_base checks it)
   if (saved_.flags.contains("--model")) cmp.flags["--model"] = saved_.flags["--model"];
   // another schedule (--steps, --lr-schedule, --decay-steps, --min-lr-ratio): a checkpoint continues under it where
@@ -137,19 +148,23 @@ TrainHooks RunCheckpoints::hooks(Model& model) {
       log_ << fmt::format("resumed from {}: step {}/{}", from_.string(), saved_.step, now_.total_steps)
            << std::endl;
     }
-    if (!f_.dir.empty()) signals_ = std::make_unique<StopSignals>();
+    if (!f_.dir.empty())
+      signals_ = std::make_unique<StopSignals>("\noomb train: signal received: the step under way finishes, then a "
+                                               "checkpoint is written (another signal stops at once)\n");
     step_start_ = std::chrono::steady_clock::now();
   };
   h.after_step = [this, &model](int64_t done, Optimizer& opt) {
     const auto step_end = std::chrono::steady_clock::now();
     longest_step_s_ = std::max(longest_step_s_, std::chrono::duration<double>(step_end - step_start_).count());
     fs::path written;
-    if (f_.save_every > 0 && done % f_.save_every == 0) written = write(done, model, opt);
+    const bool last = done >= now_.total_steps;
+    if ((f_.save_every > 0 && done % f_.save_every == 0) || (last && f_.final && !f_.dir.empty()))
+      written = write(done, model, opt);
     // --time-limit: how long a checkpoint takes is measured by writing one after the first step where nothing
     // says (a fresh run; a resumed one takes its checkpoint's time), so that the stop leaves time for its own
     if (f_.time_limit_s > 0 && !wrote_any_ && last_write_s_ == 0 && done < now_.total_steps)
       written = write(done, model, opt);
-    int sig = signals_ ? signals_->pending() : 0;
+    int sig = signals_ && !last ? signals_->pending() : 0;  // (at the last step: the run is done; saved() says)
     // --time-limit: rank 0's clock decides (0.5: below any signal's number)
     double s = sig > 0 ? double(sig) : done < now_.total_steps && leader() && time_is_up() ? 0.5 : 0.0;
     if (dist_ && dist_->size() > 1) dist_->world().all_reduce_max(&s, 1);  // every rank stops after the same step
@@ -204,8 +219,20 @@ bool RunCheckpoints::time_is_up() const {
 }
 
 int RunCheckpoints::finish() {
+  if (stopped_by_ != 0) {
+    signals_.reset();
+    return stopped_by_ > 0 ? 128 + stopped_by_ : kTimeLimitExit;
+  }
+  if (!signals_)  // (with --checkpoint-dir they are there, a signal of the last step noted)
+    signals_ = std::make_unique<StopSignals>("\noomb train: signal received: the final save finishes first (another "
+                                             "signal stops at once; an earlier --out stays whole)\n");
+  return 0;
+}
+
+int RunCheckpoints::saved() {
+  const int sig = signals_ ? signals_->pending() : 0;
   signals_.reset();
-  return stopped_by_ > 0 ? 128 + stopped_by_ : stopped_by_ < 0 ? kTimeLimitExit : 0;
+  return sig;
 }
 
 }  // namespace oomb::cli

@@ -27,6 +27,7 @@ struct CheckpointFlags {
   // --time-limit counts from here: when the flags were made, as the process started
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::string config_toml;  // the run's resolved flags, saved in each checkpoint as config.toml
+  bool final = false;       // the last step writes a checkpoint too (train: no --out holds the result)
   bool any() const { return !dir.empty() || !resume.empty() || save_every > 0 || keep_last > 0; }
 };
 void add_checkpoint_flags(CLI::App* c, CheckpointFlags& f);
@@ -64,8 +65,12 @@ class RunCheckpoints {
   // moments); a signal any rank caught stops every rank after the same step.
   void set_dist(Dist* d) { dist_ = d; }
   // After training: the exit status of a stopped run (128 + the signal; kTimeLimitExit for
-  // --time-limit), 0 if none stopped it; the handlers are removed.
+  // --time-limit; the handlers removed), 0 if none stopped it: then a signal waits for the final
+  // saves (a run done at its last step is not stopped) until saved().
   int finish();
+  // The final saves are done: the signal that came after the last step began (0: none); the
+  // handlers are removed.
+  int saved();
 
  private:
   std::filesystem::path write(int64_t done, Model& model, const Optimizer& opt);

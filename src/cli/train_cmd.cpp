@@ -205,6 +205,7 @@ DataOptions data_options(const TrainArgs& a, int32_t eos, const std::string& hel
   DataOptions d;
   d.format = a.data_format;
   d.corpus.text_field = a.text_field;
+  d.corpus.text_field_given = a.given("--text-field");
   apply_prompt_fields(a.prompt_fields, d.corpus, tokenizer_path(a));
   // (held-out token files: their masks beside them, or none; the fields are the text's)
   if (!held_out.empty() && is_token_data(held_out, a.data_format))
@@ -521,6 +522,7 @@ Command add_train(CLI::App& app) {
   return {c, [a] {
             a->precision = default_precision(a->precision, a->device);
             a->ckpt.config_toml = resolved_config(*a->cmd);
+            a->ckpt.final = a->out.empty();  // a checkpoint is then what holds the result
             Dist dist(a->dist);  // the ranks mpirun started (MPI), or this process alone
             a->rank = dist.rank();
             if (!dist.leader()) std::cout.rdbuf(nullptr);  // rank 0 alone prints (errors: every rank)
@@ -544,6 +546,9 @@ Command add_train(CLI::App& app) {
             check_training_dropout(cfg, (std::filesystem::path(a->model) / "config.json").string());
             check_model_out("--out", a->out, cfg, a->force);
             check_model_out("--save-best", a->save_best, cfg, a->force);
+            if (dist.leader())
+              for (const auto& [flag, dir] : {std::pair{"--out", a->out}, {"--save-best", a->save_best}})
+                remove_stale_saves(flag, dir, std::cout);
             const int32_t eos = eos_of(*a, cfg);
             OOMB_CHECK(!a->doc_mask || eos >= 0, "--doc-mask needs the EOS id that ends each document: neither the "
                        "model's config.json (eos_token_id) nor its tokenizer_config.json (eos_token) names one; give "
@@ -690,6 +695,10 @@ Command add_train(CLI::App& app) {
                                       : fmt::format(" ({})", dtype_name(dtype)))
                         << std::endl;
             }
+            if (const int sig = ckpt.saved())  // (a signal after the last step began: the run was done)
+              std::cout << fmt::format("oomb train: {} received after the last step began: the run finished{}",
+                                       signal_name(sig), a->out.empty() ? "" : " and saved --out " + a->out)
+                        << std::endl;
             return 0;
           }};
 }

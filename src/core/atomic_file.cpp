@@ -2,10 +2,13 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -92,6 +95,14 @@ fs::path parent_of(const fs::path& p) { return p.parent_path().empty() ? fs::pat
 
 }  // namespace
 
+void test_write_delay() {
+  static const int ms = [] {
+    const char* e = std::getenv("OOMB_TEST_CKPT_DELAY_MS");
+    return e ? std::max(0, std::atoi(e)) : 0;
+  }();
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
 AtomicDir::AtomicDir(fs::path target) : target_(std::move(target)) {
   if (!target_.has_filename()) target_ = target_.parent_path();  // "out/" -> "out"
   std::error_code ec;
@@ -104,18 +115,26 @@ AtomicDir::AtomicDir(fs::path target) : target_(std::move(target)) {
   OOMB_CHECK(!ec, "{}: cannot create the directory {}: {}", target_.string(), parent.string(), ec.message());
   OOMB_CHECK(!fs::exists(target_, ec) || fs::is_directory(target_, ec), "{}: exists and is not a directory",
              target_.string());
-  const std::string stem = "." + target_.filename().string() + ".oomb-new.";
-  for (const auto& e : fs::directory_iterator(parent, ec)) {  // left by a killed writer
+  remove_stale(target_);
+  staging_ = parent / ("." + target_.filename().string() + ".oomb-new." + std::to_string(::getpid()));
+  fs::remove_all(staging_, ec);
+  fs::create_directory(staging_, ec);
+  OOMB_CHECK(!ec, "{}: cannot create {}: {}", target_.string(), staging_.string(), ec.message());
+}
+
+std::vector<fs::path> AtomicDir::remove_stale(const fs::path& target) {
+  std::vector<fs::path> removed;
+  std::error_code ec;
+  const std::string stem = "." + target.filename().string() + ".oomb-new.";
+  for (const auto& e : fs::directory_iterator(parent_of(target), ec)) {  // left by a killed writer
     const std::string name = e.path().filename().string();
     if (!name.starts_with(stem)) continue;
     const long pid = std::strtol(name.c_str() + stem.size(), nullptr, 10);
     if (pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno != ESRCH)) continue;  // its writer still runs
     fs::remove_all(e.path(), ec);
+    if (!ec) removed.push_back(e.path());
   }
-  staging_ = parent / (stem + std::to_string(::getpid()));
-  fs::remove_all(staging_, ec);
-  fs::create_directory(staging_, ec);
-  OOMB_CHECK(!ec, "{}: cannot create {}: {}", target_.string(), staging_.string(), ec.message());
+  return removed;
 }
 
 AtomicDir::~AtomicDir() {
@@ -139,6 +158,14 @@ void AtomicDir::commit(const std::function<bool(const std::string&)>& drop) {
       OOMB_CHECK(!ec, "{}: cannot carry {} over into the new directory: {}", target_.string(), name, ec.message());
     }
     OOMB_CHECK(!ec, "{}: cannot list: {}", target_.string(), ec.message());
+  }
+  struct stat old_dir {};
+  if (replace && ::stat(target_.c_str(), &old_dir) == 0) {  // the old directory's mode, setgid and group
+    // (a group the user may not give stays the user's own)
+    const int group_kept = ::chown(staging_.c_str(), uid_t(-1), old_dir.st_gid);
+    (void)group_kept;
+    OOMB_CHECK(::chmod(staging_.c_str(), old_dir.st_mode & 07777) == 0, "{}: cannot give {} the directory's "
+               "permissions: {}", target_.string(), staging_.string(), std::strerror(errno));
   }
   for (const auto& e : fs::recursive_directory_iterator(staging_, ec))
     if (e.is_regular_file(ec) && !e.is_symlink(ec)) fsync_path(e.path(), false);

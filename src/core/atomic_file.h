@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace oomb {
 
@@ -31,6 +32,11 @@ class AtomicFile {
 // Writes `text` to path through an AtomicFile.
 void write_file_atomic(const std::filesystem::path& path, const std::string& text);
 
+// OOMB_TEST_CKPT_DELAY_MS: for tests only, a pause after each file of a checkpoint and before a saved
+// model's directory is swapped in, so that a test can signal or kill the writer in the middle of
+// one. Unset (or 0) in every real run.
+void test_write_delay();
+
 }  // namespace oomb
 
 namespace oomb {
@@ -40,8 +46,9 @@ namespace oomb {
 // RENAME_EXCHANGE when the target exists), after fsync of every file and of the directory. A
 // reader, or a crash at any moment, sees the whole old directory or the whole new one. Files of the
 // old directory that the new one lacks are carried over (hard links) unless `drop` says they belong
-// to what is being replaced. An uncommitted staging directory is removed; stale ones left by killed
-// processes are removed on the next write to the same target.
+// to what is being replaced; the new directory takes the old one's permissions and group. An
+// uncommitted staging directory is removed; stale ones left by killed processes are removed on the
+// next write to the same target (and by remove_stale, which oomb train calls for --out at its start).
 class AtomicDir {
  public:
   explicit AtomicDir(std::filesystem::path target);
@@ -51,6 +58,8 @@ class AtomicDir {
   const std::filesystem::path& target() const { return target_; }
   const std::filesystem::path& staging() const { return staging_; }
   void commit(const std::function<bool(const std::string& name)>& drop = {});
+  // Removes the staging directories of target that writers no longer running left; returns them.
+  static std::vector<std::filesystem::path> remove_stale(const std::filesystem::path& target);
 
  private:
   std::filesystem::path target_, staging_;

@@ -16,6 +16,9 @@ PackedTokens::PackedTokens(std::unique_ptr<TokenStore> store, int64_t vocab, con
   OOMB_CHECK(n >= 1, "--data {}: holds no tokens", store_->describe());
   OOMB_CHECK(!mask_ || mask_->size() == n, "--data {}: its loss mask has {} bits for {} tokens", store_->describe(),
              mask_ ? mask_->size() : 0, n);
+  OOMB_CHECK(!mask_ || mask_->trained() > 0, "--data {}: none of its {} tokens is trained (every one is a prompt's, "
+             "or not an assistant's): there is nothing to learn; check the fields (--completion-field, "
+             "--messages-field) or the chat template", store_->describe(), n);
   // every id against the vocabulary now, at memory speed, not when training reaches it hours later
   uint32_t bad = 0;
   const int64_t at = vocab < int64_t(UINT32_MAX) ? store_->find_at_least(uint32_t(vocab), &bad) : -1;

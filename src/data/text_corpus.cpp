@@ -1,6 +1,7 @@
 #include "data/text_corpus.h"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -25,7 +26,26 @@ static std::string record_error(const nlohmann::json::exception& e) {
   return p == std::string::npos ? m : m.substr(p + at.size());
 }
 
-static bool is_jsonl_name(const fs::path& p) { return p.extension() == ".jsonl" || p.extension() == ".ndjson"; }
+// A first record that does not read as one: a file holding one JSON document (an array of records,
+// or an object over several lines) rather than JSON lines says so.
+static std::string whole_document_hint(const std::string& line, int64_t docs) {
+  const size_t at = line.find_first_not_of(" \t");
+  if (docs > 0 || at == std::string::npos || (line[at] != '[' && line.find_first_not_of(" \t{", at) != std::string::npos))
+    return "";
+  return " (the file looks like one JSON document, not JSON lines, one record per line: convert it, e.g. jq -c "
+         "'.[]' FILE > FILE.jsonl)";
+}
+
+static std::string lower_extension(const fs::path& p) {
+  std::string e = p.extension().string();
+  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return e;
+}
+static bool is_jsonl_name(const fs::path& p) {
+  const std::string e = lower_extension(p);
+  return e == ".jsonl" || e == ".ndjson" || e == ".json";  // (datasets' to_json writes JSON lines as .json)
+}
+static bool is_text_name(const fs::path& p) { return lower_extension(p) == ".txt" || lower_extension(p) == ".text"; }
 
 TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {
   std::error_code ec;
@@ -47,6 +67,14 @@ TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {
     }
     std::sort(files_.begin(), files_.end());
     OOMB_CHECK(!files_.empty(), "{}: the directory holds no files", input.string());
+    if (o.format == TextFormat::Auto)  // (a README or a LICENSE beside the data is not data)
+      for (const auto& f : files_) {
+        const std::string e = lower_extension(f);
+        OOMB_CHECK(is_text_name(f) || is_jsonl_name(f), "{}: {} is neither text (.txt) nor JSON lines (.jsonl, "
+                   ".ndjson, .json){}; move it out of the directory, or name the format (train's --data-format, "
+                   "tokenize's --input-format: text reads every file as text)", input.string(), f.string(),
+                   e == ".gz" || e == ".zst" || e == ".xz" || e == ".bz2" || e == ".zip" ? " but compressed: decompress it" : "");
+      }
   } else {
     OOMB_CHECK(fs::is_regular_file(input, ec), "{}: not a regular file or directory", input.string());
     files_.push_back(input);
@@ -57,10 +85,11 @@ TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {
     OOMB_CHECK(size > 0, "{}: empty file (no text to tokenize)", f.string());
     total_bytes_ += size;
     jsonl_.push_back(o.format == TextFormat::Jsonl || (o.format == TextFormat::Auto && is_jsonl_name(f)));
-    OOMB_CHECK(jsonl_.back() || !o.masked(), "{}: {} read JSON lines "
-               "(a .jsonl or .ndjson name, or the jsonl format flag: train's --data-format, tokenize's --input-format); "
-               "this file would be read as plain text", f.string(),
-               o.messages_field.empty() ? "--prompt-field and --completion-field" : "--messages-field");
+    OOMB_CHECK(jsonl_.back() || !(o.masked() || o.text_field_given), "{}: {} read JSON lines "
+               "(a .jsonl, .ndjson or .json name, or the jsonl format flag: train's --data-format, tokenize's "
+               "--input-format); this file would be read as plain text", f.string(),
+               !o.messages_field.empty() ? "--messages-field" : o.masked() ? "--prompt-field and --completion-field"
+                                                                         : "--text-field");
   }
 }
 
@@ -129,9 +158,10 @@ void read_jsonl_stream(std::istream& f, const std::string& name, const CorpusOpt
       try {
         j = nlohmann::ordered_json::parse(line);
       } catch (const nlohmann::json::exception& e) {
-        fail("{}: not valid JSON: {}", where, record_error(e));
+        fail("{}: not valid JSON: {}{}", where, record_error(e), whole_document_hint(line, docs));
       }
-      OOMB_CHECK(j.is_object(), "{}: a JSON-lines record must be an object, got {}", where, j.type_name());
+      OOMB_CHECK(j.is_object(), "{}: a JSON-lines record must be an object, got {}{}", where, j.type_name(),
+                 whole_document_hint(line, docs));
       ++docs;
       const auto m = j.find(o.messages_field);
       OOMB_CHECK(m != j.end(), "{}: the record has no \"{}\" field (choose the field with --messages-field)", where,
@@ -149,9 +179,10 @@ void read_jsonl_stream(std::istream& f, const std::string& name, const CorpusOpt
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
-      fail("{}: not valid JSON: {}", where, record_error(e));
+      fail("{}: not valid JSON: {}{}", where, record_error(e), whole_document_hint(line, docs));
     }
-    OOMB_CHECK(j.is_object(), "{}: a JSON-lines record must be an object, got {}", where, j.type_name());
+    OOMB_CHECK(j.is_object(), "{}: a JSON-lines record must be an object, got {}{}", where, j.type_name(),
+               whole_document_hint(line, docs));
     ++docs;
     if (!o.prompt_field.empty()) {
       const std::string& prompt = string_field(j, o.prompt_field, "--prompt-field", where);

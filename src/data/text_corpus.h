@@ -25,8 +25,9 @@ enum class TextFormat { Auto, Text, Jsonl };
 TextFormat text_format_parse(const std::string& s);  // "auto" | "text" | "jsonl"
 
 struct CorpusOptions {
-  TextFormat format = TextFormat::Auto;  // auto: .jsonl / .ndjson are JSON lines, anything else text
+  TextFormat format = TextFormat::Auto;  // auto: .jsonl / .ndjson / .json (any case) are JSON lines, else text
   std::string text_field = "text";
+  bool text_field_given = false;  // named by the user: a file read as plain text is then refused
   // JSON lines as prompt-completion records (both named, or neither): each document is the prompt's
   // block (trained: false) followed by the completion's; text_field is not read
   std::string prompt_field, completion_field;

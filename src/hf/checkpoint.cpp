@@ -117,8 +117,20 @@ static bool model_file(const std::string& name) {
   return std::regex_match(name, ours) || name.find(".tmp.") != std::string::npos;
 }
 
+static void save_model_files(const fs::path& dir, const ModelConfig& c, std::span<const SaveTensor> tensors,
+                             DType dtype, const fs::path& copy_from, const ExtraFiles& extra);
+
 void save_model_tensors(const fs::path& dir, const ModelConfig& c, std::span<const SaveTensor> tensors, DType dtype,
                         const fs::path& copy_from, const ExtraFiles& extra) {
+  try {
+    save_model_files(dir, c, tensors, dtype, copy_from, extra);
+  } catch (const Error& e) {  // (a write's error names the staging file: say which save it was)
+    fail("{}: cannot save the model: {}", dir.string(), e.what());
+  }
+}
+
+static void save_model_files(const fs::path& dir, const ModelConfig& c, std::span<const SaveTensor> tensors,
+                             DType dtype, const fs::path& copy_from, const ExtraFiles& extra) {
   std::vector<Buffer> joined;  // Phi-3: the checkpoint's fused tensors
   const std::vector<SaveTensor> fused = fuse_for_save(c, tensors, joined);
   tensors = fused;
@@ -141,6 +153,7 @@ void save_model_tensors(const fs::path& dir, const ModelConfig& c, std::span<con
     }
   }
   for (const auto& [name, text] : extra) write_file_atomic(out.staging() / name, text);
+  test_write_delay();
   out.commit(model_file);
 }
 

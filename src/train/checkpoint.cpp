@@ -37,15 +37,7 @@ constexpr const char* kExpAvgSq = ".exp_avg_sq";
 constexpr const char* kAdapterWeights = "adapter_model.safetensors";  // a LoRA run's (hf/peft.h)
 constexpr const char* kAdapterConfig = "adapter_config.json";
 
-// OOMB_TEST_CKPT_DELAY_MS: for tests only, a pause after each file of a checkpoint, so that a test
-// can kill the writer in the middle of one. Unset (or 0) in every real run.
-void test_delay() {
-  static const int ms = [] {
-    const char* e = std::getenv("OOMB_TEST_CKPT_DELAY_MS");
-    return e ? std::max(0, std::atoi(e)) : 0;
-  }();
-  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-}
+void test_delay() { test_write_delay(); }
 
 std::vector<SaveTensor> tensors_of(const Params& p, const char* suffix) {
   OOMB_CHECK(!p.mixed(), "checkpoint: a frozen bf16 base is not saved (a LoRA checkpoint holds its adapters)");

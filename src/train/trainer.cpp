@@ -168,7 +168,7 @@ static void open_metrics(std::ofstream& f, const std::string& path, int64_t star
     write_file_atomic(path, metrics_before(text, start));
   }
   f.open(path, start > 0 ? std::ios::app : std::ios::trunc);
-  OOMB_CHECK(f.good(), "--metrics {}: cannot open for writing", path);
+  OOMB_CHECK(f.good(), "--metrics {}: cannot open for writing: {}", path, std::strerror(errno));
 }
 
 StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ostream& log,
@@ -243,7 +243,7 @@ StepStats train(Model& model, TokenSource& data, const TrainOptions& o, std::ost
       st.loss = st.accuracy = st.grad_norm = std::numeric_limits<double>::quiet_NaN();
       st.lr = lr_at(oc, k);
       st.skipped = true;
-      if (lead) log << fmt::format("step {}: skipped: its {} window{} of {} tokens hold no target to train (all in prompts)",
+      if (lead) log << fmt::format("step {}: skipped: its {} window{} of {} tokens hold no target to train (all context: prompts, or not an assistant's)",
                          k + 1, o.grad_accum * dp, o.grad_accum * dp == 1 ? "" : "s", N) << std::endl;
     }
     double loss_sum = 0;
