@@ -463,13 +463,18 @@ TEST(Resume, SigtermAndSigintWriteACheckpointAndStop) {
 // Resuming from an earlier checkpoint into the --checkpoint-dir that holds later ones (a branch:
 // another schedule's decay) is refused, naming them, before anything is replaced; into a directory
 // of its own it runs. A run without --out writes a checkpoint at its last step (the result); with
-// --out, only every --save-every steps.
+// --out, only every --save-every steps. Each checkpoint carries --model's tokenizer and chat files.
 TEST(Resume, BranchesKeepTheirSourceAndTheLastStepIsKept) {
   const auto dir = temp_dir();
   make_inputs(dir);
+  write_bytes(dir / "m/tokenizer.json", "{\"model\": \"a tokenizer\"}");
+  write_bytes(dir / "m/chat_template.jinja", "{{ messages }}");
   const std::string d = dir.string(), train = train_args(dir, 5);
   CmdResult r = oomb_cmd(dir, train + fmt::format(" --checkpoint-dir {}/ck --save-every 2", d));
   ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* f : {"tokenizer.json", "chat_template.jinja"})
+    EXPECT_EQ(read_text(dir / "ck" / checkpoint_name(5) / f), read_text(dir / "m" / f)) << f;
+  EXPECT_NO_THROW(open_checkpoint(dir / "ck" / checkpoint_name(5)));  // (state.json lists them)
   auto steps = [](const fs::path& ck) {
     std::vector<int64_t> s;
     for (const CheckpointEntry& e : list_checkpoints(ck)) s.push_back(e.step);

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "hf/checkpoint.h"
 
 namespace oomb::cli {
 
@@ -202,7 +203,8 @@ fs::path RunCheckpoints::write(int64_t done, Model& model, const Optimizer& opt)
   st.windows = done * accum_ * dp;
   position_(st.windows, st);
   st.next_lr = double(lr_at(optim_, done));
-  std::map<std::string, std::string> extra;
+  // the tokenizer and chat files, so that a checkpoint serves generate and eval as --model would
+  std::map<std::string, std::string> extra = f_.model_dir.empty() ? ExtraFiles{} : model_side_file_contents(f_.model_dir);
   if (!f_.config_toml.empty()) extra["config.toml"] = f_.config_toml;
   const fs::path p = save_checkpoint(f_.dir, st, model, opt, extra, base_model_, world);
   prune_checkpoints(f_.dir, done, f_.keep_last);

@@ -28,6 +28,7 @@ struct CheckpointFlags {
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::string config_toml;  // the run's resolved flags, saved in each checkpoint as config.toml
   bool final = false;       // the last step writes a checkpoint too (train: no --out holds the result)
+  std::string model_dir;    // --model: its tokenizer and chat files go into each checkpoint
   bool any() const { return !dir.empty() || !resume.empty() || save_every > 0 || keep_last > 0; }
 };
 void add_checkpoint_flags(CLI::App* c, CheckpointFlags& f);

@@ -523,6 +523,7 @@ Command add_train(CLI::App& app) {
             a->precision = default_precision(a->precision, a->device);
             a->ckpt.config_toml = resolved_config(*a->cmd);
             a->ckpt.final = a->out.empty();  // a checkpoint is then what holds the result
+            a->ckpt.model_dir = a->model;
             Dist dist(a->dist);  // the ranks mpirun started (MPI), or this process alone
             a->rank = dist.rank();
             if (!dist.leader()) std::cout.rdbuf(nullptr);  // rank 0 alone prints (errors: every rank)

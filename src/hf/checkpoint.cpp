@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -120,6 +122,27 @@ static bool model_file(const std::string& name) {
 static void save_model_files(const fs::path& dir, const ModelConfig& c, std::span<const SaveTensor> tensors,
                              DType dtype, const fs::path& copy_from, const ExtraFiles& extra);
 
+const std::vector<std::string>& model_side_files() {
+  static const std::vector<std::string> names = {
+      "tokenizer.json",     "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+      "merges.txt",         "tokenizer.model",       "added_tokens.json",       "generation_config.json",
+      "chat_template.jinja", "chat_template.json",   "additional_chat_templates"};
+  return names;
+}
+
+ExtraFiles model_side_file_contents(const fs::path& dir) {
+  ExtraFiles files;
+  std::error_code ec;
+  for (const std::string& name : model_side_files())
+    if (fs::is_regular_file(dir / name, ec)) {
+      std::ifstream in(dir / name, std::ios::binary);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      OOMB_CHECK(!in.bad(), "{}: cannot read", (dir / name).string());
+      files[name] = std::move(text);
+    }
+  return files;
+}
+
 void save_model_tensors(const fs::path& dir, const ModelConfig& c, std::span<const SaveTensor> tensors, DType dtype,
                         const fs::path& copy_from, const ExtraFiles& extra) {
   try {
@@ -143,9 +166,7 @@ static void save_model_files(const fs::path& dir, const ModelConfig& c, std::spa
   std::error_code ec;
   if (!copy_from.empty()) {
     // the tokenizer's and the chat's files, as transformers saves them beside the weights
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                             "merges.txt", "tokenizer.model", "added_tokens.json", "generation_config.json",
-                             "chat_template.jinja", "chat_template.json", "additional_chat_templates"}) {
+    for (const std::string& name : model_side_files()) {
       if (!fs::exists(copy_from / name, ec)) continue;
       fs::copy(copy_from / name, out.staging() / name,
                fs::copy_options::overwrite_existing | fs::copy_options::recursive, ec);

@@ -2,6 +2,7 @@
 #pragma once
 #include <filesystem>
 #include <map>
+#include <vector>
 #include <string>
 #include <span>
 
@@ -23,6 +24,13 @@ DType load_weights(const std::filesystem::path& dir, const ModelConfig& c, Param
 using ExtraFiles = std::map<std::string, std::string>;
 void save_model(const std::filesystem::path& dir, const ModelConfig& c, const Params& p, DType dtype,
                 const std::filesystem::path& copy_from = {}, const ExtraFiles& extra = {});
+
+// The tokenizer's, chat's and generation files save_model copies along, by name (one,
+// additional_chat_templates, is a directory).
+const std::vector<std::string>& model_side_files();
+// Those of them in dir that are files, name -> contents: a training checkpoint carries them, so that
+// it serves generate and eval as a model directory does.
+ExtraFiles model_side_file_contents(const std::filesystem::path& dir);
 
 struct SaveTensor;
 // The same for tensors already in `dtype`.
