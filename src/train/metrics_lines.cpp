@@ -19,4 +19,18 @@ std::string metrics_before(const std::string& text, int64_t step) {
   return kept;
 }
 
+int64_t first_foreign_line(const std::string& text) {
+  int64_t n = 0;
+  size_t at = 0;
+  for (size_t nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
+    ++n;
+    std::string_view line(text.data() + at, nl - at);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("step")) return n;
+  }
+  return 0;
+}
+
 }  // namespace oomb

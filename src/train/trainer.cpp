@@ -161,11 +161,17 @@ static std::string clock_time(double seconds) {
 
 // Opens --metrics: anew, or, resuming at `start`, keeping the lines of the steps before it.
 static void open_metrics(std::ofstream& f, const std::string& path, int64_t start) {
-  if (start > 0 && std::filesystem::exists(path)) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) {  // (not /dev/null, a FIFO)
     std::ifstream in(path, std::ios::binary);
-    OOMB_CHECK(in.good(), "--metrics {}: cannot read the interrupted run's lines", path);
+    OOMB_CHECK(in.good(), "--metrics {}: cannot read {}: {}", path, start > 0 ? "the interrupted run's lines" : "it",
+               std::strerror(errno));
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    write_file_atomic(path, metrics_before(text, start));
+    const int64_t foreign = first_foreign_line(text);  // (a torn last line is no whole line)
+    OOMB_CHECK(foreign == 0, "--metrics {}: line {} is not a metrics line (a JSON object with a \"step\"): the "
+               "file is not a run's metrics, and {} would lose it; give another --metrics", path, foreign,
+               start > 0 ? "keeping only the earlier steps' lines" : "starting it afresh");
+    if (start > 0) write_file_atomic(path, metrics_before(text, start));
   }
   f.open(path, start > 0 ? std::ios::app : std::ios::trunc);
   OOMB_CHECK(f.good(), "--metrics {}: cannot open for writing: {}", path, std::strerror(errno));

@@ -2,7 +2,7 @@
 // Feeds bytes as a resumed run's --metrics file (the first 2 bytes choose the step it resumes at)
 // to metrics_before: nothing may be thrown; what it keeps is whole lines of the file, in order, each
 // a JSON object whose integer "step" is below the resumed step, every such line kept; and keeping
-// again keeps the same.
+// again keeps the same. first_foreign_line names the first whole line that is not a metrics line.
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -49,5 +49,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   check(out.size() == wanted, "every line of an earlier step kept");
   check(oomb::metrics_before(kept, step) == kept, "keeping again keeps the same");
+  // the first foreign line: not an object with a "step" (nor blank), every whole line before it one
+  const int64_t foreign = oomb::first_foreign_line(text);
+  check(foreign >= 0 && size_t(foreign) <= in.size(), "a line of the file, or none");
+  auto ours = [](std::string line) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) return true;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    return j.is_object() && j.contains("step");
+  };
+  for (size_t k = 0; k < (foreign ? size_t(foreign) - 1 : in.size()); ++k) check(ours(in[k]), "lines before it are ours");
+  check(foreign == 0 || !ours(in[size_t(foreign) - 1]), "it is not");
+  check(oomb::first_foreign_line(kept) == 0, "what metrics_before keeps is ours");
   return 0;
 }
