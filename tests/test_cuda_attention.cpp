@@ -303,7 +303,7 @@ TEST(CudaAttention, AttentionOverBlocks) {
   for (const AttnCase& c : attention_cases()) attention_case(c, false);
 }
 
-// The tensor-core kernels (kernels_attention_mma.cu, --precision bf16) against the CPU on the same
+// The tensor-core kernels (kernels_attention_mma_fwd.cu, _bwd.cu, --precision bf16) against the CPU on the same
 // bf16 inputs: within bf16's error, and different from fp32 by P's or dS's rounding in each output
 // (o, dq, dK, dV: a run of the fp32 kernels, which the dispatch could fall back to, shows ~1e-7). Head dims
 // above 128 take the fp32 kernels and are left out. Not yet run on a GPU: the bounds are bf16's

@@ -133,7 +133,7 @@ void attention_bwd(const AttnParams& p, const float* q, const float* o, const fl
 constexpr int64_t kMaxHeadDim = 256;
 // dsum (T, H) = rowsum(dout * o), the backward's first step (both variants)
 void attention_dsum(const AttnParams& p, const float* o, const float* dout, float* dsum, cudaStream_t s);
-// The same ops on tensor cores (kernels_attention_mma.cu, the path under --precision bf16): q, K,
+// The same ops on tensor cores (kernels_attention_mma_fwd.cu, _bwd.cu: the path under --precision bf16): q, K,
 // V and dout read as bf16, P and dS rounded to bf16 for their products, fp32 statistics and sums.
 // Deterministic too, but a different summation order and those roundings: not the bits of the
 // reference kernels above. A fold's state between calls: lse holds the running max in log2 units.
