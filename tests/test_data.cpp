@@ -234,7 +234,8 @@ TEST(TextCorpus, FilesJsonLinesAndDirectories) {
 
 // A directory's files are read by their names: .txt / .text as text, .jsonl / .ndjson / .json as JSON
 // lines, in any case; anything else (a README, a LICENSE, a compressed file) is refused, naming it,
-// unless a format is named. A --text-field the user gave, on a file read as text, is refused.
+// unless a format is named. A --text-field the user gave where no input is read as JSON lines is
+// refused.
 TEST(TextCorpus, DirectoriesTakeTextAndJsonLinesByName) {
   const auto dir = temp_dir();
   std::filesystem::create_directories(dir / "c");
@@ -261,14 +262,15 @@ TEST(TextCorpus, DirectoriesTakeTextAndJsonLinesByName) {
   EXPECT_THAT(error_of([&] { TextCorpus(dir / "c", {}); }), HasSubstr("more.txt.gz is neither text (.txt) nor JSON "
                                                                     "lines (.jsonl, .ndjson, .json) but compressed: "
                                                                     "decompress it"));
-  CorpusOptions field;
-  field.text_field = "body";
-  field.text_field_given = true;
-  EXPECT_EQ(error_of([&] { TextCorpus(dir / "c/a.TXT", field); }),
-            c + "/a.TXT: --text-field read JSON lines (a .jsonl, .ndjson or .json name, or the jsonl format flag: "
-            "train's --data-format, tokenize's --input-format); this file would be read as plain text");
-  field.text_field = "text";
-  EXPECT_NO_THROW(TextCorpus(dir / "c/c.json", field));
+  // --text-field where no input reads JSON lines would be ignored: refused; one that does is enough
+  const std::string a = c + "/a.TXT";
+  EXPECT_EQ(error_of([&] { check_text_field_read({a}, "auto", "body"); }),
+            "--text-field body: none of the data (" + a + ") is read as JSON lines (a .jsonl, .ndjson or .json name, "
+            "or the jsonl format flag: train's --data-format, tokenize's --input-format), so the field would be ignored");
+  EXPECT_NO_THROW(check_text_field_read({a, c + "/c.json"}, "auto", "body"));
+  EXPECT_NO_THROW(check_text_field_read({c}, "auto", "body"));  // (a directory holding JSON lines)
+  EXPECT_NO_THROW(check_text_field_read({a}, "jsonl", "body"));
+  EXPECT_THROW(check_text_field_read({c + "/c.json"}, "text", "body"), Error);
 }
 
 TEST(TextCorpus, BadInputNamesFileAndLine) {

@@ -389,80 +389,87 @@ TEST_F(Offload, OffloadedKeptAttentionCostsWhatThePlanSays) {
   EXPECT_EQ(tr.in, 3 * (N - 2 * C) * row);
 }
 
-// KeptAttentionOffload by itself: after a forward pass writes every chunk's rows, a pass reading the
-// chunks in any order (the model's reverse, forward, shuffled, the reverse again) finds every chunk's
-// rows as written, with every copy in or out held until something waits for it. The reverse pass
-// fetches all but the last two chunks (the forward left those in their slots). In the forward order
-// the fifth chunk's rows went home with nothing on the compute stream waiting for them: without the
-// fetch's "gone" wait it reads what was at home before.
+// KeptAttentionOffload by itself, over two sequences (100 tokens, 7 chunks, the short one first,
+// then 96 tokens, 6: the last chunk in the other set) of other values: after a forward pass writes
+// every chunk's rows, a pass reading the chunks in any order (the model's reverse, forward, shuffled,
+// the reverse again) finds every chunk's rows as that sequence's forward wrote them, with every copy
+// in or out held until something waits for it. The reverse pass fetches all but the last two chunks
+// (the forward left those in their slots). In the forward order the first fetch overwrites the set
+// holding the last chunk's rows while their way home is still held (nothing on the compute stream
+// waits for it): without the fetch's "gone" wait the rows that reach home are the first fetched
+// chunk's, and reading the last chunk back gives those.
 TEST_F(Offload, KeptAttentionSlotsGiveBackEveryChunkInAnyOrder) {
-  const int64_t N = 100, C = 16, H = 3, D = 4, T = chunk_count(N, C);  // 7 chunks, the first of 4 tokens
-  const int64_t row = 2 * H * (D + 1) * 4;  // two arrays' o and LSE, fp32
-  std::vector<int64_t> up(static_cast<size_t>(T), 0), down, shuffled{3, 6, 0, 5, 1, 4, 2};
-  std::iota(up.begin(), up.end(), int64_t(0));
-  down.assign(up.rbegin(), up.rend());
-  for (const auto& [in, out, dropped, order] :
-       {std::tuple{kHoldCopies, int64_t(-1), "", 0}, {int64_t(0), kHoldCopies, "", 0}, {int64_t(50), kHoldCopies, "", 0},
-        {int64_t(50), kHoldCopies, "gone", 1}}) {
+  const int64_t C = 16, H = 3, D = 4, row = 2 * H * (D + 1) * 4;  // (two arrays' o and LSE, fp32)
+  for (const auto& [in, out, dropped] : {std::tuple{kHoldCopies, int64_t(-1), ""}, {int64_t(0), kHoldCopies, ""},
+                                         {int64_t(50), kHoldCopies, ""}, {int64_t(50), kHoldCopies, "gone"}}) {
     SCOPED_TRACE(fmt::format("delays {} {}, dropped '{}'", in, out, dropped));
     auto sim = make_sim_backend(0, in, out);
-    Arena home(Tier::Pinned, Tag::Activations, 4 * Arena::need(DType::F32, {N, H, D}));
+    Arena home(Tier::Pinned, Tag::Activations, 4 * Arena::need(DType::F32, {100, H, D}));
     Arena host(Tier::Pinned, Tag::IO, 2 * Arena::need(DType::F32, {C, H, D}));
     std::vector<Tensor> o, lse;
     for (int a = 0; a < 2; ++a) {
-      o.push_back(home.take(DType::F32, {N, H, D}));
-      lse.push_back(home.take(DType::F32, {N, H}));
+      o.push_back(home.take(DType::F32, {100, H, D}));
+      lse.push_back(home.take(DType::F32, {100, H}));
     }
     Tensor given = host.take(DType::F32, {C, H, D}), got = host.take(DType::F32, {C, H, D});
-    // the value of array a's element i of token t, o or LSE
-    auto value = [](int a, bool is_lse, int64_t t, int64_t i) {
-    return float(a * 100000 + is_lse * 50000 + t * 100 + i);
-  };
     KeptAttentionOffload kept(*sim, o, lse, C);
     KeptAttentionOffload::drop_wait_for_test(*dropped ? dropped : nullptr);
-    kept.begin_pass(N, up, true);
-    for (int64_t t = 0; t < T; ++t) {  // each slot's rows from `given`, filled on the host once the stream is done with it
-      const ChunkSpan c = chunk_span(N, C, t);
-      for (int a = 0; a < 2; ++a)
-        for (const bool is_lse : {false, true}) {
-          const Tensor slot = is_lse ? kept.lse(size_t(a), c) : kept.o(size_t(a), c);
-          const int64_t w = slot.numel() / c.size();
-          sim->synchronize();
-          float* g = static_cast<float*>(given.data);
-          for (int64_t i = 0; i < slot.numel(); ++i) g[i] = value(a, is_lse, c.begin + i / w, i % w);
-          sim->copy_async(slot.data, slot.tier, given.data, given.tier, slot.bytes(), Stream::Compute);
-        }
-      kept.next();
-    }
-    const KeptAttentionOffload::Traffic before = kept.traffic();
     int64_t wrong = 0;
-    const std::vector<int64_t>* orders[] = {&down, &up, &shuffled, &down};
-    for (size_t k = 0; k < 4; ++k) {
-      if (order == 1 && k != 1) continue;
-      kept.begin_pass(N, *orders[k], false);
-      for (const int64_t t : *orders[k]) {
+    for (const int64_t N : {int64_t(100), int64_t(96)}) {
+      const int64_t T = chunk_count(N, C);
+      // the value of array a's element i of token t, o or LSE, in this sequence
+      auto value = [N](int a, bool is_lse, int64_t t, int64_t i) {
+        return float(N * 10000 + a * 5000 + is_lse * 2500 + t * 20 + i);
+      };
+      std::vector<int64_t> up(static_cast<size_t>(T), 0), down;
+      std::iota(up.begin(), up.end(), int64_t(0));
+      down.assign(up.rbegin(), up.rend());
+      const std::vector<int64_t> shuffled = T == 7 ? std::vector<int64_t>{3, 6, 0, 5, 1, 4, 2}
+                                                   : std::vector<int64_t>{3, 0, 5, 1, 4, 2};
+      kept.begin_pass(N, up, true);
+      for (int64_t t = 0; t < T; ++t) {  // each slot's rows from `given`, filled once the stream is done with it
         const ChunkSpan c = chunk_span(N, C, t);
         for (int a = 0; a < 2; ++a)
           for (const bool is_lse : {false, true}) {
             const Tensor slot = is_lse ? kept.lse(size_t(a), c) : kept.o(size_t(a), c);
-            sim->copy_async(got.data, got.tier, slot.data, slot.tier, slot.bytes(), Stream::Compute);
-            sim->synchronize();
-            const float* g = static_cast<const float*>(got.data);
             const int64_t w = slot.numel() / c.size();
-            for (int64_t i = 0; i < slot.numel(); ++i) wrong += g[i] != value(a, is_lse, c.begin + i / w, i % w);
+            sim->synchronize();
+            float* g = static_cast<float*>(given.data);
+            for (int64_t i = 0; i < slot.numel(); ++i) g[i] = value(a, is_lse, c.begin + i / w, i % w);
+            sim->copy_async(slot.data, slot.tier, given.data, given.tier, slot.bytes(), Stream::Compute);
           }
         kept.next();
       }
-      if (k == 0) {
-        EXPECT_EQ(kept.traffic().in - before.in, (N - 2 * C) * row);  // not the last two chunks'
+      const KeptAttentionOffload::Traffic before = kept.traffic();
+      const std::vector<int64_t>* orders[] = {&down, &up, &shuffled, &down};
+      for (size_t k = 0; k < 4; ++k) {
+        if (*dropped && k != 1) continue;  // (the forward order alone: the reverse needs no "gone")
+        kept.begin_pass(N, *orders[k], false);
+        for (const int64_t t : *orders[k]) {
+          const ChunkSpan c = chunk_span(N, C, t);
+          for (int a = 0; a < 2; ++a)
+            for (const bool is_lse : {false, true}) {
+              const Tensor slot = is_lse ? kept.lse(size_t(a), c) : kept.o(size_t(a), c);
+              sim->copy_async(got.data, got.tier, slot.data, slot.tier, slot.bytes(), Stream::Compute);
+              sim->synchronize();
+              const float* g = static_cast<const float*>(got.data);
+              const int64_t w = slot.numel() / c.size();
+              for (int64_t i = 0; i < slot.numel(); ++i) wrong += g[i] != value(a, is_lse, c.begin + i / w, i % w);
+            }
+          kept.next();
+        }
+        if (k == 0) {
+          EXPECT_EQ(kept.traffic().in - before.in, (N - 2 * C) * row) << N;  // not the last two chunks'
+        }
+      }
+      if (!*dropped) {
+        EXPECT_EQ(wrong, 0) << N;
       }
     }
     KeptAttentionOffload::drop_wait_for_test(nullptr);
-    EXPECT_EQ(before.out, N * row);
+    EXPECT_EQ(kept.traffic().out, 196 * row);  // every row of both sequences went home once
     if (*dropped) {
       EXPECT_GT(wrong, 0) << "the test does not notice a missing '" << dropped << "' wait";
-    } else {
-      EXPECT_EQ(wrong, 0);
     }
   }
 }

@@ -547,4 +547,32 @@ TEST(Resume, ASignalDuringTheFinalSaveLetsItFinish) {
   }
 }
 
+// A second signal stops the process at once, whichever the first was: SIGINT, then SIGTERM while
+// the checkpoint it asked for is being written, ends the process by SIGTERM (the earlier
+// checkpoints whole, the one under way never a step-* directory).
+TEST(Resume, ASecondSignalOfEitherKindStopsAtOnce) {
+  const auto dir = temp_dir();
+  make_inputs(dir);
+  const fs::path metrics = dir / "m.jsonl", ck = dir / "ck";
+  const std::string args = train_args(dir, 40, 256) + fmt::format(" --checkpoint-dir {} --metrics {}", ck.string(),
+                                                                   metrics.string());
+  const pid_t pid = spawn(args, dir / "log", 2000);
+  while (read_metrics(metrics).size() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ::kill(pid, SIGINT);
+  auto writing = [&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(ck, ec))
+      if (e.path().filename().string().find(".oomb-new.") != std::string::npos) return true;
+    return false;
+  };
+  while (!writing()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const std::string log = read_text(dir / "log");
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << WEXITSTATUS(status) << "\n" << log;
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_TRUE(list_checkpoints(ck).empty()) << log;
+}
+
 }  // namespace

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "data/text_corpus.h"
 #include "cli/dist_flags.h"
 #include "cli/guards.h"
 #include "cli/load_model.h"
@@ -79,7 +80,7 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
   DataOptions d;
   d.format = a.data_format;
   d.corpus.text_field = a.text_field;
-  d.corpus.text_field_given = a.text_field_given;
+  if (a.text_field_given) check_text_field_read(a.data, a.data_format, a.text_field);
   const auto tp = tokenizer_file(a);
   apply_prompt_fields(a.prompt_fields, d.corpus, tp);
   d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);

@@ -16,11 +16,19 @@ std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 struct sigaction g_old_int, g_old_term;
 
-const char* g_note = "";  // said on stderr when the first signal arrives
+std::atomic<const char*> g_note{""};  // said on stderr when the first signal arrives
+static_assert(std::atomic<const char*>::is_always_lock_free);
 
-void on_signal(int sig) {  // async-signal-safe: a lock-free store and write(2)
+// async-signal-safe: lock-free atomics, sigaction(2) and write(2)
+void on_signal(int sig) {
   g_signal.store(sig);
-  ssize_t ignored = ::write(STDERR_FILENO, g_note, std::strlen(g_note));
+  struct sigaction dfl;  // a second signal, of either kind, takes the default action
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGINT, &dfl, nullptr);
+  ::sigaction(SIGTERM, &dfl, nullptr);
+  const char* note = g_note.load();
+  ssize_t ignored = ::write(STDERR_FILENO, note, std::strlen(note));
   (void)ignored;
 }
 
@@ -28,7 +36,7 @@ void on_signal(int sig) {  // async-signal-safe: a lock-free store and write(2)
 
 StopSignals::StopSignals(const char* note) {
   g_signal.store(0);
-  g_note = note;
+  g_note.store(note);
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -44,6 +52,8 @@ StopSignals::~StopSignals() {
 }
 
 int StopSignals::pending() const { return g_signal.load(); }
+
+void StopSignals::set_note(const char* note) { g_note.store(note); }
 
 const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
 

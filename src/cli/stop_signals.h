@@ -13,6 +13,7 @@ class StopSignals {
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
   int pending() const;  // the signal received (SIGINT, SIGTERM), or 0
+  void set_note(const char* note);  // what the first signal says from now on (one pending stays)
 };
 
 const char* signal_name(int sig);  // "SIGINT", "SIGTERM"

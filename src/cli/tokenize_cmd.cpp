@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "data/text_corpus.h"
 #include "cli/guards.h"
 #include "cli/prompt_fields.h"
 #include "core/atomic_file.h"
@@ -92,7 +93,7 @@ int run(const TokenizeArgs& a) {
   CorpusOptions co;
   co.format = text_format_parse(a.input_format);
   co.text_field = a.text_field;
-  co.text_field_given = a.text_field_given;
+  if (a.text_field_given) check_text_field_read({a.input}, a.input_format, a.text_field);
   apply_prompt_fields(a.prompt_fields, co, a.tokenizer);
   co.utf8 = utf8_errors_parse(a.utf8_errors);
   co.allow_cuts = tok.cut_after_newline_is_safe();

@@ -149,9 +149,11 @@ TrainHooks RunCheckpoints::hooks(Model& model) {
       log_ << fmt::format("resumed from {}: step {}/{}", from_.string(), saved_.step, now_.total_steps)
            << std::endl;
     }
-    if (!f_.dir.empty())
-      signals_ = std::make_unique<StopSignals>("\noomb train: signal received: the step under way finishes, then a "
-                                               "checkpoint is written (another signal stops at once)\n");
+    if (!f_.dir.empty())  // (rank 0 alone says so)
+      signals_ = std::make_unique<StopSignals>(leader() ? "\noomb train: signal received: the step under way "
+                                                          "finishes, then a checkpoint is written (another signal "
+                                                          "stops at once)\n"
+                                                        : "");
     step_start_ = std::chrono::steady_clock::now();
   };
   h.after_step = [this, &model](int64_t done, Optimizer& opt) {
@@ -225,9 +227,11 @@ int RunCheckpoints::finish() {
     signals_.reset();
     return stopped_by_ > 0 ? 128 + stopped_by_ : kTimeLimitExit;
   }
-  if (!signals_)  // (with --checkpoint-dir they are there, a signal of the last step noted)
-    signals_ = std::make_unique<StopSignals>("\noomb train: signal received: the final save finishes first (another "
-                                             "signal stops at once; an earlier --out stays whole)\n");
+  const char* note = leader() ? "\noomb train: signal received: the final save finishes first (another signal "
+                                "stops at once; an earlier --out stays whole)\n"
+                              : "";
+  if (signals_) signals_->set_note(note);  // (with --checkpoint-dir: a signal of the last step stays noted)
+  else signals_ = std::make_unique<StopSignals>(note);
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "data/text_corpus.h"
 #include "model/rope.h"
 #include "cli/config_file.h"
 #include "cli/dist_flags.h"
@@ -205,7 +206,6 @@ DataOptions data_options(const TrainArgs& a, int32_t eos, const std::string& hel
   DataOptions d;
   d.format = a.data_format;
   d.corpus.text_field = a.text_field;
-  d.corpus.text_field_given = a.given("--text-field");
   apply_prompt_fields(a.prompt_fields, d.corpus, tokenizer_path(a));
   // (held-out token files: their masks beside them, or none; the fields are the text's)
   if (!held_out.empty() && is_token_data(held_out, a.data_format))
@@ -541,6 +541,11 @@ Command add_train(CLI::App& app) {
             if (a->model.empty() && a->data.empty()) return run_demo(*a, *be, dist);
             OOMB_CHECK(!a->model.empty(), "--model is required with --data");
             OOMB_CHECK(!a->data.empty(), "--data is required with --model");
+            if (a->given("--text-field")) {  // read by some source, --data or --eval-data, else ignored: refused
+              std::vector<std::string> text = a->data;
+              text.insert(text.end(), a->eval_data.begin(), a->eval_data.end());
+              check_text_field_read(text, a->data_format, a->text_field);
+            }
             bool rope_changed = false;
             const ModelConfig cfg = run_config(a->model, a->lora.dir, a->rope, std::cout, &rope_changed);
             default_lora_targets(lora, a->lora, a->cmd, cfg);

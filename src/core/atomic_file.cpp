@@ -129,6 +129,9 @@ std::vector<fs::path> AtomicDir::remove_stale(const fs::path& target) {
   for (const auto& e : fs::directory_iterator(parent_of(target), ec)) {  // left by a killed writer
     const std::string name = e.path().filename().string();
     if (!name.starts_with(stem)) continue;
+    // (without RENAME_EXCHANGE a kill between the two renames leaves the old directory as NAME...old:
+    // while there is no target it is the only copy)
+    if (name.ends_with(".old") && !fs::exists(target, ec)) continue;
     const long pid = std::strtol(name.c_str() + stem.size(), nullptr, 10);
     if (pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno != ESRCH)) continue;  // its writer still runs
     fs::remove_all(e.path(), ec);
@@ -159,13 +162,16 @@ void AtomicDir::commit(const std::function<bool(const std::string&)>& drop) {
     }
     OOMB_CHECK(!ec, "{}: cannot list: {}", target_.string(), ec.message());
   }
+  // the old directory's mode, setgid and group (a group the user may not give stays the user's own);
+  // the owner keeps every right until the old directory is gone (a read-only one could not be
+  // emptied), then the mode is exactly the old one
   struct stat old_dir {};
-  if (replace && ::stat(target_.c_str(), &old_dir) == 0) {  // the old directory's mode, setgid and group
-    // (a group the user may not give stays the user's own)
+  const bool keep_mode = replace && ::stat(target_.c_str(), &old_dir) == 0;
+  if (keep_mode) {
     const int group_kept = ::chown(staging_.c_str(), uid_t(-1), old_dir.st_gid);
     (void)group_kept;
-    OOMB_CHECK(::chmod(staging_.c_str(), old_dir.st_mode & 07777) == 0, "{}: cannot give {} the directory's "
-               "permissions: {}", target_.string(), staging_.string(), std::strerror(errno));
+    OOMB_CHECK(::chmod(staging_.c_str(), (old_dir.st_mode & 07777) | S_IRWXU) == 0, "{}: cannot give {} the "
+               "directory's permissions: {}", target_.string(), staging_.string(), std::strerror(errno));
   }
   for (const auto& e : fs::recursive_directory_iterator(staging_, ec))
     if (e.is_regular_file(ec) && !e.is_symlink(ec)) fsync_path(e.path(), false);
@@ -188,7 +194,9 @@ void AtomicDir::commit(const std::function<bool(const std::string&)>& drop) {
   }
   committed_ = true;
   fsync_path(parent_of(target_), true);
+  if (keep_mode) fs::permissions(staging_, fs::perms::owner_all, fs::perm_options::add, ec);
   fs::remove_all(staging_, ec);  // the old directory, now under the staging name
+  if (keep_mode) ::chmod(target_.c_str(), old_dir.st_mode & 07777);
 }
 
 }  // namespace oomb

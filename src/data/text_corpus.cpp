@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -85,12 +87,36 @@ TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {
     OOMB_CHECK(size > 0, "{}: empty file (no text to tokenize)", f.string());
     total_bytes_ += size;
     jsonl_.push_back(o.format == TextFormat::Jsonl || (o.format == TextFormat::Auto && is_jsonl_name(f)));
-    OOMB_CHECK(jsonl_.back() || !(o.masked() || o.text_field_given), "{}: {} read JSON lines "
-               "(a .jsonl, .ndjson or .json name, or the jsonl format flag: train's --data-format, tokenize's "
-               "--input-format); this file would be read as plain text", f.string(),
-               !o.messages_field.empty() ? "--messages-field" : o.masked() ? "--prompt-field and --completion-field"
-                                                                         : "--text-field");
+    OOMB_CHECK(jsonl_.back() || !o.masked(), "{}: {} read JSON lines (a .jsonl, .ndjson or .json name, or the "
+               "jsonl format flag: train's --data-format, tokenize's --input-format); this file would be read as "
+               "plain text", f.string(),
+               o.messages_field.empty() ? "--prompt-field and --completion-field" : "--messages-field");
   }
+}
+
+bool reads_json_lines(const fs::path& input, const std::string& format) {
+  if (format == "jsonl") return true;
+  if (format != "auto") return false;
+  std::error_code ec;
+  if (!fs::is_directory(input, ec)) return is_jsonl_name(input);
+  for (fs::recursive_directory_iterator it(input, ec), end; it != end; it.increment(ec)) {
+    if (ec) return false;
+    if (it->path().filename().string().starts_with(".")) {
+      if (it->is_directory()) it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file() && is_jsonl_name(it->path())) return true;
+  }
+  return false;
+}
+
+void check_text_field_read(const std::vector<std::string>& inputs, const std::string& format,
+                           const std::string& field) {
+  for (const std::string& in : inputs)
+    if (reads_json_lines(in, format)) return;
+  fail("--text-field {}: none of the data ({}) is read as JSON lines (a .jsonl, .ndjson or .json name, or the jsonl "
+       "format flag: train's --data-format, tokenize's --input-format), so the field would be ignored",
+       field, fmt::join(inputs, ", "));
 }
 
 size_t last_cut_point(std::string_view s, size_t from, size_t until) {

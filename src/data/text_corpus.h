@@ -27,7 +27,6 @@ TextFormat text_format_parse(const std::string& s);  // "auto" | "text" | "jsonl
 struct CorpusOptions {
   TextFormat format = TextFormat::Auto;  // auto: .jsonl / .ndjson / .json (any case) are JSON lines, else text
   std::string text_field = "text";
-  bool text_field_given = false;  // named by the user: a file read as plain text is then refused
   // JSON lines as prompt-completion records (both named, or neither): each document is the prompt's
   // block (trained: false) followed by the completion's; text_field is not read
   std::string prompt_field, completion_field;
@@ -43,6 +42,14 @@ struct CorpusOptions {
   // some tokens are context only (prompts, or what is not an assistant's): the data carries a loss mask
   bool masked() const { return !prompt_field.empty() || !messages_field.empty(); }
 };
+
+// Whether text read from input (a file, or a directory as TextCorpus reads it) includes JSON lines,
+// under a data format flag's value ("auto", "jsonl"; anything else: no).
+bool reads_json_lines(const std::filesystem::path& input, const std::string& format);
+// --text-field given where none of the inputs is read as JSON lines (it would be ignored): refused,
+// naming them.
+void check_text_field_read(const std::vector<std::string>& inputs, const std::string& format,
+                           const std::string& field);
 
 struct TextBlock {
   std::string_view text;  // valid UTF-8

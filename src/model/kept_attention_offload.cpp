@@ -59,7 +59,6 @@ void KeptAttentionOffload::begin_pass(int64_t N, std::span<const int64_t> chunks
   write_ = write;
   pos_ = 0;
   first_set_ = 0;
-  fetched_[0] = fetched_[1] = false;
   if (chunks_.empty()) return;
   if (!write_) {  // the first two chunks: from their sets if they are still there, else from home
     if (same(holds_[1], span(0))) first_set_ = 1;
@@ -79,7 +78,6 @@ void KeptAttentionOffload::fetch(size_t pos) {
   copy_rows(s, c, true);
   be_.record(*arrived_[s], Stream::Copy);
   holds_[s] = c;
-  fetched_[s] = true;
 }
 
 // Chunk c's rows of every array between home and set s: in on the copy stream, or out on the copy-out stream.
@@ -98,7 +96,7 @@ void KeptAttentionOffload::enter(size_t pos) {
   if (write_) {
     holds_[s] = {};  // (until the compute stream is done writing it)
     if (!dropped("write")) be_.wait(Stream::Compute, *gone_[s]);
-  } else if (fetched_[s] && !dropped("in")) {  // (rows the forward sweep left in the set need no wait)
+  } else if (!dropped("in")) {  // (rows the forward sweep left in the set: the set's last fetch, long done)
     be_.wait(Stream::Compute, *arrived_[s]);
   }
 }
@@ -122,7 +120,6 @@ void KeptAttentionOffload::next() {
   OOMB_CHECK(pos_ < chunks_.size(), "--offload attention: next past the pass's chunks");
   const int s = set(pos_);
   be_.record(*used_[s], Stream::Compute);
-  fetched_[s] = false;
   if (write_) {  // the chunk's rows home, once the compute stream has written them
     const ChunkSpan c = span(pos_);
     be_.wait(Stream::CopyOut, *used_[s]);

@@ -67,7 +67,6 @@ class KeptAttentionOffload {
   int last_gone_ = -1;  // the set whose rows went home last (the copy-out stream runs in order)
   // the tokens whose rows set s holds, as they are at home (empty: none, or being written)
   ChunkSpan holds_[2] = {};
-  bool fetched_[2] = {false, false};  // the set's rows are on their way in (the compute stream waits)
   Traffic traffic_;
   // the pass
   int64_t N_ = 0;
