@@ -460,6 +460,16 @@ TEST(Resume, SigtermAndSigintWriteACheckpointAndStop) {
   }
 }
 
+// Until a save's staging directory (".NAME.oomb-new.PID") appears in dir.
+void wait_for_staging(const fs::path& dir) {
+  for (;;) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().find(".oomb-new.") != std::string::npos) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 // Resuming from an earlier checkpoint into the --checkpoint-dir that holds later ones (a branch:
 // another schedule's decay) is refused, naming them, before anything is replaced; into a directory
 // of its own it runs. A run without --out writes a checkpoint at its last step (the result); with
@@ -518,14 +528,7 @@ TEST(Resume, ASignalDuringTheFinalSaveLetsItFinish) {
     const std::string args = train + (out ? fmt::format(" --out {}/model", sd.string())
                                           : fmt::format(" --checkpoint-dir {}/ck", sd.string()));
     const pid_t pid = spawn(args, sd / "log", 1500);  // (each checkpoint file, and the model before its swap)
-    const fs::path where = out ? sd : sd / "ck";
-    auto saving = [&] {
-      std::error_code ec;
-      for (const auto& e : fs::directory_iterator(where, ec))
-        if (e.path().filename().string().find(".oomb-new.") != std::string::npos) return true;
-      return false;
-    };
-    while (!saving()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    wait_for_staging(out ? sd : sd / "ck");
     ::kill(pid, sig);
     int status = 0;
     ::waitpid(pid, &status, 0);
@@ -559,13 +562,7 @@ TEST(Resume, ASecondSignalOfEitherKindStopsAtOnce) {
   const pid_t pid = spawn(args, dir / "log", 2000);
   while (read_metrics(metrics).size() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ::kill(pid, SIGINT);
-  auto writing = [&] {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(ck, ec))
-      if (e.path().filename().string().find(".oomb-new.") != std::string::npos) return true;
-    return false;
-  };
-  while (!writing()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  wait_for_staging(ck);
   ::kill(pid, SIGTERM);
   int status = 0;
   ::waitpid(pid, &status, 0);
