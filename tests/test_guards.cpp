@@ -283,34 +283,6 @@ TEST(Guards, EveryWriteIsChecked) {
   EXPECT_FALSE(fs::exists(dir / "o"));
 }
 
-// A --metrics FILE that is not a run's metrics (a line that is not a JSON object with a "step") is
-// neither started afresh nor cut back on resume: refused, naming the line, the file intact. A run's
-// metrics file (a torn last line too) is started afresh.
-TEST(Guards, AFileThatIsNotMetricsIsNotTruncated) {
-  const auto dir = temp_dir();
-  const std::string d = dir.string();
-  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --out {}/m", d)).code, 0);
-  write_u32(dir / "t.bin", ids_below(400, 128, 1));
-  const std::string train = fmt::format("train --model {0}/m --data {0}/t.bin --seq-len 16 --steps 2 ", d);
-  const std::string notes = "{\"step\": 0, \"loss\": 1}\nmy notes\n";
-  write_bytes(dir / "notes.txt", notes);
-  CmdResult r = oomb_cmd(dir, train + fmt::format("--metrics {}/notes.txt", d));
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr(fmt::format("--metrics {}/notes.txt: line 2 is not a metrics line (a JSON object with a "
-                                           "\"step\"): the file is not a run's metrics, and starting it afresh would "
-                                           "lose it; give another --metrics", d)));
-  EXPECT_EQ(read_text(dir / "notes.txt"), notes);
-  r = oomb_cmd(dir, train + fmt::format("--checkpoint-dir {0}/ck --save-every 1 --metrics {0}/m.jsonl", d));
-  ASSERT_EQ(r.code, 0) << r.out;
-  r = oomb_cmd(dir, train + fmt::format("--resume {0}/ck/step-000001 --metrics {0}/notes.txt --out {0}/o", d));
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("keeping only the earlier steps' lines would lose it"));
-  EXPECT_EQ(read_text(dir / "notes.txt"), notes);
-  std::ofstream(dir / "m.jsonl", std::ios::app) << "{\"step\": ";  // a torn last line, as a kill leaves
-  r = oomb_cmd(dir, train + fmt::format("--metrics {}/m.jsonl", d));
-  EXPECT_EQ(r.code, 0) << r.out;
-}
-
 // 4. Sizes never overflow: no wrapped byte counts, no saturated flags.
 TEST(Guards, SizesNeverOverflow) {
   const auto dir = temp_dir();

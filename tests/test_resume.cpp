@@ -460,6 +460,33 @@ TEST(Resume, SigtermAndSigintWriteACheckpointAndStop) {
   }
 }
 
+// A --metrics FILE that is not a run's metrics (a line that is not a JSON object with a "step") is
+// neither started afresh nor cut back on resume: refused, naming the line, the file intact. A run's
+// metrics file (a torn last line too) is started afresh.
+TEST(Resume, AFileThatIsNotMetricsIsNotTruncated) {
+  const auto dir = temp_dir();
+  make_inputs(dir);
+  const std::string d = dir.string(), train = train_args(dir, 2) + " ";
+  const std::string notes = "{\"step\": 0, \"loss\": 1}\nmy notes\n";
+  write_bytes(dir / "notes.txt", notes);
+  CmdResult r = oomb_cmd(dir, train + fmt::format("--metrics {}/notes.txt", d));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--metrics {}/notes.txt: line 2 is not a metrics line (a JSON object with a "
+                                           "\"step\"): the file is not a run's metrics, and starting it afresh would "
+                                           "lose it; give another --metrics", d)));
+  EXPECT_EQ(read_text(dir / "notes.txt"), notes);
+  r = oomb_cmd(dir, train + fmt::format("--checkpoint-dir {0}/ck --save-every 1 --metrics {0}/m.jsonl", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = oomb_cmd(dir, train + fmt::format("--resume {0}/ck/{1} --metrics {0}/notes.txt --out {0}/o", d,
+                                        checkpoint_name(1)));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("keeping only the earlier steps' lines would lose it"));
+  EXPECT_EQ(read_text(dir / "notes.txt"), notes);
+  std::ofstream(dir / "m.jsonl", std::ios::app) << "{\"step\": ";  // a torn last line, as a kill leaves
+  r = oomb_cmd(dir, train + fmt::format("--metrics {}/m.jsonl", d));
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 // Until a save's staging directory (".NAME.oomb-new.PID") appears in dir.
 void wait_for_staging(const fs::path& dir) {
   for (;;) {

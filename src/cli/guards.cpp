@@ -99,11 +99,7 @@ void check_model_out(const std::string& flag, const std::string& dir, const Mode
 
 void remove_stale_saves(const std::string& flag, const std::string& dir, std::ostream& log) {
   if (dir.empty()) return;
-  std::error_code ec;
-  fs::path d = fs::path(dir).has_filename() ? fs::path(dir) : fs::path(dir).parent_path();
-  if (fs::is_symlink(d, ec)) d = fs::canonical(d, ec);  // (as AtomicDir writes where the link points)
-  if (!fs::is_directory(d.has_parent_path() ? d.parent_path() : fs::path("."), ec)) return;
-  for (const fs::path& p : AtomicDir::remove_stale(d))
+  for (const fs::path& p : AtomicDir::remove_stale(dir))
     log << fmt::format("{} {}: removed {}, a save an oomb that no longer runs left unfinished", flag, dir,
                       p.lexically_normal().string())
         << std::endl;

@@ -103,13 +103,19 @@ void test_write_delay() {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
-AtomicDir::AtomicDir(fs::path target) : target_(std::move(target)) {
-  if (!target_.has_filename()) target_ = target_.parent_path();  // "out/" -> "out"
+// The directory a save into `target` replaces: "out/" is "out"; a link, the directory it points at.
+static fs::path resolved(fs::path target) {
+  if (!target.has_filename()) target = target.parent_path();
   std::error_code ec;
-  if (fs::is_symlink(target_, ec)) {  // replace the directory the link points at, not the link
-    fs::path real = fs::canonical(target_, ec);
-    if (!ec) target_ = std::move(real);
+  if (fs::is_symlink(target, ec)) {
+    fs::path real = fs::canonical(target, ec);
+    if (!ec) return real;
   }
+  return target;
+}
+
+AtomicDir::AtomicDir(fs::path target) : target_(resolved(std::move(target))) {
+  std::error_code ec;
   const fs::path parent = parent_of(target_);
   fs::create_directories(parent, ec);
   OOMB_CHECK(!ec, "{}: cannot create the directory {}: {}", target_.string(), parent.string(), ec.message());
@@ -122,7 +128,8 @@ AtomicDir::AtomicDir(fs::path target) : target_(std::move(target)) {
   OOMB_CHECK(!ec, "{}: cannot create {}: {}", target_.string(), staging_.string(), ec.message());
 }
 
-std::vector<fs::path> AtomicDir::remove_stale(const fs::path& target) {
+std::vector<fs::path> AtomicDir::remove_stale(const fs::path& given) {
+  const fs::path target = resolved(given);
   std::vector<fs::path> removed;
   std::error_code ec;
   const std::string stem = "." + target.filename().string() + ".oomb-new.";

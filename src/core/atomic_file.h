@@ -58,7 +58,8 @@ class AtomicDir {
   const std::filesystem::path& target() const { return target_; }
   const std::filesystem::path& staging() const { return staging_; }
   void commit(const std::function<bool(const std::string& name)>& drop = {});
-  // Removes the staging directories of target that writers no longer running left; returns them.
+  // Removes the staging directories of target (resolved as the constructor does) that writers no
+  // longer running left; returns them.
   static std::vector<std::filesystem::path> remove_stale(const std::filesystem::path& target);
 
  private:

@@ -47,7 +47,27 @@ static bool is_jsonl_name(const fs::path& p) {
   const std::string e = lower_extension(p);
   return e == ".jsonl" || e == ".ndjson" || e == ".json";  // (datasets' to_json writes JSON lines as .json)
 }
-static bool is_text_name(const fs::path& p) { return lower_extension(p) == ".txt" || lower_extension(p) == ".text"; }
+static bool is_text_name(const fs::path& p) {
+  const std::string e = lower_extension(p);
+  return e == ".txt" || e == ".text";
+}
+
+// The regular files under dir, recursively, hidden ones (and hidden directories) aside, in path order.
+static std::vector<fs::path> visible_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; it != end; it.increment(ec)) {
+    OOMB_CHECK(!ec, "{}: cannot list: {}", dir.string(), ec.message());
+    const std::string name = it->path().filename().string();
+    if (!name.empty() && name[0] == '.') {
+      if (it->is_directory()) it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file()) files.push_back(it->path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
 
 TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {
   std::error_code ec;
@@ -58,16 +78,7 @@ TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {
   }
   OOMB_CHECK(fs::exists(input, ec), "{}: no such file or directory", input.string());
   if (fs::is_directory(input, ec)) {
-    for (fs::recursive_directory_iterator it(input, ec), end; it != end; it.increment(ec)) {
-      OOMB_CHECK(!ec, "{}: cannot list: {}", input.string(), ec.message());
-      const std::string name = it->path().filename().string();
-      if (!name.empty() && name[0] == '.') {
-        if (it->is_directory()) it.disable_recursion_pending();
-        continue;
-      }
-      if (it->is_regular_file()) files_.push_back(it->path());
-    }
-    std::sort(files_.begin(), files_.end());
+    files_ = visible_files(input);
     OOMB_CHECK(!files_.empty(), "{}: the directory holds no files", input.string());
     if (o.format == TextFormat::Auto)  // (a README or a LICENSE beside the data is not data)
       for (const auto& f : files_) {
@@ -99,15 +110,8 @@ bool reads_json_lines(const fs::path& input, const std::string& format) {
   if (format != "auto") return false;
   std::error_code ec;
   if (!fs::is_directory(input, ec)) return is_jsonl_name(input);
-  for (fs::recursive_directory_iterator it(input, ec), end; it != end; it.increment(ec)) {
-    if (ec) return false;
-    if (it->path().filename().string().starts_with(".")) {
-      if (it->is_directory()) it.disable_recursion_pending();
-      continue;
-    }
-    if (it->is_regular_file() && is_jsonl_name(it->path())) return true;
-  }
-  return false;
+  const std::vector<fs::path> files = visible_files(input);
+  return std::any_of(files.begin(), files.end(), is_jsonl_name);
 }
 
 void check_text_field_read(const std::vector<std::string>& inputs, const std::string& format,

@@ -37,7 +37,6 @@ constexpr const char* kExpAvgSq = ".exp_avg_sq";
 constexpr const char* kAdapterWeights = "adapter_model.safetensors";  // a LoRA run's (hf/peft.h)
 constexpr const char* kAdapterConfig = "adapter_config.json";
 
-void test_delay() { test_write_delay(); }
 
 std::vector<SaveTensor> tensors_of(const Params& p, const char* suffix) {
   OOMB_CHECK(!p.mixed(), "checkpoint: a frozen bf16 base is not saved (a LoRA checkpoint holds its adapters)");
@@ -170,7 +169,7 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
     Params host(model.config(), model.trainable().specs(), Tier::Host, Tag::IO);
     model.download_trainable(host);
     write_adapter_files(out.staging(), model.config(), lora, host, base_model);
-    test_delay();
+    test_write_delay();
   } else {  // the weights: fp32 masters as a Hugging Face model directory (--zero 3: gathered here)
     std::unique_ptr<Params> copy;
     if (zero3) {
@@ -180,11 +179,11 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
     std::vector<Buffer> joined;  // Phi-3: its fused tensors, as the model directory holds them
     const std::vector<SaveTensor> weights = tensors_of(zero3 ? *copy : on_host(model.params(), be, copy), "");
     save_safetensors_dir(out.staging(), fuse_for_save(model.config(), weights, joined));
-    test_delay();
+    test_write_delay();
     ModelConfig saved = model.config();
     saved.torch_dtype = "float32";
     write_file_atomic(out.staging() / "config.json", config_to_json(saved).dump(2) + "\n");
-    test_delay();
+    test_write_delay();
   }
   if (opt.exp_avg() && zero3) {  // the same file as one optimizer's, every rank's parts in flat order
     SafetensorsWriter w(out.staging() / kOptimizerFile, moments_layout(param_layout(model.config())),
@@ -192,20 +191,20 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
     stream_packed(model, *opt.exp_avg(), *world, nullptr, &w);
     stream_packed(model, *opt.exp_avg_sq(), *world, nullptr, &w);
     w.commit();
-    test_delay();
+    test_write_delay();
   } else if (opt.exp_avg()) {
     std::unique_ptr<Params> m_copy, v_copy;
     std::vector<SaveTensor> t = tensors_of(on_host(*opt.exp_avg(), be, m_copy), kExpAvg);
     const std::vector<SaveTensor> v = tensors_of(on_host(*opt.exp_avg_sq(), be, v_copy), kExpAvgSq);
     t.insert(t.end(), v.begin(), v.end());
     save_safetensors(out.staging() / kOptimizerFile, t, {{"oomb", "AdamW moments"}});
-    test_delay();
+    test_write_delay();
   } else if (sharded) {  // the same file, its data gathered from every rank's shard in flat order
     SafetensorsWriter w(out.staging() / kOptimizerFile, moments_layout(opt.params().specs()),
                         {{"oomb", "AdamW moments"}});
     stream_moments(opt, *world, be, &w);
     w.commit();
-    test_delay();
+    test_write_delay();
   }
   for (const auto& [name, text] : extra) {
     OOMB_CHECK(name != kCheckpointStateFile && !fs::exists(out.staging() / name), "checkpoint: {} is written already",
@@ -220,7 +219,7 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
   }
   state.write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_file_atomic(out.staging() / kCheckpointStateFile, state_to_json(state).dump(2) + "\n");
-  test_delay();
+  test_write_delay();
   out.commit([](const std::string&) { return true; });  // a checkpoint of the same step is replaced whole
   return target;
 }
