@@ -328,6 +328,18 @@ TEST(Guards, NothingRunsBlind) {
   r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/short.bin --seq-len 64 --chunk-size 16 --steps 1", d));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("note: --seq-len 64 is longer than the data (20 tokens): every sequence wraps around"));
+  // held-out data shorter than a window is refused (the window would score its repeat), in eval and in train
+  r = oomb_cmd(dir, fmt::format("eval --model {0}/m --data {0}/short.bin --seq-len 32 --chunk-size 16", d));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--data " + d + "/short.bin: 20 tokens, fewer than a window's 33"));
+  EXPECT_THAT(r.out, HasSubstr("give --seq-len 19 or less"));
+  r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/t.bin --eval-data {0}/short.bin --seq-len 32 "
+                                "--chunk-size 16 --steps 1", d));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--eval-data " + d + "/short.bin: 20 tokens, fewer than a window's 33"));
+  EXPECT_THAT(r.out, Not(HasSubstr("step ")));
+  r = oomb_cmd(dir, fmt::format("eval --model {0}/m --data {0}/short.bin --seq-len 16 --chunk-size 16 --buckets 1", d));
+  EXPECT_EQ(r.code, 0) << r.out;  // one window of 17 tokens fits in 20
   // every token id at open time, with the file and the index of the first bad one
   r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/bad.bin --seq-len 16 --steps 1", d));
   EXPECT_NE(r.code, 0);
@@ -547,7 +559,7 @@ TEST(Guards, SmallThings) {
        std::vector<std::pair<std::string, std::string>>{
            {"tokenize --threads 0 --tokenizer x --input y --output z",
             "--threads: must be a whole number from 1 to 9223372036854775807 (2^63 - 1), got 0"},
-           {"train --eos-id -3", "--eos-id: must be a whole number from 0 to 9223372036854775807 (2^63 - 1), got -3"},
+           {"train --eos-id -3", "--eos-id needs --model and --data"},
            {"train --grad-clip -1", "--grad-clip: must be 0 or more, got -1"}}) {
     r = oomb_cmd(dir, args);
     EXPECT_NE(r.code, 0) << args;

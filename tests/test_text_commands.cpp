@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "data/token_store.h"
@@ -226,6 +227,25 @@ TEST(TextCommands, TrainOnTextWithDocumentMasksAndShuffling) {
   EXPECT_THAT(r.out, HasSubstr("step     2/2"));
   r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/docs.jsonl --steps 1 --seq-len 8 --eos-id 10", d));
   EXPECT_THAT(r.out, HasSubstr(d + "/docs.jsonl:1: the record has no \"text\" field"));
+  // the separator named by its token, as `oomb tokenize --eos` takes it, in train and eval (--eos or --eos-id)
+  r = oomb_cmd(dir, fmt::format("tokenize --tokenizer {0}/m --input {0}/docs.jsonl --text-field body --output "
+                                "{0}/docs.bin --eos ab", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("each document ends with EOS ([0-9]+)"))) << r.out;
+  const std::string ab = m[1];
+  r = oomb_cmd(dir, fmt::format("train --model {0}/m --data {0}/docs.jsonl --text-field body --seq-len 64 "
+                                "--chunk-size 16 --page-size 8 --steps 1 --doc-mask --eos ab", d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("attention within documents ended by token " + ab + "[^0-9]"));
+  r = oomb_cmd(dir, fmt::format("eval --model {0}/m --data {0}/docs.jsonl --text-field body --seq-len 64 "
+                                "--chunk-size 16 --buckets 4 --eos-id zz", d));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.out, HasSubstr("--eos-id zz: neither an id nor a token of"));
+  ASSERT_EQ(oomb_cmd(dir, fmt::format("init --preset tiny --vocab 300 --out {}/bare", d)).code, 0);  // no tokenizer
+  r = oomb_cmd(dir, fmt::format("train --model {0}/bare --data {0}/docs.bin --seq-len 64 --steps 1 --eos ab", d));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.out, HasSubstr("--eos-id ab: not an id; a token's id is found by the tokenizer, and there is none"));
 }
 
 }  // namespace

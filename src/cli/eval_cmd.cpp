@@ -37,7 +37,8 @@ struct EvalArgs {
   PromptFields prompt_fields;
   RopeFlags rope;
   bool rope_changed = false;  // the run's RoPE is not --model's (the flags, the adapter's)
-  int64_t eos_id = -1, seq_len = 2048, chunk = 1024, page = 128, buckets = 16, trials = 4;
+  std::string eos;  // --eos-id: an id or a token
+  int64_t seq_len = 2048, chunk = 1024, page = 128, buckets = 16, trials = 4;
   std::vector<int64_t> windows;  // --windows: one count for every set, or one per set
   int digits = 5;
   bool split_special = false, json = false, passkey = false;
@@ -86,13 +87,7 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
   d.corpus.utf8 = utf8_errors_parse(a.utf8_errors);
   if (!a.tokenizer.empty() || std::filesystem::exists(tp)) d.tokenizer = tp;
   d.split_special = a.split_special;
-  int32_t eos = -1;
-  if (a.eos_id >= 0) {
-    OOMB_CHECK(a.eos_id < cfg.vocab, "--eos-id {}: beyond the model's vocabulary ({})", a.eos_id, cfg.vocab);
-    eos = int32_t(a.eos_id);
-  } else {
-    eos = resolve_eos(a.model, cfg.vocab).id;
-  }
+  const int32_t eos = a.eos.empty() ? resolve_eos(a.model, cfg.vocab).id : eos_flag(a.eos, cfg.vocab, tp);
   d.packing = {eos, false, 0, false, a.packing == "whole"};
   d.log = log;
   // each set over --windows (default: its whole windows, at least one), with notes where it is short of them
@@ -107,7 +102,8 @@ int run_loss(const EvalArgs& a, const ModelConfig& cfg, Backend& be, Dist& dist)
     const int64_t fit = data->windows_per_epoch(N);
     const int64_t W = a.windows.empty() ? fit : a.windows[a.windows.size() == 1 ? 0 : i];
     if (data->whole()) *log << name << data->whole_summary(N) << std::endl;
-    if (W > fit || (!data->whole() && N + 1 > data->stream_size()))
+    check_held_out_fits_a_window(*data, N, "--data", path);
+    if (W > fit)
       *log << fmt::format("note: {}{} windows of {} tokens are more than the data's {} tokens{}: windows wrap around",
                           name, W, N, data->stream_size(), data->whole() ? fmt::format(" ({} windows)", fit) : "")
            << std::endl;
@@ -201,8 +197,7 @@ Command add_eval(CLI::App& app) {
   c->add_option("--utf8-errors", a->utf8_errors, "Text data: strict or replace")
       ->check(CLI::IsMember({"strict", "replace"}))->capture_default_str();
   c->add_flag("--split-special-tokens", a->split_special, "Text data: special tokens in the text stay plain text");
-  c->add_option("--eos-id", a->eos_id, "Token ending each document (default: the model's eos_token_id)")
-      ->check(count(true));
+  c->add_option("--eos-id,--eos", a->eos, "Id or token ending each document (default: the model's eos_token_id)");
   c->add_option("--seq-len", a->seq_len, "Tokens per window N")->check(count())->capture_default_str();
   c->add_option("--windows", a->windows, "Windows to score, of each --data: one count for every set, or one per set "
                 "(3,5; default: every whole window of it)")

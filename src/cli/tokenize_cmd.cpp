@@ -157,11 +157,11 @@ Command add_tokenize(CLI::App& app) {
   c->add_option("--output", a->output, "Token file to write (replaced atomically)")->required();
   c->add_option("--format", a->format, "u32 (raw little-endian uint32), u16 (nanoGPT), llmc (llm.c shard)")
       ->check(CLI::IsMember({"u32", "u16", "llmc"}))->capture_default_str();
-  c->add_option("--input-format", a->input_format, "auto (.jsonl/.ndjson are JSON lines), text or jsonl")
+  c->add_option("--input-format", a->input_format, "auto (.jsonl, .ndjson and .json are JSON lines), text or jsonl")
       ->check(CLI::IsMember({"auto", "text", "jsonl"}))->capture_default_str();
   c->add_option("--text-field", a->text_field, "JSON lines: the field holding the text")->capture_default_str();
   add_prompt_fields(c, a->prompt_fields);
-  c->add_option("--eos", a->eos, "Id or token ending each document (default: from config.json or tokenizer_config.json)");
+  c->add_option("--eos,--eos-id", a->eos, "Id or token ending each document (default: from config.json or tokenizer_config.json)");
   c->add_flag("--split-special-tokens", a->split_special, "Encode special tokens found in the text as plain text");
   c->add_option("--utf8-errors", a->utf8_errors, "strict (invalid UTF-8 is an error) or replace (with U+FFFD)")
       ->check(CLI::IsMember({"strict", "replace"}))->capture_default_str();

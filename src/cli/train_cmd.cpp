@@ -43,11 +43,12 @@ struct TrainArgs {
   // precision: "" until the run resolves it for its device (default_precision)
   std::vector<std::string> data;  // one source, or a mix (cli/train_data.h)
   std::vector<std::string> data_weights;  // (joined by commas: "0.7,0.3", or a --config file's [0.7, 0.3])
+  std::string eos;  // --eos-id: an id or a token
   std::string model, device = "cpu", out, metrics, kv_grad_dtype = "f32", kv_dtype = "auto", precision;
   std::string data_format = "auto", tokenizer, text_field = "text", utf8_errors = "strict", offload;
   std::string tensorboard, sweep = "chunk", packing = "wrapped", save_best;
   std::vector<std::string> eval_data;  // one held-out set, or several
-  int64_t eos_id = -1, offload_group = 0, device_memory = 0, eval_every = 0;
+  int64_t offload_group = 0, device_memory = 0, eval_every = 0;
   std::vector<int64_t> eval_windows;  // --eval-windows: one count for every held-out set, or one per set
   double peak_tflops = 0;
   bool shuffle = false, doc_mask = false, split_special = false, force = false, keep_attention = false;
@@ -191,13 +192,10 @@ std::string tokenizer_path(const TrainArgs& a) {
   return std::filesystem::exists(p) ? p.string() : "";
 }
 
-// The document separator, found as `oomb tokenize` finds it: --eos-id, else the model directory's
+// The document separator, found as `oomb tokenize` finds it: --eos-id (an id or a token), else the model directory's
 // config.json eos_token_id, else its tokenizer_config.json eos_token. -1 when none names one.
 int32_t eos_of(const TrainArgs& a, const ModelConfig& cfg) {
-  if (a.eos_id >= 0) {
-    OOMB_CHECK(a.eos_id < cfg.vocab, "--eos-id {}: beyond the model's vocabulary ({})", a.eos_id, cfg.vocab);
-    return int32_t(a.eos_id);
-  }
+  if (!a.eos.empty()) return eos_flag(a.eos, cfg.vocab, tokenizer_path(a));
   return resolve_eos(a.model, cfg.vocab).id;
 }
 
@@ -345,6 +343,7 @@ int run_demo(TrainArgs& a, Backend& be, Dist& dist) {
   OOMB_CHECK(!a.ckpt.any(), "--checkpoint-dir, --save-every, --keep-last and --resume need --model and --data (the "
              "built-in demo does not checkpoint)");
   OOMB_CHECK(a.eval_data.empty(), "--eval-data needs --model and --data (the built-in demo scores its own task)");
+  OOMB_CHECK(a.eos.empty(), "--eos-id needs --model and --data (the built-in demo's task has no documents to end)");
   OOMB_CHECK(a.data_weights.empty(), "--data-weights needs --model and two --data sources or more (the built-in demo "
              "trains on its own task)");
   OOMB_CHECK(a.prompt_fields.prompt.empty() && a.prompt_fields.completion.empty() && a.prompt_fields.messages.empty() &&
@@ -431,8 +430,8 @@ Command add_train(CLI::App& app) {
   c->add_option("--utf8-errors", a->utf8_errors, "Text data: strict (invalid UTF-8 is an error) or replace (U+FFFD)")
       ->check(CLI::IsMember({"strict", "replace"}))->capture_default_str();
   c->add_flag("--split-special-tokens", a->split_special, "Text data: special tokens in the text stay plain text");
-  c->add_option("--eos-id", a->eos_id, "Token ending each document (default: the model's eos_token_id)")
-      ->check(count(true));
+  c->add_option("--eos-id,--eos", a->eos, "Id or token ending each document (default: the model's eos_token_id, as "
+                "`oomb tokenize` finds it)");
   c->add_flag("--shuffle", a->shuffle, "Take the documents in a new order every epoch (seeded by --seed)");
   c->add_option("--packing", a->packing, "How documents fill the windows: wrapped (back to back, a document cut "
                 "where a window ends) or whole (each window holds whole documents, padded at its end without targets; "

@@ -62,6 +62,7 @@ HeldOut open_held_out(const std::vector<std::string>& paths, const std::function
     const int64_t fit = data->windows_per_epoch(N);
     const int64_t w = windows.empty() ? std::max(dp, fit / dp * dp) : windows[windows.size() == 1 ? 0 : i];
     check_eval_windows(w, dp);  // (before the model is built)
+    check_held_out_fits_a_window(*data, N, "--eval-data", p);
     check_eval_targets(*data, w, N, sep);
     const std::string wraps = w > fit || (!data->whole() && w * N + 1 > data->stream_size())
                                   ? fmt::format(" (more than its {} tokens hold: windows wrap around)", data->stream_size())

@@ -79,4 +79,21 @@ int32_t parse_eos(const std::string& v, const Tokenizer& tok) {
   return t;
 }
 
+int32_t eos_flag(const std::string& v, int64_t vocab, const fs::path& tokenizer) {
+  int64_t id = -1;
+  const auto [end, err] = std::from_chars(v.data(), v.data() + v.size(), id);
+  if (err == std::errc() && end == v.data() + v.size()) {
+    OOMB_CHECK(id >= 0 && id < vocab, "--eos-id {}: not an id of the model's vocabulary (0..{})", v, vocab - 1);
+    return int32_t(id);
+  }
+  std::error_code ec;
+  OOMB_CHECK(!tokenizer.empty() && fs::exists(tokenizer, ec), "--eos-id {}: not an id; a token's id is "
+             "found by the tokenizer, and there is none (give --tokenizer, or the id)", v);
+  const Tokenizer tok = Tokenizer::load(tokenizer);
+  const int32_t t = tok.token_id(v);
+  OOMB_CHECK(t >= 0, "--eos-id {}: neither an id nor a token of {}", v, tok.source());
+  OOMB_CHECK(t < vocab, "--eos-id {}: its id {} is beyond the model's vocabulary ({})", v, t, vocab);
+  return t;
+}
+
 }  // namespace oomb

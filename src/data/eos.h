@@ -24,5 +24,9 @@ EosChoice resolve_eos(const std::filesystem::path& dir, int64_t vocab, const Tok
 int64_t vocab_next_to(const std::filesystem::path& tokenizer_path, const Tokenizer& tok);
 // --eos VALUE: an id, or a token as written in tokenizer.json ("<|endoftext|>").
 int32_t parse_eos(const std::string& value, const Tokenizer& tok);
+// train's and eval's --eos-id VALUE (or --eos, as tokenize names it): an id below vocab, or a token
+// of the tokenizer at `tokenizer` (a tokenizer.json or a directory holding one; empty or missing: a
+// token is refused, saying what to give).
+int32_t eos_flag(const std::string& value, int64_t vocab, const std::filesystem::path& tokenizer);
 
 }  // namespace oomb

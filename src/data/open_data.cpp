@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "data/loss_mask_file.h"
 #include "data/tokenize_corpus.h"
+#include "data/visible_files.h"
 
 namespace oomb {
 
@@ -13,19 +14,10 @@ namespace fs = std::filesystem;
 
 static bool is_token_format(const std::string& f) { return f == "u32" || f == "u16" || f == "llmc"; }
 
-// The files of dir, recursively, in path order: hidden ones and token files' masks (FILE.mask) aside.
-static std::vector<fs::path> visible_files(const fs::path& dir) {
-  std::vector<fs::path> files;
-  std::error_code ec;
-  for (fs::recursive_directory_iterator it(dir, ec), end; it != end; it.increment(ec)) {
-    OOMB_CHECK(!ec, "--data {}: cannot list: {}", dir.string(), ec.message());
-    if (it->path().filename().string().starts_with(".")) {
-      if (it->is_directory()) it.disable_recursion_pending();
-      continue;
-    }
-    if (it->is_regular_file() && !is_loss_mask_file(it->path())) files.push_back(it->path());
-  }
-  std::sort(files.begin(), files.end());
+// The files of dir that are data: token files' masks (FILE.mask) aside.
+static std::vector<fs::path> data_files(const fs::path& dir) {
+  std::vector<fs::path> files = visible_files(dir);
+  std::erase_if(files, [](const fs::path& f) { return is_loss_mask_file(f); });
   return files;
 }
 
@@ -35,13 +27,21 @@ bool is_token_data(const fs::path& path, const std::string& format) {
   OOMB_CHECK(format == "auto", "--data-format: '{}' is not one of auto, u32, u16, llmc, text, jsonl", format);
   std::error_code ec;
   if (!fs::is_directory(path, ec)) return path.extension() == ".bin";
-  const auto files = visible_files(path);
+  const auto files = data_files(path);
   OOMB_CHECK(!files.empty(), "--data {}: the directory holds no files", path.string());
   const auto bins = std::count_if(files.begin(), files.end(), [](const fs::path& p) { return p.extension() == ".bin"; });
   OOMB_CHECK(bins == 0 || size_t(bins) == files.size(),
              "--data {}: the directory mixes {} token files (.bin) with {} other files; keep them apart",
              path.string(), bins, files.size() - size_t(bins));
   return bins > 0;
+}
+
+void check_held_out_fits_a_window(const PackedTokens& data, int64_t N, const std::string& flag,
+                                  const std::string& path) {
+  if (data.whole() || N + 1 <= data.stream_size()) return;
+  fail("{} {}: {} tokens, fewer than a window's {} (--seq-len {} and the token after it): the window would wrap and "
+       "hold the data twice, and a model scores the repeat by copying; give --seq-len {} or less, or more held-out data",
+       flag, path, data.stream_size(), N + 1, N, data.stream_size() - 1);
 }
 
 static std::unique_ptr<TokenStore> open_token_file(const fs::path& p, const std::string& format) {
@@ -58,7 +58,7 @@ std::unique_ptr<PackedTokens> open_training_data(const fs::path& path, int64_t v
   const bool masked = o.corpus.masked();
   if (is_token_data(path, o.format)) {
     std::vector<fs::path> files{path};
-    if (fs::is_directory(path, ec)) files = visible_files(path);
+    if (fs::is_directory(path, ec)) files = data_files(path);
     const bool has_masks =
         std::any_of(files.begin(), files.end(), [](const fs::path& f) { return fs::exists(loss_mask_path(f)); });
     // given the fields, every file must bring its mask (one without would train its prompts)

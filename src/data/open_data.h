@@ -26,6 +26,12 @@ struct DataOptions {
 std::unique_ptr<PackedTokens> open_training_data(const std::filesystem::path& path, int64_t vocab,
                                                  const DataOptions& o);
 
+// Held-out data (flag: --data or --eval-data) scored in wrapped windows of N: one window (N + 1
+// tokens) must fit in it, or the window holds the data twice and a model scores the repeat by
+// copying; throws naming the flag, the data and the --seq-len that fits.
+void check_held_out_fits_a_window(const PackedTokens& data, int64_t N, const std::string& flag,
+                                  const std::string& path);
+
 // Whether PATH (file or directory) holds token files rather than text, by the rules above.
 bool is_token_data(const std::filesystem::path& path, const std::string& format);
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/visible_files.h"
 
 namespace oomb {
 
@@ -50,23 +51,6 @@ static bool is_jsonl_name(const fs::path& p) {
 static bool is_text_name(const fs::path& p) {
   const std::string e = lower_extension(p);
   return e == ".txt" || e == ".text";
-}
-
-// The regular files under dir, recursively, hidden ones (and hidden directories) aside, in path order.
-static std::vector<fs::path> visible_files(const fs::path& dir) {
-  std::vector<fs::path> files;
-  std::error_code ec;
-  for (fs::recursive_directory_iterator it(dir, ec), end; it != end; it.increment(ec)) {
-    OOMB_CHECK(!ec, "{}: cannot list: {}", dir.string(), ec.message());
-    const std::string name = it->path().filename().string();
-    if (!name.empty() && name[0] == '.') {
-      if (it->is_directory()) it.disable_recursion_pending();
-      continue;
-    }
-    if (it->is_regular_file()) files.push_back(it->path());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
 }
 
 TextCorpus::TextCorpus(const fs::path& input, const CorpusOptions& o) : o_(o) {

@@ -1,4 +1,4 @@
-// fuzz-sources: data/text_corpus.cpp data/token_store.cpp data/packed_tokens.cpp data/packed_whole.cpp data/loss_mask.cpp data/loss_mask_file.cpp core/atomic_file.cpp data/token_source.cpp text/utf8.cpp core/memory.cpp text/chat_template.cpp text/jinja/lexer.cpp text/jinja/parser.cpp text/jinja/template.cpp text/jinja/builtins.cpp text/jinja/value.cpp
+// fuzz-sources: data/text_corpus.cpp data/visible_files.cpp data/token_store.cpp data/packed_tokens.cpp data/packed_whole.cpp data/loss_mask.cpp data/loss_mask_file.cpp core/atomic_file.cpp data/token_source.cpp text/utf8.cpp core/memory.cpp text/chat_template.cpp text/jinja/lexer.cpp text/jinja/parser.cpp text/jinja/template.cpp text/jinja/builtins.cpp text/jinja/value.cpp
 // fuzz-libs: -lutf8proc
 // The dataset readers on arbitrary bytes; only oomb::Error may come out. First byte selects:
 //   0: JSON lines (strict UTF-8)  1: JSON lines (repaired)  2: plain text in small blocks, which
