@@ -39,13 +39,32 @@ static void head_tiles(SweepTraffic& s, const ModelConfig& c, int64_t T, bool fi
   s.grads += (first_seq ? T - 1 : T) * G + T * G;
 }
 
+// A sequence's layer copies in the chunk order: every chunk's forward pass (layers up), then for
+// every chunk its recompute (up) and its backward (down), through the param store's two slots as
+// ParamStore::begin_pass and fetch take them (a pass takes the slots alternately, starting from
+// slot 1 when it holds the pass's first layer; a slot that holds its layer is not copied; the
+// slots start empty each sequence). Walked rather than summed: with three layers the alternation
+// finds layer 1 in its slot again, and a closed form would have to know every such case.
+static int64_t chunk_order_layer_copies(int64_t L, int64_t T) {
+  int64_t holds[2] = {-1, -1}, copies = 0;
+  auto pass = [&](bool up) {
+    const int64_t base = holds[1] == (up ? 0 : L - 1) ? 1 : 0;
+    for (int64_t pos = 0; pos < L; ++pos) {
+      int64_t& h = holds[(base + pos) & 1];
+      const int64_t l = up ? pos : L - 1 - pos;
+      if (h != l) ++copies, h = l;
+    }
+  };
+  for (int64_t t = 0; t < T; ++t) pass(true);
+  for (int64_t t = 0; t < T; ++t) pass(true), pass(false);
+  return copies;
+}
+
 SweepTraffic chunk_order_traffic(const ModelConfig& c, int64_t N, int64_t C, int64_t accum, bool bf16) {
   const int64_t T = chunk_count(N, C), L = c.layers, W = ParamStore::layer_numel(c) * 4,
-                H = ParamStore::device_head_numel(c, false) * 4, kept = std::min<int64_t>(L, 2), W16 = layer_weights(c, bf16),
+                H = ParamStore::device_head_numel(c, false) * 4, W16 = layer_weights(c, bf16),
                 H16 = head_weights(c, bf16);
-  // forward passes, the first recompute pass, backward passes, the later recompute passes; with
-  // at most two layers each stays in its slot for the whole sequence
-  const int64_t layer_copies = L <= 2 ? L : T * L + L + T * (L - kept) + (T - 1) * (L - kept);
+  const int64_t layer_copies = chunk_order_layer_copies(L, T);
   SweepTraffic s;
   for (int64_t seq = 0; seq < accum; ++seq) {
     s.weights += layer_copies * W16 + H16;
