@@ -7,9 +7,11 @@
 
 #include <cstdlib>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <map>
 #include <iostream>
+#include <iterator>
 #include <sstream>
 
 #include "backend/backend.h"
@@ -253,6 +255,18 @@ TEST(Cli, PlanPredictsTheMeasuredPeaksPerTier) {
       EXPECT_LT(mem["device"]["kv"]["peak"].get<int64_t>(), mem["pinned"]["kv"]["peak"].get<int64_t>());
     }
   }
+  // a checkpoint of a model on the device: its AdamW moments cross through a host piece, so the
+  // host's io stays the load's copy (a host copy of both moments was 2 x 4 bytes a parameter more)
+  const std::string shape = "--seq-len 512 --chunk-size 96 --page-size 32 --device sim";
+  CmdResult r = oomb_cmd(dir, fmt::format("plan --model {} {} --json", m, shape));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto plan = nlohmann::json::parse(r.out);
+  r = oomb_cmd(dir, fmt::format("train --model {0} --data {1}/t.bin {2} --steps 2 --save-every 1 --checkpoint-dir "
+                                "{1}/ck --metrics {1}/ck.jsonl", m, dir.string(), shape));
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_TRUE(std::filesystem::exists(dir / "ck/step-000001/optimizer.safetensors"));
+  expect_peaks_equal_plan(last_metrics_line(dir / "ck.jsonl")["memory"], plan);
+  EXPECT_EQ(plan["host"]["io"].get<int64_t>(), param_count(load_config(m)) * 4);
 }
 
 // --sweep auto takes the order that moves fewer bytes (the plan's counts): the chunk order with
@@ -514,6 +528,23 @@ TEST(Cli, Generate) {
   const CmdResult s1 = oomb_cmd(dir, base + " --temperature 1 --top-p 0.9 --seed 5"),
                   s2 = oomb_cmd(dir, base + " --temperature 1 --top-p 0.9 --seed 5");
   EXPECT_EQ(s1.out, s2.out);
+  // it stops at the end of sequence as any of the model's files names it: generation_config.json's
+  // eos_token_id, or tokenizer_config.json's eos_token (found through added_tokens_decoder)
+  std::istringstream greedy(cpu.out);
+  std::vector<std::string> ids{std::istream_iterator<std::string>(greedy), std::istream_iterator<std::string>()};
+  ASSERT_EQ(ids.size(), 6u);
+  const std::string stop = ids[2];
+  const size_t first = size_t(std::find(ids.begin(), ids.end(), stop) - ids.begin());
+  const std::string until = fmt::format("{}", fmt::join(ids.begin(), ids.begin() + first + 1, " "));
+  const std::string stopping = base.substr(0, base.find(" --no-stop-at-eos"));
+  write_bytes(dir / "m" / "generation_config.json", fmt::format("{{\"eos_token_id\": [127, {}]}}", stop));
+  EXPECT_EQ(oomb_cmd(dir, stopping).out.substr(0, until.size() + 1), until + "\n");
+  EXPECT_EQ(oomb_cmd(dir, base).out, cpu.out);  // (--no-stop-at-eos)
+  std::filesystem::remove(dir / "m" / "generation_config.json");
+  write_bytes(dir / "m" / "tokenizer_config.json", fmt::format("{{\"eos_token\": \"<end>\", \"added_tokens_decoder\": "
+                                                           "{{\"{}\": {{\"content\": \"<end>\"}}}}}}", stop));
+  EXPECT_EQ(oomb_cmd(dir, stopping).out.substr(0, until.size() + 1), until + "\n");
+  std::filesystem::remove(dir / "m" / "tokenizer_config.json");
   EXPECT_THAT(oomb_cmd(dir, fmt::format("generate --model {} --prompt-ids 1,200", m)).out,
               HasSubstr("--prompt-ids: '200' is not a token id below 128"));
   EXPECT_THAT(oomb_cmd(dir, fmt::format("generate --model {} --prompt hello", m)).out,

@@ -15,6 +15,7 @@
 using namespace oomb;
 using namespace oomb::testing;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace {
 
@@ -117,14 +118,44 @@ TEST_F(ConfigFile, ErrorsNameTheFileAndKey) {
   r = oomb_cmd(dir, fmt::format("train --config {}/sec.toml", dir.string()));
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr(fmt::format("--config {}/sec.toml: sections are not read ('train.steps')", dir.string())));
-  write_bytes(dir / "val.toml", base + "chunk-size = \"big\"\n");
+  write_bytes(dir / "val.toml", base + "chunk-size = 0\n");  // (the flag's own check, as on the command line)
   r = oomb_cmd(dir, fmt::format("train --config {}/val.toml", dir.string()));
-  EXPECT_NE(r.code, 0);
-  EXPECT_THAT(r.out, HasSubstr("--chunk-size"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.out, HasSubstr("--chunk-size: must be a whole number from 1"));
   EXPECT_THAT(r.out, HasSubstr(fmt::format("flags were also read from --config {}/val.toml", dir.string())));
   r = oomb_cmd(dir, fmt::format("train --config {}/missing.toml", dir.string()));
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr(fmt::format("--config {}/missing.toml: no such file", dir.string())));
+  // the file is TOML, read strictly: an unclosed quote, a duplicate key, a value of another type than
+  // the flag's, a list for a one-value flag, each named with its line; nothing runs
+  const std::string top = fmt::format("model = \"{}\"\ndata = \"{}\"\n", m, d);
+  for (const auto& [body, said] : std::vector<std::pair<std::string, std::string>>{
+           {"out = \"o1 # not a comment\nsteps = 1\n", "bad.toml: line 3: key 'out': its quote (\") does not close"},
+           {"steps = 1\nsteps = 2\n", "bad.toml: line 3: key 'steps': given again on line 4; give it once"},
+           {"seq-len = \"64\"\n", "bad.toml: line 3: key 'seq-len': takes a number, not the string \"64\""},
+           {"steps = 1.5\n", "--steps: '1.5' is not a whole number"},
+           {"shuffle = 2\n", "bad.toml: line 3: key 'shuffle': a flag takes true or false, not 2"},
+           {"shuffle = \"yes\"\n", "key 'shuffle': a flag takes true or false, not \"yes\""},
+           {"offload = [\"kv\", \"params\"]\n", "key 'offload': takes one value, not a list"}}) {
+    SCOPED_TRACE(body);
+    write_bytes(dir / "bad.toml", top + body);
+    r = oomb_cmd(dir, fmt::format("train --config {}/bad.toml", dir.string()));
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(said));
+    EXPECT_THAT(r.out, Not(HasSubstr("step ")));
+    EXPECT_FALSE(std::filesystem::exists(dir / "\"o1"));
+  }
+  r = oomb_cmd(dir, fmt::format("train --config {}", dir.string()));
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("--config {}: is a directory, not a TOML file", dir.string())));
+  r = oomb_cmd(dir, fmt::format("train --model {} --data {} --steps 1 --steps 2", m, d));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.out, HasSubstr("--steps: given 2 times; give it once"));
+  // plan reads a train run's file, passing over what it does not take
+  write_bytes(dir / "run2.toml", top + "seq-len = 64\nsteps = 3\nlr = 0.01\n");
+  r = oomb_cmd(dir, fmt::format("plan --config {}/run2.toml", dir.string()));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("train's flags that plan does not take, passed over: data, steps, lr"));
+  EXPECT_THAT(r.out, HasSubstr("N = 64"));
   // eval reads it too
   write_bytes(dir / "eval.toml", fmt::format("model = \"{}\"\ndata = \"{}\"\nseq-len = 64\nbuckets = 3\n", m, d));
   r = oomb_cmd(dir, fmt::format("eval --config {}/eval.toml", dir.string()));

@@ -229,6 +229,6 @@ TEST(Dist, PlanEqualsTheRanksMeasuredPeaks) {
     const CmdResult plan = run_cmd_in(dir, fmt::format("{} plan {} {} --json", oomb, shape, flags));
     ASSERT_EQ(plan.code, 0) << plan.out;
     const auto j = nlohmann::json::parse(plan.out.substr(plan.out.rfind("\n{") + 1));
-    expect_peaks_equal_plan(last_metrics_line(metrics)["memory"], j);
+    expect_peaks_equal_plan(last_metrics_line(metrics)["memory"], j, std::string(flags).find("--zero 3") == std::string::npos);
   }
 }

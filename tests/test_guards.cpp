@@ -398,7 +398,7 @@ TEST(Guards, OffloadFitsNamesTheOtherSettingsWithinBothLimits) {
   // from --offload params: none (300 B over the device's 200), kv,params (550 B over the host's 500)
   EXPECT_EQ(cli::offload_fits({false, true}, false, host, dev, plan_of), "");
   EXPECT_EQ(cli::offload_fits({false, true}, false, {600, "MemAvailable"}, {300, "--device-memory"}, plan_of),
-            "no --offload fits (device 300 B, host and pinned 0 B); --offload kv,params fits (device 100 B, host and "
+            "running without --offload fits (device 300 B, host and pinned 0 B); --offload kv,params fits (device 100 B, host and "
             "pinned 550 B)");
   // a run keeping attention: the settings with its store offloaded too (250 B on the device without params)
   EXPECT_EQ(cli::offload_fits({}, true, host, {250, "--device-memory"}, plan_of),

@@ -14,6 +14,8 @@ CLI::Validator non_negative();
 // Whole numbers in int64 (1.. or 0..): "1e3", "1.5" and values beyond 2^63 - 1 are errors, not
 // truncated or saturated.
 CLI::Validator count(bool allow_zero = false);
+// A text value that is not empty (`--out "$OUT"` with OUT unset): main.cpp puts it on every text flag.
+CLI::Validator non_empty();
 // --model: an existing directory holding a config.json (a file given, or a folder without one, is named so);
 // config_file: a .json file too (oomb plan reads the config alone).
 CLI::Validator model_dir(bool config_file = false);

@@ -57,6 +57,7 @@ std::filesystem::path tokenizer_file(const EvalArgs& a) {
 std::unique_ptr<Model> load_model(const EvalArgs& a, const ModelConfig& cfg, Backend& be, ChunkPlan plan,
                                   Dist& dist) {
   set_dist(a.dist, dist.rank(), plan);
+  check_comm_device(a.dist, a.device);
   plan.device_comm = dist.device_comm();
   plan.precision = precision_dtype(a.precision, a.device);
   plan.kv_dtype = kv_page_dtype("auto", plan.precision);
@@ -202,12 +203,13 @@ Command add_eval(CLI::App& app) {
   c->add_option("--windows", a->windows, "Windows to score, of each --data: one count for every set, or one per set "
                 "(3,5; default: every whole window of it)")
       ->delimiter(',')->check(count());
-  c->add_option("--buckets", a->buckets, "Loss by position: N cut into this many equal buckets")
+  c->add_option("--buckets", a->buckets, "Loss by position: N cut into this many equal buckets (default: 16, or the "
+                "most below it that divide N)")
       ->check(count())->capture_default_str();
   c->add_option("--chunk-size", a->chunk, "Largest chunk C (the chunk is the largest C dividing N / buckets)")
       ->check(count())->capture_default_str();
   c->add_option("--page-size", a->page, "Tokens per KV page")->check(count())->capture_default_str();
-  c->add_option("--device", a->device, "cpu, sim or cuda")->capture_default_str();
+  c->add_option("--device", a->device, "cpu, sim or cuda")->check(CLI::IsMember({"cpu", "sim", "cuda"}))->capture_default_str();
   add_precision_flag(c, a->precision, "the matmuls (LoRA's adapters too)");
   c->add_flag("--json", a->json, "Print the result as JSON (progress goes to stderr)");
   c->add_option("--out", a->out, "Write the result as JSON to this file (tools/plot_eval.py FILE draws it)");
@@ -219,13 +221,15 @@ Command add_eval(CLI::App& app) {
   c->add_option("--trials", a->trials, "--passkey: prompts (keys) per length and depth")->check(count())
       ->capture_default_str();
   c->add_option("--digits", a->digits, "--passkey: digits of the key")->check(CLI::Range(1, 18))->capture_default_str();
-  c->add_option("--seed", a->seed, "--passkey: seed of the keys and filler")->capture_default_str();
+  c->add_option("--seed", a->seed, "--passkey: seed of the keys and filler")->check(count(true))->capture_default_str();
   c->add_option("--lora", a->lora, "A PEFT LoRA adapter directory (oomb train's --out with LoRA, or a checkpoint of "
                 "a LoRA run) evaluated on --model as its base");
   add_rope_flags(c, a->rope);
   add_dist_flags(c, a->dist, true);
   return {c, [a, c] {
             a->text_field_given = c->count("--text-field") > 0;
+            if (c->count("--buckets") == 0)  // the default: the most buckets up to 16 that divide N
+              while (a->buckets > 1 && (a->buckets > a->seq_len || a->seq_len % a->buckets != 0)) --a->buckets;
             std::vector<NamedPath> inputs = {{"--model", a->model, true}, {"--tokenizer", a->tokenizer, true},
                                              {"--lora", a->lora, true}};
             for (const std::string& d : a->data) inputs.push_back({"--data", d, true});

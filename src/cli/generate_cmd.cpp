@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/load_model.h"
 #include "cli/rope_flags.h"
+#include "data/eos.h"
 #include "hf/checkpoint.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -119,14 +120,15 @@ Command add_generate(CLI::App& app) {
         if (std::string why = positive()(v); !why.empty()) return why;
         return std::stod(v) <= 1.0 ? "" : "must be at most 1, got " + v;
       }, "NUMBER in (0, 1]"))->capture_default_str();
-  c->add_option("--seed", a->seed, "Seed of the sampling")->capture_default_str();
+  c->add_option("--seed", a->seed, "Seed of the sampling")->check(count(true))->capture_default_str();
   c->add_option("--chunk-size", a->chunk, "Prompt tokens per forward pass")->check(positive())->capture_default_str();
-  c->add_option("--device", a->device, "cpu, sim or cuda")->capture_default_str();
+  c->add_option("--device", a->device, "cpu, sim or cuda")->check(CLI::IsMember({"cpu", "sim", "cuda"}))->capture_default_str();
   add_precision_flag(c, a->precision, "the matmuls (LoRA's adapters too)");
   c->add_option("--lora", a->lora, "A PEFT LoRA adapter directory (oomb train's --out with LoRA, or a checkpoint of "
                 "a LoRA run) on --model as its base; no merge needed");
-  c->add_flag("--stop-at-eos,!--no-stop-at-eos", a->stop_at_eos, "Stop at the model's eos_token_id, any of a list "
-              "(default on)");
+  c->add_flag("--stop-at-eos,!--no-stop-at-eos", a->stop_at_eos, "Stop at the model's end of sequence (default on): "
+              "any id config.json's or generation_config.json's eos_token_id names, or tokenizer_config.json's "
+              "eos_token");
   add_rope_flags(c, a->rope);
   return {c, [a] {
             const bool chat = !a->chat.empty() || !a->messages.empty();
@@ -136,7 +138,8 @@ Command add_generate(CLI::App& app) {
             OOMB_CHECK(a->system.empty() || !a->chat.empty(), "--system needs --chat (with --messages, put the system "
                        "message in the file)");
             OOMB_CHECK(a->chat_template.empty() || chat, "--chat-template needs --chat or --messages");
-            const ModelConfig cfg = run_config(a->model, a->lora, a->rope, std::cerr);  // (stdout: the text)
+            bool rope_changed = false;
+            const ModelConfig cfg = run_config(a->model, a->lora, a->rope, std::cerr, &rope_changed);  // (stdout: the text)
             std::optional<Tokenizer> tok;
             namespace fs = std::filesystem;
             const fs::path tp = a->tokenizer.empty() ? fs::path(a->model) / "tokenizer.json"
@@ -146,6 +149,9 @@ Command add_generate(CLI::App& app) {
               OOMB_CHECK(fs::exists(tp), "{} needs a tokenizer: {} does not exist (give --tokenizer, or "
                          "--prompt-ids)", chat ? (a->chat.empty() ? "--messages" : "--chat") : "--prompt", tp.string());
               tok = Tokenizer::load(tp);
+              OOMB_CHECK(tok->id_limit() <= cfg.vocab, "--tokenizer {}: its ids reach {}, beyond the model's "
+                         "vocabulary ({}): the tokenizer of another model?", tok->source(), tok->id_limit() - 1,
+                         cfg.vocab);
             }
             std::string text_in = a->prompt;
             if (chat) {
@@ -159,6 +165,8 @@ Command add_generate(CLI::App& app) {
             OOMB_CHECK(!prompt.empty(), "{}: the text encodes to no tokens", chat ? "the conversation" : "--prompt");
             std::unique_ptr<Backend> be = make_backend(a->device);
             const int64_t total = int64_t(prompt.size()) + a->max_new;
+            if (const std::string note = rope_reach_note(cfg, total); !note.empty() && !rope_changed)
+              std::cerr << note << std::endl;
             ChunkPlan plan{std::min(a->chunk, total), 128};
             plan.precision = precision_dtype(a->precision, a->device);
             plan.kv_dtype = kv_page_dtype("auto", plan.precision);
@@ -171,7 +179,7 @@ Command add_generate(CLI::App& app) {
               model.decode(prompt.data() + i, n, logits.data());
             }
             std::mt19937_64 rng(a->seed);
-            const std::vector<int64_t> eos = eos_token_ids(cfg);
+            const std::vector<int64_t> eos = stop_token_ids(a->model, eos_token_ids(cfg), cfg.vocab, tok ? &*tok : nullptr);
             std::vector<int32_t> out;
             for (int64_t k = 0; k < a->max_new; ++k) {
               const int32_t next = sample_next(logits.data(), cfg.vocab, {a->temperature, a->top_p}, rng);

@@ -1,5 +1,6 @@
 #include "cli/guards.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -62,11 +63,31 @@ void refuse_aliasing(const std::vector<NamedPath>& outputs, const std::vector<Na
   }
 }
 
-void check_model_out(const std::string& flag, const std::string& dir, const ModelConfig& cfg, bool force) {
+// A directory another file system is mounted on (or the root): its device differs from its parent's,
+// or it is its own parent. (Through a symlink: the directory it names, as the save resolves it.)
+static bool is_mount_point(const fs::path& d) {
+  std::error_code ec;
+  if (!fs::is_directory(d, ec)) return false;
+  const fs::path real = fs::canonical(d, ec);
+  if (ec) return false;
+  struct stat self {}, up {};
+  if (::stat(real.c_str(), &self) != 0 || ::stat(real.parent_path().c_str(), &up) != 0) return false;
+  return self.st_dev != up.st_dev || (self.st_ino == up.st_ino && self.st_dev == up.st_dev);
+}
+
+void check_model_out(const std::string& flag, const std::string& dir, const ModelConfig& cfg, bool force,
+                     bool adapter) {
   if (dir.empty()) return;
   std::error_code ec;
   const fs::path d(dir);
   OOMB_CHECK(!fs::exists(d, ec) || fs::is_directory(d, ec), "{} {}: exists and is not a directory", flag, dir);
+  const bool holds_model = fs::exists(d / "model.safetensors", ec) || fs::exists(d / "model.safetensors.index.json", ec),
+             holds_adapter = fs::exists(d / "adapter_config.json", ec);
+  OOMB_CHECK(force || !(adapter ? holds_model : holds_adapter), "{} {}: holds {}, and {} saved beside it would mix "
+             "the two (a loader that finds adapter_config.json loads the adapter on its base, not the weights there): "
+             "give another directory, or --force to save there anyway", flag, dir,
+             adapter ? "a model (model.safetensors)" : "a LoRA adapter (adapter_config.json)",
+             adapter ? "an adapter" : "a model");
   if (fs::exists(d / "config.json", ec) && !force) {
     nlohmann::json old;
     try {
@@ -88,7 +109,11 @@ void check_model_out(const std::string& flag, const std::string& dir, const Mode
       fail("{} {}: holds a different model ({}); pass --force to replace it", flag, dir, field);
     }
   }
-  // the new directory is written beside DIR and renamed into place: its parent must be writable
+  // the new directory is written beside DIR and renamed into place: DIR must not be a mount point
+  // (a container's volume: the rename fails, after the work), and its parent must be writable
+  OOMB_CHECK(!is_mount_point(d), "{} {}: is a mount point; a model is saved as a whole by renaming a new directory "
+             "into place, which a mount point refuses: give a directory inside it ({} {}/NAME)", flag, dir, flag,
+             d.lexically_normal().string());
   fs::path up = fs::absolute(d, ec).lexically_normal();
   if (!up.has_filename()) up = up.parent_path();
   up = up.parent_path();

@@ -26,9 +26,13 @@ struct NamedPath {
 void refuse_aliasing(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
 
 // Fails before any work when `flag` DIR cannot receive a model directory: DIR is not a directory,
-// the nearest existing ancestor is not writable, or DIR holds a model other than `cfg` (a different
-// config.json) and force is off. Creates nothing.
-void check_model_out(const std::string& flag, const std::string& dir, const ModelConfig& cfg, bool force);
+// is a mount point (the save renames a new directory over it), the nearest existing ancestor is
+// not writable, or, force off, DIR holds a model other than `cfg` (a different config.json) or the
+// other kind of save than this one (adapter: a LoRA adapter is saved, else a whole model; the two
+// kinds' files side by side, a loader that finds adapter_config.json loads the adapter's base and
+// it, not the weights beside it). Creates nothing.
+void check_model_out(const std::string& flag, const std::string& dir, const ModelConfig& cfg, bool force,
+                     bool adapter = false);
 // Removes what a killed save into `flag` DIR left beside it (staging directories of writers no longer
 // running, a whole model's size each), saying so on `log`; a save would remove them only at its end.
 void remove_stale_saves(const std::string& flag, const std::string& dir, std::ostream& log);

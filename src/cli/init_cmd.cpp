@@ -46,7 +46,7 @@ Command add_init(CLI::App& app) {
   c->add_option("--vocab", a->vocab, "vocab_size")->check(count());
   c->add_option("--rope-theta", a->rope_theta, "rope_theta")->check(positive());
   c->add_option("--tie-embeddings", a->tie, "tie_word_embeddings: true or false")->check(CLI::IsMember({"true", "false"}));
-  c->add_option("--seed", a->seed, "Random seed")->capture_default_str();
+  c->add_option("--seed", a->seed, "Random seed")->check(count(true))->capture_default_str();
   c->add_option("--dtype", a->dtype, "Stored dtype: f32, bf16, f16")->check(CLI::Validator([](std::string& v) -> std::string {  // (dtype_parse's names)
         try {
           dtype_parse(v);

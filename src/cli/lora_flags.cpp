@@ -20,6 +20,17 @@ void add_lora_flags(CLI::App* c, LoraFlags& f, bool with_dir) {
                 "PEFT's lora_dropout (the base linear reads the input itself); the mask a function of --seed, the window "
                 "and the value's place, the same in every pass, sweep order, chunk size or rank split") +
                 (with_dir ? "; with --lora DIR: default the adapter's" : ""))
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            size_t used = 0;
+            double p = -1;
+            try {
+              p = std::stod(s, &used);
+            } catch (...) {
+            }
+            return used == s.size() && p >= 0 && p < 1 ? "" : "must be in [0, 1), got " + s;
+          },
+          "NUMBER in [0, 1)"))
       ->capture_default_str();
   c->add_flag("--rslora", f.rslora, "LoRA: rank-stabilised scale alpha / sqrt(r)");
   c->add_flag("--train-embeddings-norms", f.train_embeddings_norms,

@@ -1,12 +1,24 @@
 // oomb: train LLMs on million-token contexts with little GPU memory.
 #include <csignal>
 #include <cstring>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <iostream>
+#include <regex>
 
 #include "cli/commands.h"
 #include "cli/config_file.h"
 #include "core/error.h"
 #include "dist/mpi_comm.h"
+
+// CLI11's words for a flag given twice ("--steps: At Most 1 required but received 2"), as ours.
+static std::string given_once(const std::string& what) {
+  static const std::regex twice("^(\\S+): At Most 1 required but received ([0-9]+)$");
+  std::smatch m;
+  if (!std::regex_match(what, m, twice)) return what;
+  return fmt::format("{}: given {} times; give it once", m[1].str(),
+                     m[2].str());
+}
 
 // An error under mpirun: every rank prints it with its rank, then the job ends (no rank is left
 // waiting in a collective).
@@ -44,7 +56,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  for (const auto& c : cmds) oomb::cli::add_config_flag(c.sub);
+  for (const auto& c : cmds) {
+    oomb::cli::add_config_flag(c.sub);
+    for (CLI::Option* o : c.sub->get_options())  // (a path, a name or a choice: never empty)
+      if (o->get_type_name().rfind("TEXT", 0) == 0) o->check(oomb::cli::non_empty());
+  }
   oomb::cli::ExpandedArgs ex;
   try {  // --config FILE: the file's flags join the arguments (cli/config_file.h)
     ex = oomb::cli::expand_config(app, std::vector<std::string>(argv, argv + argc));
@@ -53,6 +69,9 @@ int main(int argc, char** argv) {
     std::cerr << "oomb: error: " << e.what() << " (oomb" << cmd << " --help)" << std::endl;
     return 2;
   }
+  if (!ex.ignored.empty())
+    std::cerr << "oomb: note: --config " << ex.config << ": train's flags that plan does not take, passed over: "
+              << fmt::format("{}", fmt::join(ex.ignored, ", ")) << std::endl;
   std::vector<char*> args;
   for (std::string& s : ex.args) args.push_back(s.data());
   try {
@@ -65,7 +84,7 @@ int main(int argc, char** argv) {
     std::string help = "oomb --help";
     for (const auto& c : cmds)
       if (c.sub->parsed()) help = "oomb " + c.sub->get_name() + " --help";
-    std::cerr << "oomb: error: " << e.what() << " (" << help << ")" << std::endl;
+    std::cerr << "oomb: error: " << given_once(e.what()) << " (" << help << ")" << std::endl;
     if (!ex.config.empty()) std::cerr << "oomb: note: flags were also read from --config " << ex.config << std::endl;
     return 2;
   }

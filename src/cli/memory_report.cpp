@@ -1,6 +1,9 @@
 #include "cli/memory_report.h"
 
+#include <algorithm>
 #include <fmt/format.h>
+
+#include "cli/commands.h"
 
 namespace oomb::cli {
 
@@ -15,7 +18,6 @@ std::string plan_table(const MemoryPlan& m) {
   s += "\n";
   for (int i = 0; i < kNumTags; ++i) {
     const Tag tag = Tag(i);
-    if (tag == Tag::IO) continue;
     s += fmt::format("  {:<12}", tag_name(tag));
     for (Tier t : kTiers)
       if (tier_used(m, t)) s += fmt::format(" {:>20}", fmt::format("{} B", m.get(t, tag)));
@@ -32,12 +34,30 @@ nlohmann::json plan_json(const MemoryPlan& m) {
   for (Tier t : kTiers) {
     nlohmann::json r = nlohmann::json::object();
     for (int i = 0; i < kNumTags; ++i)
-      if (Tag(i) != Tag::IO) r[std::string(tag_name(Tag(i)))] = m.get(t, Tag(i));
+      r[std::string(tag_name(Tag(i)))] = m.get(t, Tag(i));
     r["total"] = m.total(t);
     j[std::string(tier_name(t))] = r;
   }
   j["total"] = m.total();
   return j;
+}
+
+CLI::Validator offload_list() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::vector<std::string> seen;
+        for (size_t at = 0;;) {
+          const size_t comma = s.find(',', at);
+          const std::string name = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+          if (name != "kv" && name != "params" && name != "attention")
+            return "'" + name + "' is not one of kv, params, attention (comma-separated: kv,params)";
+          if (std::find(seen.begin(), seen.end(), name) != seen.end()) return "'" + name + "' given twice";
+          seen.push_back(name);
+          if (comma == std::string::npos) return {};
+          at = comma + 1;
+        }
+      },
+      "kv,params,attention");
 }
 
 void set_offload(const std::string& list, int64_t group, int64_t N, ChunkPlan& plan) {
@@ -64,13 +84,14 @@ void set_offload(const std::string& list, int64_t group, int64_t N, ChunkPlan& p
 
 void add_sparse_flags(CLI::App* c, SparseFlags& f) {
   c->add_option("--sparse-pages", f.pages, "Page-sparse attention: each query tile reads its own chunk and K earlier "
-                "pages, the highest scoring against its queries (default: every page, dense)");
-  c->add_option("--sparse-tile", f.tile, "With --sparse-pages: query rows per choice (default 128, at most the chunk)");
-  c->add_option("--sink-pages", f.sinks, "With --sparse-pages: the first S pages, always read (default 1)");
+                "pages, the highest scoring against its queries (default: every page, dense)")->check(count());
+  c->add_option("--sparse-tile", f.tile, "With --sparse-pages: query rows per choice (default 128, at most the chunk)")->check(count());
+  c->add_option("--sink-pages", f.sinks, "With --sparse-pages: the first S pages, always read (default 1)")->check(count(true));
   c->add_flag("--sparse-shared", f.shared, "With --sparse-pages: one choice for every head (scores summed over heads, "
               "OOMB's way; default: one per kv head group)");
   c->add_option("--sparse-score", f.score, "With --sparse-pages: the page score: mean (q . the page's mean key, "
-                "the default) or quest (Quest's upper bound from each page's per-dimension min and max keys)");
+                "the default) or quest (Quest's upper bound from each page's per-dimension min and max keys)")
+      ->check(CLI::IsMember({"mean", "quest"}));
 }
 
 void set_sparse(const SparseFlags& f, const ModelConfig& cfg, ChunkPlan& plan) {

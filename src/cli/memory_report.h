@@ -17,6 +17,8 @@ nlohmann::json plan_json(const MemoryPlan& m);
 // sequences of N tokens; other names, a group without --offload kv, or a group larger than a
 // layer's pages are errors naming the flag.
 void set_offload(const std::string& list, int64_t group, int64_t N, ChunkPlan& plan);
+// --offload's check when the command line is read: each of kv, params and attention at most once.
+CLI::Validator offload_list();
 
 // Page-sparse attention's flags (oomb train and oomb plan): --sparse-pages, --sparse-tile,
 // --sink-pages, --sparse-shared, --sparse-score.

@@ -15,7 +15,7 @@ std::string offload_name(const Offloads& o) {
   std::string names;
   for (const auto& [on, name] : {std::pair{o.kv, "kv"}, {o.params, "params"}, {o.attention, "attention"}})
     if (on) names += (names.empty() ? "" : ",") + std::string(name);
-  return names.empty() ? "no --offload" : "--offload " + names;
+  return names.empty() ? "running without --offload" : "--offload " + names;
 }
 
 std::optional<MemoryPlan> plan_with_offload(ChunkPlan plan, const Offloads& o, const std::string& sweep_flag,

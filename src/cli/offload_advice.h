@@ -15,7 +15,7 @@ struct Offloads {
   bool operator==(const Offloads&) const = default;
 };
 Offloads offloads_of(const ChunkPlan& plan);
-std::string offload_name(const Offloads& o);  // "--offload kv,params", "no --offload"
+std::string offload_name(const Offloads& o);  // "--offload kv,params", "running without --offload"
 
 // The run's plan with offload_kv, offload_params and offload_attention set as o says, its sweep resolved as the run's
 // (set_sweep with the run's --sweep flag, whether given, and the host's bytes for auto); nothing

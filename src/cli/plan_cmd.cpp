@@ -54,7 +54,8 @@ Command add_plan(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "sim", "cuda"}));
   c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory; params: master weights and "
                  "gradients in pinned host memory, AdamW moments in host memory; attention (with --keep-attention): "
-                 "the kept attention outputs in pinned host memory; any of them, comma-separated (kv,params)");
+                 "the kept attention outputs in pinned host memory; any of them, comma-separated (kv,params)")
+      ->check(offload_list());
   c->add_option("--offload-group", a->offload_group, "Pages per group streamed through the device (default ~4 MiB)")
       ->check(count());
   c->add_option("--kv-grad-dtype", a->kv_grad_dtype, "KV-gradient pages: f32 or bf16")
@@ -89,6 +90,7 @@ Command add_plan(CLI::App& app) {
             set_dist(a->dist, 0, plan);
             const bool offload = plan.offload_kv || plan.offload_params || plan.offload_attention;
             const std::string device = !a->device.empty() ? a->device : offload ? "cuda" : "cpu";
+            check_comm_device(a->dist, device);
             const std::string precision = default_precision(a->precision, device);
             plan.precision = precision == "bf16" ? DType::BF16 : DType::F32;
             plan.kv_dtype = kv_page_dtype(a->kv_dtype, plan.precision);

@@ -464,7 +464,7 @@ Command add_train(CLI::App& app) {
                 "line to --min-lr-ratio x lr)")
       ->check(CLI::IsMember({"cosine", "linear", "constant", "wsd"}))->capture_default_str();
   c->add_option("--min-lr-ratio", a->optim.min_lr_ratio, "cosine, linear, wsd: the last step's lr over the peak")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(non_negative())->check(CLI::Range(0.0, 1.0))->capture_default_str();
   c->add_option("--decay-steps", a->optim.decay_steps, "wsd: the last steps, decaying (default a tenth of the steps "
                 "after the warmup)")->check(count());
   c->add_option("--grad-accum", a->grad_accum, "Sequences per optimizer step")->check(count())->capture_default_str();
@@ -481,14 +481,14 @@ Command add_train(CLI::App& app) {
                  "auto: bf16 under --precision bf16 (which rounds K and V to bf16 anyway: the same bits), else f32")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}))->capture_default_str();
   c->add_option("--device", a->device, "cpu, cuda, or sim (the CPU kernels on simulated device memory with a copy "
-                 "engine)")->capture_default_str();
+                 "engine)")->check(CLI::IsMember({"cpu", "sim", "cuda"}))->capture_default_str();
   c->add_option("--device-memory", a->device_memory, "With --device sim: the device's capacity in bytes")
       ->check(count());
   c->add_option("--offload", a->offload, "kv: K/V and gradient pages in pinned host memory, streamed through the "
                  "device in groups of pages; params: master weights and gradients in pinned host memory, AdamW "
                  "moments in host memory, layers streamed through two device slots; attention (with --keep-attention): "
                  "the kept attention outputs in pinned host memory, two chunks' rows on the device; any of them, "
-                 "comma-separated (kv,params)");
+                 "comma-separated (kv,params)")->check(offload_list());
   c->add_option("--offload-group", a->offload_group, "With --offload kv: pages per group (default about 4 MiB of "
                  "K/V, at most a layer's pages)")->check(count());
   c->add_option("--out", a->out, "Save the trained model here (HF format, the loaded dtype) after the last step");
@@ -510,7 +510,7 @@ Command add_train(CLI::App& app) {
   c->add_flag("--force", a->force, "Run even when the plan exceeds the memory the machine has, and replace a "
               "different model in --out");
   c->add_option("--log-every", a->log_every, "Print a progress line every k steps (default 1; demo 100)")->check(count());
-  c->add_option("--seed", a->seed, "Seed of --shuffle, of --lora-dropout's masks, and of the demo's model and task")->capture_default_str();
+  c->add_option("--seed", a->seed, "Seed of --shuffle, of --lora-dropout's masks, and of the demo's model and task")->check(count(true))->capture_default_str();
   add_sweep_flag(c, a->sweep);
   add_checkpoint_flags(c, a->ckpt);
   add_sparse_flags(c, a->sparse);
@@ -549,8 +549,8 @@ Command add_train(CLI::App& app) {
             const ModelConfig cfg = run_config(a->model, a->lora.dir, a->rope, std::cout, &rope_changed);
             default_lora_targets(lora, a->lora, a->cmd, cfg);
             check_training_dropout(cfg, (std::filesystem::path(a->model) / "config.json").string());
-            check_model_out("--out", a->out, cfg, a->force);
-            check_model_out("--save-best", a->save_best, cfg, a->force);
+            check_model_out("--out", a->out, cfg, a->force, lora.on());
+            check_model_out("--save-best", a->save_best, cfg, a->force, lora.on());
             if (dist.leader())
               for (const auto& [flag, dir] : {std::pair{"--out", a->out}, {"--save-best", a->save_best}})
                 remove_stale_saves(flag, dir, std::cout);
@@ -571,6 +571,9 @@ Command add_train(CLI::App& app) {
             ChunkPlan plan = chunk_plan(*a, cfg, a->doc_mask ? eos : -1);
             OOMB_CHECK(!a->given("--update-threads") || plan.offload_params,
                        "--update-threads: only with --offload params (the update runs on the host only then)");
+            OOMB_CHECK(!a->given("--no-overlap-update") || plan.offload_params,
+                       "--no-overlap-update: only with --offload params (the update runs beside the next step only then)");
+            check_comm_device(a->dist, a->device);
             OOMB_CHECK(!a->given("--weight-decay") || a->optim.kind == "adamw",
                        "--weight-decay: AdamW's only (--optimizer {} has no weight decay)", a->optim.kind);
             if (o.optim.warmup_steps > o.steps)  // (the warmup's step k takes lr (k + 1) / warmup)

@@ -29,6 +29,11 @@ static CLI::Validator number_check(bool allow_zero) {
 
 CLI::Validator positive() { return number_check(false); }
 
+CLI::Validator non_empty() {
+  return CLI::Validator([](std::string& s) -> std::string { return s.empty() ? "an empty value (an unset variable?)" : ""; },
+                        "");
+}
+
 CLI::Validator count(bool allow_zero) {
   return CLI::Validator(
       [allow_zero](std::string& s) -> std::string {
@@ -56,6 +61,8 @@ CLI::Validator model_dir(bool config_file) {
         if (!fs::is_directory(p, ec))
           return "'" + s + "' is a file; give the model's directory (the folder holding config.json and the "
                  ".safetensors weights)";
+        if (fs::exists(p / "adapter_config.json", ec) && !fs::exists(p / "config.json", ec))
+          return "'" + s + "' is a LoRA adapter, not a model: give its base as --model and it as --lora";
         if (!fs::exists(p / "config.json", ec))
           return "'" + s + "' holds no config.json: not a Hugging Face model directory";
         return {};

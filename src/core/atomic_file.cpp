@@ -20,8 +20,25 @@ namespace oomb {
 
 namespace fs = std::filesystem;
 
+// NAME.tmp.PID files beside target that a killed writer left (its process gone): a tokenized
+// corpus interrupted by Ctrl-C stayed on disk for good.
+static void remove_stale_tmp(const fs::path& target) {
+  std::error_code ec;
+  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string stem = target.filename().string() + ".tmp.";
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with(stem)) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + stem.size(), &end, 10);
+    if (pid <= 0 || *end != '\0' || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
+    fs::remove(e.path(), ec);
+  }
+}
+
 AtomicFile::AtomicFile(fs::path target)
     : target_(std::move(target)), tmp_(fmt::format("{}.tmp.{}", target_.string(), ::getpid())) {
+  remove_stale_tmp(target_);
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   OOMB_CHECK(fd_ >= 0, "{}: cannot create: {}", tmp_, std::strerror(errno));
 }

@@ -1,6 +1,7 @@
 // A file written under a temporary name and renamed over its target only on commit, after fsync of
 // the file (and then of its directory): a crash or an error never leaves a half-written target,
-// and an uncommitted temporary is removed.
+// and an uncommitted temporary is removed (one a killed writer left, NAME.tmp.PID of a process
+// gone, at the next write of NAME).
 #pragma once
 #include <cstdint>
 #include <filesystem>

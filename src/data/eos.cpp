@@ -1,5 +1,6 @@
 #include "data/eos.h"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -65,6 +66,25 @@ EosChoice resolve_eos(const fs::path& where, int64_t vocab, const Tokenizer* tok
   OOMB_CHECK(id < vocab, "{}: eos_token {} is id {}, beyond the vocabulary (ids 0..{})", tc_path.string(), e.dump(), id,
              vocab - 1);
   return {int32_t(id), tc_path.string() + " eos_token " + e.dump()};
+}
+
+std::vector<int64_t> stop_token_ids(const fs::path& dir, std::vector<int64_t> eos, int64_t vocab,
+                                    const Tokenizer* tok) {
+  const fs::path gen_path = dir / "generation_config.json";
+  const json gen = read_json_or_null(gen_path);
+  if (gen.is_object() && gen.contains("eos_token_id")) {
+    const json& e = gen["eos_token_id"];
+    for (const json& id : e.is_array() ? e : json::array({e}))
+      if (id.is_number_integer()) {
+        OOMB_CHECK(id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab, "{}: eos_token_id {} is beyond the "
+                   "vocabulary (ids 0..{})", gen_path.string(), id.get<int64_t>(), vocab - 1);
+        eos.push_back(id.get<int64_t>());
+      }
+  }
+  if (const EosChoice c = resolve_eos(dir, vocab, tok); c.id >= 0) eos.push_back(c.id);
+  std::sort(eos.begin(), eos.end());
+  eos.erase(std::unique(eos.begin(), eos.end()), eos.end());
+  return eos;
 }
 
 int32_t parse_eos(const std::string& v, const Tokenizer& tok) {

@@ -22,7 +22,12 @@ DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
   SafetensorsModel st = SafetensorsModel::open(dir);
   std::map<DType, int64_t> dtypes;
   std::set<std::string> used;
-  Buffer wide;  // a frozen bf16 base's tensor in fp32, before it is rounded into place
+  // a frozen bf16 base's tensor in fp32, before it is rounded into place: one buffer of the widest
+  // (as memory_plan counts it)
+  int64_t widest = 0;
+  for (const ParamSpec& s : p.specs())
+    if (p.view(s).dtype != DType::F32) widest = std::max(widest, s.numel());
+  Buffer wide(Tier::Host, Tag::IO, size_t(widest) * 4);
   Buffer fused;  // Phi-3: the last fused tensor read (its parts come one after another)
   std::string fused_name;
   for (const ParamSpec& s : p.specs()) {
@@ -34,7 +39,6 @@ DType load_weights(const fs::path& dir, const ModelConfig& c, Params& p) {
                c.fused_qkv() ? ", fused q/k/v and gate/up as Phi-3 saves them" : c.fused_gate_up() ? ", fused gate/up as GLM saves them" : "");
     const Tensor dst = p.view(s);
     const int64_t n = s.numel();
-    if (dst.dtype != DType::F32 && wide.bytes() < size_t(n) * 4) wide = Buffer(Tier::Host, Tag::IO, size_t(n) * 4);
     float* x = dst.dtype == DType::F32 ? dst.f() : wide.as<float>();
     if (part) {
       const int64_t cols = s.shape.at(1);

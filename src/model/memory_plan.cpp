@@ -281,6 +281,18 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N,
     m.at(dev, Tag::PageMeta) += sb.backend;
     m.at(Tier::Host, Tag::PageMeta) += sb.host;
   }
+  // the host copy a model loads through, and a save (--out, a checkpoint's weights) downloads into:
+  // the masters in the model's host layout where they live on a device (pinned or host masters load
+  // in place; --zero 3's gathers are not counted), and beside it LoRA's trainable set or, before
+  // it, a frozen bf16 base's conversion buffer
+  if (dev == Tier::Device && !plan.offload_params && !zero3(plan))
+    m.at(Tier::Host, Tag::IO) = frozen ? layout_bytes(frozen_bf16_layout(cfg)) : P * 4;
+  int64_t widest = 0;  // a frozen bf16 base loads each bf16 matrix through an fp32 buffer of the largest
+  if (frozen)
+    for (const ParamSpec& s : frozen_bf16_layout(cfg))
+      if (s.dtype == DType::BF16) widest = std::max(widest, s.numel());
+  // (the buffer goes before LoRA's set is made)
+  m.at(Tier::Host, Tag::IO) += std::max(widest * 4, plan.lora.on() ? Pt * 4 : 0);
   const bool docs = plan.doc_sep >= 0;
   // the chunk inputs, every page's document ids, and the (2) f64 loss sums read once per step
   m.at(dev, Tag::Data) = int64_t(ChunkInputs::device_bytes(C, docs)) + kv.device_data + loss_sums_bytes(cfg, plan);

@@ -147,7 +147,11 @@ WorkspaceShape workspace_shape(const ModelConfig& cfg, const ChunkPlan& plan);
 KVCacheOptions kv_cache_options(const ModelConfig& cfg, const ChunkPlan& plan);
 
 // Bytes per (tier, tag) that a Model with this plan on a backend of `backend_tier` allocates for
-// sequences of N tokens, at their peak. Tag io is transient during load and save; not listed.
+// sequences of N tokens, at their peak, and (tag io, host) the copy `oomb train` loads the model
+// through and saves it from: the masters in their host layout where they live on a device, and
+// LoRA's trainable set. Not counted there: a bf16 or f16 file's conversion buffer while it loads
+// (at most 16 MiB, hf/safetensors), a resume's two pieces of the AdamW moments on the device (at
+// most 128 MiB), --zero 3's gathers.
 // workspace_bytes: Backend::workspace_bytes (in backend_tier); pinned_workspace_bytes: the backend's
 // pinned staging (Backend::pinned_workspace_bytes).
 MemoryPlan plan_memory(const ModelConfig& cfg, const ChunkPlan& plan, int64_t N, const std::string& optimizer,

@@ -137,6 +137,13 @@ bool alive(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno !=
 
 std::string checkpoint_name(int64_t step) { return fmt::format("step-{:06}", step); }
 
+// Floats a device's AdamW moment crosses to or from host memory at a time (a checkpoint's write and a
+// resume's read), so that a checkpoint holds one piece of the moments on the host (two on resume),
+// not a copy of both (2 x 4 bytes per parameter: 61 GB at 7B).
+static int64_t moment_piece(const Params& moment) {
+  return std::max<int64_t>(1, std::min<int64_t>(moment.flat().numel(), int64_t(16) << 20));
+}
+
 fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& model, const Optimizer& opt,
                          const std::map<std::string, std::string>& extra, const std::string& base_model,
                          Comm* world) {
@@ -192,10 +199,25 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
     stream_packed(model, *opt.exp_avg_sq(), *world, nullptr, &w);
     w.commit();
     test_write_delay();
+  } else if (opt.exp_avg() && opt.exp_avg()->flat().tier == Tier::Device) {  // streamed through a staging piece
+    const std::vector<ParamSpec>& specs = opt.exp_avg()->specs();
+    std::vector<SaveTensor> layout;
+    for (const char* suffix : {kExpAvg, kExpAvgSq})
+      for (const ParamSpec& s : specs) layout.push_back({s.name + suffix, DType::F32, s.shape, nullptr});
+    SafetensorsWriter w(out.staging() / kOptimizerFile, layout, {{"oomb", "AdamW moments"}});
+    Buffer stage(Tier::Host, Tag::IO, size_t(moment_piece(*opt.exp_avg())) * 4);
+    for (const Params* moment : {opt.exp_avg(), opt.exp_avg_sq()})
+      for (const ParamSpec& s : specs)
+        for (int64_t o = 0; o < s.numel(); o += moment_piece(*moment)) {
+          const size_t bytes = size_t(std::min(moment_piece(*moment), s.numel() - o)) * 4;
+          be.copy(stage.data(), Tier::Host, moment->view(s).f() + o, Tier::Device, bytes);
+          w.write(stage.data(), bytes);
+        }
+    w.commit();
+    test_write_delay();
   } else if (opt.exp_avg()) {
-    std::unique_ptr<Params> m_copy, v_copy;
-    std::vector<SaveTensor> t = tensors_of(on_host(*opt.exp_avg(), be, m_copy), kExpAvg);
-    const std::vector<SaveTensor> v = tensors_of(on_host(*opt.exp_avg_sq(), be, v_copy), kExpAvgSq);
+    std::vector<SaveTensor> t = tensors_of(*opt.exp_avg(), kExpAvg);
+    const std::vector<SaveTensor> v = tensors_of(*opt.exp_avg_sq(), kExpAvgSq);
     t.insert(t.end(), v.begin(), v.end());
     save_safetensors(out.staging() / kOptimizerFile, t, {{"oomb", "AdamW moments"}});
     test_write_delay();
@@ -377,12 +399,19 @@ void load_checkpoint(const fs::path& step_dir, const CheckpointState& st, Model&
     return;
   } else if (opt.exp_avg()->flat().tier != Tier::Device) {  // a host backend, or --offload params
     load_moments(step_dir, st, *opt.exp_avg(), *opt.exp_avg_sq());
-  } else {
-    const auto& specs = opt.exp_avg()->specs();
-    Params m(model.config(), specs, Tier::Host, Tag::IO), v(model.config(), specs, Tier::Host, Tag::IO);
-    load_moments(step_dir, st, m, v);
-    be.copy(opt.exp_avg()->flat().data, be.tier(), m.flat().data, Tier::Host, m.flat().bytes());
-    be.copy(opt.exp_avg_sq()->flat().data, be.tier(), v.flat().data, Tier::Host, v.flat().bytes());
+  } else {  // on the device: piece by piece of the flat layout through two staging pieces
+    const Params& m = *opt.exp_avg();
+    const int64_t piece = moment_piece(m), end = m.flat().numel();
+    Buffer stage(Tier::Host, Tag::IO, size_t(piece) * 8);
+    float* hm = stage.as<float>();
+    float* hv = hm + piece;
+    for (int64_t lo = 0; lo < end; lo += piece) {
+      const int64_t n = std::min(piece, end - lo);
+      std::fill(hm, hm + 2 * piece, 0.0f);  // (a gap between tensors stays zero)
+      load_moment_segments(step_dir, st, m.specs(), {{lo, n, 0}}, hm, hv);
+      be.copy(m.flat().f() + lo, be.tier(), hm, Tier::Host, size_t(n) * 4);
+      be.copy(opt.exp_avg_sq()->flat().f() + lo, be.tier(), hv, Tier::Host, size_t(n) * 4);
+    }
   }
   opt.set_adam_step(st.adam_step);
 }
