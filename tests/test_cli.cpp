@@ -544,6 +544,13 @@ TEST(Cli, Generate) {
   write_bytes(dir / "m" / "tokenizer_config.json", fmt::format("{{\"eos_token\": \"<end>\", \"added_tokens_decoder\": "
                                                            "{{\"{}\": {{\"content\": \"<end>\"}}}}}}", stop));
   EXPECT_EQ(oomb_cmd(dir, stopping).out.substr(0, until.size() + 1), until + "\n");
+  // (also where config.json names another eos_token_id: a chat model's end of turn beside the base's)
+  nlohmann::json cfg = nlohmann::json::parse(read_text(dir / "m" / "config.json"));
+  int other = 0;  // an id the greedy run never makes
+  while (std::find(ids.begin(), ids.end(), std::to_string(other)) != ids.end()) ++other;
+  cfg["eos_token_id"] = other;
+  write_bytes(dir / "m" / "config.json", cfg.dump());
+  EXPECT_EQ(oomb_cmd(dir, stopping).out.substr(0, until.size() + 1), until + "\n");
   std::filesystem::remove(dir / "m" / "tokenizer_config.json");
   EXPECT_THAT(oomb_cmd(dir, fmt::format("generate --model {} --prompt-ids 1,200", m)).out,
               HasSubstr("--prompt-ids: '200' is not a token id below 128"));

@@ -136,7 +136,9 @@ TEST_F(ConfigFile, ErrorsNameTheFileAndKey) {
            {"steps = 1.5\n", "--steps: '1.5' is not a whole number"},
            {"shuffle = 2\n", "bad.toml: line 3: key 'shuffle': a flag takes true or false, not 2"},
            {"shuffle = \"yes\"\n", "key 'shuffle': a flag takes true or false, not \"yes\""},
-           {"offload = [\"kv\", \"params\"]\n", "key 'offload': takes one value, not a list"}}) {
+           {"offload = [\"kv\", \"params\"]\n", "key 'offload': takes one value, not a list"},
+           {"out = \"runs/#1\"\n", "key 'out': its quote (\") does not close on the line before any '#'"},
+           {"out = \"\"\"o1\"\"\"\n", "key 'out': a multi-line string (\"\"\") is not read"}}) {
     SCOPED_TRACE(body);
     write_bytes(dir / "bad.toml", top + body);
     r = oomb_cmd(dir, fmt::format("train --config {}/bad.toml", dir.string()));

@@ -57,10 +57,11 @@ static std::map<std::string, std::vector<RawValue>> raw_values(const std::string
   return out;
 }
 
-// Whether a value written as raw, starting with a quote, closes it on its line.
-static bool quote_closes(const std::string& raw) {
+// Whether a value written as raw, starting with a quote, closes it on its line before any '#'
+// (CLI11's reader ends a value at the first '#', inside quotes too).
+static bool quote_closes(const std::string& full) {
+  const std::string raw = full.substr(0, full.find('#'));
   const char q = raw[0];
-  if (raw.rfind(std::string(3, q), 0) == 0) return true;  // (a multi-line string: CLI11's to judge)
   for (size_t i = 1; i < raw.size(); ++i) {
     if (q == '"' && raw[i] == '\\') ++i;
     else if (raw[i] == q) return true;
@@ -79,7 +80,10 @@ static void check_raw(const std::string& f, const std::string& name, const std::
   const std::string& v = raw[0].text;
   if (v.empty()) return;
   const bool quoted = v[0] == '"' || v[0] == '\'' || v[0] == '`';  // (CLI11 takes a backtick as a quote too)
-  OOMB_CHECK(!quoted || quote_closes(v), "{}: its quote ({}) does not close on the line", where, v.substr(0, 1));
+  OOMB_CHECK(!quoted || v.rfind(std::string(3, v[0]), 0) != 0, "{}: a multi-line string ({}) is not read; write "
+             "the value on one line", where, std::string(3, v[0]));
+  OOMB_CHECK(!quoted || quote_closes(v), "{}: its quote ({}) does not close on the line before any '#' (the reader "
+             "ends a value at '#', inside quotes too)", where, v.substr(0, 1));
   const std::string type = opt.get_type_name().substr(0, opt.get_type_name().find(':'));
   const bool flag = opt.get_expected_min() == 0,
              number = type == "INT" || type == "UINT" || type == "FLOAT" || type == "NUMBER";

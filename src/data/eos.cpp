@@ -31,9 +31,11 @@ int64_t vocab_next_to(const fs::path& tokenizer_path, const Tokenizer& tok) {
   return tok.id_limit();
 }
 
+static EosChoice tokenizer_config_eos(const fs::path& dir, int64_t vocab, const Tokenizer* tok);
+
 EosChoice resolve_eos(const fs::path& where, int64_t vocab, const Tokenizer* tok) {
   const fs::path dir = dir_of(where);
-  const fs::path cfg_path = dir / "config.json", tc_path = dir / "tokenizer_config.json";
+  const fs::path cfg_path = dir / "config.json";
   const json cfg = read_json_or_null(cfg_path);
   if (cfg.is_object() && cfg.contains("eos_token_id") && !cfg["eos_token_id"].is_null()) {
     json e = cfg["eos_token_id"];
@@ -45,6 +47,13 @@ EosChoice resolve_eos(const fs::path& where, int64_t vocab, const Tokenizer* tok
       return {int32_t(id), cfg_path.string() + " eos_token_id"};
     }
   }
+  return tokenizer_config_eos(dir, vocab, tok);
+}
+
+// tokenizer_config.json's eos_token in dir, mapped to its id (by tok, added_tokens_decoder, or
+// dir's tokenizer.json); id -1 when it names none.
+static EosChoice tokenizer_config_eos(const fs::path& dir, int64_t vocab, const Tokenizer* tok) {
+  const fs::path tc_path = dir / "tokenizer_config.json";
   const json tc = read_json_or_null(tc_path);
   if (!tc.is_object() || !tc.contains("eos_token")) return {};
   json e = tc["eos_token"];
@@ -81,7 +90,7 @@ std::vector<int64_t> stop_token_ids(const fs::path& dir, std::vector<int64_t> eo
         eos.push_back(id.get<int64_t>());
       }
   }
-  if (const EosChoice c = resolve_eos(dir, vocab, tok); c.id >= 0) eos.push_back(c.id);
+  if (const EosChoice c = tokenizer_config_eos(dir, vocab, tok); c.id >= 0) eos.push_back(c.id);
   std::sort(eos.begin(), eos.end());
   eos.erase(std::unique(eos.begin(), eos.end()), eos.end());
   return eos;
