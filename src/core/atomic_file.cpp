@@ -20,6 +20,13 @@ namespace oomb {
 
 namespace fs = std::filesystem;
 
+// Whether the writer whose pid starts name at `at` (the pid alone, or before ".old") is gone.
+static bool writer_gone(const std::string& name, size_t at) {
+  char* end = nullptr;
+  const long pid = std::strtol(name.c_str() + at, &end, 10);
+  return pid > 0 && (*end == '\0' || *end == '.') && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+}
+
 // NAME.tmp.PID files beside target that a killed writer left (its process gone): a tokenized
 // corpus interrupted by Ctrl-C stayed on disk for good.
 static void remove_stale_tmp(const fs::path& target) {
@@ -28,11 +35,7 @@ static void remove_stale_tmp(const fs::path& target) {
   const std::string stem = target.filename().string() + ".tmp.";
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (!name.starts_with(stem)) continue;
-    char* end = nullptr;
-    const long pid = std::strtol(name.c_str() + stem.size(), &end, 10);
-    if (pid <= 0 || *end != '\0' || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
-    fs::remove(e.path(), ec);
+    if (name.starts_with(stem) && writer_gone(name, stem.size())) fs::remove(e.path(), ec);
   }
 }
 
@@ -156,8 +159,7 @@ std::vector<fs::path> AtomicDir::remove_stale(const fs::path& given) {
     // (without RENAME_EXCHANGE a kill between the two renames leaves the old directory as NAME...old:
     // while there is no target it is the only copy)
     if (name.ends_with(".old") && !fs::exists(target, ec)) continue;
-    const long pid = std::strtol(name.c_str() + stem.size(), nullptr, 10);
-    if (pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno != ESRCH)) continue;  // its writer still runs
+    if (!writer_gone(name, stem.size())) continue;  // its writer still runs
     fs::remove_all(e.path(), ec);
     if (!ec) removed.push_back(e.path());
   }

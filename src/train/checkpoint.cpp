@@ -201,15 +201,13 @@ fs::path save_checkpoint(const fs::path& dir, CheckpointState state, Model& mode
     test_write_delay();
   } else if (opt.exp_avg() && opt.exp_avg()->flat().tier == Tier::Device) {  // streamed through a staging piece
     const std::vector<ParamSpec>& specs = opt.exp_avg()->specs();
-    std::vector<SaveTensor> layout;
-    for (const char* suffix : {kExpAvg, kExpAvgSq})
-      for (const ParamSpec& s : specs) layout.push_back({s.name + suffix, DType::F32, s.shape, nullptr});
-    SafetensorsWriter w(out.staging() / kOptimizerFile, layout, {{"oomb", "AdamW moments"}});
-    Buffer stage(Tier::Host, Tag::IO, size_t(moment_piece(*opt.exp_avg())) * 4);
+    SafetensorsWriter w(out.staging() / kOptimizerFile, moments_layout(specs), {{"oomb", "AdamW moments"}});
+    const int64_t piece = moment_piece(*opt.exp_avg());
+    Buffer stage(Tier::Host, Tag::IO, size_t(piece) * 4);
     for (const Params* moment : {opt.exp_avg(), opt.exp_avg_sq()})
       for (const ParamSpec& s : specs)
-        for (int64_t o = 0; o < s.numel(); o += moment_piece(*moment)) {
-          const size_t bytes = size_t(std::min(moment_piece(*moment), s.numel() - o)) * 4;
+        for (int64_t o = 0; o < s.numel(); o += piece) {
+          const size_t bytes = size_t(std::min(piece, s.numel() - o)) * 4;
           be.copy(stage.data(), Tier::Host, moment->view(s).f() + o, Tier::Device, bytes);
           w.write(stage.data(), bytes);
         }
